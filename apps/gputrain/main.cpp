@@ -1,0 +1,144 @@
+// gputrain: the command line. The only place that maps errors to exit codes.
+#include "graph/model.h"
+#include "layers/layer.h"
+#include "log/logging.h"
+#include "ops/devices.h"
+#include "train/loss.h"
+#include "train/trainer.h"
+
+#include <CLI/CLI.hpp>
+
+#include <iostream>
+
+namespace {
+
+constexpr const char* kExitCodes =
+    "Exit codes: 0 completed; 1 runtime error (I/O, data, device); 2 config or usage error.";
+
+struct ConfigArgs {
+  std::string file;
+  std::vector<std::string> sets;
+};
+
+void add_config_args(CLI::App* cmd, ConfigArgs& a) {
+  cmd->add_option("config", a.file, "experiment YAML file")->required();
+  cmd->add_option("--set", a.sets, "override a key: --set optimizer.lr=0.1 --set model.layers[1].out_features=1024")
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false);
+}
+
+int cmd_devices() {
+  const gt::CpuInfo cpu = gt::query_cpu();
+  fmt::print("cpu: {} — {} logical cores, {}\n     {}\n", cpu.model, cpu.cores, cpu.simd, cpu.blas);
+  const gt::CudaInfo cuda = gt::query_cuda();
+  if (!cuda.built) {
+    fmt::print("cuda: not available: {}\n", cuda.problem);
+    return 0;
+  }
+  fmt::print("cuda: driver {}, runtime {}, cuBLAS {}.{}.{}, cuDNN {}.{}.{}, NCCL {}.{}.{}\n",
+             cuda.driver_version ? gt::format_cuda_version(cuda.driver_version) : "not loaded",
+             gt::format_cuda_version(cuda.runtime_version), cuda.cublas_version / 10000,
+             cuda.cublas_version / 100 % 100, cuda.cublas_version % 100, cuda.cudnn_version / 10000,
+             cuda.cudnn_version / 100 % 100, cuda.cudnn_version % 100, cuda.nccl_version / 10000,
+             cuda.nccl_version / 100 % 100, cuda.nccl_version % 100);
+  if (cuda.devices.empty()) {
+    fmt::print("cuda: no GPU usable here: {}. Training runs on the CPU.\n", cuda.problem);
+    return 0;
+  }
+  for (const auto& d : cuda.devices)
+    fmt::print("cuda:{}: {} — compute capability {}.{}, {} SMs at {} MHz, {:.1f} of {:.1f} GiB free, PCI {}\n",
+               d.index, d.name, d.cc_major, d.cc_minor, d.sm_count, d.clock_mhz,
+               static_cast<double>(d.memory_free) / (1 << 30), static_cast<double>(d.memory_total) / (1 << 30),
+               d.pci_bus_id);
+  return 0;
+}
+
+int cmd_check(const ConfigArgs& a) {
+  const gt::Experiment exp = gt::parse_experiment(gt::load_config(a.file, a.sets));
+  const gt::LoadedData data = gt::load_data(exp);
+  const gt::Model model = gt::Model::build(exp.root["model"], data.train.input_shape(), gt::DType::f32,
+                                           gt::Device::cpu(), exp.seed);
+  gt::check_loss_fits(exp.loss, model.output_shape(), data.train,
+                      exp.root.has("loss") ? exp.root["loss"] : exp.root["model"]["layers"]);
+  fmt::print("{}: valid. {} training samples{}; batch {}\n\n{}", a.file, data.train.size(),
+             data.test.size() ? fmt::format(", {} test samples", data.test.size()) : std::string(),
+             exp.data.batch_size, model.summary_table(exp.data.batch_size));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gt::init_logging();
+  CLI::App app{"gputrain — train neural networks from YAML experiment files on the CPU and NVIDIA GPUs.\n" +
+               std::string(kExitCodes)};
+  app.set_version_flag("--version", std::string("gputrain ") + GPUTRAIN_VERSION);
+  app.require_subcommand(1);
+
+  ConfigArgs train_args;
+  gt::RunOptions run;
+  std::string device;
+  int64_t epochs = 0, max_steps = -1, seed = -1;
+  bool quiet = false;
+  auto* train = app.add_subcommand("train", "train a model from an experiment file");
+  add_config_args(train, train_args);
+  train->add_option("--out", run.out_dir, "run directory (default runs/<name>/<YYYYmmdd-HHMMSS>)");
+  train->add_option("--device", device, "auto | cpu | cuda | cuda:N (overrides device:)");
+  train->add_option("--epochs", epochs, "overrides train.epochs")->check(CLI::PositiveNumber);
+  train->add_option("--max-steps", max_steps, "stop after N steps (overrides train.max_steps)")
+      ->check(CLI::NonNegativeNumber);
+  train->add_option("--seed", seed, "overrides seed")->check(CLI::NonNegativeNumber);
+  train->add_option("--threads", run.threads, "CPU threads (default: all cores)")->check(CLI::PositiveNumber);
+  train->add_flag("--quiet", quiet, "log warnings and errors only");
+  train->footer(kExitCodes);
+
+  ConfigArgs check_args;
+  auto* check = app.add_subcommand("check", "validate an experiment file and print the model table");
+  add_config_args(check, check_args);
+
+  auto* devices = app.add_subcommand("devices", "list compute devices and the CUDA library versions found");
+  auto* layers = app.add_subcommand("layers", "print the layer reference (Markdown), generated from the registry");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    std::cerr << "error: " << e.what() << "\nRun with --help for usage.\n";
+    return 2;
+  }
+
+  try {
+    if (*devices) return cmd_devices();
+    if (*layers) {
+      fmt::print("{}", gt::layer_reference_markdown());
+      return 0;
+    }
+    if (*check) return cmd_check(check_args);
+    // Command-line flags are overrides like --set, so errors in them name the key they set.
+    if (!device.empty()) train_args.sets.push_back("device=" + device);
+    gt::ConfigNode root = gt::load_config(train_args.file, train_args.sets);
+    auto set_train = [&](const std::string& key, int64_t v) {
+      if (!root.has("train")) {
+        YAML::Node top = root.yaml();  // shares the tree: YAML nodes are references
+        top["train"] = YAML::Node(YAML::NodeType::Map);
+      }
+      root = gt::apply_override(root, fmt::format("train.{}={}", key, v));
+    };
+    if (epochs > 0) set_train("epochs", epochs);
+    if (max_steps >= 0) set_train("max_steps", max_steps);
+    if (seed >= 0) root = gt::apply_override(root, fmt::format("seed={}", seed));
+    const gt::Experiment exp = gt::parse_experiment(root);
+    if (quiet) spdlog::set_level(spdlog::level::warn);
+    gt::run_training(exp, run);
+    return 0;
+  } catch (const gt::Error& e) {
+    spdlog::error("{}", e.what());
+    return e.kind() == gt::ErrorKind::config ? 2 : 1;
+  } catch (const std::bad_alloc&) {
+    spdlog::error("out of host memory");
+    return 1;
+  } catch (const std::exception& e) {
+    spdlog::error("unexpected failure: {}", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""PyTorch side of the throughput benchmarks: the same model, optimizer and batch as a gputrain config,
+training loop only (data already in memory as tensors, shuffled per epoch), eager mode on the CPU.
+
+Prints one JSON line: {"model", "threads", "samples_per_sec", "steps", "seconds"}.
+"""
+import argparse
+import json
+import time
+
+import torch
+import torch.nn as nn
+
+
+def mlp():
+    return nn.Sequential(nn.Flatten(), nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(),
+                         nn.Linear(256, 10))
+
+
+MODELS = {"mlp": mlp}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="mlp", choices=sorted(MODELS))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--steps", type=int, default=400)
+    ap.add_argument("--warmup", type=int, default=30)
+    ap.add_argument("--samples", type=int, default=60000)
+    args = ap.parse_args()
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(1)
+    model = MODELS[args.model]()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+    # Random pixels in [0, 1] stand in for Fashion-MNIST: throughput does not depend on the values.
+    x_all = torch.rand(args.samples, 1, 28, 28)
+    y_all = torch.randint(0, 10, (args.samples,))
+    perm = torch.randperm(args.samples)
+
+    def step(i):
+        idx = perm[(i * args.batch) % (args.samples - args.batch):][:args.batch]
+        x, y = x_all[idx], y_all[idx]
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    for i in range(args.warmup):
+        step(i)
+    t0 = time.perf_counter()
+    for i in range(args.steps):
+        loss = step(i)
+    loss.item()
+    dt = time.perf_counter() - t0
+    print(json.dumps({"model": args.model, "threads": args.threads, "samples_per_sec": args.steps * args.batch / dt,
+                      "steps": args.steps, "seconds": dt, "torch": torch.__version__}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,324 @@
+// Config nodes with paths and positions, typed reads, key validation with "did you mean", and --set overrides.
+#include "config/config.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace gt {
+
+ConfigNode::ConfigNode(YAML::Node node, std::string path, std::shared_ptr<const ConfigSource> source, YAML::Mark mark)
+    : m_node(std::move(node)), m_path(std::move(path)), m_source(std::move(source)), m_mark(mark) {}
+
+namespace {
+
+ConfigNode parse(const std::string& text, const std::string& name) {
+  try {
+    YAML::Node root = YAML::Load(text);
+    auto src = std::make_shared<ConfigSource>();
+    src->file = name;
+    const YAML::Mark mark = root.IsDefined() && !root.IsNull() ? root.Mark() : YAML::Mark();
+    return ConfigNode(root, "", src, mark);
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(fmt::format("{}:{}:{}: invalid YAML: {}", name, e.mark.line + 1, e.mark.column + 1, e.msg));
+  }
+}
+
+std::string quoted(const std::string& s) { return "\"" + s + "\""; }
+
+}  // namespace
+
+ConfigNode ConfigNode::load_file(const std::string& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw ConfigError(fmt::format("{}: cannot open config file: {}", file, std::strerror(errno)));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse(ss.str(), file);
+}
+
+ConfigNode ConfigNode::load_string(const std::string& text, const std::string& name) { return parse(text, name); }
+
+std::string ConfigNode::where() const {
+  // An override replaced this node or one of its parents: point at the --set, not at the file.
+  for (const auto& [path, text] : m_source->overrides) {
+    if (m_path == path || (m_path.rfind(path, 0) == 0 && (m_path[path.size()] == '.' || m_path[path.size()] == '[')))
+      return "(--set " + text + ")";
+  }
+  if (m_mark.is_null()) return "(" + m_source->file + ")";
+  return fmt::format("({}:{}:{})", m_source->file, m_mark.line + 1, m_mark.column + 1);
+}
+
+void ConfigNode::fail(const std::string& message) const {
+  throw ConfigError(fmt::format("{}: {} {}", m_path.empty() ? "config" : m_path, message, where()));
+}
+
+ConfigNode ConfigNode::operator[](std::string_view key) const {
+  const std::string k(key);
+  const std::string child_path = m_path.empty() ? k : m_path + "." + k;
+  if (!m_node.IsMap()) return ConfigNode(YAML::Node(YAML::NodeType::Undefined), child_path, m_source, m_mark);
+  YAML::Node child = m_node[k];
+  const bool present = child.IsDefined() && !child.IsNull();
+  return ConfigNode(child, child_path, m_source, present ? child.Mark() : m_mark);
+}
+
+ConfigNode ConfigNode::at(size_t index) const {
+  YAML::Node child = m_node[index];
+  return ConfigNode(child, fmt::format("{}[{}]", m_path, index), m_source, child.IsDefined() ? child.Mark() : m_mark);
+}
+
+bool ConfigNode::has(std::string_view key) const { return m_node.IsMap() && (*this)[key].defined(); }
+
+std::vector<std::string> ConfigNode::keys() const {
+  std::vector<std::string> out;
+  if (m_node.IsMap())
+    for (const auto& kv : m_node) out.push_back(kv.first.as<std::string>());
+  return out;
+}
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string closest_match(std::string_view word, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_d = std::max<size_t>(2, word.size() / 3) + 1;
+  for (const auto& c : candidates) {
+    const size_t d = edit_distance(word, c);
+    if (d < best_d) best_d = d, best = c;
+  }
+  return best;
+}
+
+namespace {
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i];
+  return s;
+}
+}  // namespace
+
+void ConfigNode::expect_keys(const std::vector<std::string>& allowed) const {
+  if (!defined()) return;
+  if (!m_node.IsMap()) fail("expected a map, got " + describe_value());
+  for (const auto& kv : m_node) {
+    const auto key = kv.first.as<std::string>();
+    if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
+    const ConfigNode bad(kv.first, m_path.empty() ? key : m_path + "." + key, m_source, kv.first.Mark());
+    const std::string hint = closest_match(key, allowed);
+    bad.fail(fmt::format("unknown key{}; valid keys: {}", hint.empty() ? "" : " (did you mean \"" + hint + "\"?)",
+                         join(allowed)));
+  }
+}
+
+void ConfigNode::require(std::string_view key) const {
+  if (!m_node.IsMap()) fail("expected a map, got " + describe_value());
+  if (!has(key)) (*this)[key].fail("is required");
+}
+
+std::string ConfigNode::describe_value() const {
+  if (!m_node.IsDefined() || m_node.IsNull()) return "nothing";
+  if (m_node.IsMap()) return "a map";
+  if (m_node.IsSequence()) return "a list";
+  return quoted(m_node.Scalar());
+}
+
+std::string ConfigNode::as_string() const {
+  if (!m_node.IsScalar()) fail("expected a string, got " + describe_value());
+  return m_node.Scalar();
+}
+
+int64_t ConfigNode::as_int(int64_t min, int64_t max) const {
+  const char* what = min == 1 ? "a positive integer" : min == 0 ? "a non-negative integer" : "an integer";
+  if (!m_node.IsScalar()) fail(std::string("expected ") + what + ", got " + describe_value());
+  const std::string& s = m_node.Scalar();
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(s.c_str(), &end, 10);
+  if (s.empty() || *end != '\0' || errno == ERANGE) fail(std::string("expected ") + what + ", got " + quoted(s));
+  if (v < min || v > max) {
+    if (max == INT64_MAX)
+      fail(fmt::format("expected {}, got {}", min <= 1 && min >= 0 ? what : fmt::format("an integer ≥ {}", min), v));
+    fail(fmt::format("expected an integer in [{}, {}], got {}", min, max, v));
+  }
+  return v;
+}
+
+double ConfigNode::as_double() const {
+  if (!m_node.IsScalar()) fail("expected a number, got " + describe_value());
+  const std::string& s = m_node.Scalar();
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || *end != '\0' || !std::isfinite(v)) fail("expected a finite number, got " + quoted(s));
+  return v;
+}
+
+double ConfigNode::as_double(double min, double max, bool min_inclusive) const {
+  const double v = as_double();
+  if (v < min || v > max || (!min_inclusive && v == min)) {
+    if (max >= 1e300)
+      fail(fmt::format("expected a number {} {}, got {}", min_inclusive ? "≥" : ">", min, m_node.Scalar()));
+    fail(fmt::format("expected a number in {}{}, {}], got {}", min_inclusive ? "[" : "(", min, max, m_node.Scalar()));
+  }
+  return v;
+}
+
+bool ConfigNode::as_bool() const {
+  if (m_node.IsScalar()) {
+    const std::string& s = m_node.Scalar();
+    if (s == "true" || s == "True" || s == "yes" || s == "on") return true;
+    if (s == "false" || s == "False" || s == "no" || s == "off") return false;
+  }
+  fail("expected true or false, got " + describe_value());
+}
+
+std::string ConfigNode::as_choice(const std::vector<std::string>& choices) const {
+  const std::string s = as_string();
+  if (std::find(choices.begin(), choices.end(), s) != choices.end()) return s;
+  const std::string hint = closest_match(s, choices);
+  fail(fmt::format("unknown value {}{}; choose one of: {}", quoted(s),
+                   hint.empty() ? "" : " (did you mean \"" + hint + "\"?)", join(choices)));
+}
+
+std::vector<int64_t> ConfigNode::as_int_list(int64_t min) const {
+  if (!m_node.IsSequence()) fail("expected a list of integers, got " + describe_value());
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < size(); ++i) out.push_back(at(i).as_int(min));
+  return out;
+}
+
+std::string ConfigNode::get_string(std::string_view key, const std::string& fallback) const {
+  const ConfigNode n = (*this)[key];
+  return n.defined() ? n.as_string() : fallback;
+}
+int64_t ConfigNode::get_int(std::string_view key, int64_t fallback, int64_t min, int64_t max) const {
+  const ConfigNode n = (*this)[key];
+  return n.defined() ? n.as_int(min, max) : fallback;
+}
+double ConfigNode::get_double(std::string_view key, double fallback, double min, double max) const {
+  const ConfigNode n = (*this)[key];
+  return n.defined() ? n.as_double(min, max) : fallback;
+}
+bool ConfigNode::get_bool(std::string_view key, bool fallback) const {
+  const ConfigNode n = (*this)[key];
+  return n.defined() ? n.as_bool() : fallback;
+}
+std::string ConfigNode::get_choice(std::string_view key, const std::string& fallback,
+                                   const std::vector<std::string>& choices) const {
+  const ConfigNode n = (*this)[key];
+  return n.defined() ? n.as_choice(choices) : fallback;
+}
+
+// --- --set -----------------------------------------------------------------------------------------------------
+
+namespace {
+
+struct PathStep {
+  std::string key;  // empty for an index step
+  size_t index = 0;
+};
+
+std::vector<PathStep> parse_path(const std::string& path, const std::string& assignment) {
+  std::vector<PathStep> steps;
+  size_t i = 0;
+  auto bad = [&](const std::string& why) -> void {
+    throw ConfigError(fmt::format("--set {}: {} (write key.sub[2].name=value)", assignment, why));
+  };
+  while (i < path.size()) {
+    if (path[i] == '[') {
+      const size_t close = path.find(']', i);
+      if (close == std::string::npos) bad("unclosed '['");
+      const std::string digits = path.substr(i + 1, close - i - 1);
+      if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos)
+        bad("list index \"" + digits + "\" is not a non-negative integer");
+      steps.push_back({"", std::stoul(digits)});
+      i = close + 1;
+      if (i < path.size() && path[i] == '.') ++i;
+    } else {
+      size_t end = path.find_first_of(".[", i);
+      if (end == std::string::npos) end = path.size();
+      if (end == i) bad("empty key in path");
+      steps.push_back({path.substr(i, end - i), 0});
+      i = end;
+      if (i < path.size() && path[i] == '.') {
+        ++i;
+        if (i == path.size()) bad("path ends with '.'");
+      }
+    }
+  }
+  if (steps.empty()) bad("empty key path");
+  return steps;
+}
+
+}  // namespace
+
+ConfigNode apply_override(const ConfigNode& root, const std::string& assignment) {
+  const size_t eq = assignment.find('=');
+  if (eq == std::string::npos)
+    throw ConfigError(fmt::format("--set {}: expected KEY=VALUE", assignment));
+  const std::string path = assignment.substr(0, eq), text = assignment.substr(eq + 1);
+  const std::vector<PathStep> steps = parse_path(path, assignment);
+
+  YAML::Node value;
+  try {
+    value = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(fmt::format("--set {}: the value is not valid YAML: {}", assignment, e.msg));
+  }
+
+  // Walk to the parent of the last step; every step on the way must exist.
+  YAML::Node node = root.yaml();
+  std::string walked;
+  for (size_t s = 0; s + 1 < steps.size(); ++s) {
+    const PathStep& st = steps[s];
+    YAML::Node next;
+    if (!st.key.empty()) {
+      if (!node.IsMap() || !node[st.key].IsDefined() || node[st.key].IsNull())
+        throw ConfigError(fmt::format("--set {}: the config has no key {}", assignment,
+                                      walked.empty() ? st.key : walked + "." + st.key));
+      walked += (walked.empty() ? "" : ".") + st.key;
+      next = node[st.key];
+    } else {
+      if (!node.IsSequence() || st.index >= node.size())
+        throw ConfigError(fmt::format("--set {}: {} has no item [{}]{}", assignment, walked, st.index,
+                                      node.IsSequence() ? fmt::format(" (it has {})", node.size()) : " (not a list)"));
+      walked += fmt::format("[{}]", st.index);
+      next = node[st.index];
+    }
+    node.reset(next);
+  }
+  const PathStep& last = steps.back();
+  if (!last.key.empty()) {
+    if (!node.IsMap() && !(node.IsNull() && !walked.empty()))
+      throw ConfigError(fmt::format("--set {}: {} is not a map", assignment, walked.empty() ? "the config" : walked));
+    node[last.key] = value;
+  } else {
+    if (!node.IsSequence() || last.index >= node.size())
+      throw ConfigError(fmt::format("--set {}: {} has no item [{}]", assignment, walked, last.index));
+    node[last.index] = value;
+  }
+
+  std::string norm;
+  for (const PathStep& st : steps)
+    norm += st.key.empty() ? fmt::format("[{}]", st.index) : (norm.empty() ? "" : ".") + st.key;
+  return root.with_override(norm, assignment);
+}
+
+ConfigNode ConfigNode::with_override(const std::string& path, const std::string& text) const {
+  auto src = std::make_shared<ConfigSource>(*m_source);
+  src->overrides[path] = text;
+  return ConfigNode(m_node, m_path, src, m_mark);
+}
+
+}  // namespace gt

@@ -1,0 +1,82 @@
+// Tensor storage on the CPU and views; CUDA storage comes from the CUDA backend.
+#include "core/tensor.h"
+
+#include "ops/backend.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace gt {
+
+std::shared_ptr<Storage> allocate_storage(size_t bytes, Device device) {
+  auto s = std::make_shared<Storage>();
+  s->bytes = bytes;
+  s->device = device;
+  if (device.is_cpu()) {
+    const size_t rounded = (bytes + 63) / 64 * 64;
+    s->ptr = std::aligned_alloc(64, rounded ? rounded : 64);
+    if (!s->ptr) throw Error(fmt::format("out of host memory allocating {} bytes", bytes));
+    s->release = [](void* p) { std::free(p); };
+  } else {
+    s->ptr = backend_alloc(device, bytes);
+    s->release = [device](void* p) { backend_free(device, p); };
+  }
+  return s;
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  Tensor t;
+  t.m_shape = shape;
+  t.m_dtype = dtype;
+  t.m_storage = allocate_storage(static_cast<size_t>(shape.numel()) * dtype_size(dtype), device);
+  return t;
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
+  Tensor t = empty(shape, dtype, device);
+  t.zero_();
+  return t;
+}
+
+Tensor Tensor::narrow0(int64_t n) const { return slice0(0, n); }
+
+Tensor Tensor::slice0(int64_t begin, int64_t n) const {
+  GT_CHECK(rank() >= 1 && begin >= 0 && n >= 0 && begin + n <= m_shape[0], "slice [{}, {}) of {}", begin,
+           begin + n, m_shape.str());
+  Tensor t = *this;
+  const int64_t row = m_shape[0] ? numel() / m_shape[0] : 0;
+  t.m_offset += static_cast<size_t>(begin * row) * dtype_size(m_dtype);
+  t.m_shape[0] = n;
+  return t;
+}
+
+Tensor Tensor::view(const Shape& shape) const {
+  GT_CHECK(shape.numel() == numel(), "view {} of {}", shape.str(), m_shape.str());
+  Tensor t = *this;
+  t.m_shape = shape;
+  return t;
+}
+
+void Tensor::zero_() {
+  if (device().is_cpu())
+    std::memset(raw(), 0, bytes());
+  else
+    backend_memset_zero(device(), raw(), bytes());
+}
+
+Tensor Tensor::clone() const {
+  Tensor t = empty(m_shape, m_dtype, device());
+  t.copy_from(*this);
+  return t;
+}
+
+void Tensor::copy_from(const Tensor& src) {
+  GT_CHECK(src.dtype() == m_dtype && src.numel() == numel(), "copy {} {} into {} {}", dtype_name(src.dtype()),
+           src.shape().str(), dtype_name(m_dtype), m_shape.str());
+  if (device().is_cpu() && src.device().is_cpu())
+    std::memcpy(raw(), src.raw(), bytes());
+  else
+    backend_copy(raw(), device(), src.raw(), src.device(), bytes());
+}
+
+}  // namespace gt

@@ -1,0 +1,63 @@
+// The model: layers built from config, shapes inferred at build time, buffers allocated once, forward/backward.
+#pragma once
+
+#include "config/config.h"
+#include "layers/layer.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace gt {
+
+struct GraphNode {
+  std::string name;             ///< "layers.3" unless the config names it
+  std::string type;
+  std::unique_ptr<Layer> layer;
+  std::vector<int> inputs;      ///< node indices; -1 is the model input
+  Shape out_shape;              ///< per sample
+  bool needs_grad = false;      ///< some parameter at or before this node learns, so ∂L/∂output is needed
+  int64_t param_count = 0;
+};
+
+class Model {
+ public:
+  /// Builds the layers listed under `model.layers` for per-sample inputs of `input_shape`. Every problem
+  /// (unknown type or key, bad argument, shapes that do not fit) is a ConfigError naming the layer's path.
+  static Model build(const ConfigNode& model_cfg, const Shape& input_shape, DType dtype, Device device,
+                     uint64_t seed);
+
+  /// Allocates activation and gradient buffers for batches of up to `max_batch` samples.
+  void allocate(int64_t max_batch);
+  /// Runs the forward pass over x (B, input shape) with B ≤ max_batch; returns the output (B, output shape).
+  const Tensor& forward(const Tensor& x, const LayerContext& ctx);
+  /// Back-propagates dout (B, output shape) from the last forward pass into the parameter gradients.
+  void backward(const Tensor& dout, const LayerContext& ctx);
+
+  std::vector<Param*> params();
+  /// Parameters with their full names ("layers.1.weight").
+  std::vector<std::pair<std::string, Param*>> named_params();
+  const std::vector<GraphNode>& nodes() const { return m_nodes; }
+  const Shape& input_shape() const { return m_input_shape; }
+  const Shape& output_shape() const { return m_nodes.back().out_shape; }
+  int64_t param_count() const;
+  int64_t forward_flops() const;
+  DType dtype() const { return m_dtype; }
+  Device device() const { return m_device; }
+  /// The layer list as config after defaults (for config.resolved.yaml).
+  YAML::Node resolved_layers() const;
+  /// The table `gputrain check` prints: layer, type, output shape, parameters, and totals.
+  std::string summary_table(int64_t batch) const;
+
+ private:
+  std::vector<GraphNode> m_nodes;
+  Shape m_input_shape;
+  DType m_dtype = DType::f32;
+  Device m_device;
+  int64_t m_max_batch = 0;
+  std::vector<Tensor> m_out_buf, m_grad_buf;  // per node, max_batch rows (undefined for view layers)
+  std::vector<Tensor> m_out, m_grad;          // per node, this batch's rows
+  Tensor m_input;                              // the last forward's input
+};
+
+}  // namespace gt

@@ -1,0 +1,39 @@
+// relu, tanh, sigmoid, gelu: element-wise layers over the shared math in ops/math.h.
+#include "layers/layer.h"
+#include "ops/ops.h"
+
+namespace gt {
+namespace {
+
+class ActivationLayer final : public Layer {
+ public:
+  explicit ActivationLayer(Activation a) : m_act(a) {}
+
+  Shape infer_shape(const std::vector<Shape>& in, const ConfigNode&) override {
+    m_numel = in[0].numel();
+    return in[0];
+  }
+  void forward(const std::vector<const Tensor*>& x, Tensor& y, const LayerContext&) override {
+    ops::activation_forward(m_act, *x[0], y);
+  }
+  void backward(const std::vector<const Tensor*>& x, const Tensor& y, const Tensor& dy, const std::vector<Tensor*>& dx,
+                const LayerContext&) override {
+    if (dx[0]) ops::activation_backward(m_act, *x[0], y, dy, *dx[0]);
+  }
+  int64_t forward_flops() const override { return m_numel; }
+
+ private:
+  Activation m_act;
+  int64_t m_numel = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_relu(const ConfigNode&) { return std::make_unique<ActivationLayer>(Activation::relu); }
+std::unique_ptr<Layer> make_tanh(const ConfigNode&) { return std::make_unique<ActivationLayer>(Activation::tanh); }
+std::unique_ptr<Layer> make_sigmoid(const ConfigNode&) {
+  return std::make_unique<ActivationLayer>(Activation::sigmoid);
+}
+std::unique_ptr<Layer> make_gelu(const ConfigNode&) { return std::make_unique<ActivationLayer>(Activation::gelu); }
+
+}  // namespace gt

@@ -1,0 +1,87 @@
+// The layer contract: shape inference at build time, PyTorch-style initialisation, explicit forward and backward.
+#pragma once
+
+#include "config/config.h"
+#include "core/rng.h"
+#include "core/tensor.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace gt {
+
+/// A trainable tensor and its gradient (same shape, dtype and device).
+struct Param {
+  std::string name;  ///< "weight", "bias"; the model prefixes the layer path ("layers.1.weight")
+  Tensor value;
+  Tensor grad;
+};
+
+/// What a forward or backward call may need to know besides its tensors.
+struct LayerContext {
+  bool training = true;          ///< dropout and batch norm behave differently in evaluation
+  bool accumulate_grads = false; ///< add parameter gradients to what is there instead of overwriting it
+};
+
+class Layer {
+ public:
+  virtual ~Layer() = default;
+
+  /// Checks the per-sample input shapes and returns the per-sample output shape. Fails through `cfg`
+  /// (a ConfigError naming the layer's key path and YAML line) when the inputs do not fit.
+  virtual Shape infer_shape(const std::vector<Shape>& inputs, const ConfigNode& cfg) = 0;
+  /// Creates and initialises the parameters (after infer_shape), as PyTorch initialises the same layer.
+  virtual void init_params(Rng& /*rng*/, DType /*dtype*/, Device /*device*/) {}
+  virtual std::vector<Param*> params() { return {}; }
+
+  /// y = f(x). Batched tensors: x[i] is (B, input shape i), y is (B, output shape).
+  virtual void forward(const std::vector<const Tensor*>& x, Tensor& y, const LayerContext& ctx) = 0;
+  /// Writes dx[i] = ∂L/∂x[i] for every dx[i] that is not null, and the parameter gradients.
+  virtual void backward(const std::vector<const Tensor*>& x, const Tensor& y, const Tensor& dy,
+                        const std::vector<Tensor*>& dx, const LayerContext& ctx) = 0;
+
+  /// True when the output is the input under another shape (flatten): no buffer, no copy, no backward.
+  virtual bool is_view() const { return false; }
+  /// The layer's arguments after defaults, for config.resolved.yaml.
+  virtual YAML::Node resolved_args() const { return YAML::Node(YAML::NodeType::Map); }
+  /// Multiply-adds ×2 per sample in the forward pass, for throughput reports.
+  virtual int64_t forward_flops() const { return 0; }
+};
+
+/// One argument of a layer type, for validation and the generated config reference.
+struct LayerArg {
+  std::string name;
+  std::string type;       ///< "int", "bool", "float", …
+  std::string fallback;   ///< default shown in the reference; "" when required
+  std::string doc;
+  bool required = false;
+};
+
+/// One registry entry: a layer type the config may name.
+struct LayerSpec {
+  std::string type;
+  std::string summary;
+  std::vector<LayerArg> args;
+  /// Builds the layer from its config node (a map holding `type` and the args; already key-checked).
+  std::unique_ptr<Layer> (*make)(const ConfigNode& cfg);
+};
+
+/// Every layer type, sorted by name. Tests walk this table: a layer without a gradient check fails the suite.
+const std::vector<LayerSpec>& layer_registry();
+/// The entry for `type`, or nullptr.
+const LayerSpec* find_layer(std::string_view type);
+/// The config reference in Markdown, generated from the registry (README "Layers").
+std::string layer_reference_markdown();
+
+// Factories, one per layer file; the registry lists them.
+std::unique_ptr<Layer> make_linear(const ConfigNode& cfg);
+std::unique_ptr<Layer> make_flatten(const ConfigNode& cfg);
+std::unique_ptr<Layer> make_relu(const ConfigNode& cfg);
+std::unique_ptr<Layer> make_tanh(const ConfigNode& cfg);
+std::unique_ptr<Layer> make_sigmoid(const ConfigNode& cfg);
+std::unique_ptr<Layer> make_gelu(const ConfigNode& cfg);
+
+}  // namespace gt

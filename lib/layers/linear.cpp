@@ -1,0 +1,92 @@
+// linear: y = x·Wᵀ + b over the last dimension, through the backend GEMM.
+#include "layers/layer.h"
+#include "ops/ops.h"
+
+#include <cmath>
+
+namespace gt {
+namespace {
+
+class Linear final : public Layer {
+ public:
+  Linear(int64_t out, bool bias) : m_out(out), m_has_bias(bias) {}
+
+  Shape infer_shape(const std::vector<Shape>& in, const ConfigNode& cfg) override {
+    if (in[0].rank() == 0) cfg.fail("linear needs an input with at least one dimension");
+    m_in = in[0][in[0].rank() - 1];
+    m_rows_per_sample = in[0].numel() / m_in;
+    Shape out = in[0];
+    out[out.rank() - 1] = m_out;
+    return out;
+  }
+
+  void init_params(Rng& rng, DType dtype, Device device) override {
+    // torch.nn.Linear: kaiming_uniform_(a=√5) gives U(−1/√in, 1/√in) for the weight; the bias uses the same bound.
+    const double bound = 1.0 / std::sqrt(static_cast<double>(m_in));
+    m_weight = make_param("weight", Shape{m_out, m_in}, rng, bound, dtype, device);
+    if (m_has_bias) m_bias = make_param("bias", Shape{m_out}, rng, bound, dtype, device);
+  }
+
+  std::vector<Param*> params() override {
+    if (m_has_bias) return {&m_weight, &m_bias};
+    return {&m_weight};
+  }
+
+  void forward(const std::vector<const Tensor*>& x, Tensor& y, const LayerContext&) override {
+    const Tensor x2 = as_rows(*x[0], m_in);  // (B·rows, in)
+    Tensor y2 = as_rows(y, m_out);           // (B·rows, out)
+    ops::matmul(x2, false, m_weight.value, true, y2, 0.0);
+    if (m_has_bias) ops::add_row_bias(y2, m_bias.value);
+  }
+
+  void backward(const std::vector<const Tensor*>& x, const Tensor&, const Tensor& dy, const std::vector<Tensor*>& dx,
+                const LayerContext& ctx) override {
+    const Tensor x2 = as_rows(*x[0], m_in), dy2 = as_rows(dy, m_out);
+    const double beta = ctx.accumulate_grads ? 1.0 : 0.0;
+    ops::matmul(dy2, true, x2, false, m_weight.grad, beta);  // dW (out, in) = dyᵀ · x
+    if (m_has_bias) ops::sum_rows(dy2, m_bias.grad, beta);   // db (out) = Σ_rows dy
+    if (dx[0]) {
+      Tensor dx2 = as_rows(*dx[0], m_in);
+      ops::matmul(dy2, false, m_weight.value, false, dx2, 0.0);  // dx (B·rows, in) = dy · W
+    }
+  }
+
+  YAML::Node resolved_args() const override {
+    YAML::Node n(YAML::NodeType::Map);
+    n["out_features"] = m_out;
+    n["bias"] = m_has_bias;
+    return n;
+  }
+
+  int64_t forward_flops() const override { return 2 * m_rows_per_sample * m_in * m_out; }
+
+ private:
+  static Tensor as_rows(const Tensor& t, int64_t cols) { return t.view(Shape{t.numel() / cols, cols}); }
+
+  static Param make_param(const char* name, const Shape& shape, Rng& rng, double bound, DType dtype, Device device) {
+    Tensor host = Tensor::empty(shape, dtype);
+    for (int64_t i = 0; i < shape.numel(); ++i) {
+      const double v = rng.uniform(-bound, bound);
+      if (dtype == DType::f64)
+        host.data<double>()[i] = v;
+      else
+        host.data<float>()[i] = static_cast<float>(v);
+    }
+    Param p{name, device.is_cpu() ? host : Tensor::empty(shape, dtype, device), Tensor::zeros(shape, dtype, device)};
+    if (!device.is_cpu()) p.value.copy_from(host);
+    return p;
+  }
+
+  int64_t m_out, m_in = 0, m_rows_per_sample = 1;
+  bool m_has_bias;
+  Param m_weight, m_bias;
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_linear(const ConfigNode& cfg) {
+  cfg.require("out_features");
+  return std::make_unique<Linear>(cfg["out_features"].as_int(1), cfg.get_bool("bias", true));
+}
+
+}  // namespace gt

@@ -1,0 +1,93 @@
+// spdlog sinks for the console and train.log, and a minimal JSON object writer.
+#include "log/logging.h"
+
+#include "core/error.h"
+
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_sinks.h>
+
+#include <cmath>
+
+namespace gt {
+namespace {
+std::shared_ptr<spdlog::sinks::basic_file_sink_mt> g_file_sink;
+}
+
+void init_logging(bool quiet) {
+  auto console = std::make_shared<spdlog::sinks::stdout_sink_mt>();
+  auto logger = std::make_shared<spdlog::logger>("gputrain", console);
+  logger->set_pattern("[%H:%M:%S] %^%l%$: %v");
+  logger->set_level(quiet ? spdlog::level::warn : spdlog::level::info);
+  logger->flush_on(spdlog::level::info);
+  spdlog::set_default_logger(logger);
+  // Plain info lines need no level tag: a person reads them, a script reads metrics.jsonl.
+  spdlog::set_pattern("[%H:%M:%S] %v");
+  for (auto& sink : logger->sinks()) sink->set_pattern("[%H:%M:%S] %v");
+}
+
+void add_log_file(const std::string& path) {
+  try {
+    g_file_sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(path, false);
+  } catch (const spdlog::spdlog_ex& e) {
+    throw Error(fmt::format("{}: cannot open the log file: {}", path, e.what()));
+  }
+  g_file_sink->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%l] %v");
+  spdlog::default_logger()->sinks().push_back(g_file_sink);
+}
+
+void remove_log_file() {
+  if (!g_file_sink) return;
+  g_file_sink->flush();
+  auto& sinks = spdlog::default_logger()->sinks();
+  std::erase(sinks, std::static_pointer_cast<spdlog::sinks::sink>(g_file_sink));
+  g_file_sink.reset();
+}
+
+std::string json_quote(const std::string& s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20)
+          out += fmt::format("\\u{:04x}", static_cast<int>(c));
+        else
+          out += c;
+    }
+  }
+  return out + "\"";
+}
+
+void JsonObject::key(const std::string& k) {
+  if (!m_body.empty()) m_body += ", ";
+  m_body += json_quote(k) + ": ";
+}
+JsonObject& JsonObject::add(const std::string& k, double v) {
+  key(k);
+  m_body += std::isfinite(v) ? fmt::format("{}", v) : "null";
+  return *this;
+}
+JsonObject& JsonObject::add(const std::string& k, int64_t v) {
+  key(k);
+  m_body += std::to_string(v);
+  return *this;
+}
+JsonObject& JsonObject::add(const std::string& k, const std::string& v) {
+  key(k);
+  m_body += json_quote(v);
+  return *this;
+}
+JsonObject& JsonObject::add(const std::string& k, std::optional<double> v) {
+  return v ? add(k, *v) : add_null(k);
+}
+JsonObject& JsonObject::add_null(const std::string& k) {
+  key(k);
+  m_body += "null";
+  return *this;
+}
+
+}  // namespace gt

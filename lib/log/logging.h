@@ -1,0 +1,39 @@
+// Logging set-up (spdlog) and the JSON lines that metrics.jsonl and summary.json are made of.
+#pragma once
+
+#include <spdlog/spdlog.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace gt {
+
+/// Console logging: info and above to stdout with a time stamp; `quiet` keeps warnings and errors only.
+void init_logging(bool quiet = false);
+/// Also writes every log line to `path` (the run's train.log). Throws gt::Error when it cannot be opened.
+void add_log_file(const std::string& path);
+/// Flushes and detaches the file sink.
+void remove_log_file();
+
+/// Builds one JSON object, key by key, in insertion order. Non-finite numbers become null.
+class JsonObject {
+ public:
+  JsonObject& add(const std::string& key, double v);
+  JsonObject& add(const std::string& key, int64_t v);
+  JsonObject& add(const std::string& key, int v) { return add(key, static_cast<int64_t>(v)); }
+  JsonObject& add(const std::string& key, const std::string& v);
+  JsonObject& add(const std::string& key, const char* v) { return add(key, std::string(v)); }
+  JsonObject& add(const std::string& key, std::optional<double> v);
+  JsonObject& add_null(const std::string& key);
+  std::string str() const { return "{" + m_body + "}"; }
+
+ private:
+  void key(const std::string& k);
+  std::string m_body;
+};
+
+/// JSON string literal with escapes.
+std::string json_quote(const std::string& s);
+
+}  // namespace gt

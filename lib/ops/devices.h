@@ -1,0 +1,44 @@
+// What compute devices this machine has, and which CUDA libraries were found: the `gputrain devices` report.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace gt {
+
+struct CpuInfo {
+  std::string model;
+  int cores = 0;         ///< logical CPUs available to this process
+  std::string simd;      ///< best vector extension the CPU reports (avx512f, avx2, sse4.2, …)
+  std::string blas;      ///< BLAS library and its configuration
+};
+
+struct CudaDeviceInfo {
+  int index = 0;
+  std::string name;
+  size_t memory_total = 0, memory_free = 0;
+  int cc_major = 0, cc_minor = 0;
+  int sm_count = 0;
+  int clock_mhz = 0;
+  std::string pci_bus_id;
+};
+
+struct CudaInfo {
+  bool built = false;        ///< this binary contains the CUDA backend
+  int driver_version = 0;    ///< 0 when no driver is loaded
+  int runtime_version = 0;
+  int cublas_version = 0;
+  size_t cudnn_version = 0;
+  int nccl_version = 0;
+  std::string problem;       ///< why no device is usable, in words; empty when devices were found
+  std::vector<CudaDeviceInfo> devices;
+};
+
+CpuInfo query_cpu();
+CudaInfo query_cuda();
+
+/// Formats a CUDA-style version number (12040 → "12.4", 90100 → "9.1.0" for cuDNN) for people.
+std::string format_cuda_version(int v);
+
+}  // namespace gt

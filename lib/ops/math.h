@@ -1,0 +1,58 @@
+// Per-element math shared by the CPU loops and the CUDA kernels: activations, losses and optimizer updates.
+#pragma once
+
+#include "core/hd.h"
+
+#include <cmath>
+
+namespace gt {
+
+enum class Activation { relu, tanh, sigmoid, gelu };
+
+// Activations take x (and y where cheaper) and give y = f(x) and dx = dy · f'(x).
+template <class T> GT_HD T act_forward(Activation a, T x) {
+  switch (a) {
+    case Activation::relu: return x > T(0) ? x : T(0);
+    case Activation::tanh: return std::tanh(x);
+    case Activation::sigmoid: return T(1) / (T(1) + std::exp(-x));
+    case Activation::gelu: return T(0.5) * x * (T(1) + std::erf(x * T(0.70710678118654752440)));
+  }
+  return x;
+}
+
+template <class T> GT_HD T act_backward(Activation a, T x, T y, T dy) {
+  switch (a) {
+    case Activation::relu: return x > T(0) ? dy : T(0);
+    case Activation::tanh: return dy * (T(1) - y * y);
+    case Activation::sigmoid: return dy * y * (T(1) - y);
+    case Activation::gelu: {
+      // d/dx [x Φ(x)] = Φ(x) + x φ(x)
+      const T cdf = T(0.5) * (T(1) + std::erf(x * T(0.70710678118654752440)));
+      const T pdf = std::exp(T(-0.5) * x * x) * T(0.39894228040143267794);
+      return dy * (cdf + x * pdf);
+    }
+  }
+  return dy;
+}
+
+/// SGD as torch.optim.SGD defines it: g += wd·p; buf = μ·buf + (1−dampening)·g (buf = g on the first step);
+/// g = g + μ·buf (Nesterov) or buf; p −= lr·g.
+struct SgdHyper {
+  float lr, momentum, dampening, weight_decay;
+  bool nesterov, first_step;
+};
+
+/// The flags are template parameters so that the per-element loop has no branches and vectorises.
+template <class T, bool kMomentum, bool kNesterov> GT_HD void sgd_update(const SgdHyper& h, T& p, T g, T& buf) {
+  if (h.weight_decay != 0) g += T(h.weight_decay) * p;
+  if constexpr (kMomentum) {
+    buf = h.first_step ? g : T(h.momentum) * buf + T(1 - h.dampening) * g;
+    if constexpr (kNesterov)
+      g += T(h.momentum) * buf;
+    else
+      g = buf;
+  }
+  p -= T(h.lr) * g;
+}
+
+}  // namespace gt

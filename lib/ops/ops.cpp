@@ -1,0 +1,111 @@
+// Op contracts (shapes, dtypes, devices) and dispatch to the backend that owns the tensors.
+#include "ops/ops.h"
+
+#include "ops/cpu/ops_cpu.h"
+
+#include <initializer_list>
+
+namespace gt::ops {
+namespace {
+
+// All operands of an op live on one device; returns it. Undefined (optional) tensors are skipped.
+Device common_device(const char* op, std::initializer_list<const Tensor*> ts) {
+  const Tensor* first = nullptr;
+  for (const Tensor* t : ts) {
+    if (!t->defined()) continue;
+    if (!first)
+      first = t;
+    else if (!(t->device() == first->device()))
+      throw Error(fmt::format("{}: operands on {} and {}", op, first->device().str(), t->device().str()));
+  }
+  return first ? first->device() : Device::cpu();
+}
+
+void same_dtype(const char* op, std::initializer_list<const Tensor*> ts) {
+  const Tensor* first = nullptr;
+  for (const Tensor* t : ts) {
+    if (!t->defined()) continue;
+    if (!first)
+      first = t;
+    else
+      GT_CHECK(t->dtype() == first->dtype(), "{}: operands of {} and {}", op, dtype_name(first->dtype()),
+               dtype_name(t->dtype()));
+  }
+}
+
+// The CUDA kernels arrive with the CUDA backend (issue 4); until then every op runs on the CPU only.
+void require_cpu(const char* op, Device d) {
+  if (!d.is_cpu()) throw Error(fmt::format("{}: no {} kernel in this build; train with device: cpu", op, d.str()));
+}
+
+}  // namespace
+
+void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double beta) {
+  same_dtype("matmul", {&a, &b, &c});
+  GT_CHECK(a.rank() == 2 && b.rank() == 2 && c.rank() == 2, "matmul wants 2-D operands");
+  const int64_t m = ta ? a.dim(1) : a.dim(0), k = ta ? a.dim(0) : a.dim(1);
+  const int64_t kb = tb ? b.dim(1) : b.dim(0), n = tb ? b.dim(0) : b.dim(1);
+  GT_CHECK(k == kb && c.dim(0) == m && c.dim(1) == n, "matmul {}{} · {}{} → {}", a.shape().str(), ta ? "ᵀ" : "",
+           b.shape().str(), tb ? "ᵀ" : "", c.shape().str());
+  require_cpu("matmul", common_device("matmul", {&a, &b, &c}));
+  cpu::matmul(a, ta, b, tb, c, beta);
+}
+
+void add_row_bias(Tensor& y, const Tensor& bias) {
+  same_dtype("add_row_bias", {&y, &bias});
+  GT_CHECK(y.rank() == 2 && bias.numel() == y.dim(1), "bias {} for {}", bias.shape().str(), y.shape().str());
+  require_cpu("add_row_bias", common_device("add_row_bias", {&y, &bias}));
+  cpu::add_row_bias(y, bias);
+}
+
+void sum_rows(const Tensor& dy, Tensor& db, double beta) {
+  same_dtype("sum_rows", {&dy, &db});
+  GT_CHECK(dy.rank() == 2 && db.numel() == dy.dim(1), "sum_rows {} into {}", dy.shape().str(), db.shape().str());
+  require_cpu("sum_rows", common_device("sum_rows", {&dy, &db}));
+  cpu::sum_rows(dy, db, beta);
+}
+
+void activation_forward(Activation a, const Tensor& x, Tensor& y) {
+  same_dtype("activation", {&x, &y});
+  GT_CHECK(x.numel() == y.numel(), "activation {} → {}", x.shape().str(), y.shape().str());
+  require_cpu("activation", common_device("activation", {&x, &y}));
+  cpu::activation_forward(a, x, y);
+}
+
+void activation_backward(Activation a, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) {
+  same_dtype("activation_backward", {&x, &y, &dy, &dx});
+  GT_CHECK(x.numel() == y.numel() && dy.numel() == x.numel() && dx.numel() == x.numel(), "activation_backward sizes");
+  require_cpu("activation_backward", common_device("activation_backward", {&x, &y, &dy, &dx}));
+  cpu::activation_backward(a, x, y, dy, dx);
+}
+
+void cross_entropy(const Tensor& logits, const Tensor& labels, double eps, double scale, Tensor& dlogits,
+                   Tensor& stats) {
+  same_dtype("cross_entropy", {&logits, &dlogits});
+  GT_CHECK(logits.rank() == 2 && labels.dtype() == DType::i32 && labels.numel() == logits.dim(0),
+           "cross_entropy logits {} labels {}", logits.shape().str(), labels.shape().str());
+  GT_CHECK(!dlogits.defined() || dlogits.shape() == logits.shape(), "dlogits shape");
+  GT_CHECK(stats.dtype() == DType::f64 && stats.numel() >= 2, "stats must be f64[2]");
+  require_cpu("cross_entropy", common_device("cross_entropy", {&logits, &labels, &dlogits, &stats}));
+  cpu::cross_entropy(logits, labels, eps, scale, dlogits, stats);
+}
+
+void mse(const Tensor& pred, const Tensor& target, double scale, Tensor& dpred, Tensor& stats) {
+  same_dtype("mse", {&pred, &target, &dpred});
+  GT_CHECK(pred.numel() == target.numel() && pred.rank() >= 1, "mse pred {} target {}", pred.shape().str(),
+           target.shape().str());
+  GT_CHECK(!dpred.defined() || dpred.numel() == pred.numel(), "dpred shape");
+  GT_CHECK(stats.dtype() == DType::f64 && stats.numel() >= 2, "stats must be f64[2]");
+  require_cpu("mse", common_device("mse", {&pred, &target, &dpred, &stats}));
+  cpu::mse(pred, target, scale, dpred, stats);
+}
+
+void sgd_step(const SgdHyper& h, Tensor& param, const Tensor& grad, Tensor& momentum) {
+  same_dtype("sgd_step", {&param, &grad, &momentum});
+  GT_CHECK(param.numel() == grad.numel() && (!momentum.defined() || momentum.numel() == param.numel()),
+           "sgd_step sizes");
+  require_cpu("sgd_step", common_device("sgd_step", {&param, &grad, &momentum}));
+  cpu::sgd_step(h, param, grad, momentum);
+}
+
+}  // namespace gt::ops

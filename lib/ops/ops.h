@@ -1,0 +1,39 @@
+// The op contract: shape, dtype and device checks, then dispatch to the backend of the tensors' device.
+// Layers call these and never look at the device themselves.
+#pragma once
+
+#include "core/tensor.h"
+#include "ops/math.h"
+
+namespace gt::ops {
+
+/// c = op(a) · op(b) + beta · c for 2-D tensors; op transposes when the flag is set.
+void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double beta);
+
+/// y[r, :] += bias for every row r of the 2-D tensor y.
+void add_row_bias(Tensor& y, const Tensor& bias);
+
+/// db = Σ_r dy[r, :] + beta · db.
+void sum_rows(const Tensor& dy, Tensor& db, double beta);
+
+/// y = f(x), element-wise.
+void activation_forward(Activation a, const Tensor& x, Tensor& y);
+
+/// dx = dy · f'(x) (y = f(x) is passed too since some derivatives are cheaper from it).
+void activation_backward(Activation a, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx);
+
+/// Softmax cross-entropy over logits (B, K) with int32 labels (B). Adds Σ loss to stats[0] and the number of
+/// correct argmax predictions to stats[1] (stats: f64, 2 entries, on the logits' device, so nothing syncs).
+/// When dlogits is defined, writes dlogits = scale · (softmax(logits) − onehot_smoothed(labels)).
+/// label_smoothing ε mixes the one-hot target with the uniform distribution as PyTorch does.
+void cross_entropy(const Tensor& logits, const Tensor& labels, double label_smoothing, double scale,
+                   Tensor& dlogits, Tensor& stats);
+
+/// Mean squared error per sample: adds Σ_b mean_d (pred − target)² to stats[0]; when dpred is defined,
+/// writes dpred = scale · 2 (pred − target) / D. pred and target are (B, D).
+void mse(const Tensor& pred, const Tensor& target, double scale, Tensor& dpred, Tensor& stats);
+
+/// One SGD step over a parameter, its gradient and its momentum buffer (same shape and dtype).
+void sgd_step(const SgdHyper& h, Tensor& param, const Tensor& grad, Tensor& momentum);
+
+}  // namespace gt::ops

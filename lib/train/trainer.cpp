@@ -1,0 +1,302 @@
+// The training loop: seeded batches → forward → loss → backward → SGD, with logging and per-epoch evaluation.
+#include "train/trainer.h"
+
+#include "core/parallel.h"
+#include "graph/model.h"
+#include "log/logging.h"
+#include "ops/devices.h"
+#include "optim/optimizer.h"
+#include "train/loss.h"
+
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+namespace gt {
+namespace fs = std::filesystem;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+std::string hms(double s) {
+  const auto t = static_cast<int64_t>(s + 0.5);
+  return fmt::format("{}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60);
+}
+
+std::string make_run_dir(const Experiment& exp, const std::string& requested) {
+  fs::path dir;
+  if (!requested.empty()) {
+    dir = requested;
+  } else {
+    const std::time_t now = std::time(nullptr);
+    std::tm tm{};
+    localtime_r(&now, &tm);
+    char stamp[32];
+    std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+    dir = fs::path("runs") / exp.name / stamp;
+    for (int i = 1; fs::exists(dir); ++i) dir = fs::path("runs") / exp.name / fmt::format("{}-{}", stamp, i);
+  }
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw Error(fmt::format("{}: cannot create the run directory: {}", dir.string(), ec.message()));
+  // Check writability now, not after an hour of training.
+  const fs::path probe = dir / ".write-test";
+  {
+    std::ofstream f(probe);
+    if (!(f << "ok") || !f.flush())
+      throw Error(fmt::format("{}: the run directory is not writable", dir.string()));
+  }
+  fs::remove(probe, ec);
+  return dir.string();
+}
+
+// Writes a whole file through a temporary and a rename, so readers never see half of it.
+void write_file_atomic(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!(f << text) || !f.flush()) throw Error(fmt::format("{}: write failed", tmp.string()));
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) throw Error(fmt::format("{}: cannot rename into place: {}", path.string(), ec.message()));
+}
+
+class MetricsFile {
+ public:
+  explicit MetricsFile(const fs::path& path) : m_path(path.string()), m_out(path, std::ios::app) {
+    if (!m_out) throw Error(fmt::format("{}: cannot open for writing", m_path));
+  }
+  void write(const JsonObject& obj) {
+    m_out << obj.str() << '\n';
+    m_out.flush();
+    if (!m_out) throw Error(fmt::format("{}: write failed", m_path));
+  }
+
+ private:
+  std::string m_path;
+  std::ofstream m_out;
+};
+
+struct EvalResult {
+  double loss = 0;
+  std::optional<double> accuracy;
+};
+
+EvalResult evaluate(Model& model, const Experiment& exp, const Dataset& test, Tensor& x, Tensor& y, Tensor& stats) {
+  Loader loader(test, x.dim(0), false, exp.seed);
+  loader.start_epoch(0);
+  stats.zero_();
+  const LayerContext ctx{false, false};
+  Tensor none;
+  for (int64_t n; (n = loader.next(x, y)) > 0;) {
+    const Tensor& out = model.forward(x.narrow0(n), ctx);
+    compute_loss(exp.loss, out, y.narrow0(n), 1.0, none, stats);
+  }
+  const double* s = stats.data<double>();
+  EvalResult r;
+  r.loss = s[0] / static_cast<double>(test.size());
+  if (test.num_classes > 0) r.accuracy = s[1] / static_cast<double>(test.size());
+  return r;
+}
+
+}  // namespace
+
+Device resolve_device(const std::string& requested, std::string& reason) {
+  if (requested == "cpu") {
+    reason = "requested";
+    return Device::cpu();
+  }
+  const CudaInfo cuda = query_cuda();
+  if (requested == "auto") {
+    if (cuda.devices.empty()) {
+      reason = "auto: " + cuda.problem;
+    } else {
+      reason = fmt::format("auto: {} CUDA device(s) found, but this build trains on the CPU only (the CUDA kernels "
+                           "are not in it yet)",
+                           cuda.devices.size());
+    }
+    return Device::cpu();
+  }
+  if (cuda.devices.empty()) throw Error(fmt::format("device {}: no usable GPU: {}", requested, cuda.problem));
+  throw Error(fmt::format("device {}: training on CUDA is not in this build yet; use device: cpu or auto",
+                          requested));
+}
+
+LoadedData load_data(const Experiment& exp) {
+  LoadedData d;
+  if (exp.data.format == "idx") {
+    d.train = read_idx(exp.data.train_images, exp.data.train_labels, static_cast<float>(exp.data.scale));
+    if (!exp.data.test_images.empty())
+      d.test = read_idx(exp.data.test_images, exp.data.test_labels, static_cast<float>(exp.data.scale));
+    if (d.test.size() > 0 && d.test.input_shape() != d.train.input_shape())
+      throw DataError(fmt::format("{}: test images are {} but training images are {}", exp.data.test_images,
+                                  d.test.input_shape().str(), d.train.input_shape().str()));
+    d.test.num_classes = d.train.num_classes = std::max(d.train.num_classes, d.test.num_classes);
+  } else {
+    d.train = make_synthetic(exp.data.synthetic, exp.seed, 0);
+    if (exp.data.synthetic.test_samples > 0) d.test = make_synthetic(exp.data.synthetic, exp.seed, 1);
+  }
+  return d;
+}
+
+RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
+  const auto wall_start = Clock::now();
+  const int threads = opts.threads > 0 ? opts.threads : static_cast<int>(std::thread::hardware_concurrency());
+  set_num_threads(threads);
+
+  std::string device_reason;
+  const Device device = resolve_device(exp.device, device_reason);
+
+  // Everything that can be wrong with the config is found before the run directory exists.
+  LoadedData data = load_data(exp);
+  Model model = Model::build(exp.root["model"], data.train.input_shape(), DType::f32, device, exp.seed);
+  const ConfigNode loss_where = exp.root.has("loss") ? exp.root["loss"] : exp.root["model"]["layers"];
+  check_loss_fits(exp.loss, model.output_shape(), data.train, loss_where);
+
+  RunSummary sum;
+  sum.run_dir = make_run_dir(exp, opts.out_dir);
+  sum.device = device.str();
+  const fs::path dir = sum.run_dir;
+  add_log_file((dir / "train.log").string());
+  struct DetachLog {
+    ~DetachLog() { remove_log_file(); }
+  } detach_log;
+  {
+    YAML::Emitter em;
+    em << resolved_config(exp, model.resolved_layers());
+    write_file_atomic(dir / "config.resolved.yaml", std::string(em.c_str()) + "\n");
+  }
+  MetricsFile metrics(dir / "metrics.jsonl");
+
+  const int64_t batch = exp.data.batch_size;
+  Loader loader(data.train, batch, exp.data.shuffle, exp.seed);
+  const int64_t per_epoch = loader.batches_per_epoch();
+  int64_t total_steps = per_epoch * exp.train.epochs;
+  if (exp.train.max_steps > 0) total_steps = std::min(total_steps, exp.train.max_steps);
+
+  spdlog::info("gputrain {}: run {} → {}", GPUTRAIN_VERSION, exp.name, sum.run_dir);
+  spdlog::info("device {} ({}), {} CPU thread(s)", sum.device, device_reason, threads);
+  spdlog::info("data: {} training samples of {}{}, batch {}, {} steps per epoch", data.train.size(),
+               data.train.input_shape().str(),
+               data.test.size() ? fmt::format(", {} test samples", data.test.size()) : std::string(), batch,
+               per_epoch);
+  spdlog::info("model: {} layers, {} parameters; loss {}; optimizer {} lr {}", model.nodes().size(),
+               model.param_count(), exp.loss.type, exp.optimizer.type, exp.optimizer.lr);
+
+  model.allocate(batch);
+  auto optimizer = make_optimizer(exp.optimizer, model.params());
+  Tensor x = Tensor::empty(data.train.input_shape().batched(batch), DType::f32, device);
+  Tensor y = Tensor::empty(data.train.target_shape().batched(batch), data.train.targets.dtype(), device);
+  Tensor dout = Tensor::empty(model.output_shape().batched(batch), DType::f32, device);
+  Tensor stats = Tensor::zeros(Shape{2}, DType::f64, device);
+  Tensor eval_stats = Tensor::zeros(Shape{2}, DType::f64, device);
+  const LayerContext train_ctx{true, false};
+
+  // Loss statistics stay on the device and are read once per log line and once per epoch: the only syncs.
+  // A log window never spans two epochs, so the epoch's loss is the sum of its windows.
+  int64_t step = 0, train_samples = 0;
+  double train_seconds = 0;
+  sum.exit_reason = "completed";
+  for (int64_t epoch = 0; epoch < exp.train.epochs && sum.exit_reason == "completed"; ++epoch) {
+    loader.start_epoch(epoch);
+    double epoch_loss = 0;
+    int64_t epoch_samples = 0, window_samples = 0;
+    auto window_start = Clock::now();
+    double window_seconds = 0;
+    auto close_window = [&] {
+      const double dt = seconds_since(window_start);
+      window_seconds += dt;
+      train_seconds += dt;
+      const double loss_sum = stats.data<double>()[0];
+      epoch_loss += loss_sum;
+      stats.zero_();
+      return loss_sum;
+    };
+    for (int64_t n; (n = loader.next(x, y)) > 0;) {
+      const Tensor xb = x.narrow0(n), yb = y.narrow0(n);
+      Tensor db = dout.narrow0(n);
+      const Tensor& out = model.forward(xb, train_ctx);
+      compute_loss(exp.loss, out, yb, 1.0 / static_cast<double>(n), db, stats);
+      model.backward(db, train_ctx);
+      optimizer->step(exp.optimizer.lr);
+      ++step;
+      window_samples += n;
+      epoch_samples += n;
+      train_samples += n;
+      const bool last = step == total_steps;
+      if (step % exp.train.log_every == 0 || last) {
+        const double loss = close_window() / static_cast<double>(window_samples);
+        const double rate = static_cast<double>(window_samples) / std::max(window_seconds, 1e-9);
+        const double eta = static_cast<double>(total_steps - step) * train_seconds / static_cast<double>(step);
+        spdlog::info("epoch {}/{} | step {}/{} | loss {:.4f} | lr {:.4g} | {:.0f} samples/s | elapsed {} | eta {}",
+                     epoch + 1, exp.train.epochs, step, total_steps, loss, exp.optimizer.lr, rate,
+                     hms(seconds_since(wall_start)), hms(eta));
+        metrics.write(JsonObject()
+                          .add("type", "train")
+                          .add("step", step)
+                          .add("epoch", epoch + 1)
+                          .add("loss", loss)
+                          .add("lr", exp.optimizer.lr)
+                          .add("samples_per_sec", rate)
+                          .add("elapsed_s", seconds_since(wall_start)));
+        window_samples = 0;
+        window_seconds = 0;
+        window_start = Clock::now();
+      }
+      if (last) {
+        if (step < per_epoch * exp.train.epochs) sum.exit_reason = "max_steps";
+        break;
+      }
+    }
+    if (window_samples > 0) close_window();
+    sum.final_train_loss = epoch_loss / static_cast<double>(std::max<int64_t>(epoch_samples, 1));
+    sum.epochs = epoch + 1;
+
+    if (data.test.size() > 0) {
+      const EvalResult r = evaluate(model, exp, data.test, x, y, eval_stats);
+      sum.test_loss = r.loss;
+      sum.test_accuracy = r.accuracy;
+      spdlog::info("eval epoch {}/{} | step {} | test_loss {:.4f} | test_accuracy {}", epoch + 1, exp.train.epochs,
+                   step, r.loss, r.accuracy ? fmt::format("{:.4f}", *r.accuracy) : "n/a");
+      metrics.write(JsonObject()
+                        .add("type", "eval")
+                        .add("step", step)
+                        .add("epoch", epoch + 1)
+                        .add("test_loss", r.loss)
+                        .add("test_accuracy", r.accuracy));
+    }
+  }
+  sum.steps = step;
+  sum.samples_per_sec = static_cast<double>(train_samples) / std::max(train_seconds, 1e-9);
+  sum.wall_seconds = seconds_since(wall_start);
+
+  write_file_atomic(dir / "summary.json", JsonObject()
+                                              .add("name", exp.name)
+                                              .add("device", sum.device)
+                                              .add("world_size", 1)
+                                              .add("epochs", sum.epochs)
+                                              .add("steps", sum.steps)
+                                              .add("samples_per_sec", sum.samples_per_sec)
+                                              .add("final_train_loss", sum.final_train_loss)
+                                              .add("test_loss", sum.test_loss)
+                                              .add("test_accuracy", sum.test_accuracy)
+                                              .add("wall_seconds", sum.wall_seconds)
+                                              .add("exit_reason", sum.exit_reason)
+                                              .add("threads", threads)
+                                              .str() +
+                                              "\n");
+  spdlog::info("done: {} steps, {:.0f} samples/s, final train loss {:.4f}{} → {}", sum.steps, sum.samples_per_sec,
+               sum.final_train_loss,
+               sum.test_accuracy ? fmt::format(", test accuracy {:.4f}", *sum.test_accuracy) : std::string(),
+               sum.run_dir);
+  return sum;
+}
+
+}  // namespace gt

@@ -1,0 +1,36 @@
+// The training run: data, model, loop, evaluation, and the run directory it leaves behind.
+#pragma once
+
+#include "train/experiment.h"
+
+#include <optional>
+#include <string>
+
+namespace gt {
+
+struct RunOptions {
+  std::string out_dir;  ///< "" → runs/<name>/<YYYYmmdd-HHMMSS>/
+  int threads = 0;      ///< CPU threads; 0 → all cores
+};
+
+struct RunSummary {
+  std::string run_dir, device, exit_reason;
+  int64_t epochs = 0, steps = 0;
+  double samples_per_sec = 0, final_train_loss = 0, wall_seconds = 0;
+  std::optional<double> test_loss, test_accuracy;
+};
+
+/// Picks the device the config asks for; `reason` says why, for the log. Throws gt::Error (exit 1) when
+/// the device asked for cannot be used.
+Device resolve_device(const std::string& requested, std::string& reason);
+
+/// Loads the data the experiment names (train split, and the test split when there is one).
+struct LoadedData {
+  Dataset train, test;
+};
+LoadedData load_data(const Experiment& exp);
+
+/// Trains the experiment and writes the run directory; returns what summary.json holds.
+RunSummary run_training(const Experiment& exp, const RunOptions& opts);
+
+}  // namespace gt

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs the Debian packages gputrain needs (only those missing), then configures and builds Release into build/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  build-essential cmake pkg-config
+  libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev catch2
+  libopenblas-dev zlib1g-dev
+  dataset-fashion-mnist
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=()
+  [ "$(id -u)" -ne 0 ] && sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+build_type=${GPUTRAIN_BUILD_TYPE:-Release}
+cmake -S . -B build -DCMAKE_BUILD_TYPE="$build_type" ${GPUTRAIN_CMAKE_ARGS:-}
+cmake --build build -j "$(nproc)"
