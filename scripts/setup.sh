@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages gputrain needs (only those missing), then configures and builds Release into build/.
+# Usage: scripts/setup.sh [--bench]   (--bench adds python3-torch, the reference of the benchmarks in bench/)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,6 +10,7 @@ packages=(
   libopenblas-dev zlib1g-dev
   dataset-fashion-mnist
 )
+[ "${1:-}" = "--bench" ] && packages+=(python3-torch python3-numpy)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

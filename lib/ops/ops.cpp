@@ -2,8 +2,18 @@
 #include "ops/ops.h"
 
 #include "ops/cpu/ops_cpu.h"
+#if GT_WITH_CUDA
+#include "ops/cuda/ops_cuda.h"
+#endif
 
 #include <initializer_list>
+
+// Names the CUDA twin of an op in builds that have one; compiles to nothing in builds that do not.
+#if GT_WITH_CUDA
+#define GT_CUDA_CALL(expr) ::gt::cuda::expr
+#else
+#define GT_CUDA_CALL(expr) (void)0
+#endif
 
 namespace gt::ops {
 namespace {
@@ -33,9 +43,22 @@ void same_dtype(const char* op, std::initializer_list<const Tensor*> ts) {
   }
 }
 
-// The CUDA kernels arrive with the CUDA backend (issue 4); until then every op runs on the CPU only.
+// Ops whose CUDA kernel is not written yet say so by name instead of falling back to the CPU.
 void require_cpu(const char* op, Device d) {
   if (!d.is_cpu()) throw Error(fmt::format("{}: no {} kernel in this build; train with device: cpu", op, d.str()));
+}
+
+// Runs the CPU kernel or the CUDA one; a build without CUDA reports that for a CUDA tensor.
+template <class Cpu, class Cuda> void dispatch([[maybe_unused]] const char* op, Device d, Cpu&& cpu_fn, [[maybe_unused]] Cuda&& cuda_fn) {
+  if (d.is_cpu()) {
+    cpu_fn();
+    return;
+  }
+#if GT_WITH_CUDA
+  cuda_fn();
+#else
+  throw Error(fmt::format("{} on {}: this gputrain was built without the CUDA backend", op, d.str()));
+#endif
 }
 
 }  // namespace
@@ -68,15 +91,15 @@ void sum_rows(const Tensor& dy, Tensor& db, double beta) {
 void activation_forward(Activation a, const Tensor& x, Tensor& y) {
   same_dtype("activation", {&x, &y});
   GT_CHECK(x.numel() == y.numel(), "activation {} → {}", x.shape().str(), y.shape().str());
-  require_cpu("activation", common_device("activation", {&x, &y}));
-  cpu::activation_forward(a, x, y);
+  dispatch("activation", common_device("activation", {&x, &y}), [&] { cpu::activation_forward(a, x, y); },
+           [&] { GT_CUDA_CALL(activation_forward(a, x, y)); });
 }
 
 void activation_backward(Activation a, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) {
   same_dtype("activation_backward", {&x, &y, &dy, &dx});
   GT_CHECK(x.numel() == y.numel() && dy.numel() == x.numel() && dx.numel() == x.numel(), "activation_backward sizes");
-  require_cpu("activation_backward", common_device("activation_backward", {&x, &y, &dy, &dx}));
-  cpu::activation_backward(a, x, y, dy, dx);
+  dispatch("activation_backward", common_device("activation_backward", {&x, &y, &dy, &dx}),
+           [&] { cpu::activation_backward(a, x, y, dy, dx); }, [&] { GT_CUDA_CALL(activation_backward(a, x, y, dy, dx)); });
 }
 
 void cross_entropy(const Tensor& logits, const Tensor& labels, double eps, double scale, Tensor& dlogits,
@@ -104,8 +127,8 @@ void sgd_step(const SgdHyper& h, Tensor& param, const Tensor& grad, Tensor& mome
   same_dtype("sgd_step", {&param, &grad, &momentum});
   GT_CHECK(param.numel() == grad.numel() && (!momentum.defined() || momentum.numel() == param.numel()),
            "sgd_step sizes");
-  require_cpu("sgd_step", common_device("sgd_step", {&param, &grad, &momentum}));
-  cpu::sgd_step(h, param, grad, momentum);
+  dispatch("sgd_step", common_device("sgd_step", {&param, &grad, &momentum}),
+           [&] { cpu::sgd_step(h, param, grad, momentum); }, [&] { GT_CUDA_CALL(sgd_step(h, param, grad, momentum)); });
 }
 
 }  // namespace gt::ops

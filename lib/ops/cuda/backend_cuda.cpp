@@ -1,5 +1,6 @@
 // Device memory, copies and the CUDA half of the device report, for builds with the CUDA backend.
 #include "ops/backend.h"
+#include "core/error.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/devices.h"
 

@@ -1,24 +1,28 @@
-// GT_CHECK_CUDA and friends: every CUDA library call is checked, and a failure names the call, the file:line
-// and the library's own message.
+// GT_CHECK_CUDA and friends: every CUDA library call is checked, and a failure names the call, file:line and the
+// library's own message. Kept free of fmt so that nvcc-compiled files can include it; the message is built in
+// cuda_check.cpp.
 #pragma once
-
-#include "core/error.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
-#define GT_CHECK_CUDA(call)                                                                              \
-  do {                                                                                                   \
-    const cudaError_t gt_status_ = (call);                                                               \
-    if (gt_status_ != cudaSuccess)                                                                       \
-      throw ::gt::Error(::fmt::format("{} failed at {}:{}: {} ({})", #call, __FILE__, __LINE__,          \
-                                      cudaGetErrorString(gt_status_), cudaGetErrorName(gt_status_)));    \
+namespace gt::cuda {
+[[noreturn]] void throw_cuda_error(const char* call, const char* file, int line, cudaError_t status);
+[[noreturn]] void throw_cublas_error(const char* call, const char* file, int line, cublasStatus_t status);
+}  // namespace gt::cuda
+
+#define GT_CHECK_CUDA(call)                                                                \
+  do {                                                                                     \
+    const cudaError_t gt_status_ = (call);                                                 \
+    if (gt_status_ != cudaSuccess) ::gt::cuda::throw_cuda_error(#call, __FILE__, __LINE__, gt_status_); \
   } while (0)
 
-#define GT_CHECK_CUBLAS(call)                                                                            \
-  do {                                                                                                   \
-    const cublasStatus_t gt_status_ = (call);                                                            \
-    if (gt_status_ != CUBLAS_STATUS_SUCCESS)                                                             \
-      throw ::gt::Error(::fmt::format("{} failed at {}:{}: {}", #call, __FILE__, __LINE__,               \
-                                      cublasGetStatusString(gt_status_)));                               \
+#define GT_CHECK_CUBLAS(call)                                                              \
+  do {                                                                                     \
+    const cublasStatus_t gt_status_ = (call);                                              \
+    if (gt_status_ != CUBLAS_STATUS_SUCCESS)                                               \
+      ::gt::cuda::throw_cublas_error(#call, __FILE__, __LINE__, gt_status_);               \
   } while (0)
+
+/// After a kernel launch: reports a bad launch configuration at the launch site.
+#define GT_CHECK_LAUNCH() GT_CHECK_CUDA(cudaGetLastError())

@@ -1,0 +1,17 @@
+// Messages for failed CUDA library calls.
+#include "ops/cuda/cuda_check.h"
+
+#include "core/error.h"
+
+namespace gt::cuda {
+
+void throw_cuda_error(const char* call, const char* file, int line, cudaError_t status) {
+  throw Error(fmt::format("{} failed at {}:{}: {} ({})", call, file, line, cudaGetErrorString(status),
+                          cudaGetErrorName(status)));
+}
+
+void throw_cublas_error(const char* call, const char* file, int line, cublasStatus_t status) {
+  throw Error(fmt::format("{} failed at {}:{}: {}", call, file, line, cublasGetStatusString(status)));
+}
+
+}  // namespace gt::cuda

@@ -1,0 +1,203 @@
+// Config validation: each class of error names the key path and the YAML line and column; --set overrides.
+#include "graph/model.h"
+#include "train/experiment.h"
+#include "train/loss.h"
+#include "train/trainer.h"
+
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <sstream>
+
+using namespace gt;
+
+namespace {
+
+const char* kBase = R"(name: t
+seed: 3
+data:
+  format: synthetic
+  samples: 64
+  input_shape: [4]
+  targets: {classes: 3}
+  batch_size: 16
+model:
+  layers:
+    - {type: linear, out_features: 8}
+    - relu
+    - {type: linear, out_features: 3}
+loss: cross_entropy
+optimizer: {type: sgd, lr: 0.1}
+train: {epochs: 1}
+)";
+
+std::string with(const std::string& from, const std::string& to) {
+  std::string s = kBase;
+  const size_t at = s.find(from);
+  REQUIRE(at != std::string::npos);
+  return s.replace(at, from.size(), to);
+}
+
+// What `gputrain check` does: parse, load data, build the model, fit the loss.
+void validate(const ConfigNode& root) {
+  const Experiment exp = parse_experiment(root);
+  const LoadedData data = load_data(exp);
+  const Model model = Model::build(exp.root["model"], data.train.input_shape(), DType::f32, Device::cpu(), exp.seed);
+  check_loss_fits(exp.loss, model.output_shape(), data.train, exp.root.has("loss") ? exp.root["loss"] : exp.root);
+}
+
+void validate(const std::string& yaml) { validate(ConfigNode::load_string(yaml, "t.yaml")); }
+
+// "(t.yaml:L:C)" for the first occurrence of `needle` in the text.
+std::string position_of(const std::string& yaml, const std::string& needle) {
+  std::istringstream in(yaml);
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    const size_t col = line.find(needle);
+    if (col != std::string::npos) return "(t.yaml:" + std::to_string(n) + ":" + std::to_string(col + 1) + ")";
+  }
+  FAIL("needle not found");
+  return "";
+}
+
+std::string error_of(const std::string& yaml) {
+  try {
+    validate(yaml);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  FAIL("no ConfigError for:\n" << yaml);
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("the base config is valid", "[config][cpu]") { CHECK_NOTHROW(validate(kBase)); }
+
+TEST_CASE("config errors name the key path and the YAML position", "[config][cpu]") {
+  SECTION("wrong type, with the path through a list") {
+    const auto y = with("out_features: 8", "out_features: abc");
+    CHECK(error_of(y) == "model.layers[0].out_features: expected a positive integer, got \"abc\" " +
+                             position_of(y, "abc"));
+  }
+  SECTION("unknown key with did-you-mean and the valid keys") {
+    const auto y = with("optimizer:", "optimiser:");
+    const auto e = error_of(y);
+    CHECK_THAT(e, Catch::StartsWith("optimiser: unknown key (did you mean \"optimizer\"?)"));
+    CHECK_THAT(e, Catch::Contains("valid keys: name, seed, device") && Catch::EndsWith(position_of(y, "optimiser")));
+  }
+  SECTION("unknown layer argument") {
+    const auto y = with("out_features: 8", "out_feature: 8");
+    CHECK_THAT(error_of(y), Catch::StartsWith("model.layers[0].out_feature: unknown key (did you mean \"out_features\"?)"));
+  }
+  SECTION("unknown layer type lists the known ones") {
+    const auto y = with("- relu", "- rleu");
+    CHECK_THAT(error_of(y), Catch::StartsWith("model.layers[1]: unknown layer type \"rleu\" (did you mean \"relu\"?)") &&
+                                Catch::Contains("known types: flatten, gelu, linear") &&
+                                Catch::EndsWith(position_of(y, "rleu")));
+  }
+  SECTION("a bare layer name for a layer that needs arguments") {
+    const auto y = with("- relu", "- linear");
+    CHECK_THAT(error_of(y), Catch::StartsWith("model.layers[1]: layer linear needs `out_features`"));
+  }
+  SECTION("out of range") {
+    const auto y = with("lr: 0.1", "lr: -1");
+    CHECK(error_of(y) == "optimizer.lr: expected a number > 0, got -1 " + position_of(y, "-1"));
+  }
+  SECTION("a list where a number belongs") {
+    const auto y = with("batch_size: 16", "batch_size: [16]");
+    CHECK_THAT(error_of(y), Catch::StartsWith("data.batch_size: expected a positive integer, got a list"));
+  }
+  SECTION("missing required key points at its parent") {
+    const auto y = with("{type: sgd, lr: 0.1}", "{type: sgd}");
+    CHECK(error_of(y) == "optimizer.lr: is required " + position_of(y, "{type: sgd}"));
+  }
+  SECTION("unknown choice") {
+    const auto y = with("loss: cross_entropy", "loss: crossentropy");
+    CHECK_THAT(error_of(y), Catch::StartsWith("loss: unknown value \"crossentropy\" (did you mean \"cross_entropy\"?)"));
+  }
+  SECTION("unknown device") {
+    const auto y = with("seed: 3", "seed: 3\ndevice: gpu");
+    CHECK_THAT(error_of(y), Catch::StartsWith("device: unknown device \"gpu\""));
+  }
+  SECTION("missing data file") {
+    const auto y = with("  format: synthetic\n  samples: 64\n  input_shape: [4]\n  targets: {classes: 3}\n",
+                        "  format: idx\n  train: {images: /nonexistent/img.gz, labels: /nonexistent/lbl.gz}\n");
+    CHECK(error_of(y) == "data.train.images: file not found: /nonexistent/img.gz " + position_of(y, "/nonexistent/img"));
+  }
+  SECTION("model output that does not fit the classes") {
+    const auto y = with("out_features: 3}", "out_features: 7}");
+    CHECK_THAT(error_of(y), Catch::StartsWith("loss: cross_entropy over 3 classes needs a model output of [3], got [7]"));
+  }
+  SECTION("mse on class labels") {
+    const auto y = with("loss: cross_entropy", "loss: mse");
+    CHECK_THAT(error_of(y), Catch::StartsWith("loss: mse needs numeric targets"));
+  }
+  SECTION("nesterov without momentum") {
+    const auto y = with("lr: 0.1}", "lr: 0.1, nesterov: true}");
+    CHECK_THAT(error_of(y), Catch::StartsWith("optimizer.nesterov: Nesterov momentum needs momentum > 0"));
+  }
+  SECTION("invalid YAML syntax") {
+    const auto y = with("train: {epochs: 1}", "train: {epochs: 1");
+    CHECK_THAT(error_of(y), Catch::StartsWith("t.yaml:") && Catch::Contains("invalid YAML"));
+  }
+  SECTION("empty layer list") {
+    const auto y = with("  layers:\n    - {type: linear, out_features: 8}\n    - relu\n    - {type: linear, out_features: 3}\n",
+                        "  layers: []\n");
+    CHECK_THAT(error_of(y), Catch::StartsWith("model.layers: expected a non-empty list of layers"));
+  }
+}
+
+TEST_CASE("config overrides (--set) reach nested keys and list items", "[config][cpu]") {
+  const ConfigNode base = ConfigNode::load_string(kBase, "t.yaml");
+  SECTION("nested key") {
+    const Experiment e = parse_experiment(apply_override(base, "optimizer.lr=0.5"));
+    CHECK(e.optimizer.lr == 0.5);
+  }
+  SECTION("a new key in an existing map") {
+    const Experiment e = parse_experiment(apply_override(base, "optimizer.momentum=0.9"));
+    CHECK(e.optimizer.momentum == 0.9);
+  }
+  SECTION("list index") {
+    const ConfigNode root = apply_override(base, "model.layers[0].out_features=11");
+    const Model m = Model::build(root["model"], Shape{4}, DType::f32, Device::cpu(), 1);
+    CHECK(m.nodes()[0].out_shape == Shape{11});
+  }
+  SECTION("replace a whole list item with a flow map") {
+    const ConfigNode root = apply_override(base, "model.layers[1]={type: linear, out_features: 5}");
+    const Model m = Model::build(root["model"], Shape{4}, DType::f32, Device::cpu(), 1);
+    CHECK(m.nodes()[1].type == "linear");
+  }
+  SECTION("a path that does not exist names it") {
+    CHECK_THROWS_WITH(apply_override(base, "optimizer.foo.bar=1"), Catch::Contains("the config has no key optimizer.foo"));
+    CHECK_THROWS_WITH(apply_override(base, "model.layers[9].out_features=1"),
+                      Catch::Contains("model.layers has no item [9] (it has 3)"));
+    CHECK_THROWS_WITH(apply_override(base, "nothing"), Catch::Contains("expected KEY=VALUE"));
+    CHECK_THROWS_WITH(apply_override(base, "model.layers[x]=1"), Catch::Contains("not a non-negative integer"));
+  }
+  SECTION("a bad value set on the command line points at the --set") {
+    const ConfigNode root = apply_override(base, "model.layers[0].out_features=abc");
+    CHECK_THROWS_WITH(validate(root), "model.layers[0].out_features: expected a positive integer, got \"abc\" "
+                                      "(--set model.layers[0].out_features=abc)");
+  }
+}
+
+TEST_CASE("did-you-mean picks close names only", "[config][cpu]") {
+  CHECK(closest_match("optimiser", {"optimizer", "loss"}) == "optimizer");
+  CHECK(closest_match("zzzzzz", {"optimizer", "loss"}).empty());
+  CHECK(edit_distance("kitten", "sitting") == 3);
+}
+
+TEST_CASE("the README's layer reference is the one the registry generates", "[config][cpu]") {
+  // scripts/update_readme.sh rewrites the block between the markers from `gputrain layers`.
+  std::ifstream in(std::string(GT_SOURCE_DIR) + "/README.md");
+  REQUIRE(in);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string readme = ss.str();
+  const std::string begin = "<!-- layers:begin -->\n", end = "<!-- layers:end -->";
+  const size_t b = readme.find(begin), e = readme.find(end);
+  REQUIRE(b != std::string::npos);
+  REQUIRE(e != std::string::npos);
+  CHECK(readme.substr(b + begin.size(), e - b - begin.size()) == layer_reference_markdown());
+}

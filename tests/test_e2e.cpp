@@ -1,0 +1,222 @@
+// End to end: the gputrain binary on configs, what it leaves in the run directory, and its exit codes.
+#include "helpers.h"
+
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <future>
+#include <regex>
+#include <sstream>
+#include <vector>
+
+using namespace gt::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* kSynthetic = R"(name: synth
+seed: 7
+device: cpu
+data:
+  format: synthetic
+  samples: 4000
+  test_samples: 1000
+  input_shape: [20]
+  targets: {classes: 4}
+  batch_size: 64
+model:
+  layers:
+    - {type: linear, out_features: 64}
+    - relu
+    - {type: linear, out_features: 4}
+loss: cross_entropy
+optimizer: {type: sgd, lr: 0.05, momentum: 0.9}
+train: {epochs: 8, log_every: 20}
+)";
+
+std::vector<std::string> lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);)
+    if (!l.empty()) out.push_back(l);
+  return out;
+}
+
+std::string losses_of(const std::string& metrics) {
+  std::string out;
+  const std::regex re("\"loss\": ([^,}]*)");
+  for (const auto& l : lines(metrics)) {
+    std::smatch m;
+    if (std::regex_search(l, m, re)) out += m[1].str() + "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("training a synthetic classification problem converges and writes the run directory", "[e2e]") {
+  TempDir dir;
+  write_text(dir / "synth.yaml", kSynthetic);
+  const auto r = run_gputrain("train " + (dir / "synth.yaml") + " --out " + (dir / "run") + " --threads 2");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+
+  const std::string summary = read_text(dir / "run/summary.json");
+  INFO(summary);
+  CHECK(json_string(summary, "name") == "synth");
+  CHECK(json_string(summary, "device") == "cpu");
+  CHECK(json_number(summary, "world_size") == 1);
+  CHECK(json_number(summary, "epochs") == 8);
+  CHECK(json_number(summary, "steps") == 8 * 63);  // ceil(4000 / 64) per epoch
+  CHECK(json_number(summary, "samples_per_sec").value_or(0) > 0);
+  CHECK(json_number(summary, "final_train_loss").value_or(99) < 0.3);
+  CHECK(json_number(summary, "test_loss").has_value());
+  CHECK(json_number(summary, "test_accuracy").value_or(0) >= 0.95);
+  CHECK(json_number(summary, "test_accuracy").value_or(2) <= 1.0);
+  CHECK(json_number(summary, "wall_seconds").value_or(0) > 0);
+  CHECK(json_string(summary, "exit_reason") == "completed");
+
+  const auto metrics = lines(read_text(dir / "run/metrics.jsonl"));
+  int train_lines = 0, eval_lines = 0;
+  for (const auto& l : metrics) {
+    if (json_string(l, "type") == "train") {
+      ++train_lines;
+      for (const char* k : {"step", "epoch", "loss", "lr", "samples_per_sec"}) CHECK(json_number(l, k).has_value());
+    } else {
+      ++eval_lines;
+      for (const char* k : {"step", "epoch", "test_loss", "test_accuracy"}) CHECK(json_number(l, k).has_value());
+    }
+  }
+  CHECK(train_lines == 8 * 63 / 20 + 1);  // every 20th step, and the last one
+  CHECK(eval_lines == 8);
+
+  const std::string resolved = read_text(dir / "run/config.resolved.yaml");
+  CHECK_THAT(resolved, Catch::Contains("out_features: 64, bias: true") && Catch::Contains("momentum: 0.9") &&
+                           Catch::Contains("max_steps: 0"));
+  // The resolved config is itself a valid config that trains.
+  CHECK(run_gputrain("check " + (dir / "run/config.resolved.yaml")).exit_code == 0);
+  CHECK_THAT(read_text(dir / "run/train.log"), Catch::Contains("eval epoch 8/8"));
+  // The console has one progress line per log_every steps with the fields in a fixed order.
+  CHECK(std::regex_search(r.output, std::regex(R"(epoch 1/8 \| step 20/504 \| loss [0-9.]+ \| lr 0.05 \| [0-9]+ samples/s \| elapsed [0-9:]+ \| eta [0-9:]+)")));
+}
+
+TEST_CASE("the same config and seed give bit-identical losses", "[e2e]") {
+  TempDir dir;
+  write_text(dir / "synth.yaml", kSynthetic);
+  const std::string common = "train " + (dir / "synth.yaml") + " --epochs 2 --threads 2 --out ";
+  REQUIRE(run_gputrain(common + (dir / "a")).exit_code == 0);
+  REQUIRE(run_gputrain(common + (dir / "b")).exit_code == 0);
+  REQUIRE(run_gputrain(common + (dir / "c") + " --seed 8").exit_code == 0);
+  const std::string a = losses_of(read_text(dir / "a/metrics.jsonl"));
+  CHECK(!a.empty());
+  CHECK(a == losses_of(read_text(dir / "b/metrics.jsonl")));
+  CHECK(a != losses_of(read_text(dir / "c/metrics.jsonl")));
+}
+
+TEST_CASE("max_steps stops early and says so", "[e2e]") {
+  TempDir dir;
+  write_text(dir / "synth.yaml", kSynthetic);
+  const auto r = run_gputrain("train " + (dir / "synth.yaml") + " --max-steps 70 --out " + (dir / "run"));
+  REQUIRE(r.exit_code == 0);
+  const std::string summary = read_text(dir / "run/summary.json");
+  CHECK(json_number(summary, "steps") == 70);
+  CHECK(json_number(summary, "epochs") == 2);
+  CHECK(json_string(summary, "exit_reason") == "max_steps");
+}
+
+TEST_CASE("configs/seed_linear.yaml trains like the PyTorch example it mirrors", "[e2e]") {
+  TempDir dir;
+  const auto r = run_gputrain("train " + source_path("configs/seed_linear.yaml") + " --out " + (dir / "run"));
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const auto metrics = lines(read_text(dir / "run/metrics.jsonl"));
+  REQUIRE(metrics.size() == 10);  // one line per epoch
+  const double first = json_number(metrics.front(), "loss").value();
+  const double last = json_number(metrics.back(), "loss").value();
+  CHECK(last < first);
+  CHECK(json_number(read_text(dir / "run/summary.json"), "test_accuracy") == std::nullopt);
+}
+
+TEST_CASE("configs/fashion_mnist_mlp.yaml checks and trains", "[e2e]") {
+  TempDir dir;
+  const auto check = run_gputrain("check " + source_path("configs/fashion_mnist_mlp.yaml"));
+  INFO(check.output);
+  REQUIRE(check.exit_code == 0);
+  CHECK_THAT(check.output, Catch::Contains("60000 training samples, 10000 test samples") &&
+                               Catch::Contains("layers.1     linear     [128, 512]               401920") &&
+                               Catch::Contains("535818 parameters"));
+  const auto r = run_gputrain("train " + source_path("configs/fashion_mnist_mlp.yaml") + " --max-steps 60 --out " +
+                              (dir / "run"));
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK(json_number(read_text(dir / "run/summary.json"), "test_accuracy").value_or(0) > 0.6);
+}
+
+TEST_CASE("fashion_mnist_mlp averages at least 86.5% test accuracy after 5 epochs", "[e2e][slow]") {
+  // The final-epoch accuracy of one seed swings by ±0.6% (PyTorch with this model, measured here: 86.3–87.6% over
+  // nine seeds), so the target is checked on the mean of seeds 1–10; two single-threaded runs at a time.
+  TempDir dir;
+  std::vector<double> acc(10);
+  for (int s = 1; s <= 10; s += 2) {
+    auto run = [&](int seed) {
+      return run_gputrain("train " + source_path("configs/fashion_mnist_mlp.yaml") + " --quiet --threads 1 --seed " +
+                          std::to_string(seed) + " --out " + (dir / std::to_string(seed)));
+    };
+    auto other = std::async(std::launch::async, run, s + 1);
+    const auto r = run(s);
+    const auto r2 = other.get();
+    REQUIRE(r.exit_code == 0);
+    REQUIRE(r2.exit_code == 0);
+    for (int seed : {s, s + 1})
+      acc[seed - 1] = json_number(read_text(dir / (std::to_string(seed) + "/summary.json")), "test_accuracy").value();
+  }
+  double mean = 0;
+  for (double a : acc) {
+    CHECK(a >= 0.855);
+    mean += a / 10;
+  }
+  INFO("accuracies of seeds 1-10: " << Catch::Detail::stringify(acc));
+  CHECK(mean >= 0.865);
+}
+
+TEST_CASE("gputrain devices, --version and --help exit 0", "[e2e]") {
+  const auto d = run_gputrain("devices");
+  INFO(d.output);
+  CHECK(d.exit_code == 0);
+  CHECK_THAT(d.output, Catch::Contains("cpu:") && Catch::Contains("cuda:"));
+  CHECK(run_gputrain("--version").exit_code == 0);
+  const auto h = run_gputrain("train --help");
+  CHECK(h.exit_code == 0);
+  CHECK_THAT(h.output, Catch::Contains("--set") && Catch::Contains("Exit codes"));
+}
+
+TEST_CASE("bad configs and usage exit 2 with one error line; bad data exits 1", "[e2e]") {
+  TempDir dir;
+  auto expect = [&](const std::string& args, int code, const std::string& message) {
+    const auto r = run_gputrain(args);
+    INFO(args << "\n" << r.output);
+    CHECK(r.exit_code == code);
+    CHECK_THAT(r.output, Catch::Contains(message));
+    CHECK(lines(r.output).size() <= 2);  // one clear line (CLI usage errors add a hint)
+  };
+  write_text(dir / "bad.yaml", std::string(kSynthetic) + "epochs: 3\n");
+  expect("train " + (dir / "bad.yaml"), 2, "epochs: unknown key (did you mean \"seed\"?)");
+  write_text(dir / "good.yaml", kSynthetic);
+  expect("train " + (dir / "good.yaml") + " --set model.layers[0].out_features=-4", 2,
+         "model.layers[0].out_features: expected a positive integer, got -4 (--set model.layers[0].out_features=-4)");
+  expect("check " + (dir / "good.yaml") + " --set train.nope.deeper=1", 2, "the config has no key train.nope");
+  expect("train " + (dir / "missing.yaml"), 2, "cannot open config file");
+  expect("train", 2, "error:");
+  expect("frobnicate", 2, "error:");
+  expect("train " + (dir / "good.yaml") + " --device cuda:0", 1, "device cuda:0");
+
+  // A corrupt data file is a data error: exit 1, naming the file.
+  write_text(dir / "img.idx", "not an idx file");
+  write_text(dir / "lbl.idx", "not an idx file");
+  write_text(dir / "idx.yaml", "name: x\ndata: {format: idx, train: {images: " + (dir / "img.idx") +
+                                   ", labels: " + (dir / "lbl.idx") +
+                                   "}}\nmodel: {layers: [flatten, {type: linear, out_features: 2}]}\n"
+                                   "optimizer: {type: sgd, lr: 0.1}\n");
+  expect("train " + (dir / "idx.yaml") + " --out " + (dir / "run"), 1, dir / "img.idx");
+  CHECK_FALSE(fs::exists(dir / "run"));  // nothing is created for a run that cannot start
+}

@@ -1,0 +1,128 @@
+// CPU kernels against plain reference loops and hand-computed numbers.
+#include "core/parallel.h"
+#include "core/rng.h"
+#include "ops/ops.h"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+using namespace gt;
+
+namespace {
+
+Tensor filled(const Shape& s, uint64_t seed) {
+  Tensor t = Tensor::empty(s, DType::f32);
+  Rng rng(seed, 1);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = static_cast<float>(rng.uniform(-1, 1));
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("matmul matches a reference loop for every transpose and split", "[cpu]") {
+  // Large shapes make the kernel split C across threads by rows or by columns; small ones do not.
+  struct Dims {
+    int64_t m, n, k;
+  };
+  const Dims dims[] = {{3, 5, 4}, {128, 512, 96}, {520, 40, 300}, {33, 700, 65}};
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (const Dims& d : dims)
+      for (bool ta : {false, true})
+        for (bool tb : {false, true})
+          for (double beta : {0.0, 1.0}) {
+            const Tensor a = filled(ta ? Shape{d.k, d.m} : Shape{d.m, d.k}, 1);
+            const Tensor b = filled(tb ? Shape{d.n, d.k} : Shape{d.k, d.n}, 2);
+            Tensor c = filled(Shape{d.m, d.n}, 3);
+            const Tensor c0 = c.clone();
+            ops::matmul(a, ta, b, tb, c, beta);
+            double worst = 0;
+            for (int64_t i = 0; i < d.m; ++i)
+              for (int64_t j = 0; j < d.n; ++j) {
+                double ref = beta * c0.data<float>()[i * d.n + j];
+                for (int64_t p = 0; p < d.k; ++p) {
+                  const float av = ta ? a.data<float>()[p * d.m + i] : a.data<float>()[i * d.k + p];
+                  const float bv = tb ? b.data<float>()[j * d.k + p] : b.data<float>()[p * d.n + j];
+                  ref += static_cast<double>(av) * bv;
+                }
+                worst = std::max(worst, std::abs(ref - c.data<float>()[i * d.n + j]));
+              }
+            INFO("threads " << threads << " m " << d.m << " n " << d.n << " k " << d.k << " ta " << ta << " tb " << tb
+                            << " beta " << beta);
+            // f32 accumulation over k ≤ 300 terms of magnitude ≤ 1: 1e-4 leaves a wide margin over rounding.
+            CHECK(worst < 1e-4);
+          }
+  }
+  set_num_threads(2);
+}
+
+TEST_CASE("sgd follows torch.optim.SGD's update rule", "[cpu]") {
+  // References computed by hand from the update rule in the PyTorch documentation (torch.optim.SGD).
+  auto run = [](float momentum, float dampening, float wd, bool nesterov) {
+    Tensor p = Tensor::empty(Shape{1}, DType::f32), g = Tensor::empty(Shape{1}, DType::f32);
+    Tensor buf = momentum != 0 ? Tensor::zeros(Shape{1}, DType::f32) : Tensor();
+    p.data<float>()[0] = 1.0f;
+    g.data<float>()[0] = 0.5f;
+    std::vector<float> trace;
+    for (int step = 0; step < 2; ++step) {
+      ops::sgd_step({0.1f, momentum, dampening, wd, nesterov, step == 0}, p, g, buf);
+      trace.push_back(p.data<float>()[0]);
+    }
+    return trace;
+  };
+  SECTION("plain") {
+    const auto t = run(0, 0, 0, false);  // p −= 0.1 · 0.5 twice
+    CHECK(t[0] == Approx(0.95));
+    CHECK(t[1] == Approx(0.90));
+  }
+  SECTION("momentum with dampening") {
+    // step 1: buf = g = 0.5 (no dampening on the first step), p = 0.95
+    // step 2: buf = 0.9 · 0.5 + (1 − 0.1) · 0.5 = 0.9, p = 0.95 − 0.09 = 0.86
+    const auto t = run(0.9f, 0.1f, 0, false);
+    CHECK(t[0] == Approx(0.95));
+    CHECK(t[1] == Approx(0.86));
+  }
+  SECTION("nesterov with weight decay") {
+    // step 1: g = 0.5 + 0.01 · 1 = 0.51, buf = 0.51, g = 0.51 + 0.9 · 0.51 = 0.969, p = 0.9031
+    // step 2: g = 0.5 + 0.01 · 0.9031 = 0.509031, buf = 0.9 · 0.51 + 0.509031 = 0.968031,
+    //         g = 0.509031 + 0.9 · 0.968031 = 1.3802589, p = 0.9031 − 0.13802589 = 0.76507411
+    const auto t = run(0.9f, 0, 0.01f, true);
+    CHECK(t[0] == Approx(0.9031));
+    CHECK(t[1] == Approx(0.76507411));
+  }
+}
+
+TEST_CASE("activations match their definitions", "[cpu]") {
+  Tensor x = Tensor::empty(Shape{4}, DType::f64), y = Tensor::empty(Shape{4}, DType::f64);
+  const double xs[] = {-2.0, -0.5, 0.5, 3.0};
+  std::copy(xs, xs + 4, x.data<double>());
+  ops::activation_forward(Activation::gelu, x, y);
+  for (int i = 0; i < 4; ++i) CHECK(y.data<double>()[i] == Approx(xs[i] * 0.5 * std::erfc(-xs[i] / std::sqrt(2.0))));
+  ops::activation_forward(Activation::sigmoid, x, y);
+  for (int i = 0; i < 4; ++i) CHECK(y.data<double>()[i] == Approx(1 / (1 + std::exp(-xs[i]))));
+  ops::activation_forward(Activation::relu, x, y);
+  CHECK(y.data<double>()[0] == 0.0);
+  CHECK(y.data<double>()[3] == 3.0);
+}
+
+TEST_CASE("philox streams are reproducible and distinct", "[cpu]") {
+  Rng a(5, 1), b(5, 1), c(5, 2);
+  bool differs = false;
+  for (int i = 0; i < 100; ++i) {
+    const uint32_t va = a.next_u32();
+    CHECK(va == b.next_u32());
+    differs |= va != c.next_u32();
+  }
+  CHECK(differs);
+  // Uniform draws stay in [0, 1) and average near 1/2.
+  Rng u(1, 0);
+  double sum = 0;
+  for (int i = 0; i < 10000; ++i) {
+    const double v = u.uniform();
+    REQUIRE(v >= 0.0);
+    REQUIRE(v < 1.0);
+    sum += v;
+  }
+  CHECK(sum / 10000 == Approx(0.5).margin(0.02));
+}
