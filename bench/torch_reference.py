@@ -17,7 +17,14 @@ def mlp():
                          nn.Linear(256, 10))
 
 
-MODELS = {"mlp": mlp}
+def cnn():
+    # configs/fashion_mnist_cnn.yaml
+    return nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Flatten(), nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10))
+
+
+MODELS = {"mlp": mlp, "cnn": cnn}
 
 
 def main():
@@ -28,6 +35,7 @@ def main():
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--warmup", type=int, default=30)
     ap.add_argument("--samples", type=int, default=60000)
+    ap.add_argument("--eval", action="store_true", help="inference throughput (no_grad, eval mode) instead")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -48,6 +56,14 @@ def main():
         loss.backward()
         opt.step()
         return loss
+
+    if args.eval:
+        model.eval()
+
+        def step(i):  # noqa: F811 - inference replaces the training step
+            idx = perm[(i * args.batch) % (args.samples - args.batch):][:args.batch]
+            with torch.no_grad():
+                return model(x_all[idx]).sum()
 
     for i in range(args.warmup):
         step(i)

@@ -190,7 +190,7 @@ TEST_CASE("gputrain devices, --version and --help exit 0", "[e2e]") {
   CHECK_THAT(h.output, Catch::Contains("--set") && Catch::Contains("Exit codes"));
 }
 
-TEST_CASE("bad configs and usage exit 2 with one error line; bad data exits 1", "[e2e]") {
+TEST_CASE("bad configs and usage exit 2 with one error line, bad data exits 1", "[e2e]") {
   TempDir dir;
   auto expect = [&](const std::string& args, int code, const std::string& message) {
     const auto r = run_gputrain(args);

@@ -21,7 +21,17 @@ struct GradCase {
 // Every layer type needs at least one entry here.
 const std::multimap<std::string, GradCase>& cases() {
   static const std::multimap<std::string, GradCase> table = {
+      {"avgpool2d", {"{type: avgpool2d, kernel_size: 2}", Shape{2, 4, 5}}},
+      {"avgpool2d", {"{type: avgpool2d, kernel_size: 3, stride: 2, padding: 1}", Shape{1, 5, 5}}},
+      {"conv2d", {"{type: conv2d, out_channels: 3, kernel_size: 3, padding: 1}", Shape{2, 5, 4}}},
+      {"conv2d", {"{type: conv2d, out_channels: 4, kernel_size: [2, 3], stride: 2, dilation: [1, 2], groups: 2, bias: false}",
+                  Shape{4, 6, 7}}},
+      {"conv2d", {"{type: conv2d, out_channels: 2, kernel_size: 1}", Shape{3, 3, 3}}},  // the 1×1 path without im2col
       {"flatten", {"flatten", Shape{2, 3, 2}}},
+      {"global_avgpool", {"global_avgpool", Shape{3, 2, 4}}},
+      {"maxpool2d", {"{type: maxpool2d, kernel_size: 2}", Shape{2, 4, 4}}},
+      {"maxpool2d", {"{type: maxpool2d, kernel_size: 2}", Shape{1, 5, 5}}},  // odd sides: the last row is dropped
+      {"maxpool2d", {"{type: maxpool2d, kernel_size: 3, stride: 2, padding: 1}", Shape{1, 5, 6}}},
       {"gelu", {"gelu", Shape{7}}},
       {"linear", {"{type: linear, out_features: 3}", Shape{5}}},
       {"linear", {"{type: linear, out_features: 4, bias: false}", Shape{6}}},

@@ -83,5 +83,9 @@ std::unique_ptr<Layer> make_relu(const ConfigNode& cfg);
 std::unique_ptr<Layer> make_tanh(const ConfigNode& cfg);
 std::unique_ptr<Layer> make_sigmoid(const ConfigNode& cfg);
 std::unique_ptr<Layer> make_gelu(const ConfigNode& cfg);
+std::unique_ptr<Layer> make_conv2d(const ConfigNode& cfg);
+std::unique_ptr<Layer> make_maxpool2d(const ConfigNode& cfg);
+std::unique_ptr<Layer> make_avgpool2d(const ConfigNode& cfg);
+std::unique_ptr<Layer> make_global_avgpool(const ConfigNode& cfg);
 
 }  // namespace gt

@@ -1,5 +1,5 @@
 // linear: y = x·Wᵀ + b over the last dimension, through the backend GEMM.
-#include "layers/layer.h"
+#include "layers/params.h"
 #include "ops/ops.h"
 
 #include <cmath>
@@ -23,8 +23,8 @@ class Linear final : public Layer {
   void init_params(Rng& rng, DType dtype, Device device) override {
     // torch.nn.Linear: kaiming_uniform_(a=√5) gives U(−1/√in, 1/√in) for the weight; the bias uses the same bound.
     const double bound = 1.0 / std::sqrt(static_cast<double>(m_in));
-    m_weight = make_param("weight", Shape{m_out, m_in}, rng, bound, dtype, device);
-    if (m_has_bias) m_bias = make_param("bias", Shape{m_out}, rng, bound, dtype, device);
+    m_weight = uniform_param("weight", Shape{m_out, m_in}, rng, bound, dtype, device);
+    if (m_has_bias) m_bias = uniform_param("bias", Shape{m_out}, rng, bound, dtype, device);
   }
 
   std::vector<Param*> params() override {
@@ -62,20 +62,6 @@ class Linear final : public Layer {
 
  private:
   static Tensor as_rows(const Tensor& t, int64_t cols) { return t.view(Shape{t.numel() / cols, cols}); }
-
-  static Param make_param(const char* name, const Shape& shape, Rng& rng, double bound, DType dtype, Device device) {
-    Tensor host = Tensor::empty(shape, dtype);
-    for (int64_t i = 0; i < shape.numel(); ++i) {
-      const double v = rng.uniform(-bound, bound);
-      if (dtype == DType::f64)
-        host.data<double>()[i] = v;
-      else
-        host.data<float>()[i] = static_cast<float>(v);
-    }
-    Param p{name, device.is_cpu() ? host : Tensor::empty(shape, dtype, device), Tensor::zeros(shape, dtype, device)};
-    if (!device.is_cpu()) p.value.copy_from(host);
-    return p;
-  }
 
   int64_t m_out, m_in = 0, m_rows_per_sample = 1;
   bool m_has_bias;

@@ -4,10 +4,23 @@
 #include "core/hd.h"
 
 #include <cmath>
+#include <cstdint>
 
 namespace gt {
 
 enum class Activation { relu, tanh, sigmoid, gelu };
+
+/// A 2-D sliding window (convolution kernel or pooling window): size, stride, padding, dilation.
+struct Window2d {
+  int64_t kh, kw, sh, sw, ph, pw, dh = 1, dw = 1;
+};
+
+/// Output extent of a window sliding over `in` (PyTorch's formula, floor mode).
+GT_HD int64_t window_out(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dilation) {
+  return (in + 2 * pad - dilation * (k - 1) - 1) / stride + 1;
+}
+
+enum class PoolKind { max, avg };
 
 // Activations take x (and y where cheaper) and give y = f(x) and dx = dy · f'(x).
 template <class T> GT_HD T act_forward(Activation a, T x) {

@@ -131,4 +131,37 @@ void sgd_step(const SgdHyper& h, Tensor& param, const Tensor& grad, Tensor& mome
            [&] { cpu::sgd_step(h, param, grad, momentum); }, [&] { GT_CUDA_CALL(sgd_step(h, param, grad, momentum)); });
 }
 
+void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Window2d& win, int64_t groups, Tensor& y) {
+  same_dtype("conv2d", {&x, &w, &b, &y});
+  GT_CHECK(x.rank() == 4 && w.rank() == 4 && y.rank() == 4, "conv2d wants 4-D x, w, y");
+  GT_CHECK(x.dim(1) == w.dim(1) * groups && y.dim(1) == w.dim(0) && y.dim(0) == x.dim(0) &&
+               y.dim(2) == window_out(x.dim(2), win.kh, win.sh, win.ph, win.dh) &&
+               y.dim(3) == window_out(x.dim(3), win.kw, win.sw, win.pw, win.dw),
+           "conv2d x {} w {} → y {}", x.shape().str(), w.shape().str(), y.shape().str());
+  require_cpu("conv2d", common_device("conv2d", {&x, &w, &b, &y}));
+  cpu::conv2d_forward(x, w, b, win, groups, y);
+}
+
+void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Window2d& win, int64_t groups,
+                     Tensor& dx, Tensor& dw, Tensor& db, double beta) {
+  same_dtype("conv2d_backward", {&x, &w, &dy, &dx, &dw, &db});
+  GT_CHECK(dw.shape() == w.shape() && (!dx.defined() || dx.shape() == x.shape()), "conv2d_backward shapes");
+  require_cpu("conv2d_backward", common_device("conv2d_backward", {&x, &w, &dy, &dx, &dw, &db}));
+  cpu::conv2d_backward(x, w, dy, win, groups, dx, dw, db, beta);
+}
+
+void pool2d_forward(PoolKind kind, const Tensor& x, const Window2d& win, Tensor& y) {
+  same_dtype("pool2d", {&x, &y});
+  GT_CHECK(x.rank() == 4 && y.rank() == 4 && y.dim(0) == x.dim(0) && y.dim(1) == x.dim(1), "pool2d shapes");
+  require_cpu("pool2d", common_device("pool2d", {&x, &y}));
+  cpu::pool2d_forward(kind, x, win, y);
+}
+
+void pool2d_backward(PoolKind kind, const Tensor& x, const Tensor& dy, const Window2d& win, Tensor& dx) {
+  same_dtype("pool2d_backward", {&x, &dy, &dx});
+  GT_CHECK(dx.shape() == x.shape(), "pool2d_backward shapes");
+  require_cpu("pool2d_backward", common_device("pool2d_backward", {&x, &dy, &dx}));
+  cpu::pool2d_backward(kind, x, dy, win, dx);
+}
+
 }  // namespace gt::ops

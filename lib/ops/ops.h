@@ -36,4 +36,13 @@ void mse(const Tensor& pred, const Tensor& target, double scale, Tensor& dpred, 
 /// One SGD step over a parameter, its gradient and its momentum buffer (same shape and dtype).
 void sgd_step(const SgdHyper& h, Tensor& param, const Tensor& grad, Tensor& momentum);
 
+/// 2-D convolution: x (B, C, H, W), w (O, C/groups, kh, kw), optional bias b (O) → y (B, O, oh, ow).
+void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Window2d& win, int64_t groups, Tensor& y);
+/// Gradients of conv2d: dx (if defined) = ∂L/∂x; dw = ∂L/∂w + beta·dw; db (if defined) likewise.
+void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Window2d& win, int64_t groups,
+                     Tensor& dx, Tensor& dw, Tensor& db, double beta);
+/// Max or average pooling over (B, C, H, W); average counts padding in the divisor (PyTorch's default).
+void pool2d_forward(PoolKind kind, const Tensor& x, const Window2d& win, Tensor& y);
+void pool2d_backward(PoolKind kind, const Tensor& x, const Tensor& dy, const Window2d& win, Tensor& dx);
+
 }  // namespace gt::ops

@@ -3,6 +3,7 @@
 #include "ops/cpu/ops_cpu.h"
 
 #include "core/parallel.h"
+#include "ops/cpu/blas.h"
 
 #include <cblas.h>
 
@@ -20,11 +21,7 @@ constexpr int64_t kGrain = 1 << 15;
 template <class T>
 void gemm_call(bool ta, bool tb, int m, int n, int k, const T* a, int lda, const T* b, int ldb, double beta, T* c,
                int ldc) {
-  const auto at = ta ? CblasTrans : CblasNoTrans, bt = tb ? CblasTrans : CblasNoTrans;
-  if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(CblasRowMajor, at, bt, m, n, k, 1.0f, a, lda, b, ldb, static_cast<float>(beta), c, ldc);
-  else
-    cblas_dgemm(CblasRowMajor, at, bt, m, n, k, 1.0, a, lda, b, ldb, beta, c, ldc);
+  gemm_raw<T>(ta, tb, m, n, k, T(1), a, lda, b, ldb, static_cast<T>(beta), c, ldc);
 }
 
 // OpenBLAS runs single-threaded (set_num_threads) and we split C into one block of rows or columns per

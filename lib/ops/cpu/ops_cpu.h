@@ -16,4 +16,10 @@ void cross_entropy(const Tensor& logits, const Tensor& labels, double label_smoo
 void mse(const Tensor& pred, const Tensor& target, double scale, Tensor& dpred, Tensor& stats);
 void sgd_step(const SgdHyper& h, Tensor& param, const Tensor& grad, Tensor& momentum);
 
+void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Window2d& win, int64_t groups, Tensor& y);
+void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Window2d& win, int64_t groups,
+                     Tensor& dx, Tensor& dw, Tensor& db, double beta);
+void pool2d_forward(PoolKind kind, const Tensor& x, const Window2d& win, Tensor& y);
+void pool2d_backward(PoolKind kind, const Tensor& x, const Tensor& dy, const Window2d& win, Tensor& dx);
+
 }  // namespace gt::cpu

@@ -1,0 +1,62 @@
+// Parameter initialisation and argument helpers shared by the layers.
+#include "layers/params.h"
+
+namespace gt {
+
+Tensor constant_tensor(const Shape& shape, double value, DType dtype, Device device) {
+  Tensor host = Tensor::empty(shape, dtype);
+  for (int64_t i = 0; i < shape.numel(); ++i) {
+    if (dtype == DType::f64)
+      host.data<double>()[i] = value;
+    else
+      host.data<float>()[i] = static_cast<float>(value);
+  }
+  if (device.is_cpu()) return host;
+  Tensor t = Tensor::empty(shape, dtype, device);
+  t.copy_from(host);
+  return t;
+}
+
+Param uniform_param(const char* name, const Shape& shape, Rng& rng, double bound, DType dtype, Device device) {
+  Tensor host = Tensor::empty(shape, dtype);
+  for (int64_t i = 0; i < shape.numel(); ++i) {
+    const double v = rng.uniform(-bound, bound);
+    if (dtype == DType::f64)
+      host.data<double>()[i] = v;
+    else
+      host.data<float>()[i] = static_cast<float>(v);
+  }
+  Param p{name, host, Tensor::zeros(shape, dtype, device)};
+  if (!device.is_cpu()) {
+    p.value = Tensor::empty(shape, dtype, device);
+    p.value.copy_from(host);
+  }
+  return p;
+}
+
+Param constant_param(const char* name, const Shape& shape, double value, DType dtype, Device device) {
+  return Param{name, constant_tensor(shape, value, dtype, device), Tensor::zeros(shape, dtype, device)};
+}
+
+std::pair<int64_t, int64_t> read_pair(const ConfigNode& cfg, const char* key, std::pair<int64_t, int64_t> fallback,
+                                      int64_t min) {
+  const ConfigNode n = cfg[key];
+  if (!n.defined()) return fallback;
+  if (n.is_sequence()) {
+    if (n.size() != 2) n.fail("expected an integer or a list of two integers [height, width]");
+    return {n.at(0).as_int(min), n.at(1).as_int(min)};
+  }
+  const int64_t v = n.as_int(min);
+  return {v, v};
+}
+
+YAML::Node pair_node(std::pair<int64_t, int64_t> p) {
+  if (p.first == p.second) return YAML::Node(p.first);
+  YAML::Node n(YAML::NodeType::Sequence);
+  n.push_back(p.first);
+  n.push_back(p.second);
+  n.SetStyle(YAML::EmitterStyle::Flow);
+  return n;
+}
+
+}  // namespace gt

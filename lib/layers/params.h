@@ -1,0 +1,21 @@
+// Helpers shared by layer files: parameter creation as PyTorch initialises it, and window arguments.
+#pragma once
+
+#include "layers/layer.h"
+#include "ops/math.h"
+
+namespace gt {
+
+/// A parameter drawn from U(−bound, bound) with a zeroed gradient.
+Param uniform_param(const char* name, const Shape& shape, Rng& rng, double bound, DType dtype, Device device);
+/// A parameter filled with `value` (batch-norm scale 1, shift 0) with a zeroed gradient.
+Param constant_param(const char* name, const Shape& shape, double value, DType dtype, Device device);
+/// A tensor filled with `value` (running statistics).
+Tensor constant_tensor(const Shape& shape, double value, DType dtype, Device device);
+
+/// `key: 3` or `key: [3, 5]` → {3, 3} or {3, 5}; each ≥ min.
+std::pair<int64_t, int64_t> read_pair(const ConfigNode& cfg, const char* key, std::pair<int64_t, int64_t> fallback,
+                                      int64_t min);
+YAML::Node pair_node(std::pair<int64_t, int64_t> p);
+
+}  // namespace gt

@@ -1,0 +1,83 @@
+// maxpool2d, avgpool2d and global_avgpool over [C, H, W] samples.
+#include "layers/params.h"
+#include "ops/ops.h"
+
+namespace gt {
+namespace {
+
+class Pool2d final : public Layer {
+ public:
+  Pool2d(PoolKind kind, const ConfigNode& cfg) : m_kind(kind) {
+    cfg.require("kernel_size");
+    m_kernel = read_pair(cfg, "kernel_size", {1, 1}, 1);
+    m_stride = read_pair(cfg, "stride", m_kernel, 1);
+    m_padding = read_pair(cfg, "padding", {0, 0}, 0);
+    if (m_padding.first * 2 > m_kernel.first || m_padding.second * 2 > m_kernel.second)
+      cfg["padding"].fail("padding must be at most half the kernel size");
+  }
+
+  Shape infer_shape(const std::vector<Shape>& in, const ConfigNode& cfg) override {
+    if (in[0].rank() != 3) cfg.fail(fmt::format("pooling needs [channels, height, width] inputs, got {}", in[0].str()));
+    m_win = {m_kernel.first, m_kernel.second, m_stride.first, m_stride.second, m_padding.first, m_padding.second};
+    const int64_t oh = window_out(in[0][1], m_win.kh, m_win.sh, m_win.ph, 1);
+    const int64_t ow = window_out(in[0][2], m_win.kw, m_win.sw, m_win.pw, 1);
+    if (oh < 1 || ow < 1) cfg.fail(fmt::format("a {}×{} window does not fit a {} input", m_win.kh, m_win.kw, in[0].str()));
+    m_numel = in[0][0] * oh * ow * m_win.kh * m_win.kw;
+    return Shape{in[0][0], oh, ow};
+  }
+
+  void forward(const std::vector<const Tensor*>& x, Tensor& y, const LayerContext&) override {
+    ops::pool2d_forward(m_kind, *x[0], m_win, y);
+  }
+  void backward(const std::vector<const Tensor*>& x, const Tensor&, const Tensor& dy, const std::vector<Tensor*>& dx,
+                const LayerContext&) override {
+    if (dx[0]) ops::pool2d_backward(m_kind, *x[0], dy, m_win, *dx[0]);
+  }
+  YAML::Node resolved_args() const override {
+    YAML::Node n(YAML::NodeType::Map);
+    n["kernel_size"] = pair_node(m_kernel);
+    n["stride"] = pair_node(m_stride);
+    n["padding"] = pair_node(m_padding);
+    return n;
+  }
+  int64_t forward_flops() const override { return m_numel; }
+
+ private:
+  PoolKind m_kind;
+  std::pair<int64_t, int64_t> m_kernel, m_stride, m_padding;
+  Window2d m_win{};
+  int64_t m_numel = 0;
+};
+
+// Mean over each channel's whole plane: [C, H, W] → [C]; an average pool whose window is the plane.
+class GlobalAvgPool final : public Layer {
+ public:
+  Shape infer_shape(const std::vector<Shape>& in, const ConfigNode& cfg) override {
+    if (in[0].rank() != 3)
+      cfg.fail(fmt::format("global_avgpool needs [channels, height, width] inputs, got {}", in[0].str()));
+    m_in = in[0];
+    m_win = {in[0][1], in[0][2], 1, 1, 0, 0};
+    return Shape{in[0][0]};
+  }
+  void forward(const std::vector<const Tensor*>& x, Tensor& y, const LayerContext&) override {
+    Tensor y4 = y.view(Shape{y.dim(0), m_in[0], 1, 1});
+    ops::pool2d_forward(PoolKind::avg, *x[0], m_win, y4);
+  }
+  void backward(const std::vector<const Tensor*>& x, const Tensor&, const Tensor& dy, const std::vector<Tensor*>& dx,
+                const LayerContext&) override {
+    if (dx[0]) ops::pool2d_backward(PoolKind::avg, *x[0], dy.view(Shape{dy.dim(0), m_in[0], 1, 1}), m_win, *dx[0]);
+  }
+  int64_t forward_flops() const override { return m_in.numel(); }
+
+ private:
+  Shape m_in;
+  Window2d m_win{};
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_maxpool2d(const ConfigNode& cfg) { return std::make_unique<Pool2d>(PoolKind::max, cfg); }
+std::unique_ptr<Layer> make_avgpool2d(const ConfigNode& cfg) { return std::make_unique<Pool2d>(PoolKind::avg, cfg); }
+std::unique_ptr<Layer> make_global_avgpool(const ConfigNode&) { return std::make_unique<GlobalAvgPool>(); }
+
+}  // namespace gt
