@@ -1,5 +1,6 @@
 // Finite-difference gradient checks, in double, for every registered layer and every loss.
 // The case table is walked against the registry: a layer without a check fails the suite.
+#include "graph/model.h"
 #include "layers/layer.h"
 #include "ops/ops.h"
 #include "train/loss.h"
@@ -14,15 +15,20 @@ using namespace gt;
 namespace {
 
 struct GradCase {
-  std::string yaml;  ///< the layer as it would appear in model.layers
-  Shape input;       ///< per sample
+  std::string yaml;          ///< the layer as it would appear in model.layers
+  Shape input;               ///< per sample
+  std::vector<Shape> extra = {};  ///< further inputs, for layers that join branches
 };
 
 // Every layer type needs at least one entry here.
 const std::multimap<std::string, GradCase>& cases() {
   static const std::multimap<std::string, GradCase> table = {
+      {"add", {"add", Shape{2, 3}, {Shape{2, 3}}}},
+      {"add", {"add", Shape{4}, {Shape{4}, Shape{4}}}},
       {"avgpool2d", {"{type: avgpool2d, kernel_size: 2}", Shape{2, 4, 5}}},
       {"avgpool2d", {"{type: avgpool2d, kernel_size: 3, stride: 2, padding: 1}", Shape{1, 5, 5}}},
+      {"concat", {"concat", Shape{2, 3, 2}, {Shape{1, 3, 2}}}},
+      {"concat", {"{type: concat, dim: -1}", Shape{2, 3}, {Shape{2, 1}, Shape{2, 2}}}},
       {"conv2d", {"{type: conv2d, out_channels: 3, kernel_size: 3, padding: 1}", Shape{2, 5, 4}}},
       {"conv2d", {"{type: conv2d, out_channels: 4, kernel_size: [2, 3], stride: 2, dilation: [1, 2], groups: 2, bias: false}",
                   Shape{4, 6, 7}}},
@@ -73,22 +79,30 @@ void gradcheck_layer(const std::string& type, const GradCase& c) {
   const LayerSpec* spec = find_layer(type);
   REQUIRE(spec);
   std::unique_ptr<Layer> layer = spec->make(cfg);
-  const Shape out_shape = layer->infer_shape({c.input}, cfg);
+  std::vector<Shape> in_shapes{c.input};
+  in_shapes.insert(in_shapes.end(), c.extra.begin(), c.extra.end());
+  const Shape out_shape = layer->infer_shape(in_shapes, cfg);
   Rng rng(42, 7);
   layer->init_params(rng, DType::f64, Device::cpu());
 
   const int64_t batch = 3;
-  Tensor x = random_tensor(c.input.batched(batch), rng, 0.05);
+  std::vector<Tensor> xs, dxs;
+  std::vector<const Tensor*> xp;
+  std::vector<Tensor*> dxp;
+  for (const Shape& s : in_shapes) {
+    xs.push_back(random_tensor(s.batched(batch), rng, 0.05));
+    dxs.push_back(Tensor::zeros(s.batched(batch), DType::f64));
+  }
+  for (size_t k = 0; k < xs.size(); ++k) xp.push_back(&xs[k]), dxp.push_back(&dxs[k]);
   const Tensor r = random_tensor(out_shape.batched(batch), rng);  // L = Σ y · r, so ∂L/∂y = r
   Tensor y = Tensor::zeros(out_shape.batched(batch), DType::f64);
-  Tensor dx = Tensor::zeros(x.shape(), DType::f64);
 
   auto loss = [&] {
-    layer->forward({&x}, y, {true, false});
+    layer->forward(xp, y, {true, false});
     return dot(y, r);
   };
   loss();
-  layer->backward({&x}, y, r, {&dx}, {true, false});
+  layer->backward(xp, y, r, dxp, {true, false});
 
   const double h = 1e-6;
   auto numeric = [&](double& v) {
@@ -100,8 +114,10 @@ void gradcheck_layer(const std::string& type, const GradCase& c) {
     v = keep;
     return (up - down) / (2 * h);
   };
-  for (int64_t i = 0; i < x.numel(); ++i)
-    check_close(dx.data<double>()[i], numeric(x.data<double>()[i]), type + " dx[" + std::to_string(i) + "]");
+  for (size_t k = 0; k < xs.size(); ++k)
+    for (int64_t i = 0; i < xs[k].numel(); ++i)
+      check_close(dxs[k].data<double>()[i], numeric(xs[k].data<double>()[i]),
+                  type + " dx" + std::to_string(k) + "[" + std::to_string(i) + "]");
   std::vector<Tensor> analytic;
   for (Param* p : layer->params()) analytic.push_back(p->grad.clone());
   const auto params = layer->params();
@@ -111,13 +127,53 @@ void gradcheck_layer(const std::string& type, const GradCase& c) {
                   type + " " + params[k]->name + "[" + std::to_string(i) + "]");
   // accumulate_grads adds to what is there (gradient accumulation relies on it).
   loss();
-  layer->backward({&x}, y, r, {&dx}, {true, true});
+  layer->backward(xp, y, r, dxp, {true, true});
   for (size_t k = 0; k < params.size(); ++k)
     for (int64_t i = 0; i < params[k]->grad.numel(); ++i)
       CHECK(params[k]->grad.data<double>()[i] == Approx(2 * analytic[k].data<double>()[i]).margin(1e-12));
 }
 
 }  // namespace
+
+TEST_CASE("a branching model's parameter gradients match central differences", "[gradcheck][cpu]") {
+  // Two consumers of one output, a view (flatten) between branches, add and concat: the graph must sum the
+  // gradient contributions of every consumer.
+  const ConfigNode cfg = ConfigNode::load_string(R"(layers:
+  - {type: conv2d, name: stem, out_channels: 2, kernel_size: 3, padding: 1}
+  - {type: conv2d, name: branch, out_channels: 2, kernel_size: 1}
+  - {type: add, name: sum, inputs: [stem, branch]}
+  - {type: flatten, name: flat, inputs: stem}
+  - {type: flatten, name: flat2, inputs: sum}
+  - {type: concat, name: both, inputs: [flat, flat2, flat]}
+  - tanh
+  - {type: linear, out_features: 3}
+)", "dag.yaml");
+  Model m = Model::build(cfg, Shape{1, 3, 3}, DType::f64, Device::cpu(), 5);
+  m.allocate(2);
+  Rng rng(8, 8);
+  Tensor x = random_tensor(Shape{2, 1, 3, 3}, rng);
+  const Tensor r = random_tensor(Shape{2, 3}, rng);
+  auto loss = [&] { return dot(m.forward(x, {true, false}), r); };
+  loss();
+  m.backward(r, {true, false});
+  std::vector<Tensor> analytic;
+  for (Param* p : m.params()) analytic.push_back(p->grad.clone());
+  const double h = 1e-6;
+  size_t k = 0;
+  for (auto& [name, p] : m.named_params()) {
+    for (int64_t i = 0; i < p->value.numel(); ++i) {
+      double& v = p->value.data<double>()[i];
+      const double keep = v;
+      v = keep + h;
+      const double up = loss();
+      v = keep - h;
+      const double down = loss();
+      v = keep;
+      check_close(analytic[k].data<double>()[i], (up - down) / (2 * h), name + "[" + std::to_string(i) + "]");
+    }
+    ++k;
+  }
+}
 
 TEST_CASE("every registered layer has a gradient check", "[gradcheck][cpu]") {
   for (const LayerSpec& spec : layer_registry()) {

@@ -2,6 +2,10 @@
 #include "graph/model.h"
 
 #include <algorithm>
+#include <map>
+#include <set>
+
+#include "ops/ops.h"
 
 namespace gt {
 
@@ -15,80 +19,218 @@ std::vector<std::string> registry_types() {
 
 }  // namespace
 
+namespace {
+
+// One layer as written in the config, before ordering.
+struct Pending {
+  ConfigNode cfg;
+  std::string type, name;
+  const LayerSpec* spec = nullptr;
+  std::vector<std::string> input_names;
+  std::vector<int> inputs;  // positions in the config list; -1 = model input
+};
+
+std::string join_names(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+}  // namespace
+
 Model Model::build(const ConfigNode& model_cfg, const Shape& input_shape, DType dtype, Device device, uint64_t seed) {
   model_cfg.expect_keys({"layers"});
   model_cfg.require("layers");
   const ConfigNode layers = model_cfg["layers"];
   if (!layers.is_sequence() || layers.size() == 0) layers.fail("expected a non-empty list of layers");
 
+  // 1. Read every layer's type, name and inputs.
+  std::vector<Pending> pending;
+  std::map<std::string, int> by_name;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    Pending p{layers.at(i), "", fmt::format("layers.{}", i), nullptr, {}, {}};
+    const ConfigNode& cfg = p.cfg;
+    if (cfg.is_scalar()) {
+      p.type = cfg.as_string();
+    } else if (cfg.is_map()) {
+      cfg.require("type");
+      p.type = cfg["type"].as_string();
+    } else {
+      cfg.fail("expected a layer type name or a map with `type:`");
+    }
+    p.spec = find_layer(p.type);
+    if (!p.spec) {
+      const ConfigNode at = cfg.is_map() ? cfg["type"] : cfg;
+      const std::string hint = closest_match(p.type, registry_types());
+      at.fail(fmt::format("unknown layer type \"{}\"{}; known types: {}", p.type,
+                          hint.empty() ? "" : " (did you mean \"" + hint + "\"?)", join_names(registry_types())));
+    }
+    std::vector<std::string> allowed{"type", "name", "inputs"};
+    for (const auto& a : p.spec->args) allowed.push_back(a.name);
+    if (cfg.is_map()) {
+      cfg.expect_keys(allowed);
+      if (cfg.has("name")) {
+        p.name = cfg["name"].as_string();
+        if (p.name.empty() || p.name == "input") cfg["name"].fail("`input` and \"\" are reserved names");
+      }
+      if (cfg.has("inputs")) {
+        const ConfigNode in = cfg["inputs"];
+        if (in.is_scalar()) {
+          p.input_names.push_back(in.as_string());
+        } else if (in.is_sequence() && in.size() > 0) {
+          for (size_t k = 0; k < in.size(); ++k) p.input_names.push_back(in.at(k).as_string());
+        } else {
+          in.fail("expected a layer name or a non-empty list of names");
+        }
+      }
+    } else {
+      for (const auto& a : p.spec->args)
+        if (a.required)
+          cfg.fail(fmt::format("layer {} needs `{}`; write {{type: {}, {}: …}}", p.type, a.name, p.type, a.name));
+    }
+    if (!by_name.emplace(p.name, static_cast<int>(i)).second)
+      (cfg.is_map() && cfg.has("name") ? cfg["name"] : cfg)
+          .fail(fmt::format("the name \"{}\" is already used by model.layers[{}]", p.name, by_name[p.name]));
+    pending.push_back(std::move(p));
+  }
+
+  // 2. Resolve input names; the default input is the layer listed before (the model input for the first).
+  std::vector<std::string> known{"input"};
+  for (const auto& p : pending) known.push_back(p.name);
+  for (size_t i = 0; i < pending.size(); ++i) {
+    Pending& p = pending[i];
+    if (p.input_names.empty()) p.input_names.push_back(i == 0 ? "input" : pending[i - 1].name);
+    const ConfigNode where = p.cfg.is_map() && p.cfg.has("inputs") ? p.cfg["inputs"] : p.cfg;
+    for (const auto& n : p.input_names) {
+      if (n == "input") {
+        p.inputs.push_back(-1);
+        continue;
+      }
+      auto it = by_name.find(n);
+      if (it == by_name.end()) {
+        const std::string hint = closest_match(n, known);
+        where.fail(fmt::format("no layer is named \"{}\"{}", n, hint.empty() ? "" : " (did you mean \"" + hint + "\"?)"));
+      }
+      if (it->second == static_cast<int>(i)) where.fail(fmt::format("layer \"{}\" takes its own output", n));
+      p.inputs.push_back(it->second);
+    }
+    const auto count = static_cast<int>(p.inputs.size());
+    if (count < p.spec->min_inputs || (p.spec->max_inputs > 0 && count > p.spec->max_inputs))
+      where.fail(fmt::format("{} takes {} input{}, got {}", p.type,
+                             p.spec->max_inputs == 0 ? fmt::format("{} or more", p.spec->min_inputs)
+                                                     : std::to_string(p.spec->max_inputs),
+                             p.spec->max_inputs == 1 ? "" : "s", count));
+  }
+
+  // 3. Order: Kahn's algorithm, taking the earliest listed ready layer first; what is left is a cycle.
+  std::vector<int> order, waiting(pending.size(), 0);
+  std::vector<std::vector<int>> users(pending.size());
+  for (size_t i = 0; i < pending.size(); ++i)
+    for (int j : pending[i].inputs)
+      if (j >= 0) ++waiting[i], users[static_cast<size_t>(j)].push_back(static_cast<int>(i));
+  std::set<int> ready;
+  for (size_t i = 0; i < pending.size(); ++i)
+    if (waiting[i] == 0) ready.insert(static_cast<int>(i));
+  while (!ready.empty()) {
+    const int i = *ready.begin();
+    ready.erase(ready.begin());
+    order.push_back(i);
+    for (int u : users[static_cast<size_t>(i)])
+      if (--waiting[static_cast<size_t>(u)] == 0) ready.insert(u);
+  }
+  if (order.size() != pending.size()) {
+    // Walk back along unfinished inputs from the first stuck layer until a layer repeats: that is the cycle.
+    int at = 0;
+    while (waiting[static_cast<size_t>(at)] == 0) ++at;
+    std::vector<int> path;
+    while (std::find(path.begin(), path.end(), at) == path.end()) {
+      path.push_back(at);
+      for (int j : pending[static_cast<size_t>(at)].inputs)
+        if (j >= 0 && waiting[static_cast<size_t>(j)] > 0) {
+          at = j;
+          break;
+        }
+    }
+    std::string cycle = pending[static_cast<size_t>(at)].name;
+    for (auto it = std::find(path.begin(), path.end(), at) + 1; it != path.end(); ++it)
+      cycle = pending[static_cast<size_t>(*it)].name + " → " + cycle;
+    pending[static_cast<size_t>(at)].cfg.fail("the layers form a cycle: " + pending[static_cast<size_t>(at)].name +
+                                              " → " + cycle);
+  }
+
+  // 4. Build in execution order: shapes flow forward. Parameters are initialised in config-list order, so that a
+  //    branch added later never changes the initial weights of the layers listed before it.
   Model m;
   m.m_input_shape = input_shape;
   m.m_dtype = dtype;
   m.m_device = device;
-  // Initialisation draws from its own stream, so changing data or shuffling never changes the initial weights.
-  Rng init_rng(seed, /*stream=*/0x1A17);
-
-  for (size_t i = 0; i < layers.size(); ++i) {
-    const ConfigNode cfg = layers.at(i);
-    std::string type;
-    if (cfg.is_scalar()) {
-      type = cfg.as_string();
-    } else if (cfg.is_map()) {
-      cfg.require("type");
-      type = cfg["type"].as_string();
-    } else {
-      cfg.fail("expected a layer type name or a map with `type:`");
-    }
-    const LayerSpec* spec = find_layer(type);
-    if (!spec) {
-      const ConfigNode at = cfg.is_map() ? cfg["type"] : cfg;
-      const std::string hint = closest_match(type, registry_types());
-      std::string all;
-      for (const auto& t : registry_types()) all += (all.empty() ? "" : ", ") + t;
-      at.fail(fmt::format("unknown layer type \"{}\"{}; known types: {}", type,
-                          hint.empty() ? "" : " (did you mean \"" + hint + "\"?)", all));
-    }
-    std::vector<std::string> allowed{"type"};
-    for (const auto& a : spec->args) allowed.push_back(a.name);
-    if (cfg.is_map()) {
-      cfg.expect_keys(allowed);
-    } else {
-      for (const auto& a : spec->args)
-        if (a.required)
-          cfg.fail(fmt::format("layer {} needs `{}`; write {{type: {}, {}: …}}", type, a.name, type, a.name));
-    }
-
+  std::vector<int> position(pending.size());
+  for (size_t k = 0; k < order.size(); ++k) position[static_cast<size_t>(order[k])] = static_cast<int>(k);
+  const int output = static_cast<int>(pending.size()) - 1;
+  for (int i : order) {
+    Pending& p = pending[static_cast<size_t>(i)];
     GraphNode node;
-    node.name = fmt::format("layers.{}", i);
-    node.type = type;
-    node.layer = spec->make(cfg);
-    node.inputs = {static_cast<int>(i) - 1};
+    node.name = p.name;
+    node.index = static_cast<size_t>(i);
+    node.type = p.type;
+    node.layer = p.spec->make(p.cfg);
     std::vector<Shape> in_shapes;
-    for (int j : node.inputs) in_shapes.push_back(j < 0 ? input_shape : m.m_nodes[static_cast<size_t>(j)].out_shape);
-    node.out_shape = node.layer->infer_shape(in_shapes, cfg);
-    node.layer->init_params(init_rng, dtype, device);
-    for (Param* p : node.layer->params()) node.param_count += p->value.numel();
-    node.needs_grad = node.param_count > 0;
-    for (int j : node.inputs)
-      if (j >= 0 && m.m_nodes[static_cast<size_t>(j)].needs_grad) node.needs_grad = true;
+    for (int j : p.inputs) {
+      node.inputs.push_back(j < 0 ? -1 : position[static_cast<size_t>(j)]);
+      in_shapes.push_back(j < 0 ? input_shape : m.m_nodes[static_cast<size_t>(node.inputs.back())].out_shape);
+    }
+    node.out_shape = node.layer->infer_shape(in_shapes, p.cfg);
+    if (i != output && users[static_cast<size_t>(i)].empty())
+      p.cfg.fail(fmt::format("the output of \"{}\" is never used (only the last layer listed is the model output)",
+                             p.name));
     m.m_nodes.push_back(std::move(node));
+  }
+  if (position[static_cast<size_t>(output)] != static_cast<int>(m.m_nodes.size()) - 1)
+    pending[static_cast<size_t>(output)].cfg.fail(
+        "the last layer listed is the model output, so no layer may take it as input");
+  Rng init_rng(seed, /*stream=*/0x1A17);  // its own stream: data and shuffling never change the initial weights
+  std::vector<GraphNode*> by_index(pending.size());
+  for (auto& n : m.m_nodes) by_index[n.index] = &n;
+  for (GraphNode* n : by_index) {
+    n->layer->init_params(init_rng, dtype, device);
+    for (Param* p : n->layer->params()) n->param_count += p->value.numel();
+  }
+  for (size_t k = 0; k < m.m_nodes.size(); ++k) {
+    GraphNode& n = m.m_nodes[k];
+    n.needs_grad = n.param_count > 0;
+    for (int j : n.inputs)
+      if (j >= 0 && m.m_nodes[static_cast<size_t>(j)].needs_grad) n.needs_grad = true;
+    if (!n.layer->is_view())
+      n.grad_owner = static_cast<int>(k);
+    else
+      n.grad_owner = n.inputs[0] >= 0 ? m.m_nodes[static_cast<size_t>(n.inputs[0])].grad_owner : -1;
   }
   return m;
 }
 
 void Model::allocate(int64_t max_batch) {
+  const size_t count = m_nodes.size();
   m_max_batch = max_batch;
-  m_out_buf.assign(m_nodes.size(), Tensor());
-  m_grad_buf.assign(m_nodes.size(), Tensor());
-  m_out.assign(m_nodes.size(), Tensor());
-  m_grad.assign(m_nodes.size(), Tensor());
-  for (size_t i = 0; i < m_nodes.size(); ++i) {
+  m_out_buf.assign(count, Tensor());
+  m_grad_buf.assign(count, Tensor());
+  m_scratch_buf.assign(count, Tensor());
+  m_out.assign(count, Tensor());
+  m_grad.assign(count, Tensor());
+  m_writers.assign(count, 0);
+  // Who writes each gradient buffer: every (consumer, input) pair whose input leads to it through views.
+  for (const GraphNode& n : m_nodes) {
+    if (n.layer->is_view() || !n.needs_grad) continue;
+    for (int j : n.inputs)
+      if (j >= 0 && m_nodes[static_cast<size_t>(j)].needs_grad && m_nodes[static_cast<size_t>(j)].grad_owner >= 0)
+        ++m_writers[static_cast<size_t>(m_nodes[static_cast<size_t>(j)].grad_owner)];
+  }
+  for (size_t i = 0; i < count; ++i) {
     const GraphNode& n = m_nodes[i];
     if (n.layer->is_view()) continue;  // bound to its input at run time
     m_out_buf[i] = Tensor::empty(n.out_shape.batched(max_batch), m_dtype, m_device);
     // The last node's gradient comes from the loss; the others need a buffer only when something before learns.
-    if (n.needs_grad && i + 1 < m_nodes.size())
-      m_grad_buf[i] = Tensor::empty(n.out_shape.batched(max_batch), m_dtype, m_device);
+    if (n.needs_grad && i + 1 < count) m_grad_buf[i] = Tensor::empty(n.out_shape.batched(max_batch), m_dtype, m_device);
+    if (m_writers[i] > 1) m_scratch_buf[i] = Tensor::empty(n.out_shape.batched(max_batch), m_dtype, m_device);
   }
 }
 
@@ -118,38 +260,61 @@ void Model::backward(const Tensor& dout, const LayerContext& ctx) {
   const int64_t batch = dout.dim(0);
   GT_CHECK(batch == m_out[last].dim(0) && dout.numel() == m_out[last].numel(), "dout {} for output {}",
            dout.shape().str(), m_out[last].shape().str());
-  // Bind this batch's gradient views; a view layer's gradient is its input's gradient under its own shape.
-  for (size_t i = 0; i < last; ++i) {
-    const GraphNode& n = m_nodes[i];
-    if (n.layer->is_view()) {
-      const int j = n.inputs[0];
-      m_grad[i] = j >= 0 && m_grad[static_cast<size_t>(j)].defined()
-                      ? m_grad[static_cast<size_t>(j)].view(n.out_shape.batched(batch))
-                      : Tensor();
-    } else {
-      m_grad[i] = m_grad_buf[i].defined() ? m_grad_buf[i].narrow0(batch) : Tensor();
-    }
-  }
-  m_grad[last] = dout;
-  if (m_nodes[last].layer->is_view()) {
-    const int j = m_nodes[last].inputs[0];
-    if (j >= 0 && m_grad[static_cast<size_t>(j)].defined()) m_grad[static_cast<size_t>(j)].copy_from(dout.view(m_grad[static_cast<size_t>(j)].shape()));
+  for (size_t i = 0; i < last; ++i) m_grad[i] = m_grad_buf[i].defined() ? m_grad_buf[i].narrow0(batch) : Tensor();
+  m_grad[last] = dout.view(m_out[last].shape());
+  if (m_nodes[last].layer->is_view()) {  // a model ending in a view passes dout straight to its source
+    const int owner = m_nodes[last].grad_owner;
+    if (owner >= 0 && m_grad[static_cast<size_t>(owner)].defined())
+      m_grad[static_cast<size_t>(owner)].copy_from(dout.view(m_grad[static_cast<size_t>(owner)].shape()));
   }
 
+  // The first consumer to run writes a gradient buffer; later ones write scratch, which is then added in.
+  std::vector<int> written(m_nodes.size(), 0);
   std::vector<const Tensor*> ins;
+  std::vector<Tensor> dx_views;
   std::vector<Tensor*> dins;
+  std::vector<std::pair<int, size_t>> pending_adds;
   for (size_t i = last + 1; i-- > 0;) {
     GraphNode& n = m_nodes[i];
     if (n.layer->is_view() || !n.needs_grad) continue;
     ins.clear();
-    dins.clear();
-    for (int j : n.inputs) {
+    dx_views.assign(n.inputs.size(), Tensor());
+    dins.assign(n.inputs.size(), nullptr);
+    pending_adds.clear();
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      const int j = n.inputs[k];
       ins.push_back(j < 0 ? &m_input : &m_out[static_cast<size_t>(j)]);
-      Tensor* g = j >= 0 && m_grad[static_cast<size_t>(j)].defined() ? &m_grad[static_cast<size_t>(j)] : nullptr;
-      dins.push_back(g);
+      if (j < 0 || !m_nodes[static_cast<size_t>(j)].needs_grad) continue;
+      const int owner = m_nodes[static_cast<size_t>(j)].grad_owner;
+      if (owner < 0 || !m_grad[static_cast<size_t>(owner)].defined()) continue;
+      const Shape shape = m_out[static_cast<size_t>(j)].shape();
+      if (written[static_cast<size_t>(owner)]++ == 0) {
+        dx_views[k] = m_grad[static_cast<size_t>(owner)].view(shape);
+      } else {
+        dx_views[k] = m_scratch_buf[static_cast<size_t>(owner)].narrow0(batch).view(shape);
+        pending_adds.emplace_back(owner, k);
+      }
+      dins[k] = &dx_views[k];
     }
     n.layer->backward(ins, m_out[i], m_grad[i], dins, ctx);
+    for (const auto& [owner, k] : pending_adds) {
+      Tensor& g = m_grad[static_cast<size_t>(owner)];
+      ops::add(g, dx_views[k].view(g.shape()), g);
+    }
   }
+}
+
+std::string Model::edges() const {
+  std::string out;
+  for (size_t i = 0; i < m_nodes.size(); ++i) {
+    const GraphNode& n = m_nodes[i];
+    if (n.inputs.size() == 1 && n.inputs[0] == static_cast<int>(i) - 1) continue;  // a plain chain link
+    std::string from;
+    for (int j : n.inputs)
+      from += (from.empty() ? "" : " + ") + (j < 0 ? std::string("input") : m_nodes[static_cast<size_t>(j)].name);
+    out += fmt::format("  {} ← {}\n", n.name, from);
+  }
+  return out;
 }
 
 std::vector<Param*> Model::params() {
@@ -179,16 +344,27 @@ int64_t Model::forward_flops() const {
 }
 
 YAML::Node Model::resolved_layers() const {
+  // In config-list order, with `name` and `inputs` only where they differ from the defaults.
+  std::vector<const GraphNode*> listed(m_nodes.size());
+  for (const auto& n : m_nodes) listed[n.index] = &n;
   YAML::Node list(YAML::NodeType::Sequence);
-  for (const auto& n : m_nodes) {
-    YAML::Node args = n.layer->resolved_args();
-    if (args.size() == 0) {
+  for (size_t i = 0; i < listed.size(); ++i) {
+    const GraphNode& n = *listed[i];
+    YAML::Node item(YAML::NodeType::Map);
+    item["type"] = n.type;
+    if (n.name != fmt::format("layers.{}", i)) item["name"] = n.name;
+    const std::string default_input = i == 0 ? "input" : listed[i - 1]->name;
+    std::vector<std::string> inputs;
+    for (int j : n.inputs) inputs.push_back(j < 0 ? "input" : m_nodes[static_cast<size_t>(j)].name);
+    if (inputs.size() != 1 || inputs[0] != default_input) {
+      item["inputs"] = inputs;
+      item["inputs"].SetStyle(YAML::EmitterStyle::Flow);
+    }
+    for (const auto& kv : n.layer->resolved_args()) item[kv.first] = kv.second;
+    if (item.size() == 1) {
       list.push_back(n.type);
       continue;
     }
-    YAML::Node item(YAML::NodeType::Map);
-    item["type"] = n.type;
-    for (const auto& kv : args) item[kv.first] = kv.second;
     item.SetStyle(YAML::EmitterStyle::Flow);
     list.push_back(item);
   }
@@ -201,6 +377,8 @@ std::string Model::summary_table(int64_t batch) const {
   for (const auto& n : m_nodes)
     out += fmt::format("{:<12} {:<10} {:<18} {:>12}\n", n.name, n.type, n.out_shape.batched(batch).str(),
                        n.param_count);
+  const std::string e = edges();
+  if (!e.empty()) out += "edges (other than from the layer before):\n" + e;
   const double mflops = static_cast<double>(forward_flops()) * 1e-6;
   out += fmt::format("total: {} layers, {} parameters ({:.2f} MB as f32), {:.3f} MFLOP forward per sample\n",
                      m_nodes.size(), param_count(), static_cast<double>(param_count()) * 4e-6, mflops);

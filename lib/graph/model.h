@@ -12,9 +12,11 @@ namespace gt {
 
 struct GraphNode {
   std::string name;             ///< "layers.3" unless the config names it
+  size_t index = 0;             ///< position in model.layers (nodes are stored in execution order)
   std::string type;
   std::unique_ptr<Layer> layer;
-  std::vector<int> inputs;      ///< node indices; -1 is the model input
+  std::vector<int> inputs;      ///< node positions in execution order; -1 is the model input
+  int grad_owner = -1;          ///< the node whose gradient buffer holds ∂L/∂output (itself, or a view's source)
   Shape out_shape;              ///< per sample
   bool needs_grad = false;      ///< some parameter at or before this node learns, so ∂L/∂output is needed
   int64_t param_count = 0;
@@ -46,6 +48,8 @@ class Model {
   Device device() const { return m_device; }
   /// The layer list as config after defaults (for config.resolved.yaml).
   YAML::Node resolved_layers() const;
+  /// The edges of the graph, one line per node with inputs other than its predecessor ("" for a chain).
+  std::string edges() const;
   /// The table `gputrain check` prints: layer, type, output shape, parameters, and totals.
   std::string summary_table(int64_t batch) const;
 
@@ -57,6 +61,8 @@ class Model {
   int64_t m_max_batch = 0;
   std::vector<Tensor> m_out_buf, m_grad_buf;  // per node, max_batch rows (undefined for view layers)
   std::vector<Tensor> m_out, m_grad;          // per node, this batch's rows
+  std::vector<Tensor> m_scratch_buf;          // per owner written by several consumers: their second and later dx
+  std::vector<int> m_writers;                 // per owner: (consumer, input) pairs that write its gradient
   Tensor m_input;                              // the last forward's input
 };
 

@@ -67,6 +67,7 @@ struct LayerSpec {
   std::vector<LayerArg> args;
   /// Builds the layer from its config node (a map holding `type` and the args; already key-checked).
   std::unique_ptr<Layer> (*make)(const ConfigNode& cfg);
+  int min_inputs = 1, max_inputs = 1;  ///< how many `inputs:` the layer takes (max 0: any number)
 };
 
 /// Every layer type, sorted by name. Tests walk this table: a layer without a gradient check fails the suite.
@@ -87,5 +88,7 @@ std::unique_ptr<Layer> make_conv2d(const ConfigNode& cfg);
 std::unique_ptr<Layer> make_maxpool2d(const ConfigNode& cfg);
 std::unique_ptr<Layer> make_avgpool2d(const ConfigNode& cfg);
 std::unique_ptr<Layer> make_global_avgpool(const ConfigNode& cfg);
+std::unique_ptr<Layer> make_add(const ConfigNode& cfg);
+std::unique_ptr<Layer> make_concat(const ConfigNode& cfg);
 
 }  // namespace gt

@@ -7,12 +7,17 @@ namespace gt {
 
 const std::vector<LayerSpec>& layer_registry() {
   static const std::vector<LayerSpec> table = {
+      {"add", "Element-wise sum of two or more inputs of one shape (residual connections).", {}, make_add, 2, 0},
       {"avgpool2d",
        "Average pooling over [C, H, W]; padding counts in the divisor (PyTorch's count_include_pad=True).",
        {{"kernel_size", "int or [h, w]", "", "window size", true},
         {"stride", "int or [h, w]", "kernel_size", "", false},
         {"padding", "int or [h, w]", "0", "at most half the window", false}},
        make_avgpool2d},
+      {"concat",
+       "Concatenates two or more inputs along a per-sample dimension; the others must match.",
+       {{"dim", "int", "0", "per-sample dimension (0 = channels of [C, H, W]; negative counts from the end)", false}},
+       make_concat, 2, 0},
       {"conv2d",
        "2-D convolution over [C, H, W] → [out_channels, H', W'] (im2col + GEMM on the CPU); initialised like "
        "torch.nn.Conv2d.",
@@ -53,7 +58,10 @@ const LayerSpec* find_layer(std::string_view type) {
 }
 
 std::string layer_reference_markdown() {
-  std::string out = "| type | arguments | what it does |\n|---|---|---|\n";
+  std::string out =
+      "Every layer also takes `name:` (default `layers.<index>`) and `inputs:` (names of earlier or later layers, or "
+      "`input` for the model input; default: the layer listed before it). The model's output is the last layer "
+      "listed.\n\n| type | arguments | what it does |\n|---|---|---|\n";
   for (const LayerSpec& s : layer_registry()) {
     std::string args;
     for (const LayerArg& a : s.args) {

@@ -164,4 +164,30 @@ void pool2d_backward(PoolKind kind, const Tensor& x, const Tensor& dy, const Win
   cpu::pool2d_backward(kind, x, dy, win, dx);
 }
 
+void add(const Tensor& a, const Tensor& b, Tensor& y) {
+  same_dtype("add", {&a, &b, &y});
+  GT_CHECK(a.numel() == y.numel() && b.numel() == y.numel(), "add {} + {} → {}", a.shape().str(), b.shape().str(),
+           y.shape().str());
+  require_cpu("add", common_device("add", {&a, &b, &y}));
+  cpu::add(a, b, y);
+}
+
+void copy_blocks(const Tensor& src, Tensor& dst, int64_t outer, int64_t src_inner, int64_t dst_inner,
+                 int64_t dst_offset) {
+  same_dtype("copy_blocks", {&src, &dst});
+  GT_CHECK(src.numel() == outer * src_inner && dst.numel() == outer * dst_inner && dst_offset + src_inner <= dst_inner,
+           "copy_blocks sizes");
+  require_cpu("copy_blocks", common_device("copy_blocks", {&src, &dst}));
+  cpu::copy_blocks(src, dst, outer, src_inner, dst_inner, dst_offset);
+}
+
+void split_blocks(const Tensor& whole, Tensor& part, int64_t outer, int64_t part_inner, int64_t whole_inner,
+                  int64_t offset) {
+  same_dtype("split_blocks", {&whole, &part});
+  GT_CHECK(part.numel() == outer * part_inner && whole.numel() == outer * whole_inner && offset + part_inner <= whole_inner,
+           "split_blocks sizes");
+  require_cpu("split_blocks", common_device("split_blocks", {&whole, &part}));
+  cpu::split_blocks(whole, part, outer, part_inner, whole_inner, offset);
+}
+
 }  // namespace gt::ops

@@ -45,4 +45,14 @@ void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const W
 void pool2d_forward(PoolKind kind, const Tensor& x, const Window2d& win, Tensor& y);
 void pool2d_backward(PoolKind kind, const Tensor& x, const Tensor& dy, const Window2d& win, Tensor& dx);
 
+/// y = a + b, element-wise (y may be a or b).
+void add(const Tensor& a, const Tensor& b, Tensor& y);
+/// Block copy for concatenation: for each of `outer` blocks, copies src's `src_inner` contiguous elements into dst
+/// at offset `dst_offset` of dst's block of `dst_inner` elements.
+void copy_blocks(const Tensor& src, Tensor& dst, int64_t outer, int64_t src_inner, int64_t dst_inner,
+                 int64_t dst_offset);
+/// The inverse of copy_blocks: part's blocks are taken out of whole's.
+void split_blocks(const Tensor& whole, Tensor& part, int64_t outer, int64_t part_inner, int64_t whole_inner,
+                  int64_t offset);
+
 }  // namespace gt::ops

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -212,7 +213,43 @@ template <class F> void by_float_type(DType t, F&& f) {
     throw Error(fmt::format("CPU kernel called on a {} tensor; it takes f32 or f64", dtype_name(t)));
 }
 
+template <class T> void add_t(const Tensor& a, const Tensor& b, Tensor& y) {
+  const T *pa = a.data<T>(), *pb = b.data<T>();
+  T* py = y.data<T>();
+  parallel_for(y.numel(), kGrain, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) py[i] = pa[i] + pb[i];
+  });
+}
+
 }  // namespace
+
+void add(const Tensor& a, const Tensor& b, Tensor& y) {
+  by_float_type(y.dtype(), [&](auto t) { add_t<decltype(t)>(a, b, y); });
+}
+
+void copy_blocks(const Tensor& src, Tensor& dst, int64_t outer, int64_t src_inner, int64_t dst_inner,
+                 int64_t dst_offset) {
+  const size_t es = dtype_size(src.dtype());
+  const auto* s = static_cast<const char*>(src.raw());
+  auto* d = static_cast<char*>(dst.raw());
+  parallel_for(outer, std::max<int64_t>(1, kGrain / std::max<int64_t>(src_inner, 1)), [&](int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; ++o)
+      std::memcpy(d + static_cast<size_t>(o * dst_inner + dst_offset) * es, s + static_cast<size_t>(o * src_inner) * es,
+                  static_cast<size_t>(src_inner) * es);
+  });
+}
+
+void split_blocks(const Tensor& whole, Tensor& part, int64_t outer, int64_t part_inner, int64_t whole_inner,
+                  int64_t offset) {
+  const size_t es = dtype_size(whole.dtype());
+  const auto* s = static_cast<const char*>(whole.raw());
+  auto* d = static_cast<char*>(part.raw());
+  parallel_for(outer, std::max<int64_t>(1, kGrain / std::max<int64_t>(part_inner, 1)), [&](int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; ++o)
+      std::memcpy(d + static_cast<size_t>(o * part_inner) * es, s + static_cast<size_t>(o * whole_inner + offset) * es,
+                  static_cast<size_t>(part_inner) * es);
+  });
+}
 
 void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double beta) {
   by_float_type(c.dtype(), [&](auto t) { gemm_t<decltype(t)>(a, ta, b, tb, c, beta); });

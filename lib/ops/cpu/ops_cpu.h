@@ -21,5 +21,10 @@ void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const W
                      Tensor& dx, Tensor& dw, Tensor& db, double beta);
 void pool2d_forward(PoolKind kind, const Tensor& x, const Window2d& win, Tensor& y);
 void pool2d_backward(PoolKind kind, const Tensor& x, const Tensor& dy, const Window2d& win, Tensor& dx);
+void add(const Tensor& a, const Tensor& b, Tensor& y);
+void copy_blocks(const Tensor& src, Tensor& dst, int64_t outer, int64_t src_inner, int64_t dst_inner,
+                 int64_t dst_offset);
+void split_blocks(const Tensor& whole, Tensor& part, int64_t outer, int64_t part_inner, int64_t whole_inner,
+                  int64_t offset);
 
 }  // namespace gt::cpu
