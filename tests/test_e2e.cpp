@@ -200,7 +200,7 @@ TEST_CASE("bad configs and usage exit 2 with one error line, bad data exits 1", 
     CHECK(lines(r.output).size() <= 2);  // one clear line (CLI usage errors add a hint)
   };
   write_text(dir / "bad.yaml", std::string(kSynthetic) + "epochs: 3\n");
-  expect("train " + (dir / "bad.yaml"), 2, "epochs: unknown key (did you mean \"seed\"?)");
+  expect("train " + (dir / "bad.yaml"), 2, "epochs: unknown key (did you mean \"train.epochs\"?)");
   write_text(dir / "good.yaml", kSynthetic);
   expect("train " + (dir / "good.yaml") + " --set model.layers[0].out_features=-4", 2,
          "model.layers[0].out_features: expected a positive integer, got -4 (--set model.layers[0].out_features=-4)");

@@ -2,6 +2,7 @@
 #include "train/experiment.h"
 
 #include <filesystem>
+#include <map>
 
 namespace gt {
 namespace {
@@ -115,6 +116,14 @@ ConfigNode load_config(const std::string& file, const std::vector<std::string>& 
 
 Experiment parse_experiment(const ConfigNode& root) {
   if (!root.is_map()) root.fail("expected a map of settings at the top of the file");
+  // A section's key written at the top level is a common slip: point at where it belongs.
+  static const std::map<std::string, std::string> nested = {
+      {"epochs", "train.epochs"},      {"log_every", "train.log_every"}, {"max_steps", "train.max_steps"},
+      {"lr", "optimizer.lr"},          {"momentum", "optimizer.momentum"}, {"weight_decay", "optimizer.weight_decay"},
+      {"batch_size", "data.batch_size"}, {"layers", "model.layers"},      {"shuffle", "data.shuffle"}};
+  for (const auto& key : root.keys())
+    if (auto it = nested.find(key); it != nested.end())
+      root[key].fail(fmt::format("unknown key (did you mean \"{}\"?)", it->second));
   root.expect_keys({"name", "seed", "device", "data", "model", "loss", "optimizer", "train"});
   Experiment exp;
   exp.root = root;
