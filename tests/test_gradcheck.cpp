@@ -18,6 +18,7 @@ struct GradCase {
   std::string yaml;          ///< the layer as it would appear in model.layers
   Shape input;               ///< per sample
   std::vector<Shape> extra = {};  ///< further inputs, for layers that join branches
+  int64_t index_range = 0;        ///< > 0: inputs are integers in [0, index_range) (embedding)
 };
 
 // Every layer type needs at least one entry here.
@@ -27,23 +28,30 @@ const std::multimap<std::string, GradCase>& cases() {
       {"add", {"add", Shape{4}, {Shape{4}, Shape{4}}}},
       {"avgpool2d", {"{type: avgpool2d, kernel_size: 2}", Shape{2, 4, 5}}},
       {"avgpool2d", {"{type: avgpool2d, kernel_size: 3, stride: 2, padding: 1}", Shape{1, 5, 5}}},
+      {"batchnorm1d", {"batchnorm1d", Shape{4}}},
+      {"batchnorm1d", {"{type: batchnorm1d, eps: 0.001}", Shape{3, 5}}},
+      {"batchnorm2d", {"batchnorm2d", Shape{3, 2, 3}}},
       {"concat", {"concat", Shape{2, 3, 2}, {Shape{1, 3, 2}}}},
       {"concat", {"{type: concat, dim: -1}", Shape{2, 3}, {Shape{2, 1}, Shape{2, 2}}}},
       {"conv2d", {"{type: conv2d, out_channels: 3, kernel_size: 3, padding: 1}", Shape{2, 5, 4}}},
       {"conv2d", {"{type: conv2d, out_channels: 4, kernel_size: [2, 3], stride: 2, dilation: [1, 2], groups: 2, bias: false}",
                   Shape{4, 6, 7}}},
       {"conv2d", {"{type: conv2d, out_channels: 2, kernel_size: 1}", Shape{3, 3, 3}}},  // the 1×1 path without im2col
+      {"dropout", {"{type: dropout, p: 0.3}", Shape{20}}},
+      {"embedding", {"{type: embedding, num_embeddings: 4, embedding_dim: 3}", Shape{5}, {}, 4}},
       {"flatten", {"flatten", Shape{2, 3, 2}}},
       {"global_avgpool", {"global_avgpool", Shape{3, 2, 4}}},
       {"maxpool2d", {"{type: maxpool2d, kernel_size: 2}", Shape{2, 4, 4}}},
       {"maxpool2d", {"{type: maxpool2d, kernel_size: 2}", Shape{1, 5, 5}}},  // odd sides: the last row is dropped
       {"maxpool2d", {"{type: maxpool2d, kernel_size: 3, stride: 2, padding: 1}", Shape{1, 5, 6}}},
       {"gelu", {"gelu", Shape{7}}},
+      {"layernorm", {"layernorm", Shape{2, 6}}},
       {"linear", {"{type: linear, out_features: 3}", Shape{5}}},
       {"linear", {"{type: linear, out_features: 4, bias: false}", Shape{6}}},
       {"linear", {"{type: linear, out_features: 2}", Shape{3, 4}}},  // over the last dimension
       {"relu", {"relu", Shape{9}}},
       {"sigmoid", {"sigmoid", Shape{2, 4}}},
+      {"softmax", {"softmax", Shape{2, 5}}},
       {"tanh", {"tanh", Shape{8}}},
   };
   return table;
@@ -91,6 +99,9 @@ void gradcheck_layer(const std::string& type, const GradCase& c) {
   std::vector<Tensor*> dxp;
   for (const Shape& s : in_shapes) {
     xs.push_back(random_tensor(s.batched(batch), rng, 0.05));
+    if (c.index_range > 0)
+      for (int64_t i = 0; i < xs.back().numel(); ++i)
+        xs.back().data<double>()[i] = static_cast<double>(rng.below(static_cast<uint64_t>(c.index_range)));
     dxs.push_back(Tensor::zeros(s.batched(batch), DType::f64));
   }
   for (size_t k = 0; k < xs.size(); ++k) xp.push_back(&xs[k]), dxp.push_back(&dxs[k]);

@@ -126,3 +126,41 @@ TEST_CASE("philox streams are reproducible and distinct", "[cpu]") {
   }
   CHECK(sum / 10000 == Approx(0.5).margin(0.02));
 }
+
+TEST_CASE("batch norm keeps PyTorch's running statistics and uses them in evaluation", "[cpu]") {
+  // One channel, batch [1, 2, 3, 4]: mean 2.5, biased variance 1.25, unbiased 5/3 (computed by hand).
+  Tensor x = Tensor::empty(Shape{4, 1}, DType::f64), y = Tensor::empty(Shape{4, 1}, DType::f64);
+  for (int i = 0; i < 4; ++i) x.data<double>()[i] = i + 1;
+  Tensor gamma = Tensor::empty(Shape{1}, DType::f64), beta = Tensor::zeros(Shape{1}, DType::f64);
+  gamma.data<double>()[0] = 1;
+  Tensor rm = Tensor::zeros(Shape{1}, DType::f64), rv = Tensor::empty(Shape{1}, DType::f64);
+  rv.data<double>()[0] = 1;
+  Tensor sm = Tensor::empty(Shape{1}, DType::f64), si = Tensor::empty(Shape{1}, DType::f64);
+  ops::batchnorm_forward(x, gamma, beta, rm, rv, 0.1, 1e-5, true, sm, si, y);
+  CHECK(rm.data<double>()[0] == Approx(0.25));
+  CHECK(rv.data<double>()[0] == Approx(0.9 + 0.1 * 5.0 / 3.0));
+  CHECK(y.data<double>()[0] == Approx(-1.5 / std::sqrt(1.25 + 1e-5)));
+  ops::batchnorm_forward(x, gamma, beta, rm, rv, 0.1, 1e-5, false, sm, si, y);
+  CHECK(y.data<double>()[0] == Approx((1 - 0.25) / std::sqrt(0.9 + 0.1 * 5.0 / 3.0 + 1e-5)));
+  CHECK(rm.data<double>()[0] == Approx(0.25));  // evaluation leaves the statistics alone
+}
+
+TEST_CASE("dropout drops about p of the elements, scales the rest, and repeats its mask per step", "[cpu]") {
+  const int64_t n = 100000;
+  Tensor x = Tensor::empty(Shape{n}, DType::f32), y = Tensor::empty(Shape{n}, DType::f32);
+  Tensor y2 = Tensor::empty(Shape{n}, DType::f32), y3 = Tensor::empty(Shape{n}, DType::f32);
+  for (int64_t i = 0; i < n; ++i) x.data<float>()[i] = 1.0f;
+  ops::dropout(x, 0.25, 77, 3, y);
+  ops::dropout(x, 0.25, 77, 3, y2);
+  ops::dropout(x, 0.25, 77, 4, y3);
+  int64_t kept = 0, same = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = y.data<float>()[i];
+    REQUIRE((v == 0.0f || v == Approx(1 / 0.75)));
+    kept += v != 0;
+    REQUIRE(v == y2.data<float>()[i]);
+    same += v == y3.data<float>()[i];
+  }
+  CHECK(static_cast<double>(kept) / n == Approx(0.75).margin(0.01));
+  CHECK(same < n * 0.7);  // another step draws another mask
+}

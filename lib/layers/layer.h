@@ -24,6 +24,7 @@ struct Param {
 struct LayerContext {
   bool training = true;          ///< dropout and batch norm behave differently in evaluation
   bool accumulate_grads = false; ///< add parameter gradients to what is there instead of overwriting it
+  uint64_t step = 0;             ///< the optimizer step being computed: dropout masks are drawn from it
 };
 
 class Layer {
@@ -36,6 +37,8 @@ class Layer {
   /// Creates and initialises the parameters (after infer_shape), as PyTorch initialises the same layer.
   virtual void init_params(Rng& /*rng*/, DType /*dtype*/, Device /*device*/) {}
   virtual std::vector<Param*> params() { return {}; }
+  /// State that is not trained but belongs to the model (batch-norm running statistics): saved with it.
+  virtual std::vector<std::pair<std::string, Tensor*>> buffers() { return {}; }
 
   /// y = f(x). Batched tensors: x[i] is (B, input shape i), y is (B, output shape).
   virtual void forward(const std::vector<const Tensor*>& x, Tensor& y, const LayerContext& ctx) = 0;
@@ -89,6 +92,12 @@ std::unique_ptr<Layer> make_maxpool2d(const ConfigNode& cfg);
 std::unique_ptr<Layer> make_avgpool2d(const ConfigNode& cfg);
 std::unique_ptr<Layer> make_global_avgpool(const ConfigNode& cfg);
 std::unique_ptr<Layer> make_add(const ConfigNode& cfg);
+std::unique_ptr<Layer> make_batchnorm1d(const ConfigNode& cfg);
+std::unique_ptr<Layer> make_batchnorm2d(const ConfigNode& cfg);
+std::unique_ptr<Layer> make_layernorm(const ConfigNode& cfg);
+std::unique_ptr<Layer> make_dropout(const ConfigNode& cfg);
+std::unique_ptr<Layer> make_softmax(const ConfigNode& cfg);
+std::unique_ptr<Layer> make_embedding(const ConfigNode& cfg);
 std::unique_ptr<Layer> make_concat(const ConfigNode& cfg);
 
 }  // namespace gt

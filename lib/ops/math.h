@@ -2,6 +2,7 @@
 #pragma once
 
 #include "core/hd.h"
+#include "core/rng.h"
 
 #include <cmath>
 #include <cstdint>
@@ -21,6 +22,13 @@ GT_HD int64_t window_out(int64_t in, int64_t k, int64_t stride, int64_t pad, int
 }
 
 enum class PoolKind { max, avg };
+
+/// Whether dropout keeps element i at `step`: a Philox draw keyed by the layer, so a mask is never stored and the
+/// backward pass (or a resumed run) regenerates the same one.
+GT_HD bool dropout_keep(uint64_t key, uint64_t step, uint64_t i, double p) {
+  const PhiloxBlock b = philox4x32(i / 4, step, key);
+  return (b.v[i % 4] >> 8) * (1.0 / 16777216.0) >= p;
+}
 
 // Activations take x (and y where cheaper) and give y = f(x) and dx = dy · f'(x).
 template <class T> GT_HD T act_forward(Activation a, T x) {

@@ -190,4 +190,70 @@ void split_blocks(const Tensor& whole, Tensor& part, int64_t outer, int64_t part
   cpu::split_blocks(whole, part, outer, part_inner, whole_inner, offset);
 }
 
+void batchnorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
+                       Tensor& running_var, double momentum, double eps, bool training, Tensor& save_mean,
+                       Tensor& save_invstd, Tensor& y) {
+  same_dtype("batchnorm", {&x, &gamma, &beta, &running_mean, &running_var, &save_mean, &save_invstd, &y});
+  GT_CHECK(x.rank() >= 2 && x.dim(1) == gamma.numel() && y.numel() == x.numel(), "batchnorm x {} gamma {}",
+           x.shape().str(), gamma.shape().str());
+  require_cpu("batchnorm", common_device("batchnorm", {&x, &gamma, &beta, &y}));
+  cpu::batchnorm_forward(x, gamma, beta, running_mean, running_var, momentum, eps, training, save_mean, save_invstd, y);
+}
+
+void batchnorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
+                        const Tensor& dy, bool training, Tensor& dx, Tensor& dgamma, Tensor& dbeta, double beta) {
+  same_dtype("batchnorm_backward", {&x, &gamma, &dy, &dx, &dgamma, &dbeta});
+  GT_CHECK(dy.numel() == x.numel() && (!dx.defined() || dx.numel() == x.numel()), "batchnorm_backward sizes");
+  require_cpu("batchnorm_backward", common_device("batchnorm_backward", {&x, &gamma, &dy, &dx}));
+  cpu::batchnorm_backward(x, gamma, save_mean, save_invstd, dy, training, dx, dgamma, dbeta, beta);
+}
+
+void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, Tensor& save_mean,
+                       Tensor& save_invstd, Tensor& y) {
+  same_dtype("layernorm", {&x, &gamma, &beta, &save_mean, &save_invstd, &y});
+  GT_CHECK(x.numel() % gamma.numel() == 0 && save_mean.numel() >= x.numel() / gamma.numel(), "layernorm sizes");
+  require_cpu("layernorm", common_device("layernorm", {&x, &gamma, &beta, &y}));
+  cpu::layernorm_forward(x, gamma, beta, eps, save_mean, save_invstd, y);
+}
+
+void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
+                        const Tensor& dy, Tensor& dx, Tensor& dgamma, Tensor& dbeta, double beta) {
+  same_dtype("layernorm_backward", {&x, &gamma, &dy, &dx, &dgamma, &dbeta});
+  require_cpu("layernorm_backward", common_device("layernorm_backward", {&x, &gamma, &dy, &dx}));
+  cpu::layernorm_backward(x, gamma, save_mean, save_invstd, dy, dx, dgamma, dbeta, beta);
+}
+
+void softmax_forward(const Tensor& x, int64_t d, Tensor& y) {
+  same_dtype("softmax", {&x, &y});
+  GT_CHECK(x.numel() % d == 0 && y.numel() == x.numel(), "softmax sizes");
+  require_cpu("softmax", common_device("softmax", {&x, &y}));
+  cpu::softmax_forward(x, d, y);
+}
+
+void softmax_backward(const Tensor& y, const Tensor& dy, int64_t d, Tensor& dx) {
+  same_dtype("softmax_backward", {&y, &dy, &dx});
+  require_cpu("softmax_backward", common_device("softmax_backward", {&y, &dy, &dx}));
+  cpu::softmax_backward(y, dy, d, dx);
+}
+
+void dropout(const Tensor& x, double p, uint64_t key, uint64_t step, Tensor& y) {
+  same_dtype("dropout", {&x, &y});
+  GT_CHECK(x.numel() == y.numel() && p >= 0 && p < 1, "dropout sizes or p");
+  require_cpu("dropout", common_device("dropout", {&x, &y}));
+  cpu::dropout(x, p, key, step, y);
+}
+
+void embedding_forward(const Tensor& idx, const Tensor& weight, Tensor& y) {
+  same_dtype("embedding", {&idx, &weight, &y});
+  GT_CHECK(weight.rank() == 2 && y.numel() == idx.numel() * weight.dim(1), "embedding sizes");
+  require_cpu("embedding", common_device("embedding", {&idx, &weight, &y}));
+  cpu::embedding_forward(idx, weight, y);
+}
+
+void embedding_backward(const Tensor& idx, const Tensor& dy, Tensor& dweight, double beta) {
+  same_dtype("embedding_backward", {&idx, &dy, &dweight});
+  require_cpu("embedding_backward", common_device("embedding_backward", {&idx, &dy, &dweight}));
+  cpu::embedding_backward(idx, dy, dweight, beta);
+}
+
 }  // namespace gt::ops

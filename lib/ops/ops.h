@@ -55,4 +55,27 @@ void copy_blocks(const Tensor& src, Tensor& dst, int64_t outer, int64_t src_inne
 void split_blocks(const Tensor& whole, Tensor& part, int64_t outer, int64_t part_inner, int64_t whole_inner,
                   int64_t offset);
 
+/// Batch normalisation over x viewed as (B, C, S): per-channel statistics of the batch in training (updating the
+/// running ones with `momentum`, the variance unbiased as PyTorch keeps it), the running ones in evaluation.
+/// save_mean and save_invstd (C) keep what the backward pass needs.
+void batchnorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
+                       Tensor& running_var, double momentum, double eps, bool training, Tensor& save_mean,
+                       Tensor& save_invstd, Tensor& y);
+void batchnorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
+                        const Tensor& dy, bool training, Tensor& dx, Tensor& dgamma, Tensor& dbeta, double beta);
+/// Layer normalisation over the last dimension (gamma's length); save_mean/save_invstd hold one value per row.
+void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, Tensor& save_mean,
+                       Tensor& save_invstd, Tensor& y);
+void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
+                        const Tensor& dy, Tensor& dx, Tensor& dgamma, Tensor& dbeta, double beta);
+/// Softmax over rows of length d; the backward pass needs only y.
+void softmax_forward(const Tensor& x, int64_t d, Tensor& y);
+void softmax_backward(const Tensor& y, const Tensor& dy, int64_t d, Tensor& dx);
+/// y = x · keep / (1 − p); keep is drawn from Philox for (key, step, element), so the backward pass (the same call
+/// on dy) regenerates the mask instead of storing it.
+void dropout(const Tensor& x, double p, uint64_t key, uint64_t step, Tensor& y);
+/// y[k, :] = weight[round(idx[k]), :]; an index outside [0, V) is a runtime error.
+void embedding_forward(const Tensor& idx, const Tensor& weight, Tensor& y);
+void embedding_backward(const Tensor& idx, const Tensor& dy, Tensor& dweight, double beta);
+
 }  // namespace gt::ops

@@ -27,4 +27,19 @@ void copy_blocks(const Tensor& src, Tensor& dst, int64_t outer, int64_t src_inne
 void split_blocks(const Tensor& whole, Tensor& part, int64_t outer, int64_t part_inner, int64_t whole_inner,
                   int64_t offset);
 
+void batchnorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
+                       Tensor& running_var, double momentum, double eps, bool training, Tensor& save_mean,
+                       Tensor& save_invstd, Tensor& y);
+void batchnorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
+                        const Tensor& dy, bool training, Tensor& dx, Tensor& dgamma, Tensor& dbeta, double beta);
+void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, Tensor& save_mean,
+                       Tensor& save_invstd, Tensor& y);
+void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
+                        const Tensor& dy, Tensor& dx, Tensor& dgamma, Tensor& dbeta, double beta);
+void softmax_forward(const Tensor& x, int64_t d, Tensor& y);
+void softmax_backward(const Tensor& y, const Tensor& dy, int64_t d, Tensor& dx);
+void dropout(const Tensor& x, double p, uint64_t key, uint64_t step, Tensor& y);
+void embedding_forward(const Tensor& idx, const Tensor& weight, Tensor& y);
+void embedding_backward(const Tensor& idx, const Tensor& dy, Tensor& dweight, double beta);
+
 }  // namespace gt::cpu

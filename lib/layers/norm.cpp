@@ -1,0 +1,120 @@
+// batchnorm1d, batchnorm2d and layernorm, with learned scale and shift.
+#include "layers/params.h"
+#include "ops/ops.h"
+
+namespace gt {
+namespace {
+
+// Batch norm over channel dimension 0 of each sample: [C] or [C, L] (1d), [C, H, W] (2d).
+class BatchNorm final : public Layer {
+ public:
+  BatchNorm(const ConfigNode& cfg, bool two_d)
+      : m_two_d(two_d), m_momentum(cfg.get_double("momentum", 0.1, 0.0, 1.0)),
+        m_eps(cfg.get_double("eps", 1e-5, 0.0, 1.0)) {}
+
+  Shape infer_shape(const std::vector<Shape>& in, const ConfigNode& cfg) override {
+    const bool fits = m_two_d ? in[0].rank() == 3 : in[0].rank() == 1 || in[0].rank() == 2;
+    if (!fits)
+      cfg.fail(fmt::format("{} needs {} inputs, got {}", m_two_d ? "batchnorm2d" : "batchnorm1d",
+                           m_two_d ? "[channels, height, width]" : "[features] or [channels, length]", in[0].str()));
+    m_channels = in[0][0];
+    m_numel = in[0].numel();
+    return in[0];
+  }
+
+  void init_params(Rng&, DType dtype, Device device) override {
+    // torch.nn.BatchNorm*: weight 1, bias 0, running mean 0, running variance 1.
+    m_gamma = constant_param("weight", Shape{m_channels}, 1.0, dtype, device);
+    m_beta = constant_param("bias", Shape{m_channels}, 0.0, dtype, device);
+    m_running_mean = constant_tensor(Shape{m_channels}, 0.0, dtype, device);
+    m_running_var = constant_tensor(Shape{m_channels}, 1.0, dtype, device);
+    m_save_mean = Tensor::zeros(Shape{m_channels}, dtype, device);
+    m_save_invstd = Tensor::zeros(Shape{m_channels}, dtype, device);
+  }
+  std::vector<Param*> params() override { return {&m_gamma, &m_beta}; }
+  std::vector<std::pair<std::string, Tensor*>> buffers() override {
+    return {{"running_mean", &m_running_mean}, {"running_var", &m_running_var}};
+  }
+
+  void forward(const std::vector<const Tensor*>& x, Tensor& y, const LayerContext& ctx) override {
+    ops::batchnorm_forward(*x[0], m_gamma.value, m_beta.value, m_running_mean, m_running_var, m_momentum, m_eps,
+                           ctx.training, m_save_mean, m_save_invstd, y);
+  }
+  void backward(const std::vector<const Tensor*>& x, const Tensor&, const Tensor& dy, const std::vector<Tensor*>& dx,
+                const LayerContext& ctx) override {
+    Tensor none;
+    ops::batchnorm_backward(*x[0], m_gamma.value, m_save_mean, m_save_invstd, dy, ctx.training, dx[0] ? *dx[0] : none,
+                            m_gamma.grad, m_beta.grad, ctx.accumulate_grads ? 1.0 : 0.0);
+  }
+  YAML::Node resolved_args() const override {
+    YAML::Node n(YAML::NodeType::Map);
+    n["momentum"] = m_momentum;
+    n["eps"] = m_eps;
+    return n;
+  }
+  int64_t forward_flops() const override { return 2 * m_numel; }
+
+ private:
+  bool m_two_d;
+  double m_momentum, m_eps;
+  int64_t m_channels = 0, m_numel = 0;
+  Param m_gamma, m_beta;
+  Tensor m_running_mean, m_running_var, m_save_mean, m_save_invstd;
+};
+
+// Layer norm over the last dimension of each sample (torch.nn.LayerNorm(last_dim)).
+class LayerNorm final : public Layer {
+ public:
+  explicit LayerNorm(const ConfigNode& cfg) : m_eps(cfg.get_double("eps", 1e-5, 0.0, 1.0)) {}
+
+  Shape infer_shape(const std::vector<Shape>& in, const ConfigNode& cfg) override {
+    if (in[0].rank() == 0) cfg.fail("layernorm needs an input with at least one dimension");
+    m_dim = in[0][in[0].rank() - 1];
+    m_rows_per_sample = in[0].numel() / m_dim;
+    return in[0];
+  }
+  void init_params(Rng&, DType dtype, Device device) override {
+    m_gamma = constant_param("weight", Shape{m_dim}, 1.0, dtype, device);
+    m_beta = constant_param("bias", Shape{m_dim}, 0.0, dtype, device);
+    m_dtype = dtype;
+    m_device = device;
+  }
+  std::vector<Param*> params() override { return {&m_gamma, &m_beta}; }
+
+  void forward(const std::vector<const Tensor*>& x, Tensor& y, const LayerContext&) override {
+    const int64_t rows = x[0]->dim(0) * m_rows_per_sample;
+    if (!m_save_mean.defined() || m_save_mean.numel() < rows) {  // grows once, to the largest batch
+      m_save_mean = Tensor::empty(Shape{rows}, m_dtype, m_device);
+      m_save_invstd = Tensor::empty(Shape{rows}, m_dtype, m_device);
+    }
+    ops::layernorm_forward(*x[0], m_gamma.value, m_beta.value, m_eps, m_save_mean, m_save_invstd, y);
+  }
+  void backward(const std::vector<const Tensor*>& x, const Tensor&, const Tensor& dy, const std::vector<Tensor*>& dx,
+                const LayerContext& ctx) override {
+    Tensor none;
+    ops::layernorm_backward(*x[0], m_gamma.value, m_save_mean, m_save_invstd, dy, dx[0] ? *dx[0] : none, m_gamma.grad,
+                            m_beta.grad, ctx.accumulate_grads ? 1.0 : 0.0);
+  }
+  YAML::Node resolved_args() const override {
+    YAML::Node n(YAML::NodeType::Map);
+    n["eps"] = m_eps;
+    return n;
+  }
+  int64_t forward_flops() const override { return 5 * m_dim * m_rows_per_sample; }
+
+ private:
+  double m_eps;
+  int64_t m_dim = 0, m_rows_per_sample = 1;
+  DType m_dtype = DType::f32;
+  Device m_device;
+  Param m_gamma, m_beta;
+  Tensor m_save_mean, m_save_invstd;
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_batchnorm1d(const ConfigNode& cfg) { return std::make_unique<BatchNorm>(cfg, false); }
+std::unique_ptr<Layer> make_batchnorm2d(const ConfigNode& cfg) { return std::make_unique<BatchNorm>(cfg, true); }
+std::unique_ptr<Layer> make_layernorm(const ConfigNode& cfg) { return std::make_unique<LayerNorm>(cfg); }
+
+}  // namespace gt

@@ -1,0 +1,274 @@
+// CPU kernels for normalisation, softmax, dropout and embedding lookups.
+#include "core/parallel.h"
+#include "core/rng.h"
+#include "ops/cpu/ops_cpu.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace gt::cpu {
+namespace {
+
+template <class F> void by_float(DType t, F&& f) {
+  if (t == DType::f64)
+    f(double{});
+  else
+    f(float{});
+}
+
+// x viewed as (B, C, S): channel c of sample b is the run x[(b·C + c)·S, +S).
+template <class T>
+void bn_fwd_t(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean, Tensor& running_var,
+              double momentum, double eps, bool training, Tensor& save_mean, Tensor& save_invstd, Tensor& y) {
+  const int64_t batch = x.dim(0), ch = gamma.numel(), sp = x.numel() / (batch * ch), n = batch * sp;
+  const T *px = x.data<T>(), *pg = gamma.data<T>(), *pb = beta.data<T>();
+  T *py = y.data<T>(), *rm = running_mean.data<T>(), *rv = running_var.data<T>();
+  T *sm = save_mean.data<T>(), *si = save_invstd.data<T>();
+  parallel_for(ch, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      double mean, var;
+      if (training) {
+        double s = 0, s2 = 0;
+        for (int64_t b = 0; b < batch; ++b) {
+          const T* row = px + (b * ch + c) * sp;
+          for (int64_t i = 0; i < sp; ++i) s += row[i];
+        }
+        mean = s / static_cast<double>(n);
+        for (int64_t b = 0; b < batch; ++b) {
+          const T* row = px + (b * ch + c) * sp;
+          for (int64_t i = 0; i < sp; ++i) s2 += (row[i] - mean) * (row[i] - mean);
+        }
+        var = s2 / static_cast<double>(n);
+        // Running variance is unbiased, as PyTorch keeps it.
+        rm[c] = static_cast<T>((1 - momentum) * rm[c] + momentum * mean);
+        rv[c] = static_cast<T>((1 - momentum) * rv[c] + momentum * var * static_cast<double>(n) /
+                                                            static_cast<double>(std::max<int64_t>(n - 1, 1)));
+      } else {
+        mean = rm[c];
+        var = rv[c];
+      }
+      const double inv = 1.0 / std::sqrt(var + eps);
+      sm[c] = static_cast<T>(mean);
+      si[c] = static_cast<T>(inv);
+      const T scale = static_cast<T>(pg[c] * inv), shift = static_cast<T>(pb[c] - mean * pg[c] * inv);
+      for (int64_t b = 0; b < batch; ++b) {
+        const T* row = px + (b * ch + c) * sp;
+        T* out = py + (b * ch + c) * sp;
+        for (int64_t i = 0; i < sp; ++i) out[i] = row[i] * scale + shift;
+      }
+    }
+  });
+}
+
+template <class T>
+void bn_bwd_t(const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
+              const Tensor& dy, bool training, Tensor& dx, Tensor& dgamma, Tensor& dbeta, double beta_acc) {
+  const int64_t batch = x.dim(0), ch = gamma.numel(), sp = x.numel() / (batch * ch), n = batch * sp;
+  const T *px = x.data<T>(), *pg = gamma.data<T>(), *pdy = dy.data<T>();
+  const T *sm = save_mean.data<T>(), *si = save_invstd.data<T>();
+  T* pdx = dx.defined() ? dx.data<T>() : nullptr;
+  T *dg = dgamma.data<T>(), *db = dbeta.data<T>();
+  parallel_for(ch, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      const double mean = sm[c], inv = si[c];
+      double sum_dy = 0, sum_dy_xhat = 0;
+      for (int64_t b = 0; b < batch; ++b) {
+        const T *row = px + (b * ch + c) * sp, *g = pdy + (b * ch + c) * sp;
+        for (int64_t i = 0; i < sp; ++i) {
+          sum_dy += g[i];
+          sum_dy_xhat += g[i] * (row[i] - mean) * inv;
+        }
+      }
+      dg[c] = static_cast<T>(sum_dy_xhat + (beta_acc != 0 ? beta_acc * dg[c] : 0.0));
+      db[c] = static_cast<T>(sum_dy + (beta_acc != 0 ? beta_acc * db[c] : 0.0));
+      if (!pdx) continue;
+      const double k = pg[c] * inv;
+      for (int64_t b = 0; b < batch; ++b) {
+        const T *row = px + (b * ch + c) * sp, *g = pdy + (b * ch + c) * sp;
+        T* out = pdx + (b * ch + c) * sp;
+        for (int64_t i = 0; i < sp; ++i) {
+          if (training) {
+            // dx = γ·invstd/N · (N·dy − Σdy − x̂·Σ(dy·x̂))
+            const double xhat = (row[i] - mean) * inv;
+            out[i] = static_cast<T>(k * (g[i] - sum_dy / static_cast<double>(n) -
+                                         xhat * sum_dy_xhat / static_cast<double>(n)));
+          } else {
+            out[i] = static_cast<T>(k * g[i]);  // evaluation: the statistics are constants
+          }
+        }
+      }
+    }
+  });
+}
+
+template <class T>
+void ln_fwd_t(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, Tensor& save_mean,
+              Tensor& save_invstd, Tensor& y) {
+  const int64_t d = gamma.numel(), rows = x.numel() / d;
+  const T *px = x.data<T>(), *pg = gamma.data<T>(), *pb = beta.data<T>();
+  T *py = y.data<T>(), *sm = save_mean.data<T>(), *si = save_invstd.data<T>();
+  parallel_for(rows, std::max<int64_t>(1, 8192 / d), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* row = px + r * d;
+      double s = 0, s2 = 0;
+      for (int64_t i = 0; i < d; ++i) s += row[i];
+      const double mean = s / static_cast<double>(d);
+      for (int64_t i = 0; i < d; ++i) s2 += (row[i] - mean) * (row[i] - mean);
+      const double inv = 1.0 / std::sqrt(s2 / static_cast<double>(d) + eps);
+      sm[r] = static_cast<T>(mean);
+      si[r] = static_cast<T>(inv);
+      for (int64_t i = 0; i < d; ++i) py[r * d + i] = static_cast<T>((row[i] - mean) * inv * pg[i] + pb[i]);
+    }
+  });
+}
+
+template <class T>
+void ln_bwd_t(const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
+              const Tensor& dy, Tensor& dx, Tensor& dgamma, Tensor& dbeta, double beta_acc) {
+  const int64_t d = gamma.numel(), rows = x.numel() / d;
+  const T *px = x.data<T>(), *pg = gamma.data<T>(), *pdy = dy.data<T>();
+  const T *sm = save_mean.data<T>(), *si = save_invstd.data<T>();
+  if (dx.defined()) {
+    T* pdx = dx.data<T>();
+    parallel_for(rows, std::max<int64_t>(1, 8192 / d), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const T *row = px + r * d, *g = pdy + r * d;
+        const double mean = sm[r], inv = si[r];
+        double a = 0, b = 0;  // Σ dx̂ and Σ dx̂·x̂ with dx̂ = dy·γ
+        for (int64_t i = 0; i < d; ++i) {
+          const double dxh = g[i] * pg[i];
+          a += dxh;
+          b += dxh * (row[i] - mean) * inv;
+        }
+        for (int64_t i = 0; i < d; ++i) {
+          const double xhat = (row[i] - mean) * inv;
+          pdx[r * d + i] = static_cast<T>(inv * (g[i] * pg[i] - a / static_cast<double>(d) -
+                                                 xhat * b / static_cast<double>(d)));
+        }
+      }
+    });
+  }
+  // Parameter gradients: one column per output, summed over rows in order (deterministic).
+  T *dg = dgamma.data<T>(), *db = dbeta.data<T>();
+  parallel_for(d, std::max<int64_t>(1, 8192 / std::max<int64_t>(rows, 1)), [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      double sg = 0, sb = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        const double g = pdy[r * d + i];
+        sg += g * (px[r * d + i] - sm[r]) * si[r];
+        sb += g;
+      }
+      dg[i] = static_cast<T>(sg + (beta_acc != 0 ? beta_acc * dg[i] : 0.0));
+      db[i] = static_cast<T>(sb + (beta_acc != 0 ? beta_acc * db[i] : 0.0));
+    }
+  });
+}
+
+template <class T> void softmax_fwd_t(const Tensor& x, int64_t d, Tensor& y) {
+  const int64_t rows = x.numel() / d;
+  const T* px = x.data<T>();
+  T* py = y.data<T>();
+  parallel_for(rows, std::max<int64_t>(1, 8192 / d), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* row = px + r * d;
+      T* out = py + r * d;
+      const T mx = *std::max_element(row, row + d);
+      double s = 0;
+      for (int64_t i = 0; i < d; ++i) s += (out[i] = std::exp(row[i] - mx));
+      const T inv = static_cast<T>(1.0 / s);
+      for (int64_t i = 0; i < d; ++i) out[i] *= inv;
+    }
+  });
+}
+
+template <class T> void softmax_bwd_t(const Tensor& y, const Tensor& dy, int64_t d, Tensor& dx) {
+  const int64_t rows = y.numel() / d;
+  const T *py = y.data<T>(), *pdy = dy.data<T>();
+  T* pdx = dx.data<T>();
+  parallel_for(rows, std::max<int64_t>(1, 8192 / d), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      double dot = 0;
+      for (int64_t i = 0; i < d; ++i) dot += py[r * d + i] * pdy[r * d + i];
+      for (int64_t i = 0; i < d; ++i) pdx[r * d + i] = static_cast<T>(py[r * d + i] * (pdy[r * d + i] - dot));
+    }
+  });
+}
+
+template <class T> void dropout_t(const Tensor& x, double p, uint64_t key, uint64_t step, Tensor& y) {
+  const T* px = x.data<T>();
+  T* py = y.data<T>();
+  const T scale = static_cast<T>(1.0 / (1.0 - p));
+  parallel_for(x.numel(), 1 << 14, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) py[i] = dropout_keep(key, step, static_cast<uint64_t>(i), p) ? px[i] * scale : T(0);
+  });
+}
+
+template <class T>
+void embedding_fwd_t(const Tensor& idx, const Tensor& weight, Tensor& y) {
+  const int64_t n = idx.numel(), dim = weight.dim(1), vocab = weight.dim(0);
+  const T* pi = idx.data<T>();
+  const T* pw = weight.data<T>();
+  T* py = y.data<T>();
+  for (int64_t k = 0; k < n; ++k) {
+    const auto row = static_cast<int64_t>(std::llround(pi[k]));
+    if (row < 0 || row >= vocab || std::abs(pi[k] - static_cast<T>(row)) > T(1e-3))
+      throw Error(fmt::format("embedding: input {} is not an index in [0, {})", static_cast<double>(pi[k]), vocab));
+    std::copy(pw + row * dim, pw + (row + 1) * dim, py + k * dim);
+  }
+}
+
+template <class T> void embedding_bwd_t(const Tensor& idx, const Tensor& dy, Tensor& dweight, double beta_acc) {
+  const int64_t n = idx.numel(), dim = dweight.dim(1);
+  const T* pi = idx.data<T>();
+  const T* pdy = dy.data<T>();
+  T* pw = dweight.data<T>();
+  if (beta_acc == 0) std::fill(pw, pw + dweight.numel(), T(0));
+  for (int64_t k = 0; k < n; ++k) {  // in index order: repeated rows add up deterministically
+    const auto row = static_cast<int64_t>(std::llround(pi[k]));
+    for (int64_t j = 0; j < dim; ++j) pw[row * dim + j] += pdy[k * dim + j];
+  }
+}
+
+}  // namespace
+
+void batchnorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
+                       Tensor& running_var, double momentum, double eps, bool training, Tensor& save_mean,
+                       Tensor& save_invstd, Tensor& y) {
+  by_float(x.dtype(), [&](auto t) {
+    bn_fwd_t<decltype(t)>(x, gamma, beta, running_mean, running_var, momentum, eps, training, save_mean, save_invstd, y);
+  });
+}
+void batchnorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
+                        const Tensor& dy, bool training, Tensor& dx, Tensor& dgamma, Tensor& dbeta, double beta) {
+  by_float(x.dtype(), [&](auto t) {
+    bn_bwd_t<decltype(t)>(x, gamma, save_mean, save_invstd, dy, training, dx, dgamma, dbeta, beta);
+  });
+}
+void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, Tensor& save_mean,
+                       Tensor& save_invstd, Tensor& y) {
+  by_float(x.dtype(), [&](auto t) { ln_fwd_t<decltype(t)>(x, gamma, beta, eps, save_mean, save_invstd, y); });
+}
+void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
+                        const Tensor& dy, Tensor& dx, Tensor& dgamma, Tensor& dbeta, double beta) {
+  by_float(x.dtype(), [&](auto t) {
+    ln_bwd_t<decltype(t)>(x, gamma, save_mean, save_invstd, dy, dx, dgamma, dbeta, beta);
+  });
+}
+void softmax_forward(const Tensor& x, int64_t d, Tensor& y) {
+  by_float(x.dtype(), [&](auto t) { softmax_fwd_t<decltype(t)>(x, d, y); });
+}
+void softmax_backward(const Tensor& y, const Tensor& dy, int64_t d, Tensor& dx) {
+  by_float(y.dtype(), [&](auto t) { softmax_bwd_t<decltype(t)>(y, dy, d, dx); });
+}
+void dropout(const Tensor& x, double p, uint64_t key, uint64_t step, Tensor& y) {
+  by_float(x.dtype(), [&](auto t) { dropout_t<decltype(t)>(x, p, key, step, y); });
+}
+void embedding_forward(const Tensor& idx, const Tensor& weight, Tensor& y) {
+  by_float(weight.dtype(), [&](auto t) { embedding_fwd_t<decltype(t)>(idx, weight, y); });
+}
+void embedding_backward(const Tensor& idx, const Tensor& dy, Tensor& dweight, double beta) {
+  by_float(dy.dtype(), [&](auto t) { embedding_bwd_t<decltype(t)>(idx, dy, dweight, beta); });
+}
+
+}  // namespace gt::cpu
