@@ -3,6 +3,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <filesystem>
 #include <future>
 #include <regex>
@@ -122,6 +123,53 @@ TEST_CASE("max_steps stops early and says so", "[e2e]") {
   CHECK(json_number(summary, "steps") == 70);
   CHECK(json_number(summary, "epochs") == 2);
   CHECK(json_string(summary, "exit_reason") == "max_steps");
+}
+
+TEST_CASE("gradient accumulation over 2 x 32 equals batches of 64", "[e2e]") {
+  TempDir dir;
+  write_text(dir / "synth.yaml", kSynthetic);
+  const std::string common = "train " + (dir / "synth.yaml") + " --epochs 2 --threads 1 ";
+  REQUIRE(run_gputrain(common + "--out " + (dir / "big")).exit_code == 0);
+  const auto r = run_gputrain(common + "--set data.batch_size=32 --set train.accumulate=2 --out " + (dir / "acc"));
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("batch 32 × 2 accumulated = effective batch 64"));
+  const auto big = lines(read_text(dir / "big/metrics.jsonl")), acc = lines(read_text(dir / "acc/metrics.jsonl"));
+  REQUIRE(big.size() == acc.size());
+  for (size_t i = 0; i < big.size(); ++i) {
+    INFO(big[i] << "\n" << acc[i]);
+    CHECK(json_number(big[i], "step") == json_number(acc[i], "step"));
+    // Same samples, same mean gradient; only the float summation order differs.
+    const auto key = json_string(big[i], "type") == "train" ? "loss" : "test_loss";
+    CHECK(json_number(acc[i], key).value() == Approx(json_number(big[i], key).value()).epsilon(1e-4));
+  }
+}
+
+TEST_CASE("schedules, warmup, clipping and eval_every show in the metrics", "[e2e]") {
+  TempDir dir;
+  write_text(dir / "synth.yaml", kSynthetic);
+  const auto r = run_gputrain("train " + (dir / "synth.yaml") +
+                              " --epochs 2 --set train.log_every=1 --set train.eval_every=50"
+                              " --set 'train.grad_clip={max_norm: 0.5}'"
+                              " --set 'scheduler={type: cosine, warmup_steps: 10, warmup_start_factor: 0.1}'"
+                              " --set 'optimizer={type: adamw, lr: 0.01}' --out " + (dir / "run"));
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  std::vector<double> lr;
+  int evals = 0;
+  for (const auto& l : lines(read_text(dir / "run/metrics.jsonl"))) {
+    if (json_string(l, "type") == "eval") {
+      ++evals;
+      continue;
+    }
+    lr.push_back(json_number(l, "lr").value());
+    CHECK(json_number(l, "grad_norm").value_or(-1) > 0);
+  }
+  REQUIRE(lr.size() == 126);
+  CHECK(lr[0] == Approx(0.001));                                          // 0.01 × warmup factor 0.1
+  CHECK(lr[5] == Approx(0.01 * (1 + std::cos(M_PI * 5 / 126)) / 2 * 0.55));  // cosine × warmup 0.1 + 0.9·5/10
+  CHECK(lr[125] < 1e-5);                                                  // the cosine ends near 0
+  CHECK(evals == 3);                                                      // steps 50, 100 and the last (126)
 }
 
 TEST_CASE("configs/seed_linear.yaml trains like the PyTorch example it mirrors", "[e2e]") {

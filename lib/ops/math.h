@@ -59,7 +59,7 @@ template <class T> GT_HD T act_backward(Activation a, T x, T y, T dy) {
 /// SGD as torch.optim.SGD defines it: g += wd·p; buf = μ·buf + (1−dampening)·g (buf = g on the first step);
 /// g = g + μ·buf (Nesterov) or buf; p −= lr·g.
 struct SgdHyper {
-  float lr, momentum, dampening, weight_decay;
+  double lr, momentum, dampening, weight_decay;
   bool nesterov, first_step;
 };
 
@@ -74,6 +74,34 @@ template <class T, bool kMomentum, bool kNesterov> GT_HD void sgd_update(const S
       g = buf;
   }
   p -= T(h.lr) * g;
+}
+
+/// Adam and AdamW as torch.optim defines them (step t counted from 1; bias corrections folded into the step):
+///   AdamW: p ← p·(1 − lr·wd);  Adam: g ← g + wd·p
+///   m ← β1·m + (1 − β1)·g;  v ← β2·v + (1 − β2)·g²;  (amsgrad: v̂ ← max(v̂, v), used in place of v)
+///   p ← p − lr/(1 − β1ᵗ) · m / (√v / √(1 − β2ᵗ) + ε)
+/// The scalars are double, as PyTorch's are: 1 − β2 in float would carry a 1e-5 relative error into every step.
+struct AdamHyper {
+  double lr, beta1, beta2, eps, weight_decay;
+  double bias_correction1, bias_correction2_sqrt;  ///< 1 − β1ᵗ and √(1 − β2ᵗ)
+  bool decoupled;                                  ///< AdamW
+};
+
+template <class T, bool kAmsgrad>
+GT_HD void adam_update(const AdamHyper& h, T& p, T g, T& m, T& v, T& vmax) {
+  if (h.decoupled)
+    p *= T(1 - h.lr * h.weight_decay);
+  else
+    g += T(h.weight_decay) * p;
+  m = T(h.beta1) * m + T(1 - h.beta1) * g;
+  v = T(h.beta2) * v + T(1 - h.beta2) * g * g;
+  T second = v;
+  if constexpr (kAmsgrad) {
+    vmax = vmax > v ? vmax : v;
+    second = vmax;
+  }
+  const T denom = std::sqrt(second) / T(h.bias_correction2_sqrt) + T(h.eps);
+  p -= T(h.lr / h.bias_correction1) * m / denom;
 }
 
 }  // namespace gt

@@ -164,6 +164,28 @@ void pool2d_backward(PoolKind kind, const Tensor& x, const Tensor& dy, const Win
   cpu::pool2d_backward(kind, x, dy, win, dx);
 }
 
+void adam_step(const AdamHyper& h, bool amsgrad, Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+               Tensor& vmax) {
+  same_dtype("adam_step", {&param, &grad, &m, &v, &vmax});
+  GT_CHECK(grad.numel() == param.numel() && m.numel() == param.numel() && v.numel() == param.numel() &&
+               (!amsgrad || vmax.numel() == param.numel()),
+           "adam_step sizes");
+  require_cpu("adam_step", common_device("adam_step", {&param, &grad, &m, &v, &vmax}));
+  cpu::adam_step(h, amsgrad, param, grad, m, v, vmax);
+}
+
+void sum_squares(const Tensor& grad, Tensor& out) {
+  GT_CHECK(out.dtype() == DType::f64 && out.numel() >= 1, "sum_squares accumulates into f64");
+  require_cpu("sum_squares", common_device("sum_squares", {&grad, &out}));
+  cpu::sum_squares(grad, out);
+}
+
+void scale_by(Tensor& x, const Tensor& scale) {
+  GT_CHECK(scale.dtype() == DType::f64 && scale.numel() >= 1, "scale_by takes an f64 scale");
+  require_cpu("scale_by", common_device("scale_by", {&x, &scale}));
+  cpu::scale_by(x, scale);
+}
+
 void add(const Tensor& a, const Tensor& b, Tensor& y) {
   same_dtype("add", {&a, &b, &y});
   GT_CHECK(a.numel() == y.numel() && b.numel() == y.numel(), "add {} + {} → {}", a.shape().str(), b.shape().str(),

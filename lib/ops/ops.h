@@ -35,6 +35,12 @@ void mse(const Tensor& pred, const Tensor& target, double scale, Tensor& dpred, 
 
 /// One SGD step over a parameter, its gradient and its momentum buffer (same shape and dtype).
 void sgd_step(const SgdHyper& h, Tensor& param, const Tensor& grad, Tensor& momentum);
+/// One Adam/AdamW step; vmax is used (and must be defined) only with amsgrad.
+void adam_step(const AdamHyper& h, bool amsgrad, Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, Tensor& vmax);
+/// Adds Σ grad² to out[0] (f64, on the gradient's device: no host sync).
+void sum_squares(const Tensor& grad, Tensor& out);
+/// x ← x · scale, where scale is read from a one-element f64 tensor on the same device.
+void scale_by(Tensor& x, const Tensor& scale);
 
 /// 2-D convolution: x (B, C, H, W), w (O, C/groups, kh, kw), optional bias b (O) → y (B, O, oh, ow).
 void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Window2d& win, int64_t groups, Tensor& y);

@@ -15,6 +15,8 @@ class Optimizer {
   /// Applies one update with learning rate `lr` to every parameter from its gradient.
   virtual void step(double lr) = 0;
   int64_t steps_taken() const { return m_steps; }
+  /// The state buffers by name (momentum, moments), for checkpoints.
+  virtual std::vector<std::pair<std::string, Tensor*>> state() = 0;
 
  protected:
   int64_t m_steps = 0;
@@ -22,5 +24,15 @@ class Optimizer {
 
 /// Builds the optimizer the config names over `params` (state buffers on the parameters' device).
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& cfg, const std::vector<Param*>& params);
+std::unique_ptr<Optimizer> make_adam(const OptimizerConfig& cfg, const std::vector<Param*>& params);
+
+/// Scales all gradients so that their global L2 norm is at most max_norm (torch.nn.utils.clip_grad_norm_:
+/// coefficient max_norm / (norm + 1e-6), applied when below 1). Returns the norm before clipping. `scratch` holds
+/// two f64 scalars on the gradients' device.
+double clip_grad_norm(const std::vector<Param*>& params, double max_norm, Tensor& scratch);
+
+/// The learning rate of optimizer step t (0-based) of a run of `total_steps`, for base rate `lr`: the schedule's
+/// value, multiplied during the first warmup_steps by a factor rising linearly from warmup_start_factor to 1.
+double scheduled_lr(const SchedulerConfig& s, double lr, int64_t t, int64_t total_steps);
 
 }  // namespace gt

@@ -14,14 +14,16 @@ class Sgd final : public Optimizer {
   }
 
   void step(double lr) override {
-    const SgdHyper h{static_cast<float>(lr),
-                     static_cast<float>(m_cfg.momentum),
-                     static_cast<float>(m_cfg.dampening),
-                     static_cast<float>(m_cfg.weight_decay),
-                     m_cfg.nesterov,
-                     m_steps == 0};
+    const SgdHyper h{lr, m_cfg.momentum, m_cfg.dampening, m_cfg.weight_decay, m_cfg.nesterov, m_steps == 0};
     for (size_t i = 0; i < m_params.size(); ++i) ops::sgd_step(h, m_params[i]->value, m_params[i]->grad, m_momentum[i]);
     ++m_steps;
+  }
+
+  std::vector<std::pair<std::string, Tensor*>> state() override {
+    std::vector<std::pair<std::string, Tensor*>> out;
+    for (size_t i = 0; i < m_momentum.size(); ++i)
+      if (m_momentum[i].defined()) out.emplace_back(std::to_string(i) + ".momentum_buffer", &m_momentum[i]);
+    return out;
   }
 
  private:
@@ -34,6 +36,7 @@ class Sgd final : public Optimizer {
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& cfg, const std::vector<Param*>& params) {
   if (cfg.type == "sgd") return std::make_unique<Sgd>(cfg, params);
+  if (cfg.type == "adam" || cfg.type == "adamw") return make_adam(cfg, params);
   throw Error(fmt::format("unknown optimizer {}", cfg.type));
 }
 

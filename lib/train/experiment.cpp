@@ -1,6 +1,7 @@
 // Reading and validating the experiment file section by section; each unknown key or bad value names its path.
 #include "train/experiment.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 
@@ -72,25 +73,96 @@ void parse_loss(const ConfigNode& n, LossConfig& out) {
 }
 
 void parse_optimizer(const ConfigNode& n, OptimizerConfig& out) {
-  n.expect_keys({"type", "lr", "momentum", "nesterov", "weight_decay", "dampening"});
   n.require("type");
-  out.type = n["type"].as_choice({"sgd"});
+  out.type = n["type"].as_choice({"sgd", "adam", "adamw"});
+  if (out.type == "sgd") {
+    n.expect_keys({"type", "lr", "momentum", "nesterov", "weight_decay", "dampening"});
+  } else {
+    n.expect_keys({"type", "lr", "betas", "eps", "weight_decay", "amsgrad"});
+  }
   n.require("lr");
   out.lr = n["lr"].as_double(0.0, 1e300, false);
-  out.momentum = n.get_double("momentum", 0.0, 0.0, 1.0);
-  out.dampening = n.get_double("dampening", 0.0, 0.0, 1.0);
-  out.weight_decay = n.get_double("weight_decay", 0.0, 0.0);
-  out.nesterov = n.get_bool("nesterov", false);
-  // torch.optim.SGD: "Nesterov momentum requires a momentum and zero dampening".
-  if (out.nesterov && (out.momentum <= 0 || out.dampening != 0))
-    n["nesterov"].fail("Nesterov momentum needs momentum > 0 and dampening 0");
+  if (out.type == "sgd") {
+    out.momentum = n.get_double("momentum", 0.0, 0.0, 1.0);
+    out.dampening = n.get_double("dampening", 0.0, 0.0, 1.0);
+    out.weight_decay = n.get_double("weight_decay", 0.0, 0.0);
+    out.nesterov = n.get_bool("nesterov", false);
+    // torch.optim.SGD: "Nesterov momentum requires a momentum and zero dampening".
+    if (out.nesterov && (out.momentum <= 0 || out.dampening != 0))
+      n["nesterov"].fail("Nesterov momentum needs momentum > 0 and dampening 0");
+    return;
+  }
+  // torch.optim.Adam/AdamW defaults: betas (0.9, 0.999), eps 1e-8, weight decay 0 and 0.01.
+  out.weight_decay = n.get_double("weight_decay", out.type == "adamw" ? 0.01 : 0.0, 0.0);
+  out.eps = n.get_double("eps", 1e-8, 0.0);
+  out.amsgrad = n.get_bool("amsgrad", false);
+  if (n.has("betas")) {
+    const ConfigNode b = n["betas"];
+    if (!b.is_sequence() || b.size() != 2) b.fail("expected two numbers [beta1, beta2]");
+    out.beta1 = b.at(0).as_double(0.0, 1.0);
+    out.beta2 = b.at(1).as_double(0.0, 1.0);
+    if (out.beta1 >= 1 || out.beta2 >= 1) b.fail("betas must be below 1");
+  }
+}
+
+void parse_scheduler(const ConfigNode& n, SchedulerConfig& out) {
+  n.require("type");
+  out.type = n["type"].as_choice({"constant", "step", "multistep", "exponential", "cosine", "linear", "onecycle"});
+  std::vector<std::string> keys{"type", "warmup_steps", "warmup_start_factor"};
+  if (out.type == "step") keys.insert(keys.end(), {"step_size", "gamma"});
+  if (out.type == "multistep") keys.insert(keys.end(), {"milestones", "gamma"});
+  if (out.type == "exponential") keys.insert(keys.end(), {"gamma"});
+  if (out.type == "cosine") keys.insert(keys.end(), {"t_max", "eta_min"});
+  if (out.type == "linear") keys.insert(keys.end(), {"start_factor", "end_factor", "total_iters"});
+  if (out.type == "onecycle") keys.insert(keys.end(), {"max_lr", "pct_start", "div_factor", "final_div_factor"});
+  n.expect_keys(keys);
+  out.warmup_steps = n.get_int("warmup_steps", 0, 0);
+  out.warmup_start_factor = n.get_double("warmup_start_factor", 0.0, 0.0, 1.0);
+  if (out.type == "step") {
+    n.require("step_size");
+    out.step_size = n["step_size"].as_int(1);
+  }
+  if (out.type == "multistep") {
+    n.require("milestones");
+    out.milestones = n["milestones"].as_int_list(1);
+    if (!std::is_sorted(out.milestones.begin(), out.milestones.end()))
+      n["milestones"].fail("expected increasing step numbers");
+  }
+  if (out.type == "exponential") {
+    n.require("gamma");
+    out.gamma = n["gamma"].as_double(0.0, 1e300, false);
+  } else {
+    out.gamma = n.get_double("gamma", 0.1, 0.0, 1e300);
+  }
+  out.t_max = n.get_int("t_max", 0, 0);
+  out.eta_min = n.get_double("eta_min", 0.0, 0.0);
+  out.start_factor = n.get_double("start_factor", 1.0, 0.0);
+  out.end_factor = n.get_double("end_factor", 0.0, 0.0);
+  out.total_iters = n.get_int("total_iters", 0, 0);
+  out.max_lr = n.get_double("max_lr", 0.0, 0.0);
+  out.pct_start = n.get_double("pct_start", 0.3, 0.0, 1.0);
+  out.div_factor = n.get_double("div_factor", 25.0, 0.0);
+  out.final_div_factor = n.get_double("final_div_factor", 1e4, 0.0);
+  if (out.type == "onecycle" && (out.pct_start <= 0 || out.pct_start >= 1))
+    n["pct_start"].fail("expected a fraction strictly between 0 and 1");
 }
 
 void parse_train(const ConfigNode& n, TrainConfig& out) {
-  n.expect_keys({"epochs", "log_every", "max_steps"});
+  n.expect_keys({"epochs", "log_every", "max_steps", "eval_every", "accumulate", "grad_clip"});
   out.epochs = n.get_int("epochs", 1, 1);
   out.log_every = n.get_int("log_every", 100, 1);
   out.max_steps = n.get_int("max_steps", 0, 0);
+  out.accumulate = n.get_int("accumulate", 1, 1);
+  if (n.has("eval_every")) {
+    const ConfigNode e = n["eval_every"];
+    out.eval_every = e.is_scalar() && e.as_string() == "epoch" ? 0 : e.as_int(1);
+  }
+  if (n.has("grad_clip")) {
+    const ConfigNode g = n["grad_clip"];
+    g.expect_keys({"max_norm"});
+    g.require("max_norm");
+    out.grad_clip = g["max_norm"].as_double(0.0, 1e300, false);
+  }
 }
 
 void check_device(const ConfigNode& n) {
@@ -124,7 +196,7 @@ Experiment parse_experiment(const ConfigNode& root) {
   for (const auto& key : root.keys())
     if (auto it = nested.find(key); it != nested.end())
       root[key].fail(fmt::format("unknown key (did you mean \"{}\"?)", it->second));
-  root.expect_keys({"name", "seed", "device", "data", "model", "loss", "optimizer", "train"});
+  root.expect_keys({"name", "seed", "device", "data", "model", "loss", "optimizer", "scheduler", "train"});
   Experiment exp;
   exp.root = root;
   exp.name = root.get_string("name", "experiment");
@@ -141,6 +213,7 @@ Experiment parse_experiment(const ConfigNode& root) {
   if (root.has("loss")) parse_loss(root["loss"], exp.loss);
   root.require("optimizer");
   parse_optimizer(root["optimizer"], exp.optimizer);
+  if (root.has("scheduler")) parse_scheduler(root["scheduler"], exp.scheduler);
   if (root.has("train")) parse_train(root["train"], exp.train);
   return exp;
 }
@@ -181,14 +254,50 @@ YAML::Node resolved_config(const Experiment& e, const YAML::Node& layers) {
   YAML::Node o(YAML::NodeType::Map);
   o["type"] = e.optimizer.type;
   o["lr"] = e.optimizer.lr;
-  o["momentum"] = e.optimizer.momentum;
-  o["dampening"] = e.optimizer.dampening;
-  o["nesterov"] = e.optimizer.nesterov;
+  if (e.optimizer.type == "sgd") {
+    o["momentum"] = e.optimizer.momentum;
+    o["dampening"] = e.optimizer.dampening;
+    o["nesterov"] = e.optimizer.nesterov;
+  } else {
+    o["betas"].push_back(e.optimizer.beta1);
+    o["betas"].push_back(e.optimizer.beta2);
+    o["betas"].SetStyle(YAML::EmitterStyle::Flow);
+    o["eps"] = e.optimizer.eps;
+    o["amsgrad"] = e.optimizer.amsgrad;
+  }
   o["weight_decay"] = e.optimizer.weight_decay;
   n["optimizer"] = o;
+  const SchedulerConfig& sc = e.scheduler;
+  YAML::Node s(YAML::NodeType::Map);
+  s["type"] = sc.type;
+  s["warmup_steps"] = sc.warmup_steps;
+  s["warmup_start_factor"] = sc.warmup_start_factor;
+  if (sc.type == "step") s["step_size"] = sc.step_size, s["gamma"] = sc.gamma;
+  if (sc.type == "multistep") {
+    s["milestones"] = sc.milestones;
+    s["milestones"].SetStyle(YAML::EmitterStyle::Flow);
+    s["gamma"] = sc.gamma;
+  }
+  if (sc.type == "exponential") s["gamma"] = sc.gamma;
+  if (sc.type == "cosine") s["t_max"] = sc.t_max, s["eta_min"] = sc.eta_min;
+  if (sc.type == "linear")
+    s["start_factor"] = sc.start_factor, s["end_factor"] = sc.end_factor, s["total_iters"] = sc.total_iters;
+  if (sc.type == "onecycle") {
+    s["max_lr"] = sc.max_lr;
+    s["pct_start"] = sc.pct_start;
+    s["div_factor"] = sc.div_factor;
+    s["final_div_factor"] = sc.final_div_factor;
+  }
+  n["scheduler"] = s;
   n["train"]["epochs"] = e.train.epochs;
   n["train"]["log_every"] = e.train.log_every;
   n["train"]["max_steps"] = e.train.max_steps;
+  n["train"]["accumulate"] = e.train.accumulate;
+  if (e.train.eval_every > 0)
+    n["train"]["eval_every"] = e.train.eval_every;
+  else
+    n["train"]["eval_every"] = "epoch";
+  if (e.train.grad_clip > 0) n["train"]["grad_clip"]["max_norm"] = e.train.grad_clip;
   return n;
 }
 

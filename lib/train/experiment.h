@@ -26,15 +26,35 @@ struct LossConfig {
 };
 
 struct OptimizerConfig {
-  std::string type = "sgd";
+  std::string type = "sgd";  ///< sgd | adam | adamw
   double lr = 0.01, momentum = 0.0, dampening = 0.0, weight_decay = 0.0;
   bool nesterov = false;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  ///< adam, adamw
+  bool amsgrad = false;
+};
+
+/// The learning-rate schedule, stepped once per optimizer step (t = 0 for the first step).
+struct SchedulerConfig {
+  std::string type = "constant";  ///< constant | step | multistep | exponential | cosine | linear | onecycle
+  int64_t warmup_steps = 0;
+  double warmup_start_factor = 0.0;
+  int64_t step_size = 1;            ///< step
+  std::vector<int64_t> milestones;  ///< multistep
+  double gamma = 0.1;               ///< step, multistep, exponential
+  int64_t t_max = 0;                ///< cosine: steps of one half period; 0 = the whole run
+  double eta_min = 0.0;             ///< cosine
+  double start_factor = 1.0, end_factor = 0.0;  ///< linear
+  int64_t total_iters = 0;          ///< linear; 0 = the whole run
+  double max_lr = 0.0, pct_start = 0.3, div_factor = 25.0, final_div_factor = 1e4;  ///< onecycle (max_lr 0 = lr)
 };
 
 struct TrainConfig {
   int64_t epochs = 1;
   int64_t log_every = 100;  ///< steps between log lines
   int64_t max_steps = 0;    ///< 0: no limit
+  int64_t eval_every = 0;   ///< steps between evaluations; 0 = after every epoch
+  int64_t accumulate = 1;   ///< micro-batches per optimizer step
+  double grad_clip = 0.0;   ///< max global L2 norm of the gradients; 0 = off
 };
 
 struct Experiment {
@@ -44,6 +64,7 @@ struct Experiment {
   DataConfig data;
   LossConfig loss;
   OptimizerConfig optimizer;
+  SchedulerConfig scheduler;
   TrainConfig train;
   ConfigNode root;  ///< the whole config after overrides: the model is built from root["model"]
 };

@@ -93,7 +93,7 @@ EvalResult evaluate(Model& model, const Experiment& exp, const Dataset& test, Te
   Loader loader(test, x.dim(0), false, exp.seed);
   loader.start_epoch(0);
   stats.zero_();
-  const LayerContext ctx{false, false};
+  const LayerContext ctx{false, false, 0};
   Tensor none;
   for (int64_t n; (n = loader.next(x, y)) > 0;) {
     const Tensor& out = model.forward(x.narrow0(n), ctx);
@@ -175,79 +175,113 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
   }
   MetricsFile metrics(dir / "metrics.jsonl");
 
-  const int64_t batch = exp.data.batch_size;
+  const int64_t batch = exp.data.batch_size, accumulate = exp.train.accumulate;
   Loader loader(data.train, batch, exp.data.shuffle, exp.seed);
-  const int64_t per_epoch = loader.batches_per_epoch();
+  const int64_t micro_per_epoch = loader.batches_per_epoch();
+  const int64_t per_epoch = (micro_per_epoch + accumulate - 1) / accumulate;  // optimizer steps
   int64_t total_steps = per_epoch * exp.train.epochs;
   if (exp.train.max_steps > 0) total_steps = std::min(total_steps, exp.train.max_steps);
 
   spdlog::info("gputrain {}: run {} → {}", GPUTRAIN_VERSION, exp.name, sum.run_dir);
   spdlog::info("device {} ({}), {} CPU thread(s)", sum.device, device_reason, threads);
-  spdlog::info("data: {} training samples of {}{}, batch {}, {} steps per epoch", data.train.size(),
+  spdlog::info("data: {} training samples of {}{}, batch {}{}, {} steps per epoch", data.train.size(),
                data.train.input_shape().str(),
                data.test.size() ? fmt::format(", {} test samples", data.test.size()) : std::string(), batch,
+               accumulate > 1 ? fmt::format(" × {} accumulated = effective batch {}", accumulate, batch * accumulate)
+                              : std::string(),
                per_epoch);
-  spdlog::info("model: {} layers, {} parameters; loss {}; optimizer {} lr {}", model.nodes().size(),
-               model.param_count(), exp.loss.type, exp.optimizer.type, exp.optimizer.lr);
+  spdlog::info("model: {} layers, {} parameters; loss {}; optimizer {} lr {}; schedule {}", model.nodes().size(),
+               model.param_count(), exp.loss.type, exp.optimizer.type, exp.optimizer.lr, exp.scheduler.type);
 
   model.allocate(batch);
-  auto optimizer = make_optimizer(exp.optimizer, model.params());
+  const std::vector<Param*> params = model.params();
+  auto optimizer = make_optimizer(exp.optimizer, params);
   Tensor x = Tensor::empty(data.train.input_shape().batched(batch), DType::f32, device);
   Tensor y = Tensor::empty(data.train.target_shape().batched(batch), data.train.targets.dtype(), device);
   Tensor dout = Tensor::empty(model.output_shape().batched(batch), DType::f32, device);
   Tensor stats = Tensor::zeros(Shape{2}, DType::f64, device);
   Tensor eval_stats = Tensor::zeros(Shape{2}, DType::f64, device);
-  const LayerContext train_ctx{true, false};
+  Tensor clip_scratch = Tensor::zeros(Shape{2}, DType::f64, device);
+
+  auto run_eval = [&](int64_t epoch, int64_t step) {
+    const EvalResult r = evaluate(model, exp, data.test, x, y, eval_stats);
+    sum.test_loss = r.loss;
+    sum.test_accuracy = r.accuracy;
+    spdlog::info("eval epoch {}/{} | step {} | test_loss {:.4f} | test_accuracy {}", epoch + 1, exp.train.epochs, step,
+                 r.loss, r.accuracy ? fmt::format("{:.4f}", *r.accuracy) : "n/a");
+    metrics.write(JsonObject()
+                      .add("type", "eval")
+                      .add("step", step)
+                      .add("epoch", epoch + 1)
+                      .add("test_loss", r.loss)
+                      .add("test_accuracy", r.accuracy));
+  };
 
   // Loss statistics stay on the device and are read once per log line and once per epoch: the only syncs.
   // A log window never spans two epochs, so the epoch's loss is the sum of its windows.
-  int64_t step = 0, train_samples = 0;
-  double train_seconds = 0;
+  int64_t step = 0, train_samples = 0, last_eval_step = -1;
+  double train_seconds = 0, grad_norm = 0;
   sum.exit_reason = "completed";
   for (int64_t epoch = 0; epoch < exp.train.epochs && sum.exit_reason == "completed"; ++epoch) {
     loader.start_epoch(epoch);
     double epoch_loss = 0;
-    int64_t epoch_samples = 0, window_samples = 0;
+    int64_t epoch_samples = 0, window_samples = 0, micro_done = 0;
     auto window_start = Clock::now();
     double window_seconds = 0;
-    auto close_window = [&] {
+    auto stop_clock = [&] {  // training time stops during evaluation
       const double dt = seconds_since(window_start);
       window_seconds += dt;
       train_seconds += dt;
+    };
+    auto close_window = [&] {
+      stop_clock();
       const double loss_sum = stats.data<double>()[0];
       epoch_loss += loss_sum;
       stats.zero_();
       return loss_sum;
     };
-    for (int64_t n; (n = loader.next(x, y)) > 0;) {
-      const Tensor xb = x.narrow0(n), yb = y.narrow0(n);
-      Tensor db = dout.narrow0(n);
-      const Tensor& out = model.forward(xb, train_ctx);
-      compute_loss(exp.loss, out, yb, 1.0 / static_cast<double>(n), db, stats);
-      model.backward(db, train_ctx);
-      optimizer->step(exp.optimizer.lr);
+    while (micro_done < micro_per_epoch) {
+      // One optimizer step over up to `accumulate` micro-batches; each one's loss is its mean over the step's
+      // micro-batches, so the gradient is the mean over the effective batch.
+      const int64_t micros = std::min(accumulate, micro_per_epoch - micro_done);
+      const double lr = scheduled_lr(exp.scheduler, exp.optimizer.lr, step, total_steps);
+      for (int64_t k = 0; k < micros; ++k) {
+        const int64_t n = loader.next(x, y);
+        const Tensor xb = x.narrow0(n), yb = y.narrow0(n);
+        Tensor db = dout.narrow0(n);
+        const LayerContext ctx{true, k > 0, static_cast<uint64_t>(step)};
+        const Tensor& out = model.forward(xb, ctx);
+        compute_loss(exp.loss, out, yb, 1.0 / static_cast<double>(n * micros), db, stats);
+        model.backward(db, ctx);
+        window_samples += n;
+        epoch_samples += n;
+        train_samples += n;
+      }
+      micro_done += micros;
+      if (exp.train.grad_clip > 0) grad_norm = clip_grad_norm(params, exp.train.grad_clip, clip_scratch);
+      optimizer->step(lr);
       ++step;
-      window_samples += n;
-      epoch_samples += n;
-      train_samples += n;
       const bool last = step == total_steps;
       if (step % exp.train.log_every == 0 || last) {
         const double loss = close_window() / static_cast<double>(window_samples);
         const double rate = static_cast<double>(window_samples) / std::max(window_seconds, 1e-9);
         const double eta = static_cast<double>(total_steps - step) * train_seconds / static_cast<double>(step);
-        spdlog::info("epoch {}/{} | step {}/{} | loss {:.4f} | lr {:.4g} | {:.0f} samples/s | elapsed {} | eta {}",
-                     epoch + 1, exp.train.epochs, step, total_steps, loss, exp.optimizer.lr, rate,
+        spdlog::info("epoch {}/{} | step {}/{} | loss {:.4f} | lr {:.4g}{} | {:.0f} samples/s | elapsed {} | eta {}",
+                     epoch + 1, exp.train.epochs, step, total_steps, loss, lr,
+                     exp.train.grad_clip > 0 ? fmt::format(" | grad_norm {:.3g}", grad_norm) : std::string(), rate,
                      hms(seconds_since(wall_start)), hms(eta));
-        metrics.write(JsonObject()
-                          .add("type", "train")
-                          .add("step", step)
-                          .add("epoch", epoch + 1)
-                          .add("loss", loss)
-                          .add("lr", exp.optimizer.lr)
-                          .add("samples_per_sec", rate)
-                          .add("elapsed_s", seconds_since(wall_start)));
+        JsonObject row;
+        row.add("type", "train").add("step", step).add("epoch", epoch + 1).add("loss", loss).add("lr", lr);
+        if (exp.train.grad_clip > 0) row.add("grad_norm", grad_norm);
+        metrics.write(row.add("samples_per_sec", rate).add("elapsed_s", seconds_since(wall_start)));
         window_samples = 0;
         window_seconds = 0;
+        window_start = Clock::now();
+      }
+      if (data.test.size() > 0 && exp.train.eval_every > 0 && (step % exp.train.eval_every == 0 || last)) {
+        stop_clock();
+        run_eval(epoch, step);
+        last_eval_step = step;
         window_start = Clock::now();
       }
       if (last) {
@@ -255,22 +289,15 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
         break;
       }
     }
-    if (window_samples > 0) close_window();
+    if (window_samples > 0)
+      close_window();
+    else
+      stop_clock();
     sum.final_train_loss = epoch_loss / static_cast<double>(std::max<int64_t>(epoch_samples, 1));
     sum.epochs = epoch + 1;
-
-    if (data.test.size() > 0) {
-      const EvalResult r = evaluate(model, exp, data.test, x, y, eval_stats);
-      sum.test_loss = r.loss;
-      sum.test_accuracy = r.accuracy;
-      spdlog::info("eval epoch {}/{} | step {} | test_loss {:.4f} | test_accuracy {}", epoch + 1, exp.train.epochs,
-                   step, r.loss, r.accuracy ? fmt::format("{:.4f}", *r.accuracy) : "n/a");
-      metrics.write(JsonObject()
-                        .add("type", "eval")
-                        .add("step", step)
-                        .add("epoch", epoch + 1)
-                        .add("test_loss", r.loss)
-                        .add("test_accuracy", r.accuracy));
+    if (data.test.size() > 0 && exp.train.eval_every == 0 && last_eval_step != step) {
+      run_eval(epoch, step);
+      last_eval_step = step;
     }
   }
   sum.steps = step;

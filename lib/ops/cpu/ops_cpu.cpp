@@ -204,6 +204,45 @@ template <class T> void sgd_t(const SgdHyper& h, Tensor& param, const Tensor& gr
     loop(std::true_type{}, std::false_type{});
 }
 
+template <class T>
+void adam_t(const AdamHyper& h, bool amsgrad, Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, Tensor& vmax) {
+  T* __restrict p = param.data<T>();
+  const T* __restrict g = grad.data<T>();
+  T* __restrict pm = m.data<T>();
+  T* __restrict pv = v.data<T>();
+  T* __restrict pmax = amsgrad ? vmax.data<T>() : nullptr;
+  auto loop = [&](auto ams) {
+    parallel_for(param.numel(), kGrain, [&](int64_t i0, int64_t i1) {
+      T unused = 0;
+      for (int64_t i = i0; i < i1; ++i)
+        adam_update<T, decltype(ams)::value>(h, p[i], g[i], pm[i], pv[i], ams ? pmax[i] : unused);
+    });
+  };
+  if (amsgrad)
+    loop(std::true_type{});
+  else
+    loop(std::false_type{});
+}
+
+template <class T> double sum_squares_t(const Tensor& grad) {
+  const T* g = grad.data<T>();
+  const int64_t n = grad.numel();
+  // Fixed blocks summed in order: the same total for any thread count.
+  constexpr int64_t kBlock = 1 << 14;
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  std::vector<double> part(static_cast<size_t>(blocks));
+  parallel_for(blocks, 4, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      double s = 0;
+      for (int64_t i = b * kBlock; i < std::min(n, (b + 1) * kBlock); ++i) s += static_cast<double>(g[i]) * g[i];
+      part[static_cast<size_t>(b)] = s;
+    }
+  });
+  double total = 0;
+  for (double v : part) total += v;
+  return total;
+}
+
 template <class F> void by_float_type(DType t, F&& f) {
   if (t == DType::f32)
     f(float{});
@@ -276,6 +315,22 @@ void mse(const Tensor& pred, const Tensor& target, double scale, Tensor& dpred, 
 }
 void sgd_step(const SgdHyper& h, Tensor& param, const Tensor& grad, Tensor& momentum) {
   by_float_type(param.dtype(), [&](auto t) { sgd_t<decltype(t)>(h, param, grad, momentum); });
+}
+void adam_step(const AdamHyper& h, bool amsgrad, Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, Tensor& vmax) {
+  by_float_type(param.dtype(), [&](auto t) { adam_t<decltype(t)>(h, amsgrad, param, grad, m, v, vmax); });
+}
+void sum_squares(const Tensor& grad, Tensor& out) {
+  by_float_type(grad.dtype(), [&](auto t) { out.data<double>()[0] += sum_squares_t<decltype(t)>(grad); });
+}
+void scale_by(Tensor& x, const Tensor& scale) {
+  const double k = scale.data<double>()[0];
+  by_float_type(x.dtype(), [&](auto t) {
+    using T = decltype(t);
+    T* p = x.data<T>();
+    parallel_for(x.numel(), kGrain, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) p[i] = static_cast<T>(p[i] * k);
+    });
+  });
 }
 
 }  // namespace gt::cpu

@@ -15,6 +15,9 @@ void cross_entropy(const Tensor& logits, const Tensor& labels, double label_smoo
                    Tensor& dlogits, Tensor& stats);
 void mse(const Tensor& pred, const Tensor& target, double scale, Tensor& dpred, Tensor& stats);
 void sgd_step(const SgdHyper& h, Tensor& param, const Tensor& grad, Tensor& momentum);
+void adam_step(const AdamHyper& h, bool amsgrad, Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, Tensor& vmax);
+void sum_squares(const Tensor& grad, Tensor& out);
+void scale_by(Tensor& x, const Tensor& scale);
 
 void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Window2d& win, int64_t groups, Tensor& y);
 void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Window2d& win, int64_t groups,
