@@ -1,5 +1,8 @@
 // End to end: the gputrain binary on configs, what it leaves in the run directory, and its exit codes.
+#include "core/rng.h"
 #include "helpers.h"
+
+#include <fmt/format.h>
 
 #include <catch2/catch.hpp>
 
@@ -172,6 +175,27 @@ TEST_CASE("schedules, warmup, clipping and eval_every show in the metrics", "[e2
   CHECK(evals == 3);                                                      // steps 50, 100 and the last (126)
 }
 
+TEST_CASE("training from CSV files", "[e2e]") {
+  TempDir dir;
+  // Label 1 when x > y: linearly separable, so a linear model learns it.
+  std::string train = "x,y,label\n", test = "x,y,label\n";
+  gt::Rng rng(1, 1);
+  for (int i = 0; i < 600; ++i) {
+    const double x = rng.uniform(-1, 1), y = rng.uniform(-1, 1);
+    (i < 500 ? train : test) += fmt::format("{},{},{}\n", x, y, x > y ? 1 : 0);
+  }
+  write_text(dir / "train.csv", train);
+  write_text(dir / "test.csv", test);
+  write_text(dir / "csv.yaml", "name: csv\ndata: {format: csv, train: {path: " + (dir / "train.csv") +
+                                   "}, test: {path: " + (dir / "test.csv") + "}, label: label, batch_size: 20}\n"
+                                   "model: {layers: [{type: linear, out_features: 2}]}\n"
+                                   "optimizer: {type: sgd, lr: 0.5, momentum: 0.9}\ntrain: {epochs: 10}\n");
+  const auto r = run_gputrain("train " + (dir / "csv.yaml") + " --out " + (dir / "run"));
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK(json_number(read_text(dir / "run/summary.json"), "test_accuracy").value_or(0) >= 0.95);
+}
+
 TEST_CASE("configs/seed_linear.yaml trains like the PyTorch example it mirrors", "[e2e]") {
   TempDir dir;
   const auto r = run_gputrain("train " + source_path("configs/seed_linear.yaml") + " --out " + (dir / "run"));
@@ -198,6 +222,20 @@ TEST_CASE("configs/fashion_mnist_mlp.yaml checks and trains", "[e2e]") {
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   CHECK(json_number(read_text(dir / "run/summary.json"), "test_accuracy").value_or(0) > 0.6);
+}
+
+TEST_CASE("configs/fashion_mnist_cnn.yaml and fashion_mnist_resnet.yaml check and train", "[e2e]") {
+  TempDir dir;
+  for (const std::string name : {"fashion_mnist_cnn", "fashion_mnist_resnet"}) {
+    const std::string cfg = source_path("configs/" + name + ".yaml");
+    const auto check = run_gputrain("check " + cfg);
+    INFO(check.output);
+    REQUIRE(check.exit_code == 0);
+    const auto r = run_gputrain("train " + cfg + " --max-steps 40 --set train.eval_every=40 --out " + (dir / name));
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    CHECK(json_number(read_text(dir / (name + "/summary.json")), "test_accuracy").value_or(0) > 0.5);
+  }
 }
 
 TEST_CASE("fashion_mnist_mlp averages at least 86.5% test accuracy after 5 epochs", "[e2e][slow]") {

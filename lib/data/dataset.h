@@ -34,6 +34,26 @@ struct IdxArray {
 };
 IdxArray read_idx_file(const std::string& path);
 
+/// How to read a CSV file: numeric columns, one of them the label.
+struct CsvSpec {
+  std::string label;           ///< column name or index (negative from the end); "" = the last column
+  std::string header = "auto"; ///< auto (a first row that is not all numbers is a header) | true | false
+  bool classes = true;         ///< labels are class indices; false: regression values
+};
+/// Reads a CSV file into [N, features] inputs and its label column. Errors name the file and line.
+Dataset read_csv(const std::string& path, const CsvSpec& spec);
+
+/// A raw NPY array (C order; float32, float64, uint8, int32 or int64, little-endian).
+struct NpyArray {
+  std::string descr;
+  std::vector<int64_t> shape;
+  std::vector<uint8_t> data;
+  double at(size_t i) const;  ///< element i as a double
+};
+NpyArray read_npy(const std::string& path);
+/// Inputs [N, ...] (× scale) and targets: integers of shape [N] are class labels, floats are regression targets.
+Dataset read_npy_pair(const std::string& inputs_path, const std::string& targets_path, float scale);
+
 /// Specification of a seeded random data set (`format: synthetic`).
 struct SyntheticSpec {
   int64_t samples = 0;
@@ -45,10 +65,18 @@ struct SyntheticSpec {
 /// Makes the training set (split 0) or the test set (split 1); both share the labelling rule.
 Dataset make_synthetic(const SyntheticSpec& spec, uint64_t seed, int split);
 
-/// Cuts a data set into mini-batches in a seeded order: epoch e's permutation depends only on (seed, e).
+/// Random training-time transforms of [C, H, W] images (`data.augment`).
+struct AugmentConfig {
+  int64_t crop_padding = -1;  ///< random_crop: shift by up to ±padding pixels, zero-filled; -1 = off
+  bool hflip = false;         ///< mirror left-right with probability 1/2
+  bool any() const { return crop_padding >= 0 || hflip; }
+};
+
+/// Cuts a data set into mini-batches in a seeded order: epoch e's permutation depends only on (seed, e), and so do
+/// the augmentations drawn for each position of the epoch.
 class Loader {
  public:
-  Loader(const Dataset& data, int64_t batch_size, bool shuffle, uint64_t seed);
+  Loader(const Dataset& data, int64_t batch_size, bool shuffle, uint64_t seed, AugmentConfig augment = {});
 
   int64_t batch_size() const { return m_batch; }
   int64_t batches_per_epoch() const { return (m_data->size() + m_batch - 1) / m_batch; }
@@ -59,12 +87,16 @@ class Loader {
   int64_t next(Tensor& x, Tensor& y);
 
  private:
+  void augment(float* sample, int64_t position);
+
   const Dataset* m_data;
   int64_t m_batch;
   bool m_shuffle;
   uint64_t m_seed;
+  AugmentConfig m_augment;
   std::vector<int64_t> m_order;
-  int64_t m_pos = 0;
+  std::vector<float> m_scratch;
+  int64_t m_pos = 0, m_epoch = 0;
 };
 
 }  // namespace gt

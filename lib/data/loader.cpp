@@ -8,8 +8,8 @@
 
 namespace gt {
 
-Loader::Loader(const Dataset& data, int64_t batch_size, bool shuffle, uint64_t seed)
-    : m_data(&data), m_batch(batch_size), m_shuffle(shuffle), m_seed(seed) {
+Loader::Loader(const Dataset& data, int64_t batch_size, bool shuffle, uint64_t seed, AugmentConfig augment)
+    : m_data(&data), m_batch(batch_size), m_shuffle(shuffle), m_seed(seed), m_augment(augment) {
   m_order.resize(static_cast<size_t>(data.size()));
   std::iota(m_order.begin(), m_order.end(), 0);
 }
@@ -21,6 +21,31 @@ void Loader::start_epoch(int64_t epoch) {
     for (size_t i = m_order.size(); i > 1; --i) std::swap(m_order[i - 1], m_order[rng.below(i)]);
   }
   m_pos = 0;
+  m_epoch = epoch;
+}
+
+// Applies the epoch's draw for this position: a shift of up to ±padding (zero fill) and a coin-flip mirror.
+void Loader::augment(float* x, int64_t position) {
+  const Shape s = m_data->input_shape();
+  const int64_t c = s[0], h = s[1], w = s[2];
+  Rng rng(m_seed, (uint64_t{0xA06} << 40) ^ (static_cast<uint64_t>(m_epoch) << 24) ^ static_cast<uint64_t>(position));
+  int64_t dy = 0, dx = 0;
+  if (m_augment.crop_padding > 0) {
+    const auto span = static_cast<uint64_t>(2 * m_augment.crop_padding + 1);
+    dy = static_cast<int64_t>(rng.below(span)) - m_augment.crop_padding;
+    dx = static_cast<int64_t>(rng.below(span)) - m_augment.crop_padding;
+  }
+  const bool flip = m_augment.hflip && (rng.next_u32() & 1);
+  if (dy == 0 && dx == 0 && !flip) return;
+  std::vector<float>& tmp = m_scratch;
+  tmp.assign(x, x + c * h * w);
+  for (int64_t ch = 0; ch < c; ++ch)
+    for (int64_t i = 0; i < h; ++i)
+      for (int64_t j = 0; j < w; ++j) {
+        // Output pixel (i, j) shows input (i + dy, j' + dx), where j' mirrors j when flipping.
+        const int64_t si = i + dy, sj = (flip ? w - 1 - j : j) + dx;
+        x[(ch * h + i) * w + j] = si >= 0 && si < h && sj >= 0 && sj < w ? tmp[static_cast<size_t>((ch * h + si) * w + sj)] : 0.0f;
+      }
 }
 
 int64_t Loader::next(Tensor& x, Tensor& y) {
@@ -37,6 +62,7 @@ int64_t Loader::next(Tensor& x, Tensor& y) {
     const auto src = static_cast<size_t>(idx[i]);
     std::memcpy(xd + static_cast<size_t>(i) * x_row, xs + src * x_row, x_row);
     std::memcpy(yd + static_cast<size_t>(i) * y_row, ys + src * y_row, y_row);
+    if (m_augment.any()) augment(reinterpret_cast<float*>(xd + static_cast<size_t>(i) * x_row), m_pos + i);
   }
   m_pos += n;
   return n;

@@ -20,9 +20,36 @@ std::string existing_file(const ConfigNode& n) {
 
 void parse_data(const ConfigNode& d, DataConfig& out) {
   d.require("format");
-  out.format = d["format"].as_choice({"idx", "synthetic"});
-  if (out.format == "idx") {
-    d.expect_keys({"format", "train", "test", "scale", "batch_size", "shuffle"});
+  out.format = d["format"].as_choice({"idx", "csv", "npy", "synthetic"});
+  if (out.format == "csv") {
+    d.expect_keys({"format", "train", "test", "label", "header", "targets", "batch_size", "shuffle", "augment"});
+    d.require("train");
+    for (const char* split : {"train", "test"}) {
+      const ConfigNode s = d[split];
+      if (!s.defined()) continue;
+      s.expect_keys({"path"});
+      s.require("path");
+      (std::string(split) == "train" ? out.train_csv : out.test_csv) = existing_file(s["path"]);
+    }
+    if (d.has("label")) out.csv.label = d["label"].as_string();
+    out.csv.header = d.get_choice("header", "auto", {"auto", "true", "false"});
+    out.csv.classes = d.get_choice("targets", "classes", {"classes", "values"}) == "classes";
+  } else if (out.format == "npy") {
+    d.expect_keys({"format", "train", "test", "scale", "batch_size", "shuffle", "augment"});
+    d.require("train");
+    for (const char* split : {"train", "test"}) {
+      const ConfigNode s = d[split];
+      if (!s.defined()) continue;
+      s.expect_keys({"inputs", "targets"});
+      s.require("inputs");
+      s.require("targets");
+      const std::string inputs = existing_file(s["inputs"]), targets = existing_file(s["targets"]);
+      (std::string(split) == "train" ? out.train_images : out.test_images) = inputs;
+      (std::string(split) == "train" ? out.train_labels : out.test_labels) = targets;
+    }
+    out.scale = d.get_double("scale", 1.0);
+  } else if (out.format == "idx") {
+    d.expect_keys({"format", "train", "test", "scale", "batch_size", "shuffle", "augment"});
     d.require("train");
     for (const char* split : {"train", "test"}) {
       const ConfigNode s = d[split];
@@ -36,7 +63,7 @@ void parse_data(const ConfigNode& d, DataConfig& out) {
     }
     out.scale = d.get_double("scale", 1.0);
   } else {
-    d.expect_keys({"format", "samples", "test_samples", "input_shape", "targets", "batch_size", "shuffle"});
+    d.expect_keys({"format", "samples", "test_samples", "input_shape", "targets", "batch_size", "shuffle", "augment"});
     d.require("samples");
     d.require("input_shape");
     d.require("targets");
@@ -56,6 +83,16 @@ void parse_data(const ConfigNode& d, DataConfig& out) {
   }
   out.batch_size = d.get_int("batch_size", 64, 1);
   out.shuffle = d.get_bool("shuffle", true);
+  if (d.has("augment")) {
+    const ConfigNode a = d["augment"];
+    a.expect_keys({"random_crop", "hflip"});
+    if (a.has("random_crop")) {
+      a["random_crop"].expect_keys({"padding"});
+      a["random_crop"].require("padding");
+      out.augment.crop_padding = a["random_crop"]["padding"].as_int(0);
+    }
+    out.augment.hflip = a.get_bool("hflip", false);
+  }
 }
 
 void parse_loss(const ConfigNode& n, LossConfig& out) {
@@ -225,7 +262,21 @@ YAML::Node resolved_config(const Experiment& e, const YAML::Node& layers) {
   n["device"] = YAML::Load(e.device);
   YAML::Node d(YAML::NodeType::Map);
   d["format"] = e.data.format;
-  if (e.data.format == "idx") {
+  if (e.data.format == "csv") {
+    d["train"]["path"] = e.data.train_csv;
+    if (!e.data.test_csv.empty()) d["test"]["path"] = e.data.test_csv;
+    if (!e.data.csv.label.empty()) d["label"] = e.data.csv.label;
+    d["header"] = e.data.csv.header;
+    d["targets"] = e.data.csv.classes ? "classes" : "values";
+  } else if (e.data.format == "npy") {
+    d["train"]["inputs"] = e.data.train_images;
+    d["train"]["targets"] = e.data.train_labels;
+    if (!e.data.test_images.empty()) {
+      d["test"]["inputs"] = e.data.test_images;
+      d["test"]["targets"] = e.data.test_labels;
+    }
+    d["scale"] = e.data.scale;
+  } else if (e.data.format == "idx") {
     d["train"]["images"] = e.data.train_images;
     d["train"]["labels"] = e.data.train_labels;
     if (!e.data.test_images.empty()) {
@@ -247,6 +298,8 @@ YAML::Node resolved_config(const Experiment& e, const YAML::Node& layers) {
   }
   d["batch_size"] = e.data.batch_size;
   d["shuffle"] = e.data.shuffle;
+  if (e.data.augment.crop_padding >= 0) d["augment"]["random_crop"]["padding"] = e.data.augment.crop_padding;
+  if (e.data.augment.hflip) d["augment"]["hflip"] = true;
   n["data"] = d;
   n["model"]["layers"] = layers;
   n["loss"]["type"] = e.loss.type;

@@ -12,12 +12,15 @@
 namespace gt {
 
 struct DataConfig {
-  std::string format = "idx";  ///< idx | synthetic
-  std::string train_images, train_labels, test_images, test_labels;  ///< idx
+  std::string format = "idx";  ///< idx | csv | npy | synthetic
+  std::string train_images, train_labels, test_images, test_labels;  ///< idx; npy inputs and targets
+  std::string train_csv, test_csv;                                   ///< csv
+  CsvSpec csv;
   double scale = 1.0;
   SyntheticSpec synthetic;
   int64_t batch_size = 64;
   bool shuffle = true;
+  AugmentConfig augment;  ///< training set only
 };
 
 struct LossConfig {

@@ -135,13 +135,24 @@ LoadedData load_data(const Experiment& exp) {
     d.train = read_idx(exp.data.train_images, exp.data.train_labels, static_cast<float>(exp.data.scale));
     if (!exp.data.test_images.empty())
       d.test = read_idx(exp.data.test_images, exp.data.test_labels, static_cast<float>(exp.data.scale));
-    if (d.test.size() > 0 && d.test.input_shape() != d.train.input_shape())
-      throw DataError(fmt::format("{}: test images are {} but training images are {}", exp.data.test_images,
-                                  d.test.input_shape().str(), d.train.input_shape().str()));
-    d.test.num_classes = d.train.num_classes = std::max(d.train.num_classes, d.test.num_classes);
+  } else if (exp.data.format == "csv") {
+    d.train = read_csv(exp.data.train_csv, exp.data.csv);
+    if (!exp.data.test_csv.empty()) d.test = read_csv(exp.data.test_csv, exp.data.csv);
+  } else if (exp.data.format == "npy") {
+    d.train = read_npy_pair(exp.data.train_images, exp.data.train_labels, static_cast<float>(exp.data.scale));
+    if (!exp.data.test_images.empty())
+      d.test = read_npy_pair(exp.data.test_images, exp.data.test_labels, static_cast<float>(exp.data.scale));
   } else {
     d.train = make_synthetic(exp.data.synthetic, exp.seed, 0);
     if (exp.data.synthetic.test_samples > 0) d.test = make_synthetic(exp.data.synthetic, exp.seed, 1);
+  }
+  if (d.test.size() > 0) {
+    if (d.test.input_shape() != d.train.input_shape() || d.test.target_shape() != d.train.target_shape() ||
+        (d.test.num_classes > 0) != (d.train.num_classes > 0))
+      throw DataError(fmt::format("{}: test samples are {} → {} but training samples are {} → {}", d.test.source,
+                                  d.test.input_shape().str(), d.test.target_shape().str(), d.train.input_shape().str(),
+                                  d.train.target_shape().str()));
+    d.test.num_classes = d.train.num_classes = std::max(d.train.num_classes, d.test.num_classes);
   }
   return d;
 }
@@ -159,6 +170,9 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
   Model model = Model::build(exp.root["model"], data.train.input_shape(), DType::f32, device, exp.seed);
   const ConfigNode loss_where = exp.root.has("loss") ? exp.root["loss"] : exp.root["model"]["layers"];
   check_loss_fits(exp.loss, model.output_shape(), data.train, loss_where);
+  if (exp.data.augment.any() && data.train.input_shape().rank() != 3)
+    exp.root["data"]["augment"].fail(fmt::format("augmentation works on [channels, height, width] images; the "
+                                                 "samples are {}", data.train.input_shape().str()));
 
   RunSummary sum;
   sum.run_dir = make_run_dir(exp, opts.out_dir);
@@ -176,7 +190,7 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
   MetricsFile metrics(dir / "metrics.jsonl");
 
   const int64_t batch = exp.data.batch_size, accumulate = exp.train.accumulate;
-  Loader loader(data.train, batch, exp.data.shuffle, exp.seed);
+  Loader loader(data.train, batch, exp.data.shuffle, exp.seed, exp.data.augment);
   const int64_t micro_per_epoch = loader.batches_per_epoch();
   const int64_t per_epoch = (micro_per_epoch + accumulate - 1) / accumulate;  // optimizer steps
   int64_t total_steps = per_epoch * exp.train.epochs;

@@ -29,15 +29,22 @@ void bn_fwd_t(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& 
     for (int64_t c = c0; c < c1; ++c) {
       double mean, var;
       if (training) {
+        // Per-row sums in T (vectorised), rows combined in double; the variance from a second pass about the
+        // mean, which keeps it exact for data far from zero.
         double s = 0, s2 = 0;
         for (int64_t b = 0; b < batch; ++b) {
           const T* row = px + (b * ch + c) * sp;
-          for (int64_t i = 0; i < sp; ++i) s += row[i];
+          T acc = 0;
+          for (int64_t i = 0; i < sp; ++i) acc += row[i];
+          s += acc;
         }
         mean = s / static_cast<double>(n);
+        const T m = static_cast<T>(mean);
         for (int64_t b = 0; b < batch; ++b) {
           const T* row = px + (b * ch + c) * sp;
-          for (int64_t i = 0; i < sp; ++i) s2 += (row[i] - mean) * (row[i] - mean);
+          T acc = 0;
+          for (int64_t i = 0; i < sp; ++i) acc += (row[i] - m) * (row[i] - m);
+          s2 += acc;
         }
         var = s2 / static_cast<double>(n);
         // Running variance is unbiased, as PyTorch keeps it.
@@ -73,30 +80,30 @@ void bn_bwd_t(const Tensor& x, const Tensor& gamma, const Tensor& save_mean, con
     for (int64_t c = c0; c < c1; ++c) {
       const double mean = sm[c], inv = si[c];
       double sum_dy = 0, sum_dy_xhat = 0;
+      const T m = static_cast<T>(mean), iv = static_cast<T>(inv);
       for (int64_t b = 0; b < batch; ++b) {
         const T *row = px + (b * ch + c) * sp, *g = pdy + (b * ch + c) * sp;
+        T a = 0, d = 0;
         for (int64_t i = 0; i < sp; ++i) {
-          sum_dy += g[i];
-          sum_dy_xhat += g[i] * (row[i] - mean) * inv;
+          a += g[i];
+          d += g[i] * (row[i] - m);
         }
+        sum_dy += a;
+        sum_dy_xhat += d * iv;
       }
       dg[c] = static_cast<T>(sum_dy_xhat + (beta_acc != 0 ? beta_acc * dg[c] : 0.0));
       db[c] = static_cast<T>(sum_dy + (beta_acc != 0 ? beta_acc * db[c] : 0.0));
       if (!pdx) continue;
-      const double k = pg[c] * inv;
+      const T k = static_cast<T>(pg[c] * inv), mean_dy = static_cast<T>(sum_dy / static_cast<double>(n)),
+              mean_dyx = static_cast<T>(sum_dy_xhat / static_cast<double>(n)), m2 = static_cast<T>(mean),
+              iv2 = static_cast<T>(inv);
       for (int64_t b = 0; b < batch; ++b) {
         const T *row = px + (b * ch + c) * sp, *g = pdy + (b * ch + c) * sp;
         T* out = pdx + (b * ch + c) * sp;
-        for (int64_t i = 0; i < sp; ++i) {
-          if (training) {
-            // dx = γ·invstd/N · (N·dy − Σdy − x̂·Σ(dy·x̂))
-            const double xhat = (row[i] - mean) * inv;
-            out[i] = static_cast<T>(k * (g[i] - sum_dy / static_cast<double>(n) -
-                                         xhat * sum_dy_xhat / static_cast<double>(n)));
-          } else {
-            out[i] = static_cast<T>(k * g[i]);  // evaluation: the statistics are constants
-          }
-        }
+        if (training)  // dx = γ·invstd · (dy − mean(dy) − x̂·mean(dy·x̂))
+          for (int64_t i = 0; i < sp; ++i) out[i] = k * (g[i] - mean_dy - (row[i] - m2) * iv2 * mean_dyx);
+        else  // evaluation: the statistics are constants
+          for (int64_t i = 0; i < sp; ++i) out[i] = k * g[i];
       }
     }
   });

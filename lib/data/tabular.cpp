@@ -1,0 +1,237 @@
+// CSV and NPY data files.
+#include "data/dataset.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace gt {
+namespace {
+
+std::vector<std::string> split_csv_line(const std::string& line) {
+  std::vector<std::string> out;
+  std::string field;
+  for (char ch : line) {
+    if (ch == ',') {
+      out.push_back(field);
+      field.clear();
+    } else if (ch != '\r') {
+      field += ch;
+    }
+  }
+  out.push_back(field);
+  for (auto& f : out) {  // trim spaces and tabs
+    const size_t a = f.find_first_not_of(" \t"), b = f.find_last_not_of(" \t");
+    f = a == std::string::npos ? "" : f.substr(a, b - a + 1);
+  }
+  return out;
+}
+
+bool parse_number(const std::string& s, double& v) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  v = std::strtod(s.c_str(), &end);
+  return *end == '\0' && errno != ERANGE && std::isfinite(v);
+}
+
+}  // namespace
+
+Dataset read_csv(const std::string& path, const CsvSpec& spec) {
+  std::ifstream in(path);
+  if (!in) throw DataError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+  std::vector<std::vector<double>> rows;
+  std::vector<std::string> header;
+  std::string line;
+  int64_t line_no = 0;
+  size_t width = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank lines
+    const auto fields = split_csv_line(line);
+    std::vector<double> values(fields.size());
+    bool numeric = true;
+    for (size_t i = 0; i < fields.size() && numeric; ++i) numeric = parse_number(fields[i], values[i]);
+    const bool first = rows.empty() && header.empty();
+    if (first && (spec.header == "true" || (spec.header == "auto" && !numeric))) {
+      header = fields;
+      width = fields.size();
+      continue;
+    }
+    if (width == 0) width = fields.size();
+    if (fields.size() != width)
+      throw DataError(fmt::format("{}:{}: {} fields, but the file's rows have {}", path, line_no, fields.size(), width));
+    for (size_t i = 0; i < fields.size(); ++i)
+      if (!parse_number(fields[i], values[i]))
+        throw DataError(fmt::format("{}:{}: field {} (\"{}\") is not a number", path, line_no, i + 1, fields[i]));
+    rows.push_back(std::move(values));
+  }
+  if (rows.empty()) throw DataError(fmt::format("{}: no data rows", path));
+  if (width < 2) throw DataError(fmt::format("{}: needs at least one feature column and a label column", path));
+
+  // The label column: a header name, an index (negative counts from the end), or the last column.
+  int64_t label = static_cast<int64_t>(width) - 1;
+  if (!spec.label.empty()) {
+    double idx = 0;
+    if (parse_number(spec.label, idx) && idx == std::floor(idx)) {
+      label = static_cast<int64_t>(idx) < 0 ? static_cast<int64_t>(width) + static_cast<int64_t>(idx)
+                                            : static_cast<int64_t>(idx);
+    } else {
+      auto it = std::find(header.begin(), header.end(), spec.label);
+      if (it == header.end())
+        throw DataError(fmt::format("{}: no column named \"{}\"{}", path, spec.label,
+                                    header.empty() ? " (the file has no header row)" : ""));
+      label = it - header.begin();
+    }
+    if (label < 0 || label >= static_cast<int64_t>(width))
+      throw DataError(fmt::format("{}: label column {} is outside the {} columns", path, spec.label, width));
+  }
+
+  const auto n = static_cast<int64_t>(rows.size()), features = static_cast<int64_t>(width) - 1;
+  Dataset ds;
+  ds.source = path;
+  ds.inputs = Tensor::empty(Shape{n, features}, DType::f32);
+  float* x = ds.inputs.data<float>();
+  for (int64_t r = 0; r < n; ++r) {
+    int64_t k = 0;
+    for (int64_t c = 0; c < static_cast<int64_t>(width); ++c)
+      if (c != label) x[r * features + k++] = static_cast<float>(rows[static_cast<size_t>(r)][static_cast<size_t>(c)]);
+  }
+  if (spec.classes) {
+    ds.targets = Tensor::empty(Shape{n}, DType::i32);
+    int32_t* y = ds.targets.data<int32_t>();
+    for (int64_t r = 0; r < n; ++r) {
+      const double v = rows[static_cast<size_t>(r)][static_cast<size_t>(label)];
+      if (v < 0 || v != std::floor(v) || v > 1e6)
+        throw DataError(fmt::format("{}: row {}: class label {} is not a non-negative integer (use targets: values "
+                                    "for regression)",
+                                    path, r + 1, v));
+      y[r] = static_cast<int32_t>(v);
+      ds.num_classes = std::max<int64_t>(ds.num_classes, y[r] + 1);
+    }
+  } else {
+    ds.targets = Tensor::empty(Shape{n, 1}, DType::f32);
+    for (int64_t r = 0; r < n; ++r)
+      ds.targets.data<float>()[r] = static_cast<float>(rows[static_cast<size_t>(r)][static_cast<size_t>(label)]);
+  }
+  return ds;
+}
+
+NpyArray read_npy(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw DataError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+  char magic[8];
+  if (!in.read(magic, 8) || std::memcmp(magic, "\x93NUMPY", 6) != 0)
+    throw DataError(fmt::format("{}: not an NPY file (bad magic)", path));
+  const int major = static_cast<unsigned char>(magic[6]);
+  uint32_t header_len = 0;
+  if (major == 1) {
+    unsigned char b[2];
+    if (!in.read(reinterpret_cast<char*>(b), 2)) throw DataError(fmt::format("{}: truncated NPY header", path));
+    header_len = b[0] | (b[1] << 8);
+  } else if (major == 2 || major == 3) {
+    unsigned char b[4];
+    if (!in.read(reinterpret_cast<char*>(b), 4)) throw DataError(fmt::format("{}: truncated NPY header", path));
+    header_len = b[0] | (b[1] << 8) | (b[2] << 16) | (static_cast<uint32_t>(b[3]) << 24);
+  } else {
+    throw DataError(fmt::format("{}: NPY format version {} is not supported (1 to 3 are)", path, major));
+  }
+  if (header_len > (1u << 20)) throw DataError(fmt::format("{}: NPY header of {} bytes", path, header_len));
+  std::string header(header_len, '\0');
+  if (!in.read(header.data(), header_len)) throw DataError(fmt::format("{}: truncated NPY header", path));
+
+  auto value_of = [&](const std::string& key) -> std::string {
+    const size_t k = header.find("'" + key + "'");
+    if (k == std::string::npos) throw DataError(fmt::format("{}: NPY header has no '{}'", path, key));
+    const size_t colon = header.find(':', k);
+    if (colon == std::string::npos) throw DataError(fmt::format("{}: malformed NPY header", path));
+    return header.substr(colon + 1);
+  };
+  NpyArray arr;
+  {
+    const std::string d = value_of("descr");
+    const size_t q1 = d.find('\''), q2 = d.find('\'', q1 + 1);
+    if (q1 == std::string::npos || q2 == std::string::npos) throw DataError(fmt::format("{}: malformed descr", path));
+    arr.descr = d.substr(q1 + 1, q2 - q1 - 1);
+  }
+  if (value_of("fortran_order").find("True") < value_of("fortran_order").find(','))
+    throw DataError(fmt::format("{}: Fortran-ordered arrays are not supported (save with np.ascontiguousarray)", path));
+  {
+    const std::string s = value_of("shape");
+    const size_t open = s.find('('), close = s.find(')');
+    if (open == std::string::npos || close == std::string::npos)
+      throw DataError(fmt::format("{}: malformed shape in NPY header", path));
+    std::stringstream ss(s.substr(open + 1, close - open - 1));
+    for (std::string dim; std::getline(ss, dim, ',');) {
+      if (dim.find_first_not_of(" ") == std::string::npos) continue;
+      double v = 0;
+      if (!parse_number(dim.substr(dim.find_first_not_of(" ")), v) || v < 0 || v != std::floor(v) || v > 1e12)
+        throw DataError(fmt::format("{}: bad dimension \"{}\" in NPY shape", path, dim));
+      arr.shape.push_back(static_cast<int64_t>(v));
+    }
+  }
+  static const std::vector<std::pair<std::string, size_t>> kTypes = {
+      {"<f4", 4}, {"<f8", 8}, {"|u1", 1}, {"<u1", 1}, {"<i8", 8}, {"<i4", 4}};
+  size_t item = 0;
+  for (const auto& [name, size] : kTypes)
+    if (arr.descr == name) item = size;
+  if (!item)
+    throw DataError(fmt::format("{}: NPY dtype '{}' is not supported (float32, float64, uint8, int32, int64 are)", path,
+                                arr.descr));
+  if (arr.shape.empty()) throw DataError(fmt::format("{}: a 0-dimensional array holds no samples", path));
+  size_t count = 1;
+  for (int64_t d : arr.shape) {
+    count *= static_cast<size_t>(d);
+    if (count > (size_t{1} << 34)) throw DataError(fmt::format("{}: the NPY shape claims over 16 G elements", path));
+  }
+  arr.data.resize(count * item);
+  if (!in.read(reinterpret_cast<char*>(arr.data.data()), static_cast<std::streamsize>(arr.data.size())))
+    throw DataError(fmt::format("{}: truncated: the header promises {} bytes of data", path, arr.data.size()));
+  return arr;
+}
+
+double NpyArray::at(size_t i) const {
+  const uint8_t* p = data.data();
+  if (descr == "<f4") return reinterpret_cast<const float*>(p)[i];
+  if (descr == "<f8") return reinterpret_cast<const double*>(p)[i];
+  if (descr == "<i8") return static_cast<double>(reinterpret_cast<const int64_t*>(p)[i]);
+  if (descr == "<i4") return reinterpret_cast<const int32_t*>(p)[i];
+  return p[i];
+}
+
+Dataset read_npy_pair(const std::string& inputs_path, const std::string& targets_path, float scale) {
+  const NpyArray x = read_npy(inputs_path), y = read_npy(targets_path);
+  const int64_t n = x.shape[0];
+  if (y.shape[0] != n)
+    throw DataError(fmt::format("{}: {} targets for {} samples in {}", targets_path, y.shape[0], n, inputs_path));
+  Dataset ds;
+  ds.source = inputs_path;
+  ds.inputs = Tensor::empty(Shape(x.shape), DType::f32);
+  if (x.shape.size() == 1) ds.inputs = ds.inputs.view(Shape{n, 1});
+  float* px = ds.inputs.data<float>();
+  for (int64_t i = 0; i < ds.inputs.numel(); ++i) px[i] = static_cast<float>(x.at(static_cast<size_t>(i))) * scale;
+  const bool integer = y.descr == "<i8" || y.descr == "<i4" || y.descr == "|u1" || y.descr == "<u1";
+  if (integer) {
+    if (y.shape.size() != 1)
+      throw DataError(fmt::format("{}: integer targets are class labels of shape [N], got {} dimensions", targets_path,
+                                  y.shape.size()));
+    ds.targets = Tensor::empty(Shape{n}, DType::i32);
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = y.at(static_cast<size_t>(i));
+      if (v < 0 || v > 1e6)
+        throw DataError(fmt::format("{}: label {} at index {} is not a class index", targets_path, v, i));
+      ds.targets.data<int32_t>()[i] = static_cast<int32_t>(v);
+      ds.num_classes = std::max<int64_t>(ds.num_classes, static_cast<int64_t>(v) + 1);
+    }
+  } else {
+    ds.targets = Tensor::empty(y.shape.size() == 1 ? Shape{n, 1} : Shape(y.shape), DType::f32);
+    for (int64_t i = 0; i < ds.targets.numel(); ++i)
+      ds.targets.data<float>()[i] = static_cast<float>(y.at(static_cast<size_t>(i)));
+  }
+  return ds;
+}
+
+}  // namespace gt
