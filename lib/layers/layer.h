@@ -24,7 +24,7 @@ struct Param {
 struct LayerContext {
   bool training = true;          ///< dropout and batch norm behave differently in evaluation
   bool accumulate_grads = false; ///< add parameter gradients to what is there instead of overwriting it
-  uint64_t step = 0;             ///< the optimizer step being computed: dropout masks are drawn from it
+  uint64_t step = 0;             ///< the micro-batch being computed (step × accumulate + k): keys dropout masks
 };
 
 class Layer {

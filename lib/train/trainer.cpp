@@ -263,7 +263,8 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
         const int64_t n = loader.next(x, y);
         const Tensor xb = x.narrow0(n), yb = y.narrow0(n);
         Tensor db = dout.narrow0(n);
-        const LayerContext ctx{true, k > 0, static_cast<uint64_t>(step)};
+        // Dropout masks are keyed by the micro-batch, so the micro-batches of one step draw different masks.
+        const LayerContext ctx{true, k > 0, static_cast<uint64_t>(step * accumulate + k)};
         const Tensor& out = model.forward(xb, ctx);
         compute_loss(exp.loss, out, yb, 1.0 / static_cast<double>(n * micros), db, stats);
         model.backward(db, ctx);
