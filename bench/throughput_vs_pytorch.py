@@ -1,17 +1,18 @@
 #!/usr/bin/env python3
 """Training (and inference) throughput of gputrain against PyTorch on the CPU, on the same model, batch and data size.
 
-    scripts/setup.sh --bench && bench/throughput_vs_pytorch.py --model mlp|cnn [--rounds 3] [--steps N]
+    scripts/setup.sh --bench && bench/throughput_vs_pytorch.py --model mlp|cnn [--rounds 5] [--steps N]
 
 gputrain runs with 2 threads; PyTorch (Debian's python3-torch) with 1 and 2 threads and its best counts. Training
 throughput counts the training loop only (gputrain's summary.json; for PyTorch, data already in memory). The runs are
-interleaved over rounds and each side keeps its best round, so that noise from other work on the machine hurts
-neither side more than the other. Prints a table with achieved GFLOP/s beside the machine's measured SGEMM rate.
+interleaved over rounds and each figure is the median of its rounds: this shared machine's speed drifts by ±30 %
+between minutes, and a median is not moved by one lucky or unlucky round. Prints a table with achieved GFLOP/s beside the machine's measured SGEMM rate.
 """
 import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -61,7 +62,7 @@ def gemm_rate(threads):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="mlp", choices=sorted(CONFIGS))
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=0, help="training steps per run (default: 600 mlp, 120 cnn)")
     ap.add_argument("--infer-batch", type=int, default=1024)
     args = ap.parse_args()
@@ -72,26 +73,26 @@ def main():
     # skipped by both engines, so this slightly overstates the work: the GFLOP/s column is an upper bound.
     train_flops = 3 * fwd
 
-    rows = {k: 0.0 for k in ("gputrain train (2 threads)", "pytorch train (1 thread)", "pytorch train (2 threads)",
+    rows = {k: [] for k in ("gputrain train (2 threads)", "pytorch train (1 thread)", "pytorch train (2 threads)",
                              "gputrain infer (2 threads)", "pytorch infer (1 thread)", "pytorch infer (2 threads)")}
     for r in range(args.rounds):
-        rows["gputrain train (2 threads)"] = max(rows["gputrain train (2 threads)"], gputrain_train(config, steps, 2))
+        rows["gputrain train (2 threads)"].append(gputrain_train(config, steps, 2))
         for t in (1, 2):
-            key = f"pytorch train ({t} thread{'s' if t > 1 else ''})"
-            rows[key] = max(rows[key], torch_rate(args.model, steps, t))
-        rows["gputrain infer (2 threads)"] = max(rows["gputrain infer (2 threads)"],
-                                                 gputrain_infer(config, args.infer_batch, 2))
+            rows[f"pytorch train ({t} thread{'s' if t > 1 else ''})"].append(torch_rate(args.model, steps, t))
+        rows["gputrain infer (2 threads)"].append(gputrain_infer(config, args.infer_batch, 2))
         for t in (1, 2):
-            key = f"pytorch infer ({t} thread{'s' if t > 1 else ''})"
-            rows[key] = max(rows[key], torch_rate(args.model, max(4, steps // 30), t, args.infer_batch, infer=True))
-        print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{k} {v:,.0f}" for k, v in rows.items()), file=sys.stderr)
+            rows[f"pytorch infer ({t} thread{'s' if t > 1 else ''})"].append(
+                torch_rate(args.model, max(4, steps // 30), t, args.infer_batch, infer=True))
+        print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{k} {v[-1]:,.0f}" for k, v in rows.items()),
+              file=sys.stderr)
+    rows = {k: statistics.median(v) for k, v in rows.items()}
     sgemm = {t: gemm_rate(t) for t in (1, 2)}
 
     print(f"{args.model}: {CONFIGS[args.model]}, training batch 128, inference batch {args.infer_batch}; "
           f"{fwd / 1e6:.2f} MFLOP forward per sample")
-    print(f"{'engine':<28}{'samples/s':>12}{'GFLOP/s':>10}")
+    print(f"{'engine (median of ' + str(args.rounds) + ' rounds)':<28}{'samples/s':>12}{'GFLOP/s':>10}")
     for k, v in rows.items():
-        flops = train_flops if "train" in k else fwd
+        flops = train_flops if k.split()[1] == "train" else fwd
         print(f"{k:<28}{v:>12,.0f}{v * flops * 1e-9:>10.1f}")
     print(f"{'OpenBLAS SGEMM 2048³':<28}{'':>12}{sgemm[1]:>10.1f}  (1 thread)")
     print(f"{'':<28}{'':>12}{sgemm[2]:>10.1f}  (2 threads)")

@@ -265,6 +265,16 @@ TEST_CASE("fashion_mnist_mlp averages at least 86.5% test accuracy after 5 epoch
   CHECK(mean >= 0.865);
 }
 
+TEST_CASE("fashion_mnist_cnn trains to about 90% in 5 epochs", "[e2e][slow]") {
+  // A regression guard, not the issue's 90.5 % target: seeds 1-4 give 90.2-90.6 % here and PyTorch 90.5-90.6 %
+  // with the same model (README, Measured); seed 1 on 2 threads gives 90.12 %.
+  TempDir dir;
+  const auto r = run_gputrain("train " + source_path("configs/fashion_mnist_cnn.yaml") + " --quiet --out " + (dir / "run"));
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK(json_number(read_text(dir / "run/summary.json"), "test_accuracy").value_or(0) >= 0.898);
+}
+
 TEST_CASE("gputrain devices, --version and --help exit 0", "[e2e]") {
   const auto d = run_gputrain("devices");
   INFO(d.output);

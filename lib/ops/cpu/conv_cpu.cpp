@@ -308,27 +308,20 @@ template <class T> void pool_bwd_t(PoolKind kind, const Tensor& x, const Tensor&
   });
 }
 
-template <class F> void by_float(DType t, F&& f) {
-  if (t == DType::f64)
-    f(double{});
-  else
-    f(float{});
-}
-
 }  // namespace
 
 void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Window2d& win, int64_t groups, Tensor& y) {
-  by_float(x.dtype(), [&](auto t) { conv_fwd_t<decltype(t)>(x, w, b, win, groups, y); });
+  for_float_type(x.dtype(), [&](auto t) { conv_fwd_t<decltype(t)>(x, w, b, win, groups, y); });
 }
 void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Window2d& win, int64_t groups,
                      Tensor& dx, Tensor& dw, Tensor& db, double beta) {
-  by_float(x.dtype(), [&](auto t) { conv_bwd_t<decltype(t)>(x, w, dy, win, groups, dx, dw, db, beta); });
+  for_float_type(x.dtype(), [&](auto t) { conv_bwd_t<decltype(t)>(x, w, dy, win, groups, dx, dw, db, beta); });
 }
 void pool2d_forward(PoolKind kind, const Tensor& x, const Window2d& win, Tensor& y) {
-  by_float(x.dtype(), [&](auto t) { pool_fwd_t<decltype(t)>(kind, x, win, y); });
+  for_float_type(x.dtype(), [&](auto t) { pool_fwd_t<decltype(t)>(kind, x, win, y); });
 }
 void pool2d_backward(PoolKind kind, const Tensor& x, const Tensor& dy, const Window2d& win, Tensor& dx) {
-  by_float(x.dtype(), [&](auto t) { pool_bwd_t<decltype(t)>(kind, x, dy, win, dx); });
+  for_float_type(x.dtype(), [&](auto t) { pool_bwd_t<decltype(t)>(kind, x, dy, win, dx); });
 }
 
 }  // namespace gt::cpu

@@ -10,13 +10,6 @@
 namespace gt::cpu {
 namespace {
 
-template <class F> void by_float(DType t, F&& f) {
-  if (t == DType::f64)
-    f(double{});
-  else
-    f(float{});
-}
-
 // x viewed as (B, C, S): channel c of sample b is the run x[(b·C + c)·S, +S).
 template <class T>
 void bn_fwd_t(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean, Tensor& running_var,
@@ -242,40 +235,40 @@ template <class T> void embedding_bwd_t(const Tensor& idx, const Tensor& dy, Ten
 void batchnorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
                        Tensor& running_var, double momentum, double eps, bool training, Tensor& save_mean,
                        Tensor& save_invstd, Tensor& y) {
-  by_float(x.dtype(), [&](auto t) {
+  for_float_type(x.dtype(), [&](auto t) {
     bn_fwd_t<decltype(t)>(x, gamma, beta, running_mean, running_var, momentum, eps, training, save_mean, save_invstd, y);
   });
 }
 void batchnorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
                         const Tensor& dy, bool training, Tensor& dx, Tensor& dgamma, Tensor& dbeta, double beta) {
-  by_float(x.dtype(), [&](auto t) {
+  for_float_type(x.dtype(), [&](auto t) {
     bn_bwd_t<decltype(t)>(x, gamma, save_mean, save_invstd, dy, training, dx, dgamma, dbeta, beta);
   });
 }
 void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, Tensor& save_mean,
                        Tensor& save_invstd, Tensor& y) {
-  by_float(x.dtype(), [&](auto t) { ln_fwd_t<decltype(t)>(x, gamma, beta, eps, save_mean, save_invstd, y); });
+  for_float_type(x.dtype(), [&](auto t) { ln_fwd_t<decltype(t)>(x, gamma, beta, eps, save_mean, save_invstd, y); });
 }
 void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
                         const Tensor& dy, Tensor& dx, Tensor& dgamma, Tensor& dbeta, double beta) {
-  by_float(x.dtype(), [&](auto t) {
+  for_float_type(x.dtype(), [&](auto t) {
     ln_bwd_t<decltype(t)>(x, gamma, save_mean, save_invstd, dy, dx, dgamma, dbeta, beta);
   });
 }
 void softmax_forward(const Tensor& x, int64_t d, Tensor& y) {
-  by_float(x.dtype(), [&](auto t) { softmax_fwd_t<decltype(t)>(x, d, y); });
+  for_float_type(x.dtype(), [&](auto t) { softmax_fwd_t<decltype(t)>(x, d, y); });
 }
 void softmax_backward(const Tensor& y, const Tensor& dy, int64_t d, Tensor& dx) {
-  by_float(y.dtype(), [&](auto t) { softmax_bwd_t<decltype(t)>(y, dy, d, dx); });
+  for_float_type(y.dtype(), [&](auto t) { softmax_bwd_t<decltype(t)>(y, dy, d, dx); });
 }
 void dropout(const Tensor& x, double p, uint64_t key, uint64_t step, Tensor& y) {
-  by_float(x.dtype(), [&](auto t) { dropout_t<decltype(t)>(x, p, key, step, y); });
+  for_float_type(x.dtype(), [&](auto t) { dropout_t<decltype(t)>(x, p, key, step, y); });
 }
 void embedding_forward(const Tensor& idx, const Tensor& weight, Tensor& y) {
-  by_float(weight.dtype(), [&](auto t) { embedding_fwd_t<decltype(t)>(idx, weight, y); });
+  for_float_type(weight.dtype(), [&](auto t) { embedding_fwd_t<decltype(t)>(idx, weight, y); });
 }
 void embedding_backward(const Tensor& idx, const Tensor& dy, Tensor& dweight, double beta) {
-  by_float(dy.dtype(), [&](auto t) { embedding_bwd_t<decltype(t)>(idx, dy, dweight, beta); });
+  for_float_type(dy.dtype(), [&](auto t) { embedding_bwd_t<decltype(t)>(idx, dy, dweight, beta); });
 }
 
 }  // namespace gt::cpu

@@ -243,15 +243,6 @@ template <class T> double sum_squares_t(const Tensor& grad) {
   return total;
 }
 
-template <class F> void by_float_type(DType t, F&& f) {
-  if (t == DType::f32)
-    f(float{});
-  else if (t == DType::f64)
-    f(double{});
-  else
-    throw Error(fmt::format("CPU kernel called on a {} tensor; it takes f32 or f64", dtype_name(t)));
-}
-
 template <class T> void add_t(const Tensor& a, const Tensor& b, Tensor& y) {
   const T *pa = a.data<T>(), *pb = b.data<T>();
   T* py = y.data<T>();
@@ -263,7 +254,7 @@ template <class T> void add_t(const Tensor& a, const Tensor& b, Tensor& y) {
 }  // namespace
 
 void add(const Tensor& a, const Tensor& b, Tensor& y) {
-  by_float_type(y.dtype(), [&](auto t) { add_t<decltype(t)>(a, b, y); });
+  for_float_type(y.dtype(), [&](auto t) { add_t<decltype(t)>(a, b, y); });
 }
 
 void copy_blocks(const Tensor& src, Tensor& dst, int64_t outer, int64_t src_inner, int64_t dst_inner,
@@ -291,40 +282,40 @@ void split_blocks(const Tensor& whole, Tensor& part, int64_t outer, int64_t part
 }
 
 void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double beta) {
-  by_float_type(c.dtype(), [&](auto t) { gemm_t<decltype(t)>(a, ta, b, tb, c, beta); });
+  for_float_type(c.dtype(), [&](auto t) { gemm_t<decltype(t)>(a, ta, b, tb, c, beta); });
 }
 void add_row_bias(Tensor& y, const Tensor& bias) {
-  by_float_type(y.dtype(), [&](auto t) { add_row_bias_t<decltype(t)>(y, bias); });
+  for_float_type(y.dtype(), [&](auto t) { add_row_bias_t<decltype(t)>(y, bias); });
 }
 void sum_rows(const Tensor& dy, Tensor& db, double beta) {
-  by_float_type(dy.dtype(), [&](auto t) { sum_rows_t<decltype(t)>(dy, db, beta); });
+  for_float_type(dy.dtype(), [&](auto t) { sum_rows_t<decltype(t)>(dy, db, beta); });
 }
 void activation_forward(Activation a, const Tensor& x, Tensor& y) {
-  by_float_type(x.dtype(), [&](auto t) { act_fwd_t<decltype(t)>(a, x, y); });
+  for_float_type(x.dtype(), [&](auto t) { act_fwd_t<decltype(t)>(a, x, y); });
 }
 void activation_backward(Activation a, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) {
-  by_float_type(x.dtype(), [&](auto t) { act_bwd_t<decltype(t)>(a, x, y, dy, dx); });
+  for_float_type(x.dtype(), [&](auto t) { act_bwd_t<decltype(t)>(a, x, y, dy, dx); });
 }
 void cross_entropy(const Tensor& logits, const Tensor& labels, double eps, double scale, Tensor& dlogits,
                    Tensor& stats) {
-  by_float_type(logits.dtype(),
+  for_float_type(logits.dtype(),
                 [&](auto t) { cross_entropy_t<decltype(t)>(logits, labels, eps, scale, dlogits, stats); });
 }
 void mse(const Tensor& pred, const Tensor& target, double scale, Tensor& dpred, Tensor& stats) {
-  by_float_type(pred.dtype(), [&](auto t) { mse_t<decltype(t)>(pred, target, scale, dpred, stats); });
+  for_float_type(pred.dtype(), [&](auto t) { mse_t<decltype(t)>(pred, target, scale, dpred, stats); });
 }
 void sgd_step(const SgdHyper& h, Tensor& param, const Tensor& grad, Tensor& momentum) {
-  by_float_type(param.dtype(), [&](auto t) { sgd_t<decltype(t)>(h, param, grad, momentum); });
+  for_float_type(param.dtype(), [&](auto t) { sgd_t<decltype(t)>(h, param, grad, momentum); });
 }
 void adam_step(const AdamHyper& h, bool amsgrad, Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, Tensor& vmax) {
-  by_float_type(param.dtype(), [&](auto t) { adam_t<decltype(t)>(h, amsgrad, param, grad, m, v, vmax); });
+  for_float_type(param.dtype(), [&](auto t) { adam_t<decltype(t)>(h, amsgrad, param, grad, m, v, vmax); });
 }
 void sum_squares(const Tensor& grad, Tensor& out) {
-  by_float_type(grad.dtype(), [&](auto t) { out.data<double>()[0] += sum_squares_t<decltype(t)>(grad); });
+  for_float_type(grad.dtype(), [&](auto t) { out.data<double>()[0] += sum_squares_t<decltype(t)>(grad); });
 }
 void scale_by(Tensor& x, const Tensor& scale) {
   const double k = scale.data<double>()[0];
-  by_float_type(x.dtype(), [&](auto t) {
+  for_float_type(x.dtype(), [&](auto t) {
     using T = decltype(t);
     T* p = x.data<T>();
     parallel_for(x.numel(), kGrain, [&](int64_t i0, int64_t i1) {

@@ -6,6 +6,16 @@
 
 namespace gt::cpu {
 
+/// Calls f(float{}) or f(double{}) for the tensor's element type; the kernels are templates over it.
+template <class F> void for_float_type(DType t, F&& f) {
+  if (t == DType::f32)
+    f(float{});
+  else if (t == DType::f64)
+    f(double{});
+  else
+    throw Error(fmt::format("CPU kernel called on a {} tensor; it takes f32 or f64", dtype_name(t)));
+}
+
 void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double beta);
 void add_row_bias(Tensor& y, const Tensor& bias);
 void sum_rows(const Tensor& dy, Tensor& db, double beta);
