@@ -196,6 +196,33 @@ TEST_CASE("training from CSV files", "[e2e]") {
   CHECK(json_number(read_text(dir / "run/summary.json"), "test_accuracy").value_or(0) >= 0.95);
 }
 
+TEST_CASE("profiling (--profile) writes a Chrome trace and a per-layer table that accounts for the step time", "[e2e]") {
+  TempDir dir;
+  write_text(dir / "synth.yaml", kSynthetic);
+  // Wide enough layers that a step is mostly arithmetic rather than loop overhead.
+  const auto r = run_gputrain("train " + (dir / "synth.yaml") +
+                              " --profile --set 'data.input_shape=[256]' --set model.layers[0].out_features=512 --out " +
+                              (dir / "run"));
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const std::string table = read_text(dir / "run/profile.txt");
+  INFO(table);
+  for (const char* row : {"layers.0       linear       forward       20", "layers.2       linear       backward      20",
+                          "optimizer      sgd          update        20", "data           trainer      load          20"})
+    CHECK_THAT(table, Catch::Contains(row));
+  std::smatch m;
+  REQUIRE(std::regex_search(table, m, std::regex(R"(20 steps: [0-9.]+ ms per step; the spans cover ([0-9.]+) %)")));
+  const double cover = std::stod(m[1].str());
+  CHECK(cover > 90.0);  // the named spans account for the measured step time within 10 %
+  CHECK(cover <= 100.5);
+  // The trace is valid JSON in Chrome's trace-event format: checked with Python's own parser.
+  const std::string trace = dir / "run/trace.json";
+  const std::string check = "python3 -c \"import json,sys; t=json.load(open(sys.argv[1])); e=t['traceEvents']; "
+                            "assert all(x['ph']=='X' and x['dur']>=0 and 'ts' in x and 'name' in x for x in e); "
+                            "assert sum(x['cat']=='step' for x in e)==20; assert len(e)>100\" " + trace;
+  CHECK(std::system(check.c_str()) == 0);
+}
+
 TEST_CASE("configs/seed_linear.yaml trains like the PyTorch example it mirrors", "[e2e]") {
   TempDir dir;
   const auto r = run_gputrain("train " + source_path("configs/seed_linear.yaml") + " --out " + (dir / "run"));

@@ -90,6 +90,9 @@ int main(int argc, char** argv) {
   train->add_option("--seed", seed, "overrides seed")->check(CLI::NonNegativeNumber);
   train->add_option("--threads", run.threads, "CPU threads (default: all cores)")->check(CLI::PositiveNumber);
   train->add_flag("--quiet", quiet, "log warnings and errors only");
+  bool profile = false;
+  train->add_flag("--profile", profile,
+                  "profile steps 5-24 (or train.profile: {start_step, steps}): trace.json and a per-layer table");
   train->footer(kExitCodes);
 
   ConfigArgs check_args;
@@ -127,6 +130,13 @@ int main(int argc, char** argv) {
     if (epochs > 0) set_train("epochs", epochs);
     if (max_steps >= 0) set_train("max_steps", max_steps);
     if (seed >= 0) root = gt::apply_override(root, fmt::format("seed={}", seed));
+    if (profile && !root["train"].has("profile")) {
+      if (!root.has("train")) {
+        YAML::Node top = root.yaml();
+        top["train"] = YAML::Node(YAML::NodeType::Map);
+      }
+      root = gt::apply_override(root, "train.profile={start_step: 5, steps: 20}");
+    }
     const gt::Experiment exp = gt::parse_experiment(root);
     if (quiet) spdlog::set_level(spdlog::level::warn);
     gt::run_training(exp, run);

@@ -3,6 +3,7 @@
 
 #include "config/config.h"
 #include "layers/layer.h"
+#include "profile/profiler.h"
 
 #include <memory>
 #include <string>
@@ -48,6 +49,8 @@ class Model {
   Device device() const { return m_device; }
   /// The layer list as config after defaults (for config.resolved.yaml).
   YAML::Node resolved_layers() const;
+  /// Times every layer's forward and backward into `p` while it is enabled (nullptr: off).
+  void set_profiler(Profiler* p) { m_profiler = p; }
   /// The edges of the graph, one line per node with inputs other than its predecessor ("" for a chain).
   std::string edges() const;
   /// The table `gputrain check` prints: layer, type, output shape, parameters, and totals.
@@ -64,6 +67,7 @@ class Model {
   std::vector<Tensor> m_scratch_buf;          // per owner written by several consumers: their second and later dx
   std::vector<int> m_writers;                 // per owner: (consumer, input) pairs that write its gradient
   Tensor m_input;                              // the last forward's input
+  Profiler* m_profiler = nullptr;
 };
 
 }  // namespace gt

@@ -185,7 +185,13 @@ void parse_scheduler(const ConfigNode& n, SchedulerConfig& out) {
 }
 
 void parse_train(const ConfigNode& n, TrainConfig& out) {
-  n.expect_keys({"epochs", "log_every", "max_steps", "eval_every", "accumulate", "grad_clip"});
+  n.expect_keys({"epochs", "log_every", "max_steps", "eval_every", "accumulate", "grad_clip", "profile"});
+  if (n.has("profile")) {
+    const ConfigNode p = n["profile"];
+    p.expect_keys({"start_step", "steps"});
+    out.profile_start = p.get_int("start_step", 5, 1);
+    out.profile_steps = p.get_int("steps", 20, 1);
+  }
   out.epochs = n.get_int("epochs", 1, 1);
   out.log_every = n.get_int("log_every", 100, 1);
   out.max_steps = n.get_int("max_steps", 0, 0);
@@ -351,6 +357,10 @@ YAML::Node resolved_config(const Experiment& e, const YAML::Node& layers) {
   else
     n["train"]["eval_every"] = "epoch";
   if (e.train.grad_clip > 0) n["train"]["grad_clip"]["max_norm"] = e.train.grad_clip;
+  if (e.train.profile_steps > 0) {
+    n["train"]["profile"]["start_step"] = e.train.profile_start;
+    n["train"]["profile"]["steps"] = e.train.profile_steps;
+  }
   return n;
 }
 

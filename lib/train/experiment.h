@@ -58,6 +58,7 @@ struct TrainConfig {
   int64_t eval_every = 0;   ///< steps between evaluations; 0 = after every epoch
   int64_t accumulate = 1;   ///< micro-batches per optimizer step
   double grad_clip = 0.0;   ///< max global L2 norm of the gradients; 0 = off
+  int64_t profile_start = 0, profile_steps = 0;  ///< profile steps [start, start + steps) (1-based); 0 steps = off
 };
 
 struct Experiment {

@@ -6,6 +6,7 @@
 #include "log/logging.h"
 #include "ops/devices.h"
 #include "optim/optimizer.h"
+#include "profile/profiler.h"
 #include "train/loss.h"
 
 #include <chrono>
@@ -216,6 +217,18 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
   Tensor stats = Tensor::zeros(Shape{2}, DType::f64, device);
   Tensor eval_stats = Tensor::zeros(Shape{2}, DType::f64, device);
   Tensor clip_scratch = Tensor::zeros(Shape{2}, DType::f64, device);
+  Profiler profiler;
+  model.set_profiler(&profiler);
+  const int64_t profile_end = exp.train.profile_start + exp.train.profile_steps;  // steps are 1-based here
+  static const std::string kData = "data", kLoss = "loss", kOptimizer = "optimizer", kTrainer = "trainer";
+  auto finish_profile = [&] {
+    profiler.enable(false);
+    write_file_atomic(dir / "trace.json", profiler.chrome_trace());
+    const std::string table = profiler.table();
+    write_file_atomic(dir / "profile.txt", table);
+    spdlog::info("profile of steps {}–{} (trace.json opens in Perfetto):\n{}", exp.train.profile_start,
+                 exp.train.profile_start + profiler.steps() - 1, table);
+  };
 
   auto run_eval = [&](int64_t epoch, int64_t step) {
     const EvalResult r = evaluate(model, exp, data.test, x, y, eval_stats);
@@ -259,23 +272,37 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
       // micro-batches, so the gradient is the mean over the effective batch.
       const int64_t micros = std::min(accumulate, micro_per_epoch - micro_done);
       const double lr = scheduled_lr(exp.scheduler, exp.optimizer.lr, step, total_steps);
+      if (exp.train.profile_steps > 0 && step + 1 == exp.train.profile_start) profiler.enable(true);
+      const auto step_begin = Profiler::Clock::now();
       for (int64_t k = 0; k < micros; ++k) {
-        const int64_t n = loader.next(x, y);
+        int64_t n = 0;
+        {
+          ProfileScope scope(&profiler, kData, kTrainer, "load");
+          n = loader.next(x, y);
+        }
         const Tensor xb = x.narrow0(n), yb = y.narrow0(n);
         Tensor db = dout.narrow0(n);
         // Dropout masks are keyed by the micro-batch, so the micro-batches of one step draw different masks.
         const LayerContext ctx{true, k > 0, static_cast<uint64_t>(step * accumulate + k)};
         const Tensor& out = model.forward(xb, ctx);
-        compute_loss(exp.loss, out, yb, 1.0 / static_cast<double>(n * micros), db, stats);
+        {
+          ProfileScope scope(&profiler, kLoss, exp.loss.type, "forward+backward");
+          compute_loss(exp.loss, out, yb, 1.0 / static_cast<double>(n * micros), db, stats);
+        }
         model.backward(db, ctx);
         window_samples += n;
         epoch_samples += n;
         train_samples += n;
       }
       micro_done += micros;
-      if (exp.train.grad_clip > 0) grad_norm = clip_grad_norm(params, exp.train.grad_clip, clip_scratch);
-      optimizer->step(lr);
+      {
+        ProfileScope scope(&profiler, kOptimizer, exp.optimizer.type, "update");
+        if (exp.train.grad_clip > 0) grad_norm = clip_grad_norm(params, exp.train.grad_clip, clip_scratch);
+        optimizer->step(lr);
+      }
+      profiler.record_step(step_begin, Profiler::Clock::now());
       ++step;
+      if (profiler.enabled() && (step + 1 == profile_end || step == total_steps)) finish_profile();
       const bool last = step == total_steps;
       if (step % exp.train.log_every == 0 || last) {
         const double loss = close_window() / static_cast<double>(window_samples);

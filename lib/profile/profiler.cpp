@@ -1,0 +1,85 @@
+// Chrome trace output and the per-layer profile table.
+#include "profile/profiler.h"
+
+#include "log/logging.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+namespace gt {
+
+void Profiler::record(const std::string& name, const std::string& type, const char* category,
+                      Clock::time_point begin, Clock::time_point end, int64_t flops) {
+  if (m_on) m_spans.push_back({name, type, category, begin, end, flops});
+}
+
+void Profiler::record_step(Clock::time_point begin, Clock::time_point end) {
+  if (m_on) m_steps.emplace_back(begin, end);
+}
+
+std::string Profiler::chrome_trace() const {
+  auto us = [&](Clock::time_point t) { return std::chrono::duration<double, std::micro>(t - m_origin).count(); };
+  std::string out = "{\"traceEvents\": [\n";
+  bool first = true;
+  auto event = [&](const std::string& name, const std::string& cat, Clock::time_point b, Clock::time_point e, int tid,
+                   const std::string& args) {
+    out += first ? "  " : ",\n  ";
+    first = false;
+    out += fmt::format("{{\"name\": {}, \"cat\": {}, \"ph\": \"X\", \"ts\": {:.3f}, \"dur\": {:.3f}, \"pid\": 1, "
+                       "\"tid\": {}, \"args\": {{{}}}}}",
+                       json_quote(name), json_quote(cat), us(b), us(e) - us(b), tid, args);
+  };
+  for (size_t i = 0; i < m_steps.size(); ++i)
+    event(fmt::format("step {}", i + 1), "step", m_steps[i].first, m_steps[i].second, 1, "");
+  for (const Span& s : m_spans)
+    event(s.name + " " + s.category, s.category, s.begin, s.end, 2,
+          fmt::format("\"type\": {}, \"flops\": {}", json_quote(s.type), s.flops));
+  return out + "\n], \"displayTimeUnit\": \"ms\"}\n";
+}
+
+double Profiler::span_seconds() const {
+  double t = 0;
+  for (const Span& s : m_spans) t += std::chrono::duration<double>(s.end - s.begin).count();
+  return t;
+}
+
+double Profiler::step_seconds() const {
+  double t = 0;
+  for (const auto& [b, e] : m_steps) t += std::chrono::duration<double>(e - b).count();
+  return t;
+}
+
+std::string Profiler::table() const {
+  struct Row {
+    std::string type;
+    int64_t calls = 0, flops = 0;
+    double seconds = 0;
+    size_t order = 0;
+  };
+  std::map<std::pair<std::string, std::string>, Row> rows;
+  for (const Span& s : m_spans) {
+    Row& r = rows[{s.name, s.category}];
+    if (r.calls == 0) r.order = rows.size(), r.type = s.type;
+    ++r.calls;
+    r.flops += s.flops;
+    r.seconds += std::chrono::duration<double>(s.end - s.begin).count();
+  }
+  std::vector<std::pair<std::pair<std::string, std::string>, Row>> sorted(rows.begin(), rows.end());
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+  const double step = step_seconds();
+  std::string out = fmt::format("{:<14} {:<12} {:<9} {:>6} {:>10} {:>9} {:>7} {:>9}\n", "name", "type", "phase", "calls",
+                                "total ms", "mean ms", "% step", "GFLOP/s");
+  for (const auto& [key, r] : sorted)
+    out += fmt::format("{:<14} {:<12} {:<9} {:>6} {:>10.2f} {:>9.3f} {:>7.1f} {:>9}\n", key.first, r.type, key.second,
+                       r.calls, r.seconds * 1e3, r.seconds * 1e3 / static_cast<double>(r.calls),
+                       step > 0 ? 100 * r.seconds / step : 0.0,
+                       r.flops > 0 ? fmt::format("{:.1f}", static_cast<double>(r.flops) / r.seconds * 1e-9) : "");
+  out += fmt::format("{} steps: {:.2f} ms per step; the spans cover {:.1f} % of it\n", m_steps.size(),
+                     m_steps.empty() ? 0.0 : step * 1e3 / static_cast<double>(m_steps.size()),
+                     step > 0 ? 100 * span_seconds() / step : 0.0);
+  return out;
+}
+
+}  // namespace gt
