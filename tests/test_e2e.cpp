@@ -100,6 +100,13 @@ TEST_CASE("training a synthetic classification problem converges and writes the 
   // The resolved config is itself a valid config that trains.
   CHECK(run_gputrain("check " + (dir / "run/config.resolved.yaml")).exit_code == 0);
   CHECK_THAT(read_text(dir / "run/train.log"), Catch::Contains("eval epoch 8/8"));
+  // The final weights, readable without gputrain: Python's json module reads the safetensors header.
+  const std::string weights = dir / "run/model.safetensors";
+  const std::string py = "python3 -c \"import json,struct,sys; f=open(sys.argv[1],'rb'); n=struct.unpack('<Q',f.read(8))[0]; "
+                         "h=json.loads(f.read(n)); assert h['layers.0.weight']['shape']==[64,20]; "
+                         "assert h['layers.2.bias']['dtype']=='F32'; assert h['__metadata__']['format']=='pt'\" " +
+                         weights;
+  CHECK(std::system(py.c_str()) == 0);
   // The console has one progress line per log_every steps with the fields in a fixed order.
   CHECK(std::regex_search(r.output, std::regex(R"(epoch 1/8 \| step 20/504 \| loss [0-9.]+ \| lr 0.05 \| [0-9]+ samples/s \| elapsed [0-9:]+ \| eta [0-9:]+)")));
 }

@@ -335,6 +335,17 @@ std::vector<std::pair<std::string, Param*>> Model::named_params() {
   return out;
 }
 
+std::vector<std::pair<std::string, Tensor*>> Model::state_tensors() {
+  std::vector<GraphNode*> listed(m_nodes.size());
+  for (auto& n : m_nodes) listed[n.index] = &n;
+  std::vector<std::pair<std::string, Tensor*>> out;
+  for (GraphNode* n : listed) {
+    for (Param* p : n->layer->params()) out.emplace_back(n->name + "." + p->name, &p->value);
+    for (auto& [name, t] : n->layer->buffers()) out.emplace_back(n->name + "." + name, t);
+  }
+  return out;
+}
+
 int64_t Model::param_count() const {
   int64_t total = 0;
   for (const auto& n : m_nodes) total += n.param_count;

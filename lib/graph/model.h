@@ -40,6 +40,9 @@ class Model {
   std::vector<Param*> params();
   /// Parameters with their full names ("layers.1.weight").
   std::vector<std::pair<std::string, Param*>> named_params();
+  /// Every parameter and buffer (batch-norm running statistics) by name, in config-list order: what a saved
+  /// model holds ("layers.1.weight", "layers.2.running_mean").
+  std::vector<std::pair<std::string, Tensor*>> state_tensors();
   const std::vector<GraphNode>& nodes() const { return m_nodes; }
   const Shape& input_shape() const { return m_input_shape; }
   const Shape& output_shape() const { return m_nodes.back().out_shape; }

@@ -3,6 +3,7 @@
 
 #include "core/parallel.h"
 #include "graph/model.h"
+#include "io/safetensors.h"
 #include "log/logging.h"
 #include "ops/devices.h"
 #include "optim/optimizer.h"
@@ -346,6 +347,15 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
   sum.samples_per_sec = static_cast<double>(train_samples) / std::max(train_seconds, 1e-9);
   sum.wall_seconds = seconds_since(wall_start);
 
+  {
+    // The final weights, in a format PyTorch's safetensors (and numpy) read; written before summary.json so that a
+    // summary always means the weights are there.
+    std::vector<std::pair<std::string, const Tensor*>> tensors;
+    for (auto& [name, t] : model.state_tensors()) tensors.emplace_back(name, t);
+    write_safetensors((dir / "model.safetensors").string(), tensors,
+                      {{"format", "pt"}, {"gputrain_version", GPUTRAIN_VERSION}, {"name", exp.name},
+                       {"steps", std::to_string(step)}});
+  }
   write_file_atomic(dir / "summary.json", JsonObject()
                                               .add("name", exp.name)
                                               .add("device", sum.device)

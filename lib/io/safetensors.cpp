@@ -1,0 +1,157 @@
+// safetensors: an 8-byte little-endian header length, a JSON header of names, dtypes, shapes and byte ranges,
+// then the raw little-endian data.
+#include "io/safetensors.h"
+
+#include "log/logging.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+namespace gt {
+namespace {
+
+const char* dtype_tag(DType t) {
+  switch (t) {
+    case DType::f32: return "F32";
+    case DType::f64: return "F64";
+    case DType::i32: return "I32";
+  }
+  return "?";
+}
+
+// Writes all of `data` to fd; false on any failure (errno says why).
+bool write_all(int fd, const char* data, size_t n) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, data, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    data += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+}  // namespace
+
+void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, const Tensor*>>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  std::string header = "{";
+  if (!metadata.empty()) {
+    header += "\"__metadata__\": {";
+    bool first = true;
+    for (const auto& [k, v] : metadata) {
+      header += (first ? "" : ", ") + json_quote(k) + ": " + json_quote(v);
+      first = false;
+    }
+    header += "}";
+  }
+  size_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    std::string shape;
+    for (size_t i = 0; i < t->rank(); ++i) shape += (i ? ", " : "") + std::to_string(t->dim(i));
+    header += fmt::format("{}{}: {{\"dtype\": \"{}\", \"shape\": [{}], \"data_offsets\": [{}, {}]}}",
+                          header.size() > 1 ? ", " : "", json_quote(name), dtype_tag(t->dtype()), shape, offset,
+                          offset + t->bytes());
+    offset += t->bytes();
+  }
+  header += "}";
+  while (header.size() % 8 != 0) header += ' ';  // the data starts 8-byte aligned
+
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw Error(fmt::format("{}: cannot create: {}", tmp, std::strerror(errno)));
+  auto fail = [&](const char* what) {
+    const int err = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw Error(fmt::format("{}: {} failed: {}", tmp, what, std::strerror(err)));
+  };
+  uint8_t len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(static_cast<uint64_t>(header.size()) >> (8 * i));
+  if (!write_all(fd, reinterpret_cast<const char*>(len), 8) || !write_all(fd, header.data(), header.size())) fail("write");
+  for (const auto& [name, t] : tensors) {
+    Tensor host = *t;
+    if (!t->device().is_cpu()) {
+      host = Tensor::empty(t->shape(), t->dtype());
+      host.copy_from(*t);
+    }
+    if (!write_all(fd, static_cast<const char*>(host.raw()), host.bytes())) fail("write");
+  }
+  if (::fsync(fd) != 0) fail("fsync");
+  if (::close(fd) != 0) {
+    ::unlink(tmp.c_str());
+    throw Error(fmt::format("{}: close failed: {}", tmp, std::strerror(errno)));
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) throw Error(fmt::format("{}: cannot rename into place: {}", path, ec.message()));
+}
+
+std::vector<std::pair<std::string, Tensor>> read_safetensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw DataError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+  in.seekg(0, std::ios::end);
+  const auto file_size = static_cast<uint64_t>(in.tellg());
+  in.seekg(0);
+  uint8_t len[8];
+  if (!in.read(reinterpret_cast<char*>(len), 8)) throw DataError(fmt::format("{}: truncated safetensors header", path));
+  uint64_t header_len = 0;
+  for (int i = 0; i < 8; ++i) header_len |= static_cast<uint64_t>(len[i]) << (8 * i);
+  if (header_len > file_size - 8 || header_len > (uint64_t{100} << 20))
+    throw DataError(fmt::format("{}: header length {} does not fit the {}-byte file", path, header_len, file_size));
+  std::string header(header_len, '\0');
+  in.read(header.data(), static_cast<std::streamsize>(header_len));
+  YAML::Node h;
+  try {
+    h = YAML::Load(header);  // JSON is a subset of YAML's flow style
+  } catch (const YAML::Exception& e) {
+    throw DataError(fmt::format("{}: the header is not valid JSON: {}", path, e.msg));
+  }
+  if (!h.IsMap()) throw DataError(fmt::format("{}: the header is not a JSON object", path));
+  const uint64_t data_size = file_size - 8 - header_len;
+  std::vector<std::pair<uint64_t, std::pair<std::string, Tensor>>> out;
+  for (const auto& kv : h) {
+    const auto name = kv.first.as<std::string>();
+    if (name == "__metadata__") continue;
+    const YAML::Node& e = kv.second;
+    try {
+      const auto tag = e["dtype"].as<std::string>();
+      DType dt = DType::f32;
+      if (tag == "F64")
+        dt = DType::f64;
+      else if (tag == "I32")
+        dt = DType::i32;
+      else if (tag != "F32")
+        throw DataError(fmt::format("{}: tensor \"{}\" is {}, which this reader does not take (F32, F64, I32)", path,
+                                    name, tag));
+      std::vector<int64_t> dims;
+      for (const auto& d : e["shape"]) dims.push_back(d.as<int64_t>());
+      const auto begin = e["data_offsets"][0].as<uint64_t>(), end = e["data_offsets"][1].as<uint64_t>();
+      Tensor t = Tensor::empty(Shape(dims), dt);
+      if (end < begin || end > data_size || end - begin != t.bytes())
+        throw DataError(fmt::format("{}: tensor \"{}\" claims bytes [{}, {}) of {} for {} elements of {}", path, name,
+                                    begin, end, data_size, t.numel(), tag));
+      in.seekg(static_cast<std::streamoff>(8 + header_len + begin));
+      if (!in.read(static_cast<char*>(t.raw()), static_cast<std::streamsize>(t.bytes())))
+        throw DataError(fmt::format("{}: truncated data of tensor \"{}\"", path, name));
+      out.push_back({begin, {name, t}});
+    } catch (const YAML::Exception&) {
+      throw DataError(fmt::format("{}: malformed header entry for \"{}\"", path, name));
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::pair<std::string, Tensor>> result;
+  for (auto& [offset, entry] : out) result.push_back(std::move(entry));
+  return result;
+}
+
+}  // namespace gt
