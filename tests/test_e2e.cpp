@@ -111,6 +111,27 @@ TEST_CASE("training a synthetic classification problem converges and writes the 
   CHECK(std::regex_search(r.output, std::regex(R"(epoch 1/8 \| step 20/504 \| loss [0-9.]+ \| lr 0.05 \| [0-9]+ samples/s \| elapsed [0-9:]+ \| eta [0-9:]+)")));
 }
 
+TEST_CASE("gputrain eval reproduces a run's test metrics from its model.safetensors", "[e2e]") {
+  TempDir dir;
+  write_text(dir / "synth.yaml", kSynthetic);
+  REQUIRE(run_gputrain("train " + (dir / "synth.yaml") + " --epochs 2 --quiet --out " + (dir / "run")).exit_code == 0);
+  const std::string summary = read_text(dir / "run/summary.json");
+  const auto r = run_gputrain("eval " + (dir / "synth.yaml") + " --checkpoint " + (dir / "run/model.safetensors") +
+                              " --json");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK(json_number(r.output, "samples") == 1000);
+  // Bit-identical: the same weights, data and evaluation order (compared as printed, to the last digit).
+  CHECK(json_number(r.output, "test_accuracy") == json_number(summary, "test_accuracy"));
+  CHECK(json_number(r.output, "test_loss") == json_number(summary, "test_loss"));
+  // Weights that do not fit the model are refused with the differences listed.
+  const auto bad = run_gputrain("eval " + (dir / "synth.yaml") + " --set model.layers[0].out_features=32 --checkpoint " +
+                                (dir / "run/model.safetensors"));
+  CHECK(bad.exit_code == 1);
+  CHECK_THAT(bad.output, Catch::Contains("does not match the model (3 differences)") &&
+                             Catch::Contains("layers.0.weight: f32 [64, 20] in the file, f32 [32, 20] in the model"));
+}
+
 TEST_CASE("the same config and seed give bit-identical losses", "[e2e]") {
   TempDir dir;
   write_text(dir / "synth.yaml", kSynthetic);

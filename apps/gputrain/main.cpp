@@ -99,6 +99,16 @@ int main(int argc, char** argv) {
   auto* check = app.add_subcommand("check", "validate an experiment file and print the model table");
   add_config_args(check, check_args);
 
+  ConfigArgs eval_args;
+  std::string checkpoint;
+  bool eval_json = false;
+  int eval_threads = 0;
+  auto* eval = app.add_subcommand("eval", "test-set loss and accuracy of saved weights (a run's model.safetensors)");
+  add_config_args(eval, eval_args);
+  eval->add_option("--checkpoint", checkpoint, "safetensors file with the model's weights")->required();
+  eval->add_flag("--json", eval_json, "print one JSON object instead of a line");
+  eval->add_option("--threads", eval_threads, "CPU threads (default: all cores)")->check(CLI::PositiveNumber);
+
   auto* devices = app.add_subcommand("devices", "list compute devices and the CUDA library versions found");
   auto* layers = app.add_subcommand("layers", "print the layer reference (Markdown), generated from the registry");
 
@@ -117,6 +127,22 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (*check) return cmd_check(check_args);
+    if (*eval) {
+      const gt::Experiment exp = gt::parse_experiment(gt::load_config(eval_args.file, eval_args.sets));
+      const gt::EvalSummary r = gt::evaluate_weights(exp, checkpoint, eval_threads);
+      if (eval_json) {
+        fmt::print("{}\n", gt::JsonObject()
+                               .add("checkpoint", checkpoint)
+                               .add("samples", r.samples)
+                               .add("test_loss", r.loss)
+                               .add("test_accuracy", r.accuracy)
+                               .str());
+      } else {
+        fmt::print("{}: test_loss {:.4f} | test_accuracy {} ({} samples)\n", checkpoint, r.loss,
+                   r.accuracy ? fmt::format("{:.4f}", *r.accuracy) : "n/a", r.samples);
+      }
+      return 0;
+    }
     // Command-line flags are overrides like --set, so errors in them name the key they set.
     if (!device.empty()) train_args.sets.push_back("device=" + device);
     gt::ConfigNode root = gt::load_config(train_args.file, train_args.sets);

@@ -15,6 +15,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <thread>
 
 namespace gt {
@@ -157,6 +158,54 @@ LoadedData load_data(const Experiment& exp) {
     d.test.num_classes = d.train.num_classes = std::max(d.train.num_classes, d.test.num_classes);
   }
   return d;
+}
+
+void load_weights(Model& model, const std::string& path) {
+  const auto file = read_safetensors(path);
+  std::map<std::string, const Tensor*> in_file;
+  for (const auto& [name, t] : file) in_file[name] = &t;
+  std::vector<std::string> problems;
+  const auto wanted = model.state_tensors();
+  for (const auto& [name, t] : wanted) {
+    auto it = in_file.find(name);
+    if (it == in_file.end()) {
+      problems.push_back(name + ": missing from the file");
+      continue;
+    }
+    if (it->second->shape() != t->shape() || it->second->dtype() != t->dtype())
+      problems.push_back(fmt::format("{}: {} {} in the file, {} {} in the model", name,
+                                     dtype_name(it->second->dtype()), it->second->shape().str(), dtype_name(t->dtype()),
+                                     t->shape().str()));
+    in_file.erase(it);
+  }
+  for (const auto& [name, t] : in_file) problems.push_back(name + ": in the file but not in the model");
+  if (!problems.empty()) {
+    std::string list;
+    for (size_t i = 0; i < problems.size() && i < 20; ++i) list += "; " + problems[i];
+    throw DataError(fmt::format("{}: does not match the model ({} difference{}){}{}", path, problems.size(),
+                                problems.size() == 1 ? "" : "s", list, problems.size() > 20 ? "; …" : ""));
+  }
+  for (const auto& [name, t] : wanted)
+    for (const auto& [fname, ft] : file)
+      if (fname == name) t->copy_from(ft);
+}
+
+EvalSummary evaluate_weights(const Experiment& exp, const std::string& weights_path, int threads) {
+  set_num_threads(threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency()));
+  std::string reason;
+  const Device device = resolve_device(exp.device, reason);
+  const LoadedData data = load_data(exp);
+  if (data.test.size() == 0) exp.root["data"].fail("eval needs a test set (data.test, or test_samples for synthetic)");
+  Model model = Model::build(exp.root["model"], data.train.input_shape(), DType::f32, device, exp.seed);
+  check_loss_fits(exp.loss, model.output_shape(), data.train, exp.root.has("loss") ? exp.root["loss"] : exp.root);
+  load_weights(model, weights_path);
+  const int64_t batch = exp.data.batch_size;
+  model.allocate(batch);
+  Tensor x = Tensor::empty(data.test.input_shape().batched(batch), DType::f32, device);
+  Tensor y = Tensor::empty(data.test.target_shape().batched(batch), data.test.targets.dtype(), device);
+  Tensor stats = Tensor::zeros(Shape{2}, DType::f64, device);
+  const EvalResult r = evaluate(model, exp, data.test, x, y, stats);
+  return {data.test.size(), r.loss, r.accuracy};
 }
 
 RunSummary run_training(const Experiment& exp, const RunOptions& opts) {

@@ -33,4 +33,17 @@ LoadedData load_data(const Experiment& exp);
 /// Trains the experiment and writes the run directory; returns what summary.json holds.
 RunSummary run_training(const Experiment& exp, const RunOptions& opts);
 
+class Model;
+/// Copies the tensors of a safetensors file into the model's parameters and buffers. A file that does not match
+/// (a missing or unexpected name, a different shape or dtype) is refused with every difference listed.
+void load_weights(Model& model, const std::string& path);
+
+struct EvalSummary {
+  int64_t samples = 0;
+  double loss = 0;
+  std::optional<double> accuracy;
+};
+/// Test-set metrics of the experiment's model with the weights of `weights_path` (`gputrain eval`).
+EvalSummary evaluate_weights(const Experiment& exp, const std::string& weights_path, int threads);
+
 }  // namespace gt
