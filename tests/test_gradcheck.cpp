@@ -69,6 +69,17 @@ Tensor random_tensor(const Shape& s, Rng& rng, double min_abs = 0) {
   return t;
 }
 
+// Central difference of loss() in the value v: (L(v + h) − L(v − h)) / 2h, leaving v as it was.
+template <class F> double central_difference(double& v, F&& loss) {
+  const double h = 1e-6, keep = v;
+  v = keep + h;
+  const double up = loss();
+  v = keep - h;
+  const double down = loss();
+  v = keep;
+  return (up - down) / (2 * h);
+}
+
 double dot(const Tensor& a, const Tensor& b) {
   double s = 0;
   for (int64_t i = 0; i < a.numel(); ++i) s += a.data<double>()[i] * b.data<double>()[i];
@@ -115,16 +126,7 @@ void gradcheck_layer(const std::string& type, const GradCase& c) {
   loss();
   layer->backward(xp, y, r, dxp, {true, false});
 
-  const double h = 1e-6;
-  auto numeric = [&](double& v) {
-    const double keep = v;
-    v = keep + h;
-    const double up = loss();
-    v = keep - h;
-    const double down = loss();
-    v = keep;
-    return (up - down) / (2 * h);
-  };
+  auto numeric = [&](double& v) { return central_difference(v, loss); };
   for (size_t k = 0; k < xs.size(); ++k)
     for (int64_t i = 0; i < xs[k].numel(); ++i)
       check_close(dxs[k].data<double>()[i], numeric(xs[k].data<double>()[i]),
@@ -169,19 +171,11 @@ TEST_CASE("a branching model's parameter gradients match central differences", "
   m.backward(r, {true, false});
   std::vector<Tensor> analytic;
   for (Param* p : m.params()) analytic.push_back(p->grad.clone());
-  const double h = 1e-6;
   size_t k = 0;
   for (auto& [name, p] : m.named_params()) {
-    for (int64_t i = 0; i < p->value.numel(); ++i) {
-      double& v = p->value.data<double>()[i];
-      const double keep = v;
-      v = keep + h;
-      const double up = loss();
-      v = keep - h;
-      const double down = loss();
-      v = keep;
-      check_close(analytic[k].data<double>()[i], (up - down) / (2 * h), name + "[" + std::to_string(i) + "]");
-    }
+    for (int64_t i = 0; i < p->value.numel(); ++i)
+      check_close(analytic[k].data<double>()[i], central_difference(p->value.data<double>()[i], loss),
+                  name + "[" + std::to_string(i) + "]");
     ++k;
   }
 }
@@ -214,17 +208,9 @@ void gradcheck_loss(const LossConfig& lc, const Tensor& target, int64_t batch, i
     compute_loss(lc, out, target, scale, none, stats);
     return scale * stats.data<double>()[0];
   };
-  const double h = 1e-6;
-  for (int64_t i = 0; i < out.numel(); ++i) {
-    double& v = out.data<double>()[i];
-    const double keep = v;
-    v = keep + h;
-    const double up = loss();
-    v = keep - h;
-    const double down = loss();
-    v = keep;
-    check_close(dout.data<double>()[i], (up - down) / (2 * h), lc.type + " dout[" + std::to_string(i) + "]");
-  }
+  for (int64_t i = 0; i < out.numel(); ++i)
+    check_close(dout.data<double>()[i], central_difference(out.data<double>()[i], loss),
+                lc.type + " dout[" + std::to_string(i) + "]");
 }
 
 }  // namespace
