@@ -185,9 +185,9 @@ void load_weights(Model& model, const std::string& path) {
     throw DataError(fmt::format("{}: does not match the model ({} difference{}){}{}", path, problems.size(),
                                 problems.size() == 1 ? "" : "s", list, problems.size() > 20 ? "; …" : ""));
   }
-  for (const auto& [name, t] : wanted)
-    for (const auto& [fname, ft] : file)
-      if (fname == name) t->copy_from(ft);
+  std::map<std::string, const Tensor*> by_name;
+  for (const auto& [name, t] : file) by_name[name] = &t;
+  for (const auto& [name, t] : wanted) t->copy_from(*by_name.at(name));  // every name was matched above
 }
 
 EvalSummary evaluate_weights(const Experiment& exp, const std::string& weights_path, int threads) {

@@ -257,28 +257,32 @@ void add(const Tensor& a, const Tensor& b, Tensor& y) {
   for_float_type(y.dtype(), [&](auto t) { add_t<decltype(t)>(a, b, y); });
 }
 
-void copy_blocks(const Tensor& src, Tensor& dst, int64_t outer, int64_t src_inner, int64_t dst_inner,
-                 int64_t dst_offset) {
+namespace {
+
+// For o in [0, outer): copy `run` elements from src[o·src_stride + src_off] to dst[o·dst_stride + dst_off].
+// Concatenation and its inverse are both this strided block copy.
+void strided_copy(const Tensor& src, Tensor& dst, int64_t outer, int64_t run, int64_t src_stride, int64_t src_off,
+                  int64_t dst_stride, int64_t dst_off) {
   const size_t es = dtype_size(src.dtype());
   const auto* s = static_cast<const char*>(src.raw());
   auto* d = static_cast<char*>(dst.raw());
-  parallel_for(outer, std::max<int64_t>(1, kGrain / std::max<int64_t>(src_inner, 1)), [&](int64_t o0, int64_t o1) {
+  parallel_for(outer, std::max<int64_t>(1, kGrain / std::max<int64_t>(run, 1)), [&](int64_t o0, int64_t o1) {
     for (int64_t o = o0; o < o1; ++o)
-      std::memcpy(d + static_cast<size_t>(o * dst_inner + dst_offset) * es, s + static_cast<size_t>(o * src_inner) * es,
-                  static_cast<size_t>(src_inner) * es);
+      std::memcpy(d + static_cast<size_t>(o * dst_stride + dst_off) * es,
+                  s + static_cast<size_t>(o * src_stride + src_off) * es, static_cast<size_t>(run) * es);
   });
+}
+
+}  // namespace
+
+void copy_blocks(const Tensor& src, Tensor& dst, int64_t outer, int64_t src_inner, int64_t dst_inner,
+                 int64_t dst_offset) {
+  strided_copy(src, dst, outer, src_inner, src_inner, 0, dst_inner, dst_offset);
 }
 
 void split_blocks(const Tensor& whole, Tensor& part, int64_t outer, int64_t part_inner, int64_t whole_inner,
                   int64_t offset) {
-  const size_t es = dtype_size(whole.dtype());
-  const auto* s = static_cast<const char*>(whole.raw());
-  auto* d = static_cast<char*>(part.raw());
-  parallel_for(outer, std::max<int64_t>(1, kGrain / std::max<int64_t>(part_inner, 1)), [&](int64_t o0, int64_t o1) {
-    for (int64_t o = o0; o < o1; ++o)
-      std::memcpy(d + static_cast<size_t>(o * part_inner) * es, s + static_cast<size_t>(o * whole_inner + offset) * es,
-                  static_cast<size_t>(part_inner) * es);
-  });
+  strided_copy(whole, part, outer, part_inner, whole_inner, offset, part_inner, 0);
 }
 
 void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double beta) {
