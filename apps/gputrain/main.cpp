@@ -3,17 +3,47 @@
 #include "layers/layer.h"
 #include "log/logging.h"
 #include "ops/devices.h"
+#include "io/safetensors.h"
+#include "train/checkpoint.h"
 #include "train/loss.h"
 #include "train/trainer.h"
 
 #include <CLI/CLI.hpp>
 
+#include <filesystem>
 #include <iostream>
 
 namespace {
 
 constexpr const char* kExitCodes =
-    "Exit codes: 0 completed; 1 runtime error (I/O, data, device); 2 config or usage error.";
+    "Exit codes: 0 completed; 1 runtime error (I/O, data, device); 2 config or usage error; 3 distributed failure or "
+    "timeout; 4 training diverged (non-finite loss or gradient); 75 interrupted by SIGINT/SIGTERM/SIGUSR1 after "
+    "writing a checkpoint (resumable: --resume auto); 130 a second Ctrl-C (the last complete checkpoint is kept).";
+
+int exit_code_for(const gt::RunSummary& s) {
+  if (s.exit_reason == "interrupted") return 75;
+  if (s.exit_reason == "diverged") return 4;
+  return 0;
+}
+
+int cmd_export(const std::string& from, const std::string& to) {
+  namespace fs = std::filesystem;
+  std::string dir = from;
+  if (!fs::exists(fs::path(from) / "state.json")) {  // a run directory: its newest checkpoint that verifies
+    const auto found = gt::CheckpointStore(from, {}).newest_good();
+    if (!found) throw gt::DataError(fmt::format("{}: no checkpoint that verifies (state.json) in it or its checkpoints/", from));
+    dir = found->dir;
+  }
+  const gt::CheckpointInfo ckpt = gt::read_checkpoint(dir);  // sizes and checksums
+  const auto tensors = gt::read_safetensors((fs::path(dir) / "model.safetensors").string());
+  std::vector<std::pair<std::string, const gt::Tensor*>> list;
+  for (const auto& [name, t] : tensors) list.emplace_back(name, &t);
+  gt::write_safetensors(to, list,
+                        {{"format", "pt"}, {"gputrain_version", GPUTRAIN_VERSION},
+                         {"step", std::to_string(ckpt.progress.step)}, {"gputrain_config", ckpt.config}});
+  fmt::print("{}: {} tensors of step {} → {}\n", dir, list.size(), ckpt.progress.step, to);
+  return 0;
+}
 
 struct ConfigArgs {
   std::string file;
@@ -83,6 +113,10 @@ int main(int argc, char** argv) {
   auto* train = app.add_subcommand("train", "train a model from an experiment file");
   add_config_args(train, train_args);
   train->add_option("--out", run.out_dir, "run directory (default runs/<name>/<YYYYmmdd-HHMMSS>)");
+  train->add_option("--resume", run.resume,
+                    "auto: continue from the newest checkpoint that verifies in --out (default: the newest run of "
+                    "this config's name), or start fresh if there is none; PATH: a checkpoint or run directory")
+      ->type_name("auto|PATH");
   train->add_option("--device", device, "auto | cpu | cuda | cuda:N (overrides device:)");
   train->add_option("--epochs", epochs, "overrides train.epochs")->check(CLI::PositiveNumber);
   train->add_option("--max-steps", max_steps, "stop after N steps (overrides train.max_steps)")
@@ -109,6 +143,12 @@ int main(int argc, char** argv) {
   eval->add_flag("--json", eval_json, "print one JSON object instead of a line");
   eval->add_option("--threads", eval_threads, "CPU threads (default: all cores)")->check(CLI::PositiveNumber);
 
+  std::string export_from, export_to;
+  auto* exporter = app.add_subcommand("export", "write a checkpoint's weights alone, as one safetensors file");
+  exporter->add_option("checkpoint", export_from, "a checkpoint folder (checkpoints/step-N) or a run directory")
+      ->required();
+  exporter->add_option("--to", export_to, "the safetensors file to write")->required();
+
   auto* devices = app.add_subcommand("devices", "list compute devices and the CUDA library versions found");
   auto* layers = app.add_subcommand("layers", "print the layer reference (Markdown), generated from the registry");
 
@@ -127,6 +167,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (*check) return cmd_check(check_args);
+    if (*exporter) return cmd_export(export_from, export_to);
     if (*eval) {
       const gt::Experiment exp = gt::parse_experiment(gt::load_config(eval_args.file, eval_args.sets));
       const gt::EvalSummary r = gt::evaluate_weights(exp, checkpoint, eval_threads);
@@ -165,11 +206,14 @@ int main(int argc, char** argv) {
     }
     const gt::Experiment exp = gt::parse_experiment(root);
     if (quiet) spdlog::set_level(spdlog::level::warn);
-    gt::run_training(exp, run);
-    return 0;
+    return exit_code_for(gt::run_training(exp, run));
   } catch (const gt::Error& e) {
     spdlog::error("{}", e.what());
-    return e.kind() == gt::ErrorKind::config ? 2 : 1;
+    switch (e.kind()) {
+      case gt::ErrorKind::config: return 2;
+      case gt::ErrorKind::diverged: return 4;
+      default: return 1;
+    }
   } catch (const std::bad_alloc&) {
     spdlog::error("out of host memory");
     return 1;

@@ -13,6 +13,7 @@ enum class ErrorKind {
   runtime,  ///< exit 1: anything at run time (I/O, numerics, a device failing)
   config,   ///< exit 2: a bad config file, override or command line
   data,     ///< exit 1: a data file that is missing pieces or corrupt
+  diverged, ///< exit 4: training produced a non-finite loss or gradient
 };
 
 /// The one exception type of the library; `main` catches it and picks the exit code.

@@ -80,8 +80,8 @@ class Loader {
 
   int64_t batch_size() const { return m_batch; }
   int64_t batches_per_epoch() const { return (m_data->size() + m_batch - 1) / m_batch; }
-  /// Starts epoch `epoch` (0-based), drawing its order.
-  void start_epoch(int64_t epoch);
+  /// Starts epoch `epoch` (0-based), drawing its order; `position` skips that many samples of it (resuming).
+  void start_epoch(int64_t epoch, int64_t position = 0);
   /// Copies the next batch into x (batch_size, input shape) and y; returns the number of samples in it (the last
   /// batch of an epoch may be smaller; 0 when the epoch is over). x and y must hold batch_size samples.
   int64_t next(Tensor& x, Tensor& y);

@@ -3,6 +3,7 @@
 #include "core/rng.h"
 #include "data/dataset.h"
 
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 
@@ -14,13 +15,13 @@ Loader::Loader(const Dataset& data, int64_t batch_size, bool shuffle, uint64_t s
   std::iota(m_order.begin(), m_order.end(), 0);
 }
 
-void Loader::start_epoch(int64_t epoch) {
+void Loader::start_epoch(int64_t epoch, int64_t position) {
   std::iota(m_order.begin(), m_order.end(), 0);
   if (m_shuffle) {
     Rng rng(m_seed, 0x5A3D1E00 + static_cast<uint64_t>(epoch));
     for (size_t i = m_order.size(); i > 1; --i) std::swap(m_order[i - 1], m_order[rng.below(i)]);
   }
-  m_pos = 0;
+  m_pos = std::clamp<int64_t>(position, 0, m_data->size());
   m_epoch = epoch;
 }
 

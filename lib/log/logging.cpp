@@ -84,6 +84,16 @@ JsonObject& JsonObject::add(const std::string& k, const std::string& v) {
 JsonObject& JsonObject::add(const std::string& k, std::optional<double> v) {
   return v ? add(k, *v) : add_null(k);
 }
+JsonObject& JsonObject::add_bool(const std::string& k, bool v) {
+  key(k);
+  m_body += v ? "true" : "false";
+  return *this;
+}
+JsonObject& JsonObject::add(const std::string& k, const JsonObject& v) {
+  key(k);
+  m_body += v.str();
+  return *this;
+}
 JsonObject& JsonObject::add_null(const std::string& k) {
   key(k);
   m_body += "null";

@@ -26,6 +26,9 @@ class JsonObject {
   JsonObject& add(const std::string& key, const char* v) { return add(key, std::string(v)); }
   JsonObject& add(const std::string& key, std::optional<double> v);
   JsonObject& add_null(const std::string& key);
+  JsonObject& add_bool(const std::string& key, bool v);
+  /// A nested object.
+  JsonObject& add(const std::string& key, const JsonObject& v);
   std::string str() const { return "{" + m_body + "}"; }
 
  private:

@@ -15,6 +15,8 @@ class Optimizer {
   /// Applies one update with learning rate `lr` to every parameter from its gradient.
   virtual void step(double lr) = 0;
   int64_t steps_taken() const { return m_steps; }
+  /// Restores the step count of a checkpoint (Adam's bias corrections, SGD's first-step momentum).
+  void set_steps_taken(int64_t steps) { m_steps = steps; }
   /// The state buffers by name (momentum, moments), for checkpoints.
   virtual std::vector<std::pair<std::string, Tensor*>> state() = 0;
 
@@ -25,6 +27,9 @@ class Optimizer {
 /// Builds the optimizer the config names over `params` (state buffers on the parameters' device).
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& cfg, const std::vector<Param*>& params);
 std::unique_ptr<Optimizer> make_adam(const OptimizerConfig& cfg, const std::vector<Param*>& params);
+
+/// The global L2 norm of all gradients (non-finite when any gradient is). `scratch` holds two f64 scalars.
+double global_grad_norm(const std::vector<Param*>& params, Tensor& scratch);
 
 /// Scales all gradients so that their global L2 norm is at most max_norm (torch.nn.utils.clip_grad_norm_:
 /// coefficient max_norm / (norm + 1e-6), applied when below 1). Returns the norm before clipping. `scratch` holds

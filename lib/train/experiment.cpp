@@ -185,7 +185,10 @@ void parse_scheduler(const ConfigNode& n, SchedulerConfig& out) {
 }
 
 void parse_train(const ConfigNode& n, TrainConfig& out) {
-  n.expect_keys({"epochs", "log_every", "max_steps", "eval_every", "accumulate", "grad_clip", "profile"});
+  n.expect_keys({"epochs", "log_every", "max_steps", "eval_every", "accumulate", "grad_clip", "profile", "nonfinite",
+                 "max_skips"});
+  if (n.has("nonfinite")) out.nonfinite = n["nonfinite"].as_choice({"abort", "skip", "rollback"});
+  out.max_skips = n.get_int("max_skips", 5, 1);
   if (n.has("profile")) {
     const ConfigNode p = n["profile"];
     p.expect_keys({"start_step", "steps"});
@@ -206,6 +209,15 @@ void parse_train(const ConfigNode& n, TrainConfig& out) {
     g.require("max_norm");
     out.grad_clip = g["max_norm"].as_double(0.0, 1e300, false);
   }
+}
+
+void parse_checkpoint(const ConfigNode& n, CheckpointConfig& out) {
+  n.expect_keys({"every_steps", "every_epochs", "keep", "keep_best"});
+  out.every_steps = n.get_int("every_steps", 0, 0);
+  out.every_epochs = n.get_int("every_epochs", 1, 0);
+  out.keep = n.get_int("keep", 3, 1);
+  if (n.has("keep_best"))  // null (or absent) keeps no best
+    out.keep_best = n["keep_best"].as_choice({"test_accuracy", "test_loss"});
 }
 
 void check_device(const ConfigNode& n) {
@@ -239,7 +251,8 @@ Experiment parse_experiment(const ConfigNode& root) {
   for (const auto& key : root.keys())
     if (auto it = nested.find(key); it != nested.end())
       root[key].fail(fmt::format("unknown key (did you mean \"{}\"?)", it->second));
-  root.expect_keys({"name", "seed", "device", "data", "model", "loss", "optimizer", "scheduler", "train"});
+  root.expect_keys(
+      {"name", "seed", "device", "data", "model", "loss", "optimizer", "scheduler", "train", "checkpoint"});
   Experiment exp;
   exp.root = root;
   exp.name = root.get_string("name", "experiment");
@@ -258,6 +271,7 @@ Experiment parse_experiment(const ConfigNode& root) {
   parse_optimizer(root["optimizer"], exp.optimizer);
   if (root.has("scheduler")) parse_scheduler(root["scheduler"], exp.scheduler);
   if (root.has("train")) parse_train(root["train"], exp.train);
+  if (root.has("checkpoint")) parse_checkpoint(root["checkpoint"], exp.checkpoint);
   return exp;
 }
 
@@ -361,6 +375,12 @@ YAML::Node resolved_config(const Experiment& e, const YAML::Node& layers) {
     n["train"]["profile"]["start_step"] = e.train.profile_start;
     n["train"]["profile"]["steps"] = e.train.profile_steps;
   }
+  n["train"]["nonfinite"] = e.train.nonfinite;
+  n["train"]["max_skips"] = e.train.max_skips;
+  n["checkpoint"]["every_steps"] = e.checkpoint.every_steps;
+  n["checkpoint"]["every_epochs"] = e.checkpoint.every_epochs;
+  n["checkpoint"]["keep"] = e.checkpoint.keep;
+  n["checkpoint"]["keep_best"] = e.checkpoint.keep_best.empty() ? YAML::Node() : YAML::Node(e.checkpoint.keep_best);
   return n;
 }
 

@@ -59,6 +59,16 @@ struct TrainConfig {
   int64_t accumulate = 1;   ///< micro-batches per optimizer step
   double grad_clip = 0.0;   ///< max global L2 norm of the gradients; 0 = off
   int64_t profile_start = 0, profile_steps = 0;  ///< profile steps [start, start + steps) (1-based); 0 steps = off
+  std::string nonfinite = "abort";  ///< abort | skip | rollback: what a NaN/Inf loss or gradient does
+  int64_t max_skips = 5;            ///< skip: steps skipped in a row; rollback: rollbacks to one checkpoint
+};
+
+/// When checkpoints are written and how many stay (checkpoints/step-<N>/ in the run directory).
+struct CheckpointConfig {
+  int64_t every_steps = 0;   ///< 0 = off
+  int64_t every_epochs = 1;  ///< 0 = off
+  int64_t keep = 3;          ///< newest complete checkpoints kept (the best one is kept besides)
+  std::string keep_best;     ///< "" | test_accuracy | test_loss
 };
 
 struct Experiment {
@@ -70,6 +80,7 @@ struct Experiment {
   OptimizerConfig optimizer;
   SchedulerConfig scheduler;
   TrainConfig train;
+  CheckpointConfig checkpoint;
   ConfigNode root;  ///< the whole config after overrides: the model is built from root["model"]
 };
 

@@ -6,16 +6,25 @@
 #include "io/safetensors.h"
 #include "log/logging.h"
 #include "ops/devices.h"
+#include "ops/ops.h"
 #include "optim/optimizer.h"
 #include "profile/profiler.h"
+#include "train/checkpoint.h"
 #include "train/loss.h"
+#include "train/signals.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <cmath>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <thread>
 
 namespace gt {
@@ -59,32 +68,36 @@ std::string make_run_dir(const Experiment& exp, const std::string& requested) {
   return dir.string();
 }
 
-// Writes a whole file through a temporary and a rename, so readers never see half of it.
-void write_file_atomic(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!(f << text) || !f.flush()) throw Error(fmt::format("{}: write failed", tmp.string()));
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) throw Error(fmt::format("{}: cannot rename into place: {}", path.string(), ec.message()));
-}
-
+// metrics.jsonl: one JSON object per line, appended; a resumed run first cuts it back to the checkpoint's length so
+// that the rows of steps done again appear once.
 class MetricsFile {
  public:
-  explicit MetricsFile(const fs::path& path) : m_path(path.string()), m_out(path, std::ios::app) {
-    if (!m_out) throw Error(fmt::format("{}: cannot open for writing", m_path));
+  explicit MetricsFile(const fs::path& path) : m_path(path.string()) {
+    m_fd = ::open(m_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (m_fd < 0) throw Error(fmt::format("{}: cannot open for writing: {}", m_path, std::strerror(errno)));
+  }
+  ~MetricsFile() { ::close(m_fd); }
+  MetricsFile(const MetricsFile&) = delete;
+  MetricsFile& operator=(const MetricsFile&) = delete;
+
+  uint64_t bytes() const {
+    const off_t end = ::lseek(m_fd, 0, SEEK_END);
+    return end < 0 ? 0 : static_cast<uint64_t>(end);
+  }
+  void truncate(uint64_t bytes) {
+    if (::ftruncate(m_fd, static_cast<off_t>(bytes)) != 0)
+      throw Error(fmt::format("{}: cannot truncate: {}", m_path, std::strerror(errno)));
   }
   void write(const JsonObject& obj) {
-    m_out << obj.str() << '\n';
-    m_out.flush();
-    if (!m_out) throw Error(fmt::format("{}: write failed", m_path));
+    const std::string line = obj.str() + "\n";
+    const ssize_t w = ::write(m_fd, line.data(), line.size());  // O_APPEND: one write per line
+    if (w != static_cast<ssize_t>(line.size()))
+      throw Error(fmt::format("{}: write failed: {}", m_path, w < 0 ? std::strerror(errno) : "short write"));
   }
 
  private:
   std::string m_path;
-  std::ofstream m_out;
+  int m_fd = -1;
 };
 
 struct EvalResult {
@@ -160,35 +173,7 @@ LoadedData load_data(const Experiment& exp) {
   return d;
 }
 
-void load_weights(Model& model, const std::string& path) {
-  const auto file = read_safetensors(path);
-  std::map<std::string, const Tensor*> in_file;
-  for (const auto& [name, t] : file) in_file[name] = &t;
-  std::vector<std::string> problems;
-  const auto wanted = model.state_tensors();
-  for (const auto& [name, t] : wanted) {
-    auto it = in_file.find(name);
-    if (it == in_file.end()) {
-      problems.push_back(name + ": missing from the file");
-      continue;
-    }
-    if (it->second->shape() != t->shape() || it->second->dtype() != t->dtype())
-      problems.push_back(fmt::format("{}: {} {} in the file, {} {} in the model", name,
-                                     dtype_name(it->second->dtype()), it->second->shape().str(), dtype_name(t->dtype()),
-                                     t->shape().str()));
-    in_file.erase(it);
-  }
-  for (const auto& [name, t] : in_file) problems.push_back(name + ": in the file but not in the model");
-  if (!problems.empty()) {
-    std::string list;
-    for (size_t i = 0; i < problems.size() && i < 20; ++i) list += "; " + problems[i];
-    throw DataError(fmt::format("{}: does not match the model ({} difference{}){}{}", path, problems.size(),
-                                problems.size() == 1 ? "" : "s", list, problems.size() > 20 ? "; …" : ""));
-  }
-  std::map<std::string, const Tensor*> by_name;
-  for (const auto& [name, t] : file) by_name[name] = &t;
-  for (const auto& [name, t] : wanted) t->copy_from(*by_name.at(name));  // every name was matched above
-}
+void load_weights(Model& model, const std::string& path) { load_named_tensors(model.state_tensors(), path); }
 
 EvalSummary evaluate_weights(const Experiment& exp, const std::string& weights_path, int threads) {
   set_num_threads(threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency()));
@@ -208,6 +193,117 @@ EvalSummary evaluate_weights(const Experiment& exp, const std::string& weights_p
   return {data.test.size(), r.loss, r.accuracy};
 }
 
+namespace {
+
+// summary.json: what a sweep reads. `sum` gets the final numbers from `p`.
+void write_summary(const fs::path& dir, const Experiment& exp, RunSummary& sum, const TrainProgress& p, int threads,
+                   double wall_seconds) {
+  sum.epochs = p.epochs_done;
+  sum.steps = p.step;
+  sum.samples_per_sec = static_cast<double>(p.train_samples) / std::max(p.train_seconds, 1e-9);
+  sum.final_train_loss = p.final_train_loss;
+  sum.test_loss = p.test_loss;
+  sum.test_accuracy = p.test_accuracy;
+  sum.wall_seconds = wall_seconds;
+  write_file_durable((dir / "summary.json").string(), JsonObject()
+                                                          .add("name", exp.name)
+                                                          .add("device", sum.device)
+                                                          .add("world_size", 1)
+                                                          .add("epochs", sum.epochs)
+                                                          .add("steps", sum.steps)
+                                                          .add("samples_per_sec", sum.samples_per_sec)
+                                                          .add("final_train_loss", sum.final_train_loss)
+                                                          .add("test_loss", sum.test_loss)
+                                                          .add("test_accuracy", sum.test_accuracy)
+                                                          .add("wall_seconds", sum.wall_seconds)
+                                                          .add("exit_reason", sum.exit_reason)
+                                                          .add("threads", threads)
+                                                          .str() +
+                                                          "\n");
+}
+
+// Which checkpoint a run continues from, and in which run directory (`--resume auto | PATH`).
+struct ResumePlan {
+  std::string run_dir;  ///< "" → a new run directory
+  std::optional<CheckpointInfo> from;
+};
+
+// The newest runs/<name>/* folder that holds checkpoints, or "".
+std::string newest_run_with_checkpoints(const Experiment& exp) {
+  std::error_code ec;
+  std::vector<std::string> runs;
+  for (const auto& e : fs::directory_iterator(fs::path("runs") / exp.name, ec))
+    if (e.is_directory() && fs::exists(e.path() / "checkpoints")) runs.push_back(e.path().string());
+  std::sort(runs.begin(), runs.end());  // names are time stamps
+  return runs.empty() ? std::string() : runs.back();
+}
+
+std::optional<CheckpointInfo> newest_good_of_run(const std::string& run_dir, const CheckpointConfig& cfg,
+                                                 bool required) {
+  const CheckpointStore store(run_dir, cfg);
+  const auto candidates = store.list();
+  auto found = store.newest_good();  // warns about each broken one it skips
+  if (found && found->dir != candidates.front())
+    spdlog::warn("falling back to checkpoint {}: the newer ones do not verify", found->dir);
+  if (!found && !candidates.empty())
+    throw DataError(fmt::format("{}: none of its {} checkpoint(s) verifies (see the warnings above)", store.root(),
+                                candidates.size()));
+  if (!found && required) throw DataError(fmt::format("{}: no checkpoint to resume from", store.root()));
+  return found;
+}
+
+ResumePlan plan_resume(const Experiment& exp, const RunOptions& opts) {
+  ResumePlan plan;
+  plan.run_dir = opts.out_dir;
+  if (opts.resume.empty()) {
+    if (!plan.run_dir.empty() && !CheckpointStore(plan.run_dir, exp.checkpoint).list().empty())
+      throw ConfigError(fmt::format("--out {}: this folder already holds a run's checkpoints; continue it with "
+                                    "--resume auto, or choose another --out",
+                                    plan.run_dir));
+    return plan;
+  }
+  if (opts.resume == "auto") {
+    if (plan.run_dir.empty()) plan.run_dir = newest_run_with_checkpoints(exp);
+    if (!plan.run_dir.empty()) plan.from = newest_good_of_run(plan.run_dir, exp.checkpoint, false);
+    if (!plan.from)
+      spdlog::info("--resume auto: no checkpoint{}; starting from step 0",
+                   plan.run_dir.empty() ? fmt::format(" under runs/{}", exp.name) : " in " + plan.run_dir);
+    return plan;
+  }
+  const fs::path p = opts.resume;
+  if (fs::exists(p / "state.json")) {
+    plan.from = read_checkpoint(p.string());  // an explicit checkpoint that does not verify is refused
+    if (plan.run_dir.empty()) plan.run_dir = fs::absolute(p).lexically_normal().parent_path().parent_path().string();
+  } else if (fs::is_directory(p / "checkpoints")) {
+    if (plan.run_dir.empty()) plan.run_dir = p.string();
+    plan.from = newest_good_of_run(p.string(), exp.checkpoint, true);
+  } else {
+    throw ConfigError(fmt::format("--resume {}: neither a checkpoint (no state.json) nor a run directory (no "
+                                  "checkpoints/ folder)",
+                                  opts.resume));
+  }
+  return plan;
+}
+
+// Names the top-level sections in which two resolved configs differ.
+std::string config_differences(const std::string& a, const std::string& b) {
+  std::string out;
+  try {
+    const YAML::Node x = YAML::Load(a), y = YAML::Load(b);
+    std::set<std::string> keys;
+    for (const auto& n : {x, y})
+      if (n.IsMap())
+        for (const auto& kv : n) keys.insert(kv.first.as<std::string>());
+    for (const auto& k : keys)
+      if (YAML::Dump(x[k]) != YAML::Dump(y[k])) out += (out.empty() ? "" : ", ") + k;
+  } catch (const YAML::Exception&) {
+    out = "(unreadable)";
+  }
+  return out;
+}
+
+}  // namespace
+
 RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
   const auto wall_start = Clock::now();
   const int threads = opts.threads > 0 ? opts.threads : static_cast<int>(std::thread::hardware_concurrency());
@@ -224,21 +320,25 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
   if (exp.data.augment.any() && data.train.input_shape().rank() != 3)
     exp.root["data"]["augment"].fail(fmt::format("augmentation works on [channels, height, width] images; the "
                                                  "samples are {}", data.train.input_shape().str()));
+  std::string resolved_text;
+  {
+    YAML::Emitter em;
+    em << resolved_config(exp, model.resolved_layers());
+    resolved_text = std::string(em.c_str()) + "\n";
+  }
+  const ResumePlan plan = plan_resume(exp, opts);
 
   RunSummary sum;
-  sum.run_dir = make_run_dir(exp, opts.out_dir);
+  sum.run_dir = make_run_dir(exp, plan.run_dir);
   sum.device = device.str();
   const fs::path dir = sum.run_dir;
   add_log_file((dir / "train.log").string());
   struct DetachLog {
     ~DetachLog() { remove_log_file(); }
   } detach_log;
-  {
-    YAML::Emitter em;
-    em << resolved_config(exp, model.resolved_layers());
-    write_file_atomic(dir / "config.resolved.yaml", std::string(em.c_str()) + "\n");
-  }
+  write_file_durable((dir / "config.resolved.yaml").string(), resolved_text);
   MetricsFile metrics(dir / "metrics.jsonl");
+  CheckpointStore store(sum.run_dir, exp.checkpoint);
 
   const int64_t batch = exp.data.batch_size, accumulate = exp.train.accumulate;
   Loader loader(data.train, batch, exp.data.shuffle, exp.seed, exp.data.augment);
@@ -261,69 +361,137 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
   model.allocate(batch);
   const std::vector<Param*> params = model.params();
   auto optimizer = make_optimizer(exp.optimizer, params);
+  TrainProgress p;
+  if (plan.from) {
+    const CheckpointInfo& c = *plan.from;
+    if (c.optimizer_type != exp.optimizer.type)
+      throw DataError(fmt::format("{}: written by optimizer {}, but the config asks for {}", c.dir, c.optimizer_type,
+                                  exp.optimizer.type));
+    load_checkpoint(c, model, *optimizer);
+    p = c.progress;
+    if (c.config_hash != config_hash(resolved_text))
+      spdlog::warn("the config differs from the checkpoint's in: {} (the run continues with the new one)",
+                   config_differences(c.config, resolved_text));
+    if (c.world_size != 1)
+      spdlog::warn("the checkpoint was written by {} ranks and this run has 1: the data order differs from there on",
+                   c.world_size);
+    if (metrics.bytes() < p.metrics_bytes)
+      spdlog::warn("{}: shorter than when the checkpoint was written; rows are missing", (dir / "metrics.jsonl").string());
+    else
+      metrics.truncate(p.metrics_bytes);
+    spdlog::info("resuming from {}: step {}, epoch {}, {} samples into it", c.dir, p.step, p.epoch + 1,
+                 p.micro_done * batch);
+  } else if (metrics.bytes() > 0) {
+    spdlog::warn("{}: rows of an earlier start without a checkpoint are dropped", (dir / "metrics.jsonl").string());
+    metrics.truncate(0);
+  }
+
   Tensor x = Tensor::empty(data.train.input_shape().batched(batch), DType::f32, device);
   Tensor y = Tensor::empty(data.train.target_shape().batched(batch), data.train.targets.dtype(), device);
   Tensor dout = Tensor::empty(model.output_shape().batched(batch), DType::f32, device);
   Tensor stats = Tensor::zeros(Shape{2}, DType::f64, device);
   Tensor eval_stats = Tensor::zeros(Shape{2}, DType::f64, device);
-  Tensor clip_scratch = Tensor::zeros(Shape{2}, DType::f64, device);
+  Tensor norm_scratch = Tensor::zeros(Shape{2}, DType::f64, device);
   Profiler profiler;
   model.set_profiler(&profiler);
   const int64_t profile_end = exp.train.profile_start + exp.train.profile_steps;  // steps are 1-based here
   static const std::string kData = "data", kLoss = "loss", kOptimizer = "optimizer", kTrainer = "trainer";
   auto finish_profile = [&] {
     profiler.enable(false);
-    write_file_atomic(dir / "trace.json", profiler.chrome_trace());
+    write_file_durable((dir / "trace.json").string(), profiler.chrome_trace());
     const std::string table = profiler.table();
-    write_file_atomic(dir / "profile.txt", table);
+    write_file_durable((dir / "profile.txt").string(), table);
     spdlog::info("profile of steps {}–{} (trace.json opens in Perfetto):\n{}", exp.train.profile_start,
                  exp.train.profile_start + profiler.steps() - 1, table);
   };
 
-  auto run_eval = [&](int64_t epoch, int64_t step) {
+  // The training clock runs during steps only: evaluation and checkpoints stop it.
+  auto window_start = Clock::now();
+  double window_seconds = 0;
+  auto stop_clock = [&] {
+    const double dt = seconds_since(window_start);
+    window_seconds += dt;
+    p.train_seconds += dt;
+  };
+  auto restart_clock = [&] { window_start = Clock::now(); };
+
+  auto run_eval = [&] {
     const EvalResult r = evaluate(model, exp, data.test, x, y, eval_stats);
-    sum.test_loss = r.loss;
-    sum.test_accuracy = r.accuracy;
-    spdlog::info("eval epoch {}/{} | step {} | test_loss {:.4f} | test_accuracy {}", epoch + 1, exp.train.epochs, step,
-                 r.loss, r.accuracy ? fmt::format("{:.4f}", *r.accuracy) : "n/a");
+    p.test_loss = r.loss;
+    p.test_accuracy = r.accuracy;
+    p.last_eval_step = p.step;
+    spdlog::info("eval epoch {}/{} | step {} | test_loss {:.4f} | test_accuracy {}", p.epoch + 1, exp.train.epochs,
+                 p.step, r.loss, r.accuracy ? fmt::format("{:.4f}", *r.accuracy) : "n/a");
     metrics.write(JsonObject()
                       .add("type", "eval")
-                      .add("step", step)
-                      .add("epoch", epoch + 1)
+                      .add("step", p.step)
+                      .add("epoch", p.epoch + 1)
                       .add("test_loss", r.loss)
                       .add("test_accuracy", r.accuracy));
   };
 
-  // Loss statistics stay on the device and are read once per log line and once per epoch: the only syncs.
-  // A log window never spans two epochs, so the epoch's loss is the sum of its windows.
-  int64_t step = 0, train_samples = 0, last_eval_step = -1;
-  double train_seconds = 0, grad_norm = 0;
+  bool dirty = !plan.from;  // state not yet in a checkpoint
+  int64_t rollbacks = 0;    // since the last checkpoint written
+  auto save_checkpoint = [&] {
+    if (!exp.checkpoint.keep_best.empty()) {
+      const bool acc = exp.checkpoint.keep_best == "test_accuracy";
+      const std::optional<double> v = acc ? p.test_accuracy : p.test_loss;
+      if (v && (!p.best_value || (acc ? *v > *p.best_value : *v < *p.best_value))) {
+        p.best_value = v;
+        p.best_step = p.step;
+      }
+    }
+    p.metrics_bytes = metrics.bytes();
+    p.optimizer_steps = optimizer->steps_taken();
+    const auto t0 = Clock::now();
+    const std::string where = store.save(model, *optimizer, exp.optimizer.type, p, resolved_text);
+    spdlog::info("checkpoint {} ({:.0f} ms)", where, 1e3 * seconds_since(t0));
+    dirty = false;
+    rollbacks = 0;
+  };
+
+  // A non-finite loss or gradient is caught before the update; this names the first layer whose gradient is bad.
+  auto first_nonfinite_param = [&]() -> std::string {
+    for (auto& [name, param] : model.named_params()) {
+      Tensor one = norm_scratch.slice0(0, 1);
+      one.zero_();
+      ops::sum_squares(param->grad, one);
+      if (!std::isfinite(one.data<double>()[0])) return name;
+    }
+    return "none (the loss itself)";
+  };
+
+  if (exp.train.nonfinite == "rollback" && !plan.from) {
+    spdlog::info("train.nonfinite: rollback: writing the step-0 checkpoint to return to");
+    save_checkpoint();
+  }
+  install_stop_handlers();
+  struct RemoveHandlers {
+    ~RemoveHandlers() { remove_stop_handlers(); }
+  } remove_handlers;
+
   sum.exit_reason = "completed";
-  for (int64_t epoch = 0; epoch < exp.train.epochs && sum.exit_reason == "completed"; ++epoch) {
-    loader.start_epoch(epoch);
-    double epoch_loss = 0;
-    int64_t epoch_samples = 0, window_samples = 0, micro_done = 0;
-    auto window_start = Clock::now();
-    double window_seconds = 0;
-    auto stop_clock = [&] {  // training time stops during evaluation
-      const double dt = seconds_since(window_start);
-      window_seconds += dt;
-      train_seconds += dt;
-    };
+  bool finished = false;
+  while (!finished && p.epoch < exp.train.epochs && p.step < total_steps) {
+    loader.start_epoch(p.epoch, p.micro_done * batch);
+    restart_clock();
+    bool restart = false;
     auto close_window = [&] {
       stop_clock();
-      const double loss_sum = stats.data<double>()[0];
-      epoch_loss += loss_sum;
-      stats.zero_();
+      const double loss_sum = p.window_loss;
+      p.epoch_loss += loss_sum;
+      p.window_loss = p.window_hits = 0;
       return loss_sum;
     };
-    while (micro_done < micro_per_epoch) {
+    while (p.micro_done < micro_per_epoch) {
       // One optimizer step over up to `accumulate` micro-batches; each one's loss is its mean over the step's
       // micro-batches, so the gradient is the mean over the effective batch.
-      const int64_t micros = std::min(accumulate, micro_per_epoch - micro_done);
-      const double lr = scheduled_lr(exp.scheduler, exp.optimizer.lr, step, total_steps);
-      if (exp.train.profile_steps > 0 && step + 1 == exp.train.profile_start) profiler.enable(true);
+      const int64_t micros = std::min(accumulate, micro_per_epoch - p.micro_done);
+      const double lr = scheduled_lr(exp.scheduler, exp.optimizer.lr, p.step, total_steps) * p.lr_scale;
+      if (exp.train.profile_steps > 0 && p.step + 1 == exp.train.profile_start) profiler.enable(true);
       const auto step_begin = Profiler::Clock::now();
+      stats.zero_();
+      int64_t step_samples = 0;
       for (int64_t k = 0; k < micros; ++k) {
         int64_t n = 0;
         {
@@ -333,68 +501,148 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
         const Tensor xb = x.narrow0(n), yb = y.narrow0(n);
         Tensor db = dout.narrow0(n);
         // Dropout masks are keyed by the micro-batch, so the micro-batches of one step draw different masks.
-        const LayerContext ctx{true, k > 0, static_cast<uint64_t>(step * accumulate + k)};
+        const LayerContext ctx{true, k > 0, static_cast<uint64_t>(p.step * accumulate + k)};
         const Tensor& out = model.forward(xb, ctx);
         {
           ProfileScope scope(&profiler, kLoss, exp.loss.type, "forward+backward");
           compute_loss(exp.loss, out, yb, 1.0 / static_cast<double>(n * micros), db, stats);
         }
         model.backward(db, ctx);
-        window_samples += n;
-        epoch_samples += n;
-        train_samples += n;
+        step_samples += n;
       }
-      micro_done += micros;
+      p.micro_done += micros;
+      bool skipped = false;
       {
         ProfileScope scope(&profiler, kOptimizer, exp.optimizer.type, "update");
-        if (exp.train.grad_clip > 0) grad_norm = clip_grad_norm(params, exp.train.grad_clip, clip_scratch);
-        optimizer->step(lr);
+        // The step's loss sums and the gradient norm come to the host once per step: the check needs them.
+        const double step_loss = stats.data<double>()[0], step_hits = stats.data<double>()[1];
+        p.grad_norm = exp.train.grad_clip > 0 ? clip_grad_norm(params, exp.train.grad_clip, norm_scratch)
+                                              : global_grad_norm(params, norm_scratch);
+        if (std::isfinite(step_loss) && std::isfinite(p.grad_norm)) {
+          optimizer->step(lr);
+          p.window_loss += step_loss;
+          p.window_hits += step_hits;
+          p.skips_in_row = 0;
+        } else {
+          const std::string what =
+              fmt::format("step {}: non-finite {} (loss sum {}, gradient norm {}); first non-finite gradient: {}",
+                          p.step + 1, std::isfinite(step_loss) ? "gradient" : "loss", step_loss, p.grad_norm,
+                          first_nonfinite_param());
+          const std::string& mode = exp.train.nonfinite;
+          if (mode == "skip" && ++p.skips_in_row <= exp.train.max_skips) {
+            spdlog::warn("{}: the step is skipped ({} in a row, train.max_skips {})", what, p.skips_in_row,
+                         exp.train.max_skips);
+            metrics.write(JsonObject().add("type", "skip").add("step", p.step + 1).add("epoch", p.epoch + 1));
+            skipped = true;
+          } else if (mode == "rollback" && ++rollbacks <= exp.train.max_skips) {
+            const auto back = newest_good_of_run(sum.run_dir, exp.checkpoint, true);
+            const double lr_scale = p.lr_scale * 0.5;
+            load_checkpoint(*back, model, *optimizer);
+            p = back->progress;
+            p.lr_scale = lr_scale;
+            metrics.truncate(p.metrics_bytes);
+            store.remove_after(p.step);  // the newer ones lead to the divergence
+            dirty = false;
+            spdlog::warn("{}: rolled back to {} (step {}); learning rate now × {}", what, back->dir, p.step, lr_scale);
+            metrics.write(JsonObject()
+                              .add("type", "rollback")
+                              .add("to_step", p.step)
+                              .add("lr_scale", lr_scale));
+            restart = true;
+            break;
+          } else {
+            stop_clock();
+            spdlog::error("training diverged: {} (train.nonfinite: {}{})", what, mode,
+                          mode == "abort" ? "" : fmt::format(", more than max_skips {} in a row", exp.train.max_skips));
+            sum.exit_reason = "diverged";
+            finished = true;
+            break;
+          }
+        }
       }
       profiler.record_step(step_begin, Profiler::Clock::now());
-      ++step;
-      if (profiler.enabled() && (step + 1 == profile_end || step == total_steps)) finish_profile();
-      const bool last = step == total_steps;
-      if (step % exp.train.log_every == 0 || last) {
-        const double loss = close_window() / static_cast<double>(window_samples);
-        const double rate = static_cast<double>(window_samples) / std::max(window_seconds, 1e-9);
-        const double eta = static_cast<double>(total_steps - step) * train_seconds / static_cast<double>(step);
-        spdlog::info("epoch {}/{} | step {}/{} | loss {:.4f} | lr {:.4g}{} | {:.0f} samples/s | elapsed {} | eta {}",
-                     epoch + 1, exp.train.epochs, step, total_steps, loss, lr,
-                     exp.train.grad_clip > 0 ? fmt::format(" | grad_norm {:.3g}", grad_norm) : std::string(), rate,
-                     hms(seconds_since(wall_start)), hms(eta));
-        JsonObject row;
-        row.add("type", "train").add("step", step).add("epoch", epoch + 1).add("loss", loss).add("lr", lr);
-        if (exp.train.grad_clip > 0) row.add("grad_norm", grad_norm);
-        metrics.write(row.add("samples_per_sec", rate).add("elapsed_s", seconds_since(wall_start)));
-        window_samples = 0;
-        window_seconds = 0;
-        window_start = Clock::now();
+      ++p.step;
+      dirty = true;
+      p.train_samples += step_samples;
+      if (!skipped) {  // a skipped step's loss is not in the statistics, so neither are its samples
+        p.window_samples += step_samples;
+        p.epoch_samples += step_samples;
       }
-      if (data.test.size() > 0 && exp.train.eval_every > 0 && (step % exp.train.eval_every == 0 || last)) {
+      if (profiler.enabled() && (p.step + 1 == profile_end || p.step == total_steps)) finish_profile();
+      const bool last = p.step == total_steps;
+      if ((p.step % exp.train.log_every == 0 || last) && p.window_samples > 0) {
+        const double loss = close_window() / static_cast<double>(p.window_samples);
+        const double rate = static_cast<double>(p.window_samples) / std::max(window_seconds, 1e-9);
+        const double eta = static_cast<double>(total_steps - p.step) * p.train_seconds / static_cast<double>(p.step);
+        spdlog::info("epoch {}/{} | step {}/{} | loss {:.4f} | lr {:.4g} | grad_norm {:.3g}{} | {:.0f} samples/s | "
+                     "elapsed {} | eta {}",
+                     p.epoch + 1, exp.train.epochs, p.step, total_steps, loss, lr, p.grad_norm,
+                     skipped ? " (skipped)" : "", rate, hms(seconds_since(wall_start)), hms(eta));
+        metrics.write(JsonObject()
+                          .add("type", "train")
+                          .add("step", p.step)
+                          .add("epoch", p.epoch + 1)
+                          .add("loss", loss)
+                          .add("lr", lr)
+                          .add("grad_norm", p.grad_norm)
+                          .add("samples_per_sec", rate)
+                          .add("elapsed_s", seconds_since(wall_start)));
+        p.window_samples = 0;
+        window_seconds = 0;
+        restart_clock();
+      }
+      if (data.test.size() > 0 && exp.train.eval_every > 0 && (p.step % exp.train.eval_every == 0 || last)) {
         stop_clock();
-        run_eval(epoch, step);
-        last_eval_step = step;
-        window_start = Clock::now();
+        run_eval();
+        restart_clock();
+      }
+      if (exp.checkpoint.every_steps > 0 && p.step % exp.checkpoint.every_steps == 0 && !last) {
+        stop_clock();
+        save_checkpoint();
+        restart_clock();
       }
       if (last) {
-        if (step < per_epoch * exp.train.epochs) sum.exit_reason = "max_steps";
+        if (p.step < per_epoch * exp.train.epochs) sum.exit_reason = "max_steps";
+        break;
+      }
+      if (const int sig = stop_requested()) {
+        stop_clock();
+        spdlog::warn("{} received: stopping after step {}", signal_name(sig), p.step);
+        sum.exit_reason = "interrupted";
+        finished = true;
         break;
       }
     }
-    if (window_samples > 0)
+    if (restart) continue;
+    if (finished) break;
+    // The end of the epoch (or of the run, at max_steps): the log window's remainder joins the epoch's loss.
+    if (p.window_samples > 0)
       close_window();
     else
       stop_clock();
-    sum.final_train_loss = epoch_loss / static_cast<double>(std::max<int64_t>(epoch_samples, 1));
-    sum.epochs = epoch + 1;
-    if (data.test.size() > 0 && exp.train.eval_every == 0 && last_eval_step != step) {
-      run_eval(epoch, step);
-      last_eval_step = step;
+    p.window_samples = 0;
+    p.final_train_loss = p.epoch_loss / static_cast<double>(std::max<int64_t>(p.epoch_samples, 1));
+    if (data.test.size() > 0 && exp.train.eval_every == 0 && p.last_eval_step != p.step) run_eval();
+    p.epochs_done = p.epoch + 1;
+    p.epoch += 1;
+    p.micro_done = 0;
+    p.epoch_loss = 0;
+    p.epoch_samples = 0;
+    dirty = true;
+    if (exp.checkpoint.every_epochs > 0 && p.epochs_done % exp.checkpoint.every_epochs == 0 &&
+        p.step < total_steps && p.epoch < exp.train.epochs)
+      save_checkpoint();
+    if (const int sig = stop_requested(); sig && p.step < total_steps && p.epoch < exp.train.epochs) {
+      spdlog::warn("{} received: stopping after step {}", signal_name(sig), p.step);
+      sum.exit_reason = "interrupted";
+      break;
     }
   }
-  sum.steps = step;
-  sum.samples_per_sec = static_cast<double>(train_samples) / std::max(train_seconds, 1e-9);
-  sum.wall_seconds = seconds_since(wall_start);
+  if (sum.exit_reason == "diverged") {
+    write_summary(dir, exp, sum, p, threads, seconds_since(wall_start));
+    return sum;
+  }
+  if (dirty) save_checkpoint();  // the final one (or the one an interruption resumes from)
 
   {
     // The final weights, in a format PyTorch's safetensors (and numpy) read; written before summary.json so that a
@@ -403,28 +651,16 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
     for (auto& [name, t] : model.state_tensors()) tensors.emplace_back(name, t);
     write_safetensors((dir / "model.safetensors").string(), tensors,
                       {{"format", "pt"}, {"gputrain_version", GPUTRAIN_VERSION}, {"name", exp.name},
-                       {"steps", std::to_string(step)}});
+                       {"steps", std::to_string(p.step)}});
   }
-  write_file_atomic(dir / "summary.json", JsonObject()
-                                              .add("name", exp.name)
-                                              .add("device", sum.device)
-                                              .add("world_size", 1)
-                                              .add("epochs", sum.epochs)
-                                              .add("steps", sum.steps)
-                                              .add("samples_per_sec", sum.samples_per_sec)
-                                              .add("final_train_loss", sum.final_train_loss)
-                                              .add("test_loss", sum.test_loss)
-                                              .add("test_accuracy", sum.test_accuracy)
-                                              .add("wall_seconds", sum.wall_seconds)
-                                              .add("exit_reason", sum.exit_reason)
-                                              .add("threads", threads)
-                                              .str() +
-                                              "\n");
-  spdlog::info("done: {} steps, {:.0f} samples/s, final train loss {:.4f}{} → {}", sum.steps, sum.samples_per_sec,
-               sum.final_train_loss,
+  write_summary(dir, exp, sum, p, threads, seconds_since(wall_start));
+  spdlog::info("{}: {} steps, {:.0f} samples/s, final train loss {:.4f}{} → {}",
+               sum.exit_reason == "interrupted" ? "interrupted (resume with --resume auto)" : "done", sum.steps,
+               sum.samples_per_sec, sum.final_train_loss,
                sum.test_accuracy ? fmt::format(", test accuracy {:.4f}", *sum.test_accuracy) : std::string(),
                sum.run_dir);
   return sum;
 }
+
 
 }  // namespace gt

@@ -11,10 +11,12 @@ namespace gt {
 struct RunOptions {
   std::string out_dir;  ///< "" → runs/<name>/<YYYYmmdd-HHMMSS>/
   int threads = 0;      ///< CPU threads; 0 → all cores
+  std::string resume;   ///< "" | auto (the newest good checkpoint, else a fresh start) | a checkpoint or run folder
 };
 
 struct RunSummary {
-  std::string run_dir, device, exit_reason;
+  std::string run_dir, device;
+  std::string exit_reason;  ///< completed | max_steps | interrupted (exit 75) | diverged (exit 4)
   int64_t epochs = 0, steps = 0;
   double samples_per_sec = 0, final_train_loss = 0, wall_seconds = 0;
   std::optional<double> test_loss, test_accuracy;

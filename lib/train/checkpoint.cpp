@@ -1,0 +1,447 @@
+// Checkpoint folders: written into a temporary folder, fsync'ed and renamed, so that a crash at any moment leaves
+// the previous checkpoint complete; read back with every file's size and CRC-32 checked against state.json.
+#include "train/checkpoint.h"
+
+#include "core/error.h"
+#include "graph/model.h"
+#include "io/safetensors.h"
+#include "log/logging.h"
+#include "optim/optimizer.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+namespace gt {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kFormat = "gputrain.checkpoint";
+constexpr int64_t kFormatVersion = 1;
+constexpr const char* kModelFile = "model.safetensors";
+constexpr const char* kOptimizerFile = "optimizer.safetensors";
+constexpr const char* kStateFile = "state.json";
+
+std::string hex32(uint32_t v) { return fmt::format("{:08x}", v); }
+
+struct FileSum {
+  uint64_t bytes = 0;
+  uint32_t crc = 0;
+};
+
+// Size and CRC-32 of a file, read in 1 MiB pieces.
+FileSum file_sum(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) throw DataError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+  FileSum s;
+  s.crc = static_cast<uint32_t>(crc32_z(0, nullptr, 0));
+  std::vector<unsigned char> buf(1 << 20);
+  for (;;) {
+    const ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      throw DataError(fmt::format("{}: read failed: {}", path, std::strerror(err)));
+    }
+    if (n == 0) break;
+    s.crc = static_cast<uint32_t>(crc32_z(s.crc, buf.data(), static_cast<size_t>(n)));
+    s.bytes += static_cast<uint64_t>(n);
+  }
+  ::close(fd);
+  return s;
+}
+
+void fsync_dir(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) throw Error(fmt::format("{}: cannot open the folder to sync it: {}", dir.string(), std::strerror(errno)));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) throw Error(fmt::format("{}: fsync failed: {}", dir.string(), std::strerror(err)));
+}
+
+// "step-120" → 120; -1 for anything else.
+int64_t step_of(const std::string& name) {
+  if (name.rfind("step-", 0) != 0 || name.size() == 5 || name.size() > 24) return -1;
+  int64_t v = 0;
+  const auto [end, ec] = std::from_chars(name.data() + 5, name.data() + name.size(), v);
+  return ec == std::errc() && end == name.data() + name.size() && v >= 0 ? v : -1;
+}
+
+std::string read_small_file(const std::string& path, size_t limit) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw DataError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+  std::string text;
+  char buf[65536];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+    text.append(buf, static_cast<size_t>(in.gcount()));
+    if (text.size() > limit) throw DataError(fmt::format("{}: larger than {} bytes, not a state file", path, limit));
+  }
+  return text;
+}
+
+// Typed reads of state.json fields; every failure names the file and the field.
+class StateReader {
+ public:
+  StateReader(const YAML::Node& root, std::string source) : m_root(root), m_source(std::move(source)) {}
+
+  YAML::Node node(const std::string& path, bool required = true) const {
+    YAML::Node n = m_root;
+    size_t begin = 0;
+    while (begin <= path.size()) {
+      const size_t dot = path.find('/', begin);  // '/' separates: file names hold dots
+      const std::string key = path.substr(begin, dot == std::string::npos ? std::string::npos : dot - begin);
+      if (!n.IsMap() || !n[key].IsDefined()) {
+        if (required) fail(path, "is missing");
+        return YAML::Node();
+      }
+      n.reset(n[key]);  // not `n = …`: that would overwrite the parent's content (yaml-cpp nodes are references)
+      if (dot == std::string::npos) break;
+      begin = dot + 1;
+    }
+    return n;
+  }
+  std::string str(const std::string& path) const {
+    const YAML::Node n = node(path);
+    if (!n.IsScalar()) fail(path, "expected a string");
+    return n.Scalar();
+  }
+  int64_t integer(const std::string& path, int64_t min = 0) const {
+    const std::string s = scalar(path);
+    int64_t v = 0;
+    const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec != std::errc() || end != s.data() + s.size() || v < min)
+      fail(path, fmt::format("expected an integer ≥ {}, got \"{}\"", min, s));
+    return v;
+  }
+  double number(const std::string& path) const {
+    const std::string s = scalar(path);
+    double v = 0;
+    const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec != std::errc() || end != s.data() + s.size() || !std::isfinite(v))
+      fail(path, fmt::format("expected a finite number, got \"{}\"", s));
+    return v;
+  }
+  std::optional<double> optional_number(const std::string& path) const {
+    const YAML::Node n = node(path, false);
+    if (!n.IsDefined() || n.IsNull()) return std::nullopt;
+    return number(path);
+  }
+  [[noreturn]] void fail(const std::string& path, const std::string& what) const {
+    throw DataError(fmt::format("{}: field {} {}", m_source, path, what));
+  }
+
+ private:
+  std::string scalar(const std::string& path) const {
+    const YAML::Node n = node(path);
+    if (!n.IsScalar()) fail(path, "expected a number");
+    return n.Scalar();
+  }
+  YAML::Node m_root;
+  std::string m_source;
+};
+
+}  // namespace
+
+std::string config_hash(const std::string& resolved_config) {
+  return hex32(static_cast<uint32_t>(
+      crc32_z(0, reinterpret_cast<const unsigned char*>(resolved_config.data()), resolved_config.size())));
+}
+
+void write_file_durable(const std::string& path, const std::string& bytes) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw Error(fmt::format("{}: cannot create: {}", tmp, std::strerror(errno)));
+  const char* p = bytes.data();
+  size_t left = bytes.size();
+  auto fail = [&](const char* what) {
+    const int err = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw Error(fmt::format("{}: {} failed: {}", path, what, std::strerror(err)));
+  };
+  while (left > 0) {
+    const ssize_t w = ::write(fd, p, left);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) fail("write");
+    p += w;
+    left -= static_cast<size_t>(w);
+  }
+  if (::fsync(fd) != 0) fail("fsync");
+  if (::close(fd) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    throw Error(fmt::format("{}: close failed: {}", path, std::strerror(err)));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0)
+    throw Error(fmt::format("{}: cannot rename into place: {}", path, std::strerror(errno)));
+  fsync_dir(fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path());
+}
+
+CheckpointInfo parse_state_json(const std::string& text, const std::string& source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw DataError(fmt::format("{}: not valid JSON: {}", source, e.msg));
+  }
+  if (!root.IsMap()) throw DataError(fmt::format("{}: expected a JSON object", source));
+  const StateReader r(root, source);
+  if (r.str("format") != kFormat) r.fail("format", fmt::format("expected \"{}\"", kFormat));
+  if (const int64_t v = r.integer("format_version"); v != kFormatVersion)
+    r.fail("format_version", fmt::format("is {}; this gputrain reads version {}", v, kFormatVersion));
+  CheckpointInfo c;
+  c.gputrain_version = r.str("gputrain_version");
+  c.world_size = r.integer("world_size", 1);
+  c.config_hash = r.str("config_hash");
+  c.config = r.str("config");
+  c.optimizer_type = r.str("optimizer/type");
+  TrainProgress& p = c.progress;
+  p.step = r.integer("step");
+  p.epoch = r.integer("epoch");
+  p.micro_done = r.integer("position/micro_batches");
+  p.optimizer_steps = r.integer("optimizer/steps_taken");
+  p.lr_scale = r.number("scheduler/lr_scale");
+  p.epochs_done = r.integer("progress/epochs_done");
+  p.train_samples = r.integer("progress/train_samples");
+  p.epoch_samples = r.integer("progress/epoch_samples");
+  p.window_samples = r.integer("progress/window_samples");
+  p.epoch_loss = r.number("progress/epoch_loss");
+  p.window_loss = r.number("progress/window_loss");
+  p.window_hits = r.number("progress/window_hits");
+  p.final_train_loss = r.number("progress/final_train_loss");
+  p.grad_norm = r.number("progress/grad_norm");
+  p.train_seconds = r.number("progress/train_seconds");
+  p.last_eval_step = r.integer("progress/last_eval_step", -1);
+  p.skips_in_row = r.integer("progress/skips_in_row");
+  p.test_loss = r.optional_number("metrics/test_loss");
+  p.test_accuracy = r.optional_number("metrics/test_accuracy");
+  p.best_value = r.optional_number("metrics/best_value");
+  p.best_step = r.integer("metrics/best_step", -1);
+  p.metrics_bytes = static_cast<uint64_t>(r.integer("metrics/jsonl_bytes"));
+  for (const char* file : {kModelFile, kOptimizerFile}) {
+    r.integer(fmt::format("files/{}/bytes", file));
+    r.str(fmt::format("files/{}/crc32", file));
+  }
+  return c;
+}
+
+CheckpointInfo read_checkpoint(const std::string& dir) {
+  const std::string state_path = (fs::path(dir) / kStateFile).string();
+  const std::string text = read_small_file(state_path, 64 << 20);
+  CheckpointInfo c = parse_state_json(text, state_path);
+  c.dir = dir;
+  const YAML::Node files = YAML::Load(text)["files"];
+  for (const char* name : {kModelFile, kOptimizerFile}) {
+    const std::string path = (fs::path(dir) / name).string();
+    const auto want_bytes = files[name]["bytes"].as<uint64_t>();
+    const auto want_crc = files[name]["crc32"].as<std::string>();
+    const FileSum got = file_sum(path);
+    if (got.bytes != want_bytes)
+      throw DataError(fmt::format("{}: {} bytes, but the checkpoint recorded {} (truncated or replaced)", path,
+                                  got.bytes, want_bytes));
+    if (hex32(got.crc) != want_crc)
+      throw DataError(fmt::format("{}: checksum {} does not match the recorded {} (the file is corrupt)", path,
+                                  hex32(got.crc), want_crc));
+  }
+  return c;
+}
+
+void load_named_tensors(const std::vector<std::pair<std::string, Tensor*>>& wanted, const std::string& path) {
+  const auto file = read_safetensors(path);
+  std::map<std::string, const Tensor*> in_file;
+  for (const auto& [name, t] : file) in_file[name] = &t;
+  std::vector<std::string> problems;
+  std::vector<const Tensor*> sources;
+  for (const auto& [name, t] : wanted) {
+    auto it = in_file.find(name);
+    if (it == in_file.end()) {
+      problems.push_back(name + ": missing from the file");
+      continue;
+    }
+    if (it->second->shape() != t->shape() || it->second->dtype() != t->dtype())
+      problems.push_back(fmt::format("{}: {} {} in the file, {} {} in the model", name,
+                                     dtype_name(it->second->dtype()), it->second->shape().str(), dtype_name(t->dtype()),
+                                     t->shape().str()));
+    sources.push_back(it->second);
+    in_file.erase(it);
+  }
+  for (const auto& [name, t] : in_file) problems.push_back(name + ": in the file but not in the model");
+  if (!problems.empty()) {
+    std::string list;
+    for (size_t i = 0; i < problems.size() && i < 20; ++i) list += "; " + problems[i];
+    throw DataError(fmt::format("{}: does not match the model ({} difference{}){}{}", path, problems.size(),
+                                problems.size() == 1 ? "" : "s", list, problems.size() > 20 ? "; …" : ""));
+  }
+  for (size_t i = 0; i < wanted.size(); ++i) wanted[i].second->copy_from(*sources[i]);
+}
+
+void load_checkpoint(const CheckpointInfo& ckpt, Model& model, Optimizer& optimizer) {
+  load_named_tensors(model.state_tensors(), (fs::path(ckpt.dir) / kModelFile).string());
+  load_named_tensors(optimizer.state(), (fs::path(ckpt.dir) / kOptimizerFile).string());
+  optimizer.set_steps_taken(ckpt.progress.optimizer_steps);
+}
+
+CheckpointStore::CheckpointStore(std::string run_dir, CheckpointConfig cfg)
+    : m_root((fs::path(run_dir) / "checkpoints").string()), m_cfg(std::move(cfg)) {}
+
+std::string CheckpointStore::save(Model& model, Optimizer& optimizer, const std::string& optimizer_type,
+                                  const TrainProgress& p, const std::string& resolved_config) {
+  const fs::path root = m_root;
+  const std::string name = fmt::format("step-{}", p.step);
+  const fs::path tmp = root / ("." + name + ".tmp"), final_dir = root / name;
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (ec) throw Error(fmt::format("{}: cannot create: {}", root.string(), ec.message()));
+  fs::remove_all(tmp, ec);  // left by a write that crashed
+  fs::create_directory(tmp, ec);
+  if (ec) throw Error(fmt::format("{}: cannot create: {}", tmp.string(), ec.message()));
+  try {
+    const std::string steps = std::to_string(p.step);
+    std::vector<std::pair<std::string, const Tensor*>> tensors;
+    for (auto& [n, t] : model.state_tensors()) tensors.emplace_back(n, t);
+    write_safetensors((tmp / kModelFile).string(), tensors,
+                      {{"format", "pt"}, {"gputrain_version", GPUTRAIN_VERSION}, {"step", steps}});
+    tensors.clear();
+    for (auto& [n, t] : optimizer.state()) tensors.emplace_back(n, t);
+    write_safetensors((tmp / kOptimizerFile).string(), tensors,
+                      {{"optimizer", optimizer_type}, {"steps_taken", std::to_string(optimizer.steps_taken())}});
+    JsonObject files;
+    for (const char* f : {kModelFile, kOptimizerFile}) {
+      const FileSum s = file_sum((tmp / f).string());
+      files.add(f, JsonObject().add("bytes", static_cast<int64_t>(s.bytes)).add("crc32", hex32(s.crc)));
+    }
+    const JsonObject state =
+        JsonObject()
+            .add("format", kFormat)
+            .add("format_version", kFormatVersion)
+            .add("gputrain_version", GPUTRAIN_VERSION)
+            .add("world_size", 1)
+            .add("step", p.step)
+            .add("epoch", p.epoch)
+            .add("position", JsonObject().add("micro_batches", p.micro_done))
+            .add("rng", JsonObject()
+                            .add("algorithm", "philox4x32-10")
+                            .add("streams", "counter-based: data order keyed by (seed, epoch), augmentation by "
+                                            "(seed, epoch, position), dropout by (seed, layer, micro-batch)"))
+            .add("scheduler", JsonObject().add("step", p.step).add("lr_scale", p.lr_scale))
+            .add_null("loss_scaler")
+            .add("optimizer", JsonObject().add("type", optimizer_type).add("steps_taken", optimizer.steps_taken()))
+            .add("progress", JsonObject()
+                                 .add("epochs_done", p.epochs_done)
+                                 .add("train_samples", p.train_samples)
+                                 .add("epoch_samples", p.epoch_samples)
+                                 .add("window_samples", p.window_samples)
+                                 .add("epoch_loss", p.epoch_loss)
+                                 .add("window_loss", p.window_loss)
+                                 .add("window_hits", p.window_hits)
+                                 .add("final_train_loss", p.final_train_loss)
+                                 .add("grad_norm", p.grad_norm)
+                                 .add("train_seconds", p.train_seconds)
+                                 .add("last_eval_step", p.last_eval_step)
+                                 .add("skips_in_row", p.skips_in_row))
+            .add("metrics", JsonObject()
+                                .add("test_loss", p.test_loss)
+                                .add("test_accuracy", p.test_accuracy)
+                                .add("best_metric", m_cfg.keep_best.empty() ? "none" : m_cfg.keep_best)
+                                .add("best_value", p.best_value)
+                                .add("best_step", p.best_step)
+                                .add("jsonl_bytes", static_cast<int64_t>(p.metrics_bytes)))
+            .add("config_hash", config_hash(resolved_config))
+            .add("config", resolved_config)
+            .add("files", files);
+    write_file_durable((tmp / kStateFile).string(), state.str() + "\n");
+    fsync_dir(tmp);
+    // A checkpoint of the same step may exist (a resumed or rolled-back run passing it again): swap, then drop it.
+    const fs::path old = root / ("." + name + ".old");
+    fs::remove_all(old, ec);
+    if (fs::exists(final_dir)) fs::rename(final_dir, old);
+    fs::rename(tmp, final_dir);
+    fsync_dir(root);
+    fs::remove_all(old, ec);
+  } catch (const fs::filesystem_error& e) {
+    fs::remove_all(tmp, ec);
+    throw Error(fmt::format("{}: {}", e.path1().string(), e.code().message()));
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+  write_file_durable((root / "latest").string(), name + "\n");
+  if (!m_cfg.keep_best.empty() && p.best_step == p.step) write_file_durable((root / "best").string(), name + "\n");
+
+  // Prune only now that the new checkpoint is complete: keep the newest `keep`, the best, and the one just written.
+  const std::string best = [&] {
+    std::ifstream in(root / "best");
+    std::string b;
+    std::getline(in, b);
+    return m_cfg.keep_best.empty() ? std::string() : b;
+  }();
+  std::vector<std::pair<int64_t, std::string>> all;
+  for (const auto& e : fs::directory_iterator(root, ec))
+    if (const int64_t s = step_of(e.path().filename().string()); s >= 0 && e.is_directory())
+      all.emplace_back(s, e.path().filename().string());
+  std::sort(all.rbegin(), all.rend());
+  int64_t kept = 0;
+  for (const auto& [s, n] : all) {  // newest first
+    if (kept < m_cfg.keep || n == name) {
+      ++kept;
+      continue;
+    }
+    if (n != best) fs::remove_all(root / n, ec);
+  }
+  return final_dir.string();
+}
+
+std::vector<std::string> CheckpointStore::list() const {
+  const fs::path root = m_root;
+  std::vector<std::pair<int64_t, std::string>> all;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec))
+    if (const int64_t s = step_of(e.path().filename().string()); s >= 0 && fs::exists(e.path() / kStateFile))
+      all.emplace_back(s, (root / e.path().filename()).string());
+  std::sort(all.rbegin(), all.rend());
+  std::vector<std::string> out;
+  std::string latest;
+  {
+    std::ifstream in(root / "latest");
+    std::getline(in, latest);
+  }
+  for (const auto& [s, dir] : all)
+    if (!latest.empty() && fs::path(dir).filename() == latest) out.push_back(dir);
+  for (const auto& [s, dir] : all)
+    if (out.empty() || dir != out.front()) out.push_back(dir);
+  return out;
+}
+
+void CheckpointStore::remove_after(int64_t step) {
+  std::error_code ec;
+  for (const auto& dir : list())
+    if (step_of(fs::path(dir).filename().string()) > step) fs::remove_all(dir, ec);
+  const std::string name = fmt::format("step-{}", step);
+  if (fs::exists(fs::path(m_root) / name)) write_file_durable((fs::path(m_root) / "latest").string(), name + "\n");
+}
+
+std::optional<CheckpointInfo> CheckpointStore::newest_good() const {
+  for (const auto& dir : list()) {
+    try {
+      return read_checkpoint(dir);
+    } catch (const Error& e) {
+      spdlog::warn("skipping checkpoint {}: {}", dir, e.what());
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace gt

@@ -1,0 +1,89 @@
+// Checkpoints: checkpoints/step-<N>/{model,optimizer}.safetensors + state.json, written atomically, verified on load.
+#pragma once
+
+#include "core/tensor.h"
+#include "train/experiment.h"
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace gt {
+
+class Model;
+class Optimizer;
+
+/// Where a run stands after a completed optimizer step: every number besides the tensors that the training loop
+/// needs to continue exactly as if it had never stopped. The random streams need no state of their own: data order
+/// is keyed by (seed, epoch), augmentation by (seed, epoch, position) and dropout by (seed, layer, micro-batch), so
+/// the counters here are the whole RNG state.
+struct TrainProgress {
+  int64_t step = 0;        ///< optimizer steps completed
+  int64_t epoch = 0;       ///< the epoch in progress (0-based)
+  int64_t micro_done = 0;  ///< micro-batches of `epoch` consumed
+  int64_t epochs_done = 0;
+  int64_t train_samples = 0, epoch_samples = 0, window_samples = 0;
+  double epoch_loss = 0;                ///< loss summed over the epoch's closed log windows
+  double window_loss = 0, window_hits = 0;  ///< the open log window's sums (the loss statistics)
+  double final_train_loss = 0, grad_norm = 0, train_seconds = 0;
+  double lr_scale = 1;  ///< learning-rate multiplier (halved by each non-finite rollback)
+  int64_t last_eval_step = -1, skips_in_row = 0, optimizer_steps = 0;
+  std::optional<double> test_loss, test_accuracy;
+  std::optional<double> best_value;  ///< keep_best: the best metric seen at a checkpoint, and where
+  int64_t best_step = -1;
+  uint64_t metrics_bytes = 0;  ///< length of metrics.jsonl when the checkpoint was taken
+};
+
+/// A checkpoint read back from disk and verified (state.json parsed, every file's size and checksum checked).
+struct CheckpointInfo {
+  std::string dir;
+  TrainProgress progress;
+  std::string gputrain_version, config_hash, config, optimizer_type;
+  int64_t world_size = 1;
+};
+
+/// The hash recorded for a resolved config (its text's CRC-32, as 8 hex digits).
+std::string config_hash(const std::string& resolved_config);
+
+/// Parses state.json text (`source` names it in errors); throws DataError for anything malformed.
+CheckpointInfo parse_state_json(const std::string& text, const std::string& source);
+
+/// Reads and verifies `dir` (a checkpoints/step-<N> folder); throws DataError naming the file that is wrong.
+CheckpointInfo read_checkpoint(const std::string& dir);
+
+/// Copies the checkpoint's tensors into the model and the optimizer. Names, shapes and dtypes must match; a
+/// mismatch is refused with every difference listed.
+void load_checkpoint(const CheckpointInfo& ckpt, Model& model, Optimizer& optimizer);
+
+/// Copies the tensors of a safetensors file into `wanted` by name; any difference (missing, unexpected, other shape
+/// or dtype) is a DataError listing them all.
+void load_named_tensors(const std::vector<std::pair<std::string, Tensor*>>& wanted, const std::string& path);
+
+/// The checkpoints of one run directory.
+class CheckpointStore {
+ public:
+  CheckpointStore(std::string run_dir, CheckpointConfig cfg);
+
+  const std::string& root() const { return m_root; }
+  /// Writes checkpoints/step-<step>/ (into a temporary folder, every file fsync'ed, then renamed into place),
+  /// points `latest` (and `best`) at it, and only then prunes old ones. Returns the folder. Throws gt::Error naming
+  /// the file when a write fails; the previous checkpoints are untouched then.
+  std::string save(Model& model, Optimizer& optimizer, const std::string& optimizer_type,
+                   const TrainProgress& progress, const std::string& resolved_config);
+  /// Complete checkpoint folders, newest step first (`latest` first when it names one).
+  std::vector<std::string> list() const;
+  /// Removes the checkpoints of steps after `step` and points `latest` at step-<step> (a non-finite rollback).
+  void remove_after(int64_t step);
+  /// The newest checkpoint that verifies; broken ones are skipped with a warning naming the file. nullopt if none.
+  std::optional<CheckpointInfo> newest_good() const;
+
+ private:
+  std::string m_root;  ///< <run>/checkpoints
+  CheckpointConfig m_cfg;
+};
+
+/// Writes a file's bytes atomically (temporary, fsync, rename, fsync of the folder). Throws naming the file.
+void write_file_durable(const std::string& path, const std::string& bytes);
+
+}  // namespace gt
