@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -16,11 +17,64 @@ ConfigNode::ConfigNode(YAML::Node node, std::string path, std::shared_ptr<const 
 
 namespace {
 
+// What yaml-cpp 0.7 lets through but a config must not hold: a key that is a list or a map (it would fail later as
+// "bad conversion", naming no key), the same key twice in one map (yaml-cpp keeps one of them silently), and a quoted
+// string that is never closed (yaml-cpp reads it to the end of the text without a word).
+struct TreeCheck {
+  const std::string& text;                     // the YAML text, to find closing quotes in
+  std::shared_ptr<const ConfigSource> source;  // for the messages
+  std::string assignment;                      // the `--set` whose value `text` is; "" for a file
+
+  void quote(const YAML::Node& n) const {
+    const int pos = n.Mark().pos;
+    if (n.Tag() != "!" || pos < 0 || static_cast<size_t>(pos) >= text.size()) return;
+    const char q = text[static_cast<size_t>(pos)];
+    if (q != '"' && q != '\'') return;
+    for (size_t i = static_cast<size_t>(pos) + 1; i < text.size(); ++i) {
+      if (q == '"' && text[i] == '\\') {
+        ++i;
+      } else if (text[i] == q) {
+        if (q == '"' || i + 1 == text.size() || text[i + 1] != '\'') return;
+        ++i;  // '' is a quote inside a single-quoted string
+      }
+    }
+    if (!assignment.empty())
+      throw ConfigError(
+          fmt::format("--set {}: the value is not valid YAML: the quoted string is never closed", assignment));
+    throw ConfigError(fmt::format("{}:{}:{}: invalid YAML: the quoted string is never closed", source->file,
+                                  n.Mark().line + 1, n.Mark().column + 1));
+  }
+
+  void check(const YAML::Node& n, const std::string& path) const {
+    if (n.IsScalar()) return quote(n);
+    if (n.IsSequence()) {
+      for (size_t i = 0; i < n.size(); ++i) check(n[i], fmt::format("{}[{}]", path, i));
+      return;
+    }
+    if (!n.IsMap()) return;
+    std::map<std::string, int> seen;  // key → line
+    for (const auto& kv : n) {
+      if (!kv.first.IsScalar())
+        ConfigNode(kv.first, path, source, kv.first.Mark())
+            .fail(fmt::format("a key must be a plain name, got {}",
+                              kv.first.IsMap() ? "a map" : kv.first.IsSequence() ? "a list" : "nothing"));
+      quote(kv.first);
+      const std::string child = path.empty() ? kv.first.Scalar() : path + "." + kv.first.Scalar();
+      if (const auto [first, fresh] = seen.emplace(kv.first.Scalar(), kv.first.Mark().line + 1); !fresh)
+        ConfigNode(kv.first, child, source, kv.first.Mark())
+            .fail(assignment.empty() ? fmt::format("duplicate key; the first is at line {}", first->second)
+                                     : std::string("duplicate key"));
+      check(kv.second, child);
+    }
+  }
+};
+
 ConfigNode parse(const std::string& text, const std::string& name) {
   try {
     YAML::Node root = YAML::Load(text);
     auto src = std::make_shared<ConfigSource>();
     src->file = name;
+    TreeCheck{text, src, ""}.check(root, "");
     const YAML::Mark mark = root.IsDefined() && !root.IsNull() ? root.Mark() : YAML::Mark();
     return ConfigNode(root, "", src, mark);
   } catch (const YAML::Exception& e) {
@@ -35,6 +89,9 @@ std::string quoted(const std::string& s) { return "\"" + s + "\""; }
 ConfigNode ConfigNode::load_file(const std::string& file) {
   std::ifstream in(file, std::ios::binary);
   if (!in) throw ConfigError(fmt::format("{}: cannot open config file: {}", file, std::strerror(errno)));
+  std::error_code ec;
+  if (std::filesystem::is_directory(file, ec))
+    throw ConfigError(fmt::format("{}: cannot open config file: it is a directory", file));
   std::stringstream ss;
   ss << in.rdbuf();
   return parse(ss.str(), file);
@@ -270,12 +327,19 @@ ConfigNode apply_override(const ConfigNode& root, const std::string& assignment)
   const std::string path = assignment.substr(0, eq), text = assignment.substr(eq + 1);
   const std::vector<PathStep> steps = parse_path(path, assignment);
 
+  std::string norm;
+  for (const PathStep& st : steps)
+    norm += st.key.empty() ? fmt::format("[{}]", st.index) : (norm.empty() ? "" : ".") + st.key;
+
   YAML::Node value;
   try {
     value = YAML::Load(text);
   } catch (const YAML::Exception& e) {
     throw ConfigError(fmt::format("--set {}: the value is not valid YAML: {}", assignment, e.msg));
   }
+  auto override_source = std::make_shared<ConfigSource>();
+  override_source->overrides[norm] = assignment;  // so that messages point at the --set
+  TreeCheck{text, override_source, assignment}.check(value, norm);
 
   // Walk to the parent of the last step; every step on the way must exist.
   YAML::Node node = root.yaml();
@@ -309,9 +373,6 @@ ConfigNode apply_override(const ConfigNode& root, const std::string& assignment)
     node[last.index] = value;
   }
 
-  std::string norm;
-  for (const PathStep& st : steps)
-    norm += st.key.empty() ? fmt::format("[{}]", st.index) : (norm.empty() ? "" : ".") + st.key;
   return root.with_override(norm, assignment);
 }
 
