@@ -16,9 +16,10 @@ struct Window2d {
   int64_t kh, kw, sh, sw, ph, pw, dh = 1, dw = 1;
 };
 
-/// Output extent of a window sliding over `in` (PyTorch's formula, floor mode).
+/// Output extent of a window sliding over `in` (PyTorch's formula, floor mode); 0 when the window does not fit.
 GT_HD int64_t window_out(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dilation) {
-  return (in + 2 * pad - dilation * (k - 1) - 1) / stride + 1;
+  const int64_t room = in + 2 * pad - dilation * (k - 1) - 1;  // C++ division truncates: floor it ourselves
+  return room < 0 ? 0 : room / stride + 1;
 }
 
 enum class PoolKind { max, avg };
