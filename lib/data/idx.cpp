@@ -14,23 +14,27 @@ struct GzCloser {
   void operator()(gzFile_s* f) const { gzclose(f); }
 };
 
-// Reads exactly n bytes; false at a clean or early end of file.
-bool read_exact(gzFile f, void* dst, size_t n, const std::string& path) {
+// Reads up to n bytes; returns how many there were before the end of the file.
+size_t read_up_to(gzFile f, void* dst, size_t n, const std::string& path) {
   auto* p = static_cast<uint8_t*>(dst);
-  while (n > 0) {
-    const unsigned chunk = static_cast<unsigned>(std::min<size_t>(n, 1u << 30));
-    const int got = gzread(f, p, chunk);
+  size_t done = 0;
+  while (done < n) {
+    const unsigned chunk = static_cast<unsigned>(std::min<size_t>(n - done, 1u << 30));
+    const int got = gzread(f, p + done, chunk);
     if (got < 0) {
       int code = 0;
-      const char* msg = gzerror(f, &code);
-      throw DataError(fmt::format("{}: cannot read: {}", path, msg ? msg : "zlib error"));
+      const char* err = gzerror(f, &code);
+      std::string msg = err ? err : "zlib error";
+      if (msg.rfind(path + ": ", 0) == 0) msg.erase(0, path.size() + 2);  // zlib prefixes the path
+      throw DataError(fmt::format("{}: cannot read: {}", path, msg));
     }
-    if (got == 0) return false;
-    p += got;
-    n -= static_cast<size_t>(got);
+    if (got == 0) break;
+    done += static_cast<size_t>(got);
   }
-  return true;
+  return done;
 }
+
+bool read_exact(gzFile f, void* dst, size_t n, const std::string& path) { return read_up_to(f, dst, n, path) == n; }
 
 }  // namespace
 
@@ -54,9 +58,18 @@ IdxArray read_idx_file(const std::string& path) {
     total *= static_cast<size_t>(dim);
     if (total > (size_t{1} << 36)) throw DataError(fmt::format("{}: IDX header claims over 64 GiB of data", path));
   }
-  out.data.resize(total);
-  if (!read_exact(f.get(), out.data.data(), total, path)) {
-    throw DataError(fmt::format("{}: truncated: the header promises {} bytes of data", path, total));
+  // The buffer grows as data arrives, so a header that promises more than the file holds costs no more memory
+  // than the file.
+  size_t have = 0;
+  while (have < total) {
+    const size_t chunk = std::min<size_t>(total - have, size_t{64} << 20);
+    if (out.data.capacity() < have + chunk) out.data.reserve(std::min(total, std::max(have + chunk, 2 * have)));
+    out.data.resize(have + chunk);
+    const size_t got = read_up_to(f.get(), out.data.data() + have, chunk, path);
+    have += got;
+    if (got < chunk)
+      throw DataError(
+          fmt::format("{}: truncated: the header promises {} bytes of data, the file has {}", path, total, have));
   }
   return out;
 }

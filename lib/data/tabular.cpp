@@ -187,6 +187,14 @@ NpyArray read_npy(const std::string& path) {
     count *= static_cast<size_t>(d);
     if (count > (size_t{1} << 34)) throw DataError(fmt::format("{}: the NPY shape claims over 16 G elements", path));
   }
+  // Compare with what the file holds before allocating: a header may promise far more than any memory.
+  const std::streampos data_start = in.tellg();
+  in.seekg(0, std::ios::end);
+  const auto available = static_cast<size_t>(in.tellg() - data_start);
+  in.seekg(data_start);
+  if (available < count * item)
+    throw DataError(fmt::format("{}: truncated: the header promises {} bytes of data, the file has {}", path,
+                                count * item, available));
   arr.data.resize(count * item);
   if (!in.read(reinterpret_cast<char*>(arr.data.data()), static_cast<std::streamsize>(arr.data.size())))
     throw DataError(fmt::format("{}: truncated: the header promises {} bytes of data", path, arr.data.size()));
@@ -205,6 +213,7 @@ double NpyArray::at(size_t i) const {
 Dataset read_npy_pair(const std::string& inputs_path, const std::string& targets_path, float scale) {
   const NpyArray x = read_npy(inputs_path), y = read_npy(targets_path);
   const int64_t n = x.shape[0];
+  if (n == 0) throw DataError(fmt::format("{}: no samples (the first dimension is 0)", inputs_path));
   if (y.shape[0] != n)
     throw DataError(fmt::format("{}: {} targets for {} samples in {}", targets_path, y.shape[0], n, inputs_path));
   Dataset ds;
