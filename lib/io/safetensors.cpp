@@ -135,11 +135,20 @@ std::vector<std::pair<std::string, Tensor>> read_safetensors(const std::string& 
                                     name, tag));
       std::vector<int64_t> dims;
       for (const auto& d : e["shape"]) dims.push_back(d.as<int64_t>());
+      if (std::any_of(dims.begin(), dims.end(), [](int64_t d) { return d < 0; }))
+        throw DataError(fmt::format("{}: tensor \"{}\" has a negative dimension in its shape {}", path, name,
+                                    Shape(dims).str()));
+      // The size in bytes, saturating above the data size: a shape must not overflow or allocate what is not there.
+      uint64_t bytes = std::find(dims.begin(), dims.end(), int64_t{0}) != dims.end() ? 0 : dtype_size(dt);
+      for (const int64_t d : dims) {
+        const auto extent = static_cast<uint64_t>(d);
+        if (bytes > 0) bytes = bytes > data_size / extent ? data_size + 1 : bytes * extent;
+      }
       const auto begin = e["data_offsets"][0].as<uint64_t>(), end = e["data_offsets"][1].as<uint64_t>();
+      if (end < begin || end > data_size || bytes > data_size || end - begin != bytes)
+        throw DataError(fmt::format("{}: tensor \"{}\" claims bytes [{}, {}) of {} for {} of shape {}", path, name,
+                                    begin, end, data_size, tag, Shape(dims).str()));
       Tensor t = Tensor::empty(Shape(dims), dt);
-      if (end < begin || end > data_size || end - begin != t.bytes())
-        throw DataError(fmt::format("{}: tensor \"{}\" claims bytes [{}, {}) of {} for {} elements of {}", path, name,
-                                    begin, end, data_size, t.numel(), tag));
       in.seekg(static_cast<std::streamoff>(8 + header_len + begin));
       if (!in.read(static_cast<char*>(t.raw()), static_cast<std::streamsize>(t.bytes())))
         throw DataError(fmt::format("{}: truncated data of tensor \"{}\"", path, name));
@@ -149,6 +158,14 @@ std::vector<std::pair<std::string, Tensor>> read_safetensors(const std::string& 
     }
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (size_t i = 1; i < out.size(); ++i) {
+    const auto& [prev_begin, prev] = out[i - 1];
+    const auto& [begin, cur] = out[i];
+    if (begin < prev_begin + prev.second.bytes())
+      throw DataError(fmt::format("{}: tensors \"{}\" and \"{}\" overlap (bytes [{}, {}) and [{}, {}))", path,
+                                  prev.first, cur.first, prev_begin, prev_begin + prev.second.bytes(), begin,
+                                  begin + cur.second.bytes()));
+  }
   std::vector<std::pair<std::string, Tensor>> result;
   for (auto& [offset, entry] : out) result.push_back(std::move(entry));
   return result;
