@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""Writes the seed corpus of every fuzz target into fuzz/corpus/<target>/: tiny valid files, one per feature the
+reader has (gzip, header versions, dtypes, options). Rerun after changing a format; the output is committed."""
+import gzip
+import json
+import pathlib
+import shutil
+import struct
+
+root = pathlib.Path(__file__).resolve().parent
+corpus = root / "corpus"
+
+
+def put(target, name, data):
+    d = corpus / target
+    d.mkdir(parents=True, exist_ok=True)
+    (d / name).write_bytes(data if isinstance(data, bytes) else data.encode())
+
+
+def two(a, b):
+    """Two files in one input, as fuzz_input.h's split_two reads them."""
+    return struct.pack("<H", len(a)) + a + b
+
+
+def idx(dims, data):
+    return bytes([0, 0, 8, len(dims)]) + b"".join(struct.pack(">I", d) for d in dims) + bytes(data)
+
+
+def npy(descr, shape, payload, version=1):
+    shape_text = "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+    header = f"{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape_text}, }}"
+    pre = 10 if version == 1 else 12
+    header += " " * ((-(pre + len(header) + 1)) % 64) + "\n"
+    size = struct.pack("<H", len(header)) if version == 1 else struct.pack("<I", len(header))
+    return b"\x93NUMPY" + bytes([version, 0]) + size + header.encode("latin1") + payload
+
+
+def safetensors(tensors, metadata=None):
+    header, blob = {}, b""
+    if metadata:
+        header["__metadata__"] = metadata
+    for name, (dtype, shape, payload) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(blob), len(blob) + len(payload)]}
+        blob += payload
+    text = json.dumps(header)
+    text += " " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text.encode() + blob
+
+
+shutil.rmtree(corpus, ignore_errors=True)
+
+# Configs: the shipped ones and one of each data format (their data paths need not exist).
+for cfg in sorted((root.parent / "configs").glob("*.yaml")):
+    put("fuzz_config", cfg.name, cfg.read_text())
+put("fuzz_config", "csv.yaml", """name: csv
+data: {format: csv, train: {path: /tmp/x.csv}, label: y, header: auto, targets: values, batch_size: 2}
+model: {layers: [{type: linear, out_features: 1}]}
+loss: {type: mse}
+optimizer: {type: adamw, lr: 0.001, betas: [0.9, 0.99], weight_decay: 0.01, amsgrad: true}
+scheduler: {type: onecycle, max_lr: 0.01, warmup_steps: 2}
+train: {epochs: 1, grad_clip: 1.0, accumulate: 2, eval_every: 3}
+""")
+put("fuzz_config", "npy_anchor.yaml", """name: &n npy
+data:
+  format: npy
+  train: {inputs: /tmp/x.npy, targets: /tmp/y.npy}
+  scale: 0.5
+  augment: {random_crop: {padding: 2}, hflip: true}
+model:
+  layers:
+    - {name: a, type: conv2d, out_channels: 4, kernel_size: 3}
+    - {name: b, type: relu, inputs: [a]}
+loss: {type: cross_entropy, label_smoothing: 0.1}
+optimizer: {type: sgd, lr: 0.1, momentum: 0.9, nesterov: true}
+scheduler: {type: cosine, t_max: 10, eta_min: 0.0}
+device: [0, 1]
+""")
+
+# --set: assignments alone (on the target's base config), and assignments with a base config after an empty line.
+put("fuzz_set", "lr", "optimizer.lr=0.5")
+put("fuzz_set", "index", "model.layers[2].out_features=3\ntrain.epochs=1")
+put("fuzz_set", "flow", "scheduler={type: cosine, t_max: 4}\ndata.input_shape=[2, 2]")
+put("fuzz_set", "new_key", "train.max_steps=3\noptimizer.nesterov=true")
+put("fuzz_set", "base", "a.b[1]=x\na.c={d: [1, 2]}\n\na: {b: [0, 1], c: 2}\n")
+
+# IDX: images [N, H, W] + labels [N], plain and gzip, and [N, C, H, W].
+put("fuzz_idx", "plain", two(idx([2, 2, 3], range(12)), idx([2], [1, 0])))
+put("fuzz_idx", "gzip", two(gzip.compress(idx([3, 1, 2], range(6)), mtime=0), gzip.compress(idx([3], [0, 2, 1]), mtime=0)))
+put("fuzz_idx", "nchw", two(idx([1, 2, 1, 2], [9, 8, 7, 6]), idx([1], [4])))
+
+# CSV: flag byte (header auto/true/false, bit 7: regression targets), the label setting, a newline, the file.
+put("fuzz_csv", "header", b"\x00y\n" + b"a,b,y\n1,2,0\n3.5,-4e2,1\n")
+put("fuzz_csv", "no_header", b"\x02-1\n" + b"1, 2, 3\n\n4,5,6\r\n")
+put("fuzz_csv", "values", b"\x81\n" + b"x,t\n0.5,1.25\n1,2\n")
+
+# NPY: inputs + targets, every dtype the reader takes, format versions 1 and 2.
+f32 = struct.pack("<6f", *[0.5 * i for i in range(6)])
+put("fuzz_npy", "f32_i64", two(npy("<f4", [3, 2], f32), npy("<i8", [3], struct.pack("<3q", 0, 2, 1))))
+put("fuzz_npy", "u8_i32_v2", two(npy("|u1", [2, 2], bytes([0, 255, 7, 1]), 2), npy("<i4", [2], struct.pack("<2i", 1, 0))))
+put("fuzz_npy", "f64_f32", two(npy("<f8", [2], struct.pack("<2d", 1.5, -2)), npy("<f4", [2, 1], struct.pack("<2f", 3, 4))))
+
+# safetensors: each dtype the reader takes, metadata, an empty tensor list.
+put("fuzz_safetensors", "f32_i32_meta", safetensors(
+    {"layers.0.weight": ("F32", [2, 2], struct.pack("<4f", 1, 2, 3, 4)), "step": ("I32", [1], struct.pack("<i", 7))},
+    {"format": "pt"}))
+put("fuzz_safetensors", "f64", safetensors({"b": ("F64", [3], struct.pack("<3d", 0.25, 0.5, 1))}))
+put("fuzz_safetensors", "empty", safetensors({}))
