@@ -2,6 +2,7 @@
 #include "helpers.h"
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -13,8 +14,8 @@
 
 namespace gt::test {
 
-CommandResult run_gputrain(const std::string& args) {
-  const std::string cmd = std::string(GT_BINARY) + " " + args + " 2>&1";
+CommandResult run_gputrain(const std::string& args, const std::string& env) {
+  const std::string cmd = (env.empty() ? "" : env + " ") + std::string(GT_BINARY) + " " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) throw std::runtime_error("popen failed");
   CommandResult r;
@@ -23,6 +24,48 @@ CommandResult run_gputrain(const std::string& args) {
   const int status = pclose(p);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return r;
+}
+
+// An NPY v1.0 file: magic, header dict padded to 64 bytes, raw little-endian data.
+void write_npy(const std::string& path, const std::string& descr, const std::string& shape, const void* data,
+               size_t bytes) {
+  std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::string out = "\x93NUMPY";
+  out += '\x01';
+  out += '\x00';
+  out += static_cast<char>(header.size() & 0xFF);
+  out += static_cast<char>(header.size() >> 8);
+  out += header;
+  out.append(static_cast<const char*>(data), bytes);
+  write_text(path, out);
+}
+
+Background start_gputrain(const std::string& args, const std::string& log_path, const std::string& env) {
+  // The shell's exec replaces it, so the pid is gputrain's own and signals reach it directly.
+  const std::string cmd = (env.empty() ? "" : env + " ") + "exec " + GT_BINARY + " " + args + " > " + log_path + " 2>&1";
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return {pid, log_path};
+}
+
+int wait_exit(const Background& b) {
+  int status = 0;
+  if (waitpid(b.pid, &status, 0) != b.pid) throw std::runtime_error("waitpid failed");
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+bool wait_for_file(const std::string& path, double seconds) {
+  for (int i = 0; i < static_cast<int>(seconds * 100); ++i) {
+    if (std::filesystem::exists(path)) return true;
+    usleep(10000);
+  }
+  return std::filesystem::exists(path);
 }
 
 TempDir::TempDir() {

@@ -12,7 +12,8 @@ struct CommandResult {
 };
 
 /// Runs `gputrain <args>` through the shell (args are passed as written) and captures its output.
-CommandResult run_gputrain(const std::string& args);
+/// `env` ("NAME=value …") is put before the command.
+CommandResult run_gputrain(const std::string& args, const std::string& env = "");
 
 /// A fresh empty folder under the system temp dir, removed when the object goes away.
 class TempDir {
@@ -34,6 +35,21 @@ void write_text(const std::string& path, const std::string& text);
 std::optional<double> json_number(const std::string& json, const std::string& key);
 /// The string stored under "key".
 std::optional<std::string> json_string(const std::string& json, const std::string& key);
+/// An NPY v1.0 file (`descr` like "<f4", `shape` like "(3, 2)") holding `bytes` of raw data.
+void write_npy(const std::string& path, const std::string& descr, const std::string& shape, const void* data,
+               size_t bytes);
+
+/// A gputrain process running in the background, its output going to a file.
+struct Background {
+  int pid = -1;
+  std::string log;
+};
+Background start_gputrain(const std::string& args, const std::string& log_path, const std::string& env = "");
+/// Waits for it to end; its exit code (128 + signal when killed).
+int wait_exit(const Background& b);
+/// Waits until `path` exists (or `seconds` pass); false on time-out.
+bool wait_for_file(const std::string& path, double seconds);
+
 /// Path of a file in the source tree (configs/…).
 std::string source_path(const std::string& rel);
 

@@ -108,7 +108,7 @@ TEST_CASE("training a synthetic classification problem converges and writes the 
                          weights;
   CHECK(std::system(py.c_str()) == 0);
   // The console has one progress line per log_every steps with the fields in a fixed order.
-  CHECK(std::regex_search(r.output, std::regex(R"(epoch 1/8 \| step 20/504 \| loss [0-9.]+ \| lr 0.05 \| [0-9]+ samples/s \| elapsed [0-9:]+ \| eta [0-9:]+)")));
+  CHECK(std::regex_search(r.output, std::regex(R"(epoch 1/8 \| step 20/504 \| loss [0-9.]+ \| lr 0.05 \| grad_norm [0-9.e+-]+ \| [0-9]+ samples/s \| elapsed [0-9:]+ \| eta [0-9:]+)")));
 }
 
 TEST_CASE("gputrain eval reproduces a run's test metrics from its model.safetensors", "[e2e]") {

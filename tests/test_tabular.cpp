@@ -12,21 +12,6 @@ using gt::test::TempDir;
 
 namespace {
 
-// An NPY v1.0 file: magic, header dict padded to 64 bytes, raw little-endian data.
-void write_npy(const std::string& path, const std::string& descr, const std::string& shape, const void* data,
-               size_t bytes) {
-  std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
-  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
-  header += '\n';
-  std::string out = "\x93NUMPY";
-  out += '\x01';
-  out += '\x00';
-  out += static_cast<char>(header.size() & 0xFF);
-  out += static_cast<char>(header.size() >> 8);
-  out += header;
-  out.append(static_cast<const char*>(data), bytes);
-  test::write_text(path, out);
-}
 
 }  // namespace
 
@@ -75,8 +60,8 @@ TEST_CASE("npy: float32, uint8 and int64 arrays; errors name the file", "[data][
   TempDir dir;
   const float x[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
   const int64_t y[] = {2, 0, 1};
-  write_npy(dir / "x.npy", "<f4", "(3, 2, 2)", x, sizeof x);
-  write_npy(dir / "y.npy", "<i8", "(3,)", y, sizeof y);
+  test::write_npy(dir / "x.npy", "<f4", "(3, 2, 2)", x, sizeof x);
+  test::write_npy(dir / "y.npy", "<i8", "(3,)", y, sizeof y);
   Dataset ds = read_npy_pair(dir / "x.npy", dir / "y.npy", 0.5f);
   CHECK(ds.input_shape() == Shape{2, 2});
   CHECK(ds.inputs.data<float>()[11] == 6.0f);
@@ -85,20 +70,20 @@ TEST_CASE("npy: float32, uint8 and int64 arrays; errors name the file", "[data][
 
   const uint8_t u[] = {0, 255, 7};
   const float t[] = {0.5f, -1.0f, 2.0f};
-  write_npy(dir / "u.npy", "|u1", "(3,)", u, sizeof u);
-  write_npy(dir / "t.npy", "<f4", "(3,)", t, sizeof t);
+  test::write_npy(dir / "u.npy", "|u1", "(3,)", u, sizeof u);
+  test::write_npy(dir / "t.npy", "<f4", "(3,)", t, sizeof t);
   ds = read_npy_pair(dir / "u.npy", dir / "t.npy", 1.0f);
   CHECK(ds.inputs.data<float>()[1] == 255.0f);
   CHECK(ds.target_shape() == Shape{1});
   CHECK(ds.num_classes == 0);
 
-  write_npy(dir / "short.npy", "<f4", "(4, 2, 2)", x, sizeof x);  // 16 elements promised, 12 written
+  test::write_npy(dir / "short.npy", "<f4", "(4, 2, 2)", x, sizeof x);  // 16 elements promised, 12 written
   CHECK_THROWS_WITH(read_npy(dir / "short.npy"), Catch::Contains(dir / "short.npy") && Catch::Contains("truncated"));
-  write_npy(dir / "c.npy", "<c8", "(3,)", x, 24);
+  test::write_npy(dir / "c.npy", "<c8", "(3,)", x, 24);
   CHECK_THROWS_WITH(read_npy(dir / "c.npy"), Catch::Contains("dtype '<c8' is not supported"));
   test::write_text(dir / "bad.npy", "not numpy at all");
   CHECK_THROWS_WITH(read_npy(dir / "bad.npy"), Catch::Contains("bad magic"));
-  write_npy(dir / "y2.npy", "<i8", "(2,)", y, 16);
+  test::write_npy(dir / "y2.npy", "<i8", "(2,)", y, 16);
   CHECK_THROWS_WITH(read_npy_pair(dir / "x.npy", dir / "y2.npy", 1.0f), Catch::Contains("2 targets for 3 samples"));
 }
 

@@ -34,7 +34,7 @@ GT_HD bool dropout_keep(uint64_t key, uint64_t step, uint64_t i, double p) {
 // Activations take x (and y where cheaper) and give y = f(x) and dx = dy · f'(x).
 template <class T> GT_HD T act_forward(Activation a, T x) {
   switch (a) {
-    case Activation::relu: return x > T(0) ? x : T(0);
+    case Activation::relu: return x < T(0) ? T(0) : x;  // NaN stays NaN, as in torch.relu
     case Activation::tanh: return std::tanh(x);
     case Activation::sigmoid: return T(1) / (T(1) + std::exp(-x));
     case Activation::gelu: return T(0.5) * x * (T(1) + std::erf(x * T(0.70710678118654752440)));

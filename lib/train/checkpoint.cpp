@@ -233,7 +233,9 @@ CheckpointInfo parse_state_json(const std::string& text, const std::string& sour
   p.metrics_bytes = static_cast<uint64_t>(r.integer("metrics/jsonl_bytes"));
   for (const char* file : {kModelFile, kOptimizerFile}) {
     r.integer(fmt::format("files/{}/bytes", file));
-    r.str(fmt::format("files/{}/crc32", file));
+    const std::string crc = r.str(fmt::format("files/{}/crc32", file));
+    if (crc.size() != 8 || crc.find_first_not_of("0123456789abcdef") != std::string::npos)
+      r.fail(fmt::format("files/{}/crc32", file), fmt::format("expected 8 hex digits, got \"{}\"", crc));
   }
   return c;
 }
@@ -389,9 +391,13 @@ std::string CheckpointStore::save(Model& model, Optimizer& optimizer, const std:
     return m_cfg.keep_best.empty() ? std::string() : b;
   }();
   std::vector<std::pair<int64_t, std::string>> all;
-  for (const auto& e : fs::directory_iterator(root, ec))
-    if (const int64_t s = step_of(e.path().filename().string()); s >= 0 && e.is_directory())
-      all.emplace_back(s, e.path().filename().string());
+  std::vector<fs::path> stale;  // temporaries of writes that crashed
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string n = e.path().filename().string();
+    if (const int64_t s = step_of(n); s >= 0 && e.is_directory()) all.emplace_back(s, n);
+    if (n.size() > 4 && n[0] == '.' && (n.ends_with(".tmp") || n.ends_with(".old"))) stale.push_back(e.path());
+  }
+  for (const auto& t : stale) fs::remove_all(t, ec);
   std::sort(all.rbegin(), all.rend());
   int64_t kept = 0;
   for (const auto& [s, n] : all) {  // newest first

@@ -327,6 +327,17 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
     resolved_text = std::string(em.c_str()) + "\n";
   }
   const ResumePlan plan = plan_resume(exp, opts);
+  model.allocate(exp.data.batch_size);
+  const std::vector<Param*> params = model.params();
+  auto optimizer = make_optimizer(exp.optimizer, params);
+  TrainProgress p;
+  if (plan.from) {  // loaded (and refused when it does not fit) before the run directory is touched
+    if (plan.from->optimizer_type != exp.optimizer.type)
+      throw DataError(fmt::format("{}: written by optimizer {}, but the config asks for {}", plan.from->dir,
+                                  plan.from->optimizer_type, exp.optimizer.type));
+    load_checkpoint(*plan.from, model, *optimizer);
+    p = plan.from->progress;
+  }
 
   RunSummary sum;
   sum.run_dir = make_run_dir(exp, plan.run_dir);
@@ -358,27 +369,18 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
   spdlog::info("model: {} layers, {} parameters; loss {}; optimizer {} lr {}; schedule {}", model.nodes().size(),
                model.param_count(), exp.loss.type, exp.optimizer.type, exp.optimizer.lr, exp.scheduler.type);
 
-  model.allocate(batch);
-  const std::vector<Param*> params = model.params();
-  auto optimizer = make_optimizer(exp.optimizer, params);
-  TrainProgress p;
   if (plan.from) {
     const CheckpointInfo& c = *plan.from;
-    if (c.optimizer_type != exp.optimizer.type)
-      throw DataError(fmt::format("{}: written by optimizer {}, but the config asks for {}", c.dir, c.optimizer_type,
-                                  exp.optimizer.type));
-    load_checkpoint(c, model, *optimizer);
-    p = c.progress;
+    if (metrics.bytes() < p.metrics_bytes)
+      spdlog::warn("{}: shorter than when the checkpoint was written; rows are missing", (dir / "metrics.jsonl").string());
+    else
+      metrics.truncate(p.metrics_bytes);
     if (c.config_hash != config_hash(resolved_text))
       spdlog::warn("the config differs from the checkpoint's in: {} (the run continues with the new one)",
                    config_differences(c.config, resolved_text));
     if (c.world_size != 1)
       spdlog::warn("the checkpoint was written by {} ranks and this run has 1: the data order differs from there on",
                    c.world_size);
-    if (metrics.bytes() < p.metrics_bytes)
-      spdlog::warn("{}: shorter than when the checkpoint was written; rows are missing", (dir / "metrics.jsonl").string());
-    else
-      metrics.truncate(p.metrics_bytes);
     spdlog::info("resuming from {}: step {}, epoch {}, {} samples into it", c.dir, p.step, p.epoch + 1,
                  p.micro_done * batch);
   } else if (metrics.bytes() > 0) {
@@ -538,14 +540,15 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
             const auto back = newest_good_of_run(sum.run_dir, exp.checkpoint, true);
             const double lr_scale = p.lr_scale * 0.5;
             load_checkpoint(*back, model, *optimizer);
+            const int64_t bad_step = p.step + 1;
             p = back->progress;
-            p.lr_scale = lr_scale;
-            metrics.truncate(p.metrics_bytes);
+            p.lr_scale = lr_scale;  // metrics.jsonl keeps the diverging steps' rows: the rollback row follows them
             store.remove_after(p.step);  // the newer ones lead to the divergence
             dirty = false;
             spdlog::warn("{}: rolled back to {} (step {}); learning rate now × {}", what, back->dir, p.step, lr_scale);
             metrics.write(JsonObject()
                               .add("type", "rollback")
+                              .add("from_step", bad_step)
                               .add("to_step", p.step)
                               .add("lr_scale", lr_scale));
             restart = true;
@@ -596,7 +599,10 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
         run_eval();
         restart_clock();
       }
-      if (exp.checkpoint.every_steps > 0 && p.step % exp.checkpoint.every_steps == 0 && !last) {
+      const bool epoch_checkpoint_next = p.micro_done == micro_per_epoch && exp.checkpoint.every_epochs > 0 &&
+                                         (p.epochs_done + 1) % exp.checkpoint.every_epochs == 0;
+      if (exp.checkpoint.every_steps > 0 && p.step % exp.checkpoint.every_steps == 0 && !last &&
+          !epoch_checkpoint_next) {
         stop_clock();
         save_checkpoint();
         restart_clock();

@@ -1,0 +1,392 @@
+// Checkpoints, resume, signals and non-finite steps, end to end through the gputrain binary.
+#include "core/error.h"
+#include "helpers.h"
+#include "train/checkpoint.h"
+
+#include <fmt/format.h>
+#include <signal.h>
+
+#include <catch2/catch.hpp>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <vector>
+
+using namespace gt::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Shuffling, dropout, augmentation, batch-norm buffers, Adam moments, a schedule with warmup and gradient
+// accumulation: every piece of state a resume has to carry.
+std::string resume_config(int64_t samples, int64_t every_steps) {
+  return fmt::format(R"(name: resume
+seed: 11
+device: cpu
+data:
+  format: synthetic
+  samples: {}
+  test_samples: 300
+  input_shape: [1, 8, 8]
+  targets: {{classes: 4}}
+  batch_size: 32
+  augment: {{random_crop: {{padding: 1}}, hflip: true}}
+model:
+  layers:
+    - {{type: conv2d, out_channels: 4, kernel_size: 3, padding: 1}}
+    - batchnorm2d
+    - relu
+    - flatten
+    - {{type: dropout, p: 0.3}}
+    - {{type: linear, out_features: 4}}
+optimizer: {{type: adam, lr: 0.01}}
+scheduler: {{type: cosine, warmup_steps: 5}}
+train: {{epochs: 3, log_every: 4, eval_every: 15, accumulate: 2}}
+checkpoint: {{every_steps: {}, keep: 100}}
+)",
+                     samples, every_steps);
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);)
+    if (!l.empty()) out.push_back(l);
+  return out;
+}
+
+// metrics.jsonl without its timing fields, which differ from run to run.
+std::string metrics_without_timing(const std::string& run) {
+  static const std::regex timing(R"re(, "(samples_per_sec|elapsed_s)": [^,}]*)re");
+  return std::regex_replace(read_text(run + "/metrics.jsonl"), timing, "");
+}
+
+std::vector<int64_t> checkpoint_steps(const std::string& run) {
+  std::vector<int64_t> steps;
+  for (const auto& e : fs::directory_iterator(run + "/checkpoints"))
+    if (const std::string n = e.path().filename().string(); n.rfind("step-", 0) == 0)
+      steps.push_back(std::stoll(n.substr(5)));
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+// The run's final weights and metrics equal the reference run's, bit for bit.
+void check_same_run(const std::string& run, const std::string& reference) {
+  CHECK(read_text(run + "/model.safetensors") == read_text(reference + "/model.safetensors"));
+  CHECK(metrics_without_timing(run) == metrics_without_timing(reference));
+  const std::string a = read_text(run + "/summary.json"), b = read_text(reference + "/summary.json");
+  CHECK(json_number(a, "final_train_loss") == json_number(b, "final_train_loss"));
+  CHECK(json_number(a, "test_accuracy") == json_number(b, "test_accuracy"));
+  CHECK(json_number(a, "steps") == json_number(b, "steps"));
+}
+
+}  // namespace
+
+TEST_CASE("a resumed run ends bit-identical to an uninterrupted one, from any checkpoint", "[e2e]") {
+  TempDir dir;
+  write_text(dir / "c.yaml", resume_config(3000, 10));
+  const auto full = run_gputrain("train " + (dir / "c.yaml") + " --quiet --threads 2 --out " + (dir / "full"));
+  INFO(full.output);
+  REQUIRE(full.exit_code == 0);
+  // 94 micro-batches of 32 → 47 steps per epoch, 141 in all: every 10th step, each epoch's end and the last.
+  CHECK(checkpoint_steps(dir / "full") ==
+        std::vector<int64_t>{10, 20, 30, 40, 47, 50, 60, 70, 80, 90, 94, 100, 110, 120, 130, 140, 141});
+  CHECK(read_text(dir / "full/checkpoints/latest") == "step-141\n");
+
+  // Cut the run back to one checkpoint (mid-epoch and mid-log-window, an epoch's end, a later epoch) and resume.
+  for (int64_t cut : {30, 47, 110}) {
+    DYNAMIC_SECTION("resumed from step " << cut) {
+      const std::string run = dir / fmt::format("cut{}", cut);
+      fs::copy(dir / "full", run, fs::copy_options::recursive);
+      for (int64_t s : checkpoint_steps(run))
+        if (s > cut) fs::remove_all(run + fmt::format("/checkpoints/step-{}", s));
+      fs::remove(run + "/model.safetensors");
+      const auto r = run_gputrain("train " + (dir / "c.yaml") + " --threads 2 --resume auto --out " + run);
+      INFO(r.output);
+      REQUIRE(r.exit_code == 0);
+      CHECK_THAT(r.output, Catch::Contains(fmt::format("resuming from {}/checkpoints/step-{}: step {}", run, cut, cut)));
+      check_same_run(run, dir / "full");
+    }
+  }
+}
+
+TEST_CASE("state.json holds the loop counters, config hash and file checksums, and is checked when read", "[e2e]") {
+  TempDir dir;
+  write_text(dir / "c.yaml", resume_config(600, 5));
+  REQUIRE(run_gputrain("train " + (dir / "c.yaml") + " --quiet --max-steps 12 --out " + (dir / "run")).exit_code == 0);
+  const std::string ckpt = dir / "run/checkpoints/step-10";
+  const gt::CheckpointInfo info = gt::read_checkpoint(ckpt);
+  CHECK(info.progress.step == 10);
+  CHECK(info.progress.epoch == 1);  // 19 micro-batches → 10 steps per epoch: step 10 ends epoch 1
+  CHECK(info.progress.optimizer_steps == 10);
+  CHECK(info.world_size == 1);
+  CHECK(info.optimizer_type == "adam");
+  CHECK(info.config == read_text(dir / "run/config.resolved.yaml"));
+  CHECK(info.config_hash == gt::config_hash(info.config));
+  // optimizer.safetensors holds Adam's two moments per parameter (conv, batch norm and linear: 6 parameters).
+  const std::string header = read_text(ckpt + "/optimizer.safetensors").substr(8, 2000);
+  for (const char* name : {"\"0.exp_avg\"", "\"0.exp_avg_sq\"", "\"5.exp_avg_sq\""})
+    CHECK_THAT(header, Catch::Contains(name));
+  // model.safetensors has the batch-norm running statistics besides the parameters.
+  CHECK_THAT(read_text(ckpt + "/model.safetensors").substr(8, 2000), Catch::Contains("running_mean"));
+
+  const std::string good = read_text(ckpt + "/state.json");
+  auto refused = [&](const std::string& text, const std::string& message) {
+    INFO(text.substr(0, 200));
+    CHECK_THROWS_WITH(gt::parse_state_json(text, "x/state.json"),
+                      Catch::Contains("x/state.json") && Catch::Contains(message));
+  };
+  refused("", "expected a JSON object");
+  refused("{\"format\": ", "not valid JSON");
+  refused(std::regex_replace(good, std::regex("\"step\": 10,"), "\"step\": \"ten\","), "field step expected an integer");
+  refused(std::regex_replace(good, std::regex("\"format_version\": 1"), "\"format_version\": 9"),
+          "field format_version is 9");
+  refused(std::regex_replace(good, std::regex("\"window_loss\": [^,]*,"), ""), "field progress/window_loss is missing");
+  refused(std::regex_replace(good, std::regex("\"crc32\": \"[0-9a-f]+\""), "\"crc32\": 5"),
+          "expected 8 hex digits");
+}
+
+TEST_CASE("SIGTERM finishes the step, checkpoints and exits 75; --resume auto then matches the uninterrupted run",
+          "[e2e]") {
+  TempDir dir;
+  write_text(dir / "c.yaml", resume_config(24000, 25));
+  REQUIRE(run_gputrain("train " + (dir / "c.yaml") + " --quiet --threads 1 --out " + (dir / "full")).exit_code == 0);
+
+  for (int sig : {SIGTERM, SIGUSR1}) {
+    DYNAMIC_SECTION("signal " << sig) {
+      const std::string run = dir / fmt::format("run{}", sig);
+      const Background b = start_gputrain("train " + (dir / "c.yaml") + " --threads 1 --out " + run, dir / "log");
+      REQUIRE(wait_for_file(run + "/checkpoints/latest", 60));
+      kill(b.pid, sig);
+      const int code = wait_exit(b);
+      const std::string log = read_text(dir / "log");
+      INFO(log);
+      REQUIRE(code == 75);
+      CHECK_THAT(log, Catch::Contains("received: stopping after step") && Catch::Contains("--resume auto"));
+      const std::string summary = read_text(run + "/summary.json");
+      CHECK(json_string(summary, "exit_reason") == "interrupted");
+      CHECK(json_number(summary, "steps") < 2250.0);  // 750 steps per epoch × 3: it did stop early
+      const auto r = run_gputrain("train " + (dir / "c.yaml") + " --quiet --threads 1 --resume auto --out " + run);
+      INFO(r.output);
+      REQUIRE(r.exit_code == 0);
+      check_same_run(run, dir / "full");
+    }
+  }
+}
+
+TEST_CASE("a second Ctrl-C exits 130 at once and leaves the last checkpoint loadable", "[e2e]") {
+  TempDir dir;
+  write_text(dir / "c.yaml", resume_config(24000, 25));
+  const std::string run = dir / "run";
+  // The second checkpoint's write is slowed down so that the second Ctrl-C lands in the middle of it.
+  const Background b = start_gputrain("train " + (dir / "c.yaml") + " --threads 1 --out " + run, dir / "log",
+                                      std::string("LD_PRELOAD=") + GT_FAULT_LIB +
+                                          " GT_FAULT_MATCH=tmp/model.safetensors GT_FAULT_SKIP=1 GT_FAULT_ACTION=slow"
+                                          " GT_FAULT_SLEEP_MS=5000");
+  REQUIRE(wait_for_file(run + "/checkpoints/latest", 60));
+  kill(b.pid, SIGINT);
+  for (int i = 0; i < 500 && read_text(dir / "log").find("stop requested") == std::string::npos; ++i) usleep(10000);
+  kill(b.pid, SIGINT);
+  const int code = wait_exit(b);
+  INFO(read_text(dir / "log"));
+  CHECK(code == 130);
+  CHECK_THAT(read_text(dir / "log"), Catch::Contains("second interrupt"));
+  CHECK(read_text(run + "/checkpoints/latest") == "step-25\n");  // untouched
+  const auto r = run_gputrain("train " + (dir / "c.yaml") + " --quiet --threads 1 --max-steps 5 --resume auto --out " +
+                              run);
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+}
+
+TEST_CASE("kill -9 in the middle of a checkpoint write leaves the previous one complete", "[e2e]") {
+  TempDir dir;
+  write_text(dir / "c.yaml", resume_config(3000, 10));
+  REQUIRE(run_gputrain("train " + (dir / "c.yaml") + " --quiet --threads 2 --out " + (dir / "full")).exit_code == 0);
+  // The third checkpoint (step 30) dies half-way through writing its optimizer state.
+  const Background b = start_gputrain(
+      "train " + (dir / "c.yaml") + " --threads 2 --out " + (dir / "run"), dir / "log",
+      std::string("LD_PRELOAD=") + GT_FAULT_LIB + " GT_FAULT_MATCH=tmp/optimizer.safetensors GT_FAULT_SKIP=2 "
+                                                  "GT_FAULT_ACTION=kill");
+  CHECK(wait_exit(b) == 128 + SIGKILL);
+  CHECK(fs::exists(dir / "run/checkpoints/.step-30.tmp"));  // the half-written one, never renamed into place
+  CHECK(checkpoint_steps(dir / "run") == std::vector<int64_t>{10, 20});
+  CHECK(read_text(dir / "run/checkpoints/latest") == "step-20\n");
+  const auto r = run_gputrain("train " + (dir / "c.yaml") + " --threads 2 --resume auto --out " + (dir / "run"));
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("step-20: step 20"));
+  check_same_run(dir / "run", dir / "full");
+  CHECK_FALSE(fs::exists(dir / "run/checkpoints/.step-30.tmp"));  // cleaned up once a new checkpoint is complete
+}
+
+TEST_CASE("a full disk stops the run with exit 1 naming the file and keeps the last good checkpoint", "[e2e]") {
+  TempDir dir;
+  write_text(dir / "c.yaml", resume_config(3000, 10));
+  const auto r = run_gputrain("train " + (dir / "c.yaml") + " --out " + (dir / "run"),
+                              std::string("LD_PRELOAD=") + GT_FAULT_LIB +
+                                  " GT_FAULT_MATCH=tmp/model.safetensors GT_FAULT_SKIP=1 GT_FAULT_ACTION=enospc");
+  INFO(r.output);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.output, Catch::Contains(dir / "run/checkpoints/.step-20.tmp/model.safetensors.tmp") &&
+                           Catch::Contains("No space left on device"));
+  CHECK(checkpoint_steps(dir / "run") == std::vector<int64_t>{10});
+  CHECK_FALSE(fs::exists(dir / "run/checkpoints/.step-20.tmp"));
+  CHECK_NOTHROW(gt::read_checkpoint(dir / "run/checkpoints/step-10"));
+}
+
+TEST_CASE("corrupt checkpoints are refused by name; auto falls back to the previous good one", "[e2e]") {
+  TempDir dir;
+  write_text(dir / "c.yaml", resume_config(600, 5));
+  REQUIRE(run_gputrain("train " + (dir / "c.yaml") + " --quiet --epochs 2 --out " + (dir / "run")).exit_code == 0);
+  REQUIRE(checkpoint_steps(dir / "run") == std::vector<int64_t>{5, 10, 15, 20});
+  {  // flip one byte in the middle of the newest checkpoint's weights
+    std::fstream f(dir / "run/checkpoints/step-20/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-7, std::ios::end);
+    f.put('\x5a');
+  }
+  const auto explicit_path = run_gputrain("train " + (dir / "c.yaml") + " --resume " + (dir / "run/checkpoints/step-20"));
+  CHECK(explicit_path.exit_code == 1);
+  CHECK_THAT(explicit_path.output, Catch::Contains(dir / "run/checkpoints/step-20/model.safetensors") &&
+                                       Catch::Contains("the file is corrupt"));
+
+  const auto r = run_gputrain("train " + (dir / "c.yaml") + " --epochs 3 --resume auto --out " + (dir / "run"));
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("skipping checkpoint " + (dir / "run/checkpoints/step-20")) &&
+                           Catch::Contains("falling back to checkpoint " + (dir / "run/checkpoints/step-15")) &&
+                           Catch::Contains("the config differs from the checkpoint's in: train"));
+
+  // A checkpoint of another model is refused with the differences listed.
+  const auto other = run_gputrain("train " + (dir / "c.yaml") +
+                                  " --set model.layers[5].out_features=3 --set data.targets.classes=3 --resume auto --out " +
+                                  (dir / "run"));
+  CHECK(other.exit_code == 1);
+  CHECK_THAT(other.output, Catch::Contains("does not match the model") &&
+                               Catch::Contains("layers.5.weight: f32 [4, 256] in the file, f32 [3, 256] in the model"));
+  // Starting a new run in a folder that holds checkpoints would mix two runs: refused.
+  const auto clash = run_gputrain("train " + (dir / "c.yaml") + " --out " + (dir / "run"));
+  CHECK(clash.exit_code == 2);
+  CHECK_THAT(clash.output, Catch::Contains("already holds a run's checkpoints"));
+}
+
+TEST_CASE("keep prunes old checkpoints only after a new one is complete; keep_best keeps the best", "[e2e]") {
+  TempDir dir;
+  write_text(dir / "c.yaml", resume_config(3000, 10));
+  const auto r = run_gputrain("train " + (dir / "c.yaml") +
+                              " --quiet --set checkpoint.keep=2 --set checkpoint.keep_best=test_accuracy"
+                              " --set train.eval_every=10 --out " +
+                              (dir / "run"));
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  // The best test accuracy among the evaluations taken at checkpoints.
+  double best = -1;
+  int64_t best_step = -1;
+  for (const auto& l : lines_of(read_text(dir / "run/metrics.jsonl")))
+    if (json_string(l, "type") == "eval" && json_number(l, "test_accuracy") > best) {
+      best = *json_number(l, "test_accuracy");
+      best_step = static_cast<int64_t>(*json_number(l, "step"));
+    }
+  REQUIRE(best_step > 0);
+  std::set<int64_t> want = {140, 141, best_step};
+  const auto steps = checkpoint_steps(dir / "run");
+  CHECK(std::set<int64_t>(steps.begin(), steps.end()) == want);
+  CHECK(read_text(dir / "run/checkpoints/best") == fmt::format("step-{}\n", best_step));
+  CHECK(gt::read_checkpoint(dir / fmt::format("run/checkpoints/step-{}", best_step)).progress.test_accuracy == best);
+}
+
+namespace {
+
+// 256 samples of 4 features in two classes; sample 100 (in step 7 when unshuffled at batch 16) is NaN.
+std::string nan_data(const TempDir& dir) {
+  std::vector<float> x(256 * 4);
+  std::vector<int64_t> y(256);
+  for (int i = 0; i < 256; ++i) {
+    for (int j = 0; j < 4; ++j) x[static_cast<size_t>(i * 4 + j)] = std::sin(static_cast<float>(i * 7 + j * 3));
+    y[static_cast<size_t>(i)] = x[static_cast<size_t>(i * 4)] + x[static_cast<size_t>(i * 4 + 1)] > 0 ? 1 : 0;
+  }
+  x[100 * 4 + 2] = std::nanf("");
+  write_npy(dir / "x.npy", "<f4", "(256, 4)", x.data(), x.size() * sizeof(float));
+  write_npy(dir / "y.npy", "<i8", "(256,)", y.data(), y.size() * sizeof(int64_t));
+  return fmt::format(R"(name: nan
+seed: 3
+device: cpu
+data: {{format: npy, train: {{inputs: {}, targets: {}}}, batch_size: 16, shuffle: false}}
+model: {{layers: [{{type: linear, out_features: 8}}, relu, {{type: linear, out_features: 2}}]}}
+optimizer: {{type: sgd, lr: 0.1}}
+train: {{epochs: 3, log_every: 4}}
+)",
+                     dir / "x.npy", dir / "y.npy");
+}
+
+}  // namespace
+
+TEST_CASE("a non-finite loss aborts with exit 4 naming the step and layer, or is skipped", "[e2e]") {
+  TempDir dir;
+  write_text(dir / "nan.yaml", nan_data(dir));
+  const auto abort = run_gputrain("train " + (dir / "nan.yaml") + " --out " + (dir / "abort"));
+  INFO(abort.output);
+  CHECK(abort.exit_code == 4);
+  CHECK_THAT(abort.output, Catch::Contains("training diverged: step 7: non-finite loss") &&
+                               Catch::Contains("first non-finite gradient: layers.0.weight"));
+  CHECK(json_string(read_text(dir / "abort/summary.json"), "exit_reason") == "diverged");
+  CHECK(json_number(read_text(dir / "abort/summary.json"), "steps") == 6);  // the weights of step 6 were kept
+
+  const auto skip = run_gputrain("train " + (dir / "nan.yaml") + " --set train.nonfinite=skip --out " + (dir / "skip"));
+  INFO(skip.output);
+  CHECK(skip.exit_code == 0);
+  int skips = 0;
+  for (const auto& l : lines_of(read_text(dir / "skip/metrics.jsonl"))) {
+    if (json_string(l, "type") == "skip") ++skips;
+    if (json_string(l, "type") == "train") CHECK(json_number(l, "loss").has_value());  // null would mean NaN
+  }
+  CHECK(skips == 3);  // once per epoch
+  CHECK(std::isfinite(json_number(read_text(dir / "skip/summary.json"), "final_train_loss").value_or(NAN)));
+
+  // The same bad batch every time: max_skips in a row is reached only when steps fail back to back.
+  const auto once = run_gputrain("train " + (dir / "nan.yaml") +
+                                 " --set train.nonfinite=skip --set train.max_skips=1 --set data.batch_size=4 --set "
+                                 "train.epochs=1 --out " + (dir / "once"));
+  CHECK(once.exit_code == 0);
+}
+
+TEST_CASE("nonfinite: rollback returns to the last checkpoint with half the learning rate until training is stable",
+          "[e2e]") {
+  TempDir dir;
+  // Least squares with a learning rate far past the stable range: the loss overflows within a few dozen steps.
+  write_text(dir / "div.yaml", R"(name: div
+seed: 5
+device: cpu
+data: {format: synthetic, samples: 2048, input_shape: [20], targets: {shape: [1]}, batch_size: 16}
+model: {layers: [{type: linear, out_features: 1}]}
+loss: mse
+optimizer: {type: sgd, lr: 3.0}
+train: {epochs: 2, log_every: 16, nonfinite: rollback, max_skips: 8}
+checkpoint: {every_steps: 0, every_epochs: 0}
+)");
+  const auto r = run_gputrain("train " + (dir / "div.yaml") + " --out " + (dir / "run"));
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  int rollbacks = 0;
+  double scale = 1;
+  for (const auto& l : lines_of(read_text(dir / "run/metrics.jsonl")))
+    if (json_string(l, "type") == "rollback") {
+      ++rollbacks;
+      CHECK(json_number(l, "to_step") == 0);
+      CHECK(json_number(l, "from_step") > 0);
+      scale = *json_number(l, "lr_scale");
+    }
+  CHECK(rollbacks >= 1);
+  CHECK(scale == std::pow(0.5, rollbacks));
+  CHECK_THAT(r.output, Catch::Contains("rolled back to"));
+  CHECK(json_string(read_text(dir / "run/summary.json"), "exit_reason") == "completed");
+  // With divergence that no learning rate cures, rollback gives up after max_skips and exits 4.
+  const auto hopeless = run_gputrain("train " + (dir / "div.yaml") + " --set optimizer.lr=1e30 --set train.max_skips=2 "
+                                     "--out " + (dir / "hopeless"));
+  CHECK(hopeless.exit_code == 4);
+  CHECK_THAT(hopeless.output, Catch::Contains("more than max_skips 2"));
+}

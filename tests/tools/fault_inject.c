@@ -1,0 +1,107 @@
+/* Fault injection for the checkpoint tests, loaded with LD_PRELOAD into the gputrain binary (never linked into it).
+ *
+ *   GT_FAULT_MATCH   substring of the paths to act on (e.g. "tmp/optimizer.safetensors")
+ *   GT_FAULT_SKIP    how many matching opens to leave alone first (default 0)
+ *   GT_FAULT_ACTION  enospc: that open fails with ENOSPC, as on a full disk
+ *                    kill:   the first write to that file writes half its bytes, then the process gets SIGKILL
+ *                    slow:   the first write to that file waits GT_FAULT_SLEEP_MS (default 3000) first
+ *
+ * It wraps open/open64/openat and write through dlsym(RTLD_NEXT), so the program runs its real code paths. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static int g_seen = 0;
+static int g_doomed_fd = -1;
+
+/* 1 when this open is the one to sabotage: only opens for writing count. */
+static int targeted(const char* path, int flags) {
+  const char* match = getenv("GT_FAULT_MATCH");
+  if (!(flags & (O_WRONLY | O_RDWR | O_CREAT))) return 0;
+  if (!match || !*match || !path || !strstr(path, match)) return 0;
+  const char* skip = getenv("GT_FAULT_SKIP");
+  return g_seen++ == (skip ? atoi(skip) : 0);
+}
+
+/* kill and slow act on the first write; anything else (enospc) fails the open. */
+static int acts_on_write(void) {
+  const char* a = getenv("GT_FAULT_ACTION");
+  return a && (strcmp(a, "kill") == 0 || strcmp(a, "slow") == 0);
+}
+
+static int after_open(const char* path, int fd, int hit) {
+  (void)path;
+  if (hit && fd >= 0) g_doomed_fd = fd;
+  return fd;
+}
+
+#define OPEN_WRAPPER(NAME, REAL_T, CALL_REAL)                          \
+  int NAME(const char* path, int flags, ...) {                         \
+    mode_t mode = 0;                                                   \
+    if (flags & (O_CREAT | O_TMPFILE)) {                               \
+      va_list ap;                                                      \
+      va_start(ap, flags);                                             \
+      mode = (mode_t)va_arg(ap, int);                                  \
+      va_end(ap);                                                      \
+    }                                                                  \
+    static REAL_T real = 0;                                            \
+    if (!real) real = (REAL_T)dlsym(RTLD_NEXT, #NAME);                 \
+    const int hit = targeted(path, flags);                                    \
+    if (hit && !acts_on_write()) {                                           \
+      errno = ENOSPC;                                                  \
+      return -1;                                                       \
+    }                                                                  \
+    return after_open(path, CALL_REAL, hit);                           \
+  }
+
+typedef int (*open_t)(const char*, int, ...);
+typedef int (*openat_t)(int, const char*, int, ...);
+OPEN_WRAPPER(open, open_t, real(path, flags, mode))
+OPEN_WRAPPER(open64, open_t, real(path, flags, mode))
+
+int openat(int dirfd, const char* path, int flags, ...) {
+  mode_t mode = 0;
+  if (flags & (O_CREAT | O_TMPFILE)) {
+    va_list ap;
+    va_start(ap, flags);
+    mode = (mode_t)va_arg(ap, int);
+    va_end(ap);
+  }
+  static openat_t real = 0;
+  if (!real) real = (openat_t)dlsym(RTLD_NEXT, "openat");
+  const int hit = targeted(path, flags);
+  if (hit && !acts_on_write()) {
+    errno = ENOSPC;
+    return -1;
+  }
+  return after_open(path, real(dirfd, path, flags, mode), hit);
+}
+
+ssize_t write(int fd, const void* buf, size_t n) {
+  typedef ssize_t (*write_t)(int, const void*, size_t);
+  static write_t real = 0;
+  if (!real) real = (write_t)dlsym(RTLD_NEXT, "write");
+  if (fd >= 0 && fd == g_doomed_fd && n > 1) {
+    g_doomed_fd = -1;
+    const char* a = getenv("GT_FAULT_ACTION");
+    if (strcmp(a, "kill") == 0) {
+      real(fd, buf, n / 2);
+      raise(SIGKILL);
+    }
+    const char* ms = getenv("GT_FAULT_SLEEP_MS");
+    struct timespec left = {0, 0};
+    const long total = ms ? atol(ms) : 3000;
+    left.tv_sec = total / 1000;
+    left.tv_nsec = (total % 1000) * 1000000L;
+    while (nanosleep(&left, &left) != 0 && errno == EINTR) {
+    }
+  }
+  return real(fd, buf, n);
+}
