@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Training (and inference) throughput of gputrain against PyTorch on the CPU, on the same model, batch and data size.
 
-    scripts/setup.sh --bench && bench/throughput_vs_pytorch.py --model mlp|cnn [--rounds 5] [--steps N]
+    scripts/setup.sh && bench/throughput_vs_pytorch.py --model mlp|cnn [--rounds 5] [--steps N]
 
 gputrain runs with 2 threads; PyTorch (Debian's python3-torch) with 1 and 2 threads and its best counts. Training
 throughput counts the training loop only (gputrain's summary.json; for PyTorch, data already in memory). The runs are

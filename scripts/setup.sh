@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages gputrain needs (only those missing), then configures and builds Release into build/.
-# Usage: scripts/setup.sh [--bench]   (--bench adds python3-torch, the reference of the benchmarks in bench/)
+# Usage: scripts/setup.sh
+# python3-torch (with numpy and yaml) is the reference of the benchmarks in bench/ and of the export round-trip test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,8 +10,8 @@ packages=(
   libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev catch2
   libopenblas-dev zlib1g-dev
   dataset-fashion-mnist
+  python3-torch python3-numpy python3-yaml
 )
-[ "${1:-}" = "--bench" ] && packages+=(python3-torch python3-numpy)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -390,3 +390,68 @@ checkpoint: {every_steps: 0, every_epochs: 0}
   CHECK(hopeless.exit_code == 4);
   CHECK_THAT(hopeless.output, Catch::Contains("more than max_skips 2"));
 }
+
+TEST_CASE("gputrain export writes weights that PyTorch loads and scores exactly as gputrain does", "[e2e]") {
+  TempDir dir;
+  // Fashion-MNIST with batch norm, a residual add, pooling, dropout and a linear head: every mapping the script needs.
+  write_text(dir / "fm.yaml", R"(name: fm_small
+seed: 4
+device: cpu
+data:
+  format: idx
+  train: {images: /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz,
+          labels: /usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz}
+  test:  {images: /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz,
+          labels: /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz}
+  scale: 0.00392156862745098
+  batch_size: 64
+model:
+  layers:
+    - {type: conv2d, out_channels: 8, kernel_size: 3, padding: 1, bias: false}
+    - batchnorm2d
+    - relu
+    - {type: maxpool2d, kernel_size: 2, name: stage}
+    - {type: conv2d, out_channels: 8, kernel_size: 3, padding: 1}
+    - {type: batchnorm2d, name: branch}
+    - {type: add, inputs: [stage, branch]}
+    - relu
+    - {type: avgpool2d, kernel_size: 2}
+    - flatten
+    - {type: dropout, p: 0.2}
+    - {type: linear, out_features: 10}
+loss: {type: cross_entropy, label_smoothing: 0.1}
+optimizer: {type: sgd, lr: 0.1, momentum: 0.9}
+train: {epochs: 1, max_steps: 40}
+)");
+  const auto r = run_gputrain("train " + (dir / "fm.yaml") + " --quiet --out " + (dir / "run"));
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const auto e = run_gputrain("export " + (dir / "run") + " --to " + (dir / "w.safetensors"));
+  INFO(e.output);
+  REQUIRE(e.exit_code == 0);
+  CHECK_THAT(e.output, Catch::Contains("checkpoints/step-40: 13 tensors of step 40"));
+
+  const std::string cmd = "/usr/bin/python3 " + source_path("scripts/torch_eval.py") + " " + (dir / "w.safetensors") +
+                          " > " + (dir / "torch.json") + " 2>&1";
+  const int rc = std::system(cmd.c_str());
+  const std::string torch_out = read_text(dir / "torch.json"), summary = read_text(dir / "run/summary.json");
+  INFO(torch_out << "\n" << summary);
+  REQUIRE(rc == 0);
+  CHECK(json_number(torch_out, "samples") == 10000);
+  // Tolerance: float summation order differs between the two (GEMM blocking, convolution algorithm), which can move
+  // a logit by ~1e-6; an argmax that close to a tie may flip, so at most 3 of 10,000 predictions may differ.
+  CHECK(std::abs(*json_number(torch_out, "test_accuracy") - *json_number(summary, "test_accuracy")) <= 3e-4);
+  CHECK(*json_number(torch_out, "test_loss") == Approx(*json_number(summary, "test_loss")).epsilon(1e-5));
+  CHECK(json_number(summary, "test_accuracy") > 0.5);  // it did learn: the comparison is not between two guesses
+
+  // Export refuses a checkpoint that does not verify.
+  {
+    std::fstream f(dir / "run/checkpoints/step-40/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-3, std::ios::end);
+    f.put('\x11');
+  }
+  const auto bad = run_gputrain("export " + (dir / "run/checkpoints/step-40") + " --to " + (dir / "x.safetensors"));
+  CHECK(bad.exit_code == 1);
+  CHECK_THAT(bad.output, Catch::Contains("step-40/model.safetensors") && Catch::Contains("corrupt"));
+  CHECK_FALSE(fs::exists(dir / "x.safetensors"));
+}
