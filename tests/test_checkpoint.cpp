@@ -12,6 +12,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -454,4 +455,52 @@ train: {epochs: 1, max_steps: 40}
   CHECK(bad.exit_code == 1);
   CHECK_THAT(bad.output, Catch::Contains("step-40/model.safetensors") && Catch::Contains("corrupt"));
   CHECK_FALSE(fs::exists(dir / "x.safetensors"));
+}
+
+TEST_CASE("bad --resume paths, broken state.json and incomplete checkpoints fail with one line naming the file",
+          "[e2e]") {
+  TempDir dir;
+  write_text(dir / "c.yaml", resume_config(600, 5));
+  REQUIRE(run_gputrain("train " + (dir / "c.yaml") + " --quiet --max-steps 5 --out " + (dir / "run")).exit_code == 0);
+  const std::string good = dir / "run/checkpoints/step-5";
+  // Each case gets a copy of the good checkpoint with one thing broken.
+  struct Case {
+    const char* name;
+    std::function<void(const std::string&)> damage;
+    int code;
+    const char* message;
+  };
+  const std::vector<Case> cases = {
+      {"no state.json", [](const std::string& d) { fs::remove(d + "/state.json"); }, 2, "neither a checkpoint"},
+      {"state.json not JSON", [](const std::string& d) { write_text(d + "/state.json", "{\"step\": [1,"); }, 1,
+       "state.json: not valid JSON"},
+      {"state.json an array", [](const std::string& d) { write_text(d + "/state.json", "[1, 2]"); }, 1,
+       "state.json: expected a JSON object"},
+      {"optimizer file missing", [](const std::string& d) { fs::remove(d + "/optimizer.safetensors"); }, 1,
+       "optimizer.safetensors: cannot open"},
+      {"weights truncated",
+       [](const std::string& d) { fs::resize_file(d + "/model.safetensors", fs::file_size(d + "/model.safetensors") - 4); },
+       1, "model.safetensors: "},
+      {"another format version",
+       [](const std::string& d) {
+         write_text(d + "/state.json", std::regex_replace(read_text(d + "/state.json"),
+                                                          std::regex("\"format_version\": 1"), "\"format_version\": 2"));
+       },
+       1, "state.json: field format_version is 2"},
+  };
+  for (const auto& c : cases) {
+    const std::string ckpt = dir / (std::string("ck-") + std::to_string(&c - cases.data()));
+    fs::copy(good, ckpt);
+    c.damage(ckpt);
+    const auto r = run_gputrain("train " + (dir / "c.yaml") + " --resume " + ckpt + " --out " + (dir / "never"));
+    INFO(c.name << "\n" << r.output);
+    CHECK(r.exit_code == c.code);
+    CHECK_THAT(r.output, Catch::Contains(c.message));
+    CHECK(lines_of(r.output).size() == 1);
+    CHECK_FALSE(fs::exists(dir / "never"));
+    const auto e = run_gputrain("export " + ckpt + " --to " + (dir / "w.safetensors"));
+    CHECK(e.exit_code != 0);
+    CHECK_FALSE(fs::exists(dir / "w.safetensors"));
+  }
+  CHECK(run_gputrain("train " + (dir / "c.yaml") + " --resume " + (dir / "nowhere")).exit_code == 2);
 }

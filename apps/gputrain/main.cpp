@@ -108,7 +108,7 @@ int main(int argc, char** argv) {
   ConfigArgs train_args;
   gt::RunOptions run;
   std::string device;
-  int64_t epochs = 0, max_steps = -1, seed = -1;
+  std::string epochs, max_steps, seed;  // passed on as --set values, so errors name the key they set
   bool quiet = false;
   auto* train = app.add_subcommand("train", "train a model from an experiment file");
   add_config_args(train, train_args);
@@ -118,11 +118,10 @@ int main(int argc, char** argv) {
                     "this config's name), or start fresh if there is none; PATH: a checkpoint or run directory")
       ->type_name("auto|PATH");
   train->add_option("--device", device, "auto | cpu | cuda | cuda:N (overrides device:)");
-  train->add_option("--epochs", epochs, "overrides train.epochs")->check(CLI::PositiveNumber);
-  train->add_option("--max-steps", max_steps, "stop after N steps (overrides train.max_steps)")
-      ->check(CLI::NonNegativeNumber);
-  train->add_option("--seed", seed, "overrides seed")->check(CLI::NonNegativeNumber);
-  train->add_option("--threads", run.threads, "CPU threads (default: all cores)")->check(CLI::PositiveNumber);
+  train->add_option("--epochs", epochs, "overrides train.epochs");
+  train->add_option("--max-steps", max_steps, "stop after N steps (overrides train.max_steps)");
+  train->add_option("--seed", seed, "overrides seed");
+  train->add_option("--threads", run.threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 4096));
   train->add_flag("--quiet", quiet, "log warnings and errors only");
   bool profile = false;
   train->add_flag("--profile", profile,
@@ -141,7 +140,7 @@ int main(int argc, char** argv) {
   add_config_args(eval, eval_args);
   eval->add_option("--checkpoint", checkpoint, "safetensors file with the model's weights")->required();
   eval->add_flag("--json", eval_json, "print one JSON object instead of a line");
-  eval->add_option("--threads", eval_threads, "CPU threads (default: all cores)")->check(CLI::PositiveNumber);
+  eval->add_option("--threads", eval_threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 4096));
 
   std::string export_from, export_to;
   auto* exporter = app.add_subcommand("export", "write a checkpoint's weights alone, as one safetensors file");
@@ -187,16 +186,16 @@ int main(int argc, char** argv) {
     // Command-line flags are overrides like --set, so errors in them name the key they set.
     if (!device.empty()) train_args.sets.push_back("device=" + device);
     gt::ConfigNode root = gt::load_config(train_args.file, train_args.sets);
-    auto set_train = [&](const std::string& key, int64_t v) {
+    auto set_train = [&](const std::string& key, const std::string& v) {
       if (!root.has("train")) {
         YAML::Node top = root.yaml();  // shares the tree: YAML nodes are references
         top["train"] = YAML::Node(YAML::NodeType::Map);
       }
       root = gt::apply_override(root, fmt::format("train.{}={}", key, v));
     };
-    if (epochs > 0) set_train("epochs", epochs);
-    if (max_steps >= 0) set_train("max_steps", max_steps);
-    if (seed >= 0) root = gt::apply_override(root, fmt::format("seed={}", seed));
+    if (!epochs.empty()) set_train("epochs", epochs);
+    if (!max_steps.empty()) set_train("max_steps", max_steps);
+    if (!seed.empty()) root = gt::apply_override(root, "seed=" + seed);
     if (profile && !root["train"].has("profile")) {
       if (!root.has("train")) {
         YAML::Node top = root.yaml();
