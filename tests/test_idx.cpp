@@ -76,6 +76,11 @@ TEST_CASE("idx errors name the file and the problem", "[data][cpu]") {
     CHECK_THROWS_WITH(read_idx(dir / "img", dir / "lbl", 1.0f),
                       Catch::Contains("3 labels for 4 images") && Catch::Contains(dir / "lbl"));
   }
+  SECTION("dimensions whose product wraps around") {
+    // 2^31 · 8 · 2^30 = 2^64 bytes: a product taken before the check wrapped to 0 and the header passed as empty.
+    write_file(dir / "img", idx_bytes({INT32_MIN, 8, 1 << 30}, {}), false);
+    CHECK_THROWS_WITH(read_idx_file(dir / "img"), Catch::Contains(dir / "img") && Catch::Contains("over 64 GiB"));
+  }
   SECTION("missing file") {
     CHECK_THROWS_WITH(read_idx(dir / "nope", dir / "lbl", 1.0f), Catch::Contains(dir / "nope"));
   }

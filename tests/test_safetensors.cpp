@@ -55,4 +55,15 @@ TEST_CASE("corrupt safetensors files are refused by name", "[cpu]") {
   big[5] = '\x7f';  // an absurd header length
   test::write_text(dir / "big.safetensors", big);
   CHECK_THROWS_WITH(read_safetensors(dir / "big.safetensors"), Catch::Contains("does not fit"));
+  // Found by fuzz_safetensors: YAML (which parses the header) takes a map as a key, JSON does not; reading it as a
+  // name threw a yaml-cpp exception instead of a DataError.
+  const std::string header = "{}    : ";
+  test::write_text(dir / "key.safetensors", std::string("\x08\0\0\0\0\0\0\0", 8) + header);
+  try {
+    read_safetensors(dir / "key.safetensors");
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::data);
+    CHECK_THAT(e.what(), Catch::Contains(dir / "key.safetensors") && Catch::Contains("a key is not a string"));
+  }
 }

@@ -54,6 +54,15 @@ TEST_CASE("csv errors name the file, line and field", "[data][cpu]") {
   CHECK_THROWS_WITH(read_csv(dir / "e.csv", spec), Catch::Contains("no column named \"nope\""));
   test::write_text(dir / "f.csv", "a,b\n");
   CHECK_THROWS_WITH(read_csv(dir / "f.csv", CsvSpec{}), Catch::Contains("no data rows"));
+  // A NUL byte ended the number early, so "1\0x" read as 1 (seen in a fuzz_csv input).
+  test::write_text(dir / "nul.csv", std::string("a,b\n1\0x,2\n", 10));
+  CHECK_THROWS_WITH(read_csv(dir / "nul.csv", CsvSpec{}), Catch::Contains(":2: field 1"));
+  // Found by fuzz_csv: a label index beyond int64 overflowed the cast instead of failing as out of range.
+  for (const char* far : {"1e30", "-1e30", "2", "-3"}) {
+    spec.label = far;
+    CHECK_THROWS_WITH(read_csv(dir / "e.csv", spec),
+                      Catch::Contains(std::string("label column ") + far + " is outside the 2 columns"));
+  }
 }
 
 TEST_CASE("npy: float32, uint8 and int64 arrays; errors name the file", "[data][cpu]") {
@@ -83,6 +92,9 @@ TEST_CASE("npy: float32, uint8 and int64 arrays; errors name the file", "[data][
   CHECK_THROWS_WITH(read_npy(dir / "c.npy"), Catch::Contains("dtype '<c8' is not supported"));
   test::write_text(dir / "bad.npy", "not numpy at all");
   CHECK_THROWS_WITH(read_npy(dir / "bad.npy"), Catch::Contains("bad magic"));
+  // 2^34 · 2^30 elements wrapped around to 0 and passed as an empty array.
+  test::write_npy(dir / "wrap.npy", "|u1", "(17179869184, 1073741824)", x, 0);
+  CHECK_THROWS_WITH(read_npy(dir / "wrap.npy"), Catch::Contains(dir / "wrap.npy") && Catch::Contains("over 16 G"));
   test::write_npy(dir / "y2.npy", "<i8", "(2,)", y, 16);
   CHECK_THROWS_WITH(read_npy_pair(dir / "x.npy", dir / "y2.npy", 1.0f), Catch::Contains("2 targets for 3 samples"));
 }

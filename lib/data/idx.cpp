@@ -55,8 +55,10 @@ IdxArray read_idx_file(const std::string& path) {
     const int64_t dim = (int64_t{be[0]} << 24) | (be[1] << 16) | (be[2] << 8) | be[3];
     if (dim <= 0 || dim > (int64_t{1} << 31)) throw DataError(fmt::format("{}: dimension {} is {}", path, d, dim));
     out.dims.push_back(dim);
+    // Checked before multiplying: dimensions 2^31, 8, 2^30 would wrap around to 0 bytes.
+    if (total > (size_t{1} << 36) / static_cast<size_t>(dim))
+      throw DataError(fmt::format("{}: IDX header claims over 64 GiB of data", path));
     total *= static_cast<size_t>(dim);
-    if (total > (size_t{1} << 36)) throw DataError(fmt::format("{}: IDX header claims over 64 GiB of data", path));
   }
   // The buffer grows as data arrives, so a header that promises more than the file holds costs no more memory
   // than the file.

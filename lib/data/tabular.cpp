@@ -35,7 +35,8 @@ bool parse_number(const std::string& s, double& v) {
   char* end = nullptr;
   errno = 0;
   v = std::strtod(s.c_str(), &end);
-  return *end == '\0' && errno != ERANGE && std::isfinite(v);
+  // The whole string, not just up to a NUL byte: "1\0x" is not a number.
+  return end == s.c_str() + s.size() && errno != ERANGE && std::isfinite(v);
 }
 
 }  // namespace
@@ -77,8 +78,9 @@ Dataset read_csv(const std::string& path, const CsvSpec& spec) {
   if (!spec.label.empty()) {
     double idx = 0;
     if (parse_number(spec.label, idx) && idx == std::floor(idx)) {
-      label = static_cast<int64_t>(idx) < 0 ? static_cast<int64_t>(width) + static_cast<int64_t>(idx)
-                                            : static_cast<int64_t>(idx);
+      // In double until it is known to be a column: "1e30" must fail as out of range, not overflow the cast.
+      const double column = idx < 0 ? static_cast<double>(width) + idx : idx;
+      label = column >= 0 && column < static_cast<double>(width) ? static_cast<int64_t>(column) : -1;
     } else {
       auto it = std::find(header.begin(), header.end(), spec.label);
       if (it == header.end())
@@ -183,9 +185,12 @@ NpyArray read_npy(const std::string& path) {
                                 arr.descr));
   if (arr.shape.empty()) throw DataError(fmt::format("{}: a 0-dimensional array holds no samples", path));
   size_t count = 1;
+  constexpr size_t kMaxCount = size_t{1} << 34;
   for (int64_t d : arr.shape) {
+    // Checked before multiplying: (2^34, 2^30) would wrap around to 0 elements.
+    if (d != 0 && count > kMaxCount / static_cast<size_t>(d))
+      throw DataError(fmt::format("{}: the NPY shape claims over 16 G elements", path));
     count *= static_cast<size_t>(d);
-    if (count > (size_t{1} << 34)) throw DataError(fmt::format("{}: the NPY shape claims over 16 G elements", path));
   }
   // Compare with what the file holds before allocating: a header may promise far more than any memory.
   const std::streampos data_start = in.tellg();

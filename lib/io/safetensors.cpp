@@ -120,7 +120,9 @@ std::vector<std::pair<std::string, Tensor>> read_safetensors(const std::string& 
   const uint64_t data_size = file_size - 8 - header_len;
   std::vector<std::pair<uint64_t, std::pair<std::string, Tensor>>> out;
   for (const auto& kv : h) {
-    const auto name = kv.first.as<std::string>();
+    if (!kv.first.IsScalar())  // YAML takes `{[1]: …}` or `{{}: …}`, JSON does not
+      throw DataError(fmt::format("{}: the header is not valid JSON: a key is not a string", path));
+    const auto name = kv.first.Scalar();
     if (name == "__metadata__") continue;
     const YAML::Node& e = kv.second;
     try {
