@@ -221,6 +221,17 @@ TEST_CASE("config overrides (--set) reach nested keys and list items", "[config]
                       Catch::Contains("model.layers has no item [9] (it has 3)"));
     CHECK_THROWS_WITH(apply_override(base, "nothing"), Catch::Contains("expected KEY=VALUE"));
     CHECK_THROWS_WITH(apply_override(base, "model.layers[x]=1"), Catch::Contains("not a non-negative integer"));
+    // An index past size_t threw std::out_of_range from std::stoul, which main does not catch as a config error.
+    CHECK_THROWS_AS(apply_override(base, "model.layers[99999999999999999999]=1"), ConfigError);
+    CHECK_THROWS_WITH(apply_override(base, "model.layers[99999999999999999999]=1"),
+                      Catch::Contains("list index 99999999999999999999 is out of range"));
+  }
+  SECTION("a NUL byte (YAML \"\\0\") does not end a number early") {
+    CHECK_THROWS_WITH(validate(apply_override(base, "optimizer.lr=\"0.5\\0junk\"")),
+                      Catch::Contains("optimizer.lr: expected a finite number"));
+    // A fresh base: apply_override writes into the YAML tree it is given.
+    CHECK_THROWS_WITH(validate(apply_override(ConfigNode::load_string(kBase, "t.yaml"), "train.epochs=\"2\\0\"")),
+                      Catch::Contains("train.epochs: expected a positive integer"));
   }
   SECTION("a bad value set on the command line points at the --set") {
     const ConfigNode root = apply_override(base, "model.layers[0].out_features=abc");

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -203,7 +204,9 @@ int64_t ConfigNode::as_int(int64_t min, int64_t max) const {
   errno = 0;
   char* end = nullptr;
   const long long v = std::strtoll(s.c_str(), &end, 10);
-  if (s.empty() || *end != '\0' || errno == ERANGE) fail(std::string("expected ") + what + ", got " + quoted(s));
+  // The whole scalar, not just up to a NUL byte (YAML writes one as "\0").
+  if (s.empty() || end != s.c_str() + s.size() || errno == ERANGE)
+    fail(std::string("expected ") + what + ", got " + quoted(s));
   if (v < min || v > max) {
     if (max == INT64_MAX)
       fail(fmt::format("expected {}, got {}", min <= 1 && min >= 0 ? what : fmt::format("an integer ≥ {}", min), v));
@@ -217,7 +220,7 @@ double ConfigNode::as_double() const {
   const std::string& s = m_node.Scalar();
   char* end = nullptr;
   const double v = std::strtod(s.c_str(), &end);
-  if (s.empty() || *end != '\0' || !std::isfinite(v)) fail("expected a finite number, got " + quoted(s));
+  if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v)) fail("expected a finite number, got " + quoted(s));
   return v;
 }
 
@@ -299,7 +302,11 @@ std::vector<PathStep> parse_path(const std::string& path, const std::string& ass
       const std::string digits = path.substr(i + 1, close - i - 1);
       if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos)
         bad("list index \"" + digits + "\" is not a non-negative integer");
-      steps.push_back({"", std::stoul(digits)});
+      // std::stoul would throw std::out_of_range (not a ConfigError) for [99999999999999999999].
+      size_t index = 0;
+      if (std::from_chars(digits.data(), digits.data() + digits.size(), index).ec != std::errc())
+        bad("list index " + digits + " is out of range");
+      steps.push_back({"", index});
       i = close + 1;
       if (i < path.size() && path[i] == '.') ++i;
     } else {
