@@ -3,6 +3,7 @@
 #include "layers/layer.h"
 #include "log/logging.h"
 #include "ops/devices.h"
+#include "dist/comm.h"
 #include "io/safetensors.h"
 #include "train/checkpoint.h"
 #include "train/loss.h"
@@ -205,11 +206,18 @@ int main(int argc, char** argv) {
     }
     const gt::Experiment exp = gt::parse_experiment(root);
     if (quiet) spdlog::set_level(spdlog::level::warn);
+    // Under mpirun/srun every rank runs this; rank 0 logs and writes, the others log warnings and errors only.
+    const gt::LaunchInfo launch = gt::detect_launch();
+    if (launch.rank != 0) gt::set_log_rank(launch.rank);
+    const std::unique_ptr<gt::Communicator> comm = gt::make_communicator(launch, exp.dist.timeout_s);
+    run.comm = comm.get();
+    run.local_rank = launch.local_rank;
     return exit_code_for(gt::run_training(exp, run));
   } catch (const gt::Error& e) {
     spdlog::error("{}", e.what());
     switch (e.kind()) {
       case gt::ErrorKind::config: return 2;
+      case gt::ErrorKind::distributed: return 3;
       case gt::ErrorKind::diverged: return 4;
       default: return 1;
     }

@@ -13,6 +13,7 @@ enum class ErrorKind {
   runtime,  ///< exit 1: anything at run time (I/O, numerics, a device failing)
   config,   ///< exit 2: a bad config file, override or command line
   data,     ///< exit 1: a data file that is missing pieces or corrupt
+  distributed,  ///< exit 3: another rank failed, timed out, or the launch cannot work
   diverged, ///< exit 4: training produced a non-finite loss or gradient
 };
 

@@ -79,8 +79,20 @@ class Loader {
   Loader(const Dataset& data, int64_t batch_size, bool shuffle, uint64_t seed, AugmentConfig augment = {});
 
   int64_t batch_size() const { return m_batch; }
-  int64_t batches_per_epoch() const { return (m_data->size() + m_batch - 1) / m_batch; }
-  /// Starts epoch `epoch` (0-based), drawing its order; `position` skips that many samples of it (resuming).
+  /// Batches this rank takes per epoch. One rank: the last may be partial. Several: every rank takes the same
+  /// number of full batches and the remainder of the epoch's order (fewer than ranks × batch samples) is dropped,
+  /// so no rank waits in a collective that the others never reach.
+  int64_t batches_per_epoch() const {
+    return m_world == 1 ? (m_data->size() + m_batch - 1) / m_batch : m_data->size() / (m_batch * m_world);
+  }
+  /// Data-parallel: global batch k of the epoch's order is samples [k·B·world, (k+1)·B·world), and rank r takes
+  /// its r-th B of them: ranks × batch B see what one process with batch B·world sees.
+  void shard(int rank, int world) {
+    m_rank = rank;
+    m_world = world;
+  }
+  /// Starts epoch `epoch` (0-based), drawing its order; `position` skips that many samples of it (resuming; with
+  /// several ranks, samples of the global order).
   void start_epoch(int64_t epoch, int64_t position = 0);
   /// Copies the next batch into x (batch_size, input shape) and y; returns the number of samples in it (the last
   /// batch of an epoch may be smaller; 0 when the epoch is over). x and y must hold batch_size samples.
@@ -96,7 +108,8 @@ class Loader {
   AugmentConfig m_augment;
   std::vector<int64_t> m_order;
   std::vector<float> m_scratch;
-  int64_t m_pos = 0, m_epoch = 0;
+  int64_t m_pos = 0, m_epoch = 0;  ///< m_pos: where the next global batch starts in m_order
+  int m_rank = 0, m_world = 1;
 };
 
 }  // namespace gt

@@ -50,7 +50,10 @@ void Loader::augment(float* x, int64_t position) {
 }
 
 int64_t Loader::next(Tensor& x, Tensor& y) {
-  const int64_t n = std::min(m_batch, m_data->size() - m_pos);
+  const int64_t global = m_batch * m_world;
+  if (m_world > 1 && m_pos + global > m_data->size()) return 0;  // the dropped remainder
+  const int64_t start = m_pos + m_rank * m_batch;
+  const int64_t n = std::min(m_batch, m_data->size() - start);
   if (n <= 0) return 0;
   const size_t x_row = m_data->inputs.bytes() / static_cast<size_t>(m_data->size());
   const size_t y_row = m_data->targets.bytes() / static_cast<size_t>(m_data->size());
@@ -58,14 +61,14 @@ int64_t Loader::next(Tensor& x, Tensor& y) {
   auto* yd = static_cast<char*>(y.raw());
   const auto* xs = static_cast<const char*>(m_data->inputs.raw());
   const auto* ys = static_cast<const char*>(m_data->targets.raw());
-  const int64_t* idx = m_order.data() + m_pos;
+  const int64_t* idx = m_order.data() + start;
   for (int64_t i = 0; i < n; ++i) {
     const auto src = static_cast<size_t>(idx[i]);
     std::memcpy(xd + static_cast<size_t>(i) * x_row, xs + src * x_row, x_row);
     std::memcpy(yd + static_cast<size_t>(i) * y_row, ys + src * y_row, y_row);
-    if (m_augment.any()) augment(reinterpret_cast<float*>(xd + static_cast<size_t>(i) * x_row), m_pos + i);
+    if (m_augment.any()) augment(reinterpret_cast<float*>(xd + static_cast<size_t>(i) * x_row), start + i);
   }
-  m_pos += n;
+  m_pos += m_world == 1 ? n : global;
   return n;
 }
 

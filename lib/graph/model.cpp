@@ -301,6 +301,7 @@ void Model::backward(const Tensor& dout, const LayerContext& ctx) {
     ProfileScope scope(m_profiler, n.name, n.type, "backward",
                        n.layer->forward_flops() * batch * (n.param_count > 0 ? 2 : 1));
     n.layer->backward(ins, m_out[i], m_grad[i], dins, ctx);
+    if (m_grad_ready && n.param_count > 0) m_grad_ready(i);
     for (const auto& [owner, k] : pending_adds) {
       Tensor& g = m_grad[static_cast<size_t>(owner)];
       ops::add(g, dx_views[k].view(g.shape()), g);
@@ -325,6 +326,12 @@ std::vector<Param*> Model::params() {
   std::vector<Param*> out;
   for (auto& n : m_nodes)
     for (Param* p : n.layer->params()) out.push_back(p);
+  return out;
+}
+
+std::vector<std::vector<Param*>> Model::params_by_node() {
+  std::vector<std::vector<Param*>> out;
+  for (auto& n : m_nodes) out.push_back(n.layer->params());
   return out;
 }
 

@@ -5,6 +5,7 @@
 #include "layers/layer.h"
 #include "profile/profiler.h"
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -54,6 +55,11 @@ class Model {
   YAML::Node resolved_layers() const;
   /// Times every layer's forward and backward into `p` while it is enabled (nullptr: off).
   void set_profiler(Profiler* p) { m_profiler = p; }
+  /// Called with a node's index right after its backward has run, when its parameter gradients are final
+  /// (data-parallel training starts averaging them then). Empty: nothing is called.
+  void set_grad_ready_hook(std::function<void(size_t)> hook) { m_grad_ready = std::move(hook); }
+  /// Node i's parameters (empty for layers without any).
+  std::vector<std::vector<Param*>> params_by_node();
   /// The edges of the graph, one line per node with inputs other than its predecessor ("" for a chain).
   std::string edges() const;
   /// The table `gputrain check` prints: layer, type, output shape, parameters, and totals.
@@ -70,6 +76,7 @@ class Model {
   std::vector<Tensor> m_scratch_buf;          // per owner written by several consumers: their second and later dx
   std::vector<int> m_writers;                 // per owner: (consumer, input) pairs that write its gradient
   Tensor m_input;                              // the last forward's input
+  std::function<void(size_t)> m_grad_ready;
   Profiler* m_profiler = nullptr;
 };
 

@@ -25,6 +25,11 @@ void init_logging(bool quiet) {
   for (auto& sink : logger->sinks()) sink->set_pattern("[%H:%M:%S] %v");
 }
 
+void set_log_rank(int rank) {
+  spdlog::set_level(spdlog::level::warn);
+  spdlog::set_pattern(fmt::format("[%H:%M:%S] [rank {}] %v", rank));
+}
+
 void add_log_file(const std::string& path) {
   try {
     g_file_sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(path, false);

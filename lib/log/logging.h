@@ -11,6 +11,8 @@ namespace gt {
 
 /// Console logging: info and above to stdout with a time stamp; `quiet` keeps warnings and errors only.
 void init_logging(bool quiet = false);
+/// For ranks other than 0: warnings and errors only, each line prefixed with "[rank R]".
+void set_log_rank(int rank);
 /// Also writes every log line to `path` (the run's train.log). Throws gt::Error when it cannot be opened.
 void add_log_file(const std::string& path);
 /// Flushes and detaches the file sink.

@@ -296,8 +296,8 @@ void load_checkpoint(const CheckpointInfo& ckpt, Model& model, Optimizer& optimi
   optimizer.set_steps_taken(ckpt.progress.optimizer_steps);
 }
 
-CheckpointStore::CheckpointStore(std::string run_dir, CheckpointConfig cfg)
-    : m_root((fs::path(run_dir) / "checkpoints").string()), m_cfg(std::move(cfg)) {}
+CheckpointStore::CheckpointStore(std::string run_dir, CheckpointConfig cfg, int world_size)
+    : m_root((fs::path(run_dir) / "checkpoints").string()), m_cfg(std::move(cfg)), m_world(world_size) {}
 
 std::string CheckpointStore::save(Model& model, Optimizer& optimizer, const std::string& optimizer_type,
                                   const TrainProgress& p, const std::string& resolved_config) {
@@ -330,7 +330,7 @@ std::string CheckpointStore::save(Model& model, Optimizer& optimizer, const std:
             .add("format", kFormat)
             .add("format_version", kFormatVersion)
             .add("gputrain_version", GPUTRAIN_VERSION)
-            .add("world_size", 1)
+            .add("world_size", m_world)
             .add("step", p.step)
             .add("epoch", p.epoch)
             .add("position", JsonObject().add("micro_batches", p.micro_done))

@@ -63,7 +63,7 @@ void load_named_tensors(const std::vector<std::pair<std::string, Tensor*>>& want
 /// The checkpoints of one run directory.
 class CheckpointStore {
  public:
-  CheckpointStore(std::string run_dir, CheckpointConfig cfg);
+  CheckpointStore(std::string run_dir, CheckpointConfig cfg, int world_size = 1);
 
   const std::string& root() const { return m_root; }
   /// Writes checkpoints/step-<step>/ (into a temporary folder, every file fsync'ed, then renamed into place),
@@ -81,6 +81,7 @@ class CheckpointStore {
  private:
   std::string m_root;  ///< <run>/checkpoints
   CheckpointConfig m_cfg;
+  int m_world = 1;
 };
 
 /// Writes a file's bytes atomically (temporary, fsync, rename, fsync of the folder). Throws naming the file.

@@ -220,6 +220,14 @@ void parse_checkpoint(const ConfigNode& n, CheckpointConfig& out) {
     out.keep_best = n["keep_best"].as_choice({"test_accuracy", "test_loss"});
 }
 
+void parse_dist(const ConfigNode& n, DistConfig& out) {
+  n.expect_keys({"bucket_mb", "timeout_s", "sync_batchnorm"});
+  out.bucket_mb = n.get_double("bucket_mb", 25, 1e-3, 1e6);
+  out.timeout_s = n.get_double("timeout_s", 300, 0.1, 1e7);
+  if (n.get_bool("sync_batchnorm", false))
+    n["sync_batchnorm"].fail("synchronised batch norm is not built yet: statistics stay per rank (set it false)");
+}
+
 void check_device(const ConfigNode& n) {
   if (n.is_sequence()) {
     if (n.size() == 0) n.fail("expected at least one device index");
@@ -252,7 +260,7 @@ Experiment parse_experiment(const ConfigNode& root) {
     if (auto it = nested.find(key); it != nested.end())
       root[key].fail(fmt::format("unknown key (did you mean \"{}\"?)", it->second));
   root.expect_keys(
-      {"name", "seed", "device", "data", "model", "loss", "optimizer", "scheduler", "train", "checkpoint"});
+      {"name", "seed", "device", "data", "model", "loss", "optimizer", "scheduler", "train", "checkpoint", "dist"});
   Experiment exp;
   exp.root = root;
   exp.name = root.get_string("name", "experiment");
@@ -272,6 +280,7 @@ Experiment parse_experiment(const ConfigNode& root) {
   if (root.has("scheduler")) parse_scheduler(root["scheduler"], exp.scheduler);
   if (root.has("train")) parse_train(root["train"], exp.train);
   if (root.has("checkpoint")) parse_checkpoint(root["checkpoint"], exp.checkpoint);
+  if (root.has("dist")) parse_dist(root["dist"], exp.dist);
   return exp;
 }
 
@@ -381,6 +390,8 @@ YAML::Node resolved_config(const Experiment& e, const YAML::Node& layers) {
   n["checkpoint"]["every_epochs"] = e.checkpoint.every_epochs;
   n["checkpoint"]["keep"] = e.checkpoint.keep;
   n["checkpoint"]["keep_best"] = e.checkpoint.keep_best.empty() ? YAML::Node() : YAML::Node(e.checkpoint.keep_best);
+  n["dist"]["bucket_mb"] = e.dist.bucket_mb;
+  n["dist"]["timeout_s"] = e.dist.timeout_s;
   return n;
 }
 

@@ -71,6 +71,12 @@ struct CheckpointConfig {
   std::string keep_best;     ///< "" | test_accuracy | test_loss
 };
 
+/// Data-parallel settings (used when a launcher starts several ranks).
+struct DistConfig {
+  double bucket_mb = 25;   ///< gradient bucket size for the overlapped all-reduce
+  double timeout_s = 300;  ///< a collective waiting longer than this ends the run with exit 3
+};
+
 struct Experiment {
   std::string name = "experiment";
   uint64_t seed = 0;
@@ -81,6 +87,7 @@ struct Experiment {
   SchedulerConfig scheduler;
   TrainConfig train;
   CheckpointConfig checkpoint;
+  DistConfig dist;
   ConfigNode root;  ///< the whole config after overrides: the model is built from root["model"]
 };
 

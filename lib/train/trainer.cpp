@@ -2,6 +2,8 @@
 #include "train/trainer.h"
 
 #include "core/parallel.h"
+#include "dist/comm.h"
+#include "dist/grad_sync.h"
 #include "graph/model.h"
 #include "io/safetensors.h"
 #include "log/logging.h"
@@ -72,23 +74,29 @@ std::string make_run_dir(const Experiment& exp, const std::string& requested) {
 // that the rows of steps done again appear once.
 class MetricsFile {
  public:
+  /// An empty path: a rank other than 0, which writes nothing.
   explicit MetricsFile(const fs::path& path) : m_path(path.string()) {
+    if (m_path.empty()) return;
     m_fd = ::open(m_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (m_fd < 0) throw Error(fmt::format("{}: cannot open for writing: {}", m_path, std::strerror(errno)));
   }
-  ~MetricsFile() { ::close(m_fd); }
+  ~MetricsFile() {
+    if (m_fd >= 0) ::close(m_fd);
+  }
   MetricsFile(const MetricsFile&) = delete;
   MetricsFile& operator=(const MetricsFile&) = delete;
 
   uint64_t bytes() const {
+    if (m_fd < 0) return 0;
     const off_t end = ::lseek(m_fd, 0, SEEK_END);
     return end < 0 ? 0 : static_cast<uint64_t>(end);
   }
   void truncate(uint64_t bytes) {
-    if (::ftruncate(m_fd, static_cast<off_t>(bytes)) != 0)
+    if (m_fd >= 0 && ::ftruncate(m_fd, static_cast<off_t>(bytes)) != 0)
       throw Error(fmt::format("{}: cannot truncate: {}", m_path, std::strerror(errno)));
   }
   void write(const JsonObject& obj) {
+    if (m_fd < 0) return;
     const std::string line = obj.str() + "\n";
     const ssize_t w = ::write(m_fd, line.data(), line.size());  // O_APPEND: one write per line
     if (w != static_cast<ssize_t>(line.size()))
@@ -105,17 +113,22 @@ struct EvalResult {
   std::optional<double> accuracy;
 };
 
-EvalResult evaluate(Model& model, const Experiment& exp, const Dataset& test, Tensor& x, Tensor& y, Tensor& stats) {
+// Test-set metrics; with several ranks each evaluates every world-th batch and the sums are reduced, so every
+// sample counts once.
+EvalResult evaluate(Model& model, const Experiment& exp, const Dataset& test, Tensor& x, Tensor& y, Tensor& stats,
+                    Communicator& comm) {
   Loader loader(test, x.dim(0), false, exp.seed);
   loader.start_epoch(0);
   stats.zero_();
   const LayerContext ctx{false, false, 0};
   Tensor none;
-  for (int64_t n; (n = loader.next(x, y)) > 0;) {
+  for (int64_t k = 0, n; (n = loader.next(x, y)) > 0; ++k) {
+    if (k % comm.size() != comm.rank()) continue;
     const Tensor& out = model.forward(x.narrow0(n), ctx);
     compute_loss(exp.loss, out, y.narrow0(n), 1.0, none, stats);
   }
-  const double* s = stats.data<double>();
+  double* s = stats.data<double>();
+  comm.allreduce_sum(s, 2, "the evaluation sums");
   EvalResult r;
   r.loss = s[0] / static_cast<double>(test.size());
   if (test.num_classes > 0) r.accuracy = s[1] / static_cast<double>(test.size());
@@ -189,7 +202,8 @@ EvalSummary evaluate_weights(const Experiment& exp, const std::string& weights_p
   Tensor x = Tensor::empty(data.test.input_shape().batched(batch), DType::f32, device);
   Tensor y = Tensor::empty(data.test.target_shape().batched(batch), data.test.targets.dtype(), device);
   Tensor stats = Tensor::zeros(Shape{2}, DType::f64, device);
-  const EvalResult r = evaluate(model, exp, data.test, x, y, stats);
+  const auto local = make_local_comm();
+  const EvalResult r = evaluate(model, exp, data.test, x, y, stats, *local);
   return {data.test.size(), r.loss, r.accuracy};
 }
 
@@ -197,7 +211,7 @@ namespace {
 
 // summary.json: what a sweep reads. `sum` gets the final numbers from `p`.
 void write_summary(const fs::path& dir, const Experiment& exp, RunSummary& sum, const TrainProgress& p, int threads,
-                   double wall_seconds) {
+                   int world, double wall_seconds) {
   sum.epochs = p.epochs_done;
   sum.steps = p.step;
   sum.samples_per_sec = static_cast<double>(p.train_samples) / std::max(p.train_seconds, 1e-9);
@@ -208,7 +222,7 @@ void write_summary(const fs::path& dir, const Experiment& exp, RunSummary& sum, 
   write_file_durable((dir / "summary.json").string(), JsonObject()
                                                           .add("name", exp.name)
                                                           .add("device", sum.device)
-                                                          .add("world_size", 1)
+                                                          .add("world_size", world)
                                                           .add("epochs", sum.epochs)
                                                           .add("steps", sum.steps)
                                                           .add("samples_per_sec", sum.samples_per_sec)
@@ -326,7 +340,24 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
     em << resolved_config(exp, model.resolved_layers());
     resolved_text = std::string(em.c_str()) + "\n";
   }
-  const ResumePlan plan = plan_resume(exp, opts);
+  const std::unique_ptr<Communicator> local_comm = make_local_comm();
+  Communicator& comm = opts.comm ? *opts.comm : *local_comm;
+  const bool lead = comm.rank() == 0;  // rank 0 alone writes the run directory
+  const int world = comm.size();
+  // Rank 0 picks the checkpoint and the run directory; the others load the same one (a shared file system).
+  ResumePlan plan;
+  if (lead) plan = plan_resume(exp, opts);
+  auto share = [&](std::string& text, const char* what) {
+    uint64_t n = text.size();
+    comm.broadcast(&n, sizeof n, 0, what);
+    text.resize(n);
+    comm.broadcast(text.data(), n, 0, what);
+  };
+  if (world > 1) {
+    std::string from = plan.from ? plan.from->dir : std::string();
+    share(from, "the checkpoint to resume from");
+    if (!lead && !from.empty()) plan.from = read_checkpoint(from);
+  }
   model.allocate(exp.data.batch_size);
   const std::vector<Param*> params = model.params();
   auto optimizer = make_optimizer(exp.optimizer, params);
@@ -337,35 +368,56 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
                                   plan.from->optimizer_type, exp.optimizer.type));
     load_checkpoint(*plan.from, model, *optimizer);
     p = plan.from->progress;
+    // The position counts global batches of the writer's world size: keep the sample position.
+    if (plan.from->world_size != world) p.micro_done = p.micro_done * plan.from->world_size / world;
   }
 
   RunSummary sum;
-  sum.run_dir = make_run_dir(exp, plan.run_dir);
+  if (lead) sum.run_dir = make_run_dir(exp, plan.run_dir);
+  if (world > 1) share(sum.run_dir, "the run directory");
   sum.device = device.str();
   const fs::path dir = sum.run_dir;
-  add_log_file((dir / "train.log").string());
   struct DetachLog {
-    ~DetachLog() { remove_log_file(); }
+    bool attached = false;
+    ~DetachLog() {
+      if (attached) remove_log_file();
+    }
   } detach_log;
-  write_file_durable((dir / "config.resolved.yaml").string(), resolved_text);
-  MetricsFile metrics(dir / "metrics.jsonl");
-  CheckpointStore store(sum.run_dir, exp.checkpoint);
+  if (lead) {
+    add_log_file((dir / "train.log").string());
+    detach_log.attached = true;
+    write_file_durable((dir / "config.resolved.yaml").string(), resolved_text);
+  }
+  MetricsFile metrics(lead ? dir / "metrics.jsonl" : fs::path());
+  CheckpointStore store(sum.run_dir, exp.checkpoint, world);
 
   const int64_t batch = exp.data.batch_size, accumulate = exp.train.accumulate;
   Loader loader(data.train, batch, exp.data.shuffle, exp.seed, exp.data.augment);
+  loader.shard(comm.rank(), world);
   const int64_t micro_per_epoch = loader.batches_per_epoch();
+  if (micro_per_epoch == 0)
+    throw DataError(fmt::format("{}: {} training samples are fewer than one global batch ({} ranks × batch {})",
+                                data.train.source, data.train.size(), world, batch));
   const int64_t per_epoch = (micro_per_epoch + accumulate - 1) / accumulate;  // optimizer steps
   int64_t total_steps = per_epoch * exp.train.epochs;
   if (exp.train.max_steps > 0) total_steps = std::min(total_steps, exp.train.max_steps);
 
   spdlog::info("gputrain {}: run {} → {}", GPUTRAIN_VERSION, exp.name, sum.run_dir);
-  spdlog::info("device {} ({}), {} CPU thread(s)", sum.device, device_reason, threads);
-  spdlog::info("data: {} training samples of {}{}, batch {}{}, {} steps per epoch", data.train.size(),
+  char host[256] = "?";
+  ::gethostname(host, sizeof host - 1);
+  spdlog::info("rank {} of {} (local rank {}, {}), device {} ({}), {} CPU thread(s), host {}", comm.rank(), world,
+               opts.local_rank, comm.name(), sum.device, device_reason, threads, host);
+  spdlog::info("data: {} training samples of {}{}, batch {}{}{}{}, {} steps per epoch{}", data.train.size(),
                data.train.input_shape().str(),
                data.test.size() ? fmt::format(", {} test samples", data.test.size()) : std::string(), batch,
-               accumulate > 1 ? fmt::format(" × {} accumulated = effective batch {}", accumulate, batch * accumulate)
-                              : std::string(),
-               per_epoch);
+               world > 1 ? " per rank" : "", accumulate > 1 ? fmt::format(" × {} accumulated", accumulate) : std::string(),
+               world > 1 || accumulate > 1 ? fmt::format(" = global batch {}", batch * accumulate * world)
+                                           : std::string(),
+               per_epoch,
+               world > 1 ? fmt::format(" ({} samples of each epoch's order dropped so every rank takes the same "
+                                       "number of full batches)",
+                                       data.train.size() - micro_per_epoch * batch * world)
+                         : std::string());
   spdlog::info("model: {} layers, {} parameters; loss {}; optimizer {} lr {}; schedule {}", model.nodes().size(),
                model.param_count(), exp.loss.type, exp.optimizer.type, exp.optimizer.lr, exp.scheduler.type);
 
@@ -378,15 +430,33 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
     if (c.config_hash != config_hash(resolved_text))
       spdlog::warn("the config differs from the checkpoint's in: {} (the run continues with the new one)",
                    config_differences(c.config, resolved_text));
-    if (c.world_size != 1)
-      spdlog::warn("the checkpoint was written by {} ranks and this run has 1: the data order differs from there on",
-                   c.world_size);
+    if (c.world_size != world)
+      spdlog::warn("the checkpoint was written by {} rank(s) and this run has {}: the data order differs from there on",
+                   c.world_size, world);
     spdlog::info("resuming from {}: step {}, epoch {}, {} samples into it", c.dir, p.step, p.epoch + 1,
                  p.micro_done * batch);
   } else if (metrics.bytes() > 0) {
     spdlog::warn("{}: rows of an earlier start without a checkpoint are dropped", (dir / "metrics.jsonl").string());
     metrics.truncate(0);
   }
+
+  // Every replica starts from rank 0's state (the same seed gives the same weights, but a resumed or hand-edited
+  // state must not diverge silently).
+  if (world > 1) {
+    for (auto& [name, t] : model.state_tensors()) comm.broadcast(t->raw(), t->bytes(), 0, "the initial parameters");
+    for (auto& [name, t] : optimizer->state()) comm.broadcast(t->raw(), t->bytes(), 0, "the optimizer state");
+  }
+  std::optional<GradSync> grad_sync;
+  if (world > 1) {
+    grad_sync.emplace(comm, model.params_by_node(), exp.dist.bucket_mb);
+    model.set_grad_ready_hook([&](size_t node) { grad_sync->node_done(node); });
+    spdlog::info("gradients: {:.2f} MB all-reduced per step in {} bucket(s) of up to {} MB, overlapping backward",
+                 static_cast<double>(grad_sync->bytes_per_step()) / 1e6, grad_sync->buckets(), exp.dist.bucket_mb);
+  }
+  struct Unhook {
+    Model& m;
+    ~Unhook() { m.set_grad_ready_hook(nullptr); }
+  } unhook{model};
 
   Tensor x = Tensor::empty(data.train.input_shape().batched(batch), DType::f32, device);
   Tensor y = Tensor::empty(data.train.target_shape().batched(batch), data.train.targets.dtype(), device);
@@ -400,6 +470,7 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
   static const std::string kData = "data", kLoss = "loss", kOptimizer = "optimizer", kTrainer = "trainer";
   auto finish_profile = [&] {
     profiler.enable(false);
+    if (!lead) return;
     write_file_durable((dir / "trace.json").string(), profiler.chrome_trace());
     const std::string table = profiler.table();
     write_file_durable((dir / "profile.txt").string(), table);
@@ -418,7 +489,7 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
   auto restart_clock = [&] { window_start = Clock::now(); };
 
   auto run_eval = [&] {
-    const EvalResult r = evaluate(model, exp, data.test, x, y, eval_stats);
+    const EvalResult r = evaluate(model, exp, data.test, x, y, eval_stats, comm);
     p.test_loss = r.loss;
     p.test_accuracy = r.accuracy;
     p.last_eval_step = p.step;
@@ -445,6 +516,11 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
     }
     p.metrics_bytes = metrics.bytes();
     p.optimizer_steps = optimizer->steps_taken();
+    if (!lead) {  // rank 0 writes it; the state it holds is the same on every rank
+      dirty = false;
+      rollbacks = 0;
+      return;
+    }
     const auto t0 = Clock::now();
     const std::string where = store.save(model, *optimizer, exp.optimizer.type, p, resolved_text);
     spdlog::info("checkpoint {} ({:.0f} ms)", where, 1e3 * seconds_since(t0));
@@ -473,9 +549,9 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
   } remove_handlers;
 
   sum.exit_reason = "completed";
-  bool finished = false;
+  bool finished = false, any_stop = false;
   while (!finished && p.epoch < exp.train.epochs && p.step < total_steps) {
-    loader.start_epoch(p.epoch, p.micro_done * batch);
+    loader.start_epoch(p.epoch, p.micro_done * batch * world);
     restart_clock();
     bool restart = false;
     auto close_window = [&] {
@@ -509,15 +585,25 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
           ProfileScope scope(&profiler, kLoss, exp.loss.type, "forward+backward");
           compute_loss(exp.loss, out, yb, 1.0 / static_cast<double>(n * micros), db, stats);
         }
+        if (grad_sync && k == micros - 1) grad_sync->arm();  // earlier micro-batches accumulate locally
         model.backward(db, ctx);
         step_samples += n;
       }
+      if (grad_sync) grad_sync->finish();
       p.micro_done += micros;
       bool skipped = false;
       {
         ProfileScope scope(&profiler, kOptimizer, exp.optimizer.type, "update");
         // The step's loss sums and the gradient norm come to the host once per step: the check needs them.
-        const double step_loss = stats.data<double>()[0], step_hits = stats.data<double>()[1];
+        double step_loss = stats.data<double>()[0], step_hits = stats.data<double>()[1];
+        if (world > 1) {  // the global batch's sums, and whether any rank was asked to stop: all decide alike
+          double shared[4] = {step_loss, step_hits, static_cast<double>(step_samples), stop_requested() ? 1.0 : 0.0};
+          comm.allreduce_sum(shared, 4, "the step's loss and stop flag");
+          step_loss = shared[0];
+          step_hits = shared[1];
+          step_samples = static_cast<int64_t>(shared[2]);
+          any_stop = shared[3] > 0;
+        }
         p.grad_norm = exp.train.grad_clip > 0 ? clip_grad_norm(params, exp.train.grad_clip, norm_scratch)
                                               : global_grad_norm(params, norm_scratch);
         if (std::isfinite(step_loss) && std::isfinite(p.grad_norm)) {
@@ -543,7 +629,7 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
             const int64_t bad_step = p.step + 1;
             p = back->progress;
             p.lr_scale = lr_scale;  // metrics.jsonl keeps the diverging steps' rows: the rollback row follows them
-            store.remove_after(p.step);  // the newer ones lead to the divergence
+            if (lead) store.remove_after(p.step);  // the newer ones lead to the divergence
             dirty = false;
             spdlog::warn("{}: rolled back to {} (step {}); learning rate now × {}", what, back->dir, p.step, lr_scale);
             metrics.write(JsonObject()
@@ -611,9 +697,10 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
         if (p.step < per_epoch * exp.train.epochs) sum.exit_reason = "max_steps";
         break;
       }
-      if (const int sig = stop_requested()) {
+      if (const int sig = world > 1 ? (any_stop ? std::max(stop_requested(), 1) : 0) : stop_requested()) {
         stop_clock();
-        spdlog::warn("{} received: stopping after step {}", signal_name(sig), p.step);
+        spdlog::warn("{} received: stopping after step {}", sig > 1 ? signal_name(sig) : "a stop on another rank",
+                     p.step);
         sum.exit_reason = "interrupted";
         finished = true;
         break;
@@ -638,19 +725,23 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
     if (exp.checkpoint.every_epochs > 0 && p.epochs_done % exp.checkpoint.every_epochs == 0 &&
         p.step < total_steps && p.epoch < exp.train.epochs)
       save_checkpoint();
-    if (const int sig = stop_requested(); sig && p.step < total_steps && p.epoch < exp.train.epochs) {
+    if (const int sig = world > 1 ? 0 : stop_requested(); sig && p.step < total_steps && p.epoch < exp.train.epochs) {
       spdlog::warn("{} received: stopping after step {}", signal_name(sig), p.step);
       sum.exit_reason = "interrupted";
       break;
     }
   }
+  if (grad_sync && lead && p.step > 0)
+    spdlog::info("all-reduce: {:.1f} ms per step, {:.0f}% of it hidden behind backward",
+                 1e3 * grad_sync->comm_seconds() / static_cast<double>(p.step),
+                 100.0 * (1.0 - grad_sync->exposed_seconds() / std::max(grad_sync->comm_seconds(), 1e-12)));
   if (sum.exit_reason == "diverged") {
-    write_summary(dir, exp, sum, p, threads, seconds_since(wall_start));
+    if (lead) write_summary(dir, exp, sum, p, threads, world, seconds_since(wall_start));
     return sum;
   }
   if (dirty) save_checkpoint();  // the final one (or the one an interruption resumes from)
 
-  {
+  if (lead) {
     // The final weights, in a format PyTorch's safetensors (and numpy) read; written before summary.json so that a
     // summary always means the weights are there.
     std::vector<std::pair<std::string, const Tensor*>> tensors;
@@ -659,7 +750,7 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
                       {{"format", "pt"}, {"gputrain_version", GPUTRAIN_VERSION}, {"name", exp.name},
                        {"steps", std::to_string(p.step)}});
   }
-  write_summary(dir, exp, sum, p, threads, seconds_since(wall_start));
+  if (lead) write_summary(dir, exp, sum, p, threads, world, seconds_since(wall_start));
   spdlog::info("{}: {} steps, {:.0f} samples/s, final train loss {:.4f}{} → {}",
                sum.exit_reason == "interrupted" ? "interrupted (resume with --resume auto)" : "done", sum.steps,
                sum.samples_per_sec, sum.final_train_loss,

@@ -8,10 +8,14 @@
 
 namespace gt {
 
+class Communicator;
+
 struct RunOptions {
   std::string out_dir;  ///< "" → runs/<name>/<YYYYmmdd-HHMMSS>/
   int threads = 0;      ///< CPU threads; 0 → all cores
   std::string resume;   ///< "" | auto (the newest good checkpoint, else a fresh start) | a checkpoint or run folder
+  Communicator* comm = nullptr;  ///< data-parallel ranks; nullptr: one process
+  int local_rank = 0;
 };
 
 struct RunSummary {

@@ -1,0 +1,66 @@
+// Data-parallel gradient averaging: parameters are grouped into buckets (dist.bucket_mb) in the order the backward
+// pass finishes them, and each bucket is all-reduced on a communication thread as soon as its last gradient is
+// complete, so communication overlaps the rest of the backward pass (as PyTorch's DDP does).
+#pragma once
+
+#include "dist/comm.h"
+#include "layers/layer.h"
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace gt {
+
+class Model;
+
+class GradSync {
+ public:
+  /// `params_by_node[i]` are node i's parameters; buckets follow the nodes from last to first.
+  GradSync(Communicator& comm, const std::vector<std::vector<Param*>>& params_by_node, double bucket_mb);
+  ~GradSync();
+  GradSync(const GradSync&) = delete;
+  GradSync& operator=(const GradSync&) = delete;
+
+  /// Arms the next backward pass: its gradients are averaged as they complete.
+  void arm() { m_armed = true; }
+  /// Called when node `i`'s backward has run (its parameter gradients are final for this step).
+  void node_done(size_t i);
+  /// Waits until every bucket is averaged. Call after the armed backward pass.
+  void finish();
+
+  size_t buckets() const { return m_buckets.size(); }
+  int64_t bytes_per_step() const { return m_bytes; }
+  /// Seconds spent in all-reduce on the communication thread, and seconds `finish` waited for it (the part not
+  /// hidden behind the backward pass), summed since construction.
+  double comm_seconds() const { return m_comm_seconds; }
+  double exposed_seconds() const { return m_exposed_seconds; }
+
+ private:
+  struct Bucket {
+    std::vector<Param*> params;
+    std::vector<float> flat;
+    size_t nodes = 0;    ///< nodes whose parameters it holds
+    size_t pending = 0;  ///< of those, done in this backward pass
+  };
+  void worker();
+
+  Communicator& m_comm;
+  std::vector<Bucket> m_buckets;
+  std::vector<int> m_bucket_of_node;  ///< -1: no parameters
+  bool m_armed = false;
+  int64_t m_bytes = 0;
+  double m_comm_seconds = 0, m_exposed_seconds = 0;
+
+  std::mutex m_mutex;
+  std::condition_variable m_cv;
+  std::deque<size_t> m_queue;
+  size_t m_done = 0, m_launched = 0;
+  bool m_stop = false;
+  std::thread m_thread;
+};
+
+}  // namespace gt

@@ -1,0 +1,84 @@
+// Launcher detection. Each launcher's variables are read as a group; a group that is partly set is an error, and
+// when several groups are set (mpirun inside a Slurm allocation, say) they must agree on rank and world size.
+#include "dist/launch.h"
+
+#include "core/error.h"
+
+#include <charconv>
+#include <cstdlib>
+#include <vector>
+
+namespace gt {
+namespace {
+
+struct Group {
+  const char* launcher;
+  const char* rank;
+  const char* world;
+  const char* local;  ///< may be unset
+};
+
+// In precedence order: the launcher that started the process directly comes first.
+constexpr Group kGroups[] = {
+    {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
+    {"pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"},
+    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
+    {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
+};
+
+int parse_int(const char* name, const char* value, int min) {
+  int v = 0;
+  const char* end = value + std::char_traits<char>::length(value);
+  const auto [p, ec] = std::from_chars(value, end, v);
+  if (ec != std::errc() || p != end || v < min)
+    throw ConfigError(fmt::format("launcher environment: {}={} is not an integer ≥ {}", name, value, min));
+  return v;
+}
+
+}  // namespace
+
+LaunchInfo detect_launch(const std::function<const char*(const char*)>& env) {
+  std::vector<LaunchInfo> found;
+  for (const Group& g : kGroups) {
+    const char* r = env(g.rank);
+    const char* w = env(g.world);
+    // srun sets SLURM_STEP_ID; a batch script alone has SLURM_PROCID=0 and SLURM_NTASKS=N but runs once, so the
+    // Slurm group counts only inside a job step.
+    if (std::string(g.launcher) == "slurm" && !env("SLURM_STEP_ID")) continue;
+    if (!r && !w) continue;
+    if (!r || !w)
+      throw ConfigError(fmt::format("launcher environment: {} is set but {} is not", r ? g.rank : g.world,
+                                    r ? g.world : g.rank));
+    LaunchInfo info;
+    info.launcher = g.launcher;
+    info.world = parse_int(g.world, w, 1);
+    info.rank = parse_int(g.rank, r, 0);
+    if (info.rank >= info.world)
+      throw ConfigError(fmt::format("launcher environment: {}={} is not below {}={}", g.rank, r, g.world, w));
+    info.local_rank = env(g.local) ? parse_int(g.local, env(g.local), 0) : info.rank;
+    info.source = fmt::format("{}={}, {}={}", g.rank, r, g.world, w);
+    if (info.launcher == "torchrun") {
+      const char* addr = env("MASTER_ADDR");
+      const char* port = env("MASTER_PORT");
+      if (info.world > 1 && (!addr || !port))
+        throw ConfigError(fmt::format("launcher environment: RANK and WORLD_SIZE are set but {} is not",
+                                      addr ? "MASTER_PORT" : "MASTER_ADDR"));
+      if (addr) info.master_addr = addr;
+      if (port) info.master_port = parse_int("MASTER_PORT", port, 1);
+    }
+    found.push_back(info);
+  }
+  if (found.empty()) return {};
+  for (size_t i = 1; i < found.size(); ++i)
+    if (found[i].rank != found[0].rank || found[i].world != found[0].world)
+      throw ConfigError(fmt::format("launcher environment: {} ({}) and {} ({}) disagree on this process's rank or "
+                                    "the world size",
+                                    found[0].launcher, found[0].source, found[i].launcher, found[i].source));
+  return found[0];
+}
+
+LaunchInfo detect_launch() {
+  return detect_launch([](const char* name) { return std::getenv(name); });
+}
+
+}  // namespace gt

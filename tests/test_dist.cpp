@@ -1,0 +1,254 @@
+// Data-parallel training: launcher detection from environment variables, and 2-rank runs under mpirun that must
+// match one process with the same global batch.
+#include "core/error.h"
+#include "dist/launch.h"
+#include "helpers.h"
+#include "io/safetensors.h"
+
+#include <fmt/format.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+
+using namespace gt::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+gt::LaunchInfo detect(const std::map<std::string, std::string>& vars) {
+  return gt::detect_launch([&](const char* name) -> const char* {
+    auto it = vars.find(name);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  });
+}
+
+// mpirun as CI runs it: as root (allowed explicitly), never more slots than cores asked.
+std::string mpirun(int ranks) {
+  return fmt::format("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
+                     "mpirun -np {} ",
+                     ranks);
+}
+
+std::string dp_config(const std::string& optimizer, int64_t batch, int64_t accumulate) {
+  return fmt::format(R"(name: dp
+seed: 9
+device: cpu
+data: {{format: synthetic, samples: 2048, test_samples: 256, input_shape: [1, 6, 6], targets: {{classes: 3}},
+        batch_size: {}, augment: {{random_crop: {{padding: 1}}, hflip: true}}}}
+model:
+  layers:
+    - {{type: conv2d, out_channels: 4, kernel_size: 3, padding: 1}}
+    - relu
+    - flatten
+    - {{type: linear, out_features: 16}}
+    - tanh
+    - {{type: linear, out_features: 3}}
+optimizer: {}
+train: {{epochs: 2, log_every: 8, accumulate: {}}}
+)",
+                     batch, optimizer, accumulate);
+}
+
+// ‖a − b‖ / ‖a‖ over each tensor of two safetensors files: the largest.
+double max_relative_difference(const std::string& a_path, const std::string& b_path) {
+  const auto a = gt::read_safetensors(a_path), b = gt::read_safetensors(b_path);
+  REQUIRE(a.size() == b.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    REQUIRE(a[i].first == b[i].first);
+    double diff = 0, norm = 0;
+    for (int64_t k = 0; k < a[i].second.numel(); ++k) {
+      const double x = a[i].second.data<float>()[k], y = b[i].second.data<float>()[k];
+      diff += (x - y) * (x - y);
+      norm += x * x;
+    }
+    worst = std::max(worst, std::sqrt(diff / std::max(norm, 1e-30)));
+  }
+  return worst;
+}
+
+// The pid of rank `rank` of an mpirun job whose command line mentions `marker`.
+int find_rank_pid(int rank, const std::string& marker) {
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream cmd(e.path() / "cmdline"), env(e.path() / "environ");
+    std::stringstream c, v;
+    c << cmd.rdbuf();
+    v << env.rdbuf();
+    if (c.str().find(marker) == std::string::npos || c.str().find("mpirun") != std::string::npos) continue;
+    const std::string want = fmt::format("OMPI_COMM_WORLD_RANK={}", rank);
+    const std::string vars = v.str();
+    for (size_t pos = 0; (pos = vars.find(want, pos)) != std::string::npos; pos += want.size())
+      if ((pos == 0 || vars[pos - 1] == '\0') && (pos + want.size() == vars.size() || vars[pos + want.size()] == '\0'))
+        return std::stoi(name);
+  }
+  return -1;
+}
+
+}  // namespace
+
+TEST_CASE("launchers are recognised from their environment variables alone", "[cpu][dist]") {
+  CHECK(detect({}).launcher == "none");
+  CHECK(detect({}).world == 1);
+  auto ompi = detect({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "8"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}});
+  CHECK(ompi.launcher == "openmpi");
+  CHECK((ompi.rank == 3 && ompi.world == 8 && ompi.local_rank == 1));
+  auto pmi = detect({{"PMI_RANK", "2"}, {"PMI_SIZE", "4"}, {"MPI_LOCALRANKID", "0"}});
+  CHECK((pmi.launcher == "pmi" && pmi.rank == 2 && pmi.world == 4 && pmi.local_rank == 0));
+  auto slurm = detect({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "16"}, {"SLURM_LOCALID", "1"}, {"SLURM_STEP_ID", "0"}});
+  CHECK((slurm.launcher == "slurm" && slurm.rank == 5 && slurm.world == 16 && slurm.local_rank == 1));
+  // A batch script (no job step) runs once even when the allocation has 16 tasks.
+  CHECK(detect({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "16"}}).world == 1);
+  auto torchrun = detect({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "node7"},
+                          {"MASTER_PORT", "29500"}});
+  CHECK((torchrun.launcher == "torchrun" && torchrun.rank == 1 && torchrun.master_addr == "node7" &&
+         torchrun.master_port == 29500));
+  // mpirun inside a Slurm step: both agree, and the launcher that started the process directly wins.
+  CHECK(detect({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"SLURM_PROCID", "1"},
+                {"SLURM_NTASKS", "2"}, {"SLURM_STEP_ID", "3"}})
+            .launcher == "openmpi");
+
+  auto refused = [](const std::map<std::string, std::string>& vars, const std::string& message) {
+    CHECK_THROWS_WITH(detect(vars), Catch::Contains(message));
+  };
+  refused({{"RANK", "0"}}, "RANK is set but WORLD_SIZE is not");
+  refused({{"WORLD_SIZE", "4"}}, "WORLD_SIZE is set but RANK is not");
+  refused({{"RANK", "1"}, {"WORLD_SIZE", "2"}}, "MASTER_ADDR");
+  refused({{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "2"}}, "OMPI_COMM_WORLD_RANK=2 is not below");
+  refused({{"PMI_RANK", "x"}, {"PMI_SIZE", "2"}}, "PMI_RANK=x is not an integer");
+  refused({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"RANK", "1"}, {"WORLD_SIZE", "2"},
+           {"MASTER_ADDR", "a"}, {"MASTER_PORT", "1"}},
+          "openmpi (OMPI_COMM_WORLD_RANK=0, OMPI_COMM_WORLD_SIZE=2) and torchrun (RANK=1, WORLD_SIZE=2) disagree");
+}
+
+TEST_CASE("mpirun -np 2 with batch B per rank trains to the parameters of one process with batch 2B", "[e2e][dist]") {
+  TempDir dir;
+  struct Case {
+    const char* name;
+    std::string optimizer;
+    int64_t accumulate;
+  };
+  for (const Case& c : {Case{"sgd", "{type: sgd, lr: 0.05, momentum: 0.9}", 1},
+                        Case{"adam", "{type: adam, lr: 0.003}", 1},
+                        Case{"sgd, accumulating 2", "{type: sgd, lr: 0.05, momentum: 0.9, nesterov: true}", 2}}) {
+    DYNAMIC_SECTION(c.name) {
+      write_text(dir / "two.yaml", dp_config(c.optimizer, 16, c.accumulate));
+      write_text(dir / "one.yaml", dp_config(c.optimizer, 32, c.accumulate));
+      const auto two = std::system((mpirun(2) + GT_BINARY + " train " + (dir / "two.yaml") + " --threads 1 --out " +
+                                    (dir / "two") + " > " + (dir / "two.log") + " 2>&1")
+                                       .c_str());
+      const std::string log = read_text(dir / "two.log");
+      INFO(log);
+      REQUIRE(two == 0);
+      const auto one = run_gputrain("train " + (dir / "one.yaml") + " --quiet --threads 1 --out " + (dir / "one"));
+      REQUIRE(one.exit_code == 0);
+      // The same global batches in the same order, averaged gradients: equal up to float summation order.
+      CHECK(max_relative_difference(dir / "one/model.safetensors", dir / "two/model.safetensors") < 1e-5);
+      const std::string s2 = read_text(dir / "two/summary.json"), s1 = read_text(dir / "one/summary.json");
+      CHECK(json_number(s2, "world_size") == 2);
+      CHECK(json_number(s2, "steps") == json_number(s1, "steps"));
+      CHECK(*json_number(s2, "test_accuracy") == Approx(*json_number(s1, "test_accuracy")).margin(2.0 / 256));
+      // Rank 0 alone logs at info level and writes the run directory; rank 1 is silent unless something is wrong.
+      CHECK_THAT(log, Catch::Contains("rank 0 of 2 (local rank 0, mpi)") &&
+                          Catch::Contains(fmt::format("batch 16 per rank{} = global batch {}",
+                                                      c.accumulate > 1 ? " × 2 accumulated" : "",
+                                                      32 * c.accumulate)));
+      CHECK(log.find("[rank 1]") == std::string::npos);
+      fs::remove_all(dir / "one");
+      fs::remove_all(dir / "two");
+    }
+  }
+}
+
+TEST_CASE("SIGTERM to one rank stops all at one step with a checkpoint; a stuck or dead rank ends the others",
+          "[e2e][dist]") {
+  TempDir dir;
+  std::string cfg = dp_config("{type: sgd, lr: 0.05}", 16, 1);
+  cfg = std::regex_replace(cfg, std::regex("samples: 2048"), "samples: 200000");
+  write_text(dir / "c.yaml", cfg + "dist: {timeout_s: 3}\ncheckpoint: {every_steps: 50}\n");
+
+  SECTION("a stopped rank") {
+    const std::string cmd = "exec " + mpirun(2) + GT_BINARY + " train " + (dir / "c.yaml") + " --threads 1 --out " +
+                            (dir / "stuck") + " > " + (dir / "log") + " 2>&1";
+    const pid_t job = fork();
+    if (job == 0) {
+      execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    REQUIRE(wait_for_file(dir / "stuck/metrics.jsonl", 60));
+    int victim = -1;
+    for (int i = 0; i < 500 && victim < 0; ++i, usleep(10000)) victim = find_rank_pid(1, dir / "c.yaml");
+    REQUIRE(victim > 0);
+    const auto t0 = std::chrono::steady_clock::now();
+    kill(victim, SIGSTOP);  // alive but not answering
+    int status = 0;
+    waitpid(job, &status, 0);
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    kill(victim, SIGKILL);
+    const std::string log = read_text(dir / "log");
+    INFO(log);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) != 0);
+    CHECK(waited < 30);
+    CHECK_THAT(log, Catch::Contains("rank 0: no answer for 3 s in allreduce") && Catch::Contains("rank 1 failed or stopped responding"));
+  }
+  SECTION("a rank that dies") {
+    const std::string cmd = "exec " + mpirun(2) + GT_BINARY + " train " + (dir / "c.yaml") + " --threads 1 --out " +
+                            (dir / "dead") + " > " + (dir / "log") + " 2>&1";
+    const pid_t job = fork();
+    if (job == 0) {
+      execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    REQUIRE(wait_for_file(dir / "dead/metrics.jsonl", 60));
+    int victim = -1;
+    for (int i = 0; i < 500 && victim < 0; ++i, usleep(10000)) victim = find_rank_pid(1, dir / "c.yaml");
+    REQUIRE(victim > 0);
+    const auto t0 = std::chrono::steady_clock::now();
+    kill(victim, SIGKILL);
+    int status = 0;
+    waitpid(job, &status, 0);
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const std::string log = read_text(dir / "log");
+    INFO(log);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) != 0);
+    CHECK(waited < 30);
+    CHECK_THAT(log, Catch::Contains("rank 1"));  // mpirun names the rank that died
+  }
+  SECTION("SIGTERM to one rank stops both at the same step") {
+    const std::string cmd = "exec " + mpirun(2) + GT_BINARY + " train " + (dir / "c.yaml") + " --threads 1 --out " +
+                            (dir / "term") + " > " + (dir / "log") + " 2>&1";
+    const pid_t job = fork();
+    if (job == 0) {
+      execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    REQUIRE(wait_for_file(dir / "term/checkpoints/latest", 60));
+    int victim = -1;
+    for (int i = 0; i < 500 && victim < 0; ++i, usleep(10000)) victim = find_rank_pid(1, dir / "c.yaml");
+    REQUIRE(victim > 0);
+    kill(victim, SIGTERM);  // the stop flag travels with the step's all-reduce: rank 0 stops at the same step
+    int status = 0;
+    waitpid(job, &status, 0);
+    const std::string log = read_text(dir / "log");
+    INFO(log);
+    const std::string summary = read_text(dir / "term/summary.json");
+    CHECK(json_string(summary, "exit_reason") == "interrupted");
+    const auto steps = json_number(summary, "steps");
+    REQUIRE(steps.has_value());
+    CHECK(fs::exists(dir / fmt::format("term/checkpoints/step-{}", static_cast<int64_t>(*steps))));
+    CHECK_THAT(log, Catch::Contains("a stop on another rank received: stopping after step"));
+  }
+}
