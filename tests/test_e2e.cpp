@@ -164,7 +164,7 @@ TEST_CASE("gradient accumulation over 2 x 32 equals batches of 64", "[e2e]") {
   const auto r = run_gputrain(common + "--set data.batch_size=32 --set train.accumulate=2 --out " + (dir / "acc"));
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
-  CHECK_THAT(r.output, Catch::Contains("batch 32 × 2 accumulated = effective batch 64"));
+  CHECK_THAT(r.output, Catch::Contains("batch 32 × 2 accumulated = global batch 64"));
   const auto big = lines(read_text(dir / "big/metrics.jsonl")), acc = lines(read_text(dir / "acc/metrics.jsonl"));
   REQUIRE(big.size() == acc.size());
   for (size_t i = 0; i < big.size(); ++i) {

@@ -3,6 +3,7 @@
 
 #include "core/error.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -10,7 +11,10 @@ namespace gt {
 
 GradSync::GradSync(Communicator& comm, const std::vector<std::vector<Param*>>& params_by_node, double bucket_mb)
     : m_comm(comm), m_bucket_of_node(params_by_node.size(), -1) {
+  // Like DDP, the first bucket (the last layers, done first) is capped at 1 MB so that communication starts early
+  // even when the whole model would fit one bucket.
   const auto limit = static_cast<size_t>(bucket_mb * 1e6 / sizeof(float));
+  const auto first_limit = std::min(limit, static_cast<size_t>(1e6 / sizeof(float)));
   size_t fill = 0;
   for (size_t i = params_by_node.size(); i-- > 0;) {  // the order backward finishes them
     if (params_by_node[i].empty()) continue;
@@ -20,7 +24,7 @@ GradSync::GradSync(Communicator& comm, const std::vector<std::vector<Param*>>& p
       n += static_cast<size_t>(p->grad.numel());
     }
     // A node's parameters share a bucket; a bucket closes once it holds bucket_mb.
-    if (m_buckets.empty() || fill >= limit) {
+    if (m_buckets.empty() || fill >= (m_buckets.size() == 1 ? first_limit : limit)) {
       m_buckets.emplace_back();
       fill = 0;
     }

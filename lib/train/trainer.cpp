@@ -405,8 +405,11 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
   spdlog::info("gputrain {}: run {} → {}", GPUTRAIN_VERSION, exp.name, sum.run_dir);
   char host[256] = "?";
   ::gethostname(host, sizeof host - 1);
-  spdlog::info("rank {} of {} (local rank {}, {}), device {} ({}), {} CPU thread(s), host {}", comm.rank(), world,
-               opts.local_rank, comm.name(), sum.device, device_reason, threads, host);
+  spdlog::info("{}device {} ({}), {} CPU thread(s), host {}",
+               world > 1 ? fmt::format("rank {} of {} (local rank {}, {}), ", comm.rank(), world, opts.local_rank,
+                                       comm.name())
+                         : std::string(),
+               sum.device, device_reason, threads, host);
   spdlog::info("data: {} training samples of {}{}, batch {}{}{}{}, {} steps per epoch{}", data.train.size(),
                data.train.input_shape().str(),
                data.test.size() ? fmt::format(", {} test samples", data.test.size()) : std::string(), batch,

@@ -1,0 +1,16 @@
+// Fuzz target: the checkpoint state reader (gt::parse_state_json), which `--resume` and `export` trust with
+// state.json files from anywhere.
+#include "core/error.h"
+#include "train/checkpoint.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  try {
+    gt::parse_state_json(std::string(reinterpret_cast<const char*>(data), size), "state.json");
+  } catch (const gt::Error&) {
+  }
+  return 0;
+}
