@@ -3,6 +3,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <memory>
@@ -61,10 +62,11 @@ IdxArray read_idx_file(const std::string& path) {
     total *= static_cast<size_t>(dim);
   }
   // The buffer grows as data arrives, so a header that promises more than the file holds costs no more memory
-  // than the file.
+  // than the file: chunks start at 1 MiB and double up to 64 MiB (a 64 MiB first chunk made every truncated
+  // file cost a 64 MiB memset, which slowed fuzz_idx over tenfold).
   size_t have = 0;
   while (have < total) {
-    const size_t chunk = std::min<size_t>(total - have, size_t{64} << 20);
+    const size_t chunk = std::min(total - have, std::clamp(have, size_t{1} << 20, size_t{64} << 20));
     if (out.data.capacity() < have + chunk) out.data.reserve(std::min(total, std::max(have + chunk, 2 * have)));
     out.data.resize(have + chunk);
     const size_t got = read_up_to(f.get(), out.data.data() + have, chunk, path);
