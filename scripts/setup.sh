@@ -12,6 +12,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   dataset-fashion-mnist
   python3-torch python3-numpy python3-yaml
+  clang libclang-rt-14-dev libomp-14-dev  # scripts/sanitize.sh: ASan/UBSan, libFuzzer, OpenMP for clang
 )
 missing=()
 for p in "${packages[@]}"; do
