@@ -4,6 +4,7 @@
 #include "dist/launch.h"
 #include "helpers.h"
 #include "io/safetensors.h"
+#include "train/checkpoint.h"
 
 #include <fmt/format.h>
 #include <signal.h>
@@ -251,4 +252,32 @@ TEST_CASE("SIGTERM to one rank stops all at one step with a checkpoint; a stuck 
     CHECK(fs::exists(dir / fmt::format("term/checkpoints/step-{}", static_cast<int64_t>(*steps))));
     CHECK_THAT(log, Catch::Contains("a stop on another rank received: stopping after step"));
   }
+}
+
+TEST_CASE("a checkpoint written by 2 ranks resumes on 1, saying that the data order differs from there", "[e2e][dist]") {
+  TempDir dir;
+  write_text(dir / "c.yaml", dp_config("{type: adam, lr: 0.003}", 16, 1));
+  const int two = std::system((mpirun(2) + GT_BINARY + " train " + (dir / "c.yaml") + " --quiet --threads 1 --max-steps 40 --out " +
+                               (dir / "run") + " > " + (dir / "log") + " 2>&1")
+                                  .c_str());
+  INFO(read_text(dir / "log"));
+  REQUIRE(two == 0);
+  CHECK(gt::read_checkpoint(dir / "run/checkpoints/step-40").world_size == 2);
+  const auto one = run_gputrain("train " + (dir / "c.yaml") + " --threads 1 --resume auto --out " + (dir / "run"));
+  INFO(one.output);
+  CHECK(one.exit_code == 0);
+  CHECK_THAT(one.output, Catch::Contains("written by 2 rank(s) and this run has 1: the data order differs") &&
+                             Catch::Contains("resuming from"));
+  CHECK_THAT(one.output, Catch::Contains("step 40, epoch 1, 1280 samples into it"));  // 40 × 32 samples
+  CHECK(json_number(read_text(dir / "run/summary.json"), "world_size") == 1);
+
+  // A failure on rank 0 alone (this folder already holds a run) ends rank 1 at once instead of leaving it waiting.
+  const auto t0 = std::chrono::steady_clock::now();
+  const int clash = std::system((mpirun(2) + GT_BINARY + " train " + (dir / "c.yaml") + " --out " + (dir / "run") +
+                                 " > " + (dir / "clash.log") + " 2>&1")
+                                    .c_str());
+  INFO(read_text(dir / "clash.log"));
+  CHECK(clash != 0);
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 20);
+  CHECK_THAT(read_text(dir / "clash.log"), Catch::Contains("already holds a run's checkpoints"));
 }

@@ -160,6 +160,12 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  // Outside the try block: on a failure the other ranks must be ended (comm->abort) after the message is logged.
+  std::unique_ptr<gt::Communicator> comm;
+  auto fail = [&](int code) {
+    if (comm && comm->size() > 1) comm->abort(code);
+    return code;
+  };
   try {
     if (*devices) return cmd_devices();
     if (*layers) {
@@ -209,23 +215,23 @@ int main(int argc, char** argv) {
     // Under mpirun/srun every rank runs this; rank 0 logs and writes, the others log warnings and errors only.
     const gt::LaunchInfo launch = gt::detect_launch();
     if (launch.rank != 0) gt::set_log_rank(launch.rank);
-    const std::unique_ptr<gt::Communicator> comm = gt::make_communicator(launch, exp.dist.timeout_s);
+    comm = gt::make_communicator(launch, exp.dist.timeout_s);
     run.comm = comm.get();
     run.local_rank = launch.local_rank;
     return exit_code_for(gt::run_training(exp, run));
   } catch (const gt::Error& e) {
     spdlog::error("{}", e.what());
     switch (e.kind()) {
-      case gt::ErrorKind::config: return 2;
-      case gt::ErrorKind::distributed: return 3;
-      case gt::ErrorKind::diverged: return 4;
-      default: return 1;
+      case gt::ErrorKind::config: return fail(2);
+      case gt::ErrorKind::distributed: return fail(3);
+      case gt::ErrorKind::diverged: return fail(4);
+      default: return fail(1);
     }
   } catch (const std::bad_alloc&) {
     spdlog::error("out of host memory");
-    return 1;
+    return fail(1);
   } catch (const std::exception& e) {
     spdlog::error("unexpected failure: {}", e.what());
-    return 1;
+    return fail(1);
   }
 }

@@ -21,6 +21,9 @@ class Communicator {
   virtual void allreduce_sum(double* data, size_t n, const char* what) = 0;
   /// Copies `bytes` from `root` to every other rank.
   virtual void broadcast(void* data, size_t bytes, int root, const char* what) = 0;
+  /// After a failure on this rank: ends every rank at once with `exit_code` (the others may be waiting in a
+  /// collective that this rank will never reach). Returns only for a single rank.
+  virtual void abort(int exit_code) = 0;
 };
 
 /// One rank: every collective is the identity.

@@ -13,6 +13,7 @@ class LocalComm final : public Communicator {
   void allreduce_sum(float*, size_t, const char*) override {}
   void allreduce_sum(double*, size_t, const char*) override {}
   void broadcast(void*, size_t, int, const char*) override {}
+  void abort(int) override {}
 };
 
 }  // namespace

@@ -35,10 +35,16 @@ class MpiComm final : public Communicator {
                               "gputrain started by {} without MPI?",
                               m_rank, m_size, launch.rank, launch.world, launch.source, launch.launcher));
   }
+  // Reached on success only: a failing rank calls abort() instead, since MPI_Finalize waits for the other ranks.
   ~MpiComm() override {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (!finalized) MPI_Finalize();
+  }
+  void abort(int exit_code) override {
+    spdlog::default_logger()->flush();
+    MPI_Abort(MPI_COMM_WORLD, exit_code);
+    ::_exit(exit_code);
   }
 
   int rank() const override { return m_rank; }

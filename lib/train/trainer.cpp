@@ -720,6 +720,10 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
     p.final_train_loss = p.epoch_loss / static_cast<double>(std::max<int64_t>(p.epoch_samples, 1));
     if (data.test.size() > 0 && exp.train.eval_every == 0 && p.last_eval_step != p.step) run_eval();
     p.epochs_done = p.epoch + 1;
+    if (p.micro_done < micro_per_epoch) {  // max_steps ended the run inside the epoch: a resume continues it
+      dirty = true;
+      break;
+    }
     p.epoch += 1;
     p.micro_done = 0;
     p.epoch_loss = 0;
