@@ -202,7 +202,7 @@ TEST_CASE("SIGTERM to one rank stops all at one step with a checkpoint; a stuck 
     CHECK(WIFEXITED(status));
     CHECK(WEXITSTATUS(status) != 0);
     CHECK(waited < 30);
-    CHECK_THAT(log, Catch::Contains("rank 0: no answer for 3 s in allreduce") && Catch::Contains("rank 1 failed or stopped responding"));
+    CHECK_THAT(log, Catch::Contains("rank 0: no answer for 3 s in ") && Catch::Contains("rank 1 failed or stopped responding"));
   }
   SECTION("a rank that dies") {
     const std::string cmd = "exec " + mpirun(2) + GT_BINARY + " train " + (dir / "c.yaml") + " --threads 1 --out " +

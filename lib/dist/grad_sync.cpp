@@ -23,8 +23,8 @@ GradSync::GradSync(Communicator& comm, const std::vector<std::vector<Param*>>& p
       GT_CHECK(p->grad.dtype() == DType::f32 && p->grad.device().is_cpu(), "gradient sync covers f32 CPU gradients");
       n += static_cast<size_t>(p->grad.numel());
     }
-    // A node's parameters share a bucket; a bucket closes once it holds bucket_mb.
-    if (m_buckets.empty() || fill >= (m_buckets.size() == 1 ? first_limit : limit)) {
+    // A node's parameters share a bucket; a node that would take a bucket past its size starts the next one.
+    if (m_buckets.empty() || (fill > 0 && fill + n > (m_buckets.size() == 1 ? first_limit : limit))) {
       m_buckets.emplace_back();
       fill = 0;
     }

@@ -741,7 +741,8 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
   if (grad_sync && lead && p.step > 0)
     spdlog::info("all-reduce: {:.1f} ms per step, {:.0f}% of it hidden behind backward",
                  1e3 * grad_sync->comm_seconds() / static_cast<double>(p.step),
-                 100.0 * (1.0 - grad_sync->exposed_seconds() / std::max(grad_sync->comm_seconds(), 1e-12)));
+                 std::max(0.0, 100.0 * (1.0 - grad_sync->exposed_seconds() /
+                                                   std::max(grad_sync->comm_seconds(), 1e-12))));
   if (sum.exit_reason == "diverged") {
     if (lead) write_summary(dir, exp, sum, p, threads, world, seconds_since(wall_start));
     return sum;
