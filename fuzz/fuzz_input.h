@@ -12,13 +12,13 @@
 
 namespace gt::fuzz {
 
-/// A per-process scratch file under $TMPDIR (else /dev/shm, else /tmp), rewritten for every input and removed at
-/// exit.
+/// A per-process scratch file in /dev/shm (else $TMPDIR, else /tmp), rewritten for every input and removed at exit.
+/// Memory, not disk: on this project's CI machine a disk-backed /tmp made the readers' fuzzers six times slower.
 class ScratchFile {
  public:
   explicit ScratchFile(const std::string& name) {
     const char* env = std::getenv("TMPDIR");
-    const std::string dir = env && *env ? env : ::access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+    const std::string dir = ::access("/dev/shm", W_OK) == 0 ? "/dev/shm" : env && *env ? env : "/tmp";
     m_path = dir + "/gt_fuzz_" + std::to_string(::getpid()) + "_" + name;
   }
   ~ScratchFile() { ::unlink(m_path.c_str()); }

@@ -30,7 +30,7 @@ for target in $(cd fuzz && ls fuzz_*.cpp | sed 's/\.cpp$//'); do
   # Fuzz a copy of the corpus so the committed seeds stay as they are; crash inputs land in $work/<target>-crashes.
   mkdir -p "$work/$target" "$work/$target-crashes"
   cp fuzz/corpus/"$target"/* "$work/$target"/
-  if ! (cd "$work" && TMPDIR="$work" "$root/build-san/fuzz/$target" -max_total_time="$fuzz_seconds" -timeout=5 \
+  if ! (cd "$work" && "$root/build-san/fuzz/$target" -max_total_time="$fuzz_seconds" -timeout=5 \
           -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$work/$target-crashes/" "$work/$target" \
           >"$work/$target.log" 2>&1); then
     failed+=("$target")
