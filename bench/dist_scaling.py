@@ -21,8 +21,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BINARY = os.path.join(ROOT, "build", "gputrain")
 
 
-def run(config, ranks, threads, steps, out):
-    cmd = [BINARY, "train", config, "--threads", str(threads), "--max-steps", str(steps), "--out", out]
+def run(config, ranks, threads, steps, out, extra=()):
+    extra = list(extra)
+    cmd = [BINARY, "train", config, "--threads", str(threads), "--max-steps", str(steps), "--out", out] + extra
     env = dict(os.environ)
     if ranks > 1:
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
@@ -50,18 +51,22 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--steps", type=int, default=150)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--overlap", choices=["true", "false"], default="true", help="dist.overlap of the runs")
     args = ap.parse_args()
     one, many = [], []
     with tempfile.TemporaryDirectory() as tmp:
+        config = os.path.join(tmp, "config.yaml")  # the config with the dist section of this benchmark
+        with open(args.config) as src, open(config, "w") as dst:
+            dst.write(src.read() + f"\ndist: {{overlap: {args.overlap}}}\n")
         for r in range(args.rounds):
-            one.append(run(args.config, 1, args.threads, args.steps, os.path.join(tmp, f"one{r}")))
-            many.append(run(args.config, args.ranks, args.threads, args.steps, os.path.join(tmp, f"many{r}")))
+            one.append(run(config, 1, args.threads, args.steps, os.path.join(tmp, f"one{r}")))
+            many.append(run(config, args.ranks, args.threads, args.steps, os.path.join(tmp, f"many{r}")))
     s1 = statistics.median(x["samples_per_sec"] for x in one)
     sn = statistics.median(x["samples_per_sec"] for x in many)
     batch = re.search(r"batch_size: (\d+)", open(args.config).read())
     batch = int(batch.group(1)) if batch else 0
     print(f"{os.path.basename(args.config)}: {args.steps} steps, batch {batch} per rank, {args.threads} thread(s) "
-          f"per rank, median of {args.rounds} interleaved rounds")
+          f"per rank, dist.overlap {args.overlap}, median of {args.rounds} interleaved rounds")
     print(f"1 rank:  {s1:9,.0f} samples/s   {1e3 * batch / s1:7.1f} ms per step")
     print(f"{args.ranks} ranks: {sn:9,.0f} samples/s   {1e3 * batch * args.ranks / sn:7.1f} ms per step")
     hidden = statistics.median(x.get("hidden_pct", 0) for x in many)

@@ -139,12 +139,15 @@ TEST_CASE("mpirun -np 2 with batch B per rank trains to the parameters of one pr
     const char* name;
     std::string optimizer;
     int64_t accumulate;
+    const char* dist = "";
   };
   for (const Case& c : {Case{"sgd", "{type: sgd, lr: 0.05, momentum: 0.9}", 1},
                         Case{"adam", "{type: adam, lr: 0.003}", 1},
-                        Case{"sgd, accumulating 2", "{type: sgd, lr: 0.05, momentum: 0.9, nesterov: true}", 2}}) {
+                        Case{"sgd, accumulating 2", "{type: sgd, lr: 0.05, momentum: 0.9, nesterov: true}", 2},
+                        Case{"adam, all-reduce after backward, small buckets", "{type: adam, lr: 0.003}", 1,
+                             "dist: {overlap: false, bucket_mb: 0.001}\n"}}) {
     DYNAMIC_SECTION(c.name) {
-      write_text(dir / "two.yaml", dp_config(c.optimizer, 16, c.accumulate));
+      write_text(dir / "two.yaml", dp_config(c.optimizer, 16, c.accumulate) + c.dist);
       write_text(dir / "one.yaml", dp_config(c.optimizer, 32, c.accumulate));
       const auto two = std::system((mpirun(2) + GT_BINARY + " train " + (dir / "two.yaml") + " --threads 1 --out " +
                                     (dir / "two") + " > " + (dir / "two.log") + " 2>&1")

@@ -9,8 +9,9 @@
 
 namespace gt {
 
-GradSync::GradSync(Communicator& comm, const std::vector<std::vector<Param*>>& params_by_node, double bucket_mb)
-    : m_comm(comm), m_bucket_of_node(params_by_node.size(), -1) {
+GradSync::GradSync(Communicator& comm, const std::vector<std::vector<Param*>>& params_by_node, double bucket_mb,
+                   bool overlap)
+    : m_comm(comm), m_bucket_of_node(params_by_node.size(), -1), m_overlap(overlap) {
   // Like DDP, the first bucket (the last layers, done first) is capped at 1 MB so that communication starts early
   // even when the whole model would fit one bucket.
   const auto limit = static_cast<size_t>(bucket_mb * 1e6 / sizeof(float));
@@ -40,7 +41,7 @@ GradSync::GradSync(Communicator& comm, const std::vector<std::vector<Param*>>& p
     b.flat.resize(n);
     m_bytes += static_cast<int64_t>(n * sizeof(float));
   }
-  m_thread = std::thread([this] { worker(); });
+  if (m_overlap) m_thread = std::thread([this] { worker(); });
 }
 
 GradSync::~GradSync() {
@@ -49,11 +50,11 @@ GradSync::~GradSync() {
     m_stop = true;
   }
   m_cv.notify_all();
-  m_thread.join();
+  if (m_thread.joinable()) m_thread.join();
 }
 
 void GradSync::node_done(size_t i) {
-  if (!m_armed || m_bucket_of_node[i] < 0) return;
+  if (!m_armed || !m_overlap || m_bucket_of_node[i] < 0) return;
   const auto b = static_cast<size_t>(m_bucket_of_node[i]);
   if (++m_buckets[b].pending < m_buckets[b].nodes) return;
   m_buckets[b].pending = 0;
@@ -68,6 +69,14 @@ void GradSync::node_done(size_t i) {
 void GradSync::finish() {
   if (!m_armed) return;
   m_armed = false;
+  if (!m_overlap) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (size_t b = 0; b < m_buckets.size(); ++b) reduce(b);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    m_exposed_seconds += dt;
+    m_comm_seconds += dt;
+    return;
+  }
   GT_CHECK(m_launched == m_buckets.size(), "{} of {} gradient buckets were complete after backward", m_launched,
            m_buckets.size());
   const auto t0 = std::chrono::steady_clock::now();
@@ -77,8 +86,24 @@ void GradSync::finish() {
   m_exposed_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-void GradSync::worker() {
+void GradSync::reduce(size_t b) {
   const float scale = 1.0f / static_cast<float>(m_comm.size());
+  Bucket& bucket = m_buckets[b];
+  float* flat = bucket.flat.data();
+  for (Param* p : bucket.params) {
+    std::memcpy(flat, p->grad.data<float>(), static_cast<size_t>(p->grad.numel()) * sizeof(float));
+    flat += p->grad.numel();
+  }
+  m_comm.allreduce_sum(bucket.flat.data(), bucket.flat.size(), "the gradients");
+  flat = bucket.flat.data();
+  for (Param* p : bucket.params) {
+    float* g = p->grad.data<float>();
+    for (int64_t k = 0; k < p->grad.numel(); ++k) g[k] = flat[k] * scale;
+    flat += p->grad.numel();
+  }
+}
+
+void GradSync::worker() {
   for (;;) {
     size_t b = 0;
     {
@@ -89,19 +114,7 @@ void GradSync::worker() {
       m_queue.pop_front();
     }
     const auto t0 = std::chrono::steady_clock::now();
-    Bucket& bucket = m_buckets[b];
-    float* flat = bucket.flat.data();
-    for (Param* p : bucket.params) {
-      std::memcpy(flat, p->grad.data<float>(), static_cast<size_t>(p->grad.numel()) * sizeof(float));
-      flat += p->grad.numel();
-    }
-    m_comm.allreduce_sum(bucket.flat.data(), bucket.flat.size(), "the gradients");
-    flat = bucket.flat.data();
-    for (Param* p : bucket.params) {
-      float* g = p->grad.data<float>();
-      for (int64_t k = 0; k < p->grad.numel(); ++k) g[k] = flat[k] * scale;
-      flat += p->grad.numel();
-    }
+    reduce(b);
     m_comm_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     {
       std::lock_guard<std::mutex> lock(m_mutex);

@@ -19,8 +19,11 @@ class Model;
 
 class GradSync {
  public:
-  /// `params_by_node[i]` are node i's parameters; buckets follow the nodes from last to first.
-  GradSync(Communicator& comm, const std::vector<std::vector<Param*>>& params_by_node, double bucket_mb);
+  /// `params_by_node[i]` are node i's parameters; buckets follow the nodes from last to first. `overlap`: all-reduce
+  /// on a communication thread during backward; otherwise every bucket in `finish`, on the calling thread (better
+  /// when every core already computes: the thread would only take cycles from the backward pass).
+  GradSync(Communicator& comm, const std::vector<std::vector<Param*>>& params_by_node, double bucket_mb,
+           bool overlap = true);
   ~GradSync();
   GradSync(const GradSync&) = delete;
   GradSync& operator=(const GradSync&) = delete;
@@ -47,11 +50,12 @@ class GradSync {
     size_t pending = 0;  ///< of those, done in this backward pass
   };
   void worker();
+  void reduce(size_t b);  ///< all-reduces bucket b and writes the averages back
 
   Communicator& m_comm;
   std::vector<Bucket> m_buckets;
   std::vector<int> m_bucket_of_node;  ///< -1: no parameters
-  bool m_armed = false;
+  bool m_armed = false, m_overlap = true;
   int64_t m_bytes = 0;
   double m_comm_seconds = 0, m_exposed_seconds = 0;
 

@@ -221,7 +221,8 @@ void parse_checkpoint(const ConfigNode& n, CheckpointConfig& out) {
 }
 
 void parse_dist(const ConfigNode& n, DistConfig& out) {
-  n.expect_keys({"bucket_mb", "timeout_s", "sync_batchnorm"});
+  n.expect_keys({"bucket_mb", "timeout_s", "overlap", "sync_batchnorm"});
+  out.overlap = n.get_bool("overlap", true);
   out.bucket_mb = n.get_double("bucket_mb", 25, 1e-3, 1e6);
   out.timeout_s = n.get_double("timeout_s", 300, 0.1, 1e7);
   if (n.get_bool("sync_batchnorm", false))
@@ -392,6 +393,7 @@ YAML::Node resolved_config(const Experiment& e, const YAML::Node& layers) {
   n["checkpoint"]["keep_best"] = e.checkpoint.keep_best.empty() ? YAML::Node() : YAML::Node(e.checkpoint.keep_best);
   n["dist"]["bucket_mb"] = e.dist.bucket_mb;
   n["dist"]["timeout_s"] = e.dist.timeout_s;
+  n["dist"]["overlap"] = e.dist.overlap;
   return n;
 }
 

@@ -75,6 +75,7 @@ struct CheckpointConfig {
 struct DistConfig {
   double bucket_mb = 25;   ///< gradient bucket size for the overlapped all-reduce
   double timeout_s = 300;  ///< a collective waiting longer than this ends the run with exit 3
+  bool overlap = true;     ///< all-reduce gradient buckets on a thread during backward
 };
 
 struct Experiment {

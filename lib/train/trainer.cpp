@@ -451,10 +451,11 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
   }
   std::optional<GradSync> grad_sync;
   if (world > 1) {
-    grad_sync.emplace(comm, model.params_by_node(), exp.dist.bucket_mb);
+    grad_sync.emplace(comm, model.params_by_node(), exp.dist.bucket_mb, exp.dist.overlap);
     model.set_grad_ready_hook([&](size_t node) { grad_sync->node_done(node); });
-    spdlog::info("gradients: {:.2f} MB all-reduced per step in {} bucket(s) of up to {} MB, overlapping backward",
-                 static_cast<double>(grad_sync->bytes_per_step()) / 1e6, grad_sync->buckets(), exp.dist.bucket_mb);
+    spdlog::info("gradients: {:.2f} MB all-reduced per step in {} bucket(s) of up to {} MB, {}",
+                 static_cast<double>(grad_sync->bytes_per_step()) / 1e6, grad_sync->buckets(), exp.dist.bucket_mb,
+                 exp.dist.overlap ? "overlapping backward" : "after backward (dist.overlap: false)");
   }
   struct Unhook {
     Model& m;
