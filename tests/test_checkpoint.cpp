@@ -152,7 +152,7 @@ TEST_CASE("state.json holds the loop counters, config hash and file checksums, a
           "expected 8 hex digits");
 }
 
-TEST_CASE("SIGTERM finishes the step, checkpoints and exits 75; --resume auto then matches the uninterrupted run",
+TEST_CASE("SIGTERM finishes the step, checkpoints and exits 75, and --resume auto then matches the uninterrupted run",
           "[e2e]") {
   TempDir dir;
   write_text(dir / "c.yaml", resume_config(24000, 25));
@@ -240,7 +240,7 @@ TEST_CASE("a full disk stops the run with exit 1 naming the file and keeps the l
   CHECK_NOTHROW(gt::read_checkpoint(dir / "run/checkpoints/step-10"));
 }
 
-TEST_CASE("corrupt checkpoints are refused by name; auto falls back to the previous good one", "[e2e]") {
+TEST_CASE("corrupt checkpoints are refused by name, and auto falls back to the previous good one", "[e2e]") {
   TempDir dir;
   write_text(dir / "c.yaml", resume_config(600, 5));
   REQUIRE(run_gputrain("train " + (dir / "c.yaml") + " --quiet --epochs 2 --out " + (dir / "run")).exit_code == 0);
@@ -275,7 +275,7 @@ TEST_CASE("corrupt checkpoints are refused by name; auto falls back to the previ
   CHECK_THAT(clash.output, Catch::Contains("already holds a run's checkpoints"));
 }
 
-TEST_CASE("keep prunes old checkpoints only after a new one is complete; keep_best keeps the best", "[e2e]") {
+TEST_CASE("keep prunes old checkpoints only after a new one is complete, and keep_best keeps the best", "[e2e]") {
   TempDir dir;
   write_text(dir / "c.yaml", resume_config(3000, 10));
   const auto r = run_gputrain("train " + (dir / "c.yaml") +

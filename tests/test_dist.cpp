@@ -175,7 +175,7 @@ TEST_CASE("mpirun -np 2 with batch B per rank trains to the parameters of one pr
   }
 }
 
-TEST_CASE("SIGTERM to one rank stops all at one step with a checkpoint; a stuck or dead rank ends the others",
+TEST_CASE("SIGTERM to one rank stops all at one step with a checkpoint, and a stuck or dead rank ends the others",
           "[e2e][dist]") {
   TempDir dir;
   std::string cfg = dp_config("{type: sgd, lr: 0.05}", 16, 1);

@@ -6,6 +6,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 #include <cmath>
 #include <filesystem>
 #include <future>
@@ -370,4 +372,24 @@ TEST_CASE("bad configs and usage exit 2 with one error line, bad data exits 1", 
                                    "optimizer: {type: sgd, lr: 0.1}\n");
   expect("train " + (dir / "idx.yaml") + " --out " + (dir / "run"), 1, dir / "img.idx");
   CHECK_FALSE(fs::exists(dir / "run"));  // nothing is created for a run that cannot start
+}
+
+TEST_CASE("every test name is one ctest can run (no semicolon, no leading dashes)", "[cpu]") {
+  // ctest splits a name at ';' into filters that match nothing, and reports the test as passed without running it.
+  char self[4096] = {};
+  REQUIRE(readlink("/proc/self/exe", self, sizeof self - 1) > 0);
+  FILE* p = popen((std::string(self) + " --list-test-names-only").c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string names;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) names.append(buf, n);
+  pclose(p);
+  int count = 0;
+  for (const auto& name : lines(names)) {
+    INFO(name);
+    CHECK(name.find(';') == std::string::npos);
+    CHECK(name.rfind("--", 0) != 0);
+    ++count;
+  }
+  CHECK(count > 60);
 }
