@@ -217,6 +217,11 @@ TEST_CASE("config overrides (--set) reach nested keys and list items", "[config]
   }
   SECTION("a path that does not exist names it") {
     CHECK_THROWS_WITH(apply_override(base, "optimizer.foo.bar=1"), Catch::Contains("the config has no key optimizer.foo"));
+    // A section the file leaves out is created by a --set into it; what goes in is validated as usual.
+    const ConfigNode with_section = apply_override(base, "checkpoint.every_steps=5");
+    CHECK(with_section["checkpoint"]["every_steps"].as_int() == 5);
+    CHECK_THROWS_WITH(parse_experiment(apply_override(base, "chekpoint.every_steps=5")),
+                      Catch::Contains("did you mean \"checkpoint\""));
     CHECK_THROWS_WITH(apply_override(base, "model.layers[9].out_features=1"),
                       Catch::Contains("model.layers has no item [9] (it has 3)"));
     CHECK_THROWS_WITH(apply_override(base, "nothing"), Catch::Contains("expected KEY=VALUE"));

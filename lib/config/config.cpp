@@ -355,6 +355,10 @@ ConfigNode apply_override(const ConfigNode& root, const std::string& assignment)
     const PathStep& st = steps[s];
     YAML::Node next;
     if (!st.key.empty()) {
+      // A whole section the file leaves out (checkpoint, dist, scheduler, ...) is created empty; a name that is not
+      // a section then fails validation with a did-you-mean. Deeper keys must exist.
+      if (s == 0 && node.IsMap() && (!node[st.key].IsDefined() || node[st.key].IsNull()))
+        node[st.key] = YAML::Node(YAML::NodeType::Map);
       if (!node.IsMap() || !node[st.key].IsDefined() || node[st.key].IsNull())
         throw ConfigError(fmt::format("--set {}: the config has no key {}", assignment,
                                       walked.empty() ? st.key : walked + "." + st.key));
