@@ -87,6 +87,14 @@ std::string read_text(const std::string& path) {
   return ss.str();
 }
 
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);)
+    if (!l.empty()) out.push_back(l);
+  return out;
+}
+
 void write_text(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);
   out << text;

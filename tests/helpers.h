@@ -3,6 +3,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace gt::test {
 
@@ -30,6 +31,8 @@ class TempDir {
 };
 
 std::string read_text(const std::string& path);
+/// The non-empty lines of `text`.
+std::vector<std::string> lines_of(const std::string& text);
 void write_text(const std::string& path, const std::string& text);
 /// The number stored under "key" in a one-line JSON object; nullopt when absent or null.
 std::optional<double> json_number(const std::string& json, const std::string& key);

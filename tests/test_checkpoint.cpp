@@ -53,13 +53,6 @@ checkpoint: {{every_steps: {}, keep: 100}}
                      samples, every_steps);
 }
 
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> out;
-  std::istringstream in(text);
-  for (std::string l; std::getline(in, l);)
-    if (!l.empty()) out.push_back(l);
-  return out;
-}
 
 // metrics.jsonl without its timing fields, which differ from run to run.
 std::string metrics_without_timing(const std::string& run) {

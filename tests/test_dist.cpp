@@ -78,6 +78,19 @@ double max_relative_difference(const std::string& a_path, const std::string& b_p
   return worst;
 }
 
+// Starts `mpirun -np 2 gputrain train CONFIG --threads 1 --out OUT` in the background, output to LOG; its pid is
+// mpirun's own (exec), so signals sent to it reach mpirun.
+pid_t start_two_ranks(const std::string& config, const std::string& out, const std::string& log) {
+  const std::string cmd =
+      "exec " + mpirun(2) + GT_BINARY + " train " + config + " --threads 1 --out " + out + " > " + log + " 2>&1";
+  const pid_t job = fork();
+  if (job == 0) {
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return job;
+}
+
 // The pid of rank `rank` of an mpirun job whose command line mentions `marker`.
 int find_rank_pid(int rank, const std::string& marker) {
   for (const auto& e : fs::directory_iterator("/proc")) {
@@ -183,13 +196,7 @@ TEST_CASE("SIGTERM to one rank stops all at one step with a checkpoint, and a st
   write_text(dir / "c.yaml", cfg + "dist: {timeout_s: 3}\ncheckpoint: {every_steps: 50}\n");
 
   SECTION("a stopped rank") {
-    const std::string cmd = "exec " + mpirun(2) + GT_BINARY + " train " + (dir / "c.yaml") + " --threads 1 --out " +
-                            (dir / "stuck") + " > " + (dir / "log") + " 2>&1";
-    const pid_t job = fork();
-    if (job == 0) {
-      execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-      _exit(127);
-    }
+    const pid_t job = start_two_ranks(dir / "c.yaml", dir / "stuck", dir / "log");
     REQUIRE(wait_for_file(dir / "stuck/metrics.jsonl", 60));
     int victim = -1;
     for (int i = 0; i < 500 && victim < 0; ++i, usleep(10000)) victim = find_rank_pid(1, dir / "c.yaml");
@@ -208,13 +215,7 @@ TEST_CASE("SIGTERM to one rank stops all at one step with a checkpoint, and a st
     CHECK_THAT(log, Catch::Contains("rank 0: no answer for 3 s in ") && Catch::Contains("rank 1 failed or stopped responding"));
   }
   SECTION("a rank that dies") {
-    const std::string cmd = "exec " + mpirun(2) + GT_BINARY + " train " + (dir / "c.yaml") + " --threads 1 --out " +
-                            (dir / "dead") + " > " + (dir / "log") + " 2>&1";
-    const pid_t job = fork();
-    if (job == 0) {
-      execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-      _exit(127);
-    }
+    const pid_t job = start_two_ranks(dir / "c.yaml", dir / "dead", dir / "log");
     REQUIRE(wait_for_file(dir / "dead/metrics.jsonl", 60));
     int victim = -1;
     for (int i = 0; i < 500 && victim < 0; ++i, usleep(10000)) victim = find_rank_pid(1, dir / "c.yaml");
@@ -232,13 +233,7 @@ TEST_CASE("SIGTERM to one rank stops all at one step with a checkpoint, and a st
     CHECK_THAT(log, Catch::Contains("rank 1"));  // mpirun names the rank that died
   }
   SECTION("SIGTERM to one rank stops both at the same step") {
-    const std::string cmd = "exec " + mpirun(2) + GT_BINARY + " train " + (dir / "c.yaml") + " --threads 1 --out " +
-                            (dir / "term") + " > " + (dir / "log") + " 2>&1";
-    const pid_t job = fork();
-    if (job == 0) {
-      execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-      _exit(127);
-    }
+    const pid_t job = start_two_ranks(dir / "c.yaml", dir / "term", dir / "log");
     REQUIRE(wait_for_file(dir / "term/checkpoints/latest", 60));
     int victim = -1;
     for (int i = 0; i < 500 && victim < 0; ++i, usleep(10000)) victim = find_rank_pid(1, dir / "c.yaml");

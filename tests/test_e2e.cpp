@@ -40,18 +40,11 @@ optimizer: {type: sgd, lr: 0.05, momentum: 0.9}
 train: {epochs: 8, log_every: 20}
 )";
 
-std::vector<std::string> lines(const std::string& text) {
-  std::vector<std::string> out;
-  std::istringstream in(text);
-  for (std::string l; std::getline(in, l);)
-    if (!l.empty()) out.push_back(l);
-  return out;
-}
 
 std::string losses_of(const std::string& metrics) {
   std::string out;
   const std::regex re("\"loss\": ([^,}]*)");
-  for (const auto& l : lines(metrics)) {
+  for (const auto& l : lines_of(metrics)) {
     std::smatch m;
     if (std::regex_search(l, m, re)) out += m[1].str() + "\n";
   }
@@ -82,7 +75,7 @@ TEST_CASE("training a synthetic classification problem converges and writes the 
   CHECK(json_number(summary, "wall_seconds").value_or(0) > 0);
   CHECK(json_string(summary, "exit_reason") == "completed");
 
-  const auto metrics = lines(read_text(dir / "run/metrics.jsonl"));
+  const auto metrics = lines_of(read_text(dir / "run/metrics.jsonl"));
   int train_lines = 0, eval_lines = 0;
   for (const auto& l : metrics) {
     if (json_string(l, "type") == "train") {
@@ -167,7 +160,7 @@ TEST_CASE("gradient accumulation over 2 x 32 equals batches of 64", "[e2e]") {
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.output, Catch::Contains("batch 32 × 2 accumulated = global batch 64"));
-  const auto big = lines(read_text(dir / "big/metrics.jsonl")), acc = lines(read_text(dir / "acc/metrics.jsonl"));
+  const auto big = lines_of(read_text(dir / "big/metrics.jsonl")), acc = lines_of(read_text(dir / "acc/metrics.jsonl"));
   REQUIRE(big.size() == acc.size());
   for (size_t i = 0; i < big.size(); ++i) {
     INFO(big[i] << "\n" << acc[i]);
@@ -190,7 +183,7 @@ TEST_CASE("schedules, warmup, clipping and eval_every show in the metrics", "[e2
   REQUIRE(r.exit_code == 0);
   std::vector<double> lr;
   int evals = 0;
-  for (const auto& l : lines(read_text(dir / "run/metrics.jsonl"))) {
+  for (const auto& l : lines_of(read_text(dir / "run/metrics.jsonl"))) {
     if (json_string(l, "type") == "eval") {
       ++evals;
       continue;
@@ -258,7 +251,7 @@ TEST_CASE("configs/seed_linear.yaml trains like the PyTorch example it mirrors",
   const auto r = run_gputrain("train " + source_path("configs/seed_linear.yaml") + " --out " + (dir / "run"));
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
-  const auto metrics = lines(read_text(dir / "run/metrics.jsonl"));
+  const auto metrics = lines_of(read_text(dir / "run/metrics.jsonl"));
   REQUIRE(metrics.size() == 10);  // one line per epoch
   const double first = json_number(metrics.front(), "loss").value();
   const double last = json_number(metrics.back(), "loss").value();
@@ -350,7 +343,7 @@ TEST_CASE("bad configs and usage exit 2 with one error line, bad data exits 1", 
     INFO(args << "\n" << r.output);
     CHECK(r.exit_code == code);
     CHECK_THAT(r.output, Catch::Contains(message));
-    CHECK(lines(r.output).size() <= 2);  // one clear line (CLI usage errors add a hint)
+    CHECK(lines_of(r.output).size() <= 2);  // one clear line (CLI usage errors add a hint)
   };
   write_text(dir / "bad.yaml", std::string(kSynthetic) + "epochs: 3\n");
   expect("train " + (dir / "bad.yaml"), 2, "epochs: unknown key (did you mean \"train.epochs\"?)");
@@ -385,7 +378,7 @@ TEST_CASE("every test name is one ctest can run (no semicolon, no leading dashes
   for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) names.append(buf, n);
   pclose(p);
   int count = 0;
-  for (const auto& name : lines(names)) {
+  for (const auto& name : lines_of(names)) {
     INFO(name);
     CHECK(name.find(';') == std::string::npos);
     CHECK(name.rfind("--", 0) != 0);

@@ -138,7 +138,7 @@ std::string render_hex(const std::string& path) {
   return out;
 }
 
-std::vector<std::string> lines_of(const std::string& text) {
+std::vector<std::string> all_lines(const std::string& text) {  // empty ones too
   std::vector<std::string> out;
   std::istringstream in(text);
   for (std::string l; std::getline(in, l);) out.push_back(l);
@@ -198,7 +198,7 @@ TEST_CASE("malformed configs and data files fail with one line naming the key or
     if (args.rfind("train", 0) == 0 && args.find("--out") == std::string::npos) args += " --out " + run_dir;
     const std::string want = replace_all(c.want, "{dir}", dir.path());
     const CommandResult r = run_gputrain(args);
-    const std::vector<std::string> lines = lines_of(r.output);
+    const std::vector<std::string> lines = all_lines(r.output);
     INFO("cases.txt:" << c.line << ": " << c.name << "\ngputrain " << args << "\nexit " << r.exit_code << ":\n"
                       << r.output);
     CHECK(r.exit_code == c.exit_code);

@@ -232,10 +232,11 @@ CheckpointInfo parse_state_json(const std::string& text, const std::string& sour
   p.best_step = r.integer("metrics/best_step", -1);
   p.metrics_bytes = static_cast<uint64_t>(r.integer("metrics/jsonl_bytes"));
   for (const char* file : {kModelFile, kOptimizerFile}) {
-    r.integer(fmt::format("files/{}/bytes", file));
+    const int64_t bytes = r.integer(fmt::format("files/{}/bytes", file));
     const std::string crc = r.str(fmt::format("files/{}/crc32", file));
     if (crc.size() != 8 || crc.find_first_not_of("0123456789abcdef") != std::string::npos)
       r.fail(fmt::format("files/{}/crc32", file), fmt::format("expected 8 hex digits, got \"{}\"", crc));
+    c.files.push_back({file, static_cast<uint64_t>(bytes), crc});
   }
   return c;
 }
@@ -245,18 +246,15 @@ CheckpointInfo read_checkpoint(const std::string& dir) {
   const std::string text = read_small_file(state_path, 64 << 20);
   CheckpointInfo c = parse_state_json(text, state_path);
   c.dir = dir;
-  const YAML::Node files = YAML::Load(text)["files"];
-  for (const char* name : {kModelFile, kOptimizerFile}) {
-    const std::string path = (fs::path(dir) / name).string();
-    const auto want_bytes = files[name]["bytes"].as<uint64_t>();
-    const auto want_crc = files[name]["crc32"].as<std::string>();
+  for (const CheckpointInfo::File& f : c.files) {
+    const std::string path = (fs::path(dir) / f.name).string();
     const FileSum got = file_sum(path);
-    if (got.bytes != want_bytes)
+    if (got.bytes != f.bytes)
       throw DataError(fmt::format("{}: {} bytes, but the checkpoint recorded {} (truncated or replaced)", path,
-                                  got.bytes, want_bytes));
-    if (hex32(got.crc) != want_crc)
+                                  got.bytes, f.bytes));
+    if (hex32(got.crc) != f.crc32)
       throw DataError(fmt::format("{}: checksum {} does not match the recorded {} (the file is corrupt)", path,
-                                  hex32(got.crc), want_crc));
+                                  hex32(got.crc), f.crc32));
   }
   return c;
 }
@@ -384,12 +382,8 @@ std::string CheckpointStore::save(Model& model, Optimizer& optimizer, const std:
   if (!m_cfg.keep_best.empty() && p.best_step == p.step) write_file_durable((root / "best").string(), name + "\n");
 
   // Prune only now that the new checkpoint is complete: keep the newest `keep`, the best, and the one just written.
-  const std::string best = [&] {
-    std::ifstream in(root / "best");
-    std::string b;
-    std::getline(in, b);
-    return m_cfg.keep_best.empty() ? std::string() : b;
-  }();
+  const std::string best =
+      !m_cfg.keep_best.empty() && p.best_step >= 0 ? fmt::format("step-{}", p.best_step) : std::string();
   std::vector<std::pair<int64_t, std::string>> all;
   std::vector<fs::path> stale;  // temporaries of writes that crashed
   for (const auto& e : fs::directory_iterator(root, ec)) {

@@ -41,6 +41,13 @@ struct CheckpointInfo {
   TrainProgress progress;
   std::string gputrain_version, config_hash, config, optimizer_type;
   int64_t world_size = 1;
+  /// What state.json records of model.safetensors and optimizer.safetensors: name, size, CRC-32 (8 hex digits).
+  struct File {
+    std::string name;
+    uint64_t bytes = 0;
+    std::string crc32;
+  };
+  std::vector<File> files;
 };
 
 /// The hash recorded for a resolved config (its text's CRC-32, as 8 hex digits).
