@@ -38,6 +38,19 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
   return t;
 }
 
+Tensor Tensor::empty_pinned(const Shape& shape, DType dtype) {
+  Tensor t;
+  t.m_shape = shape;
+  t.m_dtype = dtype;
+  auto s = std::make_shared<Storage>();
+  s->bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
+  s->device = Device::cpu();
+  s->ptr = allocate_pinned(s->bytes);
+  s->release = [](void* p) { free_pinned(p); };
+  t.m_storage = std::move(s);
+  return t;
+}
+
 Tensor Tensor::narrow0(int64_t n) const { return slice0(0, n); }
 
 Tensor Tensor::slice0(int64_t begin, int64_t n) const {
@@ -77,6 +90,26 @@ void Tensor::copy_from(const Tensor& src) {
     std::memcpy(raw(), src.raw(), bytes());
   else
     backend_copy(raw(), device(), src.raw(), src.device(), bytes());
+}
+
+void Tensor::copy_from_async(const Tensor& src) {
+  GT_CHECK(src.dtype() == m_dtype && src.numel() == numel(), "copy {} {} into {} {}", dtype_name(src.dtype()),
+           src.shape().str(), dtype_name(m_dtype), m_shape.str());
+  if (device().is_cpu() && src.device().is_cpu())
+    std::memcpy(raw(), src.raw(), bytes());
+  else
+    backend_copy_async(raw(), device(), src.raw(), src.device(), bytes());
+}
+
+namespace {
+thread_local std::string t_alloc_label;
+}  // namespace
+
+AllocLabel::AllocLabel(std::string what) : m_previous(std::move(t_alloc_label)) { t_alloc_label = std::move(what); }
+AllocLabel::~AllocLabel() { t_alloc_label = std::move(m_previous); }
+const std::string& AllocLabel::current() {
+  static const std::string kDefault = "a tensor";
+  return t_alloc_label.empty() ? kDefault : t_alloc_label;
 }
 
 }  // namespace gt

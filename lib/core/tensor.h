@@ -32,6 +32,8 @@ class Tensor {
   /// Uninitialised contents.
   static Tensor empty(const Shape& shape, DType dtype, Device device = Device::cpu());
   static Tensor zeros(const Shape& shape, DType dtype, Device device = Device::cpu());
+  /// Host memory that is page-locked in CUDA builds, so copy_from_async can read or write it directly.
+  static Tensor empty_pinned(const Shape& shape, DType dtype);
 
   const Shape& shape() const { return m_shape; }
   int64_t dim(size_t i) const { return m_shape[i]; }
@@ -61,6 +63,9 @@ class Tensor {
   Tensor clone() const;
   /// Copies `src` (same dtype and element count) into this tensor, across devices if needed.
   void copy_from(const Tensor& src);
+  /// Like copy_from, but queued on the CUDA device's stream without waiting; the host side must be pinned and stay
+  /// untouched until the device has consumed it (an event or a later synchronous call). Host to host is memcpy.
+  void copy_from_async(const Tensor& src);
 
  private:
   std::shared_ptr<Storage> m_storage;

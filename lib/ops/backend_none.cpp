@@ -1,7 +1,10 @@
-// The device entry points of a build without the CUDA backend: every call says CUDA is not built in.
+// The device entry points of a build without the CUDA backend: every device call says CUDA is not built in;
+// pinned memory is plain host memory.
 #include "core/error.h"
 #include "ops/backend.h"
 #include "ops/devices.h"
+
+#include <cstdlib>
 
 namespace gt {
 namespace {
@@ -15,6 +18,17 @@ void* backend_alloc(Device, size_t) { no_cuda(); }
 void backend_free(Device, void*) {}
 void backend_memset_zero(Device, void*, size_t) { no_cuda(); }
 void backend_copy(void*, Device, const void*, Device, size_t) { no_cuda(); }
+void backend_copy_async(void*, Device, const void*, Device, size_t) { no_cuda(); }
+void backend_synchronize(Device device) {
+  if (!device.is_cpu()) no_cuda();
+}
+void* allocate_pinned(size_t bytes) {
+  void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
+  if (!p) throw Error(fmt::format("out of host memory allocating {} bytes", bytes));
+  return p;
+}
+void free_pinned(void* ptr) { std::free(ptr); }
+DeviceMemoryStats device_memory_stats(Device) { return {}; }
 
 CudaInfo query_cuda() {
   CudaInfo info;

@@ -24,6 +24,11 @@ GT_HD int64_t window_out(int64_t in, int64_t k, int64_t stride, int64_t pad, int
 
 enum class PoolKind { max, avg };
 
+/// A training step's statistics on its device (f64[kStepStats]): what the loss adds up over the step's samples and
+/// the gradients' squared norm. They stay on the device: the fused optimizers read them to skip a non-finite step
+/// and to clip, and the host reads them only when it logs.
+enum StepStat : int64_t { kLossSum = 0, kHits = 1, kGradSq = 2, kStepStats = 3 };
+
 /// Whether dropout keeps element i at `step`: a Philox draw keyed by the layer, so a mask is never stored and the
 /// backward pass (or a resumed run) regenerates the same one.
 GT_HD bool dropout_keep(uint64_t key, uint64_t step, uint64_t i, double p) {

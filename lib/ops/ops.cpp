@@ -6,6 +6,7 @@
 #include "ops/cuda/ops_cuda.h"
 #endif
 
+#include <cmath>
 #include <initializer_list>
 
 // Names the CUDA twin of an op in builds that have one; compiles to nothing in builds that do not.
@@ -129,6 +130,95 @@ void sgd_step(const SgdHyper& h, Tensor& param, const Tensor& grad, Tensor& mome
            "sgd_step sizes");
   dispatch("sgd_step", common_device("sgd_step", {&param, &grad, &momentum}),
            [&] { cpu::sgd_step(h, param, grad, momentum); }, [&] { GT_CUDA_CALL(sgd_step(h, param, grad, momentum)); });
+}
+
+namespace {
+
+// Every row of a group has `width` entries (the optional last one may be undefined) on one device.
+Device group_device(const char* op, const TensorGroup& g, size_t width) {
+  GT_CHECK(!g.rows.empty(), "{}: empty group", op);
+  const Device d = g.rows[0][0].device();
+  for (const auto& row : g.rows) {
+    GT_CHECK(row.size() == width, "{}: rows of {} tensors, expected {}", op, row.size(), width);
+    for (const Tensor& t : row) {
+      if (!t.defined()) continue;
+      GT_CHECK(t.device() == d, "{}: operands on {} and {}", op, d.str(), t.device().str());
+      GT_CHECK(t.numel() == row[0].numel() && t.dtype() == row[0].dtype(), "{}: row of mixed sizes or dtypes", op);
+    }
+  }
+  return d;
+}
+
+void check_stats(const char* op, const Tensor& stats, Device d) {
+  GT_CHECK(stats.dtype() == DType::f64 && stats.numel() >= kStepStats && stats.device() == d,
+           "{}: step statistics must be f64[{}] on {}", op, static_cast<int64_t>(kStepStats), d.str());
+}
+
+// The CPU side of the gate and the clip: the statistics are host memory there.
+bool cpu_step_ok(const Tensor& stats) {
+  const double* s = stats.data<double>();
+  return std::isfinite(s[kLossSum]) && std::isfinite(s[kGradSq]);
+}
+
+// Scales the CPU gradients (column 1) by the clip coefficient when it is below 1, as clip_grad_norm_ does.
+void cpu_clip(TensorGroup& g, const Tensor& stats, double max_norm) {
+  if (max_norm <= 0) return;
+  const double coef = max_norm / (std::sqrt(stats.data<double>()[kGradSq]) + 1e-6);
+  if (coef >= 1) return;
+  Tensor k = Tensor::empty(Shape{1}, DType::f64);
+  k.data<double>()[0] = coef;
+  for (auto& row : g.rows) cpu::scale_by(row[1], k);
+}
+
+}  // namespace
+
+void sum_squares_group(TensorGroup& g, size_t column, Tensor& out) {
+  GT_CHECK(out.dtype() == DType::f64 && out.numel() >= 1, "sum_squares_group accumulates into f64");
+  const Device d = common_device("sum_squares_group", {&g.rows.at(0).at(column), &out});
+  for (const auto& row : g.rows) GT_CHECK(row.at(column).device() == d, "sum_squares_group: mixed devices");
+  dispatch("sum_squares_group", d, [&] { for (const auto& row : g.rows) cpu::sum_squares(row[column], out); },
+           [&] { GT_CUDA_CALL(sum_squares_group(g, column, out)); });
+}
+
+void sgd_step_group(const SgdHyper& h, TensorGroup& g, const Tensor& stats, double max_norm) {
+  const Device d = group_device("sgd_step_group", g, 3);
+  check_stats("sgd_step_group", stats, d);
+  dispatch("sgd_step_group", d,
+           [&] {
+             if (!cpu_step_ok(stats)) return;
+             cpu_clip(g, stats, max_norm);
+             for (auto& row : g.rows) cpu::sgd_step(h, row[0], row[1], row[2]);
+           },
+           [&] { GT_CUDA_CALL(sgd_step_group(h, g, stats, max_norm)); });
+}
+
+void adam_step_group(const AdamHyper& h, bool amsgrad, TensorGroup& g, const Tensor& stats, double max_norm) {
+  const Device d = group_device("adam_step_group", g, 5);
+  check_stats("adam_step_group", stats, d);
+  dispatch("adam_step_group", d,
+           [&] {
+             if (!cpu_step_ok(stats)) return;
+             cpu_clip(g, stats, max_norm);
+             for (auto& row : g.rows) cpu::adam_step(h, amsgrad, row[0], row[1], row[2], row[3], row[4]);
+           },
+           [&] { GT_CUDA_CALL(adam_step_group(h, amsgrad, g, stats, max_norm)); });
+}
+
+void accumulate_step(const Tensor& stats, Tensor& window) {
+  const Device d = common_device("accumulate_step", {&stats, &window});
+  check_stats("accumulate_step", stats, d);
+  GT_CHECK(window.dtype() == DType::f64 && window.numel() >= 3, "accumulate_step: window must be f64[3]");
+  dispatch("accumulate_step", d,
+           [&] {
+             double* w = window.data<double>();
+             if (cpu_step_ok(stats)) {
+               w[0] += stats.data<double>()[kLossSum];
+               w[1] += stats.data<double>()[kHits];
+             } else {
+               w[2] += 1;
+             }
+           },
+           [&] { GT_CUDA_CALL(accumulate_step(stats, window)); });
 }
 
 void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Window2d& win, int64_t groups, Tensor& y) {

@@ -5,6 +5,9 @@
 #include "core/tensor.h"
 #include "ops/math.h"
 
+#include <memory>
+#include <vector>
+
 namespace gt::ops {
 
 /// c = op(a) · op(b) + beta · c for 2-D tensors; op transposes when the flag is set.
@@ -41,6 +44,29 @@ void adam_step(const AdamHyper& h, bool amsgrad, Tensor& param, const Tensor& gr
 void sum_squares(const Tensor& grad, Tensor& out);
 /// x ← x · scale, where scale is read from a one-element f64 tensor on the same device.
 void scale_by(Tensor& x, const Tensor& scale);
+
+/// (StepStat, in ops/math.h, names the entries of a step's statistics tensor.)
+
+/// Tensors one fused kernel updates together on CUDA (a loop over rows on the CPU): a row per parameter, holding
+/// the tensors its update reads and writes in the order the op names. Built once with the optimizer; the CUDA
+/// backend keeps its table of pointers and sizes in `device_table` from the first use on.
+struct TensorGroup {
+  std::vector<std::vector<Tensor>> rows;
+  std::shared_ptr<void> device_table;
+};
+
+/// Adds Σ_rows Σ rows[r][column]² to out[0] (f64, on the group's device).
+void sum_squares_group(TensorGroup& group, size_t column, Tensor& out);
+/// One SGD step over the group, rows (param, grad, momentum — undefined without momentum), gated and clipped by
+/// the step's statistics: nothing changes unless stats[kLossSum] and stats[kGradSq] are finite, and when
+/// max_norm > 0 each gradient is used multiplied by min(1, max_norm / (√stats[kGradSq] + 1e-6))
+/// (torch.nn.utils.clip_grad_norm_'s coefficient).
+void sgd_step_group(const SgdHyper& h, TensorGroup& group, const Tensor& stats, double max_norm);
+/// One Adam/AdamW step over rows (param, grad, m, v, vmax — undefined unless amsgrad), gated and clipped as above.
+void adam_step_group(const AdamHyper& h, bool amsgrad, TensorGroup& group, const Tensor& stats, double max_norm);
+/// window[0] += stats[kLossSum] and window[1] += stats[kHits] when the step's loss and gradient norm are finite;
+/// window[2] += 1 (a skipped step) otherwise. window: f64[3] on the same device.
+void accumulate_step(const Tensor& stats, Tensor& window);
 
 /// 2-D convolution: x (B, C, H, W), w (O, C/groups, kh, kw), optional bias b (O) → y (B, O, oh, ow).
 void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Window2d& win, int64_t groups, Tensor& y);

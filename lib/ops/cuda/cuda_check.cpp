@@ -14,4 +14,11 @@ void throw_cublas_error(const char* call, const char* file, int line, cublasStat
   throw Error(fmt::format("{} failed at {}:{}: {}", call, file, line, cublasGetStatusString(status)));
 }
 
+void throw_cudnn_error(const char* call, const char* file, int line, cudnnStatus_t status) {
+  char detail[512] = {};
+  cudnnGetLastErrorString(detail, sizeof detail);  // cuDNN 9 keeps the reason of the last failure per thread
+  throw Error(fmt::format("{} failed at {}:{}: {}{}{}", call, file, line, cudnnGetErrorString(status),
+                          detail[0] ? ": " : "", detail));
+}
+
 }  // namespace gt::cuda

@@ -3,12 +3,15 @@
 // cuda_check.cpp.
 #pragma once
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <cudnn.h>
 
 namespace gt::cuda {
 [[noreturn]] void throw_cuda_error(const char* call, const char* file, int line, cudaError_t status);
 [[noreturn]] void throw_cublas_error(const char* call, const char* file, int line, cublasStatus_t status);
+[[noreturn]] void throw_cudnn_error(const char* call, const char* file, int line, cudnnStatus_t status);
 }  // namespace gt::cuda
 
 #define GT_CHECK_CUDA(call)                                                                \
@@ -17,11 +20,19 @@ namespace gt::cuda {
     if (gt_status_ != cudaSuccess) ::gt::cuda::throw_cuda_error(#call, __FILE__, __LINE__, gt_status_); \
   } while (0)
 
+/// cuBLAS and cuBLASLt share one status type.
 #define GT_CHECK_CUBLAS(call)                                                              \
   do {                                                                                     \
     const cublasStatus_t gt_status_ = (call);                                              \
     if (gt_status_ != CUBLAS_STATUS_SUCCESS)                                               \
       ::gt::cuda::throw_cublas_error(#call, __FILE__, __LINE__, gt_status_);               \
+  } while (0)
+
+#define GT_CHECK_CUDNN(call)                                                               \
+  do {                                                                                     \
+    const cudnnStatus_t gt_status_ = (call);                                               \
+    if (gt_status_ != CUDNN_STATUS_SUCCESS)                                                \
+      ::gt::cuda::throw_cudnn_error(#call, __FILE__, __LINE__, gt_status_);                \
   } while (0)
 
 /// After a kernel launch: reports a bad launch configuration at the launch site.

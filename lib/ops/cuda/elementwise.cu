@@ -54,32 +54,32 @@ template <class F> void with_float_type(bool is_double, F&& f) {
 
 }  // namespace
 
-void launch_activation_forward(Activation a, bool is_double, const void* x, void* y, int64_t n) {
+void launch_activation_forward(cudaStream_t s, Activation a, bool is_double, const void* x, void* y, int64_t n) {
   if (n == 0) return;
   with_float_type(is_double, [&](auto t) {
     using T = decltype(t);
     with_activation(a, [&](auto act) {
       act_fwd_kernel<T, decltype(act)::value>
-          <<<blocks_for(n), kThreads>>>(static_cast<const T*>(x), static_cast<T*>(y), n);
+          <<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), n);
     });
   });
   GT_CHECK_LAUNCH();
 }
 
-void launch_activation_backward(Activation a, bool is_double, const void* x, const void* y, const void* dy, void* dx,
+void launch_activation_backward(cudaStream_t s, Activation a, bool is_double, const void* x, const void* y, const void* dy, void* dx,
                                 int64_t n) {
   if (n == 0) return;
   with_float_type(is_double, [&](auto t) {
     using T = decltype(t);
     with_activation(a, [&](auto act) {
-      act_bwd_kernel<T, decltype(act)::value><<<blocks_for(n), kThreads>>>(
+      act_bwd_kernel<T, decltype(act)::value><<<blocks_for(n), kThreads, 0, s>>>(
           static_cast<const T*>(x), static_cast<const T*>(y), static_cast<const T*>(dy), static_cast<T*>(dx), n);
     });
   });
   GT_CHECK_LAUNCH();
 }
 
-void launch_sgd(const SgdHyper& h, bool is_double, void* param, const void* grad, void* momentum, int64_t n) {
+void launch_sgd(cudaStream_t s, const SgdHyper& h, bool is_double, void* param, const void* grad, void* momentum, int64_t n) {
   if (n == 0) return;
   with_float_type(is_double, [&](auto t) {
     using T = decltype(t);
@@ -87,11 +87,11 @@ void launch_sgd(const SgdHyper& h, bool is_double, void* param, const void* grad
     const T* g = static_cast<const T*>(grad);
     T* m = static_cast<T*>(momentum);
     if (!m)
-      sgd_kernel<T, false, false><<<blocks_for(n), kThreads>>>(h, p, g, m, n);
+      sgd_kernel<T, false, false><<<blocks_for(n), kThreads, 0, s>>>(h, p, g, m, n);
     else if (h.nesterov)
-      sgd_kernel<T, true, true><<<blocks_for(n), kThreads>>>(h, p, g, m, n);
+      sgd_kernel<T, true, true><<<blocks_for(n), kThreads, 0, s>>>(h, p, g, m, n);
     else
-      sgd_kernel<T, true, false><<<blocks_for(n), kThreads>>>(h, p, g, m, n);
+      sgd_kernel<T, true, false><<<blocks_for(n), kThreads, 0, s>>>(h, p, g, m, n);
   });
   GT_CHECK_LAUNCH();
 }

@@ -1,0 +1,26 @@
+// The caching device allocator: device memory is taken from the driver in rounded size classes and, once freed,
+// kept for reuse, so the training step never calls cudaMalloc or cudaFree. All work runs on one stream per device
+// (context.h), so a block freed on the host may be handed out again at once: the stream orders its old and new uses.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace gt::cuda {
+
+struct MemoryStats {
+  size_t in_use = 0;      ///< bytes of live tensors (rounded to their size class)
+  size_t peak = 0;        ///< the most in_use has been
+  size_t reserved = 0;    ///< bytes held from the driver, cached or in use
+  size_t allocations = 0; ///< cudaMalloc calls made
+};
+
+/// The size class of a request: 512-byte steps up to 1 MiB, 2 MiB steps above.
+size_t round_size(size_t bytes);
+void* device_alloc(int device, size_t bytes);
+void device_free(int device, void* ptr);
+MemoryStats memory_stats(int device);
+/// Gives every cached block back to the driver (tests; a run ends with everything freed anyway).
+void release_cached(int device);
+
+}  // namespace gt::cuda

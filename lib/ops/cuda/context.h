@@ -1,0 +1,26 @@
+// Per-device CUDA state shared by every op: the stream all work runs on, the cuBLASLt and cuDNN handles bound to
+// it, and a scratch workspace. nvcc-safe (no fmt), so kernels' launchers may include it.
+//
+// One stream per device keeps the whole step in order without a host synchronisation: kernels, library calls and
+// asynchronous copies queue behind each other. The stream is a blocking one, so the synchronous cudaMemcpy and
+// cudaMemset that Tensor::copy_from and zero_ use (legacy default stream) are ordered with it too.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include <cstddef>
+
+namespace gt::cuda {
+
+/// The stream of `device`, created on first use (and makes `device` current for the calling thread).
+cudaStream_t stream(int device);
+cublasLtHandle_t lt_handle(int device);
+/// A cuDNN handle whose stream is stream(device).
+cudnnHandle_t cudnn_handle(int device);
+/// At least `bytes` of device scratch memory for the next library call on stream(device). The buffer only grows;
+/// since every user runs on the same stream, one call's use is over before the next one's starts.
+void* workspace(int device, size_t bytes);
+
+}  // namespace gt::cuda
