@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """PyTorch side of the throughput benchmarks: the same model, optimizer and batch as a gputrain config,
-training loop only (data already in memory as tensors, shuffled per epoch), eager mode on the CPU.
+training loop only (data already in memory as tensors — on the GPU with --device cuda — shuffled per epoch), eager
+mode, fp32 with PyTorch's default math modes (no TF32 for matrix products).
 
-Prints one JSON line: {"model", "threads", "samples_per_sec", "steps", "seconds"}.
+Prints one JSON line: {"model", "threads", "device", "samples_per_sec", "steps", "seconds", "peak_mem_mib"}.
 """
 import argparse
 import json
@@ -36,17 +37,19 @@ def main():
     ap.add_argument("--warmup", type=int, default=30)
     ap.add_argument("--samples", type=int, default=60000)
     ap.add_argument("--eval", action="store_true", help="inference throughput (no_grad, eval mode) instead")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)
-    model = MODELS[args.model]()
+    dev = torch.device(args.device)
+    model = MODELS[args.model]().to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     # Random pixels in [0, 1] stand in for Fashion-MNIST: throughput does not depend on the values.
-    x_all = torch.rand(args.samples, 1, 28, 28)
-    y_all = torch.randint(0, 10, (args.samples,))
-    perm = torch.randperm(args.samples)
+    x_all = torch.rand(args.samples, 1, 28, 28, device=dev)
+    y_all = torch.randint(0, 10, (args.samples,), device=dev)
+    perm = torch.randperm(args.samples, device=dev)
 
     def step(i):
         idx = perm[(i * args.batch) % (args.samples - args.batch):][:args.batch]
@@ -70,10 +73,12 @@ def main():
     t0 = time.perf_counter()
     for i in range(args.steps):
         loss = step(i)
-    loss.item()
+    loss.item()  # waits for the device
     dt = time.perf_counter() - t0
-    print(json.dumps({"model": args.model, "threads": args.threads, "samples_per_sec": args.steps * args.batch / dt,
-                      "steps": args.steps, "seconds": dt, "torch": torch.__version__}))
+    peak = torch.cuda.max_memory_allocated(dev) / 2**20 if dev.type == "cuda" else None
+    print(json.dumps({"model": args.model, "threads": args.threads, "device": args.device,
+                      "samples_per_sec": args.steps * args.batch / dt, "steps": args.steps, "seconds": dt,
+                      "peak_mem_mib": peak, "torch": torch.__version__}))
 
 
 if __name__ == "__main__":

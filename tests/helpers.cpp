@@ -14,8 +14,15 @@
 
 namespace gt::test {
 
+std::string gputrain_binary() {
+  // GT_GPUTRAIN overrides the build's path: scripts/gpu_check.sh runs the tests from an unpacked bundle elsewhere.
+  const char* over = std::getenv("GT_GPUTRAIN");
+  return over && *over ? over : GT_BINARY;
+}
+
+
 CommandResult run_gputrain(const std::string& args, const std::string& env) {
-  const std::string cmd = (env.empty() ? "" : env + " ") + std::string(GT_BINARY) + " " + args + " 2>&1";
+  const std::string cmd = (env.empty() ? "" : env + " ") + gputrain_binary() + " " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) throw std::runtime_error("popen failed");
   CommandResult r;
@@ -44,7 +51,7 @@ void write_npy(const std::string& path, const std::string& descr, const std::str
 
 Background start_gputrain(const std::string& args, const std::string& log_path, const std::string& env) {
   // The shell's exec replaces it, so the pid is gputrain's own and signals reach it directly.
-  const std::string cmd = (env.empty() ? "" : env + " ") + "exec " + GT_BINARY + " " + args + " > " + log_path + " 2>&1";
+  const std::string cmd = (env.empty() ? "" : env + " ") + "exec " + gputrain_binary() + " " + args + " > " + log_path + " 2>&1";
   const pid_t pid = fork();
   if (pid < 0) throw std::runtime_error("fork failed");
   if (pid == 0) {

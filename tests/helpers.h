@@ -12,6 +12,9 @@ struct CommandResult {
   std::string output;  ///< stdout and stderr together
 };
 
+/// The gputrain binary the tests run: the build's, or $GT_GPUTRAIN when set.
+std::string gputrain_binary();
+
 /// Runs `gputrain <args>` through the shell (args are passed as written) and captures its output.
 /// `env` ("NAME=value …") is put before the command.
 CommandResult run_gputrain(const std::string& args, const std::string& env = "");

@@ -76,11 +76,15 @@ int cmd_devices() {
     fmt::print("cuda: no GPU usable here: {}. Training runs on the CPU.\n", cuda.problem);
     return 0;
   }
-  for (const auto& d : cuda.devices)
-    fmt::print("cuda:{}: {} — compute capability {}.{}, {} SMs at {} MHz, {:.1f} of {:.1f} GiB free, PCI {}\n",
+  for (const auto& d : cuda.devices) {
+    std::string peers;
+    for (int p : d.peers) peers += fmt::format("{}cuda:{}", peers.empty() ? "" : " ", p);
+    fmt::print("cuda:{}: {} — compute capability {}.{}, {} SMs at {} MHz, {:.1f} of {:.1f} GiB free, PCI {}, "
+               "peer access: {}\n",
                d.index, d.name, d.cc_major, d.cc_minor, d.sm_count, d.clock_mhz,
                static_cast<double>(d.memory_free) / (1 << 30), static_cast<double>(d.memory_total) / (1 << 30),
-               d.pci_bus_id);
+               d.pci_bus_id, peers.empty() ? "none" : peers);
+  }
   return 0;
 }
 

@@ -97,6 +97,8 @@ class Loader {
   /// Copies the next batch into x (batch_size, input shape) and y; returns the number of samples in it (the last
   /// batch of an epoch may be smaller; 0 when the epoch is over). x and y must hold batch_size samples.
   int64_t next(Tensor& x, Tensor& y);
+  /// Passes over the next batch without copying it (another rank's share of an evaluation).
+  void skip() { m_pos += m_world == 1 ? m_batch : m_batch * m_world; }
 
  private:
   void augment(float* sample, int64_t position);

@@ -1,6 +1,8 @@
 // Building the layer graph from config, and running it forward and backward over preallocated buffers.
 #include "graph/model.h"
 
+#include "ops/backend.h"
+
 #include <algorithm>
 #include <map>
 #include <set>
@@ -192,6 +194,7 @@ Model Model::build(const ConfigNode& model_cfg, const Shape& input_shape, DType 
   std::vector<GraphNode*> by_index(pending.size());
   for (auto& n : m.m_nodes) by_index[n.index] = &n;
   for (GraphNode* n : by_index) {
+    const AllocLabel label("the parameters of " + n->name);
     n->layer->init_params(init_rng, dtype, device);
     for (Param* p : n->layer->params()) n->param_count += p->value.numel();
   }
@@ -227,6 +230,7 @@ void Model::allocate(int64_t max_batch) {
   for (size_t i = 0; i < count; ++i) {
     const GraphNode& n = m_nodes[i];
     if (n.layer->is_view()) continue;  // bound to its input at run time
+    const AllocLabel label(fmt::format("the activations of {} (batch {})", n.name, max_batch));
     m_out_buf[i] = Tensor::empty(n.out_shape.batched(max_batch), m_dtype, m_device);
     // The last node's gradient comes from the loss; the others need a buffer only when something before learns.
     if (n.needs_grad && i + 1 < count) m_grad_buf[i] = Tensor::empty(n.out_shape.batched(max_batch), m_dtype, m_device);

@@ -25,6 +25,22 @@ void backend_synchronize(Device device);
 void* allocate_pinned(size_t bytes);
 void free_pinned(void* ptr);
 
+/// A point in a device's stream: wait() returns once all work queued before the last record() has run. On the CPU
+/// (and before any record) both are no-ops.
+class StreamEvent {
+ public:
+  StreamEvent() = default;
+  ~StreamEvent();
+  StreamEvent(const StreamEvent&) = delete;
+  StreamEvent& operator=(const StreamEvent&) = delete;
+  void record(Device device);
+  void wait();
+
+ private:
+  void* m_event = nullptr;
+  Device m_device;
+};
+
 /// What the caching allocator of a device holds (all zero for the CPU).
 struct DeviceMemoryStats {
   size_t in_use = 0, peak = 0, reserved = 0, allocations = 0;

@@ -29,6 +29,11 @@ void* allocate_pinned(size_t bytes) {
 }
 void free_pinned(void* ptr) { std::free(ptr); }
 DeviceMemoryStats device_memory_stats(Device) { return {}; }
+StreamEvent::~StreamEvent() = default;
+void StreamEvent::record(Device device) {
+  if (!device.is_cpu()) no_cuda();
+}
+void StreamEvent::wait() {}
 
 CudaInfo query_cuda() {
   CudaInfo info;

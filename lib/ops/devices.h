@@ -22,6 +22,7 @@ struct CudaDeviceInfo {
   int sm_count = 0;
   int clock_mhz = 0;
   std::string pci_bus_id;
+  std::vector<int> peers;  ///< devices this one can read and write directly (NVLink or PCIe peer access)
 };
 
 struct CudaInfo {

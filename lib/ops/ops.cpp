@@ -172,12 +172,23 @@ void cpu_clip(TensorGroup& g, const Tensor& stats, double max_norm) {
 
 }  // namespace
 
-void sum_squares_group(TensorGroup& g, size_t column, Tensor& out) {
+void sum_squares_group(TensorGroup& g, size_t column, Tensor& out, Tensor& per_row) {
   GT_CHECK(out.dtype() == DType::f64 && out.numel() >= 1, "sum_squares_group accumulates into f64");
-  const Device d = common_device("sum_squares_group", {&g.rows.at(0).at(column), &out});
+  GT_CHECK(!per_row.defined() || (per_row.dtype() == DType::f64 && per_row.numel() >= static_cast<int64_t>(g.rows.size())),
+           "sum_squares_group: per_row must be f64[{}]", g.rows.size());
+  const Device d = common_device("sum_squares_group", {&g.rows.at(0).at(column), &out, &per_row});
   for (const auto& row : g.rows) GT_CHECK(row.at(column).device() == d, "sum_squares_group: mixed devices");
-  dispatch("sum_squares_group", d, [&] { for (const auto& row : g.rows) cpu::sum_squares(row[column], out); },
-           [&] { GT_CUDA_CALL(sum_squares_group(g, column, out)); });
+  dispatch("sum_squares_group", d,
+           [&] {
+             Tensor one = Tensor::empty(Shape{1}, DType::f64);
+             for (size_t r = 0; r < g.rows.size(); ++r) {
+               one.data<double>()[0] = 0;
+               cpu::sum_squares(g.rows[r][column], one);
+               out.data<double>()[0] += one.data<double>()[0];
+               if (per_row.defined()) per_row.data<double>()[r] += one.data<double>()[0];
+             }
+           },
+           [&] { GT_CUDA_CALL(sum_squares_group(g, column, out, per_row)); });
 }
 
 void sgd_step_group(const SgdHyper& h, TensorGroup& g, const Tensor& stats, double max_norm) {

@@ -55,8 +55,9 @@ struct TensorGroup {
   std::shared_ptr<void> device_table;
 };
 
-/// Adds Σ_rows Σ rows[r][column]² to out[0] (f64, on the group's device).
-void sum_squares_group(TensorGroup& group, size_t column, Tensor& out);
+/// Adds Σ_rows Σ rows[r][column]² to out[0] and, when per_row (f64[rows]) is defined, each row's own sum to
+/// per_row[r] (which parameter went non-finite); f64 on the group's device.
+void sum_squares_group(TensorGroup& group, size_t column, Tensor& out, Tensor& per_row);
 /// One SGD step over the group, rows (param, grad, momentum — undefined without momentum), gated and clipped by
 /// the step's statistics: nothing changes unless stats[kLossSum] and stats[kGradSq] are finite, and when
 /// max_norm > 0 each gradient is used multiplied by min(1, max_norm / (√stats[kGradSq] + 1e-6))

@@ -10,15 +10,21 @@ namespace {
 class Adam final : public Optimizer {
  public:
   Adam(const OptimizerConfig& cfg, const std::vector<Param*>& params) : m_cfg(cfg), m_params(params) {
+    if (!params.empty()) m_device = params[0]->value.device();
     for (Param* p : params) {
       const auto& v = p->value;
       m_m.push_back(Tensor::zeros(v.shape(), v.dtype(), v.device()));
       m_v.push_back(Tensor::zeros(v.shape(), v.dtype(), v.device()));
       m_vmax.push_back(cfg.amsgrad ? Tensor::zeros(v.shape(), v.dtype(), v.device()) : Tensor());
+      m_group.rows.push_back({p->value, p->grad, m_m.back(), m_v.back(), m_vmax.back()});
     }
   }
 
-  void step(double lr) override {
+  void grad_norm_sq(Tensor& out, Tensor& per_param) override {
+    if (!m_group.rows.empty()) ops::sum_squares_group(m_group, 1, out, per_param);
+  }
+
+  void step(double lr, const Tensor& stats, double max_norm) override {
     const double t = static_cast<double>(m_steps + 1);
     const AdamHyper h{lr,
                       m_cfg.beta1,
@@ -28,8 +34,7 @@ class Adam final : public Optimizer {
                       1.0 - std::pow(m_cfg.beta1, t),
                       std::sqrt(1.0 - std::pow(m_cfg.beta2, t)),
                       m_cfg.type == "adamw"};
-    for (size_t i = 0; i < m_params.size(); ++i)
-      ops::adam_step(h, m_cfg.amsgrad, m_params[i]->value, m_params[i]->grad, m_m[i], m_v[i], m_vmax[i]);
+    if (!m_group.rows.empty()) ops::adam_step_group(h, m_cfg.amsgrad, m_group, stats, max_norm);
     ++m_steps;
   }
 
@@ -47,6 +52,7 @@ class Adam final : public Optimizer {
   OptimizerConfig m_cfg;
   std::vector<Param*> m_params;
   std::vector<Tensor> m_m, m_v, m_vmax;
+  ops::TensorGroup m_group;  // rows: value, grad, m, v, vmax
 };
 
 }  // namespace

@@ -12,8 +12,20 @@ namespace gt {
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
-  /// Applies one update with learning rate `lr` to every parameter from its gradient.
-  virtual void step(double lr) = 0;
+  /// Queues one update with learning rate `lr` of every parameter from its gradient, in one fused kernel on CUDA.
+  /// `stats` (f64[kStepStats] on the parameters' device, ops/math.h) gates and clips it on the device: nothing
+  /// changes unless the step's loss sum and squared gradient norm are finite, and with max_norm > 0 the gradients
+  /// are scaled to a global norm of at most max_norm. The step counts as taken either way; undo_step() takes back
+  /// one the host later learns was skipped.
+  virtual void step(double lr, const Tensor& stats, double max_norm) = 0;
+  /// An ungated, unclipped step (tests, benchmarks).
+  void step(double lr);
+  /// The host learnt that the last gated step was skipped: its count (Adam's bias correction, SGD's first step)
+  /// is taken back.
+  void undo_step() { --m_steps; }
+  /// Adds the squared global gradient norm to out[0], and each parameter's own to per_param[i] when that is
+  /// defined (f64 on the parameters' device), in one kernel on CUDA.
+  virtual void grad_norm_sq(Tensor& out, Tensor& per_param) = 0;
   int64_t steps_taken() const { return m_steps; }
   /// Restores the step count of a checkpoint (Adam's bias corrections, SGD's first-step momentum).
   void set_steps_taken(int64_t steps) { m_steps = steps; }
@@ -22,6 +34,8 @@ class Optimizer {
 
  protected:
   int64_t m_steps = 0;
+  Device m_device;     ///< the parameters'
+  Tensor m_always_ok;  ///< the statistics step(lr) passes: zeros, so the gate is open
 };
 
 /// Builds the optimizer the config names over `params` (state buffers on the parameters' device).

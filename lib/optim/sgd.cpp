@@ -8,15 +8,22 @@ namespace {
 class Sgd final : public Optimizer {
  public:
   Sgd(const OptimizerConfig& cfg, const std::vector<Param*>& params) : m_cfg(cfg), m_params(params) {
-    for (Param* p : params)
+    if (!params.empty()) m_device = params[0]->value.device();
+    for (Param* p : params) {
       m_momentum.push_back(cfg.momentum != 0 ? Tensor::zeros(p->value.shape(), p->value.dtype(), p->value.device())
                                              : Tensor());
+      m_group.rows.push_back({p->value, p->grad, m_momentum.back()});
+    }
   }
 
-  void step(double lr) override {
+  void step(double lr, const Tensor& stats, double max_norm) override {
     const SgdHyper h{lr, m_cfg.momentum, m_cfg.dampening, m_cfg.weight_decay, m_cfg.nesterov, m_steps == 0};
-    for (size_t i = 0; i < m_params.size(); ++i) ops::sgd_step(h, m_params[i]->value, m_params[i]->grad, m_momentum[i]);
+    if (!m_group.rows.empty()) ops::sgd_step_group(h, m_group, stats, max_norm);
     ++m_steps;
+  }
+
+  void grad_norm_sq(Tensor& out, Tensor& per_param) override {
+    if (!m_group.rows.empty()) ops::sum_squares_group(m_group, 1, out, per_param);
   }
 
   std::vector<std::pair<std::string, Tensor*>> state() override {
@@ -30,9 +37,15 @@ class Sgd final : public Optimizer {
   OptimizerConfig m_cfg;
   std::vector<Param*> m_params;
   std::vector<Tensor> m_momentum;
+  ops::TensorGroup m_group;  // rows: value, grad, momentum
 };
 
 }  // namespace
+
+void Optimizer::step(double lr) {
+  if (!m_always_ok.defined()) m_always_ok = Tensor::zeros(Shape{kStepStats}, DType::f64, m_device);
+  step(lr, m_always_ok, 0);
+}
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& cfg, const std::vector<Param*>& params) {
   if (cfg.type == "sgd") return std::make_unique<Sgd>(cfg, params);

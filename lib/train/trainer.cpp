@@ -7,6 +7,7 @@
 #include "graph/model.h"
 #include "io/safetensors.h"
 #include "log/logging.h"
+#include "ops/backend.h"
 #include "ops/devices.h"
 #include "ops/ops.h"
 #include "optim/optimizer.h"
@@ -19,6 +20,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
+#include <cstdlib>
+#include <limits>
 #include <chrono>
 #include <cstring>
 #include <cmath>
@@ -37,6 +41,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+double mib(size_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
 std::string hms(double s) {
   const auto t = static_cast<int64_t>(s + 0.5);
@@ -108,6 +114,44 @@ class MetricsFile {
   int m_fd = -1;
 };
 
+// Batches reach a GPU through two pinned host slots: the loader fills one while the copy queued from the other may
+// still be running, and the step's kernels queue behind the copy on the device's stream, so loading the next batch
+// overlaps the device's work on this one. On the CPU the loader writes straight into the step's tensors.
+class BatchStager {
+ public:
+  BatchStager(const Dataset& data, int64_t batch, Device device) : m_device(device) {
+    if (device.is_cpu()) return;
+    for (Slot& s : m_slots) {
+      s.x = Tensor::empty_pinned(data.input_shape().batched(batch), DType::f32);
+      s.y = Tensor::empty_pinned(data.target_shape().batched(batch), data.targets.dtype());
+    }
+  }
+
+  /// The loader's next batch in x and y (on the device); returns its size, 0 at the end of the epoch.
+  int64_t next(Loader& loader, Tensor& x, Tensor& y) {
+    if (m_device.is_cpu()) return loader.next(x, y);
+    Slot& s = m_slots[m_turn];
+    m_turn ^= 1;
+    s.copied.wait();  // the copy queued from this slot two batches ago has been done
+    const int64_t n = loader.next(s.x, s.y);
+    if (n > 0) {
+      x.narrow0(n).copy_from_async(s.x.narrow0(n));
+      y.narrow0(n).copy_from_async(s.y.narrow0(n));
+      s.copied.record(m_device);
+    }
+    return n;
+  }
+
+ private:
+  struct Slot {
+    Tensor x, y;
+    StreamEvent copied;
+  };
+  Device m_device;
+  Slot m_slots[2];
+  int m_turn = 0;
+};
+
 struct EvalResult {
   double loss = 0;
   std::optional<double> accuracy;
@@ -122,12 +166,19 @@ EvalResult evaluate(Model& model, const Experiment& exp, const Dataset& test, Te
   stats.zero_();
   const LayerContext ctx{false, false, 0};
   Tensor none;
-  for (int64_t k = 0, n; (n = loader.next(x, y)) > 0; ++k) {
-    if (k % comm.size() != comm.rank()) continue;
+  BatchStager stager(test, x.dim(0), x.device());
+  for (int64_t k = 0; k * x.dim(0) < test.size(); ++k) {
+    if (k % comm.size() != comm.rank()) {  // another rank's batch
+      loader.skip();
+      continue;
+    }
+    const int64_t n = stager.next(loader, x, y);
     const Tensor& out = model.forward(x.narrow0(n), ctx);
     compute_loss(exp.loss, out, y.narrow0(n), 1.0, none, stats);
   }
-  double* s = stats.data<double>();
+  Tensor host = Tensor::empty(Shape{2}, DType::f64);
+  host.copy_from(stats.narrow0(2));  // the one wait of the evaluation
+  double* s = host.data<double>();
   comm.allreduce_sum(s, 2, "the evaluation sums");
   EvalResult r;
   r.loss = s[0] / static_cast<double>(test.size());
@@ -137,25 +188,62 @@ EvalResult evaluate(Model& model, const Experiment& exp, const Dataset& test, Te
 
 }  // namespace
 
+namespace {
+
+// The oldest GPUs this build has kernels for: SASS for 8.0/8.6/8.9 and 9.0 with PTX for newer ones (CMakeLists.txt).
+constexpr int kMinComputeCapability = 80;
+
+std::string describe(const CudaDeviceInfo& d) {
+  return fmt::format("{}, compute capability {}.{}, {:.0f} GiB", d.name, d.cc_major, d.cc_minor,
+                     static_cast<double>(d.memory_total) / (1 << 30));
+}
+
+std::string visible_note() {
+  const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
+  return v ? fmt::format(" (CUDA_VISIBLE_DEVICES={})", v) : std::string();
+}
+
+}  // namespace
+
 Device resolve_device(const std::string& requested, std::string& reason) {
   if (requested == "cpu") {
     reason = "requested";
     return Device::cpu();
   }
+  if (requested != "auto" && requested.rfind("cuda", 0) != 0)  // a list of GPU indices
+    throw Error(fmt::format("device {}: one process driving several GPUs is not in this build yet; start one process "
+                            "per GPU with mpirun (device: cuda)",
+                            requested));
   const CudaInfo cuda = query_cuda();
   if (requested == "auto") {
     if (cuda.devices.empty()) {
       reason = "auto: " + cuda.problem;
-    } else {
-      reason = fmt::format("auto: {} CUDA device(s) found, but this build trains on the CPU only (the CUDA kernels "
-                           "are not in it yet)",
-                           cuda.devices.size());
+      return Device::cpu();
     }
-    return Device::cpu();
+    const CudaDeviceInfo& d = cuda.devices.front();
+    if (d.cc_major * 10 + d.cc_minor < kMinComputeCapability) {
+      reason = fmt::format("auto: cuda:0 ({}) is older than this build's kernels (8.0)", describe(d));
+      return Device::cpu();
+    }
+    reason = fmt::format("auto: {} CUDA device(s){}, using cuda:0 ({})", cuda.devices.size(), visible_note(),
+                         describe(d));
+    return Device::cuda(0);
+  }
+  int index = 0;  // "cuda" or "cuda:N" (the config checked the form)
+  if (requested.size() > 5) {
+    const auto [end, ec] = std::from_chars(requested.data() + 5, requested.data() + requested.size(), index);
+    if (ec != std::errc()) index = std::numeric_limits<int>::max();
   }
   if (cuda.devices.empty()) throw Error(fmt::format("device {}: no usable GPU: {}", requested, cuda.problem));
-  throw Error(fmt::format("device {}: training on CUDA is not in this build yet; use device: cpu or auto",
-                          requested));
+  if (index >= static_cast<int>(cuda.devices.size()))
+    throw Error(fmt::format("device {}: only {} CUDA device(s) visible{}", requested, cuda.devices.size(),
+                            visible_note()));
+  const CudaDeviceInfo& d = cuda.devices[static_cast<size_t>(index)];
+  if (d.cc_major * 10 + d.cc_minor < kMinComputeCapability)
+    throw Error(fmt::format("device {}: {} is too old: this build has kernels for compute capability 8.0 and newer",
+                            requested, describe(d)));
+  reason = fmt::format("requested{}; {}", visible_note(), describe(d));
+  return Device::cuda(index);
 }
 
 LoadedData load_data(const Experiment& exp) {
@@ -449,6 +537,10 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
     for (auto& [name, t] : model.state_tensors()) comm.broadcast(t->raw(), t->bytes(), 0, "the initial parameters");
     for (auto& [name, t] : optimizer->state()) comm.broadcast(t->raw(), t->bytes(), 0, "the optimizer state");
   }
+  if (world > 1 && device.is_cuda())
+    throw Error(fmt::format("device {} with {} ranks: multi-process training on GPUs needs the NCCL communicator, "
+                            "which is not in this build yet; train with device: cpu under mpirun, or on one GPU",
+                            device.str(), world));
   std::optional<GradSync> grad_sync;
   if (world > 1) {
     grad_sync.emplace(comm, model.params_by_node(), exp.dist.bucket_mb, exp.dist.overlap);
@@ -465,9 +557,34 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
   Tensor x = Tensor::empty(data.train.input_shape().batched(batch), DType::f32, device);
   Tensor y = Tensor::empty(data.train.target_shape().batched(batch), data.train.targets.dtype(), device);
   Tensor dout = Tensor::empty(model.output_shape().batched(batch), DType::f32, device);
-  Tensor stats = Tensor::zeros(Shape{2}, DType::f64, device);
+  // The step's statistics (StepStat: loss sum, hits, squared gradient norm) and the log window's sums stay on the
+  // device: the optimizer reads them there to skip a non-finite step or clip, and the host reads them when it needs
+  // a number, so a GPU step queues its work without waiting for the device.
+  Tensor stats = Tensor::zeros(Shape{kStepStats}, DType::f64, device);
+  Tensor grad_sq = stats.slice0(kGradSq, 1);
+  Tensor window = Tensor::zeros(Shape{3}, DType::f64, device);  // loss sum, hits, skipped steps
   Tensor eval_stats = Tensor::zeros(Shape{2}, DType::f64, device);
-  Tensor norm_scratch = Tensor::zeros(Shape{2}, DType::f64, device);
+  const auto named_params = model.named_params();
+  const int64_t n_params = std::max<int64_t>(1, static_cast<int64_t>(named_params.size()));
+  Tensor param_sq = Tensor::zeros(Shape{n_params}, DType::f64, device);  // names the first non-finite gradient
+  Tensor stats_host = Tensor::empty_pinned(Shape{kStepStats}, DType::f64);
+  Tensor param_sq_host = Tensor::empty_pinned(Shape{n_params}, DType::f64);
+  StreamEvent stats_ready;
+  BatchStager stager(data.train, batch, device);
+  const bool gpu = device.is_cuda();
+  auto set_window = [&] {  // from the progress (a resumed or rolled-back run continues its window)
+    Tensor h = Tensor::zeros(Shape{3}, DType::f64);
+    h.data<double>()[0] = p.window_loss;
+    h.data<double>()[1] = p.window_hits;
+    window.copy_from(h);
+  };
+  auto read_window = [&] {  // into the progress: one wait for the device
+    Tensor h = Tensor::empty(Shape{3}, DType::f64);
+    h.copy_from(window);
+    p.window_loss = h.data<double>()[0];
+    p.window_hits = h.data<double>()[1];
+  };
+  set_window();
   Profiler profiler;
   model.set_profiler(&profiler);
   const int64_t profile_end = exp.train.profile_start + exp.train.profile_steps;  // steps are 1-based here
@@ -510,6 +627,7 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
   bool dirty = !plan.from;  // state not yet in a checkpoint
   int64_t rollbacks = 0;    // since the last checkpoint written
   auto save_checkpoint = [&] {
+    read_window();
     if (!exp.checkpoint.keep_best.empty()) {
       const bool acc = exp.checkpoint.keep_best == "test_accuracy";
       const std::optional<double> v = acc ? p.test_accuracy : p.test_loss;
@@ -532,15 +650,68 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
     rollbacks = 0;
   };
 
-  // A non-finite loss or gradient is caught before the update; this names the first layer whose gradient is bad.
-  auto first_nonfinite_param = [&]() -> std::string {
-    for (auto& [name, param] : model.named_params()) {
-      Tensor one = norm_scratch.slice0(0, 1);
-      one.zero_();
-      ops::sum_squares(param->grad, one);
-      if (!std::isfinite(one.data<double>()[0])) return name;
+  // What the host knows of the newest step whose update is queued. On the CPU it learns the outcome at once; on a
+  // GPU one step later (or when it next logs, evaluates or saves), so the device never idles while the host waits.
+  // The device has already skipped the update of a non-finite step; resolve() decides what else happens.
+  enum class Outcome { ok, skipped, diverged, rolled_back };
+  struct Pending {
+    bool open = false;
+    int64_t step = 0, samples = 0;
+  } pending;
+  auto resolve = [&]() -> Outcome {
+    if (!pending.open) return Outcome::ok;
+    pending.open = false;
+    stats_ready.wait();
+    const double* st = stats_host.data<double>();
+    const double step_loss = st[kLossSum];
+    p.grad_norm = std::sqrt(st[kGradSq]);
+    if (std::isfinite(step_loss) && std::isfinite(st[kGradSq])) {
+      p.skips_in_row = 0;
+      return Outcome::ok;
     }
-    return "none (the loss itself)";
+    std::string first = "none (the loss itself)";
+    for (size_t i = 0; i < named_params.size(); ++i)
+      if (!std::isfinite(param_sq_host.data<double>()[i])) {
+        first = named_params[i].first;
+        break;
+      }
+    const std::string what =
+        fmt::format("step {}: non-finite {} (loss sum {}, gradient norm {}); first non-finite gradient: {}",
+                    pending.step, std::isfinite(step_loss) ? "gradient" : "loss", step_loss, p.grad_norm, first);
+    // The update did not happen: the optimizer's step count and the statistics' sample counts take it back.
+    optimizer->undo_step();
+    p.window_samples -= pending.samples;
+    p.epoch_samples -= pending.samples;
+    const std::string& mode = exp.train.nonfinite;
+    if (mode == "skip" && ++p.skips_in_row <= exp.train.max_skips) {
+      spdlog::warn("{}: the step is skipped ({} in a row, train.max_skips {})", what, p.skips_in_row,
+                   exp.train.max_skips);
+      metrics.write(JsonObject().add("type", "skip").add("step", pending.step).add("epoch", p.epoch + 1));
+      return Outcome::skipped;
+    }
+    if (mode == "rollback" && ++rollbacks <= exp.train.max_skips) {
+      const auto back = newest_good_of_run(sum.run_dir, exp.checkpoint, true);
+      const double lr_scale = p.lr_scale * 0.5;
+      load_checkpoint(*back, model, *optimizer);
+      p = back->progress;
+      p.lr_scale = lr_scale;  // metrics.jsonl keeps the diverging steps' rows: the rollback row follows them
+      set_window();
+      if (lead) store.remove_after(p.step);  // the newer ones lead to the divergence
+      dirty = false;
+      spdlog::warn("{}: rolled back to {} (step {}); learning rate now × {}", what, back->dir, p.step, lr_scale);
+      metrics.write(JsonObject()
+                        .add("type", "rollback")
+                        .add("from_step", pending.step)
+                        .add("to_step", p.step)
+                        .add("lr_scale", lr_scale));
+      return Outcome::rolled_back;
+    }
+    stop_clock();
+    spdlog::error("training diverged: {} (train.nonfinite: {}{})", what, mode,
+                  mode == "abort" ? "" : fmt::format(", more than max_skips {} in a row", exp.train.max_skips));
+    sum.exit_reason = "diverged";
+    p.step = pending.step - 1;  // the diverging step made no update
+    return Outcome::diverged;
   };
 
   if (exp.train.nonfinite == "rollback" && !plan.from) {
@@ -559,10 +730,12 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
     restart_clock();
     bool restart = false;
     auto close_window = [&] {
+      read_window();  // waits for the device, so the window's time includes its work
       stop_clock();
       const double loss_sum = p.window_loss;
       p.epoch_loss += loss_sum;
       p.window_loss = p.window_hits = 0;
+      window.zero_();
       return loss_sum;
     };
     while (p.micro_done < micro_per_epoch) {
@@ -578,7 +751,7 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
         int64_t n = 0;
         {
           ProfileScope scope(&profiler, kData, kTrainer, "load");
-          n = loader.next(x, y);
+          n = stager.next(loader, x, y);
         }
         const Tensor xb = x.narrow0(n), yb = y.narrow0(n);
         Tensor db = dout.narrow0(n);
@@ -595,83 +768,65 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
       }
       if (grad_sync) grad_sync->finish();
       p.micro_done += micros;
-      bool skipped = false;
+      Outcome outcome = Outcome::ok;
       {
         ProfileScope scope(&profiler, kOptimizer, exp.optimizer.type, "update");
-        // The step's loss sums and the gradient norm come to the host once per step: the check needs them.
-        double step_loss = stats.data<double>()[0], step_hits = stats.data<double>()[1];
-        if (world > 1) {  // the global batch's sums, and whether any rank was asked to stop: all decide alike
-          double shared[4] = {step_loss, step_hits, static_cast<double>(step_samples), stop_requested() ? 1.0 : 0.0};
+        if (world > 1) {  // (CPU tensors) the global batch's sums, and whether any rank was asked to stop
+          double* st = stats.data<double>();
+          double shared[4] = {st[kLossSum], st[kHits], static_cast<double>(step_samples), stop_requested() ? 1.0 : 0.0};
           comm.allreduce_sum(shared, 4, "the step's loss and stop flag");
-          step_loss = shared[0];
-          step_hits = shared[1];
+          st[kLossSum] = shared[0];
+          st[kHits] = shared[1];
           step_samples = static_cast<int64_t>(shared[2]);
           any_stop = shared[3] > 0;
         }
-        p.grad_norm = exp.train.grad_clip > 0 ? clip_grad_norm(params, exp.train.grad_clip, norm_scratch)
-                                              : global_grad_norm(params, norm_scratch);
-        if (std::isfinite(step_loss) && std::isfinite(p.grad_norm)) {
-          optimizer->step(lr);
-          p.window_loss += step_loss;
-          p.window_hits += step_hits;
-          p.skips_in_row = 0;
-        } else {
-          const std::string what =
-              fmt::format("step {}: non-finite {} (loss sum {}, gradient norm {}); first non-finite gradient: {}",
-                          p.step + 1, std::isfinite(step_loss) ? "gradient" : "loss", step_loss, p.grad_norm,
-                          first_nonfinite_param());
-          const std::string& mode = exp.train.nonfinite;
-          if (mode == "skip" && ++p.skips_in_row <= exp.train.max_skips) {
-            spdlog::warn("{}: the step is skipped ({} in a row, train.max_skips {})", what, p.skips_in_row,
-                         exp.train.max_skips);
-            metrics.write(JsonObject().add("type", "skip").add("step", p.step + 1).add("epoch", p.epoch + 1));
-            skipped = true;
-          } else if (mode == "rollback" && ++rollbacks <= exp.train.max_skips) {
-            const auto back = newest_good_of_run(sum.run_dir, exp.checkpoint, true);
-            const double lr_scale = p.lr_scale * 0.5;
-            load_checkpoint(*back, model, *optimizer);
-            const int64_t bad_step = p.step + 1;
-            p = back->progress;
-            p.lr_scale = lr_scale;  // metrics.jsonl keeps the diverging steps' rows: the rollback row follows them
-            if (lead) store.remove_after(p.step);  // the newer ones lead to the divergence
-            dirty = false;
-            spdlog::warn("{}: rolled back to {} (step {}); learning rate now × {}", what, back->dir, p.step, lr_scale);
-            metrics.write(JsonObject()
-                              .add("type", "rollback")
-                              .add("from_step", bad_step)
-                              .add("to_step", p.step)
-                              .add("lr_scale", lr_scale));
-            restart = true;
-            break;
-          } else {
-            stop_clock();
-            spdlog::error("training diverged: {} (train.nonfinite: {}{})", what, mode,
-                          mode == "abort" ? "" : fmt::format(", more than max_skips {} in a row", exp.train.max_skips));
-            sum.exit_reason = "diverged";
-            finished = true;
-            break;
-          }
+        param_sq.zero_();
+        optimizer->grad_norm_sq(grad_sq, param_sq);
+        // The previous step's outcome, now that this one's work is queued (a skip of it needs nothing more here).
+        const Outcome before = gpu ? resolve() : Outcome::ok;
+        if (before == Outcome::diverged || before == Outcome::rolled_back) {
+          (before == Outcome::diverged ? finished : restart) = true;
+          break;
         }
+        optimizer->step(lr, stats, exp.train.grad_clip);
+        ops::accumulate_step(stats, window);
+        stats_host.copy_from_async(stats);
+        param_sq_host.copy_from_async(param_sq);
+        stats_ready.record(device);
+        pending = {true, p.step + 1, step_samples};
       }
       profiler.record_step(step_begin, Profiler::Clock::now());
       ++p.step;
       dirty = true;
       p.train_samples += step_samples;
-      if (!skipped) {  // a skipped step's loss is not in the statistics, so neither are its samples
-        p.window_samples += step_samples;
-        p.epoch_samples += step_samples;
-      }
+      p.window_samples += step_samples;  // resolve() takes a skipped step's samples back out
+      p.epoch_samples += step_samples;
       if (profiler.enabled() && (p.step + 1 == profile_end || p.step == total_steps)) finish_profile();
       const bool last = p.step == total_steps;
+      const bool eval_due =
+          data.test.size() > 0 && exp.train.eval_every > 0 && (p.step % exp.train.eval_every == 0 || last);
+      const bool checkpoint_due = exp.checkpoint.every_steps > 0 && p.step % exp.checkpoint.every_steps == 0;
+      if (!gpu || last || p.step % exp.train.log_every == 0 || eval_due || checkpoint_due ||
+          p.micro_done == micro_per_epoch || stop_requested() || any_stop) {
+        outcome = resolve();  // the host needs this step's outcome before it goes on
+        if (outcome == Outcome::diverged || outcome == Outcome::rolled_back) {
+          (outcome == Outcome::diverged ? finished : restart) = true;
+          break;
+        }
+      }
+      const bool skipped = outcome == Outcome::skipped;
       if ((p.step % exp.train.log_every == 0 || last) && p.window_samples > 0) {
         const double loss = close_window() / static_cast<double>(p.window_samples);
         const double rate = static_cast<double>(p.window_samples) / std::max(window_seconds, 1e-9);
         const double eta = static_cast<double>(total_steps - p.step) * p.train_seconds / static_cast<double>(p.step);
+        const DeviceMemoryStats mem = device_memory_stats(device);
         spdlog::info("epoch {}/{} | step {}/{} | loss {:.4f} | lr {:.4g} | grad_norm {:.3g}{} | {:.0f} samples/s | "
-                     "elapsed {} | eta {}",
+                     "{}elapsed {} | eta {}",
                      p.epoch + 1, exp.train.epochs, p.step, total_steps, loss, lr, p.grad_norm,
-                     skipped ? " (skipped)" : "", rate, hms(seconds_since(wall_start)), hms(eta));
-        metrics.write(JsonObject()
+                     skipped ? " (skipped)" : "", rate,
+                     gpu ? fmt::format("mem {:.0f} MiB (peak {:.0f}) | ", mib(mem.in_use), mib(mem.peak)) : "",
+                     hms(seconds_since(wall_start)), hms(eta));
+        JsonObject row = JsonObject()
                           .add("type", "train")
                           .add("step", p.step)
                           .add("epoch", p.epoch + 1)
@@ -679,7 +834,9 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
                           .add("lr", lr)
                           .add("grad_norm", p.grad_norm)
                           .add("samples_per_sec", rate)
-                          .add("elapsed_s", seconds_since(wall_start)));
+                          .add("elapsed_s", seconds_since(wall_start));
+        if (gpu) row.add("device_mem_mib", mib(mem.in_use)).add("device_peak_mib", mib(mem.peak));
+        metrics.write(row);
         p.window_samples = 0;
         window_seconds = 0;
         restart_clock();

@@ -63,6 +63,30 @@ void free_pinned(void* ptr) {
   }
 }
 
+StreamEvent::~StreamEvent() {
+  if (m_event && cudaSetDevice(m_device.index) == cudaSuccess) cudaEventDestroy(static_cast<cudaEvent_t>(m_event));
+}
+
+void StreamEvent::record(Device device) {
+  if (device.is_cpu()) return;
+  if (m_event && !(device == m_device)) {
+    cudaEventDestroy(static_cast<cudaEvent_t>(m_event));
+    m_event = nullptr;
+  }
+  m_device = device;
+  const cudaStream_t s = cuda::stream(device.index);
+  if (!m_event) {
+    cudaEvent_t e = nullptr;
+    GT_CHECK_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    m_event = e;
+  }
+  GT_CHECK_CUDA(cudaEventRecord(static_cast<cudaEvent_t>(m_event), s));
+}
+
+void StreamEvent::wait() {
+  if (m_event) GT_CHECK_CUDA(cudaEventSynchronize(static_cast<cudaEvent_t>(m_event)));
+}
+
 DeviceMemoryStats device_memory_stats(Device device) {
   if (!device.is_cuda()) return {};
   const cuda::MemoryStats m = cuda::memory_stats(device.index);
@@ -116,6 +140,13 @@ CudaInfo query_cuda() {
     if (cudaSetDevice(i) == cudaSuccess) cudaMemGetInfo(&d.memory_free, &d.memory_total);
     info.devices.push_back(d);
   }
+  for (auto& d : info.devices)
+    for (const auto& other : info.devices) {
+      int can = 0;
+      if (other.index != d.index && cudaDeviceCanAccessPeer(&can, d.index, other.index) == cudaSuccess && can)
+        d.peers.push_back(other.index);
+    }
+  cudaGetLastError();
   return info;
 }
 

@@ -39,7 +39,8 @@ struct GroupTable {
 /// Elements per chunk: large enough to amortise a block's start, small enough to spread a big row over many SMs.
 inline constexpr int64_t kGroupChunk = 1 << 16;
 
-void launch_sum_squares_group(cudaStream_t s, const GroupTable& t, int column, double* out);
+/// per_row may be null.
+void launch_sum_squares_group(cudaStream_t s, const GroupTable& t, int column, double* out, double* per_row);
 void launch_sgd_group(cudaStream_t s, const SgdHyper& h, const GroupTable& t, const double* stats, double max_norm);
 void launch_adam_group(cudaStream_t s, const AdamHyper& h, bool amsgrad, const GroupTable& t, const double* stats,
                        double max_norm);

@@ -57,9 +57,10 @@ const GroupTable& table_of(ops::TensorGroup& g) {
 
 }  // namespace
 
-void sum_squares_group(ops::TensorGroup& g, size_t column, Tensor& out) {
+void sum_squares_group(ops::TensorGroup& g, size_t column, Tensor& out, Tensor& per_row) {
   const GroupTable& t = table_of(g);
-  launch_sum_squares_group(stream(t.device), t, static_cast<int>(column), out.data<double>());
+  launch_sum_squares_group(stream(t.device), t, static_cast<int>(column), out.data<double>(),
+                           per_row.defined() ? per_row.data<double>() : nullptr);
 }
 
 void sgd_step_group(const SgdHyper& h, ops::TensorGroup& g, const Tensor& stats, double max_norm) {

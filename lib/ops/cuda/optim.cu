@@ -23,21 +23,27 @@ __device__ double clip_coef(const double* stats, double max_norm) {
   return c < 1.0 ? c : 1.0;
 }
 
-template <class T> __global__ void sum_squares_kernel(GroupView t, int column, double* out) {
+// One chunk at a time per block (the loop bound is the same for every thread of the block, so the barriers are
+// safe): each chunk's sum goes to the total and to its row's entry.
+template <class T> __global__ void sum_squares_kernel(GroupView t, int column, double* out, double* per_row) {
   __shared__ double partial[kThreads];
-  double acc = 0;
   for (int64_t c = blockIdx.x; c < t.num_chunks; c += gridDim.x) {
     const GroupChunk ch = t.chunks[c];
     const T* g = static_cast<const T*>(t.ptrs[ch.row * t.width + column]);
+    double acc = 0;
     for (int64_t i = ch.begin + threadIdx.x; i < ch.end; i += blockDim.x) acc += double(g[i]) * double(g[i]);
-  }
-  partial[threadIdx.x] = acc;
-  __syncthreads();
-  for (int stride = kThreads / 2; stride > 0; stride /= 2) {
-    if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
+    partial[threadIdx.x] = acc;
     __syncthreads();
+    for (int stride = kThreads / 2; stride > 0; stride /= 2) {
+      if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+      atomicAdd(out, partial[0]);
+      if (per_row) atomicAdd(per_row + ch.row, partial[0]);
+    }
+    __syncthreads();  // partial[] is reused by the next chunk
   }
-  if (threadIdx.x == 0) atomicAdd(out, partial[0]);
 }
 
 template <class T, bool kMomentum, bool kNesterov>
@@ -96,12 +102,12 @@ GroupTable::~GroupTable() {
   cudaFree(view.chunks);
 }
 
-void launch_sum_squares_group(cudaStream_t s, const GroupTable& t, int column, double* out) {
+void launch_sum_squares_group(cudaStream_t s, const GroupTable& t, int column, double* out, double* per_row) {
   if (t.view.num_chunks == 0) return;
   if (t.view.is_double)
-    sum_squares_kernel<double><<<grid_for(t), kThreads, 0, s>>>(t.view, column, out);
+    sum_squares_kernel<double><<<grid_for(t), kThreads, 0, s>>>(t.view, column, out, per_row);
   else
-    sum_squares_kernel<float><<<grid_for(t), kThreads, 0, s>>>(t.view, column, out);
+    sum_squares_kernel<float><<<grid_for(t), kThreads, 0, s>>>(t.view, column, out, per_row);
   GT_CHECK_LAUNCH();
 }
 

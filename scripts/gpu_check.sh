@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# The GPU check (issue 4): on a machine with an NVIDIA GPU, CUDA 13 and PyTorch (no package registry), from a bundle
+# made here by scripts/gpu_bundle.sh:
+#   1. every [cuda] test case, one process each (a crash in one cannot hide the others), with its outcome;
+#   2. fashion_mnist_mlp and fashion_mnist_cnn trained by gputrain on the GPU and by PyTorch eager on the GPU (same
+#      model, batch 128, SGD momentum 0.9, fp32 with PyTorch's default math modes), samples/s of the training loop;
+#   3. one table: test results, samples/s of both, the ratio, peak device memory.
+# Under 8 minutes on an H200. `--dry-run` runs the same steps here without a GPU: the tests report their skip, and
+# both trainers run a few steps on the CPU, so the script's own logic is checked before device time is spent.
+#
+#   scripts/gpu_check.sh [--dry-run] [BUNDLE=gpu_bundle]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+dry=0
+if [[ ${1:-} == --dry-run ]]; then dry=1; shift; fi
+bundle=${1:-gpu_bundle}
+[[ -f $bundle/programs.tar.xz ]] || { echo "gpu_check: no $bundle/programs.tar.xz: run scripts/gpu_bundle.sh first" >&2; exit 1; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+tar -C "$work" -xJf "$bundle/programs.tar.xz"
+py=python3
+[[ -x /usr/bin/python3 && $dry == 1 ]] && py=/usr/bin/python3  # Debian's, with python3-torch, here
+
+# The CUDA libraries: PyTorch's nvidia-* wheels first (cuDNN, cuBLAS, NCCL live there on the GPU machines), then
+# /usr/local/cuda; the bundle's own libraries (yaml-cpp, spdlog, OpenBLAS, ...) before both.
+nv=$($py - <<'PY' 2>/dev/null
+import glob, os
+try:
+    import nvidia
+    roots = list(nvidia.__path__)
+except Exception:
+    roots = []
+print(":".join(sorted({os.path.dirname(p) for r in roots for p in glob.glob(os.path.join(r, "*", "lib", "*.so*"))})))
+PY
+)
+export LD_LIBRARY_PATH="$work/lib${nv:+:$nv}:/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+gt="$work/gputrain"
+tests="$work/gputrain_tests"
+export GT_GPUTRAIN="$gt"  # the end-to-end [cuda] tests run this binary, not the path it was built at
+data="$PWD/$bundle/data"
+
+echo "== devices"
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+"$gt" devices || { echo "gpu_check: gputrain does not start (missing libraries?)"; ldd "$gt" | grep "not found"; exit 1; }
+
+echo "== [cuda] tests"
+pass=0 fail=0 skip=0
+failed=()
+while IFS= read -r name; do
+  [[ -z $name ]] && continue
+  # Catch2 takes a test name as a filter; commas and brackets in names are escaped.
+  filter=${name//,/\\,}
+  filter=${filter//[/\\[}
+  start=$(date +%s.%N)
+  timeout 300 "$tests" "$filter" > "$work/t.log" 2>&1
+  rc=$?
+  dt=$(echo "$(date +%s.%N) - $start" | bc)
+  case $rc in
+    0) pass=$((pass + 1)); printf '  pass  %5.1fs  %s\n' "$dt" "$name" ;;
+    77) skip=$((skip + 1)); printf '  skip         %s: %s\n' "$name" "$(grep -m1 SKIPPED "$work/t.log")" ;;
+    *) fail=$((fail + 1)); failed+=("$name"); printf '  FAIL  (exit %s) %s\n' "$rc" "$name"; tail -25 "$work/t.log" | sed 's/^/        /' ;;
+  esac
+done < <("$tests" "[cuda]" --list-test-names-only 2>/dev/null | sed 's/^ *//')
+
+echo "== training throughput, batch 128"
+if [[ $dry == 1 ]]; then device=cpu; tdev=cpu; steps_mlp=20; steps_cnn=10; else device=cuda; tdev=cuda; steps_mlp=3000; steps_cnn=1500; fi
+sets=(--set "data.train.images=$data/train-images-idx3-ubyte.gz" --set "data.train.labels=$data/train-labels-idx1-ubyte.gz"
+      --set "data.test.images=$data/t10k-images-idx3-ubyte.gz" --set "data.test.labels=$data/t10k-labels-idx1-ubyte.gz"
+      --set train.eval_every=1000000)
+rows=()
+for model in mlp cnn; do
+  steps=$steps_mlp; [[ $model == cnn ]] && steps=$steps_cnn
+  out="$work/run-$model"
+  if "$gt" train "configs/fashion_mnist_$model.yaml" --device "$device" --max-steps "$steps" --quiet --out "$out" \
+       "${sets[@]}" > "$work/gt-$model.log" 2>&1; then
+    gt_rate=$($py -c "import json; print(round(json.load(open('$out/summary.json'))['samples_per_sec']))")
+    gt_peak=$($py -c "
+import json
+rows = [json.loads(l) for l in open('$out/metrics.jsonl')]
+peaks = [r['device_peak_mib'] for r in rows if 'device_peak_mib' in r]
+print(f'{max(peaks):.0f}' if peaks else 'n/a')")
+  else
+    gt_rate=failed; gt_peak=n/a
+    tail -20 "$work/gt-$model.log" | sed 's/^/        /'
+  fi
+  if t=$($py bench/torch_reference.py --model "$model" --device "$tdev" --steps "$steps" --batch 128 --threads 4 2>"$work/torch-$model.err"); then
+    torch_rate=$(echo "$t" | $py -c "import json, sys; print(round(json.load(sys.stdin)['samples_per_sec']))")
+    torch_peak=$(echo "$t" | $py -c "import json, sys; p = json.load(sys.stdin)['peak_mem_mib']; print('n/a' if p is None else f'{p:.0f}')")
+  else
+    torch_rate=failed; torch_peak=n/a
+    tail -5 "$work/torch-$model.err" | sed 's/^/        /'
+  fi
+  ratio=n/a
+  [[ $gt_rate =~ ^[0-9]+$ && $torch_rate =~ ^[0-9]+$ ]] && ratio=$(echo "scale=2; $gt_rate / $torch_rate" | bc)
+  rows+=("$(printf '| fashion_mnist_%s | %s | %s | %s | %s MiB | %s MiB |' "$model" "$gt_rate" "$torch_rate" "$ratio" "$gt_peak" "$torch_peak")")
+done
+
+echo
+echo "== gpu_check $(date -u +%Y-%m-%d) on $(command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name --format=csv,noheader | head -1 || echo "no GPU (dry run)")"
+echo "[cuda] tests: $pass passed, $fail failed, $skip skipped${failed:+ — failed: ${failed[*]}}"
+echo
+echo "| config | gputrain samples/s | PyTorch samples/s | ratio | gputrain peak mem | PyTorch peak mem |"
+echo "|---|---|---|---|---|---|"
+printf '%s\n' "${rows[@]}"
+[[ $fail == 0 ]]
