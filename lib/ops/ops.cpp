@@ -4,6 +4,7 @@
 #include "ops/cpu/ops_cpu.h"
 #if GT_WITH_CUDA
 #include "ops/cuda/ops_cuda.h"
+#include "ops/cuda/dnn.h"
 #endif
 
 #include <cmath>
@@ -71,8 +72,8 @@ void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, doubl
   const int64_t kb = tb ? b.dim(1) : b.dim(0), n = tb ? b.dim(0) : b.dim(1);
   GT_CHECK(k == kb && c.dim(0) == m && c.dim(1) == n, "matmul {}{} · {}{} → {}", a.shape().str(), ta ? "ᵀ" : "",
            b.shape().str(), tb ? "ᵀ" : "", c.shape().str());
-  require_cpu("matmul", common_device("matmul", {&a, &b, &c}));
-  cpu::matmul(a, ta, b, tb, c, beta);
+  dispatch("matmul", common_device("matmul", {&a, &b, &c}), [&] { cpu::matmul(a, ta, b, tb, c, beta); },
+           [&] { GT_CUDA_CALL(matmul(a, ta, b, tb, c, beta)); });
 }
 
 void add_row_bias(Tensor& y, const Tensor& bias) {
@@ -239,30 +240,31 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Win
                y.dim(2) == window_out(x.dim(2), win.kh, win.sh, win.ph, win.dh) &&
                y.dim(3) == window_out(x.dim(3), win.kw, win.sw, win.pw, win.dw),
            "conv2d x {} w {} → y {}", x.shape().str(), w.shape().str(), y.shape().str());
-  require_cpu("conv2d", common_device("conv2d", {&x, &w, &b, &y}));
-  cpu::conv2d_forward(x, w, b, win, groups, y);
+  dispatch("conv2d", common_device("conv2d", {&x, &w, &b, &y}), [&] { cpu::conv2d_forward(x, w, b, win, groups, y); },
+           [&] { GT_CUDA_CALL(conv2d_forward(x, w, b, win, groups, y)); });
 }
 
 void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Window2d& win, int64_t groups,
                      Tensor& dx, Tensor& dw, Tensor& db, double beta) {
   same_dtype("conv2d_backward", {&x, &w, &dy, &dx, &dw, &db});
   GT_CHECK(dw.shape() == w.shape() && (!dx.defined() || dx.shape() == x.shape()), "conv2d_backward shapes");
-  require_cpu("conv2d_backward", common_device("conv2d_backward", {&x, &w, &dy, &dx, &dw, &db}));
-  cpu::conv2d_backward(x, w, dy, win, groups, dx, dw, db, beta);
+  dispatch("conv2d_backward", common_device("conv2d_backward", {&x, &w, &dy, &dx, &dw, &db}),
+           [&] { cpu::conv2d_backward(x, w, dy, win, groups, dx, dw, db, beta); },
+           [&] { GT_CUDA_CALL(conv2d_backward(x, w, dy, win, groups, dx, dw, db, beta)); });
 }
 
 void pool2d_forward(PoolKind kind, const Tensor& x, const Window2d& win, Tensor& y) {
   same_dtype("pool2d", {&x, &y});
   GT_CHECK(x.rank() == 4 && y.rank() == 4 && y.dim(0) == x.dim(0) && y.dim(1) == x.dim(1), "pool2d shapes");
-  require_cpu("pool2d", common_device("pool2d", {&x, &y}));
-  cpu::pool2d_forward(kind, x, win, y);
+  dispatch("pool2d", common_device("pool2d", {&x, &y}), [&] { cpu::pool2d_forward(kind, x, win, y); },
+           [&] { GT_CUDA_CALL(pool2d_forward(kind, x, win, y)); });
 }
 
 void pool2d_backward(PoolKind kind, const Tensor& x, const Tensor& dy, const Window2d& win, Tensor& dx) {
   same_dtype("pool2d_backward", {&x, &dy, &dx});
   GT_CHECK(dx.shape() == x.shape(), "pool2d_backward shapes");
-  require_cpu("pool2d_backward", common_device("pool2d_backward", {&x, &dy, &dx}));
-  cpu::pool2d_backward(kind, x, dy, win, dx);
+  dispatch("pool2d_backward", common_device("pool2d_backward", {&x, &dy, &dx}),
+           [&] { cpu::pool2d_backward(kind, x, dy, win, dx); }, [&] { GT_CUDA_CALL(pool2d_backward(kind, x, dy, win, dx)); });
 }
 
 void adam_step(const AdamHyper& h, bool amsgrad, Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
@@ -319,16 +321,28 @@ void batchnorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
   same_dtype("batchnorm", {&x, &gamma, &beta, &running_mean, &running_var, &save_mean, &save_invstd, &y});
   GT_CHECK(x.rank() >= 2 && x.dim(1) == gamma.numel() && y.numel() == x.numel(), "batchnorm x {} gamma {}",
            x.shape().str(), gamma.shape().str());
-  require_cpu("batchnorm", common_device("batchnorm", {&x, &gamma, &beta, &y}));
-  cpu::batchnorm_forward(x, gamma, beta, running_mean, running_var, momentum, eps, training, save_mean, save_invstd, y);
+  dispatch("batchnorm",
+           common_device("batchnorm", {&x, &gamma, &beta, &running_mean, &running_var, &save_mean, &save_invstd, &y}),
+           [&] {
+             cpu::batchnorm_forward(x, gamma, beta, running_mean, running_var, momentum, eps, training, save_mean,
+                                    save_invstd, y);
+           },
+           [&] {
+             GT_CUDA_CALL(batchnorm_forward(x, gamma, beta, running_mean, running_var, momentum, eps, training,
+                                            save_mean, save_invstd, y));
+           });
 }
 
 void batchnorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
                         const Tensor& dy, bool training, Tensor& dx, Tensor& dgamma, Tensor& dbeta, double beta) {
   same_dtype("batchnorm_backward", {&x, &gamma, &dy, &dx, &dgamma, &dbeta});
   GT_CHECK(dy.numel() == x.numel() && (!dx.defined() || dx.numel() == x.numel()), "batchnorm_backward sizes");
-  require_cpu("batchnorm_backward", common_device("batchnorm_backward", {&x, &gamma, &dy, &dx}));
-  cpu::batchnorm_backward(x, gamma, save_mean, save_invstd, dy, training, dx, dgamma, dbeta, beta);
+  dispatch("batchnorm_backward",
+           common_device("batchnorm_backward", {&x, &gamma, &save_mean, &save_invstd, &dy, &dx, &dgamma, &dbeta}),
+           [&] { cpu::batchnorm_backward(x, gamma, save_mean, save_invstd, dy, training, dx, dgamma, dbeta, beta); },
+           [&] {
+             GT_CUDA_CALL(batchnorm_backward(x, gamma, save_mean, save_invstd, dy, training, dx, dgamma, dbeta, beta));
+           });
 }
 
 void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, Tensor& save_mean,
