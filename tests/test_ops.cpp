@@ -164,3 +164,44 @@ TEST_CASE("dropout drops about p of the elements, scales the rest, and repeats i
   CHECK(static_cast<double>(kept) / n == Approx(0.75).margin(0.01));
   CHECK(same < n * 0.7);  // another step draws another mask
 }
+
+TEST_CASE("cross entropy without smoothing ignores a -inf logit away from the label, as PyTorch does", "[cpu]") {
+  // (1 − ε)(lse − x_y) + ε(lse − Σx/k) with ε = 0 must not compute 0 · ∞; with ε > 0 the loss is +∞ (PyTorch's too).
+  Tensor logits = Tensor::empty(Shape{1, 3}, DType::f32), labels = Tensor::empty(Shape{1}, DType::i32);
+  logits.data<float>()[0] = 1.0f;
+  logits.data<float>()[1] = 2.0f;
+  logits.data<float>()[2] = -INFINITY;
+  labels.data<int32_t>()[0] = 1;
+  Tensor stats = Tensor::zeros(Shape{2}, DType::f64), none;
+  ops::cross_entropy(logits, labels, 0.0, 1.0, none, stats);
+  CHECK(stats.data<double>()[0] == Approx(std::log(1 + std::exp(-1.0))));
+  CHECK(stats.data<double>()[1] == 1);
+  Tensor smoothed = Tensor::zeros(Shape{2}, DType::f64);
+  ops::cross_entropy(logits, labels, 0.1, 1.0, none, smoothed);
+  CHECK(std::isinf(smoothed.data<double>()[0]));
+}
+
+TEST_CASE("embedding indices are integers within 1e-3 of a row, and the backward pass honours beta", "[cpu]") {
+  CHECK(embedding_row(3.0004f, 10) == 3);
+  CHECK(embedding_row(2.9996f, 10) == 3);
+  CHECK(embedding_row(0.0f, 10) == 0);
+  CHECK(embedding_row(9.0f, 10) == 9);
+  CHECK(embedding_row(3.4f, 10) == -1);
+  CHECK(embedding_row(10.0f, 10) == -1);
+  CHECK(embedding_row(-1.0f, 10) == -1);
+  CHECK(embedding_row(-0.0004f, 10) == 0);
+  CHECK(embedding_row(NAN, 10) == -1);
+  CHECK(embedding_row(1e30, 10) == -1);
+
+  Tensor idx = Tensor::empty(Shape{3}, DType::f32), dy = Tensor::empty(Shape{3, 2}, DType::f32);
+  const float ids[] = {1, 0, 1}, grads[] = {1, 2, 3, 4, 5, 6};
+  for (int i = 0; i < 3; ++i) idx.data<float>()[i] = ids[i];
+  for (int i = 0; i < 6; ++i) dy.data<float>()[i] = grads[i];
+  Tensor dw = Tensor::empty(Shape{2, 2}, DType::f32);
+  for (int i = 0; i < 4; ++i) dw.data<float>()[i] = 10;
+  ops::embedding_backward(idx, dy, dw, 0.5);  // dw ← 0.5·dw + Σ rows
+  CHECK(dw.data<float>()[0] == 5 + 3);
+  CHECK(dw.data<float>()[1] == 5 + 4);
+  CHECK(dw.data<float>()[2] == 5 + 1 + 5);
+  CHECK(dw.data<float>()[3] == 5 + 2 + 6);
+}

@@ -31,10 +31,47 @@ enum StepStat : int64_t { kLossSum = 0, kHits = 1, kGradSq = 2, kStepStats = 3 }
 
 /// Whether dropout keeps element i at `step`: a Philox draw keyed by the layer, so a mask is never stored and the
 /// backward pass (or a resumed run) regenerates the same one.
+/// One Philox block decides four consecutive elements (4q … 4q+3); a kernel that draws the block once per quad uses
+/// dropout_keep_word on its words and gets the same mask.
+GT_HD bool dropout_keep_word(uint32_t word, double p) { return (word >> 8) * (1.0 / 16777216.0) >= p; }
 GT_HD bool dropout_keep(uint64_t key, uint64_t step, uint64_t i, double p) {
   const PhiloxBlock b = philox4x32(i / 4, step, key);
-  return (b.v[i % 4] >> 8) * (1.0 / 16777216.0) >= p;
+  return dropout_keep_word(b.v[i % 4], p);
 }
+
+/// The row of an embedding table that input value v names: v rounded, when it is within 1e-3 of an integer in
+/// [0, vocab); −1 otherwise (NaN included). The CPU throws on −1; CUDA cannot throw from a kernel (see ops.h).
+template <class T> GT_HD int64_t embedding_row(T v, int64_t vocab) {
+  if (!(v > T(-1) && v < static_cast<T>(vocab))) return -1;  // also keeps the rounding below in range
+  const auto row = static_cast<int64_t>(std::llround(v));
+  if (row < 0 || row >= vocab || std::fabs(v - static_cast<T>(row)) > T(1e-3)) return -1;
+  return row;
+}
+
+/// Softmax cross-entropy of one row with label smoothing ε (PyTorch's definition), from the row's log-sum-exp,
+/// its label's logit and the sum of its k logits: (1 − ε)(lse − x_y) + ε (lse − Σx / k). Without smoothing the
+/// second term is left out rather than multiplied by 0, so a −inf logit away from the label does not make it NaN.
+GT_HD double ce_row_loss(double lse, double x_label, double sum_x, int64_t k, double eps) {
+  if (eps == 0) return lse - x_label;
+  return (1 - eps) * (lse - x_label) + eps * (lse - sum_x / static_cast<double>(k));
+}
+/// ∂/∂x_j of `scale` × that loss, from p_j = softmax(x)_j: scale · (p_j − ε/k − [j = y](1 − ε)).
+GT_HD double ce_dlogit(double p, bool is_label, int64_t k, double eps, double scale) {
+  return scale * (p - eps / static_cast<double>(k) - (is_label ? 1 - eps : 0.0));
+}
+
+/// Layer normalisation of one element, given its row's mean and 1/σ: (x − μ)/σ · γ + β.
+template <class T> GT_HD T layernorm_y(T x, double mean, double inv, T gamma, T beta) {
+  return static_cast<T>((x - mean) * inv * gamma + beta);
+}
+/// dx of layer normalisation for one element of a row of d, from the row's sums a = Σ dy·γ and b = Σ dy·γ·x̂:
+/// dx = (1/σ)(dy·γ − a/d − x̂·b/d).
+template <class T> GT_HD T layernorm_dx(T x, T dy, T gamma, double mean, double inv, double a, double b, int64_t d) {
+  const double xhat = (x - mean) * inv;
+  return static_cast<T>(inv * (dy * gamma - a / static_cast<double>(d) - xhat * b / static_cast<double>(d)));
+}
+/// dx of softmax for one element, from y, dy and the row's Σ y·dy: y (dy − Σ y·dy).
+template <class T> GT_HD T softmax_dx(T y, T dy, double dot) { return static_cast<T>(y * (dy - dot)); }
 
 // Activations take x (and y where cheaper) and give y = f(x) and dx = dy · f'(x).
 template <class T> GT_HD T act_forward(Activation a, T x) {

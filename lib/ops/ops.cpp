@@ -45,11 +45,6 @@ void same_dtype(const char* op, std::initializer_list<const Tensor*> ts) {
   }
 }
 
-// Ops whose CUDA kernel is not written yet say so by name instead of falling back to the CPU.
-void require_cpu(const char* op, Device d) {
-  if (!d.is_cpu()) throw Error(fmt::format("{}: no {} kernel in this build; train with device: cpu", op, d.str()));
-}
-
 // Runs the CPU kernel or the CUDA one; a build without CUDA reports that for a CUDA tensor.
 template <class Cpu, class Cuda> void dispatch([[maybe_unused]] const char* op, Device d, Cpu&& cpu_fn, [[maybe_unused]] Cuda&& cuda_fn) {
   if (d.is_cpu()) {
@@ -79,15 +74,15 @@ void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, doubl
 void add_row_bias(Tensor& y, const Tensor& bias) {
   same_dtype("add_row_bias", {&y, &bias});
   GT_CHECK(y.rank() == 2 && bias.numel() == y.dim(1), "bias {} for {}", bias.shape().str(), y.shape().str());
-  require_cpu("add_row_bias", common_device("add_row_bias", {&y, &bias}));
-  cpu::add_row_bias(y, bias);
+  dispatch("add_row_bias", common_device("add_row_bias", {&y, &bias}), [&] { cpu::add_row_bias(y, bias); },
+           [&] { GT_CUDA_CALL(add_row_bias(y, bias)); });
 }
 
 void sum_rows(const Tensor& dy, Tensor& db, double beta) {
   same_dtype("sum_rows", {&dy, &db});
   GT_CHECK(dy.rank() == 2 && db.numel() == dy.dim(1), "sum_rows {} into {}", dy.shape().str(), db.shape().str());
-  require_cpu("sum_rows", common_device("sum_rows", {&dy, &db}));
-  cpu::sum_rows(dy, db, beta);
+  dispatch("sum_rows", common_device("sum_rows", {&dy, &db}), [&] { cpu::sum_rows(dy, db, beta); },
+           [&] { GT_CUDA_CALL(sum_rows(dy, db, beta)); });
 }
 
 void activation_forward(Activation a, const Tensor& x, Tensor& y) {
@@ -111,8 +106,9 @@ void cross_entropy(const Tensor& logits, const Tensor& labels, double eps, doubl
            "cross_entropy logits {} labels {}", logits.shape().str(), labels.shape().str());
   GT_CHECK(!dlogits.defined() || dlogits.shape() == logits.shape(), "dlogits shape");
   GT_CHECK(stats.dtype() == DType::f64 && stats.numel() >= 2, "stats must be f64[2]");
-  require_cpu("cross_entropy", common_device("cross_entropy", {&logits, &labels, &dlogits, &stats}));
-  cpu::cross_entropy(logits, labels, eps, scale, dlogits, stats);
+  dispatch("cross_entropy", common_device("cross_entropy", {&logits, &labels, &dlogits, &stats}),
+           [&] { cpu::cross_entropy(logits, labels, eps, scale, dlogits, stats); },
+           [&] { GT_CUDA_CALL(cross_entropy(logits, labels, eps, scale, dlogits, stats)); });
 }
 
 void mse(const Tensor& pred, const Tensor& target, double scale, Tensor& dpred, Tensor& stats) {
@@ -121,8 +117,9 @@ void mse(const Tensor& pred, const Tensor& target, double scale, Tensor& dpred, 
            target.shape().str());
   GT_CHECK(!dpred.defined() || dpred.numel() == pred.numel(), "dpred shape");
   GT_CHECK(stats.dtype() == DType::f64 && stats.numel() >= 2, "stats must be f64[2]");
-  require_cpu("mse", common_device("mse", {&pred, &target, &dpred, &stats}));
-  cpu::mse(pred, target, scale, dpred, stats);
+  dispatch("mse", common_device("mse", {&pred, &target, &dpred, &stats}),
+           [&] { cpu::mse(pred, target, scale, dpred, stats); },
+           [&] { GT_CUDA_CALL(mse(pred, target, scale, dpred, stats)); });
 }
 
 void sgd_step(const SgdHyper& h, Tensor& param, const Tensor& grad, Tensor& momentum) {
@@ -145,6 +142,9 @@ Device group_device(const char* op, const TensorGroup& g, size_t width) {
       if (!t.defined()) continue;
       GT_CHECK(t.device() == d, "{}: operands on {} and {}", op, d.str(), t.device().str());
       GT_CHECK(t.numel() == row[0].numel() && t.dtype() == row[0].dtype(), "{}: row of mixed sizes or dtypes", op);
+      // The CUDA kernels read every row with the element type of the first.
+      GT_CHECK(t.dtype() == g.rows[0][0].dtype(), "{}: rows of {} and {}", op, dtype_name(g.rows[0][0].dtype()),
+               dtype_name(t.dtype()));
     }
   }
   return d;
@@ -195,6 +195,10 @@ void sum_squares_group(TensorGroup& g, size_t column, Tensor& out, Tensor& per_r
 void sgd_step_group(const SgdHyper& h, TensorGroup& g, const Tensor& stats, double max_norm) {
   const Device d = group_device("sgd_step_group", g, 3);
   check_stats("sgd_step_group", stats, d);
+  // The CUDA kernel picks the momentum update from h.momentum (as torch.optim.SGD does) and the CPU from the buffer,
+  // so the two must agree: a buffer exactly when momentum is on (the Sgd optimizer makes them so).
+  for (const auto& row : g.rows)
+    GT_CHECK(row[2].defined() == (h.momentum != 0), "sgd_step_group: a momentum buffer per row iff momentum != 0");
   dispatch("sgd_step_group", d,
            [&] {
              if (!cpu_step_ok(stats)) return;
@@ -207,6 +211,8 @@ void sgd_step_group(const SgdHyper& h, TensorGroup& g, const Tensor& stats, doub
 void adam_step_group(const AdamHyper& h, bool amsgrad, TensorGroup& g, const Tensor& stats, double max_norm) {
   const Device d = group_device("adam_step_group", g, 5);
   check_stats("adam_step_group", stats, d);
+  for (const auto& row : g.rows)
+    GT_CHECK(!amsgrad || row[4].defined(), "adam_step_group: amsgrad needs the vmax column");
   dispatch("adam_step_group", d,
            [&] {
              if (!cpu_step_ok(stats)) return;
@@ -273,28 +279,28 @@ void adam_step(const AdamHyper& h, bool amsgrad, Tensor& param, const Tensor& gr
   GT_CHECK(grad.numel() == param.numel() && m.numel() == param.numel() && v.numel() == param.numel() &&
                (!amsgrad || vmax.numel() == param.numel()),
            "adam_step sizes");
-  require_cpu("adam_step", common_device("adam_step", {&param, &grad, &m, &v, &vmax}));
-  cpu::adam_step(h, amsgrad, param, grad, m, v, vmax);
+  dispatch("adam_step", common_device("adam_step", {&param, &grad, &m, &v, &vmax}),
+           [&] { cpu::adam_step(h, amsgrad, param, grad, m, v, vmax); },
+           [&] { GT_CUDA_CALL(adam_step(h, amsgrad, param, grad, m, v, vmax)); });
 }
 
 void sum_squares(const Tensor& grad, Tensor& out) {
   GT_CHECK(out.dtype() == DType::f64 && out.numel() >= 1, "sum_squares accumulates into f64");
-  require_cpu("sum_squares", common_device("sum_squares", {&grad, &out}));
-  cpu::sum_squares(grad, out);
+  dispatch("sum_squares", common_device("sum_squares", {&grad, &out}), [&] { cpu::sum_squares(grad, out); },
+           [&] { GT_CUDA_CALL(sum_squares(grad, out)); });
 }
 
 void scale_by(Tensor& x, const Tensor& scale) {
   GT_CHECK(scale.dtype() == DType::f64 && scale.numel() >= 1, "scale_by takes an f64 scale");
-  require_cpu("scale_by", common_device("scale_by", {&x, &scale}));
-  cpu::scale_by(x, scale);
+  dispatch("scale_by", common_device("scale_by", {&x, &scale}), [&] { cpu::scale_by(x, scale); },
+           [&] { GT_CUDA_CALL(scale_by(x, scale)); });
 }
 
 void add(const Tensor& a, const Tensor& b, Tensor& y) {
   same_dtype("add", {&a, &b, &y});
   GT_CHECK(a.numel() == y.numel() && b.numel() == y.numel(), "add {} + {} → {}", a.shape().str(), b.shape().str(),
            y.shape().str());
-  require_cpu("add", common_device("add", {&a, &b, &y}));
-  cpu::add(a, b, y);
+  dispatch("add", common_device("add", {&a, &b, &y}), [&] { cpu::add(a, b, y); }, [&] { GT_CUDA_CALL(add(a, b, y)); });
 }
 
 void copy_blocks(const Tensor& src, Tensor& dst, int64_t outer, int64_t src_inner, int64_t dst_inner,
@@ -302,8 +308,9 @@ void copy_blocks(const Tensor& src, Tensor& dst, int64_t outer, int64_t src_inne
   same_dtype("copy_blocks", {&src, &dst});
   GT_CHECK(src.numel() == outer * src_inner && dst.numel() == outer * dst_inner && dst_offset + src_inner <= dst_inner,
            "copy_blocks sizes");
-  require_cpu("copy_blocks", common_device("copy_blocks", {&src, &dst}));
-  cpu::copy_blocks(src, dst, outer, src_inner, dst_inner, dst_offset);
+  dispatch("copy_blocks", common_device("copy_blocks", {&src, &dst}),
+           [&] { cpu::copy_blocks(src, dst, outer, src_inner, dst_inner, dst_offset); },
+           [&] { GT_CUDA_CALL(copy_blocks(src, dst, outer, src_inner, dst_inner, dst_offset)); });
 }
 
 void split_blocks(const Tensor& whole, Tensor& part, int64_t outer, int64_t part_inner, int64_t whole_inner,
@@ -311,8 +318,9 @@ void split_blocks(const Tensor& whole, Tensor& part, int64_t outer, int64_t part
   same_dtype("split_blocks", {&whole, &part});
   GT_CHECK(part.numel() == outer * part_inner && whole.numel() == outer * whole_inner && offset + part_inner <= whole_inner,
            "split_blocks sizes");
-  require_cpu("split_blocks", common_device("split_blocks", {&whole, &part}));
-  cpu::split_blocks(whole, part, outer, part_inner, whole_inner, offset);
+  dispatch("split_blocks", common_device("split_blocks", {&whole, &part}),
+           [&] { cpu::split_blocks(whole, part, outer, part_inner, whole_inner, offset); },
+           [&] { GT_CUDA_CALL(split_blocks(whole, part, outer, part_inner, whole_inner, offset)); });
 }
 
 void batchnorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
@@ -348,49 +356,65 @@ void batchnorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& save
 void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, Tensor& save_mean,
                        Tensor& save_invstd, Tensor& y) {
   same_dtype("layernorm", {&x, &gamma, &beta, &save_mean, &save_invstd, &y});
-  GT_CHECK(x.numel() % gamma.numel() == 0 && save_mean.numel() >= x.numel() / gamma.numel(), "layernorm sizes");
-  require_cpu("layernorm", common_device("layernorm", {&x, &gamma, &beta, &y}));
-  cpu::layernorm_forward(x, gamma, beta, eps, save_mean, save_invstd, y);
+  GT_CHECK(gamma.numel() > 0 && x.numel() % gamma.numel() == 0 && beta.numel() == gamma.numel() &&
+               y.numel() == x.numel() && save_mean.numel() >= x.numel() / gamma.numel() &&
+               save_invstd.numel() >= x.numel() / gamma.numel(),
+           "layernorm sizes: x {} gamma {} beta {} y {}", x.shape().str(), gamma.shape().str(), beta.shape().str(),
+           y.shape().str());
+  dispatch("layernorm", common_device("layernorm", {&x, &gamma, &beta, &save_mean, &save_invstd, &y}),
+           [&] { cpu::layernorm_forward(x, gamma, beta, eps, save_mean, save_invstd, y); },
+           [&] { GT_CUDA_CALL(layernorm_forward(x, gamma, beta, eps, save_mean, save_invstd, y)); });
 }
 
 void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
                         const Tensor& dy, Tensor& dx, Tensor& dgamma, Tensor& dbeta, double beta) {
   same_dtype("layernorm_backward", {&x, &gamma, &dy, &dx, &dgamma, &dbeta});
-  require_cpu("layernorm_backward", common_device("layernorm_backward", {&x, &gamma, &dy, &dx}));
-  cpu::layernorm_backward(x, gamma, save_mean, save_invstd, dy, dx, dgamma, dbeta, beta);
+  GT_CHECK(gamma.numel() > 0 && x.numel() % gamma.numel() == 0 && dy.numel() == x.numel() &&
+               (!dx.defined() || dx.numel() == x.numel()) && dgamma.numel() == gamma.numel() &&
+               dbeta.numel() == gamma.numel() && save_mean.numel() >= x.numel() / gamma.numel() &&
+               save_invstd.numel() >= x.numel() / gamma.numel(),
+           "layernorm_backward sizes: x {} gamma {} dy {}", x.shape().str(), gamma.shape().str(), dy.shape().str());
+  dispatch("layernorm_backward",
+           common_device("layernorm_backward", {&x, &gamma, &save_mean, &save_invstd, &dy, &dx, &dgamma, &dbeta}),
+           [&] { cpu::layernorm_backward(x, gamma, save_mean, save_invstd, dy, dx, dgamma, dbeta, beta); },
+           [&] { GT_CUDA_CALL(layernorm_backward(x, gamma, save_mean, save_invstd, dy, dx, dgamma, dbeta, beta)); });
 }
 
 void softmax_forward(const Tensor& x, int64_t d, Tensor& y) {
   same_dtype("softmax", {&x, &y});
-  GT_CHECK(x.numel() % d == 0 && y.numel() == x.numel(), "softmax sizes");
-  require_cpu("softmax", common_device("softmax", {&x, &y}));
-  cpu::softmax_forward(x, d, y);
+  GT_CHECK(d > 0 && x.numel() % d == 0 && y.numel() == x.numel(), "softmax sizes");
+  dispatch("softmax", common_device("softmax", {&x, &y}), [&] { cpu::softmax_forward(x, d, y); },
+           [&] { GT_CUDA_CALL(softmax_forward(x, d, y)); });
 }
 
 void softmax_backward(const Tensor& y, const Tensor& dy, int64_t d, Tensor& dx) {
   same_dtype("softmax_backward", {&y, &dy, &dx});
-  require_cpu("softmax_backward", common_device("softmax_backward", {&y, &dy, &dx}));
-  cpu::softmax_backward(y, dy, d, dx);
+  GT_CHECK(d > 0 && y.numel() % d == 0 && dy.numel() == y.numel() && dx.numel() == y.numel(),
+           "softmax_backward sizes");
+  dispatch("softmax_backward", common_device("softmax_backward", {&y, &dy, &dx}),
+           [&] { cpu::softmax_backward(y, dy, d, dx); }, [&] { GT_CUDA_CALL(softmax_backward(y, dy, d, dx)); });
 }
 
 void dropout(const Tensor& x, double p, uint64_t key, uint64_t step, Tensor& y) {
   same_dtype("dropout", {&x, &y});
   GT_CHECK(x.numel() == y.numel() && p >= 0 && p < 1, "dropout sizes or p");
-  require_cpu("dropout", common_device("dropout", {&x, &y}));
-  cpu::dropout(x, p, key, step, y);
+  dispatch("dropout", common_device("dropout", {&x, &y}), [&] { cpu::dropout(x, p, key, step, y); },
+           [&] { GT_CUDA_CALL(dropout(x, p, key, step, y)); });
 }
 
 void embedding_forward(const Tensor& idx, const Tensor& weight, Tensor& y) {
   same_dtype("embedding", {&idx, &weight, &y});
   GT_CHECK(weight.rank() == 2 && y.numel() == idx.numel() * weight.dim(1), "embedding sizes");
-  require_cpu("embedding", common_device("embedding", {&idx, &weight, &y}));
-  cpu::embedding_forward(idx, weight, y);
+  dispatch("embedding", common_device("embedding", {&idx, &weight, &y}),
+           [&] { cpu::embedding_forward(idx, weight, y); }, [&] { GT_CUDA_CALL(embedding_forward(idx, weight, y)); });
 }
 
 void embedding_backward(const Tensor& idx, const Tensor& dy, Tensor& dweight, double beta) {
   same_dtype("embedding_backward", {&idx, &dy, &dweight});
-  require_cpu("embedding_backward", common_device("embedding_backward", {&idx, &dy, &dweight}));
-  cpu::embedding_backward(idx, dy, dweight, beta);
+  GT_CHECK(dweight.rank() == 2 && dy.numel() == idx.numel() * dweight.dim(1), "embedding_backward sizes");
+  dispatch("embedding_backward", common_device("embedding_backward", {&idx, &dy, &dweight}),
+           [&] { cpu::embedding_backward(idx, dy, dweight, beta); },
+           [&] { GT_CUDA_CALL(embedding_backward(idx, dy, dweight, beta)); });
 }
 
 }  // namespace gt::ops

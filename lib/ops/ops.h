@@ -28,7 +28,9 @@ void activation_backward(Activation a, const Tensor& x, const Tensor& y, const T
 /// Softmax cross-entropy over logits (B, K) with int32 labels (B). Adds Σ loss to stats[0] and the number of
 /// correct argmax predictions to stats[1] (stats: f64, 2 entries, on the logits' device, so nothing syncs).
 /// When dlogits is defined, writes dlogits = scale · (softmax(logits) − onehot_smoothed(labels)).
-/// label_smoothing ε mixes the one-hot target with the uniform distribution as PyTorch does.
+/// label_smoothing ε mixes the one-hot target with the uniform distribution as PyTorch does. A NaN logit makes its
+/// row's loss NaN (so the step's loss sum is NaN on every device). A label outside [0, K) is the caller's error: on
+/// CUDA its row's loss is NaN and the row counts no hit, so the step gate skips the step.
 void cross_entropy(const Tensor& logits, const Tensor& labels, double label_smoothing, double scale,
                    Tensor& dlogits, Tensor& stats);
 
@@ -61,7 +63,8 @@ void sum_squares_group(TensorGroup& group, size_t column, Tensor& out, Tensor& p
 /// One SGD step over the group, rows (param, grad, momentum — undefined without momentum), gated and clipped by
 /// the step's statistics: nothing changes unless stats[kLossSum] and stats[kGradSq] are finite, and when
 /// max_norm > 0 each gradient is used multiplied by min(1, max_norm / (√stats[kGradSq] + 1e-6))
-/// (torch.nn.utils.clip_grad_norm_'s coefficient).
+/// (torch.nn.utils.clip_grad_norm_'s coefficient). The CPU scales the gradients in place to do so; CUDA scales them
+/// as it reads them and leaves them as they were, so read no gradient after a clipped step.
 void sgd_step_group(const SgdHyper& h, TensorGroup& group, const Tensor& stats, double max_norm);
 /// One Adam/AdamW step over rows (param, grad, m, v, vmax — undefined unless amsgrad), gated and clipped as above.
 void adam_step_group(const AdamHyper& h, bool amsgrad, TensorGroup& group, const Tensor& stats, double max_norm);
@@ -107,8 +110,12 @@ void softmax_backward(const Tensor& y, const Tensor& dy, int64_t d, Tensor& dx);
 /// y = x · keep / (1 − p); keep is drawn from Philox for (key, step, element), so the backward pass (the same call
 /// on dy) regenerates the mask instead of storing it.
 void dropout(const Tensor& x, double p, uint64_t key, uint64_t step, Tensor& y);
-/// y[k, :] = weight[round(idx[k]), :]; an index outside [0, V) is a runtime error.
+/// y[k, :] = weight[round(idx[k]), :]; an index outside [0, V) (or not within 1e-3 of an integer) is a runtime error.
+/// The CPU throws. A CUDA kernel cannot throw without a host synchronisation, so on CUDA that row of y is NaN
+/// instead: the loss turns NaN and the step's gate (stats, above) skips the update, visibly, as a skipped step.
 void embedding_forward(const Tensor& idx, const Tensor& weight, Tensor& y);
+/// dweight[round(idx[k]), :] += dy[k, :] after dweight ← beta · dweight; rows of invalid indices are skipped. On CUDA
+/// repeated indices add up with atomics, in no fixed order.
 void embedding_backward(const Tensor& idx, const Tensor& dy, Tensor& dweight, double beta);
 
 }  // namespace gt::ops

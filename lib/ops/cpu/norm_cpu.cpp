@@ -118,7 +118,7 @@ void ln_fwd_t(const Tensor& x, const Tensor& gamma, const Tensor& beta, double e
       const double inv = 1.0 / std::sqrt(s2 / static_cast<double>(d) + eps);
       sm[r] = static_cast<T>(mean);
       si[r] = static_cast<T>(inv);
-      for (int64_t i = 0; i < d; ++i) py[r * d + i] = static_cast<T>((row[i] - mean) * inv * pg[i] + pb[i]);
+      for (int64_t i = 0; i < d; ++i) py[r * d + i] = layernorm_y<T>(row[i], mean, inv, pg[i], pb[i]);
     }
   });
 }
@@ -141,11 +141,7 @@ void ln_bwd_t(const Tensor& x, const Tensor& gamma, const Tensor& save_mean, con
           a += dxh;
           b += dxh * (row[i] - mean) * inv;
         }
-        for (int64_t i = 0; i < d; ++i) {
-          const double xhat = (row[i] - mean) * inv;
-          pdx[r * d + i] = static_cast<T>(inv * (g[i] * pg[i] - a / static_cast<double>(d) -
-                                                 xhat * b / static_cast<double>(d)));
-        }
+        for (int64_t i = 0; i < d; ++i) pdx[r * d + i] = layernorm_dx<T>(row[i], g[i], pg[i], mean, inv, a, b, d);
       }
     });
   }
@@ -190,7 +186,7 @@ template <class T> void softmax_bwd_t(const Tensor& y, const Tensor& dy, int64_t
     for (int64_t r = r0; r < r1; ++r) {
       double dot = 0;
       for (int64_t i = 0; i < d; ++i) dot += py[r * d + i] * pdy[r * d + i];
-      for (int64_t i = 0; i < d; ++i) pdx[r * d + i] = static_cast<T>(py[r * d + i] * (pdy[r * d + i] - dot));
+      for (int64_t i = 0; i < d; ++i) pdx[r * d + i] = softmax_dx<T>(py[r * d + i], pdy[r * d + i], dot);
     }
   });
 }
@@ -211,8 +207,8 @@ void embedding_fwd_t(const Tensor& idx, const Tensor& weight, Tensor& y) {
   const T* pw = weight.data<T>();
   T* py = y.data<T>();
   for (int64_t k = 0; k < n; ++k) {
-    const auto row = static_cast<int64_t>(std::llround(pi[k]));
-    if (row < 0 || row >= vocab || std::abs(pi[k] - static_cast<T>(row)) > T(1e-3))
+    const int64_t row = embedding_row(pi[k], vocab);
+    if (row < 0)
       throw Error(fmt::format("embedding: input {} is not an index in [0, {})", static_cast<double>(pi[k]), vocab));
     std::copy(pw + row * dim, pw + (row + 1) * dim, py + k * dim);
   }
@@ -223,9 +219,13 @@ template <class T> void embedding_bwd_t(const Tensor& idx, const Tensor& dy, Ten
   const T* pi = idx.data<T>();
   const T* pdy = dy.data<T>();
   T* pw = dweight.data<T>();
-  if (beta_acc == 0) std::fill(pw, pw + dweight.numel(), T(0));
+  if (beta_acc == 0)
+    std::fill(pw, pw + dweight.numel(), T(0));
+  else if (beta_acc != 1)
+    for (int64_t i = 0; i < dweight.numel(); ++i) pw[i] = static_cast<T>(beta_acc * pw[i]);
   for (int64_t k = 0; k < n; ++k) {  // in index order: repeated rows add up deterministically
-    const auto row = static_cast<int64_t>(std::llround(pi[k]));
+    const int64_t row = embedding_row(pi[k], dweight.dim(0));
+    if (row < 0) continue;  // the forward pass has thrown on it already
     for (int64_t j = 0; j < dim; ++j) pw[row * dim + j] += pdy[k * dim + j];
   }
 }

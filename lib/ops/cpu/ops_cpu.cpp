@@ -143,15 +143,12 @@ void cross_entropy_t(const Tensor& logits, const Tensor& labels, double eps, dou
       for (int64_t j = 0; j < k; ++j) sum_e += std::exp(static_cast<double>(x[j] - mx));
       const double lse = static_cast<double>(mx) + std::log(sum_e);
       const double xy = static_cast<double>(x[y]);
-      row_loss[static_cast<size_t>(b)] = (1 - eps) * (lse - xy) + eps * (lse - sum_x / static_cast<double>(k));
+      row_loss[static_cast<size_t>(b)] = ce_row_loss(lse, xy, sum_x, k, eps);
       row_hit[static_cast<size_t>(b)] = argmax == y;
       if (pd) {
         T* d = pd + b * k;
-        const double off = eps / static_cast<double>(k);
-        for (int64_t j = 0; j < k; ++j) {
-          const double p = std::exp(static_cast<double>(x[j]) - lse);
-          d[j] = static_cast<T>(scale * (p - off - (j == y ? 1 - eps : 0.0)));
-        }
+        for (int64_t j = 0; j < k; ++j)
+          d[j] = static_cast<T>(ce_dlogit(std::exp(static_cast<double>(x[j]) - lse), j == y, k, eps, scale));
       }
     }
   });

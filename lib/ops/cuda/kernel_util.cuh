@@ -1,0 +1,108 @@
+// Pieces the CUDA kernels share: the element-type switch, grid sizes and warp/block reductions. nvcc only.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+namespace gt::cuda::kern {
+
+constexpr int kWarp = 32;
+constexpr unsigned kFullMask = 0xffffffffu;
+
+/// Calls f(float{}) or f(double{}): every pointer of a launch has the one element type.
+template <class F>
+void with_float_type(bool is_double, F&& f) {
+  if (is_double)
+    f(double{});
+  else
+    f(float{});
+}
+
+/// Blocks for a grid-stride loop over n elements, capped so that a huge tensor does not launch millions of blocks.
+inline int grid_for(int64_t n, int threads, int64_t cap = 65535 * 4) {
+  return static_cast<int>(std::clamp<int64_t>((n + threads - 1) / threads, 1, cap));
+}
+
+/// Threads for one block per row of length d: a multiple of the warp size, at most `cap`.
+inline int row_threads(int64_t d, int cap = 256) {
+  return static_cast<int>(std::clamp<int64_t>((d + kWarp - 1) / kWarp * kWarp, kWarp, cap));
+}
+
+/// +inf and a quiet NaN of T in device code (std::numeric_limits' members are host functions to nvcc).
+template <class T>
+__device__ __forceinline__ T infinity() {
+  if constexpr (sizeof(T) == 4)
+    return __int_as_float(0x7f800000);
+  else
+    return __longlong_as_double(0x7ff0000000000000LL);
+}
+template <class T>
+__device__ __forceinline__ T quiet_nan() {
+  if constexpr (sizeof(T) == 4)
+    return __int_as_float(0x7fc00000);
+  else
+    return __longlong_as_double(0x7ff8000000000000LL);
+}
+
+__device__ __forceinline__ int64_t global_index() { return blockIdx.x * int64_t{blockDim.x} + threadIdx.x; }
+__device__ __forceinline__ int64_t grid_stride() { return int64_t{gridDim.x} * blockDim.x; }
+
+/// Sum over the 32 lanes of a warp; every lane gets the total. All lanes must call it.
+template <class T>
+__device__ __forceinline__ T warp_sum(T v) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(kFullMask, v, offset);
+  return v;
+}
+
+/// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the total. Every thread of the
+/// block must call it; it synchronises, so it may be called again right away.
+__device__ __forceinline__ double block_sum(double v) {
+  __shared__ double part[kWarp];
+  __shared__ double total;
+  const int lane = static_cast<int>(threadIdx.x) % kWarp, warp = static_cast<int>(threadIdx.x) / kWarp;
+  const int warps = static_cast<int>(blockDim.x) / kWarp;
+  v = warp_sum(v);
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    double s = lane < warps ? part[lane] : 0.0;
+    s = warp_sum(s);
+    if (lane == 0) total = s;
+  }
+  __syncthreads();
+  const double result = total;
+  __syncthreads();  // the next call may overwrite part and total only after every thread has read them
+  return result;
+}
+
+/// Maximum over the block (same rules as block_sum). NaNs are not ordered here: callers use the result only where
+/// a NaN in the row makes the whole row NaN anyway.
+template <class T>
+__device__ __forceinline__ T block_max(T v) {
+  __shared__ T part[kWarp];
+  __shared__ T total;
+  const int lane = static_cast<int>(threadIdx.x) % kWarp, warp = static_cast<int>(threadIdx.x) / kWarp;
+  const int warps = static_cast<int>(blockDim.x) / kWarp;
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+    const T o = __shfl_xor_sync(kFullMask, v, offset);
+    v = o > v ? o : v;
+  }
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    T m = lane < warps ? part[lane] : part[0];
+    for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+      const T o = __shfl_xor_sync(kFullMask, m, offset);
+      m = o > m ? o : m;
+    }
+    if (lane == 0) total = m;
+  }
+  __syncthreads();
+  const T result = total;
+  __syncthreads();
+  return result;
+}
+
+}  // namespace gt::cuda::kern

@@ -1,0 +1,113 @@
+// CUDA kernels for the losses: fused softmax cross-entropy (one warp per row) and mean squared error. Both add their
+// sums into the step's f64 statistics on the device with atomicAdd, so the host never waits for a loss.
+#include <cmath>
+#include <cstdint>
+
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/kernel_util.cuh"
+#include "ops/cuda/launch.h"
+
+namespace gt::cuda {
+namespace {
+
+using namespace kern;
+
+constexpr int kCeWarps = 8;  // rows per block of the cross-entropy kernel
+constexpr int kThreads = 256;
+constexpr int64_t kReduceBlocks = 1024;
+constexpr int64_t kNoIndex = INT64_MAX;  // an argmax that any column beats
+
+// logits (batch, k), labels (batch) → stats[0] += Σ loss, stats[1] += Σ [argmax = label]; dlogits (optional).
+// The arithmetic is the CPU's (ops/math.h): the max and the shifted exponentials in T, the sums in double. The
+// argmax is the CPU's too: the first index of the largest value, NaNs skipped, except that a NaN in column 0 wins.
+template <class T>
+__global__ void cross_entropy_kernel(const T* __restrict__ logits, const int32_t* __restrict__ labels, int64_t batch,
+                                     int64_t k, double eps, double scale, T* __restrict__ dlogits,
+                                     double* __restrict__ stats) {
+  __shared__ double part_loss[kCeWarps], part_hits[kCeWarps];
+  const int lane = static_cast<int>(threadIdx.x) % kWarp, warp = static_cast<int>(threadIdx.x) / kWarp;
+  const int64_t b = blockIdx.x * int64_t{kCeWarps} + warp;
+  double loss = 0, hit = 0;
+  if (b < batch) {  // the same for the whole warp, so the shuffles below see all 32 lanes
+    const T* x = logits + b * k;
+    T mx = -infinity<T>();
+    int64_t arg = kNoIndex;
+    double sum_x = 0;
+    for (int64_t j = lane; j < k; j += kWarp) {
+      const T v = x[j];
+      if (v > mx || (v == mx && j < arg)) mx = v, arg = j;  // NaN: both false, skipped
+      sum_x += static_cast<double>(v);
+    }
+    for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+      const T om = __shfl_xor_sync(kFullMask, mx, offset);
+      const int64_t oa = __shfl_xor_sync(kFullMask, arg, offset);
+      if (om > mx || (om == mx && oa < arg)) mx = om, arg = oa;
+    }
+    if (isnan(x[0])) mx = x[0], arg = 0;  // the CPU's running max starts at x[0] and a NaN never gives way
+    sum_x = warp_sum(sum_x);
+    double sum_e = 0;
+    for (int64_t j = lane; j < k; j += kWarp) sum_e += std::exp(static_cast<double>(x[j] - mx));
+    sum_e = warp_sum(sum_e);
+    const double lse = static_cast<double>(mx) + std::log(sum_e);
+    const int32_t y = labels[b];
+    const bool valid = y >= 0 && y < k;  // a label out of range makes the row's loss NaN (ops.h)
+    const double xy = valid ? static_cast<double>(x[y]) : quiet_nan<double>();
+    loss = ce_row_loss(lse, xy, sum_x, k, eps);
+    hit = valid && arg == y ? 1.0 : 0.0;
+    if (dlogits) {
+      T* d = dlogits + b * k;
+      for (int64_t j = lane; j < k; j += kWarp)
+        d[j] = static_cast<T>(ce_dlogit(std::exp(static_cast<double>(x[j]) - lse), j == y, k, eps, scale));
+    }
+  }
+  if (lane == 0) part_loss[warp] = loss, part_hits[warp] = hit;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  double l = 0, h = 0;
+  for (int w = 0; w < kCeWarps; ++w) l += part_loss[w], h += part_hits[w];
+  atomicAdd(stats + 0, l);
+  atomicAdd(stats + 1, h);
+}
+
+// stats[0] += Σ (pred − target)² / d (Σ over the batch of each row's mean); dpred = grad_scale · (pred − target).
+template <class T>
+__global__ void mse_kernel(const T* __restrict__ pred, const T* __restrict__ target, int64_t n, int64_t d,
+                           double grad_scale, T* __restrict__ dpred, double* __restrict__ stats) {
+  double acc = 0;
+  for (int64_t i = global_index(); i < n; i += grid_stride()) {
+    const double diff = static_cast<double>(pred[i]) - static_cast<double>(target[i]);
+    acc += diff * diff;
+    if (dpred) dpred[i] = static_cast<T>(grad_scale * diff);
+  }
+  acc = block_sum(acc);
+  if (threadIdx.x == 0) atomicAdd(stats, acc / static_cast<double>(d));
+}
+
+}  // namespace
+
+void launch_cross_entropy(cudaStream_t s, bool is_double, const void* logits, const int32_t* labels, int64_t batch,
+                          int64_t k, double label_smoothing, double scale, void* dlogits, double* stats) {
+  if (batch == 0 || k == 0) return;
+  const auto grid = static_cast<unsigned>((batch + kCeWarps - 1) / kCeWarps);
+  with_float_type(is_double, [&](auto t) {
+    using T = decltype(t);
+    cross_entropy_kernel<T><<<grid, kCeWarps * kWarp, 0, s>>>(static_cast<const T*>(logits), labels, batch, k,
+                                                              label_smoothing, scale, static_cast<T*>(dlogits), stats);
+  });
+  GT_CHECK_LAUNCH();
+}
+
+void launch_mse(cudaStream_t s, bool is_double, const void* pred, const void* target, int64_t batch, int64_t d,
+                double scale, void* dpred, double* stats) {
+  const int64_t n = batch * d;
+  if (n == 0) return;
+  const double grad_scale = scale * 2.0 / static_cast<double>(d);  // as the CPU computes it
+  with_float_type(is_double, [&](auto t) {
+    using T = decltype(t);
+    mse_kernel<T><<<grid_for(n, kThreads, kReduceBlocks), kThreads, 0, s>>>(
+        static_cast<const T*>(pred), static_cast<const T*>(target), n, d, grad_scale, static_cast<T*>(dpred), stats);
+  });
+  GT_CHECK_LAUNCH();
+}
+
+}  // namespace gt::cuda
