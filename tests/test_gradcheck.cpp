@@ -5,6 +5,8 @@
 #include "ops/ops.h"
 #include "train/loss.h"
 
+#include "layer_cases.h"
+
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -12,17 +14,10 @@
 
 using namespace gt;
 
-namespace {
-
-struct GradCase {
-  std::string yaml;          ///< the layer as it would appear in model.layers
-  Shape input;               ///< per sample
-  std::vector<Shape> extra = {};  ///< further inputs, for layers that join branches
-  int64_t index_range = 0;        ///< > 0: inputs are integers in [0, index_range) (embedding)
-};
+namespace gt::test {
 
 // Every layer type needs at least one entry here.
-const std::multimap<std::string, GradCase>& cases() {
+const std::multimap<std::string, GradCase>& layer_cases() {
   static const std::multimap<std::string, GradCase> table = {
       {"add", {"add", Shape{2, 3}, {Shape{2, 3}}}},
       {"add", {"add", Shape{4}, {Shape{4}, Shape{4}}}},
@@ -56,6 +51,13 @@ const std::multimap<std::string, GradCase>& cases() {
   };
   return table;
 }
+
+}  // namespace gt::test
+
+using gt::test::GradCase;
+using gt::test::layer_cases;
+
+namespace {
 
 Tensor random_tensor(const Shape& s, Rng& rng, double min_abs = 0) {
   Tensor t = Tensor::empty(s, DType::f64);
@@ -183,12 +185,12 @@ TEST_CASE("a branching model's parameter gradients match central differences", "
 TEST_CASE("every registered layer has a gradient check", "[gradcheck][cpu]") {
   for (const LayerSpec& spec : layer_registry()) {
     INFO("layer type " << spec.type);
-    CHECK(cases().count(spec.type) > 0);
+    CHECK(layer_cases().count(spec.type) > 0);
   }
 }
 
 TEST_CASE("layer gradients match central differences in double", "[gradcheck][cpu]") {
-  for (const auto& [type, c] : cases()) {
+  for (const auto& [type, c] : layer_cases()) {
     SECTION(type + " " + c.yaml) { gradcheck_layer(type, c); }
   }
 }

@@ -1,0 +1,108 @@
+// Every registered layer on CUDA against the CPU: the gradient-check case table (layer_cases.h) walked in f64,
+// forward in training and evaluation, backward into the input and parameter gradients, and a second backward that
+// accumulates. A layer without a case fails test_gradcheck.cpp; a layer whose CUDA path differs fails here.
+#include "cuda_helpers.h"
+#include "layer_cases.h"
+#include "layers/layer.h"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+
+using namespace gt;
+using namespace gt::test;
+
+namespace {
+
+Tensor random_f64(const Shape& s, Rng& rng, int64_t index_range) {
+  Tensor t = Tensor::empty(s, DType::f64);
+  for (int64_t i = 0; i < t.numel(); ++i)
+    t.data<double>()[i] = index_range > 0 ? static_cast<double>(rng.below(static_cast<uint64_t>(index_range)))
+                                          : rng.uniform(-2, 2);
+  return t;
+}
+
+// f64 on both sides; sums run in other orders (cuBLASLt, cuDNN, atomics) over at most a few hundred terms of
+// magnitude ≤ ~10: |Δ| ≤ 1e-10 · max(1, |cpu|) leaves three orders of magnitude of margin, and a wrong index or a
+// missed term costs far more than that.
+void check_same(const Tensor& cuda, const Tensor& cpu, const std::string& what) {
+  const Tensor h = to_host(cuda);
+  REQUIRE(h.numel() == cpu.numel());
+  for (int64_t i = 0; i < cpu.numel(); ++i) {
+    const double a = h.data<double>()[i], b = cpu.data<double>()[i];
+    INFO(what << "[" << i << "]: cuda " << a << " cpu " << b);
+    REQUIRE(std::abs(a - b) <= 1e-10 * std::max(1.0, std::abs(b)));
+  }
+}
+
+struct Side {
+  std::unique_ptr<Layer> layer;
+  std::vector<Tensor> xs, dxs;
+  Tensor y;
+  std::vector<const Tensor*> xp;
+  std::vector<Tensor*> dxp;
+};
+
+Side make_side(const LayerSpec& spec, const ConfigNode& cfg, const std::vector<Shape>& in, const Shape& out,
+               const std::vector<Tensor>& host_x, Device d, int64_t batch) {
+  Side s;
+  s.layer = spec.make(cfg);
+  std::vector<Shape> shapes = in;
+  s.layer->infer_shape(shapes, cfg);
+  Rng rng(42, 7);
+  s.layer->init_params(rng, DType::f64, d);
+  for (size_t k = 0; k < in.size(); ++k) {
+    Tensor x = Tensor::empty(in[k].batched(batch), DType::f64, d);
+    x.copy_from(host_x[k]);
+    s.xs.push_back(x);
+    s.dxs.push_back(Tensor::zeros(in[k].batched(batch), DType::f64, d));
+  }
+  for (size_t k = 0; k < s.xs.size(); ++k) s.xp.push_back(&s.xs[k]), s.dxp.push_back(&s.dxs[k]);
+  s.y = Tensor::zeros(out.batched(batch), DType::f64, d);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("every layer's CUDA forward and backward match the CPU in double", "[cuda]") {
+  require_gpu();
+  for (const auto& [type, c] : layer_cases()) {
+    INFO("layer " << type << " " << c.yaml);
+    const ConfigNode cfg = ConfigNode::load_string(c.yaml, "case.yaml");
+    const LayerSpec* spec = find_layer(type);
+    REQUIRE(spec);
+    std::vector<Shape> in{c.input};
+    in.insert(in.end(), c.extra.begin(), c.extra.end());
+    const Shape out = spec->make(cfg)->infer_shape(in, cfg);
+    const int64_t batch = 3;
+    Rng rng(9, 1);
+    std::vector<Tensor> host_x;
+    for (const Shape& s : in) host_x.push_back(random_f64(s.batched(batch), rng, c.index_range));
+    const Tensor r = random_f64(out.batched(batch), rng, 0);
+    Side cpu = make_side(*spec, cfg, in, out, host_x, Device::cpu(), batch);
+    Side gpu = make_side(*spec, cfg, in, out, host_x, Device::cuda(0), batch);
+    Tensor r_gpu = to_cuda(r);
+    for (bool accumulate : {false, true}) {
+      const LayerContext ctx{true, accumulate, 3};
+      cpu.layer->forward(cpu.xp, cpu.y, ctx);
+      gpu.layer->forward(gpu.xp, gpu.y, ctx);
+      check_same(gpu.y, cpu.y, "y");
+      cpu.layer->backward(cpu.xp, cpu.y, r, cpu.dxp, ctx);
+      gpu.layer->backward(gpu.xp, gpu.y, r_gpu, gpu.dxp, ctx);
+      if (c.index_range == 0)  // an embedding's input is indices: no gradient
+        for (size_t k = 0; k < cpu.dxs.size(); ++k) check_same(gpu.dxs[k], cpu.dxs[k], "dx" + std::to_string(k));
+      const auto pc = cpu.layer->params(), pg = gpu.layer->params();
+      REQUIRE(pc.size() == pg.size());
+      for (size_t k = 0; k < pc.size(); ++k) {
+        check_same(pg[k]->grad, pc[k]->grad, pc[k]->name + ".grad");
+        check_same(pg[k]->value, pc[k]->value, pc[k]->name);
+      }
+    }
+    const LayerContext eval{false, false, 4};  // running statistics, no dropout
+    cpu.layer->forward(cpu.xp, cpu.y, eval);
+    gpu.layer->forward(gpu.xp, gpu.y, eval);
+    check_same(gpu.y, cpu.y, "y (evaluation)");
+  }
+}
