@@ -119,9 +119,25 @@ TEST_CASE("gputrain eval reproduces a run's test metrics from its model.safetens
   // Bit-identical: the same weights, data and evaluation order (compared as printed, to the last digit).
   CHECK(json_number(r.output, "test_accuracy") == json_number(summary, "test_accuracy"));
   CHECK(json_number(r.output, "test_loss") == json_number(summary, "test_loss"));
+  // A run directory and its final checkpoint folder name the same weights.
+  const std::string final_ckpt = dir / ("run/checkpoints/" + lines_of(read_text(dir / "run/checkpoints/latest")).at(0));
+  for (const std::string& where : {dir / "run", final_ckpt}) {
+    const auto same = run_gputrain("eval " + (dir / "synth.yaml") + " --checkpoint " + where + " --json");
+    INFO(same.output);
+    REQUIRE(same.exit_code == 0);
+    CHECK(json_number(same.output, "test_loss") == json_number(summary, "test_loss"));
+  }
+  // A run directory without final weights (a run still going, or stopped) is evaluated at its newest checkpoint.
+  fs::remove(dir / "run/model.safetensors");
+  const auto from_ckpt = run_gputrain("eval " + (dir / "synth.yaml") + " --checkpoint " + (dir / "run") + " --json");
+  CHECK(from_ckpt.exit_code == 0);
+  CHECK(json_number(from_ckpt.output, "test_loss") == json_number(summary, "test_loss"));
+  const auto empty = run_gputrain("eval " + (dir / "synth.yaml") + " --checkpoint " + dir.path());
+  CHECK(empty.exit_code == 2);
+  CHECK_THAT(empty.output, Catch::Contains("a folder without model.safetensors or checkpoints/"));
   // Weights that do not fit the model are refused with the differences listed.
   const auto bad = run_gputrain("eval " + (dir / "synth.yaml") + " --set model.layers[0].out_features=32 --checkpoint " +
-                                (dir / "run/model.safetensors"));
+                                final_ckpt + "/model.safetensors");
   CHECK(bad.exit_code == 1);
   CHECK_THAT(bad.output, Catch::Contains("does not match the model (3 differences)") &&
                              Catch::Contains("layers.0.weight: f32 [64, 20] in the file, f32 [32, 20] in the model"));

@@ -143,7 +143,7 @@ int main(int argc, char** argv) {
   int eval_threads = 0;
   auto* eval = app.add_subcommand("eval", "test-set loss and accuracy of saved weights (a run's model.safetensors)");
   add_config_args(eval, eval_args);
-  eval->add_option("--checkpoint", checkpoint, "safetensors file with the model's weights")->required();
+  eval->add_option("--checkpoint", checkpoint, "weights: a .safetensors file, a checkpoint folder, or a run directory (its final weights, else its newest good checkpoint)")->required();
   eval->add_flag("--json", eval_json, "print one JSON object instead of a line");
   eval->add_option("--threads", eval_threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 4096));
 

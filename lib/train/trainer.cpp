@@ -276,6 +276,11 @@ LoadedData load_data(const Experiment& exp) {
 
 void load_weights(Model& model, const std::string& path) { load_named_tensors(model.state_tensors(), path); }
 
+namespace {
+std::optional<CheckpointInfo> newest_good_of_run(const std::string& run_dir, const CheckpointConfig& cfg,
+                                                 bool required);
+}  // namespace
+
 EvalSummary evaluate_weights(const Experiment& exp, const std::string& weights_path, int threads) {
   set_num_threads(threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency()));
   std::string reason;
@@ -284,7 +289,20 @@ EvalSummary evaluate_weights(const Experiment& exp, const std::string& weights_p
   if (data.test.size() == 0) exp.root["data"].fail("eval needs a test set (data.test, or test_samples for synthetic)");
   Model model = Model::build(exp.root["model"], data.train.input_shape(), DType::f32, device, exp.seed);
   check_loss_fits(exp.loss, model.output_shape(), data.train, exp.root.has("loss") ? exp.root["loss"] : exp.root);
-  load_weights(model, weights_path);
+  // A weights file, a checkpoint folder, or a run directory (its final weights, else its newest good checkpoint).
+  std::string weights = weights_path;
+  if (fs::is_directory(weights_path)) {
+    if (fs::exists(fs::path(weights_path) / "model.safetensors")) {
+      weights = (fs::path(weights_path) / "model.safetensors").string();
+    } else if (fs::is_directory(fs::path(weights_path) / "checkpoints")) {
+      const auto found = newest_good_of_run(weights_path, exp.checkpoint, true);
+      weights = (fs::path(found->dir) / "model.safetensors").string();
+    } else {
+      throw ConfigError(fmt::format("--checkpoint {}: a folder without model.safetensors or checkpoints/",
+                                    weights_path));
+    }
+  }
+  load_weights(model, weights);
   const int64_t batch = exp.data.batch_size;
   model.allocate(batch);
   Tensor x = Tensor::empty(data.test.input_shape().batched(batch), DType::f32, device);
