@@ -12,6 +12,7 @@
 #include <initializer_list>
 #include <map>
 #include <sstream>
+#include <thread>
 
 using gt::GpuMonitor;
 using gt::GpuTarget;
@@ -29,7 +30,7 @@ class ScopedEnv {
     for (const char* name : {"FAKE_NVML_FAIL_INIT", "FAKE_NVML_GPUS", "FAKE_NVML_PCI", "FAKE_NVML_UTIL",
                              "FAKE_NVML_MEM_USED_MIB", "FAKE_NVML_MEM_TOTAL_MIB", "FAKE_NVML_TEMP",
                              "FAKE_NVML_POWER_W", "FAKE_NVML_POWER_LIMIT_W", "FAKE_NVML_SM_CLOCK",
-                             "FAKE_NVML_THROTTLE", "FAKE_NVML_UNSUPPORTED"})
+                             "FAKE_NVML_THROTTLE", "FAKE_NVML_UNSUPPORTED", "FAKE_NVML_SLOW_MS"})
       unsetenv(name);
     set("GT_NVML_LIBRARY", GT_FAKE_NVML_LIB);
     for (const auto& [k, v] : vars) set(k, v);
@@ -179,6 +180,22 @@ TEST_CASE("the GPU monitor finds a CUDA ordinal's device by PCI bus id, else by 
   CHECK(s.gpus[1].util_pct == 22);
   CHECK(log.count("gpu1 (PCI 0000:09:00.0) not found by bus id") == 1);
   CHECK(m.gpu_metrics_on() == false);  // stopped
+
+  // The targets come from the device report, whose bus ids are cudaDeviceGetPCIBusId's.
+  gt::CudaInfo info;
+  info.devices.push_back({});
+  info.devices.back().index = 0;
+  info.devices.back().pci_bus_id = "0000:02:00.0";
+  const auto targets = gt::gpu_targets(info, {0, 3});
+  REQUIRE(targets.size() == 2);
+  CHECK(targets[0].ordinal == 0);
+  CHECK(targets[0].pci_bus_id == "0000:02:00.0");
+  CHECK(targets[1].ordinal == 3);
+  CHECK(targets[1].pci_bus_id.empty());
+  GpuMonitor from_report(gt::gpu_targets(info, {0}), 0.05);
+  const MonitorSample r = run_for(from_report, 1);
+  REQUIRE(r.gpus.size() == 1);
+  CHECK(r.gpus[0].util_pct == 22);
 }
 
 TEST_CASE("a throttling GPU is warned about once per GPU, an idle one not at all", "[cpu]") {
@@ -326,4 +343,23 @@ TEST_CASE("stop() returns promptly however long the interval, and the destructor
   const auto t1 = std::chrono::steady_clock::now();
   scoped.reset();  // the destructor joins the thread
   CHECK(std::chrono::steady_clock::now() - t1 < 500ms);
+}
+
+TEST_CASE("a slow NVML never holds up the caller: latest() returns at once while a sample is being read", "[cpu]") {
+  ScopedEnv env({{"FAKE_NVML_SLOW_MS", "300"}});
+  GpuMonitor m({{0, ""}}, 0.01);
+  m.start();
+  REQUIRE(m.wait_newer(0, 5s).seq >= 1);  // from here on the sampler is almost always inside a 300 ms read
+  auto slowest = std::chrono::steady_clock::duration::zero();
+  for (int i = 0; i < 50; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    CHECK(m.latest().gpus.size() == 1);
+    slowest = std::max(slowest, std::chrono::steady_clock::now() - t0);
+    std::this_thread::sleep_for(5ms);
+  }
+  CHECK(slowest < 50ms);
+  // stop() waits for the read in progress, and no longer.
+  const auto t1 = std::chrono::steady_clock::now();
+  m.stop();
+  CHECK(std::chrono::steady_clock::now() - t1 < 1500ms);
 }

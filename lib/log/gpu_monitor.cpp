@@ -78,6 +78,17 @@ std::string fmt_opt(const std::optional<double>& v, const char* suffix) {
 
 }  // namespace
 
+std::vector<GpuTarget> gpu_targets(const CudaInfo& info, const std::vector<int>& ordinals) {
+  std::vector<GpuTarget> out;
+  for (const int o : ordinals) {
+    GpuTarget t{o, ""};
+    for (const auto& d : info.devices)
+      if (d.index == o) t.pci_bus_id = d.pci_bus_id;
+    out.push_back(t);
+  }
+  return out;
+}
+
 std::string throttle_names(uint64_t mask) {
   std::string out;
   uint64_t known = 0;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "log/logging.h"
+#include "ops/devices.h"
 
 #include <chrono>
 #include <condition_variable>
@@ -22,6 +23,10 @@ struct GpuTarget {
   int ordinal = 0;
   std::string pci_bus_id;
 };
+
+/// The targets for the CUDA `ordinals` a process uses, each with its PCI bus id from `info` (query_cuda()) when
+/// listed there, so that NVML finds the same device under CUDA_VISIBLE_DEVICES.
+std::vector<GpuTarget> gpu_targets(const CudaInfo& info, const std::vector<int>& ordinals);
 
 /// One reading of one GPU. A value NVML cannot give (not supported, no permission) stays empty.
 struct GpuSample {

@@ -10,10 +10,12 @@
  *   FAKE_NVML_THROTTLE          reasons joined by '+': idle, power_cap, hw_slowdown, sw_thermal, hw_thermal,
  *                               thermal (= sw_thermal+hw_thermal), power_brake, none; or a number (0x28)
  *   FAKE_NVML_UNSUPPORTED=power that reading answers NVML_ERROR_NOT_SUPPORTED (power, temp, util)
+ *   FAKE_NVML_SLOW_MS=300       nvmlDeviceGetUtilizationRates takes that long, as on a busy or hung driver
  * fake_nvml_count("init" | "shutdown" | "util") says how often those were called, for the tests. */
 #define _GNU_SOURCE
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef int nvmlReturn_t;
 typedef void* nvmlDevice_t;
@@ -138,6 +140,11 @@ nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char* bus_id, nvmlDevice_t* 
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtilization_t* u) {
   DEVICE_OR_FAIL(d, i);
   ++g_count_util;
+  const double slow_ms = number("FAKE_NVML_SLOW_MS", 0, 0);
+  if (slow_ms > 0) {
+    struct timespec ts = {(time_t)(slow_ms / 1000), (long)((slow_ms - 1000.0 * (time_t)(slow_ms / 1000)) * 1e6)};
+    nanosleep(&ts, NULL);
+  }
   if (unsupported("util")) return NOT_SUPPORTED;
   u->gpu = (unsigned int)number("FAKE_NVML_UTIL", i, 0);
   u->memory = 0;
