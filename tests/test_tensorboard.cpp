@@ -107,24 +107,20 @@ TEST_CASE("the metrics sink maps train and eval fields to TensorBoard tags", "[c
   CHECK(gt::tensorboard_tag("skip", "step").empty());
 }
 
-TEST_CASE("TensorBoard's reader finds every scalar of metrics.jsonl in the events file", "[e2e]") {
+namespace {
+
+// Reads RUN_DIR's events with TensorBoard's reader and checks that they hold exactly the scalars of metrics.jsonl.
+void check_events_match_metrics(const std::string& run_dir, int want_train_rows, int want_eval_rows) {
   const std::string py = python();
   const auto probe = run_shell(py + " -c 'import tensorboard'");
   if (probe.exit_code != 0)
     FAIL(fmt::format("{} cannot import tensorboard: run scripts/setup.sh (it installs the reader)\n{}", py,
                      probe.output));
 
-  TempDir dir;
-  write_text(dir / "tb.yaml", kConfig);
-  const auto r = run_gputrain("train " + (dir / "tb.yaml") + " --out " + (dir / "run") + " --threads 2");
-  INFO(r.output);
-  REQUIRE(r.exit_code == 0);
-  REQUIRE(events_files(dir / "run").size() == 1);
-
-  // metrics.jsonl → the (tag, step) → value it implies; logging.every_steps 4 overrides train.log_every 100.
+  // metrics.jsonl → the (tag, step) → value it implies.
   std::map<std::pair<std::string, int64_t>, double> want;
   int train_rows = 0, eval_rows = 0;
-  for (const auto& line : lines_of(read_text(dir / "run/metrics.jsonl"))) {
+  for (const auto& line : lines_of(read_text(run_dir + "/metrics.jsonl"))) {
     const auto type = json_string(line, "type");
     const auto step = static_cast<int64_t>(*json_number(line, "step"));
     if (type == "train") {
@@ -137,14 +133,15 @@ TEST_CASE("TensorBoard's reader finds every scalar of metrics.jsonl in the event
       want[{"test/accuracy", step}] = *json_number(line, "test_accuracy");
     }
   }
-  CHECK(train_rows == 60 / 4);  // 2 epochs × 30 steps, a row every 4 steps and at the last
-  CHECK(eval_rows == 6);        // steps 10, 20, …, 60
+  CHECK(train_rows == want_train_rows);
+  CHECK(eval_rows == want_eval_rows);
 
-  const auto tb = run_shell(py + " " + source_path("tests/tools/read_tb.py") + " " + (dir / "run"));
+  const auto tb = run_shell(py + " " + source_path("tests/tools/read_tb.py") + " " + run_dir);
   INFO(tb.output);
   REQUIRE(tb.exit_code == 0);
   std::map<std::pair<std::string, int64_t>, double> got;
   for (const auto& line : lines_of(tb.output)) {
+    if (line[0] != '{') continue;  // TensorBoard's own log lines (its purge after a restart says so)
     const auto tag = json_string(line, "tag");
     REQUIRE(tag);
     const auto key = std::make_pair(*tag, static_cast<int64_t>(*json_number(line, "step")));
@@ -159,6 +156,35 @@ TEST_CASE("TensorBoard's reader finds every scalar of metrics.jsonl in the event
     // simple_value is a float: the file holds the JSON number rounded to 24 bits of mantissa.
     CHECK(got[key] == Approx(v).epsilon(1e-6).margin(1e-30));
   }
+}
+
+}  // namespace
+
+TEST_CASE("TensorBoard's reader finds every scalar of metrics.jsonl in the events file", "[e2e]") {
+  TempDir dir;
+  write_text(dir / "tb.yaml", kConfig);
+  const auto r = run_gputrain("train " + (dir / "tb.yaml") + " --out " + (dir / "run") + " --threads 2");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  REQUIRE(events_files(dir / "run").size() == 1);
+  // logging.every_steps 4 overrides train.log_every 100: 2 epochs × 30 steps, a row every 4 steps (60 is one);
+  // evaluations at steps 10, 20, …, 60.
+  check_events_match_metrics(dir / "run", 60 / 4, 6);
+}
+
+TEST_CASE("a resumed run's events replace what the first start logged after the checkpoint", "[e2e]") {
+  TempDir dir;
+  write_text(dir / "tb.yaml", kConfig);
+  const std::string base = "train " + (dir / "tb.yaml") + " --threads 2 --max-steps 20 --set checkpoint.every_steps=8";
+  auto r = run_gputrain(base + " --out " + (dir / "run"));
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  // Back to step 8: steps 9-20 run again, and their rows (12, 16, 20; evaluation at 10, 20) are logged twice.
+  r = run_gputrain(base + " --resume " + (dir / "run/checkpoints/step-8"));
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  REQUIRE(events_files(dir / "run").size() >= 1);
+  check_events_match_metrics(dir / "run", 5, 2);
 }
 
 TEST_CASE("logging: jsonl and tensorboard switch their files off, and level quiets the console", "[e2e]") {

@@ -41,6 +41,10 @@ class MetricsSink {
   /// metrics.jsonl's length (0 when it is off), for the checkpoint that a resume cuts it back to.
   uint64_t bytes() const { return m_jsonl.bytes(); }
   void truncate(uint64_t bytes) { m_jsonl.truncate(bytes); }
+  /// A resumed run goes on after `step`: TensorBoard is told to drop what earlier starts logged after it.
+  void resume_after(int64_t step) {
+    if (m_tb) m_tb->write_session_start(step + 1);
+  }
   /// The events file, "" when TensorBoard is off.
   std::string events_path() const { return m_tb ? m_tb->path() : ""; }
 

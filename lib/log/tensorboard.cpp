@@ -2,6 +2,7 @@
 //
 //   Event   { double wall_time = 1; int64 step = 2; string file_version = 3; Summary summary = 5; }
 //   Summary { repeated Value value = 1; }
+//   SessionLog { enum Status START = 1; Status status = 1; }   (Event.session_log = 7)
 //   Value   { string tag = 1; float simple_value = 2; }
 #include "log/tensorboard.h"
 
@@ -115,6 +116,18 @@ void TensorBoardWriter::write_scalars(int64_t step, const std::vector<std::pair<
   put_key(event, 2, 0);
   put_varint(event, static_cast<uint64_t>(step));
   put_bytes(event, 5, summary);
+  write_record(event);
+}
+
+void TensorBoardWriter::write_session_start(int64_t step) {
+  std::string session_log;
+  put_key(session_log, 1, 0);
+  put_varint(session_log, 1);  // START
+  std::string event;
+  put_wall_time(event);
+  put_key(event, 2, 0);
+  put_varint(event, static_cast<uint64_t>(step));
+  put_bytes(event, 7, session_log);
   write_record(event);
 }
 

@@ -29,6 +29,9 @@ class TensorBoardWriter {
 
   /// One Event at `step` holding a Summary.Value{tag, simple_value} per entry (values are stored as float).
   void write_scalars(int64_t step, const std::vector<std::pair<std::string, double>>& scalars);
+  /// A SessionLog START event at `step`: TensorBoard then drops the scalars of earlier files at steps ≥ `step`
+  /// (a resumed run redoes those steps; metrics.jsonl is cut back the same way).
+  void write_session_start(int64_t step);
   const std::string& path() const { return m_path; }
 
  private:

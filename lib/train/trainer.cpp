@@ -482,6 +482,7 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
       spdlog::warn("{}: shorter than when the checkpoint was written; rows are missing", (dir / "metrics.jsonl").string());
     else
       metrics.truncate(p.metrics_bytes);
+    metrics.resume_after(p.step);
     if (c.config_hash != config_hash(resolved_text))
       spdlog::warn("the config differs from the checkpoint's in: {} (the run continues with the new one)",
                    config_differences(c.config, resolved_text));
@@ -493,6 +494,7 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
   } else if (metrics.bytes() > 0) {
     spdlog::warn("{}: rows of an earlier start without a checkpoint are dropped", (dir / "metrics.jsonl").string());
     metrics.truncate(0);
+    metrics.resume_after(0);
   }
 
   // Every replica starts from rank 0's state (the same seed gives the same weights, but a resumed or hand-edited

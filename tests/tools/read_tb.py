@@ -1,6 +1,8 @@
-"""Reads every TensorBoard events file in a folder with TensorBoard's own reader; one JSON object per scalar.
+"""Reads a run's TensorBoard events files with TensorBoard's own reader; one JSON object per scalar.
 
-Usage: read_tb.py RUN_DIR   → lines {"tag": ..., "step": N, "value": V, "wall_time": T}, in file then tag order.
+Usage: read_tb.py RUN_DIR   → lines {"tag": ..., "step": N, "value": V, "wall_time": T}, tag by tag in step order.
+The folder is read as TensorBoard reads it: every events file in name order, one accumulator, so that a resumed
+run's SessionLog START drops what an earlier start logged after the checkpoint.
 Exit 3 when the tensorboard package is missing (scripts/setup.sh installs it), 4 when there is no events file.
 """
 import glob
@@ -15,14 +17,11 @@ except ImportError as e:
     sys.exit(3)
 
 run_dir = sys.argv[1]
-files = sorted(glob.glob(os.path.join(run_dir, "events.out.tfevents.*")))
-if not files:
+if not glob.glob(os.path.join(run_dir, "events.out.tfevents.*")):
     print(f"read_tb.py: no events.out.tfevents.* in {run_dir}", file=sys.stderr)
     sys.exit(4)
-for path in files:
-    acc = EventAccumulator(path, size_guidance={"scalars": 0})  # 0: keep every scalar, no sampling
-    acc.Reload()
-    for tag in sorted(acc.Tags()["scalars"]):
-        for ev in acc.Scalars(tag):
-            print(json.dumps({"file": os.path.basename(path), "tag": tag, "step": ev.step, "value": ev.value,
-                              "wall_time": ev.wall_time}))
+acc = EventAccumulator(run_dir, size_guidance={"scalars": 0})  # 0: keep every scalar, no sampling
+acc.Reload()
+for tag in sorted(acc.Tags()["scalars"]):
+    for ev in acc.Scalars(tag):
+        print(json.dumps({"tag": tag, "step": ev.step, "value": ev.value, "wall_time": ev.wall_time}))
