@@ -12,6 +12,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   dataset-fashion-mnist
   python3-torch python3-numpy python3-yaml
+  chromium  # tests/test_report.cpp renders report.html headless
   clang libclang-rt-14-dev libomp-14-dev  # scripts/sanitize.sh: ASan/UBSan, libFuzzer, OpenMP for clang
 )
 missing=()
@@ -24,6 +25,15 @@ if ((${#missing[@]})); then
   [ "$(id -u)" -ne 0 ] && sudo_cmd=(sudo)
   "${sudo_cmd[@]}" apt-get update -qq
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# TensorBoard's own event-file reader, for tests/test_tensorboard.cpp (which runs the same interpreter: $GT_PYTHON,
+# else the first python3 on PATH). Installed into that interpreter's own site-packages, not with --user: a user
+# install is also seen by /usr/bin/python3 of the same version, and its numpy would shadow the one python3-torch needs.
+python=${GT_PYTHON:-python3}
+if ! "$python" -c 'import tensorboard' 2>/dev/null; then
+  echo "setup: installing tensorboard for $("$python" -c 'import sys; print(sys.executable)')"
+  "$python" -m pip install --quiet tensorboard
 fi
 
 build_type=${GPUTRAIN_BUILD_TYPE:-Release}

@@ -2,6 +2,7 @@
 #include "graph/model.h"
 #include "layers/layer.h"
 #include "log/logging.h"
+#include "log/report.h"
 #include "ops/devices.h"
 #include "dist/comm.h"
 #include "io/safetensors.h"
@@ -153,6 +154,12 @@ int main(int argc, char** argv) {
       ->required();
   exporter->add_option("--to", export_to, "the safetensors file to write")->required();
 
+  std::string report_dir, report_out;
+  auto* report = app.add_subcommand("report", "write report.html (charts, summary, config) of a run directory, "
+                                              "finished or still running");
+  report->add_option("run_dir", report_dir, "the run directory")->required();
+  report->add_option("--out", report_out, "the HTML file to write (default RUN_DIR/report.html)");
+
   auto* devices = app.add_subcommand("devices", "list compute devices and the CUDA library versions found");
   auto* layers = app.add_subcommand("layers", "print the layer reference (Markdown), generated from the registry");
 
@@ -178,6 +185,13 @@ int main(int argc, char** argv) {
     }
     if (*check) return cmd_check(check_args);
     if (*exporter) return cmd_export(export_from, export_to);
+    if (*report) {
+      const gt::ReportInfo r = gt::write_report(report_dir, report_out);
+      fmt::print("{}: {} train rows, {} eval rows, {} charts{}{}\n", r.path, r.train_rows, r.eval_rows, r.charts,
+                 r.skipped_lines ? fmt::format(", {} unparsable lines skipped", r.skipped_lines) : std::string(),
+                 r.finished ? "" : " (no summary.json: running or stopped)");
+      return 0;
+    }
     if (*eval) {
       const gt::Experiment exp = gt::parse_experiment(gt::load_config(eval_args.file, eval_args.sets));
       const gt::EvalSummary r = gt::evaluate_weights(exp, checkpoint, eval_threads);
@@ -215,7 +229,8 @@ int main(int argc, char** argv) {
       root = gt::apply_override(root, "train.profile={start_step: 5, steps: 20}");
     }
     const gt::Experiment exp = gt::parse_experiment(root);
-    if (quiet) spdlog::set_level(spdlog::level::warn);
+    // logging.level sets the console and train.log; --quiet still keeps warnings and errors only.
+    spdlog::set_level(quiet ? spdlog::level::warn : spdlog::level::from_str(exp.logging.level));
     // Under mpirun/srun every rank runs this; rank 0 logs and writes, the others log warnings and errors only.
     const gt::LaunchInfo launch = gt::detect_launch();
     if (launch.rank != 0) gt::set_log_rank(launch.rank);

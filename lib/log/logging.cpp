@@ -74,17 +74,25 @@ void JsonObject::key(const std::string& k) {
 JsonObject& JsonObject::add(const std::string& k, double v) {
   key(k);
   m_body += std::isfinite(v) ? fmt::format("{}", v) : "null";
+  if (std::isfinite(v)) m_numbers.emplace_back(k, v);
   return *this;
 }
 JsonObject& JsonObject::add(const std::string& k, int64_t v) {
   key(k);
   m_body += std::to_string(v);
+  m_numbers.emplace_back(k, static_cast<double>(v));
   return *this;
 }
 JsonObject& JsonObject::add(const std::string& k, const std::string& v) {
   key(k);
   m_body += json_quote(v);
+  m_strings.emplace_back(k, v);
   return *this;
+}
+std::string JsonObject::string_field(const std::string& k) const {
+  for (const auto& [name, v] : m_strings)
+    if (name == k) return v;
+  return "";
 }
 JsonObject& JsonObject::add(const std::string& k, std::optional<double> v) {
   return v ? add(k, *v) : add_null(k);

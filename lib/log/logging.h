@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace gt {
 
@@ -32,10 +34,16 @@ class JsonObject {
   /// A nested object.
   JsonObject& add(const std::string& key, const JsonObject& v);
   std::string str() const { return "{" + m_body + "}"; }
+  /// The finite numbers added at the top level, in order (what a TensorBoard sink plots).
+  const std::vector<std::pair<std::string, double>>& numbers() const { return m_numbers; }
+  /// The string added under `key`, or "" when there is none.
+  std::string string_field(const std::string& key) const;
 
  private:
   void key(const std::string& k);
   std::string m_body;
+  std::vector<std::pair<std::string, double>> m_numbers;
+  std::vector<std::pair<std::string, std::string>> m_strings;
 };
 
 /// JSON string literal with escapes.

@@ -229,6 +229,18 @@ void parse_dist(const ConfigNode& n, DistConfig& out) {
     n["sync_batchnorm"].fail("synchronised batch norm is not built yet: statistics stay per rank (set it false)");
 }
 
+// logging.every_steps is train.log_every under the name the other logging settings suggest; given, it wins.
+void parse_logging(const ConfigNode& n, LoggingConfig& out, TrainConfig& train) {
+  n.expect_keys({"every_steps", "tensorboard", "jsonl", "report", "level", "gpu_metrics", "interval_s"});
+  if (n.has("every_steps")) train.log_every = n["every_steps"].as_int(1);
+  out.tensorboard = n.get_bool("tensorboard", true);
+  out.jsonl = n.get_bool("jsonl", true);
+  out.report = n.get_bool("report", true);
+  out.level = n.get_choice("level", "info", {"debug", "info", "warn", "error"});
+  out.gpu_metrics = n.get_bool("gpu_metrics", true);
+  out.interval_s = n.get_double("interval_s", 1.0, 1e-3, 3600);
+}
+
 void check_device(const ConfigNode& n) {
   if (n.is_sequence()) {
     if (n.size() == 0) n.fail("expected at least one device index");
@@ -261,7 +273,8 @@ Experiment parse_experiment(const ConfigNode& root) {
     if (auto it = nested.find(key); it != nested.end())
       root[key].fail(fmt::format("unknown key (did you mean \"{}\"?)", it->second));
   root.expect_keys(
-      {"name", "seed", "device", "data", "model", "loss", "optimizer", "scheduler", "train", "checkpoint", "dist"});
+      {"name", "seed", "device", "data", "model", "loss", "optimizer", "scheduler", "train", "checkpoint", "dist",
+       "logging"});
   Experiment exp;
   exp.root = root;
   exp.name = root.get_string("name", "experiment");
@@ -282,6 +295,7 @@ Experiment parse_experiment(const ConfigNode& root) {
   if (root.has("train")) parse_train(root["train"], exp.train);
   if (root.has("checkpoint")) parse_checkpoint(root["checkpoint"], exp.checkpoint);
   if (root.has("dist")) parse_dist(root["dist"], exp.dist);
+  if (root.has("logging")) parse_logging(root["logging"], exp.logging, exp.train);
   return exp;
 }
 
@@ -394,6 +408,12 @@ YAML::Node resolved_config(const Experiment& e, const YAML::Node& layers) {
   n["dist"]["bucket_mb"] = e.dist.bucket_mb;
   n["dist"]["timeout_s"] = e.dist.timeout_s;
   n["dist"]["overlap"] = e.dist.overlap;
+  n["logging"]["tensorboard"] = e.logging.tensorboard;
+  n["logging"]["jsonl"] = e.logging.jsonl;
+  n["logging"]["report"] = e.logging.report;
+  n["logging"]["level"] = e.logging.level;
+  n["logging"]["gpu_metrics"] = e.logging.gpu_metrics;
+  n["logging"]["interval_s"] = e.logging.interval_s;
   return n;
 }
 

@@ -78,6 +78,16 @@ struct DistConfig {
   bool overlap = true;     ///< all-reduce gradient buckets on a thread during backward
 };
 
+/// Where the numbers of a run go (the `logging:` section).
+struct LoggingConfig {
+  bool tensorboard = true;      ///< events.out.tfevents.* in the run directory
+  bool jsonl = true;            ///< metrics.jsonl
+  bool report = true;           ///< report.html at the end of the run
+  std::string level = "info";   ///< debug | info | warn | error: the console and train.log
+  bool gpu_metrics = true;      ///< sample GPU utilisation and memory (NVML) while training
+  double interval_s = 1.0;      ///< seconds between GPU samples
+};
+
 struct Experiment {
   std::string name = "experiment";
   uint64_t seed = 0;
@@ -89,6 +99,7 @@ struct Experiment {
   TrainConfig train;
   CheckpointConfig checkpoint;
   DistConfig dist;
+  LoggingConfig logging;
   ConfigNode root;  ///< the whole config after overrides: the model is built from root["model"]
 };
 

@@ -7,6 +7,8 @@
 #include "graph/model.h"
 #include "io/safetensors.h"
 #include "log/logging.h"
+#include "log/metrics.h"
+#include "log/report.h"
 #include "ops/backend.h"
 #include "ops/devices.h"
 #include "ops/ops.h"
@@ -75,44 +77,6 @@ std::string make_run_dir(const Experiment& exp, const std::string& requested) {
   fs::remove(probe, ec);
   return dir.string();
 }
-
-// metrics.jsonl: one JSON object per line, appended; a resumed run first cuts it back to the checkpoint's length so
-// that the rows of steps done again appear once.
-class MetricsFile {
- public:
-  /// An empty path: a rank other than 0, which writes nothing.
-  explicit MetricsFile(const fs::path& path) : m_path(path.string()) {
-    if (m_path.empty()) return;
-    m_fd = ::open(m_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (m_fd < 0) throw Error(fmt::format("{}: cannot open for writing: {}", m_path, std::strerror(errno)));
-  }
-  ~MetricsFile() {
-    if (m_fd >= 0) ::close(m_fd);
-  }
-  MetricsFile(const MetricsFile&) = delete;
-  MetricsFile& operator=(const MetricsFile&) = delete;
-
-  uint64_t bytes() const {
-    if (m_fd < 0) return 0;
-    const off_t end = ::lseek(m_fd, 0, SEEK_END);
-    return end < 0 ? 0 : static_cast<uint64_t>(end);
-  }
-  void truncate(uint64_t bytes) {
-    if (m_fd >= 0 && ::ftruncate(m_fd, static_cast<off_t>(bytes)) != 0)
-      throw Error(fmt::format("{}: cannot truncate: {}", m_path, std::strerror(errno)));
-  }
-  void write(const JsonObject& obj) {
-    if (m_fd < 0) return;
-    const std::string line = obj.str() + "\n";
-    const ssize_t w = ::write(m_fd, line.data(), line.size());  // O_APPEND: one write per line
-    if (w != static_cast<ssize_t>(line.size()))
-      throw Error(fmt::format("{}: write failed: {}", m_path, w < 0 ? std::strerror(errno) : "short write"));
-  }
-
- private:
-  std::string m_path;
-  int m_fd = -1;
-};
 
 // Batches reach a GPU through two pinned host slots: the loader fills one while the copy queued from the other may
 // still be running, and the step's kernels queue behind the copy on the device's stream, so loading the next batch
@@ -494,7 +458,7 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
     detach_log.attached = true;
     write_file_durable((dir / "config.resolved.yaml").string(), resolved_text);
   }
-  MetricsFile metrics(lead ? dir / "metrics.jsonl" : fs::path());
+  MetricsSink metrics(lead ? dir.string() : std::string(), exp.logging.jsonl, exp.logging.tensorboard);
   CheckpointStore store(sum.run_dir, exp.checkpoint, world);
 
   const int64_t batch = exp.data.batch_size, accumulate = exp.train.accumulate;
@@ -536,6 +500,7 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
       spdlog::warn("{}: shorter than when the checkpoint was written; rows are missing", (dir / "metrics.jsonl").string());
     else
       metrics.truncate(p.metrics_bytes);
+    metrics.resume_after(p.step);
     if (c.config_hash != config_hash(resolved_text))
       spdlog::warn("the config differs from the checkpoint's in: {} (the run continues with the new one)",
                    config_differences(c.config, resolved_text));
@@ -547,6 +512,7 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
   } else if (metrics.bytes() > 0) {
     spdlog::warn("{}: rows of an earlier start without a checkpoint are dropped", (dir / "metrics.jsonl").string());
     metrics.truncate(0);
+    metrics.resume_after(0);
   }
 
   // Every replica starts from rank 0's state (the same seed gives the same weights, but a resumed or hand-edited
@@ -921,6 +887,7 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
                                                    std::max(grad_sync->comm_seconds(), 1e-12))));
   if (sum.exit_reason == "diverged") {
     if (lead) write_summary(dir, exp, sum, p, threads, world, seconds_since(wall_start));
+    if (lead && exp.logging.report) write_report_logged(dir.string());
     return sum;
   }
   if (dirty) save_checkpoint();  // the final one (or the one an interruption resumes from)
@@ -935,6 +902,7 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
                        {"steps", std::to_string(p.step)}});
   }
   if (lead) write_summary(dir, exp, sum, p, threads, world, seconds_since(wall_start));
+  if (lead && exp.logging.report) write_report_logged(dir.string());
   spdlog::info("{}: {} steps, {:.0f} samples/s, final train loss {:.4f}{} → {}",
                sum.exit_reason == "interrupted" ? "interrupted (resume with --resume auto)" : "done", sum.steps,
                sum.samples_per_sec, sum.final_train_loss,

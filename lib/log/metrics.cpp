@@ -1,0 +1,75 @@
+// metrics.jsonl and the fan-out of metric rows to it and to TensorBoard.
+#include "log/metrics.h"
+
+#include "core/error.h"
+
+#include <fmt/format.h>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+namespace gt {
+
+MetricsFile::MetricsFile(const std::string& path) : m_path(path) {
+  if (m_path.empty()) return;
+  m_fd = ::open(m_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  if (m_fd < 0) throw Error(fmt::format("{}: cannot open for writing: {}", m_path, std::strerror(errno)));
+}
+
+MetricsFile::~MetricsFile() {
+  if (m_fd >= 0) ::close(m_fd);
+}
+
+uint64_t MetricsFile::bytes() const {
+  if (m_fd < 0) return 0;
+  const off_t end = ::lseek(m_fd, 0, SEEK_END);
+  return end < 0 ? 0 : static_cast<uint64_t>(end);
+}
+
+void MetricsFile::truncate(uint64_t bytes) {
+  if (m_fd >= 0 && ::ftruncate(m_fd, static_cast<off_t>(bytes)) != 0)
+    throw Error(fmt::format("{}: cannot truncate: {}", m_path, std::strerror(errno)));
+}
+
+void MetricsFile::write(const JsonObject& obj) {
+  if (m_fd < 0) return;
+  const std::string line = obj.str() + "\n";
+  const ssize_t w = ::write(m_fd, line.data(), line.size());  // O_APPEND: one write per line
+  if (w != static_cast<ssize_t>(line.size()))
+    throw Error(fmt::format("{}: write failed: {}", m_path, w < 0 ? std::strerror(errno) : "short write"));
+}
+
+std::string tensorboard_tag(const std::string& row_type, const std::string& field) {
+  if (row_type == "train") {
+    for (const char* f : {"loss", "lr", "grad_norm", "samples_per_sec", "device_mem_mib", "device_peak_mib"})
+      if (field == f) return "train/" + field;
+  } else if (row_type == "eval") {
+    if (field == "test_loss") return "test/loss";
+    if (field == "test_accuracy") return "test/accuracy";
+  }
+  return "";
+}
+
+MetricsSink::MetricsSink(const std::string& dir, bool jsonl, bool tensorboard)
+    : m_jsonl(dir.empty() || !jsonl ? std::string() : (std::filesystem::path(dir) / "metrics.jsonl").string()) {
+  if (!dir.empty() && tensorboard) m_tb = std::make_unique<TensorBoardWriter>(dir);
+}
+
+void MetricsSink::write(const JsonObject& row) {
+  m_jsonl.write(row);
+  if (!m_tb) return;
+  const std::string type = row.string_field("type");
+  int64_t step = -1;
+  std::vector<std::pair<std::string, double>> scalars;
+  for (const auto& [field, v] : row.numbers()) {
+    if (field == "step") step = static_cast<int64_t>(v);
+    if (std::string tag = tensorboard_tag(type, field); !tag.empty()) scalars.emplace_back(std::move(tag), v);
+  }
+  if (step >= 0 && !scalars.empty()) m_tb->write_scalars(step, scalars);
+}
+
+}  // namespace gt

@@ -1,0 +1,163 @@
+// report.html: written at the end of a run and by `gputrain report`, one inline-SVG chart per plotted metric, and
+// robust to runs that are missing files or hold garbage.
+#include "helpers.h"
+
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <regex>
+
+#include <sys/wait.h>
+
+using namespace gt::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* kConfig = R"(name: rep
+seed: 5
+device: cpu
+data:
+  format: synthetic
+  samples: 640
+  test_samples: 128
+  input_shape: [8]
+  targets: {classes: 2}
+  batch_size: 32
+model:
+  layers:
+    - {type: linear, out_features: 8}
+    - relu
+    - {type: linear, out_features: 2}
+loss: cross_entropy
+optimizer: {type: sgd, lr: 0.1}
+train: {epochs: 2, log_every: 3, eval_every: 10}
+)";
+
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// The <svg data-tag="TAG"> element's text.
+std::string chart(const std::string& html, const std::string& tag) {
+  const size_t a = html.find("<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\" data-tag=\"" + tag + "\"");
+  if (a == std::string::npos) return "";
+  return html.substr(a, html.find("</svg>", a) - a);
+}
+
+// Points of each <polyline> in a chart.
+std::vector<size_t> polyline_points(const std::string& svg) {
+  std::vector<size_t> out;
+  const std::regex re("<polyline[^>]* points=\"([^\"]*)\"");
+  for (std::sregex_iterator it(svg.begin(), svg.end(), re), end; it != end; ++it) {
+    const std::string pts = (*it)[1].str();
+    out.push_back(pts.empty() ? 0 : count_of(pts, " ") + 1);
+  }
+  return out;
+}
+
+CommandResult run_shell(const std::string& cmd) {
+  CommandResult r;
+  FILE* f = ::popen(cmd.c_str(), "r");
+  REQUIRE(f);
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) r.output.append(buf, n);
+  const int status = ::pclose(f);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+size_t rows_of_type(const std::string& metrics, const std::string& type) {
+  return count_of(metrics, "\"type\": \"" + type + "\"");
+}
+
+}  // namespace
+
+TEST_CASE("a run writes report.html with a chart per metric, a point per row, and `gputrain report` redoes it",
+          "[e2e]") {
+  TempDir dir;
+  write_text(dir / "rep.yaml", kConfig);
+  const auto r = run_gputrain("train " + (dir / "rep.yaml") + " --out " + (dir / "run") + " --threads 2");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const std::string html = read_text(dir / "run/report.html");
+  const std::string metrics = read_text(dir / "run/metrics.jsonl");
+  const size_t train_rows = rows_of_type(metrics, "train"), eval_rows = rows_of_type(metrics, "eval");
+  CHECK(train_rows == 14);  // 40 steps: every 3rd and the last
+  CHECK(eval_rows == 4);
+
+  CHECK(count_of(html, "<svg") == 5);  // train loss, test loss, test accuracy, lr, samples/s (no device memory)
+  for (const char* tag : {"train/loss", "train/lr", "train/samples_per_sec"}) {
+    INFO(tag);
+    CHECK(polyline_points(chart(html, tag)) == std::vector<size_t>{train_rows});
+  }
+  for (const char* tag : {"test/loss", "test/accuracy"}) {
+    INFO(tag);
+    CHECK(polyline_points(chart(html, tag)) == std::vector<size_t>{eval_rows});
+  }
+  CHECK(chart(html, "train/device_mem").empty());
+  CHECK(html.find("Finished: <b>completed</b>") != std::string::npos);
+  CHECK(html.find("<td>final_train_loss</td>") != std::string::npos);
+  CHECK(html.find("<pre class=\"config\">") != std::string::npos);
+  CHECK(html.find("type: cross_entropy") != std::string::npos);  // config.resolved.yaml is in it
+  CHECK(html.find("<script") == std::string::npos);
+  CHECK(html.find("http://") == html.find("http://www.w3.org/2000/svg"));  // the SVG namespace, nothing fetched
+
+  const auto again = run_gputrain("report " + (dir / "run") + " --out " + (dir / "again.html"));
+  INFO(again.output);
+  REQUIRE(again.exit_code == 0);
+  CHECK(read_text(dir / "again.html") == html);
+}
+
+TEST_CASE("gputrain report: a running or stopped run, garbage lines, HTML in values, and a missing folder",
+          "[e2e]") {
+  TempDir dir;
+  fs::create_directories(dir / "run");
+  write_text(dir / "run/metrics.jsonl",
+             "{\"type\": \"train\", \"step\": 5, \"loss\": 1.5, \"lr\": 0.1, \"samples_per_sec\": 900}\n"
+             "not json at all\n"
+             "{\"type\": \"train\", \"step\": 10, \"loss\": null, \"lr\": 0.1, \"samples_per_sec\": 950}\n"
+             "{\"type\": \"train\", \"step\": 15, \"loss\": 1.1, \"lr\": 0.05, \"samples_per_sec\": 1000}\n"
+             "{\"type\": \"train\", \"step\": 20, \"lo");  // a line being written
+  write_text(dir / "run/config.resolved.yaml", "name: \"<b>&x</b>\"\n");
+  const auto r = run_gputrain("report " + (dir / "run"));
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.output.find("running or stopped") != std::string::npos);
+  const std::string html = read_text(dir / "run/report.html");
+  CHECK(html.find("the run is running or stopped") != std::string::npos);
+  CHECK(html.find("2 unparsable lines of metrics.jsonl skipped") != std::string::npos);
+  CHECK(polyline_points(chart(html, "train/loss")) == std::vector<size_t>{2});  // the null loss is no point
+  CHECK(polyline_points(chart(html, "train/lr")) == std::vector<size_t>{3});
+  CHECK(html.find("<b>&x</b>") == std::string::npos);
+  CHECK(html.find("&lt;b&gt;&amp;x&lt;/b&gt;") != std::string::npos);
+
+  const auto missing = run_gputrain("report " + (dir / "no_such_run"));
+  INFO(missing.output);
+  CHECK(missing.exit_code == 2);
+  CHECK(lines_of(missing.output).size() == 1);
+  CHECK(missing.output.find("no_such_run: not a run directory") != std::string::npos);
+}
+
+TEST_CASE("headless Chromium renders report.html with every chart's SVG in the DOM", "[e2e]") {
+  if (run_shell("command -v chromium >/dev/null 2>&1").exit_code != 0)
+    FAIL("chromium is not installed: run scripts/setup.sh (it installs Debian's chromium)");
+  TempDir dir;
+  write_text(dir / "rep.yaml", kConfig);
+  const auto r = run_gputrain("train " + (dir / "rep.yaml") + " --out " + (dir / "run") + " --threads 2");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  // --dump-dom prints the DOM after parsing: what a browser made of the page, not the bytes we wrote. Chromium's
+  // stderr (D-Bus complaints in a container) is dropped; its own profile goes into the temporary folder.
+  const auto dom = run_shell("timeout 120 chromium --headless --disable-gpu --no-sandbox --user-data-dir=" +
+                             (dir / "profile") + " --dump-dom file://" + (dir / "run/report.html") + " 2>/dev/null");
+  REQUIRE(dom.exit_code == 0);
+  CHECK(count_of(dom.output, "<svg") == 5);
+  CHECK(count_of(dom.output, "<polyline") == 5);
+  const std::string metrics = read_text(dir / "run/metrics.jsonl");
+  CHECK(polyline_points(chart(dom.output, "train/loss")) == std::vector<size_t>{rows_of_type(metrics, "train")});
+  CHECK(dom.output.find("<pre class=\"config\">") != std::string::npos);
+}
