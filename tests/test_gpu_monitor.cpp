@@ -19,6 +19,11 @@ using gt::GpuTarget;
 using gt::MonitorSample;
 using gt::test::json_number;
 using gt::test::json_string;
+using gt::test::lines_of;
+using gt::test::read_text;
+using gt::test::run_gputrain;
+using gt::test::TempDir;
+using gt::test::write_text;
 using namespace std::chrono_literals;
 
 namespace {
@@ -362,4 +367,41 @@ TEST_CASE("a slow NVML never holds up the caller: latest() returns at once while
   const auto t1 = std::chrono::steady_clock::now();
   m.stop();
   CHECK(std::chrono::steady_clock::now() - t1 < 1500ms);
+}
+
+TEST_CASE("a run's log lines and train rows carry the sampler's host metrics, and logging.gpu_metrics turns them off",
+          "[e2e]") {
+  TempDir dir;
+  write_text(dir / "c.yaml", R"(name: monitored
+seed: 3
+device: cpu
+data:
+  format: synthetic
+  samples: 4000
+  input_shape: [20]
+  targets: {classes: 4}
+  batch_size: 32
+model:
+  layers: [{type: linear, out_features: 64}, relu, {type: linear, out_features: 4}]
+loss: cross_entropy
+optimizer: {type: sgd, lr: 0.05}
+train: {epochs: 3, log_every: 25}
+logging: {interval_s: 0.02}
+)");
+  const auto on = run_gputrain("train " + dir / "c.yaml" + " --threads 1 --out " + dir / "on");
+  INFO(on.output);
+  REQUIRE(on.exit_code == 0);
+  const auto rows = lines_of(read_text(dir / "on/metrics.jsonl"));
+  std::string last_train;
+  for (const auto& r : rows)
+    if (r.find("\"type\": \"train\"") != std::string::npos) last_train = r;
+  REQUIRE(!last_train.empty());
+  CHECK(json_number(last_train, "host_rss_mib").value_or(0) > 1);
+  CHECK(json_number(last_train, "host_threads").value_or(0) >= 1);
+  CHECK_THAT(on.output, Catch::Contains("| host rss"));
+  const auto off = run_gputrain("train " + dir / "c.yaml" + " --threads 1 --set logging.gpu_metrics=false --out " +
+                                dir / "off");
+  REQUIRE(off.exit_code == 0);
+  CHECK(read_text(dir / "off/metrics.jsonl").find("host_rss_mib") == std::string::npos);
+  CHECK(off.output.find("| host rss") == std::string::npos);
 }

@@ -47,6 +47,11 @@ std::string tensorboard_tag(const std::string& row_type, const std::string& fiel
   if (row_type == "train") {
     for (const char* f : {"loss", "lr", "grad_norm", "samples_per_sec", "device_mem_mib", "device_peak_mib"})
       if (field == f) return "train/" + field;
+    // The sampler's fields (gpu_monitor.h): gpu0_util → gpu0/util, host_rss_mib → host/rss_mib.
+    if (field.rfind("gpu", 0) == 0 || field.rfind("host_", 0) == 0) {
+      const size_t cut = field.find('_');
+      if (cut != std::string::npos) return field.substr(0, cut) + "/" + field.substr(cut + 1);
+    }
   } else if (row_type == "eval") {
     if (field == "test_loss") return "test/loss";
     if (field == "test_accuracy") return "test/accuracy";

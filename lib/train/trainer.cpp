@@ -6,6 +6,7 @@
 #include "dist/grad_sync.h"
 #include "graph/model.h"
 #include "io/safetensors.h"
+#include "log/gpu_monitor.h"
 #include "log/logging.h"
 #include "log/metrics.h"
 #include "log/report.h"
@@ -459,6 +460,13 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
     write_file_durable((dir / "config.resolved.yaml").string(), resolved_text);
   }
   MetricsSink metrics(lead ? dir.string() : std::string(), exp.logging.jsonl, exp.logging.tensorboard);
+  // GPU and host metrics from a background sampler (never on the step's path): in log lines and train rows.
+  std::optional<GpuMonitor> monitor;
+  if (exp.logging.gpu_metrics) {
+    monitor.emplace(device.is_cuda() ? gpu_targets(query_cuda(), {device.index}) : std::vector<GpuTarget>{},
+                    exp.logging.interval_s);
+    monitor->start();
+  }
   CheckpointStore store(sum.run_dir, exp.checkpoint, world);
 
   const int64_t batch = exp.data.batch_size, accumulate = exp.train.accumulate;
@@ -804,12 +812,14 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
         const double rate = static_cast<double>(p.window_samples) / std::max(window_seconds, 1e-9);
         const double eta = static_cast<double>(total_steps - p.step) * p.train_seconds / static_cast<double>(p.step);
         const DeviceMemoryStats mem = device_memory_stats(device);
+        const MonitorSample sample = monitor ? monitor->latest() : MonitorSample{};
         spdlog::info("epoch {}/{} | step {}/{} | loss {:.4f} | lr {:.4g} | grad_norm {:.3g}{} | {:.0f} samples/s | "
-                     "{}elapsed {} | eta {}",
+                     "{}elapsed {} | eta {}{}",
                      p.epoch + 1, exp.train.epochs, p.step, total_steps, loss, lr, p.grad_norm,
                      skipped ? " (skipped)" : "", rate,
                      gpu ? fmt::format("mem {:.0f} MiB (peak {:.0f}) | ", mib(mem.in_use), mib(mem.peak)) : "",
-                     hms(seconds_since(wall_start)), hms(eta));
+                     hms(seconds_since(wall_start)), hms(eta),
+                     sample.seq > 0 ? " | " + summary_text(sample) : std::string());
         JsonObject row = JsonObject()
                           .add("type", "train")
                           .add("step", p.step)
@@ -820,6 +830,7 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
                           .add("samples_per_sec", rate)
                           .add("elapsed_s", seconds_since(wall_start));
         if (gpu) row.add("device_mem_mib", mib(mem.in_use)).add("device_peak_mib", mib(mem.peak));
+        if (sample.seq > 0) append_fields(row, sample);
         metrics.write(row);
         p.window_samples = 0;
         window_seconds = 0;
