@@ -105,6 +105,8 @@ TEST_CASE("the metrics sink maps train and eval fields to TensorBoard tags", "[c
   CHECK(gt::tensorboard_tag("eval", "test_loss") == "test/loss");
   CHECK(gt::tensorboard_tag("eval", "test_accuracy") == "test/accuracy");
   CHECK(gt::tensorboard_tag("skip", "step").empty());
+  CHECK(gt::tensorboard_tag("train", "gpu0_util") == "gpu0/util");
+  CHECK(gt::tensorboard_tag("train", "host_rss_mib") == "host/rss_mib");
 }
 
 namespace {
@@ -127,6 +129,9 @@ void check_events_match_metrics(const std::string& run_dir, int want_train_rows,
       ++train_rows;
       for (const char* f : {"loss", "lr", "grad_norm", "samples_per_sec"})
         want[{std::string("train/") + f, step}] = *json_number(line, f);
+      // The sampler's host fields, once it has a sample (null values are not plotted).
+      for (const char* f : {"rss_mib", "cpu_pct", "threads"})
+        if (const auto v = json_number(line, std::string("host_") + f)) want[{std::string("host/") + f, step}] = *v;
     } else if (type == "eval") {
       ++eval_rows;
       want[{"test/loss", step}] = *json_number(line, "test_loss");
