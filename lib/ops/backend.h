@@ -37,8 +37,8 @@ class StreamEvent {
   void wait();
 
  private:
-  void* m_event = nullptr;
-  Device m_device;
+  [[maybe_unused]] void* m_event = nullptr;  // unused in builds without CUDA
+  [[maybe_unused]] Device m_device;
 };
 
 /// What the caching allocator of a device holds (all zero for the CPU).
