@@ -1,6 +1,7 @@
 // Data-parallel training: launcher detection from environment variables, and 2-rank runs under mpirun that must
 // match one process with the same global batch.
 #include "core/error.h"
+#include "dist/comm.h"
 #include "dist/launch.h"
 #include "helpers.h"
 #include "io/safetensors.h"
@@ -20,6 +21,8 @@
 #include <map>
 #include <regex>
 #include <sstream>
+#include <thread>
+#include <vector>
 
 using namespace gt::test;
 namespace fs = std::filesystem;
@@ -278,4 +281,105 @@ TEST_CASE("a checkpoint written by 2 ranks resumes on 1, saying that the data or
   CHECK(clash != 0);
   CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 20);
   CHECK_THAT(read_text(dir / "clash.log"), Catch::Contains("already holds a run's checkpoints"));
+}
+
+TEST_CASE("thread communicators sum in rank order, time out naming the missing rank, and stop on a peer's failure",
+          "[cpu][dist]") {
+  SECTION("allreduce and broadcast between 3 threads") {
+    auto comms = gt::make_thread_comms(3, 10.0);
+    std::vector<std::vector<float>> data(3);
+    std::vector<std::vector<double>> bcast(3);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 3; ++r)
+      threads.emplace_back([&, r] {
+        const float order[3] = {1.0f, 1e8f, -1e8f};  // (1 + 1e8) − 1e8 = 0 in float; (1e8 − 1e8) + 1 = 1
+        data[static_cast<size_t>(r)] = {1.0f + static_cast<float>(r), order[r], 0.5f};
+        comms[static_cast<size_t>(r)]->allreduce_sum(data[static_cast<size_t>(r)].data(), 3, "test values");
+        bcast[static_cast<size_t>(r)] = {static_cast<double>(r), static_cast<double>(10 * r)};
+        comms[static_cast<size_t>(r)]->broadcast(bcast[static_cast<size_t>(r)].data(), 2 * sizeof(double), 2, "test");
+      });
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < 3; ++r) {
+      CHECK(data[static_cast<size_t>(r)][0] == 6.0f);
+      CHECK(data[static_cast<size_t>(r)][1] == 0.0f);  // summed in rank order, on every rank
+      CHECK(data[static_cast<size_t>(r)][2] == 1.5f);
+      CHECK(bcast[static_cast<size_t>(r)] == std::vector<double>{2.0, 20.0});
+    }
+  }
+  SECTION("a rank that never arrives") {
+    auto comms = gt::make_thread_comms(2, 0.3);
+    float v = 1;
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      comms[0]->allreduce_sum(&v, 1, "the gradients");
+      FAIL("the collective returned without rank 1");
+    } catch (const gt::Error& e) {
+      CHECK(e.kind() == gt::ErrorKind::distributed);
+      CHECK_THAT(e.what(), Catch::Contains("rank 0: no answer for 0 s in allreduce of the gradients: rank 1 failed"));
+    }
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+  }
+  SECTION("a rank that failed") {
+    auto comms = gt::make_thread_comms(2, 60.0);
+    std::thread failing([&] { comms[1]->abort(1); });
+    failing.join();
+    double v = 1;
+    CHECK_THROWS_AS(comms[0]->allreduce_sum(&v, 1, "the step's loss"), gt::PeerFailure);
+  }
+}
+
+TEST_CASE("device: [cpu, cpu] runs two workers in one process that train like one with batch 2B, and like mpirun",
+          "[e2e][dist]") {
+  TempDir dir;
+  struct Case {
+    const char* name;
+    std::string optimizer;
+    int64_t accumulate;
+  };
+  for (const Case& c : {Case{"sgd", "{type: sgd, lr: 0.05, momentum: 0.9}", 1},
+                        Case{"adam", "{type: adam, lr: 0.003}", 1},
+                        Case{"sgd, accumulating 2", "{type: sgd, lr: 0.05, momentum: 0.9, nesterov: true}", 2}}) {
+    DYNAMIC_SECTION(c.name) {
+      write_text(dir / "two.yaml", dp_config(c.optimizer, 16, c.accumulate));
+      write_text(dir / "one.yaml", dp_config(c.optimizer, 32, c.accumulate));
+      const auto two = run_gputrain("train " + (dir / "two.yaml") + " --device '[cpu, cpu]' --threads 2 --out " +
+                                    (dir / "two"));
+      INFO(two.output);
+      REQUIRE(two.exit_code == 0);
+      const auto one = run_gputrain("train " + (dir / "one.yaml") + " --quiet --threads 1 --out " + (dir / "one"));
+      REQUIRE(one.exit_code == 0);
+      CHECK(max_relative_difference(dir / "one/model.safetensors", dir / "two/model.safetensors") < 1e-5);
+      const std::string s2 = read_text(dir / "two/summary.json");
+      CHECK(json_number(s2, "world_size") == 2);
+      CHECK_THAT(two.output, Catch::Contains("rank 0 of 2 (local rank 0, threads), device cpu") &&
+                                 Catch::Contains("1 CPU thread(s)") && Catch::Contains("per rank"));
+      CHECK(two.output.find("[rank 1]") == std::string::npos);  // worker 1 only warns
+      if (c.accumulate == 1 && c.optimizer.find("sgd") != std::string::npos) {
+        // Two ranks sum a + b whether they are threads or processes: the same bits.
+        const auto mpi = std::system((mpirun(2) + GT_BINARY + " train " + (dir / "two.yaml") +
+                                      " --quiet --threads 1 --out " + (dir / "mpi") + " > /dev/null 2>&1")
+                                         .c_str());
+        REQUIRE(mpi == 0);
+        CHECK(max_relative_difference(dir / "mpi/model.safetensors", dir / "two/model.safetensors") == 0);
+      }
+      for (const char* d : {"one", "two", "mpi"}) fs::remove_all(dir / d);
+    }
+  }
+}
+
+TEST_CASE("a worker thread that fails ends the others at their next collective, and its error is the one reported",
+          "[e2e][dist]") {
+  TempDir dir;
+  write_text(dir / "two.yaml", dp_config("{type: sgd, lr: 0.05}", 16, 1) + "checkpoint: {every_steps: 8}\n");
+  const auto t0 = std::chrono::steady_clock::now();
+  // Rank 0 alone writes checkpoints: a full disk at the first one fails it while rank 1 waits for the next step.
+  const auto r = run_gputrain("train " + (dir / "two.yaml") + " --device '[cpu, cpu]' --threads 2 --set "
+                                  "dist.timeout_s=600 --out " + (dir / "run"),
+                              std::string("LD_PRELOAD=") + GT_FAULT_LIB +
+                                  " GT_FAULT_MATCH=tmp/model.safetensors GT_FAULT_ACTION=enospc");
+  INFO(r.output);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.output, Catch::Contains("model.safetensors") && Catch::Contains("space"));
+  CHECK(r.output.find("stopped waiting") == std::string::npos);  // the peer's echo is not what gets reported
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120));
 }

@@ -256,10 +256,33 @@ TEST_CASE("profiling (--profile) writes a Chrome trace and a per-layer table tha
   CHECK(cover <= 100.5);
   // The trace is valid JSON in Chrome's trace-event format: checked with Python's own parser.
   const std::string trace = dir / "run/trace.json";
-  const std::string check = "python3 -c \"import json,sys; t=json.load(open(sys.argv[1])); e=t['traceEvents']; "
-                            "assert all(x['ph']=='X' and x['dur']>=0 and 'ts' in x and 'name' in x for x in e); "
+  // Complete events ('X') for spans and steps, metadata events ('M') naming the rows.
+  const std::string check = "python3 -c \"import json,sys; t=json.load(open(sys.argv[1])); a=t['traceEvents']; "
+                            "e=[x for x in a if x['ph']=='X']; m=[x for x in a if x['ph']=='M']; "
+                            "assert len(e)+len(m)==len(a) and all(x['name']=='thread_name' for x in m); "
+                            "assert all(x['dur']>=0 and 'ts' in x and 'name' in x for x in e); "
                             "assert sum(x['cat']=='step' for x in e)==20; assert len(e)>100\" " + trace;
   CHECK(std::system(check.c_str()) == 0);
+
+  SECTION("data-parallel: the all-reduce of every bucket on the communication thread's row, and the wait for it") {
+    const auto two = run_gputrain("train " + (dir / "synth.yaml") + " --device '[cpu, cpu]' --profile --out " +
+                                  (dir / "two"));
+    INFO(two.output);
+    REQUIRE(two.exit_code == 0);
+    const std::string t2 = read_text(dir / "two/profile.txt");
+    INFO(t2);
+    CHECK_THAT(t2, Catch::Contains("all-reduce     bucket 0     bucket        20") &&
+                       Catch::Contains("all-reduce     after backward wait          20") &&
+                       Catch::Contains("are not counted"));
+    REQUIRE(std::regex_search(t2, m, std::regex(R"(the spans cover ([0-9.]+) %)")));
+    CHECK(std::stod(m[1].str()) > 90.0);
+    CHECK(std::stod(m[1].str()) <= 100.5);
+    const std::string lanes = "python3 -c \"import json,sys; e=json.load(open(sys.argv[1]))['traceEvents']; "
+                              "assert sum(x['tid']==3 and x['name']=='all-reduce bucket' for x in e)==20; "
+                              "assert any(x['ph']=='M' and x['tid']==3 and x['args']['name']=='communication thread' "
+                              "for x in e)\" " + (dir / "two/trace.json");
+    CHECK(std::system(lanes.c_str()) == 0);
+  }
 }
 
 TEST_CASE("configs/seed_linear.yaml trains like the PyTorch example it mirrors", "[e2e]") {

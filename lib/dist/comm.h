@@ -2,13 +2,22 @@
 // collectives, Open MPI from Debian). Every call names what it is for, so a time-out can say where it waited.
 #pragma once
 
+#include "core/error.h"
 #include "dist/launch.h"
 
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace gt {
+
+/// What a collective throws on a worker thread when another worker of the process failed: the other failure is
+/// the one to report.
+class PeerFailure : public Error {
+ public:
+  explicit PeerFailure(const std::string& message) : Error(ErrorKind::distributed, message) {}
+};
 
 class Communicator {
  public:
@@ -33,6 +42,11 @@ std::unique_ptr<Communicator> make_local_comm();
 /// `timeout_s` makes the others fail with exit 3, naming the collective they waited in. Throws gt::Error when the
 /// launch needs MPI and this build has none.
 std::unique_ptr<Communicator> make_communicator(const LaunchInfo& launch, double timeout_s);
+
+/// `n` communicators for the worker threads of one process (`device: [0, 1, …]`: one worker per device), meeting in
+/// shared memory. A worker that fails calls abort(): the collectives of the others then throw ErrorKind::distributed
+/// naming it. A collective that waits longer than `timeout_s` throws, naming the ranks that did not arrive.
+std::vector<std::unique_ptr<Communicator>> make_thread_comms(int n, double timeout_s);
 
 /// Whether this build has the MPI communicator.
 bool mpi_available();

@@ -2,12 +2,19 @@
 #include "dist/grad_sync.h"
 
 #include "core/error.h"
+#include "profile/profiler.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <exception>
+#include <utility>
 
 namespace gt {
+namespace {
+const std::string kAllReduce = "all-reduce", kWaitType = "after backward";
+std::string bucket_name(size_t b) { return "bucket " + std::to_string(b); }
+}  // namespace
 
 GradSync::GradSync(Communicator& comm, const std::vector<std::vector<Param*>>& params_by_node, double bucket_mb,
                    bool overlap)
@@ -71,7 +78,13 @@ void GradSync::finish() {
   m_armed = false;
   if (!m_overlap) {
     const auto t0 = std::chrono::steady_clock::now();
-    for (size_t b = 0; b < m_buckets.size(); ++b) reduce(b);
+    for (size_t b = 0; b < m_buckets.size(); ++b) {
+      const auto b0 = std::chrono::steady_clock::now();
+      reduce(b);
+      if (m_profiler)
+        m_profiler->record(kAllReduce, bucket_name(b), "bucket", b0, std::chrono::steady_clock::now(), 0,
+                           Profiler::kMain);
+    }
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     m_exposed_seconds += dt;
     m_comm_seconds += dt;
@@ -83,6 +96,9 @@ void GradSync::finish() {
   std::unique_lock<std::mutex> lock(m_mutex);
   m_cv.wait(lock, [this] { return m_done == m_buckets.size(); });
   m_done = m_launched = 0;
+  if (m_profiler)
+    m_profiler->record(kAllReduce, kWaitType, "wait", t0, std::chrono::steady_clock::now(), 0, Profiler::kMain);
+  if (m_error) std::rethrow_exception(std::exchange(m_error, nullptr));
   m_exposed_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
@@ -114,11 +130,20 @@ void GradSync::worker() {
       m_queue.pop_front();
     }
     const auto t0 = std::chrono::steady_clock::now();
-    reduce(b);
+    std::exception_ptr error;
+    try {  // a collective that throws (another worker failed, a time-out) reaches the training loop in finish()
+      reduce(b);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    if (m_profiler)
+      m_profiler->record(kAllReduce, bucket_name(b), "bucket", t0, std::chrono::steady_clock::now(), 0,
+                         Profiler::kComm);
     m_comm_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     {
       std::lock_guard<std::mutex> lock(m_mutex);
       ++m_done;
+      if (error && !m_error) m_error = error;
     }
     m_cv.notify_all();
   }

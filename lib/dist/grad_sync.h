@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -16,6 +17,7 @@
 namespace gt {
 
 class Model;
+class Profiler;
 
 class GradSync {
  public:
@@ -28,6 +30,8 @@ class GradSync {
   GradSync(const GradSync&) = delete;
   GradSync& operator=(const GradSync&) = delete;
 
+  /// Times every bucket's all-reduce (on the communication thread's lane) and the wait for them in finish().
+  void set_profiler(Profiler* p) { m_profiler = p; }
   /// Arms the next backward pass: its gradients are averaged as they complete.
   void arm() { m_armed = true; }
   /// Called when node `i`'s backward has run (its parameter gradients are final for this step).
@@ -64,6 +68,8 @@ class GradSync {
   std::deque<size_t> m_queue;
   size_t m_done = 0, m_launched = 0;
   bool m_stop = false;
+  std::exception_ptr m_error;
+  Profiler* m_profiler = nullptr;  ///< the first failure of the communication thread, rethrown by finish()
   std::thread m_thread;
 };
 

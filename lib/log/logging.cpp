@@ -10,11 +10,40 @@
 
 namespace gt {
 namespace {
+
+thread_local int t_worker_rank = 0;
+
+// The worker threads of one process (`device: [0, 1]`) share the sinks; like the ranks of an mpirun, those other
+// than rank 0 log warnings and errors only, prefixed with their rank.
+class RankFilterSink final : public spdlog::sinks::sink {
+ public:
+  explicit RankFilterSink(std::shared_ptr<spdlog::sinks::sink> inner) : m_inner(std::move(inner)) {}
+  void log(const spdlog::details::log_msg& msg) override {
+    if (t_worker_rank == 0) return m_inner->log(msg);
+    if (msg.level < spdlog::level::warn) return;
+    const std::string text =
+        fmt::format("[rank {}] {}", t_worker_rank, std::string_view(msg.payload.data(), msg.payload.size()));
+    spdlog::details::log_msg tagged = msg;
+    tagged.payload = spdlog::string_view_t(text.data(), text.size());
+    m_inner->log(tagged);
+  }
+  void flush() override { m_inner->flush(); }
+  void set_pattern(const std::string& pattern) override { m_inner->set_pattern(pattern); }
+  void set_formatter(std::unique_ptr<spdlog::formatter> f) override { m_inner->set_formatter(std::move(f)); }
+
+ private:
+  std::shared_ptr<spdlog::sinks::sink> m_inner;
+};
+
 std::shared_ptr<spdlog::sinks::basic_file_sink_mt> g_file_sink;
-}
+std::shared_ptr<spdlog::sinks::sink> g_file_entry;  // g_file_sink as the logger holds it
+
+}  // namespace
+
+void set_thread_log_rank(int rank) { t_worker_rank = rank; }
 
 void init_logging(bool quiet) {
-  auto console = std::make_shared<spdlog::sinks::stdout_sink_mt>();
+  auto console = std::make_shared<RankFilterSink>(std::make_shared<spdlog::sinks::stdout_sink_mt>());
   auto logger = std::make_shared<spdlog::logger>("gputrain", console);
   logger->set_pattern("[%H:%M:%S] %^%l%$: %v");
   logger->set_level(quiet ? spdlog::level::warn : spdlog::level::info);
@@ -37,14 +66,16 @@ void add_log_file(const std::string& path) {
     throw Error(fmt::format("{}: cannot open the log file: {}", path, e.what()));
   }
   g_file_sink->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%l] %v");
-  spdlog::default_logger()->sinks().push_back(g_file_sink);
+  g_file_entry = std::make_shared<RankFilterSink>(g_file_sink);
+  spdlog::default_logger()->sinks().push_back(g_file_entry);
 }
 
 void remove_log_file() {
   if (!g_file_sink) return;
   g_file_sink->flush();
   auto& sinks = spdlog::default_logger()->sinks();
-  std::erase(sinks, std::static_pointer_cast<spdlog::sinks::sink>(g_file_sink));
+  std::erase(sinks, g_file_entry);
+  g_file_entry.reset();
   g_file_sink.reset();
 }
 

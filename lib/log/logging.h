@@ -15,6 +15,8 @@ namespace gt {
 void init_logging(bool quiet = false);
 /// For ranks other than 0: warnings and errors only, each line prefixed with "[rank R]".
 void set_log_rank(int rank);
+/// The same for the calling thread alone: the worker threads of one process driving several devices.
+void set_thread_log_rank(int rank);
 /// Also writes every log line to `path` (the run's train.log). Throws gt::Error when it cannot be opened.
 void add_log_file(const std::string& path);
 /// Flushes and detaches the file sink.

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 namespace gt {
 
@@ -40,6 +41,29 @@ class StreamEvent {
   [[maybe_unused]] void* m_event = nullptr;  // unused in builds without CUDA
   [[maybe_unused]] Device m_device;
 };
+
+/// Timestamps on a device's stream for the profiler (CUDA events with timing): `record` queues one and returns its
+/// number; `elapsed_ms(a, b)` waits for b and returns the device time from a to b; `clear` recycles them all.
+/// Only for CUDA devices.
+class DeviceClock {
+ public:
+  explicit DeviceClock(Device device) : m_device(device) {}
+  ~DeviceClock();
+  DeviceClock(const DeviceClock&) = delete;
+  DeviceClock& operator=(const DeviceClock&) = delete;
+  int record();
+  double elapsed_ms(int from, int to);
+  void clear() { m_used = 0; }
+
+ private:
+  Device m_device;
+  std::vector<void*> m_events;
+  size_t m_used = 0;
+};
+
+/// NVTX ranges (named spans that Nsight Systems shows on the CPU timeline); nothing in builds without CUDA.
+void range_push(const char* name);
+void range_pop();
 
 /// What the caching allocator of a device holds (all zero for the CPU).
 struct DeviceMemoryStats {

@@ -10,16 +10,66 @@
 
 namespace gt {
 
+void Profiler::set_device(Device device) {
+  if (device.is_cuda()) m_clock = std::make_unique<DeviceClock>(device);
+}
+
 void Profiler::record(const std::string& name, const std::string& type, const char* category,
-                      Clock::time_point begin, Clock::time_point end, int64_t flops) {
-  if (m_on) m_spans.push_back({name, type, category, begin, end, flops});
+                      Clock::time_point begin, Clock::time_point end, int64_t flops, Lane lane) {
+  if (!m_on) return;
+  std::lock_guard<std::mutex> lock(m_mutex);
+  m_spans.push_back({name, type, category, begin, end, flops, lane});
 }
 
-void Profiler::record_step(Clock::time_point begin, Clock::time_point end) {
-  if (m_on) m_steps.emplace_back(begin, end);
+void Profiler::record_marked(const std::string& name, const std::string& type, const char* category, int begin_mark,
+                             int end_mark, int64_t flops) {
+  if (!m_on) return;
+  std::lock_guard<std::mutex> lock(m_mutex);
+  m_spans.push_back({name, type, category, {}, {}, flops, kMain, begin_mark, end_mark});
 }
 
-std::string Profiler::chrome_trace() const {
+void Profiler::begin_step() {
+  if (!m_on) return;
+  Step s;
+  s.begin = Clock::now();
+  if (m_clock) {
+    s.begin_mark = m_clock->record();
+    if (m_first_mark < 0) {
+      m_first_mark = s.begin_mark;
+      m_first_mark_host = s.begin;
+    }
+  }
+  m_steps.push_back(s);
+}
+
+void Profiler::end_step() {
+  if (!m_on || m_steps.empty()) return;
+  m_steps.back().end = Clock::now();
+  if (m_clock) m_steps.back().end_mark = m_clock->record();
+}
+
+void Profiler::resolve() {
+  if (!m_clock || m_first_mark < 0) return;
+  auto at = [&](int mark) {
+    const double ms = m_clock->elapsed_ms(m_first_mark, mark);  // waits for the device to get there
+    return m_first_mark_host + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(ms));
+  };
+  for (Span& s : m_spans)
+    if (s.begin_mark >= 0) {
+      s.begin = at(s.begin_mark);
+      s.end = at(s.end_mark);
+      s.begin_mark = s.end_mark = -1;
+    }
+  for (Step& s : m_steps)
+    if (s.begin_mark >= 0 && s.end_mark >= 0) {
+      s.begin = at(s.begin_mark);
+      s.end = at(s.end_mark);
+      s.begin_mark = s.end_mark = -1;
+    }
+}
+
+std::string Profiler::chrome_trace() {
+  resolve();
   auto us = [&](Clock::time_point t) { return std::chrono::duration<double, std::micro>(t - m_origin).count(); };
   std::string out = "{\"traceEvents\": [\n";
   bool first = true;
@@ -32,26 +82,36 @@ std::string Profiler::chrome_trace() const {
                        json_quote(name), json_quote(cat), us(b), us(e) - us(b), tid, args);
   };
   for (size_t i = 0; i < m_steps.size(); ++i)
-    event(fmt::format("step {}", i + 1), "step", m_steps[i].first, m_steps[i].second, 1, "");
+    event(fmt::format("step {}", i + 1), "step", m_steps[i].begin, m_steps[i].end, 1, "");
   for (const Span& s : m_spans)
-    event(s.name + " " + s.category, s.category, s.begin, s.end, 2,
+    event(s.name + " " + s.category, s.category, s.begin, s.end, s.lane,
           fmt::format("\"type\": {}, \"flops\": {}", json_quote(s.type), s.flops));
+  // Names for the rows Perfetto shows.
+  for (const auto& [tid, name] : {std::pair{1, "steps"}, std::pair{static_cast<int>(kMain), m_clock ? "device stream" : "training loop"},
+                                  std::pair{static_cast<int>(kComm), "communication thread"},
+                                  std::pair{static_cast<int>(kHost), "host (data loading)"}})
+    out += fmt::format(",\n  {{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": {}, \"args\": {{\"name\": \"{}\"}}}}",
+                       tid, name);
   return out + "\n], \"displayTimeUnit\": \"ms\"}\n";
 }
 
-double Profiler::span_seconds() const {
+double Profiler::span_seconds() {
+  resolve();
   double t = 0;
-  for (const Span& s : m_spans) t += std::chrono::duration<double>(s.end - s.begin).count();
+  for (const Span& s : m_spans)
+    if (s.lane == kMain) t += std::chrono::duration<double>(s.end - s.begin).count();
   return t;
 }
 
-double Profiler::step_seconds() const {
+double Profiler::step_seconds() {
+  resolve();
   double t = 0;
-  for (const auto& [b, e] : m_steps) t += std::chrono::duration<double>(e - b).count();
+  for (const Step& s : m_steps) t += std::chrono::duration<double>(s.end - s.begin).count();
   return t;
 }
 
-std::string Profiler::table() const {
+std::string Profiler::table() {
+  resolve();
   struct Row {
     std::string type;
     int64_t calls = 0, flops = 0;
@@ -76,9 +136,12 @@ std::string Profiler::table() const {
                        r.calls, r.seconds * 1e3, r.seconds * 1e3 / static_cast<double>(r.calls),
                        step > 0 ? 100 * r.seconds / step : 0.0,
                        r.flops > 0 ? fmt::format("{:.1f}", static_cast<double>(r.flops) / r.seconds * 1e-9) : "");
-  out += fmt::format("{} steps: {:.2f} ms per step; the spans cover {:.1f} % of it\n", m_steps.size(),
+  out += fmt::format("{} steps: {:.2f} ms per step{}; the spans cover {:.1f} % of it{}\n", m_steps.size(),
                      m_steps.empty() ? 0.0 : step * 1e3 / static_cast<double>(m_steps.size()),
-                     step > 0 ? 100 * span_seconds() / step : 0.0);
+                     m_clock ? " (device time, CUDA events)" : "", step > 0 ? 100 * span_seconds() / step : 0.0,
+                     std::any_of(m_spans.begin(), m_spans.end(), [](const Span& s) { return s.lane != kMain; })
+                         ? " (all-reduce and, on a GPU, data load rows overlap the others and are not counted)"
+                         : "");
   return out;
 }
 

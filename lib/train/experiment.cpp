@@ -241,15 +241,34 @@ void parse_logging(const ConfigNode& n, LoggingConfig& out, TrainConfig& train) 
   out.interval_s = n.get_double("interval_s", 1.0, 1e-3, 3600);
 }
 
-void check_device(const ConfigNode& n) {
+// A device list (`[0, 1]`, `[cuda:0, cuda:1]`, `[cpu, cpu]`) gives one worker per entry; returns it normalised
+// ("cuda:N" | "cpu"), or empty for a single device.
+std::vector<std::string> check_device(const ConfigNode& n) {
   if (n.is_sequence()) {
-    if (n.size() == 0) n.fail("expected at least one device index");
-    for (size_t i = 0; i < n.size(); ++i) n.at(i).as_int(0);
-    return;
+    if (n.size() == 0) n.fail("expected at least one device");
+    std::vector<std::string> list;
+    for (size_t i = 0; i < n.size(); ++i) {
+      const ConfigNode e = n.at(i);
+      const std::string v = e.as_string();
+      if (!v.empty() && v.find_first_not_of("0123456789") == std::string::npos)
+        list.push_back(fmt::format("cuda:{}", e.as_int(0)));
+      else if (v == "cpu" || (v.rfind("cuda:", 0) == 0 && v.size() > 5 &&
+                              v.find_first_not_of("0123456789", 5) == std::string::npos))
+        list.push_back(v);
+      else
+        e.fail(fmt::format("expected a GPU index, cuda:N or cpu, got \"{}\"", v));
+      for (size_t j = 0; j + 1 < list.size(); ++j)
+        if (list[j] == list.back() && list.back() != "cpu")
+          e.fail(fmt::format("{} is listed twice (one worker per device)", list.back()));
+    }
+    if (list.size() > 1 && std::count(list.begin(), list.end(), "cpu") != 0 &&
+        std::count(list.begin(), list.end(), "cpu") != static_cast<std::ptrdiff_t>(list.size()))
+      n.fail("a device list is all GPUs or all cpu, not a mix (the replicas must compute alike)");
+    return list;
   }
   const std::string d = n.as_string();
-  if (d == "auto" || d == "cpu" || d == "cuda") return;
-  if (d.rfind("cuda:", 0) == 0 && d.size() > 5 && d.find_first_not_of("0123456789", 5) == std::string::npos) return;
+  if (d == "auto" || d == "cpu" || d == "cuda") return {};
+  if (d.rfind("cuda:", 0) == 0 && d.size() > 5 && d.find_first_not_of("0123456789", 5) == std::string::npos) return {};
   n.fail(fmt::format("unknown device \"{}\"; choose auto, cpu, cuda, cuda:N or a list of GPU indices [0, 1]", d));
 }
 
@@ -282,7 +301,7 @@ Experiment parse_experiment(const ConfigNode& root) {
     root["name"].fail("expected a non-empty name without slashes (it names the run directory)");
   exp.seed = static_cast<uint64_t>(root.get_int("seed", 0, 0));
   if (root.has("device")) {
-    check_device(root["device"]);
+    exp.devices = check_device(root["device"]);
     exp.device = root["device"].is_sequence() ? YAML::Dump(root["device"].yaml()) : root["device"].as_string();
   }
   root.require("data");

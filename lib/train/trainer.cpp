@@ -22,8 +22,11 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <condition_variable>
+#include <mutex>
 #include <cstdlib>
 #include <limits>
 #include <chrono>
@@ -92,14 +95,28 @@ class BatchStager {
     }
   }
 
-  /// The loader's next batch in x and y (on the device); returns its size, 0 at the end of the epoch.
-  int64_t next(Loader& loader, Tensor& x, Tensor& y) {
-    if (m_device.is_cpu()) return loader.next(x, y);
+  /// The loader's next batch in x and y (on the device); returns its size, 0 at the end of the epoch. The profiler
+  /// (when given) times the loading ("data load") and the host-to-device copy ("data h2d").
+  int64_t next(Loader& loader, Tensor& x, Tensor& y, Profiler* profiler = nullptr) {
+    static const std::string kData = "data", kTrainer = "trainer";
+    if (m_device.is_cpu()) {
+      ProfileScope scope(profiler, kData, kTrainer, "load");
+      return loader.next(x, y);
+    }
     Slot& s = m_slots[m_turn];
     m_turn ^= 1;
-    s.copied.wait();  // the copy queued from this slot two batches ago has been done
-    const int64_t n = loader.next(s.x, s.y);
+    int64_t n = 0;
+    {
+      // Host work, overlapping the device's: timed on the host, in a lane of its own when the others are device time.
+      const auto t0 = Profiler::Clock::now();
+      s.copied.wait();  // the copy queued from this slot two batches ago has been done
+      n = loader.next(s.x, s.y);
+      if (profiler && profiler->enabled())
+        profiler->record(kData, kTrainer, "load", t0, Profiler::Clock::now(), 0,
+                         profiler->timed_on_device() ? Profiler::kHost : Profiler::kMain);
+    }
     if (n > 0) {
+      ProfileScope scope(profiler, kData, kTrainer, "h2d");
       x.narrow0(n).copy_from_async(s.x.narrow0(n));
       y.narrow0(n).copy_from_async(s.y.narrow0(n));
       s.copied.record(m_device);
@@ -175,10 +192,8 @@ Device resolve_device(const std::string& requested, std::string& reason) {
     reason = "requested";
     return Device::cpu();
   }
-  if (requested != "auto" && requested.rfind("cuda", 0) != 0)  // a list of GPU indices
-    throw Error(fmt::format("device {}: one process driving several GPUs is not in this build yet; start one process "
-                            "per GPU with mpirun (device: cuda)",
-                            requested));
+  GT_CHECK(requested == "auto" || requested.rfind("cuda", 0) == 0, "device \"{}\" (a list is one device per worker)",
+           requested);
   const CudaInfo cuda = query_cuda();
   if (requested == "auto") {
     if (cuda.devices.empty()) {
@@ -249,7 +264,7 @@ std::optional<CheckpointInfo> newest_good_of_run(const std::string& run_dir, con
 EvalSummary evaluate_weights(const Experiment& exp, const std::string& weights_path, int threads) {
   set_num_threads(threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency()));
   std::string reason;
-  const Device device = resolve_device(exp.device, reason);
+  const Device device = resolve_device(exp.devices.empty() ? exp.device : exp.devices[0], reason);
   const LoadedData data = load_data(exp);
   if (data.test.size() == 0) exp.root["data"].fail("eval needs a test set (data.test, or test_samples for synthetic)");
   Model model = Model::build(exp.root["model"], data.train.input_shape(), DType::f32, device, exp.seed);
@@ -389,16 +404,28 @@ std::string config_differences(const std::string& a, const std::string& b) {
 
 }  // namespace
 
-RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
+namespace {
+
+// How one worker is placed: its device, and what the workers of one process share.
+struct WorkerSetup {
+  std::string device;                  ///< as resolve_device takes it
+  const LoadedData* data = nullptr;    ///< loaded once for all workers of a process; nullptr: load it here
+  std::vector<int> process_gpus;       ///< every GPU this process drives (the sampler's targets)
+  bool threaded = false;               ///< one of several worker threads (the harness owns the signal handlers)
+};
+
+RunSummary train_worker(const Experiment& exp, const RunOptions& opts, const WorkerSetup& setup) {
   const auto wall_start = Clock::now();
   const int threads = opts.threads > 0 ? opts.threads : static_cast<int>(std::thread::hardware_concurrency());
   set_num_threads(threads);
 
   std::string device_reason;
-  const Device device = resolve_device(exp.device, device_reason);
+  const Device device = resolve_device(setup.device, device_reason);
 
   // Everything that can be wrong with the config is found before the run directory exists.
-  LoadedData data = load_data(exp);
+  std::optional<LoadedData> own_data;
+  if (!setup.data) own_data = load_data(exp);
+  const LoadedData& data = setup.data ? *setup.data : *own_data;
   Model model = Model::build(exp.root["model"], data.train.input_shape(), DType::f32, device, exp.seed);
   const ConfigNode loss_where = exp.root.has("loss") ? exp.root["loss"] : exp.root["model"]["layers"];
   check_loss_fits(exp.loss, model.output_shape(), data.train, loss_where);
@@ -462,9 +489,10 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
   MetricsSink metrics(lead ? dir.string() : std::string(), exp.logging.jsonl, exp.logging.tensorboard);
   // GPU and host metrics from a background sampler (never on the step's path): in log lines and train rows.
   std::optional<GpuMonitor> monitor;
-  if (exp.logging.gpu_metrics) {
-    monitor.emplace(device.is_cuda() ? gpu_targets(query_cuda(), {device.index}) : std::vector<GpuTarget>{},
-                    exp.logging.interval_s);
+  if (exp.logging.gpu_metrics && (lead || !setup.threaded)) {  // one sampler per process
+    std::vector<int> gpus = setup.process_gpus;
+    if (gpus.empty() && device.is_cuda()) gpus = {device.index};
+    monitor.emplace(gpus.empty() ? std::vector<GpuTarget>{} : gpu_targets(query_cuda(), gpus), exp.logging.interval_s);
     monitor->start();
   }
   CheckpointStore store(sum.run_dir, exp.checkpoint, world);
@@ -530,7 +558,7 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
     for (auto& [name, t] : optimizer->state()) comm.broadcast(t->raw(), t->bytes(), 0, "the optimizer state");
   }
   if (world > 1 && device.is_cuda())
-    throw Error(fmt::format("device {} with {} ranks: multi-process training on GPUs needs the NCCL communicator, "
+    throw Error(fmt::format("device {} with {} ranks: data-parallel training on GPUs needs the NCCL communicator, "
                             "which is not in this build yet; train with device: cpu under mpirun, or on one GPU",
                             device.str(), world));
   std::optional<GradSync> grad_sync;
@@ -578,7 +606,9 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
   };
   set_window();
   Profiler profiler;
+  profiler.set_device(device);
   model.set_profiler(&profiler);
+  if (grad_sync) grad_sync->set_profiler(&profiler);
   const int64_t profile_end = exp.train.profile_start + exp.train.profile_steps;  // steps are 1-based here
   static const std::string kData = "data", kLoss = "loss", kOptimizer = "optimizer", kTrainer = "trainer";
   auto finish_profile = [&] {
@@ -710,10 +740,13 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
     spdlog::info("train.nonfinite: rollback: writing the step-0 checkpoint to return to");
     save_checkpoint();
   }
-  install_stop_handlers();
   struct RemoveHandlers {
-    ~RemoveHandlers() { remove_stop_handlers(); }
-  } remove_handlers;
+    bool own;
+    ~RemoveHandlers() {
+      if (own) remove_stop_handlers();
+    }
+  } remove_handlers{!setup.threaded};
+  if (remove_handlers.own) install_stop_handlers();
 
   sum.exit_reason = "completed";
   bool finished = false, any_stop = false;
@@ -736,15 +769,12 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
       const int64_t micros = std::min(accumulate, micro_per_epoch - p.micro_done);
       const double lr = scheduled_lr(exp.scheduler, exp.optimizer.lr, p.step, total_steps) * p.lr_scale;
       if (exp.train.profile_steps > 0 && p.step + 1 == exp.train.profile_start) profiler.enable(true);
-      const auto step_begin = Profiler::Clock::now();
+      profiler.begin_step();
       stats.zero_();
       int64_t step_samples = 0;
       for (int64_t k = 0; k < micros; ++k) {
         int64_t n = 0;
-        {
-          ProfileScope scope(&profiler, kData, kTrainer, "load");
-          n = stager.next(loader, x, y);
-        }
+        n = stager.next(loader, x, y, &profiler);
         const Tensor xb = x.narrow0(n), yb = y.narrow0(n);
         Tensor db = dout.narrow0(n);
         // Dropout masks are keyed by the micro-batch, so the micro-batches of one step draw different masks.
@@ -787,7 +817,7 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
         stats_ready.record(device);
         pending = {true, p.step + 1, step_samples};
       }
-      profiler.record_step(step_begin, Profiler::Clock::now());
+      profiler.end_step();
       ++p.step;
       dirty = true;
       p.train_samples += step_samples;
@@ -922,5 +952,106 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
   return sum;
 }
 
+// Thrown by a thread communicator's collective when another worker failed: not the failure to report.
+bool is_peer_failure(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const PeerFailure&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+// One process, several devices: one worker thread per device, each the same train_worker as a rank of an mpirun,
+// meeting in thread communicators. The data is loaded once and shared (read only); rank 0 writes the run directory.
+RunSummary run_workers(const Experiment& exp, const RunOptions& opts) {
+  const int n = static_cast<int>(exp.devices.size());
+  const LoadedData data = load_data(exp);
+  const std::vector<std::unique_ptr<Communicator>> comms = make_thread_comms(n, exp.dist.timeout_s);
+  const int threads = opts.threads > 0 ? opts.threads : static_cast<int>(std::thread::hardware_concurrency());
+  WorkerSetup setup;
+  setup.data = &data;
+  setup.threaded = true;
+  for (const std::string& d : exp.devices)
+    if (d.rfind("cuda:", 0) == 0) setup.process_gpus.push_back(std::stoi(d.substr(5)));
+
+  std::mutex mutex;
+  std::condition_variable cv;
+  int running = n;
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
+  RunSummary result;
+  install_stop_handlers();
+  std::vector<std::thread> workers;
+  for (int i = 0; i < n; ++i)
+    workers.emplace_back([&, i] {
+      set_thread_log_rank(i);
+      RunOptions o = opts;
+      o.comm = comms[static_cast<size_t>(i)].get();
+      o.local_rank = i;
+      o.threads = std::max(1, threads / n);  // the cores are shared out
+      WorkerSetup w = setup;
+      w.device = exp.devices[static_cast<size_t>(i)];
+      try {
+        RunSummary s = train_worker(exp, o, w);
+        if (i == 0) result = std::move(s);
+      } catch (...) {
+        errors[static_cast<size_t>(i)] = std::current_exception();
+        comms[static_cast<size_t>(i)]->abort(1);  // the others' collectives throw instead of waiting
+      }
+      std::lock_guard<std::mutex> lock(mutex);
+      --running;
+      cv.notify_all();
+    });
+  {
+    // After a failure the others leave at their next collective (at once: it throws); one that is stuck cannot be
+    // joined, so the process ends after a grace period, as mpirun ends the ranks of a failed job.
+    std::unique_lock<std::mutex> lock(mutex);
+    cv.wait(lock, [&] { return running == 0 || std::any_of(errors.begin(), errors.end(), [](auto& e) { return !!e; }); });
+    const double grace = std::min(exp.dist.timeout_s, 10.0);
+    if (running > 0 && !cv.wait_for(lock, std::chrono::duration<double>(grace), [&] { return running == 0; })) {
+      for (size_t i = 0; i < errors.size(); ++i)
+        if (errors[i] && !is_peer_failure(errors[i])) try {
+            std::rethrow_exception(errors[i]);
+          } catch (const std::exception& e) {
+            spdlog::error("{}", e.what());
+          }
+      spdlog::error("{} worker(s) did not stop within {:.0f} s of the failure", running, grace);
+      spdlog::default_logger()->flush();
+      std::_Exit(3);
+    }
+  }
+  for (std::thread& t : workers) t.join();
+  remove_stop_handlers();
+  for (const auto& e : errors)  // the first worker's own failure, not the others' "rank r failed"
+    if (e && !is_peer_failure(e)) std::rethrow_exception(e);
+  for (const auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  return result;
+}
+
+}  // namespace
+
+RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
+  const int world = opts.comm ? opts.comm->size() : 1;
+  if (exp.devices.size() > 1 && world == 1) return run_workers(exp, opts);
+  WorkerSetup setup;
+  setup.device = exp.device;
+  if (!exp.devices.empty()) {  // under a launcher, rank r of a node takes the device at its local rank
+    if (opts.local_rank >= static_cast<int>(exp.devices.size()))
+      throw Error(ErrorKind::distributed,
+                  fmt::format("device {}: local rank {} has no device in the list of {}", exp.devices.size() == 1
+                                                                                              ? exp.devices[0]
+                                                                                              : "list",
+                              opts.local_rank, exp.devices.size()));
+    setup.device = exp.devices[static_cast<size_t>(opts.local_rank)];
+  } else if (world > 1 && exp.device == "cuda") {
+    setup.device = fmt::format("cuda:{}", opts.local_rank);  // one GPU per rank of a node
+  } else if (world > 1 && exp.device == "auto") {
+    std::string reason;
+    if (resolve_device("auto", reason).is_cuda()) setup.device = fmt::format("cuda:{}", opts.local_rank);
+  }
+  return train_worker(exp, opts, setup);
+}
 
 }  // namespace gt

@@ -8,7 +8,9 @@
 
 #include <cudnn.h>
 #include <nccl.h>
+#include <nvtx3/nvToolsExt.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 namespace gt {
@@ -86,6 +88,35 @@ void StreamEvent::record(Device device) {
 void StreamEvent::wait() {
   if (m_event) GT_CHECK_CUDA(cudaEventSynchronize(static_cast<cudaEvent_t>(m_event)));
 }
+
+DeviceClock::~DeviceClock() {
+  if (m_events.empty() || cudaSetDevice(m_device.index) != cudaSuccess) return;
+  for (void* e : m_events) cudaEventDestroy(static_cast<cudaEvent_t>(e));
+}
+
+int DeviceClock::record() {
+  const cudaStream_t s = cuda::stream(m_device.index);  // makes the device current
+  if (m_used == m_events.size()) {
+    cudaEvent_t e = nullptr;
+    GT_CHECK_CUDA(cudaEventCreate(&e));  // with timing
+    m_events.push_back(e);
+  }
+  GT_CHECK_CUDA(cudaEventRecord(static_cast<cudaEvent_t>(m_events[m_used]), s));
+  return static_cast<int>(m_used++);
+}
+
+double DeviceClock::elapsed_ms(int from, int to) {
+  GT_CHECK(from >= 0 && to >= 0 && static_cast<size_t>(std::max(from, to)) < m_used, "device timestamps {} and {}",
+           from, to);
+  const auto end = static_cast<cudaEvent_t>(m_events[static_cast<size_t>(to)]);
+  GT_CHECK_CUDA(cudaEventSynchronize(end));
+  float ms = 0;
+  GT_CHECK_CUDA(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(m_events[static_cast<size_t>(from)]), end));
+  return ms;
+}
+
+void range_push(const char* name) { nvtxRangePushA(name); }
+void range_pop() { nvtxRangePop(); }
 
 DeviceMemoryStats device_memory_stats(Device device) {
   if (!device.is_cuda()) return {};
