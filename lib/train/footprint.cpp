@@ -150,7 +150,7 @@ std::string format_bytes(size_t bytes) {
 std::string fit_line(const MemoryFit& fit) {
   if (!fit.fits)
     return fmt::format("fits on {}: unknown (needs {:.2f} GiB; {})", fit.device, gib(fit.needed), fit.basis);
-  if (fit.basis == "MemAvailable")
+  if (fit.device == "cpu")  // MemAvailable: no margin to explain
     return fmt::format("fits on {}: {} (needs {:.2f} GiB of {:.2f} GiB available)", fit.device,
                        *fit.fits ? "yes" : "no", gib(fit.needed), gib(fit.usable));
   return fmt::format("fits on {}: {} (needs {:.2f} GiB of {:.2f} GiB usable: {})", fit.device,
