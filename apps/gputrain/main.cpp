@@ -7,6 +7,7 @@
 #include "dist/comm.h"
 #include "io/safetensors.h"
 #include "train/checkpoint.h"
+#include "train/footprint.h"
 #include "train/loss.h"
 #include "train/trainer.h"
 
@@ -89,16 +90,27 @@ int cmd_devices() {
   return 0;
 }
 
-int cmd_check(const ConfigArgs& a) {
+int cmd_check(const ConfigArgs& a, bool json) {
   const gt::Experiment exp = gt::parse_experiment(gt::load_config(a.file, a.sets));
   const gt::LoadedData data = gt::load_data(exp);
+  // Shapes only: no parameter is created, so a model too large for this machine is still sized, not allocated.
   const gt::Model model = gt::Model::build(exp.root["model"], data.train.input_shape(), gt::DType::f32,
-                                           gt::Device::cpu(), exp.seed);
+                                           gt::Device::cpu(), exp.seed, /*init_params=*/false);
   gt::check_loss_fits(exp.loss, model.output_shape(), data.train,
                       exp.root.has("loss") ? exp.root["loss"] : exp.root["model"]["layers"]);
+  const gt::Footprint f = gt::training_footprint(exp, model, data.train);
+  const gt::MemoryFit fit = gt::fit_on_this_machine(f.total_bytes, exp.device);
+  if (json) {
+    fmt::print("{}\n", gt::footprint_json(f, fit)
+                           .add("config", a.file)
+                           .add("train_samples", data.train.size())
+                           .add("test_samples", data.test.size())
+                           .str());
+    return 0;
+  }
   fmt::print("{}: valid. {} training samples{}; batch {}\n\n{}", a.file, data.train.size(),
              data.test.size() ? fmt::format(", {} test samples", data.test.size()) : std::string(),
-             exp.data.batch_size, model.summary_table(exp.data.batch_size));
+             exp.data.batch_size, gt::footprint_report(f, fit, model.edges()));
   return 0;
 }
 
@@ -135,8 +147,11 @@ int main(int argc, char** argv) {
   train->footer(kExitCodes);
 
   ConfigArgs check_args;
-  auto* check = app.add_subcommand("check", "validate an experiment file and print the model table");
+  bool check_json = false;
+  auto* check = app.add_subcommand("check", "validate an experiment file and print, without training, each layer's "
+                                            "FLOPs and memory, the totals, and whether they fit the device");
   add_config_args(check, check_args);
+  check->add_flag("--json", check_json, "print one JSON object (layers, totals, fits) instead of the table");
 
   ConfigArgs eval_args;
   std::string checkpoint;
@@ -183,7 +198,7 @@ int main(int argc, char** argv) {
       fmt::print("{}", gt::layer_reference_markdown());
       return 0;
     }
-    if (*check) return cmd_check(check_args);
+    if (*check) return cmd_check(check_args, check_json);
     if (*exporter) return cmd_export(export_from, export_to);
     if (*report) {
       const gt::ReportInfo r = gt::write_report(report_dir, report_out);

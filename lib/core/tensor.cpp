@@ -3,10 +3,17 @@
 
 #include "ops/backend.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
 namespace gt {
+
+namespace {
+std::atomic<size_t> g_host_bytes{0};
+}  // namespace
+
+size_t host_storage_bytes() { return g_host_bytes.load(std::memory_order_relaxed); }
 
 std::shared_ptr<Storage> allocate_storage(size_t bytes, Device device) {
   auto s = std::make_shared<Storage>();
@@ -16,7 +23,11 @@ std::shared_ptr<Storage> allocate_storage(size_t bytes, Device device) {
     const size_t rounded = (bytes + 63) / 64 * 64;
     s->ptr = std::aligned_alloc(64, rounded ? rounded : 64);
     if (!s->ptr) throw Error(fmt::format("out of host memory allocating {} bytes", bytes));
-    s->release = [](void* p) { std::free(p); };
+    g_host_bytes.fetch_add(bytes, std::memory_order_relaxed);
+    s->release = [bytes](void* p) {
+      g_host_bytes.fetch_sub(bytes, std::memory_order_relaxed);
+      std::free(p);
+    };
   } else {
     s->ptr = backend_alloc(device, bytes);
     s->release = [device](void* p) { backend_free(device, p); };

@@ -25,6 +25,8 @@ struct Storage {
 
 /// Allocates `bytes` on `device` (64-byte aligned on the CPU). Throws gt::Error when memory runs out.
 std::shared_ptr<Storage> allocate_storage(size_t bytes, Device device);
+/// Bytes of CPU storage from allocate_storage alive now (not pinned memory): tests measure what a model allocates.
+size_t host_storage_bytes();
 
 class Tensor {
  public:

@@ -40,7 +40,8 @@ std::string join_names(const std::vector<std::string>& v) {
 
 }  // namespace
 
-Model Model::build(const ConfigNode& model_cfg, const Shape& input_shape, DType dtype, Device device, uint64_t seed) {
+Model Model::build(const ConfigNode& model_cfg, const Shape& input_shape, DType dtype, Device device, uint64_t seed,
+                   bool init_params) {
   model_cfg.expect_keys({"layers"});
   model_cfg.require("layers");
   const ConfigNode layers = model_cfg["layers"];
@@ -193,10 +194,17 @@ Model Model::build(const ConfigNode& model_cfg, const Shape& input_shape, DType 
   Rng init_rng(seed, /*stream=*/0x1A17);  // its own stream: data and shuffling never change the initial weights
   std::vector<GraphNode*> by_index(pending.size());
   for (auto& n : m.m_nodes) by_index[n.index] = &n;
+  m.m_initialised = init_params;
   for (GraphNode* n : by_index) {
+    n->param_count = n->layer->param_numel();
+    if (!init_params) continue;
     const AllocLabel label("the parameters of " + n->name);
     n->layer->init_params(init_rng, dtype, device);
-    for (Param* p : n->layer->params()) n->param_count += p->value.numel();
+    int64_t made = 0;
+    for (Param* p : n->layer->params()) made += p->value.numel();
+    // The shape-only count sizes models in `gputrain check`: a layer whose two counts disagree would mislead it.
+    GT_CHECK(made == n->param_count, "{} ({}): init_params made {} parameters, param_numel() says {}", n->name,
+             n->type, made, n->param_count);
   }
   for (size_t k = 0; k < m.m_nodes.size(); ++k) {
     GraphNode& n = m.m_nodes[k];
@@ -211,7 +219,31 @@ Model Model::build(const ConfigNode& model_cfg, const Shape& input_shape, DType 
   return m;
 }
 
+std::vector<Model::NodeBuffers> Model::buffer_plan(int64_t max_batch) const {
+  const size_t count = m_nodes.size();
+  // Who writes each gradient buffer: every (consumer, input) pair whose input leads to it through views.
+  std::vector<int> writers(count, 0);
+  for (const GraphNode& n : m_nodes) {
+    if (n.layer->is_view() || !n.needs_grad) continue;
+    for (int j : n.inputs)
+      if (j >= 0 && m_nodes[static_cast<size_t>(j)].needs_grad && m_nodes[static_cast<size_t>(j)].grad_owner >= 0)
+        ++writers[static_cast<size_t>(m_nodes[static_cast<size_t>(j)].grad_owner)];
+  }
+  std::vector<NodeBuffers> plan(count);
+  for (size_t i = 0; i < count; ++i) {
+    const GraphNode& n = m_nodes[i];
+    if (n.layer->is_view()) continue;  // bound to its input at run time
+    const int64_t rows = n.out_shape.batched(max_batch).numel();
+    plan[i].output = rows;
+    // The last node's gradient comes from the loss; the others need a buffer only when something before learns.
+    if (n.needs_grad && i + 1 < count) plan[i].gradient = rows;
+    if (writers[i] > 1) plan[i].scratch = rows;
+  }
+  return plan;
+}
+
 void Model::allocate(int64_t max_batch) {
+  GT_CHECK(m_initialised, "allocate on a model built without parameters");
   const size_t count = m_nodes.size();
   m_max_batch = max_batch;
   m_out_buf.assign(count, Tensor());
@@ -219,22 +251,15 @@ void Model::allocate(int64_t max_batch) {
   m_scratch_buf.assign(count, Tensor());
   m_out.assign(count, Tensor());
   m_grad.assign(count, Tensor());
-  m_writers.assign(count, 0);
-  // Who writes each gradient buffer: every (consumer, input) pair whose input leads to it through views.
-  for (const GraphNode& n : m_nodes) {
-    if (n.layer->is_view() || !n.needs_grad) continue;
-    for (int j : n.inputs)
-      if (j >= 0 && m_nodes[static_cast<size_t>(j)].needs_grad && m_nodes[static_cast<size_t>(j)].grad_owner >= 0)
-        ++m_writers[static_cast<size_t>(m_nodes[static_cast<size_t>(j)].grad_owner)];
-  }
+  const std::vector<NodeBuffers> plan = buffer_plan(max_batch);
   for (size_t i = 0; i < count; ++i) {
     const GraphNode& n = m_nodes[i];
-    if (n.layer->is_view()) continue;  // bound to its input at run time
+    if (n.layer->is_view()) continue;
     const AllocLabel label(fmt::format("the activations of {} (batch {})", n.name, max_batch));
-    m_out_buf[i] = Tensor::empty(n.out_shape.batched(max_batch), m_dtype, m_device);
-    // The last node's gradient comes from the loss; the others need a buffer only when something before learns.
-    if (n.needs_grad && i + 1 < count) m_grad_buf[i] = Tensor::empty(n.out_shape.batched(max_batch), m_dtype, m_device);
-    if (m_writers[i] > 1) m_scratch_buf[i] = Tensor::empty(n.out_shape.batched(max_batch), m_dtype, m_device);
+    const Shape shape = n.out_shape.batched(max_batch);
+    m_out_buf[i] = Tensor::empty(shape, m_dtype, m_device);
+    if (plan[i].gradient) m_grad_buf[i] = Tensor::empty(shape, m_dtype, m_device);
+    if (plan[i].scratch) m_scratch_buf[i] = Tensor::empty(shape, m_dtype, m_device);
   }
 }
 

@@ -28,10 +28,19 @@ class Model {
  public:
   /// Builds the layers listed under `model.layers` for per-sample inputs of `input_shape`. Every problem
   /// (unknown type or key, bad argument, shapes that do not fit) is a ConfigError naming the layer's path.
+  /// With `init_params` false no parameter is created (shapes, counts and FLOPs only): `gputrain check` sizes
+  /// models that would not fit in memory this way; such a model cannot be allocated or run.
   static Model build(const ConfigNode& model_cfg, const Shape& input_shape, DType dtype, Device device,
-                     uint64_t seed);
+                     uint64_t seed, bool init_params = true);
 
-  /// Allocates activation and gradient buffers for batches of up to `max_batch` samples.
+  /// The elements allocate(max_batch) gives node i: its output, the gradient of its output (when something
+  /// before it learns and it is not the last node) and a scratch gradient (when several consumers write its
+  /// gradient). All zero for a view layer, which borrows its input's buffers.
+  struct NodeBuffers {
+    int64_t output = 0, gradient = 0, scratch = 0;
+  };
+  std::vector<NodeBuffers> buffer_plan(int64_t max_batch) const;
+  /// Allocates activation and gradient buffers for batches of up to `max_batch` samples (buffer_plan's).
   void allocate(int64_t max_batch);
   /// Runs the forward pass over x (B, input shape) with B ≤ max_batch; returns the output (B, output shape).
   const Tensor& forward(const Tensor& x, const LayerContext& ctx);
@@ -74,7 +83,7 @@ class Model {
   std::vector<Tensor> m_out_buf, m_grad_buf;  // per node, max_batch rows (undefined for view layers)
   std::vector<Tensor> m_out, m_grad;          // per node, this batch's rows
   std::vector<Tensor> m_scratch_buf;          // per owner written by several consumers: their second and later dx
-  std::vector<int> m_writers;                 // per owner: (consumer, input) pairs that write its gradient
+  bool m_initialised = false;                 // build() created the parameters
   Tensor m_input;                              // the last forward's input
   std::function<void(size_t)> m_grad_ready;
   Profiler* m_profiler = nullptr;

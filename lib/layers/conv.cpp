@@ -78,6 +78,9 @@ class Conv2d final : public Layer {
   int64_t forward_flops() const override {
     return 2 * m_out * m_out_hw * (m_in_c / m_groups) * m_win.kh * m_win.kw;
   }
+  int64_t param_numel() const override {
+    return m_out * (m_in_c / m_groups) * m_kernel.first * m_kernel.second + (m_has_bias ? m_out : 0);
+  }
 
  private:
   int64_t m_out, m_groups, m_in_c = 0, m_out_hw = 0;

@@ -52,6 +52,16 @@ class Layer {
   virtual YAML::Node resolved_args() const { return YAML::Node(YAML::NodeType::Map); }
   /// Multiply-adds ×2 per sample in the forward pass, for throughput reports.
   virtual int64_t forward_flops() const { return 0; }
+
+  // What the layer allocates, known from the shapes alone (after infer_shape, before init_params), so that
+  // `gputrain check` can size a model without building it. Model::build checks param_numel against init_params.
+  /// Elements of the parameters init_params creates (each has a gradient as large).
+  virtual int64_t param_numel() const { return 0; }
+  /// Elements of the buffers saved with the model (batch-norm running statistics).
+  virtual int64_t buffer_numel() const { return 0; }
+  /// Elements of the tensors the layer holds for backward besides its output, for batches of up to `batch`
+  /// (the normalisations' mean and inverse standard deviation).
+  virtual int64_t workspace_numel(int64_t /*batch*/) const { return 0; }
 };
 
 /// One argument of a layer type, for validation and the generated config reference.

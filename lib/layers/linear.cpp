@@ -59,6 +59,7 @@ class Linear final : public Layer {
   }
 
   int64_t forward_flops() const override { return 2 * m_rows_per_sample * m_in * m_out; }
+  int64_t param_numel() const override { return m_out * m_in + (m_has_bias ? m_out : 0); }
 
  private:
   static Tensor as_rows(const Tensor& t, int64_t cols) { return t.view(Shape{t.numel() / cols, cols}); }

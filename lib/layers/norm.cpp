@@ -53,6 +53,9 @@ class BatchNorm final : public Layer {
     return n;
   }
   int64_t forward_flops() const override { return 2 * m_numel; }
+  int64_t param_numel() const override { return 2 * m_channels; }
+  int64_t buffer_numel() const override { return 2 * m_channels; }
+  int64_t workspace_numel(int64_t) const override { return 2 * m_channels; }  // save_mean, save_invstd
 
  private:
   bool m_two_d;
@@ -101,6 +104,9 @@ class LayerNorm final : public Layer {
     return n;
   }
   int64_t forward_flops() const override { return 5 * m_dim * m_rows_per_sample; }
+  int64_t param_numel() const override { return 2 * m_dim; }
+  // save_mean and save_invstd: one per row, allocated by the first forward of the largest batch.
+  int64_t workspace_numel(int64_t batch) const override { return 2 * batch * m_rows_per_sample; }
 
  private:
   double m_eps;

@@ -138,6 +138,13 @@ JsonObject& JsonObject::add(const std::string& k, const JsonObject& v) {
   m_body += v.str();
   return *this;
 }
+JsonObject& JsonObject::add(const std::string& k, const std::vector<JsonObject>& items) {
+  key(k);
+  m_body += "[";
+  for (size_t i = 0; i < items.size(); ++i) m_body += (i ? ", " : "") + items[i].str();
+  m_body += "]";
+  return *this;
+}
 JsonObject& JsonObject::add_null(const std::string& k) {
   key(k);
   m_body += "null";

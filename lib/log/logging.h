@@ -35,6 +35,8 @@ class JsonObject {
   JsonObject& add_bool(const std::string& key, bool v);
   /// A nested object.
   JsonObject& add(const std::string& key, const JsonObject& v);
+  /// A list of objects.
+  JsonObject& add(const std::string& key, const std::vector<JsonObject>& items);
   std::string str() const { return "{" + m_body + "}"; }
   /// The finite numbers added at the top level, in order (what a TensorBoard sink plots).
   const std::vector<std::pair<std::string, double>>& numbers() const { return m_numbers; }

@@ -1,0 +1,243 @@
+// Sizing a training step from shapes: per-layer FLOPs and memory, the totals, and the verdict for the device.
+#include "train/footprint.h"
+
+#include "data/dataset.h"
+#include "graph/model.h"
+#include "ops/devices.h"
+#include "optim/optimizer.h"
+#include "train/trainer.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+namespace gt {
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+size_t bytes_of(int64_t numel, DType dtype) { return static_cast<size_t>(numel) * dtype_size(dtype); }
+
+double gib(size_t bytes) { return static_cast<double>(bytes) / kGiB; }
+
+// MemAvailable from /proc/meminfo in bytes: what the kernel estimates can be allocated without swapping.
+std::optional<size_t> host_memory_available() {
+  std::ifstream f("/proc/meminfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("MemAvailable:", 0) != 0) continue;
+    std::istringstream in(line.substr(13));
+    size_t kib = 0;
+    if (in >> kib) return kib * 1024;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+Footprint training_footprint(const Experiment& exp, const Model& model, const Dataset& train) {
+  Footprint f;
+  f.batch = exp.data.batch_size;
+  f.accumulate = exp.train.accumulate;
+  f.dtype = model.dtype();
+  f.input = model.input_shape().batched(f.batch);
+  const std::vector<Model::NodeBuffers> plan = model.buffer_plan(f.batch);
+  const auto& nodes = model.nodes();
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const GraphNode& n = nodes[i];
+    LayerFootprint r;
+    r.name = n.name;
+    r.type = n.type;
+    r.output = n.out_shape.batched(f.batch);
+    r.params = n.param_count;
+    r.forward_flops = n.layer->forward_flops() * f.batch;
+    // As Model::backward counts them for the profiler; nodes it skips (views, nothing learns before them) cost 0.
+    const bool runs_backward = !n.layer->is_view() && n.needs_grad;
+    r.backward_flops = runs_backward ? r.forward_flops * (n.param_count > 0 ? 2 : 1) : 0;
+    r.param_bytes = bytes_of(n.param_count, f.dtype);
+    r.buffer_bytes = bytes_of(n.layer->buffer_numel(), f.dtype);
+    r.activation_bytes =
+        bytes_of(plan[i].output + plan[i].gradient + plan[i].scratch + n.layer->workspace_numel(f.batch), f.dtype);
+    f.params += r.params;
+    f.forward_flops += r.forward_flops;
+    f.backward_flops += r.backward_flops;
+    f.param_bytes += r.param_bytes;
+    f.buffer_bytes += r.buffer_bytes;
+    f.activation_bytes += r.activation_bytes;
+    f.layers.push_back(std::move(r));
+  }
+  f.grad_bytes = f.param_bytes;  // every parameter has a gradient of its own size
+
+  // The optimizer's state per parameter element, from the optimizer the config builds: momentum 1, Adam 2,
+  // AMSGrad 3, plain SGD 0.
+  Param probe{"probe", Tensor::zeros(Shape{1}, f.dtype), Tensor::zeros(Shape{1}, f.dtype)};
+  const std::unique_ptr<Optimizer> opt = make_optimizer(exp.optimizer, {&probe});
+  for (const auto& [name, t] : opt->state()) f.optimizer_state_per_param += t->numel();
+  f.optimizer = exp.optimizer.type;
+  f.optimizer_bytes = f.param_bytes * static_cast<size_t>(f.optimizer_state_per_param);
+
+  // The step's own tensors (trainer): x as f32, y as the data set stores targets, and the loss's ∂L/∂output.
+  f.batch_bytes = bytes_of(train.input_shape().batched(f.batch).numel(), DType::f32) +
+                  bytes_of(train.target_shape().batched(f.batch).numel(), train.targets.dtype()) +
+                  bytes_of(model.output_shape().batched(f.batch).numel(), f.dtype);
+  f.total_bytes = f.param_bytes + f.grad_bytes + f.optimizer_bytes + f.buffer_bytes + f.activation_bytes +
+                  f.batch_bytes;
+  return f;
+}
+
+size_t cuda_memory_margin(size_t device_total) { return device_total / 20 + (size_t{512} << 20); }
+
+MemoryFit judge_fit(size_t needed, Device device, size_t total) {
+  MemoryFit m;
+  m.device = device.str();
+  m.needed = needed;
+  m.total = total;
+  if (device.is_cuda()) {
+    const size_t margin = cuda_memory_margin(total);
+    m.usable = total > margin ? total - margin : 0;
+    m.basis = fmt::format("{:.2f} GiB less 5 % + 512 MiB for the CUDA context and library workspaces", gib(total));
+  } else {
+    m.usable = total;
+    m.basis = "MemAvailable";
+  }
+  m.fits = needed <= m.usable;
+  return m;
+}
+
+MemoryFit fit_on_this_machine(size_t needed, const std::string& requested) {
+  std::string reason;
+  Device device;
+  try {
+    device = resolve_device(requested, reason);
+  } catch (const Error& e) {
+    // Checking a config for a GPU machine on a laptop is fine: the verdict is unknown, and says why.
+    MemoryFit m;
+    m.device = requested;
+    m.needed = needed;
+    m.basis = e.what();
+    return m;
+  }
+  if (device.is_cuda()) {
+    for (const CudaDeviceInfo& d : query_cuda().devices)
+      if (d.index == device.index) return judge_fit(needed, device, d.memory_total);
+    MemoryFit m;
+    m.device = device.str();
+    m.needed = needed;
+    m.basis = "the device reported no memory size";
+    return m;
+  }
+  const std::optional<size_t> available = host_memory_available();
+  if (!available) {
+    MemoryFit m;
+    m.device = device.str();
+    m.needed = needed;
+    m.basis = "/proc/meminfo has no MemAvailable";
+    return m;
+  }
+  return judge_fit(needed, device, *available);
+}
+
+std::string format_bytes(size_t bytes) {
+  if (bytes < 1024) return fmt::format("{} B", bytes);
+  const char* units[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = static_cast<double>(bytes) / 1024.0;
+  size_t u = 0;
+  while (v >= 1024.0 && u + 1 < std::size(units)) v /= 1024.0, ++u;
+  return fmt::format("{:.{}f} {}", v, v >= 100 ? 0 : v >= 10 ? 1 : 2, units[u]);
+}
+
+std::string fit_line(const MemoryFit& fit) {
+  if (!fit.fits)
+    return fmt::format("fits on {}: unknown (needs {:.2f} GiB; {})", fit.device, gib(fit.needed), fit.basis);
+  if (fit.device == "cpu")  // MemAvailable: no margin to explain
+    return fmt::format("fits on {}: {} (needs {:.2f} GiB of {:.2f} GiB available)", fit.device,
+                       *fit.fits ? "yes" : "no", gib(fit.needed), gib(fit.usable));
+  return fmt::format("fits on {}: {} (needs {:.2f} GiB of {:.2f} GiB usable: {})", fit.device,
+                     *fit.fits ? "yes" : "no", gib(fit.needed), gib(fit.usable), fit.basis);
+}
+
+std::string footprint_report(const Footprint& f, const MemoryFit& fit, const std::string& edges) {
+  // The first four columns are the layer table `gputrain check` has always printed; the columns widen for long
+  // names, types and shapes.
+  size_t wn = 12, wt = 10, ws = std::max<size_t>(18, f.input.str().size());
+  for (const LayerFootprint& r : f.layers) {
+    wn = std::max(wn, r.name.size());
+    wt = std::max(wt, r.type.size());
+    ws = std::max(ws, r.output.str().size());
+  }
+  std::string out = fmt::format("{:<{}} {:<{}} {:<{}} {:>12} {:>11} {:>11} {:>10} {:>11}\n", "layer", wn, "type", wt,
+                                "output shape", ws, "parameters", "fwd MFLOP", "bwd MFLOP", "param mem", "activations");
+  // The model input: its memory is the step's batch tensors.
+  out += fmt::format("{:<{}} {:<{}} {}\n", "input", wn, "", wt, f.input.str());
+  for (const LayerFootprint& r : f.layers)
+    out += fmt::format("{:<{}} {:<{}} {:<{}} {:>12} {:>11.1f} {:>11.1f} {:>10} {:>11}\n", r.name, wn, r.type, wt,
+                       r.output.str(), ws, r.params, static_cast<double>(r.forward_flops) * 1e-6,
+                       static_cast<double>(r.backward_flops) * 1e-6, format_bytes(r.param_bytes),
+                       format_bytes(r.activation_bytes));
+  if (!edges.empty()) out += "edges (other than from the layer before):\n" + edges;
+  out += fmt::format("total: {} layers, {} parameters ({:.2f} MB as {}), {:.3f} MFLOP forward per sample\n",
+                     f.layers.size(), f.params, static_cast<double>(f.param_bytes) * 1e-6, dtype_name(f.dtype),
+                     static_cast<double>(f.forward_flops) * 1e-6 / static_cast<double>(f.batch));
+  out += fmt::format("\none training step at batch {}{}: {:.1f} MFLOP forward, {:.1f} MFLOP backward\n", f.batch,
+                     f.accumulate > 1 ? fmt::format(" (per micro-batch; train.accumulate {})", f.accumulate) : "",
+                     static_cast<double>(f.forward_flops) * 1e-6, static_cast<double>(f.backward_flops) * 1e-6);
+  out += fmt::format("memory (all tensors {}: the config has no precision setting){}:\n",
+                     dtype_name(f.dtype), f.accumulate > 1 ? "; micro-batches reuse the same buffers" : "");
+  auto row = [&](const char* what, size_t bytes, const std::string& note) {
+    out += fmt::format("  {:<16} {:>10}{}\n", what, format_bytes(bytes), note.empty() ? "" : "  " + note);
+  };
+  row("parameters", f.param_bytes, "");
+  row("gradients", f.grad_bytes, "");
+  row("optimizer state", f.optimizer_bytes,
+      fmt::format("{}: {} state value{} per parameter", f.optimizer, f.optimizer_state_per_param,
+                  f.optimizer_state_per_param == 1 ? "" : "s"));
+  row("buffers", f.buffer_bytes, "batch-norm running statistics");
+  row("activations", f.activation_bytes, "outputs, their gradients, what layers keep for backward");
+  row("batch", f.batch_bytes, "input, target and output gradient");
+  row("total", f.total_bytes, "");
+  return out + fit_line(fit) + "\n";
+}
+
+JsonObject footprint_json(const Footprint& f, const MemoryFit& fit) {
+  auto n = [](size_t v) { return static_cast<int64_t>(v); };
+  std::vector<JsonObject> layers;
+  for (const LayerFootprint& r : f.layers)
+    layers.push_back(JsonObject()
+                         .add("name", r.name)
+                         .add("type", r.type)
+                         .add("output_shape", r.output.str())
+                         .add("params", r.params)
+                         .add("forward_flops", r.forward_flops)
+                         .add("backward_flops", r.backward_flops)
+                         .add("param_bytes", n(r.param_bytes))
+                         .add("buffer_bytes", n(r.buffer_bytes))
+                         .add("activation_bytes", n(r.activation_bytes)));
+  JsonObject totals;
+  totals.add("params", f.params)
+      .add("forward_flops", f.forward_flops)
+      .add("backward_flops", f.backward_flops)
+      .add("param_bytes", n(f.param_bytes))
+      .add("grad_bytes", n(f.grad_bytes))
+      .add("optimizer_bytes", n(f.optimizer_bytes))
+      .add("buffer_bytes", n(f.buffer_bytes))
+      .add("activation_bytes", n(f.activation_bytes))
+      .add("batch_bytes", n(f.batch_bytes))
+      .add("total_bytes", n(f.total_bytes));
+  JsonObject out;
+  out.add("batch", f.batch)
+      .add("accumulate", f.accumulate)
+      .add("dtype", std::string(dtype_name(f.dtype)))
+      .add("optimizer", f.optimizer)
+      .add("optimizer_state_per_param", f.optimizer_state_per_param)
+      .add("layers", layers)
+      .add("totals", totals)
+      .add("device", fit.device);
+  if (fit.fits)
+    out.add_bool("fits", *fit.fits).add("usable_bytes", n(fit.usable)).add("device_bytes", n(fit.total));
+  else
+    out.add_null("fits").add_null("usable_bytes").add_null("device_bytes");
+  return out.add("needed_bytes", n(fit.needed)).add("fit_basis", fit.basis);
+}
+
+}  // namespace gt

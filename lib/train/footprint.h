@@ -1,0 +1,84 @@
+// What one training step of an experiment costs before it runs (`gputrain check`): FLOPs and memory per layer, the
+// totals, and whether they fit the device the config would train on.
+#pragma once
+
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/shape.h"
+#include "log/logging.h"
+#include "train/experiment.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gt {
+
+class Model;
+struct Dataset;
+
+/// One node of the graph at the configured batch size.
+struct LayerFootprint {
+  std::string name, type;
+  Shape output;                   ///< batched
+  int64_t params = 0;
+  int64_t forward_flops = 0;      ///< the whole batch
+  int64_t backward_flops = 0;     ///< 2 × forward with parameters, 1 × without, 0 when backward skips the node
+  size_t param_bytes = 0;         ///< parameter values (the gradients, as large, are counted in the totals)
+  size_t buffer_bytes = 0;        ///< saved with the model, not trained (batch-norm running statistics)
+  size_t activation_bytes = 0;    ///< output, its gradient, a scratch gradient, what the layer keeps for backward
+};
+
+/// Everything one process holds on its device to train: each total is the sum of its rows where it has one.
+struct Footprint {
+  int64_t batch = 0;
+  int64_t accumulate = 1;            ///< micro-batches per step: they reuse the same buffers
+  DType dtype = DType::f32;
+  Shape input;                       ///< the model input, batched
+  std::vector<LayerFootprint> layers;
+  int64_t params = 0, forward_flops = 0, backward_flops = 0;
+  std::string optimizer;             ///< "sgd", "adam", …
+  int64_t optimizer_state_per_param = 0;  ///< state elements per parameter element (sgd with momentum 1, adam 2)
+  size_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0, buffer_bytes = 0, activation_bytes = 0;
+  size_t batch_bytes = 0;            ///< the step's input, target and output-gradient tensors
+  size_t total_bytes = 0;
+};
+
+/// The footprint of training `model` (built with or without its parameters) on batches of exp.data.batch_size
+/// drawn from `train`, with the optimizer exp.optimizer names. Computed from shapes alone, so models far too big
+/// for the machine are sized without being allocated: activations follow Model::buffer_plan (what allocate
+/// allocates), workspace and parameters the layers' own counts, and the optimizer state is read from a real
+/// optimizer built over a one-element stand-in parameter (its state is elementwise). The tests compare every
+/// number with what building, allocating and running the model allocates.
+Footprint training_footprint(const Experiment& exp, const Model& model, const Dataset& train);
+
+/// How much memory a device offers a training run, and whether `needed` bytes fit in it.
+struct MemoryFit {
+  std::string device;             ///< "cpu", "cuda:0"
+  std::optional<bool> fits;       ///< nullopt: this machine cannot tell (the device is not here)
+  size_t needed = 0;
+  size_t usable = 0;              ///< what a run may use (0 when unknown)
+  size_t total = 0;               ///< the device's memory (CUDA) or MemAvailable (CPU)
+  std::string basis;              ///< where `usable` comes from, in words; why the answer is unknown
+};
+
+/// CUDA keeps back 5 % of the device's memory + 512 MiB for the CUDA context, cuBLAS/cuDNN workspaces and the
+/// caching allocator's rounding; the CPU's available memory is given as is.
+size_t cuda_memory_margin(size_t device_total);
+/// The verdict for `needed` bytes on `device` with `total` bytes (a GPU's memory, or the host's MemAvailable).
+MemoryFit judge_fit(size_t needed, Device device, size_t total);
+/// judge_fit against this machine: the device resolve_device picks for `requested` (exp.device), with a GPU's
+/// total memory or, for the CPU, /proc/meminfo's MemAvailable (read after the data set is loaded, which training
+/// holds as well). A device that cannot be used here gives an unknown verdict that says why.
+MemoryFit fit_on_this_machine(size_t needed, const std::string& requested);
+
+/// "1.50 GiB", "320 B": binary units, three significant digits.
+std::string format_bytes(size_t bytes);
+/// The per-layer table, the graph's `edges` (Model::edges), the totals and the fit line `gputrain check` prints.
+std::string footprint_report(const Footprint& f, const MemoryFit& fit, const std::string& edges);
+/// "fits on cuda:0: yes (needs 1.20 GiB of 127 GiB usable: …)": yes, no or unknown after the colon.
+std::string fit_line(const MemoryFit& fit);
+/// The same as one JSON object (layers, totals, fit) for `gputrain check --json`.
+JsonObject footprint_json(const Footprint& f, const MemoryFit& fit);
+
+}  // namespace gt

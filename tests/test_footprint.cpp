@@ -1,0 +1,379 @@
+// `gputrain check`'s dry run: per-layer FLOPs and memory worked out by hand, compared with what building,
+// allocating and running a model really allocates, the fit verdict, and the command's text and JSON.
+#include "core/tensor.h"
+#include "data/dataset.h"
+#include "graph/model.h"
+#include "helpers.h"
+#include "layer_cases.h"
+#include "optim/optimizer.h"
+#include "train/experiment.h"
+#include "train/footprint.h"
+#include "train/trainer.h"
+
+#include <fmt/format.h>
+
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+
+#include <cstdlib>
+
+using namespace gt;
+using namespace gt::test;
+
+namespace {
+
+struct Planned {
+  Experiment exp;
+  LoadedData data;
+  Footprint f;
+};
+
+// What `gputrain check` computes, for a config given as text.
+Planned plan(const std::string& yaml, const std::vector<std::string>& sets = {}) {
+  ConfigNode root = ConfigNode::load_string(yaml, "t.yaml");
+  for (const auto& s : sets) root = apply_override(root, s);
+  Planned p{parse_experiment(root), {}, {}};
+  p.data = load_data(p.exp);
+  const Model model = Model::build(p.exp.root["model"], p.data.train.input_shape(), DType::f32, Device::cpu(),
+                                   p.exp.seed, /*init_params=*/false);
+  p.f = training_footprint(p.exp, model, p.data.train);
+  return p;
+}
+
+const char* kMlp = R"(name: mlp
+seed: 1
+device: cpu
+data:
+  format: synthetic
+  samples: 64
+  input_shape: [784]
+  targets: {classes: 10}
+  batch_size: 32
+model:
+  layers:
+    - {type: linear, out_features: 128}
+    - relu
+    - {type: linear, out_features: 10}
+loss: cross_entropy
+optimizer: {type: sgd, lr: 0.1, momentum: 0.9}
+)";
+
+void check_totals_are_row_sums(const Footprint& f) {
+  int64_t params = 0, fwd = 0, bwd = 0;
+  size_t param_bytes = 0, buffer_bytes = 0, act_bytes = 0;
+  for (const LayerFootprint& r : f.layers) {
+    params += r.params;
+    fwd += r.forward_flops;
+    bwd += r.backward_flops;
+    param_bytes += r.param_bytes;
+    buffer_bytes += r.buffer_bytes;
+    act_bytes += r.activation_bytes;
+  }
+  CHECK(f.params == params);
+  CHECK(f.forward_flops == fwd);
+  CHECK(f.backward_flops == bwd);
+  CHECK(f.param_bytes == param_bytes);
+  CHECK(f.buffer_bytes == buffer_bytes);
+  CHECK(f.activation_bytes == act_bytes);
+  CHECK(f.grad_bytes == f.param_bytes);
+  CHECK(f.total_bytes == f.param_bytes + f.grad_bytes + f.optimizer_bytes + f.buffer_bytes + f.activation_bytes +
+                             f.batch_bytes);
+}
+
+}  // namespace
+
+TEST_CASE("check sizes an MLP as worked out by hand", "[cpu]") {
+  const Footprint f = plan(kMlp).f;
+  const int64_t B = 32;
+  REQUIRE(f.layers.size() == 3);
+  REQUIRE(f.batch == B);
+  const LayerFootprint& l0 = f.layers[0];
+  CHECK(l0.params == 784 * 128 + 128);  // 100480
+  CHECK(l0.params == 100480);
+  CHECK(l0.forward_flops == 2 * B * 784 * 128);
+  CHECK(l0.backward_flops == 2 * l0.forward_flops);  // input and weight gradients
+  CHECK(l0.param_bytes == 100480 * 4);
+  CHECK(l0.activation_bytes == 2 * B * 128 * 4);  // output and its gradient (the relu after it learns nothing,
+                                                  // but the linear before the gradient does)
+  const LayerFootprint& relu = f.layers[1];
+  CHECK(relu.params == 0);
+  CHECK(relu.forward_flops == B * 128);
+  CHECK(relu.backward_flops == B * 128);  // 1 × forward: no parameters
+  CHECK(relu.activation_bytes == 2 * B * 128 * 4);
+  const LayerFootprint& l2 = f.layers[2];
+  CHECK(l2.params == 128 * 10 + 10);
+  CHECK(l2.forward_flops == 2 * B * 128 * 10);
+  CHECK(l2.activation_bytes == B * 10 * 4);  // the output only: its gradient is the loss's dout
+  CHECK(l2.output.str() == "[32, 10]");
+  // The step's tensors: x (f32), class labels (i32), and dout.
+  CHECK(f.batch_bytes == static_cast<size_t>(B * 784 * 4 + B * 4 + B * 10 * 4));
+  // SGD with momentum keeps one buffer per parameter.
+  CHECK(f.optimizer_state_per_param == 1);
+  CHECK(f.optimizer_bytes == f.param_bytes);
+  CHECK(f.buffer_bytes == 0);
+  check_totals_are_row_sums(f);
+  CHECK(f.total_bytes == static_cast<size_t>(3 * (100480 + 1290) * 4 + (2 * B * 128 * 4) * 2 + B * 10 * 4 +
+                                             B * 784 * 4 + B * 4 + B * 10 * 4));
+}
+
+TEST_CASE("the optimizer state is what the configured optimizer keeps", "[cpu]") {
+  const auto state = [](const std::string& optimizer) {
+    return plan(kMlp, {"optimizer=" + optimizer}).f;
+  };
+  const Footprint sgd = state("{type: sgd, lr: 0.1}");
+  CHECK(sgd.optimizer_state_per_param == 0);
+  CHECK(sgd.optimizer_bytes == 0);
+  const Footprint momentum = state("{type: sgd, lr: 0.1, momentum: 0.9}");
+  CHECK(momentum.optimizer_bytes == momentum.param_bytes);
+  const Footprint adam = state("{type: adam, lr: 0.001}");
+  CHECK(adam.optimizer_state_per_param == 2);
+  CHECK(adam.optimizer_bytes == 2 * adam.param_bytes);
+  CHECK(adam.total_bytes == momentum.total_bytes + adam.param_bytes);
+  const Footprint amsgrad = state("{type: adamw, lr: 0.001, amsgrad: true}");
+  CHECK(amsgrad.optimizer_bytes == 3 * amsgrad.param_bytes);
+  CHECK(amsgrad.optimizer == "adamw");
+}
+
+TEST_CASE("check sizes a CNN as worked out by hand", "[cpu]") {
+  // relu first: nothing learns before it, so it keeps no gradient and has no backward; flatten is a view.
+  const Footprint f = plan(R"(name: cnn
+device: cpu
+data:
+  format: synthetic
+  samples: 16
+  input_shape: [1, 28, 28]
+  targets: {classes: 10}
+  batch_size: 8
+model:
+  layers:
+    - relu
+    - {type: conv2d, out_channels: 8, kernel_size: 3, padding: 1}
+    - {type: maxpool2d, kernel_size: 2}
+    - flatten
+    - {type: linear, out_features: 10}
+loss: cross_entropy
+optimizer: {type: adam, lr: 0.001}
+)").f;
+  const int64_t B = 8;
+  REQUIRE(f.layers.size() == 5);
+  CHECK(f.layers[0].backward_flops == 0);
+  CHECK(f.layers[0].activation_bytes == B * 784 * 4);
+  const LayerFootprint& conv = f.layers[1];
+  CHECK(conv.params == 8 * 1 * 3 * 3 + 8);
+  CHECK(conv.forward_flops == B * 2 * 8 * 28 * 28 * 1 * 3 * 3);
+  CHECK(conv.backward_flops == 2 * conv.forward_flops);
+  CHECK(conv.activation_bytes == 2 * B * 8 * 28 * 28 * 4);
+  const LayerFootprint& pool = f.layers[2];
+  CHECK(pool.forward_flops == B * 8 * 14 * 14 * 2 * 2);  // one comparison per window element
+  CHECK(pool.backward_flops == pool.forward_flops);
+  CHECK(pool.activation_bytes == 2 * B * 8 * 14 * 14 * 4);
+  const LayerFootprint& flat = f.layers[3];
+  CHECK(flat.activation_bytes == 0);
+  CHECK(flat.forward_flops == 0);
+  CHECK(flat.backward_flops == 0);
+  const LayerFootprint& fc = f.layers[4];
+  CHECK(fc.params == 8 * 14 * 14 * 10 + 10);
+  CHECK(fc.activation_bytes == B * 10 * 4);
+  CHECK(f.optimizer_bytes == 2 * f.param_bytes);
+  check_totals_are_row_sums(f);
+}
+
+TEST_CASE("every layer's shape-only sizes are what it allocates", "[cpu]") {
+  // Measured: the host bytes a layer's init_params and first forward allocate, against param_numel (value and
+  // gradient), buffer_numel and workspace_numel.
+  const int64_t batch = 5;
+  for (const auto& [type, c] : layer_cases()) {
+    INFO(c.yaml);
+    const ConfigNode cfg = ConfigNode::load_string(c.yaml, "case.yaml");
+    std::unique_ptr<Layer> layer = find_layer(type)->make(cfg);
+    std::vector<Shape> in_shapes{c.input};
+    in_shapes.insert(in_shapes.end(), c.extra.begin(), c.extra.end());
+    const Shape out_shape = layer->infer_shape(in_shapes, cfg);
+    std::vector<Tensor> xs;
+    std::vector<const Tensor*> xp;
+    for (const Shape& s : in_shapes) xs.push_back(Tensor::zeros(s.batched(batch), DType::f64));
+    for (const Tensor& x : xs) xp.push_back(&x);
+    Tensor y = Tensor::zeros(out_shape.batched(batch), DType::f64);
+    const size_t before = host_storage_bytes();
+    Rng rng(1, 2);
+    layer->init_params(rng, DType::f64, Device::cpu());
+    layer->forward(xp, y, {true, false});
+    const int64_t expected = 2 * layer->param_numel() + layer->buffer_numel() + layer->workspace_numel(batch);
+    CHECK(host_storage_bytes() - before == static_cast<size_t>(expected) * 8);
+  }
+}
+
+TEST_CASE("a built model allocates what its footprint says", "[cpu]") {
+  // Branches (a gradient written by two consumers needs scratch), a view, batch norm's buffers and layer norm's
+  // workspace; sized from shapes, then built, allocated and run for real.
+  const char* yaml = R"(name: measured
+device: cpu
+data:
+  format: synthetic
+  samples: 32
+  input_shape: [3, 8, 8]
+  targets: {classes: 4}
+  batch_size: 6
+model:
+  layers:
+    - {type: conv2d, name: stem, out_channels: 4, kernel_size: 3, padding: 1}
+    - {type: batchnorm2d, name: bn}
+    - {type: conv2d, name: branch, out_channels: 4, kernel_size: 1, inputs: bn}
+    - {type: add, name: sum, inputs: [bn, branch]}
+    - {type: flatten, name: flat}
+    - {type: layernorm, name: ln}
+    - {type: dropout, p: 0.1}
+    - {type: linear, out_features: 4}
+loss: cross_entropy
+optimizer: {type: sgd, lr: 0.1, momentum: 0.9}
+)";
+  for (const std::string optimizer : {"{type: sgd, lr: 0.1, momentum: 0.9}", "{type: adam, lr: 0.001}"}) {
+    INFO(optimizer);
+    const Planned p = plan(yaml, {"optimizer=" + optimizer});
+    const Footprint& f = p.f;
+    Tensor x = Tensor::zeros(p.data.train.input_shape().batched(f.batch), DType::f32);
+    // Batch norm's saved statistics come with its parameters, layer norm's with the first forward: the sum is
+    // what counts.
+    const size_t start = host_storage_bytes();
+    Model model = Model::build(p.exp.root["model"], p.data.train.input_shape(), DType::f32, Device::cpu(), 1);
+    CHECK(model.param_count() == f.params);
+    model.allocate(f.batch);
+    model.forward(x, {true, false});
+    CHECK(host_storage_bytes() - start == f.param_bytes + f.grad_bytes + f.buffer_bytes + f.activation_bytes);
+    const int64_t scratch = 6 * 4 * 8 * 8;  // bn's gradient is written by branch and sum
+    const int64_t ln = 2 * 6;               // layer norm's mean and inverse std, one per sample
+    // By hand: stem, bn, branch and sum keep an output and its gradient, flatten nothing (a view), layer norm and
+    // dropout an output and a gradient of 256 per sample, the last linear its output alone.
+    CHECK(f.activation_bytes ==
+          static_cast<size_t>(4 * (6 * 4 * 8 * 8 * (2 + 2 + 2 + 2) + scratch + 2 * 4 /* bn */ + 6 * 256 * 2 + ln +
+                                   6 * 256 * 2 /* dropout */ + 6 * 4)));
+    const size_t allocated = host_storage_bytes();
+    const auto opt = make_optimizer(p.exp.optimizer, model.params());
+    CHECK(host_storage_bytes() - allocated == f.optimizer_bytes);
+    CHECK(f.optimizer_bytes > 0);
+    check_totals_are_row_sums(f);
+  }
+}
+
+TEST_CASE("a model built without parameters allocates nothing", "[cpu]") {
+  // 10^11 parameters: what `gputrain check` sizes without building.
+  const ConfigNode cfg = ConfigNode::load_string("layers: [{type: linear, out_features: 1000000}]", "t.yaml");
+  const size_t before = host_storage_bytes();
+  const Model m = Model::build(cfg, Shape{100000}, DType::f32, Device::cpu(), 1, /*init_params=*/false);
+  CHECK(host_storage_bytes() == before);
+  CHECK(m.param_count() == int64_t{100000} * 1000000 + 1000000);
+}
+
+TEST_CASE("the fit verdict keeps a margin on a GPU and none on the CPU", "[cpu]") {
+  const size_t GiB = size_t{1} << 30, MiB = size_t{1} << 20;
+  // 80 GiB less 5 % (4 GiB) and 512 MiB.
+  const size_t usable = 80 * GiB - 4 * GiB - 512 * MiB;
+  CHECK(cuda_memory_margin(80 * GiB) == 4 * GiB + 512 * MiB);
+  const MemoryFit yes = judge_fit(usable, Device::cuda(1), 80 * GiB);
+  CHECK(yes.fits == true);
+  CHECK(yes.usable == usable);
+  CHECK(fit_line(yes) == "fits on cuda:1: yes (needs 75.50 GiB of 75.50 GiB usable: 80.00 GiB less 5 % + 512 MiB "
+                         "for the CUDA context and library workspaces)");
+  const MemoryFit no = judge_fit(usable + 1, Device::cuda(1), 80 * GiB);
+  CHECK(no.fits == false);
+  CHECK_THAT(fit_line(no), Catch::StartsWith("fits on cuda:1: no (needs 75.50 GiB of 75.50 GiB usable"));
+  // A device smaller than the margin offers nothing.
+  CHECK(judge_fit(1, Device::cuda(0), 256 * MiB).fits == false);
+  const MemoryFit cpu = judge_fit(3 * GiB, Device::cpu(), 3 * GiB);
+  CHECK(cpu.fits == true);
+  CHECK(fit_line(cpu) == "fits on cpu: yes (needs 3.00 GiB of 3.00 GiB available)");
+  CHECK(judge_fit(3 * GiB + 1, Device::cpu(), 3 * GiB).fits == false);
+  // A device this machine does not have: unknown, saying why.
+  MemoryFit unknown;
+  unknown.device = "cuda";
+  unknown.needed = GiB;
+  unknown.basis = "device cuda: no usable GPU: no driver";
+  CHECK(fit_line(unknown) == "fits on cuda: unknown (needs 1.00 GiB; device cuda: no usable GPU: no driver)");
+  CHECK(format_bytes(320) == "320 B");
+  CHECK(format_bytes(1536) == "1.50 KiB");
+  CHECK(format_bytes(45 * MiB + MiB / 2) == "45.5 MiB");
+  CHECK(format_bytes(745 * GiB) == "745 GiB");
+}
+
+namespace {
+
+const char* kCheckConfig = R"(name: synth
+seed: 7
+device: cpu
+data:
+  format: synthetic
+  samples: 8
+  input_shape: [100000]
+  targets: {classes: 4}
+  batch_size: 2
+model:
+  layers:
+    - {type: linear, out_features: 16}
+    - relu
+    - {type: linear, out_features: 4}
+loss: cross_entropy
+optimizer: {type: sgd, lr: 0.05, momentum: 0.9}
+)";
+
+// Runs `gputrain <args>` with stdout alone into a file; the exit code.
+int run_to_file(const std::string& args, const std::string& out) {
+  const int rc = std::system((gputrain_binary() + " " + args + " > " + out + " 2>/dev/null").c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+}  // namespace
+
+TEST_CASE("gputrain check prints the dry run and says whether it fits", "[e2e]") {
+  TempDir dir;
+  write_text(dir / "c.yaml", kCheckConfig);
+  const auto small = run_gputrain("check " + (dir / "c.yaml"));
+  INFO(small.output);
+  REQUIRE(small.exit_code == 0);
+  CHECK_THAT(small.output, Catch::Contains("8 training samples; batch 2") &&
+                               Catch::Contains(fmt::format("{:<12} {:<10} {:<18} {:>12}", "layers.0", "linear",
+                                                           "[2, 16]", 1600016)) &&
+                               Catch::Contains("fwd MFLOP") && Catch::Contains("activations") &&
+                               Catch::Contains("sgd: 1 state value per parameter") &&
+                               Catch::Contains("fits on cpu: yes (needs 0.02 GiB of "));
+
+  // 10^11 parameters: sized from shapes, never allocated (it would take 1.1 TiB), so this returns at once.
+  const auto huge = run_gputrain("check " + (dir / "c.yaml") + " --set model.layers[0].out_features=1000000");
+  INFO(huge.output);
+  REQUIRE(huge.exit_code == 0);
+  const int64_t B = 2, hidden = 1000000;
+  const int64_t params = 100000 * hidden + hidden + hidden * 4 + 4;
+  // Values, gradients and momentum; the linear and relu outputs with their gradients, the last output; x, y, dout.
+  const int64_t needed = 3 * params * 4 + 2 * (2 * B * hidden * 4) + B * 4 * 4 + B * 100000 * 4 + B * 4 + B * 4 * 4;
+  CHECK_THAT(huge.output,
+             Catch::Contains(fmt::format("fits on cpu: no (needs {:.2f} GiB of ", static_cast<double>(needed) / (1 << 30))));
+
+  // --json: one object on stdout that Python parses, with totals that add up and the verdict as a boolean.
+  REQUIRE(run_to_file("check " + (dir / "c.yaml") + " --set model.layers[0].out_features=1000000 --json",
+                      dir / "huge.json") == 0);
+  const std::string json = read_text(dir / "huge.json");
+  CHECK(json_number(json, "needed_bytes") == static_cast<double>(needed));
+  const std::string py =
+      "python3 -c \"import json,sys; j=json.load(open(sys.argv[1])); t=j['totals']; L=j['layers']; "
+      "assert j['fits'] is False and j['device'] == 'cpu' and j['batch'] == 2 and j['dtype'] == 'f32'; "
+      "assert [l['name'] for l in L] == ['layers.0', 'layers.1', 'layers.2']; "
+      "assert all(t[k] == sum(l[k] for l in L) for k in ('params', 'forward_flops', 'backward_flops', "
+      "'activation_bytes', 'param_bytes', 'buffer_bytes')); "
+      "assert t['total_bytes'] == sum(t[k] for k in ('param_bytes', 'grad_bytes', 'optimizer_bytes', 'buffer_bytes', "
+      "'activation_bytes', 'batch_bytes')) == j['needed_bytes']; "
+      "assert j['usable_bytes'] < j['needed_bytes'] and j['train_samples'] == 8\" ";
+  CHECK(std::system((py + (dir / "huge.json")).c_str()) == 0);
+  REQUIRE(run_to_file("check " + (dir / "c.yaml") + " --json", dir / "small.json") == 0);
+  CHECK(std::system(("python3 -c \"import json,sys; j=json.load(open(sys.argv[1])); assert j['fits'] is True\" " +
+                     (dir / "small.json")).c_str()) == 0);
+
+  // A device this machine may lack: still exit 0, with a yes/no when it is here and the reason when it is not.
+  const auto gpu = run_gputrain("check " + (dir / "c.yaml") + " --set device=cuda");
+  INFO(gpu.output);
+  CHECK(gpu.exit_code == 0);
+  CHECK_THAT(gpu.output, Catch::Contains("fits on cuda:0: yes (needs") || Catch::Contains("fits on cuda: unknown ("));
+
+  // A bad config is still a config error, with or without --json.
+  CHECK(run_gputrain("check " + (dir / "c.yaml") + " --set model.layers[0].out_features=-1").exit_code == 2);
+  CHECK(run_gputrain("check " + (dir / "c.yaml") + " --json --set optimizer.lr=abc").exit_code == 2);
+}
