@@ -99,7 +99,11 @@ int cmd_check(const ConfigArgs& a, bool json) {
   gt::check_loss_fits(exp.loss, model.output_shape(), data.train,
                       exp.root.has("loss") ? exp.root["loss"] : exp.root["model"]["layers"]);
   const gt::Footprint f = gt::training_footprint(exp, model, data.train);
-  const gt::MemoryFit fit = gt::fit_on_this_machine(f.total_bytes, exp.device);
+  // A device list holds one replica per device: each GPU must fit one; CPU workers share the host's memory.
+  const size_t replicas_here =
+      !exp.devices.empty() && exp.devices[0] == "cpu" ? exp.devices.size() : size_t{1};
+  const gt::MemoryFit fit =
+      gt::fit_on_this_machine(f.total_bytes * replicas_here, exp.devices.empty() ? exp.device : exp.devices[0]);
   if (json) {
     fmt::print("{}\n", gt::footprint_json(f, fit)
                            .add("config", a.file)
