@@ -185,6 +185,13 @@ TEST_CASE("mpirun -np 2 with batch B per rank trains to the parameters of one pr
                                                       c.accumulate > 1 ? " × 2 accumulated" : "",
                                                       32 * c.accumulate)));
       CHECK(log.find("[rank 1]") == std::string::npos);
+      // Rank 1's sampler readings reach rank 0's train rows (the last one has a sample on every rank).
+      const auto rows = lines_of(read_text(dir / "two/metrics.jsonl"));
+      std::string last_train;
+      for (const auto& row : rows)
+        if (row.find("\"type\": \"train\"") != std::string::npos) last_train = row;
+      CHECK(json_number(last_train, "rank1_host_rss_mib").value_or(0) > 1);
+      CHECK(json_number(last_train, "rank1_host_threads").value_or(0) >= 1);
       fs::remove_all(dir / "one");
       fs::remove_all(dir / "two");
     }

@@ -406,6 +406,38 @@ std::string config_differences(const std::string& a, const std::string& b) {
 
 namespace {
 
+// The other ranks' sampler readings in rank 0's train rows (a collective: every rank calls it at the same log
+// step): rank{r}_host_rss_mib, rank{r}_host_cpu_pct, rank{r}_host_threads and, for a rank on a GPU,
+// rank{r}_gpu{i}_util, _mem_used_mib, _temp_c, _power_w, _sm_clock_mhz. Rank 0's own are the unprefixed fields.
+void add_rank_fields(JsonObject& row, Communicator& comm, const MonitorSample& s, Device device) {
+  constexpr size_t kPerRank = 9;
+  const auto world = static_cast<size_t>(comm.size()), me = static_cast<size_t>(comm.rank());
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> all(world * kPerRank, 0.0);
+  double* mine = all.data() + me * kPerRank;
+  const GpuSample* g = nullptr;
+  for (const GpuSample& x : s.gpus)
+    if (device.is_cuda() && x.ordinal == device.index) g = &x;
+  auto v = [&](const std::optional<double>& o) { return o ? *o : nan; };  // NaN: not known (null in the row)
+  const double fields[kPerRank] = {s.seq > 0 ? s.host.rss_mib : nan, v(s.host.cpu_pct),
+                                   s.seq > 0 ? static_cast<double>(s.host.threads) : nan,
+                                   device.is_cuda() ? static_cast<double>(device.index) : -1.0,
+                                   g ? v(g->util_pct) : nan, g ? v(g->mem_used_mib) : nan, g ? v(g->temp_c) : nan,
+                                   g ? v(g->power_w) : nan, g ? v(g->sm_clock_mhz) : nan};
+  std::copy(std::begin(fields), std::end(fields), mine);
+  comm.allreduce_sum(all.data(), all.size(), "the ranks' GPU and host metrics");
+  if (comm.rank() != 0) return;
+  for (size_t r = 1; r < world; ++r) {
+    const double* f = all.data() + r * kPerRank;
+    const std::string pre = fmt::format("rank{}_", r);
+    row.add(pre + "host_rss_mib", f[0]).add(pre + "host_cpu_pct", f[1]).add(pre + "host_threads", f[2]);
+    if (f[3] < 0) continue;
+    const std::string gp = fmt::format("{}gpu{}_", pre, static_cast<int>(f[3]));
+    row.add(gp + "util", f[4]).add(gp + "mem_used_mib", f[5]).add(gp + "temp_c", f[6]).add(gp + "power_w", f[7])
+        .add(gp + "sm_clock_mhz", f[8]);
+  }
+}
+
 // How one worker is placed: its device, and what the workers of one process share.
 struct WorkerSetup {
   std::string device;                  ///< as resolve_device takes it
@@ -861,6 +893,7 @@ RunSummary train_worker(const Experiment& exp, const RunOptions& opts, const Wor
                           .add("elapsed_s", seconds_since(wall_start));
         if (gpu) row.add("device_mem_mib", mib(mem.in_use)).add("device_peak_mib", mib(mem.peak));
         if (sample.seq > 0) append_fields(row, sample);
+        if (world > 1 && !setup.threaded && exp.logging.gpu_metrics) add_rank_fields(row, comm, sample, device);
         metrics.write(row);
         p.window_samples = 0;
         window_seconds = 0;
