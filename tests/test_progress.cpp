@@ -78,10 +78,11 @@ train: {epochs: 2, log_every: 20, eval_every: 50}
 // gputrain with stdout and stderr on a pseudo-terminal, as in an interactive shell: python3's pty module copies
 // what the terminal shows into our pipe byte for byte (its line discipline turns "\n" into "\r\n"). The terminal
 // reports no size, so $COLUMNS gives the width.
-CommandResult run_on_terminal(const std::string& args, const std::string& env) {
+// `launcher` ("mpirun -np 2 ") goes before the binary.
+CommandResult run_on_terminal(const std::string& args, const std::string& env, const std::string& launcher = "") {
   const std::string cmd = env + " python3 -c 'import pty, sys; s = pty.spawn(sys.argv[1:]); "
                                 "sys.exit(s >> 8 if s & 0x7f == 0 else 128 + (s & 0x7f))' " +
-                          gputrain_binary() + " " + args + " < /dev/null 2>&1";
+                          launcher + gputrain_binary() + " " + args + " < /dev/null 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) throw std::runtime_error("popen failed");
   CommandResult r;
@@ -258,4 +259,19 @@ TEST_CASE("--no-progress, --quiet, TERM=dumb and logging.progress: false keep a 
     CHECK_THAT(r.output, !Catch::Contains("%|"));
     CHECK(count_of(r.output, "| step 20/125 | loss ") == (c.step_lines ? 1 : 0));
   }
+}
+
+TEST_CASE("under mpirun on a terminal only rank 0 draws the bar", "[e2e][dist]") {
+  TempDir dir;
+  write_text(dir / "bar.yaml", kBarConfig);
+  // OpenMPI passes a terminal on to rank 0's stdout; the other ranks log warnings and errors only and never draw.
+  const auto r = run_on_terminal("train " + (dir / "bar.yaml") + " --threads 1 --out " + (dir / "run"),
+                                 "TERM=xterm COLUMNS=100 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+                                 "OMPI_MCA_rmaps_base_oversubscribe=1",
+                                 "mpirun -np 2 ");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("rank 0 of 2"));
+  for (const char* e : {"1/2", "2/2"}) CHECK(count_of(r.output, std::string("epoch ") + e + " 100%|") == 1);
+  CHECK_THAT(r.output, !Catch::Contains("[rank 1]"));
 }
