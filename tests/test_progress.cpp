@@ -196,7 +196,7 @@ TEST_CASE("the bar's GPU text is each GPU's utilisation and memory, and nothing 
   CHECK(gt::progress_gpu_text(s) == "gpu0 97% 3.2/80.0 GiB gpu1 ?%");
 }
 
-TEST_CASE("gputrain train on a terminal draws a bar per epoch in place; on a pipe it logs plain lines", "[e2e]") {
+TEST_CASE("gputrain train on a terminal draws a bar per epoch in place, and on a pipe it logs plain lines", "[e2e]") {
   TempDir dir;
   write_text(dir / "bar.yaml", kBarConfig);
   const std::string train = "train " + (dir / "bar.yaml") + " --threads 2 --out ";
@@ -235,7 +235,7 @@ TEST_CASE("gputrain train on a terminal draws a bar per epoch in place; on a pip
   CHECK_THAT(pipe.output, Catch::Contains("] epoch 1/2 | step 20/250 | loss ") && !Catch::Contains("%|"));
 }
 
-TEST_CASE("--no-progress, --quiet, TERM=dumb and logging.progress: false keep a terminal to plain lines", "[e2e]") {
+TEST_CASE("a terminal gets no bar with --no-progress, --quiet, TERM=dumb or logging.progress: false", "[e2e]") {
   TempDir dir;
   write_text(dir / "bar.yaml", kBarConfig);
   const std::string train = "train " + (dir / "bar.yaml") + " --threads 2 --epochs 1 --out ";
