@@ -131,7 +131,8 @@ TEST_CASE("the progress line never exceeds the width and keeps the most useful f
   INFO(wide);
   // 212/469 of 40 cells is 18.08: 18 full cells; the bar stops at 40 cells however wide the terminal.
   CHECK(wide == "epoch 2/5  45%|" + repeat("█", 18) + std::string(22, ' ') +
-                    "| 212/469 | loss 0.5123 | 23456 samples/s | gpu0 97% 3.2/80.0 GiB | elapsed 0:00:12 | eta 0:01:05");
+                    "| 212/469 | loss 0.5123 | 23456 samples/s | gpu0 97% 3.2/80.0 GiB | elapsed 0:00:12 | "
+                    "eta 0:01:05");
   ProgressState more = running();
   more.step = 214;  // 18.25 cells: a quarter-cell block after the full ones
   CHECK_THAT(format_progress(more, 200), Catch::Contains("|" + repeat("█", 18) + "▎" + std::string(21, ' ') + "|"));

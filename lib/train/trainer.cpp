@@ -846,13 +846,13 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
         const double eta = static_cast<double>(total_steps - p.step) * p.train_seconds / static_cast<double>(p.step);
         const DeviceMemoryStats mem = device_memory_stats(device);
         const MonitorSample sample = monitor ? monitor->latest() : MonitorSample{};
-        step_logger().info("epoch {}/{} | step {}/{} | loss {:.4f} | lr {:.4g} | grad_norm {:.3g}{} | {:.0f} samples/s | "
-                     "{}elapsed {} | eta {}{}",
-                     p.epoch + 1, exp.train.epochs, p.step, total_steps, loss, lr, p.grad_norm,
-                     skipped ? " (skipped)" : "", rate,
-                     gpu ? fmt::format("mem {:.0f} MiB (peak {:.0f}) | ", mib(mem.in_use), mib(mem.peak)) : "",
-                     hms(seconds_since(wall_start)), hms(eta),
-                     sample.seq > 0 ? " | " + summary_text(sample) : std::string());
+        step_logger().info("epoch {}/{} | step {}/{} | loss {:.4f} | lr {:.4g} | grad_norm {:.3g}{} | "
+                           "{:.0f} samples/s | {}elapsed {} | eta {}{}",
+                           p.epoch + 1, exp.train.epochs, p.step, total_steps, loss, lr, p.grad_norm,
+                           skipped ? " (skipped)" : "", rate,
+                           gpu ? fmt::format("mem {:.0f} MiB (peak {:.0f}) | ", mib(mem.in_use), mib(mem.peak)) : "",
+                           hms(seconds_since(wall_start)), hms(eta),
+                           sample.seq > 0 ? " | " + summary_text(sample) : std::string());
         JsonObject row = JsonObject()
                           .add("type", "train")
                           .add("step", p.step)
