@@ -145,6 +145,8 @@ int main(int argc, char** argv) {
   train->add_option("--seed", seed, "overrides seed");
   train->add_option("--threads", run.threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 4096));
   train->add_flag("--quiet", quiet, "log warnings and errors only");
+  train->add_flag_callback("--no-progress", [&run] { run.progress = false; },
+                           "periodic log lines instead of the live progress bar on a terminal");
   bool profile = false;
   train->add_flag("--profile", profile,
                   "profile steps 5-24 (or train.profile: {start_step, steps}): trace.json and a per-layer table");

@@ -1,12 +1,15 @@
-// spdlog sinks for the console and train.log, and a minimal JSON object writer.
+// spdlog sinks for the console (with a live line) and train.log, and a minimal JSON object writer.
 #include "log/logging.h"
 
 #include "core/error.h"
 
+#include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/basic_file_sink.h>
-#include <spdlog/sinks/stdout_sinks.h>
 
+#include <atomic>
 #include <cmath>
+#include <cstdio>
+#include <mutex>
 
 namespace gt {
 namespace {
@@ -35,16 +38,62 @@ class RankFilterSink final : public spdlog::sinks::sink {
   std::shared_ptr<spdlog::sinks::sink> m_inner;
 };
 
+// "\r" returns to the line's start, "\033[K" (ANSI erase in line) clears from the cursor to its end.
+constexpr const char* kClearLine = "\r\033[K";
+
+// stdout, with an optional live line kept below the log lines. Everything goes through the sink's mutex, so a log
+// line from another thread (the GPU sampler's warnings) never lands in the middle of a redraw.
+class ConsoleSink final : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  void set_live(const std::string& line) {
+    std::lock_guard lock(mutex_);
+    // Writing the new line before erasing the rest of the old one does not flicker.
+    if (!line.empty())
+      write("\r" + line + "\033[K");
+    else if (!m_live.empty())
+      write(kClearLine);
+    m_live = line;
+  }
+  void keep(const std::optional<std::string>& line) {
+    std::lock_guard lock(mutex_);
+    const std::string text = line ? *line : m_live;
+    if (!text.empty()) write("\r" + text + "\033[K\n");
+    m_live.clear();
+  }
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    spdlog::memory_buf_t formatted;
+    formatter_->format(msg, formatted);
+    if (m_live.empty()) {
+      std::fwrite(formatted.data(), 1, formatted.size(), stdout);
+      return;
+    }
+    write(kClearLine + std::string(formatted.data(), formatted.size()) + m_live);
+  }
+  void flush_() override { std::fflush(stdout); }
+
+ private:
+  static void write(const std::string& s) {
+    std::fwrite(s.data(), 1, s.size(), stdout);
+    std::fflush(stdout);  // a line without a newline stays in a line-buffered stdout otherwise
+  }
+  std::string m_live;
+};
+
+std::shared_ptr<ConsoleSink> g_console;
 std::shared_ptr<spdlog::sinks::basic_file_sink_mt> g_file_sink;
-std::shared_ptr<spdlog::sinks::sink> g_file_entry;  // g_file_sink as the logger holds it
+std::shared_ptr<spdlog::sinks::sink> g_file_entry;  // g_file_sink as the default logger holds it
+std::shared_ptr<spdlog::logger> g_file_logger;  // train.log alone, for step_logger()
+std::atomic<bool> g_live{false};
 
 }  // namespace
 
 void set_thread_log_rank(int rank) { t_worker_rank = rank; }
 
 void init_logging(bool quiet) {
-  auto console = std::make_shared<RankFilterSink>(std::make_shared<spdlog::sinks::stdout_sink_mt>());
-  auto logger = std::make_shared<spdlog::logger>("gputrain", console);
+  g_console = std::make_shared<ConsoleSink>();
+  auto logger = std::make_shared<spdlog::logger>("gputrain", std::make_shared<RankFilterSink>(g_console));
   logger->set_pattern("[%H:%M:%S] %^%l%$: %v");
   logger->set_level(quiet ? spdlog::level::warn : spdlog::level::info);
   logger->flush_on(spdlog::level::info);
@@ -68,6 +117,8 @@ void add_log_file(const std::string& path) {
   g_file_sink->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%l] %v");
   g_file_entry = std::make_shared<RankFilterSink>(g_file_sink);
   spdlog::default_logger()->sinks().push_back(g_file_entry);
+  g_file_logger = std::make_shared<spdlog::logger>("gputrain.file", g_file_sink);
+  g_file_logger->flush_on(spdlog::level::info);  // as the default logger does
 }
 
 void remove_log_file() {
@@ -76,7 +127,27 @@ void remove_log_file() {
   auto& sinks = spdlog::default_logger()->sinks();
   std::erase(sinks, g_file_entry);
   g_file_entry.reset();
+  g_file_logger.reset();
   g_file_sink.reset();
+}
+
+void console_live_line(const std::string& line) {
+  if (g_console) g_console->set_live(line);
+}
+
+void console_keep_live(const std::optional<std::string>& line) {
+  if (g_console) g_console->keep(line);
+}
+
+void console_set_live(bool on) { g_live = on; }
+
+spdlog::logger& step_logger() {
+  if (!g_live) return *spdlog::default_logger();
+  static const auto nowhere = std::make_shared<spdlog::logger>("gputrain.none");  // no train.log: no sink
+  // Worker threads other than rank 0 log no step lines (the default logger's rank filter would drop them).
+  spdlog::logger& file = g_file_logger && t_worker_rank == 0 ? *g_file_logger : *nowhere;
+  file.set_level(spdlog::default_logger()->level());  // follows --quiet and logging.level
+  return file;
 }
 
 std::string json_quote(const std::string& s) {

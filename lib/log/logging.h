@@ -22,6 +22,18 @@ void add_log_file(const std::string& path);
 /// Flushes and detaches the file sink.
 void remove_log_file();
 
+/// The console's live line (a progress bar), drawn in place below the log lines: a log line clears it, is printed,
+/// and draws it again, so neither is garbled. "" takes it off the screen.
+void console_live_line(const std::string& line);
+/// Prints `line` (by default the live line as it is) where the live line was, as a permanent line; no live line
+/// remains.
+void console_keep_live(const std::optional<std::string>& line = std::nullopt);
+/// While on, step_logger() writes to train.log alone: a live display stands for the periodic step lines on the
+/// console.
+void console_set_live(bool on);
+/// The logger of the periodic step lines: the default logger, or train.log alone while the console is live.
+spdlog::logger& step_logger();
+
 /// Builds one JSON object, key by key, in insertion order. Non-finite numbers become null.
 class JsonObject {
  public:

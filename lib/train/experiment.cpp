@@ -231,7 +231,7 @@ void parse_dist(const ConfigNode& n, DistConfig& out) {
 
 // logging.every_steps is train.log_every under the name the other logging settings suggest; given, it wins.
 void parse_logging(const ConfigNode& n, LoggingConfig& out, TrainConfig& train) {
-  n.expect_keys({"every_steps", "tensorboard", "jsonl", "report", "level", "gpu_metrics", "interval_s"});
+  n.expect_keys({"every_steps", "tensorboard", "jsonl", "report", "level", "gpu_metrics", "interval_s", "progress"});
   if (n.has("every_steps")) train.log_every = n["every_steps"].as_int(1);
   out.tensorboard = n.get_bool("tensorboard", true);
   out.jsonl = n.get_bool("jsonl", true);
@@ -239,6 +239,7 @@ void parse_logging(const ConfigNode& n, LoggingConfig& out, TrainConfig& train) 
   out.level = n.get_choice("level", "info", {"debug", "info", "warn", "error"});
   out.gpu_metrics = n.get_bool("gpu_metrics", true);
   out.interval_s = n.get_double("interval_s", 1.0, 1e-3, 3600);
+  out.progress = n.get_bool("progress", true);
 }
 
 // A device list (`[0, 1]`, `[cuda:0, cuda:1]`, `[cpu, cpu]`) gives one worker per entry; returns it normalised
@@ -433,6 +434,7 @@ YAML::Node resolved_config(const Experiment& e, const YAML::Node& layers) {
   n["logging"]["level"] = e.logging.level;
   n["logging"]["gpu_metrics"] = e.logging.gpu_metrics;
   n["logging"]["interval_s"] = e.logging.interval_s;
+  n["logging"]["progress"] = e.logging.progress;
   return n;
 }
 

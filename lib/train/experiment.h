@@ -86,6 +86,7 @@ struct LoggingConfig {
   std::string level = "info";   ///< debug | info | warn | error: the console and train.log
   bool gpu_metrics = true;      ///< sample GPU utilisation and memory (NVML) while training
   double interval_s = 1.0;      ///< seconds between GPU samples
+  bool progress = true;         ///< a live progress bar on a terminal instead of the periodic step lines
 };
 
 struct Experiment {

@@ -9,6 +9,7 @@
 #include "log/gpu_monitor.h"
 #include "log/logging.h"
 #include "log/metrics.h"
+#include "log/progress.h"
 #include "log/report.h"
 #include "ops/backend.h"
 #include "ops/devices.h"
@@ -704,6 +705,35 @@ RunSummary train_worker(const Experiment& exp, const RunOptions& opts, const Wor
     rollbacks = 0;
   };
 
+  // The live progress display (rank 0, stdout a terminal) stands for the periodic step lines on the console; train.log
+  // still gets them. Its loss is the epoch's mean over the steps resolved so far; its rate counts training time only.
+  std::optional<ProgressDisplay> bar;
+  if (lead && opts.progress && exp.logging.progress && spdlog::should_log(spdlog::level::info) && console_is_live())
+    bar.emplace();
+  double bar_loss = 0, bar_t0 = 0;
+  int64_t bar_samples = 0, bar_s0 = 0;
+  auto start_bar_epoch = [&] {
+    bar_t0 = p.train_seconds;
+    bar_loss = 0;
+    bar_samples = 0;
+    bar_s0 = p.epoch_samples;
+  };
+  auto bar_state = [&](bool done) {
+    const double train_s = p.train_seconds + seconds_since(window_start);
+    ProgressState s;
+    s.epoch = p.epoch + 1;
+    s.epochs = exp.train.epochs;
+    s.step = (p.micro_done + accumulate - 1) / accumulate;
+    s.steps = per_epoch;
+    if (bar_samples > 0) s.loss = bar_loss / static_cast<double>(bar_samples);
+    if (train_s > bar_t0) s.samples_per_sec = static_cast<double>(p.epoch_samples - bar_s0) / (train_s - bar_t0);
+    if (monitor) s.gpu = progress_gpu_text(monitor->latest());
+    s.elapsed_s = seconds_since(wall_start);
+    if (p.step > 0) s.eta_s = static_cast<double>(total_steps - p.step) * train_s / static_cast<double>(p.step);
+    s.done = done;
+    return s;
+  };
+
   // What the host knows of the newest step whose update is queued. On the CPU it learns the outcome at once; on a
   // GPU one step later (or when it next logs, evaluates or saves), so the device never idles while the host waits.
   // The device has already skipped the update of a non-finite step; resolve() decides what else happens.
@@ -721,6 +751,8 @@ RunSummary train_worker(const Experiment& exp, const RunOptions& opts, const Wor
     p.grad_norm = std::sqrt(st[kGradSq]);
     if (std::isfinite(step_loss) && std::isfinite(st[kGradSq])) {
       p.skips_in_row = 0;
+      bar_loss += step_loss;
+      bar_samples += pending.samples;
       return Outcome::ok;
     }
     std::string first = "none (the loss itself)";
@@ -785,6 +817,7 @@ RunSummary train_worker(const Experiment& exp, const RunOptions& opts, const Wor
   while (!finished && p.epoch < exp.train.epochs && p.step < total_steps) {
     loader.start_epoch(p.epoch, p.micro_done * batch * world);
     restart_clock();
+    start_bar_epoch();
     bool restart = false;
     auto close_window = [&] {
       read_window();  // waits for the device, so the window's time includes its work
@@ -875,13 +908,13 @@ RunSummary train_worker(const Experiment& exp, const RunOptions& opts, const Wor
         const double eta = static_cast<double>(total_steps - p.step) * p.train_seconds / static_cast<double>(p.step);
         const DeviceMemoryStats mem = device_memory_stats(device);
         const MonitorSample sample = monitor ? monitor->latest() : MonitorSample{};
-        spdlog::info("epoch {}/{} | step {}/{} | loss {:.4f} | lr {:.4g} | grad_norm {:.3g}{} | {:.0f} samples/s | "
-                     "{}elapsed {} | eta {}{}",
-                     p.epoch + 1, exp.train.epochs, p.step, total_steps, loss, lr, p.grad_norm,
-                     skipped ? " (skipped)" : "", rate,
-                     gpu ? fmt::format("mem {:.0f} MiB (peak {:.0f}) | ", mib(mem.in_use), mib(mem.peak)) : "",
-                     hms(seconds_since(wall_start)), hms(eta),
-                     sample.seq > 0 ? " | " + summary_text(sample) : std::string());
+        step_logger().info("epoch {}/{} | step {}/{} | loss {:.4f} | lr {:.4g} | grad_norm {:.3g}{} | "
+                           "{:.0f} samples/s | {}elapsed {} | eta {}{}",
+                           p.epoch + 1, exp.train.epochs, p.step, total_steps, loss, lr, p.grad_norm,
+                           skipped ? " (skipped)" : "", rate,
+                           gpu ? fmt::format("mem {:.0f} MiB (peak {:.0f}) | ", mib(mem.in_use), mib(mem.peak)) : "",
+                           hms(seconds_since(wall_start)), hms(eta),
+                           sample.seq > 0 ? " | " + summary_text(sample) : std::string());
         JsonObject row = JsonObject()
                           .add("type", "train")
                           .add("step", p.step)
@@ -899,6 +932,10 @@ RunSummary train_worker(const Experiment& exp, const RunOptions& opts, const Wor
         window_seconds = 0;
         restart_clock();
       }
+      if (bar && (p.micro_done == micro_per_epoch || last))
+        bar->finish(bar_state(true));  // before the epoch's eval and checkpoint lines
+      else if (bar && bar->due())
+        bar->show(bar_state(false));
       if (data.test.size() > 0 && exp.train.eval_every > 0 && (p.step % exp.train.eval_every == 0 || last)) {
         stop_clock();
         run_eval();
@@ -954,6 +991,7 @@ RunSummary train_worker(const Experiment& exp, const RunOptions& opts, const Wor
       break;
     }
   }
+  bar.reset();  // an interrupted epoch's bar stays on the screen as it was
   if (grad_sync && lead && p.step > 0)
     spdlog::info("all-reduce: {:.1f} ms per step, {:.0f}% of it hidden behind backward",
                  1e3 * grad_sync->comm_seconds() / static_cast<double>(p.step),

@@ -16,6 +16,7 @@ struct RunOptions {
   std::string resume;   ///< "" | auto (the newest good checkpoint, else a fresh start) | a checkpoint or run folder
   Communicator* comm = nullptr;  ///< data-parallel ranks; nullptr: one process
   int local_rank = 0;
+  bool progress = true;  ///< a live progress bar when stdout is a terminal (false: --no-progress)
 };
 
 struct RunSummary {
