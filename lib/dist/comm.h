@@ -1,5 +1,5 @@
-// Collectives between the ranks of a data-parallel run, behind one interface: local (one rank) and MPI (the CPU
-// collectives, Open MPI from Debian). Every call names what it is for, so a time-out can say where it waited.
+// Collectives between the ranks of a data-parallel run, behind one interface: local (one rank), MPI (the CPU
+// collectives, Open MPI from Debian), TCP (CPU collectives under torchrun, no MPI needed) and NCCL (GPU buffers). Every call names what it is for, so a time-out can say where it waited.
 #pragma once
 
 #include "dist/launch.h"
@@ -29,10 +29,17 @@ class Communicator {
 /// One rank: every collective is the identity.
 std::unique_ptr<Communicator> make_local_comm();
 
-/// The communicator for this launch: local for one rank, MPI otherwise. A rank that does not answer within
-/// `timeout_s` makes the others fail with exit 3, naming the collective they waited in. Throws gt::Error when the
-/// launch needs MPI and this build has none.
+/// The communicator for this launch: local for one rank, TCP under torchrun, MPI otherwise. A rank that does not
+/// answer within `timeout_s` makes the others fail with exit 3, naming the collective they waited in. Throws gt::Error
+/// when the launch needs MPI and this build has none.
 std::unique_ptr<Communicator> make_communicator(const LaunchInfo& launch, double timeout_s);
+
+/// MPI over MPI_COMM_WORLD; throws gt::Error in builds without MPI.
+std::unique_ptr<Communicator> make_mpi_comm(const LaunchInfo& launch, double timeout_s);
+
+/// TCP through rank 0 at launch.master_addr : launch.master_port + kTcpPortOffset (tcp_store.h), for any launcher
+/// that sets MASTER_ADDR and MASTER_PORT. Every rank connects within `timeout_s` or the rendezvous throws (exit 3).
+std::unique_ptr<Communicator> make_tcp_comm(const LaunchInfo& launch, double timeout_s);
 
 /// Whether this build has the MPI communicator.
 bool mpi_available();
