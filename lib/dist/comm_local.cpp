@@ -27,6 +27,13 @@ std::unique_ptr<Communicator> make_communicator(const LaunchInfo& launch, double
   return make_mpi_comm(launch, timeout_s);
 }
 
+#ifndef GT_WITH_CUDA
+std::unique_ptr<Communicator> make_nccl_comm(Communicator&, int, double) {
+  throw Error("this gputrain was built without the CUDA backend, so without NCCL: multi-process training on GPUs "
+              "needs a build with CUDA (and libnccl-dev)");
+}
+#endif
+
 #ifndef GT_WITH_MPI
 bool mpi_available() { return false; }
 std::unique_ptr<Communicator> make_mpi_comm(const LaunchInfo& launch, double) {
