@@ -112,8 +112,9 @@ int find_rank_pid(int rank, const std::string& marker) {
 }
 
 // A MASTER_PORT for this test process: ranks of concurrent test processes must not meet on one port. gputrain
-// listens on MASTER_PORT + 1 (torchrun's agent holds MASTER_PORT), so slots are two ports apart.
-int tcp_test_port(int slot) { return 20000 + static_cast<int>(getpid() % 3000) * 8 + slot * 2; }
+// listens on MASTER_PORT + 1 (torchrun's agent holds MASTER_PORT), so slots are two ports apart; all stay below Linux's
+// ephemeral range (32768 on), where an outgoing connection could hold the port.
+int tcp_test_port(int slot) { return 20000 + static_cast<int>(getpid() % 1500) * 8 + slot * 2; }
 
 // Starts rank `rank` of `world` with torchrun's variables, as torchrun would, without torchrun.
 Background start_tcp_rank(int rank, int world, int port, const std::string& args, const std::string& log) {
@@ -403,7 +404,8 @@ TEST_CASE("over TCP, a stuck, dead or failing rank ends the other with exit 3 na
   }
 }
 
-TEST_CASE("torchrun --no_python --nproc_per_node 2 trains to the parameters of 1 process with batch 2B", "[e2e][dist]") {
+TEST_CASE("torchrun --no_python --nproc_per_node 2 trains to the parameters of 1 process with batch 2B",
+          "[e2e][dist]") {
   if (!have_torchrun()) {
     WARN("torchrun is not installed: the same runs over TCP with torchrun's variables are tested above");
     return;

@@ -1,5 +1,6 @@
 // Collectives between the ranks of a data-parallel run, behind one interface: local (one rank), MPI (the CPU
-// collectives, Open MPI from Debian), TCP (CPU collectives under torchrun, no MPI needed) and NCCL (GPU buffers). Every call names what it is for, so a time-out can say where it waited.
+// collectives, Open MPI from Debian), TCP (CPU collectives under torchrun, no MPI needed) and NCCL (GPU buffers).
+// Every call names what it is for, so a time-out can say where it waited.
 #pragma once
 
 #include "dist/launch.h"
