@@ -1,5 +1,6 @@
-// Data-parallel training: launcher detection from environment variables, and 2-rank runs under mpirun that must
-// match one process with the same global batch.
+// Data-parallel training: launcher detection from environment variables, and 2-rank runs under mpirun and over TCP
+// (torchrun's variables, set by the test or by torchrun itself) that must match one process with the same global
+// batch.
 #include "core/error.h"
 #include "dist/comm.h"
 #include "dist/launch.h"
@@ -21,8 +22,8 @@
 #include <map>
 #include <regex>
 #include <sstream>
-#include <thread>
 #include <vector>
+#include <thread>
 
 using namespace gt::test;
 namespace fs = std::filesystem;
@@ -112,6 +113,20 @@ int find_rank_pid(int rank, const std::string& marker) {
   }
   return -1;
 }
+
+// A MASTER_PORT for this test process: ranks of concurrent test processes must not meet on one port. gputrain
+// listens on MASTER_PORT + 1 (torchrun's agent holds MASTER_PORT), so slots are two ports apart; all stay below Linux's
+// ephemeral range (32768 on), where an outgoing connection could hold the port.
+int tcp_test_port(int slot) { return 20000 + static_cast<int>(getpid() % 1500) * 8 + slot * 2; }
+
+// Starts rank `rank` of `world` with torchrun's variables, as torchrun would, without torchrun.
+Background start_tcp_rank(int rank, int world, int port, const std::string& args, const std::string& log) {
+  return start_gputrain(args, log,
+                        fmt::format("RANK={} WORLD_SIZE={} LOCAL_RANK={} MASTER_ADDR=127.0.0.1 MASTER_PORT={}", rank,
+                                    world, rank, port));
+}
+
+bool have_torchrun() { return std::system("command -v torchrun > /dev/null 2>&1") == 0; }
 
 }  // namespace
 
@@ -288,6 +303,139 @@ TEST_CASE("a checkpoint written by 2 ranks resumes on 1, saying that the data or
   CHECK(clash != 0);
   CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 20);
   CHECK_THAT(read_text(dir / "clash.log"), Catch::Contains("already holds a run's checkpoints"));
+}
+
+TEST_CASE("2 ranks over TCP (torchrun's variables, no MPI) with batch B train to the parameters of 1 process with "
+          "batch 2B",
+          "[e2e][dist]") {
+  TempDir dir;
+  struct Case {
+    const char* name;
+    std::string optimizer;
+    const char* dist = "";
+    int slot;
+  };
+  for (const Case& c : {Case{"sgd", "{type: sgd, lr: 0.05, momentum: 0.9}", "", 0},
+                        Case{"adam, all-reduce after backward, small buckets", "{type: adam, lr: 0.003}",
+                             "dist: {overlap: false, bucket_mb: 0.001}\n", 1}}) {
+    DYNAMIC_SECTION(c.name) {
+      write_text(dir / "two.yaml", dp_config(c.optimizer, 16, 1) + c.dist);
+      write_text(dir / "one.yaml", dp_config(c.optimizer, 32, 1));
+      const std::string args = "train " + (dir / "two.yaml") + " --threads 1 --out " + (dir / "two");
+      const auto r0 = start_tcp_rank(0, 2, tcp_test_port(c.slot), args, dir / "log0");
+      const auto r1 = start_tcp_rank(1, 2, tcp_test_port(c.slot), args, dir / "log1");
+      const int e0 = wait_exit(r0), e1 = wait_exit(r1);
+      const std::string log = read_text(dir / "log0");
+      INFO(log + read_text(dir / "log1"));
+      REQUIRE(e0 == 0);
+      REQUIRE(e1 == 0);
+      const auto one = run_gputrain("train " + (dir / "one.yaml") + " --quiet --threads 1 --out " + (dir / "one"));
+      REQUIRE(one.exit_code == 0);
+      CHECK(max_relative_difference(dir / "one/model.safetensors", dir / "two/model.safetensors") < 1e-5);
+      const std::string s2 = read_text(dir / "two/summary.json"), s1 = read_text(dir / "one/summary.json");
+      CHECK(json_number(s2, "world_size") == 2);
+      CHECK(json_number(s2, "steps") == json_number(s1, "steps"));
+      CHECK_THAT(log, Catch::Contains("rank 0 of 2 (local rank 0, tcp)") &&
+                          Catch::Contains("batch 16 per rank = global batch 32"));
+      CHECK(read_text(dir / "log1").find("[rank 1]") == std::string::npos);
+      fs::remove_all(dir / "one");
+      fs::remove_all(dir / "two");
+    }
+  }
+}
+
+TEST_CASE("over TCP, a stuck, dead or failing rank ends the other with exit 3 naming it", "[e2e][dist]") {
+  TempDir dir;
+  std::string cfg = dp_config("{type: sgd, lr: 0.05}", 16, 1);
+  cfg = std::regex_replace(cfg, std::regex("samples: 2048"), "samples: 200000");
+  write_text(dir / "c.yaml", cfg + "dist: {timeout_s: 3}\n");
+  const std::string args = "train " + (dir / "c.yaml") + " --threads 1 --out " + (dir / "run");
+
+  // `victim` is stopped or killed once rank 0 trains; the other rank must end, naming it, within the timeout.
+  auto survivor_of = [&](int victim, int signal, int slot) {
+    const auto r0 = start_tcp_rank(0, 2, tcp_test_port(slot), args, dir / "log0");
+    const auto r1 = start_tcp_rank(1, 2, tcp_test_port(slot), args, dir / "log1");
+    const Background& dead = victim == 0 ? r0 : r1;
+    const Background& alive = victim == 0 ? r1 : r0;
+    REQUIRE(wait_for_file(dir / "run/metrics.jsonl", 60));
+    const auto t0 = std::chrono::steady_clock::now();
+    kill(dead.pid, signal);
+    const int code = wait_exit(alive);
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    kill(dead.pid, SIGKILL);
+    wait_exit(dead);
+    const std::string log = read_text(alive.log);
+    INFO(log);
+    CHECK(code == 3);
+    CHECK(waited < 30);
+    return log;
+  };
+  SECTION("rank 1 stopped") {
+    const std::string log = survivor_of(1, SIGSTOP, 0);
+    CHECK_THAT(log, Catch::Contains("rank 0: no answer for 3 s in ") &&
+                        Catch::Contains("rank 1 failed or stopped responding (dist.timeout_s)"));
+  }
+  SECTION("rank 0 stopped") {
+    const std::string log = survivor_of(0, SIGSTOP, 1);
+    CHECK_THAT(log, Catch::Contains("rank 1: no answer for 3 s in ") &&
+                        Catch::Contains("rank 0 failed or stopped responding (dist.timeout_s)"));
+  }
+  SECTION("rank 1 killed") {
+    const std::string log = survivor_of(1, SIGKILL, 2);
+    CHECK_THAT(log, Catch::Contains("rank 0: the connection to rank 1 ended in ") &&
+                        Catch::Contains("rank 1 failed or was stopped"));
+  }
+  SECTION("rank 0 fails before training: rank 1 ends at once") {
+    // A first run leaves checkpoints in the folder: rank 0 alone refuses to start over them.
+    const std::string first = args + " --max-steps 5 --quiet";
+    const auto f0 = start_tcp_rank(0, 2, tcp_test_port(3), first, dir / "log0");
+    const auto f1 = start_tcp_rank(1, 2, tcp_test_port(3), first, dir / "log1");
+    REQUIRE(wait_exit(f0) == 0);
+    REQUIRE(wait_exit(f1) == 0);
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto r0 = start_tcp_rank(0, 2, tcp_test_port(3), args, dir / "log0");
+    const auto r1 = start_tcp_rank(1, 2, tcp_test_port(3), args, dir / "log1");
+    const int e0 = wait_exit(r0), e1 = wait_exit(r1);
+    INFO(read_text(dir / "log0") + read_text(dir / "log1"));
+    CHECK(e0 != 0);
+    CHECK(e1 == 3);
+    CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 20);
+    CHECK_THAT(read_text(dir / "log0"), Catch::Contains("already holds a run's checkpoints"));
+    CHECK_THAT(read_text(dir / "log1"), Catch::Contains("rank 1: the connection to rank 0 ended"));
+  }
+  SECTION("a rank that never arrives") {
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto r0 = start_tcp_rank(0, 2, tcp_test_port(0), args, dir / "log0");
+    const int e0 = wait_exit(r0);
+    INFO(read_text(dir / "log0"));
+    CHECK(e0 == 3);
+    CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 30);
+    CHECK_THAT(read_text(dir / "log0"), Catch::Contains("rank 0: rank(s) 1 did not connect to TCP port"));
+  }
+}
+
+TEST_CASE("torchrun --no_python --nproc_per_node 2 trains to the parameters of 1 process with batch 2B",
+          "[e2e][dist]") {
+  if (!have_torchrun()) {
+    WARN("torchrun is not installed: the same runs over TCP with torchrun's variables are tested above");
+    return;
+  }
+  TempDir dir;
+  write_text(dir / "two.yaml", dp_config("{type: adam, lr: 0.003}", 16, 1));
+  write_text(dir / "one.yaml", dp_config("{type: adam, lr: 0.003}", 32, 1));
+  // --redirects 1 --tee 1: Debian's torch 1.13 fails on Python 3.11 with its default (no redirection).
+  const int two = std::system(fmt::format("torchrun --no_python --nproc_per_node 2 --master_port {} --redirects 1 "
+                                          "--tee 1 {} train {} --threads 1 --out {} > {} 2>&1",
+                                          tcp_test_port(0), GT_BINARY, dir / "two.yaml", dir / "two", dir / "log")
+                                  .c_str());
+  const std::string log = read_text(dir / "log");
+  INFO(log);
+  REQUIRE(two == 0);
+  const auto one = run_gputrain("train " + (dir / "one.yaml") + " --quiet --threads 1 --out " + (dir / "one"));
+  REQUIRE(one.exit_code == 0);
+  CHECK(max_relative_difference(dir / "one/model.safetensors", dir / "two/model.safetensors") < 1e-5);
+  CHECK(json_number(read_text(dir / "two/summary.json"), "world_size") == 2);
+  CHECK_THAT(log, Catch::Contains("rank 0 of 2 (local rank 0, tcp)"));
 }
 
 TEST_CASE("thread communicators sum in rank order, time out naming the missing rank, and stop on a peer's failure",

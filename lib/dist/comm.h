@@ -1,5 +1,6 @@
-// Collectives between the ranks of a data-parallel run, behind one interface: local (one rank) and MPI (the CPU
-// collectives, Open MPI from Debian). Every call names what it is for, so a time-out can say where it waited.
+// Collectives between the ranks of a data-parallel run, behind one interface: local (one rank), MPI (the CPU
+// collectives, Open MPI from Debian), TCP (CPU collectives under torchrun, no MPI needed) and NCCL (GPU buffers).
+// Every call names what it is for, so a time-out can say where it waited.
 #pragma once
 
 #include "core/error.h"
@@ -30,6 +31,12 @@ class Communicator {
   virtual void allreduce_sum(double* data, size_t n, const char* what) = 0;
   /// Copies `bytes` from `root` to every other rank.
   virtual void broadcast(void* data, size_t bytes, int root, const char* what) = 0;
+  /// True when allreduce_sum and broadcast take device pointers (NCCL): they queue the collective on the stream of
+  /// set_stream and return before it has run; the buffers must stay untouched until that stream has passed it.
+  virtual bool device_buffers() const { return false; }
+  /// Device communicators: the CUDA stream (a cudaStream_t) the following collectives queue on; nullptr, the
+  /// default, is the device's compute stream (gt::cuda::stream). Host communicators ignore it.
+  virtual void set_stream(void* stream) { (void)stream; }
   /// After a failure on this rank: ends every rank at once with `exit_code` (the others may be waiting in a
   /// collective that this rank will never reach). Returns only for a single rank.
   virtual void abort(int exit_code) = 0;
@@ -38,15 +45,29 @@ class Communicator {
 /// One rank: every collective is the identity.
 std::unique_ptr<Communicator> make_local_comm();
 
-/// The communicator for this launch: local for one rank, MPI otherwise. A rank that does not answer within
-/// `timeout_s` makes the others fail with exit 3, naming the collective they waited in. Throws gt::Error when the
-/// launch needs MPI and this build has none.
+/// The communicator for this launch: local for one rank, TCP under torchrun, MPI otherwise. A rank that does not
+/// answer within `timeout_s` makes the others fail with exit 3, naming the collective they waited in. Throws gt::Error
+/// when the launch needs MPI and this build has none.
 std::unique_ptr<Communicator> make_communicator(const LaunchInfo& launch, double timeout_s);
 
 /// `n` communicators for the worker threads of one process (`device: [0, 1, …]`: one worker per device), meeting in
 /// shared memory. A worker that fails calls abort(): the collectives of the others then throw ErrorKind::distributed
 /// naming it. A collective that waits longer than `timeout_s` throws, naming the ranks that did not arrive.
 std::vector<std::unique_ptr<Communicator>> make_thread_comms(int n, double timeout_s);
+
+/// MPI over MPI_COMM_WORLD; throws gt::Error in builds without MPI.
+std::unique_ptr<Communicator> make_mpi_comm(const LaunchInfo& launch, double timeout_s);
+
+/// TCP through rank 0 at launch.master_addr : launch.master_port + kTcpPortOffset (tcp_store.h), for any launcher
+/// that sets MASTER_ADDR and MASTER_PORT. Every rank connects within `timeout_s` or the rendezvous throws (exit 3).
+std::unique_ptr<Communicator> make_tcp_comm(const LaunchInfo& launch, double timeout_s);
+
+/// NCCL on CUDA device `cuda_device`, over the ranks of `bootstrap` (MPI, TCP or threads): its rank 0 makes the
+/// NCCL id and broadcasts it through `bootstrap`, which must outlive the result (abort() ends the other ranks through
+/// it). Collectives take device buffers (device_buffers() is true). One that does not complete within `timeout_s`,
+/// or an error NCCL reports, ends the rank with exit 3, like the MPI and TCP watchdogs. Throws gt::Error in builds
+/// without the CUDA backend.
+std::unique_ptr<Communicator> make_nccl_comm(Communicator& bootstrap, int cuda_device, double timeout_s);
 
 /// Whether this build has the MPI communicator.
 bool mpi_available();

@@ -1,4 +1,4 @@
-// The one-rank communicator, and the choice of communicator for builds without MPI.
+// The one-rank communicator, and the choice of communicator for a launch.
 #include "core/error.h"
 #include "dist/comm.h"
 
@@ -20,12 +20,25 @@ class LocalComm final : public Communicator {
 
 std::unique_ptr<Communicator> make_local_comm() { return std::make_unique<LocalComm>(); }
 
+std::unique_ptr<Communicator> make_communicator(const LaunchInfo& launch, double timeout_s) {
+  if (launch.world == 1) return make_local_comm();
+  // torchrun sets no MPI variables, so MPI_Init would make a world of one: its ranks meet over TCP instead.
+  if (launch.launcher == "torchrun") return make_tcp_comm(launch, timeout_s);
+  return make_mpi_comm(launch, timeout_s);
+}
+
+#ifndef GT_WITH_CUDA
+std::unique_ptr<Communicator> make_nccl_comm(Communicator&, int, double) {
+  throw Error("this gputrain was built without the CUDA backend, so without NCCL: multi-process training on GPUs "
+              "needs a build with CUDA (and libnccl-dev)");
+}
+#endif
+
 #ifndef GT_WITH_MPI
 bool mpi_available() { return false; }
-std::unique_ptr<Communicator> make_communicator(const LaunchInfo& launch, double) {
-  if (launch.world == 1) return make_local_comm();
+std::unique_ptr<Communicator> make_mpi_comm(const LaunchInfo& launch, double) {
   throw Error(fmt::format("{} started {} ranks, but this gputrain was built without MPI (install libopenmpi-dev and "
-                          "rebuild)",
+                          "rebuild, or launch with torchrun, which needs no MPI)",
                           launch.launcher, launch.world));
 }
 #endif

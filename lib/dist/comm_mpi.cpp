@@ -126,11 +126,7 @@ class MpiComm final : public Communicator {
 
 bool mpi_available() { return true; }
 
-std::unique_ptr<Communicator> make_communicator(const LaunchInfo& launch, double timeout_s) {
-  if (launch.world == 1) return make_local_comm();
-  if (launch.launcher == "torchrun")
-    throw Error("torchrun started this rank, but gputrain's CPU collectives need MPI: launch with mpirun or srun "
-                "(torchrun works once the NCCL path trains on GPUs)");
+std::unique_ptr<Communicator> make_mpi_comm(const LaunchInfo& launch, double timeout_s) {
   return std::make_unique<MpiComm>(launch, timeout_s);
 }
 

@@ -1,13 +1,15 @@
-// Bucketed gradient averaging on a communication thread.
+// Bucketed gradient averaging on a communication thread, or on a CUDA side stream for device communicators.
 #include "dist/grad_sync.h"
 
 #include "core/error.h"
+#include "ops/ops.h"
 #include "profile/profiler.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <utility>
 
 namespace gt {
@@ -18,17 +20,25 @@ std::string bucket_name(size_t b) { return "bucket " + std::to_string(b); }
 
 GradSync::GradSync(Communicator& comm, const std::vector<std::vector<Param*>>& params_by_node, double bucket_mb,
                    bool overlap)
-    : m_comm(comm), m_bucket_of_node(params_by_node.size(), -1), m_overlap(overlap) {
+    : m_comm(comm), m_bucket_of_node(params_by_node.size(), -1), m_overlap(overlap),
+      m_device(comm.device_buffers()) {
   // Like DDP, the first bucket (the last layers, done first) is capped at 1 MB so that communication starts early
   // even when the whole model would fit one bucket.
   const auto limit = static_cast<size_t>(bucket_mb * 1e6 / sizeof(float));
   const auto first_limit = std::min(limit, static_cast<size_t>(1e6 / sizeof(float)));
   size_t fill = 0;
+  std::optional<Device> device;
   for (size_t i = params_by_node.size(); i-- > 0;) {  // the order backward finishes them
     if (params_by_node[i].empty()) continue;
     size_t n = 0;
     for (Param* p : params_by_node[i]) {
-      GT_CHECK(p->grad.dtype() == DType::f32 && p->grad.device().is_cpu(), "gradient sync covers f32 CPU gradients");
+      if (m_device) {
+        if (!device) device = p->grad.device();
+        GT_CHECK(p->grad.dtype() == DType::f32 && p->grad.device().is_cuda() && p->grad.device() == *device,
+                 "gradient sync over {} covers f32 gradients on one CUDA device", comm.name());
+      } else {
+        GT_CHECK(p->grad.dtype() == DType::f32 && p->grad.device().is_cpu(), "gradient sync covers f32 CPU gradients");
+      }
       n += static_cast<size_t>(p->grad.numel());
     }
     // A node's parameters share a bucket; a node that would take a bucket past its size starts the next one.
@@ -45,10 +55,21 @@ GradSync::GradSync(Communicator& comm, const std::vector<std::vector<Param*>>& p
   for (Bucket& b : m_buckets) {
     size_t n = 0;
     for (Param* p : b.params) n += static_cast<size_t>(p->grad.numel());
-    b.flat.resize(n);
+    if (m_device)
+      b.device_flat = Tensor::empty(Shape{static_cast<int64_t>(n)}, DType::f32, *device);
+    else
+      b.flat.resize(n);
     m_bytes += static_cast<int64_t>(n * sizeof(float));
   }
-  if (m_overlap) m_thread = std::thread([this] { worker(); });
+  if (m_device && device) {
+    m_side = std::make_unique<SideStream>(*device);
+    Tensor scale = Tensor::empty(Shape{1}, DType::f64);
+    scale.data<double>()[0] = 1.0 / comm.size();
+    m_scale = Tensor::empty(Shape{1}, DType::f64, *device);
+    m_scale.copy_from(scale);
+  }
+  // On device buffers the side stream overlaps the backward pass: no thread needed.
+  if (m_overlap && !m_device) m_thread = std::thread([this] { worker(); });
 }
 
 GradSync::~GradSync() {
@@ -65,6 +86,10 @@ void GradSync::node_done(size_t i) {
   const auto b = static_cast<size_t>(m_bucket_of_node[i]);
   if (++m_buckets[b].pending < m_buckets[b].nodes) return;
   m_buckets[b].pending = 0;
+  if (m_device) {
+    launch_device(b);
+    return;
+  }
   {
     std::lock_guard<std::mutex> lock(m_mutex);
     m_queue.push_back(b);
@@ -76,6 +101,10 @@ void GradSync::node_done(size_t i) {
 void GradSync::finish() {
   if (!m_armed) return;
   m_armed = false;
+  if (m_device) {
+    finish_device();
+    return;
+  }
   if (!m_overlap) {
     const auto t0 = std::chrono::steady_clock::now();
     for (size_t b = 0; b < m_buckets.size(); ++b) {
@@ -116,6 +145,41 @@ void GradSync::reduce(size_t b) {
     float* g = p->grad.data<float>();
     for (int64_t k = 0; k < p->grad.numel(); ++k) g[k] = flat[k] * scale;
     flat += p->grad.numel();
+  }
+}
+
+void GradSync::launch_device(size_t b) {
+  // The copies queue on the compute stream behind the backward kernels that wrote the gradients; the side stream
+  // starts the all-reduce once they are done, while the compute stream goes on with the backward pass.
+  Bucket& bucket = m_buckets[b];
+  int64_t offset = 0;
+  for (Param* p : bucket.params) {
+    bucket.device_flat.slice0(offset, p->grad.numel()).copy_from(p->grad);  // copy_from matches by element count
+    offset += p->grad.numel();
+  }
+  m_side->wait_for_compute();
+  m_comm.set_stream(m_side->handle());
+  m_comm.allreduce_sum(bucket.device_flat.data<float>(), static_cast<size_t>(bucket.device_flat.numel()),
+                       "the gradients");
+  m_comm.set_stream(nullptr);
+  ++m_launched;
+}
+
+void GradSync::finish_device() {
+  if (!m_overlap)
+    for (size_t b = 0; b < m_buckets.size(); ++b) launch_device(b);
+  GT_CHECK(m_launched == m_buckets.size(), "{} of {} gradient buckets were complete after backward", m_launched,
+           m_buckets.size());
+  m_launched = 0;
+  // From here the compute stream (the optimizer step) runs after every bucket's all-reduce; the host goes on.
+  if (m_side) m_side->join_compute();
+  for (Bucket& bucket : m_buckets) {
+    ops::scale_by(bucket.device_flat, m_scale);
+    int64_t offset = 0;
+    for (Param* p : bucket.params) {
+      p->grad.copy_from(bucket.device_flat.slice0(offset, p->grad.numel()));
+      offset += p->grad.numel();
+    }
   }
 }
 

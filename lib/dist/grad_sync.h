@@ -1,10 +1,13 @@
 // Data-parallel gradient averaging: parameters are grouped into buckets (dist.bucket_mb) in the order the backward
 // pass finishes them, and each bucket is all-reduced on a communication thread as soon as its last gradient is
-// complete, so communication overlaps the rest of the backward pass (as PyTorch's DDP does).
+// complete, so communication overlaps the rest of the backward pass (as PyTorch's DDP does). With a communicator on
+// device buffers (NCCL) the buckets live on the GPU and the all-reduce runs on a stream of its own, ordered against
+// the compute stream by events alone (llm.c's scheme): no thread and no host synchronisation.
 #pragma once
 
 #include "dist/comm.h"
 #include "layers/layer.h"
+#include "ops/backend.h"
 
 #include <condition_variable>
 #include <cstdint>
@@ -23,7 +26,9 @@ class GradSync {
  public:
   /// `params_by_node[i]` are node i's parameters; buckets follow the nodes from last to first. `overlap`: all-reduce
   /// on a communication thread during backward; otherwise every bucket in `finish`, on the calling thread (better
-  /// when every core already computes: the thread would only take cycles from the backward pass).
+  /// when every core already computes: the thread would only take cycles from the backward pass). When
+  /// comm.device_buffers(), the gradients must be f32 on one CUDA device: each bucket is queued on a side stream as
+  /// it completes (overlap) or all in `finish`, and `finish` returns once the compute stream waits for them.
   GradSync(Communicator& comm, const std::vector<std::vector<Param*>>& params_by_node, double bucket_mb,
            bool overlap = true);
   ~GradSync();
@@ -42,7 +47,8 @@ class GradSync {
   size_t buckets() const { return m_buckets.size(); }
   int64_t bytes_per_step() const { return m_bytes; }
   /// Seconds spent in all-reduce on the communication thread, and seconds `finish` waited for it (the part not
-  /// hidden behind the backward pass), summed since construction.
+  /// hidden behind the backward pass), summed since construction. Zero on device buffers: the host never waits
+  /// there, so it cannot time the device's work.
   double comm_seconds() const { return m_comm_seconds; }
   double exposed_seconds() const { return m_exposed_seconds; }
 
@@ -50,16 +56,22 @@ class GradSync {
   struct Bucket {
     std::vector<Param*> params;
     std::vector<float> flat;
+    Tensor device_flat;  ///< on device buffers: the bucket, f32 on the gradients' device
     size_t nodes = 0;    ///< nodes whose parameters it holds
     size_t pending = 0;  ///< of those, done in this backward pass
   };
   void worker();
   void reduce(size_t b);  ///< all-reduces bucket b and writes the averages back
+  void launch_device(size_t b);  ///< device buffers: flattens bucket b and queues its all-reduce on the side stream
+  void finish_device();
 
   Communicator& m_comm;
   std::vector<Bucket> m_buckets;
   std::vector<int> m_bucket_of_node;  ///< -1: no parameters
   bool m_armed = false, m_overlap = true;
+  bool m_device = false;               ///< the communicator takes device buffers
+  std::unique_ptr<SideStream> m_side;  ///< device buffers: where the all-reduce runs
+  Tensor m_scale;                      ///< device buffers: 1 / ranks, f64 on the device, for scale_by
   int64_t m_bytes = 0;
   double m_comm_seconds = 0, m_exposed_seconds = 0;
 

@@ -65,6 +65,29 @@ class DeviceClock {
 void range_push(const char* name);
 void range_pop();
 
+/// A second stream on a CUDA device beside its compute stream (gt::cuda::stream), for work that overlaps the compute
+/// stream's (the gradient all-reduce). The two are ordered only by the waits below, which the device keeps: the host
+/// never blocks. Throws gt::Error in a build without CUDA.
+class SideStream {
+ public:
+  explicit SideStream(Device device);
+  ~SideStream();
+  SideStream(const SideStream&) = delete;
+  SideStream& operator=(const SideStream&) = delete;
+  /// The cudaStream_t, for libraries that queue on it (NCCL).
+  void* handle() const { return m_stream; }
+  /// Work queued here from now on runs after the work queued on the compute stream so far.
+  void wait_for_compute();
+  /// Work queued on the compute stream from now on runs after the work queued here so far.
+  void join_compute();
+
+ private:
+  [[maybe_unused]] Device m_device;  // unused in builds without CUDA
+  void* m_stream = nullptr;
+  [[maybe_unused]] void* m_compute_done = nullptr;
+  [[maybe_unused]] void* m_side_done = nullptr;
+};
+
 /// What the caching allocator of a device holds (all zero for the CPU).
 struct DeviceMemoryStats {
   size_t in_use = 0, peak = 0, reserved = 0, allocations = 0;

@@ -39,6 +39,10 @@ void StreamEvent::record(Device device) {
   if (!device.is_cpu()) no_cuda();
 }
 void StreamEvent::wait() {}
+SideStream::SideStream(Device device) : m_device(device) { no_cuda(); }
+SideStream::~SideStream() = default;
+void SideStream::wait_for_compute() {}
+void SideStream::join_compute() {}
 
 CudaInfo query_cuda() {
   CudaInfo info;

@@ -584,19 +584,22 @@ RunSummary train_worker(const Experiment& exp, const RunOptions& opts, const Wor
     metrics.resume_after(0);
   }
 
+  // On GPUs the gradients, the initial state and the step's device-side sums travel through NCCL, bootstrapped over
+  // the host communicator (MPI, TCP or the worker threads'), which keeps the host-side collectives. Declared before
+  // the gradient sync that uses it, so it is destroyed after it.
+  std::unique_ptr<Communicator> nccl;
+  if (world > 1 && device.is_cuda()) nccl = make_nccl_comm(comm, device.index, exp.dist.timeout_s);
+  Communicator& device_comm = nccl ? *nccl : comm;
   // Every replica starts from rank 0's state (the same seed gives the same weights, but a resumed or hand-edited
   // state must not diverge silently).
   if (world > 1) {
-    for (auto& [name, t] : model.state_tensors()) comm.broadcast(t->raw(), t->bytes(), 0, "the initial parameters");
-    for (auto& [name, t] : optimizer->state()) comm.broadcast(t->raw(), t->bytes(), 0, "the optimizer state");
+    for (auto& [name, t] : model.state_tensors())
+      device_comm.broadcast(t->raw(), t->bytes(), 0, "the initial parameters");
+    for (auto& [name, t] : optimizer->state()) device_comm.broadcast(t->raw(), t->bytes(), 0, "the optimizer state");
   }
-  if (world > 1 && device.is_cuda())
-    throw Error(fmt::format("device {} with {} ranks: data-parallel training on GPUs needs the NCCL communicator, "
-                            "which is not in this build yet; train with device: cpu under mpirun, or on one GPU",
-                            device.str(), world));
   std::optional<GradSync> grad_sync;
   if (world > 1) {
-    grad_sync.emplace(comm, model.params_by_node(), exp.dist.bucket_mb, exp.dist.overlap);
+    grad_sync.emplace(device_comm, model.params_by_node(), exp.dist.bucket_mb, exp.dist.overlap);
     model.set_grad_ready_hook([&](size_t node) { grad_sync->node_done(node); });
     spdlog::info("gradients: {:.2f} MB all-reduced per step in {} bucket(s) of up to {} MB, {}",
                  static_cast<double>(grad_sync->bytes_per_step()) / 1e6, grad_sync->buckets(), exp.dist.bucket_mb,
@@ -858,7 +861,13 @@ RunSummary train_worker(const Experiment& exp, const RunOptions& opts, const Wor
       Outcome outcome = Outcome::ok;
       {
         ProfileScope scope(&profiler, kOptimizer, exp.optimizer.type, "update");
-        if (world > 1) {  // (CPU tensors) the global batch's sums, and whether any rank was asked to stop
+        if (world > 1 && nccl) {  // the global batch's sums stay on the device; the host's numbers go by host
+          nccl->allreduce_sum(stats.data<double>(), kGradSq, "the step's loss");  // slots before the gradient norm
+          double shared[2] = {static_cast<double>(step_samples), stop_requested() ? 1.0 : 0.0};
+          comm.allreduce_sum(shared, 2, "the step's sample count and stop flag");
+          step_samples = static_cast<int64_t>(shared[0]);
+          any_stop = shared[1] > 0;
+        } else if (world > 1) {  // (CPU tensors) the global batch's sums, and whether any rank was asked to stop
           double* st = stats.data<double>();
           double shared[4] = {st[kLossSum], st[kHits], static_cast<double>(step_samples), stop_requested() ? 1.0 : 0.0};
           comm.allreduce_sum(shared, 4, "the step's loss and stop flag");
@@ -992,7 +1001,7 @@ RunSummary train_worker(const Experiment& exp, const RunOptions& opts, const Wor
     }
   }
   bar.reset();  // an interrupted epoch's bar stays on the screen as it was
-  if (grad_sync && lead && p.step > 0)
+  if (grad_sync && lead && p.step > 0 && !nccl)  // (NCCL's all-reduces run on a side stream the host never waits on)
     spdlog::info("all-reduce: {:.1f} ms per step, {:.0f}% of it hidden behind backward",
                  1e3 * grad_sync->comm_seconds() / static_cast<double>(p.step),
                  std::max(0.0, 100.0 * (1.0 - grad_sync->exposed_seconds() /

@@ -118,6 +118,42 @@ double DeviceClock::elapsed_ms(int from, int to) {
 void range_push(const char* name) { nvtxRangePushA(name); }
 void range_pop() { nvtxRangePop(); }
 
+SideStream::SideStream(Device device) : m_device(device) {
+  GT_CHECK(device.is_cuda(), "a side stream needs a CUDA device, not {}", device.str());
+  GT_CHECK_CUDA(cudaSetDevice(device.index));
+  cudaStream_t s = nullptr;
+  // Non-blocking: the synchronous copies on the legacy default stream (Tensor::copy_from to the host) must not wait
+  // for a long all-reduce here; the compute stream meets this one only through join_compute.
+  GT_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  m_stream = s;
+  cudaEvent_t a = nullptr, b = nullptr;
+  GT_CHECK_CUDA(cudaEventCreateWithFlags(&a, cudaEventDisableTiming));
+  GT_CHECK_CUDA(cudaEventCreateWithFlags(&b, cudaEventDisableTiming));
+  m_compute_done = a;
+  m_side_done = b;
+}
+
+SideStream::~SideStream() {
+  if (cudaSetDevice(m_device.index) != cudaSuccess) return;
+  // Destroying a stream with queued work is allowed (it finishes first); the events go with it.
+  cudaStreamDestroy(static_cast<cudaStream_t>(m_stream));
+  cudaEventDestroy(static_cast<cudaEvent_t>(m_compute_done));
+  cudaEventDestroy(static_cast<cudaEvent_t>(m_side_done));
+}
+
+void SideStream::wait_for_compute() {
+  // An event may be recorded again at once: cudaStreamWaitEvent has taken the state of its last record.
+  const auto e = static_cast<cudaEvent_t>(m_compute_done);
+  GT_CHECK_CUDA(cudaEventRecord(e, cuda::stream(m_device.index)));
+  GT_CHECK_CUDA(cudaStreamWaitEvent(static_cast<cudaStream_t>(m_stream), e, 0));
+}
+
+void SideStream::join_compute() {
+  const auto e = static_cast<cudaEvent_t>(m_side_done);
+  GT_CHECK_CUDA(cudaEventRecord(e, static_cast<cudaStream_t>(m_stream)));
+  GT_CHECK_CUDA(cudaStreamWaitEvent(cuda::stream(m_device.index), e, 0));
+}
+
 DeviceMemoryStats device_memory_stats(Device device) {
   if (!device.is_cuda()) return {};
   const cuda::MemoryStats m = cuda::memory_stats(device.index);
