@@ -95,6 +95,28 @@ print(f'{max(peaks):.0f}' if peaks else 'n/a')")
   rows+=("$(printf '| fashion_mnist_%s | %s | %s | %s | %s MiB | %s MiB |' "$model" "$gt_rate" "$torch_rate" "$ratio" "$gt_peak" "$torch_peak")")
 done
 
+echo "== training paths"
+# The worker-thread path with one device (device: [0]), and the profiler timing a GPU with CUDA events.
+paths=() pfail=0
+if [[ $dry == 1 ]]; then list='[cpu]'; else list='[0]'; fi
+path_run() {  # name, expected text in a file of the run ("" = none), file, gputrain args...
+  local name=$1 want=$2 file=$3; shift 3
+  local out="$work/path-${name// /_}"
+  if "$gt" train configs/fashion_mnist_mlp.yaml --quiet --out "$out" "${sets[@]}" "$@" > "$out.log" 2>&1 &&
+     { [[ -z $want ]] || grep -q "$want" "$out/$file"; }; then
+    paths+=("| $name | ok: $($py -c "import json; s = json.load(open('$out/summary.json')); print(f\"{s['steps']} steps, test accuracy {s['test_accuracy']:.3f}\")") |")
+  else
+    paths+=("| $name | FAILED |"); pfail=$((pfail + 1))
+    tail -15 "$out.log" | sed 's/^/        /'
+  fi
+}
+path_run "worker threads, device $list" "" summary.json --device "$list" --max-steps 300 --set train.eval_every=300
+if [[ $dry == 1 ]]; then
+  path_run "profiler on $device" "ms per step" profile.txt --device "$device" --max-steps 40 --profile
+else
+  path_run "profiler on $device (CUDA events)" "device time, CUDA events" profile.txt --device "$device" --max-steps 40 --profile
+fi
+
 echo
 echo "== gpu_check $(date -u +%Y-%m-%d) on $(command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name --format=csv,noheader | head -1 || echo "no GPU (dry run)")"
 echo "[cuda] tests: $pass passed, $fail failed, $skip skipped${failed:+ — failed: ${failed[*]}}"
@@ -102,4 +124,8 @@ echo
 echo "| config | gputrain samples/s | PyTorch samples/s | ratio | gputrain peak mem | PyTorch peak mem |"
 echo "|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
-[[ $fail == 0 ]]
+echo
+echo "| path | result |"
+echo "|---|---|"
+printf '%s\n' "${paths[@]}"
+[[ $fail == 0 && $pfail == 0 ]]

@@ -1114,7 +1114,7 @@ RunSummary run_workers(const Experiment& exp, const RunOptions& opts) {
 
 RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
   const int world = opts.comm ? opts.comm->size() : 1;
-  if (exp.devices.size() > 1 && world == 1) return run_workers(exp, opts);
+  if (!exp.devices.empty() && world == 1) return run_workers(exp, opts);  // also a list of one: the same path
   WorkerSetup setup;
   setup.device = exp.device;
   if (!exp.devices.empty()) {  // under a launcher, rank r of a node takes the device at its local rank
