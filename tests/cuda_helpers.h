@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <type_traits>
 
 namespace gt::test {
 
@@ -27,33 +28,36 @@ inline void require_gpu() {
 inline constexpr int64_t kGuard = 64;        ///< sentinel elements on each side of a CUDA output
 inline constexpr float kSentinel = 1234.5f;  ///< a value no kernel here produces by accident
 
-/// An f32 CUDA tensor of `shape` inside a buffer with sentinels on both sides; kernels see `inner`.
-struct Guarded {
+/// A CUDA tensor of `shape` (f32 or f64) inside a buffer with sentinels on both sides; kernels see `inner`.
+template <class T> struct GuardedT {
+  static constexpr DType kType = std::is_same_v<T, float> ? DType::f32 : DType::f64;
   Tensor outer, inner;
-  explicit Guarded(const Shape& shape, float fill = kSentinel) {
+  explicit GuardedT(const Shape& shape, T fill = kSentinel) {
     const int64_t n = shape.numel();
-    outer = Tensor::empty(Shape{n + 2 * kGuard}, DType::f32, Device::cuda(0));
-    Tensor host = Tensor::empty(outer.shape(), DType::f32);
-    for (int64_t i = 0; i < host.numel(); ++i) host.data<float>()[i] = kSentinel;
-    for (int64_t i = 0; i < n; ++i) host.data<float>()[kGuard + i] = fill;
+    outer = Tensor::empty(Shape{n + 2 * kGuard}, kType, Device::cuda(0));
+    Tensor host = Tensor::empty(outer.shape(), kType);
+    for (int64_t i = 0; i < host.numel(); ++i) host.data<T>()[i] = kSentinel;
+    for (int64_t i = 0; i < n; ++i) host.data<T>()[kGuard + i] = fill;
     outer.copy_from(host);
     inner = outer.slice0(kGuard, n).view(shape);
   }
   /// Copies back; fails on a touched sentinel or, unless allowed, a non-finite value inside.
   Tensor host_checked(bool allow_nonfinite = false) const {
-    Tensor host = Tensor::empty(outer.shape(), DType::f32);
+    Tensor host = Tensor::empty(outer.shape(), kType);
     host.copy_from(outer);
     const int64_t n = inner.numel();
     for (int64_t i = 0; i < kGuard; ++i) {
       INFO("sentinel " << i << " before / after the output");
-      REQUIRE(host.data<float>()[i] == kSentinel);
-      REQUIRE(host.data<float>()[kGuard + n + i] == kSentinel);
+      REQUIRE(host.data<T>()[i] == static_cast<T>(kSentinel));
+      REQUIRE(host.data<T>()[kGuard + n + i] == static_cast<T>(kSentinel));
     }
     if (!allow_nonfinite)
-      for (int64_t i = 0; i < n; ++i) REQUIRE(std::isfinite(host.data<float>()[kGuard + i]));
+      for (int64_t i = 0; i < n; ++i) REQUIRE(std::isfinite(host.data<T>()[kGuard + i]));
     return host.slice0(kGuard, n).view(inner.shape());
   }
 };
+using Guarded = GuardedT<float>;
+using Guarded64 = GuardedT<double>;
 
 /// f32 host tensor with uniform values in [lo, hi), reproducible from `seed`.
 inline Tensor seeded(const Shape& shape, uint64_t seed, double lo = -4, double hi = 4) {

@@ -27,33 +27,7 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-/// An f64 twin of cuda_helpers' Guarded: sentinels on both sides of the output that the op sees as `inner`.
-struct Guarded64 {
-  Tensor outer, inner;
-  explicit Guarded64(const Shape& shape, double fill = kSentinel) {
-    const int64_t n = shape.numel();
-    outer = Tensor::empty(Shape{n + 2 * kGuard}, DType::f64, Device::cuda(0));
-    Tensor host = Tensor::empty(outer.shape(), DType::f64);
-    for (int64_t i = 0; i < host.numel(); ++i) host.data<double>()[i] = i < kGuard || i >= kGuard + n ? kSentinel : fill;
-    outer.copy_from(host);
-    inner = outer.slice0(kGuard, n).view(shape);
-  }
-  Tensor host_checked(bool allow_nonfinite = false) const {
-    Tensor host = Tensor::empty(outer.shape(), DType::f64);
-    host.copy_from(outer);
-    const int64_t n = inner.numel();
-    for (int64_t i = 0; i < kGuard; ++i) {
-      INFO("sentinel " << i << " before / after the output");
-      REQUIRE(host.data<double>()[i] == kSentinel);
-      REQUIRE(host.data<double>()[kGuard + n + i] == kSentinel);
-    }
-    if (!allow_nonfinite)
-      for (int64_t i = 0; i < n; ++i) REQUIRE(std::isfinite(host.data<double>()[kGuard + i]));
-    return host.slice0(kGuard, n).view(inner.shape());
-  }
-};
-
-template <class T> using GuardedOf = std::conditional_t<std::is_same_v<T, float>, Guarded, Guarded64>;
+template <class T> using GuardedOf = GuardedT<T>;
 template <class T> constexpr DType kDType = std::is_same_v<T, float> ? DType::f32 : DType::f64;
 /// The per-term factor of the dot-product tolerance (file comment), f32 or f64.
 template <class T> constexpr double kDot = std::is_same_v<T, float> ? 1e-5 : 1e-13;

@@ -15,33 +15,6 @@ namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-/// The f64 twin of Guarded (cuda_helpers.h): an output with sentinels on both sides.
-struct Guarded64 {
-  Tensor outer, inner;
-  explicit Guarded64(const Shape& shape, double fill = kSentinel) {
-    const int64_t n = shape.numel();
-    outer = Tensor::empty(Shape{n + 2 * kGuard}, DType::f64, Device::cuda(0));
-    Tensor host = Tensor::empty(outer.shape(), DType::f64);
-    for (int64_t i = 0; i < host.numel(); ++i) host.data<double>()[i] = kSentinel;
-    for (int64_t i = 0; i < n; ++i) host.data<double>()[kGuard + i] = fill;
-    outer.copy_from(host);
-    inner = outer.slice0(kGuard, n).view(shape);
-  }
-  Tensor host_checked(bool allow_nonfinite = false) const {
-    Tensor host = Tensor::empty(outer.shape(), DType::f64);
-    host.copy_from(outer);
-    const int64_t n = inner.numel();
-    for (int64_t i = 0; i < kGuard; ++i) {
-      INFO("sentinel " << i << " before / after the output");
-      REQUIRE(host.data<double>()[i] == kSentinel);
-      REQUIRE(host.data<double>()[kGuard + n + i] == kSentinel);
-    }
-    if (!allow_nonfinite)
-      for (int64_t i = 0; i < n; ++i) REQUIRE(std::isfinite(host.data<double>()[kGuard + i]));
-    return host.slice0(kGuard, n).view(inner.shape());
-  }
-};
-
 /// A guarded f32 CUDA copy of a host tensor.
 Guarded guarded_copy(const Tensor& host) {
   Guarded g(host.shape());
