@@ -257,6 +257,22 @@ TEST_CASE("SIGTERM to one rank stops all at one step with a checkpoint, and a st
     CHECK(waited < 30);
     CHECK_THAT(log, Catch::Contains("rank 1"));  // mpirun names the rank that died
   }
+  SECTION("Ctrl-C to mpirun stops every rank cleanly") {
+    const pid_t job = start_two_ranks(dir / "c.yaml", dir / "int", dir / "log");
+    REQUIRE(wait_for_file(dir / "int/checkpoints/latest", 60));
+    kill(job, SIGINT);  // what a terminal sends mpirun; it passes SIGTERM on to the ranks
+    int status = 0;
+    waitpid(job, &status, 0);
+    const std::string log = read_text(dir / "log");
+    INFO(log);
+    CHECK(WIFEXITED(status));
+    CHECK_THAT(log, Catch::Contains("received: stopping after step"));
+    const std::string summary = read_text(dir / "int/summary.json");
+    CHECK(json_string(summary, "exit_reason") == "interrupted");
+    const auto steps = json_number(summary, "steps");
+    REQUIRE(steps.has_value());
+    CHECK(fs::exists(dir / fmt::format("int/checkpoints/step-{}", static_cast<int64_t>(*steps))));
+  }
   SECTION("SIGTERM to one rank stops both at the same step") {
     const pid_t job = start_two_ranks(dir / "c.yaml", dir / "term", dir / "log");
     REQUIRE(wait_for_file(dir / "term/checkpoints/latest", 60));
