@@ -107,6 +107,11 @@ TEST_CASE("the metrics sink maps train and eval fields to TensorBoard tags", "[c
   CHECK(gt::tensorboard_tag("skip", "step").empty());
   CHECK(gt::tensorboard_tag("train", "gpu0_util") == "gpu0/util");
   CHECK(gt::tensorboard_tag("train", "host_rss_mib") == "host/rss_mib");
+  // Other ranks' readings in rank 0's rows.
+  CHECK(gt::tensorboard_tag("train", "rank1_host_rss_mib") == "rank1/host/rss_mib");
+  CHECK(gt::tensorboard_tag("train", "rank12_gpu3_util") == "rank12/gpu3/util");
+  CHECK(gt::tensorboard_tag("train", "rank1_loss").empty());
+  CHECK(gt::tensorboard_tag("train", "rankx_host_rss_mib").empty());
 }
 
 namespace {

@@ -47,6 +47,15 @@ std::string tensorboard_tag(const std::string& row_type, const std::string& fiel
   if (row_type == "train") {
     for (const char* f : {"loss", "lr", "grad_norm", "samples_per_sec", "device_mem_mib", "device_peak_mib"})
       if (field == f) return "train/" + field;
+    // Another rank's sampler fields: rank1_gpu1_util → rank1/gpu1/util, rank1_host_rss_mib → rank1/host/rss_mib.
+    if (field.rfind("rank", 0) == 0) {
+      const size_t cut = field.find('_');
+      if (cut != std::string::npos && cut > 4 && field.find_first_not_of("0123456789", 4) == cut) {
+        const std::string inner = tensorboard_tag(row_type, field.substr(cut + 1));
+        if (inner.rfind("gpu", 0) == 0 || inner.rfind("host/", 0) == 0) return field.substr(0, cut) + "/" + inner;
+      }
+      return "";
+    }
     // The sampler's fields (gpu_monitor.h): gpu0_util → gpu0/util, host_rss_mib → host/rss_mib.
     if (field.rfind("gpu", 0) == 0 || field.rfind("host_", 0) == 0) {
       const size_t cut = field.find('_');
