@@ -2,10 +2,13 @@
 // (torchrun's variables, set by the test or by torchrun itself) that must match one process with the same global
 // batch.
 #include "core/error.h"
+#include "core/rng.h"
 #include "dist/comm.h"
 #include "dist/launch.h"
+#include "graph/model.h"
 #include "helpers.h"
 #include "io/safetensors.h"
+#include "ops/ops.h"
 #include "train/checkpoint.h"
 
 #include <fmt/format.h>
@@ -15,6 +18,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -499,6 +503,105 @@ TEST_CASE("thread communicators sum in rank order, time out naming the missing r
   }
 }
 
+TEST_CASE("synchronised batch norm over 2 ranks computes what one process computes over their concatenated batch",
+          "[cpu][dist]") {
+  // x (B, C, H, W) in f64; rank r takes samples [r·B/2, (r+1)·B/2). Values offset from zero (mean ≈ 2, spread ≈ 1)
+  // so a mean or variance taken over one rank alone is visibly wrong.
+  const int64_t batch = 6, ch = 3, sp = 4 * 5, half = batch / 2;
+  const gt::Shape xs{batch, ch, 4, 5}, hs{half, ch, 4, 5}, cs{ch};
+  const double momentum = 0.1, eps = 1e-5;
+  gt::Rng rng(5, 0);
+  auto filled = [&](const gt::Shape& shape, double lo, double hi) {
+    gt::Tensor t = gt::Tensor::empty(shape, gt::DType::f64);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = rng.uniform(lo, hi);
+    return t;
+  };
+  const gt::Tensor x = filled(xs, 0.3, 3.7), dy = filled(xs, -1, 1), gamma = filled(cs, 0.5, 1.5),
+                   beta = filled(cs, -1, 1), rm0 = filled(cs, -0.5, 0.5), rv0 = filled(cs, 0.5, 1.5);
+  auto part = [&](const gt::Tensor& whole, int r) {  // rank r's samples
+    gt::Tensor t = gt::Tensor::empty(hs, gt::DType::f64);
+    std::copy_n(whole.data<double>() + r * half * ch * sp, t.numel(), t.data<double>());
+    return t;
+  };
+
+  // One process over the whole batch.
+  gt::Tensor rm = rm0.clone(), rv = rv0.clone(), sm = gt::Tensor::empty(cs, gt::DType::f64),
+             si = gt::Tensor::empty(cs, gt::DType::f64), y = gt::Tensor::empty(xs, gt::DType::f64),
+             dx = gt::Tensor::empty(xs, gt::DType::f64), dg = gt::Tensor::empty(cs, gt::DType::f64),
+             db = gt::Tensor::empty(cs, gt::DType::f64);
+  gt::ops::batchnorm_forward(x, gamma, beta, rm, rv, momentum, eps, true, sm, si, y);
+  gt::ops::batchnorm_backward(x, gamma, sm, si, dy, true, dx, dg, db, 0.0);
+
+  // Two ranks on threads, each with its half.
+  struct Rank {
+    gt::Tensor rm, rv, sm, si, y, dx, dg, db;
+    int64_t count = 0;
+    int calls = 0;
+  };
+  std::vector<Rank> ranks(2);
+  auto comms = gt::make_thread_comms(2, 30.0);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      Rank& k = ranks[static_cast<size_t>(r)];
+      k.rm = rm0.clone();
+      k.rv = rv0.clone();
+      k.sm = gt::Tensor::empty(cs, gt::DType::f64);
+      k.si = gt::Tensor::empty(cs, gt::DType::f64);
+      k.y = gt::Tensor::empty(hs, gt::DType::f64);
+      k.dx = gt::Tensor::empty(hs, gt::DType::f64);
+      k.dg = gt::Tensor::empty(cs, gt::DType::f64);
+      k.db = gt::Tensor::empty(cs, gt::DType::f64);
+      const gt::ops::SumOverRanks sum = [&](double* data, size_t n) {
+        ++k.calls;
+        comms[static_cast<size_t>(r)]->allreduce_sum(data, n, "batch norm");
+      };
+      const gt::Tensor xr = part(x, r), dyr = part(dy, r);
+      k.count = gt::ops::batchnorm_forward_sync(xr, gamma, beta, k.rm, k.rv, momentum, eps, k.sm, k.si, k.y, sum);
+      gt::ops::batchnorm_backward_sync(xr, gamma, k.sm, k.si, dyr, k.count, k.dx, k.dg, k.db, 0.0, sum);
+    });
+  for (auto& t : threads) t.join();
+
+  auto max_diff = [](const gt::Tensor& a, const double* b) {
+    double worst = 0;
+    for (int64_t i = 0; i < a.numel(); ++i) worst = std::max(worst, std::abs(a.data<double>()[i] - b[i]));
+    return worst;
+  };
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r);
+    const Rank& k = ranks[static_cast<size_t>(r)];
+    CHECK(k.count == batch * sp);
+    CHECK(k.calls == 2);  // one all-reduce forward, one backward
+    CHECK(max_diff(k.sm, sm.data<double>()) < 1e-12);
+    CHECK(max_diff(k.si, si.data<double>()) < 1e-10);
+    CHECK(max_diff(k.rm, rm.data<double>()) < 1e-12);
+    CHECK(max_diff(k.rv, rv.data<double>()) < 1e-12);  // unbiased over the global count
+    CHECK(max_diff(k.y, y.data<double>() + r * half * ch * sp) < 1e-10);
+    CHECK(max_diff(k.dx, dx.data<double>() + r * half * ch * sp) < 1e-10);
+  }
+  // γ and β gradients are each rank's own sums; together they are the whole batch's.
+  for (int64_t c = 0; c < ch; ++c) {
+    CHECK(std::abs(ranks[0].dg.data<double>()[c] + ranks[1].dg.data<double>()[c] - dg.data<double>()[c]) < 1e-10);
+    CHECK(std::abs(ranks[0].db.data<double>()[c] + ranks[1].db.data<double>()[c] - db.data<double>()[c]) < 1e-10);
+  }
+  // Per rank without the sync, the statistics differ (what the comparison above would catch).
+  gt::Tensor rm1 = rm0.clone(), rv1 = rv0.clone(), y1 = gt::Tensor::empty(hs, gt::DType::f64);
+  gt::ops::batchnorm_forward(part(x, 0), gamma, beta, rm1, rv1, momentum, eps, true, sm, si, y1);
+  CHECK(max_diff(y1, y.data<double>()) > 1e-3);
+}
+
+TEST_CASE("synchronised batch norm is refused for a model on a GPU, naming dist.sync_batchnorm", "[cpu][dist]") {
+  const auto root = gt::ConfigNode::load_string("model: {layers: [batchnorm1d, {type: linear, out_features: 2}]}\n",
+                                                "t.yaml");
+  auto comm = gt::make_local_comm();
+  // Shapes only: nothing is allocated on the device, so this runs without one.
+  gt::Model gpu = gt::Model::build(root["model"], gt::Shape{4}, gt::DType::f32, gt::Device::cuda(0), 1, false);
+  CHECK_THROWS_WITH(gpu.set_sync_comm(comm.get()),
+                    Catch::Contains("dist.sync_batchnorm: synchronised batch norm on GPUs is not built"));
+  gt::Model cpu = gt::Model::build(root["model"], gt::Shape{4}, gt::DType::f32, gt::Device::cpu(), 1);
+  CHECK_NOTHROW(cpu.set_sync_comm(comm.get()));
+}
+
 TEST_CASE("device: [cpu, cpu] runs two workers in one process that train like one with batch 2B, and like mpirun",
           "[e2e][dist]") {
   TempDir dir;
@@ -535,6 +638,76 @@ TEST_CASE("device: [cpu, cpu] runs two workers in one process that train like on
       }
       for (const char* d : {"one", "two", "mpi"}) fs::remove_all(dir / d);
     }
+  }
+}
+
+// conv → batchnorm2d → relu → flatten → linear on the data of dp_config, with the `dist` section given.
+std::string bn_config(int64_t batch, const std::string& dist) {
+  return fmt::format(R"(name: bn
+seed: 9
+device: cpu
+data: {{format: synthetic, samples: 1024, test_samples: 128, input_shape: [1, 6, 6], targets: {{classes: 3}},
+        batch_size: {}, augment: {{random_crop: {{padding: 1}}, hflip: true}}}}
+model:
+  layers:
+    - {{type: conv2d, out_channels: 4, kernel_size: 3, padding: 1}}
+    - batchnorm2d
+    - relu
+    - flatten
+    - {{type: linear, out_features: 3}}
+optimizer: {{type: sgd, lr: 0.05, momentum: 0.9}}
+train: {{epochs: 2, log_every: 8}}
+dist: {}
+)",
+                     batch, dist);
+}
+
+TEST_CASE("dist.sync_batchnorm: 2 ranks with batch B train batch norm to the parameters and running statistics of 1 "
+          "process with batch 2B",
+          "[e2e][dist]") {
+  TempDir dir;
+  write_text(dir / "one.yaml", bn_config(32, "{sync_batchnorm: true}"));  // one rank: the key changes nothing
+  const auto one = run_gputrain("train " + (dir / "one.yaml") + " --quiet --threads 1 --out " + (dir / "one"));
+  INFO(one.output);
+  REQUIRE(one.exit_code == 0);
+  write_text(dir / "one_plain.yaml", bn_config(32, "{sync_batchnorm: false}"));
+  REQUIRE(run_gputrain("train " + (dir / "one_plain.yaml") + " --quiet --threads 1 --out " + (dir / "one_plain"))
+              .exit_code == 0);
+  CHECK(max_relative_difference(dir / "one/model.safetensors", dir / "one_plain/model.safetensors") == 0);
+  // model.safetensors holds the running statistics too, so they are compared with the weights.
+  bool has_running_var = false;
+  for (const auto& [name, t] : gt::read_safetensors(dir / "one/model.safetensors"))
+    has_running_var = has_running_var || name == "layers.1.running_var";
+  REQUIRE(has_running_var);
+
+  SECTION("worker threads") {
+    write_text(dir / "two.yaml", bn_config(16, "{sync_batchnorm: true}"));
+    const auto two =
+        run_gputrain("train " + (dir / "two.yaml") + " --device '[cpu, cpu]' --threads 2 --out " + (dir / "two"));
+    INFO(two.output);
+    REQUIRE(two.exit_code == 0);
+    CHECK_THAT(two.output, Catch::Contains("after backward (dist.overlap: false)"));
+    CHECK(max_relative_difference(dir / "one/model.safetensors", dir / "two/model.safetensors") < 1e-5);
+    // Without the sync each rank normalises its own 16 samples: visibly different (the check above can fail).
+    write_text(dir / "two_plain.yaml", bn_config(16, "{sync_batchnorm: false}"));
+    REQUIRE(run_gputrain("train " + (dir / "two_plain.yaml") + " --device '[cpu, cpu]' --threads 2 --quiet --out " +
+                         (dir / "two_plain"))
+                .exit_code == 0);
+    CHECK(max_relative_difference(dir / "one/model.safetensors", dir / "two_plain/model.safetensors") > 1e-4);
+  }
+  SECTION("mpirun -np 2") {
+    write_text(dir / "two.yaml", bn_config(16, "{sync_batchnorm: true}"));
+    const auto mpi = std::system((mpirun(2) + GT_BINARY + " train " + (dir / "two.yaml") +
+                                  " --quiet --threads 1 --out " + (dir / "mpi") + " > /dev/null 2>&1")
+                                     .c_str());
+    REQUIRE(mpi == 0);
+    CHECK(max_relative_difference(dir / "one/model.safetensors", dir / "mpi/model.safetensors") < 1e-5);
+  }
+  SECTION("dist.overlap: true cannot go with it") {
+    write_text(dir / "bad.yaml", bn_config(16, "{sync_batchnorm: true, overlap: true}"));
+    const auto bad = run_gputrain("train " + (dir / "bad.yaml") + " --device '[cpu, cpu]' --out " + (dir / "bad"));
+    CHECK(bad.exit_code == 2);
+    CHECK_THAT(bad.output, Catch::Contains("dist.overlap cannot be true with dist.sync_batchnorm"));
   }
 }
 

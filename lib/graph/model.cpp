@@ -263,7 +263,17 @@ void Model::allocate(int64_t max_batch) {
   }
 }
 
-const Tensor& Model::forward(const Tensor& x, const LayerContext& ctx) {
+void Model::set_sync_comm(Communicator* comm) {
+  if (comm && !m_device.is_cpu())
+    throw Error(fmt::format("dist.sync_batchnorm: synchronised batch norm on GPUs is not built; the model is on {} "
+                            "(set it false, or train on the CPU)",
+                            m_device.str()));
+  m_sync = comm;
+}
+
+const Tensor& Model::forward(const Tensor& x, const LayerContext& context) {
+  LayerContext ctx = context;
+  ctx.sync = m_sync;
   const int64_t batch = x.dim(0);
   GT_CHECK(batch <= m_max_batch, "batch {} exceeds the allocated {}", batch, m_max_batch);
   GT_CHECK(x.shape().sample() == m_input_shape, "model input {} for per-sample shape {}", x.shape().str(),
@@ -285,7 +295,9 @@ const Tensor& Model::forward(const Tensor& x, const LayerContext& ctx) {
   return m_out.back();
 }
 
-void Model::backward(const Tensor& dout, const LayerContext& ctx) {
+void Model::backward(const Tensor& dout, const LayerContext& context) {
+  LayerContext ctx = context;
+  ctx.sync = m_sync;
   const size_t last = m_nodes.size() - 1;
   const int64_t batch = dout.dim(0);
   GT_CHECK(batch == m_out[last].dim(0) && dout.numel() == m_out[last].numel(), "dout {} for output {}",

@@ -13,6 +13,8 @@
 
 namespace gt {
 
+class Communicator;
+
 /// A trainable tensor and its gradient (same shape, dtype and device).
 struct Param {
   std::string name;  ///< "weight", "bias"; the model prefixes the layer path ("layers.1.weight")
@@ -25,6 +27,9 @@ struct LayerContext {
   bool training = true;          ///< dropout and batch norm behave differently in evaluation
   bool accumulate_grads = false; ///< add parameter gradients to what is there instead of overwriting it
   uint64_t step = 0;             ///< the micro-batch being computed (step × accumulate + k): keys dropout masks
+  /// dist.sync_batchnorm: the ranks whose batches batch norm normalises together in training (host collectives);
+  /// nullptr: each process's own batch. Model sets it from set_sync_comm.
+  Communicator* sync = nullptr;
 };
 
 class Layer {

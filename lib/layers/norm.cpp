@@ -1,9 +1,14 @@
 // batchnorm1d, batchnorm2d and layernorm, with learned scale and shift.
+#include "dist/comm.h"
 #include "layers/params.h"
 #include "ops/ops.h"
 
 namespace gt {
 namespace {
+
+ops::SumOverRanks sum_over_ranks(Communicator& comm, const char* what) {
+  return [&comm, what](double* data, size_t n) { comm.allreduce_sum(data, n, what); };
+}
 
 // Batch norm over channel dimension 0 of each sample: [C] or [C, L] (1d), [C, H, W] (2d).
 class BatchNorm final : public Layer {
@@ -37,12 +42,25 @@ class BatchNorm final : public Layer {
   }
 
   void forward(const std::vector<const Tensor*>& x, Tensor& y, const LayerContext& ctx) override {
+    m_synced = ctx.training && ctx.sync != nullptr;
+    if (m_synced) {
+      m_global_count = ops::batchnorm_forward_sync(*x[0], m_gamma.value, m_beta.value, m_running_mean, m_running_var,
+                                                   m_momentum, m_eps, m_save_mean, m_save_invstd, y,
+                                                   sum_over_ranks(*ctx.sync, "batch norm's statistics"));
+      return;
+    }
     ops::batchnorm_forward(*x[0], m_gamma.value, m_beta.value, m_running_mean, m_running_var, m_momentum, m_eps,
                            ctx.training, m_save_mean, m_save_invstd, y);
   }
   void backward(const std::vector<const Tensor*>& x, const Tensor&, const Tensor& dy, const std::vector<Tensor*>& dx,
                 const LayerContext& ctx) override {
     Tensor none;
+    if (m_synced && ctx.training && ctx.sync != nullptr) {
+      ops::batchnorm_backward_sync(*x[0], m_gamma.value, m_save_mean, m_save_invstd, dy, m_global_count,
+                                   dx[0] ? *dx[0] : none, m_gamma.grad, m_beta.grad, ctx.accumulate_grads ? 1.0 : 0.0,
+                                   sum_over_ranks(*ctx.sync, "batch norm's gradient sums"));
+      return;
+    }
     ops::batchnorm_backward(*x[0], m_gamma.value, m_save_mean, m_save_invstd, dy, ctx.training, dx[0] ? *dx[0] : none,
                             m_gamma.grad, m_beta.grad, ctx.accumulate_grads ? 1.0 : 0.0);
   }
@@ -63,6 +81,8 @@ class BatchNorm final : public Layer {
   int64_t m_channels = 0, m_numel = 0;
   Param m_gamma, m_beta;
   Tensor m_running_mean, m_running_var, m_save_mean, m_save_invstd;
+  bool m_synced = false;        // the last forward normalised over the ranks (its backward must too)
+  int64_t m_global_count = 0;   // values per channel in that forward, over all ranks
 };
 
 // Layer norm over the last dimension of each sample (torch.nn.LayerNorm(last_dim)).

@@ -353,6 +353,31 @@ void batchnorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& save
            });
 }
 
+int64_t batchnorm_forward_sync(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
+                               Tensor& running_var, double momentum, double eps, Tensor& save_mean,
+                               Tensor& save_invstd, Tensor& y, const SumOverRanks& sum_over_ranks) {
+  same_dtype("batchnorm_sync", {&x, &gamma, &beta, &running_mean, &running_var, &save_mean, &save_invstd, &y});
+  GT_CHECK(x.rank() >= 2 && x.dim(1) == gamma.numel() && y.numel() == x.numel(), "batchnorm x {} gamma {}",
+           x.shape().str(), gamma.shape().str());
+  const Device d =
+      common_device("batchnorm_sync", {&x, &gamma, &beta, &running_mean, &running_var, &save_mean, &save_invstd, &y});
+  if (!d.is_cpu()) throw Error(fmt::format("dist.sync_batchnorm: synchronised batch norm on {} is not built", d.str()));
+  return cpu::batchnorm_forward_sync(x, gamma, beta, running_mean, running_var, momentum, eps, save_mean, save_invstd,
+                                     y, sum_over_ranks);
+}
+
+void batchnorm_backward_sync(const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
+                             const Tensor& dy, int64_t global_count, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
+                             double beta, const SumOverRanks& sum_over_ranks) {
+  same_dtype("batchnorm_sync_backward", {&x, &gamma, &dy, &dx, &dgamma, &dbeta});
+  GT_CHECK(dy.numel() == x.numel() && (!dx.defined() || dx.numel() == x.numel()), "batchnorm_backward sizes");
+  const Device d =
+      common_device("batchnorm_sync_backward", {&x, &gamma, &save_mean, &save_invstd, &dy, &dx, &dgamma, &dbeta});
+  if (!d.is_cpu()) throw Error(fmt::format("dist.sync_batchnorm: synchronised batch norm on {} is not built", d.str()));
+  cpu::batchnorm_backward_sync(x, gamma, save_mean, save_invstd, dy, global_count, dx, dgamma, dbeta, beta,
+                               sum_over_ranks);
+}
+
 void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, Tensor& save_mean,
                        Tensor& save_invstd, Tensor& y) {
   same_dtype("layernorm", {&x, &gamma, &beta, &save_mean, &save_invstd, &y});

@@ -5,6 +5,7 @@
 #include "core/tensor.h"
 #include "ops/math.h"
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -99,6 +100,22 @@ void batchnorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                        Tensor& save_invstd, Tensor& y);
 void batchnorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
                         const Tensor& dy, bool training, Tensor& dx, Tensor& dgamma, Tensor& dbeta, double beta);
+/// Sums `n` doubles in place over the ranks of a data-parallel run; every rank calls it at the same point.
+using SumOverRanks = std::function<void(double* data, size_t n)>;
+/// Training-mode batch norm over the global batch of a data-parallel run (dist.sync_batchnorm), CPU tensors only:
+/// the local batch's per-channel Σx and Σx² (in double) and its count meet in one `sum_over_ranks` call (2C + 1
+/// values); x is normalised with the global mean and variance, and the running statistics take the global ones (the
+/// variance unbiased over the global count). Returns that count per channel (samples × spatial, all ranks), which
+/// batchnorm_backward_sync needs.
+int64_t batchnorm_forward_sync(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
+                               Tensor& running_var, double momentum, double eps, Tensor& save_mean,
+                               Tensor& save_invstd, Tensor& y, const SumOverRanks& sum_over_ranks);
+/// Its backward: when dx is wanted, the per-channel Σdy and Σdy·x̂ meet in one `sum_over_ranks` call (2C values), so
+/// dx is the global batch's (for every rank's dy scaled alike, as each rank's mean loss makes it). dgamma and dbeta
+/// stay the local sums: the gradient all-reduce averages them like every other parameter's.
+void batchnorm_backward_sync(const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
+                             const Tensor& dy, int64_t global_count, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
+                             double beta, const SumOverRanks& sum_over_ranks);
 /// Layer normalisation over the last dimension (gamma's length); save_mean/save_invstd hold one value per row.
 void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, Tensor& save_mean,
                        Tensor& save_invstd, Tensor& y);

@@ -222,11 +222,16 @@ void parse_checkpoint(const ConfigNode& n, CheckpointConfig& out) {
 
 void parse_dist(const ConfigNode& n, DistConfig& out) {
   n.expect_keys({"bucket_mb", "timeout_s", "overlap", "sync_batchnorm"});
-  out.overlap = n.get_bool("overlap", true);
+  out.sync_batchnorm = n.get_bool("sync_batchnorm", false);
+  // Synchronised batch norm all-reduces on the training thread during backward; the gradient buckets' all-reduces
+  // on the communication thread would then race it for the same communicator (and their order could differ
+  // between ranks), so it all-reduces the buckets after backward instead.
+  if (out.sync_batchnorm && n.has("overlap") && n.get_bool("overlap", false))
+    n["overlap"].fail("dist.overlap cannot be true with dist.sync_batchnorm (batch norm's all-reduces run during "
+                      "backward); leave it out or set it false");
+  out.overlap = n.get_bool("overlap", !out.sync_batchnorm);
   out.bucket_mb = n.get_double("bucket_mb", 25, 1e-3, 1e6);
   out.timeout_s = n.get_double("timeout_s", 300, 0.1, 1e7);
-  if (n.get_bool("sync_batchnorm", false))
-    n["sync_batchnorm"].fail("synchronised batch norm is not built yet: statistics stay per rank (set it false)");
 }
 
 // logging.every_steps is train.log_every under the name the other logging settings suggest; given, it wins.
@@ -428,6 +433,7 @@ YAML::Node resolved_config(const Experiment& e, const YAML::Node& layers) {
   n["dist"]["bucket_mb"] = e.dist.bucket_mb;
   n["dist"]["timeout_s"] = e.dist.timeout_s;
   n["dist"]["overlap"] = e.dist.overlap;
+  n["dist"]["sync_batchnorm"] = e.dist.sync_batchnorm;
   n["logging"]["tensorboard"] = e.logging.tensorboard;
   n["logging"]["jsonl"] = e.logging.jsonl;
   n["logging"]["report"] = e.logging.report;

@@ -76,6 +76,7 @@ struct DistConfig {
   double bucket_mb = 25;   ///< gradient bucket size for the overlapped all-reduce
   double timeout_s = 300;  ///< a collective waiting longer than this ends the run with exit 3
   bool overlap = true;     ///< all-reduce gradient buckets on a thread during backward
+  bool sync_batchnorm = false;  ///< batch norm statistics over the global batch (one all-reduce per layer and pass)
 };
 
 /// Where the numbers of a run go (the `logging:` section).

@@ -475,6 +475,7 @@ RunSummary train_worker(const Experiment& exp, const RunOptions& opts, const Wor
   Communicator& comm = opts.comm ? *opts.comm : *local_comm;
   const bool lead = comm.rank() == 0;  // rank 0 alone writes the run directory
   const int world = comm.size();
+  if (exp.dist.sync_batchnorm && world > 1) model.set_sync_comm(&comm);  // batch norm over the global batch
   // Rank 0 picks the checkpoint and the run directory; the others load the same one (a shared file system).
   ResumePlan plan;
   if (lead) plan = plan_resume(exp, opts);

@@ -4,6 +4,8 @@
 #include "core/tensor.h"
 #include "ops/math.h"
 
+#include <functional>
+
 namespace gt::cpu {
 
 /// Calls f(float{}) or f(double{}) for the tensor's element type; the kernels are templates over it.
@@ -45,6 +47,12 @@ void batchnorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                        Tensor& save_invstd, Tensor& y);
 void batchnorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
                         const Tensor& dy, bool training, Tensor& dx, Tensor& dgamma, Tensor& dbeta, double beta);
+int64_t batchnorm_forward_sync(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
+                               Tensor& running_var, double momentum, double eps, Tensor& save_mean,
+                               Tensor& save_invstd, Tensor& y, const std::function<void(double*, size_t)>& sum_over_ranks);
+void batchnorm_backward_sync(const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
+                             const Tensor& dy, int64_t global_count, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
+                             double beta, const std::function<void(double*, size_t)>& sum_over_ranks);
 void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, Tensor& save_mean,
                        Tensor& save_invstd, Tensor& y);
 void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
