@@ -642,7 +642,7 @@ TEST_CASE("device: [cpu, cpu] runs two workers in one process that train like on
 }
 
 // conv → batchnorm2d → relu → flatten → linear on the data of dp_config, with the `dist` section given.
-std::string bn_config(int64_t batch, const std::string& dist) {
+std::string bn_config(int64_t batch, const std::string& dist, int64_t accumulate = 1) {
   return fmt::format(R"(name: bn
 seed: 9
 device: cpu
@@ -656,10 +656,10 @@ model:
     - flatten
     - {{type: linear, out_features: 3}}
 optimizer: {{type: sgd, lr: 0.05, momentum: 0.9}}
-train: {{epochs: 2, log_every: 8}}
+train: {{epochs: 2, log_every: 8, accumulate: {}}}
 dist: {}
 )",
-                     batch, dist);
+                     batch, accumulate, dist);
 }
 
 TEST_CASE("dist.sync_batchnorm: 2 ranks with batch B train batch norm to the parameters and running statistics of 1 "
@@ -702,6 +702,16 @@ TEST_CASE("dist.sync_batchnorm: 2 ranks with batch B train batch norm to the par
                                      .c_str());
     REQUIRE(mpi == 0);
     CHECK(max_relative_difference(dir / "one/model.safetensors", dir / "mpi/model.safetensors") < 1e-5);
+  }
+  SECTION("accumulating 2 micro-batches: each one's statistics are over its global micro-batch") {
+    write_text(dir / "one_acc.yaml", bn_config(32, "{sync_batchnorm: true}", 2));
+    REQUIRE(run_gputrain("train " + (dir / "one_acc.yaml") + " --quiet --threads 1 --out " + (dir / "one_acc"))
+                .exit_code == 0);
+    write_text(dir / "two_acc.yaml", bn_config(16, "{sync_batchnorm: true}", 2));
+    REQUIRE(run_gputrain("train " + (dir / "two_acc.yaml") + " --device '[cpu, cpu]' --threads 2 --quiet --out " +
+                         (dir / "two_acc"))
+                .exit_code == 0);
+    CHECK(max_relative_difference(dir / "one_acc/model.safetensors", dir / "two_acc/model.safetensors") < 1e-5);
   }
   SECTION("dist.overlap: true cannot go with it") {
     write_text(dir / "bad.yaml", bn_config(16, "{sync_batchnorm: true, overlap: true}"));
