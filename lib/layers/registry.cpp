@@ -21,7 +21,7 @@ const std::vector<LayerSpec>& layer_registry() {
        make_batchnorm1d},
       {"batchnorm2d",
        "Batch normalisation of [C, H, W] samples per channel; running statistics in evaluation. Statistics stay "
-       "per process in distributed training.",
+       "per process in distributed training unless `dist.sync_batchnorm` is set.",
        {{"momentum", "float", "0.1", "weight of the new batch in the running statistics", false},
         {"eps", "float", "1e-5", "", false}},
        make_batchnorm2d},
