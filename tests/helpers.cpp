@@ -22,7 +22,10 @@ std::string gputrain_binary() {
 
 
 CommandResult run_gputrain(const std::string& args, const std::string& env) {
-  const std::string cmd = (env.empty() ? "" : env + " ") + gputrain_binary() + " " + args + " 2>&1";
+  return run_shell((env.empty() ? "" : env + " ") + gputrain_binary() + " " + args + " 2>&1");
+}
+
+CommandResult run_shell(const std::string& cmd) {
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) throw std::runtime_error("popen failed");
   CommandResult r;

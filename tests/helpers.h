@@ -15,6 +15,9 @@ struct CommandResult {
 /// The gputrain binary the tests run: the build's, or $GT_GPUTRAIN when set.
 std::string gputrain_binary();
 
+/// Runs `cmd` through the shell and captures its stdout (the command redirects stderr itself when it wants it).
+CommandResult run_shell(const std::string& cmd);
+
 /// Runs `gputrain <args>` through the shell (args are passed as written) and captures its output.
 /// `env` ("NAME=value …") is put before the command.
 CommandResult run_gputrain(const std::string& args, const std::string& env = "");

@@ -83,14 +83,7 @@ CommandResult run_on_terminal(const std::string& args, const std::string& env, c
   const std::string cmd = env + " python3 -c 'import pty, sys; s = pty.spawn(sys.argv[1:]); "
                                 "sys.exit(s >> 8 if s & 0x7f == 0 else 128 + (s & 0x7f))' " +
                           launcher + gputrain_binary() + " " + args + " < /dev/null 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) throw std::runtime_error("popen failed");
-  CommandResult r;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) r.output.append(buf, n);
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
+  return run_shell(cmd);
 }
 
 // What the terminal showed as separate draws: the text between carriage returns and newlines, escapes removed.

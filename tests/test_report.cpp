@@ -59,17 +59,6 @@ std::vector<size_t> polyline_points(const std::string& svg) {
   return out;
 }
 
-CommandResult run_shell(const std::string& cmd) {
-  CommandResult r;
-  FILE* f = ::popen(cmd.c_str(), "r");
-  REQUIRE(f);
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) r.output.append(buf, n);
-  const int status = ::pclose(f);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
-}
-
 size_t rows_of_type(const std::string& metrics, const std::string& type) {
   return count_of(metrics, "\"type\": \"" + type + "\"");
 }

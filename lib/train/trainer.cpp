@@ -647,7 +647,7 @@ RunSummary train_worker(const Experiment& exp, const RunOptions& opts, const Wor
   model.set_profiler(&profiler);
   if (grad_sync) grad_sync->set_profiler(&profiler);
   const int64_t profile_end = exp.train.profile_start + exp.train.profile_steps;  // steps are 1-based here
-  static const std::string kData = "data", kLoss = "loss", kOptimizer = "optimizer", kTrainer = "trainer";
+  static const std::string kLoss = "loss", kOptimizer = "optimizer";
   auto finish_profile = [&] {
     profiler.enable(false);
     if (!lead) return;

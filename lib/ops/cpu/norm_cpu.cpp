@@ -10,6 +10,27 @@
 namespace gt::cpu {
 namespace {
 
+// Channel c of a batch-norm forward from its statistics: the running statistics moved towards them (training;
+// the running variance unbiased over `n` values, as PyTorch keeps it), the saved mean and inverse std, and y.
+template <class T>
+void bn_normalize_channel(int64_t c, double mean, double var, double n, bool update_running, double momentum,
+                          double eps, const T* px, const T* pg, const T* pb, int64_t batch, int64_t ch, int64_t sp,
+                          T* rm, T* rv, T* sm, T* si, T* py) {
+  if (update_running) {
+    rm[c] = static_cast<T>((1 - momentum) * rm[c] + momentum * mean);
+    rv[c] = static_cast<T>((1 - momentum) * rv[c] + momentum * var * n / std::max(n - 1, 1.0));
+  }
+  const double inv = 1.0 / std::sqrt(var + eps);
+  sm[c] = static_cast<T>(mean);
+  si[c] = static_cast<T>(inv);
+  const T scale = static_cast<T>(pg[c] * inv), shift = static_cast<T>(pb[c] - mean * pg[c] * inv);
+  for (int64_t b = 0; b < batch; ++b) {
+    const T* row = px + (b * ch + c) * sp;
+    T* out = py + (b * ch + c) * sp;
+    for (int64_t i = 0; i < sp; ++i) out[i] = row[i] * scale + shift;
+  }
+}
+
 // x viewed as (B, C, S): channel c of sample b is the run x[(b·C + c)·S, +S).
 template <class T>
 void bn_fwd_t(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean, Tensor& running_var,
@@ -40,23 +61,12 @@ void bn_fwd_t(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& 
           s2 += acc;
         }
         var = s2 / static_cast<double>(n);
-        // Running variance is unbiased, as PyTorch keeps it.
-        rm[c] = static_cast<T>((1 - momentum) * rm[c] + momentum * mean);
-        rv[c] = static_cast<T>((1 - momentum) * rv[c] + momentum * var * static_cast<double>(n) /
-                                                            static_cast<double>(std::max<int64_t>(n - 1, 1)));
       } else {
         mean = rm[c];
         var = rv[c];
       }
-      const double inv = 1.0 / std::sqrt(var + eps);
-      sm[c] = static_cast<T>(mean);
-      si[c] = static_cast<T>(inv);
-      const T scale = static_cast<T>(pg[c] * inv), shift = static_cast<T>(pb[c] - mean * pg[c] * inv);
-      for (int64_t b = 0; b < batch; ++b) {
-        const T* row = px + (b * ch + c) * sp;
-        T* out = py + (b * ch + c) * sp;
-        for (int64_t i = 0; i < sp; ++i) out[i] = row[i] * scale + shift;
-      }
+      bn_normalize_channel(c, mean, var, static_cast<double>(n), training, momentum, eps, px, pg, pb, batch, ch, sp,
+                           rm, rv, sm, si, py);
     }
   });
 }
@@ -136,17 +146,7 @@ int64_t bn_fwd_sync_t(const Tensor& x, const Tensor& gamma, const Tensor& beta, 
     for (int64_t c = c0; c < c1; ++c) {
       const double mean = sums[static_cast<size_t>(c)] / n;
       const double var = std::max(sums[static_cast<size_t>(ch + c)] / n - mean * mean, 0.0);
-      rm[c] = static_cast<T>((1 - momentum) * rm[c] + momentum * mean);
-      rv[c] = static_cast<T>((1 - momentum) * rv[c] + momentum * var * n / std::max(n - 1, 1.0));
-      const double inv = 1.0 / std::sqrt(var + eps);
-      sm[c] = static_cast<T>(mean);
-      si[c] = static_cast<T>(inv);
-      const T scale = static_cast<T>(pg[c] * inv), shift = static_cast<T>(pb[c] - mean * pg[c] * inv);
-      for (int64_t b = 0; b < batch; ++b) {
-        const T* row = px + (b * ch + c) * sp;
-        T* out = py + (b * ch + c) * sp;
-        for (int64_t i = 0; i < sp; ++i) out[i] = row[i] * scale + shift;
-      }
+      bn_normalize_channel(c, mean, var, n, true, momentum, eps, px, pg, pb, batch, ch, sp, rm, rv, sm, si, py);
     }
   });
   return static_cast<int64_t>(n);
