@@ -596,10 +596,11 @@ TEST_CASE("synchronised batch norm is refused for a model on a GPU, naming dist.
   auto comm = gt::make_local_comm();
   // Shapes only: nothing is allocated on the device, so this runs without one.
   gt::Model gpu = gt::Model::build(root["model"], gt::Shape{4}, gt::DType::f32, gt::Device::cuda(0), 1, false);
-  CHECK_THROWS_WITH(gpu.set_sync_comm(comm.get()),
+  const gt::ops::SumOverRanks sum = [&comm](double* data, size_t n) { comm->allreduce_sum(data, n, "test"); };
+  CHECK_THROWS_WITH(gpu.set_sync(sum),
                     Catch::Contains("dist.sync_batchnorm: synchronised batch norm on GPUs is not built"));
   gt::Model cpu = gt::Model::build(root["model"], gt::Shape{4}, gt::DType::f32, gt::Device::cpu(), 1);
-  CHECK_NOTHROW(cpu.set_sync_comm(comm.get()));
+  CHECK_NOTHROW(cpu.set_sync(sum));
 }
 
 TEST_CASE("device: [cpu, cpu] runs two workers in one process that train like one with batch 2B, and like mpirun",

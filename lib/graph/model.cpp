@@ -263,17 +263,17 @@ void Model::allocate(int64_t max_batch) {
   }
 }
 
-void Model::set_sync_comm(Communicator* comm) {
-  if (comm && !m_device.is_cpu())
+void Model::set_sync(ops::SumOverRanks sum_over_ranks) {
+  if (sum_over_ranks && !m_device.is_cpu())
     throw Error(fmt::format("dist.sync_batchnorm: synchronised batch norm on GPUs is not built; the model is on {} "
                             "(set it false, or train on the CPU)",
                             m_device.str()));
-  m_sync = comm;
+  m_sync = std::move(sum_over_ranks);
 }
 
 const Tensor& Model::forward(const Tensor& x, const LayerContext& context) {
   LayerContext ctx = context;
-  ctx.sync = m_sync;
+  ctx.sum_over_ranks = m_sync ? &m_sync : nullptr;
   const int64_t batch = x.dim(0);
   GT_CHECK(batch <= m_max_batch, "batch {} exceeds the allocated {}", batch, m_max_batch);
   GT_CHECK(x.shape().sample() == m_input_shape, "model input {} for per-sample shape {}", x.shape().str(),
@@ -297,7 +297,7 @@ const Tensor& Model::forward(const Tensor& x, const LayerContext& context) {
 
 void Model::backward(const Tensor& dout, const LayerContext& context) {
   LayerContext ctx = context;
-  ctx.sync = m_sync;
+  ctx.sum_over_ranks = m_sync ? &m_sync : nullptr;
   const size_t last = m_nodes.size() - 1;
   const int64_t batch = dout.dim(0);
   GT_CHECK(batch == m_out[last].dim(0) && dout.numel() == m_out[last].numel(), "dout {} for output {}",

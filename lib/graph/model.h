@@ -67,10 +67,10 @@ class Model {
   /// Called with a node's index right after its backward has run, when its parameter gradients are final
   /// (data-parallel training starts averaging them then). Empty: nothing is called.
   void set_grad_ready_hook(std::function<void(size_t)> hook) { m_grad_ready = std::move(hook); }
-  /// dist.sync_batchnorm: batch norm layers normalise training batches over the ranks of `comm` (host collectives,
-  /// one per batch norm layer in each pass, so every rank must run the same passes). nullptr: per process. Throws
-  /// gt::Error for a model on a GPU, where it is not built.
-  void set_sync_comm(Communicator* comm);
+  /// dist.sync_batchnorm: batch norm layers normalise training batches over the ranks that `sum_over_ranks` sums
+  /// over (a host collective, called once per batch norm layer in each pass, so every rank must run the same passes).
+  /// Empty: per process. Throws gt::Error for a model on a GPU, where it is not built.
+  void set_sync(ops::SumOverRanks sum_over_ranks);
   /// Node i's parameters (empty for layers without any).
   std::vector<std::vector<Param*>> params_by_node();
   /// The edges of the graph, one line per node with inputs other than its predecessor ("" for a chain).
@@ -91,7 +91,7 @@ class Model {
   Tensor m_input;                              // the last forward's input
   std::function<void(size_t)> m_grad_ready;
   Profiler* m_profiler = nullptr;
-  Communicator* m_sync = nullptr;
+  ops::SumOverRanks m_sync;
 };
 
 }  // namespace gt

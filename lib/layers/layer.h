@@ -4,6 +4,7 @@
 #include "config/config.h"
 #include "core/rng.h"
 #include "core/tensor.h"
+#include "ops/ops.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -12,8 +13,6 @@
 #include <vector>
 
 namespace gt {
-
-class Communicator;
 
 /// A trainable tensor and its gradient (same shape, dtype and device).
 struct Param {
@@ -27,9 +26,9 @@ struct LayerContext {
   bool training = true;          ///< dropout and batch norm behave differently in evaluation
   bool accumulate_grads = false; ///< add parameter gradients to what is there instead of overwriting it
   uint64_t step = 0;             ///< the micro-batch being computed (step × accumulate + k): keys dropout masks
-  /// dist.sync_batchnorm: the ranks whose batches batch norm normalises together in training (host collectives);
-  /// nullptr: each process's own batch. Model sets it from set_sync_comm.
-  Communicator* sync = nullptr;
+  /// dist.sync_batchnorm: sums batch norm's per-channel statistics over the ranks whose batches it normalises
+  /// together in training (a host collective); nullptr: each process's own batch. Model sets it from set_sync.
+  const ops::SumOverRanks* sum_over_ranks = nullptr;
 };
 
 class Layer {
@@ -94,25 +93,5 @@ const std::vector<LayerSpec>& layer_registry();
 const LayerSpec* find_layer(std::string_view type);
 /// The config reference in Markdown, generated from the registry (README "Layers").
 std::string layer_reference_markdown();
-
-// Factories, one per layer file; the registry lists them.
-std::unique_ptr<Layer> make_linear(const ConfigNode& cfg);
-std::unique_ptr<Layer> make_flatten(const ConfigNode& cfg);
-std::unique_ptr<Layer> make_relu(const ConfigNode& cfg);
-std::unique_ptr<Layer> make_tanh(const ConfigNode& cfg);
-std::unique_ptr<Layer> make_sigmoid(const ConfigNode& cfg);
-std::unique_ptr<Layer> make_gelu(const ConfigNode& cfg);
-std::unique_ptr<Layer> make_conv2d(const ConfigNode& cfg);
-std::unique_ptr<Layer> make_maxpool2d(const ConfigNode& cfg);
-std::unique_ptr<Layer> make_avgpool2d(const ConfigNode& cfg);
-std::unique_ptr<Layer> make_global_avgpool(const ConfigNode& cfg);
-std::unique_ptr<Layer> make_add(const ConfigNode& cfg);
-std::unique_ptr<Layer> make_batchnorm1d(const ConfigNode& cfg);
-std::unique_ptr<Layer> make_batchnorm2d(const ConfigNode& cfg);
-std::unique_ptr<Layer> make_layernorm(const ConfigNode& cfg);
-std::unique_ptr<Layer> make_dropout(const ConfigNode& cfg);
-std::unique_ptr<Layer> make_softmax(const ConfigNode& cfg);
-std::unique_ptr<Layer> make_embedding(const ConfigNode& cfg);
-std::unique_ptr<Layer> make_concat(const ConfigNode& cfg);
 
 }  // namespace gt

@@ -5,6 +5,26 @@
 
 namespace gt {
 
+// The factories, one per layer file (lib/layers/<type>.cpp); declared here, the only place that calls them.
+std::unique_ptr<Layer> make_linear(const ConfigNode& cfg);
+std::unique_ptr<Layer> make_flatten(const ConfigNode& cfg);
+std::unique_ptr<Layer> make_relu(const ConfigNode& cfg);
+std::unique_ptr<Layer> make_tanh(const ConfigNode& cfg);
+std::unique_ptr<Layer> make_sigmoid(const ConfigNode& cfg);
+std::unique_ptr<Layer> make_gelu(const ConfigNode& cfg);
+std::unique_ptr<Layer> make_conv2d(const ConfigNode& cfg);
+std::unique_ptr<Layer> make_maxpool2d(const ConfigNode& cfg);
+std::unique_ptr<Layer> make_avgpool2d(const ConfigNode& cfg);
+std::unique_ptr<Layer> make_global_avgpool(const ConfigNode& cfg);
+std::unique_ptr<Layer> make_add(const ConfigNode& cfg);
+std::unique_ptr<Layer> make_batchnorm1d(const ConfigNode& cfg);
+std::unique_ptr<Layer> make_batchnorm2d(const ConfigNode& cfg);
+std::unique_ptr<Layer> make_layernorm(const ConfigNode& cfg);
+std::unique_ptr<Layer> make_dropout(const ConfigNode& cfg);
+std::unique_ptr<Layer> make_softmax(const ConfigNode& cfg);
+std::unique_ptr<Layer> make_embedding(const ConfigNode& cfg);
+std::unique_ptr<Layer> make_concat(const ConfigNode& cfg);
+
 const std::vector<LayerSpec>& layer_registry() {
   static const std::vector<LayerSpec> table = {
       {"add", "Element-wise sum of two or more inputs of one shape (residual connections).", {}, make_add, 2, 0},

@@ -475,7 +475,8 @@ RunSummary train_worker(const Experiment& exp, const RunOptions& opts, const Wor
   Communicator& comm = opts.comm ? *opts.comm : *local_comm;
   const bool lead = comm.rank() == 0;  // rank 0 alone writes the run directory
   const int world = comm.size();
-  if (exp.dist.sync_batchnorm && world > 1) model.set_sync_comm(&comm);  // batch norm over the global batch
+  if (exp.dist.sync_batchnorm && world > 1)  // batch norm over the global batch
+    model.set_sync([&comm](double* data, size_t n) { comm.allreduce_sum(data, n, "batch norm's sums"); });
   // Rank 0 picks the checkpoint and the run directory; the others load the same one (a shared file system).
   ResumePlan plan;
   if (lead) plan = plan_resume(exp, opts);

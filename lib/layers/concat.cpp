@@ -1,35 +1,9 @@
-// add and concat: the layers that join branches (residual connections, Inception-style blocks).
+// concat: joins two or more inputs along one per-sample dimension (Inception-style blocks).
 #include "layers/layer.h"
 #include "ops/ops.h"
 
 namespace gt {
 namespace {
-
-// Element-wise sum of two or more inputs of one shape.
-class Add final : public Layer {
- public:
-  Shape infer_shape(const std::vector<Shape>& in, const ConfigNode& cfg) override {
-    for (size_t i = 1; i < in.size(); ++i)
-      if (in[i] != in[0])
-        cfg.fail(fmt::format("add needs inputs of one shape, got {} and {} (inputs 0 and {})", in[0].str(),
-                             in[i].str(), i));
-    m_numel = in[0].numel() * static_cast<int64_t>(in.size() - 1);
-    return in[0];
-  }
-  void forward(const std::vector<const Tensor*>& x, Tensor& y, const LayerContext&) override {
-    ops::add(*x[0], *x[1], y);
-    for (size_t i = 2; i < x.size(); ++i) ops::add(y, *x[i], y);
-  }
-  void backward(const std::vector<const Tensor*>&, const Tensor&, const Tensor& dy, const std::vector<Tensor*>& dx,
-                const LayerContext&) override {
-    for (Tensor* d : dx)
-      if (d) d->copy_from(dy);
-  }
-  int64_t forward_flops() const override { return m_numel; }
-
- private:
-  int64_t m_numel = 0;
-};
 
 // Concatenation along one per-sample dimension (0 = channels for images; negative counts from the end).
 class Concat final : public Layer {
@@ -94,7 +68,6 @@ class Concat final : public Layer {
 
 }  // namespace
 
-std::unique_ptr<Layer> make_add(const ConfigNode&) { return std::make_unique<Add>(); }
 std::unique_ptr<Layer> make_concat(const ConfigNode& cfg) { return std::make_unique<Concat>(cfg); }
 
 }  // namespace gt

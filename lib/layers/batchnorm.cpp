@@ -1,14 +1,10 @@
-// batchnorm1d, batchnorm2d and layernorm, with learned scale and shift.
-#include "dist/comm.h"
+// batchnorm1d and batchnorm2d: per-channel normalisation over the batch (or the global batch of a data-parallel
+// run with dist.sync_batchnorm), with learned scale and shift and running statistics for evaluation.
 #include "layers/params.h"
 #include "ops/ops.h"
 
 namespace gt {
 namespace {
-
-ops::SumOverRanks sum_over_ranks(Communicator& comm, const char* what) {
-  return [&comm, what](double* data, size_t n) { comm.allreduce_sum(data, n, what); };
-}
 
 // Batch norm over channel dimension 0 of each sample: [C] or [C, L] (1d), [C, H, W] (2d).
 class BatchNorm final : public Layer {
@@ -42,11 +38,10 @@ class BatchNorm final : public Layer {
   }
 
   void forward(const std::vector<const Tensor*>& x, Tensor& y, const LayerContext& ctx) override {
-    m_synced = ctx.training && ctx.sync != nullptr;
+    m_synced = ctx.training && ctx.sum_over_ranks != nullptr;
     if (m_synced) {
       m_global_count = ops::batchnorm_forward_sync(*x[0], m_gamma.value, m_beta.value, m_running_mean, m_running_var,
-                                                   m_momentum, m_eps, m_save_mean, m_save_invstd, y,
-                                                   sum_over_ranks(*ctx.sync, "batch norm's statistics"));
+                                                   m_momentum, m_eps, m_save_mean, m_save_invstd, y, *ctx.sum_over_ranks);
       return;
     }
     ops::batchnorm_forward(*x[0], m_gamma.value, m_beta.value, m_running_mean, m_running_var, m_momentum, m_eps,
@@ -55,10 +50,10 @@ class BatchNorm final : public Layer {
   void backward(const std::vector<const Tensor*>& x, const Tensor&, const Tensor& dy, const std::vector<Tensor*>& dx,
                 const LayerContext& ctx) override {
     Tensor none;
-    if (m_synced && ctx.training && ctx.sync != nullptr) {
+    if (m_synced && ctx.training && ctx.sum_over_ranks != nullptr) {
       ops::batchnorm_backward_sync(*x[0], m_gamma.value, m_save_mean, m_save_invstd, dy, m_global_count,
                                    dx[0] ? *dx[0] : none, m_gamma.grad, m_beta.grad, ctx.accumulate_grads ? 1.0 : 0.0,
-                                   sum_over_ranks(*ctx.sync, "batch norm's gradient sums"));
+                                   *ctx.sum_over_ranks);
       return;
     }
     ops::batchnorm_backward(*x[0], m_gamma.value, m_save_mean, m_save_invstd, dy, ctx.training, dx[0] ? *dx[0] : none,
@@ -85,62 +80,9 @@ class BatchNorm final : public Layer {
   int64_t m_global_count = 0;   // values per channel in that forward, over all ranks
 };
 
-// Layer norm over the last dimension of each sample (torch.nn.LayerNorm(last_dim)).
-class LayerNorm final : public Layer {
- public:
-  explicit LayerNorm(const ConfigNode& cfg) : m_eps(cfg.get_double("eps", 1e-5, 0.0, 1.0)) {}
-
-  Shape infer_shape(const std::vector<Shape>& in, const ConfigNode& cfg) override {
-    if (in[0].rank() == 0) cfg.fail("layernorm needs an input with at least one dimension");
-    m_dim = in[0][in[0].rank() - 1];
-    m_rows_per_sample = in[0].numel() / m_dim;
-    return in[0];
-  }
-  void init_params(Rng&, DType dtype, Device device) override {
-    m_gamma = constant_param("weight", Shape{m_dim}, 1.0, dtype, device);
-    m_beta = constant_param("bias", Shape{m_dim}, 0.0, dtype, device);
-    m_dtype = dtype;
-    m_device = device;
-  }
-  std::vector<Param*> params() override { return {&m_gamma, &m_beta}; }
-
-  void forward(const std::vector<const Tensor*>& x, Tensor& y, const LayerContext&) override {
-    const int64_t rows = x[0]->dim(0) * m_rows_per_sample;
-    if (!m_save_mean.defined() || m_save_mean.numel() < rows) {  // grows once, to the largest batch
-      m_save_mean = Tensor::empty(Shape{rows}, m_dtype, m_device);
-      m_save_invstd = Tensor::empty(Shape{rows}, m_dtype, m_device);
-    }
-    ops::layernorm_forward(*x[0], m_gamma.value, m_beta.value, m_eps, m_save_mean, m_save_invstd, y);
-  }
-  void backward(const std::vector<const Tensor*>& x, const Tensor&, const Tensor& dy, const std::vector<Tensor*>& dx,
-                const LayerContext& ctx) override {
-    Tensor none;
-    ops::layernorm_backward(*x[0], m_gamma.value, m_save_mean, m_save_invstd, dy, dx[0] ? *dx[0] : none, m_gamma.grad,
-                            m_beta.grad, ctx.accumulate_grads ? 1.0 : 0.0);
-  }
-  YAML::Node resolved_args() const override {
-    YAML::Node n(YAML::NodeType::Map);
-    n["eps"] = m_eps;
-    return n;
-  }
-  int64_t forward_flops() const override { return 5 * m_dim * m_rows_per_sample; }
-  int64_t param_numel() const override { return 2 * m_dim; }
-  // save_mean and save_invstd: one per row, allocated by the first forward of the largest batch.
-  int64_t workspace_numel(int64_t batch) const override { return 2 * batch * m_rows_per_sample; }
-
- private:
-  double m_eps;
-  int64_t m_dim = 0, m_rows_per_sample = 1;
-  DType m_dtype = DType::f32;
-  Device m_device;
-  Param m_gamma, m_beta;
-  Tensor m_save_mean, m_save_invstd;
-};
-
 }  // namespace
 
 std::unique_ptr<Layer> make_batchnorm1d(const ConfigNode& cfg) { return std::make_unique<BatchNorm>(cfg, false); }
 std::unique_ptr<Layer> make_batchnorm2d(const ConfigNode& cfg) { return std::make_unique<BatchNorm>(cfg, true); }
-std::unique_ptr<Layer> make_layernorm(const ConfigNode& cfg) { return std::make_unique<LayerNorm>(cfg); }
 
 }  // namespace gt

@@ -1,0 +1,60 @@
+// embedding: rows of a learned table picked by integer-valued inputs.
+#include "layers/layer.h"
+#include "ops/ops.h"
+
+namespace gt {
+namespace {
+
+// Rows of a learned table picked by integer-valued inputs: [...] → [..., embedding_dim].
+class Embedding final : public Layer {
+ public:
+  explicit Embedding(const ConfigNode& cfg) {
+    cfg.require("num_embeddings");
+    cfg.require("embedding_dim");
+    m_vocab = cfg["num_embeddings"].as_int(1);
+    m_dim = cfg["embedding_dim"].as_int(1);
+  }
+  Shape infer_shape(const std::vector<Shape>& in, const ConfigNode&) override {
+    std::vector<int64_t> d = in[0].dims();
+    d.push_back(m_dim);
+    return Shape(d);
+  }
+  void init_params(Rng& rng, DType dtype, Device device) override {
+    // torch.nn.Embedding: N(0, 1).
+    Tensor host = Tensor::empty(Shape{m_vocab, m_dim}, dtype);
+    for (int64_t i = 0; i < host.numel(); ++i) {
+      if (dtype == DType::f64)
+        host.data<double>()[i] = rng.normal();
+      else
+        host.data<float>()[i] = static_cast<float>(rng.normal());
+    }
+    m_weight = Param{"weight", Tensor::empty(host.shape(), dtype, device), Tensor::zeros(host.shape(), dtype, device)};
+    m_weight.value.copy_from(host);
+  }
+  std::vector<Param*> params() override { return {&m_weight}; }
+  int64_t param_numel() const override { return m_vocab * m_dim; }
+  void forward(const std::vector<const Tensor*>& x, Tensor& y, const LayerContext&) override {
+    ops::embedding_forward(*x[0], m_weight.value, y);
+  }
+  void backward(const std::vector<const Tensor*>& x, const Tensor&, const Tensor& dy, const std::vector<Tensor*>& dx,
+                const LayerContext& ctx) override {
+    ops::embedding_backward(*x[0], dy, m_weight.grad, ctx.accumulate_grads ? 1.0 : 0.0);
+    if (dx[0]) dx[0]->zero_();  // indices are not differentiable
+  }
+  YAML::Node resolved_args() const override {
+    YAML::Node n(YAML::NodeType::Map);
+    n["num_embeddings"] = m_vocab;
+    n["embedding_dim"] = m_dim;
+    return n;
+  }
+
+ private:
+  int64_t m_vocab, m_dim;
+  Param m_weight;
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_embedding(const ConfigNode& cfg) { return std::make_unique<Embedding>(cfg); }
+
+}  // namespace gt
