@@ -40,16 +40,11 @@ std::string join_names(const std::vector<std::string>& v) {
 
 }  // namespace
 
-Model Model::build(const ConfigNode& model_cfg, const Shape& input_shape, DType dtype, Device device, uint64_t seed,
-                   bool init_params) {
-  model_cfg.expect_keys({"layers"});
-  model_cfg.require("layers");
-  const ConfigNode layers = model_cfg["layers"];
-  if (!layers.is_sequence() || layers.size() == 0) layers.fail("expected a non-empty list of layers");
+namespace {
 
-  // 1. Read every layer's type, name and inputs.
+// 1. Every layer's type, name and input names as the config writes them.
+std::vector<Pending> read_layers(const ConfigNode& layers, std::map<std::string, int>& by_name) {
   std::vector<Pending> pending;
-  std::map<std::string, int> by_name;
   for (size_t i = 0; i < layers.size(); ++i) {
     Pending p{layers.at(i), "", fmt::format("layers.{}", i), nullptr, {}, {}};
     const ConfigNode& cfg = p.cfg;
@@ -97,7 +92,12 @@ Model Model::build(const ConfigNode& model_cfg, const Shape& input_shape, DType 
     pending.push_back(std::move(p));
   }
 
-  // 2. Resolve input names; the default input is the layer listed before (the model input for the first).
+  return pending;
+}
+
+// 2. Input names resolved to list positions; the default input is the layer listed before (the model input for the
+//    first).
+void resolve_inputs(std::vector<Pending>& pending, const std::map<std::string, int>& by_name) {
   std::vector<std::string> known{"input"};
   for (const auto& p : pending) known.push_back(p.name);
   for (size_t i = 0; i < pending.size(); ++i) {
@@ -109,7 +109,7 @@ Model Model::build(const ConfigNode& model_cfg, const Shape& input_shape, DType 
         p.inputs.push_back(-1);
         continue;
       }
-      auto it = by_name.find(n);
+      const auto it = by_name.find(n);
       if (it == by_name.end()) {
         const std::string hint = closest_match(n, known);
         where.fail(fmt::format("no layer is named \"{}\"{}", n, hint.empty() ? "" : " (did you mean \"" + hint + "\"?)"));
@@ -125,9 +125,34 @@ Model Model::build(const ConfigNode& model_cfg, const Shape& input_shape, DType 
                              p.spec->max_inputs == 1 ? "" : "s", count));
   }
 
-  // 3. Order: Kahn's algorithm, taking the earliest listed ready layer first; what is left is a cycle.
+}
+
+// Names the cycle among the layers Kahn's algorithm could not order (waiting[i] > 0), as a config error.
+[[noreturn]] void fail_cycle(const std::vector<Pending>& pending, const std::vector<int>& waiting) {
+  // Walk back along unfinished inputs from the first stuck layer until a layer repeats: that is the cycle.
+  int at = 0;
+  while (waiting[static_cast<size_t>(at)] == 0) ++at;
+  std::vector<int> path;
+  while (std::find(path.begin(), path.end(), at) == path.end()) {
+    path.push_back(at);
+    for (int j : pending[static_cast<size_t>(at)].inputs)
+      if (j >= 0 && waiting[static_cast<size_t>(j)] > 0) {
+        at = j;
+        break;
+      }
+  }
+  std::string cycle = pending[static_cast<size_t>(at)].name;
+  for (auto it = std::find(path.begin(), path.end(), at) + 1; it != path.end(); ++it)
+    cycle = pending[static_cast<size_t>(*it)].name + " → " + cycle;
+  pending[static_cast<size_t>(at)].cfg.fail("the layers form a cycle: " + pending[static_cast<size_t>(at)].name +
+                                            " → " + cycle);
+}
+
+// 3. The execution order (Kahn's algorithm, taking the earliest listed ready layer first) and each layer's users;
+//    what cannot be ordered is a cycle.
+std::vector<int> execution_order(const std::vector<Pending>& pending, std::vector<std::vector<int>>& users) {
   std::vector<int> order, waiting(pending.size(), 0);
-  std::vector<std::vector<int>> users(pending.size());
+  users.assign(pending.size(), {});
   for (size_t i = 0; i < pending.size(); ++i)
     for (int j : pending[i].inputs)
       if (j >= 0) ++waiting[i], users[static_cast<size_t>(j)].push_back(static_cast<int>(i));
@@ -141,25 +166,23 @@ Model Model::build(const ConfigNode& model_cfg, const Shape& input_shape, DType 
     for (int u : users[static_cast<size_t>(i)])
       if (--waiting[static_cast<size_t>(u)] == 0) ready.insert(u);
   }
-  if (order.size() != pending.size()) {
-    // Walk back along unfinished inputs from the first stuck layer until a layer repeats: that is the cycle.
-    int at = 0;
-    while (waiting[static_cast<size_t>(at)] == 0) ++at;
-    std::vector<int> path;
-    while (std::find(path.begin(), path.end(), at) == path.end()) {
-      path.push_back(at);
-      for (int j : pending[static_cast<size_t>(at)].inputs)
-        if (j >= 0 && waiting[static_cast<size_t>(j)] > 0) {
-          at = j;
-          break;
-        }
-    }
-    std::string cycle = pending[static_cast<size_t>(at)].name;
-    for (auto it = std::find(path.begin(), path.end(), at) + 1; it != path.end(); ++it)
-      cycle = pending[static_cast<size_t>(*it)].name + " → " + cycle;
-    pending[static_cast<size_t>(at)].cfg.fail("the layers form a cycle: " + pending[static_cast<size_t>(at)].name +
-                                              " → " + cycle);
-  }
+  if (order.size() != pending.size()) fail_cycle(pending, waiting);
+  return order;
+}
+
+}  // namespace
+
+Model Model::build(const ConfigNode& model_cfg, const Shape& input_shape, DType dtype, Device device, uint64_t seed,
+                   bool init_params) {
+  model_cfg.expect_keys({"layers"});
+  model_cfg.require("layers");
+  const ConfigNode layers = model_cfg["layers"];
+  if (!layers.is_sequence() || layers.size() == 0) layers.fail("expected a non-empty list of layers");
+  std::map<std::string, int> by_name;
+  std::vector<Pending> pending = read_layers(layers, by_name);
+  resolve_inputs(pending, by_name);
+  std::vector<std::vector<int>> users;
+  const std::vector<int> order = execution_order(pending, users);
 
   // 4. Build in execution order: shapes flow forward. Parameters are initialised in config-list order, so that a
   //    branch added later never changes the initial weights of the layers listed before it.
