@@ -212,7 +212,7 @@ void gradcheck_loss(const LossConfig& lc, const Tensor& target, int64_t batch, i
   };
   for (int64_t i = 0; i < out.numel(); ++i)
     check_close(dout.data<double>()[i], central_difference(out.data<double>()[i], loss),
-                lc.type + " dout[" + std::to_string(i) + "]");
+                to_string(lc.type) + " dout[" + std::to_string(i) + "]");
 }
 
 }  // namespace
@@ -220,11 +220,11 @@ void gradcheck_loss(const LossConfig& lc, const Tensor& target, int64_t batch, i
 TEST_CASE("loss gradients match central differences in double", "[gradcheck][cpu]") {
   Tensor labels = Tensor::empty(Shape{4}, DType::i32);
   for (int i = 0; i < 4; ++i) labels.data<int32_t>()[i] = (i * 3) % 5;
-  SECTION("cross_entropy") { gradcheck_loss({"cross_entropy", 0.0}, labels, 4, 5); }
-  SECTION("cross_entropy with label smoothing") { gradcheck_loss({"cross_entropy", 0.1}, labels, 4, 5); }
+  SECTION("cross_entropy") { gradcheck_loss({LossType::cross_entropy, 0.0}, labels, 4, 5); }
+  SECTION("cross_entropy with label smoothing") { gradcheck_loss({LossType::cross_entropy, 0.1}, labels, 4, 5); }
   SECTION("mse") {
     Rng rng(9, 9);
-    gradcheck_loss({"mse", 0.0}, random_tensor(Shape{3, 4}, rng), 3, 4);
+    gradcheck_loss({LossType::mse, 0.0}, random_tensor(Shape{3, 4}, rng), 3, 4);
   }
 }
 

@@ -53,7 +53,7 @@ void check_lrs(const std::vector<double>& got, const std::vector<double>& want) 
 
 TEST_CASE("adam, adamw and amsgrad match torch.optim", "[cpu]") {
   OptimizerConfig adam;
-  adam.type = "adam";
+  adam.type = OptimizerType::adam;
   adam.lr = 0.1;
   adam.beta2 = 0.99;
   adam.weight_decay = 0.1;
@@ -61,14 +61,14 @@ TEST_CASE("adam, adamw and amsgrad match torch.optim", "[cpu]") {
                           {0.8000435398917464, -0.3300505707486285, 1.804676425770296},
                           {0.7001605668427914, -0.33365476201436517, 1.7101286888070266}});
   OptimizerConfig adamw;
-  adamw.type = "adamw";
+  adamw.type = OptimizerType::adamw;
   adamw.lr = 0.1;
   adamw.weight_decay = 0.1;
   check_trace(run(adamw), {{0.890000002, -0.395000001, 1.98},
                            {0.7811000039800006, -0.3240441765241887, 1.8857863218517226},
                            {0.6732890059402006, -0.32939050609854853, 1.7840711983328312}});
   OptimizerConfig ams;
-  ams.type = "adam";
+  ams.type = OptimizerType::adam;
   ams.lr = 0.1;
   ams.amsgrad = true;
   check_trace(run(ams), {{0.900000002, -0.400000001, 2.0},
@@ -78,33 +78,33 @@ TEST_CASE("adam, adamw and amsgrad match torch.optim", "[cpu]") {
 
 TEST_CASE("learning-rate schedules match torch.optim.lr_scheduler", "[cpu]") {
   SchedulerConfig s;
-  s.type = "step";
+  s.type = ScheduleType::step;
   s.step_size = 3;
   s.gamma = 0.5;
   check_lrs(lrs(s, 8, 8), {0.1, 0.1, 0.1, 0.05, 0.05, 0.05, 0.025, 0.025});
   s = {};
-  s.type = "multistep";
+  s.type = ScheduleType::multistep;
   s.milestones = {2, 5};
   s.gamma = 0.1;
   check_lrs(lrs(s, 8, 8), {0.1, 0.1, 0.01, 0.01, 0.01, 0.001, 0.001, 0.001});
   s = {};
-  s.type = "exponential";
+  s.type = ScheduleType::exponential;
   s.gamma = 0.9;
   check_lrs(lrs(s, 5, 5), {0.1, 0.09, 0.081, 0.0729, 0.06561});
   s = {};
-  s.type = "cosine";
+  s.type = ScheduleType::cosine;
   s.t_max = 6;
   s.eta_min = 0.01;
   check_lrs(lrs(s, 7, 7), {0.1, 0.09397114317029975, 0.07750000000000001, 0.055000000000000014, 0.032500000000000015,
                            0.01602885682970026, 0.01});
   s = {};
-  s.type = "linear";
+  s.type = ScheduleType::linear;
   s.start_factor = 0.5;
   s.end_factor = 0.1;
   s.total_iters = 4;
   check_lrs(lrs(s, 6, 6), {0.05, 0.04, 0.03, 0.02, 0.01, 0.01});
   s = {};
-  s.type = "onecycle";
+  s.type = ScheduleType::onecycle;
   s.max_lr = 1.0;
   check_lrs(lrs(s, 10, 10), {0.040000000000000036, 0.52, 1.0, 0.9504846320134737, 0.8117456539497631,
                              0.6112620219362893, 0.38874197806371075, 0.18825834605023697, 0.049519367986526286,

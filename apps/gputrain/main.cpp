@@ -251,7 +251,7 @@ int main(int argc, char** argv) {
     }
     const gt::Experiment exp = gt::parse_experiment(root);
     // logging.level sets the console and train.log; --quiet still keeps warnings and errors only.
-    spdlog::set_level(quiet ? spdlog::level::warn : spdlog::level::from_str(exp.logging.level));
+    spdlog::set_level(quiet ? spdlog::level::warn : gt::spdlog_level(exp.logging.level));
     // Under mpirun/srun every rank runs this; rank 0 logs and writes, the others log warnings and errors only.
     const gt::LaunchInfo launch = gt::detect_launch();
     if (launch.rank != 0) gt::set_log_rank(launch.rank);

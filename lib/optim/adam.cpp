@@ -33,7 +33,7 @@ class Adam final : public Optimizer {
                       m_cfg.weight_decay,
                       1.0 - std::pow(m_cfg.beta1, t),
                       std::sqrt(1.0 - std::pow(m_cfg.beta2, t)),
-                      m_cfg.type == "adamw"};
+                      m_cfg.type == OptimizerType::adamw};
     if (!m_group.rows.empty()) ops::adam_step_group(h, m_cfg.amsgrad, m_group, stats, max_norm);
     ++m_steps;
   }

@@ -2,7 +2,7 @@
 #pragma once
 
 #include "layers/layer.h"
-#include "train/experiment.h"
+#include "optim/settings.h"
 
 #include <memory>
 #include <vector>

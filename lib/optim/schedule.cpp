@@ -10,23 +10,24 @@ namespace {
 constexpr double kPi = 3.14159265358979323846;
 
 double schedule_value(const SchedulerConfig& s, double lr, int64_t t, int64_t total) {
+  using enum ScheduleType;
   const auto td = static_cast<double>(t);
-  if (s.type == "step") return lr * std::pow(s.gamma, static_cast<double>(t / s.step_size));
-  if (s.type == "multistep") {
+  if (s.type == step) return lr * std::pow(s.gamma, static_cast<double>(t / s.step_size));
+  if (s.type == multistep) {
     const auto passed = std::upper_bound(s.milestones.begin(), s.milestones.end(), t) - s.milestones.begin();
     return lr * std::pow(s.gamma, static_cast<double>(passed));
   }
-  if (s.type == "exponential") return lr * std::pow(s.gamma, td);
-  if (s.type == "cosine") {  // CosineAnnealingLR's closed form
+  if (s.type == exponential) return lr * std::pow(s.gamma, td);
+  if (s.type == cosine) {  // CosineAnnealingLR's closed form
     const double period = static_cast<double>(s.t_max > 0 ? s.t_max : std::max<int64_t>(total, 1));
     return s.eta_min + (lr - s.eta_min) * (1 + std::cos(kPi * td / period)) / 2;
   }
-  if (s.type == "linear") {  // LinearLR
+  if (s.type == linear) {  // LinearLR
     const int64_t n = s.total_iters > 0 ? s.total_iters : std::max<int64_t>(total, 1);
     const double f = static_cast<double>(std::min(t, n)) / static_cast<double>(n);
     return lr * (s.start_factor + (s.end_factor - s.start_factor) * f);
   }
-  if (s.type == "onecycle") {  // OneCycleLR, cosine annealing, two phases
+  if (s.type == onecycle) {  // OneCycleLR, cosine annealing, two phases
     const double max_lr = s.max_lr > 0 ? s.max_lr : lr;
     const double initial = max_lr / s.div_factor, final_lr = initial / s.final_div_factor;
     const double end_up = s.pct_start * static_cast<double>(total) - 1;

@@ -48,9 +48,8 @@ void Optimizer::step(double lr) {
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& cfg, const std::vector<Param*>& params) {
-  if (cfg.type == "sgd") return std::make_unique<Sgd>(cfg, params);
-  if (cfg.type == "adam" || cfg.type == "adamw") return make_adam(cfg, params);
-  throw Error(fmt::format("unknown optimizer {}", cfg.type));
+  if (cfg.type == OptimizerType::sgd) return std::make_unique<Sgd>(cfg, params);
+  return make_adam(cfg, params);  // adam, adamw
 }
 
 }  // namespace gt

@@ -297,7 +297,7 @@ void load_checkpoint(const CheckpointInfo& ckpt, Model& model, Optimizer& optimi
 CheckpointStore::CheckpointStore(std::string run_dir, CheckpointConfig cfg, int world_size)
     : m_root((fs::path(run_dir) / "checkpoints").string()), m_cfg(std::move(cfg)), m_world(world_size) {}
 
-std::string CheckpointStore::save(Model& model, Optimizer& optimizer, const std::string& optimizer_type,
+std::string CheckpointStore::save(Model& model, Optimizer& optimizer, OptimizerType optimizer_type,
                                   const TrainProgress& p, const std::string& resolved_config) {
   const fs::path root = m_root;
   const std::string name = fmt::format("step-{}", p.step);
@@ -309,7 +309,7 @@ std::string CheckpointStore::save(Model& model, Optimizer& optimizer, const std:
   fs::create_directory(tmp, ec);
   if (ec) throw Error(fmt::format("{}: cannot create: {}", tmp.string(), ec.message()));
   try {
-    const std::string steps = std::to_string(p.step);
+    const std::string steps = std::to_string(p.step), type = to_string(optimizer_type);
     std::vector<std::pair<std::string, const Tensor*>> tensors;
     for (auto& [n, t] : model.state_tensors()) tensors.emplace_back(n, t);
     write_safetensors((tmp / kModelFile).string(), tensors,
@@ -317,7 +317,7 @@ std::string CheckpointStore::save(Model& model, Optimizer& optimizer, const std:
     tensors.clear();
     for (auto& [n, t] : optimizer.state()) tensors.emplace_back(n, t);
     write_safetensors((tmp / kOptimizerFile).string(), tensors,
-                      {{"optimizer", optimizer_type}, {"steps_taken", std::to_string(optimizer.steps_taken())}});
+                      {{"optimizer", type}, {"steps_taken", std::to_string(optimizer.steps_taken())}});
     JsonObject files;
     for (const char* f : {kModelFile, kOptimizerFile}) {
       const FileSum s = file_sum((tmp / f).string());
@@ -338,7 +338,7 @@ std::string CheckpointStore::save(Model& model, Optimizer& optimizer, const std:
                                             "(seed, epoch, position), dropout by (seed, layer, micro-batch)"))
             .add("scheduler", JsonObject().add("step", p.step).add("lr_scale", p.lr_scale))
             .add_null("loss_scaler")
-            .add("optimizer", JsonObject().add("type", optimizer_type).add("steps_taken", optimizer.steps_taken()))
+            .add("optimizer", JsonObject().add("type", type).add("steps_taken", optimizer.steps_taken()))
             .add("progress", JsonObject()
                                  .add("epochs_done", p.epochs_done)
                                  .add("train_samples", p.train_samples)
@@ -355,7 +355,7 @@ std::string CheckpointStore::save(Model& model, Optimizer& optimizer, const std:
             .add("metrics", JsonObject()
                                 .add("test_loss", p.test_loss)
                                 .add("test_accuracy", p.test_accuracy)
-                                .add("best_metric", m_cfg.keep_best.empty() ? "none" : m_cfg.keep_best)
+                                .add("best_metric", to_string(m_cfg.keep_best))
                                 .add("best_value", p.best_value)
                                 .add("best_step", p.best_step)
                                 .add("jsonl_bytes", static_cast<int64_t>(p.metrics_bytes)))
@@ -379,11 +379,12 @@ std::string CheckpointStore::save(Model& model, Optimizer& optimizer, const std:
     throw;
   }
   write_file_durable((root / "latest").string(), name + "\n");
-  if (!m_cfg.keep_best.empty() && p.best_step == p.step) write_file_durable((root / "best").string(), name + "\n");
+  if (m_cfg.keep_best != KeepBest::none && p.best_step == p.step)
+    write_file_durable((root / "best").string(), name + "\n");
 
   // Prune only now that the new checkpoint is complete: keep the newest `keep`, the best, and the one just written.
   const std::string best =
-      !m_cfg.keep_best.empty() && p.best_step >= 0 ? fmt::format("step-{}", p.best_step) : std::string();
+      m_cfg.keep_best != KeepBest::none && p.best_step >= 0 ? fmt::format("step-{}", p.best_step) : std::string();
   std::vector<std::pair<int64_t, std::string>> all;
   std::vector<fs::path> stale;  // temporaries of writes that crashed
   for (const auto& e : fs::directory_iterator(root, ec)) {

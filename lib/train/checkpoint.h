@@ -2,7 +2,8 @@
 #pragma once
 
 #include "core/tensor.h"
-#include "train/experiment.h"
+#include "optim/settings.h"
+#include "train/settings.h"
 
 #include <optional>
 #include <string>
@@ -76,8 +77,8 @@ class CheckpointStore {
   /// Writes checkpoints/step-<step>/ (into a temporary folder, every file fsync'ed, then renamed into place),
   /// points `latest` (and `best`) at it, and only then prunes old ones. Returns the folder. Throws gt::Error naming
   /// the file when a write fails; the previous checkpoints are untouched then.
-  std::string save(Model& model, Optimizer& optimizer, const std::string& optimizer_type,
-                   const TrainProgress& progress, const std::string& resolved_config);
+  std::string save(Model& model, Optimizer& optimizer, OptimizerType optimizer_type, const TrainProgress& progress,
+                   const std::string& resolved_config);
   /// Complete checkpoint folders, newest step first (`latest` first when it names one).
   std::vector<std::string> list() const;
   /// Removes the checkpoints of steps after `step` and points `latest` at step-<step> (a non-finite rollback).

@@ -74,7 +74,7 @@ Footprint training_footprint(const Experiment& exp, const Model& model, const Da
   Param probe{"probe", Tensor::zeros(Shape{1}, f.dtype), Tensor::zeros(Shape{1}, f.dtype)};
   const std::unique_ptr<Optimizer> opt = make_optimizer(exp.optimizer, {&probe});
   for (const auto& [name, t] : opt->state()) f.optimizer_state_per_param += t->numel();
-  f.optimizer = exp.optimizer.type;
+  f.optimizer = to_string(exp.optimizer.type);
   f.optimizer_bytes = f.param_bytes * static_cast<size_t>(f.optimizer_state_per_param);
 
   // The step's own tensors (trainer): x as f32, y as the data set stores targets, and the loss's ∂L/∂output.

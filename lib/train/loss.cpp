@@ -1,12 +1,48 @@
-// Loss dispatch and the shape rules that tie the model output to the targets.
+// Loss dispatch, the shape rules that tie the model output to the targets, and the loss section of the config.
 #include "train/loss.h"
 
+#include "config/choice.h"
 #include "ops/ops.h"
 
+#include <array>
+
 namespace gt {
+namespace {
+
+const std::array<Choice<LossType>, 2>& loss_types() {
+  static const std::array<Choice<LossType>, 2> table{{
+      {LossType::cross_entropy, "cross_entropy"},
+      {LossType::mse, "mse"},
+  }};
+  return table;
+}
+
+}  // namespace
+
+const std::string& to_string(LossType type) { return choice_name(loss_types(), type); }
+
+void parse_loss(const ConfigNode& n, LossConfig& out) {
+  if (n.is_scalar()) {
+    out.type = parse_choice(n, loss_types());
+    return;
+  }
+  n.expect_keys({"type", "label_smoothing"});
+  n.require("type");
+  out.type = parse_choice(n["type"], loss_types());
+  out.label_smoothing = n.get_double("label_smoothing", 0.0, 0.0, 1.0);
+  if (out.label_smoothing != 0 && out.type != LossType::cross_entropy)
+    n["label_smoothing"].fail("applies to cross_entropy only");
+}
+
+YAML::Node to_yaml(const LossConfig& c) {
+  YAML::Node n(YAML::NodeType::Map);
+  n["type"] = to_string(c.type);
+  if (c.type == LossType::cross_entropy) n["label_smoothing"] = c.label_smoothing;
+  return n;
+}
 
 void check_loss_fits(const LossConfig& loss, const Shape& output, const Dataset& data, const ConfigNode& where) {
-  if (loss.type == "cross_entropy") {
+  if (loss.type == LossType::cross_entropy) {
     if (data.num_classes == 0)
       where.fail("cross_entropy needs class labels, but the data has regression targets (use loss: mse)");
     if (output.rank() != 1 || output[0] != data.num_classes)
@@ -26,7 +62,7 @@ void compute_loss(const LossConfig& loss, const Tensor& out, const Tensor& targe
   const int64_t batch = out.dim(0);
   const Tensor out2 = out.view(Shape{batch, out.numel() / batch});
   Tensor dout2 = dout.defined() ? dout.view(out2.shape()) : Tensor();
-  if (loss.type == "cross_entropy")
+  if (loss.type == LossType::cross_entropy)
     ops::cross_entropy(out2, target, loss.label_smoothing, scale, dout2, stats);
   else
     ops::mse(out2, target.view(out2.shape()), scale, dout2, stats);

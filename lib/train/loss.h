@@ -1,11 +1,29 @@
-// Losses over the model output: fused, numerically stable, accumulating their statistics on the device.
+// Losses over the model output: fused, numerically stable, accumulating their statistics on the device; and the
+// `loss:` section that picks one.
 #pragma once
 
 #include "config/config.h"
 #include "core/tensor.h"
-#include "train/experiment.h"
+#include "data/dataset.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <string>
 
 namespace gt {
+
+enum class LossType { cross_entropy, mse };
+const std::string& to_string(LossType type);
+
+struct LossConfig {
+  LossType type = LossType::cross_entropy;
+  double label_smoothing = 0.0;
+};
+
+/// Reads the `loss:` section (a type name, or a map with `type:`); throws ConfigError naming the key.
+void parse_loss(const ConfigNode& n, LossConfig& out);
+/// The section after defaults, as config.resolved.yaml writes it.
+YAML::Node to_yaml(const LossConfig& c);
 
 /// Checks that the model output fits the loss and the targets; a misfit is a ConfigError at `where`.
 void check_loss_fits(const LossConfig& loss, const Shape& output, const Dataset& data, const ConfigNode& where);

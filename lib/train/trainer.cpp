@@ -229,21 +229,7 @@ Device resolve_device(const std::string& requested, std::string& reason) {
 
 LoadedData load_data(const Experiment& exp) {
   LoadedData d;
-  if (exp.data.format == "idx") {
-    d.train = read_idx(exp.data.train_images, exp.data.train_labels, static_cast<float>(exp.data.scale));
-    if (!exp.data.test_images.empty())
-      d.test = read_idx(exp.data.test_images, exp.data.test_labels, static_cast<float>(exp.data.scale));
-  } else if (exp.data.format == "csv") {
-    d.train = read_csv(exp.data.train_csv, exp.data.csv);
-    if (!exp.data.test_csv.empty()) d.test = read_csv(exp.data.test_csv, exp.data.csv);
-  } else if (exp.data.format == "npy") {
-    d.train = read_npy_pair(exp.data.train_images, exp.data.train_labels, static_cast<float>(exp.data.scale));
-    if (!exp.data.test_images.empty())
-      d.test = read_npy_pair(exp.data.test_images, exp.data.test_labels, static_cast<float>(exp.data.scale));
-  } else {
-    d.train = make_synthetic(exp.data.synthetic, exp.seed, 0);
-    if (exp.data.synthetic.test_samples > 0) d.test = make_synthetic(exp.data.synthetic, exp.seed, 1);
-  }
+  data_format(exp.data.format).load(exp.data, exp.seed, d.train, d.test);
   if (d.test.size() > 0) {
     if (d.test.input_shape() != d.train.input_shape() || d.test.target_shape() != d.train.target_shape() ||
         (d.test.num_classes > 0) != (d.train.num_classes > 0))
@@ -496,9 +482,9 @@ RunSummary train_worker(const Experiment& exp, const RunOptions& opts, const Wor
   auto optimizer = make_optimizer(exp.optimizer, params);
   TrainProgress p;
   if (plan.from) {  // loaded (and refused when it does not fit) before the run directory is touched
-    if (plan.from->optimizer_type != exp.optimizer.type)
+    if (plan.from->optimizer_type != to_string(exp.optimizer.type))  // state.json names it
       throw DataError(fmt::format("{}: written by optimizer {}, but the config asks for {}", plan.from->dir,
-                                  plan.from->optimizer_type, exp.optimizer.type));
+                                  plan.from->optimizer_type, to_string(exp.optimizer.type)));
     load_checkpoint(*plan.from, model, *optimizer);
     p = plan.from->progress;
     // The position counts global batches of the writer's world size: keep the sample position.
@@ -563,7 +549,8 @@ RunSummary train_worker(const Experiment& exp, const RunOptions& opts, const Wor
                                        data.train.size() - micro_per_epoch * batch * world)
                          : std::string());
   spdlog::info("model: {} layers, {} parameters; loss {}; optimizer {} lr {}; schedule {}", model.nodes().size(),
-               model.param_count(), exp.loss.type, exp.optimizer.type, exp.optimizer.lr, exp.scheduler.type);
+               model.param_count(), to_string(exp.loss.type), to_string(exp.optimizer.type), exp.optimizer.lr,
+               to_string(exp.scheduler.type));
 
   if (plan.from) {
     const CheckpointInfo& c = *plan.from;
@@ -688,8 +675,8 @@ RunSummary train_worker(const Experiment& exp, const RunOptions& opts, const Wor
   int64_t rollbacks = 0;    // since the last checkpoint written
   auto save_checkpoint = [&] {
     read_window();
-    if (!exp.checkpoint.keep_best.empty()) {
-      const bool acc = exp.checkpoint.keep_best == "test_accuracy";
+    if (exp.checkpoint.keep_best != KeepBest::none) {
+      const bool acc = exp.checkpoint.keep_best == KeepBest::test_accuracy;
       const std::optional<double> v = acc ? p.test_accuracy : p.test_loss;
       if (v && (!p.best_value || (acc ? *v > *p.best_value : *v < *p.best_value))) {
         p.best_value = v;
@@ -773,14 +760,14 @@ RunSummary train_worker(const Experiment& exp, const RunOptions& opts, const Wor
     optimizer->undo_step();
     p.window_samples -= pending.samples;
     p.epoch_samples -= pending.samples;
-    const std::string& mode = exp.train.nonfinite;
-    if (mode == "skip" && ++p.skips_in_row <= exp.train.max_skips) {
+    const NonFinitePolicy mode = exp.train.nonfinite;
+    if (mode == NonFinitePolicy::skip && ++p.skips_in_row <= exp.train.max_skips) {
       spdlog::warn("{}: the step is skipped ({} in a row, train.max_skips {})", what, p.skips_in_row,
                    exp.train.max_skips);
       metrics.write(JsonObject().add("type", "skip").add("step", pending.step).add("epoch", p.epoch + 1));
       return Outcome::skipped;
     }
-    if (mode == "rollback" && ++rollbacks <= exp.train.max_skips) {
+    if (mode == NonFinitePolicy::rollback && ++rollbacks <= exp.train.max_skips) {
       const auto back = newest_good_of_run(sum.run_dir, exp.checkpoint, true);
       const double lr_scale = p.lr_scale * 0.5;
       load_checkpoint(*back, model, *optimizer);
@@ -798,14 +785,15 @@ RunSummary train_worker(const Experiment& exp, const RunOptions& opts, const Wor
       return Outcome::rolled_back;
     }
     stop_clock();
-    spdlog::error("training diverged: {} (train.nonfinite: {}{})", what, mode,
-                  mode == "abort" ? "" : fmt::format(", more than max_skips {} in a row", exp.train.max_skips));
+    spdlog::error("training diverged: {} (train.nonfinite: {}{})", what, to_string(mode),
+                  mode == NonFinitePolicy::abort ? ""
+                                                 : fmt::format(", more than max_skips {} in a row", exp.train.max_skips));
     sum.exit_reason = "diverged";
     p.step = pending.step - 1;  // the diverging step made no update
     return Outcome::diverged;
   };
 
-  if (exp.train.nonfinite == "rollback" && !plan.from) {
+  if (exp.train.nonfinite == NonFinitePolicy::rollback && !plan.from) {
     spdlog::info("train.nonfinite: rollback: writing the step-0 checkpoint to return to");
     save_checkpoint();
   }
@@ -851,7 +839,7 @@ RunSummary train_worker(const Experiment& exp, const RunOptions& opts, const Wor
         const LayerContext ctx{true, k > 0, static_cast<uint64_t>(p.step * accumulate + k)};
         const Tensor& out = model.forward(xb, ctx);
         {
-          ProfileScope scope(&profiler, kLoss, exp.loss.type, "forward+backward");
+          ProfileScope scope(&profiler, kLoss, to_string(exp.loss.type), "forward+backward");
           compute_loss(exp.loss, out, yb, 1.0 / static_cast<double>(n * micros), db, stats);
         }
         if (grad_sync && k == micros - 1) grad_sync->arm();  // earlier micro-batches accumulate locally
@@ -862,7 +850,7 @@ RunSummary train_worker(const Experiment& exp, const RunOptions& opts, const Wor
       p.micro_done += micros;
       Outcome outcome = Outcome::ok;
       {
-        ProfileScope scope(&profiler, kOptimizer, exp.optimizer.type, "update");
+        ProfileScope scope(&profiler, kOptimizer, to_string(exp.optimizer.type), "update");
         if (world > 1 && nccl) {  // the global batch's sums stay on the device; the host's numbers go by host
           nccl->allreduce_sum(stats.data<double>(), kGradSq, "the step's loss");  // slots before the gradient norm
           double shared[2] = {static_cast<double>(step_samples), stop_requested() ? 1.0 : 0.0};

@@ -1,0 +1,175 @@
+// Reading, writing back and loading the data section, one table row per format; each bad value names its path.
+#include "data/settings.h"
+
+#include "config/choice.h"
+
+#include <filesystem>
+
+namespace gt {
+namespace {
+
+std::string existing_file(const ConfigNode& n) {
+  const std::string path = n.as_string();
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    n.fail(fmt::format("file not found: {}{}", path,
+                       path.rfind("/usr/share/datasets/", 0) == 0 ? " (scripts/setup.sh installs the data sets)" : ""));
+  }
+  return path;
+}
+
+// idx and npy: each split names two files, read into train_/test_images and train_/test_labels.
+void parse_file_pairs(const ConfigNode& d, DataConfig& out, const std::string& first, const std::string& second) {
+  d.require("train");
+  for (const char* split : {"train", "test"}) {
+    const ConfigNode s = d[split];
+    if (!s.defined()) continue;
+    s.expect_keys({first, second});
+    s.require(first);
+    s.require(second);
+    const std::string a = existing_file(s[first]), b = existing_file(s[second]);
+    (std::string(split) == "train" ? out.train_images : out.test_images) = a;
+    (std::string(split) == "train" ? out.train_labels : out.test_labels) = b;
+  }
+  out.scale = d.get_double("scale", 1.0);
+}
+
+void write_file_pairs(const DataConfig& c, YAML::Node& d, const std::string& first, const std::string& second) {
+  d["train"][first] = c.train_images;
+  d["train"][second] = c.train_labels;
+  if (!c.test_images.empty()) {
+    d["test"][first] = c.test_images;
+    d["test"][second] = c.test_labels;
+  }
+  d["scale"] = c.scale;
+}
+
+void parse_idx(const ConfigNode& d, DataConfig& out) { parse_file_pairs(d, out, "images", "labels"); }
+void write_idx(const DataConfig& c, YAML::Node& d) { write_file_pairs(c, d, "images", "labels"); }
+void load_idx(const DataConfig& c, uint64_t, Dataset& train, Dataset& test) {
+  train = read_idx(c.train_images, c.train_labels, static_cast<float>(c.scale));
+  if (!c.test_images.empty()) test = read_idx(c.test_images, c.test_labels, static_cast<float>(c.scale));
+}
+
+void parse_npy(const ConfigNode& d, DataConfig& out) { parse_file_pairs(d, out, "inputs", "targets"); }
+void write_npy(const DataConfig& c, YAML::Node& d) { write_file_pairs(c, d, "inputs", "targets"); }
+void load_npy(const DataConfig& c, uint64_t, Dataset& train, Dataset& test) {
+  train = read_npy_pair(c.train_images, c.train_labels, static_cast<float>(c.scale));
+  if (!c.test_images.empty()) test = read_npy_pair(c.test_images, c.test_labels, static_cast<float>(c.scale));
+}
+
+void parse_csv(const ConfigNode& d, DataConfig& out) {
+  d.require("train");
+  for (const char* split : {"train", "test"}) {
+    const ConfigNode s = d[split];
+    if (!s.defined()) continue;
+    s.expect_keys({"path"});
+    s.require("path");
+    (std::string(split) == "train" ? out.train_csv : out.test_csv) = existing_file(s["path"]);
+  }
+  if (d.has("label")) out.csv.label = d["label"].as_string();
+  out.csv.header = d.get_choice("header", "auto", {"auto", "true", "false"});
+  out.csv.classes = d.get_choice("targets", "classes", {"classes", "values"}) == "classes";
+}
+
+void write_csv(const DataConfig& c, YAML::Node& d) {
+  d["train"]["path"] = c.train_csv;
+  if (!c.test_csv.empty()) d["test"]["path"] = c.test_csv;
+  if (!c.csv.label.empty()) d["label"] = c.csv.label;
+  d["header"] = c.csv.header;
+  d["targets"] = c.csv.classes ? "classes" : "values";
+}
+
+void load_csv(const DataConfig& c, uint64_t, Dataset& train, Dataset& test) {
+  train = read_csv(c.train_csv, c.csv);
+  if (!c.test_csv.empty()) test = read_csv(c.test_csv, c.csv);
+}
+
+void parse_synthetic(const ConfigNode& d, DataConfig& out) {
+  d.require("samples");
+  d.require("input_shape");
+  d.require("targets");
+  out.synthetic.samples = d["samples"].as_int(1);
+  out.synthetic.test_samples = d.get_int("test_samples", 0, 0);
+  out.synthetic.input_shape = d["input_shape"].as_int_list(1);
+  if (out.synthetic.input_shape.empty()) d["input_shape"].fail("expected at least one dimension");
+  const ConfigNode t = d["targets"];
+  t.expect_keys({"shape", "classes"});
+  if (t.has("classes") == t.has("shape")) t.fail("give exactly one of `classes: K` or `shape: [..]`");
+  if (t.has("classes")) {
+    out.synthetic.classes = t["classes"].as_int(2);
+  } else {
+    out.synthetic.target_shape = t["shape"].as_int_list(1);
+    if (out.synthetic.target_shape.empty()) t["shape"].fail("expected at least one dimension");
+  }
+}
+
+void write_synthetic(const DataConfig& c, YAML::Node& d) {
+  d["samples"] = c.synthetic.samples;
+  d["test_samples"] = c.synthetic.test_samples;
+  d["input_shape"] = c.synthetic.input_shape;
+  d["input_shape"].SetStyle(YAML::EmitterStyle::Flow);
+  if (c.synthetic.classes > 0) {
+    d["targets"]["classes"] = c.synthetic.classes;
+  } else {
+    d["targets"]["shape"] = c.synthetic.target_shape;
+    d["targets"]["shape"].SetStyle(YAML::EmitterStyle::Flow);
+  }
+}
+
+void load_synthetic(const DataConfig& c, uint64_t seed, Dataset& train, Dataset& test) {
+  train = make_synthetic(c.synthetic, seed, 0);
+  if (c.synthetic.test_samples > 0) test = make_synthetic(c.synthetic, seed, 1);
+}
+
+}  // namespace
+
+const std::vector<DataFormatSpec>& data_formats() {
+  static const std::vector<DataFormatSpec> table{
+      {DataFormat::idx, "idx", {"train", "test", "scale"}, parse_idx, write_idx, load_idx},
+      {DataFormat::csv, "csv", {"train", "test", "label", "header", "targets"}, parse_csv, write_csv, load_csv},
+      {DataFormat::npy, "npy", {"train", "test", "scale"}, parse_npy, write_npy, load_npy},
+      {DataFormat::synthetic, "synthetic", {"samples", "test_samples", "input_shape", "targets"}, parse_synthetic,
+       write_synthetic, load_synthetic},
+  };
+  return table;
+}
+
+const DataFormatSpec& data_format(DataFormat format) { return choice_row(data_formats(), format); }
+const std::string& to_string(DataFormat format) { return data_format(format).name; }
+
+void parse_data(const ConfigNode& d, DataConfig& out) {
+  d.require("format");
+  out.format = parse_choice(d["format"], data_formats());
+  const DataFormatSpec& f = data_format(out.format);
+  std::vector<std::string> keys{"format"};
+  keys.insert(keys.end(), f.keys.begin(), f.keys.end());
+  keys.insert(keys.end(), {"batch_size", "shuffle", "augment"});
+  d.expect_keys(keys);
+  f.parse(d, out);
+  out.batch_size = d.get_int("batch_size", 64, 1);
+  out.shuffle = d.get_bool("shuffle", true);
+  if (d.has("augment")) {
+    const ConfigNode a = d["augment"];
+    a.expect_keys({"random_crop", "hflip"});
+    if (a.has("random_crop")) {
+      a["random_crop"].expect_keys({"padding"});
+      a["random_crop"].require("padding");
+      out.augment.crop_padding = a["random_crop"]["padding"].as_int(0);
+    }
+    out.augment.hflip = a.get_bool("hflip", false);
+  }
+}
+
+YAML::Node to_yaml(const DataConfig& c) {
+  YAML::Node d(YAML::NodeType::Map);
+  d["format"] = to_string(c.format);
+  data_format(c.format).write(c, d);
+  d["batch_size"] = c.batch_size;
+  d["shuffle"] = c.shuffle;
+  if (c.augment.crop_padding >= 0) d["augment"]["random_crop"]["padding"] = c.augment.crop_padding;
+  if (c.augment.hflip) d["augment"]["hflip"] = true;
+  return d;
+}
+
+}  // namespace gt

@@ -1,0 +1,53 @@
+// The `data:` section: its settings, and one table row per data.format with the keys it reads, its parser, its
+// YAML writer and its loader.
+#pragma once
+
+#include "config/config.h"
+#include "data/dataset.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gt {
+
+enum class DataFormat { idx, csv, npy, synthetic };
+const std::string& to_string(DataFormat format);
+
+struct DataConfig {
+  DataFormat format = DataFormat::idx;
+  std::string train_images, train_labels, test_images, test_labels;  ///< idx; npy inputs and targets
+  std::string train_csv, test_csv;                                   ///< csv
+  CsvSpec csv;
+  double scale = 1.0;
+  SyntheticSpec synthetic;
+  int64_t batch_size = 64;
+  bool shuffle = true;
+  AugmentConfig augment;  ///< training set only
+};
+
+/// What one data.format reads and makes.
+struct DataFormatSpec {
+  DataFormat value;
+  std::string name;               ///< as data.format writes it
+  std::vector<std::string> keys;  ///< the section's keys of this format besides format, batch_size, shuffle, augment
+  /// Reads the format's own keys (the section's keys are checked already).
+  void (*parse)(const ConfigNode& d, DataConfig& out);
+  /// Writes the format's own keys into the section's resolved YAML.
+  void (*write)(const DataConfig& c, YAML::Node& d);
+  /// Reads or makes the training set and, when the config names one, the test set (left empty otherwise).
+  void (*load)(const DataConfig& c, uint64_t seed, Dataset& train, Dataset& test);
+};
+/// The table: one row per format.
+const std::vector<DataFormatSpec>& data_formats();
+/// The row of `format`.
+const DataFormatSpec& data_format(DataFormat format);
+
+/// Reads the `data:` section; throws ConfigError naming the key (a data file that does not exist, too).
+void parse_data(const ConfigNode& d, DataConfig& out);
+/// The section after defaults, as config.resolved.yaml writes it.
+YAML::Node to_yaml(const DataConfig& c);
+
+}  // namespace gt

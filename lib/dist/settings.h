@@ -1,0 +1,23 @@
+// The `dist:` section: data-parallel settings, how they are read from the config and written back.
+#pragma once
+
+#include "config/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+namespace gt {
+
+/// Data-parallel settings (used when a launcher starts several ranks).
+struct DistConfig {
+  double bucket_mb = 25;   ///< gradient bucket size for the overlapped all-reduce
+  double timeout_s = 300;  ///< a collective waiting longer than this ends the run with exit 3
+  bool overlap = true;     ///< all-reduce gradient buckets on a thread during backward
+  bool sync_batchnorm = false;  ///< batch norm statistics over the global batch (one all-reduce per layer and pass)
+};
+
+/// Reads the `dist:` section; throws ConfigError naming the key.
+void parse_dist(const ConfigNode& n, DistConfig& out);
+/// The section after defaults, as config.resolved.yaml writes it.
+YAML::Node to_yaml(const DistConfig& c);
+
+}  // namespace gt

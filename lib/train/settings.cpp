@@ -1,0 +1,99 @@
+// Reading and writing back the train and checkpoint sections; each unknown key or bad value names its path.
+#include "train/settings.h"
+
+#include "config/choice.h"
+
+#include <array>
+
+namespace gt {
+namespace {
+
+const std::array<Choice<NonFinitePolicy>, 3>& nonfinite_policies() {
+  static const std::array<Choice<NonFinitePolicy>, 3> table{{
+      {NonFinitePolicy::abort, "abort"},
+      {NonFinitePolicy::skip, "skip"},
+      {NonFinitePolicy::rollback, "rollback"},
+  }};
+  return table;
+}
+
+const std::array<Choice<KeepBest>, 3>& keep_best_metrics() {
+  static const std::array<Choice<KeepBest>, 3> table{{
+      {KeepBest::none, "none"},
+      {KeepBest::test_accuracy, "test_accuracy"},
+      {KeepBest::test_loss, "test_loss"},
+  }};
+  return table;
+}
+
+}  // namespace
+
+const std::string& to_string(NonFinitePolicy policy) { return choice_name(nonfinite_policies(), policy); }
+const std::string& to_string(KeepBest metric) { return choice_name(keep_best_metrics(), metric); }
+
+void parse_train(const ConfigNode& n, TrainConfig& out) {
+  n.expect_keys({"epochs", "log_every", "max_steps", "eval_every", "accumulate", "grad_clip", "profile", "nonfinite",
+                 "max_skips"});
+  if (n.has("nonfinite")) out.nonfinite = parse_choice(n["nonfinite"], nonfinite_policies());
+  out.max_skips = n.get_int("max_skips", 5, 1);
+  if (n.has("profile")) {
+    const ConfigNode p = n["profile"];
+    p.expect_keys({"start_step", "steps"});
+    out.profile_start = p.get_int("start_step", 5, 1);
+    out.profile_steps = p.get_int("steps", 20, 1);
+  }
+  out.epochs = n.get_int("epochs", 1, 1);
+  out.log_every = n.get_int("log_every", 100, 1);
+  out.max_steps = n.get_int("max_steps", 0, 0);
+  out.accumulate = n.get_int("accumulate", 1, 1);
+  if (n.has("eval_every")) {
+    const ConfigNode e = n["eval_every"];
+    out.eval_every = e.is_scalar() && e.as_string() == "epoch" ? 0 : e.as_int(1);
+  }
+  if (n.has("grad_clip")) {
+    const ConfigNode g = n["grad_clip"];
+    g.expect_keys({"max_norm"});
+    g.require("max_norm");
+    out.grad_clip = g["max_norm"].as_double(0.0, 1e300, false);
+  }
+}
+
+void parse_checkpoint(const ConfigNode& n, CheckpointConfig& out) {
+  n.expect_keys({"every_steps", "every_epochs", "keep", "keep_best"});
+  out.every_steps = n.get_int("every_steps", 0, 0);
+  out.every_epochs = n.get_int("every_epochs", 1, 0);
+  out.keep = n.get_int("keep", 3, 1);
+  if (n.has("keep_best"))  // null (or absent) keeps no best
+    out.keep_best = parse_choice(n["keep_best"], keep_best_metrics());
+}
+
+YAML::Node to_yaml(const TrainConfig& c) {
+  YAML::Node n(YAML::NodeType::Map);
+  n["epochs"] = c.epochs;
+  n["log_every"] = c.log_every;
+  n["max_steps"] = c.max_steps;
+  n["accumulate"] = c.accumulate;
+  if (c.eval_every > 0)
+    n["eval_every"] = c.eval_every;
+  else
+    n["eval_every"] = "epoch";
+  if (c.grad_clip > 0) n["grad_clip"]["max_norm"] = c.grad_clip;
+  if (c.profile_steps > 0) {
+    n["profile"]["start_step"] = c.profile_start;
+    n["profile"]["steps"] = c.profile_steps;
+  }
+  n["nonfinite"] = to_string(c.nonfinite);
+  n["max_skips"] = c.max_skips;
+  return n;
+}
+
+YAML::Node to_yaml(const CheckpointConfig& c) {
+  YAML::Node n(YAML::NodeType::Map);
+  n["every_steps"] = c.every_steps;
+  n["every_epochs"] = c.every_epochs;
+  n["keep"] = c.keep;
+  n["keep_best"] = c.keep_best == KeepBest::none ? YAML::Node() : YAML::Node(to_string(c.keep_best));
+  return n;
+}
+
+}  // namespace gt

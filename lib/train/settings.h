@@ -1,0 +1,50 @@
+// The `train:` and `checkpoint:` sections: the loop's settings, how they are read from the config and written back.
+#pragma once
+
+#include "config/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cstdint>
+#include <string>
+
+namespace gt {
+
+/// What a NaN/Inf loss or gradient does (train.nonfinite).
+enum class NonFinitePolicy { abort, skip, rollback };
+const std::string& to_string(NonFinitePolicy policy);
+
+struct TrainConfig {
+  int64_t epochs = 1;
+  int64_t log_every = 100;  ///< steps between log lines
+  int64_t max_steps = 0;    ///< 0: no limit
+  int64_t eval_every = 0;   ///< steps between evaluations; 0 = after every epoch
+  int64_t accumulate = 1;   ///< micro-batches per optimizer step
+  double grad_clip = 0.0;   ///< max global L2 norm of the gradients; 0 = off
+  int64_t profile_start = 0, profile_steps = 0;  ///< profile steps [start, start + steps) (1-based); 0 steps = off
+  NonFinitePolicy nonfinite = NonFinitePolicy::abort;
+  int64_t max_skips = 5;  ///< skip: steps skipped in a row; rollback: rollbacks to one checkpoint
+};
+
+/// The test metric whose best checkpoint is kept besides the newest ones (checkpoint.keep_best).
+enum class KeepBest { none, test_accuracy, test_loss };
+/// "none" for none (what state.json records; the config writes null).
+const std::string& to_string(KeepBest metric);
+
+/// When checkpoints are written and how many stay (checkpoints/step-<N>/ in the run directory).
+struct CheckpointConfig {
+  int64_t every_steps = 0;   ///< 0 = off
+  int64_t every_epochs = 1;  ///< 0 = off
+  int64_t keep = 3;          ///< newest complete checkpoints kept (the best one is kept besides)
+  KeepBest keep_best = KeepBest::none;
+};
+
+/// Reads the `train:` section; throws ConfigError naming the key.
+void parse_train(const ConfigNode& n, TrainConfig& out);
+/// Reads the `checkpoint:` section; throws ConfigError naming the key.
+void parse_checkpoint(const ConfigNode& n, CheckpointConfig& out);
+/// The section after defaults, as config.resolved.yaml writes it.
+YAML::Node to_yaml(const TrainConfig& c);
+YAML::Node to_yaml(const CheckpointConfig& c);
+
+}  // namespace gt
