@@ -9,7 +9,7 @@
 #include "train/checkpoint.h"
 #include "train/experiment.h"
 #include "train/loss.h"
-#include "train/trainer.h"
+#include "train/setup.h"
 
 #include <fcntl.h>
 #include <unistd.h>

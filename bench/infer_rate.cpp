@@ -3,7 +3,7 @@
 #include "core/parallel.h"
 #include "graph/model.h"
 #include "train/experiment.h"
-#include "train/trainer.h"
+#include "train/setup.h"
 
 #include <chrono>
 #include <cstdio>

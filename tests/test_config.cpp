@@ -2,7 +2,7 @@
 #include "graph/model.h"
 #include "train/experiment.h"
 #include "train/loss.h"
-#include "train/trainer.h"
+#include "train/setup.h"
 
 #include "helpers.h"
 

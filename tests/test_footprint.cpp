@@ -8,7 +8,7 @@
 #include "optim/optimizer.h"
 #include "train/experiment.h"
 #include "train/footprint.h"
-#include "train/trainer.h"
+#include "train/setup.h"
 
 #include <fmt/format.h>
 

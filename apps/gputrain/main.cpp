@@ -7,8 +7,10 @@
 #include "dist/comm.h"
 #include "io/safetensors.h"
 #include "train/checkpoint.h"
+#include "train/evaluation.h"
 #include "train/footprint.h"
 #include "train/loss.h"
+#include "train/setup.h"
 #include "train/trainer.h"
 
 #include <CLI/CLI.hpp>
@@ -24,8 +26,8 @@ constexpr const char* kExitCodes =
     "writing a checkpoint (resumable: --resume auto); 130 a second Ctrl-C (the last complete checkpoint is kept).";
 
 int exit_code_for(const gt::RunSummary& s) {
-  if (s.exit_reason == "interrupted") return 75;
-  if (s.exit_reason == "diverged") return 4;
+  if (s.exit_reason == gt::ExitReason::interrupted) return 75;
+  if (s.exit_reason == gt::ExitReason::diverged) return 4;
   return 0;
 }
 

@@ -1,6 +1,8 @@
 // What compute devices this machine has, and which CUDA libraries were found: the `gputrain devices` report.
 #pragma once
 
+#include "core/device.h"
+
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -38,6 +40,11 @@ struct CudaInfo {
 
 CpuInfo query_cpu();
 CudaInfo query_cuda();
+
+/// The device a config's `device` names: cpu; auto (cuda:0 when one is usable, else the CPU); cuda or cuda:N, which
+/// must be usable. `reason` says why, for the log. Throws gt::Error (exit 1) when the device asked for cannot be
+/// used: no GPU, an index past the visible ones, or a GPU older than this build's kernels.
+Device resolve_device(const std::string& requested, std::string& reason);
 
 /// Formats a CUDA-style version number (12040 → "12.4", 90100 → "9.1.0" for cuDNN) for people.
 std::string format_cuda_version(int v);

@@ -5,7 +5,6 @@
 #include "graph/model.h"
 #include "ops/devices.h"
 #include "optim/optimizer.h"
-#include "train/trainer.h"
 
 #include <algorithm>
 #include <fstream>

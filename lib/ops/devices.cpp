@@ -1,0 +1,68 @@
+// Device resolution: which device a config's `device` names on this machine, and why, for the log.
+#include "ops/devices.h"
+
+#include "core/error.h"
+
+#include <charconv>
+#include <cstdlib>
+#include <limits>
+
+namespace gt {
+
+namespace {
+
+// The oldest GPUs this build has kernels for: SASS for 8.0/8.6/8.9 and 9.0 with PTX for newer ones (CMakeLists.txt).
+constexpr int kMinComputeCapability = 80;
+
+std::string describe(const CudaDeviceInfo& d) {
+  return fmt::format("{}, compute capability {}.{}, {:.0f} GiB", d.name, d.cc_major, d.cc_minor,
+                     static_cast<double>(d.memory_total) / (1 << 30));
+}
+
+std::string visible_note() {
+  const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
+  return v ? fmt::format(" (CUDA_VISIBLE_DEVICES={})", v) : std::string();
+}
+
+}  // namespace
+
+Device resolve_device(const std::string& requested, std::string& reason) {
+  if (requested == "cpu") {
+    reason = "requested";
+    return Device::cpu();
+  }
+  GT_CHECK(requested == "auto" || requested.rfind("cuda", 0) == 0, "device \"{}\" (a list is one device per worker)",
+           requested);
+  const CudaInfo cuda = query_cuda();
+  if (requested == "auto") {
+    if (cuda.devices.empty()) {
+      reason = "auto: " + cuda.problem;
+      return Device::cpu();
+    }
+    const CudaDeviceInfo& d = cuda.devices.front();
+    if (d.cc_major * 10 + d.cc_minor < kMinComputeCapability) {
+      reason = fmt::format("auto: cuda:0 ({}) is older than this build's kernels (8.0)", describe(d));
+      return Device::cpu();
+    }
+    reason = fmt::format("auto: {} CUDA device(s){}, using cuda:0 ({})", cuda.devices.size(), visible_note(),
+                         describe(d));
+    return Device::cuda(0);
+  }
+  int index = 0;  // "cuda" or "cuda:N" (the config checked the form)
+  if (requested.size() > 5) {
+    const auto [end, ec] = std::from_chars(requested.data() + 5, requested.data() + requested.size(), index);
+    if (ec != std::errc()) index = std::numeric_limits<int>::max();
+  }
+  if (cuda.devices.empty()) throw Error(fmt::format("device {}: no usable GPU: {}", requested, cuda.problem));
+  if (index >= static_cast<int>(cuda.devices.size()))
+    throw Error(fmt::format("device {}: only {} CUDA device(s) visible{}", requested, cuda.devices.size(),
+                            visible_note()));
+  const CudaDeviceInfo& d = cuda.devices[static_cast<size_t>(index)];
+  if (d.cc_major * 10 + d.cc_minor < kMinComputeCapability)
+    throw Error(fmt::format("device {}: {} is too old: this build has kernels for compute capability 8.0 and newer",
+                            requested, describe(d)));
+  reason = fmt::format("requested{}; {}", visible_note(), describe(d));
+  return Device::cuda(index);
+}
+
+}  // namespace gt

@@ -1,0 +1,98 @@
+// Test-set evaluation: the batches shared out over the ranks, their sums reduced once at the end.
+#include "train/evaluation.h"
+
+#include "core/parallel.h"
+#include "data/batch_stager.h"
+#include "dist/comm.h"
+#include "graph/model.h"
+#include "log/logging.h"
+#include "log/metrics.h"
+#include "ops/devices.h"
+#include "train/loss.h"
+#include "train/resume.h"
+#include "train/setup.h"
+
+#include <thread>
+
+namespace gt {
+
+EvalResult evaluate(Model& model, const Experiment& exp, const Dataset& test, Tensor& x, Tensor& y, Tensor& stats,
+                    Communicator& comm) {
+  Loader loader(test, x.dim(0), /*shuffle=*/false, exp.seed);
+  loader.start_epoch(0);
+  stats.zero_();
+  const LayerContext ctx{.training = false};
+  Tensor none;
+  BatchStager stager(test, x.dim(0), x.device());
+  for (int64_t k = 0; k * x.dim(0) < test.size(); ++k) {
+    if (k % comm.size() != comm.rank()) {  // another rank's batch
+      loader.skip();
+      continue;
+    }
+    const int64_t n = stager.next(loader, x, y);
+    const Tensor& out = model.forward(x.narrow0(n), ctx);
+    compute_loss(exp.loss, out, y.narrow0(n), 1.0, none, stats);
+  }
+  Tensor host = Tensor::empty(Shape{2}, DType::f64);
+  host.copy_from(stats.narrow0(2));  // the one wait of the evaluation
+  double* s = host.data<double>();
+  comm.allreduce_sum(s, 2, "the evaluation sums");
+  EvalResult r;
+  r.loss = s[0] / static_cast<double>(test.size());
+  if (test.num_classes > 0) r.accuracy = s[1] / static_cast<double>(test.size());
+  return r;
+}
+
+Evaluator::Evaluator(const Experiment& exp, Model& model, const Dataset& test, Tensor& x, Tensor& y,
+                     Communicator& comm)
+    : m_exp(exp),
+      m_model(model),
+      m_test(test),
+      m_x(x),
+      m_y(y),
+      m_comm(comm),
+      m_stats(Tensor::zeros(Shape{2}, DType::f64, x.device())) {}
+
+bool Evaluator::due_after_step(const TrainProgress& p, bool last) const {
+  return m_test.size() > 0 && m_exp.train.eval_every > 0 && (p.step % m_exp.train.eval_every == 0 || last);
+}
+
+bool Evaluator::due_at_epoch_end(const TrainProgress& p) const {
+  return m_test.size() > 0 && m_exp.train.eval_every == 0 && p.last_eval_step != p.step;
+}
+
+void Evaluator::run(TrainProgress& p, MetricsSink& metrics) {
+  const EvalResult r = evaluate(m_model, m_exp, m_test, m_x, m_y, m_stats, m_comm);
+  p.test_loss = r.loss;
+  p.test_accuracy = r.accuracy;
+  p.last_eval_step = p.step;
+  spdlog::info("eval epoch {}/{} | step {} | test_loss {:.4f} | test_accuracy {}", p.epoch + 1, m_exp.train.epochs,
+               p.step, r.loss, r.accuracy ? fmt::format("{:.4f}", *r.accuracy) : "n/a");
+  metrics.write(JsonObject()
+                    .add("type", "eval")
+                    .add("step", p.step)
+                    .add("epoch", p.epoch + 1)
+                    .add("test_loss", r.loss)
+                    .add("test_accuracy", r.accuracy));
+}
+
+EvalSummary evaluate_weights(const Experiment& exp, const std::string& weights_path, int threads) {
+  set_num_threads(threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency()));
+  std::string reason;
+  const Device device = resolve_device(exp.devices.empty() ? exp.device : exp.devices[0], reason);
+  const LoadedData data = load_data(exp);
+  if (data.test.size() == 0) exp.root["data"].fail("eval needs a test set (data.test, or test_samples for synthetic)");
+  Model model = Model::build(exp.root["model"], data.train.input_shape(), DType::f32, device, exp.seed);
+  check_loss_fits(exp.loss, model.output_shape(), data.train, exp.root.has("loss") ? exp.root["loss"] : exp.root);
+  load_weights(model, weights_file(weights_path, exp.checkpoint));
+  const int64_t batch = exp.data.batch_size;
+  model.allocate(batch);
+  Tensor x = Tensor::empty(data.test.input_shape().batched(batch), DType::f32, device);
+  Tensor y = Tensor::empty(data.test.target_shape().batched(batch), data.test.targets.dtype(), device);
+  Tensor stats = Tensor::zeros(Shape{2}, DType::f64, device);
+  const auto local = make_local_comm();
+  const EvalResult r = evaluate(model, exp, data.test, x, y, stats, *local);
+  return {data.test.size(), r.loss, r.accuracy};
+}
+
+}  // namespace gt

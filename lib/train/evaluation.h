@@ -1,0 +1,64 @@
+// Evaluation: test-set metrics of a model, during a run (logged and written as `eval` rows) and for `gputrain eval`.
+#pragma once
+
+#include "core/tensor.h"
+#include "data/dataset.h"
+#include "train/checkpoint.h"
+#include "train/experiment.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace gt {
+
+class Communicator;
+class MetricsSink;
+class Model;
+
+struct EvalResult {
+  double loss = 0;                 ///< mean over the test samples
+  std::optional<double> accuracy;  ///< classification only
+};
+
+/// Test-set metrics of `model` in evaluation mode, through the batch tensors x and y (on the model's device; their
+/// first dimension is the batch) and `stats` (f64[2] there). With several ranks each evaluates every world-th batch
+/// and the sums are reduced, so every sample counts once.
+EvalResult evaluate(Model& model, const Experiment& exp, const Dataset& test, Tensor& x, Tensor& y, Tensor& stats,
+                    Communicator& comm);
+
+/// A training run's evaluations: when they are due, and what they leave (the progress's test metrics, a log line,
+/// an `eval` row).
+class Evaluator {
+ public:
+  /// Evaluates `model` on `test` (empty: never due) through the run's batch tensors x and y.
+  Evaluator(const Experiment& exp, Model& model, const Dataset& test, Tensor& x, Tensor& y, Communicator& comm);
+
+  /// After step p.step (`last`: the run's last step): every train.eval_every steps and after the last one.
+  bool due_after_step(const TrainProgress& p, bool last) const;
+  /// At an epoch's end: with train.eval_every 0, unless that step was just evaluated.
+  bool due_at_epoch_end(const TrainProgress& p) const;
+  /// Evaluates, records the metrics in `p`, logs them and writes the eval row.
+  void run(TrainProgress& p, MetricsSink& metrics);
+
+ private:
+  const Experiment& m_exp;
+  Model& m_model;
+  const Dataset& m_test;
+  Tensor& m_x;
+  Tensor& m_y;
+  Communicator& m_comm;
+  Tensor m_stats;  ///< the evaluation's sums (loss, hits) on the device
+};
+
+/// What `gputrain eval` prints.
+struct EvalSummary {
+  int64_t samples = 0;
+  double loss = 0;
+  std::optional<double> accuracy;
+};
+/// Test-set metrics of the experiment's model with the weights `weights_path` names (a safetensors file, a
+/// checkpoint folder, or a run directory: its final weights, else its newest good checkpoint's).
+EvalSummary evaluate_weights(const Experiment& exp, const std::string& weights_path, int threads);
+
+}  // namespace gt

@@ -1,0 +1,135 @@
+// Resume planning: the checkpoint a run continues from, the progress it restores, and the weights `eval` loads.
+#include "train/resume.h"
+
+#include "graph/model.h"
+#include "log/logging.h"
+#include "optim/optimizer.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+#include <utility>
+#include <vector>
+
+namespace gt {
+namespace fs = std::filesystem;
+
+namespace {
+
+// The newest runs/<name>/* folder that holds checkpoints, or "".
+std::string newest_run_with_checkpoints(const Experiment& exp) {
+  std::error_code ec;
+  std::vector<std::string> runs;
+  for (const auto& e : fs::directory_iterator(fs::path("runs") / exp.name, ec))
+    if (e.is_directory() && fs::exists(e.path() / "checkpoints")) runs.push_back(e.path().string());
+  std::sort(runs.begin(), runs.end());  // names are time stamps
+  return runs.empty() ? std::string() : runs.back();
+}
+
+}  // namespace
+
+std::optional<CheckpointInfo> newest_good_of_run(const std::string& run_dir, const CheckpointConfig& cfg) {
+  const CheckpointStore store(run_dir, cfg);
+  const auto candidates = store.list();
+  auto found = store.newest_good();  // warns about each broken one it skips
+  if (found && found->dir != candidates.front())
+    spdlog::warn("falling back to checkpoint {}: the newer ones do not verify", found->dir);
+  if (!found && !candidates.empty())
+    throw DataError(fmt::format("{}: none of its {} checkpoint(s) verifies (see the warnings above)", store.root(),
+                                candidates.size()));
+  return found;
+}
+
+CheckpointInfo require_newest_good_of_run(const std::string& run_dir, const CheckpointConfig& cfg) {
+  std::optional<CheckpointInfo> found = newest_good_of_run(run_dir, cfg);
+  if (!found) throw DataError(fmt::format("{}: no checkpoint to resume from", CheckpointStore(run_dir, cfg).root()));
+  return std::move(*found);
+}
+
+ResumePlan plan_resume(const Experiment& exp, const std::string& out_dir, const std::string& resume) {
+  ResumePlan plan;
+  plan.run_dir = out_dir;
+  if (resume.empty()) {
+    if (!plan.run_dir.empty() && !CheckpointStore(plan.run_dir, exp.checkpoint).list().empty())
+      throw ConfigError(fmt::format("--out {}: this folder already holds a run's checkpoints; continue it with "
+                                    "--resume auto, or choose another --out",
+                                    plan.run_dir));
+    return plan;
+  }
+  if (resume == "auto") {
+    if (plan.run_dir.empty()) plan.run_dir = newest_run_with_checkpoints(exp);
+    if (!plan.run_dir.empty()) plan.from = newest_good_of_run(plan.run_dir, exp.checkpoint);
+    if (!plan.from)
+      spdlog::info("--resume auto: no checkpoint{}; starting from step 0",
+                   plan.run_dir.empty() ? fmt::format(" under runs/{}", exp.name) : " in " + plan.run_dir);
+    return plan;
+  }
+  const fs::path p = resume;
+  if (fs::exists(p / "state.json")) {
+    plan.from = read_checkpoint(p.string());  // an explicit checkpoint that does not verify is refused
+    if (plan.run_dir.empty()) plan.run_dir = fs::absolute(p).lexically_normal().parent_path().parent_path().string();
+  } else if (fs::is_directory(p / "checkpoints")) {
+    if (plan.run_dir.empty()) plan.run_dir = p.string();
+    plan.from = require_newest_good_of_run(p.string(), exp.checkpoint);
+  } else {
+    throw ConfigError(fmt::format("--resume {}: neither a checkpoint (no state.json) nor a run directory (no "
+                                  "checkpoints/ folder)",
+                                  resume));
+  }
+  return plan;
+}
+
+TrainProgress resume_progress(const CheckpointInfo& from, Model& model, Optimizer& optimizer,
+                              OptimizerType optimizer_type, int world) {
+  if (from.optimizer_type != to_string(optimizer_type))  // state.json names it
+    throw DataError(fmt::format("{}: written by optimizer {}, but the config asks for {}", from.dir,
+                                from.optimizer_type, to_string(optimizer_type)));
+  load_checkpoint(from, model, optimizer);
+  TrainProgress p = from.progress;
+  // The position counts global batches of the writer's world size: keep the sample position.
+  if (from.world_size != world) p.micro_done = p.micro_done * from.world_size / world;
+  return p;
+}
+
+void log_resume(const CheckpointInfo& from, const TrainProgress& p, const std::string& resolved_config, int world,
+                int64_t batch) {
+  if (from.config_hash != config_hash(resolved_config))
+    spdlog::warn("the config differs from the checkpoint's in: {} (the run continues with the new one)",
+                 config_differences(from.config, resolved_config));
+  if (from.world_size != world)
+    spdlog::warn("the checkpoint was written by {} rank(s) and this run has {}: the data order differs from there on",
+                 from.world_size, world);
+  spdlog::info("resuming from {}: step {}, epoch {}, {} samples into it", from.dir, p.step, p.epoch + 1,
+               p.micro_done * batch);
+}
+
+std::string config_differences(const std::string& a, const std::string& b) {
+  std::string out;
+  try {
+    const YAML::Node x = YAML::Load(a), y = YAML::Load(b);
+    std::set<std::string> keys;
+    for (const auto& n : {x, y})
+      if (n.IsMap())
+        for (const auto& kv : n) keys.insert(kv.first.as<std::string>());
+    for (const auto& k : keys)
+      if (YAML::Dump(x[k]) != YAML::Dump(y[k])) out += (out.empty() ? "" : ", ") + k;
+  } catch (const YAML::Exception&) {
+    out = "(unreadable)";
+  }
+  return out;
+}
+
+void load_weights(Model& model, const std::string& path) { load_named_tensors(model.state_tensors(), path); }
+
+std::string weights_file(const std::string& path, const CheckpointConfig& cfg) {
+  if (!fs::is_directory(path)) return path;
+  if (fs::exists(fs::path(path) / "model.safetensors")) return (fs::path(path) / "model.safetensors").string();
+  if (fs::is_directory(fs::path(path) / "checkpoints")) {
+    return (fs::path(require_newest_good_of_run(path, cfg).dir) / "model.safetensors").string();
+  }
+  throw ConfigError(fmt::format("--checkpoint {}: a folder without model.safetensors or checkpoints/", path));
+}
+
+}  // namespace gt

@@ -1,0 +1,85 @@
+// A training run's set-up: its device, data, model, communicator, resume plan and optimizer, and how its data is cut
+// into steps; everything that can be wrong with the config is found here, before the run directory exists.
+#pragma once
+
+#include "data/dataset.h"
+#include "graph/model.h"
+#include "optim/optimizer.h"
+#include "train/resume.h"
+#include "train/trainer.h"
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gt {
+
+class Communicator;
+
+/// The data the experiment names: the train split, and the test split when there is one (else empty).
+struct LoadedData {
+  Dataset train, test;
+};
+/// Loads them; a test split whose samples do not match the training samples' shapes is a DataError.
+LoadedData load_data(const Experiment& exp);
+
+/// How one worker is placed: its device, and what the workers of one process share.
+struct WorkerPlacement {
+  std::string device;                ///< as resolve_device takes it
+  const LoadedData* data = nullptr;  ///< loaded once for all workers of a process; nullptr: load it here
+  std::vector<int> process_gpus;     ///< every GPU this process drives (the sampler's targets)
+  bool threaded = false;             ///< one of several worker threads (the harness owns the signal handlers)
+};
+
+/// Copies rank 0's `text` to every rank (a collective); `what` names it in a time-out.
+void broadcast_string(Communicator& comm, std::string& text, const char* what);
+
+/// One worker's run as far as it goes before it writes anything: the device, the data, the model (checked against
+/// the loss, its buffers allocated for the batch), the ranks, the checkpoint it resumes from (rank 0 chooses; the
+/// others load the same one), the optimizer and the progress to continue from. Throws gt::Error for anything wrong.
+class RunSetup {
+ public:
+  RunSetup(const Experiment& exp, const RunOptions& opts, const WorkerPlacement& where);
+  RunSetup(const RunSetup&) = delete;
+  RunSetup& operator=(const RunSetup&) = delete;
+
+  const Dataset& train() const { return m_data->train; }
+  const Dataset& test() const { return m_data->test; }
+
+  int threads = 0;  ///< CPU threads of this worker
+  Device device;
+  std::string device_reason;  ///< why this device, for the log
+  int64_t batch = 0;          ///< samples per micro-batch on each rank (data.batch_size)
+  Model model;
+  std::string resolved_config;  ///< config.resolved.yaml's text
+  Communicator* comm = nullptr;  ///< the ranks (a local one when the run has one process)
+  int world = 1;
+  bool lead = true;  ///< rank 0: it alone writes the run directory
+  ResumePlan plan;
+  std::unique_ptr<Optimizer> optimizer;
+  TrainProgress progress;  ///< where the run starts: the checkpoint's, else step 0
+
+ private:
+  std::optional<LoadedData> m_own_data;
+  const LoadedData* m_data = nullptr;
+  std::unique_ptr<Communicator> m_local_comm;
+};
+
+/// How a run is cut into optimizer steps, fixed once its loader is sharded.
+struct StepPlan {
+  int64_t batch = 0;            ///< samples per micro-batch on each rank
+  int64_t accumulate = 1;       ///< micro-batches per optimizer step (train.accumulate)
+  int64_t epochs = 0;           ///< train.epochs
+  int64_t micro_per_epoch = 0;  ///< micro-batches each rank takes per epoch
+  int64_t per_epoch = 0;        ///< optimizer steps per epoch
+  int64_t total_steps = 0;      ///< of the run: the epochs' steps, cut by train.max_steps
+};
+/// The plan for `loader` (sharded over `world` ranks). Throws DataError when an epoch has no full global batch.
+StepPlan plan_steps(const Experiment& exp, const Loader& loader, const Dataset& train, int world);
+
+/// The run's opening log lines: where it writes, the device, the data and its batches, the model.
+void log_run_start(const Experiment& exp, const RunSetup& setup, const StepPlan& plan, const std::string& run_dir,
+                   int local_rank);
+
+}  // namespace gt

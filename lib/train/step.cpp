@@ -1,0 +1,195 @@
+// The step: micro-batches through forward, loss and backward, gradients over the ranks, the gated update, and the
+// verdict the host reads back.
+#include "train/step.h"
+
+#include "graph/model.h"
+#include "log/logging.h"
+#include "ops/math.h"
+#include "ops/ops.h"
+#include "optim/optimizer.h"
+#include "profile/profiler.h"
+#include "train/loss.h"
+#include "train/setup.h"
+#include "train/signals.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace gt {
+
+StepOutcome nonfinite_outcome(NonFinitePolicy mode, int64_t max_skips, int64_t& skips_in_row, int64_t& rollbacks) {
+  if (mode == NonFinitePolicy::skip && ++skips_in_row <= max_skips) return StepOutcome::skipped;
+  if (mode == NonFinitePolicy::rollback && ++rollbacks <= max_skips) return StepOutcome::rolled_back;
+  return StepOutcome::diverged;
+}
+
+bool StepReading::finite() const { return std::isfinite(loss_sum) && std::isfinite(grad_sq); }
+
+DeferredVerdict::DeferredVerdict(std::vector<std::string> param_names)
+    : m_names(std::move(param_names)),
+      m_stats(Tensor::empty_pinned(Shape{kStepStats}, DType::f64)),
+      m_per_param(
+          Tensor::empty_pinned(Shape{std::max<int64_t>(1, static_cast<int64_t>(m_names.size()))}, DType::f64)) {}
+
+void DeferredVerdict::queue(const Tensor& stats, const Tensor& per_param, Device device, int64_t step,
+                            int64_t samples) {
+  m_stats.copy_from_async(stats);
+  m_per_param.copy_from_async(per_param);
+  m_ready.record(device);
+  m_open = true;
+  m_step = step;
+  m_samples = samples;
+}
+
+std::optional<StepReading> DeferredVerdict::take() {
+  if (!m_open) return std::nullopt;
+  m_open = false;
+  m_ready.wait();
+  const double* st = m_stats.data<double>();
+  StepReading r;
+  r.step = m_step;
+  r.samples = m_samples;
+  r.loss_sum = st[kLossSum];
+  r.grad_sq = st[kGradSq];
+  if (r.finite()) return r;
+  r.first_nonfinite = "none (the loss itself)";
+  for (size_t i = 0; i < m_names.size(); ++i)
+    if (!std::isfinite(m_per_param.data<double>()[i])) {
+      r.first_nonfinite = m_names[i];
+      break;
+    }
+  return r;
+}
+
+namespace {
+
+std::vector<std::string> param_names(Model& model) {
+  std::vector<std::string> names;
+  for (const auto& [name, param] : model.named_params()) names.push_back(name);
+  return names;
+}
+
+}  // namespace
+
+StepLoop::StepLoop(const Experiment& exp, RunSetup& setup, const StepPlan& plan, Profiler& profiler)
+    : m_model(setup.model),
+      m_optimizer(*setup.optimizer),
+      m_comm(*setup.comm),
+      m_loss(exp.loss),
+      m_device(setup.device),
+      m_profiler(profiler),
+      m_world(setup.world),
+      m_accumulate(plan.accumulate),
+      m_stager(setup.train(), plan.batch, setup.device),
+      m_verdict(param_names(setup.model)) {
+  // On GPUs the gradients, the initial state and the step's device-side sums travel through NCCL, bootstrapped over
+  // the host communicator (MPI, TCP or the worker threads'), which keeps the host-side collectives.
+  if (m_world > 1 && m_device.is_cuda()) m_nccl = make_nccl_comm(m_comm, m_device.index, exp.dist.timeout_s);
+  Communicator& device_comm = m_nccl ? *m_nccl : m_comm;
+  // Every replica starts from rank 0's state (the same seed gives the same weights, but a resumed or hand-edited
+  // state must not diverge silently).
+  if (m_world > 1) {
+    for (auto& [name, t] : m_model.state_tensors())
+      device_comm.broadcast(t->raw(), t->bytes(), 0, "the initial parameters");
+    for (auto& [name, t] : m_optimizer.state()) device_comm.broadcast(t->raw(), t->bytes(), 0, "the optimizer state");
+  }
+  if (m_world > 1) {
+    m_grad_sync.emplace(device_comm, m_model.params_by_node(), exp.dist.bucket_mb, exp.dist.overlap);
+    spdlog::info("gradients: {:.2f} MB all-reduced per step in {} bucket(s) of up to {} MB, {}",
+                 static_cast<double>(m_grad_sync->bytes_per_step()) / 1e6, m_grad_sync->buckets(), exp.dist.bucket_mb,
+                 exp.dist.overlap ? "overlapping backward" : "after backward (dist.overlap: false)");
+    m_grad_sync->set_profiler(&profiler);
+  }
+  const Dataset& train = setup.train();
+  m_x = Tensor::empty(train.input_shape().batched(plan.batch), DType::f32, m_device);
+  m_y = Tensor::empty(train.target_shape().batched(plan.batch), train.targets.dtype(), m_device);
+  m_dout = Tensor::empty(m_model.output_shape().batched(plan.batch), DType::f32, m_device);
+  m_stats = Tensor::zeros(Shape{kStepStats}, DType::f64, m_device);
+  m_grad_sq = m_stats.slice0(kGradSq, 1);
+  m_window = Tensor::zeros(Shape{3}, DType::f64, m_device);
+  const int64_t n_params = std::max<int64_t>(1, static_cast<int64_t>(m_model.named_params().size()));
+  m_param_sq = Tensor::zeros(Shape{n_params}, DType::f64, m_device);
+  set_window(setup.progress);
+  // Last, so that a constructor that throws leaves no hook into this object behind.
+  if (m_grad_sync) m_model.set_grad_ready_hook([this](size_t node) { m_grad_sync->node_done(node); });
+}
+
+StepLoop::~StepLoop() { m_model.set_grad_ready_hook(nullptr); }
+
+int64_t StepLoop::forward_backward(Loader& loader, int64_t step, int64_t micros) {
+  static const std::string kLoss = "loss";
+  m_stats.zero_();
+  int64_t samples = 0;
+  for (int64_t k = 0; k < micros; ++k) {
+    const int64_t n = m_stager.next(loader, m_x, m_y, &m_profiler);
+    const Tensor xb = m_x.narrow0(n), yb = m_y.narrow0(n);
+    Tensor db = m_dout.narrow0(n);
+    // Dropout masks are keyed by the micro-batch, so the micro-batches of one step draw different masks.
+    const LayerContext ctx{.training = true,
+                           .accumulate_grads = k > 0,
+                           .step = static_cast<uint64_t>(step * m_accumulate + k)};
+    const Tensor& out = m_model.forward(xb, ctx);
+    {
+      ProfileScope scope(&m_profiler, kLoss, to_string(m_loss.type), "forward+backward");
+      compute_loss(m_loss, out, yb, 1.0 / static_cast<double>(n * micros), db, m_stats);
+    }
+    if (m_grad_sync && k == micros - 1) m_grad_sync->arm();  // earlier micro-batches accumulate locally
+    m_model.backward(db, ctx);
+    samples += n;
+  }
+  if (m_grad_sync) m_grad_sync->finish();
+  return samples;
+}
+
+RankSums StepLoop::sum_over_ranks(int64_t samples) {
+  if (m_world == 1) return {samples, false};
+  if (m_nccl) {  // the global batch's sums stay on the device; the host's numbers go by host
+    m_nccl->allreduce_sum(m_stats.data<double>(), kGradSq, "the step's loss");  // slots before the gradient norm
+    double shared[2] = {static_cast<double>(samples), stop_requested() ? 1.0 : 0.0};
+    m_comm.allreduce_sum(shared, 2, "the step's sample count and stop flag");
+    return {static_cast<int64_t>(shared[0]), shared[1] > 0};
+  }
+  // (CPU tensors) the global batch's sums, and whether any rank was asked to stop
+  double* st = m_stats.data<double>();
+  double shared[4] = {st[kLossSum], st[kHits], static_cast<double>(samples), stop_requested() ? 1.0 : 0.0};
+  m_comm.allreduce_sum(shared, 4, "the step's loss and stop flag");
+  st[kLossSum] = shared[0];
+  st[kHits] = shared[1];
+  return {static_cast<int64_t>(shared[2]), shared[3] > 0};
+}
+
+void StepLoop::queue_grad_norm() {
+  m_param_sq.zero_();
+  m_optimizer.grad_norm_sq(m_grad_sq, m_param_sq);
+}
+
+void StepLoop::update(double lr, double max_norm, int64_t step, int64_t samples) {
+  m_optimizer.step(lr, m_stats, max_norm);
+  ops::accumulate_step(m_stats, m_window);
+  m_verdict.queue(m_stats, m_param_sq, m_device, step, samples);
+}
+
+void StepLoop::set_window(const TrainProgress& p) {
+  Tensor h = Tensor::zeros(Shape{3}, DType::f64);
+  h.data<double>()[0] = p.window_loss;
+  h.data<double>()[1] = p.window_hits;
+  m_window.copy_from(h);
+}
+
+void StepLoop::read_window(TrainProgress& p) {
+  Tensor h = Tensor::empty(Shape{3}, DType::f64);
+  h.copy_from(m_window);
+  p.window_loss = h.data<double>()[0];
+  p.window_hits = h.data<double>()[1];
+}
+
+void StepLoop::log_allreduce_cost(int64_t steps) const {
+  // (NCCL's all-reduces run on a side stream the host never waits on: nothing to time.)
+  if (!m_grad_sync || m_nccl || steps <= 0) return;
+  spdlog::info("all-reduce: {:.1f} ms per step, {:.0f}% of it hidden behind backward",
+               1e3 * m_grad_sync->comm_seconds() / static_cast<double>(steps),
+               std::max(0.0, 100.0 * (1.0 - m_grad_sync->exposed_seconds() /
+                                                 std::max(m_grad_sync->comm_seconds(), 1e-12))));
+}
+
+}  // namespace gt

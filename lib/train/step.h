@@ -1,0 +1,137 @@
+// One optimizer step, the only hot path of a training run: forward, loss and backward over the step's micro-batches,
+// the gradients averaged over the ranks, the gated update queued on the device, and the host's deferred verdict on it.
+#pragma once
+
+#include "data/batch_stager.h"
+#include "dist/comm.h"
+#include "dist/grad_sync.h"
+#include "ops/backend.h"
+#include "train/checkpoint.h"
+#include "train/experiment.h"
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gt {
+
+class Model;
+class Optimizer;
+class Profiler;
+class RunSetup;
+struct StepPlan;
+
+/// What a step came to, as the host learns it.
+enum class StepOutcome {
+  ok,           ///< updated (or not known yet)
+  skipped,      ///< non-finite: the device skipped its update, and the run goes on (train.nonfinite: skip)
+  diverged,     ///< non-finite, and the run ends
+  rolled_back,  ///< non-finite: the run went back to its newest good checkpoint (train.nonfinite: rollback)
+};
+
+/// What a non-finite step leads to under train.nonfinite `mode` (abort | skip | rollback). A skip counts in
+/// `skips_in_row`, a rollback in `rollbacks` (those since the last checkpoint); past `max_skips` of either, or at once
+/// under abort, the run diverges.
+StepOutcome nonfinite_outcome(NonFinitePolicy mode, int64_t max_skips, int64_t& skips_in_row, int64_t& rollbacks);
+
+/// What the host reads of a step once the device has done it.
+struct StepReading {
+  int64_t step = 0;     ///< 1-based
+  int64_t samples = 0;  ///< of the global batch
+  double loss_sum = 0;  ///< over the global batch
+  double grad_sq = 0;   ///< the squared global gradient norm
+  /// A non-finite step's first parameter whose gradient is not finite ("none (the loss itself)"); "" when finite.
+  std::string first_nonfinite;
+  bool finite() const;
+};
+
+/// A step's statistics on their way to the host: copied behind its update, read when the host needs its outcome. On
+/// the CPU that is at once; on a GPU one step later (or when it next logs, evaluates or saves), so the device never
+/// idles while the host waits. The device has already skipped the update of a non-finite step by then.
+class DeferredVerdict {
+ public:
+  /// For a model whose parameters are `param_names`, in the order of the per-parameter norms.
+  explicit DeferredVerdict(std::vector<std::string> param_names);
+
+  /// Queues the copy of `stats` (f64[kStepStats]) and `per_param` (each parameter's squared gradient norm) behind the
+  /// work queued on `device` so far, as step `step`'s of `samples` samples.
+  void queue(const Tensor& stats, const Tensor& per_param, Device device, int64_t step, int64_t samples);
+  /// The queued step's numbers, after waiting for them (the host's one wait for a step); nullopt when there is none.
+  /// Each queued step is taken once.
+  std::optional<StepReading> take();
+
+ private:
+  std::vector<std::string> m_names;
+  Tensor m_stats, m_per_param;  ///< pinned host copies
+  StreamEvent m_ready;
+  bool m_open = false;
+  int64_t m_step = 0, m_samples = 0;
+};
+
+/// A step's global batch as the ranks add it up.
+struct RankSums {
+  int64_t samples = 0;    ///< over every rank
+  bool any_stop = false;  ///< some rank was asked to stop
+};
+
+/// The machinery of a step, allocated once: the batch and gradient tensors, the step's statistics and the log
+/// window's sums on the device, the gradient sync over the ranks (through NCCL on GPUs) and the verdict's host
+/// copies. A step is forward_backward, sum_over_ranks, queue_grad_norm, then update unless the previous step's
+/// verdict ends the run or rolls it back.
+class StepLoop {
+ public:
+  /// Also makes every replica start from rank 0's state: the model's and the optimizer's tensors are broadcast.
+  StepLoop(const Experiment& exp, RunSetup& setup, const StepPlan& plan, Profiler& profiler);
+  ~StepLoop();
+  StepLoop(const StepLoop&) = delete;
+  StepLoop& operator=(const StepLoop&) = delete;
+
+  /// Forward, loss and backward over the next `micros` micro-batches of `loader` for optimizer step `step`
+  /// (0-based); each micro-batch's loss is its mean over the step's micro-batches, so the gradient is the mean over
+  /// the effective batch, averaged over the ranks once the last is done. Returns this rank's samples.
+  int64_t forward_backward(Loader& loader, int64_t step, int64_t micros);
+  /// Sums the step's loss statistics, sample counts and stop requests over the ranks (one rank: its own).
+  RankSums sum_over_ranks(int64_t samples);
+  /// Queues the squared gradient norms, the global one into the statistics and each parameter's own.
+  void queue_grad_norm();
+  /// Queues the update at `lr` (gated and clipped to `max_norm` by the statistics on the device), adds the
+  /// statistics to the log window, and queues their copy to the host as step `step`'s (1-based).
+  void update(double lr, double max_norm, int64_t step, int64_t samples);
+  DeferredVerdict& verdict() { return m_verdict; }
+
+  /// Loads the log window's sums from the progress (a resumed or rolled-back run continues its window).
+  void set_window(const TrainProgress& p);
+  /// Reads the log window's sums into the progress: a wait for the device.
+  void read_window(TrainProgress& p);
+  void clear_window() { m_window.zero_(); }
+
+  /// The batch tensors (evaluation borrows them).
+  Tensor& x() { return m_x; }
+  Tensor& y() { return m_y; }
+  /// The all-reduce's cost per step and how much of it backward hid, once the run is over (host communicators).
+  void log_allreduce_cost(int64_t steps) const;
+
+ private:
+  Model& m_model;
+  Optimizer& m_optimizer;
+  Communicator& m_comm;
+  const LossConfig& m_loss;
+  Device m_device;
+  Profiler& m_profiler;
+  int m_world = 1;
+  int64_t m_accumulate = 1;
+  std::unique_ptr<Communicator> m_nccl;  ///< declared before the gradient sync that uses it: destroyed after it
+  std::optional<GradSync> m_grad_sync;
+  Tensor m_x, m_y, m_dout;
+  /// The step's statistics (StepStat: loss sum, hits, squared gradient norm) and the log window's sums (loss sum,
+  /// hits, skipped steps) stay on the device: the optimizer reads them there to skip a non-finite step or clip, and
+  /// the host reads them when it needs a number, so a GPU step queues its work without waiting for the device.
+  Tensor m_stats, m_grad_sq, m_window;
+  Tensor m_param_sq;  ///< each parameter's squared gradient norm: names the first non-finite gradient
+  BatchStager m_stager;
+  DeferredVerdict m_verdict;
+};
+
+}  // namespace gt
