@@ -31,6 +31,7 @@ TEST_CASE("CUDA activations match the CPU, forward and backward", "[cuda]") {
   }
 }
 
+// The fused group step the optimizer runs, on a group of one row (a finite step, no clipping).
 TEST_CASE("CUDA SGD matches the CPU", "[cuda]") {
   require_gpu();
   const int64_t n = 77777;
@@ -41,10 +42,14 @@ TEST_CASE("CUDA SGD matches the CPU", "[cuda]") {
     p.inner.copy_from(p_cpu);
     m.inner.zero_();
     const Tensor gd = to_cuda(g);
+    ops::TensorGroup group_cpu, group_cuda;
+    group_cpu.rows.push_back({p_cpu, g, m_cpu});
+    group_cuda.rows.push_back({p.inner, gd, m.inner});
+    const Tensor stats_cpu = Tensor::zeros(Shape{kStepStats}, DType::f64), stats_cuda = to_cuda(stats_cpu);
     for (int step = 0; step < 3; ++step) {
       const SgdHyper h{0.1f, 0.9f, 0.0f, 0.01f, nesterov, step == 0};
-      ops::sgd_step(h, p_cpu, g, m_cpu);
-      ops::sgd_step(h, p.inner, gd, m.inner);
+      ops::sgd_step_group(h, group_cpu, stats_cpu, 0);
+      ops::sgd_step_group(h, group_cuda, stats_cuda, 0);
     }
     check_close(p.host_checked(), p_cpu);
     check_close(m.host_checked(), m_cpu);

@@ -59,14 +59,18 @@ TEST_CASE("matmul matches a reference loop for every transpose and split", "[cpu
 
 TEST_CASE("sgd follows torch.optim.SGD's update rule", "[cpu]") {
   // References computed by hand from the update rule in the PyTorch documentation (torch.optim.SGD).
+  // The fused group step the optimizer runs, on a group of one row, with a finite step and no clipping.
   auto run = [](float momentum, float dampening, float wd, bool nesterov) {
     Tensor p = Tensor::empty(Shape{1}, DType::f32), g = Tensor::empty(Shape{1}, DType::f32);
     Tensor buf = momentum != 0 ? Tensor::zeros(Shape{1}, DType::f32) : Tensor();
     p.data<float>()[0] = 1.0f;
     g.data<float>()[0] = 0.5f;
+    ops::TensorGroup group;
+    group.rows.push_back({p, g, buf});
+    const Tensor stats = Tensor::zeros(Shape{kStepStats}, DType::f64);
     std::vector<float> trace;
     for (int step = 0; step < 2; ++step) {
-      ops::sgd_step({0.1f, momentum, dampening, wd, nesterov, step == 0}, p, g, buf);
+      ops::sgd_step_group({0.1f, momentum, dampening, wd, nesterov, step == 0}, group, stats, 0);
       trace.push_back(p.data<float>()[0]);
     }
     return trace;

@@ -122,14 +122,6 @@ void mse(const Tensor& pred, const Tensor& target, double scale, Tensor& dpred, 
            [&] { GT_CUDA_CALL(mse(pred, target, scale, dpred, stats)); });
 }
 
-void sgd_step(const SgdHyper& h, Tensor& param, const Tensor& grad, Tensor& momentum) {
-  same_dtype("sgd_step", {&param, &grad, &momentum});
-  GT_CHECK(param.numel() == grad.numel() && (!momentum.defined() || momentum.numel() == param.numel()),
-           "sgd_step sizes");
-  dispatch("sgd_step", common_device("sgd_step", {&param, &grad, &momentum}),
-           [&] { cpu::sgd_step(h, param, grad, momentum); }, [&] { GT_CUDA_CALL(sgd_step(h, param, grad, momentum)); });
-}
-
 namespace {
 
 // Every row of a group has `width` entries (the optional last one may be undefined) on one device.
@@ -271,17 +263,6 @@ void pool2d_backward(PoolKind kind, const Tensor& x, const Tensor& dy, const Win
   GT_CHECK(dx.shape() == x.shape(), "pool2d_backward shapes");
   dispatch("pool2d_backward", common_device("pool2d_backward", {&x, &dy, &dx}),
            [&] { cpu::pool2d_backward(kind, x, dy, win, dx); }, [&] { GT_CUDA_CALL(pool2d_backward(kind, x, dy, win, dx)); });
-}
-
-void adam_step(const AdamHyper& h, bool amsgrad, Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
-               Tensor& vmax) {
-  same_dtype("adam_step", {&param, &grad, &m, &v, &vmax});
-  GT_CHECK(grad.numel() == param.numel() && m.numel() == param.numel() && v.numel() == param.numel() &&
-               (!amsgrad || vmax.numel() == param.numel()),
-           "adam_step sizes");
-  dispatch("adam_step", common_device("adam_step", {&param, &grad, &m, &v, &vmax}),
-           [&] { cpu::adam_step(h, amsgrad, param, grad, m, v, vmax); },
-           [&] { GT_CUDA_CALL(adam_step(h, amsgrad, param, grad, m, v, vmax)); });
 }
 
 void sum_squares(const Tensor& grad, Tensor& out) {

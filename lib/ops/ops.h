@@ -39,10 +39,6 @@ void cross_entropy(const Tensor& logits, const Tensor& labels, double label_smoo
 /// writes dpred = scale · 2 (pred − target) / D. pred and target are (B, D).
 void mse(const Tensor& pred, const Tensor& target, double scale, Tensor& dpred, Tensor& stats);
 
-/// One SGD step over a parameter, its gradient and its momentum buffer (same shape and dtype).
-void sgd_step(const SgdHyper& h, Tensor& param, const Tensor& grad, Tensor& momentum);
-/// One Adam/AdamW step; vmax is used (and must be defined) only with amsgrad.
-void adam_step(const AdamHyper& h, bool amsgrad, Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, Tensor& vmax);
 /// Adds Σ grad² to out[0] (f64, on the gradient's device: no host sync).
 void sum_squares(const Tensor& grad, Tensor& out);
 /// x ← x · scale, where scale is read from a one-element f64 tensor on the same device.

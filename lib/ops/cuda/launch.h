@@ -15,13 +15,6 @@ namespace gt::cuda {
 void launch_activation_forward(cudaStream_t s, Activation a, bool is_double, const void* x, void* y, int64_t n);
 void launch_activation_backward(cudaStream_t s, Activation a, bool is_double, const void* x, const void* y,
                                 const void* dy, void* dx, int64_t n);
-/// momentum may be null (no momentum buffer).
-void launch_sgd(cudaStream_t s, const SgdHyper& h, bool is_double, void* param, const void* grad, void* momentum,
-                int64_t n);
-
-/// vmax is used (and must be non-null) only with amsgrad.
-void launch_adam(cudaStream_t s, const AdamHyper& h, bool amsgrad, bool is_double, void* param, const void* grad,
-                 void* m, void* v, void* vmax, int64_t n);
 
 // reduce.cu
 /// y (rows, cols) += bias (cols) on every row.

@@ -20,11 +20,6 @@ void activation_backward(Activation a, const Tensor& x, const Tensor& y, const T
                              x.numel());
 }
 
-void sgd_step(const SgdHyper& h, Tensor& param, const Tensor& grad, Tensor& momentum) {
-  launch_sgd(stream(param.device().index), h, param.dtype() == DType::f64, param.raw(), grad.raw(),
-             momentum.defined() ? momentum.raw() : nullptr, param.numel());
-}
-
 namespace {
 
 // Opaque pointer of an optional tensor: null when it is undefined.
@@ -38,12 +33,6 @@ bool is_f64(const char* op, const Tensor& t) {
 }
 
 }  // namespace
-
-void adam_step(const AdamHyper& h, bool amsgrad, Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
-               Tensor& vmax) {
-  launch_adam(stream(param.device().index), h, amsgrad, is_f64("adam_step", param), param.raw(), grad.raw(), m.raw(),
-              v.raw(), amsgrad ? vmax.raw() : nullptr, param.numel());
-}
 
 void add_row_bias(Tensor& y, const Tensor& bias) {
   launch_add_row_bias(stream(y.device().index), is_f64("add_row_bias", y), y.raw(), bias.raw(), y.dim(0), y.dim(1));

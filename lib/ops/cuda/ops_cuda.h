@@ -10,8 +10,6 @@ namespace gt::cuda {
 
 void activation_forward(Activation a, const Tensor& x, Tensor& y);
 void activation_backward(Activation a, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx);
-void sgd_step(const SgdHyper& h, Tensor& param, const Tensor& grad, Tensor& momentum);
-void adam_step(const AdamHyper& h, bool amsgrad, Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, Tensor& vmax);
 
 void add_row_bias(Tensor& y, const Tensor& bias);
 void sum_rows(const Tensor& dy, Tensor& db, double beta);
