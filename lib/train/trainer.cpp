@@ -1,6 +1,7 @@
 // The training loop: seeded batches → forward → loss → backward → SGD, with logging and per-epoch evaluation.
 #include "train/trainer.h"
 
+#include "core/backend.h"
 #include "core/parallel.h"
 #include "dist/comm.h"
 #include "dist/grad_sync.h"
@@ -11,9 +12,9 @@
 #include "log/metrics.h"
 #include "log/progress.h"
 #include "log/report.h"
-#include "ops/backend.h"
 #include "ops/devices.h"
 #include "ops/ops.h"
+#include "ops/stream.h"
 #include "optim/optimizer.h"
 #include "profile/profiler.h"
 #include "train/checkpoint.h"

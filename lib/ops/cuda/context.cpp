@@ -4,6 +4,7 @@
 #include "core/error.h"
 #include "ops/cuda/allocator.h"
 #include "ops/cuda/cuda_check.h"
+#include "ops/cuda_context.h"
 
 #include <array>
 #include <memory>
@@ -42,6 +43,8 @@ DeviceContext& context(int device) {
 }  // namespace
 
 cudaStream_t stream(int device) { return context(device).stream; }
+
+void* compute_stream(int device) { return stream(device); }
 
 cublasLtHandle_t lt_handle(int device) {
   DeviceContext& c = context(device);

@@ -1,8 +1,10 @@
-// The device entry points of a build without the CUDA backend: every device call says CUDA is not built in;
-// pinned memory is plain host memory.
+// What stands in for ops/cuda/ in a build without the CUDA backend: the device memory hooks of core/backend.h and
+// the stream classes of ops/stream.h say for any device but the CPU that CUDA is not built in; pinned memory is
+// plain host memory; the device report has no devices.
+#include "core/backend.h"
 #include "core/error.h"
-#include "ops/backend.h"
 #include "ops/devices.h"
+#include "ops/stream.h"
 
 #include <cstdlib>
 
@@ -13,15 +15,11 @@ namespace {
 }
 }  // namespace
 
-bool cuda_built() { return false; }
 void* backend_alloc(Device, size_t) { no_cuda(); }
 void backend_free(Device, void*) {}
 void backend_memset_zero(Device, void*, size_t) { no_cuda(); }
 void backend_copy(void*, Device, const void*, Device, size_t) { no_cuda(); }
 void backend_copy_async(void*, Device, const void*, Device, size_t) { no_cuda(); }
-void backend_synchronize(Device device) {
-  if (!device.is_cpu()) no_cuda();
-}
 void* allocate_pinned(size_t bytes) {
   void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
   if (!p) throw Error(fmt::format("out of host memory allocating {} bytes", bytes));
