@@ -1,7 +1,8 @@
 // CUDA kernels against the CPU on the same seeded inputs. Without a usable GPU every case exits with ctest's
 // skip code (77) after printing why, so the suite stays green and the skip is visible.
 #include "cuda_helpers.h"
-#include "ops/ops.h"
+#include "ops/activation.h"
+#include "ops/optim.h"
 
 using namespace gt;
 

@@ -5,7 +5,14 @@
 #include <vector>
 
 #include "cuda_helpers.h"
-#include "ops/ops.h"
+#include "ops/dropout.h"
+#include "ops/elementwise.h"
+#include "ops/embedding.h"
+#include "ops/layernorm.h"
+#include "ops/loss.h"
+#include "ops/matmul.h"
+#include "ops/optim.h"
+#include "ops/softmax.h"
 
 using namespace gt;
 using namespace gt::test;
@@ -323,7 +330,7 @@ TEST_CASE("CUDA cross_entropy turns NaN and infinite logits into the CPU's NaN l
 }
 
 TEST_CASE("CUDA cross_entropy gives a NaN loss and no hit for a label out of range", "[cuda]") {
-  require_gpu();  // the CPU reads out of bounds there, so this is CUDA's own documented answer (ops.h)
+  require_gpu();  // the CPU reads out of bounds there, so this is CUDA's own documented answer (ops/loss.h)
   const int64_t batch = 5, k = 11;
   const Tensor logits = seeded(Shape{batch, k}, 56);
   Tensor labels = labels_for(batch, k, 57);

@@ -1,7 +1,13 @@
 // CPU kernels against plain reference loops and hand-computed numbers.
 #include "core/parallel.h"
 #include "core/rng.h"
-#include "ops/ops.h"
+#include "ops/activation.h"
+#include "ops/batchnorm.h"
+#include "ops/dropout.h"
+#include "ops/embedding.h"
+#include "ops/loss.h"
+#include "ops/matmul.h"
+#include "ops/optim.h"
 
 #include <catch2/catch.hpp>
 

@@ -7,7 +7,7 @@
 #include <map>
 #include <set>
 
-#include "ops/ops.h"
+#include "ops/elementwise.h"
 
 namespace gt {
 

@@ -1,7 +1,7 @@
 // Loss dispatch and the shape rules that tie the model output to the targets.
 #include "train/loss.h"
 
-#include "ops/ops.h"
+#include "ops/loss.h"
 
 namespace gt {
 

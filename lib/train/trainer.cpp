@@ -13,7 +13,7 @@
 #include "log/progress.h"
 #include "log/report.h"
 #include "ops/devices.h"
-#include "ops/ops.h"
+#include "ops/optim.h"
 #include "ops/stream.h"
 #include "optim/optimizer.h"
 #include "profile/profiler.h"

@@ -1,11 +1,13 @@
-// Convolution and pooling through cuDNN's legacy API: NCHW descriptors, algorithms chosen once per shape by
+// CUDA convolution (ops/conv2d.h) through cuDNN's legacy API: NCHW descriptors, algorithms chosen once per shape by
 // cuDNN's heuristics (no benchmarking run, so no host synchronisation), fp32 without TF32.
+#include "ops/conv2d.h"
+
 #include "ops/cuda/context.h"
-#include "ops/cuda/dnn.h"
 #include "ops/cuda/dnn_common.h"
 
 #include <algorithm>
 #include <limits>
+#include <string>
 #include <vector>
 
 namespace gt::cuda {
@@ -15,12 +17,6 @@ using namespace dnn;
 
 // The most scratch a convolution algorithm may ask for; faster algorithms that need more are passed over.
 constexpr size_t kMaxConvWorkspace = size_t{256} << 20;
-
-void set_4d(TensorDesc& d, cudnnDataType_t type, int64_t n, int64_t c, int64_t h, int64_t w) {
-  GT_CHECK_CUDNN(cudnnCreateTensorDescriptor(d.out()));
-  GT_CHECK_CUDNN(cudnnSetTensor4dDescriptor(d.get(), CUDNN_TENSOR_NCHW, type, to_int(n, "batch"),
-                                            to_int(c, "channels"), to_int(h, "height"), to_int(w, "width")));
-}
 
 struct ConvPlan {
   TensorDesc x, y, bias;  // x (B, C, H, W), y (B, O, oh, ow), bias (1, O, 1, 1)
@@ -144,44 +140,11 @@ const ConvPlan& conv_plan(const Tensor& x, const Tensor& w, const Window2d& win,
                           int64_t ow) {
   check_numel(x, "conv2d input");
   const int device = x.device().index;
-  static auto* cache = new PlanCache<18, ConvPlan>;  // leaked on purpose, as every plan cache here (dnn_matmul.cpp)
+  static auto* cache = new PlanCache<18, ConvPlan>;  // leaked on purpose, as every plan cache here (matmul.cu)
   const PlanCache<18, ConvPlan>::Key key{device,   is_f64(x), x.dim(0), x.dim(1), x.dim(2), x.dim(3),
                                          w.dim(0), w.dim(2),  w.dim(3), win.sh,   win.sw,   win.ph,
                                          win.pw,   win.dh,    win.dw,   groups,   oh,       ow};
   return cache->get(key, PlanFamily::conv, [&] { return make_conv_plan(device, x, w, win, groups, oh, ow); });
-}
-
-struct PoolPlan {
-  TensorDesc x, y;
-  PoolDesc pool;
-};
-
-const PoolPlan& pool_plan(PoolKind kind, const Tensor& x, const Window2d& win, int64_t oh, int64_t ow) {
-  GT_CHECK(win.dh == 1 && win.dw == 1, "pool2d on CUDA: cuDNN pooling has no dilation (got {}×{})", win.dh, win.dw);
-  check_numel(x, "pool2d input");
-  const int device = x.device().index;
-  static auto* cache = new PlanCache<15, PoolPlan>;  // leaked on purpose (dnn_matmul.cpp)
-  const PlanCache<15, PoolPlan>::Key key{device, is_f64(x), kind == PoolKind::max, x.dim(0), x.dim(1), x.dim(2),
-                                         x.dim(3), win.kh,   win.kw,               win.sh,   win.sw,   win.ph,
-                                         win.pw,   oh,       ow};
-  return cache->get(key, PlanFamily::pool, [&] {
-    auto plan = std::make_unique<PoolPlan>();
-    const cudnnDataType_t type = cudnn_type(x.dtype());
-    set_4d(plan->x, type, x.dim(0), x.dim(1), x.dim(2), x.dim(3));
-    set_4d(plan->y, type, x.dim(0), x.dim(1), oh, ow);
-    GT_CHECK_CUDNN(cudnnCreatePoolingDescriptor(plan->pool.out()));
-    // Max pooling: the deterministic variant, NaN propagating as in torch.max_pool2d. Average: padding counts in the
-    // divisor (count_include_pad=True, PyTorch's default).
-    GT_CHECK_CUDNN(cudnnSetPooling2dDescriptor(
-        plan->pool.get(), kind == PoolKind::max ? CUDNN_POOLING_MAX_DETERMINISTIC : CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING,
-        CUDNN_PROPAGATE_NAN, to_int(win.kh, "window"), to_int(win.kw, "window"), to_int(win.ph, "padding"),
-        to_int(win.pw, "padding"), to_int(win.sh, "stride"), to_int(win.sw, "stride")));
-    int n = 0, c = 0, h = 0, w = 0;
-    GT_CHECK_CUDNN(cudnnGetPooling2dForwardOutputDim(plan->pool.get(), plan->x.get(), &n, &c, &h, &w));
-    GT_CHECK(h == oh && w == ow, "cuDNN pools {} with a {}×{} window (stride {}×{}, padding {}×{}) to {}×{}, the op "
-             "expects {}×{}", x.shape().str(), win.kh, win.kw, win.sh, win.sw, win.ph, win.pw, h, w, oh, ow);
-    return plan;
-  });
 }
 
 }  // namespace
@@ -223,29 +186,6 @@ void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const W
   if (db.defined())
     GT_CHECK_CUDNN(cudnnConvolutionBackwardBias(handle, one.ptr(), plan.y.get(), dy.raw(), acc.ptr(), plan.bias.get(),
                                                 db.raw()));
-}
-
-void pool2d_forward(PoolKind kind, const Tensor& x, const Window2d& win, Tensor& y) {
-  const int device = x.device().index;
-  const PoolPlan& plan = pool_plan(kind, x, win, y.dim(2), y.dim(3));
-  const bool f64 = is_f64(x);
-  const HostScalar one(1.0, f64), zero(0.0, f64);
-  GT_CHECK_CUDNN(cudnnPoolingForward(cudnn_handle(device), plan.pool.get(), one.ptr(), plan.x.get(), x.raw(), zero.ptr(),
-                                     plan.y.get(), y.raw()));
-}
-
-void pool2d_backward(PoolKind kind, const Tensor& x, const Tensor& dy, const Window2d& win, Tensor& dx) {
-  const int device = x.device().index;
-  const PoolPlan& plan = pool_plan(kind, x, win, dy.dim(2), dy.dim(3));
-  const bool f64 = is_f64(x);
-  const HostScalar one(1.0, f64), zero(0.0, f64);
-  const cudnnHandle_t handle = cudnn_handle(device);
-  // cuDNN's backward pass wants the forward output (max pooling finds the winners by comparing x with y); the op's
-  // contract does not pass it, so it is recomputed into the scratch workspace, which nothing else uses meanwhile.
-  void* y = workspace(device, dy.bytes());
-  GT_CHECK_CUDNN(cudnnPoolingForward(handle, plan.pool.get(), one.ptr(), plan.x.get(), x.raw(), zero.ptr(), plan.y.get(), y));
-  GT_CHECK_CUDNN(cudnnPoolingBackward(handle, plan.pool.get(), one.ptr(), plan.y.get(), y, plan.y.get(), dy.raw(),
-                                      plan.x.get(), x.raw(), zero.ptr(), plan.x.get(), dx.raw()));
 }
 
 }  // namespace gt::cuda

@@ -1,10 +1,13 @@
-// CUDA kernels for layer normalisation and softmax: one block per row for the row statistics, column blocks for the
+// CUDA layer normalisation (ops/layernorm.h): one block per row for the row statistics, column blocks for the
 // parameter gradients. Per-element math is ops/math.h's (the CPU runs the same functions); sums are in double.
-#include <cmath>
+#include "ops/layernorm.h"
 
+#include "ops/cuda/context.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernel_util.cuh"
-#include "ops/cuda/launch.h"
+#include "ops/math.h"
+
+#include <cmath>
 
 namespace gt::cuda {
 namespace {
@@ -79,36 +82,6 @@ __global__ void layernorm_dparams_kernel(const T* __restrict__ x, const T* __res
   dbeta[i] = static_cast<T>(tb + (beta != 0 ? beta * static_cast<double>(dbeta[i]) : 0.0));
 }
 
-// y = softmax(x) over rows of d; one block per row. A NaN or +inf anywhere in a row makes the whole row NaN, on
-// the CPU and here, so the order in which block_max meets NaNs does not matter.
-template <class T>
-__global__ void softmax_fwd_kernel(const T* __restrict__ x, int64_t d, T* __restrict__ y) {
-  const int64_t r = blockIdx.x;
-  const T* row = x + r * d;
-  T* out = y + r * d;
-  T m = -infinity<T>();
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) m = row[i] > m ? row[i] : m;
-  const T mx = block_max(m);
-  double s = 0;
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) s += (out[i] = std::exp(row[i] - mx));  // exp in T, as the CPU
-  const T inv = static_cast<T>(1.0 / block_sum(s));
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) out[i] *= inv;  // this thread wrote out[i] above
-}
-
-// dx = y (dy − Σ y·dy) over rows of d; one block per row.
-template <class T>
-__global__ void softmax_bwd_kernel(const T* __restrict__ y, const T* __restrict__ dy, int64_t d, T* __restrict__ dx) {
-  const int64_t r = blockIdx.x;
-  const T *py = y + r * d, *pdy = dy + r * d;
-  double dot = 0;
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) dot += py[i] * pdy[i];  // the product in T, as on the CPU
-  dot = block_sum(dot);
-  T* out = dx + r * d;
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) out[i] = softmax_dx<T>(py[i], pdy[i], dot);
-}
-
-}  // namespace
-
 void launch_layernorm_forward(cudaStream_t s, bool is_double, const void* x, const void* gamma, const void* beta,
                               int64_t rows, int64_t d, double eps, void* save_mean, void* save_invstd, void* y) {
   if (rows == 0 || d == 0) return;
@@ -140,25 +113,21 @@ void launch_layernorm_backward(cudaStream_t s, bool is_double, const void* x, co
   GT_CHECK_LAUNCH();
 }
 
-void launch_softmax_forward(cudaStream_t s, bool is_double, const void* x, int64_t rows, int64_t d, void* y) {
-  if (rows == 0 || d == 0) return;
-  with_float_type(is_double, [&](auto t) {
-    using T = decltype(t);
-    softmax_fwd_kernel<T>
-        <<<static_cast<unsigned>(rows), row_threads(d), 0, s>>>(static_cast<const T*>(x), d, static_cast<T*>(y));
-  });
-  GT_CHECK_LAUNCH();
+}  // namespace
+
+void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, Tensor& save_mean,
+                       Tensor& save_invstd, Tensor& y) {
+  const int64_t d = gamma.numel();
+  launch_layernorm_forward(stream(x.device().index), is_f64("layernorm_forward", x), x.raw(), gamma.raw(), beta.raw(),
+                           x.numel() / d, d, eps, save_mean.raw(), save_invstd.raw(), y.raw());
 }
 
-void launch_softmax_backward(cudaStream_t s, bool is_double, const void* y, const void* dy, int64_t rows, int64_t d,
-                             void* dx) {
-  if (rows == 0 || d == 0) return;
-  with_float_type(is_double, [&](auto t) {
-    using T = decltype(t);
-    softmax_bwd_kernel<T><<<static_cast<unsigned>(rows), row_threads(d), 0, s>>>(
-        static_cast<const T*>(y), static_cast<const T*>(dy), d, static_cast<T*>(dx));
-  });
-  GT_CHECK_LAUNCH();
+void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
+                        const Tensor& dy, Tensor& dx, Tensor& dgamma, Tensor& dbeta, double beta) {
+  const int64_t d = gamma.numel();
+  launch_layernorm_backward(stream(x.device().index), is_f64("layernorm_backward", x), x.raw(), gamma.raw(),
+                            save_mean.raw(), save_invstd.raw(), dy.raw(), x.numel() / d, d, raw_or_null(dx),
+                            dgamma.raw(), dbeta.raw(), beta);
 }
 
 }  // namespace gt::cuda

@@ -1,7 +1,11 @@
-// CUDA kernels for dropout (the CPU's Philox mask, regenerated from key, step and index) and embedding lookups.
+// CUDA embedding lookups (ops/embedding.h): a thread per output element; the backward pass adds repeated rows with
+// atomics.
+#include "ops/embedding.h"
+
+#include "ops/cuda/context.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernel_util.cuh"
-#include "ops/cuda/launch.h"
+#include "ops/math.h"
 
 namespace gt::cuda {
 namespace {
@@ -10,21 +14,7 @@ using namespace kern;
 
 constexpr int kThreads = 256;
 
-// y = x · keep · scale. One thread per quad of elements: a Philox block gives the four words of elements 4q … 4q+3
-// (ops/math.h dropout_keep), so each block is drawn once. y may alias x.
-template <class T>
-__global__ void dropout_kernel(const T* x, double p, uint64_t key, uint64_t step, T scale, T* y, int64_t n) {
-  const int64_t quads = (n + 3) / 4;
-  for (int64_t q = global_index(); q < quads; q += grid_stride()) {
-    const PhiloxBlock b = philox4x32(static_cast<uint64_t>(q), step, key);
-    for (int e = 0; e < 4; ++e) {
-      const int64_t i = 4 * q + e;
-      if (i < n) y[i] = dropout_keep_word(b.v[e], p) ? x[i] * scale : T(0);
-    }
-  }
-}
-
-// y (n, dim) = weight[row(idx[k]), :]; a row of y whose index is invalid is NaN (ops.h).
+// y (n, dim) = weight[row(idx[k]), :]; a row of y whose index is invalid is NaN (ops/embedding.h).
 template <class T>
 __global__ void embedding_fwd_kernel(const T* __restrict__ idx, const T* __restrict__ weight, int64_t n, int64_t dim,
                                      int64_t vocab, T* __restrict__ y) {
@@ -51,20 +41,6 @@ __global__ void embedding_bwd_kernel(const T* __restrict__ idx, const T* __restr
     const int64_t row = embedding_row(idx[k], vocab);
     if (row >= 0) atomicAdd(dweight + row * dim + j, dy[e]);
   }
-}
-
-}  // namespace
-
-void launch_dropout(cudaStream_t s, bool is_double, const void* x, double p, uint64_t key, uint64_t step, void* y,
-                    int64_t n) {
-  if (n == 0) return;
-  const double scale = 1.0 / (1.0 - p);  // as the CPU computes it, then rounded to T
-  with_float_type(is_double, [&](auto t) {
-    using T = decltype(t);
-    dropout_kernel<T><<<grid_for((n + 3) / 4, kThreads), kThreads, 0, s>>>(
-        static_cast<const T*>(x), p, key, step, static_cast<T>(scale), static_cast<T*>(y), n);
-  });
-  GT_CHECK_LAUNCH();
 }
 
 void launch_embedding_forward(cudaStream_t s, bool is_double, const void* idx, const void* weight, int64_t n,
@@ -95,6 +71,18 @@ void launch_embedding_backward(cudaStream_t s, bool is_double, const void* idx, 
         static_cast<const T*>(idx), static_cast<const T*>(dy), n, dim, vocab, dw);
     GT_CHECK_LAUNCH();
   });
+}
+
+}  // namespace
+
+void embedding_forward(const Tensor& idx, const Tensor& weight, Tensor& y) {
+  launch_embedding_forward(stream(weight.device().index), is_f64("embedding_forward", weight), idx.raw(), weight.raw(),
+                           idx.numel(), weight.dim(0), weight.dim(1), y.raw());
+}
+
+void embedding_backward(const Tensor& idx, const Tensor& dy, Tensor& dweight, double beta) {
+  launch_embedding_backward(stream(dweight.device().index), is_f64("embedding_backward", dweight), idx.raw(), dy.raw(),
+                            idx.numel(), dweight.dim(0), dweight.dim(1), dweight.raw(), beta);
 }
 
 }  // namespace gt::cuda

@@ -1,7 +1,8 @@
-// CPU kernels for normalisation, softmax, dropout and embedding lookups.
+// CPU batch normalisation (ops/batchnorm.h), channels in parallel, plain and synchronised over the ranks.
+#include "ops/batchnorm.h"
+
 #include "core/parallel.h"
-#include "core/rng.h"
-#include "ops/cpu/ops_cpu.h"
+#include "ops/cpu/kernel_util.h"
 
 #include <algorithm>
 #include <cmath>
@@ -196,134 +197,6 @@ void bn_bwd_sync_t(const Tensor& x, const Tensor& gamma, const Tensor& save_mean
   });
 }
 
-template <class T>
-void ln_fwd_t(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, Tensor& save_mean,
-              Tensor& save_invstd, Tensor& y) {
-  const int64_t d = gamma.numel(), rows = x.numel() / d;
-  const T *px = x.data<T>(), *pg = gamma.data<T>(), *pb = beta.data<T>();
-  T *py = y.data<T>(), *sm = save_mean.data<T>(), *si = save_invstd.data<T>();
-  parallel_for(rows, std::max<int64_t>(1, 8192 / d), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const T* row = px + r * d;
-      double s = 0, s2 = 0;
-      for (int64_t i = 0; i < d; ++i) s += row[i];
-      const double mean = s / static_cast<double>(d);
-      for (int64_t i = 0; i < d; ++i) s2 += (row[i] - mean) * (row[i] - mean);
-      const double inv = 1.0 / std::sqrt(s2 / static_cast<double>(d) + eps);
-      sm[r] = static_cast<T>(mean);
-      si[r] = static_cast<T>(inv);
-      for (int64_t i = 0; i < d; ++i) py[r * d + i] = layernorm_y<T>(row[i], mean, inv, pg[i], pb[i]);
-    }
-  });
-}
-
-template <class T>
-void ln_bwd_t(const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
-              const Tensor& dy, Tensor& dx, Tensor& dgamma, Tensor& dbeta, double beta_acc) {
-  const int64_t d = gamma.numel(), rows = x.numel() / d;
-  const T *px = x.data<T>(), *pg = gamma.data<T>(), *pdy = dy.data<T>();
-  const T *sm = save_mean.data<T>(), *si = save_invstd.data<T>();
-  if (dx.defined()) {
-    T* pdx = dx.data<T>();
-    parallel_for(rows, std::max<int64_t>(1, 8192 / d), [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const T *row = px + r * d, *g = pdy + r * d;
-        const double mean = sm[r], inv = si[r];
-        double a = 0, b = 0;  // Σ dx̂ and Σ dx̂·x̂ with dx̂ = dy·γ
-        for (int64_t i = 0; i < d; ++i) {
-          const double dxh = g[i] * pg[i];
-          a += dxh;
-          b += dxh * (row[i] - mean) * inv;
-        }
-        for (int64_t i = 0; i < d; ++i) pdx[r * d + i] = layernorm_dx<T>(row[i], g[i], pg[i], mean, inv, a, b, d);
-      }
-    });
-  }
-  // Parameter gradients: one column per output, summed over rows in order (deterministic).
-  T *dg = dgamma.data<T>(), *db = dbeta.data<T>();
-  parallel_for(d, std::max<int64_t>(1, 8192 / std::max<int64_t>(rows, 1)), [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      double sg = 0, sb = 0;
-      for (int64_t r = 0; r < rows; ++r) {
-        const double g = pdy[r * d + i];
-        sg += g * (px[r * d + i] - sm[r]) * si[r];
-        sb += g;
-      }
-      dg[i] = static_cast<T>(sg + (beta_acc != 0 ? beta_acc * dg[i] : 0.0));
-      db[i] = static_cast<T>(sb + (beta_acc != 0 ? beta_acc * db[i] : 0.0));
-    }
-  });
-}
-
-template <class T> void softmax_fwd_t(const Tensor& x, int64_t d, Tensor& y) {
-  const int64_t rows = x.numel() / d;
-  const T* px = x.data<T>();
-  T* py = y.data<T>();
-  parallel_for(rows, std::max<int64_t>(1, 8192 / d), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const T* row = px + r * d;
-      T* out = py + r * d;
-      const T mx = *std::max_element(row, row + d);
-      double s = 0;
-      for (int64_t i = 0; i < d; ++i) s += (out[i] = std::exp(row[i] - mx));
-      const T inv = static_cast<T>(1.0 / s);
-      for (int64_t i = 0; i < d; ++i) out[i] *= inv;
-    }
-  });
-}
-
-template <class T> void softmax_bwd_t(const Tensor& y, const Tensor& dy, int64_t d, Tensor& dx) {
-  const int64_t rows = y.numel() / d;
-  const T *py = y.data<T>(), *pdy = dy.data<T>();
-  T* pdx = dx.data<T>();
-  parallel_for(rows, std::max<int64_t>(1, 8192 / d), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      double dot = 0;
-      for (int64_t i = 0; i < d; ++i) dot += py[r * d + i] * pdy[r * d + i];
-      for (int64_t i = 0; i < d; ++i) pdx[r * d + i] = softmax_dx<T>(py[r * d + i], pdy[r * d + i], dot);
-    }
-  });
-}
-
-template <class T> void dropout_t(const Tensor& x, double p, uint64_t key, uint64_t step, Tensor& y) {
-  const T* px = x.data<T>();
-  T* py = y.data<T>();
-  const T scale = static_cast<T>(1.0 / (1.0 - p));
-  parallel_for(x.numel(), 1 << 14, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) py[i] = dropout_keep(key, step, static_cast<uint64_t>(i), p) ? px[i] * scale : T(0);
-  });
-}
-
-template <class T>
-void embedding_fwd_t(const Tensor& idx, const Tensor& weight, Tensor& y) {
-  const int64_t n = idx.numel(), dim = weight.dim(1), vocab = weight.dim(0);
-  const T* pi = idx.data<T>();
-  const T* pw = weight.data<T>();
-  T* py = y.data<T>();
-  for (int64_t k = 0; k < n; ++k) {
-    const int64_t row = embedding_row(pi[k], vocab);
-    if (row < 0)
-      throw Error(fmt::format("embedding: input {} is not an index in [0, {})", static_cast<double>(pi[k]), vocab));
-    std::copy(pw + row * dim, pw + (row + 1) * dim, py + k * dim);
-  }
-}
-
-template <class T> void embedding_bwd_t(const Tensor& idx, const Tensor& dy, Tensor& dweight, double beta_acc) {
-  const int64_t n = idx.numel(), dim = dweight.dim(1);
-  const T* pi = idx.data<T>();
-  const T* pdy = dy.data<T>();
-  T* pw = dweight.data<T>();
-  if (beta_acc == 0)
-    std::fill(pw, pw + dweight.numel(), T(0));
-  else if (beta_acc != 1)
-    for (int64_t i = 0; i < dweight.numel(); ++i) pw[i] = static_cast<T>(beta_acc * pw[i]);
-  for (int64_t k = 0; k < n; ++k) {  // in index order: repeated rows add up deterministically
-    const int64_t row = embedding_row(pi[k], dweight.dim(0));
-    if (row < 0) continue;  // the forward pass has thrown on it already
-    for (int64_t j = 0; j < dim; ++j) pw[row * dim + j] += pdy[k * dim + j];
-  }
-}
-
 }  // namespace
 
 void batchnorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
@@ -356,31 +229,6 @@ void batchnorm_backward_sync(const Tensor& x, const Tensor& gamma, const Tensor&
     bn_bwd_sync_t<decltype(t)>(x, gamma, save_mean, save_invstd, dy, global_count, dx, dgamma, dbeta, beta,
                                sum_over_ranks);
   });
-}
-void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, Tensor& save_mean,
-                       Tensor& save_invstd, Tensor& y) {
-  for_float_type(x.dtype(), [&](auto t) { ln_fwd_t<decltype(t)>(x, gamma, beta, eps, save_mean, save_invstd, y); });
-}
-void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
-                        const Tensor& dy, Tensor& dx, Tensor& dgamma, Tensor& dbeta, double beta) {
-  for_float_type(x.dtype(), [&](auto t) {
-    ln_bwd_t<decltype(t)>(x, gamma, save_mean, save_invstd, dy, dx, dgamma, dbeta, beta);
-  });
-}
-void softmax_forward(const Tensor& x, int64_t d, Tensor& y) {
-  for_float_type(x.dtype(), [&](auto t) { softmax_fwd_t<decltype(t)>(x, d, y); });
-}
-void softmax_backward(const Tensor& y, const Tensor& dy, int64_t d, Tensor& dx) {
-  for_float_type(y.dtype(), [&](auto t) { softmax_bwd_t<decltype(t)>(y, dy, d, dx); });
-}
-void dropout(const Tensor& x, double p, uint64_t key, uint64_t step, Tensor& y) {
-  for_float_type(x.dtype(), [&](auto t) { dropout_t<decltype(t)>(x, p, key, step, y); });
-}
-void embedding_forward(const Tensor& idx, const Tensor& weight, Tensor& y) {
-  for_float_type(weight.dtype(), [&](auto t) { embedding_fwd_t<decltype(t)>(idx, weight, y); });
-}
-void embedding_backward(const Tensor& idx, const Tensor& dy, Tensor& dweight, double beta) {
-  for_float_type(dy.dtype(), [&](auto t) { embedding_bwd_t<decltype(t)>(idx, dy, dweight, beta); });
 }
 
 }  // namespace gt::cpu

@@ -1,32 +1,22 @@
-// Matmul through cuBLASLt: the row-major product C = op(A)·op(B) is the column-major product Cᵀ = op(B)ᵀ·op(A)ᵀ,
-// so the tensors go to cuBLASLt swapped and nothing is transposed in memory. One cached plan per shape.
-#include "ops/cuda/context.h"
-#include "ops/cuda/dnn.h"
-#include "ops/cuda/dnn_common.h"
+// CUDA matrix products and the bias ops of a dense layer (ops/matmul.h). Matmul goes through cuBLASLt: the row-major
+// product C = op(A)·op(B) is the column-major product Cᵀ = op(B)ᵀ·op(A)ᵀ, so the tensors go to cuBLASLt swapped and
+// nothing is transposed in memory; one cached plan per shape. add_row_bias and sum_rows are kernels, their sums in
+// double, so they are at least as exact as the CPU's.
+#include "ops/matmul.h"
 
-#include <atomic>
+#include "ops/cuda/context.h"
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/dnn_common.h"
+#include "ops/cuda/kernel_util.cuh"
+
+#include <array>
 #include <cstdint>
 
 namespace gt::cuda {
-namespace dnn {
-namespace {
-
-std::atomic<int64_t> g_plan_counts[4];
-
-}  // namespace
-
-void count_plan(PlanFamily family) { ++g_plan_counts[static_cast<int>(family)]; }
-
-}  // namespace dnn
-
-DnnPlanCounts dnn_plan_counts() {
-  using dnn::g_plan_counts;
-  return {g_plan_counts[0].load(), g_plan_counts[1].load(), g_plan_counts[2].load(), g_plan_counts[3].load()};
-}
-
 namespace {
 
 using namespace dnn;
+using namespace kern;
 
 // Scratch the heuristic may plan for; the buffer is the device's shared grow-only workspace (context.h).
 constexpr uint64_t kMaxWorkspace = uint64_t{32} << 20;
@@ -101,6 +91,55 @@ std::unique_ptr<MatmulPlan> make_plan(int device, const Tensor& a, bool ta, cons
                           c.shape().str(), align[0], align[1], align[2], device, cublasGetStatusString(status)));
 }
 
+constexpr int kThreads = 256;
+// Column sums: a block is 32 columns (one warp wide, so each row's read is coalesced) × kColRows row lanes.
+constexpr int kColRows = 16;
+
+// y (rows, cols) += bias (cols) on every row.
+template <class T>
+__global__ void add_row_bias_kernel(T* __restrict__ y, const T* __restrict__ bias, int64_t n, int64_t cols) {
+  for (int64_t i = global_index(); i < n; i += grid_stride()) y[i] += bias[i % cols];
+}
+
+// db (cols) = Σ_r dy (rows, cols) + beta · db. Each output is summed by one block in a fixed order: deterministic.
+template <class T>
+__global__ void sum_rows_kernel(const T* __restrict__ dy, T* __restrict__ db, int64_t rows, int64_t cols, double beta) {
+  __shared__ double part[kColRows][kWarp + 1];  // +1: lanes of a row lane hit distinct banks
+  const int64_t j = blockIdx.x * int64_t{kWarp} + threadIdx.x;
+  double acc = 0;
+  if (j < cols)
+    for (int64_t r = threadIdx.y; r < rows; r += kColRows) acc += static_cast<double>(dy[r * cols + j]);
+  part[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y != 0 || j >= cols) return;
+  double s = 0;
+  for (int k = 0; k < kColRows; ++k) s += part[k][threadIdx.x];
+  db[j] = static_cast<T>(s + (beta != 0 ? beta * static_cast<double>(db[j]) : 0.0));
+}
+
+void launch_add_row_bias(cudaStream_t s, bool is_double, void* y, const void* bias, int64_t rows, int64_t cols) {
+  const int64_t n = rows * cols;
+  if (n == 0) return;
+  with_float_type(is_double, [&](auto t) {
+    using T = decltype(t);
+    add_row_bias_kernel<T>
+        <<<grid_for(n, kThreads), kThreads, 0, s>>>(static_cast<T*>(y), static_cast<const T*>(bias), n, cols);
+  });
+  GT_CHECK_LAUNCH();
+}
+
+void launch_sum_rows(cudaStream_t s, bool is_double, const void* dy, void* db, int64_t rows, int64_t cols,
+                     double beta) {
+  if (cols == 0) return;
+  const dim3 block(kWarp, kColRows);
+  const auto grid = static_cast<unsigned>((cols + kWarp - 1) / kWarp);
+  with_float_type(is_double, [&](auto t) {
+    using T = decltype(t);
+    sum_rows_kernel<T><<<grid, block, 0, s>>>(static_cast<const T*>(dy), static_cast<T*>(db), rows, cols, beta);
+  });
+  GT_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double beta) {
@@ -127,6 +166,14 @@ void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, doubl
   GT_CHECK_CUBLAS(cublasLtMatmul(lt_handle(device), plan.op.get(), alpha_s.ptr(), b.raw(), plan.lt_a.get(), a.raw(),
                                  plan.lt_b.get(), beta_s.ptr(), c.raw(), plan.lt_c.get(), c.raw(), plan.lt_c.get(),
                                  &plan.algo, ws, plan.workspace, stream(device)));
+}
+
+void add_row_bias(Tensor& y, const Tensor& bias) {
+  launch_add_row_bias(stream(y.device().index), is_f64("add_row_bias", y), y.raw(), bias.raw(), y.dim(0), y.dim(1));
+}
+
+void sum_rows(const Tensor& dy, Tensor& db, double beta) {
+  launch_sum_rows(stream(dy.device().index), is_f64("sum_rows", dy), dy.raw(), db.raw(), dy.dim(0), dy.dim(1), beta);
 }
 
 }  // namespace gt::cuda
