@@ -6,7 +6,7 @@
 #include "core/parallel.h"
 #include "core/tensor.h"
 #include "log/gpu_monitor.h"
-#include "ops/ops.h"
+#include "ops/matmul.h"
 
 #include <algorithm>
 #include <chrono>

@@ -3,7 +3,7 @@
 #include "cuda_helpers.h"
 #include "dist/comm.h"
 #include "dist/grad_sync.h"
-#include "ops/cuda/context.h"
+#include "ops/cuda_context.h"
 
 #include <cuda_runtime.h>
 
@@ -23,7 +23,8 @@ class TwoRankStandIn final : public Communicator {
   void set_stream(void* stream) override { m_stream = static_cast<cudaStream_t>(stream); }
   void allreduce_sum(float* data, size_t n, const char*) override {
     streams.push_back(m_stream);
-    REQUIRE(cudaStreamSynchronize(m_stream ? m_stream : cuda::stream(0)) == cudaSuccess);
+    const auto compute = static_cast<cudaStream_t>(cuda::compute_stream(0));
+    REQUIRE(cudaStreamSynchronize(m_stream ? m_stream : compute) == cudaSuccess);
     std::vector<float> h(n);
     REQUIRE(cudaMemcpy(h.data(), data, n * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
     for (float& x : h) x = x + (2 * x + 1);
@@ -72,7 +73,7 @@ TEST_CASE("GradSync averages device gradients in device buckets on a side stream
     REQUIRE(comm.streams.size() == sync.buckets());
     for (cudaStream_t s : comm.streams) {
       CHECK(s != nullptr);  // not the compute stream (nullptr selects it)
-      CHECK(s != cuda::stream(0));
+      CHECK(s != cuda::compute_stream(0));
     }
   }
 }

@@ -1,6 +1,6 @@
-// The cuBLASLt and cuDNN ops (ops/cuda/dnn.h) against the CPU on the same seeded inputs: matmul, conv2d, pool2d and
-// batch norm, forward and backward, f32 and f64, with sentinels around every output. Without a usable GPU every case
-// exits with ctest's skip code (77) after printing why.
+// The cuBLASLt and cuDNN ops against the CPU on the same seeded inputs: matmul, conv2d, pool2d and batch norm
+// (ops/cuda/matmul.cu, conv2d.cpp, pool2d.cpp, batchnorm.cu), forward and backward, f32 and f64, with sentinels around
+// every output. Without a usable GPU every case exits with ctest's skip code (77) after printing why.
 //
 // Tolerances. Where an output is a sum of K products (matmul, convolution, the batch-norm reductions) the two sides
 // add the same terms in different orders (OpenBLAS/im2col against cuBLASLt's or cuDNN's tiling, split-K, Winograd or
@@ -10,8 +10,11 @@
 // a wrong, missing or misplaced term costs (up to max|a|·max|b|, about 1/3 of it on average). In f64 the factor is
 // 1e-13 (u = 1.1e-16).
 #include "cuda_helpers.h"
-#include "ops/cuda/dnn.h"
-#include "ops/ops.h"
+#include "ops/batchnorm.h"
+#include "ops/conv2d.h"
+#include "ops/cuda/dnn_common.h"
+#include "ops/matmul.h"
+#include "ops/pool2d.h"
 
 #include <algorithm>
 #include <cmath>

@@ -5,7 +5,14 @@
 #include <vector>
 
 #include "cuda_helpers.h"
-#include "ops/ops.h"
+#include "ops/dropout.h"
+#include "ops/elementwise.h"
+#include "ops/embedding.h"
+#include "ops/layernorm.h"
+#include "ops/loss.h"
+#include "ops/matmul.h"
+#include "ops/optim.h"
+#include "ops/softmax.h"
 
 using namespace gt;
 using namespace gt::test;
@@ -323,7 +330,7 @@ TEST_CASE("CUDA cross_entropy turns NaN and infinite logits into the CPU's NaN l
 }
 
 TEST_CASE("CUDA cross_entropy gives a NaN loss and no hit for a label out of range", "[cuda]") {
-  require_gpu();  // the CPU reads out of bounds there, so this is CUDA's own documented answer (ops.h)
+  require_gpu();  // the CPU reads out of bounds there, so this is CUDA's own documented answer (ops/loss.h)
   const int64_t batch = 5, k = 11;
   const Tensor logits = seeded(Shape{batch, k}, 56);
   Tensor labels = labels_for(batch, k, 57);
@@ -607,7 +614,7 @@ TEST_CASE("CUDA embedding makes an out-of-range index's row NaN and skips it bac
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Optimizers: per tensor and fused over groups.
+// Optimizers: the fused group steps, on one row and on many.
 
 namespace {
 
@@ -619,8 +626,9 @@ AdamHyper adam_hyper(int step, bool decoupled) {
 }  // namespace
 
 // The per-element update is ops/math.h's on both sides; nvcc may fuse a multiply and an add into one FMA where the
-// host rounds twice, so a few ulp per step: |Δ| ≤ 1e-6 + 1e-5·|cpu| after three steps (as the SGD test).
-TEST_CASE("CUDA adam_step matches the CPU, Adam and AdamW, with and without amsgrad", "[cuda]") {
+// host rounds twice, so a few ulp per step: |Δ| ≤ 1e-6 + 1e-5·|cpu| after three steps (as the SGD test). The fused
+// group step the optimizer runs, on a group of one row (a finite step, no clipping).
+TEST_CASE("CUDA adam_step_group of one row matches the CPU, Adam and AdamW, with and without amsgrad", "[cuda]") {
   require_gpu();
   const int64_t n = 77777;
   for (bool amsgrad : {false, true})
@@ -630,11 +638,19 @@ TEST_CASE("CUDA adam_step matches the CPU, Adam and AdamW, with and without amsg
              v_cpu = Tensor::zeros(Shape{n}, DType::f32), vmax_cpu = Tensor::zeros(Shape{n}, DType::f32);
       Guarded p = guarded_copy(p_cpu), m(Shape{n}, 0.0f), v(Shape{n}, 0.0f), vmax(Shape{n}, 0.0f);
       Tensor none_cpu, none_d;
+      // Each step's gradient is copied into the row's gradient tensors: a group's tensors stay put.
+      Tensor g_cpu = Tensor::empty(Shape{n}, DType::f32), g_d = to_cuda(g_cpu);
+      ops::TensorGroup group_cpu, group_cuda;
+      group_cpu.rows.push_back({p_cpu, g_cpu, m_cpu, v_cpu, amsgrad ? vmax_cpu : none_cpu});
+      group_cuda.rows.push_back({p.inner, g_d, m.inner, v.inner, amsgrad ? vmax.inner : none_d});
+      const Tensor stats_cpu = host_f64({0, 0, 0}), stats_cuda = to_cuda(stats_cpu);
       for (int step = 1; step <= 3; ++step) {
         const Tensor g = seeded(Shape{n}, 140 + static_cast<uint64_t>(step));
+        g_cpu.copy_from(g);
+        g_d.copy_from(g);
         const AdamHyper h = adam_hyper(step, decoupled);
-        ops::adam_step(h, amsgrad, p_cpu, g, m_cpu, v_cpu, amsgrad ? vmax_cpu : none_cpu);
-        ops::adam_step(h, amsgrad, p.inner, to_cuda(g), m.inner, v.inner, amsgrad ? vmax.inner : none_d);
+        ops::adam_step_group(h, amsgrad, group_cpu, stats_cpu, 0);
+        ops::adam_step_group(h, amsgrad, group_cuda, stats_cuda, 0);
       }
       check_close(p.host_checked(), p_cpu, 1e-6, 1e-5);
       check_close(m.host_checked(), m_cpu, 1e-6, 1e-5);
@@ -741,7 +757,7 @@ TEST_CASE("CUDA sgd_step_group matches the CPU, plain and clipped", "[cuda]") {
         ops::sgd_step_group(h, g.cpu, stats_host, max_norm);
         ops::sgd_step_group(h, g.cuda, stats_d, max_norm);
       }
-      // ops/math.h's update on both; the clip coefficient is the same double expression; FMA as in adam_step.
+      // ops/math.h's update on both; the clip coefficient is the same double expression; FMA as in the one-row test.
       compare_groups(g, 3, 1e-6, 1e-5);
     }
   {  // without momentum: the momentum column undefined
@@ -767,7 +783,7 @@ TEST_CASE("CUDA adam_step_group matches the CPU, plain and clipped, with and wit
         ops::adam_step_group(h, amsgrad, g.cpu, stats_host, max_norm);
         ops::adam_step_group(h, amsgrad, g.cuda, to_cuda(stats_host), max_norm);
       }
-      compare_groups(g, 5, 1e-6, 1e-5);  // tolerance as for adam_step
+      compare_groups(g, 5, 1e-6, 1e-5);  // tolerance as for the one-row test
     }
 }
 

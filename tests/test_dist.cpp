@@ -8,7 +8,7 @@
 #include "graph/model.h"
 #include "helpers.h"
 #include "io/safetensors.h"
-#include "ops/ops.h"
+#include "ops/batchnorm.h"
 #include "train/checkpoint.h"
 
 #include <fmt/format.h>

@@ -2,7 +2,7 @@
 // The case table is walked against the registry: a layer without a check fails the suite.
 #include "graph/model.h"
 #include "layers/layer.h"
-#include "ops/ops.h"
+#include "ops/loss.h"
 #include "train/loss.h"
 
 #include "layer_cases.h"

@@ -1,7 +1,13 @@
 // CPU kernels against plain reference loops and hand-computed numbers.
 #include "core/parallel.h"
 #include "core/rng.h"
-#include "ops/ops.h"
+#include "ops/activation.h"
+#include "ops/batchnorm.h"
+#include "ops/dropout.h"
+#include "ops/embedding.h"
+#include "ops/loss.h"
+#include "ops/matmul.h"
+#include "ops/optim.h"
 
 #include <catch2/catch.hpp>
 
@@ -59,14 +65,18 @@ TEST_CASE("matmul matches a reference loop for every transpose and split", "[cpu
 
 TEST_CASE("sgd follows torch.optim.SGD's update rule", "[cpu]") {
   // References computed by hand from the update rule in the PyTorch documentation (torch.optim.SGD).
+  // The fused group step the optimizer runs, on a group of one row, with a finite step and no clipping.
   auto run = [](float momentum, float dampening, float wd, bool nesterov) {
     Tensor p = Tensor::empty(Shape{1}, DType::f32), g = Tensor::empty(Shape{1}, DType::f32);
     Tensor buf = momentum != 0 ? Tensor::zeros(Shape{1}, DType::f32) : Tensor();
     p.data<float>()[0] = 1.0f;
     g.data<float>()[0] = 0.5f;
+    ops::TensorGroup group;
+    group.rows.push_back({p, g, buf});
+    const Tensor stats = Tensor::zeros(Shape{kStepStats}, DType::f64);
     std::vector<float> trace;
     for (int step = 0; step < 2; ++step) {
-      ops::sgd_step({0.1f, momentum, dampening, wd, nesterov, step == 0}, p, g, buf);
+      ops::sgd_step_group({0.1f, momentum, dampening, wd, nesterov, step == 0}, group, stats, 0);
       trace.push_back(p.data<float>()[0]);
     }
     return trace;

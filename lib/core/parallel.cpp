@@ -8,7 +8,7 @@ namespace gt {
 void set_num_threads(int n) {
   if (n < 1) n = 1;
   omp_set_num_threads(n);
-  // Our kernels split GEMMs across OpenMP threads themselves (ops_cpu.cpp); a second pool inside OpenBLAS
+  // Our kernels split GEMMs across OpenMP threads themselves (ops/cpu/matmul.cpp); a second pool inside OpenBLAS
   // would fight them for the same cores.
   openblas_set_num_threads(1);
 }

@@ -1,7 +1,7 @@
-// Tensor storage on the CPU and views; CUDA storage comes from the CUDA backend.
+// Tensor storage on the CPU and views; other devices' storage comes from the backend hooks (core/backend.h).
 #include "core/tensor.h"
 
-#include "ops/backend.h"
+#include "core/backend.h"
 
 #include <atomic>
 #include <cstdlib>

@@ -4,7 +4,7 @@
 
 #include "core/tensor.h"
 #include "data/dataset.h"
-#include "ops/backend.h"
+#include "ops/stream.h"
 
 #include <cstdint>
 

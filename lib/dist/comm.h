@@ -35,7 +35,7 @@ class Communicator {
   /// set_stream and return before it has run; the buffers must stay untouched until that stream has passed it.
   virtual bool device_buffers() const { return false; }
   /// Device communicators: the CUDA stream (a cudaStream_t) the following collectives queue on; nullptr, the
-  /// default, is the device's compute stream (gt::cuda::stream). Host communicators ignore it.
+  /// default, is the device's compute stream (gt::cuda::compute_stream). Host communicators ignore it.
   virtual void set_stream(void* stream) { (void)stream; }
   /// After a failure on this rank: ends every rank at once with `exit_code` (the others may be waiting in a
   /// collective that this rank will never reach). Returns only for a single rank.

@@ -6,8 +6,7 @@
 #include "core/error.h"
 #include "dist/comm.h"
 #include "log/logging.h"
-#include "ops/cuda/context.h"
-#include "ops/cuda/cuda_check.h"
+#include "ops/cuda_context.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -41,7 +40,7 @@ class NcclComm final : public Communicator {
     if (m_rank == 0) GT_CHECK_NCCL(ncclGetUniqueId(&id));
     m_bootstrap.broadcast(&id, sizeof id, 0, "the NCCL id");
     GT_CHECK_CUDA(cudaSetDevice(m_device));
-    m_stream = cuda::stream(m_device);
+    m_stream = static_cast<cudaStream_t>(cuda::compute_stream(m_device));
     m_watchdog = std::thread([this] { watchdog(); });
     {
       // ncclCommInitRank blocks until every rank has joined: the watchdog keeps its deadline too.
@@ -73,7 +72,7 @@ class NcclComm final : public Communicator {
   std::string name() const override { return "nccl"; }
   bool device_buffers() const override { return true; }
   void set_stream(void* stream) override {
-    m_stream = stream ? static_cast<cudaStream_t>(stream) : cuda::stream(m_device);
+    m_stream = static_cast<cudaStream_t>(stream ? stream : cuda::compute_stream(m_device));
   }
 
   void allreduce_sum(float* data, size_t n, const char* what) override {

@@ -2,7 +2,7 @@
 #include "dist/grad_sync.h"
 
 #include "core/error.h"
-#include "ops/ops.h"
+#include "ops/optim.h"
 #include "profile/profiler.h"
 
 #include <algorithm>

@@ -7,7 +7,7 @@
 
 #include "dist/comm.h"
 #include "layers/layer.h"
-#include "ops/backend.h"
+#include "ops/stream.h"
 
 #include <condition_variable>
 #include <cstdint>

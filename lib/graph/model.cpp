@@ -1,13 +1,13 @@
 // Building the layer graph from config, and running it forward and backward over preallocated buffers.
 #include "graph/model.h"
 
-#include "ops/backend.h"
+#include "core/backend.h"
 
 #include <algorithm>
 #include <map>
 #include <set>
 
-#include "ops/ops.h"
+#include "ops/elementwise.h"
 
 namespace gt {
 

@@ -1,6 +1,6 @@
 // add: the element-wise sum of two or more inputs of one shape (residual connections).
 #include "layers/layer.h"
-#include "ops/ops.h"
+#include "ops/elementwise.h"
 
 namespace gt {
 namespace {

@@ -1,7 +1,7 @@
 // batchnorm1d and batchnorm2d: per-channel normalisation over the batch (or the global batch of a data-parallel
 // run with dist.sync_batchnorm), with learned scale and shift and running statistics for evaluation.
 #include "layers/params.h"
-#include "ops/ops.h"
+#include "ops/batchnorm.h"
 
 namespace gt {
 namespace {

@@ -1,6 +1,6 @@
 // concat: joins two or more inputs along one per-sample dimension (Inception-style blocks).
 #include "layers/layer.h"
-#include "ops/ops.h"
+#include "ops/elementwise.h"
 
 namespace gt {
 namespace {

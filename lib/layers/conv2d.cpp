@@ -1,6 +1,6 @@
 // conv2d: 2-D convolution over [C, H, W] samples (im2col + GEMM on the CPU).
 #include "layers/params.h"
-#include "ops/ops.h"
+#include "ops/conv2d.h"
 
 #include <cmath>
 

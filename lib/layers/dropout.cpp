@@ -1,6 +1,6 @@
 // dropout: zeroes elements at random in training, with masks regenerated (not stored) for the backward pass.
 #include "layers/layer.h"
-#include "ops/ops.h"
+#include "ops/dropout.h"
 
 namespace gt {
 namespace {

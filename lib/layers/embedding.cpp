@@ -1,6 +1,6 @@
 // embedding: rows of a learned table picked by integer-valued inputs.
 #include "layers/layer.h"
-#include "ops/ops.h"
+#include "ops/embedding.h"
 
 namespace gt {
 namespace {

@@ -1,6 +1,6 @@
 // global_avgpool: the mean over each channel's plane, [C, H, W] → [C].
 #include "layers/layer.h"
-#include "ops/ops.h"
+#include "ops/pool2d.h"
 
 namespace gt {
 namespace {

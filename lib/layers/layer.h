@@ -4,7 +4,7 @@
 #include "config/config.h"
 #include "core/rng.h"
 #include "core/tensor.h"
-#include "ops/ops.h"
+#include "ops/batchnorm.h"
 
 #include <yaml-cpp/yaml.h>
 

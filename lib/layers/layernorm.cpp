@@ -1,6 +1,6 @@
 // layernorm: normalisation over the last dimension of each sample, with learned scale and shift.
 #include "layers/params.h"
-#include "ops/ops.h"
+#include "ops/layernorm.h"
 
 namespace gt {
 namespace {

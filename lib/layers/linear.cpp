@@ -1,6 +1,6 @@
 // linear: y = x·Wᵀ + b over the last dimension, through the backend GEMM.
 #include "layers/params.h"
-#include "ops/ops.h"
+#include "ops/matmul.h"
 
 #include <cmath>
 

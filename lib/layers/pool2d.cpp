@@ -1,6 +1,6 @@
 // maxpool2d and avgpool2d: windowed pooling over [C, H, W] samples (one class, the kind picks the op).
 #include "layers/params.h"
-#include "ops/ops.h"
+#include "ops/pool2d.h"
 
 namespace gt {
 namespace {

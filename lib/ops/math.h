@@ -40,7 +40,8 @@ GT_HD bool dropout_keep(uint64_t key, uint64_t step, uint64_t i, double p) {
 }
 
 /// The row of an embedding table that input value v names: v rounded, when it is within 1e-3 of an integer in
-/// [0, vocab); −1 otherwise (NaN included). The CPU throws on −1; CUDA cannot throw from a kernel (see ops.h).
+/// [0, vocab); −1 otherwise (NaN included). The CPU throws on −1; CUDA cannot throw from a kernel
+/// (ops/embedding.h says what it does instead).
 template <class T> GT_HD int64_t embedding_row(T v, int64_t vocab) {
   if (!(v > T(-1) && v < static_cast<T>(vocab))) return -1;  // also keeps the rounding below in range
   const auto row = static_cast<int64_t>(std::llround(v));

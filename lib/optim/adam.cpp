@@ -1,5 +1,5 @@
 // Adam and AdamW (optionally AMSGrad), exactly as torch.optim defines them.
-#include "ops/ops.h"
+#include "ops/optim.h"
 #include "optim/optimizer.h"
 
 #include <cmath>

@@ -1,5 +1,5 @@
 // Gradient clipping by global norm.
-#include "ops/ops.h"
+#include "ops/optim.h"
 #include "optim/optimizer.h"
 
 #include <cmath>

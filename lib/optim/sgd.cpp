@@ -1,5 +1,5 @@
 // SGD with momentum, dampening, Nesterov and weight decay, exactly as torch.optim.SGD defines them.
-#include "ops/ops.h"
+#include "ops/optim.h"
 #include "optim/optimizer.h"
 
 namespace gt {

@@ -2,7 +2,7 @@
 // (open in Perfetto or chrome://tracing) and summarised as a per-layer table.
 #pragma once
 
-#include "ops/backend.h"
+#include "ops/stream.h"
 
 #include <chrono>
 #include <cstdint>

@@ -3,7 +3,7 @@
 
 #include "graph/model.h"
 #include "log/logging.h"
-#include "ops/backend.h"
+#include "core/backend.h"
 #include "ops/devices.h"
 #include "optim/optimizer.h"
 #include "profile/profiler.h"

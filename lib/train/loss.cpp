@@ -2,7 +2,7 @@
 #include "train/loss.h"
 
 #include "config/choice.h"
-#include "ops/ops.h"
+#include "ops/loss.h"
 
 #include <array>
 

@@ -5,7 +5,7 @@
 #include "graph/model.h"
 #include "log/logging.h"
 #include "ops/math.h"
-#include "ops/ops.h"
+#include "ops/optim.h"
 #include "optim/optimizer.h"
 #include "profile/profiler.h"
 #include "train/loss.h"

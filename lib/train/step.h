@@ -5,7 +5,7 @@
 #include "data/batch_stager.h"
 #include "dist/comm.h"
 #include "dist/grad_sync.h"
-#include "ops/backend.h"
+#include "ops/stream.h"
 #include "train/checkpoint.h"
 #include "train/experiment.h"
 

@@ -1,8 +1,8 @@
 // The caching device allocator (allocator.h): exact size classes, one free list per class and device.
 #include "ops/cuda/allocator.h"
 
+#include "core/backend.h"
 #include "core/error.h"
-#include "ops/backend.h"
 #include "ops/cuda/cuda_check.h"
 
 #include <array>

@@ -1,11 +1,15 @@
-// Per-device streams, library handles and workspaces, created on first use and kept for the process's life.
+// Per-device streams, library handles and workspaces, created on first use and kept for the process's life, and
+// the counters of the library ops' plan caches (dnn_common.h).
 #include "ops/cuda/context.h"
 
 #include "core/error.h"
 #include "ops/cuda/allocator.h"
 #include "ops/cuda/cuda_check.h"
+#include "ops/cuda/dnn_common.h"
+#include "ops/cuda_context.h"
 
 #include <array>
+#include <atomic>
 #include <memory>
 #include <mutex>
 
@@ -43,6 +47,8 @@ DeviceContext& context(int device) {
 
 cudaStream_t stream(int device) { return context(device).stream; }
 
+void* compute_stream(int device) { return stream(device); }
+
 cublasLtHandle_t lt_handle(int device) {
   DeviceContext& c = context(device);
   if (!c.lt) GT_CHECK_CUBLAS(cublasLtCreate(&c.lt));
@@ -70,6 +76,22 @@ void* workspace(int device, size_t bytes) {
     c.workspace_bytes = bytes;
   }
   return c.workspace;
+}
+
+namespace dnn {
+namespace {
+
+std::atomic<int64_t> g_plan_counts[4];
+
+}  // namespace
+
+void count_plan(PlanFamily family) { ++g_plan_counts[static_cast<int>(family)]; }
+
+}  // namespace dnn
+
+DnnPlanCounts dnn_plan_counts() {
+  using dnn::g_plan_counts;
+  return {g_plan_counts[0].load(), g_plan_counts[1].load(), g_plan_counts[2].load(), g_plan_counts[3].load()};
 }
 
 }  // namespace gt::cuda

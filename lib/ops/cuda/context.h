@@ -1,5 +1,5 @@
 // Per-device CUDA state shared by every op: the stream all work runs on, the cuBLASLt and cuDNN handles bound to
-// it, and a scratch workspace. nvcc-safe (no fmt), so kernels' launchers may include it.
+// it, and a scratch workspace. Internal to the CUDA backend; ops/cuda_context.h is what other folders see of it.
 //
 // One stream per device keeps the whole step in order without a host synchronisation: kernels, library calls and
 // asynchronous copies queue behind each other. The stream is a blocking one, so the synchronous cudaMemcpy and

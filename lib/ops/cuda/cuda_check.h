@@ -1,7 +1,8 @@
-// GT_CHECK_CUDA and friends: every CUDA library call is checked, and a failure names the call, file:line and the
-// library's own message. Kept free of fmt so that nvcc-compiled files can include it; the message is built in
-// cuda_check.cpp.
+// GT_CHECK_CUBLAS and GT_CHECK_CUDNN beside GT_CHECK_CUDA (ops/cuda_context.h): every CUDA library call is
+// checked, and a failure names the call, file:line and the library's own message (built in cuda_check.cpp).
 #pragma once
+
+#include "ops/cuda_context.h"
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -9,16 +10,9 @@
 #include <cudnn.h>
 
 namespace gt::cuda {
-[[noreturn]] void throw_cuda_error(const char* call, const char* file, int line, cudaError_t status);
 [[noreturn]] void throw_cublas_error(const char* call, const char* file, int line, cublasStatus_t status);
 [[noreturn]] void throw_cudnn_error(const char* call, const char* file, int line, cudnnStatus_t status);
 }  // namespace gt::cuda
-
-#define GT_CHECK_CUDA(call)                                                                \
-  do {                                                                                     \
-    const cudaError_t gt_status_ = (call);                                                 \
-    if (gt_status_ != cudaSuccess) ::gt::cuda::throw_cuda_error(#call, __FILE__, __LINE__, gt_status_); \
-  } while (0)
 
 /// cuBLAS and cuBLASLt share one status type.
 #define GT_CHECK_CUBLAS(call)                                                              \

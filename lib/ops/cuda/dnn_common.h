@@ -1,5 +1,6 @@
-// What the cuBLASLt and cuDNN wrappers (dnn_*.cpp) share: owned library descriptors, host scalars of the type the
-// libraries read, the dtype mapping, 32-bit dimension checks and the per-shape plan cache. g++ only (uses fmt).
+// What the cuBLASLt- and cuDNN-backed ops (matmul.cu, conv2d.cpp, pool2d.cpp, batchnorm.cu) share: owned library
+// descriptors, host scalars of the type the libraries read, the dtype mapping, 32-bit dimension checks and the
+// per-shape plan cache.
 #pragma once
 
 #include "core/error.h"
@@ -78,7 +79,14 @@ inline void check_numel(const Tensor& t, const char* what) {
                             t.shape().str(), t.numel()));
 }
 
-/// The op families whose plans are counted (dnn.h: dnn_plan_counts).
+/// An NCHW tensor descriptor of the given extents.
+inline void set_4d(TensorDesc& d, cudnnDataType_t type, int64_t n, int64_t c, int64_t h, int64_t w) {
+  GT_CHECK_CUDNN(cudnnCreateTensorDescriptor(d.out()));
+  GT_CHECK_CUDNN(cudnnSetTensor4dDescriptor(d.get(), CUDNN_TENSOR_NCHW, type, to_int(n, "batch"),
+                                            to_int(c, "channels"), to_int(h, "height"), to_int(w, "width")));
+}
+
+/// The op families whose plans are counted (dnn_plan_counts).
 enum class PlanFamily { matmul, conv, pool, batchnorm };
 void count_plan(PlanFamily family);
 
@@ -101,3 +109,14 @@ template <size_t N, class Plan> class PlanCache {
 };
 
 }  // namespace gt::cuda::dnn
+
+namespace gt::cuda {
+
+/// How many plans each op family has made (a plan is made on a cache miss: a shape not seen before). Tests use it
+/// to check that a second call with the same shape reuses the plan.
+struct DnnPlanCounts {
+  int64_t matmul = 0, conv = 0, pool = 0, batchnorm = 0;
+};
+DnnPlanCounts dnn_plan_counts();
+
+}  // namespace gt::cuda

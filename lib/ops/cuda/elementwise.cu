@@ -1,123 +1,80 @@
-// Element-wise CUDA kernels: activations and the SGD and Adam updates, over the math shared with the CPU (math.h).
-#include "ops/cuda/cuda_check.h"
-#include "ops/cuda/launch.h"
+// CUDA element-wise sums and the strided block copies behind concatenation (ops/elementwise.h).
+#include "ops/elementwise.h"
 
-#include <algorithm>
-#include <type_traits>
+#include "ops/cuda/context.h"
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/kernel_util.cuh"
 
 namespace gt::cuda {
 namespace {
 
+using namespace kern;
+
 constexpr int kThreads = 256;
 
-int blocks_for(int64_t n) {
-  // Grid-stride loops cover any n; cap the grid so huge tensors do not launch millions of blocks.
-  return static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535 * 4));
+// y may alias a or b, so no __restrict__ here.
+template <class T>
+__global__ void add_kernel(const T* a, const T* b, T* y, int64_t n) {
+  for (int64_t i = global_index(); i < n; i += grid_stride()) y[i] = a[i] + b[i];
 }
 
-template <class T, Activation A> __global__ void act_fwd_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
-    y[i] = act_forward<T>(A, x[i]);
-}
-
-template <class T, Activation A>
-__global__ void act_bwd_kernel(const T* __restrict__ x, const T* __restrict__ y, const T* __restrict__ dy,
-                               T* __restrict__ dx, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
-    dx[i] = act_backward<T>(A, x[i], y[i], dy[i]);
-}
-
-template <class T, bool kMomentum, bool kNesterov>
-__global__ void sgd_kernel(SgdHyper h, T* __restrict__ p, const T* __restrict__ g, T* __restrict__ m, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    T unused = 0;
-    sgd_update<T, kMomentum, kNesterov>(h, p[i], g[i], kMomentum ? m[i] : unused);
+// For o in [0, outer): dst[o·dst_stride + dst_off + j] = src[o·src_stride + src_off + j], j in [0, run).
+template <class E>
+__global__ void strided_copy_kernel(const E* __restrict__ src, E* __restrict__ dst, int64_t outer, int64_t run,
+                                    int64_t src_stride, int64_t src_off, int64_t dst_stride, int64_t dst_off) {
+  const int64_t n = outer * run;
+  for (int64_t i = global_index(); i < n; i += grid_stride()) {
+    const int64_t o = i / run, j = i - o * run;
+    dst[o * dst_stride + dst_off + j] = src[o * src_stride + src_off + j];
   }
 }
 
-template <class T, bool kAmsgrad>
-__global__ void adam_kernel(AdamHyper h, T* __restrict__ p, const T* __restrict__ g, T* __restrict__ m,
-                            T* __restrict__ v, T* __restrict__ vmax, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    T unused = 0;
-    adam_update<T, kAmsgrad>(h, p[i], g[i], m[i], v[i], kAmsgrad ? vmax[i] : unused);
-  }
+void launch_add(cudaStream_t s, bool is_double, const void* a, const void* b, void* y, int64_t n) {
+  if (n == 0) return;
+  with_float_type(is_double, [&](auto t) {
+    using T = decltype(t);
+    add_kernel<T><<<grid_for(n, kThreads), kThreads, 0, s>>>(static_cast<const T*>(a), static_cast<const T*>(b),
+                                                             static_cast<T*>(y), n);
+  });
+  GT_CHECK_LAUNCH();
 }
 
-// Calls f with the activation as a compile-time constant, so each kernel is specialised.
-template <class F> void with_activation(Activation a, F&& f) {
-  switch (a) {
-    case Activation::relu: f(std::integral_constant<Activation, Activation::relu>{}); break;
-    case Activation::tanh: f(std::integral_constant<Activation, Activation::tanh>{}); break;
-    case Activation::sigmoid: f(std::integral_constant<Activation, Activation::sigmoid>{}); break;
-    case Activation::gelu: f(std::integral_constant<Activation, Activation::gelu>{}); break;
-  }
-}
-
-template <class F> void with_float_type(bool is_double, F&& f) {
-  if (is_double)
-    f(double{});
+void launch_strided_copy(cudaStream_t s, size_t elem_size, const void* src, void* dst, int64_t outer, int64_t run,
+                         int64_t src_stride, int64_t src_off, int64_t dst_stride, int64_t dst_off) {
+  if (outer * run == 0) return;
+  auto go = [&](auto zero, int64_t k) {  // k: elements of type E per tensor element
+    using E = decltype(zero);
+    strided_copy_kernel<E><<<grid_for(outer * run * k, kThreads), kThreads, 0, s>>>(
+        static_cast<const E*>(src), static_cast<E*>(dst), outer, run * k, src_stride * k, src_off * k, dst_stride * k,
+        dst_off * k);
+  };
+  if (elem_size == 8)
+    go(uint64_t{}, 1);
+  else if (elem_size == 4)
+    go(uint32_t{}, 1);
+  else if (elem_size == 2)
+    go(uint16_t{}, 1);
   else
-    f(float{});
+    go(uint8_t{}, static_cast<int64_t>(elem_size));
+  GT_CHECK_LAUNCH();
 }
 
 }  // namespace
 
-void launch_activation_forward(cudaStream_t s, Activation a, bool is_double, const void* x, void* y, int64_t n) {
-  if (n == 0) return;
-  with_float_type(is_double, [&](auto t) {
-    using T = decltype(t);
-    with_activation(a, [&](auto act) {
-      act_fwd_kernel<T, decltype(act)::value>
-          <<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), n);
-    });
-  });
-  GT_CHECK_LAUNCH();
+void add(const Tensor& a, const Tensor& b, Tensor& y) {
+  launch_add(stream(y.device().index), is_f64("add", y), a.raw(), b.raw(), y.raw(), y.numel());
 }
 
-void launch_activation_backward(cudaStream_t s, Activation a, bool is_double, const void* x, const void* y, const void* dy, void* dx,
-                                int64_t n) {
-  if (n == 0) return;
-  with_float_type(is_double, [&](auto t) {
-    using T = decltype(t);
-    with_activation(a, [&](auto act) {
-      act_bwd_kernel<T, decltype(act)::value><<<blocks_for(n), kThreads, 0, s>>>(
-          static_cast<const T*>(x), static_cast<const T*>(y), static_cast<const T*>(dy), static_cast<T*>(dx), n);
-    });
-  });
-  GT_CHECK_LAUNCH();
+void copy_blocks(const Tensor& src, Tensor& dst, int64_t outer, int64_t src_inner, int64_t dst_inner,
+                 int64_t dst_offset) {
+  launch_strided_copy(stream(dst.device().index), dtype_size(src.dtype()), src.raw(), dst.raw(), outer, src_inner,
+                      src_inner, 0, dst_inner, dst_offset);
 }
 
-void launch_sgd(cudaStream_t s, const SgdHyper& h, bool is_double, void* param, const void* grad, void* momentum, int64_t n) {
-  if (n == 0) return;
-  with_float_type(is_double, [&](auto t) {
-    using T = decltype(t);
-    T* p = static_cast<T*>(param);
-    const T* g = static_cast<const T*>(grad);
-    T* m = static_cast<T*>(momentum);
-    if (!m)
-      sgd_kernel<T, false, false><<<blocks_for(n), kThreads, 0, s>>>(h, p, g, m, n);
-    else if (h.nesterov)
-      sgd_kernel<T, true, true><<<blocks_for(n), kThreads, 0, s>>>(h, p, g, m, n);
-    else
-      sgd_kernel<T, true, false><<<blocks_for(n), kThreads, 0, s>>>(h, p, g, m, n);
-  });
-  GT_CHECK_LAUNCH();
-}
-
-void launch_adam(cudaStream_t s, const AdamHyper& h, bool amsgrad, bool is_double, void* param, const void* grad,
-                 void* m, void* v, void* vmax, int64_t n) {
-  if (n == 0) return;
-  with_float_type(is_double, [&](auto t) {
-    using T = decltype(t);
-    T *p = static_cast<T*>(param), *pm = static_cast<T*>(m), *pv = static_cast<T*>(v), *pmax = static_cast<T*>(vmax);
-    const T* g = static_cast<const T*>(grad);
-    if (amsgrad)
-      adam_kernel<T, true><<<blocks_for(n), kThreads, 0, s>>>(h, p, g, pm, pv, pmax, n);
-    else
-      adam_kernel<T, false><<<blocks_for(n), kThreads, 0, s>>>(h, p, g, pm, pv, pmax, n);
-  });
-  GT_CHECK_LAUNCH();
+void split_blocks(const Tensor& whole, Tensor& part, int64_t outer, int64_t part_inner, int64_t whole_inner,
+                  int64_t offset) {
+  launch_strided_copy(stream(part.device().index), dtype_size(whole.dtype()), whole.raw(), part.raw(), outer,
+                      part_inner, whole_inner, offset, part_inner, 0);
 }
 
 }  // namespace gt::cuda

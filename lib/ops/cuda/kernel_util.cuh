@@ -1,10 +1,27 @@
-// Pieces the CUDA kernels share: the element-type switch, grid sizes and warp/block reductions. nvcc only.
+// Pieces the CUDA kernels share: the element-type switch, grid sizes and warp/block reductions, and the dtype check
+// of the tensor entry points. nvcc only.
 #pragma once
+
+#include "core/tensor.h"
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
+
+namespace gt::cuda {
+
+/// The kernels take f32 or f64 (like the CPU's for_float_type); says whether the tensor is f64.
+inline bool is_f64(const char* op, const Tensor& t) {
+  GT_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::f64, "{} on CUDA takes f32 or f64 tensors, got {}", op,
+           dtype_name(t.dtype()));
+  return t.dtype() == DType::f64;
+}
+
+/// A kernel's pointer to an optional tensor: null when it is undefined.
+inline void* raw_or_null(const Tensor& t) { return t.defined() ? t.raw() : nullptr; }
+
+}  // namespace gt::cuda
 
 namespace gt::cuda::kern {
 

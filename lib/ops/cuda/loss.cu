@@ -1,11 +1,15 @@
-// CUDA kernels for the losses: fused softmax cross-entropy (one warp per row) and mean squared error. Both add their
+// CUDA losses (ops/loss.h): fused softmax cross-entropy (one warp per row) and mean squared error. Both add their
 // sums into the step's f64 statistics on the device with atomicAdd, so the host never waits for a loss.
-#include <cmath>
-#include <cstdint>
+#include "ops/loss.h"
 
+#include "ops/cuda/context.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernel_util.cuh"
-#include "ops/cuda/launch.h"
+#include "ops/math.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 
 namespace gt::cuda {
 namespace {
@@ -50,7 +54,7 @@ __global__ void cross_entropy_kernel(const T* __restrict__ logits, const int32_t
     sum_e = warp_sum(sum_e);
     const double lse = static_cast<double>(mx) + std::log(sum_e);
     const int32_t y = labels[b];
-    const bool valid = y >= 0 && y < k;  // a label out of range makes the row's loss NaN (ops.h)
+    const bool valid = y >= 0 && y < k;  // a label out of range makes the row's loss NaN (ops/loss.h)
     const double xy = valid ? static_cast<double>(x[y]) : quiet_nan<double>();
     loss = ce_row_loss(lse, xy, sum_x, k, eps);
     hit = valid && arg == y ? 1.0 : 0.0;
@@ -83,8 +87,6 @@ __global__ void mse_kernel(const T* __restrict__ pred, const T* __restrict__ tar
   if (threadIdx.x == 0) atomicAdd(stats, acc / static_cast<double>(d));
 }
 
-}  // namespace
-
 void launch_cross_entropy(cudaStream_t s, bool is_double, const void* logits, const int32_t* labels, int64_t batch,
                           int64_t k, double label_smoothing, double scale, void* dlogits, double* stats) {
   if (batch == 0 || k == 0) return;
@@ -108,6 +110,21 @@ void launch_mse(cudaStream_t s, bool is_double, const void* pred, const void* ta
         static_cast<const T*>(pred), static_cast<const T*>(target), n, d, grad_scale, static_cast<T*>(dpred), stats);
   });
   GT_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void cross_entropy(const Tensor& logits, const Tensor& labels, double label_smoothing, double scale, Tensor& dlogits,
+                   Tensor& stats) {
+  launch_cross_entropy(stream(logits.device().index), is_f64("cross_entropy", logits), logits.raw(),
+                       labels.data<int32_t>(), logits.dim(0), logits.dim(1), label_smoothing, scale,
+                       raw_or_null(dlogits), stats.data<double>());
+}
+
+void mse(const Tensor& pred, const Tensor& target, double scale, Tensor& dpred, Tensor& stats) {
+  const int64_t batch = pred.dim(0), d = pred.numel() / std::max<int64_t>(batch, 1);
+  launch_mse(stream(pred.device().index), is_f64("mse", pred), pred.raw(), target.raw(), batch, d, scale,
+             raw_or_null(dpred), stats.data<double>());
 }
 
 }  // namespace gt::cuda

@@ -1,17 +1,73 @@
-// Fused multi-tensor kernels over a TensorGroup: the gradient norm, the SGD and Adam updates (gated by the step's
-// statistics and clipped on the fly) and the window accumulation. One launch per optimizer step however many
-// parameters the model has; the per-element math is ops/math.h's, shared with the CPU.
+// CUDA optimizer ops (ops/optim.h): the gradient sums and scaling, and fused multi-tensor kernels over a TensorGroup
+// (the gradient norm, the SGD and Adam updates gated by the step's statistics and clipped on the fly, the window
+// accumulation): one launch per optimizer step however many parameters the model has. The per-element math is
+// ops/math.h's, shared with the CPU; sums accumulate in double.
+#include "ops/optim.h"
+
+#include "ops/cuda/context.h"
 #include "ops/cuda/cuda_check.h"
-#include "ops/cuda/group.h"
+#include "ops/cuda/kernel_util.cuh"
 
 #include <algorithm>
+#include <memory>
+#include <vector>
 
 namespace gt::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+using namespace kern;
 
-int grid_for(const GroupTable& t) { return static_cast<int>(std::min<int64_t>(t.view.num_chunks, 65535)); }
+constexpr int kThreads = 256;
+// A reduction into one f64 scalar: a block adds its share with one atomicAdd; this many blocks keep an H200 busy
+// without piling thousands of atomics onto one address.
+constexpr int64_t kReduceBlocks = 1024;
+
+// out[0] += Σ g² (f64).
+template <class T>
+__global__ void sum_squares_kernel(const T* __restrict__ g, int64_t n, double* out) {
+  double acc = 0;
+  for (int64_t i = global_index(); i < n; i += grid_stride()) acc += static_cast<double>(g[i]) * g[i];
+  acc = block_sum(acc);
+  if (threadIdx.x == 0) atomicAdd(out, acc);
+}
+
+// x ← x · scale[0]; the scale stays on the device, so nothing waits for the host.
+template <class T>
+__global__ void scale_by_kernel(T* __restrict__ x, int64_t n, const double* __restrict__ scale) {
+  const double k = *scale;
+  for (int64_t i = global_index(); i < n; i += grid_stride()) x[i] = static_cast<T>(x[i] * k);
+}
+
+/// A slice of one row's elements that one thread block updates.
+struct GroupChunk {
+  int32_t row;
+  int64_t begin, end;
+};
+
+/// The table the kernels take by value: device arrays ptrs[row * width + col] (null for an undefined tensor) and
+/// chunks[].
+struct GroupView {
+  void** ptrs = nullptr;
+  GroupChunk* chunks = nullptr;
+  int32_t width = 0, rows = 0;
+  int64_t num_chunks = 0;
+  bool is_double = false;
+};
+
+/// Owns a GroupView's device arrays (made once per group by table_of, below).
+struct GroupTable {
+  GroupView view;
+  int device = 0;
+  GroupTable() = default;
+  GroupTable(const GroupTable&) = delete;
+  GroupTable& operator=(const GroupTable&) = delete;
+  ~GroupTable();
+};
+
+/// Elements per chunk: large enough to amortise a block's start, small enough to spread a big row over many SMs.
+inline constexpr int64_t kGroupChunk = 1 << 16;
+
+int group_grid(const GroupTable& t) { return static_cast<int>(std::min<int64_t>(t.view.num_chunks, 65535)); }
 
 // Whether the step may update (loss and gradient norm finite), and the clip coefficient (1 when not clipping).
 __device__ bool step_ok(const double* stats) {
@@ -25,7 +81,7 @@ __device__ double clip_coef(const double* stats, double max_norm) {
 
 // One chunk at a time per block (the loop bound is the same for every thread of the block, so the barriers are
 // safe): each chunk's sum goes to the total and to its row's entry.
-template <class T> __global__ void sum_squares_kernel(GroupView t, int column, double* out, double* per_row) {
+template <class T> __global__ void sum_squares_group_kernel(GroupView t, int column, double* out, double* per_row) {
   __shared__ double partial[kThreads];
   for (int64_t c = blockIdx.x; c < t.num_chunks; c += gridDim.x) {
     const GroupChunk ch = t.chunks[c];
@@ -93,7 +149,23 @@ __global__ void accumulate_kernel(const double* stats, double* window) {
   }
 }
 
-}  // namespace
+void launch_sum_squares(cudaStream_t s, bool is_double, const void* g, int64_t n, double* out) {
+  if (n == 0) return;
+  with_float_type(is_double, [&](auto t) {
+    using T = decltype(t);
+    sum_squares_kernel<T><<<grid_for(n, kThreads, kReduceBlocks), kThreads, 0, s>>>(static_cast<const T*>(g), n, out);
+  });
+  GT_CHECK_LAUNCH();
+}
+
+void launch_scale_by(cudaStream_t s, bool is_double, void* x, int64_t n, const double* scale) {
+  if (n == 0) return;
+  with_float_type(is_double, [&](auto t) {
+    using T = decltype(t);
+    scale_by_kernel<T><<<grid_for(n, kThreads), kThreads, 0, s>>>(static_cast<T*>(x), n, scale);
+  });
+  GT_CHECK_LAUNCH();
+}
 
 GroupTable::~GroupTable() {
   // cudaFree waits for queued kernels that may still read the table. Errors at teardown are not reported.
@@ -102,12 +174,13 @@ GroupTable::~GroupTable() {
   cudaFree(view.chunks);
 }
 
+// per_row may be null.
 void launch_sum_squares_group(cudaStream_t s, const GroupTable& t, int column, double* out, double* per_row) {
   if (t.view.num_chunks == 0) return;
   if (t.view.is_double)
-    sum_squares_kernel<double><<<grid_for(t), kThreads, 0, s>>>(t.view, column, out, per_row);
+    sum_squares_group_kernel<double><<<group_grid(t), kThreads, 0, s>>>(t.view, column, out, per_row);
   else
-    sum_squares_kernel<float><<<grid_for(t), kThreads, 0, s>>>(t.view, column, out, per_row);
+    sum_squares_group_kernel<float><<<group_grid(t), kThreads, 0, s>>>(t.view, column, out, per_row);
   GT_CHECK_LAUNCH();
 }
 
@@ -117,11 +190,11 @@ void launch_sgd_group(cudaStream_t s, const SgdHyper& h, const GroupTable& t, co
   auto go = [&](auto zero) {
     using T = decltype(zero);
     if (!momentum)
-      sgd_group_kernel<T, false, false><<<grid_for(t), kThreads, 0, s>>>(h, t.view, stats, max_norm);
+      sgd_group_kernel<T, false, false><<<group_grid(t), kThreads, 0, s>>>(h, t.view, stats, max_norm);
     else if (h.nesterov)
-      sgd_group_kernel<T, true, true><<<grid_for(t), kThreads, 0, s>>>(h, t.view, stats, max_norm);
+      sgd_group_kernel<T, true, true><<<group_grid(t), kThreads, 0, s>>>(h, t.view, stats, max_norm);
     else
-      sgd_group_kernel<T, true, false><<<grid_for(t), kThreads, 0, s>>>(h, t.view, stats, max_norm);
+      sgd_group_kernel<T, true, false><<<group_grid(t), kThreads, 0, s>>>(h, t.view, stats, max_norm);
   };
   if (t.view.is_double)
     go(double{});
@@ -136,9 +209,9 @@ void launch_adam_group(cudaStream_t s, const AdamHyper& h, bool amsgrad, const G
   auto go = [&](auto zero) {
     using T = decltype(zero);
     if (amsgrad)
-      adam_group_kernel<T, true><<<grid_for(t), kThreads, 0, s>>>(h, t.view, stats, max_norm);
+      adam_group_kernel<T, true><<<group_grid(t), kThreads, 0, s>>>(h, t.view, stats, max_norm);
     else
-      adam_group_kernel<T, false><<<grid_for(t), kThreads, 0, s>>>(h, t.view, stats, max_norm);
+      adam_group_kernel<T, false><<<group_grid(t), kThreads, 0, s>>>(h, t.view, stats, max_norm);
   };
   if (t.view.is_double)
     go(double{});
@@ -150,6 +223,67 @@ void launch_adam_group(cudaStream_t s, const AdamHyper& h, bool amsgrad, const G
 void launch_accumulate_step(cudaStream_t s, const double* stats, double* window) {
   accumulate_kernel<<<1, 1, 0, s>>>(stats, window);
   GT_CHECK_LAUNCH();
+}
+
+// The group's device table, made on first use: the tensors of a group never move, so neither do their pointers.
+const GroupTable& table_of(ops::TensorGroup& g) {
+  if (g.device_table) return *static_cast<const GroupTable*>(g.device_table.get());
+  const Tensor& first = g.rows.at(0).at(0);
+  auto t = std::make_shared<GroupTable>();
+  t->device = first.device().index;
+  t->view.width = static_cast<int32_t>(g.rows[0].size());
+  t->view.rows = static_cast<int32_t>(g.rows.size());
+  t->view.is_double = first.dtype() == DType::f64;
+  std::vector<void*> ptrs;
+  std::vector<GroupChunk> chunks;
+  for (size_t r = 0; r < g.rows.size(); ++r) {
+    for (const Tensor& x : g.rows[r]) ptrs.push_back(x.defined() ? x.raw() : nullptr);
+    const int64_t n = g.rows[r][0].numel();
+    for (int64_t b = 0; b < n; b += kGroupChunk)
+      chunks.push_back({static_cast<int32_t>(r), b, std::min(n, b + kGroupChunk)});
+  }
+  t->view.num_chunks = static_cast<int64_t>(chunks.size());
+  const cudaStream_t s = stream(t->device);
+  GT_CHECK_CUDA(cudaMalloc(&t->view.ptrs, ptrs.size() * sizeof(void*)));
+  GT_CHECK_CUDA(cudaMalloc(&t->view.chunks, std::max<size_t>(chunks.size(), 1) * sizeof(GroupChunk)));
+  GT_CHECK_CUDA(cudaMemcpyAsync(t->view.ptrs, ptrs.data(), ptrs.size() * sizeof(void*), cudaMemcpyHostToDevice, s));
+  if (!chunks.empty())
+    GT_CHECK_CUDA(
+        cudaMemcpyAsync(t->view.chunks, chunks.data(), chunks.size() * sizeof(GroupChunk), cudaMemcpyHostToDevice, s));
+  GT_CHECK_CUDA(cudaStreamSynchronize(s));  // the host vectors go out of scope
+  g.device_table = t;
+  return *t;
+}
+
+}  // namespace
+
+void sum_squares(const Tensor& grad, Tensor& out) {
+  launch_sum_squares(stream(grad.device().index), is_f64("sum_squares", grad), grad.raw(), grad.numel(),
+                     out.data<double>());
+}
+
+void scale_by(Tensor& x, const Tensor& scale) {
+  launch_scale_by(stream(x.device().index), is_f64("scale_by", x), x.raw(), x.numel(), scale.data<double>());
+}
+
+void sum_squares_group(ops::TensorGroup& g, size_t column, Tensor& out, Tensor& per_row) {
+  const GroupTable& t = table_of(g);
+  launch_sum_squares_group(stream(t.device), t, static_cast<int>(column), out.data<double>(),
+                           per_row.defined() ? per_row.data<double>() : nullptr);
+}
+
+void sgd_step_group(const SgdHyper& h, ops::TensorGroup& g, const Tensor& stats, double max_norm) {
+  const GroupTable& t = table_of(g);
+  launch_sgd_group(stream(t.device), h, t, stats.data<double>(), max_norm);
+}
+
+void adam_step_group(const AdamHyper& h, bool amsgrad, ops::TensorGroup& g, const Tensor& stats, double max_norm) {
+  const GroupTable& t = table_of(g);
+  launch_adam_group(stream(t.device), h, amsgrad, t, stats.data<double>(), max_norm);
+}
+
+void accumulate_step(const Tensor& stats, Tensor& window) {
+  launch_accumulate_step(stream(stats.device().index), stats.data<double>(), window.data<double>());
 }
 
 }  // namespace gt::cuda

@@ -1,0 +1,29 @@
+// Element-wise activations (relu, tanh, sigmoid, gelu) and their derivatives. The per-element math is ops/math.h's,
+// shared by ops/cpu/activation.cpp and ops/cuda/activation.cu; ops/activation.cpp checks the contract.
+#pragma once
+
+#include "core/tensor.h"
+#include "ops/math.h"
+
+namespace gt::ops {
+
+/// y = f(x), element-wise.
+void activation_forward(Activation a, const Tensor& x, Tensor& y);
+
+/// dx = dy · f'(x) (y = f(x) is passed too since some derivatives are cheaper from it).
+void activation_backward(Activation a, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx);
+
+}  // namespace gt::ops
+
+// The backends' entry points: the ops above call them once the contract holds.
+namespace gt::cpu {
+void activation_forward(Activation a, const Tensor& x, Tensor& y);
+void activation_backward(Activation a, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx);
+}  // namespace gt::cpu
+
+#if GT_WITH_CUDA
+namespace gt::cuda {
+void activation_forward(Activation a, const Tensor& x, Tensor& y);
+void activation_backward(Activation a, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx);
+}  // namespace gt::cuda
+#endif

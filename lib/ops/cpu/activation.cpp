@@ -1,0 +1,54 @@
+// CPU activations (ops/activation.h): OpenMP loops over ops/math.h's per-element math, one loop per activation.
+#include "ops/activation.h"
+
+#include "core/parallel.h"
+#include "ops/cpu/kernel_util.h"
+
+#include <type_traits>
+
+namespace gt::cpu {
+namespace {
+
+template <class T> void act_fwd_t(Activation a, const Tensor& x, Tensor& y) {
+  const T* px = x.data<T>();
+  T* py = y.data<T>();
+  auto loop = [&](auto act) {
+    parallel_for(x.numel(), kGrain, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) py[i] = act_forward<T>(act, px[i]);
+    });
+  };
+  // Instantiating the loop per activation lets the compiler drop the switch and vectorise.
+  switch (a) {
+    case Activation::relu: loop(std::integral_constant<Activation, Activation::relu>{}); break;
+    case Activation::tanh: loop(std::integral_constant<Activation, Activation::tanh>{}); break;
+    case Activation::sigmoid: loop(std::integral_constant<Activation, Activation::sigmoid>{}); break;
+    case Activation::gelu: loop(std::integral_constant<Activation, Activation::gelu>{}); break;
+  }
+}
+
+template <class T> void act_bwd_t(Activation a, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) {
+  const T *px = x.data<T>(), *py = y.data<T>(), *pdy = dy.data<T>();
+  T* pdx = dx.data<T>();
+  auto loop = [&](auto act) {
+    parallel_for(x.numel(), kGrain, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) pdx[i] = act_backward<T>(act, px[i], py[i], pdy[i]);
+    });
+  };
+  switch (a) {
+    case Activation::relu: loop(std::integral_constant<Activation, Activation::relu>{}); break;
+    case Activation::tanh: loop(std::integral_constant<Activation, Activation::tanh>{}); break;
+    case Activation::sigmoid: loop(std::integral_constant<Activation, Activation::sigmoid>{}); break;
+    case Activation::gelu: loop(std::integral_constant<Activation, Activation::gelu>{}); break;
+  }
+}
+
+}  // namespace
+
+void activation_forward(Activation a, const Tensor& x, Tensor& y) {
+  for_float_type(x.dtype(), [&](auto t) { act_fwd_t<decltype(t)>(a, x, y); });
+}
+void activation_backward(Activation a, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) {
+  for_float_type(x.dtype(), [&](auto t) { act_bwd_t<decltype(t)>(a, x, y, dy, dx); });
+}
+
+}  // namespace gt::cpu

@@ -1,0 +1,206 @@
+// CPU convolution (ops/conv2d.h): im2col + GEMM per sample, threaded over the batch.
+#include "ops/conv2d.h"
+
+#include "core/parallel.h"
+#include "ops/cpu/blas.h"
+#include "ops/cpu/kernel_util.h"
+
+#include <algorithm>
+#include <vector>
+
+namespace gt::cpu {
+namespace {
+
+// Runs f(chunk, begin, end) over `n` items split into at most num_threads() contiguous chunks; returns the number
+// of chunks. Chunk c always covers the same items for a given thread count, so per-chunk partial sums reduced in
+// chunk order are deterministic.
+template <class F> int batch_chunks(int64_t n, F&& f) {
+  const int chunks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(n, num_threads())));
+#pragma omp parallel for num_threads(chunks) schedule(static, 1)
+  for (int c = 0; c < chunks; ++c) f(c, n * c / chunks, n * (c + 1) / chunks);
+  return chunks;
+}
+
+struct Geometry {
+  int64_t c, h, w;     // input channels (of one group), height, width
+  int64_t oh, ow;      // output height, width
+  Window2d win;
+  int64_t rows() const { return c * win.kh * win.kw; }
+  int64_t cols() const { return oh * ow; }
+  bool is_identity() const {  // a 1×1, stride-1, unpadded window: im2col would copy x unchanged
+    return win.kh == 1 && win.kw == 1 && win.sh == 1 && win.sw == 1 && win.ph == 0 && win.pw == 0;
+  }
+};
+
+// The outputs ox whose tap ix = ox·stride − pad + offset lands inside [0, w): [lo, hi).
+struct Span {
+  int64_t lo, hi;
+};
+inline Span valid_outputs(int64_t out, int64_t w, int64_t stride, int64_t pad, int64_t offset) {
+  // ix ≥ 0 ⇔ ox ≥ ceil((pad − offset) / stride); ix < w ⇔ ox ≤ floor((w − 1 + pad − offset) / stride)
+  const int64_t a = pad - offset, b = w - 1 + pad - offset;
+  int64_t lo = a <= 0 ? 0 : (a + stride - 1) / stride;
+  int64_t hi = b < 0 ? 0 : b / stride + 1;
+  lo = std::min(lo, out);
+  hi = std::clamp(hi, lo, out);
+  return {lo, hi};
+}
+
+// col (C·kh·kw, oh·ow) ← x (C, h, w); out-of-image taps read 0. The in-image run of each row is found once, so
+// the inner loop has no bounds checks (and is a plain copy at stride 1).
+template <class T> void im2col(const Geometry& g, const T* x, T* col) {
+  const Window2d& k = g.win;
+  for (int64_t ch = 0; ch < g.c; ++ch)
+    for (int64_t ky = 0; ky < k.kh; ++ky)
+      for (int64_t kx = 0; kx < k.kw; ++kx) {
+        T* out = col + ((ch * k.kh + ky) * k.kw + kx) * g.cols();
+        const Span sx = valid_outputs(g.ow, g.w, k.sw, k.pw, kx * k.dw);
+        for (int64_t oy = 0; oy < g.oh; ++oy) {
+          const int64_t iy = oy * k.sh - k.ph + ky * k.dh;
+          T* row = out + oy * g.ow;
+          if (iy < 0 || iy >= g.h) {
+            std::fill(row, row + g.ow, T(0));
+            continue;
+          }
+          const T* src = x + (ch * g.h + iy) * g.w - k.pw + kx * k.dw;  // src[ox·sw] is the tap of ox
+          std::fill(row, row + sx.lo, T(0));
+          if (k.sw == 1)
+            std::copy(src + sx.lo, src + sx.hi, row + sx.lo);
+          else
+            for (int64_t ox = sx.lo; ox < sx.hi; ++ox) row[ox] = src[ox * k.sw];
+          std::fill(row + sx.hi, row + g.ow, T(0));
+        }
+      }
+}
+
+// dx (C, h, w) += col2im(dcol); the adjoint of im2col.
+template <class T> void col2im(const Geometry& g, const T* dcol, T* dx) {
+  const Window2d& k = g.win;
+  for (int64_t ch = 0; ch < g.c; ++ch)
+    for (int64_t ky = 0; ky < k.kh; ++ky)
+      for (int64_t kx = 0; kx < k.kw; ++kx) {
+        const T* in = dcol + ((ch * k.kh + ky) * k.kw + kx) * g.cols();
+        const Span sx = valid_outputs(g.ow, g.w, k.sw, k.pw, kx * k.dw);
+        for (int64_t oy = 0; oy < g.oh; ++oy) {
+          const int64_t iy = oy * k.sh - k.ph + ky * k.dh;
+          if (iy < 0 || iy >= g.h) continue;
+          T* dst = dx + (ch * g.h + iy) * g.w - k.pw + kx * k.dw;
+          const T* row = in + oy * g.ow;
+          if (k.sw == 1)
+            for (int64_t ox = sx.lo; ox < sx.hi; ++ox) dst[ox] += row[ox];
+          else
+            for (int64_t ox = sx.lo; ox < sx.hi; ++ox) dst[ox * k.sw] += row[ox];
+        }
+      }
+}
+
+template <class T> std::vector<T>& scratch(size_t n) {
+  // One growing buffer per thread: after the first step no call allocates.
+  static thread_local std::vector<T> buf;
+  if (buf.size() < n) buf.resize(n);
+  return buf;
+}
+
+template <class T>
+void conv_fwd_t(const Tensor& x, const Tensor& w, const Tensor& b, const Window2d& win, int64_t groups, Tensor& y) {
+  const int64_t batch = x.dim(0), cin = x.dim(1), cout = y.dim(1);
+  const Geometry g{cin / groups, x.dim(2), x.dim(3), y.dim(2), y.dim(3), win};
+  const int64_t og = cout / groups;
+  const T *px = x.data<T>(), *pw = w.data<T>(), *pb = b.defined() ? b.data<T>() : nullptr;
+  T* py = y.data<T>();
+  batch_chunks(batch, [&](int, int64_t b0, int64_t b1) {
+    T* col = g.is_identity() ? nullptr : scratch<T>(static_cast<size_t>(g.rows() * g.cols())).data();
+    for (int64_t n = b0; n < b1; ++n)
+      for (int64_t grp = 0; grp < groups; ++grp) {
+        const T* xs = px + (n * cin + grp * g.c) * g.h * g.w;
+        T* ys = py + (n * cout + grp * og) * g.cols();
+        if (col) im2col(g, xs, col);
+        // y (og, oh·ow) = W_g (og, C·kh·kw) · col (C·kh·kw, oh·ow)
+        gemm_raw<T>(false, false, static_cast<int>(og), static_cast<int>(g.cols()), static_cast<int>(g.rows()), T(1),
+                    pw + grp * og * g.rows(), static_cast<int>(g.rows()), col ? col : xs, static_cast<int>(g.cols()),
+                    T(0), ys, static_cast<int>(g.cols()));
+        if (pb)
+          for (int64_t o = 0; o < og; ++o) {
+            const T bias = pb[grp * og + o];
+            T* row = ys + o * g.cols();
+            for (int64_t i = 0; i < g.cols(); ++i) row[i] += bias;
+          }
+      }
+  });
+}
+
+template <class T>
+void conv_bwd_t(const Tensor& x, const Tensor& w, const Tensor& dy, const Window2d& win, int64_t groups, Tensor& dx,
+                Tensor& dw, Tensor& db, double beta) {
+  const int64_t batch = x.dim(0), cin = x.dim(1), cout = dy.dim(1);
+  const Geometry g{cin / groups, x.dim(2), x.dim(3), dy.dim(2), dy.dim(3), win};
+  const int64_t og = cout / groups, wsize = w.numel();
+  const T *px = x.data<T>(), *pw = w.data<T>(), *pdy = dy.data<T>();
+  T* pdx = dx.defined() ? dx.data<T>() : nullptr;
+  const bool want_db = db.defined();
+  // Per-chunk partial weight and bias gradients, summed in chunk order afterwards.
+  const int max_chunks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(batch, num_threads())));
+  std::vector<std::vector<T>> part_w(static_cast<size_t>(max_chunks)), part_b(static_cast<size_t>(max_chunks));
+  const int chunks = batch_chunks(batch, [&](int c, int64_t b0, int64_t b1) {
+    std::vector<T>& gw = part_w[static_cast<size_t>(c)];
+    std::vector<T>& gb = part_b[static_cast<size_t>(c)];
+    gw.assign(static_cast<size_t>(wsize), T(0));
+    if (want_db) gb.assign(static_cast<size_t>(cout), T(0));
+    const size_t col_n = static_cast<size_t>(g.rows() * g.cols());
+    std::vector<T>& buf = scratch<T>(g.is_identity() ? col_n : 2 * col_n);
+    T* col = g.is_identity() ? nullptr : buf.data();
+    T* dcol = g.is_identity() ? buf.data() : buf.data() + col_n;
+    for (int64_t n = b0; n < b1; ++n) {
+      if (pdx) std::fill(pdx + n * cin * g.h * g.w, pdx + (n + 1) * cin * g.h * g.w, T(0));
+      for (int64_t grp = 0; grp < groups; ++grp) {
+        const T* xs = px + (n * cin + grp * g.c) * g.h * g.w;
+        const T* dys = pdy + (n * cout + grp * og) * g.cols();
+        if (col) im2col(g, xs, col);
+        // dW_g (og, C·kh·kw) += dy (og, oh·ow) · colᵀ
+        gemm_raw<T>(false, true, static_cast<int>(og), static_cast<int>(g.rows()), static_cast<int>(g.cols()), T(1),
+                    dys, static_cast<int>(g.cols()), col ? col : xs, static_cast<int>(g.cols()), T(1),
+                    gw.data() + grp * og * g.rows(), static_cast<int>(g.rows()));
+        if (want_db)
+          for (int64_t o = 0; o < og; ++o) {
+            T s = 0;
+            for (int64_t i = 0; i < g.cols(); ++i) s += dys[o * g.cols() + i];
+            gb[static_cast<size_t>(grp * og + o)] += s;
+          }
+        if (pdx) {
+          // dcol (C·kh·kw, oh·ow) = W_gᵀ · dy, then scattered back onto the image.
+          T* dxs = pdx + (n * cin + grp * g.c) * g.h * g.w;
+          gemm_raw<T>(true, false, static_cast<int>(g.rows()), static_cast<int>(g.cols()), static_cast<int>(og), T(1),
+                      pw + grp * og * g.rows(), static_cast<int>(g.rows()), dys, static_cast<int>(g.cols()), T(0),
+                      g.is_identity() ? dxs : dcol, static_cast<int>(g.cols()));
+          if (!g.is_identity()) col2im(g, dcol, dxs);
+        }
+      }
+    }
+  });
+  T* pgw = dw.data<T>();
+  for (int64_t i = 0; i < wsize; ++i) {
+    T s = beta != 0 ? T(beta) * pgw[i] : T(0);
+    for (int c = 0; c < chunks; ++c) s += part_w[static_cast<size_t>(c)][static_cast<size_t>(i)];
+    pgw[i] = s;
+  }
+  if (want_db) {
+    T* pgb = db.data<T>();
+    for (int64_t o = 0; o < cout; ++o) {
+      T s = beta != 0 ? T(beta) * pgb[o] : T(0);
+      for (int c = 0; c < chunks; ++c) s += part_b[static_cast<size_t>(c)][static_cast<size_t>(o)];
+      pgb[o] = s;
+    }
+  }
+}
+
+}  // namespace
+
+void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Window2d& win, int64_t groups, Tensor& y) {
+  for_float_type(x.dtype(), [&](auto t) { conv_fwd_t<decltype(t)>(x, w, b, win, groups, y); });
+}
+void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Window2d& win, int64_t groups,
+                     Tensor& dx, Tensor& dw, Tensor& db, double beta) {
+  for_float_type(x.dtype(), [&](auto t) { conv_bwd_t<decltype(t)>(x, w, dy, win, groups, dx, dw, db, beta); });
+}
+
+}  // namespace gt::cpu

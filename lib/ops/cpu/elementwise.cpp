@@ -1,0 +1,55 @@
+// CPU element-wise sums and the strided block copies behind concatenation (ops/elementwise.h).
+#include "ops/elementwise.h"
+
+#include "core/parallel.h"
+#include "ops/cpu/kernel_util.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace gt::cpu {
+namespace {
+
+template <class T> void add_t(const Tensor& a, const Tensor& b, Tensor& y) {
+  const T *pa = a.data<T>(), *pb = b.data<T>();
+  T* py = y.data<T>();
+  parallel_for(y.numel(), kGrain, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) py[i] = pa[i] + pb[i];
+  });
+}
+
+}  // namespace
+
+void add(const Tensor& a, const Tensor& b, Tensor& y) {
+  for_float_type(y.dtype(), [&](auto t) { add_t<decltype(t)>(a, b, y); });
+}
+
+namespace {
+
+// For o in [0, outer): copy `run` elements from src[o·src_stride + src_off] to dst[o·dst_stride + dst_off].
+// Concatenation and its inverse are both this strided block copy.
+void strided_copy(const Tensor& src, Tensor& dst, int64_t outer, int64_t run, int64_t src_stride, int64_t src_off,
+                  int64_t dst_stride, int64_t dst_off) {
+  const size_t es = dtype_size(src.dtype());
+  const auto* s = static_cast<const char*>(src.raw());
+  auto* d = static_cast<char*>(dst.raw());
+  parallel_for(outer, std::max<int64_t>(1, kGrain / std::max<int64_t>(run, 1)), [&](int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; ++o)
+      std::memcpy(d + static_cast<size_t>(o * dst_stride + dst_off) * es,
+                  s + static_cast<size_t>(o * src_stride + src_off) * es, static_cast<size_t>(run) * es);
+  });
+}
+
+}  // namespace
+
+void copy_blocks(const Tensor& src, Tensor& dst, int64_t outer, int64_t src_inner, int64_t dst_inner,
+                 int64_t dst_offset) {
+  strided_copy(src, dst, outer, src_inner, src_inner, 0, dst_inner, dst_offset);
+}
+
+void split_blocks(const Tensor& whole, Tensor& part, int64_t outer, int64_t part_inner, int64_t whole_inner,
+                  int64_t offset) {
+  strided_copy(whole, part, outer, part_inner, whole_inner, offset, part_inner, 0);
+}
+
+}  // namespace gt::cpu

@@ -1,0 +1,89 @@
+// CPU losses (ops/loss.h): softmax cross-entropy and mean squared error, rows in parallel, sums in double and in
+// row order.
+#include "ops/loss.h"
+
+#include "core/parallel.h"
+#include "ops/cpu/kernel_util.h"
+#include "ops/math.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace gt::cpu {
+namespace {
+
+template <class T>
+void cross_entropy_t(const Tensor& logits, const Tensor& labels, double eps, double scale, Tensor& dlogits,
+                     Tensor& stats) {
+  const int64_t batch = logits.dim(0), k = logits.dim(1);
+  const T* px = logits.data<T>();
+  const int32_t* py = labels.data<int32_t>();
+  T* pd = dlogits.defined() ? dlogits.data<T>() : nullptr;
+  std::vector<double> row_loss(static_cast<size_t>(batch));
+  std::vector<uint8_t> row_hit(static_cast<size_t>(batch));
+  parallel_for(batch, std::max<int64_t>(1, kGrain / (4 * k)), [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const T* x = px + b * k;
+      const int32_t y = py[b];
+      int64_t argmax = 0;
+      T mx = x[0];
+      double sum_x = 0;
+      for (int64_t j = 0; j < k; ++j) {
+        if (x[j] > mx) mx = x[j], argmax = j;
+        sum_x += static_cast<double>(x[j]);
+      }
+      double sum_e = 0;
+      for (int64_t j = 0; j < k; ++j) sum_e += std::exp(static_cast<double>(x[j] - mx));
+      const double lse = static_cast<double>(mx) + std::log(sum_e);
+      const double xy = static_cast<double>(x[y]);
+      row_loss[static_cast<size_t>(b)] = ce_row_loss(lse, xy, sum_x, k, eps);
+      row_hit[static_cast<size_t>(b)] = argmax == y;
+      if (pd) {
+        T* d = pd + b * k;
+        for (int64_t j = 0; j < k; ++j)
+          d[j] = static_cast<T>(ce_dlogit(std::exp(static_cast<double>(x[j]) - lse), j == y, k, eps, scale));
+      }
+    }
+  });
+  double loss = 0, hits = 0;
+  for (int64_t b = 0; b < batch; ++b) loss += row_loss[static_cast<size_t>(b)], hits += row_hit[static_cast<size_t>(b)];
+  double* s = stats.data<double>();
+  s[0] += loss;
+  s[1] += hits;
+}
+
+template <class T> void mse_t(const Tensor& pred, const Tensor& target, double scale, Tensor& dpred, Tensor& stats) {
+  const int64_t batch = pred.dim(0), d = pred.numel() / std::max<int64_t>(batch, 1);
+  const T *pp = pred.data<T>(), *pt = target.data<T>();
+  T* pd = dpred.defined() ? dpred.data<T>() : nullptr;
+  std::vector<double> row_loss(static_cast<size_t>(batch));
+  const double grad_scale = scale * 2.0 / static_cast<double>(d);
+  parallel_for(batch, std::max<int64_t>(1, kGrain / d), [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      double acc = 0;
+      for (int64_t j = b * d; j < (b + 1) * d; ++j) {
+        const double diff = static_cast<double>(pp[j]) - static_cast<double>(pt[j]);
+        acc += diff * diff;
+        if (pd) pd[j] = static_cast<T>(grad_scale * diff);
+      }
+      row_loss[static_cast<size_t>(b)] = acc / static_cast<double>(d);
+    }
+  });
+  double loss = 0;
+  for (double l : row_loss) loss += l;
+  stats.data<double>()[0] += loss;
+}
+
+}  // namespace
+
+void cross_entropy(const Tensor& logits, const Tensor& labels, double eps, double scale, Tensor& dlogits,
+                   Tensor& stats) {
+  for_float_type(logits.dtype(),
+                [&](auto t) { cross_entropy_t<decltype(t)>(logits, labels, eps, scale, dlogits, stats); });
+}
+void mse(const Tensor& pred, const Tensor& target, double scale, Tensor& dpred, Tensor& stats) {
+  for_float_type(pred.dtype(), [&](auto t) { mse_t<decltype(t)>(pred, target, scale, dpred, stats); });
+}
+
+}  // namespace gt::cpu

@@ -1,0 +1,179 @@
+// CUDA matrix products and the bias ops of a dense layer (ops/matmul.h). Matmul goes through cuBLASLt: the row-major
+// product C = op(A)·op(B) is the column-major product Cᵀ = op(B)ᵀ·op(A)ᵀ, so the tensors go to cuBLASLt swapped and
+// nothing is transposed in memory; one cached plan per shape. add_row_bias and sum_rows are kernels, their sums in
+// double, so they are at least as exact as the CPU's.
+#include "ops/matmul.h"
+
+#include "ops/cuda/context.h"
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/dnn_common.h"
+#include "ops/cuda/kernel_util.cuh"
+
+#include <array>
+#include <cstdint>
+
+namespace gt::cuda {
+namespace {
+
+using namespace dnn;
+using namespace kern;
+
+// Scratch the heuristic may plan for; the buffer is the device's shared grow-only workspace (context.h).
+constexpr uint64_t kMaxWorkspace = uint64_t{32} << 20;
+
+// The largest power of two up to 256 that divides the address. cuBLASLt's heuristic assumes 256-byte aligned
+// operands unless told otherwise, and a view into a batch (narrow0, slice0) can start anywhere on a 4-byte
+// boundary, so the plan is chosen for the alignment the pointers actually have.
+int64_t alignment_of(const void* p) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  int64_t a = 256;
+  while (a > 1 && address % static_cast<uintptr_t>(a) != 0) a /= 2;
+  return a;
+}
+
+struct MatmulPlan {
+  LtMatmulDesc op;
+  LtLayout lt_a, lt_b, lt_c;  // cuBLASLt's A is the tensor b, its B the tensor a; C and D are the tensor c
+  cublasLtMatmulAlgo_t algo{};
+  size_t workspace = 0;
+};
+
+// The layout of a row-major (rows, cols) tensor read column-major: a cols × rows matrix with leading dimension cols.
+void make_layout(LtLayout& layout, cudaDataType_t type, const Tensor& t) {
+  GT_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(layout.out(), type, static_cast<uint64_t>(t.dim(1)),
+                                             static_cast<uint64_t>(t.dim(0)), t.dim(1)));
+}
+
+std::unique_ptr<MatmulPlan> make_plan(int device, const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c,
+                                      const std::array<int64_t, 3>& align) {
+  auto plan = std::make_unique<MatmulPlan>();
+  const bool f64 = is_f64(c);
+  const cudaDataType_t type = f64 ? CUDA_R_64F : CUDA_R_32F;
+  // CUBLAS_COMPUTE_32F is plain fp32 arithmetic: no TF32, as PyTorch's default fp32 matmul.
+  GT_CHECK_CUBLAS(cublasLtMatmulDescCreate(plan->op.out(), f64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F, type));
+  const int32_t op_a = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+  GT_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(plan->op.get(), CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
+  GT_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(plan->op.get(), CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
+  // cuBLASLt computes D (n × m, column-major) = op(A) (n × k) · op(B) (k × m) with A = b and B = a.
+  make_layout(plan->lt_a, type, b);
+  make_layout(plan->lt_b, type, a);
+  make_layout(plan->lt_c, type, c);
+
+  LtPreference pref;
+  GT_CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(pref.out()));
+  GT_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                       &kMaxWorkspace, sizeof kMaxWorkspace));
+  const uint32_t align_a = static_cast<uint32_t>(align[1]), align_b = static_cast<uint32_t>(align[0]),
+                 align_c = static_cast<uint32_t>(align[2]);
+  GT_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                       &align_a, sizeof align_a));
+  GT_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                       &align_b, sizeof align_b));
+  GT_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                       &align_c, sizeof align_c));
+  GT_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                       &align_c, sizeof align_c));
+
+  cublasLtMatmulHeuristicResult_t results[8] = {};
+  int returned = 0;
+  const cublasStatus_t status =
+      cublasLtMatmulAlgoGetHeuristic(lt_handle(device), plan->op.get(), plan->lt_a.get(), plan->lt_b.get(),
+                                     plan->lt_c.get(), plan->lt_c.get(), pref.get(), 8, results, &returned);
+  for (int i = 0; status == CUBLAS_STATUS_SUCCESS && i < returned; ++i)
+    if (results[i].state == CUBLAS_STATUS_SUCCESS) {  // ordered by estimated time: the first usable one
+      plan->algo = results[i].algo;
+      plan->workspace = results[i].workspaceSize;
+      return plan;
+    }
+  throw Error(fmt::format("cuBLASLt has no {} matmul algorithm for {}{} · {}{} → {} with operands aligned to {}/{}/{} "
+                          "bytes on cuda:{}: {}",
+                          dtype_name(c.dtype()), a.shape().str(), ta ? "ᵀ" : "", b.shape().str(), tb ? "ᵀ" : "",
+                          c.shape().str(), align[0], align[1], align[2], device, cublasGetStatusString(status)));
+}
+
+constexpr int kThreads = 256;
+// Column sums: a block is 32 columns (one warp wide, so each row's read is coalesced) × kColRows row lanes.
+constexpr int kColRows = 16;
+
+// y (rows, cols) += bias (cols) on every row.
+template <class T>
+__global__ void add_row_bias_kernel(T* __restrict__ y, const T* __restrict__ bias, int64_t n, int64_t cols) {
+  for (int64_t i = global_index(); i < n; i += grid_stride()) y[i] += bias[i % cols];
+}
+
+// db (cols) = Σ_r dy (rows, cols) + beta · db. Each output is summed by one block in a fixed order: deterministic.
+template <class T>
+__global__ void sum_rows_kernel(const T* __restrict__ dy, T* __restrict__ db, int64_t rows, int64_t cols, double beta) {
+  __shared__ double part[kColRows][kWarp + 1];  // +1: lanes of a row lane hit distinct banks
+  const int64_t j = blockIdx.x * int64_t{kWarp} + threadIdx.x;
+  double acc = 0;
+  if (j < cols)
+    for (int64_t r = threadIdx.y; r < rows; r += kColRows) acc += static_cast<double>(dy[r * cols + j]);
+  part[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y != 0 || j >= cols) return;
+  double s = 0;
+  for (int k = 0; k < kColRows; ++k) s += part[k][threadIdx.x];
+  db[j] = static_cast<T>(s + (beta != 0 ? beta * static_cast<double>(db[j]) : 0.0));
+}
+
+void launch_add_row_bias(cudaStream_t s, bool is_double, void* y, const void* bias, int64_t rows, int64_t cols) {
+  const int64_t n = rows * cols;
+  if (n == 0) return;
+  with_float_type(is_double, [&](auto t) {
+    using T = decltype(t);
+    add_row_bias_kernel<T>
+        <<<grid_for(n, kThreads), kThreads, 0, s>>>(static_cast<T*>(y), static_cast<const T*>(bias), n, cols);
+  });
+  GT_CHECK_LAUNCH();
+}
+
+void launch_sum_rows(cudaStream_t s, bool is_double, const void* dy, void* db, int64_t rows, int64_t cols,
+                     double beta) {
+  if (cols == 0) return;
+  const dim3 block(kWarp, kColRows);
+  const auto grid = static_cast<unsigned>((cols + kWarp - 1) / kWarp);
+  with_float_type(is_double, [&](auto t) {
+    using T = decltype(t);
+    sum_rows_kernel<T><<<grid, block, 0, s>>>(static_cast<const T*>(dy), static_cast<T*>(db), rows, cols, beta);
+  });
+  GT_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double beta) {
+  const int device = c.device().index;
+  const int64_t m = c.dim(0), n = c.dim(1), k = ta ? a.dim(0) : a.dim(1);
+  if (m == 0 || n == 0) return;
+  if (k == 0) {  // an empty sum: c = beta·c
+    if (beta == 0) GT_CHECK_CUDA(cudaMemsetAsync(c.raw(), 0, c.bytes(), stream(device)));
+    GT_CHECK(beta == 0 || beta == 1, "matmul with k = 0 supports beta 0 or 1, got {}", beta);
+    return;
+  }
+  const std::array<int64_t, 3> align{alignment_of(a.raw()), alignment_of(b.raw()), alignment_of(c.raw())};
+  // Leaked on purpose: destroying descriptors during static destruction could run after the libraries unloaded.
+  static auto* cache = new PlanCache<11, MatmulPlan>;
+  const PlanCache<11, MatmulPlan>::Key key{device, m,  n,  k, ta, tb, is_f64(c), beta != 0, align[0], align[1],
+                                           align[2]};
+  const MatmulPlan& plan =
+      cache->get(key, PlanFamily::matmul, [&] { return make_plan(device, a, ta, b, tb, c, align); });
+
+  const bool f64 = is_f64(c);
+  const HostScalar alpha_s(1.0, f64), beta_s(beta, f64);
+  void* ws = plan.workspace ? workspace(device, plan.workspace) : nullptr;
+  // C and D are the same tensor with the same layout (in place); with beta = 0 cuBLASLt does not read C.
+  GT_CHECK_CUBLAS(cublasLtMatmul(lt_handle(device), plan.op.get(), alpha_s.ptr(), b.raw(), plan.lt_a.get(), a.raw(),
+                                 plan.lt_b.get(), beta_s.ptr(), c.raw(), plan.lt_c.get(), c.raw(), plan.lt_c.get(),
+                                 &plan.algo, ws, plan.workspace, stream(device)));
+}
+
+void add_row_bias(Tensor& y, const Tensor& bias) {
+  launch_add_row_bias(stream(y.device().index), is_f64("add_row_bias", y), y.raw(), bias.raw(), y.dim(0), y.dim(1));
+}
+
+void sum_rows(const Tensor& dy, Tensor& db, double beta) {
+  launch_sum_rows(stream(dy.device().index), is_f64("sum_rows", dy), dy.raw(), db.raw(), dy.dim(0), dy.dim(1), beta);
+}
+
+}  // namespace gt::cuda

@@ -1,0 +1,103 @@
+// Events, device timestamps, NVTX ranges and side streams (ops/stream.h) on CUDA streams.
+#include "ops/stream.h"
+
+#include "core/error.h"
+#include "ops/cuda/context.h"
+#include "ops/cuda/cuda_check.h"
+
+#include <nvtx3/nvToolsExt.h>
+
+#include <algorithm>
+
+namespace gt {
+
+StreamEvent::~StreamEvent() {
+  if (m_event && cudaSetDevice(m_device.index) == cudaSuccess) cudaEventDestroy(static_cast<cudaEvent_t>(m_event));
+}
+
+void StreamEvent::record(Device device) {
+  if (device.is_cpu()) return;
+  if (m_event && !(device == m_device)) {
+    cudaEventDestroy(static_cast<cudaEvent_t>(m_event));
+    m_event = nullptr;
+  }
+  m_device = device;
+  const cudaStream_t s = cuda::stream(device.index);
+  if (!m_event) {
+    cudaEvent_t e = nullptr;
+    GT_CHECK_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    m_event = e;
+  }
+  GT_CHECK_CUDA(cudaEventRecord(static_cast<cudaEvent_t>(m_event), s));
+}
+
+void StreamEvent::wait() {
+  if (m_event) GT_CHECK_CUDA(cudaEventSynchronize(static_cast<cudaEvent_t>(m_event)));
+}
+
+DeviceClock::~DeviceClock() {
+  if (m_events.empty() || cudaSetDevice(m_device.index) != cudaSuccess) return;
+  for (void* e : m_events) cudaEventDestroy(static_cast<cudaEvent_t>(e));
+}
+
+int DeviceClock::record() {
+  const cudaStream_t s = cuda::stream(m_device.index);  // makes the device current
+  if (m_used == m_events.size()) {
+    cudaEvent_t e = nullptr;
+    GT_CHECK_CUDA(cudaEventCreate(&e));  // with timing
+    m_events.push_back(e);
+  }
+  GT_CHECK_CUDA(cudaEventRecord(static_cast<cudaEvent_t>(m_events[m_used]), s));
+  return static_cast<int>(m_used++);
+}
+
+double DeviceClock::elapsed_ms(int from, int to) {
+  GT_CHECK(from >= 0 && to >= 0 && static_cast<size_t>(std::max(from, to)) < m_used, "device timestamps {} and {}",
+           from, to);
+  const auto end = static_cast<cudaEvent_t>(m_events[static_cast<size_t>(to)]);
+  GT_CHECK_CUDA(cudaEventSynchronize(end));
+  float ms = 0;
+  GT_CHECK_CUDA(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(m_events[static_cast<size_t>(from)]), end));
+  return ms;
+}
+
+void range_push(const char* name) { nvtxRangePushA(name); }
+void range_pop() { nvtxRangePop(); }
+
+SideStream::SideStream(Device device) : m_device(device) {
+  GT_CHECK(device.is_cuda(), "a side stream needs a CUDA device, not {}", device.str());
+  GT_CHECK_CUDA(cudaSetDevice(device.index));
+  cudaStream_t s = nullptr;
+  // Non-blocking: the synchronous copies on the legacy default stream (Tensor::copy_from to the host) must not wait
+  // for a long all-reduce here; the compute stream meets this one only through join_compute.
+  GT_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  m_stream = s;
+  cudaEvent_t a = nullptr, b = nullptr;
+  GT_CHECK_CUDA(cudaEventCreateWithFlags(&a, cudaEventDisableTiming));
+  GT_CHECK_CUDA(cudaEventCreateWithFlags(&b, cudaEventDisableTiming));
+  m_compute_done = a;
+  m_side_done = b;
+}
+
+SideStream::~SideStream() {
+  if (cudaSetDevice(m_device.index) != cudaSuccess) return;
+  // Destroying a stream with queued work is allowed (it finishes first); the events go with it.
+  cudaStreamDestroy(static_cast<cudaStream_t>(m_stream));
+  cudaEventDestroy(static_cast<cudaEvent_t>(m_compute_done));
+  cudaEventDestroy(static_cast<cudaEvent_t>(m_side_done));
+}
+
+void SideStream::wait_for_compute() {
+  // An event may be recorded again at once: cudaStreamWaitEvent has taken the state of its last record.
+  const auto e = static_cast<cudaEvent_t>(m_compute_done);
+  GT_CHECK_CUDA(cudaEventRecord(e, cuda::stream(m_device.index)));
+  GT_CHECK_CUDA(cudaStreamWaitEvent(static_cast<cudaStream_t>(m_stream), e, 0));
+}
+
+void SideStream::join_compute() {
+  const auto e = static_cast<cudaEvent_t>(m_side_done);
+  GT_CHECK_CUDA(cudaEventRecord(e, static_cast<cudaStream_t>(m_stream)));
+  GT_CHECK_CUDA(cudaStreamWaitEvent(cuda::stream(m_device.index), e, 0));
+}
+
+}  // namespace gt

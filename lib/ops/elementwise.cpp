@@ -1,0 +1,31 @@
+// The contract of the element-wise ops (ops/elementwise.h): sizes, dtypes and devices, then the backend's entry point.
+#include "ops/elementwise.h"
+
+#include "ops/dispatch.h"
+
+namespace gt::ops {
+
+void add(const Tensor& a, const Tensor& b, Tensor& y) {
+  const Operands op("add", {&a, &b, &y});
+  GT_CHECK(a.numel() == y.numel() && b.numel() == y.numel(), "add {} + {} → {}", a.shape().str(), b.shape().str(),
+           y.shape().str());
+  GT_DISPATCH(op, add(a, b, y));
+}
+
+void copy_blocks(const Tensor& src, Tensor& dst, int64_t outer, int64_t src_inner, int64_t dst_inner,
+                 int64_t dst_offset) {
+  const Operands op("copy_blocks", {&src, &dst});
+  GT_CHECK(src.numel() == outer * src_inner && dst.numel() == outer * dst_inner && dst_offset + src_inner <= dst_inner,
+           "copy_blocks sizes");
+  GT_DISPATCH(op, copy_blocks(src, dst, outer, src_inner, dst_inner, dst_offset));
+}
+
+void split_blocks(const Tensor& whole, Tensor& part, int64_t outer, int64_t part_inner, int64_t whole_inner,
+                  int64_t offset) {
+  const Operands op("split_blocks", {&whole, &part});
+  GT_CHECK(part.numel() == outer * part_inner && whole.numel() == outer * whole_inner && offset + part_inner <= whole_inner,
+           "split_blocks sizes");
+  GT_DISPATCH(op, split_blocks(whole, part, outer, part_inner, whole_inner, offset));
+}
+
+}  // namespace gt::ops

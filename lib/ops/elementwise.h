@@ -1,0 +1,38 @@
+// Element-wise sums and the block copies behind concatenation: add, copy_blocks, split_blocks. ops/elementwise.cpp
+// checks the contract; ops/cpu/elementwise.cpp and ops/cuda/elementwise.cu implement it.
+#pragma once
+
+#include "core/tensor.h"
+
+namespace gt::ops {
+
+/// y = a + b, element-wise (y may be a or b).
+void add(const Tensor& a, const Tensor& b, Tensor& y);
+/// Block copy for concatenation: for each of `outer` blocks, copies src's `src_inner` contiguous elements into dst
+/// at offset `dst_offset` of dst's block of `dst_inner` elements.
+void copy_blocks(const Tensor& src, Tensor& dst, int64_t outer, int64_t src_inner, int64_t dst_inner,
+                 int64_t dst_offset);
+/// The inverse of copy_blocks: part's blocks are taken out of whole's.
+void split_blocks(const Tensor& whole, Tensor& part, int64_t outer, int64_t part_inner, int64_t whole_inner,
+                  int64_t offset);
+
+}  // namespace gt::ops
+
+// The backends' entry points: the ops above call them once the contract holds.
+namespace gt::cpu {
+void add(const Tensor& a, const Tensor& b, Tensor& y);
+void copy_blocks(const Tensor& src, Tensor& dst, int64_t outer, int64_t src_inner, int64_t dst_inner,
+                 int64_t dst_offset);
+void split_blocks(const Tensor& whole, Tensor& part, int64_t outer, int64_t part_inner, int64_t whole_inner,
+                  int64_t offset);
+}  // namespace gt::cpu
+
+#if GT_WITH_CUDA
+namespace gt::cuda {
+void add(const Tensor& a, const Tensor& b, Tensor& y);
+void copy_blocks(const Tensor& src, Tensor& dst, int64_t outer, int64_t src_inner, int64_t dst_inner,
+                 int64_t dst_offset);
+void split_blocks(const Tensor& whole, Tensor& part, int64_t outer, int64_t part_inner, int64_t whole_inner,
+                  int64_t offset);
+}  // namespace gt::cuda
+#endif

@@ -1,0 +1,27 @@
+// The contract of the losses (ops/loss.h): shapes, dtypes and devices, then the backend's entry point.
+#include "ops/loss.h"
+
+#include "ops/dispatch.h"
+
+namespace gt::ops {
+
+void cross_entropy(const Tensor& logits, const Tensor& labels, double eps, double scale, Tensor& dlogits,
+                   Tensor& stats) {
+  const Operands op("cross_entropy", {&logits, &dlogits}, {&labels, &stats});
+  GT_CHECK(logits.rank() == 2 && labels.dtype() == DType::i32 && labels.numel() == logits.dim(0),
+           "cross_entropy logits {} labels {}", logits.shape().str(), labels.shape().str());
+  GT_CHECK(!dlogits.defined() || dlogits.shape() == logits.shape(), "dlogits shape");
+  GT_CHECK(stats.dtype() == DType::f64 && stats.numel() >= 2, "stats must be f64[2]");
+  GT_DISPATCH(op, cross_entropy(logits, labels, eps, scale, dlogits, stats));
+}
+
+void mse(const Tensor& pred, const Tensor& target, double scale, Tensor& dpred, Tensor& stats) {
+  const Operands op("mse", {&pred, &target, &dpred}, {&stats});
+  GT_CHECK(pred.numel() == target.numel() && pred.rank() >= 1, "mse pred {} target {}", pred.shape().str(),
+           target.shape().str());
+  GT_CHECK(!dpred.defined() || dpred.numel() == pred.numel(), "dpred shape");
+  GT_CHECK(stats.dtype() == DType::f64 && stats.numel() >= 2, "stats must be f64[2]");
+  GT_DISPATCH(op, mse(pred, target, scale, dpred, stats));
+}
+
+}  // namespace gt::ops

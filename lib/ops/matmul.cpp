@@ -1,0 +1,30 @@
+// The contract of the matmul family (ops/matmul.h): shapes, dtypes and devices, then the backend's entry point.
+#include "ops/matmul.h"
+
+#include "ops/dispatch.h"
+
+namespace gt::ops {
+
+void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double beta) {
+  const Operands op("matmul", {&a, &b, &c});
+  GT_CHECK(a.rank() == 2 && b.rank() == 2 && c.rank() == 2, "matmul wants 2-D operands");
+  const int64_t m = ta ? a.dim(1) : a.dim(0), k = ta ? a.dim(0) : a.dim(1);
+  const int64_t kb = tb ? b.dim(1) : b.dim(0), n = tb ? b.dim(0) : b.dim(1);
+  GT_CHECK(k == kb && c.dim(0) == m && c.dim(1) == n, "matmul {}{} · {}{} → {}", a.shape().str(), ta ? "ᵀ" : "",
+           b.shape().str(), tb ? "ᵀ" : "", c.shape().str());
+  GT_DISPATCH(op, matmul(a, ta, b, tb, c, beta));
+}
+
+void add_row_bias(Tensor& y, const Tensor& bias) {
+  const Operands op("add_row_bias", {&y, &bias});
+  GT_CHECK(y.rank() == 2 && bias.numel() == y.dim(1), "bias {} for {}", bias.shape().str(), y.shape().str());
+  GT_DISPATCH(op, add_row_bias(y, bias));
+}
+
+void sum_rows(const Tensor& dy, Tensor& db, double beta) {
+  const Operands op("sum_rows", {&dy, &db});
+  GT_CHECK(dy.rank() == 2 && db.numel() == dy.dim(1), "sum_rows {} into {}", dy.shape().str(), db.shape().str());
+  GT_DISPATCH(op, sum_rows(dy, db, beta));
+}
+
+}  // namespace gt::ops

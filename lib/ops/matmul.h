@@ -1,0 +1,35 @@
+// Matrix products and the bias ops of a dense layer: matmul, add_row_bias, sum_rows. The contract is checked in
+// ops/matmul.cpp; ops/cpu/matmul.cpp (OpenBLAS) and ops/cuda/matmul.cu (cuBLASLt, bias kernels) implement it.
+#pragma once
+
+#include "core/tensor.h"
+
+namespace gt::ops {
+
+/// c = op(a) · op(b) + beta · c for 2-D tensors; op transposes when the flag is set.
+void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double beta);
+
+/// y[r, :] += bias for every row r of the 2-D tensor y.
+void add_row_bias(Tensor& y, const Tensor& bias);
+
+/// db = Σ_r dy[r, :] + beta · db.
+void sum_rows(const Tensor& dy, Tensor& db, double beta);
+
+}  // namespace gt::ops
+
+// The backends' entry points: the ops above call them once the contract holds.
+namespace gt::cpu {
+void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double beta);
+void add_row_bias(Tensor& y, const Tensor& bias);
+void sum_rows(const Tensor& dy, Tensor& db, double beta);
+}  // namespace gt::cpu
+
+#if GT_WITH_CUDA
+namespace gt::cuda {
+/// Through cuBLASLt in the tensors' precision (f32 without TF32, or f64); one cached plan per shape.
+void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double beta);
+void add_row_bias(Tensor& y, const Tensor& bias);
+/// Summed in double in a fixed order.
+void sum_rows(const Tensor& dy, Tensor& db, double beta);
+}  // namespace gt::cuda
+#endif

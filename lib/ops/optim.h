@@ -1,0 +1,66 @@
+// The optimizer's ops: the gradient norm, scaling, and the fused SGD and Adam steps over a TensorGroup, gated by the
+// step's statistics (a non-finite loss or gradient norm skips the step) and clipped on the fly. The per-element
+// updates are ops/math.h's. ops/optim.cpp checks the contract; ops/cpu/optim.cpp and ops/cuda/optim.cu implement it.
+#pragma once
+
+#include "core/tensor.h"
+#include "ops/math.h"
+
+#include <memory>
+#include <vector>
+
+namespace gt::ops {
+
+/// Adds Σ grad² to out[0] (f64, on the gradient's device: no host sync).
+void sum_squares(const Tensor& grad, Tensor& out);
+/// x ← x · scale, where scale is read from a one-element f64 tensor on the same device.
+void scale_by(Tensor& x, const Tensor& scale);
+
+/// (StepStat, in ops/math.h, names the entries of a step's statistics tensor.)
+
+/// Tensors one fused kernel updates together on CUDA (a loop over rows on the CPU): a row per parameter, holding
+/// the tensors its update reads and writes in the order the op names. Built once with the optimizer; the CUDA
+/// backend keeps its table of pointers and sizes in `device_table` from the first use on.
+struct TensorGroup {
+  std::vector<std::vector<Tensor>> rows;
+  std::shared_ptr<void> device_table;
+};
+
+/// Adds Σ_rows Σ rows[r][column]² to out[0] and, when per_row (f64[rows]) is defined, each row's own sum to
+/// per_row[r] (which parameter went non-finite); f64 on the group's device.
+void sum_squares_group(TensorGroup& group, size_t column, Tensor& out, Tensor& per_row);
+/// One SGD step over the group, rows (param, grad, momentum — undefined without momentum), gated and clipped by
+/// the step's statistics: nothing changes unless stats[kLossSum] and stats[kGradSq] are finite, and when
+/// max_norm > 0 each gradient is used multiplied by min(1, max_norm / (√stats[kGradSq] + 1e-6))
+/// (torch.nn.utils.clip_grad_norm_'s coefficient). The CPU scales the gradients in place to do so; CUDA scales them
+/// as it reads them and leaves them as they were, so read no gradient after a clipped step.
+void sgd_step_group(const SgdHyper& h, TensorGroup& group, const Tensor& stats, double max_norm);
+/// One Adam/AdamW step over rows (param, grad, m, v, vmax — undefined unless amsgrad), gated and clipped as above.
+void adam_step_group(const AdamHyper& h, bool amsgrad, TensorGroup& group, const Tensor& stats, double max_norm);
+/// window[0] += stats[kLossSum] and window[1] += stats[kHits] when the step's loss and gradient norm are finite;
+/// window[2] += 1 (a skipped step) otherwise. window: f64[3] on the same device.
+void accumulate_step(const Tensor& stats, Tensor& window);
+
+}  // namespace gt::ops
+
+// The backends' entry points: the ops above call them once the contract holds.
+namespace gt::cpu {
+void sum_squares(const Tensor& grad, Tensor& out);
+void scale_by(Tensor& x, const Tensor& scale);
+void sum_squares_group(ops::TensorGroup& group, size_t column, Tensor& out, Tensor& per_row);
+void sgd_step_group(const SgdHyper& h, ops::TensorGroup& group, const Tensor& stats, double max_norm);
+void adam_step_group(const AdamHyper& h, bool amsgrad, ops::TensorGroup& group, const Tensor& stats, double max_norm);
+void accumulate_step(const Tensor& stats, Tensor& window);
+}  // namespace gt::cpu
+
+#if GT_WITH_CUDA
+namespace gt::cuda {
+void sum_squares(const Tensor& grad, Tensor& out);
+void scale_by(Tensor& x, const Tensor& scale);
+/// The group ops are one launch each however many rows the group has.
+void sum_squares_group(ops::TensorGroup& group, size_t column, Tensor& out, Tensor& per_row);
+void sgd_step_group(const SgdHyper& h, ops::TensorGroup& group, const Tensor& stats, double max_norm);
+void adam_step_group(const AdamHyper& h, bool amsgrad, ops::TensorGroup& group, const Tensor& stats, double max_norm);
+void accumulate_step(const Tensor& stats, Tensor& window);
+}  // namespace gt::cuda
+#endif

@@ -1,0 +1,75 @@
+// Ordering work on a device's stream from the host: events the host waits for, a side stream beside the compute
+// stream, device timestamps and NVTX ranges for the profiler. On the CPU the events are no-ops; in a build without
+// CUDA (ops/no_cuda.cpp) a CUDA device is an error that says so.
+#pragma once
+
+#include "core/device.h"
+
+#include <cstddef>
+#include <vector>
+
+namespace gt {
+
+/// A point in a device's stream: wait() returns once all work queued before the last record() has run. On the CPU
+/// (and before any record) both are no-ops.
+class StreamEvent {
+ public:
+  StreamEvent() = default;
+  ~StreamEvent();
+  StreamEvent(const StreamEvent&) = delete;
+  StreamEvent& operator=(const StreamEvent&) = delete;
+  void record(Device device);
+  void wait();
+
+ private:
+  [[maybe_unused]] void* m_event = nullptr;  // unused in builds without CUDA
+  [[maybe_unused]] Device m_device;
+};
+
+/// Timestamps on a device's stream for the profiler (CUDA events with timing): `record` queues one and returns its
+/// number; `elapsed_ms(a, b)` waits for b and returns the device time from a to b; `clear` recycles them all.
+/// Only for CUDA devices.
+class DeviceClock {
+ public:
+  explicit DeviceClock(Device device) : m_device(device) {}
+  ~DeviceClock();
+  DeviceClock(const DeviceClock&) = delete;
+  DeviceClock& operator=(const DeviceClock&) = delete;
+  int record();
+  double elapsed_ms(int from, int to);
+  void clear() { m_used = 0; }
+
+ private:
+  Device m_device;
+  std::vector<void*> m_events;
+  size_t m_used = 0;
+};
+
+/// NVTX ranges (named spans that Nsight Systems shows on the CPU timeline); nothing in builds without CUDA.
+void range_push(const char* name);
+void range_pop();
+
+/// A second stream on a CUDA device beside its compute stream (ops/cuda_context.h), for work that overlaps the
+/// compute stream's (the gradient all-reduce). The two are ordered only by the waits below, which the device keeps:
+/// the host never blocks. Throws gt::Error in a build without CUDA.
+class SideStream {
+ public:
+  explicit SideStream(Device device);
+  ~SideStream();
+  SideStream(const SideStream&) = delete;
+  SideStream& operator=(const SideStream&) = delete;
+  /// The cudaStream_t, for libraries that queue on it (NCCL).
+  void* handle() const { return m_stream; }
+  /// Work queued here from now on runs after the work queued on the compute stream so far.
+  void wait_for_compute();
+  /// Work queued on the compute stream from now on runs after the work queued here so far.
+  void join_compute();
+
+ private:
+  [[maybe_unused]] Device m_device;  // unused in builds without CUDA
+  void* m_stream = nullptr;
+  [[maybe_unused]] void* m_compute_done = nullptr;
+  [[maybe_unused]] void* m_side_done = nullptr;
+};
+
+}  // namespace gt
