@@ -106,7 +106,9 @@ def make_module(layer, name, tensors):
         k = pair(layer["kernel_size"])
         args = dict(stride=pair(layer.get("stride", layer["kernel_size"])), padding=pair(layer.get("padding", 0)))
         return nn.MaxPool2d(k, **args) if t == "maxpool2d" else nn.AvgPool2d(k, count_include_pad=True, **args)
-    simple = {"relu": nn.ReLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "gelu": nn.GELU, "flatten": nn.Flatten,
+    if t == "gelu":
+        return nn.GELU(approximate=layer.get("approximate", "none"))
+    simple = {"relu": nn.ReLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "flatten": nn.Flatten,
               "global_avgpool": lambda: nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten())}
     if t in simple:
         return simple[t]()

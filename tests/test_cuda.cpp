@@ -19,7 +19,8 @@ TEST_CASE("CUDA activations match the CPU, forward and backward", "[cuda]") {
   require_gpu();
   const int64_t n = 100003;  // not a multiple of the block size
   const Tensor x = seeded(Shape{n}, 1), dy = seeded(Shape{n}, 2);
-  for (Activation a : {Activation::relu, Activation::tanh, Activation::sigmoid, Activation::gelu}) {
+  for (Activation a :
+       {Activation::relu, Activation::tanh, Activation::sigmoid, Activation::gelu, Activation::gelu_tanh}) {
     Tensor y_cpu = Tensor::empty(x.shape(), DType::f32), dx_cpu = Tensor::empty(x.shape(), DType::f32);
     ops::activation_forward(a, x, y_cpu);
     ops::activation_backward(a, x, y_cpu, dy, dx_cpu);

@@ -40,6 +40,7 @@ const std::multimap<std::string, GradCase>& layer_cases() {
       {"maxpool2d", {"{type: maxpool2d, kernel_size: 2}", Shape{1, 5, 5}}},  // odd sides: the last row is dropped
       {"maxpool2d", {"{type: maxpool2d, kernel_size: 3, stride: 2, padding: 1}", Shape{1, 5, 6}}},
       {"gelu", {"gelu", Shape{7}}},
+      {"gelu", {"{type: gelu, approximate: tanh}", Shape{7}}},
       {"layernorm", {"layernorm", Shape{2, 6}}},
       {"linear", {"{type: linear, out_features: 3}", Shape{5}}},
       {"linear", {"{type: linear, out_features: 4, bias: false}", Shape{6}}},

@@ -109,6 +109,10 @@ TEST_CASE("activations match their definitions", "[cpu]") {
   std::copy(xs, xs + 4, x.data<double>());
   ops::activation_forward(Activation::gelu, x, y);
   for (int i = 0; i < 4; ++i) CHECK(y.data<double>()[i] == Approx(xs[i] * 0.5 * std::erfc(-xs[i] / std::sqrt(2.0))));
+  // PyTorch's F.gelu(x, approximate='tanh') in float64 (torch 1.13), the GELU of GPT-2 and llm.c.
+  const double gelu_tanh[] = {-0.045402305912224938, -0.15428599017485606, 0.34571400982514394, 2.9963626079182268};
+  ops::activation_forward(Activation::gelu_tanh, x, y);
+  for (int i = 0; i < 4; ++i) CHECK(y.data<double>()[i] == Approx(gelu_tanh[i]).epsilon(1e-14));
   ops::activation_forward(Activation::sigmoid, x, y);
   for (int i = 0; i < 4; ++i) CHECK(y.data<double>()[i] == Approx(1 / (1 + std::exp(-xs[i]))));
   ops::activation_forward(Activation::relu, x, y);

@@ -21,6 +21,12 @@ class ActivationLayer final : public Layer {
     if (dx[0]) ops::activation_backward(m_act, *x[0], y, dy, *dx[0]);
   }
   int64_t forward_flops() const override { return m_numel; }
+  YAML::Node resolved_args() const override {
+    YAML::Node n(YAML::NodeType::Map);
+    if (m_act == Activation::gelu || m_act == Activation::gelu_tanh)
+      n["approximate"] = m_act == Activation::gelu ? "none" : "tanh";
+    return n;
+  }
 
  private:
   Activation m_act;
@@ -34,6 +40,9 @@ std::unique_ptr<Layer> make_tanh(const ConfigNode&) { return std::make_unique<Ac
 std::unique_ptr<Layer> make_sigmoid(const ConfigNode&) {
   return std::make_unique<ActivationLayer>(Activation::sigmoid);
 }
-std::unique_ptr<Layer> make_gelu(const ConfigNode&) { return std::make_unique<ActivationLayer>(Activation::gelu); }
+std::unique_ptr<Layer> make_gelu(const ConfigNode& cfg) {
+  const bool tanh = cfg.get_choice("approximate", "none", {"none", "tanh"}) == "tanh";
+  return std::make_unique<ActivationLayer>(tanh ? Activation::gelu_tanh : Activation::gelu);
+}
 
 }  // namespace gt

@@ -72,7 +72,11 @@ const std::vector<LayerSpec>& layer_registry() {
         {"embedding_dim", "int", "", "", true}},
        make_embedding},
       {"flatten", "Flattens each sample to one dimension: [C, H, W] → [C·H·W]. No copy.", {}, make_flatten},
-      {"gelu", "GELU, exact form: x·Φ(x) (PyTorch's default, approximate='none').", {}, make_gelu},
+      {"gelu",
+       "GELU: x·Φ(x) exactly (PyTorch's default), or its tanh approximation 0.5·x·(1 + tanh(√(2/π)·(x + "
+       "0.044715·x³))) as GPT-2 and llm.c use it.",
+       {{"approximate", "none or tanh", "none", "PyTorch's approximate argument", false}},
+       make_gelu},
       {"global_avgpool", "Mean over each channel's plane: [C, H, W] → [C].", {}, make_global_avgpool},
       {"layernorm", "Layer normalisation over the last dimension, with learned scale and shift.",
        {{"eps", "float", "1e-5", "", false}}, make_layernorm},

@@ -9,7 +9,8 @@
 
 namespace gt {
 
-enum class Activation { relu, tanh, sigmoid, gelu };
+/// gelu is x·Φ(x) computed with erf; gelu_tanh is its tanh approximation (GPT-2's, PyTorch's approximate='tanh').
+enum class Activation { relu, tanh, sigmoid, gelu, gelu_tanh };
 
 /// A 2-D sliding window (convolution kernel or pooling window): size, stride, padding, dilation.
 struct Window2d {
@@ -81,6 +82,11 @@ template <class T> GT_HD T act_forward(Activation a, T x) {
     case Activation::tanh: return std::tanh(x);
     case Activation::sigmoid: return T(1) / (T(1) + std::exp(-x));
     case Activation::gelu: return T(0.5) * x * (T(1) + std::erf(x * T(0.70710678118654752440)));
+    case Activation::gelu_tanh: {
+      // 0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³)))
+      const T u = T(0.79788456080286535588) * (x + T(0.044715) * x * x * x);
+      return T(0.5) * x * (T(1) + std::tanh(u));
+    }
   }
   return x;
 }
@@ -95,6 +101,13 @@ template <class T> GT_HD T act_backward(Activation a, T x, T y, T dy) {
       const T cdf = T(0.5) * (T(1) + std::erf(x * T(0.70710678118654752440)));
       const T pdf = std::exp(T(-0.5) * x * x) * T(0.39894228040143267794);
       return dy * (cdf + x * pdf);
+    }
+    case Activation::gelu_tanh: {
+      // d/dx = 0.5 (1 + t) + 0.5 x (1 − t²) √(2/π) (1 + 3·0.044715 x²), t = tanh(u)
+      const T x2 = x * x;
+      const T t = std::tanh(T(0.79788456080286535588) * (x + T(0.044715) * x2 * x));
+      const T du = T(0.79788456080286535588) * (T(1) + T(0.134145) * x2);
+      return dy * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * du);
     }
   }
   return dy;

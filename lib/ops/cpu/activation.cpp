@@ -23,6 +23,7 @@ template <class T> void act_fwd_t(Activation a, const Tensor& x, Tensor& y) {
     case Activation::tanh: loop(std::integral_constant<Activation, Activation::tanh>{}); break;
     case Activation::sigmoid: loop(std::integral_constant<Activation, Activation::sigmoid>{}); break;
     case Activation::gelu: loop(std::integral_constant<Activation, Activation::gelu>{}); break;
+    case Activation::gelu_tanh: loop(std::integral_constant<Activation, Activation::gelu_tanh>{}); break;
   }
 }
 
@@ -39,6 +40,7 @@ template <class T> void act_bwd_t(Activation a, const Tensor& x, const Tensor& y
     case Activation::tanh: loop(std::integral_constant<Activation, Activation::tanh>{}); break;
     case Activation::sigmoid: loop(std::integral_constant<Activation, Activation::sigmoid>{}); break;
     case Activation::gelu: loop(std::integral_constant<Activation, Activation::gelu>{}); break;
+    case Activation::gelu_tanh: loop(std::integral_constant<Activation, Activation::gelu_tanh>{}); break;
   }
 }
 

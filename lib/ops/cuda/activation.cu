@@ -36,6 +36,7 @@ template <class F> void with_activation(Activation a, F&& f) {
     case Activation::tanh: f(std::integral_constant<Activation, Activation::tanh>{}); break;
     case Activation::sigmoid: f(std::integral_constant<Activation, Activation::sigmoid>{}); break;
     case Activation::gelu: f(std::integral_constant<Activation, Activation::gelu>{}); break;
+    case Activation::gelu_tanh: f(std::integral_constant<Activation, Activation::gelu_tanh>{}); break;
   }
 }
 
