@@ -66,6 +66,17 @@ def test_set(cfg):
     return torch.from_numpy(x), torch.from_numpy(y)
 
 
+class PositionalEmbedding(nn.Module):
+    """gputrain's positional_embedding: x[:, t] + weight[t] for sequences of [T, C]."""
+
+    def __init__(self, max_len, dim):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(max_len, dim))
+
+    def forward(self, x):
+        return x + self.weight[: x.shape[1]]
+
+
 class Merge(nn.Module):
     def __init__(self, kind, dim=0):
         super().__init__()
@@ -100,6 +111,8 @@ def make_module(layer, name, tensors):
         return cls(w.shape[0], eps=layer.get("eps", 1e-5), momentum=layer.get("momentum", 0.1))
     if t == "layernorm":
         return nn.LayerNorm(w.shape[0], eps=layer.get("eps", 1e-5))
+    if t == "positional_embedding":
+        return PositionalEmbedding(w.shape[0], w.shape[1])
     if t == "embedding":
         return nn.Embedding(w.shape[0], w.shape[1])
     if t in ("maxpool2d", "avgpool2d"):

@@ -45,6 +45,8 @@ const std::multimap<std::string, GradCase>& layer_cases() {
       {"linear", {"{type: linear, out_features: 3}", Shape{5}}},
       {"linear", {"{type: linear, out_features: 4, bias: false}", Shape{6}}},
       {"linear", {"{type: linear, out_features: 2}", Shape{3, 4}}},  // over the last dimension
+      {"positional_embedding", {"{type: positional_embedding, max_len: 5}", Shape{3, 4}}},  // T < max_len
+      {"positional_embedding", {"{type: positional_embedding, max_len: 2}", Shape{2, 3}}},
       {"relu", {"relu", Shape{9}}},
       {"sigmoid", {"sigmoid", Shape{2, 4}}},
       {"softmax", {"softmax", Shape{2, 5}}},

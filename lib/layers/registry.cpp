@@ -24,6 +24,7 @@ std::unique_ptr<Layer> make_dropout(const ConfigNode& cfg);
 std::unique_ptr<Layer> make_softmax(const ConfigNode& cfg);
 std::unique_ptr<Layer> make_embedding(const ConfigNode& cfg);
 std::unique_ptr<Layer> make_concat(const ConfigNode& cfg);
+std::unique_ptr<Layer> make_positional_embedding(const ConfigNode& cfg);
 
 const std::vector<LayerSpec>& layer_registry() {
   static const std::vector<LayerSpec> table = {
@@ -92,6 +93,11 @@ const std::vector<LayerSpec>& layer_registry() {
         {"stride", "int or [h, w]", "kernel_size", "", false},
         {"padding", "int or [h, w]", "0", "at most half the window", false}},
        make_maxpool2d},
+      {"positional_embedding",
+       "Adds a learned row per position to a sequence of [T, C]: y[t] = x[t] + P[t] (GPT-2's wpe); P is "
+       "[max_len, C], N(0, 0.02) init as GPT-2 and llm.c.",
+       {{"max_len", "int", "", "longest sequence (rows of P); T ≤ max_len", true}},
+       make_positional_embedding},
       {"relu", "max(x, 0).", {}, make_relu},
       {"sigmoid", "1 / (1 + e^−x).", {}, make_sigmoid},
       {"softmax", "Softmax over the last dimension (cross_entropy takes raw logits: do not end a classifier with it).",

@@ -1,0 +1,73 @@
+// positional_embedding: a learned row per position added to a sequence (GPT-2's wpe).
+#include "layers/layer.h"
+#include "ops/matmul.h"
+
+namespace gt {
+namespace {
+
+// y[t, :] = x[t, :] + P[t, :] for a sample of [T, C] and a table P of [max_len, C]. The T·C elements of a sample and
+// the first T rows of P are both contiguous, so the forward is the dense layer's row-bias add over [B, T·C] and the
+// table's gradient its row sum: no kernel of its own.
+class PositionalEmbedding final : public Layer {
+ public:
+  explicit PositionalEmbedding(const ConfigNode& cfg) {
+    cfg.require("max_len");
+    m_max_len = cfg["max_len"].as_int(1);
+  }
+  Shape infer_shape(const std::vector<Shape>& in, const ConfigNode& cfg) override {
+    if (in[0].rank() != 2)
+      cfg.fail(fmt::format("positional_embedding takes samples of [T, C], got {}", in[0].str()));
+    m_len = in[0][0];
+    m_dim = in[0][1];
+    if (m_len > m_max_len)
+      cfg.fail(fmt::format("positional_embedding has max_len {} but the sequences are {} long", m_max_len, m_len));
+    return in[0];
+  }
+  void init_params(Rng& rng, DType dtype, Device device) override {
+    // N(0, 0.02), as GPT-2 and llm.c initialise wpe.
+    Tensor host = Tensor::empty(Shape{m_max_len, m_dim}, dtype);
+    for (int64_t i = 0; i < host.numel(); ++i) {
+      const double v = 0.02 * rng.normal();
+      if (dtype == DType::f64)
+        host.data<double>()[i] = v;
+      else
+        host.data<float>()[i] = static_cast<float>(v);
+    }
+    m_weight = Param{"weight", Tensor::empty(host.shape(), dtype, device), Tensor::zeros(host.shape(), dtype, device)};
+    m_weight.value.copy_from(host);
+  }
+  std::vector<Param*> params() override { return {&m_weight}; }
+  int64_t param_numel() const override { return m_max_len * m_dim; }
+  void forward(const std::vector<const Tensor*>& x, Tensor& y, const LayerContext&) override {
+    y.copy_from(*x[0]);
+    Tensor rows = y.view(Shape{y.shape()[0], m_len * m_dim});
+    ops::add_row_bias(rows, used(m_weight.value));
+  }
+  void backward(const std::vector<const Tensor*>&, const Tensor&, const Tensor& dy, const std::vector<Tensor*>& dx,
+                const LayerContext& ctx) override {
+    Tensor grad = used(m_weight.grad);  // rows past T get no gradient: they stay as zeroed at creation
+    ops::sum_rows(dy.view(Shape{dy.shape()[0], m_len * m_dim}), grad, ctx.accumulate_grads ? 1.0 : 0.0);
+    if (dx[0]) dx[0]->copy_from(dy);
+  }
+  int64_t forward_flops() const override { return m_len * m_dim; }
+  YAML::Node resolved_args() const override {
+    YAML::Node n(YAML::NodeType::Map);
+    n["max_len"] = m_max_len;
+    return n;
+  }
+
+ private:
+  /// The first T rows of a [max_len, C] table as one row of T·C elements.
+  Tensor used(const Tensor& table) const { return table.slice0(0, m_len).view(Shape{m_len * m_dim}); }
+
+  int64_t m_max_len = 0, m_len = 0, m_dim = 0;
+  Param m_weight;
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_positional_embedding(const ConfigNode& cfg) {
+  return std::make_unique<PositionalEmbedding>(cfg);
+}
+
+}  // namespace gt
