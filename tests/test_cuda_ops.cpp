@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "cuda_helpers.h"
+#include "ops/attention.h"
 #include "ops/dropout.h"
 #include "ops/elementwise.h"
 #include "ops/embedding.h"
@@ -823,5 +824,37 @@ TEST_CASE("CUDA accumulate_step adds a finite step and counts a skipped one", "[
     Guarded64 w = guarded_copy64(host_f64({1, 2, 3}));
     ops::accumulate_step(to_cuda(stats_host), w.inner);
     check_exact(w.host_checked(true), w_cpu);  // one double addition each
+  }
+}
+
+TEST_CASE("CUDA causal attention matches the CPU forward and backward", "[cuda]") {
+  require_gpu();
+  // T not a multiple of the warp; head sizes below, at and above 32 (lanes holding one to three columns).
+  const std::vector<std::pair<int64_t, int64_t>> configs{{3, 5}, {2, 32}, {1, 72}};  // {heads, head size}
+  for (auto [heads, d] : configs) {
+    INFO("heads " << heads << " d " << d);
+    const int64_t nb = 2, t = 37, c = heads * d;
+    const Tensor qkv = seeded(Shape{nb, t, 3 * c}, 101, -1, 1), dout = seeded(Shape{nb, t, c}, 102);
+    Tensor out_cpu = Tensor::empty(Shape{nb, t, c}, DType::f32);
+    Tensor lse_cpu = Tensor::empty(Shape{nb, heads, t}, DType::f32);
+    ops::attention_forward(qkv, heads, out_cpu, lse_cpu);
+    Guarded out(out_cpu.shape()), lse(lse_cpu.shape());
+    const Tensor qkv_d = to_cuda(qkv);
+    ops::attention_forward(qkv_d, heads, out.inner, lse.inner);
+    // Both sides sum in double and round once to f32; only the order of the double sums differs (the device adds
+    // lane-strided partial dot products, and rescales its running sum as the maximum grows): 1 ulp of f32 plus a
+    // small absolute floor for outputs near 0.
+    check_close(out.host_checked(), out_cpu, 1e-6, 2.5e-7);
+    check_close(lse.host_checked(), lse_cpu, 1e-6, 2.5e-7);
+
+    // Backward from the CPU's out and lse on both sides.
+    Tensor dqkv_cpu = Tensor::empty(qkv.shape(), DType::f32), delta_cpu = Tensor::empty(lse_cpu.shape(), DType::f32);
+    ops::attention_backward(qkv, out_cpu, lse_cpu, dout, heads, delta_cpu, dqkv_cpu);
+    Guarded dqkv(qkv.shape());
+    Tensor delta_d = Tensor::empty(lse_cpu.shape(), DType::f32, Device::cuda(0));
+    ops::attention_backward(qkv_d, to_cuda(out_cpu), to_cuda(lse_cpu), to_cuda(dout), heads, delta_d, dqkv.inner);
+    // delta is rounded to f32 on both sides before use; the sums over up to 37 pairs in double: 1e-5 absolute (the
+    // gradients are O(1) and cancel) plus 1e-5 relative.
+    check_close(dqkv.host_checked(), dqkv_cpu, 1e-5, 1e-5);
   }
 }

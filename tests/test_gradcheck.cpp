@@ -27,6 +27,8 @@ const std::multimap<std::string, GradCase>& layer_cases() {
       {"batchnorm1d", {"{type: batchnorm1d, eps: 0.001}", Shape{3, 5}}},
       {"batchnorm2d", {"batchnorm2d", Shape{3, 2, 3}}},
       {"concat", {"concat", Shape{2, 3, 2}, {Shape{1, 3, 2}}}},
+      {"causal_self_attention", {"{type: causal_self_attention, heads: 2}", Shape{4, 6}}},
+      {"causal_self_attention", {"{type: causal_self_attention, heads: 1, bias: false}", Shape{3, 4}}},
       {"concat", {"{type: concat, dim: -1}", Shape{2, 3}, {Shape{2, 1}, Shape{2, 2}}}},
       {"conv2d", {"{type: conv2d, out_channels: 3, kernel_size: 3, padding: 1}", Shape{2, 5, 4}}},
       {"conv2d", {"{type: conv2d, out_channels: 4, kernel_size: [2, 3], stride: 2, dilation: [1, 2], groups: 2, bias: false}",

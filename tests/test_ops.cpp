@@ -2,6 +2,7 @@
 #include "core/parallel.h"
 #include "core/rng.h"
 #include "ops/activation.h"
+#include "ops/attention.h"
 #include "ops/batchnorm.h"
 #include "ops/dropout.h"
 #include "ops/embedding.h"
@@ -218,4 +219,43 @@ TEST_CASE("embedding indices are integers within 1e-3 of a row, and the backward
   CHECK(dw.data<float>()[1] == 5 + 4);
   CHECK(dw.data<float>()[2] == 5 + 1 + 5);
   CHECK(dw.data<float>()[3] == 5 + 2 + 6);
+}
+
+// Causal attention against the textbook definition: the full [T, T] score matrix, −∞ above the diagonal, a softmax
+// per row, times v. Then a change to a later token must not reach an earlier output (causality).
+TEST_CASE("causal attention matches softmax(q·kᵀ/√d + mask)·v and never looks ahead", "[cpu]") {
+  const int64_t nb = 2, t = 5, heads = 2, d = 3, c = heads * d;
+  Tensor qkv = Tensor::empty(Shape{nb, t, 3 * c}, DType::f64);
+  Rng rng(11, 0);
+  for (int64_t i = 0; i < qkv.numel(); ++i) qkv.data<double>()[i] = rng.uniform(-2, 2);
+  Tensor out = Tensor::empty(Shape{nb, t, c}, DType::f64), lse = Tensor::empty(Shape{nb, heads, t}, DType::f64);
+  ops::attention_forward(qkv, heads, out, lse);
+  const double* x = qkv.data<double>();
+  for (int64_t b = 0; b < nb; ++b)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t i = 0; i < t; ++i) {
+        std::vector<double> s(t);
+        for (int64_t j = 0; j < t; ++j) {
+          double dot = 0;
+          const double* q = x + (b * t + i) * 3 * c + h * d;
+          const double* k = x + (b * t + j) * 3 * c + c + h * d;
+          for (int64_t e = 0; e < d; ++e) dot += q[e] * k[e];
+          s[j] = j <= i ? dot / std::sqrt(double(d)) : -INFINITY;
+        }
+        double z = 0;
+        for (int64_t j = 0; j < t; ++j) z += std::exp(s[j]);
+        CHECK(lse.data<double>()[(b * heads + h) * t + i] == Approx(std::log(z)).epsilon(1e-12));
+        for (int64_t e = 0; e < d; ++e) {
+          double want = 0;
+          for (int64_t j = 0; j < t; ++j) want += std::exp(s[j]) / z * x[(b * t + j) * 3 * c + 2 * c + h * d + e];
+          CHECK(out.data<double>()[(b * t + i) * c + h * d + e] == Approx(want).epsilon(1e-12));
+        }
+      }
+  // Changing the last token's q, k and v leaves every earlier position's output as it was.
+  Tensor later = qkv.clone();
+  for (int64_t e = 0; e < 3 * c; ++e) later.data<double>()[(t - 1) * 3 * c + e] += 1.5;
+  Tensor out2 = Tensor::empty(out.shape(), DType::f64);
+  ops::attention_forward(later, heads, out2, lse);
+  for (int64_t i = 0; i < (t - 1) * c; ++i) CHECK(out2.data<double>()[i] == out.data<double>()[i]);
+  CHECK(out2.data<double>()[(t - 1) * c] != out.data<double>()[(t - 1) * c]);
 }

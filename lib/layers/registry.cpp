@@ -24,6 +24,7 @@ std::unique_ptr<Layer> make_dropout(const ConfigNode& cfg);
 std::unique_ptr<Layer> make_softmax(const ConfigNode& cfg);
 std::unique_ptr<Layer> make_embedding(const ConfigNode& cfg);
 std::unique_ptr<Layer> make_concat(const ConfigNode& cfg);
+std::unique_ptr<Layer> make_causal_self_attention(const ConfigNode& cfg);
 std::unique_ptr<Layer> make_positional_embedding(const ConfigNode& cfg);
 
 const std::vector<LayerSpec>& layer_registry() {
@@ -46,6 +47,13 @@ const std::vector<LayerSpec>& layer_registry() {
        {{"momentum", "float", "0.1", "weight of the new batch in the running statistics", false},
         {"eps", "float", "1e-5", "", false}},
        make_batchnorm2d},
+      {"causal_self_attention",
+       "GPT-2's attention over [T, C]: qkv = x·W_qkvᵀ + b, causal softmax(q·kᵀ/√d)·v per head, then an output "
+       "projection; weights N(0, 0.02) and zero biases as GPT-2 and llm.c. Parameters qkv.weight [3C, C] (llm.c's "
+       "c_attn), proj.weight [C, C] (c_proj) and their biases.",
+       {{"heads", "int", "", "attention heads; C must be a multiple", true},
+        {"bias", "bool", "true", "biases on both projections", false}},
+       make_causal_self_attention},
       {"concat",
        "Concatenates two or more inputs along a per-sample dimension; the others must match.",
        {{"dim", "int", "0", "per-sample dimension (0 = channels of [C, H, W]; negative counts from the end)", false}},

@@ -1,0 +1,134 @@
+// causal_self_attention: GPT-2's attention block — qkv projection, causal multi-head attention, output projection.
+#include "layers/params.h"
+#include "ops/attention.h"
+#include "ops/matmul.h"
+
+namespace gt {
+namespace {
+
+// Samples of [T, C] → [T, C]: qkv = x·W_qkvᵀ + b_qkv ([T, 3C], llm.c's c_attn), att = causal softmax(q·kᵀ/√d)·v
+// per head (ops/attention.h), y = att·W_projᵀ + b_proj (c_proj). The products run over all B·T rows at once.
+class CausalSelfAttention final : public Layer {
+ public:
+  explicit CausalSelfAttention(const ConfigNode& cfg) {
+    cfg.require("heads");
+    m_heads = cfg["heads"].as_int(1, 1 << 16);
+    m_bias = cfg.get_bool("bias", true);
+  }
+
+  Shape infer_shape(const std::vector<Shape>& in, const ConfigNode& cfg) override {
+    if (in[0].rank() != 2)
+      cfg.fail(fmt::format("causal_self_attention takes samples of [T, C], got {}", in[0].str()));
+    m_len = in[0][0];
+    m_dim = in[0][1];
+    if (m_dim % m_heads != 0)
+      cfg["heads"].fail(fmt::format("{} channels do not split into {} heads", m_dim, m_heads));
+    return in[0];
+  }
+
+  void init_params(Rng& rng, DType dtype, Device device) override {
+    // GPT-2 (and llm.c): weights N(0, 0.02), biases zero.
+    m_qkv_w = normal_param("qkv.weight", Shape{3 * m_dim, m_dim}, rng, dtype, device);
+    m_proj_w = normal_param("proj.weight", Shape{m_dim, m_dim}, rng, dtype, device);
+    if (m_bias) {
+      m_qkv_b = constant_param("qkv.bias", Shape{3 * m_dim}, 0.0, dtype, device);
+      m_proj_b = constant_param("proj.bias", Shape{m_dim}, 0.0, dtype, device);
+    }
+    m_dtype = dtype;
+    m_device = device;
+  }
+  std::vector<Param*> params() override {
+    if (m_bias) return {&m_qkv_w, &m_qkv_b, &m_proj_w, &m_proj_b};
+    return {&m_qkv_w, &m_proj_w};
+  }
+
+  void forward(const std::vector<const Tensor*>& x, Tensor& y, const LayerContext&) override {
+    const int64_t b = x[0]->dim(0);
+    grow(b);
+    Tensor qkv = m_qkv.narrow0(b), att = m_att.narrow0(b), lse = m_lse.narrow0(b);
+    Tensor qkv2 = rows(qkv, 3 * m_dim), att2 = rows(att, m_dim), y2 = rows(y, m_dim);
+    ops::matmul(rows(*x[0], m_dim), false, m_qkv_w.value, true, qkv2, 0.0);
+    if (m_bias) ops::add_row_bias(qkv2, m_qkv_b.value);
+    ops::attention_forward(qkv, m_heads, att, lse);
+    ops::matmul(att2, false, m_proj_w.value, true, y2, 0.0);
+    if (m_bias) ops::add_row_bias(y2, m_proj_b.value);
+  }
+
+  void backward(const std::vector<const Tensor*>& x, const Tensor&, const Tensor& dy, const std::vector<Tensor*>& dx,
+                const LayerContext& ctx) override {
+    const int64_t b = x[0]->dim(0);
+    const double beta = ctx.accumulate_grads ? 1.0 : 0.0;
+    const Tensor qkv = m_qkv.narrow0(b), att = m_att.narrow0(b), lse = m_lse.narrow0(b);
+    Tensor datt = m_datt.narrow0(b), delta = m_delta.narrow0(b), dqkv = m_dqkv.narrow0(b);
+    const Tensor dy2 = rows(dy, m_dim), att2 = rows(att, m_dim), x2 = rows(*x[0], m_dim);
+    Tensor datt2 = rows(datt, m_dim), dqkv2 = rows(dqkv, 3 * m_dim);
+    ops::matmul(dy2, true, att2, false, m_proj_w.grad, beta);  // dW_proj = dyᵀ·att
+    if (m_bias) ops::sum_rows(dy2, m_proj_b.grad, beta);
+    ops::matmul(dy2, false, m_proj_w.value, false, datt2, 0.0);  // datt = dy·W_proj
+    ops::attention_backward(qkv, att, lse, datt, m_heads, delta, dqkv);
+    ops::matmul(dqkv2, true, x2, false, m_qkv_w.grad, beta);  // dW_qkv = dqkvᵀ·x
+    if (m_bias) ops::sum_rows(dqkv2, m_qkv_b.grad, beta);
+    if (dx[0]) {
+      Tensor dx2 = rows(*dx[0], m_dim);
+      ops::matmul(dqkv2, false, m_qkv_w.value, false, dx2, 0.0);  // dx = dqkv·W_qkv
+    }
+  }
+
+  YAML::Node resolved_args() const override {
+    YAML::Node n(YAML::NodeType::Map);
+    n["heads"] = m_heads;
+    n["bias"] = m_bias;
+    return n;
+  }
+  // The two projections (3C² and C² multiply-adds per token) and q·kᵀ and p·v over the causal half (i + 1 keys for
+  // query i, C multiply-adds each).
+  int64_t forward_flops() const override {
+    return 2 * (4 * m_len * m_dim * m_dim + m_len * (m_len + 1) * m_dim);
+  }
+  int64_t param_numel() const override { return 4 * m_dim * m_dim + (m_bias ? 4 * m_dim : 0); }
+  // qkv and dqkv (3C per token), att and datt (C per token), lse and delta (one per head and token).
+  int64_t workspace_numel(int64_t batch) const override { return batch * m_len * (8 * m_dim + 2 * m_heads); }
+
+ private:
+  static Tensor rows(const Tensor& t, int64_t cols) { return t.view(Shape{t.numel() / cols, cols}); }
+
+  static Param normal_param(const char* name, const Shape& shape, Rng& rng, DType dtype, Device device) {
+    Tensor host = Tensor::empty(shape, dtype);
+    for (int64_t i = 0; i < host.numel(); ++i) {
+      const double v = 0.02 * rng.normal();
+      if (dtype == DType::f64)
+        host.data<double>()[i] = v;
+      else
+        host.data<float>()[i] = static_cast<float>(v);
+    }
+    Param p{name, Tensor::empty(shape, dtype, device), Tensor::zeros(shape, dtype, device)};
+    p.value.copy_from(host);
+    return p;
+  }
+
+  // The saved activations and backward scratch, grown once to the largest batch.
+  void grow(int64_t b) {
+    if (m_qkv.defined() && m_qkv.dim(0) >= b) return;
+    m_qkv = Tensor::empty(Shape{b, m_len, 3 * m_dim}, m_dtype, m_device);
+    m_dqkv = Tensor::empty(Shape{b, m_len, 3 * m_dim}, m_dtype, m_device);
+    m_att = Tensor::empty(Shape{b, m_len, m_dim}, m_dtype, m_device);
+    m_datt = Tensor::empty(Shape{b, m_len, m_dim}, m_dtype, m_device);
+    m_lse = Tensor::empty(Shape{b, m_heads, m_len}, m_dtype, m_device);
+    m_delta = Tensor::empty(Shape{b, m_heads, m_len}, m_dtype, m_device);
+  }
+
+  int64_t m_heads = 1, m_len = 0, m_dim = 0;
+  bool m_bias = true;
+  DType m_dtype = DType::f32;
+  Device m_device;
+  Param m_qkv_w, m_qkv_b, m_proj_w, m_proj_b;
+  Tensor m_qkv, m_dqkv, m_att, m_datt, m_lse, m_delta;
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_causal_self_attention(const ConfigNode& cfg) {
+  return std::make_unique<CausalSelfAttention>(cfg);
+}
+
+}  // namespace gt

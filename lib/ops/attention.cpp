@@ -1,0 +1,40 @@
+// The contract of causal attention (ops/attention.h): shapes, dtypes and devices, then the backend's entry point.
+#include "ops/attention.h"
+
+#include "ops/dispatch.h"
+
+#include <array>
+
+namespace gt::ops {
+namespace {
+
+// qkv [B, T, 3C] with C divisible by heads; returns {B, T, C}.
+std::array<int64_t, 3> check_qkv(const Tensor& qkv, int64_t heads) {
+  GT_CHECK(qkv.shape().rank() == 3 && qkv.dim(2) % 3 == 0, "attention takes qkv of [B, T, 3C], got {}",
+           qkv.shape().str());
+  const int64_t c = qkv.dim(2) / 3;
+  GT_CHECK(heads > 0 && c % heads == 0, "attention: {} channels do not split into {} heads", c, heads);
+  return {qkv.dim(0), qkv.dim(1), c};
+}
+
+}  // namespace
+
+void attention_forward(const Tensor& qkv, int64_t heads, Tensor& out, Tensor& lse) {
+  const Operands op("attention", {&qkv, &out, &lse});
+  const auto [b, t, c] = check_qkv(qkv, heads);
+  GT_CHECK(out.numel() == b * t * c && lse.numel() == b * heads * t, "attention: out {} lse {} for qkv {}",
+           out.shape().str(), lse.shape().str(), qkv.shape().str());
+  GT_DISPATCH(op, attention_forward(qkv, heads, out, lse));
+}
+
+void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse, const Tensor& dout, int64_t heads,
+                        Tensor& delta, Tensor& dqkv) {
+  const Operands op("attention_backward", {&qkv, &out, &lse, &dout, &delta, &dqkv});
+  const auto [b, t, c] = check_qkv(qkv, heads);
+  GT_CHECK(out.numel() == b * t * c && dout.numel() == out.numel() && lse.numel() == b * heads * t &&
+               delta.numel() == lse.numel() && dqkv.numel() == qkv.numel(),
+           "attention_backward sizes");
+  GT_DISPATCH(op, attention_backward(qkv, out, lse, dout, heads, delta, dqkv));
+}
+
+}  // namespace gt::ops

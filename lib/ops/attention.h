@@ -1,0 +1,39 @@
+// Causal scaled dot-product attention over llm.c's packed layout. ops/attention.cpp checks the contract;
+// ops/cpu/attention.cpp and ops/cuda/attention.cu implement it.
+#pragma once
+
+#include "core/tensor.h"
+
+namespace gt::ops {
+
+/// qkv is [B, T, 3C]: per token the query, key and value rows of C = heads·d, head h at columns [h·d, (h+1)·d) of
+/// each (llm.c's and GPT-2's c_attn layout). For each batch, head and query position i:
+///   out[b, i, h·d:(h+1)·d] = Σ_{j≤i} softmax_j(q_i·k_j / √d) v_j,   lse[b, h, i] = log Σ_{j≤i} exp(q_i·k_j / √d).
+/// No [T, T] matrix is kept: the backward recomputes the probabilities from qkv and lse.
+void attention_forward(const Tensor& qkv, int64_t heads, Tensor& out, Tensor& lse);
+
+/// dqkv [B, T, 3C] (overwritten) from dout [B, T, C], given the forward's qkv, out and lse. delta [B, heads, T] is
+/// scratch the caller holds (Σ dout·out per query row).
+void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse, const Tensor& dout, int64_t heads,
+                        Tensor& delta, Tensor& dqkv);
+
+}  // namespace gt::ops
+
+// The backends' entry points: the ops above call them once the contract holds.
+namespace gt::cpu {
+/// Threaded over batch × heads; one score row per thread at a time, sums in double in a fixed order.
+void attention_forward(const Tensor& qkv, int64_t heads, Tensor& out, Tensor& lse);
+void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse, const Tensor& dout, int64_t heads,
+                        Tensor& delta, Tensor& dqkv);
+}  // namespace gt::cpu
+
+#if GT_WITH_CUDA
+namespace gt::cuda {
+/// One warp per query row with an online softmax (no score matrix in device memory); the backward is one warp per
+/// query row for dq and one per key row for dk and dv, so every sum has one writer and a fixed order (no atomics).
+/// Head size at most 256.
+void attention_forward(const Tensor& qkv, int64_t heads, Tensor& out, Tensor& lse);
+void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse, const Tensor& dout, int64_t heads,
+                        Tensor& delta, Tensor& dqkv);
+}  // namespace gt::cuda
+#endif

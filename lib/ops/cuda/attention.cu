@@ -1,0 +1,201 @@
+// CUDA causal attention (ops/attention.h). One warp per query row walks the keys with an online softmax (running
+// max and sum, the output rescaled as the max grows), so no score matrix reaches device memory; the backward
+// recomputes the probabilities from lse. dq is summed by a warp per query row and dk, dv by a warp per key row: every
+// output has one writer and a fixed order, as on the CPU, with dot products and sums in double.
+// Not tiled through shared memory yet: correct and deterministic first; the speed issue owns a tiled kernel.
+#include "ops/attention.h"
+
+#include "ops/cuda/context.h"
+#include "ops/cuda/cuda_check.h"
+#include "ops/cuda/kernel_util.cuh"
+
+#include <cmath>
+
+namespace gt::cuda {
+namespace {
+
+using namespace kern;
+
+constexpr int kMaxPerLane = 8;  // head size ≤ 8 × 32 = 256
+constexpr int kRowThreads = 128;
+
+// The packed [B, T, 3C] layout and the warp's row.
+struct Rows {
+  int64_t nb, t, c, heads, d;
+  __device__ int64_t qkv_row(int64_t b, int64_t i) const { return (b * t + i) * 3 * c; }
+  __device__ int64_t out_row(int64_t b, int64_t i) const { return (b * t + i) * c; }
+};
+
+__device__ __forceinline__ int64_t warp_index() { return global_index() / kWarp; }
+__device__ __forceinline__ int lane_index() { return static_cast<int>(threadIdx.x) % kWarp; }
+
+template <class T> __device__ double warp_dot(const T* a, const T* b, int64_t d, int lane) {
+  double part = 0;
+  for (int64_t e = lane; e < d; e += kWarp) part += static_cast<double>(a[e]) * b[e];
+  return warp_sum(part);
+}
+
+template <class T> __global__ void attn_fwd_kernel(const T* __restrict__ qkv, Rows r, T* __restrict__ out, T* lse) {
+  const int64_t w = warp_index();
+  if (w >= r.nb * r.heads * r.t) return;  // the whole warp leaves together
+  const int lane = lane_index();
+  const int64_t i = w % r.t, h = (w / r.t) % r.heads, b = w / (r.t * r.heads);
+  const double scale = 1.0 / sqrt(static_cast<double>(r.d));
+  const T* q = qkv + r.qkv_row(b, i) + h * r.d;
+  double acc[kMaxPerLane] = {};
+  double m = -infinity<double>(), sum = 0;
+  for (int64_t j = 0; j <= i; ++j) {
+    const T* k = qkv + r.qkv_row(b, j) + r.c + h * r.d;
+    const T* v = k + r.c;
+    const double s = scale * warp_dot(q, k, r.d, lane);
+    const double m_new = s > m ? s : m;
+    const double corr = exp(m - m_new), e = exp(s - m_new);
+    sum = sum * corr + e;
+#pragma unroll
+    for (int x = 0; x < kMaxPerLane; ++x) {
+      const int64_t col = lane + int64_t{x} * kWarp;
+      if (col < r.d) acc[x] = acc[x] * corr + e * v[col];
+    }
+    m = m_new;
+  }
+  T* o = out + r.out_row(b, i) + h * r.d;
+#pragma unroll
+  for (int x = 0; x < kMaxPerLane; ++x) {
+    const int64_t col = lane + int64_t{x} * kWarp;
+    if (col < r.d) o[col] = static_cast<T>(acc[x] / sum);
+  }
+  if (lane == 0) lse[(b * r.heads + h) * r.t + i] = static_cast<T>(m + log(sum));
+}
+
+// delta[b, h, i] = Σ dout·out over the head's columns of row i.
+template <class T>
+__global__ void attn_delta_kernel(const T* __restrict__ out, const T* __restrict__ dout, Rows r,
+                                  T* __restrict__ delta) {
+  const int64_t w = warp_index();
+  if (w >= r.nb * r.heads * r.t) return;
+  const int64_t i = w % r.t, h = (w / r.t) % r.heads, b = w / (r.t * r.heads);
+  const int64_t o = r.out_row(b, i) + h * r.d;
+  const double s = warp_dot(dout + o, out + o, r.d, lane_index());
+  if (lane_index() == 0) delta[(b * r.heads + h) * r.t + i] = static_cast<T>(s);
+}
+
+// ds_ij / √d for one (query i, key j) pair of a head: p_ij (dout_i·v_j − delta_i) / √d; also returns p_ij.
+template <class T>
+__device__ double pair_grad(const T* qkv, const T* dout, const T* lse, const T* delta, const Rows& r, int64_t b,
+                            int64_t h, int64_t i, int64_t j, int lane, double* p) {
+  const double scale = 1.0 / sqrt(static_cast<double>(r.d));
+  const T* q = qkv + r.qkv_row(b, i) + h * r.d;
+  const T* k = qkv + r.qkv_row(b, j) + r.c + h * r.d;
+  const T* g = dout + r.out_row(b, i) + h * r.d;
+  const int64_t li = (b * r.heads + h) * r.t + i;
+  *p = exp(scale * warp_dot(q, k, r.d, lane) - static_cast<double>(lse[li]));
+  return *p * (warp_dot(g, k + r.c, r.d, lane) - static_cast<double>(delta[li])) * scale;
+}
+
+// dq_i = Σ_{j≤i} ds_ij k_j / √d: one warp per query row.
+template <class T>
+__global__ void attn_dq_kernel(const T* __restrict__ qkv, const T* __restrict__ dout, const T* __restrict__ lse,
+                               const T* __restrict__ delta, Rows r, T* __restrict__ dqkv) {
+  const int64_t w = warp_index();
+  if (w >= r.nb * r.heads * r.t) return;
+  const int lane = lane_index();
+  const int64_t i = w % r.t, h = (w / r.t) % r.heads, b = w / (r.t * r.heads);
+  double acc[kMaxPerLane] = {};
+  for (int64_t j = 0; j <= i; ++j) {
+    double p = 0;
+    const double ds = pair_grad(qkv, dout, lse, delta, r, b, h, i, j, lane, &p);
+    const T* k = qkv + r.qkv_row(b, j) + r.c + h * r.d;
+#pragma unroll
+    for (int x = 0; x < kMaxPerLane; ++x) {
+      const int64_t col = lane + int64_t{x} * kWarp;
+      if (col < r.d) acc[x] += ds * k[col];
+    }
+  }
+  T* dq = dqkv + r.qkv_row(b, i) + h * r.d;
+#pragma unroll
+  for (int x = 0; x < kMaxPerLane; ++x) {
+    const int64_t col = lane + int64_t{x} * kWarp;
+    if (col < r.d) dq[col] = static_cast<T>(acc[x]);
+  }
+}
+
+// dk_j = Σ_{i≥j} ds_ij q_i / √d and dv_j = Σ_{i≥j} p_ij dout_i: one warp per key row.
+template <class T>
+__global__ void attn_dkv_kernel(const T* __restrict__ qkv, const T* __restrict__ dout, const T* __restrict__ lse,
+                                const T* __restrict__ delta, Rows r, T* __restrict__ dqkv) {
+  const int64_t w = warp_index();
+  if (w >= r.nb * r.heads * r.t) return;
+  const int lane = lane_index();
+  const int64_t j = w % r.t, h = (w / r.t) % r.heads, b = w / (r.t * r.heads);
+  double ak[kMaxPerLane] = {}, av[kMaxPerLane] = {};
+  for (int64_t i = j; i < r.t; ++i) {
+    double p = 0;
+    const double ds = pair_grad(qkv, dout, lse, delta, r, b, h, i, j, lane, &p);
+    const T* q = qkv + r.qkv_row(b, i) + h * r.d;
+    const T* g = dout + r.out_row(b, i) + h * r.d;
+#pragma unroll
+    for (int x = 0; x < kMaxPerLane; ++x) {
+      const int64_t col = lane + int64_t{x} * kWarp;
+      if (col < r.d) {
+        ak[x] += ds * q[col];
+        av[x] += p * g[col];
+      }
+    }
+  }
+  T* dk = dqkv + r.qkv_row(b, j) + r.c + h * r.d;
+#pragma unroll
+  for (int x = 0; x < kMaxPerLane; ++x) {
+    const int64_t col = lane + int64_t{x} * kWarp;
+    if (col < r.d) {
+      dk[col] = static_cast<T>(ak[x]);
+      dk[col + r.c] = static_cast<T>(av[x]);
+    }
+  }
+}
+
+Rows rows_of(const Tensor& qkv, int64_t heads) {
+  const int64_t c = qkv.dim(2) / 3;
+  GT_CHECK(c / heads <= kMaxPerLane * kWarp, "attention on CUDA takes heads of at most {} channels, got {}",
+           kMaxPerLane * kWarp, c / heads);
+  return Rows{qkv.dim(0), qkv.dim(1), c, heads, c / heads};
+}
+
+unsigned warp_blocks(const Rows& r) {
+  const int64_t threads = r.nb * r.heads * r.t * kWarp;
+  return static_cast<unsigned>((threads + kRowThreads - 1) / kRowThreads);
+}
+
+}  // namespace
+
+void attention_forward(const Tensor& qkv, int64_t heads, Tensor& out, Tensor& lse) {
+  const Rows r = rows_of(qkv, heads);
+  if (r.nb * r.t == 0) return;
+  with_float_type(is_f64("attention_forward", qkv), [&](auto t) {
+    using T = decltype(t);
+    attn_fwd_kernel<T><<<warp_blocks(r), kRowThreads, 0, stream(qkv.device().index)>>>(
+        static_cast<const T*>(qkv.raw()), r, static_cast<T*>(out.raw()), static_cast<T*>(lse.raw()));
+  });
+  GT_CHECK_LAUNCH();
+}
+
+void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse, const Tensor& dout, int64_t heads,
+                        Tensor& delta, Tensor& dqkv) {
+  const Rows r = rows_of(qkv, heads);
+  if (r.nb * r.t == 0) return;
+  cudaStream_t s = stream(qkv.device().index);
+  with_float_type(is_f64("attention_backward", qkv), [&](auto t) {
+    using T = decltype(t);
+    const T *x = static_cast<const T*>(qkv.raw()), *o = static_cast<const T*>(out.raw()),
+            *l = static_cast<const T*>(lse.raw()), *g = static_cast<const T*>(dout.raw());
+    T* dl = static_cast<T*>(delta.raw());
+    T* dx = static_cast<T*>(dqkv.raw());
+    attn_delta_kernel<T><<<warp_blocks(r), kRowThreads, 0, s>>>(o, g, r, dl);
+    GT_CHECK_LAUNCH();
+    attn_dq_kernel<T><<<warp_blocks(r), kRowThreads, 0, s>>>(x, g, l, dl, r, dx);
+    GT_CHECK_LAUNCH();
+    attn_dkv_kernel<T><<<warp_blocks(r), kRowThreads, 0, s>>>(x, g, l, dl, r, dx);
+  });
+  GT_CHECK_LAUNCH();
+}
+
+}  // namespace gt::cuda
