@@ -298,3 +298,61 @@ TEST_CASE("the README's layer reference is the one the registry generates", "[co
   REQUIRE(e != std::string::npos);
   CHECK(readme.substr(b + begin.size(), e - b - begin.size()) == layer_reference_markdown());
 }
+
+// `repeat:` blocks: the expansion is the model written out by hand with scoped names — same layers, same edges, same
+// initial weights (parameters are drawn in the expanded list's order).
+TEST_CASE("repeat: blocks expand to scoped layers, `input` inside a block is the block's input", "[config][cpu]") {
+  const std::string repeated = "model:\n  layers:\n"
+                               "    - {type: linear, out_features: 4, name: stem}\n"
+                               "    - repeat: 3\n"
+                               "      name: h\n"
+                               "      layers:\n"
+                               "        - {type: layernorm, name: ln}\n"
+                               "        - {type: linear, out_features: 4, name: fc}\n"
+                               "        - {type: add, name: res, inputs: [input, fc]}\n"
+                               "    - {type: linear, out_features: 3}\n";
+  std::string by_hand = "model:\n  layers:\n    - {type: linear, out_features: 4, name: stem}\n";
+  std::string before = "stem";
+  for (int k = 0; k < 3; ++k) {
+    const std::string h = "h." + std::to_string(k) + ".";
+    by_hand += "    - {type: layernorm, name: " + h + "ln}\n    - {type: linear, out_features: 4, name: " + h +
+               "fc}\n    - {type: add, name: " + h + "res, inputs: [" + before + ", " + h + "fc]}\n";
+    before = h + "res";
+  }
+  by_hand += "    - {type: linear, out_features: 3, name: layers.2}\n";
+  auto build = [](const std::string& y) {
+    return Model::build(ConfigNode::load_string(y, "t.yaml")["model"], Shape{5}, DType::f64, Device::cpu(), 7);
+  };
+  Model a = build(repeated), b = build(by_hand);
+  CHECK(YAML::Dump(a.resolved_layers()) == YAML::Dump(b.resolved_layers()));
+  CHECK_THAT(a.edges(), Catch::Contains("h.1.res ← h.0.res + h.1.fc"));
+  const auto pa = a.named_params(), pb = b.named_params();
+  REQUIRE(pa.size() == pb.size());
+  REQUIRE(pa.size() == 2 + 3 * 4 + 2);
+  for (size_t i = 0; i < pa.size(); ++i) {
+    CHECK(pa[i].first == pb[i].first);
+    const Tensor &va = pa[i].second->value, &vb = pb[i].second->value;
+    REQUIRE(va.numel() == vb.numel());
+    CHECK(std::equal(va.data<double>(), va.data<double>() + va.numel(), vb.data<double>()));
+  }
+  CHECK(pa[2].first == "h.0.ln.weight");
+  CHECK(pa[pa.size() - 2].first == "layers.2.weight");
+}
+
+TEST_CASE("repeat: errors name the block and the layer inside it", "[config][cpu]") {
+  auto block = [](const std::string& inner, const std::string& times = "2") {
+    return with("  layers:\n    - {type: linear, out_features: 8}\n    - relu\n    - {type: linear, out_features: 3}\n",
+                "  layers:\n    - repeat: " + times + "\n      name: h\n      layers:\n" + inner +
+                    "    - {type: linear, out_features: 3}\n");
+  };
+  CHECK_THAT(error_of(block("        - {type: linear, out_features: 3, inputs: nope}\n")),
+             Catch::StartsWith("model.layers[0].layers[0].inputs: no layer is named \"nope\""));
+  CHECK_THAT(error_of(block("        - relu\n", "0")),
+             Catch::StartsWith("model.layers[0].repeat: expected an integer in [1, 100000], got 0"));
+  CHECK_THAT(error_of(block("        - {type: relu, nmae: x}\n")),
+             Catch::StartsWith("model.layers[0].layers[0].nmae: unknown key (did you mean \"name\"?)"));
+  const std::string misspelt =
+      with("  layers:\n    - {type: linear, out_features: 8}\n    - relu\n    - {type: linear, out_features: 3}\n",
+           "  layers:\n    - {repeat: 2, name: h, layerz: [relu]}\n    - {type: linear, out_features: 3}\n");
+  CHECK_THAT(error_of(misspelt), Catch::StartsWith("model.layers[0].layerz: unknown key (did you mean \"layers\"?)"));
+}

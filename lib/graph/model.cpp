@@ -29,8 +29,15 @@ struct Pending {
   std::string type, name;
   const LayerSpec* spec = nullptr;
   std::vector<std::string> input_names;
-  std::vector<int> inputs;  // positions in the config list; -1 = model input
+  std::vector<int> inputs;  // positions in the expanded list; -1 = model input
+  // Inside `repeat:` blocks: the name prefixes that `inputs:` are looked up under, innermost first ("h.1.", then ""
+  // for the top level), and what `input` means there: the layer before this iteration of the innermost block.
+  std::vector<std::string> scopes{""};
+  int block_input = -1;
 };
+
+// A model of at most this many layers once `repeat:` blocks are expanded (GPT-2 XL has ~50 per block × 48 blocks).
+constexpr int64_t kMaxLayers = 100000;
 
 std::string join_names(const std::vector<std::string>& v) {
   std::string s;
@@ -42,12 +49,43 @@ std::string join_names(const std::vector<std::string>& v) {
 
 namespace {
 
-// 1. Every layer's type, name and input names as the config writes them.
-std::vector<Pending> read_layers(const ConfigNode& layers, std::map<std::string, int>& by_name) {
-  std::vector<Pending> pending;
+// 1. Every layer's type, name and input names as the config writes them, `repeat:` blocks expanded in place: the
+//    block's layers N times, named "<block>.<k>.<name>" (unnamed ones "<block>.<k>.<index>").
+void read_layer_list(const ConfigNode& layers, const std::vector<std::string>& scopes, std::vector<Pending>& pending,
+                     std::map<std::string, int>& by_name);
+
+void read_block(const ConfigNode& cfg, const std::string& name, const std::vector<std::string>& scopes,
+                std::vector<Pending>& pending, std::map<std::string, int>& by_name) {
+  cfg.expect_keys({"repeat", "name", "layers"});
+  cfg.require("layers");
+  const int64_t times = cfg["repeat"].as_int(1, kMaxLayers);
+  const ConfigNode inner = cfg["layers"];
+  if (!inner.is_sequence() || inner.size() == 0) inner.fail("expected a non-empty list of layers");
+  for (int64_t k = 0; k < times; ++k) {
+    std::vector<std::string> inner_scopes{scopes.front() + name + "." + std::to_string(k) + "."};
+    inner_scopes.insert(inner_scopes.end(), scopes.begin(), scopes.end());
+    const size_t first = pending.size();
+    read_layer_list(inner, inner_scopes, pending, by_name);
+    for (size_t j = first; j < pending.size(); ++j)
+      if (pending[j].scopes.front() == inner_scopes.front()) pending[j].block_input = static_cast<int>(first) - 1;
+  }
+}
+
+void read_layer_list(const ConfigNode& layers, const std::vector<std::string>& scopes, std::vector<Pending>& pending,
+                     std::map<std::string, int>& by_name) {
+  const std::string& prefix = scopes.front();
   for (size_t i = 0; i < layers.size(); ++i) {
-    Pending p{layers.at(i), "", fmt::format("layers.{}", i), nullptr, {}, {}};
-    const ConfigNode& cfg = p.cfg;
+    const ConfigNode cfg = layers.at(i);
+    const std::string default_name = prefix.empty() ? fmt::format("layers.{}", i) : prefix + std::to_string(i);
+    if (cfg.is_map() && cfg.has("repeat")) {
+      std::string name = cfg.has("name") ? cfg["name"].as_string() : default_name;
+      if (name.empty() || name == "input") cfg["name"].fail("`input` and \"\" are reserved names");
+      read_block(cfg, name, scopes, pending, by_name);
+      continue;
+    }
+    if (static_cast<int64_t>(pending.size()) >= kMaxLayers)
+      cfg.fail(fmt::format("the model has more than {} layers once repeat: blocks are expanded", kMaxLayers));
+    Pending p{cfg, "", default_name, nullptr, {}, {}, scopes, -1};
     if (cfg.is_scalar()) {
       p.type = cfg.as_string();
     } else if (cfg.is_map()) {
@@ -68,8 +106,9 @@ std::vector<Pending> read_layers(const ConfigNode& layers, std::map<std::string,
     if (cfg.is_map()) {
       cfg.expect_keys(allowed);
       if (cfg.has("name")) {
-        p.name = cfg["name"].as_string();
-        if (p.name.empty() || p.name == "input") cfg["name"].fail("`input` and \"\" are reserved names");
+        const std::string name = cfg["name"].as_string();
+        if (name.empty() || name == "input") cfg["name"].fail("`input` and \"\" are reserved names");
+        p.name = prefix + name;
       }
       if (cfg.has("inputs")) {
         const ConfigNode in = cfg["inputs"];
@@ -86,12 +125,18 @@ std::vector<Pending> read_layers(const ConfigNode& layers, std::map<std::string,
         if (a.required)
           cfg.fail(fmt::format("layer {} needs `{}`; write {{type: {}, {}: …}}", p.type, a.name, p.type, a.name));
     }
-    if (!by_name.emplace(p.name, static_cast<int>(i)).second)
+    const auto [at, fresh] = by_name.emplace(p.name, static_cast<int>(pending.size()));
+    if (!fresh)
       (cfg.is_map() && cfg.has("name") ? cfg["name"] : cfg)
-          .fail(fmt::format("the name \"{}\" is already used by model.layers[{}]", p.name, by_name[p.name]));
+          .fail(fmt::format("the name \"{}\" is already used by {}", p.name,
+                            pending[static_cast<size_t>(at->second)].cfg.path()));
     pending.push_back(std::move(p));
   }
+}
 
+std::vector<Pending> read_layers(const ConfigNode& layers, std::map<std::string, int>& by_name) {
+  std::vector<Pending> pending;
+  read_layer_list(layers, {""}, pending, by_name);
   return pending;
 }
 
@@ -105,11 +150,12 @@ void resolve_inputs(std::vector<Pending>& pending, const std::map<std::string, i
     if (p.input_names.empty()) p.input_names.push_back(i == 0 ? "input" : pending[i - 1].name);
     const ConfigNode where = p.cfg.is_map() && p.cfg.has("inputs") ? p.cfg["inputs"] : p.cfg;
     for (const auto& n : p.input_names) {
-      if (n == "input") {
-        p.inputs.push_back(-1);
+      if (n == "input") {  // the model input, or inside a repeat: block the input of the block
+        p.inputs.push_back(p.block_input);
         continue;
       }
-      const auto it = by_name.find(n);
+      auto it = by_name.end();
+      for (size_t s = 0; s < p.scopes.size() && it == by_name.end(); ++s) it = by_name.find(p.scopes[s] + n);
       if (it == by_name.end()) {
         const std::string hint = closest_match(n, known);
         where.fail(fmt::format("no layer is named \"{}\"{}", n, hint.empty() ? "" : " (did you mean \"" + hint + "\"?)"));

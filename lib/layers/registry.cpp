@@ -125,7 +125,12 @@ std::string layer_reference_markdown() {
   std::string out =
       "Every layer also takes `name:` (default `layers.<index>`) and `inputs:` (names of earlier or later layers, or "
       "`input` for the model input; default: the layer listed before it). The model's output is the last layer "
-      "listed.\n\n| type | arguments | what it does |\n|---|---|---|\n";
+      "listed.\n\n"
+      "A block written `{repeat: N, name: h, layers: [...]}` stands for its layers N times over, named `h.0.<name>`, "
+      "`h.1.<name>`, … (unnamed ones `h.<k>.<index>`); inside it, `inputs:` names the block's own layers first, and "
+      "`input` is the block's input (the layer before that repetition), so a residual block is "
+      "`{type: add, inputs: [input, attn]}`. `gputrain check` prints the expanded model.\n\n"
+      "| type | arguments | what it does |\n|---|---|---|\n";
   for (const LayerSpec& s : layer_registry()) {
     std::string args;
     for (const LayerArg& a : s.args) {
