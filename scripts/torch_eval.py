@@ -98,7 +98,7 @@ def pair(v):
 
 def make_module(layer, name, tensors):
     t = layer["type"]
-    w = tensors.get(name + ".weight")
+    w = tensors.get(layer["tied_to"] + ".weight" if "tied_to" in layer else name + ".weight")
     if t == "linear":
         return nn.Linear(w.shape[1], w.shape[0], bias=layer.get("bias", True))
     if t == "conv2d":
@@ -139,7 +139,7 @@ class GraphModel(nn.Module):
 
     def __init__(self, layers, tensors):
         super().__init__()
-        self.order, self.inputs = [], {}
+        self.order, self.inputs, self.tied = [], {}, {}
         self.mods = nn.ModuleDict()
         prev = "input"
         for i, layer in enumerate(layers):
@@ -149,6 +149,8 @@ class GraphModel(nn.Module):
             self.order.append(name)
             self.inputs[name] = layer.get("inputs", [prev])
             self.mods[name.replace(".", "_")] = make_module(layer, name, tensors)
+            if "tied_to" in layer:  # one parameter for both layers, as GPT-2's lm_head.weight = wte.weight
+                self.tied[name] = layer["tied_to"]
             prev = name
         self.output = prev
         consumed = {i for ins in self.inputs.values() for i in ins}
@@ -156,6 +158,8 @@ class GraphModel(nn.Module):
         if sinks:
             self.output = sinks[-1]
         self.load(tensors)
+        for name, owner in self.tied.items():
+            self.mods[name.replace(".", "_")].weight = self.mods[owner.replace(".", "_")].weight
 
     def load(self, tensors):
         missing = set(tensors)
@@ -163,7 +167,7 @@ class GraphModel(nn.Module):
             mod = self.mods[name.replace(".", "_")]
             for key, value in list(mod.state_dict().items()):
                 full = f"{name}.{key}"
-                if key == "num_batches_tracked":
+                if key == "num_batches_tracked" or (name in self.tied and key == "weight"):
                     continue
                 if full not in tensors:
                     sys.exit(f"torch_eval.py: {full} is not in the weights file")

@@ -187,6 +187,57 @@ TEST_CASE("a branching model's parameter gradients match central differences", "
   }
 }
 
+// GPT-2's tied lm head: the linear reads the embedding's table, so the one parameter's gradient is the sum of both
+// uses (the linear's backward writes it, the embedding's adds to it), with and without gradient accumulation.
+TEST_CASE("a linear tied to an embedding gets the sum of both uses' gradients", "[gradcheck][cpu]") {
+  const ConfigNode cfg = ConfigNode::load_string(R"(layers:
+  - {type: embedding, name: wte, num_embeddings: 5, embedding_dim: 3}
+  - {type: layernorm, name: ln}
+  - {type: linear, name: head, out_features: 5, tied_to: wte, bias: false}
+)", "tied.yaml");
+  Model m = Model::build(cfg, Shape{4}, DType::f64, Device::cpu(), 5);
+  const auto named = m.named_params();
+  REQUIRE(named.size() == 3);  // wte.weight, ln.weight, ln.bias: the head has no weight of its own
+  CHECK(named[0].first == "wte.weight");
+  CHECK(m.param_count() == 5 * 3 + 2 * 3);
+  CHECK(YAML::Dump(m.resolved_layers()).find("tied_to: wte") != std::string::npos);
+  m.allocate(2);
+  Rng rng(8, 8);
+  Tensor x = Tensor::empty(Shape{2, 4}, DType::f64);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<double>()[i] = static_cast<double>(rng.below(5));
+  const Tensor r = random_tensor(Shape{2, 4, 5}, rng);
+  auto loss = [&] { return dot(m.forward(x, {true, false}), r); };
+  loss();
+  m.backward(r, {true, false});
+  Param& wte = *named[0].second;
+  const Tensor analytic = wte.grad.clone();
+  for (int64_t i = 0; i < wte.value.numel(); ++i)
+    check_close(analytic.data<double>()[i], central_difference(wte.value.data<double>()[i], loss),
+                "wte.weight[" + std::to_string(i) + "]");
+  loss();
+  m.backward(r, {true, true});  // a second micro-batch adds the same again
+  for (int64_t i = 0; i < wte.grad.numel(); ++i)
+    CHECK(wte.grad.data<double>()[i] == Approx(2 * analytic.data<double>()[i]).margin(1e-12));
+}
+
+TEST_CASE("tied_to errors name the key", "[config][cpu]") {
+  auto error = [](const std::string& layers) {
+    try {
+      Model::build(ConfigNode::load_string("layers:\n" + layers, "t.yaml"), Shape{4}, DType::f32, Device::cpu(), 1);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string emb = "  - {type: embedding, name: wte, num_embeddings: 5, embedding_dim: 3}\n";
+  CHECK_THAT(error(emb + "  - {type: linear, out_features: 5, tied_to: wtf}\n"),
+             Catch::StartsWith("layers[1].tied_to: no layer is named \"wtf\""));
+  CHECK_THAT(error(emb + "  - {type: linear, out_features: 6, tied_to: wte}\n"),
+             Catch::StartsWith("layers[1].tied_to: \"wte\" has a weight of [5, 3], but this layer needs [6, 3]"));
+  CHECK_THAT(error(emb + "  - {type: layernorm, name: ln}\n  - {type: linear, out_features: 3, tied_to: ln}\n"),
+             Catch::StartsWith("layers[2].tied_to: \"ln\" is a layernorm, which has no weight to share"));
+}
+
 TEST_CASE("every registered layer has a gradient check", "[gradcheck][cpu]") {
   for (const LayerSpec& spec : layer_registry()) {
     INFO("layer type " << spec.type);

@@ -216,6 +216,32 @@ std::vector<int> execution_order(const std::vector<Pending>& pending, std::vecto
   return order;
 }
 
+// 5. `tied_to:` — a layer that uses another's weight: the owner must run first (so the tied layer's backward writes
+//    the shared gradient and the owner's adds to it) and offer a weight of the shape the tied layer needs.
+void tie_weights(const std::vector<Pending>& pending, const std::map<std::string, int>& by_name,
+                 const std::vector<int>& position, std::vector<GraphNode>& nodes) {
+  for (size_t i = 0; i < pending.size(); ++i) {
+    const Pending& p = pending[i];
+    if (!p.cfg.is_map() || !p.cfg.has("tied_to")) continue;
+    const ConfigNode at = p.cfg["tied_to"];
+    const std::string target = at.as_string();
+    auto it = by_name.end();
+    for (size_t s = 0; s < p.scopes.size() && it == by_name.end(); ++s) it = by_name.find(p.scopes[s] + target);
+    if (it == by_name.end()) at.fail(fmt::format("no layer is named \"{}\"", target));
+    GraphNode& node = nodes[static_cast<size_t>(position[i])];
+    GraphNode& owner = nodes[static_cast<size_t>(position[static_cast<size_t>(it->second)])];
+    const Shape need = node.layer->tied_weight_shape(), offered = owner.layer->shared_weight_shape();
+    if (offered.rank() == 0)
+      at.fail(fmt::format("\"{}\" is a {}, which has no weight to share (an embedding has)", target, owner.type));
+    if (position[static_cast<size_t>(it->second)] > position[i])
+      at.fail(fmt::format("\"{}\" must run before \"{}\", which uses its weight", target, p.name));
+    if (need != offered)
+      at.fail(fmt::format("\"{}\" has a weight of {}, but this layer needs {}", target, offered.str(), need.str()));
+    node.tied_to = position[static_cast<size_t>(it->second)];
+    owner.adds_param_grads = true;
+  }
+}
+
 }  // namespace
 
 Model Model::build(const ConfigNode& model_cfg, const Shape& input_shape, DType dtype, Device device, uint64_t seed,
@@ -260,6 +286,7 @@ Model Model::build(const ConfigNode& model_cfg, const Shape& input_shape, DType 
   if (position[static_cast<size_t>(output)] != static_cast<int>(m.m_nodes.size()) - 1)
     pending[static_cast<size_t>(output)].cfg.fail(
         "the last layer listed is the model output, so no layer may take it as input");
+  tie_weights(pending, by_name, position, m.m_nodes);
   Rng init_rng(seed, /*stream=*/0x1A17);  // its own stream: data and shuffling never change the initial weights
   std::vector<GraphNode*> by_index(pending.size());
   for (auto& n : m.m_nodes) by_index[n.index] = &n;
@@ -275,9 +302,14 @@ Model Model::build(const ConfigNode& model_cfg, const Shape& input_shape, DType 
     GT_CHECK(made == n->param_count, "{} ({}): init_params made {} parameters, param_numel() says {}", n->name,
              n->type, made, n->param_count);
   }
+  for (GraphNode& n : m.m_nodes) {
+    if (n.tied_to < 0 || !init_params) continue;
+    for (Param* p : m.m_nodes[static_cast<size_t>(n.tied_to)].layer->params())
+      if (p->name == "weight") n.layer->tie_weight(*p);
+  }
   for (size_t k = 0; k < m.m_nodes.size(); ++k) {
     GraphNode& n = m.m_nodes[k];
-    n.needs_grad = n.param_count > 0;
+    n.needs_grad = n.param_count > 0 || n.tied_to >= 0;  // a tied layer writes its owner's weight gradient
     for (int j : n.inputs)
       if (j >= 0 && m.m_nodes[static_cast<size_t>(j)].needs_grad) n.needs_grad = true;
     if (!n.layer->is_view())
@@ -410,7 +442,13 @@ void Model::backward(const Tensor& dout, const LayerContext& context) {
     // Backward FLOPs: about twice the forward's for layers with parameters (input and weight gradients).
     ProfileScope scope(m_profiler, n.name, n.type, "backward",
                        n.layer->forward_flops() * batch * (n.param_count > 0 ? 2 : 1));
-    n.layer->backward(ins, m_out[i], m_grad[i], dins, ctx);
+    if (n.adds_param_grads) {  // a tied layer has written this node's weight gradient already
+      LayerContext adding = ctx;
+      adding.accumulate_grads = true;
+      n.layer->backward(ins, m_out[i], m_grad[i], dins, adding);
+    } else {
+      n.layer->backward(ins, m_out[i], m_grad[i], dins, ctx);
+    }
     if (m_grad_ready && n.param_count > 0) m_grad_ready(i);
     for (const auto& [owner, k] : pending_adds) {
       Tensor& g = m_grad[static_cast<size_t>(owner)];
@@ -493,6 +531,7 @@ YAML::Node Model::resolved_layers() const {
       item["inputs"].SetStyle(YAML::EmitterStyle::Flow);
     }
     for (const auto& kv : n.layer->resolved_args()) item[kv.first] = kv.second;
+    if (n.tied_to >= 0) item["tied_to"] = m_nodes[static_cast<size_t>(n.tied_to)].name;
     if (item.size() == 1) {
       list.push_back(n.type);
       continue;

@@ -22,6 +22,8 @@ struct GraphNode {
   Shape out_shape;              ///< per sample
   bool needs_grad = false;      ///< some parameter at or before this node learns, so ∂L/∂output is needed
   int64_t param_count = 0;
+  int tied_to = -1;             ///< `tied_to:`: the node position of the layer whose weight this one uses
+  bool adds_param_grads = false;  ///< its weight is shared with a later layer, whose backward writes first
 };
 
 class Model {

@@ -33,6 +33,7 @@ class Embedding final : public Layer {
   }
   std::vector<Param*> params() override { return {&m_weight}; }
   int64_t param_numel() const override { return m_vocab * m_dim; }
+  Shape shared_weight_shape() const override { return Shape{m_vocab, m_dim}; }
   void forward(const std::vector<const Tensor*>& x, Tensor& y, const LayerContext&) override {
     ops::embedding_forward(*x[0], m_weight.value, y);
   }

@@ -61,6 +61,13 @@ class Layer {
   // `gputrain check` can size a model without building it. Model::build checks param_numel against init_params.
   /// Elements of the parameters init_params creates (each has a gradient as large).
   virtual int64_t param_numel() const { return 0; }
+  /// Weight tying (`tied_to:`, GPT-2's lm head reading the token embedding). A layer another may share its `weight`
+  /// with returns that weight's shape here (after infer_shape); others return an empty Shape.
+  virtual Shape shared_weight_shape() const { return Shape(); }
+  /// A layer configured to use another's weight returns the shape it needs (after infer_shape); it then creates,
+  /// lists and counts no weight of its own, and receives the owner's parameter through tie_weight after init_params.
+  virtual Shape tied_weight_shape() const { return Shape(); }
+  virtual void tie_weight(Param& /*shared*/) {}
   /// Elements of the buffers saved with the model (batch-norm running statistics).
   virtual int64_t buffer_numel() const { return 0; }
   /// Elements of the tensors the layer holds for backward besides its output, for batches of up to `batch`

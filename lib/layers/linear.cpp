@@ -9,7 +9,7 @@ namespace {
 
 class Linear final : public Layer {
  public:
-  Linear(int64_t out, bool bias) : m_out(out), m_has_bias(bias) {}
+  Linear(int64_t out, bool bias, bool tied) : m_out(out), m_has_bias(bias), m_tied(tied) {}
 
   Shape infer_shape(const std::vector<Shape>& in, const ConfigNode& cfg) override {
     if (in[0].rank() == 0) cfg.fail("linear needs an input with at least one dimension");
@@ -23,19 +23,25 @@ class Linear final : public Layer {
   void init_params(Rng& rng, DType dtype, Device device) override {
     // torch.nn.Linear: kaiming_uniform_(a=√5) gives U(−1/√in, 1/√in) for the weight; the bias uses the same bound.
     const double bound = 1.0 / std::sqrt(static_cast<double>(m_in));
-    m_weight = uniform_param("weight", Shape{m_out, m_in}, rng, bound, dtype, device);
+    if (!m_tied) m_weight = uniform_param("weight", Shape{m_out, m_in}, rng, bound, dtype, device);
     if (m_has_bias) m_bias = uniform_param("bias", Shape{m_out}, rng, bound, dtype, device);
   }
 
   std::vector<Param*> params() override {
-    if (m_has_bias) return {&m_weight, &m_bias};
-    return {&m_weight};
+    std::vector<Param*> out;
+    if (!m_tied) out.push_back(&m_weight);
+    if (m_has_bias) out.push_back(&m_bias);
+    return out;
   }
+  Shape tied_weight_shape() const override { return m_tied ? Shape{m_out, m_in} : Shape(); }
+  // The shared weight's gradient is written here first (this layer runs backward before the embedding it reads,
+  // which the model then makes add its part), so the two uses are summed.
+  void tie_weight(Param& shared) override { m_w = &shared; }
 
   void forward(const std::vector<const Tensor*>& x, Tensor& y, const LayerContext&) override {
     const Tensor x2 = as_rows(*x[0], m_in);  // (B·rows, in)
     Tensor y2 = as_rows(y, m_out);           // (B·rows, out)
-    ops::matmul(x2, false, m_weight.value, true, y2, 0.0);
+    ops::matmul(x2, false, m_w->value, true, y2, 0.0);
     if (m_has_bias) ops::add_row_bias(y2, m_bias.value);
   }
 
@@ -43,11 +49,11 @@ class Linear final : public Layer {
                 const LayerContext& ctx) override {
     const Tensor x2 = as_rows(*x[0], m_in), dy2 = as_rows(dy, m_out);
     const double beta = ctx.accumulate_grads ? 1.0 : 0.0;
-    ops::matmul(dy2, true, x2, false, m_weight.grad, beta);  // dW (out, in) = dyᵀ · x
+    ops::matmul(dy2, true, x2, false, m_w->grad, beta);  // dW (out, in) = dyᵀ · x
     if (m_has_bias) ops::sum_rows(dy2, m_bias.grad, beta);   // db (out) = Σ_rows dy
     if (dx[0]) {
       Tensor dx2 = as_rows(*dx[0], m_in);
-      ops::matmul(dy2, false, m_weight.value, false, dx2, 0.0);  // dx (B·rows, in) = dy · W
+      ops::matmul(dy2, false, m_w->value, false, dx2, 0.0);  // dx (B·rows, in) = dy · W
     }
   }
 
@@ -59,21 +65,22 @@ class Linear final : public Layer {
   }
 
   int64_t forward_flops() const override { return 2 * m_rows_per_sample * m_in * m_out; }
-  int64_t param_numel() const override { return m_out * m_in + (m_has_bias ? m_out : 0); }
+  int64_t param_numel() const override { return (m_tied ? 0 : m_out * m_in) + (m_has_bias ? m_out : 0); }
 
  private:
   static Tensor as_rows(const Tensor& t, int64_t cols) { return t.view(Shape{t.numel() / cols, cols}); }
 
   int64_t m_out, m_in = 0, m_rows_per_sample = 1;
-  bool m_has_bias;
+  bool m_has_bias, m_tied;
   Param m_weight, m_bias;
+  Param* m_w = &m_weight;  // the weight in use: m_weight, or the shared one (tied_to)
 };
 
 }  // namespace
 
 std::unique_ptr<Layer> make_linear(const ConfigNode& cfg) {
   cfg.require("out_features");
-  return std::make_unique<Linear>(cfg["out_features"].as_int(1), cfg.get_bool("bias", true));
+  return std::make_unique<Linear>(cfg["out_features"].as_int(1), cfg.get_bool("bias", true), cfg.has("tied_to"));
 }
 
 }  // namespace gt

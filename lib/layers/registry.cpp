@@ -93,7 +93,10 @@ const std::vector<LayerSpec>& layer_registry() {
        "Fully connected: y = x·Wᵀ + b over the last dimension. W is [out, in], initialised U(±1/√in) like "
        "torch.nn.Linear.",
        {{"out_features", "int", "", "output features", true},
-        {"bias", "bool", "true", "add a learned bias", false}},
+        {"bias", "bool", "true", "add a learned bias", false},
+        {"tied_to", "layer name", "none",
+         "use that embedding's table as W (GPT-2's lm head): one parameter, the gradients of both uses summed",
+         false}},
        make_linear},
       {"maxpool2d",
        "Max pooling over [C, H, W]; the gradient goes to the first maximum of each window.",
