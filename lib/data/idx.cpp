@@ -97,6 +97,7 @@ Dataset read_idx(const std::string& images_path, const std::string& labels_path,
   ds.inputs = Tensor::empty(Shape(shape), DType::f32);
   float* x = ds.inputs.data<float>();
   for (size_t i = 0; i < images.data.size(); ++i) x[i] = static_cast<float>(images.data[i]) * scale;
+  check_finite(ds.inputs, images_path, scale);
   ds.targets = Tensor::empty(Shape{n}, DType::i32);
   int32_t* y = ds.targets.data<int32_t>();
   int32_t max_label = 0;
@@ -106,6 +107,7 @@ Dataset read_idx(const std::string& images_path, const std::string& labels_path,
   }
   ds.num_classes = max_label + 1;
   ds.source = images_path;
+  ds.labels_source = labels_path;
   return ds;
 }
 

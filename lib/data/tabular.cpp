@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 namespace gt {
 namespace {
@@ -40,6 +41,17 @@ bool parse_number(const std::string& s, double& v) {
 }
 
 }  // namespace
+
+void check_finite(const Tensor& values, const std::string& path, float scale) {
+  const float* p = values.data<float>();
+  const int64_t per_sample = values.numel() / std::max<int64_t>(1, values.dim(0));
+  for (int64_t i = 0; i < values.numel(); ++i)
+    if (!std::isfinite(p[i]))
+      throw DataError(fmt::format("{}: value {} at sample {} (element {} of it) is not finite{}: training on it could "
+                                  "only diverge",
+                                  path, p[i], i / per_sample, i % per_sample,
+                                  scale != 1.0f ? fmt::format(" after scaling by {}", scale) : std::string()));
+}
 
 Dataset read_csv(const std::string& path, const CsvSpec& spec) {
   std::ifstream in(path);
@@ -95,6 +107,7 @@ Dataset read_csv(const std::string& path, const CsvSpec& spec) {
   const auto n = static_cast<int64_t>(rows.size()), features = static_cast<int64_t>(width) - 1;
   Dataset ds;
   ds.source = path;
+  if (spec.classes) ds.labels_source = path;
   ds.inputs = Tensor::empty(Shape{n, features}, DType::f32);
   float* x = ds.inputs.data<float>();
   for (int64_t r = 0; r < n; ++r) {
@@ -102,6 +115,7 @@ Dataset read_csv(const std::string& path, const CsvSpec& spec) {
     for (int64_t c = 0; c < static_cast<int64_t>(width); ++c)
       if (c != label) x[r * features + k++] = static_cast<float>(rows[static_cast<size_t>(r)][static_cast<size_t>(c)]);
   }
+  check_finite(ds.inputs, path, 1.0f);
   if (spec.classes) {
     ds.targets = Tensor::empty(Shape{n}, DType::i32);
     int32_t* y = ds.targets.data<int32_t>();
@@ -118,6 +132,7 @@ Dataset read_csv(const std::string& path, const CsvSpec& spec) {
     ds.targets = Tensor::empty(Shape{n, 1}, DType::f32);
     for (int64_t r = 0; r < n; ++r)
       ds.targets.data<float>()[r] = static_cast<float>(rows[static_cast<size_t>(r)][static_cast<size_t>(label)]);
+    check_finite(ds.targets, path, 1.0f);
   }
   return ds;
 }
@@ -200,6 +215,10 @@ NpyArray read_npy(const std::string& path) {
   if (available < count * item)
     throw DataError(fmt::format("{}: truncated: the header promises {} bytes of data, the file has {}", path,
                                 count * item, available));
+  // More than the header promises is a file written wrongly (or two files run together): refused, not ignored.
+  if (available > count * item)
+    throw DataError(fmt::format("{}: {} bytes after the {} bytes of data the header promises", path,
+                                available - count * item, count * item));
   arr.data.resize(count * item);
   if (!in.read(reinterpret_cast<char*>(arr.data.data()), static_cast<std::streamsize>(arr.data.size())))
     throw DataError(fmt::format("{}: truncated: the header promises {} bytes of data", path, arr.data.size()));
@@ -219,6 +238,13 @@ Dataset read_npy_pair(const std::string& inputs_path, const std::string& targets
   const NpyArray x = read_npy(inputs_path), y = read_npy(targets_path);
   const int64_t n = x.shape[0];
   if (n == 0) throw DataError(fmt::format("{}: no samples (the first dimension is 0)", inputs_path));
+  // A zero-size sample dimension would reach the layers as a sample of no values (a division by zero in linear,
+  // pooling and the losses): refused here, naming the file.
+  for (const auto& [a, path] : {std::pair{&x, &inputs_path}, std::pair{&y, &targets_path}})
+    for (size_t d = 1; d < a->shape.size(); ++d)
+      if (a->shape[d] == 0)
+        throw DataError(fmt::format("{}: dimension {} of the shape {} is 0: a sample must hold at least one value",
+                                    *path, d, Shape(a->shape).str()));
   if (y.shape[0] != n)
     throw DataError(fmt::format("{}: {} targets for {} samples in {}", targets_path, y.shape[0], n, inputs_path));
   Dataset ds;
@@ -227,11 +253,13 @@ Dataset read_npy_pair(const std::string& inputs_path, const std::string& targets
   if (x.shape.size() == 1) ds.inputs = ds.inputs.view(Shape{n, 1});
   float* px = ds.inputs.data<float>();
   for (int64_t i = 0; i < ds.inputs.numel(); ++i) px[i] = static_cast<float>(x.at(static_cast<size_t>(i))) * scale;
+  check_finite(ds.inputs, inputs_path, scale);
   const bool integer = y.descr == "<i8" || y.descr == "<i4" || y.descr == "|u1" || y.descr == "<u1";
   if (integer) {
     if (y.shape.size() != 1)
       throw DataError(fmt::format("{}: integer targets are class labels of shape [N], got {} dimensions", targets_path,
                                   y.shape.size()));
+    ds.labels_source = targets_path;
     ds.targets = Tensor::empty(Shape{n}, DType::i32);
     for (int64_t i = 0; i < n; ++i) {
       const double v = y.at(static_cast<size_t>(i));
@@ -244,6 +272,7 @@ Dataset read_npy_pair(const std::string& inputs_path, const std::string& targets
     ds.targets = Tensor::empty(y.shape.size() == 1 ? Shape{n, 1} : Shape(y.shape), DType::f32);
     for (int64_t i = 0; i < ds.targets.numel(); ++i)
       ds.targets.data<float>()[i] = static_cast<float>(y.at(static_cast<size_t>(i)));
+    check_finite(ds.targets, targets_path, 1.0f);
   }
   return ds;
 }
