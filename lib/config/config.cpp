@@ -1,5 +1,6 @@
 // Config nodes with paths and positions, typed reads, key validation with "did you mean", and --set overrides.
 #include "config/config.h"
+#include "core/quote.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -93,7 +94,7 @@ ConfigNode parse(const std::string& text, const std::string& name) {
   }
 }
 
-std::string quoted(const std::string& s) { return "\"" + s + "\""; }
+std::string quoted(const std::string& s) { return quote_value(s); }
 
 }  // namespace
 

@@ -3,7 +3,11 @@
 
 #include "config/choice.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <optional>
@@ -12,13 +16,21 @@
 namespace gt {
 namespace {
 
+// A data file that can be read; otherwise the message says what the path is instead (missing, a directory, a
+// device, unreadable), since "file not found" for a directory sends the user looking in the wrong place.
 std::string existing_file(const ConfigNode& n) {
+  namespace fs = std::filesystem;
   const std::string path = n.as_string();
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) {
+  const fs::file_status st = fs::status(path, ec);
+  if (!fs::exists(st)) {
     n.fail(fmt::format("file not found: {}{}", path,
                        path.rfind("/usr/share/datasets/", 0) == 0 ? " (scripts/setup.sh installs the data sets)" : ""));
   }
+  if (fs::is_directory(st)) n.fail(fmt::format("{} is a directory, not a data file", path));
+  if (!fs::is_regular_file(st)) n.fail(fmt::format("{} is not a regular file (a device, FIFO or socket)", path));
+  if (::access(path.c_str(), R_OK) != 0)
+    n.fail(fmt::format("cannot read {}: {}", path, std::strerror(errno)));
   return path;
 }
 

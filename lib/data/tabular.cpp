@@ -1,5 +1,6 @@
 // CSV and NPY data files.
 #include "data/dataset.h"
+#include "core/quote.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -79,7 +80,8 @@ Dataset read_csv(const std::string& path, const CsvSpec& spec) {
       throw DataError(fmt::format("{}:{}: {} fields, but the file's rows have {}", path, line_no, fields.size(), width));
     for (size_t i = 0; i < fields.size(); ++i)
       if (!parse_number(fields[i], values[i]))
-        throw DataError(fmt::format("{}:{}: field {} (\"{}\") is not a number", path, line_no, i + 1, fields[i]));
+        throw DataError(
+            fmt::format("{}:{}: field {} ({}) is not a number", path, line_no, i + 1, quote_value(fields[i])));
     rows.push_back(std::move(values));
   }
   if (rows.empty()) throw DataError(fmt::format("{}: no data rows", path));
@@ -96,7 +98,7 @@ Dataset read_csv(const std::string& path, const CsvSpec& spec) {
     } else {
       auto it = std::find(header.begin(), header.end(), spec.label);
       if (it == header.end())
-        throw DataError(fmt::format("{}: no column named \"{}\"{}", path, spec.label,
+        throw DataError(fmt::format("{}: no column named {}{}", path, quote_value(spec.label),
                                     header.empty() ? " (the file has no header row)" : ""));
       label = it - header.begin();
     }
@@ -186,7 +188,7 @@ NpyArray read_npy(const std::string& path) {
       if (dim.find_first_not_of(" ") == std::string::npos) continue;
       double v = 0;
       if (!parse_number(dim.substr(dim.find_first_not_of(" ")), v) || v < 0 || v != std::floor(v) || v > 1e12)
-        throw DataError(fmt::format("{}: bad dimension \"{}\" in NPY shape", path, dim));
+        throw DataError(fmt::format("{}: bad dimension {} in NPY shape", path, quote_value(dim)));
       arr.shape.push_back(static_cast<int64_t>(v));
     }
   }
