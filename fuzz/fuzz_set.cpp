@@ -2,6 +2,7 @@
 // Input: the lines before the first empty line are assignments, applied in order; what follows the empty line is
 // the base config (a small valid one when there is none).
 #include "fuzz_input.h"
+#include "size_property.h"
 #include "train/experiment.h"
 
 #include <string>
@@ -45,7 +46,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     gt::ConfigNode root = gt::ConfigNode::load_string(base, "fuzz.yaml");
     for (const auto& a : assignments) root = gt::apply_override(root, a);
-    if (root.is_map()) gt::parse_experiment(root);
+    if (root.is_map()) gt::fuzz::check_size_products(gt::parse_experiment(root));
   } catch (const gt::Error&) {
   }
   return 0;

@@ -98,8 +98,9 @@ int cmd_check(const ConfigArgs& a, bool json) {
   // Shapes only: no parameter is created, so a model too large for this machine is still sized, not allocated.
   const gt::Model model = gt::Model::build(exp.root["model"], data.train.input_shape(), gt::DType::f32,
                                            gt::Device::cpu(), exp.seed, /*init_params=*/false);
+  model.check_batch(exp.data.batch_size, exp.root["data"]["batch_size"]);
   gt::check_loss_fits(exp.loss, model.output_shape(), data.train,
-                      exp.root.has("loss") ? exp.root["loss"] : exp.root["model"]["layers"]);
+                      exp.root.has("loss") ? exp.root["loss"] : exp.root["model"]["layers"], &data.test);
   const gt::Footprint f = gt::training_footprint(exp, model, data.train);
   // A device list holds one replica per device: each GPU must fit one; CPU workers share the host's memory.
   const size_t replicas_here =

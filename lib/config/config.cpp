@@ -1,5 +1,6 @@
 // Config nodes with paths and positions, typed reads, key validation with "did you mean", and --set overrides.
 #include "config/config.h"
+#include "core/quote.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -25,6 +26,7 @@ struct TreeCheck {
   const std::string& text;                     // the YAML text, to find closing quotes in
   std::shared_ptr<const ConfigSource> source;  // for the messages
   std::string assignment;                      // the `--set` whose value `text` is; "" for a file
+  mutable int64_t nodes = 0;                   // visited so far, aliases followed: bounds a "billion laughs"
 
   void quote(const YAML::Node& n) const {
     const int pos = n.Mark().pos;
@@ -47,6 +49,15 @@ struct TreeCheck {
   }
 
   void check(const YAML::Node& n, const std::string& path) const {
+    // An alias stands for its anchor's whole subtree; nested ones multiply (9 levels of 10 make 10^9 nodes from
+    // 1 KiB of text), and every later walk of the tree would pay it. Counting visits bounds this walk and them.
+    if (++nodes > limits::kConfigNodes) {
+      const std::string why = fmt::format("the YAML expands to more than {} nodes once its aliases are followed (a "
+                                          "config has a few hundred; nested aliases multiply)",
+                                          limits::kConfigNodes);
+      if (!assignment.empty()) throw ConfigError(fmt::format("--set {}: {}", assignment, why));
+      throw ConfigError(fmt::format("{}: {}", source->file, why));
+    }
     if (n.IsScalar()) return quote(n);
     if (n.IsSequence()) {
       for (size_t i = 0; i < n.size(); ++i) check(n[i], fmt::format("{}[{}]", path, i));
@@ -83,19 +94,32 @@ ConfigNode parse(const std::string& text, const std::string& name) {
   }
 }
 
-std::string quoted(const std::string& s) { return "\"" + s + "\""; }
+std::string quoted(const std::string& s) { return quote_value(s); }
 
 }  // namespace
 
 ConfigNode ConfigNode::load_file(const std::string& file) {
   std::ifstream in(file, std::ios::binary);
   if (!in) throw ConfigError(fmt::format("{}: cannot open config file: {}", file, std::strerror(errno)));
+  // Only a regular file of bounded size: /dev/zero, a FIFO or a 10 GB file would be read without end.
+  namespace fs = std::filesystem;
   std::error_code ec;
-  if (std::filesystem::is_directory(file, ec))
-    throw ConfigError(fmt::format("{}: cannot open config file: it is a directory", file));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse(ss.str(), file);
+  const fs::file_status st = fs::status(file, ec);
+  if (fs::is_directory(st)) throw ConfigError(fmt::format("{}: cannot open config file: it is a directory", file));
+  if (!fs::is_regular_file(st))
+    throw ConfigError(fmt::format("{}: cannot open config file: it is not a regular file (a {})", file,
+                                  fs::is_character_file(st) ? "character device"
+                                  : fs::is_block_file(st)   ? "block device"
+                                  : fs::is_fifo(st)         ? "FIFO"
+                                  : fs::is_socket(st)       ? "socket"
+                                                            : "special file"));
+  std::string text(static_cast<size_t>(limits::kConfigBytes) + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));  // the file may grow while it is read: never past the bound
+  if (static_cast<int64_t>(text.size()) > limits::kConfigBytes)
+    throw ConfigError(fmt::format("{}: the config file is larger than {} bytes (1 MiB), the most gputrain reads", file,
+                                  limits::kConfigBytes));
+  return parse(text, file);
 }
 
 ConfigNode ConfigNode::load_string(const std::string& text, const std::string& name) { return parse(text, name); }
@@ -258,6 +282,26 @@ std::vector<int64_t> ConfigNode::as_int_list(int64_t min) const {
   return out;
 }
 
+int64_t ConfigNode::as_size(int64_t min, const SizeLimit& limit) const {
+  const int64_t v = as_int(min);
+  if (v > limit.max)
+    fail(fmt::format("expected {} ≤ {} ({}), got {}",
+                     min == 1   ? std::string("a positive integer")
+                     : min == 0 ? std::string("a non-negative integer")
+                                : fmt::format("an integer ≥ {} and", min),
+                     limit.max, limit.what, v));
+  return v;
+}
+
+std::vector<int64_t> ConfigNode::as_size_list(int64_t min, const SizeLimit& limit) const {
+  if (!m_node.IsSequence()) fail("expected a list of integers, got " + describe_value());
+  if (static_cast<int64_t>(size()) > limits::kRank.max)
+    fail(fmt::format("expected at most {} dimensions ({}), got {}", limits::kRank.max, limits::kRank.what, size()));
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < size(); ++i) out.push_back(at(i).as_size(min, limit));
+  return out;
+}
+
 std::string ConfigNode::get_string(std::string_view key, const std::string& fallback) const {
   const ConfigNode n = (*this)[key];
   return n.defined() ? n.as_string() : fallback;
@@ -265,6 +309,10 @@ std::string ConfigNode::get_string(std::string_view key, const std::string& fall
 int64_t ConfigNode::get_int(std::string_view key, int64_t fallback, int64_t min, int64_t max) const {
   const ConfigNode n = (*this)[key];
   return n.defined() ? n.as_int(min, max) : fallback;
+}
+int64_t ConfigNode::get_size(std::string_view key, int64_t fallback, int64_t min, const SizeLimit& limit) const {
+  const ConfigNode n = (*this)[key];
+  return n.defined() ? n.as_size(min, limit) : fallback;
 }
 double ConfigNode::get_double(std::string_view key, double fallback, double min, double max) const {
   const ConfigNode n = (*this)[key];

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "core/error.h"
+#include "core/limits.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -68,11 +69,17 @@ class ConfigNode {
   ConfigNode with_override(const std::string& path, const std::string& text) const;
   std::string as_choice(const std::vector<std::string>& choices) const;
   std::vector<int64_t> as_int_list(int64_t min = INT64_MIN) const;
+  /// A size: an integer ≥ min and ≤ limit.max; past the limit the message names it ("… ≤ 16777216 (the largest
+  /// batch size), got …"), so a size near 2^63 is refused before anything multiplies it.
+  int64_t as_size(int64_t min, const SizeLimit& limit) const;
+  /// A list of sizes (a shape): at most limits::kRank entries, each as as_size.
+  std::vector<int64_t> as_size_list(int64_t min, const SizeLimit& limit) const;
 
   // Reads of optional keys with defaults.
   std::string get_string(std::string_view key, const std::string& fallback) const;
   int64_t get_int(std::string_view key, int64_t fallback, int64_t min = INT64_MIN, int64_t max = INT64_MAX) const;
   double get_double(std::string_view key, double fallback, double min = -1e300, double max = 1e300) const;
+  int64_t get_size(std::string_view key, int64_t fallback, int64_t min, const SizeLimit& limit) const;
   bool get_bool(std::string_view key, bool fallback) const;
   std::string get_choice(std::string_view key, const std::string& fallback, const std::vector<std::string>& choices) const;
 

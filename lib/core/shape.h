@@ -1,7 +1,10 @@
 // Tensor shapes: a short list of extents, printed the PyTorch way.
 #pragma once
 
+#include "core/checked.h"
+
 #include <cstdint>
+#include <optional>
 #include <initializer_list>
 #include <string>
 #include <vector>
@@ -20,9 +23,16 @@ class Shape {
   const std::vector<int64_t>& dims() const { return m_dims; }
   bool operator==(const Shape&) const = default;
 
+  /// The element count; throws SizeOverflow when it does not fit in 64 bits (sizes from users are bounded by
+  /// core/limits.h before they get here, so this is the last line, not the check).
   int64_t numel() const {
-    int64_t n = 1;
-    for (int64_t d : m_dims) n *= d;
+    if (const auto n = checked_numel()) return *n;
+    throw SizeOverflow(fmt::format("the element count of shape {} does not fit in 64 bits", str()));
+  }
+  /// The element count, or nothing when a dimension is negative or the product does not fit in 64 bits.
+  std::optional<int64_t> checked_numel() const {
+    std::optional<int64_t> n = 1;
+    for (int64_t d : m_dims) n = checked_mul(n, d);
     return n;
   }
   /// The same shape with a leading batch dimension.

@@ -15,12 +15,17 @@ struct Dataset {
   Tensor inputs;
   Tensor targets;
   int64_t num_classes = 0;
-  std::string source;  ///< where it came from, for logs
+  std::string source;         ///< where it came from, for logs
+  std::string labels_source;  ///< the file the class labels came from ("" when made, not read), for messages
 
   int64_t size() const { return inputs.defined() ? inputs.dim(0) : 0; }
   Shape input_shape() const { return inputs.shape().sample(); }
   Shape target_shape() const { return targets.shape().sample(); }
 };
+
+/// Refuses a value that is NaN or infinite (after scaling by `scale`, which the message names when it is not 1) with
+/// a DataError naming the file, the sample and the element: every reader checks its inputs and numeric targets.
+void check_finite(const Tensor& values, const std::string& path, float scale);
 
 /// Reads an IDX image file ([N, H, W] unsigned bytes, gzip or plain) and its IDX label file ([N]); images become
 /// samples of shape [1, H, W] holding pixel × scale. Errors (bad magic, truncation, count mismatch) are

@@ -6,44 +6,113 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <memory>
 
 namespace gt {
 namespace {
 
-struct GzCloser {
-  void operator()(gzFile_s* f) const { gzclose(f); }
+// A file read to its very end: through zlib's inflate when it starts with the gzip magic (1f 8b), else as it is.
+// gzread stopped where the caller stopped, so a corrupt CRC or length in the gzip trailer, and any bytes after the
+// data the header promised, went unseen; `finish` reads on to the end and checks both.
+class ByteSource {
+ public:
+  explicit ByteSource(const std::string& path) : m_path(path), m_in(path, std::ios::binary) {
+    if (!m_in) throw DataError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+    fill();
+    m_gzip = m_z.avail_in >= 2 && m_buf[0] == 0x1f && m_buf[1] == 0x8b;
+    if (m_gzip && inflateInit2(&m_z, 15 + 16) != Z_OK)  // 15-bit window, gzip wrapper only
+      throw DataError(fmt::format("{}: cannot read: zlib could not start", path));
+  }
+  ~ByteSource() {
+    if (m_gzip) inflateEnd(&m_z);
+  }
+  ByteSource(const ByteSource&) = delete;
+  ByteSource& operator=(const ByteSource&) = delete;
+
+  // Up to n bytes; fewer only where the data ends.
+  size_t read(uint8_t* dst, size_t n) {
+    if (!m_gzip) {
+      size_t done = 0;
+      while (done < n) {
+        if (m_z.avail_in == 0 && !fill()) break;
+        const size_t k = std::min<size_t>(n - done, m_z.avail_in);
+        std::memcpy(dst + done, m_z.next_in, k);
+        m_z.next_in += k;
+        m_z.avail_in -= static_cast<uInt>(k);
+        done += k;
+      }
+      return done;
+    }
+    size_t done = 0;
+    while (done < n && !m_ended) {
+      if (m_z.avail_in == 0 && !fill()) break;  // the compressed file ends inside a member: truncated
+      const auto chunk = static_cast<uInt>(std::min<size_t>(n - done, 1u << 30));
+      m_z.next_out = dst + done;
+      m_z.avail_out = chunk;
+      const int r = inflate(&m_z, Z_NO_FLUSH);  // checks the CRC-32 and ISIZE of a member as it ends
+      done += chunk - m_z.avail_out;
+      if (r == Z_STREAM_END) {
+        next_member();
+      } else if (r != Z_OK && r != Z_BUF_ERROR) {
+        throw DataError(fmt::format("{}: cannot read: {}", m_path, m_z.msg ? m_z.msg : "zlib error"));
+      }
+    }
+    return done;
+  }
+
+  // Reads to the end: nothing may follow the `promised` bytes of data, and a gzip stream must end whole.
+  void finish(size_t promised) {
+    uint8_t extra[256];
+    if (size_t more = read(extra, sizeof extra); more > 0) {
+      while (more > 0 && more < (size_t{1} << 30)) {  // count it, up to a bound: a message, not a scan of 10 GB
+        const size_t got = read(extra, sizeof extra);
+        if (got == 0) break;
+        more += got;
+      }
+      throw DataError(fmt::format("{}: {}{} bytes after the {} bytes of data the header promises", m_path,
+                                  more >= (size_t{1} << 30) ? "over " : "", more, promised));
+    }
+    if (m_gzip && !m_ended)
+      throw DataError(fmt::format("{}: truncated gzip stream: it ends before its CRC and length", m_path));
+  }
+
+ private:
+  bool fill() {
+    m_in.read(reinterpret_cast<char*>(m_buf), sizeof m_buf);
+    m_z.next_in = m_buf;
+    m_z.avail_in = static_cast<uInt>(m_in.gcount());
+    if (m_in.bad()) throw DataError(fmt::format("{}: cannot read: {}", m_path, std::strerror(errno)));
+    return m_z.avail_in > 0;
+  }
+
+  // After a member: another one may follow (gzip allows concatenated members); anything else is refused.
+  void next_member() {
+    if (m_z.avail_in == 0 && !fill()) {
+      m_ended = true;
+      return;
+    }
+    if (m_z.next_in[0] != 0x1f)
+      throw DataError(fmt::format("{}: data after the end of the gzip stream (not another gzip member)", m_path));
+    if (inflateReset(&m_z) != Z_OK) throw DataError(fmt::format("{}: cannot read: zlib could not restart", m_path));
+  }
+
+  std::string m_path;
+  std::ifstream m_in;
+  uint8_t m_buf[1 << 16];
+  z_stream m_z{};
+  bool m_gzip = false, m_ended = false;
 };
 
-// Reads up to n bytes; returns how many there were before the end of the file.
-size_t read_up_to(gzFile f, void* dst, size_t n, const std::string& path) {
-  auto* p = static_cast<uint8_t*>(dst);
-  size_t done = 0;
-  while (done < n) {
-    const unsigned chunk = static_cast<unsigned>(std::min<size_t>(n - done, 1u << 30));
-    const int got = gzread(f, p + done, chunk);
-    if (got < 0) {
-      int code = 0;
-      const char* err = gzerror(f, &code);
-      std::string msg = err ? err : "zlib error";
-      if (msg.rfind(path + ": ", 0) == 0) msg.erase(0, path.size() + 2);  // zlib prefixes the path
-      throw DataError(fmt::format("{}: cannot read: {}", path, msg));
-    }
-    if (got == 0) break;
-    done += static_cast<size_t>(got);
-  }
-  return done;
-}
-
-bool read_exact(gzFile f, void* dst, size_t n, const std::string& path) { return read_up_to(f, dst, n, path) == n; }
+bool read_exact(ByteSource& f, void* dst, size_t n) { return f.read(static_cast<uint8_t*>(dst), n) == n; }
 
 }  // namespace
 
 IdxArray read_idx_file(const std::string& path) {
-  std::unique_ptr<gzFile_s, GzCloser> f(gzopen(path.c_str(), "rb"));
-  if (!f) throw DataError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+  auto owned = std::make_unique<ByteSource>(path);  // on the heap: its buffer is 64 KiB
+  ByteSource& f = *owned;
   uint8_t magic[4];
-  if (!read_exact(f.get(), magic, 4, path)) throw DataError(fmt::format("{}: empty or truncated IDX header", path));
+  if (!read_exact(f, magic, 4)) throw DataError(fmt::format("{}: empty or truncated IDX header", path));
   if (magic[0] != 0 || magic[1] != 0 || magic[2] != 0x08 || magic[3] == 0 || magic[3] > 4)
     throw DataError(fmt::format("{}: not an unsigned-byte IDX file (magic {:02x} {:02x} {:02x} {:02x}, expected "
                                 "00 00 08 0N with N in 1..4)",
@@ -52,7 +121,7 @@ IdxArray read_idx_file(const std::string& path) {
   size_t total = 1;
   for (int d = 0; d < magic[3]; ++d) {
     uint8_t be[4];
-    if (!read_exact(f.get(), be, 4, path)) throw DataError(fmt::format("{}: truncated IDX header", path));
+    if (!read_exact(f, be, 4)) throw DataError(fmt::format("{}: truncated IDX header", path));
     const int64_t dim = (int64_t{be[0]} << 24) | (be[1] << 16) | (be[2] << 8) | be[3];
     if (dim <= 0 || dim > (int64_t{1} << 31)) throw DataError(fmt::format("{}: dimension {} is {}", path, d, dim));
     out.dims.push_back(dim);
@@ -69,12 +138,13 @@ IdxArray read_idx_file(const std::string& path) {
     const size_t chunk = std::min(total - have, std::clamp(have, size_t{1} << 20, size_t{64} << 20));
     if (out.data.capacity() < have + chunk) out.data.reserve(std::min(total, std::max(have + chunk, 2 * have)));
     out.data.resize(have + chunk);
-    const size_t got = read_up_to(f.get(), out.data.data() + have, chunk, path);
+    const size_t got = f.read(out.data.data() + have, chunk);
     have += got;
     if (got < chunk)
       throw DataError(
           fmt::format("{}: truncated: the header promises {} bytes of data, the file has {}", path, total, have));
   }
+  f.finish(total);
   return out;
 }
 
@@ -97,6 +167,7 @@ Dataset read_idx(const std::string& images_path, const std::string& labels_path,
   ds.inputs = Tensor::empty(Shape(shape), DType::f32);
   float* x = ds.inputs.data<float>();
   for (size_t i = 0; i < images.data.size(); ++i) x[i] = static_cast<float>(images.data[i]) * scale;
+  check_finite(ds.inputs, images_path, scale);
   ds.targets = Tensor::empty(Shape{n}, DType::i32);
   int32_t* y = ds.targets.data<int32_t>();
   int32_t max_label = 0;
@@ -106,6 +177,7 @@ Dataset read_idx(const std::string& images_path, const std::string& labels_path,
   }
   ds.num_classes = max_label + 1;
   ds.source = images_path;
+  ds.labels_source = labels_path;
   return ds;
 }
 

@@ -3,18 +3,34 @@
 
 #include "config/choice.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
 #include <filesystem>
+#include <limits>
+#include <optional>
+#include <utility>
 
 namespace gt {
 namespace {
 
+// A data file that can be read; otherwise the message says what the path is instead (missing, a directory, a
+// device, unreadable), since "file not found" for a directory sends the user looking in the wrong place.
 std::string existing_file(const ConfigNode& n) {
+  namespace fs = std::filesystem;
   const std::string path = n.as_string();
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) {
+  const fs::file_status st = fs::status(path, ec);
+  if (!fs::exists(st)) {
     n.fail(fmt::format("file not found: {}{}", path,
                        path.rfind("/usr/share/datasets/", 0) == 0 ? " (scripts/setup.sh installs the data sets)" : ""));
   }
+  if (fs::is_directory(st)) n.fail(fmt::format("{} is a directory, not a data file", path));
+  if (!fs::is_regular_file(st)) n.fail(fmt::format("{} is not a regular file (a device, FIFO or socket)", path));
+  if (::access(path.c_str(), R_OK) != 0)
+    n.fail(fmt::format("cannot read {}: {}", path, std::strerror(errno)));
   return path;
 }
 
@@ -32,6 +48,10 @@ void parse_file_pairs(const ConfigNode& d, DataConfig& out, const std::string& f
     (std::string(split) == "train" ? out.train_labels : out.test_labels) = b;
   }
   out.scale = d.get_double("scale", 1.0);
+  // The readers scale in float: a scale past float's range makes every nonzero input infinite.
+  if (std::fabs(out.scale) > std::numeric_limits<float>::max())
+    d["scale"].fail(fmt::format("expected a number a 32-bit float holds (at most {:g} in size), got {}",
+                                std::numeric_limits<float>::max(), d["scale"].as_string()));
 }
 
 void write_file_pairs(const DataConfig& c, YAML::Node& d, const std::string& first, const std::string& second) {
@@ -85,22 +105,42 @@ void load_csv(const DataConfig& c, uint64_t, Dataset& train, Dataset& test) {
   if (!c.test_csv.empty()) test = read_csv(c.test_csv, c.csv);
 }
 
+// A synthetic set is held in memory as [samples, shape...]: both the sample and the whole set must fit in one
+// tensor (core/limits.h), so nothing multiplies past 64 bits when it is made.
+void check_elements(const ConfigNode& shape_node, const std::vector<int64_t>& shape, const char* what,
+                    const ConfigNode& samples_node, int64_t samples, const ConfigNode& test_node, int64_t test_samples) {
+  const std::optional<int64_t> numel = Shape(shape).checked_numel();
+  if (!numel || *numel > limits::kElements.max)
+    shape_node.fail(fmt::format("one sample's {} of shape {} has more than {} elements ({})", what,
+                                Shape(shape).str(), limits::kElements.max, limits::kElements.what));
+  for (const auto& [node, n] : {std::pair{samples_node, samples}, std::pair{test_node, test_samples}}) {
+    const std::optional<int64_t> total = checked_mul(n, *numel);
+    if (!total || *total > limits::kElements.max)
+      node.fail(fmt::format("{} samples of {} {} elements each are more than {} elements in memory ({})", n, what,
+                            *numel, limits::kElements.max, limits::kElements.what));
+  }
+}
+
 void parse_synthetic(const ConfigNode& d, DataConfig& out) {
   d.require("samples");
   d.require("input_shape");
   d.require("targets");
-  out.synthetic.samples = d["samples"].as_int(1);
-  out.synthetic.test_samples = d.get_int("test_samples", 0, 0);
-  out.synthetic.input_shape = d["input_shape"].as_int_list(1);
+  out.synthetic.samples = d["samples"].as_size(1, limits::kSamples);
+  out.synthetic.test_samples = d.get_size("test_samples", 0, 0, limits::kSamples);
+  out.synthetic.input_shape = d["input_shape"].as_size_list(1, limits::kExtent);
   if (out.synthetic.input_shape.empty()) d["input_shape"].fail("expected at least one dimension");
+  check_elements(d["input_shape"], out.synthetic.input_shape, "input", d["samples"], out.synthetic.samples,
+                 d["test_samples"], out.synthetic.test_samples);
   const ConfigNode t = d["targets"];
   t.expect_keys({"shape", "classes"});
   if (t.has("classes") == t.has("shape")) t.fail("give exactly one of `classes: K` or `shape: [..]`");
   if (t.has("classes")) {
-    out.synthetic.classes = t["classes"].as_int(2);
+    out.synthetic.classes = t["classes"].as_size(2, limits::kExtent);
   } else {
-    out.synthetic.target_shape = t["shape"].as_int_list(1);
+    out.synthetic.target_shape = t["shape"].as_size_list(1, limits::kExtent);
     if (out.synthetic.target_shape.empty()) t["shape"].fail("expected at least one dimension");
+    check_elements(t["shape"], out.synthetic.target_shape, "target", d["samples"], out.synthetic.samples,
+                   d["test_samples"], out.synthetic.test_samples);
   }
 }
 
@@ -147,7 +187,7 @@ void parse_data(const ConfigNode& d, DataConfig& out) {
   keys.insert(keys.end(), {"batch_size", "shuffle", "augment"});
   d.expect_keys(keys);
   f.parse(d, out);
-  out.batch_size = d.get_int("batch_size", 64, 1);
+  out.batch_size = d.get_size("batch_size", 64, 1, limits::kBatch);
   out.shuffle = d.get_bool("shuffle", true);
   if (d.has("augment")) {
     const ConfigNode a = d["augment"];
@@ -155,7 +195,7 @@ void parse_data(const ConfigNode& d, DataConfig& out) {
     if (a.has("random_crop")) {
       a["random_crop"].expect_keys({"padding"});
       a["random_crop"].require("padding");
-      out.augment.crop_padding = a["random_crop"]["padding"].as_int(0);
+      out.augment.crop_padding = a["random_crop"]["padding"].as_size(0, limits::kCropPadding);
     }
     out.augment.hflip = a.get_bool("hflip", false);
   }

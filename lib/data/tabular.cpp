@@ -1,5 +1,6 @@
 // CSV and NPY data files.
 #include "data/dataset.h"
+#include "core/quote.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -7,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 namespace gt {
 namespace {
@@ -41,6 +43,17 @@ bool parse_number(const std::string& s, double& v) {
 
 }  // namespace
 
+void check_finite(const Tensor& values, const std::string& path, float scale) {
+  const float* p = values.data<float>();
+  const int64_t per_sample = values.numel() / std::max<int64_t>(1, values.dim(0));
+  for (int64_t i = 0; i < values.numel(); ++i)
+    if (!std::isfinite(p[i]))
+      throw DataError(fmt::format("{}: value {} at sample {} (element {} of it) is not finite{}: training on it could "
+                                  "only diverge",
+                                  path, p[i], i / per_sample, i % per_sample,
+                                  scale != 1.0f ? fmt::format(" after scaling by {}", scale) : std::string()));
+}
+
 Dataset read_csv(const std::string& path, const CsvSpec& spec) {
   std::ifstream in(path);
   if (!in) throw DataError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
@@ -67,7 +80,8 @@ Dataset read_csv(const std::string& path, const CsvSpec& spec) {
       throw DataError(fmt::format("{}:{}: {} fields, but the file's rows have {}", path, line_no, fields.size(), width));
     for (size_t i = 0; i < fields.size(); ++i)
       if (!parse_number(fields[i], values[i]))
-        throw DataError(fmt::format("{}:{}: field {} (\"{}\") is not a number", path, line_no, i + 1, fields[i]));
+        throw DataError(
+            fmt::format("{}:{}: field {} ({}) is not a number", path, line_no, i + 1, quote_value(fields[i])));
     rows.push_back(std::move(values));
   }
   if (rows.empty()) throw DataError(fmt::format("{}: no data rows", path));
@@ -84,7 +98,7 @@ Dataset read_csv(const std::string& path, const CsvSpec& spec) {
     } else {
       auto it = std::find(header.begin(), header.end(), spec.label);
       if (it == header.end())
-        throw DataError(fmt::format("{}: no column named \"{}\"{}", path, spec.label,
+        throw DataError(fmt::format("{}: no column named {}{}", path, quote_value(spec.label),
                                     header.empty() ? " (the file has no header row)" : ""));
       label = it - header.begin();
     }
@@ -95,6 +109,7 @@ Dataset read_csv(const std::string& path, const CsvSpec& spec) {
   const auto n = static_cast<int64_t>(rows.size()), features = static_cast<int64_t>(width) - 1;
   Dataset ds;
   ds.source = path;
+  if (spec.classes) ds.labels_source = path;
   ds.inputs = Tensor::empty(Shape{n, features}, DType::f32);
   float* x = ds.inputs.data<float>();
   for (int64_t r = 0; r < n; ++r) {
@@ -102,6 +117,7 @@ Dataset read_csv(const std::string& path, const CsvSpec& spec) {
     for (int64_t c = 0; c < static_cast<int64_t>(width); ++c)
       if (c != label) x[r * features + k++] = static_cast<float>(rows[static_cast<size_t>(r)][static_cast<size_t>(c)]);
   }
+  check_finite(ds.inputs, path, 1.0f);
   if (spec.classes) {
     ds.targets = Tensor::empty(Shape{n}, DType::i32);
     int32_t* y = ds.targets.data<int32_t>();
@@ -118,6 +134,7 @@ Dataset read_csv(const std::string& path, const CsvSpec& spec) {
     ds.targets = Tensor::empty(Shape{n, 1}, DType::f32);
     for (int64_t r = 0; r < n; ++r)
       ds.targets.data<float>()[r] = static_cast<float>(rows[static_cast<size_t>(r)][static_cast<size_t>(label)]);
+    check_finite(ds.targets, path, 1.0f);
   }
   return ds;
 }
@@ -171,7 +188,7 @@ NpyArray read_npy(const std::string& path) {
       if (dim.find_first_not_of(" ") == std::string::npos) continue;
       double v = 0;
       if (!parse_number(dim.substr(dim.find_first_not_of(" ")), v) || v < 0 || v != std::floor(v) || v > 1e12)
-        throw DataError(fmt::format("{}: bad dimension \"{}\" in NPY shape", path, dim));
+        throw DataError(fmt::format("{}: bad dimension {} in NPY shape", path, quote_value(dim)));
       arr.shape.push_back(static_cast<int64_t>(v));
     }
   }
@@ -200,6 +217,10 @@ NpyArray read_npy(const std::string& path) {
   if (available < count * item)
     throw DataError(fmt::format("{}: truncated: the header promises {} bytes of data, the file has {}", path,
                                 count * item, available));
+  // More than the header promises is a file written wrongly (or two files run together): refused, not ignored.
+  if (available > count * item)
+    throw DataError(fmt::format("{}: {} bytes after the {} bytes of data the header promises", path,
+                                available - count * item, count * item));
   arr.data.resize(count * item);
   if (!in.read(reinterpret_cast<char*>(arr.data.data()), static_cast<std::streamsize>(arr.data.size())))
     throw DataError(fmt::format("{}: truncated: the header promises {} bytes of data", path, arr.data.size()));
@@ -219,6 +240,13 @@ Dataset read_npy_pair(const std::string& inputs_path, const std::string& targets
   const NpyArray x = read_npy(inputs_path), y = read_npy(targets_path);
   const int64_t n = x.shape[0];
   if (n == 0) throw DataError(fmt::format("{}: no samples (the first dimension is 0)", inputs_path));
+  // A zero-size sample dimension would reach the layers as a sample of no values (a division by zero in linear,
+  // pooling and the losses): refused here, naming the file.
+  for (const auto& [a, path] : {std::pair{&x, &inputs_path}, std::pair{&y, &targets_path}})
+    for (size_t d = 1; d < a->shape.size(); ++d)
+      if (a->shape[d] == 0)
+        throw DataError(fmt::format("{}: dimension {} of the shape {} is 0: a sample must hold at least one value",
+                                    *path, d, Shape(a->shape).str()));
   if (y.shape[0] != n)
     throw DataError(fmt::format("{}: {} targets for {} samples in {}", targets_path, y.shape[0], n, inputs_path));
   Dataset ds;
@@ -227,11 +255,13 @@ Dataset read_npy_pair(const std::string& inputs_path, const std::string& targets
   if (x.shape.size() == 1) ds.inputs = ds.inputs.view(Shape{n, 1});
   float* px = ds.inputs.data<float>();
   for (int64_t i = 0; i < ds.inputs.numel(); ++i) px[i] = static_cast<float>(x.at(static_cast<size_t>(i))) * scale;
+  check_finite(ds.inputs, inputs_path, scale);
   const bool integer = y.descr == "<i8" || y.descr == "<i4" || y.descr == "|u1" || y.descr == "<u1";
   if (integer) {
     if (y.shape.size() != 1)
       throw DataError(fmt::format("{}: integer targets are class labels of shape [N], got {} dimensions", targets_path,
                                   y.shape.size()));
+    ds.labels_source = targets_path;
     ds.targets = Tensor::empty(Shape{n}, DType::i32);
     for (int64_t i = 0; i < n; ++i) {
       const double v = y.at(static_cast<size_t>(i));
@@ -244,6 +274,7 @@ Dataset read_npy_pair(const std::string& inputs_path, const std::string& targets
     ds.targets = Tensor::empty(y.shape.size() == 1 ? Shape{n, 1} : Shape(y.shape), DType::f32);
     for (int64_t i = 0; i < ds.targets.numel(); ++i)
       ds.targets.data<float>()[i] = static_cast<float>(y.at(static_cast<size_t>(i)));
+    check_finite(ds.targets, targets_path, 1.0f);
   }
   return ds;
 }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "ops/elementwise.h"
@@ -277,7 +278,19 @@ Model Model::build(const ConfigNode& model_cfg, const Shape& input_shape, DType 
       node.inputs.push_back(j < 0 ? -1 : position[static_cast<size_t>(j)]);
       in_shapes.push_back(j < 0 ? input_shape : m.m_nodes[static_cast<size_t>(node.inputs.back())].out_shape);
     }
-    node.out_shape = node.layer->infer_shape(in_shapes, p.cfg);
+    // Sizes from the config are bounded one by one (core/limits.h); their products are checked here, so that a
+    // layer too large to hold is a config error naming it, not a wrapped-around count later.
+    try {
+      node.out_shape = node.layer->infer_shape(in_shapes, p.cfg);
+      const int64_t out_numel = node.out_shape.numel(), params = node.layer->param_numel();
+      node.layer->forward_flops();  // throws SizeOverflow when the count does not fit
+      if (out_numel > limits::kElements.max || params > limits::kElements.max)
+        p.cfg.fail(fmt::format("{} of {} elements is more than {} ({})",
+                               params > limits::kElements.max ? "a weight" : "an output " + node.out_shape.str(),
+                               std::max(out_numel, params), limits::kElements.max, limits::kElements.what));
+    } catch (const SizeOverflow& e) {
+      p.cfg.fail(fmt::format("the layer's sizes do not fit in 64 bits ({})", e.what()));
+    }
     if (i != output && users[static_cast<size_t>(i)].empty())
       p.cfg.fail(fmt::format("the output of \"{}\" is never used (only the last layer listed is the model output)",
                              p.name));
@@ -341,6 +354,26 @@ std::vector<Model::NodeBuffers> Model::buffer_plan(int64_t max_batch) const {
     if (writers[i] > 1) plan[i].scratch = rows;
   }
   return plan;
+}
+
+void Model::check_batch(int64_t batch, const ConfigNode& where) const {
+  auto too_big = [&](const std::string& what, const Shape& sample) {
+    const std::optional<int64_t> n = checked_mul(batch, sample.numel());
+    if (!n || *n > limits::kElements.max)
+      where.fail(fmt::format("a batch of {} samples makes {} of {} × {} elements, more than {} ({})", batch, what,
+                             batch, sample.str(), limits::kElements.max, limits::kElements.what));
+  };
+  too_big("the input", m_input_shape);
+  // Forward and backward together are at most three times the forward FLOPs of a layer; the footprint and the
+  // profiler add them up over the layers.
+  std::optional<int64_t> total = 0;
+  for (const GraphNode& n : m_nodes) {
+    too_big(fmt::format("the output of \"{}\"", n.name), n.out_shape);
+    total = checked_add(total, checked_mul(checked_mul(n.layer->forward_flops(), batch), 3).value_or(-1));
+    if (!total)
+      where.fail(fmt::format("a batch of {} samples makes the FLOP count of the model overflow 64 bits (at \"{}\")",
+                             batch, n.name));
+  }
 }
 
 void Model::allocate(int64_t max_batch) {

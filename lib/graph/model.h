@@ -42,6 +42,9 @@ class Model {
     int64_t output = 0, gradient = 0, scratch = 0;
   };
   std::vector<NodeBuffers> buffer_plan(int64_t max_batch) const;
+  /// Fails at `where` (data.batch_size) when a batch of `batch` samples makes a tensor past limits::kElements
+  /// or a FLOP count past 64 bits in some layer: run before the buffers are sized, so nothing wraps around.
+  void check_batch(int64_t batch, const ConfigNode& where) const;
   /// Allocates activation and gradient buffers for batches of up to `max_batch` samples (buffer_plan's).
   void allocate(int64_t max_batch);
   /// Runs the forward pass over x (B, input shape) with B ≤ max_batch; returns the output (B, output shape).

@@ -2,6 +2,7 @@
 // then the raw little-endian data.
 #include "io/safetensors.h"
 
+#include "core/quote.h"
 #include "log/logging.h"
 
 #include <fcntl.h>
@@ -133,12 +134,12 @@ std::vector<std::pair<std::string, Tensor>> read_safetensors(const std::string& 
       else if (tag == "I32")
         dt = DType::i32;
       else if (tag != "F32")
-        throw DataError(fmt::format("{}: tensor \"{}\" is {}, which this reader does not take (F32, F64, I32)", path,
-                                    name, tag));
+        throw DataError(fmt::format("{}: tensor {} is {}, which this reader does not take (F32, F64, I32)", path,
+                                    quote_value(name), tag));
       std::vector<int64_t> dims;
       for (const auto& d : e["shape"]) dims.push_back(d.as<int64_t>());
       if (std::any_of(dims.begin(), dims.end(), [](int64_t d) { return d < 0; }))
-        throw DataError(fmt::format("{}: tensor \"{}\" has a negative dimension in its shape {}", path, name,
+        throw DataError(fmt::format("{}: tensor {} has a negative dimension in its shape {}", path, quote_value(name),
                                     Shape(dims).str()));
       // The size in bytes, saturating above the data size: a shape must not overflow or allocate what is not there.
       uint64_t bytes = std::find(dims.begin(), dims.end(), int64_t{0}) != dims.end() ? 0 : dtype_size(dt);
@@ -148,15 +149,15 @@ std::vector<std::pair<std::string, Tensor>> read_safetensors(const std::string& 
       }
       const auto begin = e["data_offsets"][0].as<uint64_t>(), end = e["data_offsets"][1].as<uint64_t>();
       if (end < begin || end > data_size || bytes > data_size || end - begin != bytes)
-        throw DataError(fmt::format("{}: tensor \"{}\" claims bytes [{}, {}) of {} for {} of shape {}", path, name,
+        throw DataError(fmt::format("{}: tensor {} claims bytes [{}, {}) of {} for {} of shape {}", path, quote_value(name),
                                     begin, end, data_size, tag, Shape(dims).str()));
       Tensor t = Tensor::empty(Shape(dims), dt);
       in.seekg(static_cast<std::streamoff>(8 + header_len + begin));
       if (!in.read(static_cast<char*>(t.raw()), static_cast<std::streamsize>(t.bytes())))
-        throw DataError(fmt::format("{}: truncated data of tensor \"{}\"", path, name));
+        throw DataError(fmt::format("{}: truncated data of tensor {}", path, quote_value(name)));
       out.push_back({begin, {name, t}});
     } catch (const YAML::Exception&) {
-      throw DataError(fmt::format("{}: malformed header entry for \"{}\"", path, name));
+      throw DataError(fmt::format("{}: malformed header entry for {}", path, quote_value(name)));
     }
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -164,8 +165,8 @@ std::vector<std::pair<std::string, Tensor>> read_safetensors(const std::string& 
     const auto& [prev_begin, prev] = out[i - 1];
     const auto& [begin, cur] = out[i];
     if (begin < prev_begin + prev.second.bytes())
-      throw DataError(fmt::format("{}: tensors \"{}\" and \"{}\" overlap (bytes [{}, {}) and [{}, {}))", path,
-                                  prev.first, cur.first, prev_begin, prev_begin + prev.second.bytes(), begin,
+      throw DataError(fmt::format("{}: tensors {} and {} overlap (bytes [{}, {}) and [{}, {}))", path,
+                                  quote_value(prev.first), quote_value(cur.first), prev_begin, prev_begin + prev.second.bytes(), begin,
                                   begin + cur.second.bytes()));
   }
   std::vector<std::pair<std::string, Tensor>> result;

@@ -83,11 +83,16 @@ class CausalSelfAttention final : public Layer {
   // The two projections (3C² and C² multiply-adds per token) and q·kᵀ and p·v over the causal half (i + 1 keys for
   // query i, C multiply-adds each).
   int64_t forward_flops() const override {
-    return 2 * (4 * m_len * m_dim * m_dim + m_len * (m_len + 1) * m_dim);
+    // Checked: a long sequence of wide rows multiplies past 64 bits before its weights or outputs do.
+    const int64_t proj = mul_sizes(mul_sizes(4 * m_len, m_dim), m_dim);
+    const int64_t scores = mul_sizes(mul_sizes(m_len, m_len + 1), m_dim);
+    return mul_sizes(2, checked_add(proj, scores).value_or(-1), "attention FLOPs");
   }
-  int64_t param_numel() const override { return 4 * m_dim * m_dim + (m_bias ? 4 * m_dim : 0); }
+  int64_t param_numel() const override { return mul_sizes(4 * m_dim, m_dim) + (m_bias ? 4 * m_dim : 0); }
   // qkv and dqkv (3C per token), att and datt (C per token), lse and delta (one per head and token).
-  int64_t workspace_numel(int64_t batch) const override { return batch * m_len * (8 * m_dim + 2 * m_heads); }
+  int64_t workspace_numel(int64_t batch) const override {
+    return mul_sizes(mul_sizes(batch, m_len), 8 * m_dim + 2 * m_heads);
+  }
 
  private:
   static Tensor rows(const Tensor& t, int64_t cols) { return t.view(Shape{t.numel() / cols, cols}); }

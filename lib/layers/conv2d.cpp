@@ -12,12 +12,12 @@ class Conv2d final : public Layer {
   explicit Conv2d(const ConfigNode& cfg) {
     cfg.require("out_channels");
     cfg.require("kernel_size");
-    m_out = cfg["out_channels"].as_int(1);
+    m_out = cfg["out_channels"].as_size(1, limits::kExtent);
     m_kernel = read_pair(cfg, "kernel_size", {1, 1}, 1);
     m_stride = read_pair(cfg, "stride", {1, 1}, 1);
     m_padding = read_pair(cfg, "padding", {0, 0}, 0);
     m_dilation = read_pair(cfg, "dilation", {1, 1}, 1);
-    m_groups = cfg.get_int("groups", 1, 1);
+    m_groups = cfg.get_size("groups", 1, 1, limits::kExtent);
     m_has_bias = cfg.get_bool("bias", true);
     if (m_out % m_groups != 0)
       cfg["groups"].fail(fmt::format("out_channels {} is not divisible by groups {}", m_out, m_groups));
@@ -76,10 +76,11 @@ class Conv2d final : public Layer {
   }
 
   int64_t forward_flops() const override {
-    return 2 * m_out * m_out_hw * (m_in_c / m_groups) * m_win.kh * m_win.kw;
+    return mul_sizes(mul_sizes(mul_sizes(mul_sizes(2 * m_out, m_out_hw), m_in_c / m_groups), m_win.kh), m_win.kw);
   }
   int64_t param_numel() const override {
-    return m_out * (m_in_c / m_groups) * m_kernel.first * m_kernel.second + (m_has_bias ? m_out : 0);
+    return mul_sizes(mul_sizes(mul_sizes(m_out, m_in_c / m_groups), m_kernel.first), m_kernel.second) +
+           (m_has_bias ? m_out : 0);
   }
 
  private:

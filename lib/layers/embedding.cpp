@@ -11,8 +11,8 @@ class Embedding final : public Layer {
   explicit Embedding(const ConfigNode& cfg) {
     cfg.require("num_embeddings");
     cfg.require("embedding_dim");
-    m_vocab = cfg["num_embeddings"].as_int(1);
-    m_dim = cfg["embedding_dim"].as_int(1);
+    m_vocab = cfg["num_embeddings"].as_size(1, limits::kExtent);
+    m_dim = cfg["embedding_dim"].as_size(1, limits::kExtent);
   }
   Shape infer_shape(const std::vector<Shape>& in, const ConfigNode&) override {
     std::vector<int64_t> d = in[0].dims();
@@ -32,7 +32,7 @@ class Embedding final : public Layer {
     m_weight.value.copy_from(host);
   }
   std::vector<Param*> params() override { return {&m_weight}; }
-  int64_t param_numel() const override { return m_vocab * m_dim; }
+  int64_t param_numel() const override { return mul_sizes(m_vocab, m_dim); }
   Shape shared_weight_shape() const override { return Shape{m_vocab, m_dim}; }
   void forward(const std::vector<const Tensor*>& x, Tensor& y, const LayerContext&) override {
     ops::embedding_forward(*x[0], m_weight.value, y);

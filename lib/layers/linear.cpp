@@ -64,8 +64,8 @@ class Linear final : public Layer {
     return n;
   }
 
-  int64_t forward_flops() const override { return 2 * m_rows_per_sample * m_in * m_out; }
-  int64_t param_numel() const override { return (m_tied ? 0 : m_out * m_in) + (m_has_bias ? m_out : 0); }
+  int64_t forward_flops() const override { return mul_sizes(mul_sizes(2 * m_rows_per_sample, m_in), m_out); }
+  int64_t param_numel() const override { return (m_tied ? 0 : mul_sizes(m_out, m_in)) + (m_has_bias ? m_out : 0); }
 
  private:
   static Tensor as_rows(const Tensor& t, int64_t cols) { return t.view(Shape{t.numel() / cols, cols}); }
@@ -80,7 +80,8 @@ class Linear final : public Layer {
 
 std::unique_ptr<Layer> make_linear(const ConfigNode& cfg) {
   cfg.require("out_features");
-  return std::make_unique<Linear>(cfg["out_features"].as_int(1), cfg.get_bool("bias", true), cfg.has("tied_to"));
+  return std::make_unique<Linear>(cfg["out_features"].as_size(1, limits::kExtent), cfg.get_bool("bias", true),
+                                  cfg.has("tied_to"));
 }
 
 }  // namespace gt

@@ -44,9 +44,9 @@ std::pair<int64_t, int64_t> read_pair(const ConfigNode& cfg, const char* key, st
   if (!n.defined()) return fallback;
   if (n.is_sequence()) {
     if (n.size() != 2) n.fail("expected an integer or a list of two integers [height, width]");
-    return {n.at(0).as_int(min), n.at(1).as_int(min)};
+    return {n.at(0).as_size(min, limits::kExtent), n.at(1).as_size(min, limits::kExtent)};
   }
-  const int64_t v = n.as_int(min);
+  const int64_t v = n.as_size(min, limits::kExtent);
   return {v, v};
 }
 

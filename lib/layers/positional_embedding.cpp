@@ -12,7 +12,7 @@ class PositionalEmbedding final : public Layer {
  public:
   explicit PositionalEmbedding(const ConfigNode& cfg) {
     cfg.require("max_len");
-    m_max_len = cfg["max_len"].as_int(1);
+    m_max_len = cfg["max_len"].as_size(1, limits::kExtent);
   }
   Shape infer_shape(const std::vector<Shape>& in, const ConfigNode& cfg) override {
     if (in[0].rank() != 2)
@@ -37,7 +37,7 @@ class PositionalEmbedding final : public Layer {
     m_weight.value.copy_from(host);
   }
   std::vector<Param*> params() override { return {&m_weight}; }
-  int64_t param_numel() const override { return m_max_len * m_dim; }
+  int64_t param_numel() const override { return mul_sizes(m_max_len, m_dim); }
   void forward(const std::vector<const Tensor*>& x, Tensor& y, const LayerContext&) override {
     y.copy_from(*x[0]);
     Tensor rows = y.view(Shape{y.shape()[0], m_len * m_dim});

@@ -31,7 +31,7 @@ spdlog::level::level_enum spdlog_level(LogLevel level) { return choice_row(log_l
 
 void parse_logging(const ConfigNode& n, LoggingConfig& out, int64_t& log_every) {
   n.expect_keys({"every_steps", "tensorboard", "jsonl", "report", "level", "gpu_metrics", "interval_s", "progress"});
-  if (n.has("every_steps")) log_every = n["every_steps"].as_int(1);
+  if (n.has("every_steps")) log_every = n["every_steps"].as_size(1, limits::kInterval);
   out.tensorboard = n.get_bool("tensorboard", true);
   out.jsonl = n.get_bool("jsonl", true);
   out.report = n.get_bool("report", true);

@@ -81,11 +81,11 @@ void parse_scheduler(const ConfigNode& n, SchedulerConfig& out) {
   if (out.type == linear) keys.insert(keys.end(), {"start_factor", "end_factor", "total_iters"});
   if (out.type == onecycle) keys.insert(keys.end(), {"max_lr", "pct_start", "div_factor", "final_div_factor"});
   n.expect_keys(keys);
-  out.warmup_steps = n.get_int("warmup_steps", 0, 0);
+  out.warmup_steps = n.get_size("warmup_steps", 0, 0, limits::kSteps);
   out.warmup_start_factor = n.get_double("warmup_start_factor", 0.0, 0.0, 1.0);
   if (out.type == step) {
     n.require("step_size");
-    out.step_size = n["step_size"].as_int(1);
+    out.step_size = n["step_size"].as_size(1, limits::kSteps);
   }
   if (out.type == multistep) {
     n.require("milestones");
@@ -99,11 +99,11 @@ void parse_scheduler(const ConfigNode& n, SchedulerConfig& out) {
   } else {
     out.gamma = n.get_double("gamma", 0.1, 0.0, 1e300);
   }
-  out.t_max = n.get_int("t_max", 0, 0);
+  out.t_max = n.get_size("t_max", 0, 0, limits::kSteps);
   out.eta_min = n.get_double("eta_min", 0.0, 0.0);
   out.start_factor = n.get_double("start_factor", 1.0, 0.0);
   out.end_factor = n.get_double("end_factor", 0.0, 0.0);
-  out.total_iters = n.get_int("total_iters", 0, 0);
+  out.total_iters = n.get_size("total_iters", 0, 0, limits::kSteps);
   out.max_lr = n.get_double("max_lr", 0.0, 0.0);
   out.pct_start = n.get_double("pct_start", 0.3, 0.0, 1.0);
   out.div_factor = n.get_double("div_factor", 25.0, 0.0);

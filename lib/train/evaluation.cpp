@@ -83,7 +83,9 @@ EvalSummary evaluate_weights(const Experiment& exp, const std::string& weights_p
   const LoadedData data = load_data(exp);
   if (data.test.size() == 0) exp.root["data"].fail("eval needs a test set (data.test, or test_samples for synthetic)");
   Model model = Model::build(exp.root["model"], data.train.input_shape(), DType::f32, device, exp.seed);
-  check_loss_fits(exp.loss, model.output_shape(), data.train, exp.root.has("loss") ? exp.root["loss"] : exp.root);
+  model.check_batch(exp.data.batch_size, exp.root["data"]["batch_size"]);
+  check_loss_fits(exp.loss, model.output_shape(), data.train, exp.root.has("loss") ? exp.root["loss"] : exp.root,
+                  &data.test);
   load_weights(model, weights_file(weights_path, exp.checkpoint));
   const int64_t batch = exp.data.batch_size;
   model.allocate(batch);

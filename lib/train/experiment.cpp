@@ -2,6 +2,8 @@
 // parser; the resolved config from each section's writer. Each unknown key or bad value names its path.
 #include "train/experiment.h"
 
+#include "core/quote.h"
+
 #include <algorithm>
 #include <map>
 
@@ -39,6 +41,21 @@ std::vector<std::string> check_device(const ConfigNode& n) {
   n.fail(fmt::format("unknown device \"{}\"; choose auto, cpu, cuda, cuda:N or a list of GPU indices [0, 1]", d));
 }
 
+// The name is one path component of runs/<name>/: checked before anything is created, so that "a\0b" cannot leave
+// an empty runs/a behind, ".." cannot write outside runs/, and a newline or 300 characters cannot reach the file
+// system.
+void check_run_name(const ConfigNode& n, const std::string& name) {
+  const char* why = "(it names the run directory)";
+  if (name.empty() || name.find_first_of("/\\") != std::string::npos)
+    n.fail(fmt::format("expected a non-empty name without slashes {}", why));
+  if (name == "." || name == "..") n.fail(fmt::format("{} is not a name {}", quote_value(name), why));
+  if (static_cast<int64_t>(name.size()) > limits::kRunNameChars)
+    n.fail(fmt::format("expected at most {} characters, got {} {}", limits::kRunNameChars, name.size(), why));
+  for (const char c : name)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+      n.fail(fmt::format("expected printable characters, got {} {}", quote_value(name), why));
+}
+
 }  // namespace
 
 ConfigNode load_config(const std::string& file, const std::vector<std::string>& overrides) {
@@ -64,8 +81,7 @@ Experiment parse_experiment(const ConfigNode& root) {
   Experiment exp;
   exp.root = root;
   exp.name = root.get_string("name", "experiment");
-  if (exp.name.empty() || exp.name.find_first_of("/\\") != std::string::npos)
-    root["name"].fail("expected a non-empty name without slashes (it names the run directory)");
+  check_run_name(root["name"], exp.name);
   exp.seed = static_cast<uint64_t>(root.get_int("seed", 0, 0));
   if (root.has("device")) {
     exp.devices = check_device(root["device"]);

@@ -50,7 +50,7 @@ Footprint training_footprint(const Experiment& exp, const Model& model, const Da
     r.type = n.type;
     r.output = n.out_shape.batched(f.batch);
     r.params = n.param_count;
-    r.forward_flops = n.layer->forward_flops() * f.batch;
+    r.forward_flops = mul_sizes(n.layer->forward_flops(), f.batch, "FLOPs");  // check_batch bounds it
     // As Model::backward counts them for the profiler; nodes it skips (views, nothing learns before them) cost 0.
     const bool runs_backward = !n.layer->is_view() && n.needs_grad;
     r.backward_flops = runs_backward ? r.forward_flops * (n.param_count > 0 ? 2 : 1) : 0;

@@ -41,10 +41,24 @@ YAML::Node to_yaml(const LossConfig& c) {
   return n;
 }
 
-void check_loss_fits(const LossConfig& loss, const Shape& output, const Dataset& data, const ConfigNode& where) {
+void check_loss_fits(const LossConfig& loss, const Shape& output, const Dataset& data, const ConfigNode& where,
+                     const Dataset* test) {
   if (loss.type == LossType::cross_entropy) {
     if (data.num_classes == 0)
       where.fail("cross_entropy needs class labels, but the data has regression targets (use loss: mse)");
+    if (output.rank() == 1 && output[0] < data.num_classes) {
+      const int64_t classes = output[0];
+      for (const Dataset* d : {&data, test}) {
+        if (!d || d->labels_source.empty() || !d->targets.defined() || d->num_classes <= classes) continue;
+        const int32_t* y = d->targets.data<int32_t>();
+        for (int64_t i = 0; i < d->size(); ++i)
+          if (y[i] >= classes)
+            throw DataError(fmt::format("{}: label {} at sample {} is not one of the model's {} classes (0 to {}): "
+                                        "the last layer's output is {} {}",
+                                        d->labels_source, y[i], i, classes, classes - 1, output.str(),
+                                        where.where()));
+      }
+    }
     if (output.rank() != 1 || output[0] != data.num_classes)
       where.fail(fmt::format("cross_entropy over {} classes needs a model output of [{}], got {}", data.num_classes,
                              data.num_classes, output.str()));

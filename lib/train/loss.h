@@ -25,8 +25,11 @@ void parse_loss(const ConfigNode& n, LossConfig& out);
 /// The section after defaults, as config.resolved.yaml writes it.
 YAML::Node to_yaml(const LossConfig& c);
 
-/// Checks that the model output fits the loss and the targets; a misfit is a ConfigError at `where`.
-void check_loss_fits(const LossConfig& loss, const Shape& output, const Dataset& data, const ConfigNode& where);
+/// Checks that the model output fits the loss and the targets; a misfit is a ConfigError at `where`. A class label
+/// from a file (train or `test`) that the model's output has no class for is a DataError naming the file, the
+/// sample and the label: there the data, not the config, is the likelier mistake.
+void check_loss_fits(const LossConfig& loss, const Shape& output, const Dataset& data, const ConfigNode& where,
+                     const Dataset* test = nullptr);
 
 /// Adds Σ per-sample loss to stats[0] (and correct predictions to stats[1] for classification). When dout is
 /// defined, writes ∂(scale · Σ loss)/∂out into it.

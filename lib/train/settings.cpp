@@ -35,20 +35,20 @@ void parse_train(const ConfigNode& n, TrainConfig& out) {
   n.expect_keys({"epochs", "log_every", "max_steps", "eval_every", "accumulate", "grad_clip", "profile", "nonfinite",
                  "max_skips"});
   if (n.has("nonfinite")) out.nonfinite = parse_choice(n["nonfinite"], nonfinite_policies());
-  out.max_skips = n.get_int("max_skips", 5, 1);
+  out.max_skips = n.get_size("max_skips", 5, 1, limits::kSteps);
   if (n.has("profile")) {
     const ConfigNode p = n["profile"];
     p.expect_keys({"start_step", "steps"});
-    out.profile_start = p.get_int("start_step", 5, 1);
-    out.profile_steps = p.get_int("steps", 20, 1);
+    out.profile_start = p.get_size("start_step", 5, 1, limits::kSteps);
+    out.profile_steps = p.get_size("steps", 20, 1, limits::kSteps);
   }
-  out.epochs = n.get_int("epochs", 1, 1);
-  out.log_every = n.get_int("log_every", 100, 1);
-  out.max_steps = n.get_int("max_steps", 0, 0);
-  out.accumulate = n.get_int("accumulate", 1, 1);
+  out.epochs = n.get_size("epochs", 1, 1, limits::kEpochs);
+  out.log_every = n.get_size("log_every", 100, 1, limits::kInterval);
+  out.max_steps = n.get_size("max_steps", 0, 0, limits::kSteps);
+  out.accumulate = n.get_size("accumulate", 1, 1, limits::kAccumulate);
   if (n.has("eval_every")) {
     const ConfigNode e = n["eval_every"];
-    out.eval_every = e.is_scalar() && e.as_string() == "epoch" ? 0 : e.as_int(1);
+    out.eval_every = e.is_scalar() && e.as_string() == "epoch" ? 0 : e.as_size(1, limits::kInterval);
   }
   if (n.has("grad_clip")) {
     const ConfigNode g = n["grad_clip"];
@@ -60,9 +60,9 @@ void parse_train(const ConfigNode& n, TrainConfig& out) {
 
 void parse_checkpoint(const ConfigNode& n, CheckpointConfig& out) {
   n.expect_keys({"every_steps", "every_epochs", "keep", "keep_best"});
-  out.every_steps = n.get_int("every_steps", 0, 0);
-  out.every_epochs = n.get_int("every_epochs", 1, 0);
-  out.keep = n.get_int("keep", 3, 1);
+  out.every_steps = n.get_size("every_steps", 0, 0, limits::kInterval);
+  out.every_epochs = n.get_size("every_epochs", 1, 0, limits::kEpochs);
+  out.keep = n.get_size("keep", 3, 1, limits::kInterval);
   if (n.has("keep_best"))  // null (or absent) keeps no best
     out.keep_best = parse_choice(n["keep_best"], keep_best_metrics());
 }

@@ -45,8 +45,9 @@ RunSetup::RunSetup(const Experiment& exp, const RunOptions& opts, const WorkerPl
   if (!where.data) m_own_data = load_data(exp);
   m_data = where.data ? where.data : &*m_own_data;
   model = Model::build(exp.root["model"], train().input_shape(), DType::f32, device, exp.seed);
+  model.check_batch(exp.data.batch_size, exp.root["data"]["batch_size"]);
   const ConfigNode loss_where = exp.root.has("loss") ? exp.root["loss"] : exp.root["model"]["layers"];
-  check_loss_fits(exp.loss, model.output_shape(), train(), loss_where);
+  check_loss_fits(exp.loss, model.output_shape(), train(), loss_where, &test());
   if (exp.data.augment.any() && train().input_shape().rank() != 3)
     exp.root["data"]["augment"].fail(fmt::format("augmentation works on [channels, height, width] images; the "
                                                  "samples are {}", train().input_shape().str()));
@@ -87,7 +88,7 @@ StepPlan plan_steps(const Experiment& exp, const Loader& loader, const Dataset& 
     throw DataError(fmt::format("{}: {} training samples are fewer than one global batch ({} ranks × batch {})",
                                 train.source, train.size(), world, s.batch));
   s.per_epoch = (s.micro_per_epoch + s.accumulate - 1) / s.accumulate;
-  s.total_steps = s.per_epoch * s.epochs;
+  s.total_steps = mul_sizes(s.per_epoch, s.epochs, "steps");
   if (exp.train.max_steps > 0) s.total_steps = std::min(s.total_steps, exp.train.max_steps);
   return s;
 }

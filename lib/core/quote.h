@@ -1,0 +1,39 @@
+// Values from files and configs quoted for one-line messages: control bytes escaped (a NUL cut messages off, a
+// newline split them) and long values cut (a 10 MB CSV field became a 10 MB error line).
+#pragma once
+
+#include "core/limits.h"
+
+#include <fmt/format.h>
+
+#include <string>
+#include <string_view>
+
+namespace gt {
+
+/// `s` in double quotes, with \" \\ \n \r \t \0 and \xNN for other control bytes; past `max_chars` bytes of the
+/// value it is cut and the full length given: "aaaa…" (10485760 bytes).
+inline std::string quote_value(std::string_view s, size_t max_chars = static_cast<size_t>(limits::kQuotedChars)) {
+  std::string out = "\"";
+  const size_t shown = std::min(s.size(), max_chars);
+  for (size_t i = 0; i < shown; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      case '\0': out += "\\0"; break;
+      default:
+        if (c < 0x20 || c == 0x7f)
+          out += fmt::format("\\x{:02x}", c);
+        else
+          out += static_cast<char>(c);
+    }
+  }
+  out += shown < s.size() ? fmt::format("…\" ({} bytes)", s.size()) : std::string("\"");
+  return out;
+}
+
+}  // namespace gt
