@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <dlfcn.h>
 #include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include <chrono>
 #include <cstdlib>

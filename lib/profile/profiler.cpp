@@ -1,7 +1,7 @@
 // Chrome trace output and the per-layer profile table.
 #include "profile/profiler.h"
 
-#include "log/logging.h"
+#include "core/json.h"
 
 #include <fmt/format.h>
 

@@ -2,6 +2,7 @@
 // (setup.h, step.h, evaluation.h, hooks.h); and run_training, which places one worker per device or rank.
 #include "train/trainer.h"
 
+#include "core/json.h"
 #include "dist/comm.h"
 #include "dist/workers.h"
 #include "graph/model.h"
