@@ -121,7 +121,9 @@ std::vector<std::pair<std::string, Tensor>> read_safetensors(const std::string& 
   }
   const uint64_t data_size = file_size - 8 - header_len;
   std::vector<std::pair<uint64_t, std::pair<std::string, Tensor>>> out;
-  for (const auto& [name, e] : h.members) {
+  for (const JsonMember& member : h.members) {
+    const std::string& name = member.key;  // not a structured binding: clang 14 cannot capture one in a lambda
+    const JsonValue& e = member.value;
     if (name == "__metadata__") continue;
     auto malformed = [&] { return DataError(fmt::format("{}: malformed header entry for \"{}\"", path, name)); };
     const JsonValue* dtype = e.find("dtype");
