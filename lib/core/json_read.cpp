@@ -189,8 +189,8 @@ JsonValue json_read_object(const std::string& text, const JsonLimits& limits) {
     throw JsonReadError(JsonReadError::Reason::not_object, "expected a JSON object, got an empty text");
   JsonValue v = json_read(text, limits);
   if (!v.is_object())
-    throw JsonReadError(JsonReadError::Reason::not_object, fmt::format("expected a JSON object, got {}",
-                                                                         type_name(v.type)));
+    throw JsonReadError(JsonReadError::Reason::not_object,
+                        fmt::format("expected a JSON object, got {}", type_name(v.type)));
   return v;
 }
 
