@@ -6,6 +6,7 @@
 #include "core/parallel.h"
 #include "core/tensor.h"
 #include "log/gpu_monitor.h"
+#include "log/logging.h"
 #include "ops/matmul.h"
 
 #include <algorithm>

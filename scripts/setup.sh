@@ -9,6 +9,7 @@ packages=(
   build-essential cmake pkg-config
   libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev catch2
   libopenblas-dev zlib1g-dev
+  nlohmann-json3-dev  # lib/core/json_read.cpp
   libopenmpi-dev openmpi-bin
   dataset-fashion-mnist
   python3-torch python3-numpy python3-yaml

@@ -1,16 +1,24 @@
-// Test helpers: process runner, temp dirs, tiny JSON field readers.
+// Test helpers: process runner, temp dirs, tiny JSON field readers, the expected-warning guard.
 #include "helpers.h"
+
+#include <catch2/catch.hpp>
+#include <spdlog/sinks/base_sink.h>
+#include <spdlog/spdlog.h>
 
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <regex>
 #include <sstream>
 #include <stdexcept>
+#include <utility>
 
 namespace gt::test {
 
@@ -126,5 +134,75 @@ std::optional<std::string> json_string(const std::string& json, const std::strin
 }
 
 std::string source_path(const std::string& rel) { return std::string(GT_SOURCE_DIR) + "/" + rel; }
+
+namespace {
+
+// The live guards (innermost last) with their counts, and the warnings none of them matched. Guarded by g_warn_mutex:
+// worker and sampler threads log too.
+struct Guard {
+  const ExpectWarnings* owner;
+  std::string substring;
+  int count = 0;
+};
+std::mutex g_warn_mutex;
+std::vector<Guard> g_guards;
+std::vector<std::string> g_unexpected;
+
+class WarningSink final : public spdlog::sinks::base_sink<std::mutex> {
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    if (msg.level < spdlog::level::warn || msg.level == spdlog::level::off) return;
+    const std::string text(msg.payload.data(), msg.payload.size());
+    std::lock_guard lock(g_warn_mutex);
+    for (auto it = g_guards.rbegin(); it != g_guards.rend(); ++it)
+      if (text.find(it->substring) != std::string::npos) {
+        ++it->count;
+        return;
+      }
+    const auto level = spdlog::level::to_string_view(msg.level);
+    g_unexpected.push_back(std::string(level.data(), level.size()) + ": " + text);
+  }
+  void flush_() override {}
+};
+
+}  // namespace
+
+ExpectWarnings::ExpectWarnings(std::string substring) : m_substring(std::move(substring)) {
+  std::lock_guard lock(g_warn_mutex);
+  g_guards.push_back({this, m_substring});
+}
+
+ExpectWarnings::~ExpectWarnings() {
+  int n = 0;
+  {
+    std::lock_guard lock(g_warn_mutex);
+    const auto it = std::find_if(g_guards.begin(), g_guards.end(), [&](const Guard& g) { return g.owner == this; });
+    n = it->count;
+    g_guards.erase(it);
+  }
+  // A test already leaving by an exception has failed; "no warning came" would only hide why.
+  if (n == 0 && std::uncaught_exceptions() == 0)
+    FAIL_CHECK("expected a warning containing \"" << m_substring << "\", but none was logged");
+}
+
+int ExpectWarnings::count() const {
+  std::lock_guard lock(g_warn_mutex);
+  for (const Guard& g : g_guards)
+    if (g.owner == this) return g.count;
+  return 0;
+}
+
+void install_warning_sink() {
+  static const bool installed = [] {
+    spdlog::default_logger()->sinks().push_back(std::make_shared<WarningSink>());
+    return true;
+  }();
+  (void)installed;
+}
+
+std::vector<std::string> take_unexpected_warnings() {
+  std::lock_guard lock(g_warn_mutex);
+  return std::exchange(g_unexpected, {});
+}
 
 }  // namespace gt::test

@@ -62,4 +62,26 @@ bool wait_for_file(const std::string& path, double seconds);
 /// Path of a file in the source tree (configs/…).
 std::string source_path(const std::string& rel);
 
+/// Declares warnings a test expects. The suite's main installs a log sink that fails the running test for every
+/// warning or error logged in this process (by any thread) that no live ExpectWarnings matches; within its scope,
+/// those whose message contains `substring` are allowed instead, and at least one of them must come, or the test
+/// fails when the guard goes away. Guards nest; the innermost that matches counts the message.
+class ExpectWarnings {
+ public:
+  explicit ExpectWarnings(std::string substring);
+  ~ExpectWarnings();
+  ExpectWarnings(const ExpectWarnings&) = delete;
+  ExpectWarnings& operator=(const ExpectWarnings&) = delete;
+  /// Matching warnings so far.
+  int count() const;
+
+ private:
+  std::string m_substring;
+};
+
+/// For tests/main.cpp: adds the sink to spdlog's default logger, once.
+void install_warning_sink();
+/// For tests/main.cpp: takes the unexpected warnings logged since the last call ("warn: …" or "error: …").
+std::vector<std::string> take_unexpected_warnings();
+
 }  // namespace gt::test

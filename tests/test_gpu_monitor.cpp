@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <dlfcn.h>
 #include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -17,6 +18,7 @@
 using gt::GpuMonitor;
 using gt::GpuTarget;
 using gt::MonitorSample;
+using gt::test::ExpectWarnings;
 using gt::test::json_number;
 using gt::test::json_string;
 using gt::test::lines_of;
@@ -136,6 +138,7 @@ TEST_CASE("the GPU monitor reports what NVML reads, per GPU, as JSON fields and 
                  {"FAKE_NVML_THROTTLE", "none,idle+power_cap"}});
   FakeNvml fake;
   const int inits = fake.count("init"), shutdowns = fake.count("shutdown");
+  ExpectWarnings throttled{"gpu1 is throttling its clocks (sw_power_cap)"};  // idle+power_cap: the power cap warns
   GpuMonitor m({{0, ""}, {1, ""}}, 0.05);
   const MonitorSample s = run_for(m, 2);
 
@@ -207,6 +210,7 @@ TEST_CASE("a throttling GPU is warned about once per GPU, an idle one not at all
   SECTION("thermal and power reasons warn once per GPU however many samples show them") {
     ScopedEnv env({{"FAKE_NVML_GPUS", "3"}, {"FAKE_NVML_THROTTLE", "thermal,power_cap+idle,none"}});
     LogCapture log;
+    ExpectWarnings warned{"is throttling its clocks"};
     GpuMonitor m({{0, ""}, {1, ""}, {2, ""}}, 0.01);
     run_for(m, 6);
     CHECK(log.count("is throttling") == 2);
@@ -225,6 +229,7 @@ TEST_CASE("a throttling GPU is warned about once per GPU, an idle one not at all
   SECTION("a second monitor (a second run) warns again") {
     ScopedEnv env({{"FAKE_NVML_THROTTLE", "power_brake"}});
     LogCapture log;
+    ExpectWarnings warned{"gpu0 is throttling its clocks (hw_power_brake)"};
     for (int run = 0; run < 2; ++run) {
       GpuMonitor m({{0, ""}}, 0.01);
       run_for(m, 3);
@@ -237,6 +242,7 @@ TEST_CASE("memory above 95 % of a GPU is warned about once", "[cpu]") {
   ScopedEnv env(
       {{"FAKE_NVML_GPUS", "2"}, {"FAKE_NVML_MEM_USED_MIB", "79000,77000"}, {"FAKE_NVML_MEM_TOTAL_MIB", "81920"}});
   LogCapture log;
+  ExpectWarnings warned{"gpu0 memory is 77.1/80.0 GiB (over 95 %)"};
   GpuMonitor m({{0, ""}, {1, ""}}, 0.01);
   run_for(m, 5);
   // 79000/81920 = 96.4 % warns; 77000/81920 = 94.0 % does not.

@@ -55,15 +55,33 @@ TEST_CASE("corrupt safetensors files are refused by name", "[cpu]") {
   big[5] = '\x7f';  // an absurd header length
   test::write_text(dir / "big.safetensors", big);
   CHECK_THROWS_WITH(read_safetensors(dir / "big.safetensors"), Catch::Contains("does not fit"));
-  // Found by fuzz_safetensors: YAML (which parses the header) takes a map as a key, JSON does not; reading it as a
-  // name threw a yaml-cpp exception instead of a DataError.
-  const std::string header = "{}    : ";
-  test::write_text(dir / "key.safetensors", std::string("\x08\0\0\0\0\0\0\0", 8) + header);
-  try {
-    read_safetensors(dir / "key.safetensors");
-    FAIL("no error");
-  } catch (const Error& e) {
-    CHECK(e.kind() == ErrorKind::data);
-    CHECK_THAT(e.what(), Catch::Contains(dir / "key.safetensors") && Catch::Contains("a key is not a string"));
+  // Found by fuzz_safetensors when YAML parsed the header: YAML takes a map as a key, JSON does not, and reading it as
+  // a name threw a yaml-cpp exception instead of a DataError. The JSON reader refuses it, and a number as a key, as
+  // not JSON, saying where.
+  for (const auto& [header, where] : {std::pair<std::string, std::string>{"{}    : ", "column 7"},
+                                      {"{1: {}}", "object key"}}) {
+    test::write_text(dir / "key.safetensors", std::string("\x08\0\0\0\0\0\0\0", 8) + header + " ");
+    try {
+      read_safetensors(dir / "key.safetensors");
+      FAIL("no error");
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::data);
+      CHECK_THAT(e.what(), Catch::Contains(dir / "key.safetensors") &&
+                               Catch::Contains("the header is not valid JSON") && Catch::Contains(where));
+    }
+  }
+  // Duplicate tensor names (JSON leaves it open; a reader that kept the last would load other bytes than another
+  // tool) and nesting no safetensors header has are refused.
+  for (const auto& [header, why] : {std::pair<std::string, std::string>{
+                                        R"({"a": {"dtype": "F32", "shape": [], "data_offsets": [0, 4]}, "a": 1})",
+                                        "duplicate key \"a\""},
+                                    {R"({"__metadata__": {"x": [[[[[[[[1]]]]]]]]}})", "nested deeper than 8"}}) {
+    std::string text = header;
+    while (text.size() % 8) text += ' ';
+    std::string len(8, '\0');
+    for (int i = 0; i < 8; ++i) len[static_cast<size_t>(i)] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
+    test::write_text(dir / "dup.safetensors", len + text + std::string(4, '\0'));
+    CHECK_THROWS_WITH(read_safetensors(dir / "dup.safetensors"),
+                      Catch::Contains("the header is not valid JSON") && Catch::Contains(why));
   }
 }

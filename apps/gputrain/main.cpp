@@ -1,4 +1,5 @@
 // gputrain: the command line. The only place that maps errors to exit codes.
+#include "core/json.h"
 #include "graph/model.h"
 #include "layers/layer.h"
 #include "log/logging.h"

@@ -18,7 +18,7 @@ BatchStager::BatchStager(const Dataset& data, int64_t batch, Device device) : m_
 int64_t BatchStager::next(Loader& loader, Tensor& x, Tensor& y, Profiler* profiler) {
   static const std::string kData = "data", kTrainer = "trainer";
   if (m_device.is_cpu()) {
-    ProfileScope scope(profiler, kData, kTrainer, "load");
+    SpanScope scope(profiler, kData, kTrainer, "load");
     return loader.next(x, y);
   }
   Slot& s = m_slots[m_turn];
@@ -34,7 +34,7 @@ int64_t BatchStager::next(Loader& loader, Tensor& x, Tensor& y, Profiler* profil
                        profiler->timed_on_device() ? Profiler::kHost : Profiler::kMain);
   }
   if (n > 0) {
-    ProfileScope scope(profiler, kData, kTrainer, "h2d");
+    SpanScope scope(profiler, kData, kTrainer, "h2d");
     x.narrow0(n).copy_from_async(s.x.narrow0(n));
     y.narrow0(n).copy_from_async(s.y.narrow0(n));
     s.copied.record(m_device);

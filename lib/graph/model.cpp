@@ -423,7 +423,7 @@ const Tensor& Model::forward(const Tensor& x, const LayerContext& context) {
       continue;
     }
     m_out[i] = m_out_buf[i].narrow0(batch);
-    ProfileScope scope(m_profiler, n.name, n.type, "forward", n.layer->forward_flops() * batch);
+    SpanScope scope(m_profiler, n.name, n.type, "forward", n.layer->forward_flops() * batch);
     n.layer->forward(ins, m_out[i], ctx);
   }
   return m_out.back();
@@ -473,8 +473,8 @@ void Model::backward(const Tensor& dout, const LayerContext& context) {
       dins[k] = &dx_views[k];
     }
     // Backward FLOPs: about twice the forward's for layers with parameters (input and weight gradients).
-    ProfileScope scope(m_profiler, n.name, n.type, "backward",
-                       n.layer->forward_flops() * batch * (n.param_count > 0 ? 2 : 1));
+    SpanScope scope(m_profiler, n.name, n.type, "backward",
+                    n.layer->forward_flops() * batch * (n.param_count > 0 ? 2 : 1));
     if (n.adds_param_grads) {  // a tied layer has written this node's weight gradient already
       LayerContext adding = ctx;
       adding.accumulate_grads = true;

@@ -2,8 +2,8 @@
 #pragma once
 
 #include "config/config.h"
+#include "core/span_timer.h"
 #include "layers/layer.h"
-#include "profile/profiler.h"
 
 #include <functional>
 #include <memory>
@@ -68,7 +68,7 @@ class Model {
   /// The layer list as config after defaults (for config.resolved.yaml).
   YAML::Node resolved_layers() const;
   /// Times every layer's forward and backward into `p` while it is enabled (nullptr: off).
-  void set_profiler(Profiler* p) { m_profiler = p; }
+  void set_profiler(SpanTimer* p) { m_profiler = p; }
   /// Called with a node's index right after its backward has run, when its parameter gradients are final
   /// (data-parallel training starts averaging them then). Empty: nothing is called.
   void set_grad_ready_hook(std::function<void(size_t)> hook) { m_grad_ready = std::move(hook); }
@@ -95,7 +95,7 @@ class Model {
   bool m_initialised = false;                 // build() created the parameters
   Tensor m_input;                              // the last forward's input
   std::function<void(size_t)> m_grad_ready;
-  Profiler* m_profiler = nullptr;
+  SpanTimer* m_profiler = nullptr;
   ops::SumOverRanks m_sync;
 };
 

@@ -2,12 +2,12 @@
 // then the raw little-endian data.
 #include "io/safetensors.h"
 
+#include "core/json.h"
+#include "core/json_read.h"
 #include "core/quote.h"
-#include "log/logging.h"
 
 #include <fcntl.h>
 #include <unistd.h>
-#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -111,54 +111,62 @@ std::vector<std::pair<std::string, Tensor>> read_safetensors(const std::string& 
     throw DataError(fmt::format("{}: header length {} does not fit the {}-byte file", path, header_len, file_size));
   std::string header(header_len, '\0');
   in.read(header.data(), static_cast<std::streamsize>(header_len));
-  YAML::Node h;
+  JsonValue h;
   try {
-    h = YAML::Load(header);  // JSON is a subset of YAML's flow style
-  } catch (const YAML::Exception& e) {
-    throw DataError(fmt::format("{}: the header is not valid JSON: {}", path, e.msg));
+    // A safetensors header is three levels deep (entries → fields → shape); the limit leaves room and no more.
+    h = json_read_object(header, JsonLimits{static_cast<size_t>(header_len), 8});
+  } catch (const JsonReadError& e) {
+    if (e.reason() == JsonReadError::Reason::not_object)
+      throw DataError(fmt::format("{}: the header is not a JSON object", path));
+    throw DataError(fmt::format("{}: the header is not valid JSON: {}", path, e.what()));
   }
-  if (!h.IsMap()) throw DataError(fmt::format("{}: the header is not a JSON object", path));
   const uint64_t data_size = file_size - 8 - header_len;
   std::vector<std::pair<uint64_t, std::pair<std::string, Tensor>>> out;
-  for (const auto& kv : h) {
-    if (!kv.first.IsScalar())  // YAML takes `{[1]: …}` or `{{}: …}`, JSON does not
-      throw DataError(fmt::format("{}: the header is not valid JSON: a key is not a string", path));
-    const auto name = kv.first.Scalar();
+  for (const JsonMember& member : h.members) {
+    const std::string& name = member.key;  // not a structured binding: clang 14 cannot capture one in a lambda
+    const JsonValue& e = member.value;
     if (name == "__metadata__") continue;
-    const YAML::Node& e = kv.second;
-    try {
-      const auto tag = e["dtype"].as<std::string>();
-      DType dt = DType::f32;
-      if (tag == "F64")
-        dt = DType::f64;
-      else if (tag == "I32")
-        dt = DType::i32;
-      else if (tag != "F32")
-        throw DataError(fmt::format("{}: tensor {} is {}, which this reader does not take (F32, F64, I32)", path,
-                                    quote_value(name), tag));
-      std::vector<int64_t> dims;
-      for (const auto& d : e["shape"]) dims.push_back(d.as<int64_t>());
-      if (std::any_of(dims.begin(), dims.end(), [](int64_t d) { return d < 0; }))
-        throw DataError(fmt::format("{}: tensor {} has a negative dimension in its shape {}", path, quote_value(name),
-                                    Shape(dims).str()));
-      // The size in bytes, saturating above the data size: a shape must not overflow or allocate what is not there.
-      uint64_t bytes = std::find(dims.begin(), dims.end(), int64_t{0}) != dims.end() ? 0 : dtype_size(dt);
-      for (const int64_t d : dims) {
-        const auto extent = static_cast<uint64_t>(d);
-        if (bytes > 0) bytes = bytes > data_size / extent ? data_size + 1 : bytes * extent;
-      }
-      const auto begin = e["data_offsets"][0].as<uint64_t>(), end = e["data_offsets"][1].as<uint64_t>();
-      if (end < begin || end > data_size || bytes > data_size || end - begin != bytes)
-        throw DataError(fmt::format("{}: tensor {} claims bytes [{}, {}) of {} for {} of shape {}", path, quote_value(name),
-                                    begin, end, data_size, tag, Shape(dims).str()));
-      Tensor t = Tensor::empty(Shape(dims), dt);
-      in.seekg(static_cast<std::streamoff>(8 + header_len + begin));
-      if (!in.read(static_cast<char*>(t.raw()), static_cast<std::streamsize>(t.bytes())))
-        throw DataError(fmt::format("{}: truncated data of tensor {}", path, quote_value(name)));
-      out.push_back({begin, {name, t}});
-    } catch (const YAML::Exception&) {
-      throw DataError(fmt::format("{}: malformed header entry for {}", path, quote_value(name)));
+    auto malformed = [&] { return DataError(fmt::format("{}: malformed header entry for {}", path, quote_value(name))); };
+    const JsonValue* dtype = e.find("dtype");
+    const JsonValue* shape = e.find("shape");
+    const JsonValue* offsets = e.find("data_offsets");
+    if (!dtype || !dtype->is_string() || !shape || !shape->is_array() || !offsets || !offsets->is_array() ||
+        offsets->items.size() != 2)
+      throw malformed();
+    const std::string& tag = dtype->string;
+    DType dt = DType::f32;
+    if (tag == "F64")
+      dt = DType::f64;
+    else if (tag == "I32")
+      dt = DType::i32;
+    else if (tag != "F32")
+      throw DataError(fmt::format("{}: tensor {} is {}, which this reader does not take (F32, F64, I32)", path,
+                                  quote_value(name), tag));
+    std::vector<int64_t> dims;
+    for (const JsonValue& d : shape->items) {
+      if (!d.integer) throw malformed();
+      dims.push_back(*d.integer);
     }
+    if (std::any_of(dims.begin(), dims.end(), [](int64_t d) { return d < 0; }))
+      throw DataError(fmt::format("{}: tensor {} has a negative dimension in its shape {}", path, quote_value(name),
+                                  Shape(dims).str()));
+    // The size in bytes, saturating above the data size: a shape must not overflow or allocate what is not there.
+    uint64_t bytes = std::find(dims.begin(), dims.end(), int64_t{0}) != dims.end() ? 0 : dtype_size(dt);
+    for (const int64_t d : dims) {
+      const auto extent = static_cast<uint64_t>(d);
+      if (bytes > 0) bytes = bytes > data_size / extent ? data_size + 1 : bytes * extent;
+    }
+    const JsonValue &first = offsets->items[0], &last = offsets->items[1];
+    if (!first.integer || *first.integer < 0 || !last.integer || *last.integer < 0) throw malformed();
+    const auto begin = static_cast<uint64_t>(*first.integer), end = static_cast<uint64_t>(*last.integer);
+    if (end < begin || end > data_size || bytes > data_size || end - begin != bytes)
+      throw DataError(fmt::format("{}: tensor {} claims bytes [{}, {}) of {} for {} of shape {}", path, quote_value(name),
+                                  begin, end, data_size, tag, Shape(dims).str()));
+    Tensor t = Tensor::empty(Shape(dims), dt);
+    in.seekg(static_cast<std::streamoff>(8 + header_len + begin));
+    if (!in.read(static_cast<char*>(t.raw()), static_cast<std::streamsize>(t.bytes())))
+      throw DataError(fmt::format("{}: truncated data of tensor {}", path, quote_value(name)));
+    out.push_back({begin, {name, t}});
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   for (size_t i = 1; i < out.size(); ++i) {

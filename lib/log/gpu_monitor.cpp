@@ -1,6 +1,8 @@
 // The GPU/host sampler: NVML through dlopen (never linked, so the binary runs where there is no driver) and /proc.
 #include "log/gpu_monitor.h"
 
+#include "log/logging.h"
+
 #include <dlfcn.h>
 #include <unistd.h>
 

@@ -1,7 +1,7 @@
 // GPU (NVML, loaded at run time) and host (/proc) metrics sampled by a background thread.
 #pragma once
 
-#include "log/logging.h"
+#include "core/json.h"
 #include "ops/devices.h"
 
 #include <chrono>

@@ -2,6 +2,7 @@
 #include "log/metrics.h"
 
 #include "core/error.h"
+#include "core/json.h"
 
 #include <fmt/format.h>
 

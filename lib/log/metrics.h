@@ -1,7 +1,7 @@
 // Where a run's numbers go: metrics.jsonl and the TensorBoard events file, fed by one MetricsSink.
 #pragma once
 
-#include "log/logging.h"
+#include "core/json.h"
 #include "log/tensorboard.h"
 
 #include <cstdint>

@@ -2,15 +2,13 @@
 #include "log/report.h"
 
 #include "core/error.h"
+#include "core/json_read.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -23,136 +21,17 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A field of a flat JSON object: a number, or text (strings, true/false, null, and nested objects as written).
-struct JsonField {
-  bool is_number = false;
-  double number = 0;
-  std::string text;
-};
-using FlatJson = std::vector<std::pair<std::string, JsonField>>;
-
-class FlatJsonParser {
- public:
-  explicit FlatJsonParser(const std::string& s) : m_s(s) {}
-
-  // nullopt for anything but one JSON object (metrics.jsonl and summary.json are flat; nesting is kept as text).
-  std::optional<FlatJson> parse() {
-    FlatJson out;
-    skip_ws();
-    if (!eat('{')) return std::nullopt;
-    skip_ws();
-    if (eat('}')) return finish(out);
-    for (;;) {
-      skip_ws();
-      std::string key;
-      if (!string(key)) return std::nullopt;
-      skip_ws();
-      if (!eat(':')) return std::nullopt;
-      skip_ws();
-      JsonField f;
-      if (!value(f)) return std::nullopt;
-      out.emplace_back(std::move(key), std::move(f));
-      skip_ws();
-      if (eat('}')) return finish(out);
-      if (!eat(',')) return std::nullopt;
-    }
+// One JSON object of metrics.jsonl or summary.json; nullopt for anything else (garbage, half a line, duplicate keys).
+std::optional<JsonValue> read_object(const std::string& text) {
+  try {
+    return json_read_object(text);
+  } catch (const JsonReadError&) {
+    return std::nullopt;
   }
-
- private:
-  std::optional<FlatJson> finish(FlatJson& out) {
-    skip_ws();
-    if (m_i != m_s.size()) return std::nullopt;
-    return std::move(out);
-  }
-  void skip_ws() {
-    while (m_i < m_s.size() && std::isspace(static_cast<unsigned char>(m_s[m_i]))) ++m_i;
-  }
-  bool eat(char c) {
-    if (m_i < m_s.size() && m_s[m_i] == c) {
-      ++m_i;
-      return true;
-    }
-    return false;
-  }
-  bool string(std::string& out) {
-    if (!eat('"')) return false;
-    while (m_i < m_s.size()) {
-      const char c = m_s[m_i++];
-      if (c == '"') return true;
-      if (c != '\\') {
-        out += c;
-        continue;
-      }
-      if (m_i >= m_s.size()) return false;
-      const char e = m_s[m_i++];
-      switch (e) {
-        case 'n': out += '\n'; break;
-        case 't': out += '\t'; break;
-        case 'r': out += '\r'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'u': {
-          if (m_i + 4 > m_s.size()) return false;
-          const long cp = std::strtol(m_s.substr(m_i, 4).c_str(), nullptr, 16);
-          m_i += 4;
-          out += cp < 0x80 ? static_cast<char>(cp) : '?';  // the report shows text; non-ASCII escapes are rare here
-          break;
-        }
-        default: out += e;
-      }
-    }
-    return false;
-  }
-  bool value(JsonField& f) {
-    if (m_i >= m_s.size()) return false;
-    const char c = m_s[m_i];
-    if (c == '"') return string(f.text);
-    if (c == '{' || c == '[') {  // nested: kept as its text, brackets balanced outside strings
-      const size_t start = m_i;
-      int depth = 0;
-      bool in_string = false;
-      for (; m_i < m_s.size(); ++m_i) {
-        const char d = m_s[m_i];
-        if (in_string) {
-          if (d == '\\') ++m_i;
-          else if (d == '"') in_string = false;
-        } else if (d == '"') {
-          in_string = true;
-        } else if (d == '{' || d == '[') {
-          ++depth;
-        } else if ((d == '}' || d == ']') && --depth == 0) {
-          ++m_i;
-          f.text = m_s.substr(start, m_i - start);
-          return true;
-        }
-      }
-      return false;
-    }
-    for (const char* word : {"true", "false", "null"}) {
-      if (m_s.compare(m_i, std::strlen(word), word) == 0) {
-        m_i += std::strlen(word);
-        f.text = word;
-        return true;
-      }
-    }
-    const char* begin = m_s.c_str() + m_i;
-    char* end = nullptr;
-    f.number = std::strtod(begin, &end);
-    if (end == begin) return false;
-    f.is_number = true;
-    m_i += static_cast<size_t>(end - begin);
-    return true;
-  }
-
-  const std::string& m_s;
-  size_t m_i = 0;
-};
-
-const JsonField* find(const FlatJson& obj, const std::string& key) {
-  for (const auto& [k, v] : obj)
-    if (k == key) return &v;
-  return nullptr;
 }
+
+// A field as the report shows it: a string's text, anything else (true, null, nested objects) as JSON.
+std::string shown(const JsonValue& v) { return v.is_string() ? v.string : v.text(); }
 
 std::string html_escape(const std::string& s) {
   std::string out;
@@ -252,8 +131,8 @@ ReportInfo write_report(const std::string& run_dir, const std::string& out_path)
 
   // Rows of metrics.jsonl. A run being written may end in half a line: it counts as skipped, like garbage.
   std::map<std::string, Series> series;
-  auto add = [&](const std::string& key, const char* label, const char* color, double step, const JsonField* f) {
-    if (!f || !f->is_number || !std::isfinite(f->number)) return;
+  auto add = [&](const std::string& key, const char* label, const char* color, double step, const JsonValue* f) {
+    if (!f || !f->is_number() || !std::isfinite(f->number)) return;
     Series& s = series[key];
     s.label = label;
     s.color = color;
@@ -264,37 +143,37 @@ ReportInfo write_report(const std::string& run_dir, const std::string& out_path)
     std::istringstream in(*metrics);
     for (std::string line; std::getline(in, line);) {
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      const auto row = FlatJsonParser(line).parse();
-      const JsonField* type = row ? find(*row, "type") : nullptr;
-      const JsonField* step = row ? find(*row, "step") : nullptr;
-      if (!type || !step || !step->is_number) {
+      const auto row = read_object(line);
+      const JsonValue* type = row ? row->find("type") : nullptr;
+      const JsonValue* step = row ? row->find("step") : nullptr;
+      if (!type || !step || !step->is_number()) {
         ++info.skipped_lines;
         continue;
       }
       const double s = step->number;
-      if (type->text == "train") {
+      if (type->is_string() && type->string == "train") {
         ++info.train_rows;
-        add("train/loss", "loss", "#1f77b4", s, find(*row, "loss"));
-        add("train/lr", "lr", "#2ca02c", s, find(*row, "lr"));
-        add("train/samples_per_sec", "samples/s", "#9467bd", s, find(*row, "samples_per_sec"));
-        add("train/device_mem_mib", "in use", "#8c564b", s, find(*row, "device_mem_mib"));
-        add("train/device_peak_mib", "peak", "#e377c2", s, find(*row, "device_peak_mib"));
-      } else if (type->text == "eval") {
+        add("train/loss", "loss", "#1f77b4", s, row->find("loss"));
+        add("train/lr", "lr", "#2ca02c", s, row->find("lr"));
+        add("train/samples_per_sec", "samples/s", "#9467bd", s, row->find("samples_per_sec"));
+        add("train/device_mem_mib", "in use", "#8c564b", s, row->find("device_mem_mib"));
+        add("train/device_peak_mib", "peak", "#e377c2", s, row->find("device_peak_mib"));
+      } else if (type->is_string() && type->string == "eval") {
         ++info.eval_rows;
-        add("test/loss", "test loss", "#d62728", s, find(*row, "test_loss"));
-        add("test/accuracy", "test accuracy", "#ff7f0e", s, find(*row, "test_accuracy"));
+        add("test/loss", "test loss", "#d62728", s, row->find("test_loss"));
+        add("test/accuracy", "test accuracy", "#ff7f0e", s, row->find("test_accuracy"));
       }
     }
   }
 
   const std::optional<std::string> summary_text = read_file(dir / "summary.json");
-  std::optional<FlatJson> summary;
-  if (summary_text) summary = FlatJsonParser(*summary_text).parse();
+  std::optional<JsonValue> summary;
+  if (summary_text) summary = read_object(*summary_text);
   info.finished = summary.has_value();
   std::string name = dir.lexically_normal().filename().string();
   if (name.empty()) name = dir.lexically_normal().parent_path().filename().string();
   if (summary)
-    if (const JsonField* n = find(*summary, "name"); n && !n->is_number) name = n->text;
+    if (const JsonValue* n = summary->find("name"); n && !n->is_number()) name = shown(*n);
 
   std::string html = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
   html += fmt::format("<title>gputrain report: {}</title>\n<style>\n{}</style>\n</head>\n<body>\n", html_escape(name),
@@ -302,12 +181,12 @@ ReportInfo write_report(const std::string& run_dir, const std::string& out_path)
   html += fmt::format("<h1>gputrain run: {}</h1>\n<p>{}</p>\n", html_escape(name),
                       html_escape(fs::absolute(dir).string()));
   if (summary) {
-    const JsonField* why = find(*summary, "exit_reason");
-    html += fmt::format("<p>Finished: <b>{}</b>.</p>\n", html_escape(why ? why->text : "unknown"));
+    const JsonValue* why = summary->find("exit_reason");
+    html += fmt::format("<p>Finished: <b>{}</b>.</p>\n", html_escape(why ? shown(*why) : "unknown"));
     html += "<h2>Summary</h2>\n<table class=\"summary\">\n";
-    for (const auto& [k, v] : *summary)
+    for (const auto& [k, v] : summary->members)
       html += fmt::format("<tr><td>{}</td><td>{}</td></tr>\n", html_escape(k),
-                          v.is_number ? fmt::format("{:.6g}", v.number) : html_escape(v.text));
+                          v.is_number() ? fmt::format("{:.6g}", v.number) : html_escape(shown(v)));
     html += "</table>\n";
   } else {
     html += fmt::format("<p class=\"note\">No {}summary.json: the run is running or stopped.</p>\n",

@@ -1,7 +1,7 @@
 // Chrome trace output and the per-layer profile table.
 #include "profile/profiler.h"
 
-#include "log/logging.h"
+#include "core/json.h"
 
 #include <fmt/format.h>
 
@@ -26,6 +26,27 @@ void Profiler::record_marked(const std::string& name, const std::string& type, c
   if (!m_on) return;
   std::lock_guard<std::mutex> lock(m_mutex);
   m_spans.push_back({name, type, category, {}, {}, flops, kMain, begin_mark, end_mark});
+}
+
+SpanStart Profiler::begin_span(const std::string& name) {
+  SpanStart start;
+  if (timed_on_device()) {
+    range_push(name.c_str());
+    start.mark = mark();
+  } else {
+    start.time = Clock::now();
+  }
+  return start;
+}
+
+void Profiler::end_span(const SpanStart& start, const std::string& name, const std::string& type,
+                        const char* category, int64_t flops) {
+  if (start.mark >= 0) {
+    record_marked(name, type, category, start.mark, mark(), flops);
+    range_pop();
+  } else {
+    record(name, type, category, start.time, Clock::now(), flops);
+  }
 }
 
 void Profiler::begin_step() {

@@ -2,6 +2,7 @@
 // (open in Perfetto or chrome://tracing) and summarised as a per-layer table.
 #pragma once
 
+#include "core/span_timer.h"
 #include "ops/stream.h"
 
 #include <chrono>
@@ -13,7 +14,8 @@
 
 namespace gt {
 
-class Profiler {
+/// Spans are recorded through SpanTimer (with SpanScope) or record(); see chrome_trace() and table() for the output.
+class Profiler final : public SpanTimer {
  public:
   using Clock = std::chrono::steady_clock;
   /// Where a span ran: the training loop (on a GPU: the device's stream), the communication thread, or the host
@@ -23,7 +25,12 @@ class Profiler {
 
   /// Starts or stops recording.
   void enable(bool on) { m_on = on; }
-  bool enabled() const { return m_on; }
+  bool enabled() const override { return m_on; }
+  /// SpanTimer: on a CUDA device a device timestamp and an NVTX range, else the host clock; the span goes to the
+  /// main lane.
+  SpanStart begin_span(const std::string& name) override;
+  void end_span(const SpanStart& start, const std::string& name, const std::string& type, const char* category,
+                int64_t flops) override;
   /// On a CUDA device the spans of the main lane are timed on the device's stream with CUDA events (the host only
   /// queues the work), and named NVTX ranges mark them for Nsight Systems.
   void set_device(Device device);
@@ -76,41 +83,6 @@ class Profiler {
   std::unique_ptr<DeviceClock> m_clock;
   int m_first_mark = -1;
   Clock::time_point m_first_mark_host;
-};
-
-/// Times a scope into a profiler when it is enabled; costs a branch, and no allocation, when it is not. The name
-/// and type must outlive the scope.
-class ProfileScope {
- public:
-  ProfileScope(Profiler* p, const std::string& name, const std::string& type, const char* category, int64_t flops = 0)
-      : m_p(p && p->enabled() ? p : nullptr), m_name(&name), m_type(&type), m_category(category), m_flops(flops) {
-    if (!m_p) return;
-    if (m_p->timed_on_device()) {
-      range_push(name.c_str());
-      m_mark = m_p->mark();
-    } else {
-      m_begin = Profiler::Clock::now();
-    }
-  }
-  ~ProfileScope() {
-    if (!m_p) return;
-    if (m_mark >= 0) {
-      m_p->record_marked(*m_name, *m_type, m_category, m_mark, m_p->mark(), m_flops);
-      range_pop();
-    } else {
-      m_p->record(*m_name, *m_type, m_category, m_begin, Profiler::Clock::now(), m_flops);
-    }
-  }
-  ProfileScope(const ProfileScope&) = delete;
-  ProfileScope& operator=(const ProfileScope&) = delete;
-
- private:
-  Profiler* m_p;
-  const std::string *m_name, *m_type;
-  const char* m_category;
-  int64_t m_flops;
-  int m_mark = -1;
-  Profiler::Clock::time_point m_begin;
 };
 
 }  // namespace gt

@@ -3,6 +3,8 @@
 #include "train/checkpoint.h"
 
 #include "core/error.h"
+#include "core/json.h"
+#include "core/json_read.h"
 #include "graph/model.h"
 #include "io/safetensors.h"
 #include "log/logging.h"
@@ -10,12 +12,12 @@
 
 #include <fcntl.h>
 #include <unistd.h>
-#include <yaml-cpp/yaml.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -32,6 +34,7 @@ constexpr int64_t kFormatVersion = 1;
 constexpr const char* kModelFile = "model.safetensors";
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kStateFile = "state.json";
+constexpr size_t kStateLimit = size_t{64} << 20;  // state.json holds the resolved config: kilobytes, not megabytes
 
 std::string hex32(uint32_t v) { return fmt::format("{:08x}", v); }
 
@@ -95,48 +98,45 @@ std::string read_small_file(const std::string& path, size_t limit) {
 // Typed reads of state.json fields; every failure names the file and the field.
 class StateReader {
  public:
-  StateReader(const YAML::Node& root, std::string source) : m_root(root), m_source(std::move(source)) {}
+  StateReader(const JsonValue& root, std::string source) : m_root(root), m_source(std::move(source)) {}
 
-  YAML::Node node(const std::string& path, bool required = true) const {
-    YAML::Node n = m_root;
+  // nullptr when absent and not required.
+  const JsonValue* node(const std::string& path, bool required = true) const {
+    const JsonValue* n = &m_root;
     size_t begin = 0;
     while (begin <= path.size()) {
       const size_t dot = path.find('/', begin);  // '/' separates: file names hold dots
       const std::string key = path.substr(begin, dot == std::string::npos ? std::string::npos : dot - begin);
-      if (!n.IsMap() || !n[key].IsDefined()) {
+      n = n->find(key);
+      if (!n) {
         if (required) fail(path, "is missing");
-        return YAML::Node();
+        return nullptr;
       }
-      n.reset(n[key]);  // not `n = …`: that would overwrite the parent's content (yaml-cpp nodes are references)
       if (dot == std::string::npos) break;
       begin = dot + 1;
     }
     return n;
   }
   std::string str(const std::string& path) const {
-    const YAML::Node n = node(path);
-    if (!n.IsScalar()) fail(path, "expected a string");
-    return n.Scalar();
+    const JsonValue* n = node(path);
+    if (!n->is_string()) fail(path, fmt::format("expected a string, got {}", n->text()));
+    return n->string;
   }
   int64_t integer(const std::string& path, int64_t min = 0) const {
-    const std::string s = scalar(path);
-    int64_t v = 0;
-    const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-    if (ec != std::errc() || end != s.data() + s.size() || v < min)
-      fail(path, fmt::format("expected an integer ≥ {}, got \"{}\"", min, s));
-    return v;
+    const JsonValue* n = node(path);
+    if (!n->integer || *n->integer < min)
+      fail(path, fmt::format("expected an integer ≥ {}, got {}", min, n->text()));
+    return *n->integer;
   }
   double number(const std::string& path) const {
-    const std::string s = scalar(path);
-    double v = 0;
-    const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-    if (ec != std::errc() || end != s.data() + s.size() || !std::isfinite(v))
-      fail(path, fmt::format("expected a finite number, got \"{}\"", s));
-    return v;
+    const JsonValue* n = node(path);
+    if (!n->is_number() || !std::isfinite(n->number))
+      fail(path, fmt::format("expected a finite number, got {}", n->text()));
+    return n->number;
   }
   std::optional<double> optional_number(const std::string& path) const {
-    const YAML::Node n = node(path, false);
-    if (!n.IsDefined() || n.IsNull()) return std::nullopt;
+    const JsonValue* n = node(path, false);
+    if (!n || n->is_null()) return std::nullopt;
     return number(path);
   }
   [[noreturn]] void fail(const std::string& path, const std::string& what) const {
@@ -144,12 +144,7 @@ class StateReader {
   }
 
  private:
-  std::string scalar(const std::string& path) const {
-    const YAML::Node n = node(path);
-    if (!n.IsScalar()) fail(path, "expected a number");
-    return n.Scalar();
-  }
-  YAML::Node m_root;
+  const JsonValue& m_root;
   std::string m_source;
 };
 
@@ -191,13 +186,13 @@ void write_file_durable(const std::string& path, const std::string& bytes) {
 }
 
 CheckpointInfo parse_state_json(const std::string& text, const std::string& source) {
-  YAML::Node root;
+  JsonValue root;
   try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    throw DataError(fmt::format("{}: not valid JSON: {}", source, e.msg));
+    root = json_read_object(text, JsonLimits{kStateLimit, 16});
+  } catch (const JsonReadError& e) {
+    if (e.reason() == JsonReadError::Reason::not_object) throw DataError(fmt::format("{}: {}", source, e.what()));
+    throw DataError(fmt::format("{}: not valid JSON: {}", source, e.what()));
   }
-  if (!root.IsMap()) throw DataError(fmt::format("{}: expected a JSON object", source));
   const StateReader r(root, source);
   if (r.str("format") != kFormat) r.fail("format", fmt::format("expected \"{}\"", kFormat));
   if (const int64_t v = r.integer("format_version"); v != kFormatVersion)
@@ -233,9 +228,11 @@ CheckpointInfo parse_state_json(const std::string& text, const std::string& sour
   p.metrics_bytes = static_cast<uint64_t>(r.integer("metrics/jsonl_bytes"));
   for (const char* file : {kModelFile, kOptimizerFile}) {
     const int64_t bytes = r.integer(fmt::format("files/{}/bytes", file));
-    const std::string crc = r.str(fmt::format("files/{}/crc32", file));
+    const std::string crc_path = fmt::format("files/{}/crc32", file);
+    const JsonValue* crc_node = r.node(crc_path);
+    const std::string crc = crc_node->is_string() ? crc_node->string : "";
     if (crc.size() != 8 || crc.find_first_not_of("0123456789abcdef") != std::string::npos)
-      r.fail(fmt::format("files/{}/crc32", file), fmt::format("expected 8 hex digits, got \"{}\"", crc));
+      r.fail(crc_path, fmt::format("expected 8 hex digits, got {}", crc_node->text()));
     c.files.push_back({file, static_cast<uint64_t>(bytes), crc});
   }
   return c;
@@ -243,7 +240,7 @@ CheckpointInfo parse_state_json(const std::string& text, const std::string& sour
 
 CheckpointInfo read_checkpoint(const std::string& dir) {
   const std::string state_path = (fs::path(dir) / kStateFile).string();
-  const std::string text = read_small_file(state_path, 64 << 20);
+  const std::string text = read_small_file(state_path, kStateLimit);
   CheckpointInfo c = parse_state_json(text, state_path);
   c.dir = dir;
   for (const CheckpointInfo::File& f : c.files) {

@@ -1,6 +1,7 @@
 // Test-set evaluation: the batches shared out over the ranks, their sums reduced once at the end.
 #include "train/evaluation.h"
 
+#include "core/json.h"
 #include "core/parallel.h"
 #include "data/batch_stager.h"
 #include "dist/comm.h"

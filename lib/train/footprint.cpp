@@ -1,6 +1,7 @@
 // Sizing a training step from shapes: per-layer FLOPs and memory, the totals, and the verdict for the device.
 #include "train/footprint.h"
 
+#include "core/json.h"
 #include "data/dataset.h"
 #include "graph/model.h"
 #include "ops/devices.h"

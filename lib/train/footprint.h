@@ -4,8 +4,8 @@
 
 #include "core/device.h"
 #include "core/dtype.h"
+#include "core/json.h"
 #include "core/shape.h"
-#include "log/logging.h"
 #include "train/experiment.h"
 
 #include <optional>

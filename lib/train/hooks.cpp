@@ -1,6 +1,7 @@
 // The hooks around a run's steps: the log line and metrics rows, the progress bar, checkpoints and the profile.
 #include "train/hooks.h"
 
+#include "core/json.h"
 #include "graph/model.h"
 #include "log/logging.h"
 #include "core/backend.h"

@@ -2,6 +2,7 @@
 #include "train/run_dir.h"
 
 #include "core/error.h"
+#include "core/json.h"
 #include "graph/model.h"
 #include "io/safetensors.h"
 #include "log/logging.h"

@@ -130,7 +130,7 @@ int64_t StepLoop::forward_backward(Loader& loader, int64_t step, int64_t micros)
                            .step = static_cast<uint64_t>(step * m_accumulate + k)};
     const Tensor& out = m_model.forward(xb, ctx);
     {
-      ProfileScope scope(&m_profiler, kLoss, to_string(m_loss.type), "forward+backward");
+      SpanScope scope(&m_profiler, kLoss, to_string(m_loss.type), "forward+backward");
       compute_loss(m_loss, out, yb, 1.0 / static_cast<double>(n * micros), db, m_stats);
     }
     if (m_grad_sync && k == micros - 1) m_grad_sync->arm();  // earlier micro-batches accumulate locally

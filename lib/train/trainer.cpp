@@ -2,6 +2,7 @@
 // (setup.h, step.h, evaluation.h, hooks.h); and run_training, which places one worker per device or rank.
 #include "train/trainer.h"
 
+#include "core/json.h"
 #include "dist/comm.h"
 #include "dist/workers.h"
 #include "graph/model.h"
@@ -162,7 +163,7 @@ StepDone TrainLoop::step() {
   int64_t samples = m_step.forward_backward(m_loader, p.step, micros);
   p.micro_done += micros;
   {
-    ProfileScope scope(&m_profiler, kOptimizer, to_string(m_exp.optimizer.type), "update");
+    SpanScope scope(&m_profiler, kOptimizer, to_string(m_exp.optimizer.type), "update");
     const RankSums sums = m_step.sum_over_ranks(samples);
     samples = sums.samples;
     m_any_stop = sums.any_stop;
