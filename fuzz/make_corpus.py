@@ -6,6 +6,7 @@ import gzip
 import json
 import pathlib
 import struct
+import zlib
 
 root = pathlib.Path(__file__).resolve().parent
 corpus = root / "corpus"
@@ -108,3 +109,34 @@ put("fuzz_safetensors", "f32_i32_meta", safetensors(
     {"format": "pt"}))
 put("fuzz_safetensors", "f64", safetensors({"b": ("F64", [3], struct.pack("<3d", 0.25, 0.5, 1))}))
 put("fuzz_safetensors", "empty", safetensors({}))
+
+# state.json: a checkpoint's state as gputrain writes it (format 2), sealed with its state_crc32, and one whose
+# checksum no longer matches a counter.
+def sealed_state(**over):
+    state = {"format": "gputrain.checkpoint", "format_version": 2, "gputrain_version": "0.1.0", "world_size": 1,
+             "step": 1252, "epoch": 4, "position": {"micro_batches": 0, "batch_size": 64, "accumulate": 1},
+             "rng": {"algorithm": "philox4x32-10", "streams": "counter-based"},
+             "scheduler": {"step": 1252, "lr_scale": 1}, "loss_scaler": None,
+             "optimizer": {"type": "adam", "steps_taken": 1252},
+             "progress": {"epochs_done": 4, "train_samples": 80000, "epoch_samples": 0, "window_samples": 0,
+                          "epoch_loss": 0, "window_loss": 0, "window_hits": 0, "final_train_loss": 0.1291,
+                          "grad_norm": 0.4614, "train_seconds": 0.2838, "last_eval_step": 1252, "skips_in_row": 0},
+             "metrics": {"test_loss": 0.0863, "test_accuracy": 0.963, "best_metric": "none", "best_value": None,
+                         "best_step": -1, "jsonl_bytes": 11824},
+             "config_hash": "fe12ccfe", "config": "name: synth\nseed: 7\n",
+             "files": {"model.safetensors": {"bytes": 6832, "crc32": "77e59971"},
+                       "optimizer.safetensors": {"bytes": 13544, "crc32": "6e2d00cb"}}}
+    state.update(over)
+    body = json.dumps(state)
+    return body[:-1] + ', "state_crc32": "%08x"}\n' % zlib.crc32(body.encode())
+
+
+put("fuzz_state", "state.json", sealed_state())
+put("fuzz_state", "flipped_epoch", sealed_state().replace('"epoch": 4', '"epoch": 6'))
+
+# Run-directory resolution: paths into the target's scratch tree (runs/r is a run directory).
+for name, path in [("run", "runs/r"), ("metrics", "runs/r/metrics.jsonl"), ("ckpt", "runs/r/checkpoints/step-1"),
+                   ("ckpt_weights", "runs/r/checkpoints/step-1/model.safetensors"), ("report", "runs/r/report.html"),
+                   ("dotdot", "runs/r/checkpoints/../metrics.jsonl"), ("loose", "loose/w.safetensors"),
+                   ("outside", "../../x")]:
+    put("fuzz_run_dir", name, path)

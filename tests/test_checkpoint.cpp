@@ -141,11 +141,103 @@ TEST_CASE("state.json holds the loop counters, config hash and file checksums, a
   refused("", "expected a JSON object");
   refused("{\"format\": ", "not valid JSON");
   refused(std::regex_replace(good, std::regex("\"step\": 10,"), "\"step\": \"ten\","), "field step expected an integer");
-  refused(std::regex_replace(good, std::regex("\"format_version\": 1"), "\"format_version\": 9"),
+  refused(std::regex_replace(good, std::regex("\"format_version\": 2"), "\"format_version\": 9"),
           "field format_version is 9");
   refused(std::regex_replace(good, std::regex("\"window_loss\": [^,]*,"), ""), "field progress/window_loss is missing");
   refused(std::regex_replace(good, std::regex("\"crc32\": \"[0-9a-f]+\""), "\"crc32\": 5"),
           "expected 8 hex digits");
+}
+
+namespace {
+
+// Flips bit `bit` of the first character after `after` in the file (one bit of damage, as a failing disk or a stray
+// write would do it).
+void flip_bit_after(const std::string& path, const std::string& after, int bit) {
+  std::string text = read_text(path);
+  const size_t at = text.find(after);
+  REQUIRE(at != std::string::npos);
+  text[at + after.size()] = static_cast<char>(text[at + after.size()] ^ (1 << bit));
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
+}
+
+}  // namespace
+
+TEST_CASE("state.json is checksummed: one flipped bit in a counter is refused, and auto falls back", "[e2e]") {
+  TempDir dir;
+  write_text(dir / "c.yaml", resume_config(600, 5));
+  REQUIRE(run_gputrain("train " + (dir / "c.yaml") + " --quiet --epochs 2 --out " + (dir / "run")).exit_code == 0);
+  REQUIRE(checkpoint_steps(dir / "run") == std::vector<int64_t>{5, 10, 15, 20});
+  const std::string good = read_text(dir / "run/checkpoints/step-20/state.json");
+  CHECK_NOTHROW(gt::check_state_checksum(good, "s.json"));
+  // Each of these still parses: only the checksum tells them from the real state.
+  struct Flip {
+    const char* field;
+    int bit;
+  };
+  for (const Flip& f : {Flip{"\"epoch\": ", 1},           // 2 → 0: a resumed run would end at once as completed
+                        Flip{"\"lr_scale\": ", 3},        // 1 → 9: nine times the learning rate
+                        Flip{"\"micro_batches\": ", 0},   // another position in the epoch
+                        Flip{"\"step\": ", 2}}) {
+    DYNAMIC_SECTION(f.field) {
+      const std::string ckpt = dir / "flipped";
+      fs::remove_all(ckpt);
+      fs::copy(dir / "run/checkpoints/step-20", ckpt);
+      flip_bit_after(ckpt + "/state.json", f.field, f.bit);
+      REQUIRE(read_text(ckpt + "/state.json") != good);
+      CHECK_NOTHROW(gt::parse_state_json(read_text(ckpt + "/state.json"), "s.json"));
+      CHECK_THROWS_WITH(gt::read_checkpoint(ckpt),
+                        Catch::Contains(ckpt + "/state.json") && Catch::Contains("state_crc32"));
+      const auto r = run_gputrain("train " + (dir / "c.yaml") + " --epochs 3 --resume " + ckpt + " --out " +
+                                  (dir / "never"));
+      CHECK(r.exit_code == 1);
+      CHECK_THAT(r.output, Catch::Contains("state_crc32") && Catch::Contains("the file is corrupt"));
+      CHECK_FALSE(fs::exists(dir / "never"));
+    }
+  }
+  // A checksum that is missing (an edit by hand that dropped it) is refused too.
+  CHECK_THROWS_WITH(gt::check_state_checksum(good.substr(0, good.rfind(", \"state_crc32\"")) + "}\n", "s.json"),
+                    Catch::Contains("s.json: has no state_crc32"));
+
+  // --resume auto skips the damaged newest checkpoint, says why, and continues from the one before.
+  flip_bit_after(dir / "run/checkpoints/step-20/state.json", "\"epoch\": ", 1);
+  const auto r = run_gputrain("train " + (dir / "c.yaml") + " --epochs 3 --resume auto --out " + (dir / "run"));
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("skipping checkpoint " + (dir / "run/checkpoints/step-20")) &&
+                           Catch::Contains("state_crc32") &&
+                           Catch::Contains("falling back to checkpoint " + (dir / "run/checkpoints/step-15")));
+  CHECK(json_number(read_text(dir / "run/summary.json"), "steps") == 30);
+}
+
+TEST_CASE("gputrain eval verifies a checkpoint before it scores its weights", "[e2e]") {
+  TempDir dir;
+  write_text(dir / "c.yaml", resume_config(600, 5));
+  REQUIRE(run_gputrain("train " + (dir / "c.yaml") + " --quiet --max-steps 10 --out " + (dir / "run")).exit_code == 0);
+  const std::string ckpt = dir / "run/checkpoints/step-10";
+  const auto before = run_gputrain("eval " + (dir / "c.yaml") + " --checkpoint " + ckpt + " --json");
+  INFO(before.output);
+  REQUIRE(before.exit_code == 0);
+  {  // one flipped exponent bit in the last weight: a finite but huge number
+    std::fstream f(ckpt + "/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-1, std::ios::end);
+    const char last = static_cast<char>(f.get());
+    f.seekp(-1, std::ios::end);
+    f.put(static_cast<char>(last ^ 0x20));
+  }
+  for (const std::string& where : {ckpt, ckpt + "/model.safetensors"}) {
+    const auto r = run_gputrain("eval " + (dir / "c.yaml") + " --checkpoint " + where + " --json");
+    INFO(where << "\n" << r.output);
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.output, Catch::Contains(ckpt + "/model.safetensors") && Catch::Contains("the file is corrupt"));
+    CHECK_THAT(r.output, !Catch::Contains("test_loss"));
+  }
+  // A run directory without final weights is scored at its newest checkpoint that verifies, saying which it skipped.
+  fs::remove(dir / "run/model.safetensors");
+  const auto r = run_gputrain("eval " + (dir / "c.yaml") + " --checkpoint " + (dir / "run") + " --json");
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("skipping checkpoint " + ckpt) &&
+                           Catch::Contains("falling back to checkpoint " + (dir / "run/checkpoints/step-5")));
 }
 
 TEST_CASE("SIGTERM finishes the step, checkpoints and exits 75, and --resume auto then matches the uninterrupted run",
@@ -172,6 +264,35 @@ TEST_CASE("SIGTERM finishes the step, checkpoints and exits 75, and --resume aut
       INFO(r.output);
       REQUIRE(r.exit_code == 0);
       check_same_run(run, dir / "full");
+    }
+  }
+}
+
+TEST_CASE("a signal while the run is being set up still stops it the documented way", "[e2e]") {
+  TempDir dir;
+  write_text(dir / "c.yaml", resume_config(3000, 10));
+  for (int sig : {SIGTERM, SIGINT, SIGUSR1}) {
+    DYNAMIC_SECTION("signal " << sig) {
+      const std::string run = dir / fmt::format("run{}", sig);
+      // Writing config.resolved.yaml (after the data loaded, before the first step) is held up for 3 s: the signal
+      // lands there, where the handlers used to be missing still.
+      const Background b = start_gputrain("train " + (dir / "c.yaml") + " --threads 1 --out " + run, dir / "log",
+                                          std::string("LD_PRELOAD=") + GT_FAULT_LIB +
+                                              " GT_FAULT_MATCH=config.resolved.yaml GT_FAULT_ACTION=slow"
+                                              " GT_FAULT_SLEEP_MS=3000");
+      REQUIRE(wait_for_file(run + "/config.resolved.yaml.tmp", 60));
+      kill(b.pid, sig);
+      const int code = wait_exit(b);
+      const std::string log = read_text(dir / "log");
+      INFO(log);
+      CHECK(code == 75);
+      const std::string summary = read_text(run + "/summary.json");
+      CHECK(json_string(summary, "exit_reason") == "interrupted");
+      CHECK(json_number(summary, "steps") == 1);  // the step under way when it was noticed, then the stop
+      // No epoch ended: the final train loss is not known, and 0 would read as a perfect fit.
+      CHECK_THAT(summary, Catch::Contains("\"final_train_loss\": null"));
+      CHECK_THAT(log, Catch::Contains("final train loss n/a"));
+      CHECK(fs::exists(run + "/checkpoints/step-1"));
     }
   }
 }
@@ -269,6 +390,150 @@ TEST_CASE("corrupt checkpoints are refused by name, and auto falls back to the p
   const auto clash = run_gputrain("train " + (dir / "c.yaml") + " --out " + (dir / "run"));
   CHECK(clash.exit_code == 2);
   CHECK_THAT(clash.output, Catch::Contains("already holds a run's checkpoints"));
+}
+
+TEST_CASE("a run directory is locked while a run uses it, and belongs to one run", "[e2e]") {
+  TempDir dir;
+  write_text(dir / "c.yaml", resume_config(24000, 25));
+  const std::string run = dir / "run";
+  // The first checkpoint's write is held up, so the run is surely still going when the others try.
+  const Background b = start_gputrain("train " + (dir / "c.yaml") + " --threads 1 --out " + run, dir / "log",
+                                      std::string("LD_PRELOAD=") + GT_FAULT_LIB +
+                                          " GT_FAULT_MATCH=tmp/model.safetensors GT_FAULT_ACTION=slow"
+                                          " GT_FAULT_SLEEP_MS=4000");
+  REQUIRE(wait_for_file(run + "/checkpoints/.step-25.tmp/model.safetensors.tmp", 60));
+  const std::string metrics = read_text(run + "/metrics.jsonl");
+  for (const char* how : {"", " --resume auto"}) {
+    const auto second = run_gputrain("train " + (dir / "c.yaml") + " --threads 1 --max-steps 3 --out " + run + std::string(how));
+    INFO(second.output);
+    CHECK(second.exit_code == 1);
+    CHECK_THAT(second.output, Catch::Contains(run + ": in use by another gputrain run (pid " + std::to_string(b.pid) +
+                                              ")"));
+  }
+  CHECK(read_text(run + "/metrics.jsonl").substr(0, metrics.size()) == metrics);  // nothing of theirs in it
+  kill(b.pid, SIGTERM);
+  CHECK(wait_exit(b) == 75);
+  // Once the run is over, the directory is free again (the lock went with the process).
+  const auto again = run_gputrain("train " + (dir / "c.yaml") + " --quiet --threads 1 --max-steps 30 --resume auto --out " +
+                                  run);
+  INFO(again.output);
+  CHECK(again.exit_code == 0);
+
+  // A checkpoint of one run resumed into another run's directory would mix both: refused before anything changes.
+  write_text(dir / "other.yaml", resume_config(600, 5));
+  REQUIRE(run_gputrain("train " + (dir / "other.yaml") + " --quiet --max-steps 5 --out " + (dir / "other")).exit_code ==
+          0);
+  const std::string other_metrics = read_text(dir / "other/metrics.jsonl");
+  for (const std::string& from : {run + "/checkpoints/step-25", run}) {
+    const auto mixed = run_gputrain("train " + (dir / "c.yaml") + " --threads 1 --resume " + from + " --out " +
+                                    (dir / "other"));
+    INFO(mixed.output);
+    CHECK(mixed.exit_code == 2);
+    CHECK_THAT(mixed.output, Catch::Contains("--out " + (dir / "other") + ": holds another run"));
+  }
+  CHECK(read_text(dir / "other/metrics.jsonl") == other_metrics);
+  CHECK(checkpoint_steps(dir / "other") == std::vector<int64_t>{5});
+  // A folder without a run in it may take a resumed copy.
+  const auto copy = run_gputrain("train " + (dir / "c.yaml") + " --quiet --threads 1 --max-steps 27 --resume " + run +
+                                 "/checkpoints/step-25 --out " + (dir / "copy"));
+  INFO(copy.output);
+  CHECK(copy.exit_code == 0);
+}
+
+TEST_CASE("explicit outputs never overwrite a run's own files, and failed writes leave no temporaries", "[e2e]") {
+  TempDir dir;
+  write_text(dir / "c.yaml", resume_config(600, 5));
+  const std::string run = dir / "run";
+  REQUIRE(run_gputrain("train " + (dir / "c.yaml") + " --quiet --max-steps 10 --out " + run).exit_code == 0);
+  const std::string metrics = read_text(run + "/metrics.jsonl");
+  const std::string weights = read_text(run + "/checkpoints/step-10/model.safetensors");
+  struct Case {
+    std::string args, target;
+  };
+  for (const Case& c : {Case{"report " + run + " --out ", run + "/metrics.jsonl"},
+                        Case{"report " + run + " --out ", run + "/summary.json"},
+                        Case{"export " + run + " --to ", run + "/checkpoints/step-10/model.safetensors"},
+                        Case{"export " + run + " --to ", run + "/model.safetensors"},
+                        Case{"export " + run + "/checkpoints/step-5 --to ", run + "/checkpoints/step-10/../new"}}) {
+    const auto r = run_gputrain(c.args + c.target);
+    INFO(c.args << c.target << "\n" << r.output);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.output, Catch::Contains("a file of the run directory " + run));
+  }
+  CHECK(read_text(run + "/metrics.jsonl") == metrics);
+  CHECK(read_text(run + "/checkpoints/step-10/model.safetensors") == weights);
+  CHECK_NOTHROW(gt::read_checkpoint(run + "/checkpoints/step-10"));
+  CHECK_FALSE(fs::exists(run + "/checkpoints/new"));
+  // The run's own report is rewritten, as the run itself does.
+  CHECK(run_gputrain("report " + run).exit_code == 0);
+  CHECK(run_gputrain("report " + run + " --out " + run + "/report.html").exit_code == 0);
+
+  // A target that cannot be written (here a folder) fails with exit 1 and leaves no temporary beside it.
+  fs::create_directory(dir / "folder");
+  const auto e = run_gputrain("export " + run + " --to " + (dir / "folder"));
+  INFO(e.output);
+  CHECK(e.exit_code == 1);
+  CHECK_FALSE(fs::exists(dir / "folder.tmp"));
+  const auto rep = run_gputrain("report " + run + " --out " + (dir / "folder"));
+  INFO(rep.output);
+  CHECK(rep.exit_code == 1);
+  CHECK_FALSE(fs::exists(dir / "folder.tmp"));
+}
+
+TEST_CASE("a full disk leaves metrics.jsonl whole rows and no probe file", "[e2e]") {
+  TempDir dir;
+  write_text(dir / "c.yaml", resume_config(3000, 10));
+  // The disk fills up in the middle of a metrics row (at 1000 bytes; the rows are longer than 100).
+  const auto r = run_gputrain("train " + (dir / "c.yaml") + " --out " + (dir / "run"),
+                              std::string("LD_PRELOAD=") + GT_FAULT_LIB +
+                                  " GT_FAULT_MATCH=metrics.jsonl GT_FAULT_ACTION=full GT_FAULT_BYTES=1000");
+  INFO(r.output);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.output, Catch::Contains(dir / "run/metrics.jsonl") && Catch::Contains("No space left on device"));
+  const std::string metrics = read_text(dir / "run/metrics.jsonl");
+  CHECK(metrics.size() <= 1000);
+  CHECK(metrics.size() > 100);
+  CHECK(metrics.back() == '\n');
+  for (const auto& l : lines_of(metrics)) CHECK(l.back() == '}');
+  // --resume auto picks the run up from there.
+  const auto resumed = run_gputrain("train " + (dir / "c.yaml") + " --quiet --max-steps 30 --resume auto --out " +
+                                    (dir / "run"));
+  INFO(resumed.output);
+  CHECK(resumed.exit_code == 0);
+
+  // The run directory's write test on a full disk: refused by name, and the probe does not stay behind.
+  const auto full = run_gputrain("train " + (dir / "c.yaml") + " --out " + (dir / "full"),
+                                 std::string("LD_PRELOAD=") + GT_FAULT_LIB +
+                                     " GT_FAULT_MATCH=.write-test GT_FAULT_ACTION=full GT_FAULT_BYTES=0");
+  INFO(full.output);
+  CHECK(full.exit_code == 1);
+  CHECK_THAT(full.output, Catch::Contains(dir / "full: the run directory is not writable: No space left on device"));
+  CHECK_FALSE(fs::exists(dir / "full/.write-test"));
+}
+
+TEST_CASE("a resume under another batch size or accumulation is refused, naming the key", "[e2e]") {
+  TempDir dir;
+  write_text(dir / "c.yaml", resume_config(600, 5));  // batch 32, accumulate 2
+  const std::string run = dir / "run";
+  REQUIRE(run_gputrain("train " + (dir / "c.yaml") + " --quiet --max-steps 12 --out " + run).exit_code == 0);
+  const std::string metrics = read_text(run + "/metrics.jsonl");
+  // 64 after 32 would end the run at once as completed, 16 would repeat samples, and accumulate 1 would halve a
+  // step: each is refused before the run directory changes.
+  for (const std::string set : {"data.batch_size=64", "data.batch_size=16", "train.accumulate=1"}) {
+    const auto r = run_gputrain("train " + (dir / "c.yaml") + " --epochs 3 --set " + set + " --resume auto --out " + run);
+    INFO(set << "\n" << r.output);
+    CHECK(r.exit_code == 2);
+    const std::string key = set.substr(0, set.find('='));
+    CHECK_THAT(r.output, Catch::Contains(key + ": is " + set.substr(set.find('=') + 1) + ", but checkpoint " + run +
+                                         "/checkpoints/step-12 was written with"));
+    CHECK(lines_of(r.output).size() == 1);
+    CHECK(read_text(run + "/metrics.jsonl") == metrics);
+  }
+  const gt::CheckpointInfo info = gt::read_checkpoint(run + "/checkpoints/step-12");
+  CHECK(info.batch_size == 32);
+  CHECK(info.accumulate == 2);
+  // The same batches resume (bit-identity is checked by the cases above).
+  CHECK(run_gputrain("train " + (dir / "c.yaml") + " --quiet --epochs 2 --resume auto --out " + run).exit_code == 0);
 }
 
 TEST_CASE("keep prunes old checkpoints only after a new one is complete, and keep_best keeps the best", "[e2e]") {
@@ -482,9 +747,9 @@ TEST_CASE("bad --resume paths, broken state.json and incomplete checkpoints fail
       {"another format version",
        [](const std::string& d) {
          write_text(d + "/state.json", std::regex_replace(read_text(d + "/state.json"),
-                                                          std::regex("\"format_version\": 1"), "\"format_version\": 2"));
+                                                          std::regex("\"format_version\": 2"), "\"format_version\": 3"));
        },
-       1, "state.json: field format_version is 2"},
+       1, "state.json: field format_version is 3"},
   };
   for (const auto& c : cases) {
     const std::string ckpt = dir / (std::string("ck-") + std::to_string(&c - cases.data()));

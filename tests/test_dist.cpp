@@ -738,3 +738,40 @@ TEST_CASE("a worker thread that fails ends the others at their next collective, 
   CHECK(r.output.find("stopped waiting") == std::string::npos);  // the peer's echo is not what gets reported
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120));
 }
+
+TEST_CASE("ranks started with different models or configs exit 3 at once, naming the first difference",
+          "[e2e][dist]") {
+  TempDir dir;
+  write_text(dir / "a.yaml", dp_config("{type: sgd, lr: 0.05}", 16, 1));
+  // The same but for the hidden layer's width: the gradient buffers differ in size.
+  std::string other = dp_config("{type: sgd, lr: 0.05}", 16, 1);
+  other.replace(other.find("out_features: 16"), 16, "out_features: 12");
+  write_text(dir / "b.yaml", other);
+  SECTION("over TCP") {
+    const auto r0 = start_tcp_rank(0, 2, tcp_test_port(0), "train " + (dir / "a.yaml") + " --threads 1 --out " +
+                                                             (dir / "run"), dir / "log0");
+    const auto r1 = start_tcp_rank(1, 2, tcp_test_port(0), "train " + (dir / "b.yaml") + " --threads 1 --out " +
+                                                             (dir / "run"), dir / "log1");
+    const int e0 = wait_exit(r0), e1 = wait_exit(r1);
+    const std::string log0 = read_text(dir / "log0"), log1 = read_text(dir / "log1");
+    INFO(log0 << "\n---\n" << log1);
+    CHECK(e0 == 3);
+    CHECK(e1 == 3);
+    CHECK_THAT(log1, Catch::Contains("rank 1: started with another config than rank 0; the first difference, at line") &&
+                         Catch::Contains("out_features: 16") && Catch::Contains("out_features: 12"));
+    CHECK_THAT(log0, Catch::Contains("1 rank(s) were started with another config or model"));
+    CHECK_FALSE(fs::exists(dir / "run"));  // found before the run directory was made
+  }
+  SECTION("under mpirun") {
+    const std::string cmd = mpirun(1) + GT_BINARY + " train " + (dir / "a.yaml") + " --threads 1 --out " +
+                            (dir / "run") + " : -np 1 " + GT_BINARY + " train " + (dir / "b.yaml") +
+                            " --threads 1 --out " + (dir / "run") + " > " + (dir / "log") + " 2>&1";
+    const int status = std::system(cmd.c_str());
+    const std::string log = read_text(dir / "log");
+    INFO(log);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 3);
+    CHECK_THAT(log, Catch::Contains("rank 1: started with another config than rank 0; the first difference"));
+    CHECK_THAT(log, !Catch::Contains("MPI_ERR_TRUNCATE"));
+  }
+}

@@ -11,13 +11,16 @@
 #include "train/evaluation.h"
 #include "train/footprint.h"
 #include "train/loss.h"
+#include "train/run_dir.h"
 #include "train/setup.h"
+#include "train/signals.h"
 #include "train/trainer.h"
 
 #include <CLI/CLI.hpp>
 
 #include <filesystem>
 #include <iostream>
+#include <optional>
 
 namespace {
 
@@ -34,6 +37,7 @@ int exit_code_for(const gt::RunSummary& s) {
 
 int cmd_export(const std::string& from, const std::string& to) {
   namespace fs = std::filesystem;
+  gt::refuse_run_file("--to", to);
   std::string dir = from;
   if (!fs::exists(fs::path(from) / "state.json")) {  // a run directory: its newest checkpoint that verifies
     const auto found = gt::CheckpointStore(from, {}).newest_good();
@@ -196,6 +200,10 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  // A training run's SIGINT, SIGTERM and SIGUSR1 are handled from here on, before any work: one that comes while
+  // the data loads or the ranks meet still ends the run with 75 (or 130), not with the default action.
+  std::optional<gt::StopHandlers> stop_handlers;
+  if (*train) stop_handlers.emplace();
   // Outside the try block: on a failure the other ranks must be ended (comm->abort) after the message is logged.
   std::unique_ptr<gt::Communicator> comm;
   auto fail = [&](int code) {
@@ -211,6 +219,7 @@ int main(int argc, char** argv) {
     if (*check) return cmd_check(check_args, check_json);
     if (*exporter) return cmd_export(export_from, export_to);
     if (*report) {
+      if (!report_out.empty()) gt::refuse_run_file("--out", report_out);
       const gt::ReportInfo r = gt::write_report(report_dir, report_out);
       fmt::print("{}: {} train rows, {} eval rows, {} charts{}{}\n", r.path, r.train_rows, r.eval_rows, r.charts,
                  r.skipped_lines ? fmt::format(", {} unparsable lines skipped", r.skipped_lines) : std::string(),

@@ -94,7 +94,11 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
-  if (ec) throw Error(fmt::format("{}: cannot rename into place: {}", path, ec.message()));
+  if (ec) {
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);  // no temporary is left behind by a write that failed
+    throw Error(fmt::format("{}: cannot rename into place: {}", path, ec.message()));
+  }
 }
 
 std::vector<std::pair<std::string, Tensor>> read_safetensors(const std::string& path) {

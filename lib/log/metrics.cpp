@@ -39,9 +39,20 @@ void MetricsFile::truncate(uint64_t bytes) {
 void MetricsFile::write(const JsonObject& obj) {
   if (m_fd < 0) return;
   const std::string line = obj.str() + "\n";
-  const ssize_t w = ::write(m_fd, line.data(), line.size());  // O_APPEND: one write per line
-  if (w != static_cast<ssize_t>(line.size()))
-    throw Error(fmt::format("{}: write failed: {}", m_path, w < 0 ? std::strerror(errno) : "short write"));
+  const uint64_t before = bytes();
+  for (size_t done = 0; done < line.size();) {
+    const ssize_t w = ::write(m_fd, line.data() + done, line.size() - done);  // O_APPEND
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      // A full disk takes part of a row, then nothing: the part is cut off again, so that the file stays whole
+      // rows (what a reader and a resume rely on).
+      const int err = w < 0 ? errno : ENOSPC;
+      const bool cut = ::ftruncate(m_fd, static_cast<off_t>(before)) == 0;
+      throw Error(fmt::format("{}: write failed: {}{}", m_path, std::strerror(err),
+                              cut || done == 0 ? "" : " (half a row is left at its end)"));
+    }
+    done += static_cast<size_t>(w);
+  }
 }
 
 std::string tensorboard_tag(const std::string& row_type, const std::string& field) {

@@ -228,10 +228,17 @@ ReportInfo write_report(const std::string& run_dir, const std::string& out_path)
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out << html;
     out.flush();
-    if (!out) throw Error(fmt::format("{}: cannot write the report", tmp));
+    if (!out) {
+      fs::remove(tmp, ec);  // a failed write leaves no temporary behind
+      throw Error(fmt::format("{}: cannot write the report", tmp));
+    }
   }
   fs::rename(tmp, info.path, ec);
-  if (ec) throw Error(fmt::format("{}: cannot rename to {}: {}", tmp, info.path, ec.message()));
+  if (ec) {
+    const std::string why = ec.message();
+    fs::remove(tmp, ec);
+    throw Error(fmt::format("{}: cannot rename to {}: {}", tmp, info.path, why));
+  }
   return info;
 }
 

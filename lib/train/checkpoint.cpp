@@ -23,6 +23,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <string_view>
 
 namespace gt {
 namespace fs = std::filesystem;
@@ -30,13 +31,21 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kFormat = "gputrain.checkpoint";
-constexpr int64_t kFormatVersion = 1;
+// 2: state.json checksums itself (state_crc32) and records the batch shape its position counts in.
+constexpr int64_t kFormatVersion = 2;
 constexpr const char* kModelFile = "model.safetensors";
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kStateFile = "state.json";
 constexpr size_t kStateLimit = size_t{64} << 20;  // state.json holds the resolved config: kilobytes, not megabytes
+// state.json ends with this field; its value is the CRC-32 of the text before it with the object closed there
+// ("…}"), so one flipped bit anywhere in the counters is caught like one in the tensor files.
+constexpr std::string_view kStateCrcField = ", \"state_crc32\": \"";
 
 std::string hex32(uint32_t v) { return fmt::format("{:08x}", v); }
+
+uint32_t crc_of(std::string_view text) {
+  return static_cast<uint32_t>(crc32_z(0, reinterpret_cast<const unsigned char*>(text.data()), text.size()));
+}
 
 struct FileSum {
   uint64_t bytes = 0;
@@ -150,9 +159,24 @@ class StateReader {
 
 }  // namespace
 
-std::string config_hash(const std::string& resolved_config) {
-  return hex32(static_cast<uint32_t>(
-      crc32_z(0, reinterpret_cast<const unsigned char*>(resolved_config.data()), resolved_config.size())));
+std::string config_hash(const std::string& resolved_config) { return hex32(crc_of(resolved_config)); }
+
+std::string seal_state_json(const std::string& object) {
+  if (object.size() < 2 || object.back() != '}') throw Error("seal_state_json: not a JSON object");
+  return object.substr(0, object.size() - 1) + std::string(kStateCrcField) + hex32(crc_of(object)) + "\"}\n";
+}
+
+void check_state_checksum(const std::string& text, const std::string& source) {
+  const size_t at = text.rfind(kStateCrcField);
+  const size_t value = at + kStateCrcField.size();
+  if (at == std::string::npos || text.size() != value + 8 + 3 || text.compare(value + 8, 3, "\"}\n") != 0 ||
+      text.find_first_not_of("0123456789abcdef", value) != value + 8)
+    throw DataError(fmt::format("{}: has no state_crc32 as its last field (damaged or edited by hand)", source));
+  const std::string recorded = text.substr(value, 8);
+  const std::string got = hex32(crc_of(text.substr(0, at) + "}"));
+  if (got != recorded)
+    throw DataError(fmt::format("{}: checksum {} does not match the recorded state_crc32 {} (the file is corrupt)",
+                                source, got, recorded));
 }
 
 void write_file_durable(const std::string& path, const std::string& bytes) {
@@ -180,8 +204,11 @@ void write_file_durable(const std::string& path, const std::string& bytes) {
     ::unlink(tmp.c_str());
     throw Error(fmt::format("{}: close failed: {}", path, std::strerror(err)));
   }
-  if (::rename(tmp.c_str(), path.c_str()) != 0)
-    throw Error(fmt::format("{}: cannot rename into place: {}", path, std::strerror(errno)));
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    throw Error(fmt::format("{}: cannot rename into place: {}", path, std::strerror(err)));
+  }
   fsync_dir(fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path());
 }
 
@@ -207,6 +234,8 @@ CheckpointInfo parse_state_json(const std::string& text, const std::string& sour
   p.step = r.integer("step");
   p.epoch = r.integer("epoch");
   p.micro_done = r.integer("position/micro_batches");
+  c.batch_size = r.integer("position/batch_size", 1);
+  c.accumulate = r.integer("position/accumulate", 1);
   p.optimizer_steps = r.integer("optimizer/steps_taken");
   p.lr_scale = r.number("scheduler/lr_scale");
   p.epochs_done = r.integer("progress/epochs_done");
@@ -241,7 +270,8 @@ CheckpointInfo parse_state_json(const std::string& text, const std::string& sour
 CheckpointInfo read_checkpoint(const std::string& dir) {
   const std::string state_path = (fs::path(dir) / kStateFile).string();
   const std::string text = read_small_file(state_path, kStateLimit);
-  CheckpointInfo c = parse_state_json(text, state_path);
+  CheckpointInfo c = parse_state_json(text, state_path);  // first: a newer format is named as such
+  check_state_checksum(text, state_path);
   c.dir = dir;
   for (const CheckpointInfo::File& f : c.files) {
     const std::string path = (fs::path(dir) / f.name).string();
@@ -291,8 +321,13 @@ void load_checkpoint(const CheckpointInfo& ckpt, Model& model, Optimizer& optimi
   optimizer.set_steps_taken(ckpt.progress.optimizer_steps);
 }
 
-CheckpointStore::CheckpointStore(std::string run_dir, CheckpointConfig cfg, int world_size)
-    : m_root((fs::path(run_dir) / "checkpoints").string()), m_cfg(std::move(cfg)), m_world(world_size) {}
+CheckpointStore::CheckpointStore(std::string run_dir, CheckpointConfig cfg, int world_size, int64_t batch_size,
+                                 int64_t accumulate)
+    : m_root((fs::path(run_dir) / "checkpoints").string()),
+      m_cfg(std::move(cfg)),
+      m_world(world_size),
+      m_batch(batch_size),
+      m_accumulate(accumulate) {}
 
 std::string CheckpointStore::save(Model& model, Optimizer& optimizer, OptimizerType optimizer_type,
                                   const TrainProgress& p, const std::string& resolved_config) {
@@ -328,7 +363,10 @@ std::string CheckpointStore::save(Model& model, Optimizer& optimizer, OptimizerT
             .add("world_size", m_world)
             .add("step", p.step)
             .add("epoch", p.epoch)
-            .add("position", JsonObject().add("micro_batches", p.micro_done))
+            .add("position", JsonObject()
+                                 .add("micro_batches", p.micro_done)
+                                 .add("batch_size", m_batch)
+                                 .add("accumulate", m_accumulate))
             .add("rng", JsonObject()
                             .add("algorithm", "philox4x32-10")
                             .add("streams", "counter-based: data order keyed by (seed, epoch), augmentation by "
@@ -359,7 +397,7 @@ std::string CheckpointStore::save(Model& model, Optimizer& optimizer, OptimizerT
             .add("config_hash", config_hash(resolved_config))
             .add("config", resolved_config)
             .add("files", files);
-    write_file_durable((tmp / kStateFile).string(), state.str() + "\n");
+    write_file_durable((tmp / kStateFile).string(), seal_state_json(state.str()));
     fsync_dir(tmp);
     // A checkpoint of the same step may exist (a resumed or rolled-back run passing it again): swap, then drop it.
     const fs::path old = root / ("." + name + ".old");

@@ -42,6 +42,7 @@ struct CheckpointInfo {
   TrainProgress progress;
   std::string gputrain_version, config_hash, config, optimizer_type;
   int64_t world_size = 1;
+  int64_t batch_size = 1, accumulate = 1;  ///< the batch shape `progress.micro_done` counts in (per rank)
   /// What state.json records of model.safetensors and optimizer.safetensors: name, size, CRC-32 (8 hex digits).
   struct File {
     std::string name;
@@ -57,6 +58,11 @@ std::string config_hash(const std::string& resolved_config);
 /// Parses state.json text (`source` names it in errors); throws DataError for anything malformed.
 CheckpointInfo parse_state_json(const std::string& text, const std::string& source);
 
+/// state.json's text for a JSON object: the object with a last field "state_crc32", the CRC-32 of `object` itself.
+std::string seal_state_json(const std::string& object);
+/// Throws DataError (naming `source`) unless `text` ends with a state_crc32 field that matches the text before it.
+void check_state_checksum(const std::string& text, const std::string& source);
+
 /// Reads and verifies `dir` (a checkpoints/step-<N> folder); throws DataError naming the file that is wrong.
 CheckpointInfo read_checkpoint(const std::string& dir);
 
@@ -71,7 +77,10 @@ void load_named_tensors(const std::vector<std::pair<std::string, Tensor*>>& want
 /// The checkpoints of one run directory.
 class CheckpointStore {
  public:
-  CheckpointStore(std::string run_dir, CheckpointConfig cfg, int world_size = 1);
+  /// `batch_size` and `accumulate` (per rank) are what the checkpoints it writes record of the batches their position
+  /// counts; a store that only reads may leave them at 1.
+  CheckpointStore(std::string run_dir, CheckpointConfig cfg, int world_size = 1, int64_t batch_size = 1,
+                  int64_t accumulate = 1);
 
   const std::string& root() const { return m_root; }
   /// Writes checkpoints/step-<step>/ (into a temporary folder, every file fsync'ed, then renamed into place),
@@ -90,6 +99,7 @@ class CheckpointStore {
   std::string m_root;  ///< <run>/checkpoints
   CheckpointConfig m_cfg;
   int m_world = 1;
+  int64_t m_batch = 1, m_accumulate = 1;
 };
 
 /// Writes a file's bytes atomically (temporary, fsync, rename, fsync of the folder). Throws naming the file.

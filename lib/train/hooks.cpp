@@ -177,7 +177,7 @@ CheckpointHook::CheckpointHook(const Experiment& exp, RunSetup& setup, const std
       m_optimizer_type(exp.optimizer.type),
       m_resolved_config(setup.resolved_config),
       m_cfg(exp.checkpoint),
-      m_store(run_dir, exp.checkpoint, setup.world),
+      m_store(run_dir, exp.checkpoint, setup.world, setup.batch, exp.train.accumulate),
       m_run_dir(run_dir),
       m_lead(setup.lead),
       m_dirty(!setup.plan.from) {}

@@ -4,6 +4,7 @@
 #include "graph/model.h"
 #include "log/logging.h"
 #include "optim/optimizer.h"
+#include "train/run_dir.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -67,10 +68,21 @@ ResumePlan plan_resume(const Experiment& exp, const std::string& out_dir, const 
     return plan;
   }
   const fs::path p = resume;
+  // A run directory belongs to one run: --out may name the run being resumed, or a folder without a run in it.
+  auto refuse_other_run = [&](const fs::path& from_run) {
+    std::error_code ec;
+    if (out_dir.empty() || !holds_run_data(out_dir) || fs::equivalent(out_dir, from_run, ec)) return;
+    throw ConfigError(fmt::format("--out {}: holds another run than the one --resume {} continues (its metrics and "
+                                  "checkpoints would mix); leave out --out to continue that run in its own folder, "
+                                  "or choose a folder without a run",
+                                  out_dir, resume));
+  };
   if (fs::exists(p / "state.json")) {
+    refuse_other_run(fs::absolute(p).lexically_normal().parent_path().parent_path());
     plan.from = read_checkpoint(p.string());  // an explicit checkpoint that does not verify is refused
     if (plan.run_dir.empty()) plan.run_dir = fs::absolute(p).lexically_normal().parent_path().parent_path().string();
   } else if (fs::is_directory(p / "checkpoints")) {
+    refuse_other_run(p);
     if (plan.run_dir.empty()) plan.run_dir = p.string();
     plan.from = require_newest_good_of_run(p.string(), exp.checkpoint);
   } else {
@@ -124,9 +136,18 @@ std::string config_differences(const std::string& a, const std::string& b) {
 void load_weights(Model& model, const std::string& path) { load_named_tensors(model.state_tensors(), path); }
 
 std::string weights_file(const std::string& path, const CheckpointConfig& cfg) {
-  if (!fs::is_directory(path)) return path;
-  if (fs::exists(fs::path(path) / "model.safetensors")) return (fs::path(path) / "model.safetensors").string();
-  if (fs::is_directory(fs::path(path) / "checkpoints")) {
+  // A checkpoint's weights are read only once the checkpoint verifies, as --resume and export read them: a flipped
+  // bit would otherwise be evaluated as if it were the trained model.
+  const fs::path p = path;
+  std::error_code ec;  // (the throwing overloads would end a name too long for the file system uncaught)
+  if (!fs::is_directory(p, ec)) {
+    if (p.filename() == "model.safetensors" && fs::exists(p.parent_path() / "state.json", ec))
+      read_checkpoint(p.parent_path().string());
+    return path;
+  }
+  if (fs::exists(p / "state.json", ec)) return (fs::path(read_checkpoint(path).dir) / "model.safetensors").string();
+  if (fs::exists(p / "model.safetensors", ec)) return (p / "model.safetensors").string();
+  if (fs::is_directory(p / "checkpoints", ec)) {
     return (fs::path(require_newest_good_of_run(path, cfg).dir) / "model.safetensors").string();
   }
   throw ConfigError(fmt::format("--checkpoint {}: a folder without model.safetensors or checkpoints/", path));

@@ -7,7 +7,13 @@
 #include "io/safetensors.h"
 #include "log/logging.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -43,22 +49,97 @@ std::string make_run_dir(const std::string& name, const std::string& requested) 
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw Error(fmt::format("{}: cannot create the run directory: {}", dir.string(), ec.message()));
-  // Check writability now, not after an hour of training.
+  // Check writability now, not after an hour of training; the probe goes whether or not the write worked.
   const fs::path probe = dir / ".write-test";
-  {
-    std::ofstream f(probe);
-    if (!(f << "ok") || !f.flush())
-      throw Error(fmt::format("{}: the run directory is not writable", dir.string()));
-  }
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    throw Error(fmt::format("{}: the run directory is not writable: {}", dir.string(), std::strerror(errno)));
+  const bool wrote = ::write(fd, "ok", 2) == 2;
+  const int err = errno;
+  ::close(fd);
   fs::remove(probe, ec);
+  if (!wrote)
+    throw Error(fmt::format("{}: the run directory is not writable: {}", dir.string(), std::strerror(err)));
   return dir.string();
+}
+
+RunDirLock::~RunDirLock() {
+  if (m_fd >= 0) ::close(m_fd);  // releases the flock
+}
+
+void RunDirLock::acquire(const std::string& dir) {
+  std::error_code ec;
+  if (m_fd >= 0 && fs::equivalent(m_dir, dir, ec)) return;
+  const std::string path = (fs::path(dir) / ".lock").string();
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error(fmt::format("{}: cannot open the run directory's lock: {}", path, std::strerror(errno)));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char buf[32] = {};
+    const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+    ::close(fd);
+    std::string pid(buf, n > 0 ? static_cast<size_t>(n) : 0);
+    pid = pid.substr(0, pid.find_first_not_of("0123456789"));
+    if (err != EWOULDBLOCK)
+      throw Error(fmt::format("{}: cannot lock the run directory: {}", path, std::strerror(err)));
+    throw Error(fmt::format("{}: in use by another gputrain run (pid {}); wait for it to end, or choose another --out",
+                            dir, pid.empty() ? "unknown" : pid));
+  }
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+    const int err = errno;
+    ::close(fd);
+    throw Error(fmt::format("{}: cannot write: {}", path, std::strerror(err)));
+  }
+  if (m_fd >= 0) ::close(m_fd);
+  m_fd = fd;
+  m_dir = dir;
+}
+
+bool holds_run_data(const std::string& dir) {
+  std::error_code ec;
+  const fs::path d = dir;
+  for (const char* f : {"config.resolved.yaml", "metrics.jsonl", "summary.json"})
+    if (fs::exists(d / f, ec)) return true;
+  return fs::is_directory(d / "checkpoints", ec);
+}
+
+std::string run_file_owner(const std::string& path) {
+  std::error_code ec;
+  const fs::path p = fs::weakly_canonical(fs::absolute(path, ec), ec);
+  if (ec) return "";
+  // The run's own files, by name, beside its checkpoints/ folder.
+  static const char* kOwn[] = {"config.resolved.yaml", "metrics.jsonl", "summary.json", "train.log",
+                               "model.safetensors",    "trace.json",    "profile.txt",  ".lock"};
+  for (fs::path dir = p.parent_path(); !dir.empty(); dir = dir.parent_path()) {
+    if (holds_run_data(dir.string())) {
+      const fs::path rel = p.lexically_relative(dir);
+      if (rel.empty()) continue;
+      const std::string first = rel.begin()->string(), name = rel.filename().string();
+      const bool top = std::distance(rel.begin(), rel.end()) == 1;
+      if (first == "checkpoints" || (top && (std::find_if(std::begin(kOwn), std::end(kOwn), [&](const char* f) {
+                                               return name == f;
+                                             }) != std::end(kOwn) ||
+                                             name.rfind("events.out.tfevents.", 0) == 0)))
+        return dir.string();
+    }
+    if (dir == dir.root_path()) break;
+  }
+  return "";
+}
+
+void refuse_run_file(const std::string& flag, const std::string& path) {
+  if (const std::string run = run_file_owner(path); !run.empty())
+    throw ConfigError(fmt::format("{} {}: a file of the run directory {}; it is not overwritten: write elsewhere", flag,
+                                  path, run));
 }
 
 void summarize(RunSummary& sum, const TrainProgress& p, double wall_seconds) {
   sum.epochs = p.epochs_done;
   sum.steps = p.step;
   sum.samples_per_sec = static_cast<double>(p.train_samples) / std::max(p.train_seconds, 1e-9);
-  sum.final_train_loss = p.final_train_loss;
+  // Known once an epoch (or a max_steps cut of one) has ended; before that 0 would read as a perfect fit.
+  sum.final_train_loss = p.epochs_done > 0 ? std::optional<double>(p.final_train_loss) : std::nullopt;
   sum.test_loss = p.test_loss;
   sum.test_accuracy = p.test_accuracy;
   sum.wall_seconds = wall_seconds;

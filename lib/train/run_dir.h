@@ -22,13 +22,44 @@ struct RunSummary {
   std::string run_dir, device;
   ExitReason exit_reason = ExitReason::completed;
   int64_t epochs = 0, steps = 0;
-  double samples_per_sec = 0, final_train_loss = 0, wall_seconds = 0;
+  double samples_per_sec = 0, wall_seconds = 0;
+  std::optional<double> final_train_loss;  ///< the last finished epoch's mean loss; none before one ends
   std::optional<double> test_loss, test_accuracy;
 };
 
 /// Creates the run directory: `requested`, or runs/<name>/<YYYYmmdd-HHMMSS>[-i] when it is "". Throws gt::Error when
 /// it cannot be created or written (checked now, not after an hour of training). Returns its path.
 std::string make_run_dir(const std::string& name, const std::string& requested);
+
+/// An exclusive lock on a run directory for as long as this exists: a flock on <dir>/.lock, which records the
+/// holder's pid, so that two runs never write one directory at once (their metrics rows and checkpoints would mix).
+/// The lock goes with the process, also when it is killed.
+class RunDirLock {
+ public:
+  RunDirLock() = default;
+  ~RunDirLock();
+  RunDirLock(const RunDirLock&) = delete;
+  RunDirLock& operator=(const RunDirLock&) = delete;
+
+  /// Locks `dir`, an existing folder (a no-op when this holds it already). Throws gt::Error naming the holder's pid
+  /// when another process holds it.
+  void acquire(const std::string& dir);
+  bool held() const { return m_fd >= 0; }
+
+ private:
+  int m_fd = -1;
+  std::string m_dir;
+};
+
+/// Whether `dir` holds a run's data (config.resolved.yaml, metrics.jsonl, summary.json or checkpoints/).
+bool holds_run_data(const std::string& dir);
+
+/// When `path` is one of a run directory's own files (metrics.jsonl, summary.json, train.log, model.safetensors,
+/// anything under checkpoints/, …), that run directory; else "". `report.html` is not one: reports are rewritten.
+std::string run_file_owner(const std::string& path);
+
+/// Throws ConfigError when `path`, an output that `flag` names, is one of a run's own files (run_file_owner).
+void refuse_run_file(const std::string& flag, const std::string& path);
 
 /// Copies the run's final numbers from its progress into `sum`.
 void summarize(RunSummary& sum, const TrainProgress& p, double wall_seconds);

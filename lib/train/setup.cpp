@@ -9,11 +9,15 @@
 
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
+#include <zlib.h>
 
 #include <algorithm>
+#include <sstream>
+#include <filesystem>
 #include <thread>
 
 namespace gt {
+namespace fs = std::filesystem;
 
 LoadedData load_data(const Experiment& exp) {
   LoadedData d;
@@ -34,6 +38,71 @@ void broadcast_string(Communicator& comm, std::string& text, const char* what) {
   comm.broadcast(&n, sizeof n, 0, what);
   text.resize(n);
   comm.broadcast(text.data(), n, 0, what);
+}
+
+std::string rank_agreement_text(const std::string& resolved_config, Model& model) {
+  std::string text;
+  // The config without `device`, the one field ranks may be given differently (each takes its own GPU).
+  try {
+    YAML::Node cfg = YAML::Load(resolved_config);
+    if (cfg.IsMap()) cfg.remove("device");
+    YAML::Emitter em;
+    em << cfg;
+    text = std::string(em.c_str()) + "\n";
+  } catch (const YAML::Exception&) {
+    text = resolved_config;
+  }
+  text += "# parameter layout\n";
+  for (const auto& [name, t] : model.state_tensors())
+    text += fmt::format("{}: {} {}\n", name, dtype_name(t->dtype()), t->shape().str());
+  return text;
+}
+
+void check_ranks_agree(Communicator& comm, const std::string& text) {
+  if (comm.size() == 1) return;
+  // A hash first (8 bytes each way); the whole text only when some rank differs, to name the first difference.
+  const uint32_t mine = static_cast<uint32_t>(crc32_z(0, reinterpret_cast<const unsigned char*>(text.data()),
+                                                      text.size()));
+  uint32_t lead = mine;
+  comm.broadcast(&lead, sizeof lead, 0, "the ranks' config hash");
+  double differ[1] = {lead != mine ? 1.0 : 0.0};
+  comm.allreduce_sum(differ, 1, "the ranks' config comparison");
+  if (differ[0] == 0) return;
+  std::string lead_text = text;
+  broadcast_string(comm, lead_text, "rank 0's config");
+  if (lead_text == text)
+    throw Error(ErrorKind::distributed,
+                fmt::format("{} rank(s) were started with another config or model than this one (rank 0): every rank "
+                            "must run the same experiment (see their messages)",
+                            static_cast<int64_t>(differ[0])));
+  std::istringstream a(lead_text), b(text);
+  std::string la, lb;
+  int line = 1;
+  bool in_layout = false;
+  for (; std::getline(a, la) && std::getline(b, lb); ++line) {
+    if (la == "# parameter layout") in_layout = true;
+    if (la != lb) break;
+  }
+  if (la == lb) la = lb = "(the end)";  // one text is a prefix of the other
+  throw Error(ErrorKind::distributed,
+              fmt::format("rank {}: started with another {} than rank 0; the first difference, at line {}: rank 0 has "
+                          "\"{}\", this rank \"{}\" (every rank must run the same experiment)",
+                          comm.rank(), in_layout ? "model (parameter layout)" : "config", line, la, lb));
+}
+
+void check_same_batches(const Experiment& exp, const CheckpointInfo& from) {
+  // The position is a count of micro-batches, and the step count, the schedule, every_steps and max_steps all count
+  // optimizer steps: under another batch size or accumulation they would name other samples (batch 64 after 16 ends
+  // the run at once, 8 repeats samples, 32 skips them). Refused, rather than a run that silently is not the same.
+  auto refuse = [&](const ConfigNode& where, int64_t now, int64_t then) {
+    where.fail(fmt::format("is {}, but checkpoint {} was written with {}: its position and step count are in those "
+                           "batches, so the run cannot continue exactly; resume with {}, or start a new run",
+                           now, from.dir, then, then));
+  };
+  if (from.batch_size != exp.data.batch_size)
+    refuse(exp.root["data"]["batch_size"], exp.data.batch_size, from.batch_size);
+  if (from.accumulate != exp.train.accumulate)
+    refuse(exp.root["train"]["accumulate"], exp.train.accumulate, from.accumulate);
 }
 
 RunSetup::RunSetup(const Experiment& exp, const RunOptions& opts, const WorkerPlacement& where) {
@@ -60,12 +129,21 @@ RunSetup::RunSetup(const Experiment& exp, const RunOptions& opts, const WorkerPl
   comm = opts.comm ? opts.comm : m_local_comm.get();
   lead = comm->rank() == 0;
   world = comm->size();
+  // Ranks of different experiments would exchange buffers of different sizes (a garbage loss, a truncated message):
+  // they compare what they were started with before any other collective.
+  check_ranks_agree(*comm, rank_agreement_text(resolved_config, model));
   if (exp.dist.sync_batchnorm && world > 1) {  // batch norm over the global batch
     Communicator& ranks = *comm;
     model.set_sync([&ranks](double* data, size_t n) { ranks.allreduce_sum(data, n, "batch norm's sums"); });
   }
   // Rank 0 picks the checkpoint and the run directory; the others load the same one (a shared file system).
-  if (lead) plan = plan_resume(exp, opts.out_dir, opts.resume);
+  if (lead) {
+    // Locked before it is looked at, so that a second run in the same folder stops here, naming the first.
+    std::error_code ec;
+    if (!opts.out_dir.empty() && fs::is_directory(opts.out_dir, ec)) run_lock.acquire(opts.out_dir);
+    plan = plan_resume(exp, opts.out_dir, opts.resume);
+    if (!plan.run_dir.empty() && fs::is_directory(plan.run_dir, ec)) run_lock.acquire(plan.run_dir);
+  }
   if (world > 1) {
     std::string from = plan.from ? plan.from->dir : std::string();
     broadcast_string(*comm, from, "the checkpoint to resume from");
@@ -75,6 +153,7 @@ RunSetup::RunSetup(const Experiment& exp, const RunOptions& opts, const WorkerPl
   model.allocate(batch);
   optimizer = make_optimizer(exp.optimizer, model.params());
   // Loaded (and refused when it does not fit) before the run directory is touched.
+  if (plan.from) check_same_batches(exp, *plan.from);
   if (plan.from) progress = resume_progress(*plan.from, model, *optimizer, exp.optimizer.type, world);
 }
 

@@ -6,6 +6,7 @@
 #include "graph/model.h"
 #include "optim/optimizer.h"
 #include "train/resume.h"
+#include "train/run_dir.h"
 #include "train/trainer.h"
 
 #include <memory>
@@ -35,6 +36,18 @@ struct WorkerPlacement {
 /// Copies rank 0's `text` to every rank (a collective); `what` names it in a time-out.
 void broadcast_string(Communicator& comm, std::string& text, const char* what);
 
+/// What ranks must agree on: the resolved config without `device`, then one line per parameter and buffer (name,
+/// dtype, shape).
+std::string rank_agreement_text(const std::string& resolved_config, Model& model);
+/// Compares `text` (rank_agreement_text) across the ranks, a collective: by hash, then, when some rank differs, line
+/// by line against rank 0's. Throws a distributed Error (exit 3) on every rank when any differs; a differing rank
+/// names the first differing line.
+void check_ranks_agree(Communicator& comm, const std::string& text);
+
+/// Throws ConfigError (at data.batch_size or train.accumulate) when `from` was written with other batches than the
+/// experiment's: a resume must continue the same sequence of samples and steps.
+void check_same_batches(const Experiment& exp, const CheckpointInfo& from);
+
 /// One worker's run as far as it goes before it writes anything: the device, the data, the model (checked against
 /// the loss, its buffers allocated for the batch), the ranks, the checkpoint it resumes from (rank 0 chooses; the
 /// others load the same one), the optimizer and the progress to continue from. Throws gt::Error for anything wrong.
@@ -57,6 +70,7 @@ class RunSetup {
   int world = 1;
   bool lead = true;  ///< rank 0: it alone writes the run directory
   ResumePlan plan;
+  RunDirLock run_lock;  ///< rank 0: the run directory, once it exists, is this run's alone
   std::unique_ptr<Optimizer> optimizer;
   TrainProgress progress;  ///< where the run starts: the checkpoint's, else step 0
 

@@ -13,6 +13,7 @@ namespace {
 
 std::atomic<int> g_stop{0};
 constexpr int kSignals[] = {SIGINT, SIGTERM, SIGUSR1};
+int g_installed = 0;  ///< nesting depth of install_stop_handlers (called from the main thread only)
 
 void write_stderr(const char* text) {
   const ssize_t ignored = ::write(STDERR_FILENO, text, std::strlen(text));
@@ -35,6 +36,7 @@ extern "C" void on_stop_signal(int sig) {
 }  // namespace
 
 void install_stop_handlers() {
+  if (g_installed++ > 0) return;
   g_stop = 0;
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
@@ -44,6 +46,7 @@ void install_stop_handlers() {
 }
 
 void remove_stop_handlers() {
+  if (g_installed == 0 || --g_installed > 0) return;
   for (int s : kSignals) std::signal(s, SIG_DFL);
 }
 

@@ -4,10 +4,20 @@
 
 namespace gt {
 
-/// Installs the handlers (idempotent). Until then the signals keep their default actions.
+/// Installs the handlers. Calls nest: the first clears the stop flag, the others leave it (a signal that came
+/// while the run was being set up still stops it). Until then the signals keep their default actions.
 void install_stop_handlers();
-/// Restores the default actions (the training loop is over).
+/// Ends one install_stop_handlers; the last restores the default actions.
 void remove_stop_handlers();
+
+/// The stop handlers for as long as this exists (`gputrain train` holds them from before any work to its exit).
+class StopHandlers {
+ public:
+  StopHandlers() { install_stop_handlers(); }
+  ~StopHandlers() { remove_stop_handlers(); }
+  StopHandlers(const StopHandlers&) = delete;
+  StopHandlers& operator=(const StopHandlers&) = delete;
+};
 /// The signal that asked to stop, or 0.
 int stop_requested();
 /// "SIGTERM" etc.

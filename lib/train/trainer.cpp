@@ -29,15 +29,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The stop handlers (signals.h) for as long as this exists.
-class StopHandlers {
- public:
-  StopHandlers() { install_stop_handlers(); }
-  ~StopHandlers() { remove_stop_handlers(); }
-  StopHandlers(const StopHandlers&) = delete;
-  StopHandlers& operator=(const StopHandlers&) = delete;
-};
-
 // The parts of one worker's run that the loop drives, built in this order by train_worker.
 struct RunParts {
   RunSetup& setup;
@@ -121,8 +112,6 @@ RunSummary TrainLoop::run() {
     spdlog::info("train.nonfinite: rollback: writing the step-0 checkpoint to return to");
     save_checkpoint();
   }
-  std::optional<StopHandlers> handlers;
-  if (!m_threaded) handlers.emplace();  // (the worker-thread harness holds them for its workers)
   m_sum.exit_reason = ExitReason::completed;
   while (m_p.epoch < m_plan.epochs && m_p.step < m_plan.total_steps) {
     const EpochEnd end = run_epoch();
@@ -343,9 +332,10 @@ RunSummary TrainLoop::finish() {
   if (m_setup.lead) write_summary(m_sum.run_dir, m_exp.name, m_sum, m_setup.world, m_setup.threads);
   if (m_setup.lead && m_exp.logging.report) write_report_logged(m_sum.run_dir);
   if (diverged) return m_sum;
-  spdlog::info("{}: {} steps, {:.0f} samples/s, final train loss {:.4f}{} → {}",
+  spdlog::info("{}: {} steps, {:.0f} samples/s, final train loss {}{} → {}",
                m_sum.exit_reason == ExitReason::interrupted ? "interrupted (resume with --resume auto)" : "done",
-               m_sum.steps, m_sum.samples_per_sec, m_sum.final_train_loss,
+               m_sum.steps, m_sum.samples_per_sec,
+               m_sum.final_train_loss ? fmt::format("{:.4f}", *m_sum.final_train_loss) : "n/a (no epoch ended)",
                m_sum.test_accuracy ? fmt::format(", test accuracy {:.4f}", *m_sum.test_accuracy) : std::string(),
                m_sum.run_dir);
   return m_sum;
@@ -356,7 +346,10 @@ RunSummary train_worker(const Experiment& exp, const RunOptions& opts, const Wor
   const auto wall_start = RunClock::now();
   RunSetup setup(exp, opts, where);
   RunSummary sum;
-  if (setup.lead) sum.run_dir = make_run_dir(exp.name, setup.plan.run_dir);
+  if (setup.lead) {
+    sum.run_dir = make_run_dir(exp.name, setup.plan.run_dir);
+    setup.run_lock.acquire(sum.run_dir);  // (a new folder: locked now that it exists)
+  }
   if (setup.world > 1) broadcast_string(*setup.comm, sum.run_dir, "the run directory");
   sum.device = setup.device.str();
   const fs::path dir = sum.run_dir;
@@ -405,7 +398,6 @@ RunSummary run_workers(const Experiment& exp, const RunOptions& opts) {
   for (const std::string& d : exp.devices)
     if (d.rfind("cuda:", 0) == 0) shared.process_gpus.push_back(std::stoi(d.substr(5)));
   RunSummary result;
-  const StopHandlers handlers;
   run_worker_threads(comms, std::min(exp.dist.timeout_s, 10.0), [&](int rank) {
     RunOptions o = opts;
     o.comm = comms[static_cast<size_t>(rank)].get();
@@ -422,6 +414,9 @@ RunSummary run_workers(const Experiment& exp, const RunOptions& opts) {
 }  // namespace
 
 RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
+  // From before any work (data, model, run directory) to the end: a signal at any moment stops the run the
+  // documented way, never by the default action. (`gputrain train` holds them from its start already.)
+  const StopHandlers handlers;
   const int world = opts.comm ? opts.comm->size() : 1;
   if (!exp.devices.empty() && world == 1) return run_workers(exp, opts);  // also a list of one: the same path
   WorkerPlacement where;

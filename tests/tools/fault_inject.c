@@ -5,6 +5,8 @@
  *   GT_FAULT_ACTION  enospc: that open fails with ENOSPC, as on a full disk
  *                    kill:   the first write to that file writes half its bytes, then the process gets SIGKILL
  *                    slow:   the first write to that file waits GT_FAULT_SLEEP_MS (default 3000) first
+ *                    full:   the disk fills up after GT_FAULT_BYTES (default 0) more bytes of that file: the write
+ *                            that crosses the limit is short, later ones fail with ENOSPC
  *
  * It wraps open/open64/openat and write through dlsym(RTLD_NEXT), so the program runs its real code paths. */
 #define _GNU_SOURCE
@@ -33,12 +35,18 @@ static int targeted(const char* path, int flags) {
 /* kill and slow act on the first write; anything else (enospc) fails the open. */
 static int acts_on_write(void) {
   const char* a = getenv("GT_FAULT_ACTION");
-  return a && (strcmp(a, "kill") == 0 || strcmp(a, "slow") == 0);
+  return a && (strcmp(a, "kill") == 0 || strcmp(a, "slow") == 0 || strcmp(a, "full") == 0);
 }
+
+static long g_full_left = 0; /* full: bytes the disk still takes */
 
 static int after_open(const char* path, int fd, int hit) {
   (void)path;
-  if (hit && fd >= 0) g_doomed_fd = fd;
+  if (hit && fd >= 0) {
+    g_doomed_fd = fd;
+    const char* bytes = getenv("GT_FAULT_BYTES");
+    g_full_left = bytes ? atol(bytes) : 0;
+  }
   return fd;
 }
 
@@ -88,9 +96,20 @@ ssize_t write(int fd, const void* buf, size_t n) {
   typedef ssize_t (*write_t)(int, const void*, size_t);
   static write_t real = 0;
   if (!real) real = (write_t)dlsym(RTLD_NEXT, "write");
+  const char* action = getenv("GT_FAULT_ACTION");
+  if (fd >= 0 && fd == g_doomed_fd && action && strcmp(action, "full") == 0) {
+    if (g_full_left <= 0) {
+      errno = ENOSPC;
+      return -1;
+    }
+    const size_t take = n < (size_t)g_full_left ? n : (size_t)g_full_left;
+    const ssize_t w = real(fd, buf, take);
+    if (w > 0) g_full_left -= w;
+    return w;
+  }
   if (fd >= 0 && fd == g_doomed_fd && n > 1) {
     g_doomed_fd = -1;
-    const char* a = getenv("GT_FAULT_ACTION");
+    const char* a = action;
     if (strcmp(a, "kill") == 0) {
       real(fd, buf, n / 2);
       raise(SIGKILL);
@@ -104,4 +123,13 @@ ssize_t write(int fd, const void* buf, size_t n) {
     }
   }
   return real(fd, buf, n);
+}
+
+/* A closed file's number is handed out again: the next file that gets it is not the doomed one. */
+int close(int fd) {
+  typedef int (*close_t)(int);
+  static close_t real = 0;
+  if (!real) real = (close_t)dlsym(RTLD_NEXT, "close");
+  if (fd >= 0 && fd == g_doomed_fd) g_doomed_fd = -1;
+  return real(fd);
 }
