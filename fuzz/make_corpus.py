@@ -86,6 +86,9 @@ put("fuzz_set", "index", "model.layers[2].out_features=3\ntrain.epochs=1")
 put("fuzz_set", "flow", "scheduler={type: cosine, t_max: 4}\ndata.input_shape=[2, 2]")
 put("fuzz_set", "new_key", "train.max_steps=3\noptimizer.nesterov=true")
 put("fuzz_set", "base", "a.b[1]=x\na.c={d: [1, 2]}\n\na: {b: [0, 1], c: 2}\n")
+put("fuzz_set", "sizes-near-limits", "data.batch_size=16777216\nmodel.layers[0].out_features=16777216\n")
+# Nested aliases ("billion laughs"): the config reader bounds alias expansion.
+put("fuzz_config", "aliases", "a0: &a0 [x, x, x, x]\na1: &a1 [*a0, *a0, *a0, *a0]\nname: laughs\n")
 
 # IDX: images [N, H, W] + labels [N], plain and gzip, and [N, C, H, W].
 put("fuzz_idx", "plain", two(idx([2, 2, 3], range(12)), idx([2], [1, 0])))
