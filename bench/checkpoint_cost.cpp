@@ -64,8 +64,8 @@ int main(int argc, char** argv) {
   gt::set_num_threads(argc > 4 ? std::atoi(argv[4]) : 2);
   const gt::Experiment exp = gt::parse_experiment(gt::load_config(argv[1], {}));
   const gt::LoadedData data = gt::load_data(exp);
-  gt::Model model = gt::Model::build(exp.root["model"], data.train.input_shape(), gt::DType::f32, gt::Device::cpu(),
-                                     exp.seed);
+  gt::Model model =
+      gt::Model::build(exp.root["model"], data.train.input_shape(), gt::DType::f32, gt::Device::cpu(), exp.seed);
   const int64_t batch = exp.data.batch_size;
   model.allocate(batch);
   auto optimizer = gt::make_optimizer(exp.optimizer, model.params());
@@ -112,12 +112,12 @@ int main(int argc, char** argv) {
   const double mb = static_cast<double>(bytes) / 1e6;
   const int64_t steps_per_epoch = (data.train.size() + batch - 1) / batch;
   const double save = median(save_s), load = median(load_s), raw = median(raw_s), step = median(step_s);
-  std::printf("{\"checkpoint_mb\": %.2f, \"save_ms\": %.1f, \"save_mb_per_s\": %.0f, \"load_ms\": %.1f, "
-              "\"load_mb_per_s\": %.0f, \"raw_write_fsync_mb_per_s\": %.0f, \"save_vs_raw_write\": %.2f, "
-              "\"step_ms\": %.1f, \"steps_per_checkpoint\": %lld, \"share_of_training_time\": %.5f}\n",
-              mb, 1e3 * save, mb / save, 1e3 * load, mb / load, mb / raw, raw / save, 1e3 * step,
-              static_cast<long long>(steps_per_epoch),
-              save / (save + static_cast<double>(steps_per_epoch) * step));
+  std::printf(
+      "{\"checkpoint_mb\": %.2f, \"save_ms\": %.1f, \"save_mb_per_s\": %.0f, \"load_ms\": %.1f, "
+      "\"load_mb_per_s\": %.0f, \"raw_write_fsync_mb_per_s\": %.0f, \"save_vs_raw_write\": %.2f, "
+      "\"step_ms\": %.1f, \"steps_per_checkpoint\": %lld, \"share_of_training_time\": %.5f}\n",
+      mb, 1e3 * save, mb / save, 1e3 * load, mb / load, mb / raw, raw / save, 1e3 * step,
+      static_cast<long long>(steps_per_epoch), save / (save + static_cast<double>(steps_per_epoch) * step));
   fs::remove_all(dir);
   return 0;
 }

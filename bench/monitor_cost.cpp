@@ -94,12 +94,13 @@ int main(int argc, char** argv) {
   // block of each kind is the one least disturbed by them.
   const double t_off = median(off), t_on = median(on);
   const double min_off = *std::min_element(off.begin(), off.end()), min_on = *std::min_element(on.begin(), on.end());
-  std::printf("{\"gemm_n\": %lld, \"threads\": %d, \"rounds\": %d, \"interval_s\": %.3f, \"gpus\": %zu, "
-              "\"nvml\": %s, \"samples_during_on\": %llu, \"off_ms_per_gemm\": %.3f, \"on_ms_per_gemm\": %.3f, "
-              "\"on_over_off\": %.4f, \"min_on_over_min_off\": %.4f, \"sampler_cpu_us_per_sample\": %.1f, "
-              "\"projected_share_at_1s\": %.6f}\n",
-              static_cast<long long>(n), threads, rounds, interval, gpus.size(), gpu_on ? "true" : "false",
-              static_cast<unsigned long long>(samples), 1e3 * t_off, 1e3 * t_on, t_on / t_off, min_on / min_off,
-              1e6 * per_sample_s, per_sample_s / 1.0);
+  std::printf(
+      "{\"gemm_n\": %lld, \"threads\": %d, \"rounds\": %d, \"interval_s\": %.3f, \"gpus\": %zu, "
+      "\"nvml\": %s, \"samples_during_on\": %llu, \"off_ms_per_gemm\": %.3f, \"on_ms_per_gemm\": %.3f, "
+      "\"on_over_off\": %.4f, \"min_on_over_min_off\": %.4f, \"sampler_cpu_us_per_sample\": %.1f, "
+      "\"projected_share_at_1s\": %.6f}\n",
+      static_cast<long long>(n), threads, rounds, interval, gpus.size(), gpu_on ? "true" : "false",
+      static_cast<unsigned long long>(samples), 1e3 * t_off, 1e3 * t_on, t_on / t_off, min_on / min_off,
+      1e6 * per_sample_s, per_sample_s / 1.0);
   return 0;
 }

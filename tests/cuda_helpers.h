@@ -29,7 +29,8 @@ inline constexpr int64_t kGuard = 64;        ///< sentinel elements on each side
 inline constexpr float kSentinel = 1234.5f;  ///< a value no kernel here produces by accident
 
 /// A CUDA tensor of `shape` (f32 or f64) inside a buffer with sentinels on both sides; kernels see `inner`.
-template <class T> struct GuardedT {
+template <class T>
+struct GuardedT {
   static constexpr DType kType = std::is_same_v<T, float> ? DType::f32 : DType::f64;
   Tensor outer, inner;
   explicit GuardedT(const Shape& shape, T fill = kSentinel) {

@@ -1,9 +1,9 @@
 // Test helpers: process runner, temp dirs, tiny JSON field readers, the expected-warning guard.
 #include "helpers.h"
 
-#include <catch2/catch.hpp>
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/spdlog.h>
+#include <catch2/catch.hpp>
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -27,7 +27,6 @@ std::string gputrain_binary() {
   const char* over = std::getenv("GT_GPUTRAIN");
   return over && *over ? over : GT_BINARY;
 }
-
 
 CommandResult run_gputrain(const std::string& args, const std::string& env) {
   return run_shell((env.empty() ? "" : env + " ") + gputrain_binary() + " " + args + " 2>&1");
@@ -62,7 +61,8 @@ void write_npy(const std::string& path, const std::string& descr, const std::str
 
 Background start_gputrain(const std::string& args, const std::string& log_path, const std::string& env) {
   // The shell's exec replaces it, so the pid is gputrain's own and signals reach it directly.
-  const std::string cmd = (env.empty() ? "" : env + " ") + "exec " + gputrain_binary() + " " + args + " > " + log_path + " 2>&1";
+  const std::string cmd =
+      (env.empty() ? "" : env + " ") + "exec " + gputrain_binary() + " " + args + " > " + log_path + " 2>&1";
   const pid_t pid = fork();
   if (pid < 0) throw std::runtime_error("fork failed");
   if (pid == 0) {

@@ -11,8 +11,8 @@
 namespace gt::test {
 
 struct GradCase {
-  std::string yaml;          ///< the layer as it would appear in model.layers
-  Shape input;               ///< per sample
+  std::string yaml;               ///< the layer as it would appear in model.layers
+  Shape input;                    ///< per sample
   std::vector<Shape> extra = {};  ///< further inputs, for layers that join branches
   int64_t index_range = 0;        ///< > 0: inputs are integers in [0, index_range) (embedding)
 };

@@ -14,8 +14,9 @@ class UnexpectedWarnings : public Catch::TestEventListenerBase {
   using TestEventListenerBase::TestEventListenerBase;
   void sectionEnded(Catch::SectionStats const& stats) override {
     for (const std::string& w : gt::test::take_unexpected_warnings())
-      FAIL_CHECK("unexpected log line: \"" << w << "\" (if the test means it, declare it with "
-                 "gt::test::ExpectWarnings guard{\"<part of the message>\"})");
+      FAIL_CHECK("unexpected log line: \"" << w
+                                           << "\" (if the test means it, declare it with "
+                                              "gt::test::ExpectWarnings guard{\"<part of the message>\"})");
     TestEventListenerBase::sectionEnded(stats);
   }
 };

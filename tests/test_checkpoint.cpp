@@ -6,14 +6,14 @@
 #include <fmt/format.h>
 #include <signal.h>
 
-#include <catch2/catch.hpp>
 #include <unistd.h>
+#include <catch2/catch.hpp>
 
 #include <cmath>
-#include <limits>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -53,7 +53,6 @@ checkpoint: {{every_steps: {}, keep: 100}}
 )",
                      samples, every_steps);
 }
-
 
 // metrics.jsonl without its timing fields, which differ from run to run.
 std::string metrics_without_timing(const std::string& run) {
@@ -106,7 +105,8 @@ TEST_CASE("a resumed run ends bit-identical to an uninterrupted one, from any ch
       const auto r = run_gputrain("train " + (dir / "c.yaml") + " --threads 2 --resume auto --out " + run);
       INFO(r.output);
       REQUIRE(r.exit_code == 0);
-      CHECK_THAT(r.output, Catch::Contains(fmt::format("resuming from {}/checkpoints/step-{}: step {}", run, cut, cut)));
+      CHECK_THAT(r.output,
+                 Catch::Contains(fmt::format("resuming from {}/checkpoints/step-{}: step {}", run, cut, cut)));
       check_same_run(run, dir / "full");
     }
   }
@@ -140,12 +140,12 @@ TEST_CASE("state.json holds the loop counters, config hash and file checksums, a
   };
   refused("", "expected a JSON object");
   refused("{\"format\": ", "not valid JSON");
-  refused(std::regex_replace(good, std::regex("\"step\": 10,"), "\"step\": \"ten\","), "field step expected an integer");
+  refused(std::regex_replace(good, std::regex("\"step\": 10,"), "\"step\": \"ten\","),
+          "field step expected an integer");
   refused(std::regex_replace(good, std::regex("\"format_version\": 2"), "\"format_version\": 9"),
           "field format_version is 9");
   refused(std::regex_replace(good, std::regex("\"window_loss\": [^,]*,"), ""), "field progress/window_loss is missing");
-  refused(std::regex_replace(good, std::regex("\"crc32\": \"[0-9a-f]+\""), "\"crc32\": 5"),
-          "expected 8 hex digits");
+  refused(std::regex_replace(good, std::regex("\"crc32\": \"[0-9a-f]+\""), "\"crc32\": 5"), "expected 8 hex digits");
 }
 
 namespace {
@@ -174,9 +174,9 @@ TEST_CASE("state.json is checksummed: one flipped bit in a counter is refused, a
     const char* field;
     int bit;
   };
-  for (const Flip& f : {Flip{"\"epoch\": ", 1},           // 2 → 0: a resumed run would end at once as completed
-                        Flip{"\"lr_scale\": ", 3},        // 1 → 9: nine times the learning rate
-                        Flip{"\"micro_batches\": ", 0},   // another position in the epoch
+  for (const Flip& f : {Flip{"\"epoch\": ", 1},          // 2 → 0: a resumed run would end at once as completed
+                        Flip{"\"lr_scale\": ", 3},       // 1 → 9: nine times the learning rate
+                        Flip{"\"micro_batches\": ", 0},  // another position in the epoch
                         Flip{"\"step\": ", 2}}) {
     DYNAMIC_SECTION(f.field) {
       const std::string ckpt = dir / "flipped";
@@ -187,8 +187,8 @@ TEST_CASE("state.json is checksummed: one flipped bit in a counter is refused, a
       CHECK_NOTHROW(gt::parse_state_json(read_text(ckpt + "/state.json"), "s.json"));
       CHECK_THROWS_WITH(gt::read_checkpoint(ckpt),
                         Catch::Contains(ckpt + "/state.json") && Catch::Contains("state_crc32"));
-      const auto r = run_gputrain("train " + (dir / "c.yaml") + " --epochs 3 --resume " + ckpt + " --out " +
-                                  (dir / "never"));
+      const auto r =
+          run_gputrain("train " + (dir / "c.yaml") + " --epochs 3 --resume " + ckpt + " --out " + (dir / "never"));
       CHECK(r.exit_code == 1);
       CHECK_THAT(r.output, Catch::Contains("state_crc32") && Catch::Contains("the file is corrupt"));
       CHECK_FALSE(fs::exists(dir / "never"));
@@ -315,8 +315,8 @@ TEST_CASE("a second Ctrl-C exits 130 at once and leaves the last checkpoint load
   CHECK(code == 130);
   CHECK_THAT(read_text(dir / "log"), Catch::Contains("second interrupt"));
   CHECK(read_text(run + "/checkpoints/latest") == "step-25\n");  // untouched
-  const auto r = run_gputrain("train " + (dir / "c.yaml") + " --quiet --threads 1 --max-steps 5 --resume auto --out " +
-                              run);
+  const auto r =
+      run_gputrain("train " + (dir / "c.yaml") + " --quiet --threads 1 --max-steps 5 --resume auto --out " + run);
   INFO(r.output);
   CHECK(r.exit_code == 0);
 }
@@ -326,10 +326,10 @@ TEST_CASE("kill -9 in the middle of a checkpoint write leaves the previous one c
   write_text(dir / "c.yaml", resume_config(3000, 10));
   REQUIRE(run_gputrain("train " + (dir / "c.yaml") + " --quiet --threads 2 --out " + (dir / "full")).exit_code == 0);
   // The third checkpoint (step 30) dies half-way through writing its optimizer state.
-  const Background b = start_gputrain(
-      "train " + (dir / "c.yaml") + " --threads 2 --out " + (dir / "run"), dir / "log",
-      std::string("LD_PRELOAD=") + GT_FAULT_LIB + " GT_FAULT_MATCH=tmp/optimizer.safetensors GT_FAULT_SKIP=2 "
-                                                  "GT_FAULT_ACTION=kill");
+  const Background b = start_gputrain("train " + (dir / "c.yaml") + " --threads 2 --out " + (dir / "run"), dir / "log",
+                                      std::string("LD_PRELOAD=") + GT_FAULT_LIB +
+                                          " GT_FAULT_MATCH=tmp/optimizer.safetensors GT_FAULT_SKIP=2 "
+                                          "GT_FAULT_ACTION=kill");
   CHECK(wait_exit(b) == 128 + SIGKILL);
   CHECK(fs::exists(dir / "run/checkpoints/.step-30.tmp"));  // the half-written one, never renamed into place
   CHECK(checkpoint_steps(dir / "run") == std::vector<int64_t>{10, 20});
@@ -367,7 +367,8 @@ TEST_CASE("corrupt checkpoints are refused by name, and auto falls back to the p
     f.seekp(-7, std::ios::end);
     f.put('\x5a');
   }
-  const auto explicit_path = run_gputrain("train " + (dir / "c.yaml") + " --resume " + (dir / "run/checkpoints/step-20"));
+  const auto explicit_path =
+      run_gputrain("train " + (dir / "c.yaml") + " --resume " + (dir / "run/checkpoints/step-20"));
   CHECK(explicit_path.exit_code == 1);
   CHECK_THAT(explicit_path.output, Catch::Contains(dir / "run/checkpoints/step-20/model.safetensors") &&
                                        Catch::Contains("the file is corrupt"));
@@ -380,9 +381,9 @@ TEST_CASE("corrupt checkpoints are refused by name, and auto falls back to the p
                            Catch::Contains("the config differs from the checkpoint's in: train"));
 
   // A checkpoint of another model is refused with the differences listed.
-  const auto other = run_gputrain("train " + (dir / "c.yaml") +
-                                  " --set model.layers[5].out_features=3 --set data.targets.classes=3 --resume auto --out " +
-                                  (dir / "run"));
+  const auto other = run_gputrain(
+      "train " + (dir / "c.yaml") +
+      " --set model.layers[5].out_features=3 --set data.targets.classes=3 --resume auto --out " + (dir / "run"));
   CHECK(other.exit_code == 1);
   CHECK_THAT(other.output, Catch::Contains("does not match the model") &&
                                Catch::Contains("layers.5.weight: f32 [4, 256] in the file, f32 [3, 256] in the model"));
@@ -404,18 +405,19 @@ TEST_CASE("a run directory is locked while a run uses it, and belongs to one run
   REQUIRE(wait_for_file(run + "/checkpoints/.step-25.tmp/model.safetensors.tmp", 60));
   const std::string metrics = read_text(run + "/metrics.jsonl");
   for (const char* how : {"", " --resume auto"}) {
-    const auto second = run_gputrain("train " + (dir / "c.yaml") + " --threads 1 --max-steps 3 --out " + run + std::string(how));
+    const auto second =
+        run_gputrain("train " + (dir / "c.yaml") + " --threads 1 --max-steps 3 --out " + run + std::string(how));
     INFO(second.output);
     CHECK(second.exit_code == 1);
-    CHECK_THAT(second.output, Catch::Contains(run + ": in use by another gputrain run (pid " + std::to_string(b.pid) +
-                                              ")"));
+    CHECK_THAT(second.output,
+               Catch::Contains(run + ": in use by another gputrain run (pid " + std::to_string(b.pid) + ")"));
   }
   CHECK(read_text(run + "/metrics.jsonl").substr(0, metrics.size()) == metrics);  // nothing of theirs in it
   kill(b.pid, SIGTERM);
   CHECK(wait_exit(b) == 75);
   // Once the run is over, the directory is free again (the lock went with the process).
-  const auto again = run_gputrain("train " + (dir / "c.yaml") + " --quiet --threads 1 --max-steps 30 --resume auto --out " +
-                                  run);
+  const auto again =
+      run_gputrain("train " + (dir / "c.yaml") + " --quiet --threads 1 --max-steps 30 --resume auto --out " + run);
   INFO(again.output);
   CHECK(again.exit_code == 0);
 
@@ -425,8 +427,8 @@ TEST_CASE("a run directory is locked while a run uses it, and belongs to one run
           0);
   const std::string other_metrics = read_text(dir / "other/metrics.jsonl");
   for (const std::string& from : {run + "/checkpoints/step-25", run}) {
-    const auto mixed = run_gputrain("train " + (dir / "c.yaml") + " --threads 1 --resume " + from + " --out " +
-                                    (dir / "other"));
+    const auto mixed =
+        run_gputrain("train " + (dir / "c.yaml") + " --threads 1 --resume " + from + " --out " + (dir / "other"));
     INFO(mixed.output);
     CHECK(mixed.exit_code == 2);
     CHECK_THAT(mixed.output, Catch::Contains("--out " + (dir / "other") + ": holds another run"));
@@ -496,8 +498,8 @@ TEST_CASE("a full disk leaves metrics.jsonl whole rows and no probe file", "[e2e
   CHECK(metrics.back() == '\n');
   for (const auto& l : lines_of(metrics)) CHECK(l.back() == '}');
   // --resume auto picks the run up from there.
-  const auto resumed = run_gputrain("train " + (dir / "c.yaml") + " --quiet --max-steps 30 --resume auto --out " +
-                                    (dir / "run"));
+  const auto resumed =
+      run_gputrain("train " + (dir / "c.yaml") + " --quiet --max-steps 30 --resume auto --out " + (dir / "run"));
   INFO(resumed.output);
   CHECK(resumed.exit_code == 0);
 
@@ -520,7 +522,8 @@ TEST_CASE("a resume under another batch size or accumulation is refused, naming 
   // 64 after 32 would end the run at once as completed, 16 would repeat samples, and accumulate 1 would halve a
   // step: each is refused before the run directory changes.
   for (const std::string set : {"data.batch_size=64", "data.batch_size=16", "train.accumulate=1"}) {
-    const auto r = run_gputrain("train " + (dir / "c.yaml") + " --epochs 3 --set " + set + " --resume auto --out " + run);
+    const auto r =
+        run_gputrain("train " + (dir / "c.yaml") + " --epochs 3 --set " + set + " --resume auto --out " + run);
     INFO(set << "\n" << r.output);
     CHECK(r.exit_code == 2);
     const std::string key = set.substr(0, set.find('='));
@@ -614,7 +617,8 @@ TEST_CASE("a non-finite loss aborts with exit 4 naming the step and layer, or is
   // The same bad batch every time: max_skips in a row is reached only when steps fail back to back.
   const auto once = run_gputrain("train " + (dir / "nan.yaml") +
                                  " --set train.nonfinite=skip --set train.max_skips=1 --set data.batch_size=4 --set "
-                                 "train.epochs=1 --out " + (dir / "once"));
+                                 "train.epochs=1 --out " +
+                                 (dir / "once"));
   CHECK(once.exit_code == 0);
 }
 
@@ -649,8 +653,10 @@ checkpoint: {every_steps: 0, every_epochs: 0}
   CHECK_THAT(r.output, Catch::Contains("rolled back to"));
   CHECK(json_string(read_text(dir / "run/summary.json"), "exit_reason") == "completed");
   // With divergence that no learning rate cures, rollback gives up after max_skips and exits 4.
-  const auto hopeless = run_gputrain("train " + (dir / "div.yaml") + " --set optimizer.lr=1e30 --set train.max_skips=2 "
-                                     "--out " + (dir / "hopeless"));
+  const auto hopeless = run_gputrain("train " + (dir / "div.yaml") +
+                                     " --set optimizer.lr=1e30 --set train.max_skips=2 "
+                                     "--out " +
+                                     (dir / "hopeless"));
   CHECK(hopeless.exit_code == 4);
   CHECK_THAT(hopeless.output, Catch::Contains("more than max_skips 2"));
 }
@@ -742,12 +748,15 @@ TEST_CASE("bad --resume paths, broken state.json and incomplete checkpoints fail
       {"optimizer file missing", [](const std::string& d) { fs::remove(d + "/optimizer.safetensors"); }, 1,
        "optimizer.safetensors: cannot open"},
       {"weights truncated",
-       [](const std::string& d) { fs::resize_file(d + "/model.safetensors", fs::file_size(d + "/model.safetensors") - 4); },
+       [](const std::string& d) {
+         fs::resize_file(d + "/model.safetensors", fs::file_size(d + "/model.safetensors") - 4);
+       },
        1, "model.safetensors: "},
       {"another format version",
        [](const std::string& d) {
-         write_text(d + "/state.json", std::regex_replace(read_text(d + "/state.json"),
-                                                          std::regex("\"format_version\": 2"), "\"format_version\": 3"));
+         write_text(d + "/state.json",
+                    std::regex_replace(read_text(d + "/state.json"), std::regex("\"format_version\": 2"),
+                                       "\"format_version\": 3"));
        },
        1, "state.json: field format_version is 3"},
   };

@@ -80,8 +80,8 @@ TEST_CASE("the base config is valid", "[config][cpu]") { CHECK_NOTHROW(validate(
 TEST_CASE("config errors name the key path and the YAML position", "[config][cpu]") {
   SECTION("wrong type, with the path through a list") {
     const auto y = with("out_features: 8", "out_features: abc");
-    CHECK(error_of(y) == "model.layers[0].out_features: expected a positive integer, got \"abc\" " +
-                             position_of(y, "abc"));
+    CHECK(error_of(y) ==
+          "model.layers[0].out_features: expected a positive integer, got \"abc\" " + position_of(y, "abc"));
   }
   SECTION("unknown key with did-you-mean and the valid keys") {
     const auto y = with("optimizer:", "optimiser:");
@@ -91,13 +91,15 @@ TEST_CASE("config errors name the key path and the YAML position", "[config][cpu
   }
   SECTION("unknown layer argument") {
     const auto y = with("out_features: 8", "out_feature: 8");
-    CHECK_THAT(error_of(y), Catch::StartsWith("model.layers[0].out_feature: unknown key (did you mean \"out_features\"?)"));
+    CHECK_THAT(error_of(y),
+               Catch::StartsWith("model.layers[0].out_feature: unknown key (did you mean \"out_features\"?)"));
   }
   SECTION("unknown layer type lists the known ones") {
     const auto y = with("- relu", "- rleu");
-    CHECK_THAT(error_of(y), Catch::StartsWith("model.layers[1]: unknown layer type \"rleu\" (did you mean \"relu\"?)") &&
-                                Catch::Contains("known types: add, avgpool2d, batchnorm1d") &&
-                                Catch::EndsWith(position_of(y, "rleu")));
+    CHECK_THAT(error_of(y),
+               Catch::StartsWith("model.layers[1]: unknown layer type \"rleu\" (did you mean \"relu\"?)") &&
+                   Catch::Contains("known types: add, avgpool2d, batchnorm1d") &&
+                   Catch::EndsWith(position_of(y, "rleu")));
   }
   SECTION("a bare layer name for a layer that needs arguments") {
     const auto y = with("- relu", "- linear");
@@ -117,7 +119,8 @@ TEST_CASE("config errors name the key path and the YAML position", "[config][cpu
   }
   SECTION("unknown choice") {
     const auto y = with("loss: cross_entropy", "loss: crossentropy");
-    CHECK_THAT(error_of(y), Catch::StartsWith("loss: unknown value \"crossentropy\" (did you mean \"cross_entropy\"?)"));
+    CHECK_THAT(error_of(y),
+               Catch::StartsWith("loss: unknown value \"crossentropy\" (did you mean \"cross_entropy\"?)"));
   }
   SECTION("unknown device") {
     const auto y = with("seed: 3", "seed: 3\ndevice: gpu");
@@ -126,11 +129,13 @@ TEST_CASE("config errors name the key path and the YAML position", "[config][cpu
   SECTION("missing data file") {
     const auto y = with("  format: synthetic\n  samples: 64\n  input_shape: [4]\n  targets: {classes: 3}\n",
                         "  format: idx\n  train: {images: /nonexistent/img.gz, labels: /nonexistent/lbl.gz}\n");
-    CHECK(error_of(y) == "data.train.images: file not found: /nonexistent/img.gz " + position_of(y, "/nonexistent/img"));
+    CHECK(error_of(y) ==
+          "data.train.images: file not found: /nonexistent/img.gz " + position_of(y, "/nonexistent/img"));
   }
   SECTION("model output that does not fit the classes") {
     const auto y = with("out_features: 3}", "out_features: 7}");
-    CHECK_THAT(error_of(y), Catch::StartsWith("loss: cross_entropy over 3 classes needs a model output of [3], got [7]"));
+    CHECK_THAT(error_of(y),
+               Catch::StartsWith("loss: cross_entropy over 3 classes needs a model output of [3], got [7]"));
   }
   SECTION("mse on class labels") {
     const auto y = with("loss: cross_entropy", "loss: mse");
@@ -145,8 +150,9 @@ TEST_CASE("config errors name the key path and the YAML position", "[config][cpu
     CHECK_THAT(error_of(y), Catch::StartsWith("t.yaml:") && Catch::Contains("invalid YAML"));
   }
   SECTION("empty layer list") {
-    const auto y = with("  layers:\n    - {type: linear, out_features: 8}\n    - relu\n    - {type: linear, out_features: 3}\n",
-                        "  layers: []\n");
+    const auto y =
+        with("  layers:\n    - {type: linear, out_features: 8}\n    - relu\n    - {type: linear, out_features: 3}\n",
+             "  layers: []\n");
     CHECK_THAT(error_of(y), Catch::StartsWith("model.layers: expected a non-empty list of layers"));
   }
 }
@@ -157,30 +163,36 @@ TEST_CASE("graph errors name the layer", "[config][cpu]") {
                 "  layers:\n" + list);
   };
   SECTION("a cycle") {
-    const auto y = layers("    - {type: linear, name: a, out_features: 4, inputs: b}\n"
-                          "    - {type: linear, name: b, out_features: 4, inputs: a}\n"
-                          "    - {type: linear, out_features: 3, inputs: b}\n");
+    const auto y = layers(
+        "    - {type: linear, name: a, out_features: 4, inputs: b}\n"
+        "    - {type: linear, name: b, out_features: 4, inputs: a}\n"
+        "    - {type: linear, out_features: 3, inputs: b}\n");
     CHECK_THAT(error_of(y), Catch::StartsWith("model.layers[0]: the layers form a cycle: a → b → a"));
   }
   SECTION("an unknown input name") {
-    const auto y = layers("    - {type: linear, name: first, out_features: 3}\n"
-                          "    - {type: add, inputs: [first, frist]}\n");
-    CHECK_THAT(error_of(y), Catch::StartsWith("model.layers[1].inputs: no layer is named \"frist\" (did you mean \"first\"?)") &&
-                                Catch::EndsWith(position_of(y, "[first, frist]")));
+    const auto y = layers(
+        "    - {type: linear, name: first, out_features: 3}\n"
+        "    - {type: add, inputs: [first, frist]}\n");
+    CHECK_THAT(error_of(y),
+               Catch::StartsWith("model.layers[1].inputs: no layer is named \"frist\" (did you mean \"first\"?)") &&
+                   Catch::EndsWith(position_of(y, "[first, frist]")));
   }
   SECTION("a duplicate name") {
     const auto y = layers("    - {type: linear, name: a, out_features: 3}\n    - {type: relu, name: a}\n");
-    CHECK_THAT(error_of(y), Catch::StartsWith("model.layers[1].name: the name \"a\" is already used by model.layers[0]"));
+    CHECK_THAT(error_of(y),
+               Catch::StartsWith("model.layers[1].name: the name \"a\" is already used by model.layers[0]"));
   }
   SECTION("add over shapes that differ") {
-    const auto y = layers("    - {type: linear, name: a, out_features: 3}\n"
-                          "    - {type: linear, name: b, out_features: 4, inputs: input}\n"
-                          "    - {type: add, inputs: [a, b]}\n");
+    const auto y = layers(
+        "    - {type: linear, name: a, out_features: 3}\n"
+        "    - {type: linear, name: b, out_features: 4, inputs: input}\n"
+        "    - {type: add, inputs: [a, b]}\n");
     CHECK_THAT(error_of(y), Catch::StartsWith("model.layers[2]: add needs inputs of one shape, got [3] and [4]"));
   }
   SECTION("an output nobody uses") {
-    const auto y = layers("    - {type: linear, name: lost, out_features: 5}\n"
-                          "    - {type: linear, out_features: 3, inputs: input}\n");
+    const auto y = layers(
+        "    - {type: linear, name: lost, out_features: 5}\n"
+        "    - {type: linear, out_features: 3, inputs: input}\n");
     CHECK_THAT(error_of(y), Catch::StartsWith("model.layers[0]: the output of \"lost\" is never used"));
   }
   SECTION("too few inputs") {
@@ -188,12 +200,12 @@ TEST_CASE("graph errors name the layer", "[config][cpu]") {
     CHECK_THAT(error_of(y), Catch::StartsWith("model.layers[1]: add takes 2 or more inputs, got 1"));
   }
   SECTION("a valid residual graph builds and prints its edges") {
-    const auto y = layers("    - {type: linear, name: a, out_features: 3}\n"
-                          "    - {type: relu, name: r}\n"
-                          "    - {type: add, name: res, inputs: [a, r]}\n");
+    const auto y = layers(
+        "    - {type: linear, name: a, out_features: 3}\n"
+        "    - {type: relu, name: r}\n"
+        "    - {type: add, name: res, inputs: [a, r]}\n");
     validate(y);
-    const Model m = Model::build(ConfigNode::load_string(y, "t.yaml")["model"], Shape{4}, DType::f32,
-                                 Device::cpu(), 1);
+    const Model m = Model::build(ConfigNode::load_string(y, "t.yaml")["model"], Shape{4}, DType::f32, Device::cpu(), 1);
     CHECK_THAT(m.summary_table(2), Catch::Contains("res ← a + r"));
   }
 }
@@ -219,7 +231,8 @@ TEST_CASE("config overrides (--set) reach nested keys and list items", "[config]
     CHECK(m.nodes()[1].type == "linear");
   }
   SECTION("a path that does not exist names it") {
-    CHECK_THROWS_WITH(apply_override(base, "optimizer.foo.bar=1"), Catch::Contains("the config has no key optimizer.foo"));
+    CHECK_THROWS_WITH(apply_override(base, "optimizer.foo.bar=1"),
+                      Catch::Contains("the config has no key optimizer.foo"));
     // A section the file leaves out is created by a --set into it; what goes in is validated as usual.
     const ConfigNode with_section = apply_override(base, "checkpoint.every_steps=5");
     CHECK(with_section["checkpoint"]["every_steps"].as_int() == 5);
@@ -243,8 +256,9 @@ TEST_CASE("config overrides (--set) reach nested keys and list items", "[config]
   }
   SECTION("a bad value set on the command line points at the --set") {
     const ConfigNode root = apply_override(base, "model.layers[0].out_features=abc");
-    CHECK_THROWS_WITH(validate(root), "model.layers[0].out_features: expected a positive integer, got \"abc\" "
-                                      "(--set model.layers[0].out_features=abc)");
+    CHECK_THROWS_WITH(validate(root),
+                      "model.layers[0].out_features: expected a positive integer, got \"abc\" "
+                      "(--set model.layers[0].out_features=abc)");
   }
 }
 
@@ -260,15 +274,27 @@ TEST_CASE("the resolved config reads back to itself: each section's YAML writer 
   TempDir dir;
   write_text(dir / "d.csv", "x,y,label\n1,2,0\n3,4,1\n");
   const std::string csv = "data={format: csv, train: {path: " + (dir / "d.csv") + "}, label: label, header: true}";
-  const std::vector<std::string> sets{
-      "scheduler={type: constant}", "scheduler={type: step, step_size: 2, warmup_steps: 3}",
-      "scheduler={type: multistep, milestones: [2, 5]}", "scheduler={type: exponential, gamma: 0.9}",
-      "scheduler={type: cosine, t_max: 4}", "scheduler={type: linear, total_iters: 3}",
-      "scheduler={type: onecycle, max_lr: 1}", "optimizer={type: adam, lr: 0.01}",
-      "optimizer={type: adamw, lr: 0.01, amsgrad: true}", "loss=mse", "loss={type: cross_entropy, label_smoothing: 0.1}",
-      "train.nonfinite=skip", "train.nonfinite=rollback", "checkpoint.keep_best=test_loss",
-      "checkpoint.keep_best=test_accuracy", "logging.level=debug", "logging.level=warn", "logging.level=error",
-      "data.augment={hflip: true}", "data.targets={shape: [2]}", csv};
+  const std::vector<std::string> sets{"scheduler={type: constant}",
+                                      "scheduler={type: step, step_size: 2, warmup_steps: 3}",
+                                      "scheduler={type: multistep, milestones: [2, 5]}",
+                                      "scheduler={type: exponential, gamma: 0.9}",
+                                      "scheduler={type: cosine, t_max: 4}",
+                                      "scheduler={type: linear, total_iters: 3}",
+                                      "scheduler={type: onecycle, max_lr: 1}",
+                                      "optimizer={type: adam, lr: 0.01}",
+                                      "optimizer={type: adamw, lr: 0.01, amsgrad: true}",
+                                      "loss=mse",
+                                      "loss={type: cross_entropy, label_smoothing: 0.1}",
+                                      "train.nonfinite=skip",
+                                      "train.nonfinite=rollback",
+                                      "checkpoint.keep_best=test_loss",
+                                      "checkpoint.keep_best=test_accuracy",
+                                      "logging.level=debug",
+                                      "logging.level=warn",
+                                      "logging.level=error",
+                                      "data.augment={hflip: true}",
+                                      "data.targets={shape: [2]}",
+                                      csv};
   for (const auto& set : sets) {
     INFO("--set " << set);
     const std::string once = resolved(apply_override(ConfigNode::load_string(kBase, "t.yaml"), set));
@@ -302,15 +328,16 @@ TEST_CASE("the README's layer reference is the one the registry generates", "[co
 // `repeat:` blocks: the expansion is the model written out by hand with scoped names — same layers, same edges, same
 // initial weights (parameters are drawn in the expanded list's order).
 TEST_CASE("repeat: blocks expand to scoped layers, `input` inside a block is the block's input", "[config][cpu]") {
-  const std::string repeated = "model:\n  layers:\n"
-                               "    - {type: linear, out_features: 4, name: stem}\n"
-                               "    - repeat: 3\n"
-                               "      name: h\n"
-                               "      layers:\n"
-                               "        - {type: layernorm, name: ln}\n"
-                               "        - {type: linear, out_features: 4, name: fc}\n"
-                               "        - {type: add, name: res, inputs: [input, fc]}\n"
-                               "    - {type: linear, out_features: 3}\n";
+  const std::string repeated =
+      "model:\n  layers:\n"
+      "    - {type: linear, out_features: 4, name: stem}\n"
+      "    - repeat: 3\n"
+      "      name: h\n"
+      "      layers:\n"
+      "        - {type: layernorm, name: ln}\n"
+      "        - {type: linear, out_features: 4, name: fc}\n"
+      "        - {type: add, name: res, inputs: [input, fc]}\n"
+      "    - {type: linear, out_features: 3}\n";
   std::string by_hand = "model:\n  layers:\n    - {type: linear, out_features: 4, name: stem}\n";
   std::string before = "stem";
   for (int k = 0; k < 3; ++k) {

@@ -30,13 +30,17 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-template <class T> using GuardedOf = GuardedT<T>;
-template <class T> constexpr DType kDType = std::is_same_v<T, float> ? DType::f32 : DType::f64;
+template <class T>
+using GuardedOf = GuardedT<T>;
+template <class T>
+constexpr DType kDType = std::is_same_v<T, float> ? DType::f32 : DType::f64;
 /// The per-term factor of the dot-product tolerance (file comment), f32 or f64.
-template <class T> constexpr double kDot = std::is_same_v<T, float> ? 1e-5 : 1e-13;
+template <class T>
+constexpr double kDot = std::is_same_v<T, float> ? 1e-5 : 1e-13;
 
 /// An f32 host tensor in T (a copy when T is double).
-template <class T> Tensor as(const Tensor& f32) {
+template <class T>
+Tensor as(const Tensor& f32) {
   if constexpr (std::is_same_v<T, float>) {
     return f32;
   } else {
@@ -46,7 +50,8 @@ template <class T> Tensor as(const Tensor& f32) {
   }
 }
 
-template <class T> Tensor seeded_as(const Shape& shape, uint64_t seed, double lo = -4, double hi = 4) {
+template <class T>
+Tensor seeded_as(const Shape& shape, uint64_t seed, double lo = -4, double hi = 4) {
   return as<T>(seeded(shape, seed, lo, hi));
 }
 
@@ -68,15 +73,16 @@ Tensor distinct(const Shape& shape, uint64_t seed, double lo, double hi) {
     std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(rng.next_u32() % static_cast<uint32_t>(i + 1))]);
   Tensor t = Tensor::empty(shape, DType::f32);
   for (int64_t i = 0; i < n; ++i)
-    t.data<float>()[i] = static_cast<float>(lo + (hi - lo) * (static_cast<double>(order[static_cast<size_t>(i)]) + 0.5) /
-                                                    static_cast<double>(n));
+    t.data<float>()[i] = static_cast<float>(
+        lo + (hi - lo) * (static_cast<double>(order[static_cast<size_t>(i)]) + 0.5) / static_cast<double>(n));
   return t;
 }
 
 // ---------------------------------------------------------------------------------------------------------------
 // matmul
 
-template <class T> void check_matmul(int64_t m, int64_t n, int64_t k, bool ta, bool tb, double beta, uint64_t seed) {
+template <class T>
+void check_matmul(int64_t m, int64_t n, int64_t k, bool ta, bool tb, double beta, uint64_t seed) {
   INFO("matmul m " << m << " n " << n << " k " << k << (ta ? " aᵀ" : "") << (tb ? " bᵀ" : "") << " beta " << beta
                    << (std::is_same_v<T, double> ? " f64" : " f32"));
   const Tensor a = seeded_as<T>(ta ? Shape{k, m} : Shape{m, k}, seed);
@@ -100,8 +106,8 @@ TEST_CASE("CUDA matmul (cuBLASLt) matches the CPU for every transpose and beta 0
     int64_t m, n, k;
   };
   uint64_t seed = 1000;
-  for (const Dims d : {Dims{1, 1, 1}, Dims{7, 5, 3}, Dims{33, 17, 65}, Dims{128, 64, 256}, Dims{3, 1000, 10},
-                       Dims{257, 3, 129}})
+  for (const Dims d :
+       {Dims{1, 1, 1}, Dims{7, 5, 3}, Dims{33, 17, 65}, Dims{128, 64, 256}, Dims{3, 1000, 10}, Dims{257, 3, 129}})
     for (bool ta : {false, true})
       for (bool tb : {false, true})
         for (double beta : {0.0, 1.0}) check_matmul<float>(d.m, d.n, d.k, ta, tb, beta, seed += 3);
@@ -128,7 +134,7 @@ TEST_CASE("CUDA matmul on views that start off cuBLASLt's preferred 256-byte ali
   Tensor c = c_big.inner.slice0(1, m);
   ops::matmul(ad.slice0(1, m), false, bd.slice0(1, k), false, c, 0.0);
   const Tensor got = c_big.host_checked().slice0(1, m);
-  check_close(got, c_cpu, 1e-5 * k * 16, 0);  // K = k products of |a|, |b| ≤ 4 (file comment)
+  check_close(got, c_cpu, 1e-5 * k * 16, 0);               // K = k products of |a|, |b| ≤ 4 (file comment)
   REQUIRE(c_big.host_checked().data<float>()[0] == 0.0f);  // row 0 is outside the view: untouched
 }
 
@@ -142,14 +148,16 @@ struct ConvCase {
   bool bias;
 };
 
-template <class T> void check_conv(const ConvCase& cc, uint64_t seed) {
+template <class T>
+void check_conv(const ConvCase& cc, uint64_t seed) {
   const Window2d win{cc.kh, cc.kw, cc.sh, cc.sw, cc.ph, cc.pw, cc.dh, cc.dw};
   const int64_t oh = window_out(cc.h, cc.kh, cc.sh, cc.ph, cc.dh), ow = window_out(cc.w, cc.kw, cc.sw, cc.pw, cc.dw);
   INFO("conv x (" << cc.batch << ", " << cc.cin << ", " << cc.h << ", " << cc.w << ") → " << cc.cout << " channels, "
-                  << cc.kh << "×" << cc.kw << " stride " << cc.sh << "×" << cc.sw << " padding " << cc.ph << "×" << cc.pw
-                  << " dilation " << cc.dh << "×" << cc.dw << " groups " << cc.groups << (cc.bias ? " bias" : "")
-                  << (std::is_same_v<T, double> ? " f64" : " f32"));
-  const Shape xs{cc.batch, cc.cin, cc.h, cc.w}, ws{cc.cout, cc.cin / cc.groups, cc.kh, cc.kw}, ys{cc.batch, cc.cout, oh, ow};
+                  << cc.kh << "×" << cc.kw << " stride " << cc.sh << "×" << cc.sw << " padding " << cc.ph << "×"
+                  << cc.pw << " dilation " << cc.dh << "×" << cc.dw << " groups " << cc.groups
+                  << (cc.bias ? " bias" : "") << (std::is_same_v<T, double> ? " f64" : " f32"));
+  const Shape xs{cc.batch, cc.cin, cc.h, cc.w}, ws{cc.cout, cc.cin / cc.groups, cc.kh, cc.kw},
+      ys{cc.batch, cc.cout, oh, ow};
   const Tensor x = seeded_as<T>(xs, seed), w = seeded_as<T>(ws, seed + 1), dy = seeded_as<T>(ys, seed + 3);
   const Tensor b = cc.bias ? seeded_as<T>(Shape{cc.cout}, seed + 2) : Tensor();
   const Tensor xd = to_cuda(x), wd = to_cuda(w), dyd = to_cuda(dy), bd = cc.bias ? to_cuda(b) : Tensor();
@@ -180,7 +188,9 @@ template <class T> void check_conv(const ConvCase& cc, uint64_t seed) {
     ops::conv2d_backward(xd, wd, dyd, win, cc.groups, want_dx ? dx.inner : no_dx, dw.inner, cc.bias ? db.inner : no_db,
                          beta);
     // dx: each element sums (O/groups)·kh·kw products of |dy|, |w| ≤ 4 at most.
-    if (want_dx) check_close(dx.host_checked(), dx_cpu, kDot<T> * static_cast<double>(cc.cout / cc.groups * cc.kh * cc.kw) * 16, 0);
+    if (want_dx)
+      check_close(dx.host_checked(), dx_cpu, kDot<T> * static_cast<double>(cc.cout / cc.groups * cc.kh * cc.kw) * 16,
+                  0);
     // dw: B·oh·ow products of |dy|, |x| ≤ 4, plus beta·dw0; db: B·oh·ow values of |dy| ≤ 4.
     const double k_w = static_cast<double>(cc.batch * oh * ow);
     check_close(dw.host_checked(), dw_cpu, kDot<T> * k_w * 16, 0);
@@ -196,13 +206,13 @@ template <class T> void check_conv(const ConvCase& cc, uint64_t seed) {
 TEST_CASE("CUDA conv2d (cuDNN) matches the CPU, forward and backward", "[cuda]") {
   require_gpu();
   const ConvCase cases[] = {
-      {2, 3, 8, 8, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, true},       // the common 3×3 "same" convolution
-      {1, 4, 7, 9, 6, 3, 2, 2, 2, 1, 0, 1, 1, 2, true},       // batch 1, odd non-square, stride 2, groups 2
-      {3, 6, 10, 11, 6, 3, 3, 1, 2, 2, 2, 2, 2, 3, false},    // dilation 2, groups 3, uneven strides, no bias
-      {2, 8, 5, 5, 16, 1, 1, 1, 1, 0, 0, 1, 1, 1, true},      // 1×1
-      {2, 4, 9, 9, 4, 3, 3, 2, 2, 1, 1, 1, 1, 4, true},       // depthwise
-      {2, 16, 12, 12, 32, 5, 5, 1, 1, 2, 2, 1, 1, 1, true},   // K = 400
-      {4, 3, 6, 5, 2, 2, 4, 3, 1, 0, 2, 1, 2, 1, true},       // stride 3 × 1, padding on one axis, dilated width
+      {2, 3, 8, 8, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, true},      // the common 3×3 "same" convolution
+      {1, 4, 7, 9, 6, 3, 2, 2, 2, 1, 0, 1, 1, 2, true},      // batch 1, odd non-square, stride 2, groups 2
+      {3, 6, 10, 11, 6, 3, 3, 1, 2, 2, 2, 2, 2, 3, false},   // dilation 2, groups 3, uneven strides, no bias
+      {2, 8, 5, 5, 16, 1, 1, 1, 1, 0, 0, 1, 1, 1, true},     // 1×1
+      {2, 4, 9, 9, 4, 3, 3, 2, 2, 1, 1, 1, 1, 4, true},      // depthwise
+      {2, 16, 12, 12, 32, 5, 5, 1, 1, 2, 2, 1, 1, 1, true},  // K = 400
+      {4, 3, 6, 5, 2, 2, 4, 3, 1, 0, 2, 1, 2, 1, true},      // stride 3 × 1, padding on one axis, dilated width
   };
   uint64_t seed = 3000;
   for (const ConvCase& cc : cases) check_conv<float>(cc, seed += 10);
@@ -222,13 +232,14 @@ struct PoolCase {
   int64_t batch, ch, h, w, kh, kw, sh, sw, ph, pw;
 };
 
-template <class T> void check_pool(PoolKind kind, const PoolCase& pc, double lo, double hi, uint64_t seed) {
+template <class T>
+void check_pool(PoolKind kind, const PoolCase& pc, double lo, double hi, uint64_t seed) {
   const Window2d win{pc.kh, pc.kw, pc.sh, pc.sw, pc.ph, pc.pw};
   const int64_t oh = window_out(pc.h, pc.kh, pc.sh, pc.ph, 1), ow = window_out(pc.w, pc.kw, pc.sw, pc.pw, 1);
-  INFO((kind == PoolKind::max ? "max" : "avg") << " pool (" << pc.batch << ", " << pc.ch << ", " << pc.h << ", " << pc.w
-                                               << ") window " << pc.kh << "×" << pc.kw << " stride " << pc.sh << "×"
-                                               << pc.sw << " padding " << pc.ph << "×" << pc.pw << " inputs in [" << lo
-                                               << ", " << hi << ")" << (std::is_same_v<T, double> ? " f64" : " f32"));
+  INFO((kind == PoolKind::max ? "max" : "avg")
+       << " pool (" << pc.batch << ", " << pc.ch << ", " << pc.h << ", " << pc.w << ") window " << pc.kh << "×" << pc.kw
+       << " stride " << pc.sh << "×" << pc.sw << " padding " << pc.ph << "×" << pc.pw << " inputs in [" << lo << ", "
+       << hi << ")" << (std::is_same_v<T, double> ? " f64" : " f32"));
   const Shape xs{pc.batch, pc.ch, pc.h, pc.w}, ys{pc.batch, pc.ch, oh, ow};
   const Tensor x = as<T>(distinct(xs, seed, lo, hi)), dy = seeded_as<T>(ys, seed + 1);
   Tensor y_cpu = Tensor::empty(ys, kDType<T>), dx_cpu = Tensor::empty(xs, kDType<T>);
@@ -273,7 +284,8 @@ TEST_CASE("CUDA pool2d (cuDNN) matches the CPU, max and average, forward and bac
 
 TEST_CASE("CUDA pool2d in f64 matches the CPU", "[cuda]") {
   require_gpu();
-  for (PoolKind kind : {PoolKind::max, PoolKind::avg}) check_pool<double>(kind, {2, 3, 7, 6, 3, 3, 2, 2, 1, 1}, -3, -1, 4500);
+  for (PoolKind kind : {PoolKind::max, PoolKind::avg})
+    check_pool<double>(kind, {2, 3, 7, 6, 3, 3, 2, 2, 1, 1}, -3, -1, 4500);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -285,9 +297,11 @@ namespace {
 // within N·u·max|x| ≤ 1e-5·max|x|, and the variance (cuDNN may form it as E[x²] − E[x]², losing E[x²]/Var ≈ 2×
 // more) within 1e-4 relative. Everything derived from them (y, the running statistics, the gradients) inherits
 // those relative errors on top of its own sums.
-template <class T> constexpr double kStatRel = std::is_same_v<T, float> ? 1e-4 : 1e-11;
+template <class T>
+constexpr double kStatRel = std::is_same_v<T, float> ? 1e-4 : 1e-11;
 
-template <class T> void check_batchnorm(const Shape& xs, uint64_t seed) {
+template <class T>
+void check_batchnorm(const Shape& xs, uint64_t seed) {
   INFO("batchnorm x " << xs.str() << (std::is_same_v<T, double> ? " f64" : " f32"));
   const int64_t ch = xs[1], n = xs.numel() / ch;  // n = B·S values per channel
   const Shape cs{ch};
@@ -305,7 +319,8 @@ template <class T> void check_batchnorm(const Shape& xs, uint64_t seed) {
   const Tensor dg0 = seeded_as<T>(cs, seed + 7), db0 = seeded_as<T>(cs, seed + 8);
   ops::batchnorm_forward(x1, gamma, beta, rm_cpu, rv_cpu, momentum, eps, true, sm_cpu, si_cpu, y_cpu);
   ops::batchnorm_forward(x2, gamma, beta, rm_cpu, rv_cpu, momentum, eps, true, sm_cpu, si_cpu, y_cpu);
-  Tensor dx_cpu = Tensor::empty(xs, kDType<T>), dg_cpu = Tensor::empty(cs, kDType<T>), db_cpu = Tensor::empty(cs, kDType<T>);
+  Tensor dx_cpu = Tensor::empty(xs, kDType<T>), dg_cpu = Tensor::empty(cs, kDType<T>),
+         db_cpu = Tensor::empty(cs, kDType<T>);
   ops::batchnorm_backward(x2, gamma, sm_cpu, si_cpu, dy, true, dx_cpu, dg_cpu, db_cpu, 0.0);
   Tensor dg1_cpu = dg0.clone(), db1_cpu = db0.clone(), no_dx_cpu;
   ops::batchnorm_backward(x2, gamma, sm_cpu, si_cpu, dy, true, no_dx_cpu, dg1_cpu, db1_cpu, 1.0);
@@ -340,7 +355,8 @@ template <class T> void check_batchnorm(const Shape& xs, uint64_t seed) {
   check_close(db.host_checked(), db1_cpu, kDot<T> * nn * mdy, 0);
 
   // Evaluation: the running statistics normalise; save_mean/save_invstd hold them for the backward pass.
-  Tensor esm_cpu = Tensor::empty(cs, kDType<T>), esi_cpu = Tensor::empty(cs, kDType<T>), ey_cpu = Tensor::empty(xs, kDType<T>);
+  Tensor esm_cpu = Tensor::empty(cs, kDType<T>), esi_cpu = Tensor::empty(cs, kDType<T>),
+         ey_cpu = Tensor::empty(xs, kDType<T>);
   ops::batchnorm_forward(x1, gamma, beta, rm_cpu, rv_cpu, momentum, eps, false, esm_cpu, esi_cpu, ey_cpu);
   Tensor edx_cpu = Tensor::empty(xs, kDType<T>), edg_cpu = dg0.clone(), edb_cpu = db0.clone();
   ops::batchnorm_backward(x1, gamma, esm_cpu, esi_cpu, dy, false, edx_cpu, edg_cpu, edb_cpu, 1.0);
@@ -350,9 +366,9 @@ template <class T> void check_batchnorm(const Shape& xs, uint64_t seed) {
   GuardedOf<T> ey(xs, kNaN), edx(xs, kNaN);
   ops::batchnorm_forward(x1d, gd, bd, rm.inner, rv.inner, momentum, eps, false, sm.inner, si.inner, ey.inner);
   const double fine = std::is_same_v<T, float> ? 1e-6 : 1e-14;  // a few roundings of one expression
-  check_close(rm.host_checked(), rm_cpu, 0, 0);  // evaluation leaves the running statistics alone
+  check_close(rm.host_checked(), rm_cpu, 0, 0);                 // evaluation leaves the running statistics alone
   check_close(rv.host_checked(), rv_cpu, 0, 0);
-  check_close(sm.host_checked(), esm_cpu, 0, 0);      // a copy of the running mean
+  check_close(sm.host_checked(), esm_cpu, 0, 0);     // a copy of the running mean
   check_close(si.host_checked(), esi_cpu, 0, fine);  // 1/√(var + eps) in double on both sides
   check_close(ey.host_checked(), ey_cpu, fine * 10, fine * 10);
   dg.inner.copy_from(dg0);
@@ -407,7 +423,8 @@ TEST_CASE("CUDA dnn ops make one plan per shape and reuse it", "[cuda]") {
   const Tensor x = to_cuda(seeded(Shape{3, 5, 11, 13}, 3)), w = to_cuda(seeded(Shape{7, 5, 3, 3}, 4));
   const Tensor bias = to_cuda(seeded(Shape{7}, 5)), dy = to_cuda(seeded(Shape{3, 7, 11, 13}, 6));
   Tensor y = Tensor::empty(Shape{3, 7, 11, 13}, DType::f32, Device::cuda(0));
-  Tensor dx = Tensor::empty(x.shape(), DType::f32, Device::cuda(0)), dw = Tensor::empty(w.shape(), DType::f32, Device::cuda(0));
+  Tensor dx = Tensor::empty(x.shape(), DType::f32, Device::cuda(0)),
+         dw = Tensor::empty(w.shape(), DType::f32, Device::cuda(0));
   Tensor db = Tensor::empty(Shape{7}, DType::f32, Device::cuda(0));
   for (int step = 0; step < 3; ++step) {  // forward and backward share the plan of their shape
     ops::conv2d_forward(x, w, bias, win, 1, y);
@@ -425,10 +442,12 @@ TEST_CASE("CUDA dnn ops make one plan per shape and reuse it", "[cuda]") {
   REQUIRE(cuda::dnn_plan_counts().pool - p0.pool == 1);
 
   const Shape cs{7};
-  Tensor g = to_cuda(seeded(cs, 7, 0.5, 1.5)), be = to_cuda(seeded(cs, 8)), rm = Tensor::zeros(cs, DType::f32, Device::cuda(0));
+  Tensor g = to_cuda(seeded(cs, 7, 0.5, 1.5)), be = to_cuda(seeded(cs, 8)),
+         rm = Tensor::zeros(cs, DType::f32, Device::cuda(0));
   Tensor rv = to_cuda(seeded(cs, 9, 0.5, 1.5)), sm = Tensor::empty(cs, DType::f32, Device::cuda(0)),
          si = Tensor::empty(cs, DType::f32, Device::cuda(0)), dg = Tensor::empty(cs, DType::f32, Device::cuda(0)),
-         dbe = Tensor::empty(cs, DType::f32, Device::cuda(0)), yn = Tensor::empty(y.shape(), DType::f32, Device::cuda(0));
+         dbe = Tensor::empty(cs, DType::f32, Device::cuda(0)),
+         yn = Tensor::empty(y.shape(), DType::f32, Device::cuda(0));
   for (int step = 0; step < 3; ++step) {
     ops::batchnorm_forward(y, g, be, rm, rv, 0.1, 1e-5, true, sm, si, yn);
     ops::batchnorm_backward(y, g, sm, si, dy, true, dy_in, dg, dbe, 0.0);

@@ -109,8 +109,9 @@ TEST_CASE("non-finite steps are skipped on the device and reported by the host a
   write_text(dir / "c.yaml", kConfig);
   // SGD with lr 1e30 overflows the weights within a few steps; every step after that is non-finite and skipped.
   // The GPU learns of each skip a step late (or at a log line): the rows must still name the same steps.
-  const std::string sets = " --set optimizer.type=sgd --set optimizer.lr=1e30 --set train.nonfinite=skip "
-                           "--set train.max_skips=100000 --set train.epochs=1 --set train.log_every=7";
+  const std::string sets =
+      " --set optimizer.type=sgd --set optimizer.lr=1e30 --set train.nonfinite=skip "
+      "--set train.max_skips=100000 --set train.epochs=1 --set train.log_every=7";
   const CommandResult cpu = run_gputrain("train " + dir / "c.yaml" + " --device cpu" + sets + " --out " + dir / "cpu");
   const CommandResult gpu = run_gputrain("train " + dir / "c.yaml" + " --device cuda" + sets + " --out " + dir / "gpu");
   INFO(cpu.output << gpu.output);

@@ -19,8 +19,8 @@ namespace {
 Tensor random_f64(const Shape& s, Rng& rng, int64_t index_range) {
   Tensor t = Tensor::empty(s, DType::f64);
   for (int64_t i = 0; i < t.numel(); ++i)
-    t.data<double>()[i] = index_range > 0 ? static_cast<double>(rng.below(static_cast<uint64_t>(index_range)))
-                                          : rng.uniform(-2, 2);
+    t.data<double>()[i] =
+        index_range > 0 ? static_cast<double>(rng.below(static_cast<uint64_t>(index_range))) : rng.uniform(-2, 2);
   return t;
 }
 

@@ -26,8 +26,8 @@
 #include <map>
 #include <regex>
 #include <sstream>
-#include <vector>
 #include <thread>
+#include <vector>
 
 using namespace gt::test;
 namespace fs = std::filesystem;
@@ -43,9 +43,10 @@ gt::LaunchInfo detect(const std::map<std::string, std::string>& vars) {
 
 // mpirun as CI runs it: as root (allowed explicitly), never more slots than cores asked.
 std::string mpirun(int ranks) {
-  return fmt::format("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
-                     "mpirun -np {} ",
-                     ranks);
+  return fmt::format(
+      "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
+      "mpirun -np {} ",
+      ranks);
 }
 
 std::string dp_config(const std::string& optimizer, int64_t batch, int64_t accumulate) {
@@ -125,9 +126,9 @@ int tcp_test_port(int slot) { return 20000 + static_cast<int>(getpid() % 1500) *
 
 // Starts rank `rank` of `world` with torchrun's variables, as torchrun would, without torchrun.
 Background start_tcp_rank(int rank, int world, int port, const std::string& args, const std::string& log) {
-  return start_gputrain(args, log,
-                        fmt::format("RANK={} WORLD_SIZE={} LOCAL_RANK={} MASTER_ADDR=127.0.0.1 MASTER_PORT={}", rank,
-                                    world, rank, port));
+  return start_gputrain(
+      args, log,
+      fmt::format("RANK={} WORLD_SIZE={} LOCAL_RANK={} MASTER_ADDR=127.0.0.1 MASTER_PORT={}", rank, world, rank, port));
 }
 
 bool have_torchrun() { return std::system("command -v torchrun > /dev/null 2>&1") == 0; }
@@ -137,7 +138,8 @@ bool have_torchrun() { return std::system("command -v torchrun > /dev/null 2>&1"
 TEST_CASE("launchers are recognised from their environment variables alone", "[cpu][dist]") {
   CHECK(detect({}).launcher == "none");
   CHECK(detect({}).world == 1);
-  auto ompi = detect({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "8"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}});
+  auto ompi =
+      detect({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "8"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}});
   CHECK(ompi.launcher == "openmpi");
   CHECK((ompi.rank == 3 && ompi.world == 8 && ompi.local_rank == 1));
   auto pmi = detect({{"PMI_RANK", "2"}, {"PMI_SIZE", "4"}, {"MPI_LOCALRANKID", "0"}});
@@ -146,13 +148,16 @@ TEST_CASE("launchers are recognised from their environment variables alone", "[c
   CHECK((slurm.launcher == "slurm" && slurm.rank == 5 && slurm.world == 16 && slurm.local_rank == 1));
   // A batch script (no job step) runs once even when the allocation has 16 tasks.
   CHECK(detect({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "16"}}).world == 1);
-  auto torchrun = detect({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "node7"},
-                          {"MASTER_PORT", "29500"}});
+  auto torchrun = detect(
+      {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "node7"}, {"MASTER_PORT", "29500"}});
   CHECK((torchrun.launcher == "torchrun" && torchrun.rank == 1 && torchrun.master_addr == "node7" &&
          torchrun.master_port == 29500));
   // mpirun inside a Slurm step: both agree, and the launcher that started the process directly wins.
-  CHECK(detect({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"SLURM_PROCID", "1"},
-                {"SLURM_NTASKS", "2"}, {"SLURM_STEP_ID", "3"}})
+  CHECK(detect({{"OMPI_COMM_WORLD_RANK", "1"},
+                {"OMPI_COMM_WORLD_SIZE", "2"},
+                {"SLURM_PROCID", "1"},
+                {"SLURM_NTASKS", "2"},
+                {"SLURM_STEP_ID", "3"}})
             .launcher == "openmpi");
 
   auto refused = [](const std::map<std::string, std::string>& vars, const std::string& message) {
@@ -163,8 +168,12 @@ TEST_CASE("launchers are recognised from their environment variables alone", "[c
   refused({{"RANK", "1"}, {"WORLD_SIZE", "2"}}, "MASTER_ADDR");
   refused({{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "2"}}, "OMPI_COMM_WORLD_RANK=2 is not below");
   refused({{"PMI_RANK", "x"}, {"PMI_SIZE", "2"}}, "PMI_RANK=x is not an integer");
-  refused({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"RANK", "1"}, {"WORLD_SIZE", "2"},
-           {"MASTER_ADDR", "a"}, {"MASTER_PORT", "1"}},
+  refused({{"OMPI_COMM_WORLD_RANK", "0"},
+           {"OMPI_COMM_WORLD_SIZE", "2"},
+           {"RANK", "1"},
+           {"WORLD_SIZE", "2"},
+           {"MASTER_ADDR", "a"},
+           {"MASTER_PORT", "1"}},
           "openmpi (OMPI_COMM_WORLD_RANK=0, OMPI_COMM_WORLD_SIZE=2) and torchrun (RANK=1, WORLD_SIZE=2) disagree");
 }
 
@@ -176,11 +185,11 @@ TEST_CASE("mpirun -np 2 with batch B per rank trains to the parameters of one pr
     int64_t accumulate;
     const char* dist = "";
   };
-  for (const Case& c : {Case{"sgd", "{type: sgd, lr: 0.05, momentum: 0.9}", 1},
-                        Case{"adam", "{type: adam, lr: 0.003}", 1},
-                        Case{"sgd, accumulating 2", "{type: sgd, lr: 0.05, momentum: 0.9, nesterov: true}", 2},
-                        Case{"adam, all-reduce after backward, small buckets", "{type: adam, lr: 0.003}", 1,
-                             "dist: {overlap: false, bucket_mb: 0.001}\n"}}) {
+  for (const Case& c :
+       {Case{"sgd", "{type: sgd, lr: 0.05, momentum: 0.9}", 1}, Case{"adam", "{type: adam, lr: 0.003}", 1},
+        Case{"sgd, accumulating 2", "{type: sgd, lr: 0.05, momentum: 0.9, nesterov: true}", 2},
+        Case{"adam, all-reduce after backward, small buckets", "{type: adam, lr: 0.003}", 1,
+             "dist: {overlap: false, bucket_mb: 0.001}\n"}}) {
     DYNAMIC_SECTION(c.name) {
       write_text(dir / "two.yaml", dp_config(c.optimizer, 16, c.accumulate) + c.dist);
       write_text(dir / "one.yaml", dp_config(c.optimizer, 32, c.accumulate));
@@ -201,8 +210,7 @@ TEST_CASE("mpirun -np 2 with batch B per rank trains to the parameters of one pr
       // Rank 0 alone logs at info level and writes the run directory; rank 1 is silent unless something is wrong.
       CHECK_THAT(log, Catch::Contains("rank 0 of 2 (local rank 0, mpi)") &&
                           Catch::Contains(fmt::format("batch 16 per rank{} = global batch {}",
-                                                      c.accumulate > 1 ? " × 2 accumulated" : "",
-                                                      32 * c.accumulate)));
+                                                      c.accumulate > 1 ? " × 2 accumulated" : "", 32 * c.accumulate)));
       CHECK(log.find("[rank 1]") == std::string::npos);
       // Rank 1's sampler readings reach rank 0's train rows (the last one has a sample on every rank).
       const auto rows = lines_of(read_text(dir / "two/metrics.jsonl"));
@@ -241,7 +249,8 @@ TEST_CASE("SIGTERM to one rank stops all at one step with a checkpoint, and a st
     CHECK(WIFEXITED(status));
     CHECK(WEXITSTATUS(status) != 0);
     CHECK(waited < 30);
-    CHECK_THAT(log, Catch::Contains("rank 0: no answer for 3 s in ") && Catch::Contains("rank 1 failed or stopped responding"));
+    CHECK_THAT(log, Catch::Contains("rank 0: no answer for 3 s in ") &&
+                        Catch::Contains("rank 1 failed or stopped responding"));
   }
   SECTION("a rank that dies") {
     const pid_t job = start_two_ranks(dir / "c.yaml", dir / "dead", dir / "log");
@@ -297,12 +306,14 @@ TEST_CASE("SIGTERM to one rank stops all at one step with a checkpoint, and a st
   }
 }
 
-TEST_CASE("a checkpoint written by 2 ranks resumes on 1, saying that the data order differs from there", "[e2e][dist]") {
+TEST_CASE("a checkpoint written by 2 ranks resumes on 1, saying that the data order differs from there",
+          "[e2e][dist]") {
   TempDir dir;
   write_text(dir / "c.yaml", dp_config("{type: adam, lr: 0.003}", 16, 1));
-  const int two = std::system((mpirun(2) + GT_BINARY + " train " + (dir / "c.yaml") + " --quiet --threads 1 --max-steps 40 --out " +
-                               (dir / "run") + " > " + (dir / "log") + " 2>&1")
-                                  .c_str());
+  const int two =
+      std::system((mpirun(2) + GT_BINARY + " train " + (dir / "c.yaml") + " --quiet --threads 1 --max-steps 40 --out " +
+                   (dir / "run") + " > " + (dir / "log") + " 2>&1")
+                      .c_str());
   INFO(read_text(dir / "log"));
   REQUIRE(two == 0);
   CHECK(gt::read_checkpoint(dir / "run/checkpoints/step-40").world_size == 2);
@@ -325,9 +336,10 @@ TEST_CASE("a checkpoint written by 2 ranks resumes on 1, saying that the data or
   CHECK_THAT(read_text(dir / "clash.log"), Catch::Contains("already holds a run's checkpoints"));
 }
 
-TEST_CASE("2 ranks over TCP (torchrun's variables, no MPI) with batch B train to the parameters of 1 process with "
-          "batch 2B",
-          "[e2e][dist]") {
+TEST_CASE(
+    "2 ranks over TCP (torchrun's variables, no MPI) with batch B train to the parameters of 1 process with "
+    "batch 2B",
+    "[e2e][dist]") {
   TempDir dir;
   struct Case {
     const char* name;
@@ -591,8 +603,8 @@ TEST_CASE("synchronised batch norm over 2 ranks computes what one process comput
 }
 
 TEST_CASE("synchronised batch norm is refused for a model on a GPU, naming dist.sync_batchnorm", "[cpu][dist]") {
-  const auto root = gt::ConfigNode::load_string("model: {layers: [batchnorm1d, {type: linear, out_features: 2}]}\n",
-                                                "t.yaml");
+  const auto root =
+      gt::ConfigNode::load_string("model: {layers: [batchnorm1d, {type: linear, out_features: 2}]}\n", "t.yaml");
   auto comm = gt::make_local_comm();
   // Shapes only: nothing is allocated on the device, so this runs without one.
   gt::Model gpu = gt::Model::build(root["model"], gt::Shape{4}, gt::DType::f32, gt::Device::cuda(0), 1, false);
@@ -611,14 +623,14 @@ TEST_CASE("device: [cpu, cpu] runs two workers in one process that train like on
     std::string optimizer;
     int64_t accumulate;
   };
-  for (const Case& c : {Case{"sgd", "{type: sgd, lr: 0.05, momentum: 0.9}", 1},
-                        Case{"adam", "{type: adam, lr: 0.003}", 1},
-                        Case{"sgd, accumulating 2", "{type: sgd, lr: 0.05, momentum: 0.9, nesterov: true}", 2}}) {
+  for (const Case& c :
+       {Case{"sgd", "{type: sgd, lr: 0.05, momentum: 0.9}", 1}, Case{"adam", "{type: adam, lr: 0.003}", 1},
+        Case{"sgd, accumulating 2", "{type: sgd, lr: 0.05, momentum: 0.9, nesterov: true}", 2}}) {
     DYNAMIC_SECTION(c.name) {
       write_text(dir / "two.yaml", dp_config(c.optimizer, 16, c.accumulate));
       write_text(dir / "one.yaml", dp_config(c.optimizer, 32, c.accumulate));
-      const auto two = run_gputrain("train " + (dir / "two.yaml") + " --device '[cpu, cpu]' --threads 2 --out " +
-                                    (dir / "two"));
+      const auto two =
+          run_gputrain("train " + (dir / "two.yaml") + " --device '[cpu, cpu]' --threads 2 --out " + (dir / "two"));
       INFO(two.output);
       REQUIRE(two.exit_code == 0);
       const auto one = run_gputrain("train " + (dir / "one.yaml") + " --quiet --threads 1 --out " + (dir / "one"));
@@ -663,9 +675,10 @@ dist: {}
                      batch, accumulate, dist);
 }
 
-TEST_CASE("dist.sync_batchnorm: 2 ranks with batch B train batch norm to the parameters and running statistics of 1 "
-          "process with batch 2B",
-          "[e2e][dist]") {
+TEST_CASE(
+    "dist.sync_batchnorm: 2 ranks with batch B train batch norm to the parameters and running statistics of 1 "
+    "process with batch 2B",
+    "[e2e][dist]") {
   TempDir dir;
   write_text(dir / "one.yaml", bn_config(32, "{sync_batchnorm: true}"));  // one rank: the key changes nothing
   const auto one = run_gputrain("train " + (dir / "one.yaml") + " --quiet --threads 1 --out " + (dir / "one"));
@@ -706,8 +719,9 @@ TEST_CASE("dist.sync_batchnorm: 2 ranks with batch B train batch norm to the par
   }
   SECTION("accumulating 2 micro-batches: each one's statistics are over its global micro-batch") {
     write_text(dir / "one_acc.yaml", bn_config(32, "{sync_batchnorm: true}", 2));
-    REQUIRE(run_gputrain("train " + (dir / "one_acc.yaml") + " --quiet --threads 1 --out " + (dir / "one_acc"))
-                .exit_code == 0);
+    REQUIRE(
+        run_gputrain("train " + (dir / "one_acc.yaml") + " --quiet --threads 1 --out " + (dir / "one_acc")).exit_code ==
+        0);
     write_text(dir / "two_acc.yaml", bn_config(16, "{sync_batchnorm: true}", 2));
     REQUIRE(run_gputrain("train " + (dir / "two_acc.yaml") + " --device '[cpu, cpu]' --threads 2 --quiet --out " +
                          (dir / "two_acc"))
@@ -728,8 +742,10 @@ TEST_CASE("a worker thread that fails ends the others at their next collective, 
   write_text(dir / "two.yaml", dp_config("{type: sgd, lr: 0.05}", 16, 1) + "checkpoint: {every_steps: 8}\n");
   const auto t0 = std::chrono::steady_clock::now();
   // Rank 0 alone writes checkpoints: a full disk at the first one fails it while rank 1 waits for the next step.
-  const auto r = run_gputrain("train " + (dir / "two.yaml") + " --device '[cpu, cpu]' --threads 2 --set "
-                                  "dist.timeout_s=600 --out " + (dir / "run"),
+  const auto r = run_gputrain("train " + (dir / "two.yaml") +
+                                  " --device '[cpu, cpu]' --threads 2 --set "
+                                  "dist.timeout_s=600 --out " +
+                                  (dir / "run"),
                               std::string("LD_PRELOAD=") + GT_FAULT_LIB +
                                   " GT_FAULT_MATCH=tmp/model.safetensors GT_FAULT_ACTION=enospc");
   INFO(r.output);
@@ -739,8 +755,7 @@ TEST_CASE("a worker thread that fails ends the others at their next collective, 
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120));
 }
 
-TEST_CASE("ranks started with different models or configs exit 3 at once, naming the first difference",
-          "[e2e][dist]") {
+TEST_CASE("ranks started with different models or configs exit 3 at once, naming the first difference", "[e2e][dist]") {
   TempDir dir;
   write_text(dir / "a.yaml", dp_config("{type: sgd, lr: 0.05}", 16, 1));
   // The same but for the hidden layer's width: the gradient buffers differ in size.
@@ -748,17 +763,18 @@ TEST_CASE("ranks started with different models or configs exit 3 at once, naming
   other.replace(other.find("out_features: 16"), 16, "out_features: 12");
   write_text(dir / "b.yaml", other);
   SECTION("over TCP") {
-    const auto r0 = start_tcp_rank(0, 2, tcp_test_port(0), "train " + (dir / "a.yaml") + " --threads 1 --out " +
-                                                             (dir / "run"), dir / "log0");
-    const auto r1 = start_tcp_rank(1, 2, tcp_test_port(0), "train " + (dir / "b.yaml") + " --threads 1 --out " +
-                                                             (dir / "run"), dir / "log1");
+    const auto r0 = start_tcp_rank(0, 2, tcp_test_port(0),
+                                   "train " + (dir / "a.yaml") + " --threads 1 --out " + (dir / "run"), dir / "log0");
+    const auto r1 = start_tcp_rank(1, 2, tcp_test_port(0),
+                                   "train " + (dir / "b.yaml") + " --threads 1 --out " + (dir / "run"), dir / "log1");
     const int e0 = wait_exit(r0), e1 = wait_exit(r1);
     const std::string log0 = read_text(dir / "log0"), log1 = read_text(dir / "log1");
     INFO(log0 << "\n---\n" << log1);
     CHECK(e0 == 3);
     CHECK(e1 == 3);
-    CHECK_THAT(log1, Catch::Contains("rank 1: started with another config than rank 0; the first difference, at line") &&
-                         Catch::Contains("out_features: 16") && Catch::Contains("out_features: 12"));
+    CHECK_THAT(log1,
+               Catch::Contains("rank 1: started with another config than rank 0; the first difference, at line") &&
+                   Catch::Contains("out_features: 16") && Catch::Contains("out_features: 12"));
     CHECK_THAT(log0, Catch::Contains("1 rank(s) were started with another config or model"));
     CHECK_FALSE(fs::exists(dir / "run"));  // found before the run directory was made
   }

@@ -40,7 +40,6 @@ optimizer: {type: sgd, lr: 0.05, momentum: 0.9}
 train: {epochs: 8, log_every: 20}
 )";
 
-
 std::string losses_of(const std::string& metrics) {
   std::string out;
   const std::regex re("\"loss\": ([^,}]*)");
@@ -97,13 +96,17 @@ TEST_CASE("training a synthetic classification problem converges and writes the 
   CHECK_THAT(read_text(dir / "run/train.log"), Catch::Contains("eval epoch 8/8"));
   // The final weights, readable without gputrain: Python's json module reads the safetensors header.
   const std::string weights = dir / "run/model.safetensors";
-  const std::string py = "python3 -c \"import json,struct,sys; f=open(sys.argv[1],'rb'); n=struct.unpack('<Q',f.read(8))[0]; "
-                         "h=json.loads(f.read(n)); assert h['layers.0.weight']['shape']==[64,20]; "
-                         "assert h['layers.2.bias']['dtype']=='F32'; assert h['__metadata__']['format']=='pt'\" " +
-                         weights;
+  const std::string py =
+      "python3 -c \"import json,struct,sys; f=open(sys.argv[1],'rb'); n=struct.unpack('<Q',f.read(8))[0]; "
+      "h=json.loads(f.read(n)); assert h['layers.0.weight']['shape']==[64,20]; "
+      "assert h['layers.2.bias']['dtype']=='F32'; assert h['__metadata__']['format']=='pt'\" " +
+      weights;
   CHECK(std::system(py.c_str()) == 0);
   // The console has one progress line per log_every steps with the fields in a fixed order.
-  CHECK(std::regex_search(r.output, std::regex(R"(epoch 1/8 \| step 20/504 \| loss [0-9.]+ \| lr 0.05 \| grad_norm [0-9.e+-]+ \| [0-9]+ samples/s \| elapsed [0-9:]+ \| eta [0-9:]+)")));
+  CHECK(std::regex_search(
+      r.output,
+      std::regex(
+          R"(epoch 1/8 \| step 20/504 \| loss [0-9.]+ \| lr 0.05 \| grad_norm [0-9.e+-]+ \| [0-9]+ samples/s \| elapsed [0-9:]+ \| eta [0-9:]+)")));
 }
 
 TEST_CASE("gputrain eval reproduces a run's test metrics from its model.safetensors", "[e2e]") {
@@ -111,8 +114,8 @@ TEST_CASE("gputrain eval reproduces a run's test metrics from its model.safetens
   write_text(dir / "synth.yaml", kSynthetic);
   REQUIRE(run_gputrain("train " + (dir / "synth.yaml") + " --epochs 2 --quiet --out " + (dir / "run")).exit_code == 0);
   const std::string summary = read_text(dir / "run/summary.json");
-  const auto r = run_gputrain("eval " + (dir / "synth.yaml") + " --checkpoint " + (dir / "run/model.safetensors") +
-                              " --json");
+  const auto r =
+      run_gputrain("eval " + (dir / "synth.yaml") + " --checkpoint " + (dir / "run/model.safetensors") + " --json");
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   CHECK(json_number(r.output, "samples") == 1000);
@@ -136,8 +139,9 @@ TEST_CASE("gputrain eval reproduces a run's test metrics from its model.safetens
   CHECK(empty.exit_code == 2);
   CHECK_THAT(empty.output, Catch::Contains("a folder without model.safetensors or checkpoints/"));
   // Weights that do not fit the model are refused with the differences listed.
-  const auto bad = run_gputrain("eval " + (dir / "synth.yaml") + " --set model.layers[0].out_features=32 --checkpoint " +
-                                final_ckpt + "/model.safetensors");
+  const auto bad =
+      run_gputrain("eval " + (dir / "synth.yaml") + " --set model.layers[0].out_features=32 --checkpoint " +
+                   final_ckpt + "/model.safetensors");
   CHECK(bad.exit_code == 1);
   CHECK_THAT(bad.output, Catch::Contains("does not match the model (3 differences)") &&
                              Catch::Contains("layers.0.weight: f32 [64, 20] in the file, f32 [32, 20] in the model"));
@@ -194,7 +198,8 @@ TEST_CASE("schedules, warmup, clipping and eval_every show in the metrics", "[e2
                               " --epochs 2 --set train.log_every=1 --set train.eval_every=50"
                               " --set 'train.grad_clip={max_norm: 0.5}'"
                               " --set 'scheduler={type: cosine, warmup_steps: 10, warmup_start_factor: 0.1}'"
-                              " --set 'optimizer={type: adamw, lr: 0.01}' --out " + (dir / "run"));
+                              " --set 'optimizer={type: adamw, lr: 0.01}' --out " +
+                              (dir / "run"));
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   std::vector<double> lr;
@@ -208,10 +213,10 @@ TEST_CASE("schedules, warmup, clipping and eval_every show in the metrics", "[e2
     CHECK(json_number(l, "grad_norm").value_or(-1) > 0);
   }
   REQUIRE(lr.size() == 126);
-  CHECK(lr[0] == Approx(0.001));                                          // 0.01 × warmup factor 0.1
+  CHECK(lr[0] == Approx(0.001));                                             // 0.01 × warmup factor 0.1
   CHECK(lr[5] == Approx(0.01 * (1 + std::cos(M_PI * 5 / 126)) / 2 * 0.55));  // cosine × warmup 0.1 + 0.9·5/10
-  CHECK(lr[125] < 1e-5);                                                  // the cosine ends near 0
-  CHECK(evals == 3);                                                      // steps 50, 100 and the last (126)
+  CHECK(lr[125] < 1e-5);                                                     // the cosine ends near 0
+  CHECK(evals == 3);                                                         // steps 50, 100 and the last (126)
 }
 
 TEST_CASE("training from CSV files", "[e2e]") {
@@ -226,7 +231,8 @@ TEST_CASE("training from CSV files", "[e2e]") {
   write_text(dir / "train.csv", train);
   write_text(dir / "test.csv", test);
   write_text(dir / "csv.yaml", "name: csv\ndata: {format: csv, train: {path: " + (dir / "train.csv") +
-                                   "}, test: {path: " + (dir / "test.csv") + "}, label: label, batch_size: 20}\n"
+                                   "}, test: {path: " + (dir / "test.csv") +
+                                   "}, label: label, batch_size: 20}\n"
                                    "model: {layers: [{type: linear, out_features: 2}]}\n"
                                    "optimizer: {type: sgd, lr: 0.5, momentum: 0.9}\ntrain: {epochs: 10}\n");
   const auto r = run_gputrain("train " + (dir / "csv.yaml") + " --out " + (dir / "run"));
@@ -235,19 +241,21 @@ TEST_CASE("training from CSV files", "[e2e]") {
   CHECK(json_number(read_text(dir / "run/summary.json"), "test_accuracy").value_or(0) >= 0.95);
 }
 
-TEST_CASE("profiling (--profile) writes a Chrome trace and a per-layer table that accounts for the step time", "[e2e]") {
+TEST_CASE("profiling (--profile) writes a Chrome trace and a per-layer table that accounts for the step time",
+          "[e2e]") {
   TempDir dir;
   write_text(dir / "synth.yaml", kSynthetic);
   // Wide enough layers that a step is mostly arithmetic rather than loop overhead.
-  const auto r = run_gputrain("train " + (dir / "synth.yaml") +
-                              " --profile --set 'data.input_shape=[256]' --set model.layers[0].out_features=512 --out " +
-                              (dir / "run"));
+  const auto r = run_gputrain(
+      "train " + (dir / "synth.yaml") +
+      " --profile --set 'data.input_shape=[256]' --set model.layers[0].out_features=512 --out " + (dir / "run"));
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   const std::string table = read_text(dir / "run/profile.txt");
   INFO(table);
-  for (const char* row : {"layers.0       linear       forward       20", "layers.2       linear       backward      20",
-                          "optimizer      sgd          update        20", "data           trainer      load          20"})
+  for (const char* row :
+       {"layers.0       linear       forward       20", "layers.2       linear       backward      20",
+        "optimizer      sgd          update        20", "data           trainer      load          20"})
     CHECK_THAT(table, Catch::Contains(row));
   std::smatch m;
   REQUIRE(std::regex_search(table, m, std::regex(R"(20 steps: [0-9.]+ ms per step; the spans cover ([0-9.]+) %)")));
@@ -257,16 +265,18 @@ TEST_CASE("profiling (--profile) writes a Chrome trace and a per-layer table tha
   // The trace is valid JSON in Chrome's trace-event format: checked with Python's own parser.
   const std::string trace = dir / "run/trace.json";
   // Complete events ('X') for spans and steps, metadata events ('M') naming the rows.
-  const std::string check = "python3 -c \"import json,sys; t=json.load(open(sys.argv[1])); a=t['traceEvents']; "
-                            "e=[x for x in a if x['ph']=='X']; m=[x for x in a if x['ph']=='M']; "
-                            "assert len(e)+len(m)==len(a) and all(x['name']=='thread_name' for x in m); "
-                            "assert all(x['dur']>=0 and 'ts' in x and 'name' in x for x in e); "
-                            "assert sum(x['cat']=='step' for x in e)==20; assert len(e)>100\" " + trace;
+  const std::string check =
+      "python3 -c \"import json,sys; t=json.load(open(sys.argv[1])); a=t['traceEvents']; "
+      "e=[x for x in a if x['ph']=='X']; m=[x for x in a if x['ph']=='M']; "
+      "assert len(e)+len(m)==len(a) and all(x['name']=='thread_name' for x in m); "
+      "assert all(x['dur']>=0 and 'ts' in x and 'name' in x for x in e); "
+      "assert sum(x['cat']=='step' for x in e)==20; assert len(e)>100\" " +
+      trace;
   CHECK(std::system(check.c_str()) == 0);
 
   SECTION("data-parallel: the all-reduce of every bucket on the communication thread's row, and the wait for it") {
-    const auto two = run_gputrain("train " + (dir / "synth.yaml") + " --device '[cpu, cpu]' --profile --out " +
-                                  (dir / "two"));
+    const auto two =
+        run_gputrain("train " + (dir / "synth.yaml") + " --device '[cpu, cpu]' --profile --out " + (dir / "two"));
     INFO(two.output);
     REQUIRE(two.exit_code == 0);
     const std::string t2 = read_text(dir / "two/profile.txt");
@@ -277,10 +287,12 @@ TEST_CASE("profiling (--profile) writes a Chrome trace and a per-layer table tha
     REQUIRE(std::regex_search(t2, m, std::regex(R"(the spans cover ([0-9.]+) %)")));
     CHECK(std::stod(m[1].str()) > 90.0);
     CHECK(std::stod(m[1].str()) <= 100.5);
-    const std::string lanes = "python3 -c \"import json,sys; e=json.load(open(sys.argv[1]))['traceEvents']; "
-                              "assert sum(x['tid']==3 and x['name']=='all-reduce bucket' for x in e)==20; "
-                              "assert any(x['ph']=='M' and x['tid']==3 and x['args']['name']=='communication thread' "
-                              "for x in e)\" " + (dir / "two/trace.json");
+    const std::string lanes =
+        "python3 -c \"import json,sys; e=json.load(open(sys.argv[1]))['traceEvents']; "
+        "assert sum(x['tid']==3 and x['name']=='all-reduce bucket' for x in e)==20; "
+        "assert any(x['ph']=='M' and x['tid']==3 and x['args']['name']=='communication thread' "
+        "for x in e)\" " +
+        (dir / "two/trace.json");
     CHECK(std::system(lanes.c_str()) == 0);
   }
 }
@@ -306,8 +318,8 @@ TEST_CASE("configs/fashion_mnist_mlp.yaml checks and trains", "[e2e]") {
   CHECK_THAT(check.output, Catch::Contains("60000 training samples, 10000 test samples") &&
                                Catch::Contains("layers.1     linear     [128, 512]               401920") &&
                                Catch::Contains("535818 parameters"));
-  const auto r = run_gputrain("train " + source_path("configs/fashion_mnist_mlp.yaml") + " --max-steps 60 --out " +
-                              (dir / "run"));
+  const auto r =
+      run_gputrain("train " + source_path("configs/fashion_mnist_mlp.yaml") + " --max-steps 60 --out " + (dir / "run"));
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   CHECK(json_number(read_text(dir / "run/summary.json"), "test_accuracy").value_or(0) > 0.6);
@@ -358,7 +370,8 @@ TEST_CASE("fashion_mnist_cnn trains to about 90% in 5 epochs", "[e2e][slow]") {
   // A regression guard, not the issue's 90.5 % target: seeds 1-4 give 90.2-90.6 % here and PyTorch 90.5-90.6 %
   // with the same model (README, Measured); seed 1 on 2 threads gives 90.12 %.
   TempDir dir;
-  const auto r = run_gputrain("train " + source_path("configs/fashion_mnist_cnn.yaml") + " --quiet --out " + (dir / "run"));
+  const auto r =
+      run_gputrain("train " + source_path("configs/fashion_mnist_cnn.yaml") + " --quiet --out " + (dir / "run"));
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   CHECK(json_number(read_text(dir / "run/summary.json"), "test_accuracy").value_or(0) >= 0.898);

@@ -77,8 +77,8 @@ void check_totals_are_row_sums(const Footprint& f) {
   CHECK(f.buffer_bytes == buffer_bytes);
   CHECK(f.activation_bytes == act_bytes);
   CHECK(f.grad_bytes == f.param_bytes);
-  CHECK(f.total_bytes == f.param_bytes + f.grad_bytes + f.optimizer_bytes + f.buffer_bytes + f.activation_bytes +
-                             f.batch_bytes);
+  CHECK(f.total_bytes ==
+        f.param_bytes + f.grad_bytes + f.optimizer_bytes + f.buffer_bytes + f.activation_bytes + f.batch_bytes);
 }
 
 }  // namespace
@@ -118,9 +118,7 @@ TEST_CASE("check sizes an MLP as worked out by hand", "[cpu]") {
 }
 
 TEST_CASE("the optimizer state is what the configured optimizer keeps", "[cpu]") {
-  const auto state = [](const std::string& optimizer) {
-    return plan(kMlp, {"optimizer=" + optimizer}).f;
-  };
+  const auto state = [](const std::string& optimizer) { return plan(kMlp, {"optimizer=" + optimizer}).f; };
   const Footprint sgd = state("{type: sgd, lr: 0.1}");
   CHECK(sgd.optimizer_state_per_param == 0);
   CHECK(sgd.optimizer_bytes == 0);
@@ -154,7 +152,8 @@ model:
     - {type: linear, out_features: 10}
 loss: cross_entropy
 optimizer: {type: adam, lr: 0.001}
-)").f;
+)")
+                          .f;
   const int64_t B = 8;
   REQUIRE(f.layers.size() == 5);
   CHECK(f.layers[0].backward_flops == 0);
@@ -245,9 +244,8 @@ optimizer: {type: sgd, lr: 0.1, momentum: 0.9}
     const int64_t ln = 2 * 6;               // layer norm's mean and inverse std, one per sample
     // By hand: stem, bn, branch and sum keep an output and its gradient, flatten nothing (a view), layer norm and
     // dropout an output and a gradient of 256 per sample, the last linear its output alone.
-    CHECK(f.activation_bytes ==
-          static_cast<size_t>(4 * (6 * 4 * 8 * 8 * (2 + 2 + 2 + 2) + scratch + 2 * 4 /* bn */ + 6 * 256 * 2 + ln +
-                                   6 * 256 * 2 /* dropout */ + 6 * 4)));
+    CHECK(f.activation_bytes == static_cast<size_t>(4 * (6 * 4 * 8 * 8 * (2 + 2 + 2 + 2) + scratch + 2 * 4 /* bn */ +
+                                                         6 * 256 * 2 + ln + 6 * 256 * 2 /* dropout */ + 6 * 4)));
     const size_t allocated = host_storage_bytes();
     const auto opt = make_optimizer(p.exp.optimizer, model.params());
     CHECK(host_storage_bytes() - allocated == f.optimizer_bytes);
@@ -273,8 +271,9 @@ TEST_CASE("the fit verdict keeps a margin on a GPU and none on the CPU", "[cpu]"
   const MemoryFit yes = judge_fit(usable, Device::cuda(1), 80 * GiB);
   CHECK(yes.fits == true);
   CHECK(yes.usable == usable);
-  CHECK(fit_line(yes) == "fits on cuda:1: yes (needs 75.50 GiB of 75.50 GiB usable: 80.00 GiB less 5 % + 512 MiB "
-                         "for the CUDA context and library workspaces)");
+  CHECK(fit_line(yes) ==
+        "fits on cuda:1: yes (needs 75.50 GiB of 75.50 GiB usable: 80.00 GiB less 5 % + 512 MiB "
+        "for the CUDA context and library workspaces)");
   const MemoryFit no = judge_fit(usable + 1, Device::cuda(1), 80 * GiB);
   CHECK(no.fits == false);
   CHECK_THAT(fit_line(no), Catch::StartsWith("fits on cuda:1: no (needs 75.50 GiB of 75.50 GiB usable"));
@@ -345,8 +344,8 @@ TEST_CASE("gputrain check prints the dry run and says whether it fits", "[e2e]")
   const int64_t params = 100000 * hidden + hidden + hidden * 4 + 4;
   // Values, gradients and momentum; the linear and relu outputs with their gradients, the last output; x, y, dout.
   const int64_t needed = 3 * params * 4 + 2 * (2 * B * hidden * 4) + B * 4 * 4 + B * 100000 * 4 + B * 4 + B * 4 * 4;
-  CHECK_THAT(huge.output,
-             Catch::Contains(fmt::format("fits on cpu: no (needs {:.2f} GiB of ", static_cast<double>(needed) / (1 << 30))));
+  CHECK_THAT(huge.output, Catch::Contains(fmt::format("fits on cpu: no (needs {:.2f} GiB of ",
+                                                      static_cast<double>(needed) / (1 << 30))));
 
   // --json: one object on stdout that Python parses, with totals that add up and the verdict as a boolean.
   REQUIRE(run_to_file("check " + (dir / "c.yaml") + " --set model.layers[0].out_features=1000000 --json",
@@ -365,7 +364,8 @@ TEST_CASE("gputrain check prints the dry run and says whether it fits", "[e2e]")
   CHECK(std::system((py + (dir / "huge.json")).c_str()) == 0);
   REQUIRE(run_to_file("check " + (dir / "c.yaml") + " --json", dir / "small.json") == 0);
   CHECK(std::system(("python3 -c \"import json,sys; j=json.load(open(sys.argv[1])); assert j['fits'] is True\" " +
-                     (dir / "small.json")).c_str()) == 0);
+                     (dir / "small.json"))
+                        .c_str()) == 0);
 
   // A device this machine may lack: still exit 0, with a yes/no when it is here and the reason when it is not.
   const auto gpu = run_gputrain("check " + (dir / "c.yaml") + " --set device=cuda");

@@ -2,10 +2,10 @@
 #include "helpers.h"
 #include "log/gpu_monitor.h"
 
-#include <catch2/catch.hpp>
 #include <dlfcn.h>
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
+#include <catch2/catch.hpp>
 
 #include <chrono>
 #include <cstdlib>
@@ -34,10 +34,10 @@ namespace {
 class ScopedEnv {
  public:
   explicit ScopedEnv(std::initializer_list<std::pair<std::string, std::string>> vars) {
-    for (const char* name : {"FAKE_NVML_FAIL_INIT", "FAKE_NVML_GPUS", "FAKE_NVML_PCI", "FAKE_NVML_UTIL",
-                             "FAKE_NVML_MEM_USED_MIB", "FAKE_NVML_MEM_TOTAL_MIB", "FAKE_NVML_TEMP",
-                             "FAKE_NVML_POWER_W", "FAKE_NVML_POWER_LIMIT_W", "FAKE_NVML_SM_CLOCK",
-                             "FAKE_NVML_THROTTLE", "FAKE_NVML_UNSUPPORTED", "FAKE_NVML_SLOW_MS"})
+    for (const char* name :
+         {"FAKE_NVML_FAIL_INIT", "FAKE_NVML_GPUS", "FAKE_NVML_PCI", "FAKE_NVML_UTIL", "FAKE_NVML_MEM_USED_MIB",
+          "FAKE_NVML_MEM_TOTAL_MIB", "FAKE_NVML_TEMP", "FAKE_NVML_POWER_W", "FAKE_NVML_POWER_LIMIT_W",
+          "FAKE_NVML_SM_CLOCK", "FAKE_NVML_THROTTLE", "FAKE_NVML_UNSUPPORTED", "FAKE_NVML_SLOW_MS"})
       unsetenv(name);
     set("GT_NVML_LIBRARY", GT_FAKE_NVML_LIB);
     for (const auto& [k, v] : vars) set(k, v);
@@ -405,8 +405,8 @@ logging: {interval_s: 0.02}
   CHECK(json_number(last_train, "host_rss_mib").value_or(0) > 1);
   CHECK(json_number(last_train, "host_threads").value_or(0) >= 1);
   CHECK_THAT(on.output, Catch::Contains("| host rss"));
-  const auto off = run_gputrain("train " + dir / "c.yaml" + " --threads 1 --set logging.gpu_metrics=false --out " +
-                                dir / "off");
+  const auto off =
+      run_gputrain("train " + dir / "c.yaml" + " --threads 1 --set logging.gpu_metrics=false --out " + dir / "off");
   REQUIRE(off.exit_code == 0);
   CHECK(read_text(dir / "off/metrics.jsonl").find("host_rss_mib") == std::string::npos);
   CHECK(off.output.find("| host rss") == std::string::npos);

@@ -31,8 +31,9 @@ const std::multimap<std::string, GradCase>& layer_cases() {
       {"causal_self_attention", {"{type: causal_self_attention, heads: 1, bias: false}", Shape{3, 4}}},
       {"concat", {"{type: concat, dim: -1}", Shape{2, 3}, {Shape{2, 1}, Shape{2, 2}}}},
       {"conv2d", {"{type: conv2d, out_channels: 3, kernel_size: 3, padding: 1}", Shape{2, 5, 4}}},
-      {"conv2d", {"{type: conv2d, out_channels: 4, kernel_size: [2, 3], stride: 2, dilation: [1, 2], groups: 2, bias: false}",
-                  Shape{4, 6, 7}}},
+      {"conv2d",
+       {"{type: conv2d, out_channels: 4, kernel_size: [2, 3], stride: 2, dilation: [1, 2], groups: 2, bias: false}",
+        Shape{4, 6, 7}}},
       {"conv2d", {"{type: conv2d, out_channels: 2, kernel_size: 1}", Shape{3, 3, 3}}},  // the 1×1 path without im2col
       {"dropout", {"{type: dropout, p: 0.3}", Shape{20}}},
       {"embedding", {"{type: embedding, num_embeddings: 4, embedding_dim: 3}", Shape{5}, {}, 4}},
@@ -46,7 +47,7 @@ const std::multimap<std::string, GradCase>& layer_cases() {
       {"layernorm", {"layernorm", Shape{2, 6}}},
       {"linear", {"{type: linear, out_features: 3}", Shape{5}}},
       {"linear", {"{type: linear, out_features: 4, bias: false}", Shape{6}}},
-      {"linear", {"{type: linear, out_features: 2}", Shape{3, 4}}},  // over the last dimension
+      {"linear", {"{type: linear, out_features: 2}", Shape{3, 4}}},                         // over the last dimension
       {"positional_embedding", {"{type: positional_embedding, max_len: 5}", Shape{3, 4}}},  // T < max_len
       {"positional_embedding", {"{type: positional_embedding, max_len: 2}", Shape{2, 3}}},
       {"relu", {"relu", Shape{9}}},
@@ -77,7 +78,8 @@ Tensor random_tensor(const Shape& s, Rng& rng, double min_abs = 0) {
 }
 
 // Central difference of loss() in the value v: (L(v + h) − L(v − h)) / 2h, leaving v as it was.
-template <class F> double central_difference(double& v, F&& loss) {
+template <class F>
+double central_difference(double& v, F&& loss) {
   const double h = 1e-6, keep = v;
   v = keep + h;
   const double up = loss();
@@ -167,7 +169,8 @@ TEST_CASE("a branching model's parameter gradients match central differences", "
   - {type: concat, name: both, inputs: [flat, flat2, flat]}
   - tanh
   - {type: linear, out_features: 3}
-)", "dag.yaml");
+)",
+                                                 "dag.yaml");
   Model m = Model::build(cfg, Shape{1, 3, 3}, DType::f64, Device::cpu(), 5);
   m.allocate(2);
   Rng rng(8, 8);
@@ -194,7 +197,8 @@ TEST_CASE("a linear tied to an embedding gets the sum of both uses' gradients", 
   - {type: embedding, name: wte, num_embeddings: 5, embedding_dim: 3}
   - {type: layernorm, name: ln}
   - {type: linear, name: head, out_features: 5, tied_to: wte, bias: false}
-)", "tied.yaml");
+)",
+                                                 "tied.yaml");
   Model m = Model::build(cfg, Shape{4}, DType::f64, Device::cpu(), 5);
   const auto named = m.named_params();
   REQUIRE(named.size() == 3);  // wte.weight, ln.weight, ln.bias: the head has no weight of its own

@@ -2,8 +2,8 @@
 #include "data/dataset.h"
 #include "helpers.h"
 
-#include <catch2/catch.hpp>
 #include <zlib.h>
+#include <catch2/catch.hpp>
 
 #include <vector>
 

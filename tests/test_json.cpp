@@ -75,9 +75,9 @@ TEST_CASE("json reader: duplicate keys are refused, at any depth", "[cpu]") {
 }
 
 TEST_CASE("json reader: truncated and malformed text is refused with where it went wrong", "[cpu]") {
-  for (const char* text : {"{", "{\"a\": ", "{\"a\": 1", "{\"a\": [1, 2}", "{\"a\": 1,}", "{a: 1}", "{\"a\": 01}",
-                           "{\"a\": 1} x", "{\"a\": 'x'}", "{\"a\": 1} // no comments", "{\"a\": \"\xff\"}",
-                           "{\"a\": NaN}", "{\"a\": \"unterminated}"}) {
+  for (const char* text :
+       {"{", "{\"a\": ", "{\"a\": 1", "{\"a\": [1, 2}", "{\"a\": 1,}", "{a: 1}", "{\"a\": 01}", "{\"a\": 1} x",
+        "{\"a\": 'x'}", "{\"a\": 1} // no comments", "{\"a\": \"\xff\"}", "{\"a\": NaN}", "{\"a\": \"unterminated}"}) {
     INFO(text);
     CHECK(refusal(text) == Reason::syntax);
   }

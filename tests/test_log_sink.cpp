@@ -2,8 +2,8 @@
 // sink does fail them, so a sink that stopped working fails the suite.
 #include "helpers.h"
 
-#include <catch2/catch.hpp>
 #include <spdlog/spdlog.h>
+#include <catch2/catch.hpp>
 
 #include <thread>
 

@@ -106,9 +106,9 @@ TEST_CASE("learning-rate schedules match torch.optim.lr_scheduler", "[cpu]") {
   s = {};
   s.type = ScheduleType::onecycle;
   s.max_lr = 1.0;
-  check_lrs(lrs(s, 10, 10), {0.040000000000000036, 0.52, 1.0, 0.9504846320134737, 0.8117456539497631,
-                             0.6112620219362893, 0.38874197806371075, 0.18825834605023697, 0.049519367986526286,
-                             4e-06});
+  check_lrs(lrs(s, 10, 10),
+            {0.040000000000000036, 0.52, 1.0, 0.9504846320134737, 0.8117456539497631, 0.6112620219362893,
+             0.38874197806371075, 0.18825834605023697, 0.049519367986526286, 4e-06});
 }
 
 TEST_CASE("warmup multiplies the schedule by a factor rising linearly to 1", "[cpu]") {

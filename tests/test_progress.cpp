@@ -80,8 +80,9 @@ train: {epochs: 2, log_every: 20, eval_every: 50}
 // reports no size, so $COLUMNS gives the width.
 // `launcher` ("mpirun -np 2 ") goes before the binary.
 CommandResult run_on_terminal(const std::string& args, const std::string& env, const std::string& launcher = "") {
-  const std::string cmd = env + " python3 -c 'import pty, sys; s = pty.spawn(sys.argv[1:]); "
-                                "sys.exit(s >> 8 if s & 0x7f == 0 else 128 + (s & 0x7f))' " +
+  const std::string cmd = env +
+                          " python3 -c 'import pty, sys; s = pty.spawn(sys.argv[1:]); "
+                          "sys.exit(s >> 8 if s & 0x7f == 0 else 128 + (s & 0x7f))' " +
                           launcher + gputrain_binary() + " " + args + " < /dev/null 2>&1";
   return run_shell(cmd);
 }

@@ -101,8 +101,7 @@ TEST_CASE("a run writes report.html with a chart per metric, a point per row, an
   CHECK(read_text(dir / "again.html") == html);
 }
 
-TEST_CASE("gputrain report: a running or stopped run, garbage lines, HTML in values, and a missing folder",
-          "[e2e]") {
+TEST_CASE("gputrain report: a running or stopped run, garbage lines, HTML in values, and a missing folder", "[e2e]") {
   TempDir dir;
   fs::create_directories(dir / "run");
   write_text(dir / "run/metrics.jsonl",
@@ -141,8 +140,9 @@ TEST_CASE("headless Chromium renders report.html with every chart's SVG in the D
   REQUIRE(r.exit_code == 0);
   // --dump-dom prints the DOM after parsing: what a browser made of the page, not the bytes we wrote. Chromium's
   // stderr (D-Bus complaints in a container) is dropped; its own profile goes into the temporary folder.
-  const auto dom = run_shell("timeout 120 chromium --headless --disable-gpu --no-sandbox --user-data-dir=" +
-                             (dir / "profile") + " --dump-dom file://" + (dir / "run/report.html") + " 2>/dev/null");
+  const auto dom =
+      run_shell("timeout 120 chromium --headless --disable-gpu --no-sandbox --user-data-dir=" + (dir / "profile") +
+                " --dump-dom file://" + (dir / "run/report.html") + " 2>/dev/null");
   REQUIRE(dom.exit_code == 0);
   CHECK(count_of(dom.output, "<svg") == 5);
   CHECK(count_of(dom.output, "<polyline") == 5);

@@ -58,8 +58,8 @@ TEST_CASE("corrupt safetensors files are refused by name", "[cpu]") {
   // Found by fuzz_safetensors when YAML parsed the header: YAML takes a map as a key, JSON does not, and reading it as
   // a name threw a yaml-cpp exception instead of a DataError. The JSON reader refuses it, and a number as a key, as
   // not JSON, saying where.
-  for (const auto& [header, where] : {std::pair<std::string, std::string>{"{}    : ", "column 7"},
-                                      {"{1: {}}", "object key"}}) {
+  for (const auto& [header, where] :
+       {std::pair<std::string, std::string>{"{}    : ", "column 7"}, {"{1: {}}", "object key"}}) {
     test::write_text(dir / "key.safetensors", std::string("\x08\0\0\0\0\0\0\0", 8) + header + " ");
     try {
       read_safetensors(dir / "key.safetensors");
@@ -72,10 +72,10 @@ TEST_CASE("corrupt safetensors files are refused by name", "[cpu]") {
   }
   // Duplicate tensor names (JSON leaves it open; a reader that kept the last would load other bytes than another
   // tool) and nesting no safetensors header has are refused.
-  for (const auto& [header, why] : {std::pair<std::string, std::string>{
-                                        R"({"a": {"dtype": "F32", "shape": [], "data_offsets": [0, 4]}, "a": 1})",
-                                        "duplicate key \"a\""},
-                                    {R"({"__metadata__": {"x": [[[[[[[[1]]]]]]]]}})", "nested deeper than 8"}}) {
+  for (const auto& [header, why] :
+       {std::pair<std::string, std::string>{R"({"a": {"dtype": "F32", "shape": [], "data_offsets": [0, 4]}, "a": 1})",
+                                            "duplicate key \"a\""},
+        {R"({"__metadata__": {"x": [[[[[[[[1]]]]]]]]}})", "nested deeper than 8"}}) {
     std::string text = header;
     while (text.size() % 8) text += ' ';
     std::string len(8, '\0');

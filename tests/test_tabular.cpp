@@ -10,10 +10,7 @@
 using namespace gt;
 using gt::test::TempDir;
 
-namespace {
-
-
-}  // namespace
+namespace {}  // namespace
 
 TEST_CASE("csv: header detection, label by name or index, classes or values", "[data][cpu]") {
   TempDir dir;

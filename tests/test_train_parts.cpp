@@ -142,9 +142,10 @@ TEST_CASE("steps are planned from the batch, accumulation, ranks and max_steps, 
   CHECK_THROWS_WITH(plan_steps(exp, loader, data.train, 4), Catch::Contains("fewer than one global batch (4 ranks"));
 }
 
-TEST_CASE("a step on the CPU reads its batches, updates the parameters and queues its verdict, and a non-finite "
-          "one leaves them as they were",
-          "[cpu][train]") {
+TEST_CASE(
+    "a step on the CPU reads its batches, updates the parameters and queues its verdict, and a non-finite "
+    "one leaves them as they were",
+    "[cpu][train]") {
   const Experiment exp = experiment();
   RunOptions opts;
   opts.threads = 2;

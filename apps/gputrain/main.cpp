@@ -1,12 +1,12 @@
 // gputrain: the command line. The only place that maps errors to exit codes.
 #include "core/json.h"
+#include "dist/comm.h"
 #include "graph/model.h"
+#include "io/safetensors.h"
 #include "layers/layer.h"
 #include "log/logging.h"
 #include "log/report.h"
 #include "ops/devices.h"
-#include "dist/comm.h"
-#include "io/safetensors.h"
 #include "train/checkpoint.h"
 #include "train/evaluation.h"
 #include "train/footprint.h"
@@ -41,7 +41,8 @@ int cmd_export(const std::string& from, const std::string& to) {
   std::string dir = from;
   if (!fs::exists(fs::path(from) / "state.json")) {  // a run directory: its newest checkpoint that verifies
     const auto found = gt::CheckpointStore(from, {}).newest_good();
-    if (!found) throw gt::DataError(fmt::format("{}: no checkpoint that verifies (state.json) in it or its checkpoints/", from));
+    if (!found)
+      throw gt::DataError(fmt::format("{}: no checkpoint that verifies (state.json) in it or its checkpoints/", from));
     dir = found->dir;
   }
   const gt::CheckpointInfo ckpt = gt::read_checkpoint(dir);  // sizes and checksums
@@ -49,8 +50,10 @@ int cmd_export(const std::string& from, const std::string& to) {
   std::vector<std::pair<std::string, const gt::Tensor*>> list;
   for (const auto& [name, t] : tensors) list.emplace_back(name, &t);
   gt::write_safetensors(to, list,
-                        {{"format", "pt"}, {"gputrain_version", GPUTRAIN_VERSION},
-                         {"step", std::to_string(ckpt.progress.step)}, {"gputrain_config", ckpt.config}});
+                        {{"format", "pt"},
+                         {"gputrain_version", GPUTRAIN_VERSION},
+                         {"step", std::to_string(ckpt.progress.step)},
+                         {"gputrain_config", ckpt.config}});
   fmt::print("{}: {} tensors of step {} → {}\n", dir, list.size(), ckpt.progress.step, to);
   return 0;
 }
@@ -88,11 +91,12 @@ int cmd_devices() {
   for (const auto& d : cuda.devices) {
     std::string peers;
     for (int p : d.peers) peers += fmt::format("{}cuda:{}", peers.empty() ? "" : " ", p);
-    fmt::print("cuda:{}: {} — compute capability {}.{}, {} SMs at {} MHz, {:.1f} of {:.1f} GiB free, PCI {}, "
-               "peer access: {}\n",
-               d.index, d.name, d.cc_major, d.cc_minor, d.sm_count, d.clock_mhz,
-               static_cast<double>(d.memory_free) / (1 << 30), static_cast<double>(d.memory_total) / (1 << 30),
-               d.pci_bus_id, peers.empty() ? "none" : peers);
+    fmt::print(
+        "cuda:{}: {} — compute capability {}.{}, {} SMs at {} MHz, {:.1f} of {:.1f} GiB free, PCI {}, "
+        "peer access: {}\n",
+        d.index, d.name, d.cc_major, d.cc_minor, d.sm_count, d.clock_mhz,
+        static_cast<double>(d.memory_free) / (1 << 30), static_cast<double>(d.memory_total) / (1 << 30), d.pci_bus_id,
+        peers.empty() ? "none" : peers);
   }
   return 0;
 }
@@ -108,8 +112,7 @@ int cmd_check(const ConfigArgs& a, bool json) {
                       exp.root.has("loss") ? exp.root["loss"] : exp.root["model"]["layers"], &data.test);
   const gt::Footprint f = gt::training_footprint(exp, model, data.train);
   // A device list holds one replica per device: each GPU must fit one; CPU workers share the host's memory.
-  const size_t replicas_here =
-      !exp.devices.empty() && exp.devices[0] == "cpu" ? exp.devices.size() : size_t{1};
+  const size_t replicas_here = !exp.devices.empty() && exp.devices[0] == "cpu" ? exp.devices.size() : size_t{1};
   const gt::MemoryFit fit =
       gt::fit_on_this_machine(f.total_bytes * replicas_here, exp.devices.empty() ? exp.device : exp.devices[0]);
   if (json) {
@@ -121,8 +124,8 @@ int cmd_check(const ConfigArgs& a, bool json) {
     return 0;
   }
   fmt::print("{}: valid. {} training samples{}; batch {}\n\n{}", a.file, data.train.size(),
-             data.test.size() ? fmt::format(", {} test samples", data.test.size()) : std::string(),
-             exp.data.batch_size, gt::footprint_report(f, fit, model.edges()));
+             data.test.size() ? fmt::format(", {} test samples", data.test.size()) : std::string(), exp.data.batch_size,
+             gt::footprint_report(f, fit, model.edges()));
   return 0;
 }
 
@@ -143,9 +146,10 @@ int main(int argc, char** argv) {
   auto* train = app.add_subcommand("train", "train a model from an experiment file");
   add_config_args(train, train_args);
   train->add_option("--out", run.out_dir, "run directory (default runs/<name>/<YYYYmmdd-HHMMSS>)");
-  train->add_option("--resume", run.resume,
-                    "auto: continue from the newest checkpoint that verifies in --out (default: the newest run of "
-                    "this config's name), or start fresh if there is none; PATH: a checkpoint or run directory")
+  train
+      ->add_option("--resume", run.resume,
+                   "auto: continue from the newest checkpoint that verifies in --out (default: the newest run of "
+                   "this config's name), or start fresh if there is none; PATH: a checkpoint or run directory")
       ->type_name("auto|PATH");
   train->add_option("--device", device, "auto | cpu | cuda | cuda:N (overrides device:)");
   train->add_option("--epochs", epochs, "overrides train.epochs");
@@ -153,8 +157,9 @@ int main(int argc, char** argv) {
   train->add_option("--seed", seed, "overrides seed");
   train->add_option("--threads", run.threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 4096));
   train->add_flag("--quiet", quiet, "log warnings and errors only");
-  train->add_flag_callback("--no-progress", [&run] { run.progress = false; },
-                           "periodic log lines instead of the live progress bar on a terminal");
+  train->add_flag_callback(
+      "--no-progress", [&run] { run.progress = false; },
+      "periodic log lines instead of the live progress bar on a terminal");
   bool profile = false;
   train->add_flag("--profile", profile,
                   "profile steps 5-24 (or train.profile: {start_step, steps}): trace.json and a per-layer table");
@@ -162,8 +167,9 @@ int main(int argc, char** argv) {
 
   ConfigArgs check_args;
   bool check_json = false;
-  auto* check = app.add_subcommand("check", "validate an experiment file and print, without training, each layer's "
-                                            "FLOPs and memory, the totals, and whether they fit the device");
+  auto* check = app.add_subcommand("check",
+                                   "validate an experiment file and print, without training, each layer's "
+                                   "FLOPs and memory, the totals, and whether they fit the device");
   add_config_args(check, check_args);
   check->add_flag("--json", check_json, "print one JSON object (layers, totals, fits) instead of the table");
 
@@ -173,7 +179,10 @@ int main(int argc, char** argv) {
   int eval_threads = 0;
   auto* eval = app.add_subcommand("eval", "test-set loss and accuracy of saved weights (a run's model.safetensors)");
   add_config_args(eval, eval_args);
-  eval->add_option("--checkpoint", checkpoint, "weights: a .safetensors file, a checkpoint folder, or a run directory (its final weights, else its newest good checkpoint)")->required();
+  eval->add_option("--checkpoint", checkpoint,
+                   "weights: a .safetensors file, a checkpoint folder, or a run directory (its final weights, else its "
+                   "newest good checkpoint)")
+      ->required();
   eval->add_flag("--json", eval_json, "print one JSON object instead of a line");
   eval->add_option("--threads", eval_threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 4096));
 
@@ -184,8 +193,9 @@ int main(int argc, char** argv) {
   exporter->add_option("--to", export_to, "the safetensors file to write")->required();
 
   std::string report_dir, report_out;
-  auto* report = app.add_subcommand("report", "write report.html (charts, summary, config) of a run directory, "
-                                              "finished or still running");
+  auto* report = app.add_subcommand("report",
+                                    "write report.html (charts, summary, config) of a run directory, "
+                                    "finished or still running");
   report->add_option("run_dir", report_dir, "the run directory")->required();
   report->add_option("--out", report_out, "the HTML file to write (default RUN_DIR/report.html)");
 

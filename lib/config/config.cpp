@@ -52,9 +52,10 @@ struct TreeCheck {
     // An alias stands for its anchor's whole subtree; nested ones multiply (9 levels of 10 make 10^9 nodes from
     // 1 KiB of text), and every later walk of the tree would pay it. Counting visits bounds this walk and them.
     if (++nodes > limits::kConfigNodes) {
-      const std::string why = fmt::format("the YAML expands to more than {} nodes once its aliases are followed (a "
-                                          "config has a few hundred; nested aliases multiply)",
-                                          limits::kConfigNodes);
+      const std::string why = fmt::format(
+          "the YAML expands to more than {} nodes once its aliases are followed (a "
+          "config has a few hundred; nested aliases multiply)",
+          limits::kConfigNodes);
       if (!assignment.empty()) throw ConfigError(fmt::format("--set {}: {}", assignment, why));
       throw ConfigError(fmt::format("{}: {}", source->file, why));
     }
@@ -68,8 +69,9 @@ struct TreeCheck {
     for (const auto& kv : n) {
       if (!kv.first.IsScalar())
         ConfigNode(kv.first, path, source, kv.first.Mark())
-            .fail(fmt::format("a key must be a plain name, got {}",
-                              kv.first.IsMap() ? "a map" : kv.first.IsSequence() ? "a list" : "nothing"));
+            .fail(fmt::format("a key must be a plain name, got {}", kv.first.IsMap()        ? "a map"
+                                                                    : kv.first.IsSequence() ? "a list"
+                                                                                            : "nothing"));
       quote(kv.first);
       const std::string child = path.empty() ? kv.first.Scalar() : path + "." + kv.first.Scalar();
       if (const auto [first, fresh] = seen.emplace(kv.first.Scalar(), kv.first.Mark().line + 1); !fresh)
@@ -377,8 +379,7 @@ std::vector<PathStep> parse_path(const std::string& path, const std::string& ass
 
 ConfigNode apply_override(const ConfigNode& root, const std::string& assignment) {
   const size_t eq = assignment.find('=');
-  if (eq == std::string::npos)
-    throw ConfigError(fmt::format("--set {}: expected KEY=VALUE", assignment));
+  if (eq == std::string::npos) throw ConfigError(fmt::format("--set {}: expected KEY=VALUE", assignment));
   const std::string path = assignment.substr(0, eq), text = assignment.substr(eq + 1);
   const std::vector<PathStep> steps = parse_path(path, assignment);
 

@@ -81,7 +81,8 @@ class ConfigNode {
   double get_double(std::string_view key, double fallback, double min = -1e300, double max = 1e300) const;
   int64_t get_size(std::string_view key, int64_t fallback, int64_t min, const SizeLimit& limit) const;
   bool get_bool(std::string_view key, bool fallback) const;
-  std::string get_choice(std::string_view key, const std::string& fallback, const std::vector<std::string>& choices) const;
+  std::string get_choice(std::string_view key, const std::string& fallback,
+                         const std::vector<std::string>& choices) const;
 
  private:
   std::string describe_value() const;

@@ -10,11 +10,11 @@ namespace gt {
 
 /// What went wrong, in the terms `main` maps to exit codes (README: "Exit codes").
 enum class ErrorKind {
-  runtime,  ///< exit 1: anything at run time (I/O, numerics, a device failing)
-  config,   ///< exit 2: a bad config file, override or command line
-  data,     ///< exit 1: a data file that is missing pieces or corrupt
+  runtime,      ///< exit 1: anything at run time (I/O, numerics, a device failing)
+  config,       ///< exit 2: a bad config file, override or command line
+  data,         ///< exit 1: a data file that is missing pieces or corrupt
   distributed,  ///< exit 3: another rank failed, timed out, or the launch cannot work
-  diverged, ///< exit 4: training produced a non-finite loss or gradient
+  diverged,     ///< exit 4: training produced a non-finite loss or gradient
 };
 
 /// The one exception type of the library; `main` catches it and picks the exit code.
@@ -43,9 +43,9 @@ class DataError : public Error {
 }  // namespace gt
 
 /// Checks an internal invariant; the message says which and where. Programmer errors, not user errors.
-#define GT_CHECK(cond, ...)                                                                        \
-  do {                                                                                             \
-    if (!(cond))                                                                                   \
-      throw ::gt::Error(::fmt::format("{}:{}: internal check `{}` failed: {}", __FILE__, __LINE__, \
-                                      #cond, ::fmt::format(__VA_ARGS__)));                         \
+#define GT_CHECK(cond, ...)                                                                               \
+  do {                                                                                                    \
+    if (!(cond))                                                                                          \
+      throw ::gt::Error(::fmt::format("{}:{}: internal check `{}` failed: {}", __FILE__, __LINE__, #cond, \
+                                      ::fmt::format(__VA_ARGS__)));                                       \
   } while (0)

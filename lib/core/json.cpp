@@ -53,9 +53,7 @@ std::string JsonObject::string_field(const std::string& k) const {
     if (name == k) return v;
   return "";
 }
-JsonObject& JsonObject::add(const std::string& k, std::optional<double> v) {
-  return v ? add(k, *v) : add_null(k);
-}
+JsonObject& JsonObject::add(const std::string& k, std::optional<double> v) { return v ? add(k, *v) : add_null(k); }
 JsonObject& JsonObject::add_bool(const std::string& k, bool v) {
   key(k);
   m_body += v ? "true" : "false";

@@ -15,7 +15,8 @@ int num_threads();
 
 /// Calls f(begin, end) over [0, n) in contiguous chunks of at least `grain` items, on up to num_threads() threads.
 /// Chunk boundaries depend only on n, grain and the thread count, so results are reproducible.
-template <class F> void parallel_for(int64_t n, int64_t grain, F&& f) {
+template <class F>
+void parallel_for(int64_t n, int64_t grain, F&& f) {
   if (n <= 0) return;
   const int64_t max_chunks = std::max<int64_t>(1, n / std::max<int64_t>(grain, 1));
   const int chunks = static_cast<int>(std::min<int64_t>(max_chunks, omp_get_max_threads()));

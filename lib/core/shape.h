@@ -4,8 +4,8 @@
 #include "core/checked.h"
 
 #include <cstdint>
-#include <optional>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <vector>
 

@@ -23,17 +23,19 @@ class SpanTimer {
   virtual SpanStart begin_span(const std::string& name) = 0;
   /// Ends the span begun at `start`; `category` is what it did ("forward", "backward", …), `flops` the arithmetic
   /// it did (0 when unknown).
-  virtual void end_span(const SpanStart& start, const std::string& name, const std::string& type,
-                        const char* category, int64_t flops) = 0;
+  virtual void end_span(const SpanStart& start, const std::string& name, const std::string& type, const char* category,
+                        int64_t flops) = 0;
 };
 
 /// Times a scope into a span timer when there is one and it is enabled; costs a branch, and no allocation, when not.
 /// The name and type must outlive the scope.
 class SpanScope {
  public:
-  SpanScope(SpanTimer* timer, const std::string& name, const std::string& type, const char* category,
-            int64_t flops = 0)
-      : m_timer(timer && timer->enabled() ? timer : nullptr), m_name(&name), m_type(&type), m_category(category),
+  SpanScope(SpanTimer* timer, const std::string& name, const std::string& type, const char* category, int64_t flops = 0)
+      : m_timer(timer && timer->enabled() ? timer : nullptr),
+        m_name(&name),
+        m_type(&type),
+        m_category(category),
         m_flops(flops) {
     if (m_timer) m_start = m_timer->begin_span(name);
   }

@@ -65,8 +65,8 @@ Tensor Tensor::empty_pinned(const Shape& shape, DType dtype) {
 Tensor Tensor::narrow0(int64_t n) const { return slice0(0, n); }
 
 Tensor Tensor::slice0(int64_t begin, int64_t n) const {
-  GT_CHECK(rank() >= 1 && begin >= 0 && n >= 0 && begin + n <= m_shape[0], "slice [{}, {}) of {}", begin,
-           begin + n, m_shape.str());
+  GT_CHECK(rank() >= 1 && begin >= 0 && n >= 0 && begin + n <= m_shape[0], "slice [{}, {}) of {}", begin, begin + n,
+           m_shape.str());
   Tensor t = *this;
   const int64_t row = m_shape[0] ? numel() / m_shape[0] : 0;
   t.m_offset += static_cast<size_t>(begin * row) * dtype_size(m_dtype);

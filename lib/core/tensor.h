@@ -47,7 +47,8 @@ class Tensor {
   size_t bytes() const { return static_cast<size_t>(numel()) * dtype_size(m_dtype); }
 
   void* raw() const { return static_cast<char*>(m_storage->ptr) + m_offset; }
-  template <class T> T* data() const {
+  template <class T>
+  T* data() const {
     GT_CHECK(m_dtype == dtype_of<T>::value, "tensor holds {}, asked for {}", dtype_name(m_dtype),
              dtype_name(dtype_of<T>::value));
     return static_cast<T*>(raw());

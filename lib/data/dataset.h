@@ -41,9 +41,9 @@ IdxArray read_idx_file(const std::string& path);
 
 /// How to read a CSV file: numeric columns, one of them the label.
 struct CsvSpec {
-  std::string label;           ///< column name or index (negative from the end); "" = the last column
-  std::string header = "auto"; ///< auto (a first row that is not all numbers is a header) | true | false
-  bool classes = true;         ///< labels are class indices; false: regression values
+  std::string label;            ///< column name or index (negative from the end); "" = the last column
+  std::string header = "auto";  ///< auto (a first row that is not all numbers is a header) | true | false
+  bool classes = true;          ///< labels are class indices; false: regression values
 };
 /// Reads a CSV file into [N, features] inputs and its label column. Errors name the file and line.
 Dataset read_csv(const std::string& path, const CsvSpec& spec);
@@ -64,8 +64,8 @@ struct SyntheticSpec {
   int64_t samples = 0;
   int64_t test_samples = 0;
   std::vector<int64_t> input_shape;
-  int64_t classes = 0;                 ///< > 0: labels are argmax of a fixed random linear map of the input
-  std::vector<int64_t> target_shape;   ///< regression: targets are independent standard normals
+  int64_t classes = 0;                ///< > 0: labels are argmax of a fixed random linear map of the input
+  std::vector<int64_t> target_shape;  ///< regression: targets are independent standard normals
 };
 /// Makes the training set (split 0) or the test set (split 1); both share the labelling rule.
 Dataset make_synthetic(const SyntheticSpec& spec, uint64_t seed, int split);

@@ -114,9 +114,10 @@ IdxArray read_idx_file(const std::string& path) {
   uint8_t magic[4];
   if (!read_exact(f, magic, 4)) throw DataError(fmt::format("{}: empty or truncated IDX header", path));
   if (magic[0] != 0 || magic[1] != 0 || magic[2] != 0x08 || magic[3] == 0 || magic[3] > 4)
-    throw DataError(fmt::format("{}: not an unsigned-byte IDX file (magic {:02x} {:02x} {:02x} {:02x}, expected "
-                                "00 00 08 0N with N in 1..4)",
-                                path, magic[0], magic[1], magic[2], magic[3]));
+    throw DataError(
+        fmt::format("{}: not an unsigned-byte IDX file (magic {:02x} {:02x} {:02x} {:02x}, expected "
+                    "00 00 08 0N with N in 1..4)",
+                    path, magic[0], magic[1], magic[2], magic[3]));
   IdxArray out;
   size_t total = 1;
   for (int d = 0; d < magic[3]; ++d) {
@@ -155,7 +156,8 @@ Dataset read_idx(const std::string& images_path, const std::string& labels_path,
     throw DataError(fmt::format("{}: expected images of shape [N, H, W] (or [N, C, H, W]), got {} dimensions",
                                 images_path, images.dims.size()));
   if (labels.dims.size() != 1)
-    throw DataError(fmt::format("{}: expected labels of shape [N], got {} dimensions", labels_path, labels.dims.size()));
+    throw DataError(
+        fmt::format("{}: expected labels of shape [N], got {} dimensions", labels_path, labels.dims.size()));
   const int64_t n = images.dims[0];
   if (labels.dims[0] != n)
     throw DataError(fmt::format("{}: {} labels for {} images in {}", labels_path, labels.dims[0], n, images_path));

@@ -45,7 +45,8 @@ void Loader::augment(float* x, int64_t position) {
       for (int64_t j = 0; j < w; ++j) {
         // Output pixel (i, j) shows input (i + dy, j' + dx), where j' mirrors j when flipping.
         const int64_t si = i + dy, sj = (flip ? w - 1 - j : j) + dx;
-        x[(ch * h + i) * w + j] = si >= 0 && si < h && sj >= 0 && sj < w ? tmp[static_cast<size_t>((ch * h + si) * w + sj)] : 0.0f;
+        x[(ch * h + i) * w + j] =
+            si >= 0 && si < h && sj >= 0 && sj < w ? tmp[static_cast<size_t>((ch * h + si) * w + sj)] : 0.0f;
       }
 }
 

@@ -29,8 +29,7 @@ std::string existing_file(const ConfigNode& n) {
   }
   if (fs::is_directory(st)) n.fail(fmt::format("{} is a directory, not a data file", path));
   if (!fs::is_regular_file(st)) n.fail(fmt::format("{} is not a regular file (a device, FIFO or socket)", path));
-  if (::access(path.c_str(), R_OK) != 0)
-    n.fail(fmt::format("cannot read {}: {}", path, std::strerror(errno)));
+  if (::access(path.c_str(), R_OK) != 0) n.fail(fmt::format("cannot read {}: {}", path, std::strerror(errno)));
   return path;
 }
 
@@ -108,11 +107,12 @@ void load_csv(const DataConfig& c, uint64_t, Dataset& train, Dataset& test) {
 // A synthetic set is held in memory as [samples, shape...]: both the sample and the whole set must fit in one
 // tensor (core/limits.h), so nothing multiplies past 64 bits when it is made.
 void check_elements(const ConfigNode& shape_node, const std::vector<int64_t>& shape, const char* what,
-                    const ConfigNode& samples_node, int64_t samples, const ConfigNode& test_node, int64_t test_samples) {
+                    const ConfigNode& samples_node, int64_t samples, const ConfigNode& test_node,
+                    int64_t test_samples) {
   const std::optional<int64_t> numel = Shape(shape).checked_numel();
   if (!numel || *numel > limits::kElements.max)
-    shape_node.fail(fmt::format("one sample's {} of shape {} has more than {} elements ({})", what,
-                                Shape(shape).str(), limits::kElements.max, limits::kElements.what));
+    shape_node.fail(fmt::format("one sample's {} of shape {} has more than {} elements ({})", what, Shape(shape).str(),
+                                limits::kElements.max, limits::kElements.what));
   for (const auto& [node, n] : {std::pair{samples_node, samples}, std::pair{test_node, test_samples}}) {
     const std::optional<int64_t> total = checked_mul(n, *numel);
     if (!total || *total > limits::kElements.max)
@@ -169,8 +169,12 @@ const std::vector<DataFormatSpec>& data_formats() {
       {DataFormat::idx, "idx", {"train", "test", "scale"}, parse_idx, write_idx, load_idx},
       {DataFormat::csv, "csv", {"train", "test", "label", "header", "targets"}, parse_csv, write_csv, load_csv},
       {DataFormat::npy, "npy", {"train", "test", "scale"}, parse_npy, write_npy, load_npy},
-      {DataFormat::synthetic, "synthetic", {"samples", "test_samples", "input_shape", "targets"}, parse_synthetic,
-       write_synthetic, load_synthetic},
+      {DataFormat::synthetic,
+       "synthetic",
+       {"samples", "test_samples", "input_shape", "targets"},
+       parse_synthetic,
+       write_synthetic,
+       load_synthetic},
   };
   return table;
 }

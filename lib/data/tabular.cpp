@@ -1,6 +1,6 @@
 // CSV and NPY data files.
-#include "data/dataset.h"
 #include "core/quote.h"
+#include "data/dataset.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -48,10 +48,11 @@ void check_finite(const Tensor& values, const std::string& path, float scale) {
   const int64_t per_sample = values.numel() / std::max<int64_t>(1, values.dim(0));
   for (int64_t i = 0; i < values.numel(); ++i)
     if (!std::isfinite(p[i]))
-      throw DataError(fmt::format("{}: value {} at sample {} (element {} of it) is not finite{}: training on it could "
-                                  "only diverge",
-                                  path, p[i], i / per_sample, i % per_sample,
-                                  scale != 1.0f ? fmt::format(" after scaling by {}", scale) : std::string()));
+      throw DataError(
+          fmt::format("{}: value {} at sample {} (element {} of it) is not finite{}: training on it could "
+                      "only diverge",
+                      path, p[i], i / per_sample, i % per_sample,
+                      scale != 1.0f ? fmt::format(" after scaling by {}", scale) : std::string()));
 }
 
 Dataset read_csv(const std::string& path, const CsvSpec& spec) {
@@ -77,7 +78,8 @@ Dataset read_csv(const std::string& path, const CsvSpec& spec) {
     }
     if (width == 0) width = fields.size();
     if (fields.size() != width)
-      throw DataError(fmt::format("{}:{}: {} fields, but the file's rows have {}", path, line_no, fields.size(), width));
+      throw DataError(
+          fmt::format("{}:{}: {} fields, but the file's rows have {}", path, line_no, fields.size(), width));
     for (size_t i = 0; i < fields.size(); ++i)
       if (!parse_number(fields[i], values[i]))
         throw DataError(
@@ -124,9 +126,10 @@ Dataset read_csv(const std::string& path, const CsvSpec& spec) {
     for (int64_t r = 0; r < n; ++r) {
       const double v = rows[static_cast<size_t>(r)][static_cast<size_t>(label)];
       if (v < 0 || v != std::floor(v) || v > 1e6)
-        throw DataError(fmt::format("{}: row {}: class label {} is not a non-negative integer (use targets: values "
-                                    "for regression)",
-                                    path, r + 1, v));
+        throw DataError(
+            fmt::format("{}: row {}: class label {} is not a non-negative integer (use targets: values "
+                        "for regression)",
+                        path, r + 1, v));
       y[r] = static_cast<int32_t>(v);
       ds.num_classes = std::max<int64_t>(ds.num_classes, y[r] + 1);
     }
@@ -192,8 +195,8 @@ NpyArray read_npy(const std::string& path) {
       arr.shape.push_back(static_cast<int64_t>(v));
     }
   }
-  static const std::vector<std::pair<std::string, size_t>> kTypes = {
-      {"<f4", 4}, {"<f8", 8}, {"|u1", 1}, {"<u1", 1}, {"<i8", 8}, {"<i4", 4}};
+  static const std::vector<std::pair<std::string, size_t>> kTypes = {{"<f4", 4}, {"<f8", 8}, {"|u1", 1},
+                                                                     {"<u1", 1}, {"<i8", 8}, {"<i4", 4}};
   size_t item = 0;
   for (const auto& [name, size] : kTypes)
     if (arr.descr == name) item = size;

@@ -29,17 +29,19 @@ std::unique_ptr<Communicator> make_communicator(const LaunchInfo& launch, double
 
 #ifndef GT_WITH_CUDA
 std::unique_ptr<Communicator> make_nccl_comm(Communicator&, int, double) {
-  throw Error("this gputrain was built without the CUDA backend, so without NCCL: multi-process training on GPUs "
-              "needs a build with CUDA (and libnccl-dev)");
+  throw Error(
+      "this gputrain was built without the CUDA backend, so without NCCL: multi-process training on GPUs "
+      "needs a build with CUDA (and libnccl-dev)");
 }
 #endif
 
 #ifndef GT_WITH_MPI
 bool mpi_available() { return false; }
 std::unique_ptr<Communicator> make_mpi_comm(const LaunchInfo& launch, double) {
-  throw Error(fmt::format("{} started {} ranks, but this gputrain was built without MPI (install libopenmpi-dev and "
-                          "rebuild, or launch with torchrun, which needs no MPI)",
-                          launch.launcher, launch.world));
+  throw Error(
+      fmt::format("{} started {} ranks, but this gputrain was built without MPI (install libopenmpi-dev and "
+                  "rebuild, or launch with torchrun, which needs no MPI)",
+                  launch.launcher, launch.world));
 }
 #endif
 

@@ -34,9 +34,10 @@ class MpiComm final : public Communicator {
     MPI_Comm_rank(MPI_COMM_WORLD, &m_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &m_size);
     if (m_rank != launch.rank || m_size != launch.world)
-      throw Error(fmt::format("MPI says rank {} of {}, but the launcher's variables say rank {} of {} ({}): was "
-                              "gputrain started by {} without MPI?",
-                              m_rank, m_size, launch.rank, launch.world, launch.source, launch.launcher));
+      throw Error(
+          fmt::format("MPI says rank {} of {}, but the launcher's variables say rank {} of {} ({}): was "
+                      "gputrain started by {} without MPI?",
+                      m_rank, m_size, launch.rank, launch.world, launch.source, launch.launcher));
     m_watchdog = std::thread([this] { watchdog(); });
   }
   // Reached on success only: a failing rank calls abort() instead, since MPI_Finalize waits for the other ranks.

@@ -19,13 +19,12 @@
 #include <thread>
 
 // Every NCCL call is checked: a failure names the call, file:line and NCCL's own message.
-#define GT_CHECK_NCCL(call)                                                                                   \
-  do {                                                                                                        \
-    const ncclResult_t gt_nccl_ = (call);                                                                     \
-    if (gt_nccl_ != ncclSuccess)                                                                              \
-      throw ::gt::Error(::gt::ErrorKind::distributed,                                                         \
-                        ::fmt::format("{}:{}: {} failed: {}", __FILE__, __LINE__, #call,                      \
-                                      ncclGetErrorString(gt_nccl_)));                                         \
+#define GT_CHECK_NCCL(call)                                                                                            \
+  do {                                                                                                                 \
+    const ncclResult_t gt_nccl_ = (call);                                                                              \
+    if (gt_nccl_ != ncclSuccess)                                                                                       \
+      throw ::gt::Error(::gt::ErrorKind::distributed, ::fmt::format("{}:{}: {} failed: {}", __FILE__, __LINE__, #call, \
+                                                                    ncclGetErrorString(gt_nccl_)));                    \
   } while (0)
 
 namespace gt {
@@ -34,7 +33,10 @@ namespace {
 class NcclComm final : public Communicator {
  public:
   NcclComm(Communicator& bootstrap, int device, double timeout_s)
-      : m_bootstrap(bootstrap), m_rank(bootstrap.rank()), m_size(bootstrap.size()), m_device(device),
+      : m_bootstrap(bootstrap),
+        m_rank(bootstrap.rank()),
+        m_size(bootstrap.size()),
+        m_device(device),
         m_timeout(timeout_s) {
     ncclUniqueId id{};
     if (m_rank == 0) GT_CHECK_NCCL(ncclGetUniqueId(&id));
@@ -76,19 +78,13 @@ class NcclComm final : public Communicator {
   }
 
   void allreduce_sum(float* data, size_t n, const char* what) override {
-    queued("allreduce", what, [&] {
-      return ncclAllReduce(data, data, n, ncclFloat32, ncclSum, m_comm, m_stream);
-    });
+    queued("allreduce", what, [&] { return ncclAllReduce(data, data, n, ncclFloat32, ncclSum, m_comm, m_stream); });
   }
   void allreduce_sum(double* data, size_t n, const char* what) override {
-    queued("allreduce", what, [&] {
-      return ncclAllReduce(data, data, n, ncclFloat64, ncclSum, m_comm, m_stream);
-    });
+    queued("allreduce", what, [&] { return ncclAllReduce(data, data, n, ncclFloat64, ncclSum, m_comm, m_stream); });
   }
   void broadcast(void* data, size_t bytes, int root, const char* what) override {
-    queued("broadcast", what, [&] {
-      return ncclBroadcast(data, data, bytes, ncclUint8, root, m_comm, m_stream);
-    });
+    queued("broadcast", what, [&] { return ncclBroadcast(data, data, bytes, ncclUint8, root, m_comm, m_stream); });
   }
 
   void abort(int exit_code) override {
@@ -156,8 +152,8 @@ class NcclComm final : public Communicator {
       }
       if (m_comm) {
         ncclResult_t async = ncclSuccess;
-        if (ncclCommGetAsyncError(m_comm, &async) == ncclSuccess && async != ncclSuccess &&
-            async != ncclInProgress && !m_pending.empty()) {
+        if (ncclCommGetAsyncError(m_comm, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress &&
+            !m_pending.empty()) {
           const Pending p = m_pending.front();
           lock.unlock();
           fail(p.op, p.what, fmt::format("NCCL: {}", ncclGetErrorString(async)));

@@ -17,8 +17,8 @@ namespace {
 // collective, and one scratch buffer for the reduced values.
 class ThreadGroup {
  public:
-  ThreadGroup(int n, double timeout_s) : m_n(n), m_timeout(timeout_s), m_ptrs(static_cast<size_t>(n)),
-                                         m_arrived(static_cast<size_t>(n), false) {}
+  ThreadGroup(int n, double timeout_s)
+      : m_n(n), m_timeout(timeout_s), m_ptrs(static_cast<size_t>(n)), m_arrived(static_cast<size_t>(n), false) {}
 
   int size() const { return m_n; }
 
@@ -62,7 +62,8 @@ class ThreadGroup {
   void publish(int rank, void* p) { m_ptrs[static_cast<size_t>(rank)] = p; }
   void* ptr(int rank) const { return m_ptrs[static_cast<size_t>(rank)]; }
   /// The scratch buffer; every rank asks for the same size between two barriers, the first one resizes it.
-  template <class T> T* scratch(size_t n) {
+  template <class T>
+  T* scratch(size_t n) {
     std::lock_guard<std::mutex> lock(m_mutex);
     if (m_scratch.size() < n * sizeof(T)) m_scratch.resize(n * sizeof(T));
     return reinterpret_cast<T*>(m_scratch.data());
@@ -106,7 +107,8 @@ class ThreadComm final : public Communicator {
  private:
   // Each rank sums its slice of the vector over all ranks (in rank order) into the scratch buffer, then every rank
   // copies the whole result: the work is split, the order of additions is fixed.
-  template <class T> void reduce(T* data, size_t n, const char* what) {
+  template <class T>
+  void reduce(T* data, size_t n, const char* what) {
     ThreadGroup& g = *m_group;
     const auto world = static_cast<size_t>(g.size());
     T* sum = g.scratch<T>(n);

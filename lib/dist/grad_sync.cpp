@@ -20,8 +20,7 @@ std::string bucket_name(size_t b) { return "bucket " + std::to_string(b); }
 
 GradSync::GradSync(Communicator& comm, const std::vector<std::vector<Param*>>& params_by_node, double bucket_mb,
                    bool overlap)
-    : m_comm(comm), m_bucket_of_node(params_by_node.size(), -1), m_overlap(overlap),
-      m_device(comm.device_buffers()) {
+    : m_comm(comm), m_bucket_of_node(params_by_node.size(), -1), m_overlap(overlap), m_device(comm.device_buffers()) {
   // Like DDP, the first bucket (the last layers, done first) is capped at 1 MB so that communication starts early
   // even when the whole model would fit one bucket.
   const auto limit = static_cast<size_t>(bucket_mb * 1e6 / sizeof(float));

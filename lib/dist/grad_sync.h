@@ -61,7 +61,7 @@ class GradSync {
     size_t pending = 0;  ///< of those, done in this backward pass
   };
   void worker();
-  void reduce(size_t b);  ///< all-reduces bucket b and writes the averages back
+  void reduce(size_t b);         ///< all-reduces bucket b and writes the averages back
   void launch_device(size_t b);  ///< device buffers: flattens bucket b and queues its all-reduce on the side stream
   void finish_device();
 

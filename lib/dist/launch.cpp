@@ -47,8 +47,8 @@ LaunchInfo detect_launch(const std::function<const char*(const char*)>& env) {
     if (std::string(g.launcher) == "slurm" && !env("SLURM_STEP_ID")) continue;
     if (!r && !w) continue;
     if (!r || !w)
-      throw ConfigError(fmt::format("launcher environment: {} is set but {} is not", r ? g.rank : g.world,
-                                    r ? g.world : g.rank));
+      throw ConfigError(
+          fmt::format("launcher environment: {} is set but {} is not", r ? g.rank : g.world, r ? g.world : g.rank));
     LaunchInfo info;
     info.launcher = g.launcher;
     info.world = parse_int(g.world, w, 1);
@@ -71,9 +71,10 @@ LaunchInfo detect_launch(const std::function<const char*(const char*)>& env) {
   if (found.empty()) return {};
   for (size_t i = 1; i < found.size(); ++i)
     if (found[i].rank != found[0].rank || found[i].world != found[0].world)
-      throw ConfigError(fmt::format("launcher environment: {} ({}) and {} ({}) disagree on this process's rank or "
-                                    "the world size",
-                                    found[0].launcher, found[0].source, found[i].launcher, found[i].source));
+      throw ConfigError(
+          fmt::format("launcher environment: {} ({}) and {} ({}) disagree on this process's rank or "
+                      "the world size",
+                      found[0].launcher, found[0].source, found[i].launcher, found[i].source));
   return found[0];
 }
 

@@ -10,8 +10,9 @@ void parse_dist(const ConfigNode& n, DistConfig& out) {
   // on the communication thread would then race it for the same communicator (and their order could differ
   // between ranks), so it all-reduces the buckets after backward instead.
   if (out.sync_batchnorm && n.has("overlap") && n.get_bool("overlap", false))
-    n["overlap"].fail("dist.overlap cannot be true with dist.sync_batchnorm (batch norm's all-reduces run during "
-                      "backward); leave it out or set it false");
+    n["overlap"].fail(
+        "dist.overlap cannot be true with dist.sync_batchnorm (batch norm's all-reduces run during "
+        "backward); leave it out or set it false");
   out.overlap = n.get_bool("overlap", !out.sync_batchnorm);
   out.bucket_mb = n.get_double("bucket_mb", 25, 1e-3, 1e6);
   out.timeout_s = n.get_double("timeout_s", 300, 0.1, 1e7);

@@ -9,9 +9,9 @@ namespace gt {
 
 /// Data-parallel settings (used when a launcher starts several ranks).
 struct DistConfig {
-  double bucket_mb = 25;   ///< gradient bucket size for the overlapped all-reduce
-  double timeout_s = 300;  ///< a collective waiting longer than this ends the run with exit 3
-  bool overlap = true;     ///< all-reduce gradient buckets on a thread during backward
+  double bucket_mb = 25;        ///< gradient bucket size for the overlapped all-reduce
+  double timeout_s = 300;       ///< a collective waiting longer than this ends the run with exit 3
+  bool overlap = true;          ///< all-reduce gradient buckets on a thread during backward
   bool sync_batchnorm = false;  ///< batch norm statistics over the global batch (one all-reduce per layer and pass)
 };
 

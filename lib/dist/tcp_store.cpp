@@ -40,8 +40,8 @@ int poll_ms(double seconds) { return seconds <= 0 ? 0 : static_cast<int>(std::mi
 
 // Waits until `fd` is ready for `events`; false when `timeout_s` passed first.
 bool wait_ready(int fd, short events, double timeout_s) {
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(timeout_s));
+  const auto deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
   for (;;) {
     pollfd p{fd, events, 0};
     const int r = ::poll(&p, 1, poll_ms(seconds_left(deadline)));
@@ -109,8 +109,8 @@ int listen_on(int port, int backlog) {
 
 std::vector<int> accept_ranks(int port, int world, double timeout_s) {
   const int listener = listen_on(port, world * 2);
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(timeout_s));
+  const auto deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
   std::vector<int> fds(static_cast<size_t>(world), -1);
   auto give_up = [&](const std::string& message) {
     ::close(listener);
@@ -123,9 +123,10 @@ std::vector<int> accept_ranks(int port, int world, double timeout_s) {
       std::string missing;
       for (int r = 1; r < world; ++r)
         if (fds[static_cast<size_t>(r)] < 0) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-      give_up(fmt::format("rank 0: rank(s) {} did not connect to TCP port {} within {:.0f} s (dist.timeout_s): "
-                          "did they start, and can they reach this host?",
-                          missing, port, timeout_s));
+      give_up(
+          fmt::format("rank 0: rank(s) {} did not connect to TCP port {} within {:.0f} s (dist.timeout_s): "
+                      "did they start, and can they reach this host?",
+                      missing, port, timeout_s));
     }
     const int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;  // the client gave up in between
@@ -140,14 +141,15 @@ std::vector<int> accept_ranks(int port, int world, double timeout_s) {
     }
     if (h.world != world) {
       ::close(fd);
-      give_up(fmt::format("rank 0: rank {} says the world has {} ranks, this rank says {}: were they started by "
-                          "the same launch?",
-                          h.rank, h.world, world));
+      give_up(
+          fmt::format("rank 0: rank {} says the world has {} ranks, this rank says {}: were they started by "
+                      "the same launch?",
+                      h.rank, h.world, world));
     }
     if (h.rank <= 0 || h.rank >= world || fds[static_cast<size_t>(h.rank)] >= 0) {
       ::close(fd);
-      give_up(fmt::format("rank 0: a second process says it is rank {} of {}: two launches share TCP port {}",
-                          h.rank, world, port));
+      give_up(fmt::format("rank 0: a second process says it is rank {} of {}: two launches share TCP port {}", h.rank,
+                          world, port));
     }
     fds[static_cast<size_t>(h.rank)] = fd;
     ++joined;
@@ -169,8 +171,7 @@ int try_connect(const std::string& addr, int port) {
   const std::string service = std::to_string(port);
   const int rc = ::getaddrinfo(addr.c_str(), service.c_str(), &hints, &found);
   if (rc != 0)
-    throw Error(ErrorKind::distributed,
-                fmt::format("MASTER_ADDR={} cannot be resolved: {}", addr, ::gai_strerror(rc)));
+    throw Error(ErrorKind::distributed, fmt::format("MASTER_ADDR={} cannot be resolved: {}", addr, ::gai_strerror(rc)));
   int fd = -1;
   for (addrinfo* a = found; a && fd < 0; a = a->ai_next) {
     fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
@@ -185,8 +186,8 @@ int try_connect(const std::string& addr, int port) {
 }
 
 int connect_to_rank0(const std::string& addr, int port, int rank, int world, double timeout_s) {
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(timeout_s));
+  const auto deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
   for (;;) {
     const int fd = try_connect(addr, port);
     if (fd >= 0) {
@@ -252,8 +253,8 @@ TcpIo tcp_recv(int fd, void* data, size_t bytes, double timeout_s) {
 
 std::vector<int> tcp_rendezvous(const std::string& addr, int port, int rank, int world, double timeout_s) {
   if (port <= 0 || port > 65535)
-    throw Error(ErrorKind::distributed, fmt::format("TCP port {} is out of range (MASTER_PORT + {})", port,
-                                                    kTcpPortOffset));
+    throw Error(ErrorKind::distributed,
+                fmt::format("TCP port {} is out of range (MASTER_PORT + {})", port, kTcpPortOffset));
   if (rank == 0) return accept_ranks(port, world, timeout_s);
   std::vector<int> fds(static_cast<size_t>(world), -1);
   fds[0] = connect_to_rank0(addr, port, rank, world, timeout_s);

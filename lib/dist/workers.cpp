@@ -53,7 +53,8 @@ void run_worker_threads(const std::vector<std::unique_ptr<Communicator>>& comms,
     // After a failure the others leave at their next collective (at once: it throws); one that is stuck cannot be
     // joined, so the process ends after the grace period.
     std::unique_lock<std::mutex> lock(mutex);
-    cv.wait(lock, [&] { return running == 0 || std::any_of(errors.begin(), errors.end(), [](auto& e) { return !!e; }); });
+    cv.wait(lock,
+            [&] { return running == 0 || std::any_of(errors.begin(), errors.end(), [](auto& e) { return !!e; }); });
     if (running > 0 && !cv.wait_for(lock, std::chrono::duration<double>(grace_s), [&] { return running == 0; })) {
       for (size_t i = 0; i < errors.size(); ++i)
         if (errors[i] && !is_peer_failure(errors[i])) try {

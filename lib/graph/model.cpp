@@ -159,7 +159,8 @@ void resolve_inputs(std::vector<Pending>& pending, const std::map<std::string, i
       for (size_t s = 0; s < p.scopes.size() && it == by_name.end(); ++s) it = by_name.find(p.scopes[s] + n);
       if (it == by_name.end()) {
         const std::string hint = closest_match(n, known);
-        where.fail(fmt::format("no layer is named \"{}\"{}", n, hint.empty() ? "" : " (did you mean \"" + hint + "\"?)"));
+        where.fail(
+            fmt::format("no layer is named \"{}\"{}", n, hint.empty() ? "" : " (did you mean \"" + hint + "\"?)"));
       }
       if (it->second == static_cast<int>(i)) where.fail(fmt::format("layer \"{}\" takes its own output", n));
       p.inputs.push_back(it->second);
@@ -171,7 +172,6 @@ void resolve_inputs(std::vector<Pending>& pending, const std::map<std::string, i
                                                      : std::to_string(p.spec->max_inputs),
                              p.spec->max_inputs == 1 ? "" : "s", count));
   }
-
 }
 
 // Names the cycle among the layers Kahn's algorithm could not order (waiting[i] > 0), as a config error.
@@ -292,8 +292,8 @@ Model Model::build(const ConfigNode& model_cfg, const Shape& input_shape, DType 
       p.cfg.fail(fmt::format("the layer's sizes do not fit in 64 bits ({})", e.what()));
     }
     if (i != output && users[static_cast<size_t>(i)].empty())
-      p.cfg.fail(fmt::format("the output of \"{}\" is never used (only the last layer listed is the model output)",
-                             p.name));
+      p.cfg.fail(
+          fmt::format("the output of \"{}\" is never used (only the last layer listed is the model output)", p.name));
     m.m_nodes.push_back(std::move(node));
   }
   if (position[static_cast<size_t>(output)] != static_cast<int>(m.m_nodes.size()) - 1)
@@ -312,8 +312,8 @@ Model Model::build(const ConfigNode& model_cfg, const Shape& input_shape, DType 
     int64_t made = 0;
     for (Param* p : n->layer->params()) made += p->value.numel();
     // The shape-only count sizes models in `gputrain check`: a layer whose two counts disagree would mislead it.
-    GT_CHECK(made == n->param_count, "{} ({}): init_params made {} parameters, param_numel() says {}", n->name,
-             n->type, made, n->param_count);
+    GT_CHECK(made == n->param_count, "{} ({}): init_params made {} parameters, param_numel() says {}", n->name, n->type,
+             made, n->param_count);
   }
   for (GraphNode& n : m.m_nodes) {
     if (n.tied_to < 0 || !init_params) continue;
@@ -399,9 +399,10 @@ void Model::allocate(int64_t max_batch) {
 
 void Model::set_sync(ops::SumOverRanks sum_over_ranks) {
   if (sum_over_ranks && !m_device.is_cpu())
-    throw Error(fmt::format("dist.sync_batchnorm: synchronised batch norm on GPUs is not built; the model is on {} "
-                            "(set it false, or train on the CPU)",
-                            m_device.str()));
+    throw Error(
+        fmt::format("dist.sync_batchnorm: synchronised batch norm on GPUs is not built; the model is on {} "
+                    "(set it false, or train on the CPU)",
+                    m_device.str()));
   m_sync = std::move(sum_over_ranks);
 }
 
@@ -579,8 +580,8 @@ std::string Model::summary_table(int64_t batch) const {
   std::string out = fmt::format("{:<12} {:<10} {:<18} {:>12}\n", "layer", "type", "output shape", "parameters");
   out += fmt::format("{:<12} {:<10} {:<18} {:>12}\n", "input", "", m_input_shape.batched(batch).str(), "");
   for (const auto& n : m_nodes)
-    out += fmt::format("{:<12} {:<10} {:<18} {:>12}\n", n.name, n.type, n.out_shape.batched(batch).str(),
-                       n.param_count);
+    out +=
+        fmt::format("{:<12} {:<10} {:<18} {:>12}\n", n.name, n.type, n.out_shape.batched(batch).str(), n.param_count);
   const std::string e = edges();
   if (!e.empty()) out += "edges (other than from the layer before):\n" + e;
   const double mflops = static_cast<double>(forward_flops()) * 1e-6;

@@ -13,16 +13,16 @@
 namespace gt {
 
 struct GraphNode {
-  std::string name;             ///< "layers.3" unless the config names it
-  size_t index = 0;             ///< position in model.layers (nodes are stored in execution order)
+  std::string name;  ///< "layers.3" unless the config names it
+  size_t index = 0;  ///< position in model.layers (nodes are stored in execution order)
   std::string type;
   std::unique_ptr<Layer> layer;
-  std::vector<int> inputs;      ///< node positions in execution order; -1 is the model input
-  int grad_owner = -1;          ///< the node whose gradient buffer holds ∂L/∂output (itself, or a view's source)
-  Shape out_shape;              ///< per sample
-  bool needs_grad = false;      ///< some parameter at or before this node learns, so ∂L/∂output is needed
+  std::vector<int> inputs;  ///< node positions in execution order; -1 is the model input
+  int grad_owner = -1;      ///< the node whose gradient buffer holds ∂L/∂output (itself, or a view's source)
+  Shape out_shape;          ///< per sample
+  bool needs_grad = false;  ///< some parameter at or before this node learns, so ∂L/∂output is needed
   int64_t param_count = 0;
-  int tied_to = -1;             ///< `tied_to:`: the node position of the layer whose weight this one uses
+  int tied_to = -1;               ///< `tied_to:`: the node position of the layer whose weight this one uses
   bool adds_param_grads = false;  ///< its weight is shared with a later layer, whose backward writes first
 };
 
@@ -32,8 +32,8 @@ class Model {
   /// (unknown type or key, bad argument, shapes that do not fit) is a ConfigError naming the layer's path.
   /// With `init_params` false no parameter is created (shapes, counts and FLOPs only): `gputrain check` sizes
   /// models that would not fit in memory this way; such a model cannot be allocated or run.
-  static Model build(const ConfigNode& model_cfg, const Shape& input_shape, DType dtype, Device device,
-                     uint64_t seed, bool init_params = true);
+  static Model build(const ConfigNode& model_cfg, const Shape& input_shape, DType dtype, Device device, uint64_t seed,
+                     bool init_params = true);
 
   /// The elements allocate(max_batch) gives node i: its output, the gradient of its output (when something
   /// before it learns and it is not the last node) and a scratch gradient (when several consumers write its
@@ -93,7 +93,7 @@ class Model {
   std::vector<Tensor> m_out, m_grad;          // per node, this batch's rows
   std::vector<Tensor> m_scratch_buf;          // per owner written by several consumers: their second and later dx
   bool m_initialised = false;                 // build() created the parameters
-  Tensor m_input;                              // the last forward's input
+  Tensor m_input;                             // the last forward's input
   std::function<void(size_t)> m_grad_ready;
   SpanTimer* m_profiler = nullptr;
   ops::SumOverRanks m_sync;

@@ -78,7 +78,8 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
   };
   uint8_t len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(static_cast<uint64_t>(header.size()) >> (8 * i));
-  if (!write_all(fd, reinterpret_cast<const char*>(len), 8) || !write_all(fd, header.data(), header.size())) fail("write");
+  if (!write_all(fd, reinterpret_cast<const char*>(len), 8) || !write_all(fd, header.data(), header.size()))
+    fail("write");
   for (const auto& [name, t] : tensors) {
     Tensor host = *t;
     if (!t->device().is_cpu()) {
@@ -130,7 +131,9 @@ std::vector<std::pair<std::string, Tensor>> read_safetensors(const std::string& 
     const std::string& name = member.key;  // not a structured binding: clang 14 cannot capture one in a lambda
     const JsonValue& e = member.value;
     if (name == "__metadata__") continue;
-    auto malformed = [&] { return DataError(fmt::format("{}: malformed header entry for {}", path, quote_value(name))); };
+    auto malformed = [&] {
+      return DataError(fmt::format("{}: malformed header entry for {}", path, quote_value(name)));
+    };
     const JsonValue* dtype = e.find("dtype");
     const JsonValue* shape = e.find("shape");
     const JsonValue* offsets = e.find("data_offsets");
@@ -164,8 +167,8 @@ std::vector<std::pair<std::string, Tensor>> read_safetensors(const std::string& 
     if (!first.integer || *first.integer < 0 || !last.integer || *last.integer < 0) throw malformed();
     const auto begin = static_cast<uint64_t>(*first.integer), end = static_cast<uint64_t>(*last.integer);
     if (end < begin || end > data_size || bytes > data_size || end - begin != bytes)
-      throw DataError(fmt::format("{}: tensor {} claims bytes [{}, {}) of {} for {} of shape {}", path, quote_value(name),
-                                  begin, end, data_size, tag, Shape(dims).str()));
+      throw DataError(fmt::format("{}: tensor {} claims bytes [{}, {}) of {} for {} of shape {}", path,
+                                  quote_value(name), begin, end, data_size, tag, Shape(dims).str()));
     Tensor t = Tensor::empty(Shape(dims), dt);
     in.seekg(static_cast<std::streamoff>(8 + header_len + begin));
     if (!in.read(static_cast<char*>(t.raw()), static_cast<std::streamsize>(t.bytes())))
@@ -178,8 +181,8 @@ std::vector<std::pair<std::string, Tensor>> read_safetensors(const std::string& 
     const auto& [begin, cur] = out[i];
     if (begin < prev_begin + prev.second.bytes())
       throw DataError(fmt::format("{}: tensors {} and {} overlap (bytes [{}, {}) and [{}, {}))", path,
-                                  quote_value(prev.first), quote_value(cur.first), prev_begin, prev_begin + prev.second.bytes(), begin,
-                                  begin + cur.second.bytes()));
+                                  quote_value(prev.first), quote_value(cur.first), prev_begin,
+                                  prev_begin + prev.second.bytes(), begin, begin + cur.second.bytes()));
   }
   std::vector<std::pair<std::string, Tensor>> result;
   for (auto& [offset, entry] : out) result.push_back(std::move(entry));

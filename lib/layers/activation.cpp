@@ -1,6 +1,6 @@
 // relu, tanh, sigmoid, gelu: element-wise layers over the shared math in ops/math.h.
-#include "layers/layer.h"
 #include "ops/activation.h"
+#include "layers/layer.h"
 
 namespace gt {
 namespace {

@@ -11,8 +11,8 @@ class Add final : public Layer {
   Shape infer_shape(const std::vector<Shape>& in, const ConfigNode& cfg) override {
     for (size_t i = 1; i < in.size(); ++i)
       if (in[i] != in[0])
-        cfg.fail(fmt::format("add needs inputs of one shape, got {} and {} (inputs 0 and {})", in[0].str(),
-                             in[i].str(), i));
+        cfg.fail(
+            fmt::format("add needs inputs of one shape, got {} and {} (inputs 0 and {})", in[0].str(), in[i].str(), i));
     m_numel = in[0].numel() * static_cast<int64_t>(in.size() - 1);
     return in[0];
   }

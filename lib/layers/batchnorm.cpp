@@ -1,7 +1,7 @@
 // batchnorm1d and batchnorm2d: per-channel normalisation over the batch (or the global batch of a data-parallel
 // run with dist.sync_batchnorm), with learned scale and shift and running statistics for evaluation.
-#include "layers/params.h"
 #include "ops/batchnorm.h"
+#include "layers/params.h"
 
 namespace gt {
 namespace {
@@ -10,7 +10,8 @@ namespace {
 class BatchNorm final : public Layer {
  public:
   BatchNorm(const ConfigNode& cfg, bool two_d)
-      : m_two_d(two_d), m_momentum(cfg.get_double("momentum", 0.1, 0.0, 1.0)),
+      : m_two_d(two_d),
+        m_momentum(cfg.get_double("momentum", 0.1, 0.0, 1.0)),
         m_eps(cfg.get_double("eps", 1e-5, 0.0, 1.0)) {}
 
   Shape infer_shape(const std::vector<Shape>& in, const ConfigNode& cfg) override {
@@ -40,8 +41,9 @@ class BatchNorm final : public Layer {
   void forward(const std::vector<const Tensor*>& x, Tensor& y, const LayerContext& ctx) override {
     m_synced = ctx.training && ctx.sum_over_ranks != nullptr;
     if (m_synced) {
-      m_global_count = ops::batchnorm_forward_sync(*x[0], m_gamma.value, m_beta.value, m_running_mean, m_running_var,
-                                                   m_momentum, m_eps, m_save_mean, m_save_invstd, y, *ctx.sum_over_ranks);
+      m_global_count =
+          ops::batchnorm_forward_sync(*x[0], m_gamma.value, m_beta.value, m_running_mean, m_running_var, m_momentum,
+                                      m_eps, m_save_mean, m_save_invstd, y, *ctx.sum_over_ranks);
       return;
     }
     ops::batchnorm_forward(*x[0], m_gamma.value, m_beta.value, m_running_mean, m_running_var, m_momentum, m_eps,
@@ -76,8 +78,8 @@ class BatchNorm final : public Layer {
   int64_t m_channels = 0, m_numel = 0;
   Param m_gamma, m_beta;
   Tensor m_running_mean, m_running_var, m_save_mean, m_save_invstd;
-  bool m_synced = false;        // the last forward normalised over the ranks (its backward must too)
-  int64_t m_global_count = 0;   // values per channel in that forward, over all ranks
+  bool m_synced = false;       // the last forward normalised over the ranks (its backward must too)
+  int64_t m_global_count = 0;  // values per channel in that forward, over all ranks
 };
 
 }  // namespace

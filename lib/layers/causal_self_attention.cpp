@@ -17,12 +17,10 @@ class CausalSelfAttention final : public Layer {
   }
 
   Shape infer_shape(const std::vector<Shape>& in, const ConfigNode& cfg) override {
-    if (in[0].rank() != 2)
-      cfg.fail(fmt::format("causal_self_attention takes samples of [T, C], got {}", in[0].str()));
+    if (in[0].rank() != 2) cfg.fail(fmt::format("causal_self_attention takes samples of [T, C], got {}", in[0].str()));
     m_len = in[0][0];
     m_dim = in[0][1];
-    if (m_dim % m_heads != 0)
-      cfg["heads"].fail(fmt::format("{} channels do not split into {} heads", m_dim, m_heads));
+    if (m_dim % m_heads != 0) cfg["heads"].fail(fmt::format("{} channels do not split into {} heads", m_dim, m_heads));
     return in[0];
   }
 

@@ -1,6 +1,6 @@
 // conv2d: 2-D convolution over [C, H, W] samples (im2col + GEMM on the CPU).
-#include "layers/params.h"
 #include "ops/conv2d.h"
+#include "layers/params.h"
 
 #include <cmath>
 
@@ -28,13 +28,13 @@ class Conv2d final : public Layer {
     m_in_c = in[0][0];
     if (m_in_c % m_groups != 0)
       cfg.fail(fmt::format("input channels {} are not divisible by groups {}", m_in_c, m_groups));
-    m_win = {m_kernel.first, m_kernel.second, m_stride.first, m_stride.second,
+    m_win = {m_kernel.first,  m_kernel.second,  m_stride.first,   m_stride.second,
              m_padding.first, m_padding.second, m_dilation.first, m_dilation.second};
     const int64_t oh = window_out(in[0][1], m_win.kh, m_win.sh, m_win.ph, m_win.dh);
     const int64_t ow = window_out(in[0][2], m_win.kw, m_win.sw, m_win.pw, m_win.dw);
     if (oh < 1 || ow < 1)
-      cfg.fail(fmt::format("a {}×{} kernel (dilation {}×{}, padding {}×{}) does not fit a {} input", m_win.kh,
-                           m_win.kw, m_win.dh, m_win.dw, m_win.ph, m_win.pw, in[0].str()));
+      cfg.fail(fmt::format("a {}×{} kernel (dilation {}×{}, padding {}×{}) does not fit a {} input", m_win.kh, m_win.kw,
+                           m_win.dh, m_win.dw, m_win.ph, m_win.pw, in[0].str()));
     m_out_hw = oh * ow;
     return Shape{m_out, oh, ow};
   }
@@ -59,8 +59,8 @@ class Conv2d final : public Layer {
   void backward(const std::vector<const Tensor*>& x, const Tensor&, const Tensor& dy, const std::vector<Tensor*>& dx,
                 const LayerContext& ctx) override {
     Tensor none;
-    ops::conv2d_backward(*x[0], m_weight.value, dy, m_win, m_groups, dx[0] ? *dx[0] : none, m_weight.grad,
-                         m_bias.grad, ctx.accumulate_grads ? 1.0 : 0.0);
+    ops::conv2d_backward(*x[0], m_weight.value, dy, m_win, m_groups, dx[0] ? *dx[0] : none, m_weight.grad, m_bias.grad,
+                         ctx.accumulate_grads ? 1.0 : 0.0);
   }
 
   YAML::Node resolved_args() const override {

@@ -1,6 +1,6 @@
 // dropout: zeroes elements at random in training, with masks regenerated (not stored) for the backward pass.
-#include "layers/layer.h"
 #include "ops/dropout.h"
+#include "layers/layer.h"
 
 namespace gt {
 namespace {

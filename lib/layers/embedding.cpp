@@ -1,6 +1,6 @@
 // embedding: rows of a learned table picked by integer-valued inputs.
-#include "layers/layer.h"
 #include "ops/embedding.h"
+#include "layers/layer.h"
 
 namespace gt {
 namespace {

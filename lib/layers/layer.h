@@ -23,9 +23,9 @@ struct Param {
 
 /// What a forward or backward call may need to know besides its tensors.
 struct LayerContext {
-  bool training = true;          ///< dropout and batch norm behave differently in evaluation
-  bool accumulate_grads = false; ///< add parameter gradients to what is there instead of overwriting it
-  uint64_t step = 0;             ///< the micro-batch being computed (step × accumulate + k): keys dropout masks
+  bool training = true;           ///< dropout and batch norm behave differently in evaluation
+  bool accumulate_grads = false;  ///< add parameter gradients to what is there instead of overwriting it
+  uint64_t step = 0;              ///< the micro-batch being computed (step × accumulate + k): keys dropout masks
   /// dist.sync_batchnorm: sums batch norm's per-channel statistics over the ranks whose batches it normalises
   /// together in training (a host collective); nullptr: each process's own batch. Model sets it from set_sync.
   const ops::SumOverRanks* sum_over_ranks = nullptr;
@@ -78,8 +78,8 @@ class Layer {
 /// One argument of a layer type, for validation and the generated config reference.
 struct LayerArg {
   std::string name;
-  std::string type;       ///< "int", "bool", "float", …
-  std::string fallback;   ///< default shown in the reference; "" when required
+  std::string type;      ///< "int", "bool", "float", …
+  std::string fallback;  ///< default shown in the reference; "" when required
   std::string doc;
   bool required = false;
 };

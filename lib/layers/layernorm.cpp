@@ -1,6 +1,6 @@
 // layernorm: normalisation over the last dimension of each sample, with learned scale and shift.
-#include "layers/params.h"
 #include "ops/layernorm.h"
+#include "layers/params.h"
 
 namespace gt {
 namespace {

@@ -49,8 +49,8 @@ class Linear final : public Layer {
                 const LayerContext& ctx) override {
     const Tensor x2 = as_rows(*x[0], m_in), dy2 = as_rows(dy, m_out);
     const double beta = ctx.accumulate_grads ? 1.0 : 0.0;
-    ops::matmul(dy2, true, x2, false, m_w->grad, beta);  // dW (out, in) = dyᵀ · x
-    if (m_has_bias) ops::sum_rows(dy2, m_bias.grad, beta);   // db (out) = Σ_rows dy
+    ops::matmul(dy2, true, x2, false, m_w->grad, beta);     // dW (out, in) = dyᵀ · x
+    if (m_has_bias) ops::sum_rows(dy2, m_bias.grad, beta);  // db (out) = Σ_rows dy
     if (dx[0]) {
       Tensor dx2 = as_rows(*dx[0], m_in);
       ops::matmul(dy2, false, m_w->value, false, dx2, 0.0);  // dx (B·rows, in) = dy · W

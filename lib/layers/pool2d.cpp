@@ -1,6 +1,6 @@
 // maxpool2d and avgpool2d: windowed pooling over [C, H, W] samples (one class, the kind picks the op).
-#include "layers/params.h"
 #include "ops/pool2d.h"
+#include "layers/params.h"
 
 namespace gt {
 namespace {
@@ -21,7 +21,8 @@ class Pool2d final : public Layer {
     m_win = {m_kernel.first, m_kernel.second, m_stride.first, m_stride.second, m_padding.first, m_padding.second};
     const int64_t oh = window_out(in[0][1], m_win.kh, m_win.sh, m_win.ph, 1);
     const int64_t ow = window_out(in[0][2], m_win.kw, m_win.sw, m_win.pw, 1);
-    if (oh < 1 || ow < 1) cfg.fail(fmt::format("a {}×{} window does not fit a {} input", m_win.kh, m_win.kw, in[0].str()));
+    if (oh < 1 || ow < 1)
+      cfg.fail(fmt::format("a {}×{} window does not fit a {} input", m_win.kh, m_win.kw, in[0].str()));
     m_numel = mul_sizes(mul_sizes(mul_sizes(mul_sizes(in[0][0], oh), ow), m_win.kh), m_win.kw);
     return Shape{in[0][0], oh, ow};
   }

@@ -15,8 +15,7 @@ class PositionalEmbedding final : public Layer {
     m_max_len = cfg["max_len"].as_size(1, limits::kExtent);
   }
   Shape infer_shape(const std::vector<Shape>& in, const ConfigNode& cfg) override {
-    if (in[0].rank() != 2)
-      cfg.fail(fmt::format("positional_embedding takes samples of [T, C], got {}", in[0].str()));
+    if (in[0].rank() != 2) cfg.fail(fmt::format("positional_embedding takes samples of [T, C], got {}", in[0].str()));
     m_len = in[0][0];
     m_dim = in[0][1];
     if (m_len > m_max_len)

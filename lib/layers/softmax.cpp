@@ -1,6 +1,6 @@
 // softmax: probabilities over the last dimension.
-#include "layers/layer.h"
 #include "ops/softmax.h"
+#include "layers/layer.h"
 
 namespace gt {
 namespace {

@@ -69,9 +69,9 @@ struct Named {
 };
 // nvmlClocksEventReason* / nvmlClocksThrottleReason* bits (same values in both spellings).
 constexpr Named kReasons[] = {
-    {0x1, "gpu_idle"},      {0x2, "app_clocks"},  {0x4, "sw_power_cap"},    {0x8, "hw_slowdown"},
-    {0x10, "sync_boost"},   {0x20, "sw_thermal"}, {0x40, "hw_thermal"},     {0x80, "hw_power_brake"},
-    {0x100, "display_clocks"},
+    {0x1, "gpu_idle"},    {0x2, "app_clocks"},      {0x4, "sw_power_cap"},
+    {0x8, "hw_slowdown"}, {0x10, "sync_boost"},     {0x20, "sw_thermal"},
+    {0x40, "hw_thermal"}, {0x80, "hw_power_brake"}, {0x100, "display_clocks"},
 };
 
 std::string fmt_opt(const std::optional<double>& v, const char* suffix) {
@@ -306,8 +306,8 @@ void GpuMonitor::open_nvml() {
     // NVML numbers devices by PCI order and ignores CUDA_VISIBLE_DEVICES, so the bus id is the reliable key.
     if (!t.pci_bus_id.empty() && n.handle_by_pci) r = n.handle_by_pci(t.pci_bus_id.c_str(), &h);
     if (r != kNvmlSuccess && !t.pci_bus_id.empty())
-      spdlog::info("GPU metrics: gpu{} (PCI {}) not found by bus id ({}); using NVML index {}", t.ordinal,
-                   t.pci_bus_id, n.handle_by_pci ? n.error(r) : "no nvmlDeviceGetHandleByPciBusId_v2", t.ordinal);
+      spdlog::info("GPU metrics: gpu{} (PCI {}) not found by bus id ({}); using NVML index {}", t.ordinal, t.pci_bus_id,
+                   n.handle_by_pci ? n.error(r) : "no nvmlDeviceGetHandleByPciBusId_v2", t.ordinal);
     if (r != kNvmlSuccess) r = n.handle_by_index(static_cast<unsigned int>(t.ordinal), &h);
     if (r != kNvmlSuccess) {
       spdlog::info("GPU metrics off for gpu{}: no NVML device: {}", t.ordinal, n.error(r));
@@ -370,17 +370,18 @@ void GpuMonitor::warn_once(const MonitorSample& s) {
     if (i == m_targets.size()) continue;
     if (g.throttle && (*g.throttle & kThrottleWarnMask) && !m_warned_throttle[i]) {
       m_warned_throttle[i] = 1;
-      spdlog::warn("gpu{} is throttling its clocks ({}) at {} and {}: steps will be slower; check cooling and "
-                   "the power limit (nvidia-smi -q -d PERFORMANCE)",
-                   g.ordinal, throttle_names(*g.throttle & kThrottleWarnMask), fmt_opt(g.temp_c, "C"),
-                   fmt_opt(g.power_w, "W"));
+      spdlog::warn(
+          "gpu{} is throttling its clocks ({}) at {} and {}: steps will be slower; check cooling and "
+          "the power limit (nvidia-smi -q -d PERFORMANCE)",
+          g.ordinal, throttle_names(*g.throttle & kThrottleWarnMask), fmt_opt(g.temp_c, "C"), fmt_opt(g.power_w, "W"));
     }
     if (g.mem_used_mib && g.mem_total_mib && *g.mem_total_mib > 0 && *g.mem_used_mib > 0.95 * *g.mem_total_mib &&
         !m_warned_memory[i]) {
       m_warned_memory[i] = 1;
-      spdlog::warn("gpu{} memory is {:.1f}/{:.1f} GiB (over 95 %): a larger batch or model will run out; other "
-                   "processes on it show in nvidia-smi",
-                   g.ordinal, *g.mem_used_mib / 1024, *g.mem_total_mib / 1024);
+      spdlog::warn(
+          "gpu{} memory is {:.1f}/{:.1f} GiB (over 95 %): a larger batch or model will run out; other "
+          "processes on it show in nvidia-smi",
+          g.ordinal, *g.mem_used_mib / 1024, *g.mem_total_mib / 1024);
     }
   }
 }

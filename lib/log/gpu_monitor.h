@@ -31,14 +31,14 @@ std::vector<GpuTarget> gpu_targets(const CudaInfo& info, const std::vector<int>&
 /// One reading of one GPU. A value NVML cannot give (not supported, no permission) stays empty.
 struct GpuSample {
   int ordinal = 0;
-  std::optional<double> util_pct;       // busy share of the last NVML sample period, 0..100
+  std::optional<double> util_pct;  // busy share of the last NVML sample period, 0..100
   std::optional<double> mem_used_mib;
   std::optional<double> mem_total_mib;
   std::optional<double> temp_c;
   std::optional<double> power_w;
   std::optional<double> power_limit_w;  // the enforced limit
   std::optional<double> sm_clock_mhz;
-  std::optional<uint64_t> throttle;     // NVML clock event (throttle) reasons bitmask
+  std::optional<uint64_t> throttle;  // NVML clock event (throttle) reasons bitmask
 };
 
 /// The process, from /proc/self. `cpu_pct` is utime+stime over the last interval divided by wall time and the
@@ -118,16 +118,16 @@ class GpuMonitor {
 
   std::vector<GpuTarget> m_targets;
   double m_interval_s;
-  std::unique_ptr<Nvml> m_nvml;           // touched by the sampling thread only, until it is joined
-  std::vector<void*> m_handles;           // nvmlDevice_t per target; null when it could not be resolved
-  std::vector<char> m_warned_throttle;    // per target
+  std::unique_ptr<Nvml> m_nvml;         // touched by the sampling thread only, until it is joined
+  std::vector<void*> m_handles;         // nvmlDevice_t per target; null when it could not be resolved
+  std::vector<char> m_warned_throttle;  // per target
   std::vector<char> m_warned_memory;
   HostCpuClock m_cpu_clock;
   std::chrono::steady_clock::time_point m_t0;
   uint64_t m_seq = 0;
 
-  mutable std::mutex m_mutex;             // guards everything below
-  mutable std::condition_variable m_cv;   // stop requests wake the sampler; new samples wake wait_newer
+  mutable std::mutex m_mutex;            // guards everything below
+  mutable std::condition_variable m_cv;  // stop requests wake the sampler; new samples wake wait_newer
   bool m_stop = false;
   bool m_gpu_on = false;
   MonitorSample m_latest;

@@ -83,7 +83,7 @@ class ConsoleSink final : public spdlog::sinks::base_sink<std::mutex> {
 std::shared_ptr<ConsoleSink> g_console;
 std::shared_ptr<spdlog::sinks::basic_file_sink_mt> g_file_sink;
 std::shared_ptr<spdlog::sinks::sink> g_file_entry;  // g_file_sink as the default logger holds it
-std::shared_ptr<spdlog::logger> g_file_logger;  // train.log alone, for step_logger()
+std::shared_ptr<spdlog::logger> g_file_logger;      // train.log alone, for step_logger()
 std::atomic<bool> g_live{false};
 
 }  // namespace

@@ -82,15 +82,15 @@ std::string svg_chart(const std::string& id, const std::string& title, const std
       "viewBox=\"0 0 {} {}\" role=\"img\" aria-label=\"{}\">\n",
       id, W, H, W, H, html_escape(title));
   out += fmt::format("<text x=\"{}\" y=\"18\" class=\"title\">{}</text>\n", L, html_escape(title));
-  out += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" class=\"frame\"/>\n", L, T, W - L - R,
-                     H - T - B);
+  out +=
+      fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" class=\"frame\"/>\n", L, T, W - L - R, H - T - B);
   out += fmt::format("<text x=\"{}\" y=\"{}\" class=\"tick\" text-anchor=\"end\">{:.4g}</text>\n", L - 6, T + 4, y1);
   out += fmt::format("<text x=\"{}\" y=\"{}\" class=\"tick\" text-anchor=\"end\">{:.4g}</text>\n", L - 6, H - B, y0);
   out += fmt::format("<text x=\"{}\" y=\"{}\" class=\"tick\">{:.0f}</text>\n", L, H - B + 16, x0);
-  out += fmt::format("<text x=\"{}\" y=\"{}\" class=\"tick\" text-anchor=\"end\">{:.0f}</text>\n", W - R, H - B + 16,
-                     x1);
-  out += fmt::format("<text x=\"{}\" y=\"{}\" class=\"tick\" text-anchor=\"middle\">step</text>\n",
-                     (L + W - R) / 2, H - 8);
+  out +=
+      fmt::format("<text x=\"{}\" y=\"{}\" class=\"tick\" text-anchor=\"end\">{:.0f}</text>\n", W - R, H - B + 16, x1);
+  out += fmt::format("<text x=\"{}\" y=\"{}\" class=\"tick\" text-anchor=\"middle\">step</text>\n", (L + W - R) / 2,
+                     H - 8);
   double legend_x = W - R;
   for (auto it = series.rbegin(); it != series.rend(); ++it) {
     out += fmt::format("<text x=\"{}\" y=\"18\" class=\"tick\" text-anchor=\"end\" fill=\"{}\">{}</text>\n", legend_x,
@@ -100,9 +100,10 @@ std::string svg_chart(const std::string& id, const std::string& title, const std
   for (const auto& s : series) {
     std::string pts;
     for (const auto& [x, y] : s.points) pts += fmt::format("{}{:.2f},{:.2f}", pts.empty() ? "" : " ", px(x), py(y));
-    out += fmt::format("<polyline class=\"series\" data-label=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\" "
-                       "points=\"{}\"/>\n",
-                       html_escape(s.label), s.color, pts);
+    out += fmt::format(
+        "<polyline class=\"series\" data-label=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\" "
+        "points=\"{}\"/>\n",
+        html_escape(s.label), s.color, pts);
     if (s.points.size() == 1)  // a lone point draws no line: mark it
       out += fmt::format("<circle cx=\"{:.2f}\" cy=\"{:.2f}\" r=\"3\" fill=\"{}\"/>\n", px(s.points[0].first),
                          py(s.points[0].second), s.color);
@@ -178,8 +179,8 @@ ReportInfo write_report(const std::string& run_dir, const std::string& out_path)
   std::string html = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
   html += fmt::format("<title>gputrain report: {}</title>\n<style>\n{}</style>\n</head>\n<body>\n", html_escape(name),
                       kStyle);
-  html += fmt::format("<h1>gputrain run: {}</h1>\n<p>{}</p>\n", html_escape(name),
-                      html_escape(fs::absolute(dir).string()));
+  html +=
+      fmt::format("<h1>gputrain run: {}</h1>\n<p>{}</p>\n", html_escape(name), html_escape(fs::absolute(dir).string()));
   if (summary) {
     const JsonValue* why = summary->find("exit_reason");
     html += fmt::format("<p>Finished: <b>{}</b>.</p>\n", html_escape(why ? shown(*why) : "unknown"));

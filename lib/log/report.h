@@ -7,12 +7,12 @@
 namespace gt {
 
 struct ReportInfo {
-  std::string path;            ///< the file written
-  int64_t train_rows = 0;      ///< metrics.jsonl rows of type train
-  int64_t eval_rows = 0;       ///< … of type eval
-  int64_t skipped_lines = 0;   ///< lines of metrics.jsonl that are not a JSON object
-  int charts = 0;              ///< <svg> charts drawn
-  bool finished = false;       ///< summary.json was there
+  std::string path;           ///< the file written
+  int64_t train_rows = 0;     ///< metrics.jsonl rows of type train
+  int64_t eval_rows = 0;      ///< … of type eval
+  int64_t skipped_lines = 0;  ///< lines of metrics.jsonl that are not a JSON object
+  int charts = 0;             ///< <svg> charts drawn
+  bool finished = false;      ///< summary.json was there
 };
 
 /// Reads metrics.jsonl, summary.json and config.resolved.yaml of `run_dir` (each may be missing: a run still going,

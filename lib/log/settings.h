@@ -18,13 +18,13 @@ const std::string& to_string(LogLevel level);
 spdlog::level::level_enum spdlog_level(LogLevel level);
 
 struct LoggingConfig {
-  bool tensorboard = true;           ///< events.out.tfevents.* in the run directory
-  bool jsonl = true;                 ///< metrics.jsonl
-  bool report = true;                ///< report.html at the end of the run
-  LogLevel level = LogLevel::info;   ///< the console and train.log
-  bool gpu_metrics = true;           ///< sample GPU utilisation and memory (NVML) while training
-  double interval_s = 1.0;           ///< seconds between GPU samples
-  bool progress = true;              ///< a live progress bar on a terminal instead of the periodic step lines
+  bool tensorboard = true;          ///< events.out.tfevents.* in the run directory
+  bool jsonl = true;                ///< metrics.jsonl
+  bool report = true;               ///< report.html at the end of the run
+  LogLevel level = LogLevel::info;  ///< the console and train.log
+  bool gpu_metrics = true;          ///< sample GPU utilisation and memory (NVML) while training
+  double interval_s = 1.0;          ///< seconds between GPU samples
+  bool progress = true;             ///< a live progress bar on a terminal instead of the periodic step lines
 };
 
 /// Reads the `logging:` section; throws ConfigError naming the key. logging.every_steps is train.log_every under

@@ -54,8 +54,7 @@ void put_bytes(std::string& out, int field, const std::string& bytes) {
   out += bytes;
 }
 void put_wall_time(std::string& event) {
-  const double now =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   put_key(event, 1, 1);
   put_le(event, now);
 }

@@ -32,10 +32,9 @@ void batchnorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& save
 }
 
 int64_t batchnorm_forward_sync(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
-                               Tensor& running_var, double momentum, double eps, Tensor& save_mean,
-                               Tensor& save_invstd, Tensor& y, const SumOverRanks& sum_over_ranks) {
-  const Operands op("batchnorm_sync",
-                    {&x, &gamma, &beta, &running_mean, &running_var, &save_mean, &save_invstd, &y});
+                               Tensor& running_var, double momentum, double eps, Tensor& save_mean, Tensor& save_invstd,
+                               Tensor& y, const SumOverRanks& sum_over_ranks) {
+  const Operands op("batchnorm_sync", {&x, &gamma, &beta, &running_mean, &running_var, &save_mean, &save_invstd, &y});
   GT_CHECK(x.rank() >= 2 && x.dim(1) == gamma.numel() && y.numel() == x.numel(), "batchnorm x {} gamma {}",
            x.shape().str(), gamma.shape().str());
   require_cpu(op);

@@ -26,8 +26,8 @@ using SumOverRanks = std::function<void(double* data, size_t n)>;
 /// variance unbiased over the global count). Returns that count per channel (samples × spatial, all ranks), which
 /// batchnorm_backward_sync needs.
 int64_t batchnorm_forward_sync(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
-                               Tensor& running_var, double momentum, double eps, Tensor& save_mean,
-                               Tensor& save_invstd, Tensor& y, const SumOverRanks& sum_over_ranks);
+                               Tensor& running_var, double momentum, double eps, Tensor& save_mean, Tensor& save_invstd,
+                               Tensor& y, const SumOverRanks& sum_over_ranks);
 /// Its backward: when dx is wanted, the per-channel Σdy and Σdy·x̂ meet in one `sum_over_ranks` call (2C values), so
 /// dx is the global batch's (for every rank's dy scaled alike, as each rank's mean loss makes it). dgamma and dbeta
 /// stay the local sums: the gradient all-reduce averages them like every other parameter's.
@@ -45,8 +45,8 @@ void batchnorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
 void batchnorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
                         const Tensor& dy, bool training, Tensor& dx, Tensor& dgamma, Tensor& dbeta, double beta);
 int64_t batchnorm_forward_sync(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
-                               Tensor& running_var, double momentum, double eps, Tensor& save_mean,
-                               Tensor& save_invstd, Tensor& y, const ops::SumOverRanks& sum_over_ranks);
+                               Tensor& running_var, double momentum, double eps, Tensor& save_mean, Tensor& save_invstd,
+                               Tensor& y, const ops::SumOverRanks& sum_over_ranks);
 void batchnorm_backward_sync(const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
                              const Tensor& dy, int64_t global_count, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
                              double beta, const ops::SumOverRanks& sum_over_ranks);

@@ -15,8 +15,8 @@ void* compute_stream(int device);
 }  // namespace gt::cuda
 
 /// Checks a CUDA runtime call: anything but cudaSuccess (0) throws gt::Error naming the call and CUDA's message.
-#define GT_CHECK_CUDA(call)                                                                        \
-  do {                                                                                             \
-    const int gt_status_ = static_cast<int>(call);                                                 \
-    if (gt_status_ != 0) ::gt::cuda::throw_cuda_error(#call, __FILE__, __LINE__, gt_status_);      \
+#define GT_CHECK_CUDA(call)                                                                   \
+  do {                                                                                        \
+    const int gt_status_ = static_cast<int>(call);                                            \
+    if (gt_status_ != 0) ::gt::cuda::throw_cuda_error(#call, __FILE__, __LINE__, gt_status_); \
   } while (0)

@@ -44,8 +44,8 @@ Device resolve_device(const std::string& requested, std::string& reason) {
       reason = fmt::format("auto: cuda:0 ({}) is older than this build's kernels (8.0)", describe(d));
       return Device::cpu();
     }
-    reason = fmt::format("auto: {} CUDA device(s){}, using cuda:0 ({})", cuda.devices.size(), visible_note(),
-                         describe(d));
+    reason =
+        fmt::format("auto: {} CUDA device(s){}, using cuda:0 ({})", cuda.devices.size(), visible_note(), describe(d));
     return Device::cuda(0);
   }
   int index = 0;  // "cuda" or "cuda:N" (the config checked the form)
@@ -55,8 +55,8 @@ Device resolve_device(const std::string& requested, std::string& reason) {
   }
   if (cuda.devices.empty()) throw Error(fmt::format("device {}: no usable GPU: {}", requested, cuda.problem));
   if (index >= static_cast<int>(cuda.devices.size()))
-    throw Error(fmt::format("device {}: only {} CUDA device(s) visible{}", requested, cuda.devices.size(),
-                            visible_note()));
+    throw Error(
+        fmt::format("device {}: only {} CUDA device(s) visible{}", requested, cuda.devices.size(), visible_note()));
   const CudaDeviceInfo& d = cuda.devices[static_cast<size_t>(index)];
   if (d.cc_major * 10 + d.cc_minor < kMinComputeCapability)
     throw Error(fmt::format("device {}: {} is too old: this build has kernels for compute capability 8.0 and newer",

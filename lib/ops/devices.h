@@ -11,9 +11,9 @@ namespace gt {
 
 struct CpuInfo {
   std::string model;
-  int cores = 0;         ///< logical CPUs available to this process
-  std::string simd;      ///< best vector extension the CPU reports (avx512f, avx2, sse4.2, …)
-  std::string blas;      ///< BLAS library and its configuration
+  int cores = 0;     ///< logical CPUs available to this process
+  std::string simd;  ///< best vector extension the CPU reports (avx512f, avx2, sse4.2, …)
+  std::string blas;  ///< BLAS library and its configuration
 };
 
 struct CudaDeviceInfo {
@@ -28,13 +28,13 @@ struct CudaDeviceInfo {
 };
 
 struct CudaInfo {
-  bool built = false;        ///< this binary contains the CUDA backend
-  int driver_version = 0;    ///< 0 when no driver is loaded
+  bool built = false;      ///< this binary contains the CUDA backend
+  int driver_version = 0;  ///< 0 when no driver is loaded
   int runtime_version = 0;
   int cublas_version = 0;
   size_t cudnn_version = 0;
   int nccl_version = 0;
-  std::string problem;       ///< why no device is usable, in words; empty when devices were found
+  std::string problem;  ///< why no device is usable, in words; empty when devices were found
   std::vector<CudaDeviceInfo> devices;
 };
 

@@ -34,19 +34,19 @@ class Operands {
 /// on the CPU and cuda::matmul(a, b, c) on a CUDA device. A build without CUDA has no cuda:: entry points, and a CUDA
 /// device is then an error that names the op.
 #if GT_WITH_CUDA
-#define GT_DISPATCH(operands, ...)          \
-  do {                                      \
-    if ((operands).device().is_cpu())       \
-      ::gt::cpu::__VA_ARGS__;               \
-    else                                    \
-      ::gt::cuda::__VA_ARGS__;              \
+#define GT_DISPATCH(operands, ...)    \
+  do {                                \
+    if ((operands).device().is_cpu()) \
+      ::gt::cpu::__VA_ARGS__;         \
+    else                              \
+      ::gt::cuda::__VA_ARGS__;        \
   } while (0)
 #else
-#define GT_DISPATCH(operands, ...)          \
-  do {                                      \
-    if ((operands).device().is_cpu())       \
-      ::gt::cpu::__VA_ARGS__;               \
-    else                                    \
-      (operands).no_backend();              \
+#define GT_DISPATCH(operands, ...)    \
+  do {                                \
+    if ((operands).device().is_cpu()) \
+      ::gt::cpu::__VA_ARGS__;         \
+    else                              \
+      (operands).no_backend();        \
   } while (0)
 #endif

@@ -23,7 +23,8 @@ void copy_blocks(const Tensor& src, Tensor& dst, int64_t outer, int64_t src_inne
 void split_blocks(const Tensor& whole, Tensor& part, int64_t outer, int64_t part_inner, int64_t whole_inner,
                   int64_t offset) {
   const Operands op("split_blocks", {&whole, &part});
-  GT_CHECK(part.numel() == outer * part_inner && whole.numel() == outer * whole_inner && offset + part_inner <= whole_inner,
+  GT_CHECK(part.numel() == outer * part_inner && whole.numel() == outer * whole_inner &&
+               offset + part_inner <= whole_inner,
            "split_blocks sizes");
   GT_DISPATCH(op, split_blocks(whole, part, outer, part_inner, whole_inner, offset));
 }

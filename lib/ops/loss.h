@@ -12,8 +12,8 @@ namespace gt::ops {
 /// label_smoothing ε mixes the one-hot target with the uniform distribution as PyTorch does. A NaN logit makes its
 /// row's loss NaN (so the step's loss sum is NaN on every device). A label outside [0, K) is the caller's error: on
 /// CUDA its row's loss is NaN and the row counts no hit, so the step gate skips the step.
-void cross_entropy(const Tensor& logits, const Tensor& labels, double label_smoothing, double scale,
-                   Tensor& dlogits, Tensor& stats);
+void cross_entropy(const Tensor& logits, const Tensor& labels, double label_smoothing, double scale, Tensor& dlogits,
+                   Tensor& stats);
 
 /// Mean squared error per sample: adds Σ_b mean_d (pred − target)² to stats[0]; when dpred is defined,
 /// writes dpred = scale · 2 (pred − target) / D. pred and target are (B, D).
@@ -23,16 +23,16 @@ void mse(const Tensor& pred, const Tensor& target, double scale, Tensor& dpred, 
 
 // The backends' entry points: the ops above call them once the contract holds.
 namespace gt::cpu {
-void cross_entropy(const Tensor& logits, const Tensor& labels, double label_smoothing, double scale,
-                   Tensor& dlogits, Tensor& stats);
+void cross_entropy(const Tensor& logits, const Tensor& labels, double label_smoothing, double scale, Tensor& dlogits,
+                   Tensor& stats);
 void mse(const Tensor& pred, const Tensor& target, double scale, Tensor& dpred, Tensor& stats);
 }  // namespace gt::cpu
 
 #if GT_WITH_CUDA
 namespace gt::cuda {
 /// One warp per row; the sums go into stats with atomicAdd, so the host never waits for a loss.
-void cross_entropy(const Tensor& logits, const Tensor& labels, double label_smoothing, double scale,
-                   Tensor& dlogits, Tensor& stats);
+void cross_entropy(const Tensor& logits, const Tensor& labels, double label_smoothing, double scale, Tensor& dlogits,
+                   Tensor& stats);
 void mse(const Tensor& pred, const Tensor& target, double scale, Tensor& dpred, Tensor& stats);
 }  // namespace gt::cuda
 #endif

@@ -43,7 +43,8 @@ GT_HD bool dropout_keep(uint64_t key, uint64_t step, uint64_t i, double p) {
 /// The row of an embedding table that input value v names: v rounded, when it is within 1e-3 of an integer in
 /// [0, vocab); −1 otherwise (NaN included). The CPU throws on −1; CUDA cannot throw from a kernel
 /// (ops/embedding.h says what it does instead).
-template <class T> GT_HD int64_t embedding_row(T v, int64_t vocab) {
+template <class T>
+GT_HD int64_t embedding_row(T v, int64_t vocab) {
   if (!(v > T(-1) && v < static_cast<T>(vocab))) return -1;  // also keeps the rounding below in range
   const auto row = static_cast<int64_t>(std::llround(v));
   if (row < 0 || row >= vocab || std::fabs(v - static_cast<T>(row)) > T(1e-3)) return -1;
@@ -63,20 +64,26 @@ GT_HD double ce_dlogit(double p, bool is_label, int64_t k, double eps, double sc
 }
 
 /// Layer normalisation of one element, given its row's mean and 1/σ: (x − μ)/σ · γ + β.
-template <class T> GT_HD T layernorm_y(T x, double mean, double inv, T gamma, T beta) {
+template <class T>
+GT_HD T layernorm_y(T x, double mean, double inv, T gamma, T beta) {
   return static_cast<T>((x - mean) * inv * gamma + beta);
 }
 /// dx of layer normalisation for one element of a row of d, from the row's sums a = Σ dy·γ and b = Σ dy·γ·x̂:
 /// dx = (1/σ)(dy·γ − a/d − x̂·b/d).
-template <class T> GT_HD T layernorm_dx(T x, T dy, T gamma, double mean, double inv, double a, double b, int64_t d) {
+template <class T>
+GT_HD T layernorm_dx(T x, T dy, T gamma, double mean, double inv, double a, double b, int64_t d) {
   const double xhat = (x - mean) * inv;
   return static_cast<T>(inv * (dy * gamma - a / static_cast<double>(d) - xhat * b / static_cast<double>(d)));
 }
 /// dx of softmax for one element, from y, dy and the row's Σ y·dy: y (dy − Σ y·dy).
-template <class T> GT_HD T softmax_dx(T y, T dy, double dot) { return static_cast<T>(y * (dy - dot)); }
+template <class T>
+GT_HD T softmax_dx(T y, T dy, double dot) {
+  return static_cast<T>(y * (dy - dot));
+}
 
 // Activations take x (and y where cheaper) and give y = f(x) and dx = dy · f'(x).
-template <class T> GT_HD T act_forward(Activation a, T x) {
+template <class T>
+GT_HD T act_forward(Activation a, T x) {
   switch (a) {
     case Activation::relu: return x < T(0) ? T(0) : x;  // NaN stays NaN, as in torch.relu
     case Activation::tanh: return std::tanh(x);
@@ -91,7 +98,8 @@ template <class T> GT_HD T act_forward(Activation a, T x) {
   return x;
 }
 
-template <class T> GT_HD T act_backward(Activation a, T x, T y, T dy) {
+template <class T>
+GT_HD T act_backward(Activation a, T x, T y, T dy) {
   switch (a) {
     case Activation::relu: return x > T(0) ? dy : T(0);
     case Activation::tanh: return dy * (T(1) - y * y);
@@ -121,7 +129,8 @@ struct SgdHyper {
 };
 
 /// The flags are template parameters so that the per-element loop has no branches and vectorises.
-template <class T, bool kMomentum, bool kNesterov> GT_HD void sgd_update(const SgdHyper& h, T& p, T g, T& buf) {
+template <class T, bool kMomentum, bool kNesterov>
+GT_HD void sgd_update(const SgdHyper& h, T& p, T g, T& buf) {
   if (h.weight_decay != 0) g += T(h.weight_decay) * p;
   if constexpr (kMomentum) {
     buf = h.first_step ? g : T(h.momentum) * buf + T(1 - h.dampening) * g;

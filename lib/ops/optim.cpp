@@ -27,8 +27,7 @@ Operands group_operands(const char* op, const TensorGroup& g, size_t width) {
 
 void check_stats(const Operands& op, const Tensor& stats) {
   GT_CHECK(stats.dtype() == DType::f64 && stats.numel() >= kStepStats && stats.device() == op.device(),
-           "{}: step statistics must be f64[{}] on {}", op.op(), static_cast<int64_t>(kStepStats),
-           op.device().str());
+           "{}: step statistics must be f64[{}] on {}", op.op(), static_cast<int64_t>(kStepStats), op.device().str());
 }
 
 }  // namespace
@@ -47,7 +46,8 @@ void scale_by(Tensor& x, const Tensor& scale) {
 
 void sum_squares_group(TensorGroup& g, size_t column, Tensor& out, Tensor& per_row) {
   GT_CHECK(out.dtype() == DType::f64 && out.numel() >= 1, "sum_squares_group accumulates into f64");
-  GT_CHECK(!per_row.defined() || (per_row.dtype() == DType::f64 && per_row.numel() >= static_cast<int64_t>(g.rows.size())),
+  GT_CHECK(!per_row.defined() ||
+               (per_row.dtype() == DType::f64 && per_row.numel() >= static_cast<int64_t>(g.rows.size())),
            "sum_squares_group: per_row must be f64[{}]", g.rows.size());
   const Operands op("sum_squares_group", {&g.rows.at(0).at(column)}, {&out, &per_row});
   for (const auto& row : g.rows) GT_CHECK(row.at(column).device() == op.device(), "sum_squares_group: mixed devices");

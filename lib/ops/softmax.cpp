@@ -13,8 +13,7 @@ void softmax_forward(const Tensor& x, int64_t d, Tensor& y) {
 
 void softmax_backward(const Tensor& y, const Tensor& dy, int64_t d, Tensor& dx) {
   const Operands op("softmax_backward", {&y, &dy, &dx});
-  GT_CHECK(d > 0 && y.numel() % d == 0 && dy.numel() == y.numel() && dx.numel() == y.numel(),
-           "softmax_backward sizes");
+  GT_CHECK(d > 0 && y.numel() % d == 0 && dy.numel() == y.numel() && dx.numel() == y.numel(), "softmax_backward sizes");
   GT_DISPATCH(op, softmax_backward(y, dy, d, dx));
 }
 

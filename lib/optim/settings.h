@@ -31,13 +31,13 @@ struct SchedulerConfig {
   ScheduleType type = ScheduleType::constant;
   int64_t warmup_steps = 0;
   double warmup_start_factor = 0.0;
-  int64_t step_size = 1;            ///< step
-  std::vector<int64_t> milestones;  ///< multistep
-  double gamma = 0.1;               ///< step, multistep, exponential
-  int64_t t_max = 0;                ///< cosine: steps of one half period; 0 = the whole run
-  double eta_min = 0.0;             ///< cosine
+  int64_t step_size = 1;                        ///< step
+  std::vector<int64_t> milestones;              ///< multistep
+  double gamma = 0.1;                           ///< step, multistep, exponential
+  int64_t t_max = 0;                            ///< cosine: steps of one half period; 0 = the whole run
+  double eta_min = 0.0;                         ///< cosine
   double start_factor = 1.0, end_factor = 0.0;  ///< linear
-  int64_t total_iters = 0;          ///< linear; 0 = the whole run
+  int64_t total_iters = 0;                      ///< linear; 0 = the whole run
   double max_lr = 0.0, pct_start = 0.3, div_factor = 25.0, final_div_factor = 1e4;  ///< onecycle (max_lr 0 = lr)
 };
 

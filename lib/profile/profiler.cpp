@@ -14,8 +14,8 @@ void Profiler::set_device(Device device) {
   if (device.is_cuda()) m_clock = std::make_unique<DeviceClock>(device);
 }
 
-void Profiler::record(const std::string& name, const std::string& type, const char* category,
-                      Clock::time_point begin, Clock::time_point end, int64_t flops, Lane lane) {
+void Profiler::record(const std::string& name, const std::string& type, const char* category, Clock::time_point begin,
+                      Clock::time_point end, int64_t flops, Lane lane) {
   if (!m_on) return;
   std::lock_guard<std::mutex> lock(m_mutex);
   m_spans.push_back({name, type, category, begin, end, flops, lane});
@@ -39,8 +39,8 @@ SpanStart Profiler::begin_span(const std::string& name) {
   return start;
 }
 
-void Profiler::end_span(const SpanStart& start, const std::string& name, const std::string& type,
-                        const char* category, int64_t flops) {
+void Profiler::end_span(const SpanStart& start, const std::string& name, const std::string& type, const char* category,
+                        int64_t flops) {
   if (start.mark >= 0) {
     record_marked(name, type, category, start.mark, mark(), flops);
     range_pop();
@@ -73,7 +73,8 @@ void Profiler::resolve() {
   if (!m_clock || m_first_mark < 0) return;
   auto at = [&](int mark) {
     const double ms = m_clock->elapsed_ms(m_first_mark, mark);  // waits for the device to get there
-    return m_first_mark_host + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(ms));
+    return m_first_mark_host +
+           std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(ms));
   };
   for (Span& s : m_spans)
     if (s.begin_mark >= 0) {
@@ -98,9 +99,10 @@ std::string Profiler::chrome_trace() {
                    const std::string& args) {
     out += first ? "  " : ",\n  ";
     first = false;
-    out += fmt::format("{{\"name\": {}, \"cat\": {}, \"ph\": \"X\", \"ts\": {:.3f}, \"dur\": {:.3f}, \"pid\": 1, "
-                       "\"tid\": {}, \"args\": {{{}}}}}",
-                       json_quote(name), json_quote(cat), us(b), us(e) - us(b), tid, args);
+    out += fmt::format(
+        "{{\"name\": {}, \"cat\": {}, \"ph\": \"X\", \"ts\": {:.3f}, \"dur\": {:.3f}, \"pid\": 1, "
+        "\"tid\": {}, \"args\": {{{}}}}}",
+        json_quote(name), json_quote(cat), us(b), us(e) - us(b), tid, args);
   };
   for (size_t i = 0; i < m_steps.size(); ++i)
     event(fmt::format("step {}", i + 1), "step", m_steps[i].begin, m_steps[i].end, 1, "");
@@ -108,11 +110,13 @@ std::string Profiler::chrome_trace() {
     event(s.name + " " + s.category, s.category, s.begin, s.end, s.lane,
           fmt::format("\"type\": {}, \"flops\": {}", json_quote(s.type), s.flops));
   // Names for the rows Perfetto shows.
-  for (const auto& [tid, name] : {std::pair{1, "steps"}, std::pair{static_cast<int>(kMain), m_clock ? "device stream" : "training loop"},
-                                  std::pair{static_cast<int>(kComm), "communication thread"},
-                                  std::pair{static_cast<int>(kHost), "host (data loading)"}})
-    out += fmt::format(",\n  {{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": {}, \"args\": {{\"name\": \"{}\"}}}}",
-                       tid, name);
+  for (const auto& [tid, name] :
+       {std::pair{1, "steps"}, std::pair{static_cast<int>(kMain), m_clock ? "device stream" : "training loop"},
+        std::pair{static_cast<int>(kComm), "communication thread"},
+        std::pair{static_cast<int>(kHost), "host (data loading)"}})
+    out += fmt::format(
+        ",\n  {{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": {}, \"args\": {{\"name\": \"{}\"}}}}",
+        tid, name);
   return out + "\n], \"displayTimeUnit\": \"ms\"}\n";
 }
 
@@ -148,10 +152,11 @@ std::string Profiler::table() {
     r.seconds += std::chrono::duration<double>(s.end - s.begin).count();
   }
   std::vector<std::pair<std::pair<std::string, std::string>, Row>> sorted(rows.begin(), rows.end());
-  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+  std::sort(sorted.begin(), sorted.end(),
+            [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
   const double step = step_seconds();
-  std::string out = fmt::format("{:<14} {:<12} {:<9} {:>6} {:>10} {:>9} {:>7} {:>9}\n", "name", "type", "phase", "calls",
-                                "total ms", "mean ms", "% step", "GFLOP/s");
+  std::string out = fmt::format("{:<14} {:<12} {:<9} {:>6} {:>10} {:>9} {:>7} {:>9}\n", "name", "type", "phase",
+                                "calls", "total ms", "mean ms", "% step", "GFLOP/s");
   for (const auto& [key, r] : sorted)
     out += fmt::format("{:<14} {:<12} {:<9} {:>6} {:>10.2f} {:>9.3f} {:>7.1f} {:>9}\n", key.first, r.type, key.second,
                        r.calls, r.seconds * 1e3, r.seconds * 1e3 / static_cast<double>(r.calls),

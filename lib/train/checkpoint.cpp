@@ -133,8 +133,7 @@ class StateReader {
   }
   int64_t integer(const std::string& path, int64_t min = 0) const {
     const JsonValue* n = node(path);
-    if (!n->integer || *n->integer < min)
-      fail(path, fmt::format("expected an integer ≥ {}, got {}", min, n->text()));
+    if (!n->integer || *n->integer < min) fail(path, fmt::format("expected an integer ≥ {}, got {}", min, n->text()));
     return *n->integer;
   }
   double number(const std::string& path) const {
@@ -299,9 +298,8 @@ void load_named_tensors(const std::vector<std::pair<std::string, Tensor*>>& want
       continue;
     }
     if (it->second->shape() != t->shape() || it->second->dtype() != t->dtype())
-      problems.push_back(fmt::format("{}: {} {} in the file, {} {} in the model", name,
-                                     dtype_name(it->second->dtype()), it->second->shape().str(), dtype_name(t->dtype()),
-                                     t->shape().str()));
+      problems.push_back(fmt::format("{}: {} {} in the file, {} {} in the model", name, dtype_name(it->second->dtype()),
+                                     it->second->shape().str(), dtype_name(t->dtype()), t->shape().str()));
     sources.push_back(it->second);
     in_file.erase(it);
   }
@@ -369,8 +367,9 @@ std::string CheckpointStore::save(Model& model, Optimizer& optimizer, OptimizerT
                                  .add("accumulate", m_accumulate))
             .add("rng", JsonObject()
                             .add("algorithm", "philox4x32-10")
-                            .add("streams", "counter-based: data order keyed by (seed, epoch), augmentation by "
-                                            "(seed, epoch, position), dropout by (seed, layer, micro-batch)"))
+                            .add("streams",
+                                 "counter-based: data order keyed by (seed, epoch), augmentation by "
+                                 "(seed, epoch, position), dropout by (seed, layer, micro-batch)"))
             .add("scheduler", JsonObject().add("step", p.step).add("lr_scale", p.lr_scale))
             .add_null("loss_scaler")
             .add("optimizer", JsonObject().add("type", type).add("steps_taken", optimizer.steps_taken()))

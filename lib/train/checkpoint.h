@@ -25,7 +25,7 @@ struct TrainProgress {
   int64_t micro_done = 0;  ///< micro-batches of `epoch` consumed
   int64_t epochs_done = 0;
   int64_t train_samples = 0, epoch_samples = 0, window_samples = 0;
-  double epoch_loss = 0;                ///< loss summed over the epoch's closed log windows
+  double epoch_loss = 0;                    ///< loss summed over the epoch's closed log windows
   double window_loss = 0, window_hits = 0;  ///< the open log window's sums (the loss statistics)
   double final_train_loss = 0, grad_norm = 0, train_seconds = 0;
   double lr_scale = 1;  ///< learning-rate multiplier (halved by each non-finite rollback)

@@ -44,8 +44,7 @@ EvalResult evaluate(Model& model, const Experiment& exp, const Dataset& test, Te
   return r;
 }
 
-Evaluator::Evaluator(const Experiment& exp, Model& model, const Dataset& test, Tensor& x, Tensor& y,
-                     Communicator& comm)
+Evaluator::Evaluator(const Experiment& exp, Model& model, const Dataset& test, Tensor& x, Tensor& y, Communicator& comm)
     : m_exp(exp),
       m_model(model),
       m_test(test),

@@ -21,8 +21,8 @@ std::vector<std::string> check_device(const ConfigNode& n) {
       const std::string v = e.as_string();
       if (!v.empty() && v.find_first_not_of("0123456789") == std::string::npos)
         list.push_back(fmt::format("cuda:{}", e.as_int(0)));
-      else if (v == "cpu" || (v.rfind("cuda:", 0) == 0 && v.size() > 5 &&
-                              v.find_first_not_of("0123456789", 5) == std::string::npos))
+      else if (v == "cpu" ||
+               (v.rfind("cuda:", 0) == 0 && v.size() > 5 && v.find_first_not_of("0123456789", 5) == std::string::npos))
         list.push_back(v);
       else
         e.fail(fmt::format("expected a GPU index, cuda:N or cpu, got \"{}\"", v));
@@ -69,15 +69,16 @@ Experiment parse_experiment(const ConfigNode& root) {
   if (!root.is_map()) root.fail("expected a map of settings at the top of the file");
   // A section's key written at the top level is a common slip: point at where it belongs.
   static const std::map<std::string, std::string> nested = {
-      {"epochs", "train.epochs"},      {"log_every", "train.log_every"}, {"max_steps", "train.max_steps"},
-      {"lr", "optimizer.lr"},          {"momentum", "optimizer.momentum"}, {"weight_decay", "optimizer.weight_decay"},
-      {"batch_size", "data.batch_size"}, {"layers", "model.layers"},      {"shuffle", "data.shuffle"}};
+      {"epochs", "train.epochs"},         {"log_every", "train.log_every"},
+      {"max_steps", "train.max_steps"},   {"lr", "optimizer.lr"},
+      {"momentum", "optimizer.momentum"}, {"weight_decay", "optimizer.weight_decay"},
+      {"batch_size", "data.batch_size"},  {"layers", "model.layers"},
+      {"shuffle", "data.shuffle"}};
   for (const auto& key : root.keys())
     if (auto it = nested.find(key); it != nested.end())
       root[key].fail(fmt::format("unknown key (did you mean \"{}\"?)", it->second));
-  root.expect_keys(
-      {"name", "seed", "device", "data", "model", "loss", "optimizer", "scheduler", "train", "checkpoint", "dist",
-       "logging"});
+  root.expect_keys({"name", "seed", "device", "data", "model", "loss", "optimizer", "scheduler", "train", "checkpoint",
+                    "dist", "logging"});
   Experiment exp;
   exp.root = root;
   exp.name = root.get_string("name", "experiment");

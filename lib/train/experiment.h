@@ -20,7 +20,7 @@ namespace gt {
 struct Experiment {
   std::string name = "experiment";
   uint64_t seed = 0;
-  std::string device = "auto";  ///< as written: auto | cpu | cuda | cuda:N | [0, 1]
+  std::string device = "auto";       ///< as written: auto | cpu | cuda | cuda:N | [0, 1]
   std::vector<std::string> devices;  ///< a list, normalised to cuda:N | cpu (one worker each); empty: one device
   DataConfig data;
   LossConfig loss;

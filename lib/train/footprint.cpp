@@ -81,8 +81,8 @@ Footprint training_footprint(const Experiment& exp, const Model& model, const Da
   f.batch_bytes = bytes_of(train.input_shape().batched(f.batch).numel(), DType::f32) +
                   bytes_of(train.target_shape().batched(f.batch).numel(), train.targets.dtype()) +
                   bytes_of(model.output_shape().batched(f.batch).numel(), f.dtype);
-  f.total_bytes = f.param_bytes + f.grad_bytes + f.optimizer_bytes + f.buffer_bytes + f.activation_bytes +
-                  f.batch_bytes;
+  f.total_bytes =
+      f.param_bytes + f.grad_bytes + f.optimizer_bytes + f.buffer_bytes + f.activation_bytes + f.batch_bytes;
   return f;
 }
 
@@ -153,8 +153,8 @@ std::string fit_line(const MemoryFit& fit) {
   if (fit.device == "cpu")  // MemAvailable: no margin to explain
     return fmt::format("fits on {}: {} (needs {:.2f} GiB of {:.2f} GiB available)", fit.device,
                        *fit.fits ? "yes" : "no", gib(fit.needed), gib(fit.usable));
-  return fmt::format("fits on {}: {} (needs {:.2f} GiB of {:.2f} GiB usable: {})", fit.device,
-                     *fit.fits ? "yes" : "no", gib(fit.needed), gib(fit.usable), fit.basis);
+  return fmt::format("fits on {}: {} (needs {:.2f} GiB of {:.2f} GiB usable: {})", fit.device, *fit.fits ? "yes" : "no",
+                     gib(fit.needed), gib(fit.usable), fit.basis);
 }
 
 std::string footprint_report(const Footprint& f, const MemoryFit& fit, const std::string& edges) {
@@ -182,8 +182,8 @@ std::string footprint_report(const Footprint& f, const MemoryFit& fit, const std
   out += fmt::format("\none training step at batch {}{}: {:.1f} MFLOP forward, {:.1f} MFLOP backward\n", f.batch,
                      f.accumulate > 1 ? fmt::format(" (per micro-batch; train.accumulate {})", f.accumulate) : "",
                      static_cast<double>(f.forward_flops) * 1e-6, static_cast<double>(f.backward_flops) * 1e-6);
-  out += fmt::format("memory (all tensors {}: the config has no precision setting){}:\n",
-                     dtype_name(f.dtype), f.accumulate > 1 ? "; micro-batches reuse the same buffers" : "");
+  out += fmt::format("memory (all tensors {}: the config has no precision setting){}:\n", dtype_name(f.dtype),
+                     f.accumulate > 1 ? "; micro-batches reuse the same buffers" : "");
   auto row = [&](const char* what, size_t bytes, const std::string& note) {
     out += fmt::format("  {:<16} {:>10}{}\n", what, format_bytes(bytes), note.empty() ? "" : "  " + note);
   };

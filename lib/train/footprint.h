@@ -20,27 +20,27 @@ struct Dataset;
 /// One node of the graph at the configured batch size.
 struct LayerFootprint {
   std::string name, type;
-  Shape output;                   ///< batched
+  Shape output;  ///< batched
   int64_t params = 0;
-  int64_t forward_flops = 0;      ///< the whole batch
-  int64_t backward_flops = 0;     ///< 2 × forward with parameters, 1 × without, 0 when backward skips the node
-  size_t param_bytes = 0;         ///< parameter values (the gradients, as large, are counted in the totals)
-  size_t buffer_bytes = 0;        ///< saved with the model, not trained (batch-norm running statistics)
-  size_t activation_bytes = 0;    ///< output, its gradient, a scratch gradient, what the layer keeps for backward
+  int64_t forward_flops = 0;    ///< the whole batch
+  int64_t backward_flops = 0;   ///< 2 × forward with parameters, 1 × without, 0 when backward skips the node
+  size_t param_bytes = 0;       ///< parameter values (the gradients, as large, are counted in the totals)
+  size_t buffer_bytes = 0;      ///< saved with the model, not trained (batch-norm running statistics)
+  size_t activation_bytes = 0;  ///< output, its gradient, a scratch gradient, what the layer keeps for backward
 };
 
 /// Everything one process holds on its device to train: each total is the sum of its rows where it has one.
 struct Footprint {
   int64_t batch = 0;
-  int64_t accumulate = 1;            ///< micro-batches per step: they reuse the same buffers
+  int64_t accumulate = 1;  ///< micro-batches per step: they reuse the same buffers
   DType dtype = DType::f32;
-  Shape input;                       ///< the model input, batched
+  Shape input;  ///< the model input, batched
   std::vector<LayerFootprint> layers;
   int64_t params = 0, forward_flops = 0, backward_flops = 0;
-  std::string optimizer;             ///< "sgd", "adam", …
+  std::string optimizer;                  ///< "sgd", "adam", …
   int64_t optimizer_state_per_param = 0;  ///< state elements per parameter element (sgd with momentum 1, adam 2)
   size_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0, buffer_bytes = 0, activation_bytes = 0;
-  size_t batch_bytes = 0;            ///< the step's input, target and output-gradient tensors
+  size_t batch_bytes = 0;  ///< the step's input, target and output-gradient tensors
   size_t total_bytes = 0;
 };
 
@@ -54,12 +54,12 @@ Footprint training_footprint(const Experiment& exp, const Model& model, const Da
 
 /// How much memory a device offers a training run, and whether `needed` bytes fit in it.
 struct MemoryFit {
-  std::string device;             ///< "cpu", "cuda:0"
-  std::optional<bool> fits;       ///< nullopt: this machine cannot tell (the device is not here)
+  std::string device;        ///< "cpu", "cuda:0"
+  std::optional<bool> fits;  ///< nullopt: this machine cannot tell (the device is not here)
   size_t needed = 0;
-  size_t usable = 0;              ///< what a run may use (0 when unknown)
-  size_t total = 0;               ///< the device's memory (CUDA) or MemAvailable (CPU)
-  std::string basis;              ///< where `usable` comes from, in words; why the answer is unknown
+  size_t usable = 0;  ///< what a run may use (0 when unknown)
+  size_t total = 0;   ///< the device's memory (CUDA) or MemAvailable (CPU)
+  std::string basis;  ///< where `usable` comes from, in words; why the answer is unknown
 };
 
 /// CUDA keeps back 5 % of the device's memory + 512 MiB for the CUDA context, cuBLAS/cuDNN workspaces and the

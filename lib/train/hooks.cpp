@@ -1,10 +1,10 @@
 // The hooks around a run's steps: the log line and metrics rows, the progress bar, checkpoints and the profile.
 #include "train/hooks.h"
 
+#include "core/backend.h"
 #include "core/json.h"
 #include "graph/model.h"
 #include "log/logging.h"
-#include "core/backend.h"
 #include "ops/devices.h"
 #include "optim/optimizer.h"
 #include "profile/profiler.h"
@@ -47,11 +47,15 @@ void add_rank_fields(JsonObject& row, Communicator& comm, const MonitorSample& s
   for (const GpuSample& x : s.gpus)
     if (device.is_cuda() && x.ordinal == device.index) g = &x;
   auto v = [&](const std::optional<double>& o) { return o ? *o : nan; };  // NaN: not known (null in the row)
-  const double fields[kPerRank] = {s.seq > 0 ? s.host.rss_mib : nan, v(s.host.cpu_pct),
+  const double fields[kPerRank] = {s.seq > 0 ? s.host.rss_mib : nan,
+                                   v(s.host.cpu_pct),
                                    s.seq > 0 ? static_cast<double>(s.host.threads) : nan,
                                    device.is_cuda() ? static_cast<double>(device.index) : -1.0,
-                                   g ? v(g->util_pct) : nan, g ? v(g->mem_used_mib) : nan, g ? v(g->temp_c) : nan,
-                                   g ? v(g->power_w) : nan, g ? v(g->sm_clock_mhz) : nan};
+                                   g ? v(g->util_pct) : nan,
+                                   g ? v(g->mem_used_mib) : nan,
+                                   g ? v(g->temp_c) : nan,
+                                   g ? v(g->power_w) : nan,
+                                   g ? v(g->sm_clock_mhz) : nan};
   std::copy(std::begin(fields), std::end(fields), mine);
   comm.allreduce_sum(all.data(), all.size(), "the ranks' GPU and host metrics");
   if (comm.rank() != 0) return;
@@ -61,7 +65,10 @@ void add_rank_fields(JsonObject& row, Communicator& comm, const MonitorSample& s
     row.add(pre + "host_rss_mib", f[0]).add(pre + "host_cpu_pct", f[1]).add(pre + "host_threads", f[2]);
     if (f[3] < 0) continue;
     const std::string gp = fmt::format("{}gpu{}_", pre, static_cast<int>(f[3]));
-    row.add(gp + "util", f[4]).add(gp + "mem_used_mib", f[5]).add(gp + "temp_c", f[6]).add(gp + "power_w", f[7])
+    row.add(gp + "util", f[4])
+        .add(gp + "mem_used_mib", f[5])
+        .add(gp + "temp_c", f[6])
+        .add(gp + "power_w", f[7])
         .add(gp + "sm_clock_mhz", f[8]);
   }
 }
@@ -106,13 +113,12 @@ void RunReporter::log_train(const TrainProgress& p, int64_t total_steps, const L
   const double eta = static_cast<double>(total_steps - p.step) * p.train_seconds / static_cast<double>(p.step);
   const DeviceMemoryStats mem = device_memory_stats(m_device);
   const MonitorSample sample = m_monitor ? m_monitor->latest() : MonitorSample{};
-  step_logger().info("epoch {}/{} | step {}/{} | loss {:.4f} | lr {:.4g} | grad_norm {:.3g}{} | "
-                     "{:.0f} samples/s | {}elapsed {} | eta {}{}",
-                     p.epoch + 1, m_epochs, p.step, total_steps, w.loss, w.lr, p.grad_norm,
-                     w.skipped ? " (skipped)" : "", w.samples_per_sec,
-                     gpu ? fmt::format("mem {:.0f} MiB (peak {:.0f}) | ", mib(mem.in_use), mib(mem.peak)) : "",
-                     hms(seconds_since(m_wall_start)), hms(eta),
-                     sample.seq > 0 ? " | " + summary_text(sample) : std::string());
+  step_logger().info(
+      "epoch {}/{} | step {}/{} | loss {:.4f} | lr {:.4g} | grad_norm {:.3g}{} | "
+      "{:.0f} samples/s | {}elapsed {} | eta {}{}",
+      p.epoch + 1, m_epochs, p.step, total_steps, w.loss, w.lr, p.grad_norm, w.skipped ? " (skipped)" : "",
+      w.samples_per_sec, gpu ? fmt::format("mem {:.0f} MiB (peak {:.0f}) | ", mib(mem.in_use), mib(mem.peak)) : "",
+      hms(seconds_since(m_wall_start)), hms(eta), sample.seq > 0 ? " | " + summary_text(sample) : std::string());
   JsonObject row = JsonObject()
                        .add("type", "train")
                        .add("step", p.step)

@@ -107,7 +107,7 @@ class ProgressBar {
   const TrainClock& m_clock;
   const GpuMonitor* m_monitor;
   RunClock::time_point m_wall_start;
-  double m_loss = 0, m_t0 = 0;  ///< the epoch's loss sum over resolved steps; training seconds at its start
+  double m_loss = 0, m_t0 = 0;      ///< the epoch's loss sum over resolved steps; training seconds at its start
   int64_t m_samples = 0, m_s0 = 0;  ///< their samples; the epoch's samples at its start
 };
 

@@ -53,10 +53,10 @@ void check_loss_fits(const LossConfig& loss, const Shape& output, const Dataset&
         const int32_t* y = d->targets.data<int32_t>();
         for (int64_t i = 0; i < d->size(); ++i)
           if (y[i] >= classes)
-            throw DataError(fmt::format("{}: label {} at sample {} is not one of the model's {} classes (0 to {}): "
-                                        "the last layer's output is {} {}",
-                                        d->labels_source, y[i], i, classes, classes - 1, output.str(),
-                                        where.where()));
+            throw DataError(
+                fmt::format("{}: label {} at sample {} is not one of the model's {} classes (0 to {}): "
+                            "the last layer's output is {} {}",
+                            d->labels_source, y[i], i, classes, classes - 1, output.str(), where.where()));
       }
     }
     if (output.rank() != 1 || output[0] != data.num_classes)
@@ -66,8 +66,8 @@ void check_loss_fits(const LossConfig& loss, const Shape& output, const Dataset&
     if (data.num_classes > 0)
       where.fail("mse needs numeric targets, but the data has class labels (use loss: cross_entropy)");
     if (output.numel() != data.target_shape().numel())
-      where.fail(fmt::format("mse: model output {} does not match targets {}", output.str(),
-                             data.target_shape().str()));
+      where.fail(
+          fmt::format("mse: model output {} does not match targets {}", output.str(), data.target_shape().str()));
   }
 }
 

@@ -54,9 +54,10 @@ ResumePlan plan_resume(const Experiment& exp, const std::string& out_dir, const 
   plan.run_dir = out_dir;
   if (resume.empty()) {
     if (!plan.run_dir.empty() && !CheckpointStore(plan.run_dir, exp.checkpoint).list().empty())
-      throw ConfigError(fmt::format("--out {}: this folder already holds a run's checkpoints; continue it with "
-                                    "--resume auto, or choose another --out",
-                                    plan.run_dir));
+      throw ConfigError(
+          fmt::format("--out {}: this folder already holds a run's checkpoints; continue it with "
+                      "--resume auto, or choose another --out",
+                      plan.run_dir));
     return plan;
   }
   if (resume == "auto") {
@@ -72,10 +73,11 @@ ResumePlan plan_resume(const Experiment& exp, const std::string& out_dir, const 
   auto refuse_other_run = [&](const fs::path& from_run) {
     std::error_code ec;
     if (out_dir.empty() || !holds_run_data(out_dir) || fs::equivalent(out_dir, from_run, ec)) return;
-    throw ConfigError(fmt::format("--out {}: holds another run than the one --resume {} continues (its metrics and "
-                                  "checkpoints would mix); leave out --out to continue that run in its own folder, "
-                                  "or choose a folder without a run",
-                                  out_dir, resume));
+    throw ConfigError(
+        fmt::format("--out {}: holds another run than the one --resume {} continues (its metrics and "
+                    "checkpoints would mix); leave out --out to continue that run in its own folder, "
+                    "or choose a folder without a run",
+                    out_dir, resume));
   };
   if (fs::exists(p / "state.json")) {
     refuse_other_run(fs::absolute(p).lexically_normal().parent_path().parent_path());
@@ -86,9 +88,10 @@ ResumePlan plan_resume(const Experiment& exp, const std::string& out_dir, const 
     if (plan.run_dir.empty()) plan.run_dir = p.string();
     plan.from = require_newest_good_of_run(p.string(), exp.checkpoint);
   } else {
-    throw ConfigError(fmt::format("--resume {}: neither a checkpoint (no state.json) nor a run directory (no "
-                                  "checkpoints/ folder)",
-                                  resume));
+    throw ConfigError(
+        fmt::format("--resume {}: neither a checkpoint (no state.json) nor a run directory (no "
+                    "checkpoints/ folder)",
+                    resume));
   }
   return plan;
 }

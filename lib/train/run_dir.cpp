@@ -52,14 +52,12 @@ std::string make_run_dir(const std::string& name, const std::string& requested) 
   // Check writability now, not after an hour of training; the probe goes whether or not the write worked.
   const fs::path probe = dir / ".write-test";
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    throw Error(fmt::format("{}: the run directory is not writable: {}", dir.string(), std::strerror(errno)));
+  if (fd < 0) throw Error(fmt::format("{}: the run directory is not writable: {}", dir.string(), std::strerror(errno)));
   const bool wrote = ::write(fd, "ok", 2) == 2;
   const int err = errno;
   ::close(fd);
   fs::remove(probe, ec);
-  if (!wrote)
-    throw Error(fmt::format("{}: the run directory is not writable: {}", dir.string(), std::strerror(err)));
+  if (!wrote) throw Error(fmt::format("{}: the run directory is not writable: {}", dir.string(), std::strerror(err)));
   return dir.string();
 }
 
@@ -80,8 +78,7 @@ void RunDirLock::acquire(const std::string& dir) {
     ::close(fd);
     std::string pid(buf, n > 0 ? static_cast<size_t>(n) : 0);
     pid = pid.substr(0, pid.find_first_not_of("0123456789"));
-    if (err != EWOULDBLOCK)
-      throw Error(fmt::format("{}: cannot lock the run directory: {}", path, std::strerror(err)));
+    if (err != EWOULDBLOCK) throw Error(fmt::format("{}: cannot lock the run directory: {}", path, std::strerror(err)));
     throw Error(fmt::format("{}: in use by another gputrain run (pid {}); wait for it to end, or choose another --out",
                             dir, pid.empty() ? "unknown" : pid));
   }
@@ -117,9 +114,8 @@ std::string run_file_owner(const std::string& path) {
       if (rel.empty()) continue;
       const std::string first = rel.begin()->string(), name = rel.filename().string();
       const bool top = std::distance(rel.begin(), rel.end()) == 1;
-      if (first == "checkpoints" || (top && (std::find_if(std::begin(kOwn), std::end(kOwn), [&](const char* f) {
-                                               return name == f;
-                                             }) != std::end(kOwn) ||
+      if (first == "checkpoints" || (top && (std::find_if(std::begin(kOwn), std::end(kOwn),
+                                                          [&](const char* f) { return name == f; }) != std::end(kOwn) ||
                                              name.rfind("events.out.tfevents.", 0) == 0)))
         return dir.string();
     }
@@ -130,8 +126,8 @@ std::string run_file_owner(const std::string& path) {
 
 void refuse_run_file(const std::string& flag, const std::string& path) {
   if (const std::string run = run_file_owner(path); !run.empty())
-    throw ConfigError(fmt::format("{} {}: a file of the run directory {}; it is not overwritten: write elsewhere", flag,
-                                  path, run));
+    throw ConfigError(
+        fmt::format("{} {}: a file of the run directory {}; it is not overwritten: write elsewhere", flag, path, run));
 }
 
 void summarize(RunSummary& sum, const TrainProgress& p, double wall_seconds) {
@@ -165,9 +161,9 @@ void write_summary(const std::string& dir, const std::string& name, const RunSum
 void write_final_weights(const std::string& dir, Model& model, const std::string& name, int64_t steps) {
   std::vector<std::pair<std::string, const Tensor*>> tensors;
   for (auto& [tensor_name, t] : model.state_tensors()) tensors.emplace_back(tensor_name, t);
-  write_safetensors((fs::path(dir) / "model.safetensors").string(), tensors,
-                    {{"format", "pt"}, {"gputrain_version", GPUTRAIN_VERSION}, {"name", name},
-                     {"steps", std::to_string(steps)}});
+  write_safetensors(
+      (fs::path(dir) / "model.safetensors").string(), tensors,
+      {{"format", "pt"}, {"gputrain_version", GPUTRAIN_VERSION}, {"name", name}, {"steps", std::to_string(steps)}});
 }
 
 RunLogFile::RunLogFile(const std::string& path) {

@@ -16,11 +16,11 @@ const std::string& to_string(NonFinitePolicy policy);
 
 struct TrainConfig {
   int64_t epochs = 1;
-  int64_t log_every = 100;  ///< steps between log lines
-  int64_t max_steps = 0;    ///< 0: no limit
-  int64_t eval_every = 0;   ///< steps between evaluations; 0 = after every epoch
-  int64_t accumulate = 1;   ///< micro-batches per optimizer step
-  double grad_clip = 0.0;   ///< max global L2 norm of the gradients; 0 = off
+  int64_t log_every = 100;                       ///< steps between log lines
+  int64_t max_steps = 0;                         ///< 0: no limit
+  int64_t eval_every = 0;                        ///< steps between evaluations; 0 = after every epoch
+  int64_t accumulate = 1;                        ///< micro-batches per optimizer step
+  double grad_clip = 0.0;                        ///< max global L2 norm of the gradients; 0 = off
   int64_t profile_start = 0, profile_steps = 0;  ///< profile steps [start, start + steps) (1-based); 0 steps = off
   NonFinitePolicy nonfinite = NonFinitePolicy::abort;
   int64_t max_skips = 5;  ///< skip: steps skipped in a row; rollback: rollbacks to one checkpoint

@@ -12,8 +12,8 @@
 #include <zlib.h>
 
 #include <algorithm>
-#include <sstream>
 #include <filesystem>
+#include <sstream>
 #include <thread>
 
 namespace gt {
@@ -61,8 +61,8 @@ std::string rank_agreement_text(const std::string& resolved_config, Model& model
 void check_ranks_agree(Communicator& comm, const std::string& text) {
   if (comm.size() == 1) return;
   // A hash first (8 bytes each way); the whole text only when some rank differs, to name the first difference.
-  const uint32_t mine = static_cast<uint32_t>(crc32_z(0, reinterpret_cast<const unsigned char*>(text.data()),
-                                                      text.size()));
+  const uint32_t mine =
+      static_cast<uint32_t>(crc32_z(0, reinterpret_cast<const unsigned char*>(text.data()), text.size()));
   uint32_t lead = mine;
   comm.broadcast(&lead, sizeof lead, 0, "the ranks' config hash");
   double differ[1] = {lead != mine ? 1.0 : 0.0};
@@ -95,9 +95,10 @@ void check_same_batches(const Experiment& exp, const CheckpointInfo& from) {
   // optimizer steps: under another batch size or accumulation they would name other samples (batch 64 after 16 ends
   // the run at once, 8 repeats samples, 32 skips them). Refused, rather than a run that silently is not the same.
   auto refuse = [&](const ConfigNode& where, int64_t now, int64_t then) {
-    where.fail(fmt::format("is {}, but checkpoint {} was written with {}: its position and step count are in those "
-                           "batches, so the run cannot continue exactly; resume with {}, or start a new run",
-                           now, from.dir, then, then));
+    where.fail(
+        fmt::format("is {}, but checkpoint {} was written with {}: its position and step count are in those "
+                    "batches, so the run cannot continue exactly; resume with {}, or start a new run",
+                    now, from.dir, then, then));
   };
   if (from.batch_size != exp.data.batch_size)
     refuse(exp.root["data"]["batch_size"], exp.data.batch_size, from.batch_size);
@@ -118,8 +119,10 @@ RunSetup::RunSetup(const Experiment& exp, const RunOptions& opts, const WorkerPl
   const ConfigNode loss_where = exp.root.has("loss") ? exp.root["loss"] : exp.root["model"]["layers"];
   check_loss_fits(exp.loss, model.output_shape(), train(), loss_where, &test());
   if (exp.data.augment.any() && train().input_shape().rank() != 3)
-    exp.root["data"]["augment"].fail(fmt::format("augmentation works on [channels, height, width] images; the "
-                                                 "samples are {}", train().input_shape().str()));
+    exp.root["data"]["augment"].fail(
+        fmt::format("augmentation works on [channels, height, width] images; the "
+                    "samples are {}",
+                    train().input_shape().str()));
   {
     YAML::Emitter em;
     em << gt::resolved_config(exp, model.resolved_layers());  // (the member of the same name is its text)
@@ -185,17 +188,16 @@ void log_run_start(const Experiment& exp, const RunSetup& setup, const StepPlan&
                                        setup.comm->name())
                          : std::string(),
                setup.device.str(), setup.device_reason, setup.threads, host);
-  spdlog::info("data: {} training samples of {}{}, batch {}{}{}{}, {} steps per epoch{}", train.size(),
-               train.input_shape().str(),
-               test.size() ? fmt::format(", {} test samples", test.size()) : std::string(), batch,
-               world > 1 ? " per rank" : "", accumulate > 1 ? fmt::format(" × {} accumulated", accumulate) : std::string(),
-               world > 1 || accumulate > 1 ? fmt::format(" = global batch {}", batch * accumulate * world)
-                                           : std::string(),
-               plan.per_epoch,
-               world > 1 ? fmt::format(" ({} samples of each epoch's order dropped so every rank takes the same "
-                                       "number of full batches)",
-                                       train.size() - plan.micro_per_epoch * batch * world)
-                         : std::string());
+  spdlog::info(
+      "data: {} training samples of {}{}, batch {}{}{}{}, {} steps per epoch{}", train.size(),
+      train.input_shape().str(), test.size() ? fmt::format(", {} test samples", test.size()) : std::string(), batch,
+      world > 1 ? " per rank" : "", accumulate > 1 ? fmt::format(" × {} accumulated", accumulate) : std::string(),
+      world > 1 || accumulate > 1 ? fmt::format(" = global batch {}", batch * accumulate * world) : std::string(),
+      plan.per_epoch,
+      world > 1 ? fmt::format(" ({} samples of each epoch's order dropped so every rank takes the same "
+                              "number of full batches)",
+                              train.size() - plan.micro_per_epoch * batch * world)
+                : std::string());
   spdlog::info("model: {} layers, {} parameters; loss {}; optimizer {} lr {}; schedule {}", setup.model.nodes().size(),
                setup.model.param_count(), to_string(exp.loss.type), to_string(exp.optimizer.type), exp.optimizer.lr,
                to_string(exp.scheduler.type));

@@ -65,7 +65,7 @@ class RunSetup {
   std::string device_reason;  ///< why this device, for the log
   int64_t batch = 0;          ///< samples per micro-batch on each rank (data.batch_size)
   Model model;
-  std::string resolved_config;  ///< config.resolved.yaml's text
+  std::string resolved_config;   ///< config.resolved.yaml's text
   Communicator* comm = nullptr;  ///< the ranks (a local one when the run has one process)
   int world = 1;
   bool lead = true;  ///< rank 0: it alone writes the run directory

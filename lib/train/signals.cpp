@@ -23,8 +23,9 @@ void write_stderr(const char* text) {
 extern "C" void on_stop_signal(int sig) {
   int expected = 0;
   if (g_stop.compare_exchange_strong(expected, sig)) {
-    write_stderr("\ngputrain: stop requested: finishing the step and writing a checkpoint (Ctrl-C again exits at "
-                 "once)\n");
+    write_stderr(
+        "\ngputrain: stop requested: finishing the step and writing a checkpoint (Ctrl-C again exits at "
+        "once)\n");
     return;
   }
   if (sig == SIGINT) {

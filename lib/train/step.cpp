@@ -28,8 +28,8 @@ bool StepReading::finite() const { return std::isfinite(loss_sum) && std::isfini
 DeferredVerdict::DeferredVerdict(std::vector<std::string> param_names)
     : m_names(std::move(param_names)),
       m_stats(Tensor::empty_pinned(Shape{kStepStats}, DType::f64)),
-      m_per_param(
-          Tensor::empty_pinned(Shape{std::max<int64_t>(1, static_cast<int64_t>(m_names.size()))}, DType::f64)) {}
+      m_per_param(Tensor::empty_pinned(Shape{std::max<int64_t>(1, static_cast<int64_t>(m_names.size()))}, DType::f64)) {
+}
 
 void DeferredVerdict::queue(const Tensor& stats, const Tensor& per_param, Device device, int64_t step,
                             int64_t samples) {
@@ -125,9 +125,8 @@ int64_t StepLoop::forward_backward(Loader& loader, int64_t step, int64_t micros)
     const Tensor xb = m_x.narrow0(n), yb = m_y.narrow0(n);
     Tensor db = m_dout.narrow0(n);
     // Dropout masks are keyed by the micro-batch, so the micro-batches of one step draw different masks.
-    const LayerContext ctx{.training = true,
-                           .accumulate_grads = k > 0,
-                           .step = static_cast<uint64_t>(step * m_accumulate + k)};
+    const LayerContext ctx{
+        .training = true, .accumulate_grads = k > 0, .step = static_cast<uint64_t>(step * m_accumulate + k)};
     const Tensor& out = m_model.forward(xb, ctx);
     {
       SpanScope scope(&m_profiler, kLoss, to_string(m_loss.type), "forward+backward");
@@ -186,10 +185,10 @@ void StepLoop::read_window(TrainProgress& p) {
 void StepLoop::log_allreduce_cost(int64_t steps) const {
   // (NCCL's all-reduces run on a side stream the host never waits on: nothing to time.)
   if (!m_grad_sync || m_nccl || steps <= 0) return;
-  spdlog::info("all-reduce: {:.1f} ms per step, {:.0f}% of it hidden behind backward",
-               1e3 * m_grad_sync->comm_seconds() / static_cast<double>(steps),
-               std::max(0.0, 100.0 * (1.0 - m_grad_sync->exposed_seconds() /
-                                                 std::max(m_grad_sync->comm_seconds(), 1e-12))));
+  spdlog::info(
+      "all-reduce: {:.1f} ms per step, {:.0f}% of it hidden behind backward",
+      1e3 * m_grad_sync->comm_seconds() / static_cast<double>(steps),
+      std::max(0.0, 100.0 * (1.0 - m_grad_sync->exposed_seconds() / std::max(m_grad_sync->comm_seconds(), 1e-12))));
 }
 
 }  // namespace gt

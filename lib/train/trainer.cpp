@@ -285,9 +285,9 @@ void TrainLoop::roll_back(const std::string& what, int64_t from_step) {
 void TrainLoop::diverge(const std::string& what, int64_t step) {
   m_clock.stop();
   const NonFinitePolicy mode = m_exp.train.nonfinite;
-  spdlog::error("training diverged: {} (train.nonfinite: {}{})", what, to_string(mode),
-                mode == NonFinitePolicy::abort ? ""
-                                               : fmt::format(", more than max_skips {} in a row", m_exp.train.max_skips));
+  spdlog::error(
+      "training diverged: {} (train.nonfinite: {}{})", what, to_string(mode),
+      mode == NonFinitePolicy::abort ? "" : fmt::format(", more than max_skips {} in a row", m_exp.train.max_skips));
   m_sum.exit_reason = ExitReason::diverged;
   m_p.step = step - 1;  // the diverging step made no update
 }
@@ -424,10 +424,8 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
   if (!exp.devices.empty()) {  // under a launcher, rank r of a node takes the device at its local rank
     if (opts.local_rank >= static_cast<int>(exp.devices.size()))
       throw Error(ErrorKind::distributed,
-                  fmt::format("device {}: local rank {} has no device in the list of {}", exp.devices.size() == 1
-                                                                                              ? exp.devices[0]
-                                                                                              : "list",
-                              opts.local_rank, exp.devices.size()));
+                  fmt::format("device {}: local rank {} has no device in the list of {}",
+                              exp.devices.size() == 1 ? exp.devices[0] : "list", opts.local_rank, exp.devices.size()));
     where.device = exp.devices[static_cast<size_t>(opts.local_rank)];
   } else if (world > 1 && exp.device == "cuda") {
     where.device = fmt::format("cuda:{}", opts.local_rank);  // one GPU per rank of a node

@@ -50,23 +50,23 @@ static int after_open(const char* path, int fd, int hit) {
   return fd;
 }
 
-#define OPEN_WRAPPER(NAME, REAL_T, CALL_REAL)                          \
-  int NAME(const char* path, int flags, ...) {                         \
-    mode_t mode = 0;                                                   \
-    if (flags & (O_CREAT | O_TMPFILE)) {                               \
-      va_list ap;                                                      \
-      va_start(ap, flags);                                             \
-      mode = (mode_t)va_arg(ap, int);                                  \
-      va_end(ap);                                                      \
-    }                                                                  \
-    static REAL_T real = 0;                                            \
-    if (!real) real = (REAL_T)dlsym(RTLD_NEXT, #NAME);                 \
-    const int hit = targeted(path, flags);                                    \
-    if (hit && !acts_on_write()) {                                           \
-      errno = ENOSPC;                                                  \
-      return -1;                                                       \
-    }                                                                  \
-    return after_open(path, CALL_REAL, hit);                           \
+#define OPEN_WRAPPER(NAME, REAL_T, CALL_REAL)          \
+  int NAME(const char* path, int flags, ...) {         \
+    mode_t mode = 0;                                   \
+    if (flags & (O_CREAT | O_TMPFILE)) {               \
+      va_list ap;                                      \
+      va_start(ap, flags);                             \
+      mode = (mode_t)va_arg(ap, int);                  \
+      va_end(ap);                                      \
+    }                                                  \
+    static REAL_T real = 0;                            \
+    if (!real) real = (REAL_T)dlsym(RTLD_NEXT, #NAME); \
+    const int hit = targeted(path, flags);             \
+    if (hit && !acts_on_write()) {                     \
+      errno = ENOSPC;                                  \
+      return -1;                                       \
+    }                                                  \
+    return after_open(path, CALL_REAL, hit);           \
   }
 
 typedef int (*open_t)(const char*, int, ...);

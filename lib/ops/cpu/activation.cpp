@@ -9,7 +9,8 @@
 namespace gt::cpu {
 namespace {
 
-template <class T> void act_fwd_t(Activation a, const Tensor& x, Tensor& y) {
+template <class T>
+void act_fwd_t(Activation a, const Tensor& x, Tensor& y) {
   const T* px = x.data<T>();
   T* py = y.data<T>();
   auto loop = [&](auto act) {
@@ -27,7 +28,8 @@ template <class T> void act_fwd_t(Activation a, const Tensor& x, Tensor& y) {
   }
 }
 
-template <class T> void act_bwd_t(Activation a, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) {
+template <class T>
+void act_bwd_t(Activation a, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) {
   const T *px = x.data<T>(), *py = y.data<T>(), *pdy = dy.data<T>();
   T* pdx = dx.data<T>();
   auto loop = [&](auto act) {

@@ -18,13 +18,15 @@ struct Packed {
   int64_t row(int64_t b, int64_t i) const { return (b * t + i) * 3 * c; }
 };
 
-template <class T> double dot(const T* a, const T* b, int64_t d) {
+template <class T>
+double dot(const T* a, const T* b, int64_t d) {
   double s = 0;
   for (int64_t k = 0; k < d; ++k) s += static_cast<double>(a[k]) * b[k];
   return s;
 }
 
-template <class T> void attn_fwd_t(const Tensor& qkv, int64_t heads, Tensor& out, Tensor& lse) {
+template <class T>
+void attn_fwd_t(const Tensor& qkv, int64_t heads, Tensor& out, Tensor& lse) {
   const int64_t nb = qkv.dim(0), t = qkv.dim(1), c = qkv.dim(2) / 3, d = c / heads;
   const Packed p{t, c, d};
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));

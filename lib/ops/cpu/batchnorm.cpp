@@ -66,8 +66,8 @@ void bn_fwd_t(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& 
         mean = rm[c];
         var = rv[c];
       }
-      bn_normalize_channel(c, mean, var, static_cast<double>(n), training, momentum, eps, px, pg, pb, batch, ch, sp,
-                           rm, rv, sm, si, py);
+      bn_normalize_channel(c, mean, var, static_cast<double>(n), training, momentum, eps, px, pg, pb, batch, ch, sp, rm,
+                           rv, sm, si, py);
     }
   });
 }
@@ -203,7 +203,8 @@ void batchnorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                        Tensor& running_var, double momentum, double eps, bool training, Tensor& save_mean,
                        Tensor& save_invstd, Tensor& y) {
   for_float_type(x.dtype(), [&](auto t) {
-    bn_fwd_t<decltype(t)>(x, gamma, beta, running_mean, running_var, momentum, eps, training, save_mean, save_invstd, y);
+    bn_fwd_t<decltype(t)>(x, gamma, beta, running_mean, running_var, momentum, eps, training, save_mean, save_invstd,
+                          y);
   });
 }
 void batchnorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
@@ -213,12 +214,12 @@ void batchnorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& save
   });
 }
 int64_t batchnorm_forward_sync(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
-                               Tensor& running_var, double momentum, double eps, Tensor& save_mean,
-                               Tensor& save_invstd, Tensor& y, const std::function<void(double*, size_t)>& sum_over_ranks) {
+                               Tensor& running_var, double momentum, double eps, Tensor& save_mean, Tensor& save_invstd,
+                               Tensor& y, const std::function<void(double*, size_t)>& sum_over_ranks) {
   int64_t n = 0;
   for_float_type(x.dtype(), [&](auto t) {
-    n = bn_fwd_sync_t<decltype(t)>(x, gamma, beta, running_mean, running_var, momentum, eps, save_mean, save_invstd,
-                                   y, sum_over_ranks);
+    n = bn_fwd_sync_t<decltype(t)>(x, gamma, beta, running_mean, running_var, momentum, eps, save_mean, save_invstd, y,
+                                   sum_over_ranks);
   });
   return n;
 }

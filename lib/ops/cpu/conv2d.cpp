@@ -14,7 +14,8 @@ namespace {
 // Runs f(chunk, begin, end) over `n` items split into at most num_threads() contiguous chunks; returns the number
 // of chunks. Chunk c always covers the same items for a given thread count, so per-chunk partial sums reduced in
 // chunk order are deterministic.
-template <class F> int batch_chunks(int64_t n, F&& f) {
+template <class F>
+int batch_chunks(int64_t n, F&& f) {
   const int chunks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(n, num_threads())));
 #pragma omp parallel for num_threads(chunks) schedule(static, 1)
   for (int c = 0; c < chunks; ++c) f(c, n * c / chunks, n * (c + 1) / chunks);
@@ -22,8 +23,8 @@ template <class F> int batch_chunks(int64_t n, F&& f) {
 }
 
 struct Geometry {
-  int64_t c, h, w;     // input channels (of one group), height, width
-  int64_t oh, ow;      // output height, width
+  int64_t c, h, w;  // input channels (of one group), height, width
+  int64_t oh, ow;   // output height, width
   Window2d win;
   int64_t rows() const { return c * win.kh * win.kw; }
   int64_t cols() const { return oh * ow; }
@@ -48,7 +49,8 @@ inline Span valid_outputs(int64_t out, int64_t w, int64_t stride, int64_t pad, i
 
 // col (C·kh·kw, oh·ow) ← x (C, h, w); out-of-image taps read 0. The in-image run of each row is found once, so
 // the inner loop has no bounds checks (and is a plain copy at stride 1).
-template <class T> void im2col(const Geometry& g, const T* x, T* col) {
+template <class T>
+void im2col(const Geometry& g, const T* x, T* col) {
   const Window2d& k = g.win;
   for (int64_t ch = 0; ch < g.c; ++ch)
     for (int64_t ky = 0; ky < k.kh; ++ky)
@@ -74,7 +76,8 @@ template <class T> void im2col(const Geometry& g, const T* x, T* col) {
 }
 
 // dx (C, h, w) += col2im(dcol); the adjoint of im2col.
-template <class T> void col2im(const Geometry& g, const T* dcol, T* dx) {
+template <class T>
+void col2im(const Geometry& g, const T* dcol, T* dx) {
   const Window2d& k = g.win;
   for (int64_t ch = 0; ch < g.c; ++ch)
     for (int64_t ky = 0; ky < k.kh; ++ky)
@@ -94,7 +97,8 @@ template <class T> void col2im(const Geometry& g, const T* dcol, T* dx) {
       }
 }
 
-template <class T> std::vector<T>& scratch(size_t n) {
+template <class T>
+std::vector<T>& scratch(size_t n) {
   // One growing buffer per thread: after the first step no call allocates.
   static thread_local std::vector<T> buf;
   if (buf.size() < n) buf.resize(n);

@@ -10,7 +10,8 @@
 namespace gt::cpu {
 namespace {
 
-template <class T> void add_t(const Tensor& a, const Tensor& b, Tensor& y) {
+template <class T>
+void add_t(const Tensor& a, const Tensor& b, Tensor& y) {
   const T *pa = a.data<T>(), *pb = b.data<T>();
   T* py = y.data<T>();
   parallel_for(y.numel(), kGrain, [&](int64_t i0, int64_t i1) {

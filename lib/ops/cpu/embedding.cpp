@@ -23,7 +23,8 @@ void embedding_fwd_t(const Tensor& idx, const Tensor& weight, Tensor& y) {
   }
 }
 
-template <class T> void embedding_bwd_t(const Tensor& idx, const Tensor& dy, Tensor& dweight, double beta_acc) {
+template <class T>
+void embedding_bwd_t(const Tensor& idx, const Tensor& dy, Tensor& dweight, double beta_acc) {
   const int64_t n = idx.numel(), dim = dweight.dim(1);
   const T* pi = idx.data<T>();
   const T* pdy = dy.data<T>();

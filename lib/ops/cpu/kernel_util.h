@@ -9,7 +9,8 @@ namespace gt::cpu {
 
 /// Calls f(float{}) or f(double{}) for the tensor's element type; the kernels are templates over it, so gradient
 /// checks run the same code in double.
-template <class F> void for_float_type(DType t, F&& f) {
+template <class F>
+void for_float_type(DType t, F&& f) {
   if (t == DType::f32)
     f(float{});
   else if (t == DType::f64)

@@ -79,9 +79,8 @@ void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
 }
 void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
                         const Tensor& dy, Tensor& dx, Tensor& dgamma, Tensor& dbeta, double beta) {
-  for_float_type(x.dtype(), [&](auto t) {
-    ln_bwd_t<decltype(t)>(x, gamma, save_mean, save_invstd, dy, dx, dgamma, dbeta, beta);
-  });
+  for_float_type(x.dtype(),
+                 [&](auto t) { ln_bwd_t<decltype(t)>(x, gamma, save_mean, save_invstd, dy, dx, dgamma, dbeta, beta); });
 }
 
 }  // namespace gt::cpu

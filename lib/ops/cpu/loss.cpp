@@ -53,7 +53,8 @@ void cross_entropy_t(const Tensor& logits, const Tensor& labels, double eps, dou
   s[1] += hits;
 }
 
-template <class T> void mse_t(const Tensor& pred, const Tensor& target, double scale, Tensor& dpred, Tensor& stats) {
+template <class T>
+void mse_t(const Tensor& pred, const Tensor& target, double scale, Tensor& dpred, Tensor& stats) {
   const int64_t batch = pred.dim(0), d = pred.numel() / std::max<int64_t>(batch, 1);
   const T *pp = pred.data<T>(), *pt = target.data<T>();
   T* pd = dpred.defined() ? dpred.data<T>() : nullptr;
@@ -80,7 +81,7 @@ template <class T> void mse_t(const Tensor& pred, const Tensor& target, double s
 void cross_entropy(const Tensor& logits, const Tensor& labels, double eps, double scale, Tensor& dlogits,
                    Tensor& stats) {
   for_float_type(logits.dtype(),
-                [&](auto t) { cross_entropy_t<decltype(t)>(logits, labels, eps, scale, dlogits, stats); });
+                 [&](auto t) { cross_entropy_t<decltype(t)>(logits, labels, eps, scale, dlogits, stats); });
 }
 void mse(const Tensor& pred, const Tensor& target, double scale, Tensor& dpred, Tensor& stats) {
   for_float_type(pred.dtype(), [&](auto t) { mse_t<decltype(t)>(pred, target, scale, dpred, stats); });

@@ -20,7 +20,8 @@ void gemm_call(bool ta, bool tb, int m, int n, int k, const T* a, int lda, const
 // OpenBLAS runs single-threaded (set_num_threads) and we split C into one block of rows or columns per
 // thread: on the small, skinny products of a training step this scales far better than OpenBLAS's own
 // threading, and only one thread pool (OpenMP's) competes for the cores.
-template <class T> void gemm_t(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double beta) {
+template <class T>
+void gemm_t(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double beta) {
   const auto m = static_cast<int>(c.dim(0)), n = static_cast<int>(c.dim(1));
   const auto k = static_cast<int>(ta ? a.dim(0) : a.dim(1));
   const auto lda = static_cast<int>(a.dim(1)), ldb = static_cast<int>(b.dim(1));
@@ -30,8 +31,8 @@ template <class T> void gemm_t(const Tensor& a, bool ta, const Tensor& b, bool t
   const int64_t flops = 2LL * m * n * k;
   const bool split_m = m >= n;
   const int extent = split_m ? m : n;
-  const int threads = static_cast<int>(
-      std::clamp<int64_t>(std::min<int64_t>(flops / kFlopsPerThread, extent / 16), 1, num_threads()));
+  const int threads =
+      static_cast<int>(std::clamp<int64_t>(std::min<int64_t>(flops / kFlopsPerThread, extent / 16), 1, num_threads()));
   if (threads <= 1) {
     gemm_call<T>(ta, tb, m, n, k, pa, lda, pb, ldb, beta, pc, n);
     return;
@@ -50,7 +51,8 @@ template <class T> void gemm_t(const Tensor& a, bool ta, const Tensor& b, bool t
   }
 }
 
-template <class T> void add_row_bias_t(Tensor& y, const Tensor& bias) {
+template <class T>
+void add_row_bias_t(Tensor& y, const Tensor& bias) {
   const int64_t rows = y.dim(0), cols = y.dim(1);
   T* py = y.data<T>();
   const T* pb = bias.data<T>();
@@ -62,7 +64,8 @@ template <class T> void add_row_bias_t(Tensor& y, const Tensor& bias) {
   });
 }
 
-template <class T> void sum_rows_t(const Tensor& dy, Tensor& db, double beta) {
+template <class T>
+void sum_rows_t(const Tensor& dy, Tensor& db, double beta) {
   const int64_t rows = dy.dim(0), cols = dy.dim(1);
   const T* p = dy.data<T>();
   T* out = db.data<T>();
@@ -73,8 +76,7 @@ template <class T> void sum_rows_t(const Tensor& dy, Tensor& db, double beta) {
       const T* row = p + r * cols;
       for (int64_t j = c0; j < c1; ++j) acc[static_cast<size_t>(j - c0)] += row[j];
     }
-    for (int64_t j = c0; j < c1; ++j)
-      out[j] = acc[static_cast<size_t>(j - c0)] + (beta != 0 ? T(beta) * out[j] : T(0));
+    for (int64_t j = c0; j < c1; ++j) out[j] = acc[static_cast<size_t>(j - c0)] + (beta != 0 ? T(beta) * out[j] : T(0));
   });
 }
 

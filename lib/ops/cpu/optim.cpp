@@ -13,7 +13,8 @@
 namespace gt::cpu {
 namespace {
 
-template <class T> void sgd_t(const SgdHyper& h, Tensor& param, const Tensor& grad, Tensor& momentum) {
+template <class T>
+void sgd_t(const SgdHyper& h, Tensor& param, const Tensor& grad, Tensor& momentum) {
   T* __restrict p = param.data<T>();
   const T* __restrict g = grad.data<T>();
   T* __restrict m = momentum.defined() ? momentum.data<T>() : nullptr;
@@ -22,7 +23,7 @@ template <class T> void sgd_t(const SgdHyper& h, Tensor& param, const Tensor& gr
       T unused = 0;
       for (int64_t i = i0; i < i1; ++i)
         sgd_update<T, decltype(has_momentum)::value, decltype(nesterov)::value>(h, p[i], g[i],
-                                                                               has_momentum ? m[i] : unused);
+                                                                                has_momentum ? m[i] : unused);
     });
   };
   if (!m)
@@ -53,7 +54,8 @@ void adam_t(const AdamHyper& h, bool amsgrad, Tensor& param, const Tensor& grad,
     loop(std::false_type{});
 }
 
-template <class T> double sum_squares_t(const Tensor& grad) {
+template <class T>
+double sum_squares_t(const Tensor& grad) {
   const T* g = grad.data<T>();
   const int64_t n = grad.numel();
   // Fixed blocks summed in order: the same total for any thread count.
@@ -76,7 +78,8 @@ template <class T> double sum_squares_t(const Tensor& grad) {
 void sgd_step(const SgdHyper& h, Tensor& param, const Tensor& grad, Tensor& momentum) {
   for_float_type(param.dtype(), [&](auto t) { sgd_t<decltype(t)>(h, param, grad, momentum); });
 }
-void adam_step(const AdamHyper& h, bool amsgrad, Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, Tensor& vmax) {
+void adam_step(const AdamHyper& h, bool amsgrad, Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+               Tensor& vmax) {
   for_float_type(param.dtype(), [&](auto t) { adam_t<decltype(t)>(h, amsgrad, param, grad, m, v, vmax); });
 }
 

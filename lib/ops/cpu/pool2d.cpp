@@ -24,7 +24,8 @@ inline bool is_2x2(const Window2d& k) {
   return k.kh == 2 && k.kw == 2 && k.sh == 2 && k.sw == 2 && k.ph == 0 && k.pw == 0 && k.dh == 1 && k.dw == 1;
 }
 
-template <class T> void pool_fwd_t(PoolKind kind, const Tensor& x, const Window2d& k, Tensor& y) {
+template <class T>
+void pool_fwd_t(PoolKind kind, const Tensor& x, const Window2d& k, Tensor& y) {
   const int64_t planes = x.dim(0) * x.dim(1), h = x.dim(2), w = x.dim(3), oh = y.dim(2), ow = y.dim(3);
   const T* px = x.data<T>();
   T* py = y.data<T>();
@@ -37,8 +38,8 @@ template <class T> void pool_fwd_t(PoolKind kind, const Tensor& x, const Window2
         T* dst = py + r * ow;
         for (int64_t ox = 0; ox < ow; ++ox) {
           const T a0 = a[2 * ox], a1 = a[2 * ox + 1], b0 = b[2 * ox], b1 = b[2 * ox + 1];
-          dst[ox] = kind == PoolKind::max ? std::max(std::max(a0, a1), std::max(b0, b1))
-                                          : (a0 + a1 + b0 + b1) * T(0.25);
+          dst[ox] =
+              kind == PoolKind::max ? std::max(std::max(a0, a1), std::max(b0, b1)) : (a0 + a1 + b0 + b1) * T(0.25);
         }
       }
     });
@@ -67,7 +68,8 @@ template <class T> void pool_fwd_t(PoolKind kind, const Tensor& x, const Window2
   });
 }
 
-template <class T> void pool_bwd_t(PoolKind kind, const Tensor& x, const Tensor& dy, const Window2d& k, Tensor& dx) {
+template <class T>
+void pool_bwd_t(PoolKind kind, const Tensor& x, const Tensor& dy, const Window2d& k, Tensor& dx) {
   const int64_t planes = x.dim(0) * x.dim(1), h = x.dim(2), w = x.dim(3), oh = dy.dim(2), ow = dy.dim(3);
   const T *px = x.data<T>(), *pdy = dy.data<T>();
   T* pdx = dx.data<T>();

@@ -11,7 +11,8 @@
 namespace gt::cpu {
 namespace {
 
-template <class T> void softmax_fwd_t(const Tensor& x, int64_t d, Tensor& y) {
+template <class T>
+void softmax_fwd_t(const Tensor& x, int64_t d, Tensor& y) {
   const int64_t rows = x.numel() / d;
   const T* px = x.data<T>();
   T* py = y.data<T>();
@@ -28,7 +29,8 @@ template <class T> void softmax_fwd_t(const Tensor& x, int64_t d, Tensor& y) {
   });
 }
 
-template <class T> void softmax_bwd_t(const Tensor& y, const Tensor& dy, int64_t d, Tensor& dx) {
+template <class T>
+void softmax_bwd_t(const Tensor& y, const Tensor& dy, int64_t d, Tensor& dx) {
   const int64_t rows = y.numel() / d;
   const T *py = y.data<T>(), *pdy = dy.data<T>();
   T* pdx = dx.data<T>();

@@ -17,7 +17,8 @@ int blocks_for(int64_t n) {
   return static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535 * 4));
 }
 
-template <class T, Activation A> __global__ void act_fwd_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t n) {
+template <class T, Activation A>
+__global__ void act_fwd_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
     y[i] = act_forward<T>(A, x[i]);
 }
@@ -30,7 +31,8 @@ __global__ void act_bwd_kernel(const T* __restrict__ x, const T* __restrict__ y,
 }
 
 // Calls f with the activation as a compile-time constant, so each kernel is specialised.
-template <class F> void with_activation(Activation a, F&& f) {
+template <class F>
+void with_activation(Activation a, F&& f) {
   switch (a) {
     case Activation::relu: f(std::integral_constant<Activation, Activation::relu>{}); break;
     case Activation::tanh: f(std::integral_constant<Activation, Activation::tanh>{}); break;
@@ -40,7 +42,8 @@ template <class F> void with_activation(Activation a, F&& f) {
   }
 }
 
-template <class F> void with_float_type(bool is_double, F&& f) {
+template <class F>
+void with_float_type(bool is_double, F&& f) {
   if (is_double)
     f(double{});
   else
@@ -59,8 +62,8 @@ void launch_activation_forward(cudaStream_t s, Activation a, bool is_double, con
   GT_CHECK_LAUNCH();
 }
 
-void launch_activation_backward(cudaStream_t s, Activation a, bool is_double, const void* x, const void* y, const void* dy, void* dx,
-                                int64_t n) {
+void launch_activation_backward(cudaStream_t s, Activation a, bool is_double, const void* x, const void* y,
+                                const void* dy, void* dx, int64_t n) {
   if (n == 0) return;
   with_float_type(is_double, [&](auto t) {
     using T = decltype(t);

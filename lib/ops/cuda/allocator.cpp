@@ -18,8 +18,8 @@ constexpr int kMaxDevices = 64;
 constexpr size_t kSmallStep = 512, kSmallLimit = size_t{1} << 20, kLargeStep = size_t{2} << 20;
 
 struct Pool {
-  std::map<size_t, std::vector<void*>> free;     // size class → cached blocks
-  std::unordered_map<void*, size_t> live;        // block → its size class
+  std::map<size_t, std::vector<void*>> free;  // size class → cached blocks
+  std::unordered_map<void*, size_t> live;     // block → its size class
   MemoryStats stats;
 };
 
@@ -70,10 +70,11 @@ void* device_alloc(int device, size_t bytes) {
       cudaGetLastError();
       size_t free_b = 0, total_b = 0;
       cudaMemGetInfo(&free_b, &total_b);
-      throw Error(fmt::format("out of memory on cuda:{} allocating {} for {}: {} in use by tensors (peak {}), "
-                              "{} of {} free on the device ({})",
-                              device, mib(size), AllocLabel::current(), mib(p.stats.in_use), mib(p.stats.peak),
-                              mib(free_b), mib(total_b), cudaGetErrorString(status)));
+      throw Error(
+          fmt::format("out of memory on cuda:{} allocating {} for {}: {} in use by tensors (peak {}), "
+                      "{} of {} free on the device ({})",
+                      device, mib(size), AllocLabel::current(), mib(p.stats.in_use), mib(p.stats.peak), mib(free_b),
+                      mib(total_b), cudaGetErrorString(status)));
     }
     p.stats.reserved += size;
     ++p.stats.allocations;

@@ -9,10 +9,10 @@
 namespace gt::cuda {
 
 struct MemoryStats {
-  size_t in_use = 0;      ///< bytes of live tensors (rounded to their size class)
-  size_t peak = 0;        ///< the most in_use has been
-  size_t reserved = 0;    ///< bytes held from the driver, cached or in use
-  size_t allocations = 0; ///< cudaMalloc calls made
+  size_t in_use = 0;       ///< bytes of live tensors (rounded to their size class)
+  size_t peak = 0;         ///< the most in_use has been
+  size_t reserved = 0;     ///< bytes held from the driver, cached or in use
+  size_t allocations = 0;  ///< cudaMalloc calls made
 };
 
 /// The size class of a request: 512-byte steps up to 1 MiB, 2 MiB steps above.

@@ -29,13 +29,15 @@ struct Rows {
 __device__ __forceinline__ int64_t warp_index() { return global_index() / kWarp; }
 __device__ __forceinline__ int lane_index() { return static_cast<int>(threadIdx.x) % kWarp; }
 
-template <class T> __device__ double warp_dot(const T* a, const T* b, int64_t d, int lane) {
+template <class T>
+__device__ double warp_dot(const T* a, const T* b, int64_t d, int lane) {
   double part = 0;
   for (int64_t e = lane; e < d; e += kWarp) part += static_cast<double>(a[e]) * b[e];
   return warp_sum(part);
 }
 
-template <class T> __global__ void attn_fwd_kernel(const T* __restrict__ qkv, Rows r, T* __restrict__ out, T* lse) {
+template <class T>
+__global__ void attn_fwd_kernel(const T* __restrict__ qkv, Rows r, T* __restrict__ out, T* lse) {
   const int64_t w = warp_index();
   if (w >= r.nb * r.heads * r.t) return;  // the whole warp leaves together
   const int lane = lane_index();

@@ -21,8 +21,8 @@ using namespace dnn;
 constexpr int kThreads = 256;  // a power of two: the block reduction halves it
 
 template <class T>
-__global__ void bn_eval_stats_kernel(const T* __restrict__ rm, const T* __restrict__ rv, double eps,
-                                     T* __restrict__ sm, T* __restrict__ si, int64_t channels) {
+__global__ void bn_eval_stats_kernel(const T* __restrict__ rm, const T* __restrict__ rv, double eps, T* __restrict__ sm,
+                                     T* __restrict__ si, int64_t channels) {
   for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < channels; c += int64_t{gridDim.x} * blockDim.x) {
     sm[c] = rm[c];
     si[c] = static_cast<T>(1.0 / sqrt(static_cast<double>(rv[c]) + eps));  // in double, as the CPU computes it
@@ -70,18 +70,18 @@ __global__ void bn_eval_backward_kernel(const T* __restrict__ x, const T* __rest
 
 // save_mean = running_mean, save_invstd = 1/√(running_var + eps), per channel, as the CPU stores them for the
 // backward pass. `is_double` picks f64 over f32 for every pointer.
-void launch_bn_eval_stats(cudaStream_t s, bool is_double, const void* running_mean, const void* running_var,
-                          double eps, void* save_mean, void* save_invstd, int64_t channels) {
+void launch_bn_eval_stats(cudaStream_t s, bool is_double, const void* running_mean, const void* running_var, double eps,
+                          void* save_mean, void* save_invstd, int64_t channels) {
   if (channels == 0) return;
   const int blocks = static_cast<int>(std::min<int64_t>((channels + kThreads - 1) / kThreads, 1024));
   if (is_double)
-    bn_eval_stats_kernel<double><<<blocks, kThreads, 0, s>>>(
-        static_cast<const double*>(running_mean), static_cast<const double*>(running_var), eps,
-        static_cast<double*>(save_mean), static_cast<double*>(save_invstd), channels);
+    bn_eval_stats_kernel<double>
+        <<<blocks, kThreads, 0, s>>>(static_cast<const double*>(running_mean), static_cast<const double*>(running_var),
+                                     eps, static_cast<double*>(save_mean), static_cast<double*>(save_invstd), channels);
   else
-    bn_eval_stats_kernel<float><<<blocks, kThreads, 0, s>>>(
-        static_cast<const float*>(running_mean), static_cast<const float*>(running_var), eps,
-        static_cast<float*>(save_mean), static_cast<float*>(save_invstd), channels);
+    bn_eval_stats_kernel<float>
+        <<<blocks, kThreads, 0, s>>>(static_cast<const float*>(running_mean), static_cast<const float*>(running_var),
+                                     eps, static_cast<float*>(save_mean), static_cast<float*>(save_invstd), channels);
   GT_CHECK_LAUNCH();
 }
 
@@ -146,9 +146,10 @@ void batchnorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                        Tensor& running_var, double momentum, double eps, bool training, Tensor& save_mean,
                        Tensor& save_invstd, Tensor& y) {
   if (!(eps >= CUDNN_BN_MIN_EPSILON))
-    throw Error(fmt::format("batchnorm on CUDA: eps = {} is below cuDNN's minimum {}; set the layer's eps to at "
-                            "least that (PyTorch's default is 1e-5)",
-                            eps, CUDNN_BN_MIN_EPSILON));
+    throw Error(
+        fmt::format("batchnorm on CUDA: eps = {} is below cuDNN's minimum {}; set the layer's eps to at "
+                    "least that (PyTorch's default is 1e-5)",
+                    eps, CUDNN_BN_MIN_EPSILON));
   const int device = x.device().index;
   const Extent e = extent_of(x, gamma);
   if (x.numel() == 0) return;
@@ -157,16 +158,15 @@ void batchnorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
   const HostScalar one(1.0, f64), zero(0.0, f64);
   const cudnnHandle_t handle = cudnn_handle(device);
   if (training) {
-    GT_CHECK_CUDNN(cudnnBatchNormalizationForwardTraining(
-        handle, CUDNN_BATCHNORM_SPATIAL, one.ptr(), zero.ptr(), plan.x.get(), x.raw(), plan.x.get(), y.raw(),
-        plan.bn.get(), gamma.raw(), beta.raw(), momentum, running_mean.raw(), running_var.raw(), eps, save_mean.raw(),
-        save_invstd.raw()));
+    GT_CHECK_CUDNN(cudnnBatchNormalizationForwardTraining(handle, CUDNN_BATCHNORM_SPATIAL, one.ptr(), zero.ptr(),
+                                                          plan.x.get(), x.raw(), plan.x.get(), y.raw(), plan.bn.get(),
+                                                          gamma.raw(), beta.raw(), momentum, running_mean.raw(),
+                                                          running_var.raw(), eps, save_mean.raw(), save_invstd.raw()));
     return;
   }
-  GT_CHECK_CUDNN(cudnnBatchNormalizationForwardInference(handle, CUDNN_BATCHNORM_SPATIAL, one.ptr(), zero.ptr(),
-                                                         plan.x.get(), x.raw(), plan.x.get(), y.raw(), plan.bn.get(),
-                                                         gamma.raw(), beta.raw(), running_mean.raw(),
-                                                         running_var.raw(), eps));
+  GT_CHECK_CUDNN(cudnnBatchNormalizationForwardInference(
+      handle, CUDNN_BATCHNORM_SPATIAL, one.ptr(), zero.ptr(), plan.x.get(), x.raw(), plan.x.get(), y.raw(),
+      plan.bn.get(), gamma.raw(), beta.raw(), running_mean.raw(), running_var.raw(), eps));
   // The CPU leaves the statistics it normalised with for the backward pass; so does this.
   launch_bn_eval_stats(stream(device), f64, running_mean.raw(), running_var.raw(), eps, save_mean.raw(),
                        save_invstd.raw(), e.channels);
@@ -191,11 +191,10 @@ void batchnorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& save
   // With the saved mean and inverse std passed, cuDNN does not recompute them, so the epsilon argument is unused;
   // it must still be a valid one.
   const double unused_eps = std::max(1e-5, CUDNN_BN_MIN_EPSILON);
-  GT_CHECK_CUDNN(cudnnBatchNormalizationBackward(cudnn_handle(device), CUDNN_BATCHNORM_SPATIAL, one.ptr(),
-                                                 zero.ptr(), one.ptr(), acc.ptr(), plan.x.get(), x.raw(),
-                                                 plan.x.get(), dy.raw(), plan.x.get(), dx_ptr, plan.bn.get(),
-                                                 gamma.raw(), dgamma.raw(), dbeta.raw(), unused_eps, save_mean.raw(),
-                                                 save_invstd.raw()));
+  GT_CHECK_CUDNN(cudnnBatchNormalizationBackward(cudnn_handle(device), CUDNN_BATCHNORM_SPATIAL, one.ptr(), zero.ptr(),
+                                                 one.ptr(), acc.ptr(), plan.x.get(), x.raw(), plan.x.get(), dy.raw(),
+                                                 plan.x.get(), dx_ptr, plan.bn.get(), gamma.raw(), dgamma.raw(),
+                                                 dbeta.raw(), unused_eps, save_mean.raw(), save_invstd.raw()));
 }
 
 }  // namespace gt::cuda

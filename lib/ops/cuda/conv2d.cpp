@@ -32,8 +32,8 @@ struct ConvPlan {
 // round fp32 inputs to 10 mantissa bits) and needs at most kMaxConvWorkspace; failing that, the supported one
 // needing the least workspace. `workspace_of` returns false when cuDNN refuses the algorithm for this problem.
 template <class Perf, class Algo, class WorkspaceOf>
-void choose(const std::vector<Perf>& ranked, const char* direction, const std::string& problem, WorkspaceOf&& workspace_of,
-            Algo& algo, size_t& ws) {
+void choose(const std::vector<Perf>& ranked, const char* direction, const std::string& problem,
+            WorkspaceOf&& workspace_of, Algo& algo, size_t& ws) {
   bool found = false;
   size_t best_ws = std::numeric_limits<size_t>::max();
   Algo best{};
@@ -75,18 +75,20 @@ std::unique_ptr<ConvPlan> make_conv_plan(int device, const Tensor& x, const Tens
                                             to_int(w.dim(3), "kernel w")));
   GT_CHECK_CUDNN(cudnnCreateConvolutionDescriptor(plan->conv.out()));
   // Cross-correlation (no kernel flip) is what PyTorch's conv2d computes; accumulation in the data's precision.
-  GT_CHECK_CUDNN(cudnnSetConvolution2dDescriptor(plan->conv.get(), to_int(win.ph, "padding"), to_int(win.pw, "padding"),
-                                                 to_int(win.sh, "stride"), to_int(win.sw, "stride"),
-                                                 to_int(win.dh, "dilation"), to_int(win.dw, "dilation"),
-                                                 CUDNN_CROSS_CORRELATION, type));
+  GT_CHECK_CUDNN(cudnnSetConvolution2dDescriptor(
+      plan->conv.get(), to_int(win.ph, "padding"), to_int(win.pw, "padding"), to_int(win.sh, "stride"),
+      to_int(win.sw, "stride"), to_int(win.dh, "dilation"), to_int(win.dw, "dilation"), CUDNN_CROSS_CORRELATION, type));
   GT_CHECK_CUDNN(cudnnSetConvolutionGroupCount(plan->conv.get(), to_int(groups, "groups")));
   // FMA math only: CUDNN_DEFAULT_MATH lets fp32 convolutions run as TF32 on Ampere and later.
   GT_CHECK_CUDNN(cudnnSetConvolutionMathType(plan->conv.get(), CUDNN_FMA_MATH));
 
   int n = 0, c = 0, h = 0, wd = 0;
-  GT_CHECK_CUDNN(cudnnGetConvolution2dForwardOutputDim(plan->conv.get(), plan->x.get(), plan->w.get(), &n, &c, &h, &wd));
-  GT_CHECK(n == batch && c == out_ch && h == oh && wd == ow, "cuDNN's conv2d output (B {}, C {}, {}×{}) for {} is not "
-           "the op's ({}, {}, {}×{})", n, c, h, wd, problem, batch, out_ch, oh, ow);
+  GT_CHECK_CUDNN(
+      cudnnGetConvolution2dForwardOutputDim(plan->conv.get(), plan->x.get(), plan->w.get(), &n, &c, &h, &wd));
+  GT_CHECK(n == batch && c == out_ch && h == oh && wd == ow,
+           "cuDNN's conv2d output (B {}, C {}, {}×{}) for {} is not "
+           "the op's ({}, {}, {}×{})",
+           n, c, h, wd, problem, batch, out_ch, oh, ow);
 
   const cudnnHandle_t handle = cudnn_handle(device);
   int count = 0, returned = 0;
@@ -97,12 +99,13 @@ std::unique_ptr<ConvPlan> make_conv_plan(int device, const Tensor& x, const Tens
                                                           plan->y.get(), static_cast<int>(perf.size()), &returned,
                                                           perf.data()));
     perf.resize(static_cast<size_t>(returned));
-    choose(perf, "forward convolution", problem,
-           [&](cudnnConvolutionFwdAlgo_t algo, size_t& bytes) {
-             return cudnnGetConvolutionForwardWorkspaceSize(handle, plan->x.get(), plan->w.get(), plan->conv.get(),
-                                                            plan->y.get(), algo, &bytes) == CUDNN_STATUS_SUCCESS;
-           },
-           plan->fwd, plan->fwd_ws);
+    choose(
+        perf, "forward convolution", problem,
+        [&](cudnnConvolutionFwdAlgo_t algo, size_t& bytes) {
+          return cudnnGetConvolutionForwardWorkspaceSize(handle, plan->x.get(), plan->w.get(), plan->conv.get(),
+                                                         plan->y.get(), algo, &bytes) == CUDNN_STATUS_SUCCESS;
+        },
+        plan->fwd, plan->fwd_ws);
   }
   {
     GT_CHECK_CUDNN(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(handle, &count));
@@ -111,12 +114,13 @@ std::unique_ptr<ConvPlan> make_conv_plan(int device, const Tensor& x, const Tens
                                                                plan->x.get(), static_cast<int>(perf.size()), &returned,
                                                                perf.data()));
     perf.resize(static_cast<size_t>(returned));
-    choose(perf, "backward-data convolution", problem,
-           [&](cudnnConvolutionBwdDataAlgo_t algo, size_t& bytes) {
-             return cudnnGetConvolutionBackwardDataWorkspaceSize(handle, plan->w.get(), plan->y.get(), plan->conv.get(),
-                                                                 plan->x.get(), algo, &bytes) == CUDNN_STATUS_SUCCESS;
-           },
-           plan->bwd_data, plan->bwd_data_ws);
+    choose(
+        perf, "backward-data convolution", problem,
+        [&](cudnnConvolutionBwdDataAlgo_t algo, size_t& bytes) {
+          return cudnnGetConvolutionBackwardDataWorkspaceSize(handle, plan->w.get(), plan->y.get(), plan->conv.get(),
+                                                              plan->x.get(), algo, &bytes) == CUDNN_STATUS_SUCCESS;
+        },
+        plan->bwd_data, plan->bwd_data_ws);
   }
   {
     GT_CHECK_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(handle, &count));
@@ -125,13 +129,13 @@ std::unique_ptr<ConvPlan> make_conv_plan(int device, const Tensor& x, const Tens
                                                                  plan->w.get(), static_cast<int>(perf.size()),
                                                                  &returned, perf.data()));
     perf.resize(static_cast<size_t>(returned));
-    choose(perf, "backward-filter convolution", problem,
-           [&](cudnnConvolutionBwdFilterAlgo_t algo, size_t& bytes) {
-             return cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, plan->x.get(), plan->y.get(),
-                                                                   plan->conv.get(), plan->w.get(), algo,
-                                                                   &bytes) == CUDNN_STATUS_SUCCESS;
-           },
-           plan->bwd_filter, plan->bwd_filter_ws);
+    choose(
+        perf, "backward-filter convolution", problem,
+        [&](cudnnConvolutionBwdFilterAlgo_t algo, size_t& bytes) {
+          return cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, plan->x.get(), plan->y.get(), plan->conv.get(),
+                                                                plan->w.get(), algo, &bytes) == CUDNN_STATUS_SUCCESS;
+        },
+        plan->bwd_filter, plan->bwd_filter_ws);
   }
   return plan;
 }
@@ -158,7 +162,8 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Win
   const cudnnHandle_t handle = cudnn_handle(device);
   void* ws = plan.fwd_ws ? workspace(device, plan.fwd_ws) : nullptr;
   GT_CHECK_CUDNN(cudnnConvolutionForward(handle, one.ptr(), plan.x.get(), x.raw(), plan.w.get(), w.raw(),
-                                         plan.conv.get(), plan.fwd, ws, plan.fwd_ws, zero.ptr(), plan.y.get(), y.raw()));
+                                         plan.conv.get(), plan.fwd, ws, plan.fwd_ws, zero.ptr(), plan.y.get(),
+                                         y.raw()));
   // y += b broadcast over (B, ·, oh, ow).
   if (b.defined())
     GT_CHECK_CUDNN(cudnnAddTensor(handle, one.ptr(), plan.bias.get(), b.raw(), one.ptr(), plan.y.get(), y.raw()));
@@ -184,8 +189,8 @@ void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const W
                                                 plan.conv.get(), plan.bwd_filter, ws, plan.bwd_filter_ws, acc.ptr(),
                                                 plan.w.get(), dw.raw()));
   if (db.defined())
-    GT_CHECK_CUDNN(cudnnConvolutionBackwardBias(handle, one.ptr(), plan.y.get(), dy.raw(), acc.ptr(), plan.bias.get(),
-                                                db.raw()));
+    GT_CHECK_CUDNN(
+        cudnnConvolutionBackwardBias(handle, one.ptr(), plan.y.get(), dy.raw(), acc.ptr(), plan.bias.get(), db.raw()));
 }
 
 }  // namespace gt::cuda

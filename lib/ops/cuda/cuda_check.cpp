@@ -7,8 +7,8 @@ namespace gt::cuda {
 
 void throw_cuda_error(const char* call, const char* file, int line, int status) {
   const auto error = static_cast<cudaError_t>(status);
-  throw Error(fmt::format("{} failed at {}:{}: {} ({})", call, file, line, cudaGetErrorString(error),
-                          cudaGetErrorName(error)));
+  throw Error(
+      fmt::format("{} failed at {}:{}: {} ({})", call, file, line, cudaGetErrorString(error), cudaGetErrorName(error)));
 }
 
 void throw_cublas_error(const char* call, const char* file, int line, cublasStatus_t status) {

@@ -15,18 +15,16 @@ namespace gt::cuda {
 }  // namespace gt::cuda
 
 /// cuBLAS and cuBLASLt share one status type.
-#define GT_CHECK_CUBLAS(call)                                                              \
-  do {                                                                                     \
-    const cublasStatus_t gt_status_ = (call);                                              \
-    if (gt_status_ != CUBLAS_STATUS_SUCCESS)                                               \
-      ::gt::cuda::throw_cublas_error(#call, __FILE__, __LINE__, gt_status_);               \
+#define GT_CHECK_CUBLAS(call)                                                                                       \
+  do {                                                                                                              \
+    const cublasStatus_t gt_status_ = (call);                                                                       \
+    if (gt_status_ != CUBLAS_STATUS_SUCCESS) ::gt::cuda::throw_cublas_error(#call, __FILE__, __LINE__, gt_status_); \
   } while (0)
 
-#define GT_CHECK_CUDNN(call)                                                               \
-  do {                                                                                     \
-    const cudnnStatus_t gt_status_ = (call);                                               \
-    if (gt_status_ != CUDNN_STATUS_SUCCESS)                                                \
-      ::gt::cuda::throw_cudnn_error(#call, __FILE__, __LINE__, gt_status_);                \
+#define GT_CHECK_CUDNN(call)                                                                                      \
+  do {                                                                                                            \
+    const cudnnStatus_t gt_status_ = (call);                                                                      \
+    if (gt_status_ != CUDNN_STATUS_SUCCESS) ::gt::cuda::throw_cudnn_error(#call, __FILE__, __LINE__, gt_status_); \
   } while (0)
 
 /// After a kernel launch: reports a bad launch configuration at the launch site.

@@ -19,7 +19,8 @@ namespace gt::cuda::dnn {
 
 /// Owns a library handle created through out() and destroys it with `Destroy`. Plans are kept for the process's
 /// life, so this matters only when making a plan fails half-way.
-template <class T, auto Destroy> class Owned {
+template <class T, auto Destroy>
+class Owned {
  public:
   Owned() = default;
   Owned(const Owned&) = delete;
@@ -82,8 +83,8 @@ inline void check_numel(const Tensor& t, const char* what) {
 /// An NCHW tensor descriptor of the given extents.
 inline void set_4d(TensorDesc& d, cudnnDataType_t type, int64_t n, int64_t c, int64_t h, int64_t w) {
   GT_CHECK_CUDNN(cudnnCreateTensorDescriptor(d.out()));
-  GT_CHECK_CUDNN(cudnnSetTensor4dDescriptor(d.get(), CUDNN_TENSOR_NCHW, type, to_int(n, "batch"),
-                                            to_int(c, "channels"), to_int(h, "height"), to_int(w, "width")));
+  GT_CHECK_CUDNN(cudnnSetTensor4dDescriptor(d.get(), CUDNN_TENSOR_NCHW, type, to_int(n, "batch"), to_int(c, "channels"),
+                                            to_int(h, "height"), to_int(w, "width")));
 }
 
 /// The op families whose plans are counted (dnn_plan_counts).
@@ -92,10 +93,12 @@ void count_plan(PlanFamily family);
 
 /// Plans by shape key, made once by `make` on the first call with a key and kept for the process. Lookups take a
 /// mutex: one process may drive several devices from several threads.
-template <size_t N, class Plan> class PlanCache {
+template <size_t N, class Plan>
+class PlanCache {
  public:
   using Key = std::array<int64_t, N>;
-  template <class Make> const Plan& get(const Key& key, PlanFamily family, Make&& make) {
+  template <class Make>
+  const Plan& get(const Key& key, PlanFamily family, Make&& make) {
     std::lock_guard lock(m_mutex);
     if (const auto it = m_plans.find(key); it != m_plans.end()) return *it->second;
     std::unique_ptr<Plan> plan = make();

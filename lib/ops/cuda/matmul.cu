@@ -65,14 +65,14 @@ std::unique_ptr<MatmulPlan> make_plan(int device, const Tensor& a, bool ta, cons
                                                        &kMaxWorkspace, sizeof kMaxWorkspace));
   const uint32_t align_a = static_cast<uint32_t>(align[1]), align_b = static_cast<uint32_t>(align[0]),
                  align_c = static_cast<uint32_t>(align[2]);
-  GT_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                                                       &align_a, sizeof align_a));
-  GT_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                                                       &align_b, sizeof align_b));
-  GT_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                                       &align_c, sizeof align_c));
-  GT_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                                                       &align_c, sizeof align_c));
+  GT_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
+                                                       sizeof align_a));
+  GT_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
+                                                       sizeof align_b));
+  GT_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c,
+                                                       sizeof align_c));
+  GT_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c,
+                                                       sizeof align_c));
 
   cublasLtMatmulHeuristicResult_t results[8] = {};
   int returned = 0;
@@ -85,10 +85,11 @@ std::unique_ptr<MatmulPlan> make_plan(int device, const Tensor& a, bool ta, cons
       plan->workspace = results[i].workspaceSize;
       return plan;
     }
-  throw Error(fmt::format("cuBLASLt has no {} matmul algorithm for {}{} · {}{} → {} with operands aligned to {}/{}/{} "
-                          "bytes on cuda:{}: {}",
-                          dtype_name(c.dtype()), a.shape().str(), ta ? "ᵀ" : "", b.shape().str(), tb ? "ᵀ" : "",
-                          c.shape().str(), align[0], align[1], align[2], device, cublasGetStatusString(status)));
+  throw Error(
+      fmt::format("cuBLASLt has no {} matmul algorithm for {}{} · {}{} → {} with operands aligned to {}/{}/{} "
+                  "bytes on cuda:{}: {}",
+                  dtype_name(c.dtype()), a.shape().str(), ta ? "ᵀ" : "", b.shape().str(), tb ? "ᵀ" : "",
+                  c.shape().str(), align[0], align[1], align[2], device, cublasGetStatusString(status)));
 }
 
 constexpr int kThreads = 256;
@@ -154,8 +155,7 @@ void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, doubl
   const std::array<int64_t, 3> align{alignment_of(a.raw()), alignment_of(b.raw()), alignment_of(c.raw())};
   // Leaked on purpose: destroying descriptors during static destruction could run after the libraries unloaded.
   static auto* cache = new PlanCache<11, MatmulPlan>;
-  const PlanCache<11, MatmulPlan>::Key key{device, m,  n,  k, ta, tb, is_f64(c), beta != 0, align[0], align[1],
-                                           align[2]};
+  const PlanCache<11, MatmulPlan>::Key key{device, m, n, k, ta, tb, is_f64(c), beta != 0, align[0], align[1], align[2]};
   const MatmulPlan& plan =
       cache->get(key, PlanFamily::matmul, [&] { return make_plan(device, a, ta, b, tb, c, align); });
 

@@ -70,9 +70,7 @@ inline constexpr int64_t kGroupChunk = 1 << 16;
 int group_grid(const GroupTable& t) { return static_cast<int>(std::min<int64_t>(t.view.num_chunks, 65535)); }
 
 // Whether the step may update (loss and gradient norm finite), and the clip coefficient (1 when not clipping).
-__device__ bool step_ok(const double* stats) {
-  return isfinite(stats[kLossSum]) && isfinite(stats[kGradSq]);
-}
+__device__ bool step_ok(const double* stats) { return isfinite(stats[kLossSum]) && isfinite(stats[kGradSq]); }
 __device__ double clip_coef(const double* stats, double max_norm) {
   if (max_norm <= 0) return 1.0;
   const double c = max_norm / (sqrt(stats[kGradSq]) + 1e-6);
@@ -81,7 +79,8 @@ __device__ double clip_coef(const double* stats, double max_norm) {
 
 // One chunk at a time per block (the loop bound is the same for every thread of the block, so the barriers are
 // safe): each chunk's sum goes to the total and to its row's entry.
-template <class T> __global__ void sum_squares_group_kernel(GroupView t, int column, double* out, double* per_row) {
+template <class T>
+__global__ void sum_squares_group_kernel(GroupView t, int column, double* out, double* per_row) {
   __shared__ double partial[kThreads];
   for (int64_t c = blockIdx.x; c < t.num_chunks; c += gridDim.x) {
     const GroupChunk ch = t.chunks[c];
