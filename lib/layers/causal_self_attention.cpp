@@ -26,8 +26,8 @@ class CausalSelfAttention final : public Layer {
 
   void init_params(Rng& rng, DType dtype, Device device) override {
     // GPT-2 (and llm.c): weights N(0, 0.02), biases zero.
-    m_qkv_w = normal_param("qkv.weight", Shape{3 * m_dim, m_dim}, rng, dtype, device);
-    m_proj_w = normal_param("proj.weight", Shape{m_dim, m_dim}, rng, dtype, device);
+    m_qkv_w = normal_param("qkv.weight", Shape{3 * m_dim, m_dim}, rng, 0.02, dtype, device);
+    m_proj_w = normal_param("proj.weight", Shape{m_dim, m_dim}, rng, 0.02, dtype, device);
     if (m_bias) {
       m_qkv_b = constant_param("qkv.bias", Shape{3 * m_dim}, 0.0, dtype, device);
       m_proj_b = constant_param("proj.bias", Shape{m_dim}, 0.0, dtype, device);
@@ -94,20 +94,6 @@ class CausalSelfAttention final : public Layer {
 
  private:
   static Tensor rows(const Tensor& t, int64_t cols) { return t.view(Shape{t.numel() / cols, cols}); }
-
-  static Param normal_param(const char* name, const Shape& shape, Rng& rng, DType dtype, Device device) {
-    Tensor host = Tensor::empty(shape, dtype);
-    for (int64_t i = 0; i < host.numel(); ++i) {
-      const double v = 0.02 * rng.normal();
-      if (dtype == DType::f64)
-        host.data<double>()[i] = v;
-      else
-        host.data<float>()[i] = static_cast<float>(v);
-    }
-    Param p{name, Tensor::empty(shape, dtype, device), Tensor::zeros(shape, dtype, device)};
-    p.value.copy_from(host);
-    return p;
-  }
 
   // The saved activations and backward scratch, grown once to the largest batch.
   void grow(int64_t b) {

@@ -1,6 +1,6 @@
 // embedding: rows of a learned table picked by integer-valued inputs.
 #include "ops/embedding.h"
-#include "layers/layer.h"
+#include "layers/params.h"
 
 namespace gt {
 namespace {
@@ -20,16 +20,7 @@ class Embedding final : public Layer {
     return Shape(d);
   }
   void init_params(Rng& rng, DType dtype, Device device) override {
-    // torch.nn.Embedding: N(0, 1).
-    Tensor host = Tensor::empty(Shape{m_vocab, m_dim}, dtype);
-    for (int64_t i = 0; i < host.numel(); ++i) {
-      if (dtype == DType::f64)
-        host.data<double>()[i] = rng.normal();
-      else
-        host.data<float>()[i] = static_cast<float>(rng.normal());
-    }
-    m_weight = Param{"weight", Tensor::empty(host.shape(), dtype, device), Tensor::zeros(host.shape(), dtype, device)};
-    m_weight.value.copy_from(host);
+    m_weight = normal_param("weight", Shape{m_vocab, m_dim}, rng, 1.0, dtype, device);  // torch.nn.Embedding: N(0, 1)
   }
   std::vector<Param*> params() override { return {&m_weight}; }
   int64_t param_numel() const override { return mul_sizes(m_vocab, m_dim); }

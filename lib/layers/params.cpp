@@ -17,10 +17,14 @@ Tensor constant_tensor(const Shape& shape, double value, DType dtype, Device dev
   return t;
 }
 
-Param uniform_param(const char* name, const Shape& shape, Rng& rng, double bound, DType dtype, Device device) {
+namespace {
+
+// A parameter whose values are draw() in order, made on the host and moved to `device`.
+template <class Draw>
+Param drawn_param(const char* name, const Shape& shape, DType dtype, Device device, Draw&& draw) {
   Tensor host = Tensor::empty(shape, dtype);
   for (int64_t i = 0; i < shape.numel(); ++i) {
-    const double v = rng.uniform(-bound, bound);
+    const double v = draw();
     if (dtype == DType::f64)
       host.data<double>()[i] = v;
     else
@@ -32,6 +36,16 @@ Param uniform_param(const char* name, const Shape& shape, Rng& rng, double bound
     p.value.copy_from(host);
   }
   return p;
+}
+
+}  // namespace
+
+Param uniform_param(const char* name, const Shape& shape, Rng& rng, double bound, DType dtype, Device device) {
+  return drawn_param(name, shape, dtype, device, [&] { return rng.uniform(-bound, bound); });
+}
+
+Param normal_param(const char* name, const Shape& shape, Rng& rng, double std, DType dtype, Device device) {
+  return drawn_param(name, shape, dtype, device, [&] { return std * rng.normal(); });
 }
 
 Param constant_param(const char* name, const Shape& shape, double value, DType dtype, Device device) {

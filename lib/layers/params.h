@@ -8,6 +8,8 @@ namespace gt {
 
 /// A parameter drawn from U(−bound, bound) with a zeroed gradient.
 Param uniform_param(const char* name, const Shape& shape, Rng& rng, double bound, DType dtype, Device device);
+/// A parameter drawn from N(0, std²) with a zeroed gradient.
+Param normal_param(const char* name, const Shape& shape, Rng& rng, double std, DType dtype, Device device);
 /// A parameter filled with `value` (batch-norm scale 1, shift 0) with a zeroed gradient.
 Param constant_param(const char* name, const Shape& shape, double value, DType dtype, Device device);
 /// A tensor filled with `value` (running statistics).

@@ -1,5 +1,5 @@
 // positional_embedding: a learned row per position added to a sequence (GPT-2's wpe).
-#include "layers/layer.h"
+#include "layers/params.h"
 #include "ops/matmul.h"
 
 namespace gt {
@@ -23,17 +23,7 @@ class PositionalEmbedding final : public Layer {
     return in[0];
   }
   void init_params(Rng& rng, DType dtype, Device device) override {
-    // N(0, 0.02), as GPT-2 and llm.c initialise wpe.
-    Tensor host = Tensor::empty(Shape{m_max_len, m_dim}, dtype);
-    for (int64_t i = 0; i < host.numel(); ++i) {
-      const double v = 0.02 * rng.normal();
-      if (dtype == DType::f64)
-        host.data<double>()[i] = v;
-      else
-        host.data<float>()[i] = static_cast<float>(v);
-    }
-    m_weight = Param{"weight", Tensor::empty(host.shape(), dtype, device), Tensor::zeros(host.shape(), dtype, device)};
-    m_weight.value.copy_from(host);
+    m_weight = normal_param("weight", Shape{m_max_len, m_dim}, rng, 0.02, dtype, device);  // GPT-2's and llm.c's wpe
   }
   std::vector<Param*> params() override { return {&m_weight}; }
   int64_t param_numel() const override { return mul_sizes(m_max_len, m_dim); }

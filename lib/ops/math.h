@@ -6,11 +6,25 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 namespace gt {
 
 /// gelu is x·Φ(x) computed with erf; gelu_tanh is its tanh approximation (GPT-2's, PyTorch's approximate='tanh').
 enum class Activation { relu, tanh, sigmoid, gelu, gelu_tanh };
+
+/// Calls f with the activation as a compile-time constant (a std::integral_constant), so the CPU loop or the CUDA
+/// kernel it instantiates has no switch inside and vectorises.
+template <class F>
+void with_activation(Activation a, F&& f) {
+  switch (a) {
+    case Activation::relu: f(std::integral_constant<Activation, Activation::relu>{}); break;
+    case Activation::tanh: f(std::integral_constant<Activation, Activation::tanh>{}); break;
+    case Activation::sigmoid: f(std::integral_constant<Activation, Activation::sigmoid>{}); break;
+    case Activation::gelu: f(std::integral_constant<Activation, Activation::gelu>{}); break;
+    case Activation::gelu_tanh: f(std::integral_constant<Activation, Activation::gelu_tanh>{}); break;
+  }
+}
 
 /// A 2-D sliding window (convolution kernel or pooling window): size, stride, padding, dilation.
 struct Window2d {

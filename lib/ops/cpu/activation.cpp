@@ -18,14 +18,7 @@ void act_fwd_t(Activation a, const Tensor& x, Tensor& y) {
       for (int64_t i = i0; i < i1; ++i) py[i] = act_forward<T>(act, px[i]);
     });
   };
-  // Instantiating the loop per activation lets the compiler drop the switch and vectorise.
-  switch (a) {
-    case Activation::relu: loop(std::integral_constant<Activation, Activation::relu>{}); break;
-    case Activation::tanh: loop(std::integral_constant<Activation, Activation::tanh>{}); break;
-    case Activation::sigmoid: loop(std::integral_constant<Activation, Activation::sigmoid>{}); break;
-    case Activation::gelu: loop(std::integral_constant<Activation, Activation::gelu>{}); break;
-    case Activation::gelu_tanh: loop(std::integral_constant<Activation, Activation::gelu_tanh>{}); break;
-  }
+  with_activation(a, loop);
 }
 
 template <class T>
@@ -37,13 +30,7 @@ void act_bwd_t(Activation a, const Tensor& x, const Tensor& y, const Tensor& dy,
       for (int64_t i = i0; i < i1; ++i) pdx[i] = act_backward<T>(act, px[i], py[i], pdy[i]);
     });
   };
-  switch (a) {
-    case Activation::relu: loop(std::integral_constant<Activation, Activation::relu>{}); break;
-    case Activation::tanh: loop(std::integral_constant<Activation, Activation::tanh>{}); break;
-    case Activation::sigmoid: loop(std::integral_constant<Activation, Activation::sigmoid>{}); break;
-    case Activation::gelu: loop(std::integral_constant<Activation, Activation::gelu>{}); break;
-    case Activation::gelu_tanh: loop(std::integral_constant<Activation, Activation::gelu_tanh>{}); break;
-  }
+  with_activation(a, loop);
 }
 
 }  // namespace

@@ -3,12 +3,16 @@
 
 #include "ops/cuda/context.h"
 #include "ops/cuda/cuda_check.h"
+#include "ops/cuda/kernel_util.cuh"
+#include "ops/math.h"
 
 #include <algorithm>
 #include <type_traits>
 
 namespace gt::cuda {
 namespace {
+
+using kern::with_float_type;
 
 constexpr int kThreads = 256;
 
@@ -28,26 +32,6 @@ __global__ void act_bwd_kernel(const T* __restrict__ x, const T* __restrict__ y,
                                T* __restrict__ dx, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
     dx[i] = act_backward<T>(A, x[i], y[i], dy[i]);
-}
-
-// Calls f with the activation as a compile-time constant, so each kernel is specialised.
-template <class F>
-void with_activation(Activation a, F&& f) {
-  switch (a) {
-    case Activation::relu: f(std::integral_constant<Activation, Activation::relu>{}); break;
-    case Activation::tanh: f(std::integral_constant<Activation, Activation::tanh>{}); break;
-    case Activation::sigmoid: f(std::integral_constant<Activation, Activation::sigmoid>{}); break;
-    case Activation::gelu: f(std::integral_constant<Activation, Activation::gelu>{}); break;
-    case Activation::gelu_tanh: f(std::integral_constant<Activation, Activation::gelu_tanh>{}); break;
-  }
-}
-
-template <class F>
-void with_float_type(bool is_double, F&& f) {
-  if (is_double)
-    f(double{});
-  else
-    f(float{});
 }
 
 void launch_activation_forward(cudaStream_t s, Activation a, bool is_double, const void* x, void* y, int64_t n) {
