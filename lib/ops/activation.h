@@ -17,13 +17,13 @@ void activation_backward(Activation a, const Tensor& x, const Tensor& y, const T
 
 // The backends' entry points: the ops above call them once the contract holds.
 namespace gt::cpu {
-void activation_forward(Activation a, const Tensor& x, Tensor& y);
-void activation_backward(Activation a, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx);
+decltype(ops::activation_forward) activation_forward;
+decltype(ops::activation_backward) activation_backward;
 }  // namespace gt::cpu
 
 #if GT_WITH_CUDA
 namespace gt::cuda {
-void activation_forward(Activation a, const Tensor& x, Tensor& y);
-void activation_backward(Activation a, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx);
+decltype(ops::activation_forward) activation_forward;
+decltype(ops::activation_backward) activation_backward;
 }  // namespace gt::cuda
 #endif

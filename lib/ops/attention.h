@@ -22,9 +22,8 @@ void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
 // The backends' entry points: the ops above call them once the contract holds.
 namespace gt::cpu {
 /// Threaded over batch × heads; one score row per thread at a time, sums in double in a fixed order.
-void attention_forward(const Tensor& qkv, int64_t heads, Tensor& out, Tensor& lse);
-void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse, const Tensor& dout, int64_t heads,
-                        Tensor& delta, Tensor& dqkv);
+decltype(ops::attention_forward) attention_forward;
+decltype(ops::attention_backward) attention_backward;
 }  // namespace gt::cpu
 
 #if GT_WITH_CUDA
@@ -32,8 +31,7 @@ namespace gt::cuda {
 /// One warp per query row with an online softmax (no score matrix in device memory); the backward is one warp per
 /// query row for dq and one per key row for dk and dv, so every sum has one writer and a fixed order (no atomics).
 /// Head size at most 256.
-void attention_forward(const Tensor& qkv, int64_t heads, Tensor& out, Tensor& lse);
-void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse, const Tensor& dout, int64_t heads,
-                        Tensor& delta, Tensor& dqkv);
+decltype(ops::attention_forward) attention_forward;
+decltype(ops::attention_backward) attention_backward;
 }  // namespace gt::cuda
 #endif

@@ -39,11 +39,8 @@ void batchnorm_backward_sync(const Tensor& x, const Tensor& gamma, const Tensor&
 
 // The backends' entry points: the ops above call them once the contract holds.
 namespace gt::cpu {
-void batchnorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
-                       Tensor& running_var, double momentum, double eps, bool training, Tensor& save_mean,
-                       Tensor& save_invstd, Tensor& y);
-void batchnorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
-                        const Tensor& dy, bool training, Tensor& dx, Tensor& dgamma, Tensor& dbeta, double beta);
+decltype(ops::batchnorm_forward) batchnorm_forward;
+decltype(ops::batchnorm_backward) batchnorm_backward;
 int64_t batchnorm_forward_sync(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
                                Tensor& running_var, double momentum, double eps, Tensor& save_mean, Tensor& save_invstd,
                                Tensor& y, const ops::SumOverRanks& sum_over_ranks);
@@ -55,10 +52,7 @@ void batchnorm_backward_sync(const Tensor& x, const Tensor& gamma, const Tensor&
 #if GT_WITH_CUDA
 namespace gt::cuda {
 /// cuDNN spatial batch normalisation over x viewed as (B, C, S, 1).
-void batchnorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
-                       Tensor& running_var, double momentum, double eps, bool training, Tensor& save_mean,
-                       Tensor& save_invstd, Tensor& y);
-void batchnorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
-                        const Tensor& dy, bool training, Tensor& dx, Tensor& dgamma, Tensor& dbeta, double beta);
+decltype(ops::batchnorm_forward) batchnorm_forward;
+decltype(ops::batchnorm_backward) batchnorm_backward;
 }  // namespace gt::cuda
 #endif

@@ -17,16 +17,14 @@ void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const W
 
 // The backends' entry points: the ops above call them once the contract holds.
 namespace gt::cpu {
-void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Window2d& win, int64_t groups, Tensor& y);
-void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Window2d& win, int64_t groups,
-                     Tensor& dx, Tensor& dw, Tensor& db, double beta);
+decltype(ops::conv2d_forward) conv2d_forward;
+decltype(ops::conv2d_backward) conv2d_backward;
 }  // namespace gt::cpu
 
 #if GT_WITH_CUDA
 namespace gt::cuda {
 /// cuDNN's legacy API, algorithms chosen once per shape by its heuristics, fp32 without TF32.
-void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Window2d& win, int64_t groups, Tensor& y);
-void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Window2d& win, int64_t groups,
-                     Tensor& dx, Tensor& dw, Tensor& db, double beta);
+decltype(ops::conv2d_forward) conv2d_forward;
+decltype(ops::conv2d_backward) conv2d_backward;
 }  // namespace gt::cuda
 #endif

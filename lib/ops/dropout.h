@@ -16,11 +16,11 @@ void dropout(const Tensor& x, double p, uint64_t key, uint64_t step, Tensor& y);
 
 // The backends' entry points: the op above calls them once the contract holds.
 namespace gt::cpu {
-void dropout(const Tensor& x, double p, uint64_t key, uint64_t step, Tensor& y);
+decltype(ops::dropout) dropout;
 }  // namespace gt::cpu
 
 #if GT_WITH_CUDA
 namespace gt::cuda {
-void dropout(const Tensor& x, double p, uint64_t key, uint64_t step, Tensor& y);
+decltype(ops::dropout) dropout;
 }  // namespace gt::cuda
 #endif

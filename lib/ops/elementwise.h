@@ -20,19 +20,15 @@ void split_blocks(const Tensor& whole, Tensor& part, int64_t outer, int64_t part
 
 // The backends' entry points: the ops above call them once the contract holds.
 namespace gt::cpu {
-void add(const Tensor& a, const Tensor& b, Tensor& y);
-void copy_blocks(const Tensor& src, Tensor& dst, int64_t outer, int64_t src_inner, int64_t dst_inner,
-                 int64_t dst_offset);
-void split_blocks(const Tensor& whole, Tensor& part, int64_t outer, int64_t part_inner, int64_t whole_inner,
-                  int64_t offset);
+decltype(ops::add) add;
+decltype(ops::copy_blocks) copy_blocks;
+decltype(ops::split_blocks) split_blocks;
 }  // namespace gt::cpu
 
 #if GT_WITH_CUDA
 namespace gt::cuda {
-void add(const Tensor& a, const Tensor& b, Tensor& y);
-void copy_blocks(const Tensor& src, Tensor& dst, int64_t outer, int64_t src_inner, int64_t dst_inner,
-                 int64_t dst_offset);
-void split_blocks(const Tensor& whole, Tensor& part, int64_t outer, int64_t part_inner, int64_t whole_inner,
-                  int64_t offset);
+decltype(ops::add) add;
+decltype(ops::copy_blocks) copy_blocks;
+decltype(ops::split_blocks) split_blocks;
 }  // namespace gt::cuda
 #endif

@@ -18,13 +18,13 @@ void embedding_backward(const Tensor& idx, const Tensor& dy, Tensor& dweight, do
 
 // The backends' entry points: the ops above call them once the contract holds.
 namespace gt::cpu {
-void embedding_forward(const Tensor& idx, const Tensor& weight, Tensor& y);
-void embedding_backward(const Tensor& idx, const Tensor& dy, Tensor& dweight, double beta);
+decltype(ops::embedding_forward) embedding_forward;
+decltype(ops::embedding_backward) embedding_backward;
 }  // namespace gt::cpu
 
 #if GT_WITH_CUDA
 namespace gt::cuda {
-void embedding_forward(const Tensor& idx, const Tensor& weight, Tensor& y);
-void embedding_backward(const Tensor& idx, const Tensor& dy, Tensor& dweight, double beta);
+decltype(ops::embedding_forward) embedding_forward;
+decltype(ops::embedding_backward) embedding_backward;
 }  // namespace gt::cuda
 #endif

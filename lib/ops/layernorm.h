@@ -16,18 +16,14 @@ void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& save
 
 // The backends' entry points: the ops above call them once the contract holds.
 namespace gt::cpu {
-void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, Tensor& save_mean,
-                       Tensor& save_invstd, Tensor& y);
-void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
-                        const Tensor& dy, Tensor& dx, Tensor& dgamma, Tensor& dbeta, double beta);
+decltype(ops::layernorm_forward) layernorm_forward;
+decltype(ops::layernorm_backward) layernorm_backward;
 }  // namespace gt::cpu
 
 #if GT_WITH_CUDA
 namespace gt::cuda {
 /// One block per row for the row statistics, column blocks for the parameter gradients; sums in double.
-void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, Tensor& save_mean,
-                       Tensor& save_invstd, Tensor& y);
-void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
-                        const Tensor& dy, Tensor& dx, Tensor& dgamma, Tensor& dbeta, double beta);
+decltype(ops::layernorm_forward) layernorm_forward;
+decltype(ops::layernorm_backward) layernorm_backward;
 }  // namespace gt::cuda
 #endif

@@ -23,16 +23,14 @@ void mse(const Tensor& pred, const Tensor& target, double scale, Tensor& dpred, 
 
 // The backends' entry points: the ops above call them once the contract holds.
 namespace gt::cpu {
-void cross_entropy(const Tensor& logits, const Tensor& labels, double label_smoothing, double scale, Tensor& dlogits,
-                   Tensor& stats);
-void mse(const Tensor& pred, const Tensor& target, double scale, Tensor& dpred, Tensor& stats);
+decltype(ops::cross_entropy) cross_entropy;
+decltype(ops::mse) mse;
 }  // namespace gt::cpu
 
 #if GT_WITH_CUDA
 namespace gt::cuda {
 /// One warp per row; the sums go into stats with atomicAdd, so the host never waits for a loss.
-void cross_entropy(const Tensor& logits, const Tensor& labels, double label_smoothing, double scale, Tensor& dlogits,
-                   Tensor& stats);
-void mse(const Tensor& pred, const Tensor& target, double scale, Tensor& dpred, Tensor& stats);
+decltype(ops::cross_entropy) cross_entropy;
+decltype(ops::mse) mse;
 }  // namespace gt::cuda
 #endif

@@ -19,17 +19,17 @@ void sum_rows(const Tensor& dy, Tensor& db, double beta);
 
 // The backends' entry points: the ops above call them once the contract holds.
 namespace gt::cpu {
-void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double beta);
-void add_row_bias(Tensor& y, const Tensor& bias);
-void sum_rows(const Tensor& dy, Tensor& db, double beta);
+decltype(ops::matmul) matmul;
+decltype(ops::add_row_bias) add_row_bias;
+decltype(ops::sum_rows) sum_rows;
 }  // namespace gt::cpu
 
 #if GT_WITH_CUDA
 namespace gt::cuda {
 /// Through cuBLASLt in the tensors' precision (f32 without TF32, or f64); one cached plan per shape.
-void matmul(const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, Tensor& c, double beta);
-void add_row_bias(Tensor& y, const Tensor& bias);
+decltype(ops::matmul) matmul;
+decltype(ops::add_row_bias) add_row_bias;
 /// Summed in double in a fixed order.
-void sum_rows(const Tensor& dy, Tensor& db, double beta);
+decltype(ops::sum_rows) sum_rows;
 }  // namespace gt::cuda
 #endif

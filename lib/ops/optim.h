@@ -45,22 +45,22 @@ void accumulate_step(const Tensor& stats, Tensor& window);
 
 // The backends' entry points: the ops above call them once the contract holds.
 namespace gt::cpu {
-void sum_squares(const Tensor& grad, Tensor& out);
-void scale_by(Tensor& x, const Tensor& scale);
+decltype(ops::sum_squares) sum_squares;
+decltype(ops::scale_by) scale_by;
 void sum_squares_group(ops::TensorGroup& group, size_t column, Tensor& out, Tensor& per_row);
 void sgd_step_group(const SgdHyper& h, ops::TensorGroup& group, const Tensor& stats, double max_norm);
 void adam_step_group(const AdamHyper& h, bool amsgrad, ops::TensorGroup& group, const Tensor& stats, double max_norm);
-void accumulate_step(const Tensor& stats, Tensor& window);
+decltype(ops::accumulate_step) accumulate_step;
 }  // namespace gt::cpu
 
 #if GT_WITH_CUDA
 namespace gt::cuda {
-void sum_squares(const Tensor& grad, Tensor& out);
-void scale_by(Tensor& x, const Tensor& scale);
+decltype(ops::sum_squares) sum_squares;
+decltype(ops::scale_by) scale_by;
 /// The group ops are one launch each however many rows the group has.
 void sum_squares_group(ops::TensorGroup& group, size_t column, Tensor& out, Tensor& per_row);
 void sgd_step_group(const SgdHyper& h, ops::TensorGroup& group, const Tensor& stats, double max_norm);
 void adam_step_group(const AdamHyper& h, bool amsgrad, ops::TensorGroup& group, const Tensor& stats, double max_norm);
-void accumulate_step(const Tensor& stats, Tensor& window);
+decltype(ops::accumulate_step) accumulate_step;
 }  // namespace gt::cuda
 #endif

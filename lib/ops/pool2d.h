@@ -15,14 +15,14 @@ void pool2d_backward(PoolKind kind, const Tensor& x, const Tensor& dy, const Win
 
 // The backends' entry points: the ops above call them once the contract holds.
 namespace gt::cpu {
-void pool2d_forward(PoolKind kind, const Tensor& x, const Window2d& win, Tensor& y);
-void pool2d_backward(PoolKind kind, const Tensor& x, const Tensor& dy, const Window2d& win, Tensor& dx);
+decltype(ops::pool2d_forward) pool2d_forward;
+decltype(ops::pool2d_backward) pool2d_backward;
 }  // namespace gt::cpu
 
 #if GT_WITH_CUDA
 namespace gt::cuda {
 /// cuDNN max pooling (padding never wins) or average pooling counting padding in the divisor; no dilation.
-void pool2d_forward(PoolKind kind, const Tensor& x, const Window2d& win, Tensor& y);
-void pool2d_backward(PoolKind kind, const Tensor& x, const Tensor& dy, const Window2d& win, Tensor& dx);
+decltype(ops::pool2d_forward) pool2d_forward;
+decltype(ops::pool2d_backward) pool2d_backward;
 }  // namespace gt::cuda
 #endif

@@ -13,14 +13,14 @@ void softmax_backward(const Tensor& y, const Tensor& dy, int64_t d, Tensor& dx);
 
 // The backends' entry points: the ops above call them once the contract holds.
 namespace gt::cpu {
-void softmax_forward(const Tensor& x, int64_t d, Tensor& y);
-void softmax_backward(const Tensor& y, const Tensor& dy, int64_t d, Tensor& dx);
+decltype(ops::softmax_forward) softmax_forward;
+decltype(ops::softmax_backward) softmax_backward;
 }  // namespace gt::cpu
 
 #if GT_WITH_CUDA
 namespace gt::cuda {
 /// One block per row.
-void softmax_forward(const Tensor& x, int64_t d, Tensor& y);
-void softmax_backward(const Tensor& y, const Tensor& dy, int64_t d, Tensor& dx);
+decltype(ops::softmax_forward) softmax_forward;
+decltype(ops::softmax_backward) softmax_backward;
 }  // namespace gt::cuda
 #endif
