@@ -53,8 +53,7 @@ struct StepDone {
 // One worker's loop over epochs and steps, and what it does between steps and at the end.
 class TrainLoop {
  public:
-  TrainLoop(const Experiment& exp, const RunParts& parts, bool threaded, bool progress_bar,
-            RunClock::time_point wall_start)
+  TrainLoop(const Experiment& exp, const RunParts& parts, bool progress_bar, RunClock::time_point wall_start)
       : m_exp(exp),
         m_setup(parts.setup),
         m_p(parts.setup.progress),
@@ -65,7 +64,6 @@ class TrainLoop {
         m_plan(parts.plan),
         m_step(parts.step),
         m_profiler(parts.profiler),
-        m_threaded(threaded),
         m_gpu(parts.setup.device.is_cuda()),
         m_wall_start(wall_start),
         m_clock(parts.setup.progress),
@@ -98,7 +96,6 @@ class TrainLoop {
   const StepPlan& m_plan;
   StepLoop& m_step;
   Profiler& m_profiler;
-  bool m_threaded;
   bool m_gpu;
   RunClock::time_point m_wall_start;
   TrainClock m_clock;
@@ -381,7 +378,7 @@ RunSummary train_worker(const Experiment& exp, const RunOptions& opts, const Wor
                   .plan = plan,
                   .step = step,
                   .profiler = profiler},
-                 where.threaded, progress_bar, wall_start);
+                 progress_bar, wall_start);
   return loop.run();
 }
 
