@@ -48,7 +48,15 @@ struct TreeCheck {
                                   n.Mark().line + 1, n.Mark().column + 1));
   }
 
-  void check(const YAML::Node& n, const std::string& path) const {
+  void check(const YAML::Node& n, const std::string& path, int depth = 0) const {
+    // An alias inside its own anchor (`&a [*a]`) makes the tree a cycle: the depth bound stops the walk long before
+    // the stack would overflow (a config nests a handful of levels).
+    if (depth > 256) {
+      const std::string why = "the YAML nests deeper than 256 levels once its aliases are followed (an alias inside "
+                              "its own anchor?)";
+      if (!assignment.empty()) throw ConfigError(fmt::format("--set {}: {}", assignment, why));
+      throw ConfigError(fmt::format("{}: {}", source->file, why));
+    }
     // An alias stands for its anchor's whole subtree; nested ones multiply (9 levels of 10 make 10^9 nodes from
     // 1 KiB of text), and every later walk of the tree would pay it. Counting visits bounds this walk and them.
     if (++nodes > limits::kConfigNodes) {
@@ -61,7 +69,7 @@ struct TreeCheck {
     }
     if (n.IsScalar()) return quote(n);
     if (n.IsSequence()) {
-      for (size_t i = 0; i < n.size(); ++i) check(n[i], fmt::format("{}[{}]", path, i));
+      for (size_t i = 0; i < n.size(); ++i) check(n[i], fmt::format("{}[{}]", path, i), depth + 1);
       return;
     }
     if (!n.IsMap()) return;
@@ -78,7 +86,7 @@ struct TreeCheck {
         ConfigNode(kv.first, child, source, kv.first.Mark())
             .fail(assignment.empty() ? fmt::format("duplicate key; the first is at line {}", first->second)
                                      : std::string("duplicate key"));
-      check(kv.second, child);
+      check(kv.second, child, depth + 1);
     }
   }
 };
