@@ -10,7 +10,6 @@
 
 #include <cmath>
 #include <filesystem>
-#include <future>
 #include <regex>
 #include <sstream>
 #include <vector>
@@ -339,42 +338,15 @@ TEST_CASE("configs/fashion_mnist_cnn.yaml and fashion_mnist_resnet.yaml check an
   }
 }
 
-TEST_CASE("fashion_mnist_mlp averages at least 86.5% test accuracy after 5 epochs", "[e2e][slow]") {
-  // The final-epoch accuracy of one seed swings by ±0.6% (PyTorch with this model, measured here: 86.3–87.6% over
-  // nine seeds), so the target is checked on the mean of seeds 1–10; two single-threaded runs at a time.
+TEST_CASE("fashion_mnist_mlp reaches 80% test accuracy after one epoch", "[e2e]") {
+  // A guard only: seed 1 on 1 thread gives 81.98 % here. The 5-epoch targets (MLP mean of ten seeds >= 86.5 %, CNN
+  // >= 89.8 %) take about 15 min on 2 cores and are checked by bench/accuracy.sh.
   TempDir dir;
-  std::vector<double> acc(10);
-  for (int s = 1; s <= 10; s += 2) {
-    auto run = [&](int seed) {
-      return run_gputrain("train " + source_path("configs/fashion_mnist_mlp.yaml") + " --quiet --threads 1 --seed " +
-                          std::to_string(seed) + " --out " + (dir / std::to_string(seed)));
-    };
-    auto other = std::async(std::launch::async, run, s + 1);
-    const auto r = run(s);
-    const auto r2 = other.get();
-    REQUIRE(r.exit_code == 0);
-    REQUIRE(r2.exit_code == 0);
-    for (int seed : {s, s + 1})
-      acc[seed - 1] = json_number(read_text(dir / (std::to_string(seed) + "/summary.json")), "test_accuracy").value();
-  }
-  double mean = 0;
-  for (double a : acc) {
-    CHECK(a >= 0.855);
-    mean += a / 10;
-  }
-  INFO("accuracies of seeds 1-10: " << Catch::Detail::stringify(acc));
-  CHECK(mean >= 0.865);
-}
-
-TEST_CASE("fashion_mnist_cnn trains to about 90% in 5 epochs", "[e2e][slow]") {
-  // A regression guard, not the issue's 90.5 % target: seeds 1-4 give 90.2-90.6 % here and PyTorch 90.5-90.6 %
-  // with the same model (README, Measured); seed 1 on 2 threads gives 90.12 %.
-  TempDir dir;
-  const auto r =
-      run_gputrain("train " + source_path("configs/fashion_mnist_cnn.yaml") + " --quiet --out " + (dir / "run"));
+  const auto r = run_gputrain("train " + source_path("configs/fashion_mnist_mlp.yaml") +
+                              " --quiet --threads 1 --seed 1 --set train.epochs=1 --out " + (dir / "run"));
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
-  CHECK(json_number(read_text(dir / "run/summary.json"), "test_accuracy").value_or(0) >= 0.898);
+  CHECK(json_number(read_text(dir / "run/summary.json"), "test_accuracy").value_or(0) >= 0.80);
 }
 
 TEST_CASE("gputrain devices, --version and --help exit 0", "[e2e]") {
