@@ -223,8 +223,10 @@ TEST_CASE("embedding indices are integers within 1e-3 of a row, and the backward
 
 // Causal attention against the textbook definition: the full [T, T] score matrix, −∞ above the diagonal, a softmax
 // per row, times v. Then a change to a later token must not reach an earlier output (causality).
+// T = 150 spans three query tiles of the blocked CPU kernel (64 rows each), the last one partial.
 TEST_CASE("causal attention matches softmax(q·kᵀ/√d + mask)·v and never looks ahead", "[cpu]") {
-  const int64_t nb = 2, t = 5, heads = 2, d = 3, c = heads * d;
+  const int64_t t = GENERATE(5, 150);
+  const int64_t nb = 2, heads = 2, d = 3, c = heads * d;
   Tensor qkv = Tensor::empty(Shape{nb, t, 3 * c}, DType::f64);
   Rng rng(11, 0);
   for (int64_t i = 0; i < qkv.numel(); ++i) qkv.data<double>()[i] = rng.uniform(-2, 2);
@@ -258,4 +260,36 @@ TEST_CASE("causal attention matches softmax(q·kᵀ/√d + mask)·v and never lo
   ops::attention_forward(later, heads, out2, lse);
   for (int64_t i = 0; i < (t - 1) * c; ++i) CHECK(out2.data<double>()[i] == out.data<double>()[i]);
   CHECK(out2.data<double>()[(t - 1) * c] != out.data<double>()[(t - 1) * c]);
+}
+
+// The backward against central differences of L = Σ out ⊙ w in double, over three query tiles (T = 150), on 300
+// seeded elements of q, k and v (every element would take minutes).
+TEST_CASE("causal attention's backward matches finite differences across query tiles", "[cpu]") {
+  const int64_t nb = 1, t = 150, heads = 2, d = 4, c = heads * d;
+  Rng rng(12, 0);
+  Tensor qkv = Tensor::empty(Shape{nb, t, 3 * c}, DType::f64), w = Tensor::empty(Shape{nb, t, c}, DType::f64);
+  for (int64_t i = 0; i < qkv.numel(); ++i) qkv.data<double>()[i] = rng.uniform(-1, 1);
+  for (int64_t i = 0; i < w.numel(); ++i) w.data<double>()[i] = rng.uniform(-1, 1);
+  Tensor out = Tensor::empty(Shape{nb, t, c}, DType::f64), lse = Tensor::empty(Shape{nb, heads, t}, DType::f64);
+  auto loss = [&](const Tensor& x) {
+    ops::attention_forward(x, heads, out, lse);
+    double s = 0;
+    for (int64_t i = 0; i < out.numel(); ++i) s += out.data<double>()[i] * w.data<double>()[i];
+    return s;
+  };
+  loss(qkv);
+  Tensor delta = Tensor::empty(Shape{nb, heads, t}, DType::f64), dqkv = Tensor::empty(qkv.shape(), DType::f64);
+  const Tensor out0 = out.clone(), lse0 = lse.clone();
+  ops::attention_backward(qkv, out0, lse0, w, heads, delta, dqkv);
+  for (int k = 0; k < 300; ++k) {
+    const int64_t i = static_cast<int64_t>(rng.uniform(0, 1) * static_cast<double>(qkv.numel())) % qkv.numel();
+    Tensor x = qkv.clone();
+    const double h = 1e-5;
+    x.data<double>()[i] += h;
+    const double up = loss(x);
+    x.data<double>()[i] -= 2 * h;
+    const double down = loss(x);
+    INFO("element " << i);
+    CHECK(dqkv.data<double>()[i] == Approx((up - down) / (2 * h)).margin(1e-7));
+  }
 }

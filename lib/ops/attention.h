@@ -21,7 +21,8 @@ void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
 
 // The backends' entry points: the ops above call them once the contract holds.
 namespace gt::cpu {
-/// Threaded over batch × heads; one score row per thread at a time, sums in double in a fixed order.
+/// Threaded over batch × heads; queries in tiles of 64 rows, each tile's scores and products as GEMMs, so at most a
+/// [64, T] block of scores exists per thread; one thread per (batch, head), so results do not depend on the count.
 decltype(ops::attention_forward) attention_forward;
 decltype(ops::attention_backward) attention_backward;
 }  // namespace gt::cpu

@@ -1,10 +1,15 @@
-// CPU causal attention (ops/attention.h): one (batch, head) per task, one query row at a time, so no more than a row
-// of scores exists per thread; sums in double, in order, so results do not depend on the thread count.
+// CPU causal attention (ops/attention.h), blocked: one (batch, head) per task, queries in tiles of kTile rows. A
+// tile's scores against the keys up to its last row are one GEMM, its softmax is done in place, and the output is a
+// second GEMM, so no more than a [kTile, T] block of scores exists per thread. The backward recomputes the tile's
+// probabilities from the forward's log-sum-exp and gets dq, dk and dv from three more GEMMs. Each task runs on one
+// thread in a fixed order, so results do not depend on the thread count.
 #include "ops/attention.h"
 
 #include "core/parallel.h"
+#include "ops/cpu/blas.h"
 #include "ops/cpu/kernel_util.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -12,104 +17,108 @@
 namespace gt::cpu {
 namespace {
 
-// The packed [B, T, 3C] layout: pointers to a head's query, key or value row of one token.
-struct Packed {
-  int64_t t, c, d;
-  int64_t row(int64_t b, int64_t i) const { return (b * t + i) * 3 * c; }
-};
+constexpr int64_t kTile = 64;
 
+// One (batch, head) of the packed [B, T, 3C] layout: its query, key and value rows, each ld = 3C apart.
 template <class T>
-double dot(const T* a, const T* b, int64_t d) {
-  double s = 0;
-  for (int64_t k = 0; k < d; ++k) s += static_cast<double>(a[k]) * b[k];
-  return s;
-}
+struct Head {
+  int64_t t, c, d, ld;
+  const T* q;
+  const T* k;
+  const T* v;
+  Head(const T* qkv, int64_t b, int64_t h, int64_t t_, int64_t c_, int64_t d_)
+      : t(t_), c(c_), d(d_), ld(3 * c_), q(qkv + b * t_ * 3 * c_ + h * d_), k(q + c_), v(q + 2 * c_) {}
+};
 
 template <class T>
 void attn_fwd_t(const Tensor& qkv, int64_t heads, Tensor& out, Tensor& lse) {
   const int64_t nb = qkv.dim(0), t = qkv.dim(1), c = qkv.dim(2) / 3, d = c / heads;
-  const Packed p{t, c, d};
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d)));
   const T* px = qkv.data<T>();
   T* po = out.data<T>();
   T* pl = lse.data<T>();
   parallel_for(nb * heads, 1, [&](int64_t u0, int64_t u1) {
-    std::vector<double> s(static_cast<size_t>(t)), acc(static_cast<size_t>(d));
+    std::vector<T> s(static_cast<size_t>(std::min(t, kTile) * t));
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t b = u / heads, h = u % heads;
-      for (int64_t i = 0; i < t; ++i) {
-        const T* q = px + p.row(b, i) + h * d;
-        double mx = -std::numeric_limits<double>::infinity();
-        for (int64_t j = 0; j <= i; ++j) {
-          s[j] = scale * dot(q, px + p.row(b, j) + c + h * d, d);
-          mx = s[j] > mx ? s[j] : mx;
+      const Head<T> hd(px, b, h, t, c, d);
+      T* o = po + b * t * c + h * d;
+      T* l = pl + (b * heads + h) * t;
+      for (int64_t i0 = 0; i0 < t; i0 += kTile) {
+        const int m = static_cast<int>(std::min(kTile, t - i0)), n = static_cast<int>(i0) + m;
+        gemm_raw<T>(false, true, m, n, static_cast<int>(d), scale, hd.q + i0 * hd.ld, static_cast<int>(hd.ld), hd.k,
+                    static_cast<int>(hd.ld), T(0), s.data(), n);
+        for (int r = 0; r < m; ++r) {
+          T* row = s.data() + static_cast<int64_t>(r) * n;
+          const int64_t last = i0 + r;  // keys 0..last are visible to query i0 + r
+          T mx = -std::numeric_limits<T>::infinity();
+          for (int64_t j = 0; j <= last; ++j) mx = row[j] > mx ? row[j] : mx;
+          double sum = 0;
+          for (int64_t j = 0; j <= last; ++j) {
+            row[j] = std::exp(row[j] - mx);
+            sum += row[j];
+          }
+          const T inv = static_cast<T>(1.0 / sum);
+          for (int64_t j = 0; j <= last; ++j) row[j] *= inv;
+          std::fill(row + last + 1, row + n, T(0));
+          l[i0 + r] = static_cast<T>(mx + std::log(sum));
         }
-        double sum = 0;
-        std::fill(acc.begin(), acc.end(), 0.0);
-        for (int64_t j = 0; j <= i; ++j) {
-          const double e = std::exp(s[j] - mx);
-          sum += e;
-          const T* v = px + p.row(b, j) + 2 * c + h * d;
-          for (int64_t k = 0; k < d; ++k) acc[k] += e * v[k];
-        }
-        T* o = po + (b * t + i) * c + h * d;
-        for (int64_t k = 0; k < d; ++k) o[k] = static_cast<T>(acc[k] / sum);
-        pl[(b * heads + h) * t + i] = static_cast<T>(mx + std::log(sum));
+        gemm_raw<T>(false, false, m, static_cast<int>(d), n, T(1), s.data(), n, hd.v, static_cast<int>(hd.ld), T(0),
+                    o + i0 * c, static_cast<int>(c));
       }
     }
   });
 }
 
-// With p_ij = exp(q_i·k_j/√d − lse_i) and D_i = Σ dout_i·out_i: ds_ij = p_ij (dout_i·v_j − D_i),
-// dq_i = Σ_j ds_ij k_j / √d, dk_j = Σ_i ds_ij q_i / √d, dv_j = Σ_i p_ij dout_i.
+// With p_ij = exp(q_i·k_j/√d − lse_i) and D_i = Σ dout_i·out_i: ds_ij = p_ij (dout_i·v_j − D_i) / √d,
+// dq_i = Σ_j ds_ij k_j, dk_j = Σ_i ds_ij q_i, dv_j = Σ_i p_ij dout_i.
 template <class T>
 void attn_bwd_t(const Tensor& qkv, const Tensor& out, const Tensor& lse, const Tensor& dout, int64_t heads,
                 Tensor& delta, Tensor& dqkv) {
   const int64_t nb = qkv.dim(0), t = qkv.dim(1), c = qkv.dim(2) / 3, d = c / heads;
-  const Packed p{t, c, d};
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d)));
   const T *px = qkv.data<T>(), *po = out.data<T>(), *pl = lse.data<T>(), *pdo = dout.data<T>();
   T* pdelta = delta.data<T>();
   T* pdx = dqkv.data<T>();
+  const int ld = static_cast<int>(3 * c), ldo = static_cast<int>(c), di = static_cast<int>(d);
   parallel_for(nb * heads, 1, [&](int64_t u0, int64_t u1) {
-    std::vector<double> dq(static_cast<size_t>(d)), dk(static_cast<size_t>(t * d)), dv(static_cast<size_t>(t * d));
+    const size_t tile = static_cast<size_t>(std::min(t, kTile) * t);
+    std::vector<T> p(tile), dp(tile);
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t b = u / heads, h = u % heads;
+      const Head<T> hd(px, b, h, t, c, d);
+      const T* g = pdo + b * t * c + h * d;  // dout rows, ld C
+      const T* l = pl + (b * heads + h) * t;
       T* dl = pdelta + (b * heads + h) * t;
+      T* dq = pdx + b * t * 3 * c + h * d;
+      T* dk = dq + c;
+      T* dv = dq + 2 * c;
       for (int64_t i = 0; i < t; ++i) {
-        const int64_t o = (b * t + i) * c + h * d;
-        dl[i] = static_cast<T>(dot(pdo + o, po + o, d));
+        double s = 0;
+        for (int64_t e = 0; e < d; ++e) s += static_cast<double>(g[i * c + e]) * po[(b * t + i) * c + h * d + e];
+        dl[i] = static_cast<T>(s);
+        std::fill(dk + i * ld, dk + i * ld + d, T(0));
+        std::fill(dv + i * ld, dv + i * ld + d, T(0));
       }
-      std::fill(dk.begin(), dk.end(), 0.0);
-      std::fill(dv.begin(), dv.end(), 0.0);
-      for (int64_t i = 0; i < t; ++i) {
-        const T* q = px + p.row(b, i) + h * d;
-        const T* g = pdo + (b * t + i) * c + h * d;
-        const double l = pl[(b * heads + h) * t + i];
-        std::fill(dq.begin(), dq.end(), 0.0);
-        for (int64_t j = 0; j <= i; ++j) {
-          const T* k = px + p.row(b, j) + c + h * d;
-          const T* v = px + p.row(b, j) + 2 * c + h * d;
-          const double pij = std::exp(scale * dot(q, k, d) - l);
-          const double ds = pij * (dot(g, v, d) - dl[i]) * scale;
-          double* dkj = dk.data() + j * d;
-          double* dvj = dv.data() + j * d;
-          for (int64_t e = 0; e < d; ++e) {
-            dq[e] += ds * k[e];
-            dkj[e] += ds * q[e];
-            dvj[e] += pij * g[e];
+      for (int64_t i0 = 0; i0 < t; i0 += kTile) {
+        const int m = static_cast<int>(std::min(kTile, t - i0)), n = static_cast<int>(i0) + m;
+        gemm_raw<T>(false, true, m, n, di, scale, hd.q + i0 * ld, ld, hd.k, ld, T(0), p.data(), n);
+        gemm_raw<T>(false, true, m, n, di, T(1), g + i0 * c, ldo, hd.v, ld, T(0), dp.data(), n);
+        for (int r = 0; r < m; ++r) {
+          T* pr = p.data() + static_cast<int64_t>(r) * n;
+          T* dr = dp.data() + static_cast<int64_t>(r) * n;
+          const int64_t last = i0 + r;
+          const T li = l[last], delta_i = dl[last];
+          for (int64_t j = 0; j <= last; ++j) {
+            pr[j] = std::exp(pr[j] - li);
+            dr[j] = pr[j] * (dr[j] - delta_i) * scale;  // ds_ij
           }
+          std::fill(pr + last + 1, pr + n, T(0));
+          std::fill(dr + last + 1, dr + n, T(0));
         }
-        T* dqi = pdx + p.row(b, i) + h * d;
-        for (int64_t e = 0; e < d; ++e) dqi[e] = static_cast<T>(dq[e]);
-      }
-      for (int64_t j = 0; j < t; ++j) {
-        T* dkj = pdx + p.row(b, j) + c + h * d;
-        T* dvj = pdx + p.row(b, j) + 2 * c + h * d;
-        for (int64_t e = 0; e < d; ++e) {
-          dkj[e] = static_cast<T>(dk[j * d + e]);
-          dvj[e] = static_cast<T>(dv[j * d + e]);
-        }
+        gemm_raw<T>(false, false, m, di, n, T(1), dp.data(), n, hd.k, ld, T(0), dq + i0 * ld, ld);
+        gemm_raw<T>(true, false, n, di, m, T(1), dp.data(), n, hd.q + i0 * ld, ld, T(1), dk, ld);
+        gemm_raw<T>(true, false, n, di, m, T(1), p.data(), n, g + i0 * c, ldo, T(1), dv, ld);
       }
     }
   });
