@@ -1,6 +1,7 @@
 // The GPU/host monitor against a scripted NVML (tests/tools/fake_nvml.c): readings, warnings, a missing library.
 #include "helpers.h"
 #include "log/gpu_monitor.h"
+#include "ops/devices.h"
 
 #include <dlfcn.h>
 #include <spdlog/sinks/ostream_sink.h>
@@ -410,4 +411,16 @@ logging: {interval_s: 0.02}
   REQUIRE(off.exit_code == 0);
   CHECK(read_text(dir / "off/metrics.jsonl").find("host_rss_mib") == std::string::npos);
   CHECK(off.output.find("| host rss") == std::string::npos);
+}
+
+TEST_CASE("the MFU's peak comes from the GPU's name, and an unknown GPU has none", "[cpu]") {
+  CHECK(gt::known_peak("NVIDIA H100 80GB HBM3")->fp32 == 67);
+  CHECK(gt::known_peak("NVIDIA H100 PCIe")->fp32 == 51);
+  CHECK(gt::known_peak("NVIDIA H200")->bf16 == 989);
+  CHECK(gt::known_peak("NVIDIA A100-SXM4-80GB")->fp32 == 19.5);
+  CHECK(gt::known_peak("NVIDIA A10G")->bf16 == 70);  // not the A10's row
+  CHECK(gt::known_peak("NVIDIA L40S")->fp32 == 91.6);
+  CHECK(gt::known_peak("NVIDIA L4")->fp32 == 30.3);
+  CHECK_FALSE(gt::known_peak("NVIDIA Frobnicator 9000").has_value());
+  CHECK_FALSE(gt::known_peak("").has_value());
 }

@@ -15,8 +15,9 @@ struct Dataset {
   Tensor inputs;
   Tensor targets;
   int64_t num_classes = 0;
-  std::string source;         ///< where it came from, for logs
-  std::string labels_source;  ///< the file the class labels came from ("" when made, not read), for messages
+  std::string source;             ///< where it came from, for logs
+  std::string labels_source;      ///< the file the class labels came from ("" when made, not read), for messages
+  int64_t tokens_per_sample = 0;  ///< token data: tokens predicted per sample (the block size); 0 otherwise
 
   int64_t size() const { return inputs.defined() ? inputs.dim(0) : 0; }
   Shape input_shape() const { return inputs.shape().sample(); }

@@ -26,6 +26,23 @@ std::string visible_note() {
 
 }  // namespace
 
+std::optional<PeakTflops> known_peak(const std::string& name) {
+  struct Row {
+    const char* pattern;  ///< a substring of the driver's name; the first row that matches wins
+    PeakTflops peak;
+  };
+  static const Row table[] = {
+      {"GH200", {67, 989}},     {"H200", {67, 989}},   {"H100 PCIe", {51, 756}}, {"H100 NVL", {60, 835}},
+      {"H100", {67, 989}},      {"A100", {19.5, 312}}, {"A800", {19.5, 312}},    {"L40S", {91.6, 362}},
+      {"L40", {90.5, 181}},     {"L4", {30.3, 121}},   {"A10G", {31.2, 70}},     {"A10", {31.2, 125}},
+      {"A6000", {38.7, 155}},   {"V100", {15.7, 0}},   {"T4", {8.1, 0}},         {"RTX 4090", {82.6, 165}},
+      {"RTX 3090", {35.6, 71}},
+  };
+  for (const Row& r : table)
+    if (name.find(r.pattern) != std::string::npos) return r.peak;
+  return std::nullopt;
+}
+
 Device resolve_device(const std::string& requested, std::string& reason) {
   if (requested == "cpu") {
     reason = "requested";

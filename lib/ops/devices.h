@@ -4,6 +4,7 @@
 #include "core/device.h"
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,16 @@ CudaInfo query_cuda();
 /// must be usable. `reason` says why, for the log. Throws gt::Error (exit 1) when the device asked for cannot be
 /// used: no GPU, an index past the visible ones, or a GPU older than this build's kernels.
 Device resolve_device(const std::string& requested, std::string& reason);
+
+/// Dense peak arithmetic rate of one GPU model in TFLOP/s, from the vendor's data sheets (boost clock, SXM where a
+/// model has several forms and the name does not say): fp32 on the CUDA cores (what gputrain's fp32 training runs
+/// on: no TF32) and bf16 on the tensor cores without sparsity.
+struct PeakTflops {
+  double fp32 = 0, bf16 = 0;
+};
+/// The peak of the GPU that `name` (as the driver reports it, "NVIDIA H100 80GB HBM3") describes; nullopt for a
+/// model the table does not know, so that nobody is shown a percentage of a guessed peak.
+std::optional<PeakTflops> known_peak(const std::string& name);
 
 /// Formats a CUDA-style version number (12040 → "12.4", 90100 → "9.1.0" for cuDNN) for people.
 std::string format_cuda_version(int v);

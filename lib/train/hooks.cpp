@@ -91,6 +91,15 @@ RunReporter::RunReporter(const Experiment& exp, const RunSetup& setup, const std
                       exp.logging.interval_s);
     m_monitor->start();
   }
+  m_tokens_per_sample = setup.train().tokens_per_sample;
+  m_flops_per_sample = 3.0 * static_cast<double>(setup.model.forward_flops());
+  double peak = exp.train.peak_tflops;
+  if (peak <= 0 && m_device.is_cuda()) {
+    const CudaInfo cuda = query_cuda();
+    if (m_device.index < static_cast<int>(cuda.devices.size()))
+      if (const auto known = known_peak(cuda.devices[static_cast<size_t>(m_device.index)].name)) peak = known->fp32;
+  }
+  m_peak_flops = peak * 1e12 * setup.world;
 }
 
 void RunReporter::continue_metrics(const TrainProgress* resumed) {
@@ -113,11 +122,16 @@ void RunReporter::log_train(const TrainProgress& p, int64_t total_steps, const L
   const double eta = static_cast<double>(total_steps - p.step) * p.train_seconds / static_cast<double>(p.step);
   const DeviceMemoryStats mem = device_memory_stats(m_device);
   const MonitorSample sample = m_monitor ? m_monitor->latest() : MonitorSample{};
+  const double tokens_per_sec = w.samples_per_sec * static_cast<double>(m_tokens_per_sample);
+  const double mfu = m_peak_flops > 0 ? w.samples_per_sec * m_flops_per_sample / m_peak_flops : 0;
+  std::string rate = fmt::format("{:.0f} samples/s", w.samples_per_sec);
+  if (m_tokens_per_sample > 0)
+    rate = fmt::format("{:.0f} tok/s | {}", tokens_per_sec,
+                       mfu > 0 ? fmt::format("MFU {:.1f}%", 100 * mfu) : std::string("MFU: unknown peak"));
   step_logger().info(
-      "epoch {}/{} | step {}/{} | loss {:.4f} | lr {:.4g} | grad_norm {:.3g}{} | "
-      "{:.0f} samples/s | {}elapsed {} | eta {}{}",
-      p.epoch + 1, m_epochs, p.step, total_steps, w.loss, w.lr, p.grad_norm, w.skipped ? " (skipped)" : "",
-      w.samples_per_sec, gpu ? fmt::format("mem {:.0f} MiB (peak {:.0f}) | ", mib(mem.in_use), mib(mem.peak)) : "",
+      "epoch {}/{} | step {}/{} | loss {:.4f} | lr {:.4g} | grad_norm {:.3g}{} | {} | {}elapsed {} | eta {}{}",
+      p.epoch + 1, m_epochs, p.step, total_steps, w.loss, w.lr, p.grad_norm, w.skipped ? " (skipped)" : "", rate,
+      gpu ? fmt::format("mem {:.0f} MiB (peak {:.0f}) | ", mib(mem.in_use), mib(mem.peak)) : "",
       hms(seconds_since(m_wall_start)), hms(eta), sample.seq > 0 ? " | " + summary_text(sample) : std::string());
   JsonObject row = JsonObject()
                        .add("type", "train")
@@ -128,6 +142,8 @@ void RunReporter::log_train(const TrainProgress& p, int64_t total_steps, const L
                        .add("grad_norm", p.grad_norm)
                        .add("samples_per_sec", w.samples_per_sec)
                        .add("elapsed_s", seconds_since(m_wall_start));
+  if (m_tokens_per_sample > 0) row.add("tokens_per_sec", tokens_per_sec);
+  if (m_tokens_per_sample > 0 && mfu > 0) row.add("mfu", mfu);
   if (gpu) row.add("device_mem_mib", mib(mem.in_use)).add("device_peak_mib", mib(mem.peak));
   if (sample.seq > 0) append_fields(row, sample);
   if (m_rank_fields) add_rank_fields(row, m_comm, sample, m_device);

@@ -81,6 +81,10 @@ class RunReporter {
   Communicator& m_comm;
   bool m_rank_fields = false;  ///< rank 0's rows carry the other processes' sampler readings
   RunClock::time_point m_wall_start;
+  // Token runs: tokens/s and the model FLOPs utilisation (3 × the graph's forward FLOPs per sample — 6N plus the
+  // attention — over the peak of every device of the job; 0 = unknown peak).
+  int64_t m_tokens_per_sample = 0;
+  double m_flops_per_sample = 0, m_peak_flops = 0;
 };
 
 /// The live progress display (rank 0, stdout a terminal), which stands for the periodic step lines on the console.

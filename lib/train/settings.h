@@ -23,7 +23,8 @@ struct TrainConfig {
   double grad_clip = 0.0;                        ///< max global L2 norm of the gradients; 0 = off
   int64_t profile_start = 0, profile_steps = 0;  ///< profile steps [start, start + steps) (1-based); 0 steps = off
   NonFinitePolicy nonfinite = NonFinitePolicy::abort;
-  int64_t max_skips = 5;  ///< skip: steps skipped in a row; rollback: rollbacks to one checkpoint
+  int64_t max_skips = 5;   ///< skip: steps skipped in a row; rollback: rollbacks to one checkpoint
+  double peak_tflops = 0;  ///< one device's peak for the MFU; 0 = the known GPUs' table (none for the CPU)
 };
 
 /// The test metric whose best checkpoint is kept besides the newest ones (checkpoint.keep_best).
