@@ -5,6 +5,7 @@
 #include "helpers.h"
 #include "io/llmc.h"
 #include "ops/loss.h"
+#include "train/llmc.h"
 #include "train/resume.h"
 
 #include <catch2/catch.hpp>
@@ -252,4 +253,22 @@ TEST_CASE("a GPT imported from llm.c's format computes PyTorch's logits and grad
     CHECK(diff <= 1e-4);
     CHECK(size > 1e-3);  // every parameter gets a gradient here, so the comparison is not between zeros
   }
+}
+
+TEST_CASE("import llmc refuses a checkpoint whose GPT is larger than gputrain takes, naming the file", "[cpu][data]") {
+  TempDir dir;
+  // Valid for llm.c (a 32 MiB file), but each sample's logits would be 2^22 × 2^22 elements, past limits::kElements.
+  LlmcHeader h;
+  h.max_seq_len = 1 << 22;
+  h.vocab_size = h.padded_vocab_size = 1 << 22;
+  h.num_layers = h.num_heads = h.channels = 1;
+  LlmcCheckpoint c;
+  c.header = h;
+  for (const auto& [name, shape] : llmc_tensor_shapes(h))
+    c.tensors.emplace_back(name, Tensor::zeros(shape, DType::f32));
+  write_llmc(dir / "big.bin", c);
+  CHECK_THROWS_WITH(import_llmc(dir / "big.bin", dir / "out"),
+                    Catch::StartsWith(dir / "big.bin: a GPT of these sizes is more than gputrain takes") &&
+                        Catch::Contains("more than 1099511627776"));
+  CHECK_FALSE(std::filesystem::exists(dir / "out"));
 }

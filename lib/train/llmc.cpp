@@ -1,6 +1,7 @@
 // llm.c interchange commands: checkpoint file ↔ experiment folder (config.yaml + model.safetensors).
 #include "train/llmc.h"
 
+#include "graph/model.h"
 #include "io/llmc.h"
 #include "io/safetensors.h"
 #include "train/checkpoint.h"
@@ -9,6 +10,7 @@
 #include "train/run_dir.h"
 #include "train/settings.h"
 
+#include <cctype>
 #include <filesystem>
 
 namespace gt {
@@ -37,6 +39,14 @@ LlmcImport import_llmc(const std::string& bin, const std::string& out_dir) {
   refuse_run_file("--out", r.weights);
   const LlmcCheckpoint c = read_llmc(bin);
   const LlmcHeader& h = c.header;
+  const std::string stem = plain(fs::path(bin).stem().string(), 64);
+  const std::string config = llmc_config_yaml(h, "llmc_" + stem, plain(fs::path(bin).filename().string(), 120));
+  try {  // the GPT as `gputrain check` would size it: a checkpoint within llm.c's limits may still exceed gputrain's
+    const ConfigNode root = ConfigNode::load_string(config, r.config);
+    Model::build(root["model"], Shape{h.max_seq_len}, DType::f32, Device::cpu(), 0, /*init_params=*/false);
+  } catch (const ConfigError& e) {
+    throw DataError(fmt::format("{}: a GPT of these sizes is more than gputrain takes: {}", bin, e.what()));
+  }
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw Error(fmt::format("{}: cannot create the folder: {}", out_dir, ec.message()));
@@ -46,8 +56,6 @@ LlmcImport import_llmc(const std::string& bin, const std::string& out_dir) {
     list.emplace_back(name, &t);
     r.params += t.numel();
   }
-  const std::string stem = plain(fs::path(bin).stem().string(), 64);
-  const std::string config = llmc_config_yaml(h, "llmc_" + stem, plain(fs::path(bin).filename().string(), 120));
   write_safetensors(r.weights, list, {{"format", "pt"}, {"gputrain_version", GPUTRAIN_VERSION}, {"source", "llm.c"}});
   write_file_durable(r.config, config);
   r.summary = fmt::format(
