@@ -242,6 +242,13 @@ void write_llmc(const std::string& path, const LlmcCheckpoint& c) {
     ::unlink(tmp.c_str());
     throw Error(fmt::format("{}: cannot rename into place: {}", path, std::strerror(err)));
   }
+  // The rename itself is made durable by syncing the folder (best effort: some file systems refuse a folder fsync).
+  const std::string folder = std::filesystem::path(path).parent_path().string();
+  const int dir = ::open(folder.empty() ? "." : folder.c_str(), O_RDONLY | O_DIRECTORY);
+  if (dir >= 0) {
+    ::fsync(dir);
+    ::close(dir);
+  }
 }
 
 std::string llmc_model_yaml(const LlmcHeader& h) {
