@@ -113,6 +113,21 @@ put("fuzz_safetensors", "f32_i32_meta", safetensors(
 put("fuzz_safetensors", "f64", safetensors({"b": ("F64", [3], struct.pack("<3d", 0.25, 0.5, 1))}))
 put("fuzz_safetensors", "empty", safetensors({}))
 
+# llm.c model checkpoints: the smallest GPT (1 layer, 1 head, 2 channels, vocabulary 3 padded to 4, 2 positions) in
+# f32 (version 3) and bf16 (version 5), and one with two layers and two heads.
+def llmc(version, T, V, L, NH, C, Vp):
+    n = Vp * C + T * C + L * (2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C + 4 * C * C + C) + 2 * C
+    header = struct.pack("<8i", 20240326, version, T, V, L, NH, C, Vp) + bytes(4 * 248)
+    values = [((i * 37) % 17 - 8) / 16 for i in range(n)]
+    if version == 3:
+        return header + struct.pack(f"<{n}f", *values)
+    return header + b"".join(struct.pack("<f", v)[2:] for v in values)  # bf16: the high half of each f32
+
+
+put("fuzz_llmc", "f32", llmc(3, 2, 3, 1, 1, 2, 4))
+put("fuzz_llmc", "bf16", llmc(5, 2, 3, 1, 1, 2, 4))
+put("fuzz_llmc", "two_layers", llmc(3, 3, 5, 2, 2, 4, 8))
+
 # state.json: a checkpoint's state as gputrain writes it (format 2), sealed with its state_crc32, and one whose
 # checksum no longer matches a counter.
 def sealed_state(**over):

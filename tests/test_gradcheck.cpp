@@ -192,13 +192,18 @@ TEST_CASE("a branching model's parameter gradients match central differences", "
 
 // GPT-2's tied lm head: the linear reads the embedding's table, so the one parameter's gradient is the sum of both
 // uses (the linear's backward writes it, the embedding's adds to it), with and without gradient accumulation.
+// With out_features below the table's rows (llm.c's vocabulary V padded to Vp) the head reads the first rows only:
+// the padded rows' gradient is the embedding's alone.
 TEST_CASE("a linear tied to an embedding gets the sum of both uses' gradients", "[gradcheck][cpu]") {
-  const ConfigNode cfg = ConfigNode::load_string(R"(layers:
-  - {type: embedding, name: wte, num_embeddings: 5, embedding_dim: 3}
-  - {type: layernorm, name: ln}
-  - {type: linear, name: head, out_features: 5, tied_to: wte, bias: false}
+  const int64_t out = GENERATE(5, 3);
+  const ConfigNode cfg = ConfigNode::load_string(fmt::format(R"(layers:
+  - {{type: embedding, name: wte, num_embeddings: 5, embedding_dim: 3}}
+  - {{type: layernorm, name: ln}}
+  - {{type: linear, name: head, out_features: {}, tied_to: wte, bias: false}}
 )",
+                                                             out),
                                                  "tied.yaml");
+  INFO("out_features " << out);
   Model m = Model::build(cfg, Shape{4}, DType::f64, Device::cpu(), 5);
   const auto named = m.named_params();
   REQUIRE(named.size() == 3);  // wte.weight, ln.weight, ln.bias: the head has no weight of its own
@@ -209,7 +214,8 @@ TEST_CASE("a linear tied to an embedding gets the sum of both uses' gradients", 
   Rng rng(8, 8);
   Tensor x = Tensor::empty(Shape{2, 4}, DType::f64);
   for (int64_t i = 0; i < x.numel(); ++i) x.data<double>()[i] = static_cast<double>(rng.below(5));
-  const Tensor r = random_tensor(Shape{2, 4, 5}, rng);
+  x.data<double>()[0] = 4;  // the last row is looked up, so a padded row has the embedding's gradient
+  const Tensor r = random_tensor(Shape{2, 4, out}, rng);
   auto loss = [&] { return dot(m.forward(x, {true, false}), r); };
   loss();
   m.backward(r, {true, false});
@@ -218,10 +224,18 @@ TEST_CASE("a linear tied to an embedding gets the sum of both uses' gradients", 
   for (int64_t i = 0; i < wte.value.numel(); ++i)
     check_close(analytic.data<double>()[i], central_difference(wte.value.data<double>()[i], loss),
                 "wte.weight[" + std::to_string(i) + "]");
+  if (out < 5) {  // the padded rows were used by the embedding (token 4 appears) but not by the head
+    CHECK(m.output_shape() == Shape{4, out});
+    CHECK(analytic.data<double>()[4 * 3] != 0.0);
+  }
   loss();
   m.backward(r, {true, true});  // a second micro-batch adds the same again
   for (int64_t i = 0; i < wte.grad.numel(); ++i)
     CHECK(wte.grad.data<double>()[i] == Approx(2 * analytic.data<double>()[i]).margin(1e-12));
+  loss();
+  m.backward(r, {true, false});  // a new step overwrites every row, the padded ones too
+  for (int64_t i = 0; i < wte.grad.numel(); ++i)
+    CHECK(wte.grad.data<double>()[i] == Approx(analytic.data<double>()[i]).margin(1e-12));
 }
 
 TEST_CASE("tied_to errors name the key", "[config][cpu]") {
@@ -237,7 +251,8 @@ TEST_CASE("tied_to errors name the key", "[config][cpu]") {
   CHECK_THAT(error(emb + "  - {type: linear, out_features: 5, tied_to: wtf}\n"),
              Catch::StartsWith("layers[1].tied_to: no layer is named \"wtf\""));
   CHECK_THAT(error(emb + "  - {type: linear, out_features: 6, tied_to: wte}\n"),
-             Catch::StartsWith("layers[1].tied_to: \"wte\" has a weight of [5, 3], but this layer needs [6, 3]"));
+             Catch::StartsWith("layers[1].tied_to: \"wte\" has a weight of [5, 3], but this layer needs [6, 3] (at "
+                               "most its 5 rows)"));
   CHECK_THAT(error(emb + "  - {type: layernorm, name: ln}\n  - {type: linear, out_features: 3, tied_to: ln}\n"),
              Catch::StartsWith("layers[2].tied_to: \"ln\" is a layernorm, which has no weight to share"));
 }

@@ -10,6 +10,7 @@
 #include "train/checkpoint.h"
 #include "train/evaluation.h"
 #include "train/footprint.h"
+#include "train/llmc.h"
 #include "train/loss.h"
 #include "train/run_dir.h"
 #include "train/setup.h"
@@ -187,10 +188,37 @@ int main(int argc, char** argv) {
   eval->add_option("--threads", eval_threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 4096));
 
   std::string export_from, export_to;
-  auto* exporter = app.add_subcommand("export", "write a checkpoint's weights alone, as one safetensors file");
-  exporter->add_option("checkpoint", export_from, "a checkpoint folder (checkpoints/step-N) or a run directory")
+  auto* exporter = app.add_subcommand("export",
+                                      "write a checkpoint's weights alone, as one safetensors file (or, with `export "
+                                      "llmc`, a GPT's as an llm.c checkpoint)");
+  // Not marked required: `export llmc …` has neither; without a subcommand both are checked below (exit 2).
+  exporter->add_option("checkpoint", export_from, "a checkpoint folder (checkpoints/step-N) or a run directory");
+  exporter->add_option("--to", export_to, "the safetensors file to write");
+  exporter->require_subcommand(0, 1);
+  ConfigArgs export_llmc_args;
+  std::string export_llmc_weights, export_llmc_out;
+  bool export_bf16 = false;
+  auto* export_llmc = exporter->add_subcommand(
+      "llmc", "write a GPT's weights as an llm.c checkpoint (train_gpt2.c's model file) that llm.c continues from");
+  add_config_args(export_llmc, export_llmc_args);
+  export_llmc
+      ->add_option("--checkpoint", export_llmc_weights,
+                   "weights: a .safetensors file, a checkpoint folder, or a run directory (as eval takes them)")
       ->required();
-  exporter->add_option("--to", export_to, "the safetensors file to write")->required();
+  export_llmc->add_option("--out", export_llmc_out, "the llm.c checkpoint file to write (MODEL.bin)")->required();
+  export_llmc->add_flag("--bf16", export_bf16,
+                        "bf16 parameters (llm.c version 5, rounded to nearest even); default f32 (version 3)");
+
+  auto* importer = app.add_subcommand("import", "convert a model from another tool into an experiment folder");
+  importer->require_subcommand(1);
+  std::string import_bin, import_out;
+  auto* import_llmc = importer->add_subcommand(
+      "llmc",
+      "read an llm.c GPT-2 checkpoint (version 3 f32 or 5 bf16) into DIR/config.yaml and DIR/model.safetensors");
+  import_llmc->add_option("model", import_bin, "llm.c's model file (gpt2_124M.bin, a model_*.bin checkpoint)")
+      ->required();
+  import_llmc->add_option("--out", import_out, "the folder to write config.yaml and model.safetensors into")
+      ->required();
 
   std::string report_dir, report_out;
   auto* report = app.add_subcommand("report",
@@ -227,7 +255,23 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (*check) return cmd_check(check_args, check_json);
-    if (*exporter) return cmd_export(export_from, export_to);
+    if (*export_llmc) {
+      fmt::print("{}\n", gt::export_llmc(export_llmc_args.file, export_llmc_args.sets, export_llmc_weights,
+                                         export_llmc_out, export_bf16));
+      return 0;
+    }
+    if (*exporter) {
+      if (export_from.empty() || export_to.empty()) {
+        std::cerr << "error: export needs CHECKPOINT and --to FILE (or: export llmc CONFIG --checkpoint PATH --out "
+                     "MODEL.bin)\nRun with --help for usage.\n";
+        return 2;
+      }
+      return cmd_export(export_from, export_to);
+    }
+    if (*import_llmc) {
+      fmt::print("{}\n", gt::import_llmc(import_bin, import_out).summary);
+      return 0;
+    }
     if (*report) {
       if (!report_out.empty()) gt::refuse_run_file("--out", report_out);
       const gt::ReportInfo r = gt::write_report(report_dir, report_out);

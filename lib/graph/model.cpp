@@ -236,8 +236,10 @@ void tie_weights(const std::vector<Pending>& pending, const std::map<std::string
       at.fail(fmt::format("\"{}\" is a {}, which has no weight to share (an embedding has)", target, owner.type));
     if (position[static_cast<size_t>(it->second)] > position[i])
       at.fail(fmt::format("\"{}\" must run before \"{}\", which uses its weight", target, p.name));
-    if (need != offered)
-      at.fail(fmt::format("\"{}\" has a weight of {}, but this layer needs {}", target, offered.str(), need.str()));
+    // The tied layer may use a prefix of the owner's rows (llm.c's padded vocabulary: logits over the first V rows).
+    if (need.rank() != 2 || offered.rank() != 2 || need[1] != offered[1] || need[0] > offered[0])
+      at.fail(fmt::format("\"{}\" has a weight of {}, but this layer needs {} (at most its {} rows)", target,
+                          offered.str(), need.str(), offered.rank() ? offered[0] : 0));
     node.tied_to = position[static_cast<size_t>(it->second)];
     owner.adds_param_grads = true;
   }

@@ -35,13 +35,14 @@ class Linear final : public Layer {
   }
   Shape tied_weight_shape() const override { return m_tied ? Shape{m_out, m_in} : Shape(); }
   // The shared weight's gradient is written here first (this layer runs backward before the embedding it reads,
-  // which the model then makes add its part), so the two uses are summed.
+  // which the model then makes add its part), so the two uses are summed. A table with more rows than out_features
+  // (llm.c's vocabulary padded to Vp) is used through its first out_features rows.
   void tie_weight(Param& shared) override { m_w = &shared; }
 
   void forward(const std::vector<const Tensor*>& x, Tensor& y, const LayerContext&) override {
     const Tensor x2 = as_rows(*x[0], m_in);  // (B·rows, in)
     Tensor y2 = as_rows(y, m_out);           // (B·rows, out)
-    ops::matmul(x2, false, m_w->value, true, y2, 0.0);
+    ops::matmul(x2, false, m_w->value.narrow0(m_out), true, y2, 0.0);
     if (m_has_bias) ops::add_row_bias(y2, m_bias.value);
   }
 
@@ -49,11 +50,15 @@ class Linear final : public Layer {
                 const LayerContext& ctx) override {
     const Tensor x2 = as_rows(*x[0], m_in), dy2 = as_rows(dy, m_out);
     const double beta = ctx.accumulate_grads ? 1.0 : 0.0;
-    ops::matmul(dy2, true, x2, false, m_w->grad, beta);     // dW (out, in) = dyᵀ · x
+    Tensor dw = m_w->grad.narrow0(m_out);
+    ops::matmul(dy2, true, x2, false, dw, beta);  // dW (out, in) = dyᵀ · x
+    // A shared table's rows past out_features get no gradient from here; this layer writes first, so it clears them.
+    const int64_t spare = m_w->grad.dim(0) - m_out;
+    if (spare > 0 && !ctx.accumulate_grads) m_w->grad.slice0(m_out, spare).zero_();
     if (m_has_bias) ops::sum_rows(dy2, m_bias.grad, beta);  // db (out) = Σ_rows dy
     if (dx[0]) {
       Tensor dx2 = as_rows(*dx[0], m_in);
-      ops::matmul(dy2, false, m_w->value, false, dx2, 0.0);  // dx (B·rows, in) = dy · W
+      ops::matmul(dy2, false, m_w->value.narrow0(m_out), false, dx2, 0.0);  // dx (B·rows, in) = dy · W
     }
   }
 

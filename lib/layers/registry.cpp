@@ -99,7 +99,9 @@ const std::vector<LayerSpec>& layer_registry() {
        {{"out_features", "int", "", "output features", true},
         {"bias", "bool", "true", "add a learned bias", false},
         {"tied_to", "layer name", "none",
-         "use that embedding's table as W (GPT-2's lm head): one parameter, the gradients of both uses summed", false}},
+         "use that embedding's table as W (GPT-2's lm head): one parameter, the gradients of both uses summed; "
+         "out_features may be below the table's rows, using the first ones (llm.c's padded vocabulary)",
+         false}},
        make_linear},
       {"maxpool2d",
        "Max pooling over [C, H, W]; the gradient goes to the first maximum of each window.",

@@ -1,0 +1,91 @@
+// llm.c interchange commands: checkpoint file ↔ experiment folder (config.yaml + model.safetensors).
+#include "train/llmc.h"
+
+#include "graph/model.h"
+#include "io/llmc.h"
+#include "io/safetensors.h"
+#include "train/checkpoint.h"
+#include "train/experiment.h"
+#include "train/resume.h"
+#include "train/run_dir.h"
+#include "train/settings.h"
+
+#include <cctype>
+#include <filesystem>
+
+namespace gt {
+namespace fs = std::filesystem;
+
+namespace {
+
+/// `text` with only [A-Za-z0-9._-] kept (others become '_'), at most `max` characters: safe in a YAML comment or
+/// as a run name whatever the file was called.
+std::string plain(const std::string& text, size_t max) {
+  std::string s;
+  for (const char c : text.substr(0, max))
+    s += std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-' ? c : '_';
+  return s;
+}
+
+}  // namespace
+
+LlmcImport import_llmc(const std::string& bin, const std::string& out_dir) {
+  const fs::path dir = out_dir;
+  LlmcImport r;
+  r.config = (dir / "config.yaml").string();
+  r.weights = (dir / "model.safetensors").string();
+  // The existing outputs' rule (export --to, report --out): files are replaced atomically, but never a run's own.
+  refuse_run_file("--out", r.config);
+  refuse_run_file("--out", r.weights);
+  const LlmcCheckpoint c = read_llmc(bin);
+  const LlmcHeader& h = c.header;
+  const std::string stem = plain(fs::path(bin).stem().string(), 64);
+  const std::string config = llmc_config_yaml(h, "llmc_" + stem, plain(fs::path(bin).filename().string(), 120));
+  try {  // the GPT as `gputrain check` would size it: a checkpoint within llm.c's limits may still exceed gputrain's
+    const ConfigNode root = ConfigNode::load_string(config, r.config);
+    Model::build(root["model"], Shape{h.max_seq_len}, DType::f32, Device::cpu(), 0, /*init_params=*/false);
+  } catch (const ConfigError& e) {
+    throw DataError(fmt::format("{}: a GPT of these sizes is more than gputrain takes: {}", bin, e.what()));
+  }
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw Error(fmt::format("{}: cannot create the folder: {}", out_dir, ec.message()));
+  const auto named = llmc_to_named(c);
+  std::vector<std::pair<std::string, const Tensor*>> list;
+  for (const auto& [name, t] : named) {
+    list.emplace_back(name, &t);
+    r.params += t.numel();
+  }
+  write_safetensors(r.weights, list, {{"format", "pt"}, {"gputrain_version", GPUTRAIN_VERSION}, {"source", "llm.c"}});
+  write_file_durable(r.config, config);
+  r.summary = fmt::format(
+      "{}: llm.c GPT-2 (version {}, {}), {} layers, {} heads, {} channels, vocabulary {} padded to {}, {} positions, "
+      "{} parameters → {}, {}",
+      bin, h.version, h.version == 5 ? "bf16" : "f32", h.num_layers, h.num_heads, h.channels, h.vocab_size,
+      h.padded_vocab_size, h.max_seq_len, r.params, r.config, r.weights);
+  return r;
+}
+
+std::string export_llmc(const std::string& config, const std::vector<std::string>& sets, const std::string& checkpoint,
+                        const std::string& out, bool bf16) {
+  refuse_run_file("--out", out);
+  const ConfigNode root = load_config(config, sets);
+  root.require("model");
+  // Only the model is needed: sequences of one token build every GPT (the sizes are in the layers' arguments), and
+  // no data file has to exist where the weights are converted.
+  llmc_gpt_header(Model::build(root["model"], Shape{1}, DType::f32, Device::cpu(), 0, /*init_params=*/false),
+                  bf16 ? 5 : 3);  // the layout is checked before any memory is given to the parameters
+  Model model = Model::build(root["model"], Shape{1}, DType::f32, Device::cpu(), 0);
+  const std::string weights = weights_file(checkpoint, CheckpointConfig{});
+  load_weights(model, weights);
+  const LlmcCheckpoint c = llmc_from_model(model, bf16 ? 5 : 3);
+  write_llmc(out, c);
+  const LlmcHeader& h = c.header;
+  return fmt::format(
+      "{}: GPT-2 with {} layers, {} heads, {} channels, vocabulary {} padded to {}, {} positions → {} "
+      "(llm.c version {}, {})",
+      weights, h.num_layers, h.num_heads, h.channels, h.vocab_size, h.padded_vocab_size, h.max_seq_len, out, h.version,
+      bf16 ? "bf16" : "f32");
+}
+
+}  // namespace gt

@@ -1,0 +1,28 @@
+// `gputrain import llmc` and `gputrain export llmc`: llm.c's GPT-2 checkpoints to a gputrain experiment folder and
+// back (io/llmc.h has the format and the layer mapping).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace gt {
+
+struct LlmcImport {
+  std::string config, weights;  ///< the files written
+  int64_t params = 0;
+  std::string summary;  ///< one line: the sizes read
+};
+
+/// Reads llm.c checkpoint `bin` and writes `out_dir`/config.yaml (the GPT, token data with placeholder paths,
+/// train_gpt2.c's optimizer) and `out_dir`/model.safetensors, each atomically; `out_dir` is created when missing.
+/// A file that is not a valid checkpoint is a DataError naming it; a run directory's files are not overwritten
+/// (ConfigError).
+LlmcImport import_llmc(const std::string& bin, const std::string& out_dir);
+
+/// Writes the weights `checkpoint` names (as `gputrain eval --checkpoint` takes them) of the GPT in `config` as an
+/// llm.c checkpoint `out` (version 3, or 5 with bf16), atomically. Only the config's model section is read. A model
+/// that is not llm.c's GPT-2 layout is a ConfigError naming the first layer that differs. Returns one summary line.
+std::string export_llmc(const std::string& config, const std::vector<std::string>& sets, const std::string& checkpoint,
+                        const std::string& out, bool bf16);
+
+}  // namespace gt
