@@ -25,19 +25,20 @@ double dot(const T* a, const T* b, int64_t d) {
   return s;
 }
 
+// Query rows [first, first + n) of qkv's sequences (all of them for the forward, the new ones for a decode step):
+// out is [B, n, C]; lse [B, heads, T] is written when given.
 template <class T>
-void attn_fwd_t(const Tensor& qkv, int64_t heads, Tensor& out, Tensor& lse) {
+void attn_fwd_t(const Tensor& qkv, int64_t heads, int64_t first, int64_t n, Tensor& out, T* pl) {
   const int64_t nb = qkv.dim(0), t = qkv.dim(1), c = qkv.dim(2) / 3, d = c / heads;
   const Packed p{t, c, d};
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   const T* px = qkv.data<T>();
   T* po = out.data<T>();
-  T* pl = lse.data<T>();
   parallel_for(nb * heads, 1, [&](int64_t u0, int64_t u1) {
-    std::vector<double> s(static_cast<size_t>(t)), acc(static_cast<size_t>(d));
+    std::vector<double> s(static_cast<size_t>(first + n)), acc(static_cast<size_t>(d));
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t b = u / heads, h = u % heads;
-      for (int64_t i = 0; i < t; ++i) {
+      for (int64_t i = first; i < first + n; ++i) {
         const T* q = px + p.row(b, i) + h * d;
         double mx = -std::numeric_limits<double>::infinity();
         for (int64_t j = 0; j <= i; ++j) {
@@ -52,9 +53,9 @@ void attn_fwd_t(const Tensor& qkv, int64_t heads, Tensor& out, Tensor& lse) {
           const T* v = px + p.row(b, j) + 2 * c + h * d;
           for (int64_t k = 0; k < d; ++k) acc[k] += e * v[k];
         }
-        T* o = po + (b * t + i) * c + h * d;
+        T* o = po + (b * n + i - first) * c + h * d;
         for (int64_t k = 0; k < d; ++k) o[k] = static_cast<T>(acc[k] / sum);
-        pl[(b * heads + h) * t + i] = static_cast<T>(mx + std::log(sum));
+        if (pl) pl[(b * heads + h) * t + i] = static_cast<T>(mx + std::log(sum));
       }
     }
   });
@@ -118,7 +119,17 @@ void attn_bwd_t(const Tensor& qkv, const Tensor& out, const Tensor& lse, const T
 }  // namespace
 
 void attention_forward(const Tensor& qkv, int64_t heads, Tensor& out, Tensor& lse) {
-  for_float_type(qkv.dtype(), [&](auto t) { attn_fwd_t<decltype(t)>(qkv, heads, out, lse); });
+  for_float_type(qkv.dtype(), [&](auto t) {
+    using T = decltype(t);
+    attn_fwd_t<T>(qkv, heads, 0, qkv.dim(1), out, lse.data<T>());
+  });
+}
+
+void attention_decode(const Tensor& qkv, int64_t heads, int64_t first, Tensor& out) {
+  for_float_type(qkv.dtype(), [&](auto t) {
+    using T = decltype(t);
+    attn_fwd_t<T>(qkv, heads, first, out.dim(1), out, nullptr);
+  });
 }
 
 void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse, const Tensor& dout, int64_t heads,
