@@ -261,7 +261,7 @@ TEST_CASE("causal attention matches softmax(q·kᵀ/√d + mask)·v and never lo
 }
 
 // Decoding computes the forward's rows for the new positions only, from a cache whose rows past them are not read.
-TEST_CASE("attention decoding gives the forward's rows for the new positions, bit for bit", "[cpu]") {
+TEST_CASE("attention decoding gives the forward rows of the new positions, bit for bit", "[cpu]") {
   const int64_t nb = 2, t = 7, heads = 3, d = 2, c = heads * d;
   Tensor qkv = Tensor::empty(Shape{nb, t, 3 * c}, DType::f32);
   Rng rng(12, 0);
