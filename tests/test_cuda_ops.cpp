@@ -858,3 +858,22 @@ TEST_CASE("CUDA causal attention matches the CPU forward and backward", "[cuda]"
     check_close(dqkv.host_checked(), dqkv_cpu, 1e-5, 1e-5);
   }
 }
+
+TEST_CASE("CUDA attention decoding (the key/value cache's new rows) matches the CPU", "[cuda]") {
+  require_gpu();
+  for (auto [heads, d] : std::vector<std::pair<int64_t, int64_t>>{{3, 5}, {1, 72}}) {
+    const int64_t nb = 2, len = 37, c = heads * d;
+    const Tensor qkv = seeded(Shape{nb, len, 3 * c}, 103, -1, 1);
+    const Tensor qkv_d = to_cuda(qkv);
+    // A prefill of 9 rows at 0, one row in the middle, the last 4 rows (up to the end of the cache).
+    for (auto [first, n] : std::vector<std::pair<int64_t, int64_t>>{{0, 9}, {20, 1}, {33, 4}}) {
+      INFO("heads " << heads << " d " << d << " rows [" << first << ", " << first + n << ")");
+      Tensor out_cpu = Tensor::empty(Shape{nb, n, c}, DType::f32);
+      ops::attention_decode(qkv, heads, first, out_cpu);
+      Guarded out(out_cpu.shape());
+      ops::attention_decode(qkv_d, heads, first, out.inner);
+      // The forward's kernel on a subset of rows: as in the forward test, 1 ulp of f32 plus a small floor.
+      check_close(out.host_checked(), out_cpu, 1e-6, 2.5e-7);
+    }
+  }
+}

@@ -293,3 +293,26 @@ TEST_CASE("causal attention's backward matches finite differences across query t
     CHECK(dqkv.data<double>()[i] == Approx((up - down) / (2 * h)).margin(1e-7));
   }
 }
+
+// Decoding computes the forward's rows for the new positions only, from a cache whose rows past them are not read.
+TEST_CASE("attention decoding gives the forward rows of the new positions, bit for bit", "[cpu]") {
+  const int64_t nb = 2, t = 7, heads = 3, d = 2, c = heads * d;
+  Tensor qkv = Tensor::empty(Shape{nb, t, 3 * c}, DType::f32);
+  Rng rng(12, 0);
+  for (int64_t i = 0; i < qkv.numel(); ++i) qkv.data<float>()[i] = static_cast<float>(rng.uniform(-2, 2));
+  Tensor out = Tensor::empty(Shape{nb, t, c}, DType::f32), lse = Tensor::empty(Shape{nb, heads, t}, DType::f32);
+  ops::attention_forward(qkv, heads, out, lse);
+  for (const auto& [first, n] : std::vector<std::pair<int64_t, int64_t>>{{0, 7}, {0, 1}, {3, 1}, {2, 4}, {6, 1}}) {
+    INFO("rows [" << first << ", " << first + n << ")");
+    Tensor cache = qkv.clone();  // rows past the new ones are garbage a decoder has not written yet
+    for (int64_t b = 0; b < nb; ++b)
+      for (int64_t e = (first + n) * 3 * c; e < t * 3 * c; ++e) cache.data<float>()[b * t * 3 * c + e] = NAN;
+    Tensor rows = Tensor::empty(Shape{nb, n, c}, DType::f32);
+    ops::attention_decode(cache, heads, first, rows);
+    for (int64_t b = 0; b < nb; ++b)
+      for (int64_t i = 0; i < n * c; ++i)
+        REQUIRE(rows.data<float>()[b * n * c + i] == out.data<float>()[(b * t + first) * c + i]);
+  }
+  Tensor too_far = Tensor::empty(Shape{nb, 2, c}, DType::f32);
+  CHECK_THROWS_WITH(ops::attention_decode(qkv, heads, 6, too_far), Catch::Contains("do not fit"));
+}

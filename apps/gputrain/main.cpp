@@ -10,6 +10,7 @@
 #include "train/checkpoint.h"
 #include "train/evaluation.h"
 #include "train/footprint.h"
+#include "train/generate.h"
 #include "train/llmc.h"
 #include "train/loss.h"
 #include "train/run_dir.h"
@@ -17,8 +18,10 @@
 #include "train/signals.h"
 #include "train/trainer.h"
 
+#include <unistd.h>
 #include <CLI/CLI.hpp>
 
+#include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <optional>
@@ -130,6 +133,25 @@ int cmd_check(const ConfigArgs& a, bool json) {
   return 0;
 }
 
+int cmd_generate(ConfigArgs a, gt::GenerateOptions opts, const std::string& device, const std::string& seed) {
+  if (!device.empty()) a.sets.push_back("device=" + device);
+  gt::ConfigNode root = gt::load_config(a.file, a.sets);
+  if (!seed.empty()) root = gt::apply_override(root, "seed=" + seed);  // checked as the config's seed is
+  const gt::Experiment exp = gt::parse_experiment(root);
+  opts.sampling.seed = exp.seed;
+  const gt::GenerateSummary r = gt::generate_text(exp, opts, [](const std::string& piece) {
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+  });
+  if (r.bytes && isatty(fileno(stdout))) std::fputc('\n', stdout);  // a terminal's prompt on a line of its own
+  std::fflush(stdout);
+  fmt::print(stderr, "generated {} tokens after a prompt of {} in {:.2f} s ({:.1f} tokens/s); window {} positions{}\n",
+             r.new_tokens, r.prompt_tokens, r.seconds,
+             r.seconds > 0 ? static_cast<double>(r.new_tokens) / r.seconds : 0.0, r.window,
+             r.slides ? fmt::format(", slid {} times", r.slides) : std::string());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -186,6 +208,42 @@ int main(int argc, char** argv) {
       ->required();
   eval->add_flag("--json", eval_json, "print one JSON object instead of a line");
   eval->add_option("--threads", eval_threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 4096));
+
+  ConfigArgs gen_args;
+  gt::GenerateOptions gen;
+  std::string gen_device, gen_seed;
+  auto* generate = app.add_subcommand("generate",
+                                      "sample tokens from a token model's saved weights (text for a byte vocabulary), "
+                                      "with a key/value cache");
+  add_config_args(generate, gen_args);
+  generate
+      ->add_option("--checkpoint", gen.checkpoint,
+                   "weights: a .safetensors file, a checkpoint folder, or a run directory (as eval takes them)")
+      ->required();
+  generate
+      ->add_option_function<std::string>(
+          "--prompt",
+          [&gen](const std::string& p) {
+            gen.prompt = p;
+            gen.has_prompt = true;
+          },
+          "the start: text (UTF-8 bytes) for a byte model (256 classes), else token ids separated by commas or "
+          "spaces (default: a newline; <|endoftext|> 50256 for GPT-2 vocabularies, else token 0)")
+      ->type_name("TEXT");
+  generate->add_option("--tokens", gen.tokens, "new tokens to sample (default 256)")->check(CLI::Range(0, 1000000000));
+  generate->add_option("--temperature", gen.sampling.temperature, "softmax temperature; 0 = greedy argmax (default 1)")
+      ->check(CLI::Range(0.0, 1000.0));
+  generate->add_option("--top-k", gen.sampling.top_k, "sample among the K most likely tokens only (default 0: all)")
+      ->check(CLI::Range(0, 1000000000));
+  generate->add_option("--seed", gen_seed, "the draws' seed (default: the config's seed)");
+  generate->add_option("--device", gen_device, "auto | cpu | cuda | cuda:N (overrides device:)");
+  generate->add_option("--threads", gen.threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 4096));
+  generate->footer(
+      "Prints the prompt, then each token as it is drawn: raw bytes for a byte model, ids otherwise. The context is "
+      "the "
+      "model's T positions (its input [T]): past T the window slides, keeping the newest T/2 tokens. A line with the "
+      "rate goes to stderr. " +
+      std::string(kExitCodes));
 
   std::string export_from, export_to;
   auto* exporter = app.add_subcommand("export",
@@ -272,6 +330,7 @@ int main(int argc, char** argv) {
       fmt::print("{}\n", gt::import_llmc(import_bin, import_out).summary);
       return 0;
     }
+    if (*generate) return cmd_generate(gen_args, gen, gen_device, gen_seed);
     if (*report) {
       if (!report_out.empty()) gt::refuse_run_file("--out", report_out);
       const gt::ReportInfo r = gt::write_report(report_dir, report_out);

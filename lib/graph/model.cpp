@@ -432,6 +432,57 @@ const Tensor& Model::forward(const Tensor& x, const LayerContext& context) {
   return m_out.back();
 }
 
+std::string Model::decode_unsupported() const {
+  if (m_input_shape.rank() == 0) return "its input is a scalar per sample, not a sequence of positions";
+  const int64_t len = m_input_shape[0];
+  for (const GraphNode& n : m_nodes) {
+    if (n.layer->is_view() || !n.layer->decodes())
+      return fmt::format("layer \"{}\" ({}) does not compute position by position", n.name, n.type);
+    if (n.out_shape.rank() == 0 || n.out_shape[0] != len)
+      return fmt::format("layer \"{}\" ({}) turns the {} positions of the input into an output of {}", n.name, n.type,
+                         len, n.out_shape.str());
+  }
+  return "";
+}
+
+namespace {
+
+// The first t positions of a buffer of (batch, [T, …]) as (1, [t, …]).
+Tensor first_positions(const Tensor& buffer, int64_t t) {
+  std::vector<int64_t> d = buffer.shape().dims();
+  d.erase(d.begin());
+  const Tensor sample = buffer.narrow0(1).view(Shape(d));
+  d[0] = t;
+  d.insert(d.begin(), 1);
+  return sample.narrow0(t).view(Shape(d));
+}
+
+}  // namespace
+
+const Tensor& Model::forward_decode(const Tensor& x, int64_t position) {
+  const std::string why = decode_unsupported();
+  GT_CHECK(why.empty(), "forward_decode: {}", why);
+  GT_CHECK(m_max_batch >= 1, "forward_decode before allocate");
+  const int64_t len = m_input_shape[0];
+  GT_CHECK(x.rank() == m_input_shape.rank() + 1 && x.dim(0) == 1 && x.dim(1) >= 1 && position >= 0 &&
+               position + x.dim(1) <= len && x.shape().sample().sample() == m_input_shape.sample(),
+           "forward_decode: input {} at position {} for samples of {}", x.shape().str(), position, m_input_shape.str());
+  LayerContext ctx;
+  ctx.training = false;
+  ctx.decode = true;
+  ctx.position = position;
+  m_input = x;
+  std::vector<const Tensor*> ins;
+  for (size_t i = 0; i < m_nodes.size(); ++i) {
+    GraphNode& n = m_nodes[i];
+    ins.clear();
+    for (int j : n.inputs) ins.push_back(j < 0 ? &m_input : &m_out[static_cast<size_t>(j)]);
+    m_out[i] = first_positions(m_out_buf[i], x.dim(1));
+    n.layer->forward(ins, m_out[i], ctx);
+  }
+  return m_out.back();
+}
+
 void Model::backward(const Tensor& dout, const LayerContext& context) {
   LayerContext ctx = context;
   ctx.sum_over_ranks = m_sync ? &m_sync : nullptr;

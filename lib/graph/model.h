@@ -49,6 +49,14 @@ class Model {
   void allocate(int64_t max_batch);
   /// Runs the forward pass over x (B, input shape) with B ≤ max_batch; returns the output (B, output shape).
   const Tensor& forward(const Tensor& x, const LayerContext& ctx);
+  /// Why forward_decode cannot run this model, naming the layer ("" when it can): every layer must take decoding
+  /// calls (Layer::decodes) and keep the leading dimension T of the per-sample input [T, …] in its output.
+  std::string decode_unsupported() const;
+  /// Incremental forward of one sequence in evaluation mode, for sampling with a key/value cache: x [1, t, …] holds
+  /// positions [position, position + t) of a sample of [T, …] (position + t ≤ T); the positions before it went
+  /// through the calls since the last one at position 0, whose keys and values the attention layers kept. Returns
+  /// the output at those positions, [1, t, …], in the buffers allocate() made. Needs decode_unsupported() == "".
+  const Tensor& forward_decode(const Tensor& x, int64_t position);
   /// Back-propagates dout (B, output shape) from the last forward pass into the parameter gradients.
   void backward(const Tensor& dout, const LayerContext& ctx);
 

@@ -21,6 +21,7 @@ class ActivationLayer final : public Layer {
     if (dx[0]) ops::activation_backward(m_act, *x[0], y, dy, *dx[0]);
   }
   int64_t forward_flops() const override { return m_numel; }
+  bool decodes() const override { return true; }
   YAML::Node resolved_args() const override {
     YAML::Node n(YAML::NodeType::Map);
     if (m_act == Activation::gelu || m_act == Activation::gelu_tanh)

@@ -26,6 +26,7 @@ class Add final : public Layer {
       if (d) d->copy_from(dy);
   }
   int64_t forward_flops() const override { return m_numel; }
+  bool decodes() const override { return true; }
 
  private:
   int64_t m_numel = 0;

@@ -40,7 +40,11 @@ class CausalSelfAttention final : public Layer {
     return {&m_qkv_w, &m_proj_w};
   }
 
-  void forward(const std::vector<const Tensor*>& x, Tensor& y, const LayerContext&) override {
+  void forward(const std::vector<const Tensor*>& x, Tensor& y, const LayerContext& ctx) override {
+    if (ctx.decode) {
+      decode(*x[0], y, ctx.position);
+      return;
+    }
     const int64_t b = x[0]->dim(0);
     grow(b);
     Tensor qkv = m_qkv.narrow0(b), att = m_att.narrow0(b), lse = m_lse.narrow0(b);
@@ -72,6 +76,8 @@ class CausalSelfAttention final : public Layer {
     }
   }
 
+  bool decodes() const override { return true; }
+
   YAML::Node resolved_args() const override {
     YAML::Node n(YAML::NodeType::Map);
     n["heads"] = m_heads;
@@ -95,6 +101,28 @@ class CausalSelfAttention final : public Layer {
  private:
   static Tensor rows(const Tensor& t, int64_t cols) { return t.view(Shape{t.numel() / cols, cols}); }
 
+  // Positions [position, position + t) of one sequence: their q, k and v rows go into the cache (rows of [T, 3C],
+  // the packed layout of the forward, so decoding runs the forward's kernel on the new query rows), then attend over
+  // the cached positions ≤ each. The cache is the layer's own: training never touches it.
+  void decode(const Tensor& x, Tensor& y, int64_t position) {
+    const int64_t t = x.numel() / m_dim;
+    GT_CHECK(position >= 0 && position <= m_cached && t >= 1 && position + t <= m_len,
+             "causal_self_attention: decoding positions [{}, {}) with {} cached, of at most {}", position, position + t,
+             m_cached, m_len);
+    if (!m_cache.defined()) {
+      m_cache = Tensor::empty(Shape{1, m_len, 3 * m_dim}, m_dtype, m_device);
+      m_cache_att = Tensor::empty(Shape{m_len, m_dim}, m_dtype, m_device);
+    }
+    Tensor qkv = m_cache.view(Shape{m_len, 3 * m_dim}).slice0(position, t);
+    ops::matmul(rows(x, m_dim), false, m_qkv_w.value, true, qkv, 0.0);
+    if (m_bias) ops::add_row_bias(qkv, m_qkv_b.value);
+    m_cached = position + t;
+    Tensor att = m_cache_att.narrow0(t).view(Shape{1, t, m_dim}), att2 = m_cache_att.narrow0(t), y2 = rows(y, m_dim);
+    ops::attention_decode(m_cache, m_heads, position, att);
+    ops::matmul(att2, false, m_proj_w.value, true, y2, 0.0);
+    if (m_bias) ops::add_row_bias(y2, m_proj_b.value);
+  }
+
   // The saved activations and backward scratch, grown once to the largest batch.
   void grow(int64_t b) {
     if (m_qkv.defined() && m_qkv.dim(0) >= b) return;
@@ -112,6 +140,8 @@ class CausalSelfAttention final : public Layer {
   Device m_device;
   Param m_qkv_w, m_qkv_b, m_proj_w, m_proj_b;
   Tensor m_qkv, m_dqkv, m_att, m_datt, m_lse, m_delta;
+  Tensor m_cache, m_cache_att;  // decoding: q, k, v of positions [0, m_cached) of one sequence; the new rows' output
+  int64_t m_cached = 0;
 };
 
 }  // namespace

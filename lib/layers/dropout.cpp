@@ -29,6 +29,7 @@ class Dropout final : public Layer {
     else
       dx[0]->copy_from(dy);
   }
+  bool decodes() const override { return true; }  // decoding is evaluation: the identity
   YAML::Node resolved_args() const override {
     YAML::Node n(YAML::NodeType::Map);
     n["p"] = m_p;

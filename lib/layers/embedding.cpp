@@ -25,6 +25,7 @@ class Embedding final : public Layer {
   std::vector<Param*> params() override { return {&m_weight}; }
   int64_t param_numel() const override { return mul_sizes(m_vocab, m_dim); }
   Shape shared_weight_shape() const override { return Shape{m_vocab, m_dim}; }
+  bool decodes() const override { return true; }  // a row per index
   void forward(const std::vector<const Tensor*>& x, Tensor& y, const LayerContext&) override {
     ops::embedding_forward(*x[0], m_weight.value, y);
   }

@@ -29,6 +29,11 @@ struct LayerContext {
   /// dist.sync_batchnorm: sums batch norm's per-channel statistics over the ranks whose batches it normalises
   /// together in training (a host collective); nullptr: each process's own batch. Model sets it from set_sync.
   const ops::SumOverRanks* sum_over_ranks = nullptr;
+  /// Incremental decoding (Model::forward_decode, `gputrain generate`): the input is not whole samples but positions
+  /// [position, position + t) of one sequence, [1, t, …] where a sample is [T, …], whose earlier positions went
+  /// through the calls before (since the last one at position 0). Only layers whose decodes() is true get such calls.
+  bool decode = false;
+  int64_t position = 0;
 };
 
 class Layer {
@@ -50,6 +55,11 @@ class Layer {
   virtual void backward(const std::vector<const Tensor*>& x, const Tensor& y, const Tensor& dy,
                         const std::vector<Tensor*>& dx, const LayerContext& ctx) = 0;
 
+  /// True when forward takes LayerContext::decode calls (after infer_shape, for per-sample inputs of [T, …]): output
+  /// position i depends on input positions ≤ i only, and a call computes the positions it is given from them and from
+  /// what the layer kept of the earlier ones (attention's keys and values). Per-position layers, attention and the
+  /// position table say so; a layer that mixes positions otherwise (a linear over a whole [T] sample) does not.
+  virtual bool decodes() const { return false; }
   /// True when the output is the input under another shape (flatten): no buffer, no copy, no backward.
   virtual bool is_view() const { return false; }
   /// The layer's arguments after defaults, for config.resolved.yaml.

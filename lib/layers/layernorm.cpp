@@ -14,6 +14,7 @@ class LayerNorm final : public Layer {
     if (in[0].rank() == 0) cfg.fail("layernorm needs an input with at least one dimension");
     m_dim = in[0][in[0].rank() - 1];
     m_rows_per_sample = in[0].numel() / m_dim;
+    m_rank = in[0].rank();
     return in[0];
   }
   void init_params(Rng&, DType dtype, Device device) override {
@@ -45,12 +46,14 @@ class LayerNorm final : public Layer {
   }
   int64_t forward_flops() const override { return 5 * m_dim * m_rows_per_sample; }
   int64_t param_numel() const override { return 2 * m_dim; }
+  bool decodes() const override { return m_rank > 1; }  // over the last dimension, so per position of [T, …]
   // save_mean and save_invstd: one per row, allocated by the first forward of the largest batch.
   int64_t workspace_numel(int64_t batch) const override { return 2 * batch * m_rows_per_sample; }
 
  private:
   double m_eps;
   int64_t m_dim = 0, m_rows_per_sample = 1;
+  size_t m_rank = 0;
   DType m_dtype = DType::f32;
   Device m_device;
   Param m_gamma, m_beta;

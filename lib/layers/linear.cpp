@@ -15,6 +15,7 @@ class Linear final : public Layer {
     if (in[0].rank() == 0) cfg.fail("linear needs an input with at least one dimension");
     m_in = in[0][in[0].rank() - 1];
     m_rows_per_sample = in[0].numel() / m_in;
+    m_rank = in[0].rank();
     Shape out = in[0];
     out[out.rank() - 1] = m_out;
     return out;
@@ -70,12 +71,14 @@ class Linear final : public Layer {
   }
 
   int64_t forward_flops() const override { return mul_sizes(mul_sizes(2 * m_rows_per_sample, m_in), m_out); }
+  bool decodes() const override { return m_rank > 1; }  // over the last dimension, so per position of [T, …]
   int64_t param_numel() const override { return (m_tied ? 0 : mul_sizes(m_out, m_in)) + (m_has_bias ? m_out : 0); }
 
  private:
   static Tensor as_rows(const Tensor& t, int64_t cols) { return t.view(Shape{t.numel() / cols, cols}); }
 
   int64_t m_out, m_in = 0, m_rows_per_sample = 1;
+  size_t m_rank = 0;
   bool m_has_bias, m_tied;
   Param m_weight, m_bias;
   Param* m_w = &m_weight;  // the weight in use: m_weight, or the shared one (tied_to)

@@ -27,11 +27,20 @@ class PositionalEmbedding final : public Layer {
   }
   std::vector<Param*> params() override { return {&m_weight}; }
   int64_t param_numel() const override { return mul_sizes(m_max_len, m_dim); }
-  void forward(const std::vector<const Tensor*>& x, Tensor& y, const LayerContext&) override {
+  void forward(const std::vector<const Tensor*>& x, Tensor& y, const LayerContext& ctx) override {
     y.copy_from(*x[0]);
+    if (ctx.decode) {  // positions [position, position + t) of one sequence: those rows of the table
+      const int64_t t = y.numel() / m_dim;
+      GT_CHECK(ctx.position >= 0 && ctx.position + t <= m_max_len, "positional_embedding: positions [{}, {}) of {}",
+               ctx.position, ctx.position + t, m_max_len);
+      Tensor rows = y.view(Shape{1, t * m_dim});
+      ops::add_row_bias(rows, m_weight.value.slice0(ctx.position, t).view(Shape{t * m_dim}));
+      return;
+    }
     Tensor rows = y.view(Shape{y.shape()[0], m_len * m_dim});
     ops::add_row_bias(rows, used(m_weight.value));
   }
+  bool decodes() const override { return true; }
   void backward(const std::vector<const Tensor*>&, const Tensor&, const Tensor& dy, const std::vector<Tensor*>& dx,
                 const LayerContext& ctx) override {
     Tensor grad = used(m_weight.grad);  // rows past T get no gradient: they stay as zeroed at creation

@@ -27,6 +27,18 @@ void attention_forward(const Tensor& qkv, int64_t heads, Tensor& out, Tensor& ls
   GT_DISPATCH(op, attention_forward(qkv, heads, out, lse));
 }
 
+void attention_decode(const Tensor& qkv, int64_t heads, int64_t first, Tensor& out) {
+  const Operands op("attention_decode", {&qkv, &out});
+  const auto [b, len, c] = check_qkv(qkv, heads);
+  GT_CHECK(out.shape().rank() == 3 && out.dim(0) == b && out.dim(2) == c,
+           "attention_decode: out {} for qkv {} (expected [{}, n, {}])", out.shape().str(), qkv.shape().str(), b, c);
+  const int64_t n = out.dim(1);
+  GT_CHECK(first >= 0 && first <= len && n <= len - first,
+           "attention_decode: positions [{}, {}) do not fit the {} rows of qkv {}", first, first + n, len,
+           qkv.shape().str());
+  GT_DISPATCH(op, attention_decode(qkv, heads, first, out));
+}
+
 void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse, const Tensor& dout, int64_t heads,
                         Tensor& delta, Tensor& dqkv) {
   const Operands op("attention_backward", {&qkv, &out, &lse, &dout, &delta, &dqkv});

@@ -12,6 +12,12 @@ namespace gt::ops {
 /// No [T, T] matrix is kept: the backward recomputes the probabilities from qkv and lse.
 void attention_forward(const Tensor& qkv, int64_t heads, Tensor& out, Tensor& lse);
 
+/// Incremental decoding (a key/value cache): qkv [B, L, 3C] holds the packed rows of positions [0, first + n) of B
+/// sequences (rows past first + n are not read); out [B, n, C] gets attention_forward's rows for the queries at
+/// positions first … first + n − 1, each over the keys at or before it, with the same arithmetic, so a row equals
+/// the one a forward over the whole prefix computes. No lse: nothing goes backward through it.
+void attention_decode(const Tensor& qkv, int64_t heads, int64_t first, Tensor& out);
+
 /// dqkv [B, T, 3C] (overwritten) from dout [B, T, C], given the forward's qkv, out and lse. delta [B, heads, T] is
 /// scratch the caller holds (Σ dout·out per query row).
 void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse, const Tensor& dout, int64_t heads,
@@ -25,6 +31,7 @@ namespace gt::cpu {
 /// [64, T] block of scores exists per thread; one thread per (batch, head), so results do not depend on the count.
 decltype(ops::attention_forward) attention_forward;
 decltype(ops::attention_backward) attention_backward;
+decltype(ops::attention_decode) attention_decode;
 }  // namespace gt::cpu
 
 #if GT_WITH_CUDA
@@ -34,5 +41,6 @@ namespace gt::cuda {
 /// Head size at most 256.
 decltype(ops::attention_forward) attention_forward;
 decltype(ops::attention_backward) attention_backward;
+decltype(ops::attention_decode) attention_decode;
 }  // namespace gt::cuda
 #endif

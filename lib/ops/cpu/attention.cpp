@@ -30,26 +30,27 @@ struct Head {
       : t(t_), c(c_), d(d_), ld(3 * c_), q(qkv + b * t_ * 3 * c_ + h * d_), k(q + c_), v(q + 2 * c_) {}
 };
 
+// Query rows [first, first + n) of qkv's sequences (all of them for the forward, the new ones for a decode step):
+// out is [B, n, C]; lse [B, heads, T] is written when given.
 template <class T>
-void attn_fwd_t(const Tensor& qkv, int64_t heads, Tensor& out, Tensor& lse) {
+void attn_fwd_t(const Tensor& qkv, int64_t heads, int64_t first, int64_t n, Tensor& out, T* pl) {
   const int64_t nb = qkv.dim(0), t = qkv.dim(1), c = qkv.dim(2) / 3, d = c / heads;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d)));
   const T* px = qkv.data<T>();
   T* po = out.data<T>();
-  T* pl = lse.data<T>();
   parallel_for(nb * heads, 1, [&](int64_t u0, int64_t u1) {
-    std::vector<T> s(static_cast<size_t>(std::min(t, kTile) * t));
+    std::vector<T> s(static_cast<size_t>(std::min(n, kTile) * (first + n)));
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t b = u / heads, h = u % heads;
       const Head<T> hd(px, b, h, t, c, d);
-      T* o = po + b * t * c + h * d;
-      T* l = pl + (b * heads + h) * t;
-      for (int64_t i0 = 0; i0 < t; i0 += kTile) {
-        const int m = static_cast<int>(std::min(kTile, t - i0)), n = static_cast<int>(i0) + m;
-        gemm_raw<T>(false, true, m, n, static_cast<int>(d), scale, hd.q + i0 * hd.ld, static_cast<int>(hd.ld), hd.k,
-                    static_cast<int>(hd.ld), T(0), s.data(), n);
+      T* o = po + b * n * c + h * d;  // row i of the sequence is row i − first of out
+      T* l = pl ? pl + (b * heads + h) * t : nullptr;
+      for (int64_t i0 = first; i0 < first + n; i0 += kTile) {
+        const int m = static_cast<int>(std::min(kTile, first + n - i0)), keys = static_cast<int>(i0) + m;
+        gemm_raw<T>(false, true, m, keys, static_cast<int>(d), scale, hd.q + i0 * hd.ld, static_cast<int>(hd.ld), hd.k,
+                    static_cast<int>(hd.ld), T(0), s.data(), keys);
         for (int r = 0; r < m; ++r) {
-          T* row = s.data() + static_cast<int64_t>(r) * n;
+          T* row = s.data() + static_cast<int64_t>(r) * keys;
           const int64_t last = i0 + r;  // keys 0..last are visible to query i0 + r
           T mx = -std::numeric_limits<T>::infinity();
           for (int64_t j = 0; j <= last; ++j) mx = row[j] > mx ? row[j] : mx;
@@ -60,11 +61,11 @@ void attn_fwd_t(const Tensor& qkv, int64_t heads, Tensor& out, Tensor& lse) {
           }
           const T inv = static_cast<T>(1.0 / sum);
           for (int64_t j = 0; j <= last; ++j) row[j] *= inv;
-          std::fill(row + last + 1, row + n, T(0));
-          l[i0 + r] = static_cast<T>(mx + std::log(sum));
+          std::fill(row + last + 1, row + keys, T(0));
+          if (l) l[last] = static_cast<T>(mx + std::log(sum));
         }
-        gemm_raw<T>(false, false, m, static_cast<int>(d), n, T(1), s.data(), n, hd.v, static_cast<int>(hd.ld), T(0),
-                    o + i0 * c, static_cast<int>(c));
+        gemm_raw<T>(false, false, m, static_cast<int>(d), keys, T(1), s.data(), keys, hd.v, static_cast<int>(hd.ld),
+                    T(0), o + (i0 - first) * c, static_cast<int>(c));
       }
     }
   });
@@ -127,7 +128,17 @@ void attn_bwd_t(const Tensor& qkv, const Tensor& out, const Tensor& lse, const T
 }  // namespace
 
 void attention_forward(const Tensor& qkv, int64_t heads, Tensor& out, Tensor& lse) {
-  for_float_type(qkv.dtype(), [&](auto t) { attn_fwd_t<decltype(t)>(qkv, heads, out, lse); });
+  for_float_type(qkv.dtype(), [&](auto t) {
+    using T = decltype(t);
+    attn_fwd_t<T>(qkv, heads, 0, qkv.dim(1), out, lse.data<T>());
+  });
+}
+
+void attention_decode(const Tensor& qkv, int64_t heads, int64_t first, Tensor& out) {
+  for_float_type(qkv.dtype(), [&](auto t) {
+    using T = decltype(t);
+    attn_fwd_t<T>(qkv, heads, first, out.dim(1), out, nullptr);
+  });
 }
 
 void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse, const Tensor& dout, int64_t heads,

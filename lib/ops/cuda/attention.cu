@@ -36,12 +36,15 @@ __device__ double warp_dot(const T* a, const T* b, int64_t d, int lane) {
   return warp_sum(part);
 }
 
+// Query rows [first, first + n) of each sequence (all of them for the forward, the new ones for a decode step); out
+// is [B, n, C], lse [B, heads, T] is written when given.
 template <class T>
-__global__ void attn_fwd_kernel(const T* __restrict__ qkv, Rows r, T* __restrict__ out, T* lse) {
+__global__ void attn_fwd_kernel(const T* __restrict__ qkv, Rows r, int64_t first, int64_t n, T* __restrict__ out,
+                                T* lse) {
   const int64_t w = warp_index();
-  if (w >= r.nb * r.heads * r.t) return;  // the whole warp leaves together
+  if (w >= r.nb * r.heads * n) return;  // the whole warp leaves together
   const int lane = lane_index();
-  const int64_t i = w % r.t, h = (w / r.t) % r.heads, b = w / (r.t * r.heads);
+  const int64_t i = first + w % n, h = (w / n) % r.heads, b = w / (n * r.heads);
   const double scale = 1.0 / sqrt(static_cast<double>(r.d));
   const T* q = qkv + r.qkv_row(b, i) + h * r.d;
   double acc[kMaxPerLane] = {};
@@ -60,13 +63,13 @@ __global__ void attn_fwd_kernel(const T* __restrict__ qkv, Rows r, T* __restrict
     }
     m = m_new;
   }
-  T* o = out + r.out_row(b, i) + h * r.d;
+  T* o = out + (b * n + i - first) * r.c + h * r.d;
 #pragma unroll
   for (int x = 0; x < kMaxPerLane; ++x) {
     const int64_t col = lane + int64_t{x} * kWarp;
     if (col < r.d) o[col] = static_cast<T>(acc[x] / sum);
   }
-  if (lane == 0) lse[(b * r.heads + h) * r.t + i] = static_cast<T>(m + log(sum));
+  if (lse && lane == 0) lse[(b * r.heads + h) * r.t + i] = static_cast<T>(m + log(sum));
 }
 
 // delta[b, h, i] = Σ dout·out over the head's columns of row i.
@@ -162,8 +165,9 @@ Rows rows_of(const Tensor& qkv, int64_t heads) {
   return Rows{qkv.dim(0), qkv.dim(1), c, heads, c / heads};
 }
 
-unsigned warp_blocks(const Rows& r) {
-  const int64_t threads = r.nb * r.heads * r.t * kWarp;
+// Blocks for one warp per (batch, head, row) over `rows` rows of each sequence (default: all T).
+unsigned warp_blocks(const Rows& r, int64_t rows = -1) {
+  const int64_t threads = r.nb * r.heads * (rows < 0 ? r.t : rows) * kWarp;
   return static_cast<unsigned>((threads + kRowThreads - 1) / kRowThreads);
 }
 
@@ -175,7 +179,19 @@ void attention_forward(const Tensor& qkv, int64_t heads, Tensor& out, Tensor& ls
   with_float_type(is_f64("attention_forward", qkv), [&](auto t) {
     using T = decltype(t);
     attn_fwd_kernel<T><<<warp_blocks(r), kRowThreads, 0, stream(qkv.device().index)>>>(
-        static_cast<const T*>(qkv.raw()), r, static_cast<T*>(out.raw()), static_cast<T*>(lse.raw()));
+        static_cast<const T*>(qkv.raw()), r, 0, r.t, static_cast<T*>(out.raw()), static_cast<T*>(lse.raw()));
+  });
+  GT_CHECK_LAUNCH();
+}
+
+void attention_decode(const Tensor& qkv, int64_t heads, int64_t first, Tensor& out) {
+  const Rows r = rows_of(qkv, heads);
+  const int64_t n = out.dim(1);
+  if (r.nb * n == 0) return;
+  with_float_type(is_f64("attention_decode", qkv), [&](auto t) {
+    using T = decltype(t);
+    attn_fwd_kernel<T><<<warp_blocks(r, n), kRowThreads, 0, stream(qkv.device().index)>>>(
+        static_cast<const T*>(qkv.raw()), r, first, n, static_cast<T*>(out.raw()), static_cast<T*>(nullptr));
   });
   GT_CHECK_LAUNCH();
 }
