@@ -24,6 +24,8 @@ struct TrainConfig {
   int64_t profile_start = 0, profile_steps = 0;  ///< profile steps [start, start + steps) (1-based); 0 steps = off
   NonFinitePolicy nonfinite = NonFinitePolicy::abort;
   int64_t max_skips = 5;  ///< skip: steps skipped in a row; rollback: rollbacks to one checkpoint
+  /// Token data: an evaluation stops after this many predicted tokens, rounded up to whole windows (0 = all).
+  int64_t eval_tokens = 0;
 };
 
 /// The test metric whose best checkpoint is kept besides the newest ones (checkpoint.keep_best).

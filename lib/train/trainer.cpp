@@ -326,6 +326,7 @@ RunSummary TrainLoop::finish() {
   // The final weights are written before summary.json, so that a summary always means the weights are there.
   if (!diverged && m_setup.lead) write_final_weights(m_sum.run_dir, m_setup.model, m_exp.name, m_p.step);
   summarize(m_sum, m_p, seconds_since(m_wall_start));
+  if (m_setup.test().byte_tokens() && m_sum.test_loss) m_sum.test_bpb = *m_sum.test_loss / std::log(2.0);
   if (m_setup.lead) write_summary(m_sum.run_dir, m_exp.name, m_sum, m_setup.world, m_setup.threads);
   if (m_setup.lead && m_exp.logging.report) write_report_logged(m_sum.run_dir);
   if (diverged) return m_sum;
