@@ -434,7 +434,7 @@ TEST_CASE("a tiny GPT learns tokenized text: the loss falls, eval reports test_b
 
 TEST_CASE("a token run stopped by SIGTERM resumes to the uninterrupted run's weights and metrics", "[e2e]") {
   TempDir dir;
-  write_text(dir / "text.txt", generated_text(40000, 3));
+  write_text(dir / "text.txt", generated_text(80000, 3));
   REQUIRE(run_gputrain("tokenize " + (dir / "text.txt") + " --out " + (dir / "tok")).exit_code == 0);
   write_text(dir / "c.yaml", gpt_config(dir.path(), 4, 3, "checkpoint: {every_steps: 100, keep: 2}\n"));
   REQUIRE(run_gputrain("train " + (dir / "c.yaml") + " --quiet --threads 1 --out " + (dir / "full")).exit_code == 0);

@@ -24,11 +24,6 @@ inline constexpr SizeLimit kBatch{int64_t{1} << 24, "the largest batch size"};
 /// Samples in a data set (synthetic samples and test_samples; a file's first dimension). 2^32 is a hundred times
 /// the largest public image data sets and keeps sample indices, permutations and offsets far from overflow.
 inline constexpr SizeLimit kSamples{int64_t{1} << 32, "the largest number of samples"};
-/// Token data (data.format: tokens): tokens in one llm.c shard (its header's int32 count) and in all of them.
-inline constexpr SizeLimit kShardTokens{(int64_t{1} << 31) - 1, "the most tokens one llm.c shard holds"};
-inline constexpr SizeLimit kTokens{int64_t{1} << 44, "the most tokens a data set may hold"};
-/// A token vocabulary: shards hold uint16 tokens.
-inline constexpr SizeLimit kTokenVocab{int64_t{1} << 16, "the largest vocabulary of uint16 tokens"};
 /// Dimensions of one sample's shape ([C, H, W] is 3). Ops are written for up to 4-D tensors plus the batch.
 inline constexpr SizeLimit kRank{8, "the most dimensions a sample may have"};
 /// Elements of one tensor (a batch, a layer's weights, a whole data set in memory): 2^40 floats are 4 TiB, more

@@ -5,6 +5,8 @@
 // uint16 tokens: what llm.c's data scripts write and its loader reads.
 #pragma once
 
+#include "core/limits.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -12,6 +14,16 @@
 #include <vector>
 
 namespace gt {
+
+// The token limits sit beside the format they bound (the README's limits table lists them with core/limits.h's).
+namespace limits {
+/// Tokens in one llm.c shard: its header's count is an int32.
+inline constexpr SizeLimit kShardTokens{(int64_t{1} << 31) - 1, "the most tokens one llm.c shard holds"};
+/// Tokens in all the shards of a data set: 2^44 is a thousand times GPT-2's 10B-token training set.
+inline constexpr SizeLimit kTokens{int64_t{1} << 44, "the most tokens a data set may hold"};
+/// A token vocabulary: shards hold uint16 tokens.
+inline constexpr SizeLimit kTokenVocab{int64_t{1} << 16, "the largest vocabulary of uint16 tokens"};
+}  // namespace limits
 
 inline constexpr int32_t kTokenShardMagic = 20240520;
 inline constexpr int32_t kTokenShardVersion = 1;

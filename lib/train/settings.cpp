@@ -2,6 +2,7 @@
 #include "train/settings.h"
 
 #include "config/choice.h"
+#include "data/tokens.h"
 
 #include <array>
 
