@@ -52,7 +52,7 @@ std::string read_bytes(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-// log Σ exp(x) − x[y] of one row, in double.
+// log Σ exp(x) − x[y] of one row, in double (the op shifts by the max in float: agreement to ~1e-8 relative).
 double row_loss(const float* x, int64_t k, int32_t y) {
   double mx = x[0], s = 0;
   for (int64_t j = 0; j < k; ++j) mx = std::max(mx, static_cast<double>(x[j]));
@@ -306,8 +306,8 @@ TEST_CASE("sequence cross-entropy: the mean over every token, and ignore_index s
   Tensor stats = Tensor::zeros(Shape{2}, DType::f64), dout = Tensor::empty(Shape{b, t, v}, DType::f32);
   compute_loss(loss, out, y, 1.0 / b, dout, stats);
   // Per-sample units: Σ / B is the per-token mean (what the logs and test_loss report).
-  CHECK(stats.data<double>()[0] / b == Approx(sum / (b * t)).epsilon(1e-12));
-  CHECK(stats.data<double>()[1] / b == Approx(hits / (b * t)).epsilon(1e-12));
+  CHECK(stats.data<double>()[0] / b == Approx(sum / (b * t)).epsilon(1e-7));
+  CHECK(stats.data<double>()[1] / b == Approx(hits / (b * t)).epsilon(1e-7));
   // Gradient: (softmax − onehot) / (B·T) for every token.
   for (int64_t i = 0; i < b * t; ++i) {
     const float* row = out.data<float>() + i * v;
@@ -332,7 +332,7 @@ TEST_CASE("sequence cross-entropy: the mean over every token, and ignore_index s
   stats.zero_();
   compute_loss(loss, out, y, 1.0 / b, dout, stats);
   CHECK(counted == 12);
-  CHECK(stats.data<double>()[0] / b == Approx(csum / counted).epsilon(1e-12));
+  CHECK(stats.data<double>()[0] / b == Approx(csum / counted).epsilon(1e-7));
   for (int64_t j = 0; j < v; ++j) {
     CHECK(dout.data<float>()[0 * v + j] == 0.0f);
     CHECK(dout.data<float>()[7 * v + j] == 0.0f);
@@ -363,14 +363,14 @@ TEST_CASE("ops::cross_entropy in groups with ignore_index matches a direct compu
   double s = 0;
   for (int i : {0, 1, 3, 4}) s += row_loss(logits.data<float>() + i * 4, 4, ys[i]);
   // 2 samples, 4 counted rows: w = 2/4.
-  CHECK(stats.data<double>()[0] == Approx(2.0 * s / 4).epsilon(1e-12));
+  CHECK(stats.data<double>()[0] == Approx(2.0 * s / 4).epsilon(1e-7));
   Tensor plain_stats = Tensor::zeros(Shape{2}, DType::f64), none;
   labels.data<int32_t>()[2] = 2;
   labels.data<int32_t>()[5] = 1;
   ops::cross_entropy(logits, labels, 0.0, 1.0, none, plain_stats);
   double all = 0;
   for (int i = 0; i < 6; ++i) all += row_loss(logits.data<float>() + i * 4, 4, labels.data<int32_t>()[i]);
-  CHECK(plain_stats.data<double>()[0] == Approx(all).epsilon(1e-12));
+  CHECK(plain_stats.data<double>()[0] == Approx(all).epsilon(1e-7));
 }
 
 TEST_CASE("loss: ignore_index is read and written back, and sequence outputs must be [T, V]", "[cpu][config]") {
@@ -463,13 +463,16 @@ TEST_CASE("a token run on device: [cpu, cpu] with batch B trains like one worker
   REQUIRE(run_gputrain("tokenize " + (dir / "text.txt") + " --out " + (dir / "tok")).exit_code == 0);
   write_text(dir / "two.yaml", gpt_config(dir.path(), 4, 1));
   write_text(dir / "one.yaml", gpt_config(dir.path(), 8, 1));
-  // 30 steps: the same global batches (one worker with 2B would take a partial last batch the two drop).
-  const auto two = run_gputrain("train " + (dir / "two.yaml") +
-                                " --device '[cpu, cpu]' --threads 2 --max-steps 30 --out " + (dir / "two"));
+  // 30 steps: the same global batches (one worker with 2B would take a partial last batch the two drop). SGD, not
+  // Adam: the key bias's gradient is 0 in exact arithmetic (softmax ignores a shift shared by a row's scores), and
+  // Adam scales the rounding noise left in it up to steps of size lr, which differ with the summation order.
+  const std::string common = " --max-steps 30 --set 'optimizer={type: sgd, lr: 0.5, momentum: 0.9}' --out ";
+  const auto two =
+      run_gputrain("train " + (dir / "two.yaml") + " --device '[cpu, cpu]' --threads 2" + common + (dir / "two"));
   INFO(two.output);
   REQUIRE(two.exit_code == 0);
-  REQUIRE(run_gputrain("train " + (dir / "one.yaml") + " --quiet --threads 1 --max-steps 30 --out " + (dir / "one"))
-              .exit_code == 0);
+  REQUIRE(run_gputrain("train " + (dir / "one.yaml") + " --quiet --threads 1" + common + (dir / "one")).exit_code == 0);
+  CHECK(train_losses(dir / "one").back() < 0.7 * train_losses(dir / "one").front());  // it did learn
   const auto a = read_safetensors(dir / "one/model.safetensors"), b = read_safetensors(dir / "two/model.safetensors");
   REQUIRE(a.size() == b.size());
   for (size_t i = 0; i < a.size(); ++i) {
