@@ -95,6 +95,16 @@ put("fuzz_idx", "plain", two(idx([2, 2, 3], range(12)), idx([2], [1, 0])))
 put("fuzz_idx", "gzip", two(gzip.compress(idx([3, 1, 2], range(6)), mtime=0), gzip.compress(idx([3], [0, 2, 1]), mtime=0)))
 put("fuzz_idx", "nchw", two(idx([1, 2, 1, 2], [9, 8, 7, 6]), idx([1], [4])))
 
+# llm.c token shards: a block-size byte, then the shard (header magic 20240520, version 1, count; uint16 tokens).
+def shard(tokens, magic=20240520, version=1, count=None):
+    header = struct.pack("<3i", magic, version, len(tokens) if count is None else count) + bytes(1012)
+    return header + struct.pack(f"<{len(tokens)}H", *tokens)
+
+
+put("fuzz_tokens", "bytes", bytes([3]) + shard(list(b"hello, world")))
+put("fuzz_tokens", "gpt2", bytes([1]) + shard([50256, 15496, 11, 995, 0, 50256]))
+put("fuzz_tokens", "empty", bytes([0]) + shard([]))
+
 # CSV: flag byte (header auto/true/false, bit 7: regression targets), the label setting, a newline, the file.
 put("fuzz_csv", "header", b"\x00y\n" + b"a,b,y\n1,2,0\n3.5,-4e2,1\n")
 put("fuzz_csv", "no_header", b"\x02-1\n" + b"1, 2, 3\n\n4,5,6\r\n")

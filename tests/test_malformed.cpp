@@ -170,7 +170,7 @@ TEST_CASE("malformed configs and data files fail with one line naming the key or
   // The table is the test: losing rows silently must fail it. The issue asks for 40 failing cases; the floor is the
   // count when the table was written, so dropping rows takes lowering it on purpose. Each name once.
   const auto failing = std::count_if(cases.begin(), cases.end(), [](const Case& c) { return c.exit_code != 0; });
-  CHECK(failing >= 218);
+  CHECK(failing >= 230);
   std::set<std::string> names;
   for (const Case& c : cases) {
     INFO("cases.txt:" << c.line << ": " << c.name);

@@ -1,5 +1,6 @@
 // gputrain: the command line. The only place that maps errors to exit codes.
 #include "core/json.h"
+#include "data/tokens.h"
 #include "dist/comm.h"
 #include "graph/model.h"
 #include "io/safetensors.h"
@@ -285,6 +286,19 @@ int main(int argc, char** argv) {
   report->add_option("run_dir", report_dir, "the run directory")->required();
   report->add_option("--out", report_out, "the HTML file to write (default RUN_DIR/report.html)");
 
+  std::vector<std::string> tokenize_inputs;
+  std::string tokenize_out;
+  double val_fraction = 0.1;
+  int64_t shard_tokens = 100'000'000;
+  auto* tokenize = app.add_subcommand(
+      "tokenize",
+      "byte-level tokens (vocabulary 256) of text files as llm.c token shards: OUT/train_000000.bin …, "
+      "OUT/val_000000.bin … and OUT/tokenizer.json, for data.format: tokens");
+  tokenize->add_option("files", tokenize_inputs, "text files, concatenated in this order")->required();
+  tokenize->add_option("--out", tokenize_out, "the directory to write the shards into")->required();
+  tokenize->add_option("--val-fraction", val_fraction, "the last fraction of the bytes, for validation (default 0.1)");
+  tokenize->add_option("--shard-tokens", shard_tokens, "tokens per shard at most (default 100000000, as llm.c)");
+
   auto* devices = app.add_subcommand("devices", "list compute devices and the CUDA library versions found");
   auto* layers = app.add_subcommand("layers", "print the layer reference (Markdown), generated from the registry");
 
@@ -331,6 +345,12 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (*generate) return cmd_generate(gen_args, gen, gen_device, gen_seed);
+    if (*tokenize) {
+      const gt::TokenizeResult r = gt::tokenize_bytes(tokenize_inputs, tokenize_out, val_fraction, shard_tokens);
+      fmt::print("{}: {} training and {} validation tokens (bytes) in {} shard(s), and tokenizer.json\n", tokenize_out,
+                 r.train_tokens, r.val_tokens, r.files.size());
+      return 0;
+    }
     if (*report) {
       if (!report_out.empty()) gt::refuse_run_file("--out", report_out);
       const gt::ReportInfo r = gt::write_report(report_dir, report_out);
@@ -348,10 +368,14 @@ int main(int argc, char** argv) {
                                .add("samples", r.samples)
                                .add("test_loss", r.loss)
                                .add("test_accuracy", r.accuracy)
+                               .add("test_bpb", r.bpb)
+                               .add("tokens", r.tokens)
                                .str());
       } else {
-        fmt::print("{}: test_loss {:.4f} | test_accuracy {} ({} samples)\n", checkpoint, r.loss,
-                   r.accuracy ? fmt::format("{:.4f}", *r.accuracy) : "n/a", r.samples);
+        fmt::print("{}: test_loss {:.4f} | test_accuracy {}{} ({} samples{})\n", checkpoint, r.loss,
+                   r.accuracy ? fmt::format("{:.4f}", *r.accuracy) : "n/a",
+                   r.bpb ? fmt::format(" | test_bpb {:.4f}", *r.bpb) : "", r.samples,
+                   r.tokens ? fmt::format(", {} tokens", r.tokens) : "");
       }
       return 0;
     }

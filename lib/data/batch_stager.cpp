@@ -11,7 +11,7 @@ BatchStager::BatchStager(const Dataset& data, int64_t batch, Device device) : m_
   if (device.is_cpu()) return;
   for (Slot& s : m_slots) {
     s.x = Tensor::empty_pinned(data.input_shape().batched(batch), DType::f32);
-    s.y = Tensor::empty_pinned(data.target_shape().batched(batch), data.targets.dtype());
+    s.y = Tensor::empty_pinned(data.target_shape().batched(batch), data.target_dtype());
   }
 }
 

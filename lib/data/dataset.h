@@ -3,25 +3,32 @@
 
 #include "config/config.h"
 #include "core/tensor.h"
+#include "data/tokens.h"
 
+#include <algorithm>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace gt {
 
 /// Samples and targets on the CPU. Inputs are f32 (N, sample shape). Targets are i32 class labels (N) when
-/// num_classes > 0, else f32 (N, target shape) for regression.
+/// num_classes > 0, else f32 (N, target shape) for regression. Token data (`tokens` set) holds no tensors: its
+/// samples are windows read from the shards on demand, inputs f32 [T] (token ids) and targets i32 [T].
 struct Dataset {
   Tensor inputs;
   Tensor targets;
   int64_t num_classes = 0;
-  std::string source;             ///< where it came from, for logs
-  std::string labels_source;      ///< the file the class labels came from ("" when made, not read), for messages
-  int64_t tokens_per_sample = 0;  ///< token data: tokens predicted per sample (the block size); 0 otherwise
+  std::string source;         ///< where it came from, for logs
+  std::string labels_source;  ///< the file the class labels came from ("" when made, not read), for messages
+  std::shared_ptr<const TokenWindows> tokens;
 
-  int64_t size() const { return inputs.defined() ? inputs.dim(0) : 0; }
-  Shape input_shape() const { return inputs.shape().sample(); }
-  Shape target_shape() const { return targets.shape().sample(); }
+  int64_t size() const { return tokens ? tokens->windows() : inputs.defined() ? inputs.dim(0) : 0; }
+  Shape input_shape() const { return tokens ? Shape{tokens->block_size()} : inputs.shape().sample(); }
+  Shape target_shape() const { return tokens ? Shape{tokens->block_size()} : targets.shape().sample(); }
+  DType target_dtype() const { return tokens ? DType::i32 : targets.dtype(); }
+  /// Byte tokens (a vocabulary of 256): evaluations report bits per byte besides the loss.
+  bool byte_tokens() const { return tokens && tokens->vocab_size() == 256; }
 };
 
 /// Refuses a value that is NaN or infinite (after scaling by `scale`, which the message names when it is not 1) with
@@ -89,7 +96,7 @@ class Loader {
   /// number of full batches and the remainder of the epoch's order (fewer than ranks × batch samples) is dropped,
   /// so no rank waits in a collective that the others never reach.
   int64_t batches_per_epoch() const {
-    return m_world == 1 ? (m_data->size() + m_batch - 1) / m_batch : m_data->size() / (m_batch * m_world);
+    return m_world == 1 ? (m_size + m_batch - 1) / m_batch : m_size / (m_batch * m_world);
   }
   /// Data-parallel: global batch k of the epoch's order is samples [k·B·world, (k+1)·B·world), and rank r takes
   /// its r-th B of them: ranks × batch B see what one process with batch B·world sees.
@@ -105,6 +112,9 @@ class Loader {
   int64_t next(Tensor& x, Tensor& y);
   /// Passes over the next batch without copying it (another rank's share of an evaluation).
   void skip() { m_pos += m_world == 1 ? m_batch : m_batch * m_world; }
+  /// Takes only the first `samples` of the data set's order (an evaluation limited by train.eval_tokens).
+  void limit(int64_t samples) { m_size = std::clamp<int64_t>(samples, 0, m_data->size()); }
+  int64_t size() const { return m_size; }
 
  private:
   void augment(float* sample, int64_t position);
@@ -117,6 +127,7 @@ class Loader {
   std::vector<int64_t> m_order;
   std::vector<float> m_scratch;
   int64_t m_pos = 0, m_epoch = 0;  ///< m_pos: where the next global batch starts in m_order
+  int64_t m_size = 0;              ///< the samples of the order taken (limit)
   int m_rank = 0, m_world = 1;
 };
 

@@ -10,7 +10,7 @@
 namespace gt {
 
 Loader::Loader(const Dataset& data, int64_t batch_size, bool shuffle, uint64_t seed, AugmentConfig augment)
-    : m_data(&data), m_batch(batch_size), m_shuffle(shuffle), m_seed(seed), m_augment(augment) {
+    : m_data(&data), m_batch(batch_size), m_shuffle(shuffle), m_seed(seed), m_augment(augment), m_size(data.size()) {
   m_order.resize(static_cast<size_t>(data.size()));
   std::iota(m_order.begin(), m_order.end(), 0);
 }
@@ -21,7 +21,7 @@ void Loader::start_epoch(int64_t epoch, int64_t position) {
     Rng rng(m_seed, 0x5A3D1E00 + static_cast<uint64_t>(epoch));
     for (size_t i = m_order.size(); i > 1; --i) std::swap(m_order[i - 1], m_order[rng.below(i)]);
   }
-  m_pos = std::clamp<int64_t>(position, 0, m_data->size());
+  m_pos = std::clamp<int64_t>(position, 0, m_size);
   m_epoch = epoch;
 }
 
@@ -52,17 +52,25 @@ void Loader::augment(float* x, int64_t position) {
 
 int64_t Loader::next(Tensor& x, Tensor& y) {
   const int64_t global = m_batch * m_world;
-  if (m_world > 1 && m_pos + global > m_data->size()) return 0;  // the dropped remainder
+  if (m_world > 1 && m_pos + global > m_size) return 0;  // the dropped remainder
   const int64_t start = m_pos + m_rank * m_batch;
-  const int64_t n = std::min(m_batch, m_data->size() - start);
+  const int64_t n = std::min(m_batch, m_size - start);
   if (n <= 0) return 0;
+  const int64_t* idx = m_order.data() + start;
+  if (m_data->tokens) {  // windows cut from the shards as they are needed
+    const int64_t t = m_data->tokens->block_size();
+    float* xd = x.data<float>();
+    int32_t* yd = y.data<int32_t>();
+    for (int64_t i = 0; i < n; ++i) m_data->tokens->window(idx[i], xd + i * t, yd + i * t);
+    m_pos += m_world == 1 ? n : global;
+    return n;
+  }
   const size_t x_row = m_data->inputs.bytes() / static_cast<size_t>(m_data->size());
   const size_t y_row = m_data->targets.bytes() / static_cast<size_t>(m_data->size());
   auto* xd = static_cast<char*>(x.raw());
   auto* yd = static_cast<char*>(y.raw());
   const auto* xs = static_cast<const char*>(m_data->inputs.raw());
   const auto* ys = static_cast<const char*>(m_data->targets.raw());
-  const int64_t* idx = m_order.data() + start;
   for (int64_t i = 0; i < n; ++i) {
     const auto src = static_cast<size_t>(idx[i]);
     std::memcpy(xd + static_cast<size_t>(i) * x_row, xs + src * x_row, x_row);

@@ -162,6 +162,61 @@ void load_synthetic(const DataConfig& c, uint64_t seed, Dataset& train, Dataset&
   if (c.synthetic.test_samples > 0) test = make_synthetic(c.synthetic, seed, 1);
 }
 
+// tokens: llm.c shards named by globs; the pattern is kept (what the resolved config writes) and must match a file.
+void parse_tokens(const ConfigNode& d, DataConfig& out) {
+  if (!d.has("test")) d.require("train");  // test shards alone serve eval (an imported model), not training
+  d.require("block_size");
+  for (const char* split : {"train", "test"}) {
+    const ConfigNode s = d[split];
+    if (!s.defined()) continue;
+    s.expect_keys({"path"});
+    s.require("path");
+    const std::string pattern = s["path"].as_string();
+    const std::vector<std::string> files = glob_files(pattern);
+    if (files.empty()) {
+      if (pattern.find_first_of("*?[") == std::string::npos) existing_file(s["path"]);  // says what the path is
+      s["path"].fail(fmt::format("no file matches {}", pattern));
+    }
+    for (const std::string& f : files)
+      if (!std::filesystem::is_regular_file(f))
+        s["path"].fail(fmt::format("{} (matched by {}) is not a regular file", f, pattern));
+    (std::string(split) == "train" ? out.train_tokens : out.test_tokens) = pattern;
+  }
+  out.block_size = d["block_size"].as_size(1, limits::kExtent);
+  out.vocab_size = d.get_size("vocab_size", 0, 2, limits::kTokenVocab);
+}
+
+void write_tokens(const DataConfig& c, YAML::Node& d) {
+  d["train"]["path"] = c.train_tokens;
+  if (!c.test_tokens.empty()) d["test"]["path"] = c.test_tokens;
+  d["block_size"] = c.block_size;
+  if (c.vocab_size > 0)
+    d["vocab_size"] = c.vocab_size;
+  else
+    d["vocab_size"] = YAML::Node();  // null: from the data (256 for bytes, else GPT-2's 50257)
+}
+
+Dataset token_dataset(const std::string& pattern, int64_t block_size, int64_t vocab_size) {
+  const std::vector<std::string> files = glob_files(pattern);
+  if (files.empty()) throw DataError(fmt::format("{}: no file matches", pattern));
+  Dataset ds;
+  ds.tokens = std::make_shared<const TokenWindows>(files, block_size, vocab_size);
+  ds.num_classes = ds.tokens->vocab_size();
+  ds.source = ds.tokens->describe();
+  return ds;
+}
+
+void load_tokens(const DataConfig& c, uint64_t, Dataset& train, Dataset& test) {
+  if (c.train_tokens.empty()) {  // test shards only: they give the shapes too; training refuses such a config
+    test = token_dataset(c.test_tokens, c.block_size, c.vocab_size);
+    train = test;
+    return;
+  }
+  train = token_dataset(c.train_tokens, c.block_size, c.vocab_size);
+  // The test shards are held to the training data's vocabulary, so both agree with the model's output.
+  if (!c.test_tokens.empty()) test = token_dataset(c.test_tokens, c.block_size, train.tokens->vocab_size());
+}
+
 }  // namespace
 
 const std::vector<DataFormatSpec>& data_formats() {
@@ -175,6 +230,12 @@ const std::vector<DataFormatSpec>& data_formats() {
        parse_synthetic,
        write_synthetic,
        load_synthetic},
+      {DataFormat::tokens,
+       "tokens",
+       {"train", "test", "block_size", "vocab_size"},
+       parse_tokens,
+       write_tokens,
+       load_tokens},
   };
   return table;
 }

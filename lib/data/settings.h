@@ -13,7 +13,7 @@
 
 namespace gt {
 
-enum class DataFormat { idx, csv, npy, synthetic };
+enum class DataFormat { idx, csv, npy, synthetic, tokens };
 const std::string& to_string(DataFormat format);
 
 struct DataConfig {
@@ -23,6 +23,9 @@ struct DataConfig {
   CsvSpec csv;
   double scale = 1.0;
   SyntheticSpec synthetic;
+  std::string train_tokens, test_tokens;  ///< tokens: globs of llm.c shards
+  int64_t block_size = 0;                 ///< tokens: T, the positions of one window's input
+  int64_t vocab_size = 0;                 ///< tokens: 0 = the default (data/tokens.h)
   int64_t batch_size = 64;
   bool shuffle = true;
   AugmentConfig augment;  ///< training set only

@@ -286,14 +286,16 @@ std::string llmc_config_yaml(const LlmcHeader& h, const std::string& name, const
   return fmt::format(
       R"(# Imported from llm.c's checkpoint {source} (version {version}, {dtype} parameters): GPT-2 with {L} layers,
 # {NH} heads, {C} channels, a vocabulary of {V} padded to {Vp} rows (the padded rows are kept and never predicted)
-# and sequences of up to {T} tokens. Set data.train.path and data.test.path to token shards before training.
+# and sequences of up to {T} tokens. To evaluate it on a shard (llm.c's or `gputrain tokenize`'s):
+#   gputrain eval config.yaml --checkpoint model.safetensors --set data.test.path=VAL.bin --set data.block_size=64
+# To train, add `train: {{path: GLOB}}` under data (llm.c token shards).
 name: {name}
 seed: 0
 data:
   format: tokens
-  train: {{path: PLACEHOLDER}}
-  test: {{path: PLACEHOLDER}}
+  test: {{path: val.bin}}  # a placeholder: set it to the shard to evaluate
   block_size: {T}
+  vocab_size: {V}
   batch_size: 4
 model:
 {model}loss: cross_entropy

@@ -5,14 +5,16 @@
 
 namespace gt::ops {
 
-void cross_entropy(const Tensor& logits, const Tensor& labels, double eps, double scale, Tensor& dlogits,
-                   Tensor& stats) {
+void cross_entropy(const Tensor& logits, const Tensor& labels, double eps, double scale, Tensor& dlogits, Tensor& stats,
+                   const CrossEntropyRows& rows) {
   const Operands op("cross_entropy", {&logits, &dlogits}, {&labels, &stats});
   GT_CHECK(logits.rank() == 2 && labels.dtype() == DType::i32 && labels.numel() == logits.dim(0),
            "cross_entropy logits {} labels {}", logits.shape().str(), labels.shape().str());
   GT_CHECK(!dlogits.defined() || dlogits.shape() == logits.shape(), "dlogits shape");
   GT_CHECK(stats.dtype() == DType::f64 && stats.numel() >= 2, "stats must be f64[2]");
-  GT_DISPATCH(op, cross_entropy(logits, labels, eps, scale, dlogits, stats));
+  GT_CHECK(rows.group >= 1 && logits.dim(0) % rows.group == 0, "cross_entropy: {} rows in groups of {}", logits.dim(0),
+           rows.group);
+  GT_DISPATCH(op, cross_entropy(logits, labels, eps, scale, dlogits, stats, rows));
 }
 
 void mse(const Tensor& pred, const Tensor& target, double scale, Tensor& dpred, Tensor& stats) {

@@ -4,7 +4,20 @@
 
 #include "core/tensor.h"
 
+#include <cstdint>
+#include <limits>
+
 namespace gt::ops {
+
+/// No label is ignored (cross_entropy's ignore_index).
+inline constexpr int64_t kNoIgnore = std::numeric_limits<int64_t>::min();
+
+/// How cross_entropy's rows make up samples: `group` consecutive rows are one sample (a sequence's tokens), and rows
+/// whose label is `ignore_index` count nowhere (no loss, no hit, a zero gradient).
+struct CrossEntropyRows {
+  int64_t group = 1;
+  int64_t ignore_index = kNoIgnore;
+};
 
 /// Softmax cross-entropy over logits (B, K) with int32 labels (B). Adds Σ loss to stats[0] and the number of
 /// correct argmax predictions to stats[1] (stats: f64, 2 entries, on the logits' device, so nothing syncs).
@@ -12,8 +25,13 @@ namespace gt::ops {
 /// label_smoothing ε mixes the one-hot target with the uniform distribution as PyTorch does. A NaN logit makes its
 /// row's loss NaN (so the step's loss sum is NaN on every device). A label outside [0, K) is the caller's error: on
 /// CUDA its row's loss is NaN and the row counts no hit, so the step gate skips the step.
+/// With `rows`: the N rows are S = N / group samples and c rows are counted (not ignore_index); every sum and the
+/// gradient are weighted by w = S / c (0 when c = 0), so stats[0] += S · (the mean loss over the counted rows),
+/// stats[1] += S · (their accuracy) and dlogits = scale · w · (…) on counted rows, 0 on ignored ones. With group 1
+/// and nothing ignored, w = 1: the plain form above. scale = 1/S gives PyTorch's reduction='mean' (with its
+/// ignore_index), and the statistics stay in samples, as the mse's and the classifier's do.
 void cross_entropy(const Tensor& logits, const Tensor& labels, double label_smoothing, double scale, Tensor& dlogits,
-                   Tensor& stats);
+                   Tensor& stats, const CrossEntropyRows& rows = {});
 
 /// Mean squared error per sample: adds Σ_b mean_d (pred − target)² to stats[0]; when dpred is defined,
 /// writes dpred = scale · 2 (pred − target) / D. pred and target are (B, D).

@@ -1,6 +1,7 @@
 // Test-set evaluation: the batches shared out over the ranks, their sums reduced once at the end.
 #include "train/evaluation.h"
 
+#include "core/checked.h"
 #include "core/json.h"
 #include "core/parallel.h"
 #include "data/batch_stager.h"
@@ -13,6 +14,7 @@
 #include "train/resume.h"
 #include "train/setup.h"
 
+#include <cmath>
 #include <thread>
 
 namespace gt {
@@ -20,12 +22,17 @@ namespace gt {
 EvalResult evaluate(Model& model, const Experiment& exp, const Dataset& test, Tensor& x, Tensor& y, Tensor& stats,
                     Communicator& comm) {
   Loader loader(test, x.dim(0), /*shuffle=*/false, exp.seed);
+  if (test.tokens && exp.train.eval_tokens > 0) {
+    const int64_t t = test.tokens->block_size();
+    loader.limit((exp.train.eval_tokens + t - 1) / t);  // whole windows: eval_tokens rounded up
+  }
   loader.start_epoch(0);
   stats.zero_();
   const LayerContext ctx{.training = false};
   Tensor none;
   BatchStager stager(test, x.dim(0), x.device());
-  for (int64_t k = 0; k * x.dim(0) < test.size(); ++k) {
+  const int64_t size = loader.size();
+  for (int64_t k = 0; k * x.dim(0) < size; ++k) {
     if (k % comm.size() != comm.rank()) {  // another rank's batch
       loader.skip();
       continue;
@@ -39,8 +46,10 @@ EvalResult evaluate(Model& model, const Experiment& exp, const Dataset& test, Te
   double* s = host.data<double>();
   comm.allreduce_sum(s, 2, "the evaluation sums");
   EvalResult r;
-  r.loss = s[0] / static_cast<double>(test.size());
-  if (test.num_classes > 0) r.accuracy = s[1] / static_cast<double>(test.size());
+  r.samples = size;
+  r.loss = s[0] / static_cast<double>(size);
+  if (test.num_classes > 0) r.accuracy = s[1] / static_cast<double>(size);
+  if (test.byte_tokens()) r.bpb = r.loss / std::log(2.0);
   return r;
 }
 
@@ -66,14 +75,17 @@ void Evaluator::run(TrainProgress& p, MetricsSink& metrics) {
   p.test_loss = r.loss;
   p.test_accuracy = r.accuracy;
   p.last_eval_step = p.step;
-  spdlog::info("eval epoch {}/{} | step {} | test_loss {:.4f} | test_accuracy {}", p.epoch + 1, m_exp.train.epochs,
-               p.step, r.loss, r.accuracy ? fmt::format("{:.4f}", *r.accuracy) : "n/a");
-  metrics.write(JsonObject()
-                    .add("type", "eval")
-                    .add("step", p.step)
-                    .add("epoch", p.epoch + 1)
-                    .add("test_loss", r.loss)
-                    .add("test_accuracy", r.accuracy));
+  spdlog::info("eval epoch {}/{} | step {} | test_loss {:.4f} | test_accuracy {}{}", p.epoch + 1, m_exp.train.epochs,
+               p.step, r.loss, r.accuracy ? fmt::format("{:.4f}", *r.accuracy) : "n/a",
+               r.bpb ? fmt::format(" | test_bpb {:.4f}", *r.bpb) : "");
+  JsonObject row = JsonObject()
+                       .add("type", "eval")
+                       .add("step", p.step)
+                       .add("epoch", p.epoch + 1)
+                       .add("test_loss", r.loss)
+                       .add("test_accuracy", r.accuracy);
+  if (r.bpb) row.add("test_bpb", r.bpb);
+  metrics.write(row);
 }
 
 EvalSummary evaluate_weights(const Experiment& exp, const std::string& weights_path, int threads) {
@@ -90,11 +102,12 @@ EvalSummary evaluate_weights(const Experiment& exp, const std::string& weights_p
   const int64_t batch = exp.data.batch_size;
   model.allocate(batch);
   Tensor x = Tensor::empty(data.test.input_shape().batched(batch), DType::f32, device);
-  Tensor y = Tensor::empty(data.test.target_shape().batched(batch), data.test.targets.dtype(), device);
+  Tensor y = Tensor::empty(data.test.target_shape().batched(batch), data.test.target_dtype(), device);
   Tensor stats = Tensor::zeros(Shape{2}, DType::f64, device);
   const auto local = make_local_comm();
   const EvalResult r = evaluate(model, exp, data.test, x, y, stats, *local);
-  return {data.test.size(), r.loss, r.accuracy};
+  return {r.samples, r.loss, r.accuracy, r.bpb,
+          data.test.tokens ? checked_mul(r.samples, data.test.tokens->block_size()).value_or(0) : 0};
 }
 
 }  // namespace gt

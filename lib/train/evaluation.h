@@ -19,11 +19,14 @@ class Model;
 struct EvalResult {
   double loss = 0;                 ///< mean over the test samples
   std::optional<double> accuracy;  ///< classification only
+  std::optional<double> bpb;       ///< byte tokens: the loss in bits per byte (loss / ln 2)
+  int64_t samples = 0;             ///< evaluated (token data: windows, limited by train.eval_tokens)
 };
 
 /// Test-set metrics of `model` in evaluation mode, through the batch tensors x and y (on the model's device; their
 /// first dimension is the batch) and `stats` (f64[2] there). With several ranks each evaluates every world-th batch
-/// and the sums are reduced, so every sample counts once.
+/// and the sums are reduced, so every sample counts once. Token data: the test windows front to back, the first
+/// ⌈train.eval_tokens / T⌉ of them when eval_tokens is set; the loss and accuracy are per token.
 EvalResult evaluate(Model& model, const Experiment& exp, const Dataset& test, Tensor& x, Tensor& y, Tensor& stats,
                     Communicator& comm);
 
@@ -56,6 +59,8 @@ struct EvalSummary {
   int64_t samples = 0;
   double loss = 0;
   std::optional<double> accuracy;
+  std::optional<double> bpb;
+  int64_t tokens = 0;  ///< token data: the predicted tokens evaluated
 };
 /// Test-set metrics of the experiment's model with the weights `weights_path` names (a safetensors file, a
 /// checkpoint folder, or a run directory: its final weights, else its newest good checkpoint's).

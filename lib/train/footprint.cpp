@@ -79,7 +79,7 @@ Footprint training_footprint(const Experiment& exp, const Model& model, const Da
 
   // The step's own tensors (trainer): x as f32, y as the data set stores targets, and the loss's ∂L/∂output.
   f.batch_bytes = bytes_of(train.input_shape().batched(f.batch).numel(), DType::f32) +
-                  bytes_of(train.target_shape().batched(f.batch).numel(), train.targets.dtype()) +
+                  bytes_of(train.target_shape().batched(f.batch).numel(), train.target_dtype()) +
                   bytes_of(model.output_shape().batched(f.batch).numel(), f.dtype);
   f.total_bytes =
       f.param_bytes + f.grad_bytes + f.optimizer_bytes + f.buffer_bytes + f.activation_bytes + f.batch_bytes;

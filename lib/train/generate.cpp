@@ -143,6 +143,7 @@ constexpr int64_t kGpt2EndOfText = 50256;
 // The per-sample input [T] the model is built for. Synthetic data says it without making the samples.
 Shape input_shape_of(const Experiment& exp) {
   if (exp.data.format == DataFormat::synthetic) return Shape(exp.data.synthetic.input_shape);
+  if (exp.data.format == DataFormat::tokens) return Shape{exp.data.block_size};  // no shard needs to be read
   return load_data(exp).train.input_shape();
 }
 

@@ -91,7 +91,7 @@ RunReporter::RunReporter(const Experiment& exp, const RunSetup& setup, const std
                       exp.logging.interval_s);
     m_monitor->start();
   }
-  m_tokens_per_sample = setup.train().tokens_per_sample;
+  m_tokens_per_sample = setup.train().tokens ? setup.train().tokens->block_size() : 0;
   m_flops_per_sample = 3.0 * static_cast<double>(setup.model.forward_flops());
   double peak = exp.train.peak_tflops;
   if (peak <= 0 && m_device.is_cuda()) {

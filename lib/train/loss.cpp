@@ -26,18 +26,26 @@ void parse_loss(const ConfigNode& n, LossConfig& out) {
     out.type = parse_choice(n, loss_types());
     return;
   }
-  n.expect_keys({"type", "label_smoothing"});
+  n.expect_keys({"type", "label_smoothing", "ignore_index"});
   n.require("type");
   out.type = parse_choice(n["type"], loss_types());
   out.label_smoothing = n.get_double("label_smoothing", 0.0, 0.0, 1.0);
   if (out.label_smoothing != 0 && out.type != LossType::cross_entropy)
     n["label_smoothing"].fail("applies to cross_entropy only");
+  // Labels are int32: an ignore_index outside that range could never match one. null: none.
+  if (n.has("ignore_index")) {
+    if (out.type != LossType::cross_entropy) n["ignore_index"].fail("applies to cross_entropy only");
+    out.ignore_index = n["ignore_index"].as_int(INT32_MIN, INT32_MAX);
+  }
 }
 
 YAML::Node to_yaml(const LossConfig& c) {
   YAML::Node n(YAML::NodeType::Map);
   n["type"] = to_string(c.type);
-  if (c.type == LossType::cross_entropy) n["label_smoothing"] = c.label_smoothing;
+  if (c.type == LossType::cross_entropy) {
+    n["label_smoothing"] = c.label_smoothing;
+    n["ignore_index"] = c.ignore_index == ops::kNoIgnore ? YAML::Node() : YAML::Node(c.ignore_index);
+  }
   return n;
 }
 
@@ -59,6 +67,16 @@ void check_loss_fits(const LossConfig& loss, const Shape& output, const Dataset&
                             d->labels_source, y[i], i, classes, classes - 1, output.str(), where.where()));
       }
     }
+    const Shape target = data.target_shape();
+    if (target.rank() == 1) {  // sequences: a class per token
+      const int64_t t = target[0];
+      if (output.rank() != 2 || output[0] != t || output[1] != data.num_classes)
+        where.fail(
+            fmt::format("cross_entropy over sequences of {} targets and {} classes needs a model output of "
+                        "[{}, {}] (a row of logits per position), got {}",
+                        t, data.num_classes, t, data.num_classes, output.str()));
+      return;
+    }
     if (output.rank() != 1 || output[0] != data.num_classes)
       where.fail(fmt::format("cross_entropy over {} classes needs a model output of [{}], got {}", data.num_classes,
                              data.num_classes, output.str()));
@@ -74,12 +92,19 @@ void check_loss_fits(const LossConfig& loss, const Shape& output, const Dataset&
 void compute_loss(const LossConfig& loss, const Tensor& out, const Tensor& target, double scale, Tensor& dout,
                   Tensor& stats) {
   const int64_t batch = out.dim(0);
+  if (loss.type == LossType::cross_entropy) {
+    // Sequences: a row of logits per target, T rows per sample.
+    const int64_t per_sample = target.rank() == 2 ? target.dim(1) : 1;
+    const int64_t rows = batch * per_sample;
+    const Tensor logits = out.view(Shape{rows, rows > 0 ? out.numel() / rows : 0});
+    Tensor dlogits = dout.defined() ? dout.view(logits.shape()) : Tensor();
+    ops::cross_entropy(logits, target.view(Shape{rows}), loss.label_smoothing, scale, dlogits, stats,
+                       {.group = per_sample, .ignore_index = loss.ignore_index});
+    return;
+  }
   const Tensor out2 = out.view(Shape{batch, out.numel() / batch});
   Tensor dout2 = dout.defined() ? dout.view(out2.shape()) : Tensor();
-  if (loss.type == LossType::cross_entropy)
-    ops::cross_entropy(out2, target, loss.label_smoothing, scale, dout2, stats);
-  else
-    ops::mse(out2, target.view(out2.shape()), scale, dout2, stats);
+  ops::mse(out2, target.view(out2.shape()), scale, dout2, stats);
 }
 
 }  // namespace gt

@@ -5,6 +5,7 @@
 #include "config/config.h"
 #include "core/tensor.h"
 #include "data/dataset.h"
+#include "ops/loss.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -18,6 +19,8 @@ const std::string& to_string(LossType type);
 struct LossConfig {
   LossType type = LossType::cross_entropy;
   double label_smoothing = 0.0;
+  /// cross_entropy: targets equal to this count nowhere (loss, accuracy, gradient); ops::kNoIgnore = none.
+  int64_t ignore_index = ops::kNoIgnore;
 };
 
 /// Reads the `loss:` section (a type name, or a map with `type:`); throws ConfigError naming the key.
@@ -32,7 +35,9 @@ void check_loss_fits(const LossConfig& loss, const Shape& output, const Dataset&
                      const Dataset* test = nullptr);
 
 /// Adds Σ per-sample loss to stats[0] (and correct predictions to stats[1] for classification). When dout is
-/// defined, writes ∂(scale · Σ loss)/∂out into it.
+/// defined, writes ∂(scale · Σ loss)/∂out into it. Sequences (out [B, T, V], targets [B, T]): a sample's loss and
+/// accuracy are the means over its T tokens (over the batch's counted tokens with ignore_index, ops/loss.h), so
+/// Σ loss / B is the per-token mean and scale 1/B gives each token the gradient scale 1/(B·T).
 void compute_loss(const LossConfig& loss, const Tensor& out, const Tensor& target, double scale, Tensor& dout,
                   Tensor& stats);
 

@@ -142,19 +142,20 @@ void summarize(RunSummary& sum, const TrainProgress& p, double wall_seconds) {
 }
 
 void write_summary(const std::string& dir, const std::string& name, const RunSummary& sum, int world, int threads) {
-  const JsonObject summary = JsonObject()
-                                 .add("name", name)
-                                 .add("device", sum.device)
-                                 .add("world_size", world)
-                                 .add("epochs", sum.epochs)
-                                 .add("steps", sum.steps)
-                                 .add("samples_per_sec", sum.samples_per_sec)
-                                 .add("final_train_loss", sum.final_train_loss)
-                                 .add("test_loss", sum.test_loss)
-                                 .add("test_accuracy", sum.test_accuracy)
-                                 .add("wall_seconds", sum.wall_seconds)
-                                 .add("exit_reason", exit_reason_name(sum.exit_reason))
-                                 .add("threads", threads);
+  JsonObject summary = JsonObject()
+                           .add("name", name)
+                           .add("device", sum.device)
+                           .add("world_size", world)
+                           .add("epochs", sum.epochs)
+                           .add("steps", sum.steps)
+                           .add("samples_per_sec", sum.samples_per_sec)
+                           .add("final_train_loss", sum.final_train_loss)
+                           .add("test_loss", sum.test_loss)
+                           .add("test_accuracy", sum.test_accuracy)
+                           .add("wall_seconds", sum.wall_seconds)
+                           .add("exit_reason", exit_reason_name(sum.exit_reason))
+                           .add("threads", threads);
+  if (sum.test_bpb) summary.add("test_bpb", sum.test_bpb);
   write_file_durable((fs::path(dir) / "summary.json").string(), summary.str() + "\n");
 }
 

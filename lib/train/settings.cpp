@@ -2,6 +2,7 @@
 #include "train/settings.h"
 
 #include "config/choice.h"
+#include "data/tokens.h"
 
 #include <array>
 
@@ -33,7 +34,8 @@ const std::string& to_string(KeepBest metric) { return choice_name(keep_best_met
 
 void parse_train(const ConfigNode& n, TrainConfig& out) {
   n.expect_keys({"epochs", "log_every", "max_steps", "eval_every", "accumulate", "grad_clip", "profile", "nonfinite",
-                 "max_skips", "peak_tflops"});
+                 "max_skips", "peak_tflops", "eval_tokens"});
+  out.eval_tokens = n.get_size("eval_tokens", 0, 0, limits::kTokens);
   if (n.has("nonfinite")) out.nonfinite = parse_choice(n["nonfinite"], nonfinite_policies());
   out.max_skips = n.get_size("max_skips", 5, 1, limits::kSteps);
   out.peak_tflops = n.get_double("peak_tflops", 0.0, 0.0, 1e9);
@@ -86,6 +88,7 @@ YAML::Node to_yaml(const TrainConfig& c) {
   n["nonfinite"] = to_string(c.nonfinite);
   n["max_skips"] = c.max_skips;
   if (c.peak_tflops > 0) n["peak_tflops"] = c.peak_tflops;
+  n["eval_tokens"] = c.eval_tokens;
   return n;
 }
 

@@ -25,6 +25,8 @@ struct TrainConfig {
   NonFinitePolicy nonfinite = NonFinitePolicy::abort;
   int64_t max_skips = 5;   ///< skip: steps skipped in a row; rollback: rollbacks to one checkpoint
   double peak_tflops = 0;  ///< one device's peak for the MFU; 0 = the known GPUs' table (none for the CPU)
+  /// Token data: an evaluation stops after this many predicted tokens, rounded up to whole windows (0 = all).
+  int64_t eval_tokens = 0;
 };
 
 /// The test metric whose best checkpoint is kept besides the newest ones (checkpoint.keep_best).

@@ -198,6 +198,14 @@ void log_run_start(const Experiment& exp, const RunSetup& setup, const StepPlan&
                               "number of full batches)",
                               train.size() - plan.micro_per_epoch * batch * world)
                 : std::string());
+  if (train.tokens)  // a sample is a window: say what it is cut from
+    spdlog::info("tokens: {} in {} (windows of {} + 1, vocabulary {}){}", train.tokens->tokens(),
+                 train.tokens->describe(), train.tokens->block_size(), train.tokens->vocab_size(),
+                 test.tokens ? fmt::format("; test: {} in {}{}", test.tokens->tokens(), test.tokens->describe(),
+                                           exp.train.eval_tokens > 0
+                                               ? fmt::format(", evaluated up to {} tokens", exp.train.eval_tokens)
+                                               : std::string())
+                             : std::string());
   spdlog::info("model: {} layers, {} parameters; loss {}; optimizer {} lr {}; schedule {}", setup.model.nodes().size(),
                setup.model.param_count(), to_string(exp.loss.type), to_string(exp.optimizer.type), exp.optimizer.lr,
                to_string(exp.scheduler.type));

@@ -102,7 +102,7 @@ StepLoop::StepLoop(const Experiment& exp, RunSetup& setup, const StepPlan& plan,
   }
   const Dataset& train = setup.train();
   m_x = Tensor::empty(train.input_shape().batched(plan.batch), DType::f32, m_device);
-  m_y = Tensor::empty(train.target_shape().batched(plan.batch), train.targets.dtype(), m_device);
+  m_y = Tensor::empty(train.target_shape().batched(plan.batch), train.target_dtype(), m_device);
   m_dout = Tensor::empty(m_model.output_shape().batched(plan.batch), DType::f32, m_device);
   m_stats = Tensor::zeros(Shape{kStepStats}, DType::f64, m_device);
   m_grad_sq = m_stats.slice0(kGradSq, 1);

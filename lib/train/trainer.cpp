@@ -326,6 +326,7 @@ RunSummary TrainLoop::finish() {
   // The final weights are written before summary.json, so that a summary always means the weights are there.
   if (!diverged && m_setup.lead) write_final_weights(m_sum.run_dir, m_setup.model, m_exp.name, m_p.step);
   summarize(m_sum, m_p, seconds_since(m_wall_start));
+  if (m_setup.test().byte_tokens() && m_sum.test_loss) m_sum.test_bpb = *m_sum.test_loss / std::log(2.0);
   if (m_setup.lead) write_summary(m_sum.run_dir, m_exp.name, m_sum, m_setup.world, m_setup.threads);
   if (m_setup.lead && m_exp.logging.report) write_report_logged(m_sum.run_dir);
   if (diverged) return m_sum;
@@ -411,6 +412,8 @@ RunSummary run_workers(const Experiment& exp, const RunOptions& opts) {
 }  // namespace
 
 RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
+  if (exp.data.format == DataFormat::tokens && exp.data.train_tokens.empty())
+    exp.root["data"].fail("tokens: training needs data.train: {path: GLOB} (this config names test shards only)");
   // From before any work (data, model, run directory) to the end: a signal at any moment stops the run the
   // documented way, never by the default action. (`gputrain train` holds them from its start already.)
   const StopHandlers handlers;

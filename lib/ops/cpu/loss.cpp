@@ -15,17 +15,28 @@ namespace {
 
 template <class T>
 void cross_entropy_t(const Tensor& logits, const Tensor& labels, double eps, double scale, Tensor& dlogits,
-                     Tensor& stats) {
+                     Tensor& stats, const ops::CrossEntropyRows& rows) {
   const int64_t batch = logits.dim(0), k = logits.dim(1);
   const T* px = logits.data<T>();
   const int32_t* py = labels.data<int32_t>();
   T* pd = dlogits.defined() ? dlogits.data<T>() : nullptr;
+  int64_t counted = batch;
+  if (rows.ignore_index != ops::kNoIgnore) counted = batch - std::count(py, py + batch, rows.ignore_index);
+  // Each counted row's weight: samples per counted row (ops/loss.h).
+  const double w = counted > 0 ? static_cast<double>(batch / rows.group) / static_cast<double>(counted) : 0.0;
+  const double grad_scale = scale * w;
   std::vector<double> row_loss(static_cast<size_t>(batch));
   std::vector<uint8_t> row_hit(static_cast<size_t>(batch));
   parallel_for(batch, std::max<int64_t>(1, kGrain / (4 * k)), [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       const T* x = px + b * k;
       const int32_t y = py[b];
+      if (y == rows.ignore_index) {
+        row_loss[static_cast<size_t>(b)] = 0;
+        row_hit[static_cast<size_t>(b)] = 0;
+        if (pd) std::fill(pd + b * k, pd + (b + 1) * k, T(0));
+        continue;
+      }
       int64_t argmax = 0;
       T mx = x[0];
       double sum_x = 0;
@@ -42,15 +53,15 @@ void cross_entropy_t(const Tensor& logits, const Tensor& labels, double eps, dou
       if (pd) {
         T* d = pd + b * k;
         for (int64_t j = 0; j < k; ++j)
-          d[j] = static_cast<T>(ce_dlogit(std::exp(static_cast<double>(x[j]) - lse), j == y, k, eps, scale));
+          d[j] = static_cast<T>(ce_dlogit(std::exp(static_cast<double>(x[j]) - lse), j == y, k, eps, grad_scale));
       }
     }
   });
   double loss = 0, hits = 0;
   for (int64_t b = 0; b < batch; ++b) loss += row_loss[static_cast<size_t>(b)], hits += row_hit[static_cast<size_t>(b)];
   double* s = stats.data<double>();
-  s[0] += loss;
-  s[1] += hits;
+  s[0] += w * loss;  // (exact when w = 1)
+  s[1] += w * hits;
 }
 
 template <class T>
@@ -78,10 +89,10 @@ void mse_t(const Tensor& pred, const Tensor& target, double scale, Tensor& dpred
 
 }  // namespace
 
-void cross_entropy(const Tensor& logits, const Tensor& labels, double eps, double scale, Tensor& dlogits,
-                   Tensor& stats) {
+void cross_entropy(const Tensor& logits, const Tensor& labels, double eps, double scale, Tensor& dlogits, Tensor& stats,
+                   const ops::CrossEntropyRows& rows) {
   for_float_type(logits.dtype(),
-                 [&](auto t) { cross_entropy_t<decltype(t)>(logits, labels, eps, scale, dlogits, stats); });
+                 [&](auto t) { cross_entropy_t<decltype(t)>(logits, labels, eps, scale, dlogits, stats, rows); });
 }
 void mse(const Tensor& pred, const Tensor& target, double scale, Tensor& dpred, Tensor& stats) {
   for_float_type(pred.dtype(), [&](auto t) { mse_t<decltype(t)>(pred, target, scale, dpred, stats); });

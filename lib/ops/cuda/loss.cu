@@ -24,15 +24,32 @@ constexpr int64_t kNoIndex = INT64_MAX;  // an argmax that any column beats
 // logits (batch, k), labels (batch) → stats[0] += Σ loss, stats[1] += Σ [argmax = label]; dlogits (optional).
 // The arithmetic is the CPU's (ops/math.h): the max and the shifted exponentials in T, the sums in double. The
 // argmax is the CPU's too: the first index of the largest value, NaNs skipped, except that a NaN in column 0 wins.
+// Rows whose label is `ignore`: counted into *ignored, before the loss kernel reads it.
+__global__ void count_ignored_kernel(const int32_t* __restrict__ labels, int64_t batch, int64_t ignore,
+                                     unsigned long long* __restrict__ ignored) {
+  unsigned long long n = 0;
+  for (int64_t i = global_index(); i < batch; i += grid_stride()) n += labels[i] == ignore ? 1 : 0;
+  n = static_cast<unsigned long long>(block_sum(static_cast<double>(n)));
+  if (threadIdx.x == 0 && n > 0) atomicAdd(ignored, n);
+}
+
+// ignored == nullptr: nothing is ignored. Otherwise each counted row weighs w = samples / counted (ops/loss.h).
 template <class T>
 __global__ void cross_entropy_kernel(const T* __restrict__ logits, const int32_t* __restrict__ labels, int64_t batch,
                                      int64_t k, double eps, double scale, T* __restrict__ dlogits,
-                                     double* __restrict__ stats) {
+                                     double* __restrict__ stats, int64_t samples, int64_t ignore,
+                                     const unsigned long long* __restrict__ ignored) {
+  const int64_t counted = ignored ? batch - static_cast<int64_t>(*ignored) : batch;
+  const double w = counted > 0 ? static_cast<double>(samples) / static_cast<double>(counted) : 0.0;
+  scale *= w;
   __shared__ double part_loss[kCeWarps], part_hits[kCeWarps];
   const int lane = static_cast<int>(threadIdx.x) % kWarp, warp = static_cast<int>(threadIdx.x) / kWarp;
   const int64_t b = blockIdx.x * int64_t{kCeWarps} + warp;
   double loss = 0, hit = 0;
-  if (b < batch) {  // the same for the whole warp, so the shuffles below see all 32 lanes
+  if (b < batch && ignored && labels[b] == ignore) {
+    if (dlogits)
+      for (int64_t j = lane; j < k; j += kWarp) dlogits[b * k + j] = T(0);
+  } else if (b < batch) {  // the same for the whole warp, so the shuffles below see all 32 lanes
     const T* x = logits + b * k;
     T mx = -infinity<T>();
     int64_t arg = kNoIndex;
@@ -69,8 +86,8 @@ __global__ void cross_entropy_kernel(const T* __restrict__ logits, const int32_t
   if (threadIdx.x != 0) return;
   double l = 0, h = 0;
   for (int w = 0; w < kCeWarps; ++w) l += part_loss[w], h += part_hits[w];
-  atomicAdd(stats + 0, l);
-  atomicAdd(stats + 1, h);
+  atomicAdd(stats + 0, w * l);  // (exact when w = 1)
+  atomicAdd(stats + 1, w * h);
 }
 
 // stats[0] += Σ (pred − target)² / d (Σ over the batch of each row's mean); dpred = grad_scale · (pred − target).
@@ -88,13 +105,20 @@ __global__ void mse_kernel(const T* __restrict__ pred, const T* __restrict__ tar
 }
 
 void launch_cross_entropy(cudaStream_t s, bool is_double, const void* logits, const int32_t* labels, int64_t batch,
-                          int64_t k, double label_smoothing, double scale, void* dlogits, double* stats) {
+                          int64_t k, double label_smoothing, double scale, void* dlogits, double* stats,
+                          int64_t samples, int64_t ignore, unsigned long long* ignored) {
   if (batch == 0 || k == 0) return;
+  if (ignored) {
+    GT_CHECK_CUDA(cudaMemsetAsync(ignored, 0, sizeof *ignored, s));
+    count_ignored_kernel<<<grid_for(batch, kThreads, kReduceBlocks), kThreads, 0, s>>>(labels, batch, ignore, ignored);
+    GT_CHECK_LAUNCH();
+  }
   const auto grid = static_cast<unsigned>((batch + kCeWarps - 1) / kCeWarps);
   with_float_type(is_double, [&](auto t) {
     using T = decltype(t);
     cross_entropy_kernel<T><<<grid, kCeWarps * kWarp, 0, s>>>(static_cast<const T*>(logits), labels, batch, k,
-                                                              label_smoothing, scale, static_cast<T*>(dlogits), stats);
+                                                              label_smoothing, scale, static_cast<T*>(dlogits), stats,
+                                                              samples, ignore, ignored);
   });
   GT_CHECK_LAUNCH();
 }
@@ -115,10 +139,15 @@ void launch_mse(cudaStream_t s, bool is_double, const void* pred, const void* ta
 }  // namespace
 
 void cross_entropy(const Tensor& logits, const Tensor& labels, double label_smoothing, double scale, Tensor& dlogits,
-                   Tensor& stats) {
-  launch_cross_entropy(stream(logits.device().index), is_f64("cross_entropy", logits), logits.raw(),
-                       labels.data<int32_t>(), logits.dim(0), logits.dim(1), label_smoothing, scale,
-                       raw_or_null(dlogits), stats.data<double>());
+                   Tensor& stats, const ops::CrossEntropyRows& rows) {
+  const int device = logits.device().index;
+  // The count of ignored rows lives in the device's scratch workspace until the loss kernel has read it.
+  auto* ignored = rows.ignore_index == ops::kNoIgnore
+                      ? nullptr
+                      : static_cast<unsigned long long*>(workspace(device, sizeof(unsigned long long)));
+  launch_cross_entropy(stream(device), is_f64("cross_entropy", logits), logits.raw(), labels.data<int32_t>(),
+                       logits.dim(0), logits.dim(1), label_smoothing, scale, raw_or_null(dlogits), stats.data<double>(),
+                       logits.dim(0) / rows.group, rows.ignore_index, ignored);
 }
 
 void mse(const Tensor& pred, const Tensor& target, double scale, Tensor& dpred, Tensor& stats) {
