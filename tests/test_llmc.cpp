@@ -17,6 +17,7 @@
 #include <map>
 
 using namespace gt;
+using gt::test::json_number;
 using gt::test::read_text;
 using gt::test::run_gputrain;
 using gt::test::source_path;
@@ -259,6 +260,32 @@ TEST_CASE("a GPT imported from llm.c's format computes PyTorch's logits and grad
     CHECK(diff <= 1e-4);
     CHECK(size > 1e-3);  // every parameter gets a gradient here, so the comparison is not between zeros
   }
+
+  // The command a user runs on an imported model: `gputrain eval` with the test shards set on the command line
+  // prints PyTorch's loss. Each sequence becomes one llm.c token shard of T + 1 tokens (one window).
+  for (int64_t b = 0; b < B; ++b) {
+    std::vector<int32_t> header(256, 0);
+    header[0] = 20240520;
+    header[1] = 1;
+    header[2] = static_cast<int32_t>(T + 1);
+    std::vector<uint16_t> seq;
+    for (int64_t t = 0; t < T; ++t) seq.push_back(static_cast<uint16_t>(tokens[static_cast<size_t>(b * T + t)]));
+    seq.push_back(static_cast<uint16_t>(targets[static_cast<size_t>(b * T + T - 1)]));
+    std::ofstream f(dir / ("shard_" + std::to_string(b) + ".bin"), std::ios::binary);
+    f.write(reinterpret_cast<const char*>(header.data()), 1024);
+    f.write(reinterpret_cast<const char*>(seq.data()), static_cast<std::streamsize>(2 * seq.size()));
+  }
+  const auto e = run_gputrain("eval " + dir / "imp/config.yaml" + " --checkpoint " + dir / "imp/model.safetensors" +
+                              " --set data.test.path=" + dir / "shard_*.bin" + " --set data.block_size=8 --json");
+  INFO(e.output);
+  REQUIRE(e.exit_code == 0);
+  CHECK(json_number(e.output, "tokens") == B * T);
+  CHECK(json_number(e.output, "test_loss").value_or(0) == Approx(std::stod(read_text(dir / "loss.txt"))).epsilon(1e-6));
+  // Training asks for training shards, which the imported config leaves to the user.
+  const auto t = run_gputrain("train " + dir / "imp/config.yaml" + " --set data.test.path=" + dir / "shard_*.bin" +
+                              " --out " + dir / "run");
+  CHECK(t.exit_code == 2);
+  CHECK_THAT(t.output, Catch::Contains("data: tokens: training needs data.train"));
 }
 
 TEST_CASE("import llmc refuses a checkpoint whose GPT is larger than gputrain takes, naming the file", "[cpu][data]") {
