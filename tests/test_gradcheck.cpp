@@ -316,3 +316,38 @@ TEST_CASE("cross_entropy values match hand-computed ones", "[cpu]") {
   CHECK(stats.data<double>()[0] == Approx(0.40760596444).epsilon(1e-7));
   CHECK(stats.data<double>()[1] == 2);  // both argmaxes are right
 }
+
+// GPT-2's initialisation from the config: N(0, std) tables and weights, zero biases, scaled residual projections.
+TEST_CASE("init_std and proj_init_std draw N(0, std) weights and zero biases", "[cpu]") {
+  const ConfigNode cfg = ConfigNode::load_string(R"(layers:
+  - {type: embedding, name: wte, num_embeddings: 300, embedding_dim: 64, init_std: 0.02}
+  - {type: causal_self_attention, name: attn, heads: 4, proj_init_std: 0.005}
+  - {type: linear, name: fc, out_features: 256, init_std: 0.01}
+  - {type: linear, name: plain, out_features: 8}
+)",
+                                                 "init.yaml");
+  Model m = Model::build(cfg, Shape{16}, DType::f64, Device::cpu(), 3);
+  auto stats = [&](const std::string& name) {
+    for (const auto& [n, p] : m.named_params())
+      if (n == name) {
+        double s = 0, s2 = 0;
+        const int64_t k = p->value.numel();
+        for (int64_t i = 0; i < k; ++i) {
+          s += p->value.data<double>()[i];
+          s2 += p->value.data<double>()[i] * p->value.data<double>()[i];
+        }
+        return std::pair{s / k, std::sqrt(s2 / k)};
+      }
+    FAIL("no parameter " << name);
+    return std::pair{0.0, 0.0};
+  };
+  CHECK(stats("wte.weight").second == Approx(0.02).epsilon(0.03));
+  CHECK(stats("attn.qkv.weight").second == Approx(0.02).epsilon(0.03));
+  CHECK(stats("attn.proj.weight").second == Approx(0.005).epsilon(0.03));
+  CHECK(stats("fc.weight").second == Approx(0.01).epsilon(0.03));
+  CHECK(stats("fc.bias").second == 0.0);
+  // Without init_std: torch.nn.Linear's U(±1/√in), whose RMS is 1/√(3·in), and a uniform bias.
+  CHECK(stats("plain.weight").second == Approx(1 / std::sqrt(3.0 * 256)).epsilon(0.05));
+  CHECK(stats("plain.bias").second > 0.0);
+  CHECK(YAML::Dump(m.resolved_layers()).find("init_std: 0.01") != std::string::npos);
+}

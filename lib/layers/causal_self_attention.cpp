@@ -14,6 +14,7 @@ class CausalSelfAttention final : public Layer {
     cfg.require("heads");
     m_heads = cfg["heads"].as_int(1, 1 << 16);
     m_bias = cfg.get_bool("bias", true);
+    m_proj_init_std = cfg.get_double("proj_init_std", 0.02, 0.0, 1e6);
   }
 
   Shape infer_shape(const std::vector<Shape>& in, const ConfigNode& cfg) override {
@@ -27,7 +28,7 @@ class CausalSelfAttention final : public Layer {
   void init_params(Rng& rng, DType dtype, Device device) override {
     // GPT-2 (and llm.c): weights N(0, 0.02), biases zero.
     m_qkv_w = normal_param("qkv.weight", Shape{3 * m_dim, m_dim}, rng, 0.02, dtype, device);
-    m_proj_w = normal_param("proj.weight", Shape{m_dim, m_dim}, rng, 0.02, dtype, device);
+    m_proj_w = normal_param("proj.weight", Shape{m_dim, m_dim}, rng, m_proj_init_std, dtype, device);
     if (m_bias) {
       m_qkv_b = constant_param("qkv.bias", Shape{3 * m_dim}, 0.0, dtype, device);
       m_proj_b = constant_param("proj.bias", Shape{m_dim}, 0.0, dtype, device);
@@ -82,6 +83,7 @@ class CausalSelfAttention final : public Layer {
     YAML::Node n(YAML::NodeType::Map);
     n["heads"] = m_heads;
     n["bias"] = m_bias;
+    n["proj_init_std"] = m_proj_init_std;
     return n;
   }
   // The two projections (3C² and C² multiply-adds per token) and q·kᵀ and p·v over the causal half (i + 1 keys for
@@ -99,6 +101,7 @@ class CausalSelfAttention final : public Layer {
   }
 
  private:
+  double m_proj_init_std;  ///< llm.c scales the residual projections: 0.02 / √(2 · layers)
   static Tensor rows(const Tensor& t, int64_t cols) { return t.view(Shape{t.numel() / cols, cols}); }
 
   // Positions [position, position + t) of one sequence: their q, k and v rows go into the cache (rows of [T, 3C],

@@ -13,6 +13,7 @@ class Embedding final : public Layer {
     cfg.require("embedding_dim");
     m_vocab = cfg["num_embeddings"].as_size(1, limits::kExtent);
     m_dim = cfg["embedding_dim"].as_size(1, limits::kExtent);
+    m_init_std = cfg.get_double("init_std", 1.0, 0.0, 1e6);
   }
   Shape infer_shape(const std::vector<Shape>& in, const ConfigNode&) override {
     std::vector<int64_t> d = in[0].dims();
@@ -20,7 +21,7 @@ class Embedding final : public Layer {
     return Shape(d);
   }
   void init_params(Rng& rng, DType dtype, Device device) override {
-    m_weight = normal_param("weight", Shape{m_vocab, m_dim}, rng, 1.0, dtype, device);  // torch.nn.Embedding: N(0, 1)
+    m_weight = normal_param("weight", Shape{m_vocab, m_dim}, rng, m_init_std, dtype, device);  // torch: N(0, 1)
   }
   std::vector<Param*> params() override { return {&m_weight}; }
   int64_t param_numel() const override { return mul_sizes(m_vocab, m_dim); }
@@ -38,11 +39,13 @@ class Embedding final : public Layer {
     YAML::Node n(YAML::NodeType::Map);
     n["num_embeddings"] = m_vocab;
     n["embedding_dim"] = m_dim;
+    n["init_std"] = m_init_std;
     return n;
   }
 
  private:
   int64_t m_vocab, m_dim;
+  double m_init_std;
   Param m_weight;
 };
 

@@ -9,7 +9,8 @@ namespace {
 
 class Linear final : public Layer {
  public:
-  Linear(int64_t out, bool bias, bool tied) : m_out(out), m_has_bias(bias), m_tied(tied) {}
+  Linear(int64_t out, bool bias, bool tied, double init_std)
+      : m_out(out), m_has_bias(bias), m_tied(tied), m_init_std(init_std) {}
 
   Shape infer_shape(const std::vector<Shape>& in, const ConfigNode& cfg) override {
     if (in[0].rank() == 0) cfg.fail("linear needs an input with at least one dimension");
@@ -23,9 +24,14 @@ class Linear final : public Layer {
 
   void init_params(Rng& rng, DType dtype, Device device) override {
     // torch.nn.Linear: kaiming_uniform_(a=√5) gives U(−1/√in, 1/√in) for the weight; the bias uses the same bound.
+    // init_std (GPT-2's scheme): N(0, std) weights and zero biases.
     const double bound = 1.0 / std::sqrt(static_cast<double>(m_in));
-    if (!m_tied) m_weight = uniform_param("weight", Shape{m_out, m_in}, rng, bound, dtype, device);
-    if (m_has_bias) m_bias = uniform_param("bias", Shape{m_out}, rng, bound, dtype, device);
+    if (!m_tied)
+      m_weight = m_init_std > 0 ? normal_param("weight", Shape{m_out, m_in}, rng, m_init_std, dtype, device)
+                                : uniform_param("weight", Shape{m_out, m_in}, rng, bound, dtype, device);
+    if (m_has_bias)
+      m_bias = m_init_std > 0 ? constant_param("bias", Shape{m_out}, 0.0, dtype, device)
+                              : uniform_param("bias", Shape{m_out}, rng, bound, dtype, device);
   }
 
   std::vector<Param*> params() override {
@@ -67,6 +73,7 @@ class Linear final : public Layer {
     YAML::Node n(YAML::NodeType::Map);
     n["out_features"] = m_out;
     n["bias"] = m_has_bias;
+    if (m_init_std > 0) n["init_std"] = m_init_std;
     return n;
   }
 
@@ -80,6 +87,7 @@ class Linear final : public Layer {
   int64_t m_out, m_in = 0, m_rows_per_sample = 1;
   size_t m_rank = 0;
   bool m_has_bias, m_tied;
+  double m_init_std;  ///< > 0: N(0, std) weights and zero biases; 0: torch.nn.Linear's uniform
   Param m_weight, m_bias;
   Param* m_w = &m_weight;  // the weight in use: m_weight, or the shared one (tied_to)
 };
@@ -89,7 +97,7 @@ class Linear final : public Layer {
 std::unique_ptr<Layer> make_linear(const ConfigNode& cfg) {
   cfg.require("out_features");
   return std::make_unique<Linear>(cfg["out_features"].as_size(1, limits::kExtent), cfg.get_bool("bias", true),
-                                  cfg.has("tied_to"));
+                                  cfg.has("tied_to"), cfg.get_double("init_std", 0.0, 0.0, 1e6));
 }
 
 }  // namespace gt

@@ -52,7 +52,11 @@ const std::vector<LayerSpec>& layer_registry() {
        "projection; weights N(0, 0.02) and zero biases as GPT-2 and llm.c. Parameters qkv.weight [3C, C] (llm.c's "
        "c_attn), proj.weight [C, C] (c_proj) and their biases.",
        {{"heads", "int", "", "attention heads; C must be a multiple", true},
-        {"bias", "bool", "true", "biases on both projections", false}},
+        {"bias", "bool", "true", "biases on both projections", false},
+        {"proj_init_std", "float", "0.02",
+         "std of the output projection's N(0, std) init; GPT-2 and llm.c use 0.02 / √(2 · layers) for the residual "
+         "projections",
+         false}},
        make_causal_self_attention},
       {"concat",
        "Concatenates two or more inputs along a per-sample dimension; the others must match.",
@@ -80,7 +84,8 @@ const std::vector<LayerSpec>& layer_registry() {
        "Learned rows picked by integer-valued inputs: [...] → [..., embedding_dim]; N(0, 1) init like "
        "torch.nn.Embedding.",
        {{"num_embeddings", "int", "", "table size; inputs must be in [0, num_embeddings)", true},
-        {"embedding_dim", "int", "", "", true}},
+        {"embedding_dim", "int", "", "", true},
+        {"init_std", "float", "1", "the table's N(0, std) init (GPT-2: 0.02)", false}},
        make_embedding},
       {"flatten", "Flattens each sample to one dimension: [C, H, W] → [C·H·W]. No copy.", {}, make_flatten},
       {"gelu",
@@ -101,6 +106,10 @@ const std::vector<LayerSpec>& layer_registry() {
         {"tied_to", "layer name", "none",
          "use that embedding's table as W (GPT-2's lm head): one parameter, the gradients of both uses summed; "
          "out_features may be below the table's rows, using the first ones (llm.c's padded vocabulary)",
+         false},
+        {"init_std", "float", "none",
+         "N(0, std) weights and zero biases instead of torch.nn.Linear's uniform (GPT-2: 0.02, its residual "
+         "projections 0.02 / √(2 · layers))",
          false}},
        make_linear},
       {"maxpool2d",
