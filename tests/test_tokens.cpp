@@ -448,6 +448,8 @@ TEST_CASE("a tiny GPT learns tokenized text: the loss falls, eval reports test_b
   const std::string totals = check.output.substr(check.output.find("\"totals\""));
   const double forward = json_number(totals, "forward_flops").value_or(0) / 8;  // per batch of 8
   REQUIRE(forward > 0);
+  CHECK(json_number(check.output, "train_flops_per_token").value_or(0) == Approx(3 * forward / 16));  // T = 16
+  CHECK_THAT(run_gputrain("check " + (dir / "c.yaml")).output, Catch::Contains("MFLOP to train (3 × forward"));
   const std::string prow = lines_of(read_text(dir / "peak/metrics.jsonl")).front();
   CHECK(json_number(prow, "mfu").value_or(0) ==
         Approx(3 * forward * json_number(prow, "samples_per_sec").value() / 1e9).epsilon(1e-9));

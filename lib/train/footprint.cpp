@@ -40,6 +40,7 @@ Footprint training_footprint(const Experiment& exp, const Model& model, const Da
   Footprint f;
   f.batch = exp.data.batch_size;
   f.accumulate = exp.train.accumulate;
+  f.tokens_per_sample = train.tokens ? train.tokens->block_size() : 0;
   f.dtype = model.dtype();
   f.input = model.input_shape().batched(f.batch);
   const std::vector<Model::NodeBuffers> plan = model.buffer_plan(f.batch);
@@ -179,6 +180,12 @@ std::string footprint_report(const Footprint& f, const MemoryFit& fit, const std
   out += fmt::format("total: {} layers, {} parameters ({:.2f} MB as {}), {:.3f} MFLOP forward per sample\n",
                      f.layers.size(), f.params, static_cast<double>(f.param_bytes) * 1e-6, dtype_name(f.dtype),
                      static_cast<double>(f.forward_flops) * 1e-6 / static_cast<double>(f.batch));
+  if (f.tokens_per_sample > 0) {
+    // Training counts 3 × the forward (6N plus the attention), as the MFU of the step lines does.
+    const double per_token = static_cast<double>(f.forward_flops) / static_cast<double>(f.batch * f.tokens_per_sample);
+    out += fmt::format("per token: {:.2f} MFLOP forward, {:.2f} MFLOP to train (3 × forward: 6N plus attention)\n",
+                       per_token * 1e-6, 3 * per_token * 1e-6);
+  }
   out += fmt::format("\none training step at batch {}{}: {:.1f} MFLOP forward, {:.1f} MFLOP backward\n", f.batch,
                      f.accumulate > 1 ? fmt::format(" (per micro-batch; train.accumulate {})", f.accumulate) : "",
                      static_cast<double>(f.forward_flops) * 1e-6, static_cast<double>(f.backward_flops) * 1e-6);
@@ -233,6 +240,9 @@ JsonObject footprint_json(const Footprint& f, const MemoryFit& fit) {
       .add("layers", layers)
       .add("totals", totals)
       .add("device", fit.device);
+  if (f.tokens_per_sample > 0)
+    out.add("train_flops_per_token",
+            3 * static_cast<double>(f.forward_flops) / static_cast<double>(f.batch * f.tokens_per_sample));
   if (fit.fits)
     out.add_bool("fits", *fit.fits).add("usable_bytes", n(fit.usable)).add("device_bytes", n(fit.total));
   else

@@ -32,7 +32,8 @@ struct LayerFootprint {
 /// Everything one process holds on its device to train: each total is the sum of its rows where it has one.
 struct Footprint {
   int64_t batch = 0;
-  int64_t accumulate = 1;  ///< micro-batches per step: they reuse the same buffers
+  int64_t accumulate = 1;         ///< micro-batches per step: they reuse the same buffers
+  int64_t tokens_per_sample = 0;  ///< token data: the block size (FLOPs per token are shown); 0 otherwise
   DType dtype = DType::f32;
   Shape input;  ///< the model input, batched
   std::vector<LayerFootprint> layers;
