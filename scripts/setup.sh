@@ -12,6 +12,7 @@ packages=(
   nlohmann-json3-dev  # lib/core/json_read.cpp
   libopenmpi-dev openmpi-bin
   dataset-fashion-mnist
+  fortunes  # English text for configs/gpt_bytes.yaml (/usr/share/games/fortunes)
   python3-torch python3-numpy python3-yaml
   chromium  # tests/test_report.cpp renders report.html headless
   clang libclang-rt-14-dev libomp-14-dev  # scripts/sanitize.sh: ASan/UBSan, libFuzzer, OpenMP for clang

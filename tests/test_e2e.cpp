@@ -338,6 +338,50 @@ TEST_CASE("configs/fashion_mnist_cnn.yaml and fashion_mnist_resnet.yaml check an
   }
 }
 
+// The documented commands: tokenize the fortunes text, train a few steps, sample. The shipped config reads
+// data/fortunes relative to the working directory, so the test runs gputrain from a scratch directory.
+TEST_CASE("configs/gpt_bytes.yaml tokenizes, trains and generates as the README shows", "[e2e]") {
+  TempDir dir;
+  REQUIRE(fs::is_directory("/usr/share/games/fortunes"));  // Debian's fortunes, installed by scripts/setup.sh
+  const std::string cfg = source_path("configs/gpt_bytes.yaml");
+  const auto tok = run_gputrain("tokenize $(find /usr/share/games/fortunes -type f ! -name '*.dat' | sort) --out " +
+                                (dir / "data/fortunes"));
+  INFO(tok.output);
+  REQUIRE(tok.exit_code == 0);
+  const std::string in_dir = "cd " + dir.path() + " && ";
+  const auto check = run_gputrain("check " + cfg, in_dir);
+  INFO(check.output);
+  REQUIRE(check.exit_code == 0);
+  CHECK_THAT(check.output, Catch::Contains("834304 parameters") && Catch::Contains("per token:"));
+  const auto r = run_gputrain("train " + cfg + " --max-steps 20 --set train.eval_tokens=4096 --out run", in_dir);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK(json_number(read_text(dir / "run/summary.json"), "test_bpb").value_or(99) < 8.0);
+  const auto g = run_gputrain("generate " + cfg + " --checkpoint run --prompt 'The ' --tokens 40 --seed 3", in_dir);
+  INFO(g.output);
+  REQUIRE(g.exit_code == 0);
+  CHECK(g.output.rfind("The ", 0) == 0);
+}
+
+TEST_CASE("configs/gpt2_124m.yaml is GPT-2 small as llm.c trains it", "[e2e]") {
+  TempDir dir;
+  // Stand-in shards (the config's FineWeb paths are llm.c's): check needs the data only for its shapes.
+  std::vector<int32_t> header(256, 0);
+  header[0] = 20240520;
+  header[1] = 1;
+  header[2] = 2049;
+  std::string bytes(reinterpret_cast<const char*>(header.data()), 1024);
+  bytes += std::string(2 * 2049, '\0');
+  write_text(dir / "shard.bin", bytes);
+  const auto check =
+      run_gputrain("check " + source_path("configs/gpt2_124m.yaml") + " --set data.train.path=" + (dir / "shard.bin") +
+                   " --set data.test.path=" + (dir / "shard.bin"));
+  INFO(check.output);
+  REQUIRE(check.exit_code == 0);
+  CHECK_THAT(check.output, Catch::Contains("124475904 parameters") && Catch::Contains("per token: 266.11 MFLOP") &&
+                               Catch::Contains("fits on "));
+}
+
 TEST_CASE("fashion_mnist_mlp reaches 80% test accuracy after one epoch", "[e2e]") {
   // A guard only: seed 1 on 1 thread gives 81.98 % here. The 5-epoch targets (MLP mean of ten seeds >= 86.5 %, CNN
   // >= 89.8 %) take about 15 min on 2 cores and are checked by bench/accuracy.sh.
