@@ -104,9 +104,9 @@ GT_HD T act_forward(Activation a, T x) {
     case Activation::sigmoid: return T(1) / (T(1) + std::exp(-x));
     case Activation::gelu: return T(0.5) * x * (T(1) + std::erf(x * T(0.70710678118654752440)));
     case Activation::gelu_tanh: {
-      // 0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³)))
+      // 0.5 x (1 + tanh(u)), u = √(2/π) (x + 0.044715 x³), written as x·σ(2u) (0.5 (1 + tanh u) = σ(2u)): one exp
       const T u = T(0.79788456080286535588) * (x + T(0.044715) * x * x * x);
-      return T(0.5) * x * (T(1) + std::tanh(u));
+      return x / (T(1) + std::exp(T(-2) * u));
     }
   }
   return x;
@@ -125,11 +125,12 @@ GT_HD T act_backward(Activation a, T x, T y, T dy) {
       return dy * (cdf + x * pdf);
     }
     case Activation::gelu_tanh: {
-      // d/dx = 0.5 (1 + t) + 0.5 x (1 − t²) √(2/π) (1 + 3·0.044715 x²), t = tanh(u)
+      // d/dx = 0.5 (1 + t) + 0.5 x (1 − t²) u', t = tanh(u), u' = √(2/π) (1 + 3·0.044715 x²); with s = σ(2u):
+      // = s + 2 x s (1 − s) u'
       const T x2 = x * x;
-      const T t = std::tanh(T(0.79788456080286535588) * (x + T(0.044715) * x2 * x));
+      const T s = T(1) / (T(1) + std::exp(T(-1.5957691216057307118) * (x + T(0.044715) * x2 * x)));
       const T du = T(0.79788456080286535588) * (T(1) + T(0.134145) * x2);
-      return dy * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * du);
+      return dy * (s + T(2) * x * s * (T(1) - s) * du);
     }
   }
   return dy;
