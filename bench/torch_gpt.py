@@ -70,7 +70,7 @@ class GPT(nn.Module):
                 nn.init.normal_(p, 0.0, std)
 
     def forward(self, idx):
-        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
         for blk in self.h:
             x = blk(x)
         return self.ln_f(x) @ self.wte.weight.t()  # the tied lm head
@@ -89,6 +89,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (fp32, PyTorch's default math modes)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)
@@ -96,7 +97,8 @@ def main():
         header = np.frombuffer(f.read(1024), dtype=np.int32)
         assert header[0] == 20240520 and header[1] == 1, "not an llm.c token shard"
         tokens = np.frombuffer(f.read(), dtype=np.uint16)[: header[2]].astype(np.int64)
-    model = GPT(args.vocab, args.block, args.layers, args.heads, args.channels)
+    dev = torch.device(args.device)
+    model = GPT(args.vocab, args.block, args.layers, args.heads, args.channels).to(dev)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     other = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
@@ -107,17 +109,21 @@ def main():
     t0 = None
     for step in range(args.warmup + args.steps):
         if step == args.warmup:
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
             t0 = time.perf_counter()
-        win = torch.from_numpy(np.stack([tokens[s:s + t + 1] for s in starts[step]]))
+        win = torch.from_numpy(np.stack([tokens[s:s + t + 1] for s in starts[step]])).to(dev)
         logits = model(win[:, :-1])
         loss = F.cross_entropy(logits.reshape(-1, args.vocab), win[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+    final_loss = loss.item()  # waits for the device
     seconds = time.perf_counter() - t0
-    print(json.dumps({"tokens_per_sec": args.steps * args.batch * t / seconds, "loss": loss.item(),
-                      "torch": torch.__version__, "threads": args.threads}))
+    peak = torch.cuda.max_memory_allocated() / 2**20 if dev.type == "cuda" else None
+    print(json.dumps({"tokens_per_sec": args.steps * args.batch * t / seconds, "loss": final_loss,
+                      "torch": torch.__version__, "threads": args.threads, "peak_mem_mib": peak}))
 
 
 if __name__ == "__main__":

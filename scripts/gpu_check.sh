@@ -4,7 +4,9 @@
 #   1. every [cuda] test case, one process each (a crash in one cannot hide the others), with its outcome;
 #   2. fashion_mnist_mlp and fashion_mnist_cnn trained by gputrain on the GPU and by PyTorch eager on the GPU (same
 #      model, batch 128, SGD momentum 0.9, fp32 with PyTorch's default math modes), samples/s of the training loop;
-#   3. one table: test results, samples/s of both, the ratio, peak device memory.
+#   3. the GPT of configs/gpt_bytes.yaml (batch 64 × T 64, random byte tokens) trained by both on the GPU: tokens/s,
+#      gputrain's MFU against the GPU's fp32 peak, the ratio (the fused attention kernel is among the [cuda] tests);
+#   4. one table: test results, samples/s of both, the ratio, peak device memory.
 # Under 8 minutes on an H200. `--dry-run` runs the same steps here without a GPU: the tests report their skip, and
 # both trainers run a few steps on the CPU, so the script's own logic is checked before device time is spent.
 #
@@ -95,6 +97,46 @@ print(f'{max(peaks):.0f}' if peaks else 'n/a')")
   rows+=("$(printf '| fashion_mnist_%s | %s | %s | %s | %s MiB | %s MiB |' "$model" "$gt_rate" "$torch_rate" "$ratio" "$gt_peak" "$torch_peak")")
 done
 
+echo "== GPT training throughput (configs/gpt_bytes.yaml's model, random byte tokens)"
+# Both engines on the same GPT and shape: batch 64 × T 64 on the GPU (16 × 64 and a few steps in a dry run).
+$py - "$work/tok" <<'PY'
+import os, sys, numpy as np
+d = sys.argv[1]; os.makedirs(d, exist_ok=True)
+n = 2_000_000
+for name in ("train_000000.bin", "val_000000.bin"):
+    header = np.zeros(256, dtype="<i4"); header[:3] = (20240520, 1, n)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(header.tobytes()); f.write(np.random.default_rng(1).integers(0, 256, n).astype("<u2").tobytes())
+PY
+if [[ $dry == 1 ]]; then gpt_batch=16; gpt_steps=5; else gpt_batch=64; gpt_steps=300; fi
+gpt_sets=(--set "data.train.path=$work/tok/train_*.bin" --set "data.test.path=$work/tok/val_*.bin"
+          --set "data.batch_size=$gpt_batch" --set train.eval_every=1000000 --set train.eval_tokens=64
+          --set train.log_every=10)
+gpt_out="$work/run-gpt"
+if "$gt" train configs/gpt_bytes.yaml --device "$device" --max-steps "$gpt_steps" --quiet --out "$gpt_out" \
+     "${gpt_sets[@]}" > "$work/gt-gpt.log" 2>&1; then
+  read -r gpt_rate gpt_mfu gpt_peak < <($py -c "
+import json
+rows = [json.loads(l) for l in open('$gpt_out/metrics.jsonl') if '\"train\"' in l]
+last = rows[len(rows) // 2:]  # the second half: past start-up
+rate = sum(r['tokens_per_sec'] for r in last) / len(last)
+mfu = [r['mfu'] for r in last if 'mfu' in r]
+peaks = [r['device_peak_mib'] for r in rows if 'device_peak_mib' in r]
+print(round(rate), f'{100 * sum(mfu) / len(mfu):.1f}%' if mfu else 'unknown', f'{max(peaks):.0f}' if peaks else 'n/a')")
+else
+  gpt_rate=failed gpt_mfu=n/a gpt_peak=n/a
+  tail -20 "$work/gt-gpt.log" | sed 's/^/        /'
+fi
+if t=$($py bench/torch_gpt.py --data "$work/tok/train_000000.bin" --device "$tdev" --batch "$gpt_batch" \
+         --steps "$gpt_steps" --threads 4 2>"$work/torch-gpt.err"); then
+  torch_gpt=$(echo "$t" | $py -c "import json, sys; print(round(json.load(sys.stdin)['tokens_per_sec']))")
+else
+  torch_gpt=failed
+  tail -5 "$work/torch-gpt.err" | sed 's/^/        /'
+fi
+gpt_ratio=n/a
+[[ $gpt_rate =~ ^[0-9]+$ && $torch_gpt =~ ^[0-9]+$ ]] && gpt_ratio=$(echo "scale=2; $gpt_rate / $torch_gpt" | bc)
+
 echo "== training paths"
 # The worker-thread path with one device (device: [0]), and the profiler timing a GPU with CUDA events.
 paths=() pfail=0
@@ -124,6 +166,10 @@ echo
 echo "| config | gputrain samples/s | PyTorch samples/s | ratio | gputrain peak mem | PyTorch peak mem |"
 echo "|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
+echo
+echo "| GPT (gpt_bytes model, batch $gpt_batch × 64) | gputrain tokens/s | MFU | PyTorch eager tokens/s | ratio | gputrain peak mem |"
+echo "|---|---|---|---|---|---|"
+echo "| $device | $gpt_rate | $gpt_mfu | $torch_gpt | $gpt_ratio | $gpt_peak MiB |"
 echo
 echo "| path | result |"
 echo "|---|---|"
