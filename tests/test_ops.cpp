@@ -353,3 +353,33 @@ TEST_CASE("f32 gelu tanh matches the f64 formula to a few ulp, forward and backw
   CHECK(y.data<float>()[n + 1] == INFINITY);
   CHECK(y.data<float>()[n + 2] == 0.0f);
 }
+
+// The f32 cross-entropy computes each row's exponentials once in f32 (vectorised); against the f64 path on random
+// logits, and a NaN or infinite logit still makes its row's loss NaN.
+TEST_CASE("f32 cross_entropy matches f64 and keeps NaN and infinite logits NaN", "[cpu]") {
+  const int64_t b = 37, k = 300;
+  Rng rng(21, 0);
+  Tensor x = Tensor::empty(Shape{b, k}, DType::f32), xd = Tensor::empty(Shape{b, k}, DType::f64);
+  Tensor y = Tensor::empty(Shape{b}, DType::i32);
+  for (int64_t i = 0; i < b * k; ++i)
+    xd.data<double>()[i] = x.data<float>()[i] = static_cast<float>(rng.uniform(-8, 8));
+  for (int64_t i = 0; i < b; ++i) y.data<int32_t>()[i] = static_cast<int32_t>(rng.below(k));
+  for (const double eps : {0.0, 0.1}) {
+    Tensor d = Tensor::empty(x.shape(), DType::f32), dd = Tensor::empty(x.shape(), DType::f64);
+    Tensor s = Tensor::zeros(Shape{2}, DType::f64), sd = Tensor::zeros(Shape{2}, DType::f64);
+    ops::cross_entropy(x, y, eps, 1.0 / b, d, s);
+    ops::cross_entropy(xd, y, eps, 1.0 / b, dd, sd);
+    CHECK(s.data<double>()[0] == Approx(sd.data<double>()[0]).epsilon(1e-6));
+    CHECK(s.data<double>()[1] == sd.data<double>()[1]);
+    double worst = 0;
+    for (int64_t i = 0; i < b * k; ++i) worst = std::max(worst, std::abs(d.data<float>()[i] - dd.data<double>()[i]));
+    CHECK(worst < 1e-7);
+  }
+  for (const float bad : {NAN, INFINITY}) {
+    Tensor z = x.clone();
+    z.data<float>()[5 * k + 7] = bad;
+    Tensor d = Tensor::empty(x.shape(), DType::f32), s = Tensor::zeros(Shape{2}, DType::f64);
+    ops::cross_entropy(z, y, 0.0, 1.0 / b, d, s);
+    CHECK(std::isnan(s.data<double>()[0]));
+  }
+}

@@ -4,14 +4,25 @@
 
 #include "core/parallel.h"
 #include "ops/cpu/kernel_util.h"
+#include "ops/cpu/vec_math.h"
 #include "ops/math.h"
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 namespace gt::cpu {
 namespace {
+
+// e[j] = e^(x[j] − shift) for a row of logits, in f32 (vectorised; see ops/cpu/vec_math.h). A NaN (a NaN logit,
+// or ∞ − ∞ for an infinite one) stays NaN, so the row's loss is NaN as ops/loss.h promises.
+void exp_shifted_f32(const float* x, float shift, float* e, int64_t k) {
+  for (int64_t j = 0; j < k; ++j) {
+    const float v = x[j] - shift;
+    e[j] = v != v ? v : exp_f32(v);
+  }
+}
 
 template <class T>
 void cross_entropy_t(const Tensor& logits, const Tensor& labels, double eps, double scale, Tensor& dlogits,
@@ -28,6 +39,7 @@ void cross_entropy_t(const Tensor& logits, const Tensor& labels, double eps, dou
   std::vector<double> row_loss(static_cast<size_t>(batch));
   std::vector<uint8_t> row_hit(static_cast<size_t>(batch));
   parallel_for(batch, std::max<int64_t>(1, kGrain / (4 * k)), [&](int64_t b0, int64_t b1) {
+    std::vector<float> scratch(std::is_same_v<T, float> ? static_cast<size_t>(k) : 0);
     for (int64_t b = b0; b < b1; ++b) {
       const T* x = px + b * k;
       const int32_t y = py[b];
@@ -44,17 +56,34 @@ void cross_entropy_t(const Tensor& logits, const Tensor& labels, double eps, dou
         if (x[j] > mx) mx = x[j], argmax = j;
         sum_x += static_cast<double>(x[j]);
       }
-      double sum_e = 0;
-      for (int64_t j = 0; j < k; ++j) sum_e += std::exp(static_cast<double>(x[j] - mx));
-      const double lse = static_cast<double>(mx) + std::log(sum_e);
-      const double xy = static_cast<double>(x[y]);
-      row_loss[static_cast<size_t>(b)] = ce_row_loss(lse, xy, sum_x, k, eps);
-      row_hit[static_cast<size_t>(b)] = argmax == y;
-      if (pd) {
-        T* d = pd + b * k;
-        for (int64_t j = 0; j < k; ++j)
-          d[j] = static_cast<T>(ce_dlogit(std::exp(static_cast<double>(x[j]) - lse), j == y, k, eps, grad_scale));
+      if constexpr (std::is_same_v<T, float>) {
+        // f32: the row's exponentials once, vectorised (exp_f32), summed in double; p_j = e_j / Σe.
+        float* e = scratch.data();
+        exp_shifted_f32(x, mx, e, k);
+        double sum_e = 0;
+        for (int64_t j = 0; j < k; ++j) sum_e += e[j];
+        const double lse = static_cast<double>(mx) + std::log(sum_e);
+        row_loss[static_cast<size_t>(b)] = ce_row_loss(lse, static_cast<double>(x[y]), sum_x, k, eps);
+        if (pd) {
+          const float inv = static_cast<float>(1.0 / sum_e);
+          const float g = static_cast<float>(grad_scale), off = static_cast<float>(eps / static_cast<double>(k));
+          float* d = pd + b * k;
+          for (int64_t j = 0; j < k; ++j) d[j] = g * (e[j] * inv - off);
+          d[y] -= static_cast<float>(grad_scale * (1 - eps));
+        }
+      } else {
+        double sum_e = 0;
+        for (int64_t j = 0; j < k; ++j) sum_e += std::exp(static_cast<double>(x[j] - mx));
+        const double lse = static_cast<double>(mx) + std::log(sum_e);
+        const double xy = static_cast<double>(x[y]);
+        row_loss[static_cast<size_t>(b)] = ce_row_loss(lse, xy, sum_x, k, eps);
+        if (pd) {
+          T* d = pd + b * k;
+          for (int64_t j = 0; j < k; ++j)
+            d[j] = static_cast<T>(ce_dlogit(std::exp(static_cast<double>(x[j]) - lse), j == y, k, eps, grad_scale));
+        }
       }
+      row_hit[static_cast<size_t>(b)] = argmax == y;
     }
   });
   double loss = 0, hits = 0;
