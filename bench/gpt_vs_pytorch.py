@@ -57,7 +57,7 @@ def torch_rate(python, data, steps, threads):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--steps", type=int, default=120)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     data = shards()
