@@ -6,6 +6,7 @@
 #include "ops/batchnorm.h"
 #include "ops/dropout.h"
 #include "ops/embedding.h"
+#include "ops/layernorm.h"
 #include "ops/loss.h"
 #include "ops/matmul.h"
 #include "ops/optim.h"
@@ -382,4 +383,63 @@ TEST_CASE("f32 cross_entropy matches f64 and keeps NaN and infinite logits NaN",
     ops::cross_entropy(z, y, 0.0, 1.0 / b, d, s);
     CHECK(std::isnan(s.data<double>()[0]));
   }
+}
+
+// The f32 layer norm (row sums as eight interleaved partial sums, loops compiled per instruction set) against the f64
+// path, with a row length that is not a multiple of eight, rows split over two threads, offset and scaled rows (the
+// variance from x − mean, not E[x²] − mean²), and the parameter gradients both written and accumulated (beta).
+TEST_CASE("f32 layernorm matches f64 forward and backward, written and accumulated", "[cpu]") {
+  set_num_threads(2);
+  const int64_t rows = 203, d = 45;
+  Rng rng(5, 0);
+  auto pair = [&](const Shape& s, double lo, double hi) {
+    Tensor f = Tensor::empty(s, DType::f32), g = Tensor::empty(s, DType::f64);
+    for (int64_t i = 0; i < f.numel(); ++i)
+      g.data<double>()[i] = f.data<float>()[i] = static_cast<float>(rng.uniform(lo, hi));
+    return std::pair{f, g};
+  };
+  auto [x, xd] = pair(Shape{rows, d}, -1, 1);
+  for (int64_t i = 0; i < rows * d; ++i)  // rows centred far from zero, at different scales
+    xd.data<double>()[i] = x.data<float>()[i] = x.data<float>()[i] * static_cast<float>(1 + i / d % 5) + 30.0f;
+  auto [gamma, gammad] = pair(Shape{d}, 0.5, 1.5);
+  auto [beta, betad] = pair(Shape{d}, -0.2, 0.2);
+  auto [dy, dyd] = pair(Shape{rows, d}, -1, 1);
+  auto [dg, dgd] = pair(Shape{d}, -1, 1);
+  auto [db, dbd] = pair(Shape{d}, -1, 1);
+  auto worst = [](const Tensor& f, const Tensor& g) {
+    double w = 0;
+    for (int64_t i = 0; i < f.numel(); ++i)
+      w = std::max(w, std::abs(f.data<float>()[i] - g.data<double>()[i]) / std::max(1.0, std::abs(g.data<double>()[i])));
+    return w;
+  };
+  Tensor y = Tensor::empty(x.shape(), DType::f32), yd = Tensor::empty(x.shape(), DType::f64);
+  Tensor m = Tensor::empty(Shape{rows}, DType::f32), md = Tensor::empty(Shape{rows}, DType::f64);
+  Tensor v = Tensor::empty(Shape{rows}, DType::f32), vd = Tensor::empty(Shape{rows}, DType::f64);
+  ops::layernorm_forward(x, gamma, beta, 1e-5, m, v, y);
+  ops::layernorm_forward(xd, gammad, betad, 1e-5, md, vd, yd);
+  CHECK(worst(y, yd) < 2e-6);
+  CHECK(worst(m, md) < 1e-6);
+  double worst_def = 0;  // the f64 path against the definition, written out
+  for (int64_t r = 0; r < rows; ++r) {
+    const double* row = xd.data<double>() + r * d;
+    double mean = 0, var = 0;
+    for (int64_t i = 0; i < d; ++i) mean += row[i] / d;
+    for (int64_t i = 0; i < d; ++i) var += (row[i] - mean) * (row[i] - mean) / d;
+    for (int64_t i = 0; i < d; ++i) {
+      const double want = (row[i] - mean) / std::sqrt(var + 1e-5) * gammad.data<double>()[i] + betad.data<double>()[i];
+      worst_def = std::max(worst_def, std::abs(yd.data<double>()[r * d + i] - want));
+    }
+  }
+  CHECK(worst_def < 1e-12);
+  Tensor dx = Tensor::empty(x.shape(), DType::f32), dxd = Tensor::empty(x.shape(), DType::f64);
+  ops::layernorm_backward(x, gamma, m, v, dy, dx, dg, db, 1.0);  // accumulate onto the random dγ, dβ
+  ops::layernorm_backward(xd, gammad, md, vd, dyd, dxd, dgd, dbd, 1.0);
+  CHECK(worst(dx, dxd) < 2e-5);
+  CHECK(worst(dg, dgd) < 2e-5);
+  CHECK(worst(db, dbd) < 2e-5);
+  Tensor none;
+  ops::layernorm_backward(x, gamma, m, v, dy, none, dg, db, 0.0);  // overwrite, no dx
+  ops::layernorm_backward(xd, gammad, md, vd, dyd, none, dgd, dbd, 0.0);
+  CHECK(worst(dg, dgd) < 2e-5);
+  CHECK(worst(db, dbd) < 2e-5);
 }

@@ -15,18 +15,8 @@
 namespace gt::cpu {
 namespace {
 
-// GPT-2's GELU in f32 with exp_f32 (the same formulas as ops/math.h's gelu_tanh, which f64 and CUDA use). Each loop
-// is compiled for AVX-512, AVX2 with FMA and the baseline; the CPU picks one at load time.
-#define GT_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-// GCC only: clang vectorises these loops with its own overlap check, and warns (an error here) when it cannot honour
-// `omp simd`, as under the sanitizers' -O1.
-#if defined(__GNUC__) && !defined(__clang__)
-#define GT_SIMD _Pragma("omp simd")
-#else
-#define GT_SIMD
-#endif
-// `omp simd`: the buffers may be the same (an in-place gradient), which GCC's overlap check would send to its scalar
-// loop; element i reads only element i, so vector lanes are safe.
+// GPT-2's GELU in f32 with exp_f32 (the same formulas as ops/math.h's gelu_tanh, which f64 and CUDA use), compiled
+// per instruction set (GT_CPU_CLONES). `omp simd`: the buffers may be the same (an in-place gradient).
 GT_CPU_CLONES void gelu_tanh_fwd_f32(const float* x, float* y, int64_t i0, int64_t i1) {
   GT_SIMD
   for (int64_t i = i0; i < i1; ++i) {

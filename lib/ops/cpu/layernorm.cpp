@@ -1,16 +1,101 @@
-// CPU layer normalisation (ops/layernorm.h): rows in parallel over ops/math.h's per-element math; the parameter
-// gradients summed per column in row order.
+// CPU layer normalisation (ops/layernorm.h): rows in parallel over ops/math.h's per-element math, row sums in double
+// as eight interleaved partial sums; the parameter gradients summed per column in row order. The f32 loops are
+// compiled per instruction set (GT_CPU_CLONES in ops/cpu/vec_math.h).
 #include "ops/layernorm.h"
 
 #include "core/parallel.h"
 #include "ops/cpu/kernel_util.h"
+#include "ops/cpu/vec_math.h"
 #include "ops/math.h"
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
+#include <vector>
 
 namespace gt::cpu {
 namespace {
+
+// Σ f(i) for i < n in double, as eight interleaved partial sums (side by side in vector registers instead of one
+// chain of n dependent additions) combined in a fixed order, so the result is the same on every run.
+template <class F>
+[[gnu::always_inline]] inline double lane_sum(int64_t n, F&& f) {
+  double acc[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; ++k) acc[k] += f(i + k);
+  for (; i < n; ++i) acc[i - (n & ~int64_t{7})] += f(i);
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+// Rows [r0, r1) of the forward: each row's mean and 1/σ (saved), then y.
+template <class T>
+[[gnu::always_inline]] inline void ln_fwd_rows(const T* px, const T* pg, const T* pb, int64_t d, double eps, int64_t r0,
+                                               int64_t r1, T* py, T* sm, T* si) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const T* row = px + r * d;
+    const double mean = lane_sum(d, [&](int64_t i) { return static_cast<double>(row[i]); }) / static_cast<double>(d);
+    const double s2 = lane_sum(d, [&](int64_t i) {
+      const double c = row[i] - mean;
+      return c * c;
+    });
+    const double inv = 1.0 / std::sqrt(s2 / static_cast<double>(d) + eps);
+    sm[r] = static_cast<T>(mean);
+    si[r] = static_cast<T>(inv);
+    T* out = py + r * d;
+    for (int64_t i = 0; i < d; ++i) out[i] = layernorm_y<T>(row[i], mean, inv, pg[i], pb[i]);
+  }
+}
+
+// Rows [r0, r1) of dx.
+template <class T>
+[[gnu::always_inline]] inline void ln_dx_rows(const T* px, const T* pg, const T* pdy, const T* sm, const T* si,
+                                              int64_t d, int64_t r0, int64_t r1, T* pdx) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const T *row = px + r * d, *g = pdy + r * d;
+    const double mean = sm[r], inv = si[r];
+    // Σ dx̂ and Σ dx̂·x̂ with dx̂ = dy·γ
+    const double a = lane_sum(d, [&](int64_t i) { return static_cast<double>(g[i] * pg[i]); });
+    const double b = lane_sum(d, [&](int64_t i) { return static_cast<double>(g[i] * pg[i]) * (row[i] - mean) * inv; });
+    T* out = pdx + r * d;
+    for (int64_t i = 0; i < d; ++i) out[i] = layernorm_dx<T>(row[i], g[i], pg[i], mean, inv, a, b, d);
+  }
+}
+
+// Columns [i0, i1) of dγ and dβ: each column summed over every row in row order (deterministic), the rows walked in
+// memory order so the loads are contiguous and the column sums vectorise.
+template <class T>
+[[gnu::always_inline]] inline void ln_param_cols(const T* px, const T* pdy, const T* sm, const T* si, int64_t d,
+                                                 int64_t rows, int64_t i0, int64_t i1, double beta_acc, T* dg, T* db) {
+  const int64_t w = i1 - i0;
+  std::vector<double> sg(static_cast<size_t>(w)), sb(static_cast<size_t>(w));
+  for (int64_t r = 0; r < rows; ++r) {
+    const T *xr = px + r * d + i0, *gr = pdy + r * d + i0;
+    const T m = sm[r], s = si[r];
+    for (int64_t i = 0; i < w; ++i) {
+      const double g = gr[i];
+      sg[i] += g * (xr[i] - m) * s;
+      sb[i] += g;
+    }
+  }
+  for (int64_t i = 0; i < w; ++i) {
+    dg[i0 + i] = static_cast<T>(sg[i] + (beta_acc != 0 ? beta_acc * dg[i0 + i] : 0.0));
+    db[i0 + i] = static_cast<T>(sb[i] + (beta_acc != 0 ? beta_acc * db[i0 + i] : 0.0));
+  }
+}
+
+GT_CPU_CLONES void ln_fwd_rows_f32(const float* px, const float* pg, const float* pb, int64_t d, double eps, int64_t r0,
+                                   int64_t r1, float* py, float* sm, float* si) {
+  ln_fwd_rows<float>(px, pg, pb, d, eps, r0, r1, py, sm, si);
+}
+GT_CPU_CLONES void ln_dx_rows_f32(const float* px, const float* pg, const float* pdy, const float* sm, const float* si,
+                                  int64_t d, int64_t r0, int64_t r1, float* pdx) {
+  ln_dx_rows<float>(px, pg, pdy, sm, si, d, r0, r1, pdx);
+}
+GT_CPU_CLONES void ln_param_cols_f32(const float* px, const float* pdy, const float* sm, const float* si, int64_t d,
+                                     int64_t rows, int64_t i0, int64_t i1, double beta_acc, float* dg, float* db) {
+  ln_param_cols<float>(px, pdy, sm, si, d, rows, i0, i1, beta_acc, dg, db);
+}
 
 template <class T>
 void ln_fwd_t(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, Tensor& save_mean,
@@ -19,17 +104,10 @@ void ln_fwd_t(const Tensor& x, const Tensor& gamma, const Tensor& beta, double e
   const T *px = x.data<T>(), *pg = gamma.data<T>(), *pb = beta.data<T>();
   T *py = y.data<T>(), *sm = save_mean.data<T>(), *si = save_invstd.data<T>();
   parallel_for(rows, std::max<int64_t>(1, 8192 / d), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const T* row = px + r * d;
-      double s = 0, s2 = 0;
-      for (int64_t i = 0; i < d; ++i) s += row[i];
-      const double mean = s / static_cast<double>(d);
-      for (int64_t i = 0; i < d; ++i) s2 += (row[i] - mean) * (row[i] - mean);
-      const double inv = 1.0 / std::sqrt(s2 / static_cast<double>(d) + eps);
-      sm[r] = static_cast<T>(mean);
-      si[r] = static_cast<T>(inv);
-      for (int64_t i = 0; i < d; ++i) py[r * d + i] = layernorm_y<T>(row[i], mean, inv, pg[i], pb[i]);
-    }
+    if constexpr (std::is_same_v<T, float>)
+      ln_fwd_rows_f32(px, pg, pb, d, eps, r0, r1, py, sm, si);
+    else
+      ln_fwd_rows<T>(px, pg, pb, d, eps, r0, r1, py, sm, si);
   });
 }
 
@@ -42,32 +120,18 @@ void ln_bwd_t(const Tensor& x, const Tensor& gamma, const Tensor& save_mean, con
   if (dx.defined()) {
     T* pdx = dx.data<T>();
     parallel_for(rows, std::max<int64_t>(1, 8192 / d), [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const T *row = px + r * d, *g = pdy + r * d;
-        const double mean = sm[r], inv = si[r];
-        double a = 0, b = 0;  // Σ dx̂ and Σ dx̂·x̂ with dx̂ = dy·γ
-        for (int64_t i = 0; i < d; ++i) {
-          const double dxh = g[i] * pg[i];
-          a += dxh;
-          b += dxh * (row[i] - mean) * inv;
-        }
-        for (int64_t i = 0; i < d; ++i) pdx[r * d + i] = layernorm_dx<T>(row[i], g[i], pg[i], mean, inv, a, b, d);
-      }
+      if constexpr (std::is_same_v<T, float>)
+        ln_dx_rows_f32(px, pg, pdy, sm, si, d, r0, r1, pdx);
+      else
+        ln_dx_rows<T>(px, pg, pdy, sm, si, d, r0, r1, pdx);
     });
   }
-  // Parameter gradients: one column per output, summed over rows in order (deterministic).
   T *dg = dgamma.data<T>(), *db = dbeta.data<T>();
   parallel_for(d, std::max<int64_t>(1, 8192 / std::max<int64_t>(rows, 1)), [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      double sg = 0, sb = 0;
-      for (int64_t r = 0; r < rows; ++r) {
-        const double g = pdy[r * d + i];
-        sg += g * (px[r * d + i] - sm[r]) * si[r];
-        sb += g;
-      }
-      dg[i] = static_cast<T>(sg + (beta_acc != 0 ? beta_acc * dg[i] : 0.0));
-      db[i] = static_cast<T>(sb + (beta_acc != 0 ? beta_acc * db[i] : 0.0));
-    }
+    if constexpr (std::is_same_v<T, float>)
+      ln_param_cols_f32(px, pdy, sm, si, d, rows, i0, i1, beta_acc, dg, db);
+    else
+      ln_param_cols<T>(px, pdy, sm, si, d, rows, i0, i1, beta_acc, dg, db);
   });
 }
 

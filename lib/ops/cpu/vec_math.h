@@ -5,6 +5,19 @@
 #include <bit>
 #include <cstdint>
 
+// A hot f32 loop compiled for AVX-512, AVX2 with FMA and the baseline; the CPU picks one when the program loads
+// (the rest of the build targets the baseline). Put it on a plain function: GCC does not clone templates, but a
+// template inlined into a cloned function is compiled for each target.
+#define GT_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+// `omp simd` on a loop whose buffers may be the same (an in-place gradient), which GCC's overlap check would send to
+// its scalar loop, where element i reads only element i. GCC only: clang vectorises these loops with its own overlap
+// check, and warns (an error here) when it cannot honour `omp simd`, as under the sanitizers' -O1.
+#if defined(__GNUC__) && !defined(__clang__)
+#define GT_SIMD _Pragma("omp simd")
+#else
+#define GT_SIMD
+#endif
+
 namespace gt::cpu {
 
 // e^x for f32 in plain arithmetic, so that the compiler vectorises the loops that call it (std::exp is a library

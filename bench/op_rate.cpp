@@ -1,0 +1,84 @@
+// CPU time of the GPT step's non-GEMM ops at configs/gpt_bytes.yaml's shapes (B 16, T 64, C 128, 4 heads, MLP 512):
+// the median over repetitions of each op's process CPU time, so a kernel change can be compared on a busy machine
+// (CPU time, unlike wall time, barely moves when other processes compete). Prints one JSON line, microseconds.
+// Usage: bench_op_rate [THREADS] [REPS]
+#include "core/parallel.h"
+#include "core/tensor.h"
+#include "ops/activation.h"
+#include "ops/attention.h"
+#include "ops/layernorm.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <string>
+#include <vector>
+
+namespace {
+
+double cpu_us() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) * 1e-3;
+}
+
+gt::Tensor random(const gt::Shape& s, uint32_t seed) {
+  gt::Tensor t = gt::Tensor::empty(s, gt::DType::f32);
+  uint32_t x = seed * 2654435761u + 1;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    x = x * 1664525u + 1013904223u;
+    t.data<float>()[i] = static_cast<float>(x >> 8) / 16777216.0f - 0.5f;
+  }
+  return t;
+}
+
+template <class F>
+double median_us(int reps, F&& f) {
+  f();  // warm-up: page faults and scratch buffers
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    const double t0 = cpu_us();
+    f();
+    t.push_back(cpu_us() - t0);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using gt::Shape;
+  gt::set_num_threads(argc > 1 ? std::atoi(argv[1]) : 1);
+  const int reps = argc > 2 ? std::atoi(argv[2]) : 200;
+  const int64_t b = 16, t = 64, c = 128, heads = 4, rows = b * t, hidden = 512;
+
+  gt::Tensor x = random(Shape{rows, c}, 1), gamma = random(Shape{c}, 2), beta = random(Shape{c}, 3);
+  gt::Tensor y = gt::Tensor::empty(Shape{rows, c}, gt::DType::f32), dy = random(Shape{rows, c}, 4);
+  gt::Tensor mean = gt::Tensor::empty(Shape{rows}, gt::DType::f32),
+             inv = gt::Tensor::empty(Shape{rows}, gt::DType::f32);
+  gt::Tensor dx = gt::Tensor::empty(Shape{rows, c}, gt::DType::f32);
+  gt::Tensor dg = gt::Tensor::empty(Shape{c}, gt::DType::f32), db = gt::Tensor::empty(Shape{c}, gt::DType::f32);
+
+  gt::Tensor qkv = random(Shape{b, t, 3 * c}, 5), out = gt::Tensor::empty(Shape{b, t, c}, gt::DType::f32);
+  gt::Tensor lse = gt::Tensor::empty(Shape{b, heads, t}, gt::DType::f32), dout = random(Shape{b, t, c}, 6);
+  gt::Tensor delta = gt::Tensor::empty(Shape{b, heads, t}, gt::DType::f32);
+  gt::Tensor dqkv = gt::Tensor::empty(Shape{b, t, 3 * c}, gt::DType::f32);
+
+  gt::Tensor h = random(Shape{rows, hidden}, 7), hy = gt::Tensor::empty(Shape{rows, hidden}, gt::DType::f32);
+  gt::Tensor hdy = random(Shape{rows, hidden}, 8), hdx = gt::Tensor::empty(Shape{rows, hidden}, gt::DType::f32);
+
+  const double ln_f = median_us(reps, [&] { gt::ops::layernorm_forward(x, gamma, beta, 1e-5, mean, inv, y); });
+  const double ln_b = median_us(reps, [&] { gt::ops::layernorm_backward(x, gamma, mean, inv, dy, dx, dg, db, 1.0); });
+  const double at_f = median_us(reps, [&] { gt::ops::attention_forward(qkv, heads, out, lse); });
+  const double at_b = median_us(reps, [&] { gt::ops::attention_backward(qkv, out, lse, dout, heads, delta, dqkv); });
+  const double ge_f = median_us(reps, [&] { gt::ops::activation_forward(gt::Activation::gelu_tanh, h, hy); });
+  const double ge_b =
+      median_us(reps, [&] { gt::ops::activation_backward(gt::Activation::gelu_tanh, h, hy, hdy, hdx); });
+  std::printf(
+      "{\"threads\": %d, \"layernorm_fwd_us\": %.1f, \"layernorm_bwd_us\": %.1f, \"attention_fwd_us\": %.1f, "
+      "\"attention_bwd_us\": %.1f, \"gelu_fwd_us\": %.1f, \"gelu_bwd_us\": %.1f}\n",
+      gt::num_threads(), ln_f, ln_b, at_f, at_b, ge_f, ge_b);
+  return 0;
+}
