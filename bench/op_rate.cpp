@@ -7,6 +7,7 @@
 #include "ops/activation.h"
 #include "ops/attention.h"
 #include "ops/layernorm.h"
+#include "ops/optim.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -69,6 +70,27 @@ int main(int argc, char** argv) {
   gt::Tensor h = random(Shape{rows, hidden}, 7), hy = gt::Tensor::empty(Shape{rows, hidden}, gt::DType::f32);
   gt::Tensor hdy = random(Shape{rows, hidden}, 8), hdx = gt::Tensor::empty(Shape{rows, hidden}, gt::DType::f32);
 
+  // configs/gpt_bytes.yaml's parameters (wte, wpe, 4 blocks, ln_f) as one AdamW group, gradients clipped.
+  gt::ops::TensorGroup group;
+  std::vector<gt::Shape> shapes = {Shape{256, c}, Shape{t, c}};
+  for (int l = 0; l < 4; ++l)
+    for (const gt::Shape& s : {Shape{c}, Shape{c}, Shape{3 * c, c}, Shape{3 * c}, Shape{c, c}, Shape{c}, Shape{c},
+                               Shape{c}, Shape{hidden, c}, Shape{hidden}, Shape{c, hidden}, Shape{c}})
+      shapes.push_back(s);
+  shapes.push_back(Shape{c});
+  shapes.push_back(Shape{c});
+  uint32_t seed = 100;
+  for (const gt::Shape& s : shapes)
+    group.rows.push_back({random(s, seed++), random(s, seed++), gt::Tensor::zeros(s, gt::DType::f32),
+                          gt::Tensor::zeros(s, gt::DType::f32), gt::Tensor()});
+  gt::Tensor stats = gt::Tensor::zeros(Shape{gt::kStepStats}, gt::DType::f64), per_row;
+  const gt::AdamHyper adam{1e-3, 0.9, 0.99, 1e-8, 0.1, 0.1, 0.1, true};
+  const double norm = median_us(reps, [&] {
+    stats.data<double>()[gt::kGradSq] = 0;
+    gt::ops::sum_squares_group(group, 1, stats, per_row);
+  });
+  const double step = median_us(reps, [&] { gt::ops::adam_step_group(adam, false, group, stats, 1e-3); });
+
   const double ln_f = median_us(reps, [&] { gt::ops::layernorm_forward(x, gamma, beta, 1e-5, mean, inv, y); });
   const double ln_b = median_us(reps, [&] { gt::ops::layernorm_backward(x, gamma, mean, inv, dy, dx, dg, db, 1.0); });
   const double at_f = median_us(reps, [&] { gt::ops::attention_forward(qkv, heads, out, lse); });
@@ -78,7 +100,8 @@ int main(int argc, char** argv) {
       median_us(reps, [&] { gt::ops::activation_backward(gt::Activation::gelu_tanh, h, hy, hdy, hdx); });
   std::printf(
       "{\"threads\": %d, \"layernorm_fwd_us\": %.1f, \"layernorm_bwd_us\": %.1f, \"attention_fwd_us\": %.1f, "
-      "\"attention_bwd_us\": %.1f, \"gelu_fwd_us\": %.1f, \"gelu_bwd_us\": %.1f}\n",
-      gt::num_threads(), ln_f, ln_b, at_f, at_b, ge_f, ge_b);
+      "\"attention_bwd_us\": %.1f, \"gelu_fwd_us\": %.1f, \"gelu_bwd_us\": %.1f, \"grad_norm_us\": %.1f, "
+      "\"adamw_clipped_us\": %.1f}\n",
+      gt::num_threads(), ln_f, ln_b, at_f, at_b, ge_f, ge_b, norm, step);
   return 0;
 }

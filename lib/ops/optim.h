@@ -32,8 +32,8 @@ void sum_squares_group(TensorGroup& group, size_t column, Tensor& out, Tensor& p
 /// One SGD step over the group, rows (param, grad, momentum — undefined without momentum), gated and clipped by
 /// the step's statistics: nothing changes unless stats[kLossSum] and stats[kGradSq] are finite, and when
 /// max_norm > 0 each gradient is used multiplied by min(1, max_norm / (√stats[kGradSq] + 1e-6))
-/// (torch.nn.utils.clip_grad_norm_'s coefficient). The CPU scales the gradients in place to do so; CUDA scales them
-/// as it reads them and leaves them as they were, so read no gradient after a clipped step.
+/// (torch.nn.utils.clip_grad_norm_'s coefficient). Both backends scale each gradient as they read it and leave the
+/// gradients as they were.
 void sgd_step_group(const SgdHyper& h, TensorGroup& group, const Tensor& stats, double max_norm);
 /// One Adam/AdamW step over rows (param, grad, m, v, vmax — undefined unless amsgrad), gated and clipped as above.
 void adam_step_group(const AdamHyper& h, bool amsgrad, TensorGroup& group, const Tensor& stats, double max_norm);
