@@ -1,34 +1,331 @@
-// CPU causal attention (ops/attention.h), blocked: one (batch, head) per task, queries in tiles of kTile rows. A
-// tile's scores against the keys up to its last row are one GEMM, its softmax is done in place, and the output is a
-// second GEMM, so no more than a [kTile, T] block of scores exists per thread. The backward recomputes the tile's
-// probabilities from the forward's log-sum-exp and gets dq, dk and dv from three more GEMMs. Each task runs on one
-// thread in a fixed order, so results do not depend on the thread count.
+// CPU causal attention (ops/attention.h), blocked and causal: one (batch, head) per task, whose q, k, v (and dout,
+// going back) are first copied into zero-padded buffers, and queries in tiles of kTile rows. Register-blocked loops
+// (kRows rows × kCols columns of accumulators) compute a tile's scores only up to each block of rows' last key (half
+// of the square a GEMM would compute), the softmax with a vectorised exp, and the products with v, k and q; at most a
+// [kTile, T] block of scores exists per thread. The backward recomputes the tile's probabilities from the forward's
+// log-sum-exp. The f32 bodies are compiled per instruction set (GT_CPU_CLONES). Each task runs on one thread in a
+// fixed order, so results do not depend on the thread count, and every sum runs in the same order whichever rows
+// share its tile, so a decoded row equals the forward's bit for bit.
 #include "ops/attention.h"
 
 #include "core/parallel.h"
-#include "ops/cpu/blas.h"
 #include "ops/cpu/kernel_util.h"
+#include "ops/cpu/vec_math.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace gt::cpu {
 namespace {
 
-constexpr int64_t kTile = 64;
+constexpr int64_t kTile = 64;  // query rows per tile
+constexpr int kRows = 4;       // rows of a register block
+constexpr int kCols = 16;      // columns of a register block (keys or head channels): one AVX-512 or two AVX2 vectors
 
-// One (batch, head) of the packed [B, T, 3C] layout: its query, key and value rows, each ld = 3C apart.
+#define GT_INLINE [[gnu::always_inline]] inline
+
+int64_t round_up(int64_t n, int64_t k) { return (n + k - 1) / k * k; }
+
+// e^x, keeping a NaN a NaN (exp_f32 maps it to e^−87, and a NaN score must reach the loss).
 template <class T>
-struct Head {
-  int64_t t, c, d, ld;
-  const T* q;
-  const T* k;
-  const T* v;
-  Head(const T* qkv, int64_t b, int64_t h, int64_t t_, int64_t c_, int64_t d_)
-      : t(t_), c(c_), d(d_), ld(3 * c_), q(qkv + b * t_ * 3 * c_ + h * d_), k(q + c_), v(q + 2 * c_) {}
-};
+GT_INLINE T exp_keep_nan(T x) {
+  if constexpr (std::is_same_v<T, float>)
+    return x != x ? x : exp_f32(x);
+  else
+    return std::exp(x);
+}
+
+// dst[r][e] = src[r·ld + e] for r < n, e < d, and zero elsewhere in [rows][dp].
+template <class T>
+void pack_rows(const T* src, int64_t ld, int64_t n, int64_t d, int64_t dp, int64_t rows, T* dst) {
+  std::fill(dst, dst + rows * dp, T(0));
+  for (int64_t r = 0; r < n; ++r) std::copy(src + r * ld, src + r * ld + d, dst + r * dp);
+}
+
+// dst[e][j] = src[j·ld + e] for j < n, e < d, and zero elsewhere in [d][tp].
+template <class T>
+void pack_transposed(const T* src, int64_t ld, int64_t n, int64_t d, int64_t tp, T* dst) {
+  std::fill(dst, dst + d * tp, T(0));
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t e = 0; e < d; ++e) dst[e * tp + j] = src[j * ld + e];
+}
+
+// 32 bytes of T as one GCC/clang vector (an AVX2 register; two SSE ones in the baseline clone): a register block's
+// row of kCols columns is kVecs of them. Unaligned loads and stores go through memcpy.
+template <class T>
+using Vec [[gnu::vector_size(32)]] = T;
+template <class T>
+constexpr int kLanes = static_cast<int>(32 / sizeof(T));
+template <class T>
+constexpr int kVecs = kCols / kLanes<T>;
+
+template <class T>
+GT_INLINE Vec<T> load(const T* p) {
+  Vec<T> v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class T>
+GT_INLINE void store(T* p, Vec<T> v) {
+  __builtin_memcpy(p, &v, sizeof v);
+}
+
+// f(std::integral_constant<int, 0>) … f(…<N − 1>): loops over a register block with constant indices, so that the
+// compiler keeps the accumulators in registers.
+template <int N, class F>
+GT_INLINE void unroll(F&& f) {
+  [&]<int... I>(std::integer_sequence<int, I...>) { (f(std::integral_constant<int, I>{}), ...); }
+  (std::make_integer_sequence<int, N>{});
+}
+
+// c[r][j0 .. j0 + kCols) = alpha · Σ_{e<d} x[r][e]·yt[e][j0 ..] for r < rows (≤ kRows).
+template <class T>
+GT_INLINE void dot_block(const T* x, int64_t ldx, int rows, const T* yt, int64_t ldy, int64_t d, int64_t j0, T alpha,
+                         T* c, int64_t ldc) {
+  constexpr int V = kVecs<T>, L = kLanes<T>;
+  Vec<T> acc[kRows][V] = {};
+  const T* xr[kRows];
+  for (int rr = 0; rr < kRows; ++rr) xr[rr] = x + std::min(rr, rows - 1) * ldx;
+  for (int64_t e = 0; e < d; ++e) {
+    Vec<T> y[V];
+    unroll<V>([&](auto v) { y[v] = load(yt + e * ldy + j0 + v * L); });
+    unroll<kRows>([&](auto rr) {
+      const T xv = xr[rr][e];
+      unroll<V>([&](auto v) { acc[rr][v] += xv * y[v]; });
+    });
+  }
+  unroll<kRows>([&](auto rr) {
+    if (rr < rows) unroll<V>([&](auto v) { store<T>(c + rr * ldc + j0 + v * L, alpha * acc[rr][v]); });
+  });
+}
+
+// c[r][e0 .. e0 + kCols) = Σ_{j<nk} a[r][j]·y[j][e0 ..] for r < rows (≤ kRows), summed in key order.
+template <class T>
+GT_INLINE void rows_block(const T* a, int64_t lda, int rows, const T* y, int64_t ldy, int64_t nk, int64_t e0, T* c,
+                          int64_t ldc) {
+  constexpr int V = kVecs<T>, L = kLanes<T>;
+  Vec<T> acc[kRows][V] = {};
+  const T* ar[kRows];
+  for (int rr = 0; rr < kRows; ++rr) ar[rr] = a + std::min(rr, rows - 1) * lda;
+  for (int64_t j = 0; j < nk; ++j) {
+    Vec<T> yr[V];
+    unroll<V>([&](auto v) { yr[v] = load(y + j * ldy + e0 + v * L); });
+    unroll<kRows>([&](auto rr) {
+      const T av = ar[rr][j];
+      unroll<V>([&](auto v) { acc[rr][v] += av * yr[v]; });
+    });
+  }
+  unroll<kRows>([&](auto rr) {
+    if (rr < rows) unroll<V>([&](auto v) { store<T>(c + rr * ldc + e0 + v * L, acc[rr][v]); });
+  });
+}
+
+// c[j0 + jj][e0 .. e0 + kCols) += Σ_{r0≤r<r1} a[r][j0 + jj]·x[r][e0 ..] for jj < keys (≤ kRows); a has at least
+// j0 + kRows readable columns.
+template <class T>
+GT_INLINE void cols_block(const T* a, int64_t lda, int64_t j0, int keys, const T* x, int64_t ldx, int64_t r0,
+                          int64_t r1, int64_t e0, T* c, int64_t ldc) {
+  constexpr int V = kVecs<T>, L = kLanes<T>;
+  Vec<T> acc[kRows][V] = {};
+  for (int64_t r = r0; r < r1; ++r) {
+    Vec<T> xr[V];
+    unroll<V>([&](auto v) { xr[v] = load(x + r * ldx + e0 + v * L); });
+    const T* ar = a + r * lda + j0;
+    unroll<kRows>([&](auto jj) {
+      const T av = ar[jj];
+      unroll<V>([&](auto v) { acc[jj][v] += av * xr[v]; });
+    });
+  }
+  unroll<kRows>([&](auto jj) {
+    if (jj < keys)
+      unroll<V>([&](auto v) {
+        T* p = c + (j0 + jj) * ldc + e0 + v * L;
+        store<T>(p, load(p) + acc[jj][v]);
+      });
+  });
+}
+
+// Σ_{j<n} f(j) in double as eight interleaved partial sums combined in a fixed order.
+template <class F>
+GT_INLINE double lane_sum(int64_t n, F&& f) {
+  double acc[8] = {};
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int k = 0; k < 8; ++k) acc[k] += f(j + k);
+  for (int k = 0; j < n; ++j, ++k) acc[k] += f(j);
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+// Where the head size is a multiple of kCols the kernels read q, k, v and dout where they are and write out, dq, dk
+// and dv in place; otherwise those go through zero-padded copies ("packed", [rows][dp]). Keys are always also
+// copied transposed ([d][tp], zero past the last key), the layout the score kernel reads.
+bool packed(int64_t d) { return d % kCols != 0; }
+
+// One (batch, head), query rows [first, first + n) over keys [0, first + n): q, k, v rows ld apart from qkv's head
+// slice; out rows ldo apart (row i at out + (i − first)·ldo); lse (may be null) indexed by position. buf holds
+// attn_fwd_scratch(first + n, d) elements.
+int64_t attn_fwd_scratch(int64_t keys, int64_t d) {
+  const int64_t tp = round_up(keys, kCols), dp = round_up(d, kCols);
+  return d * tp + kTile * tp + (packed(d) ? kTile * dp + tp * dp + kTile * dp : 0);
+}
+
+template <class T>
+GT_INLINE void attn_fwd_task(const T* q, const T* k, const T* v, int64_t ld, int64_t first, int64_t n, int64_t d,
+                             T scale, T* out, int64_t ldo, T* lse, T* buf) {
+  const int64_t keys = first + n, tp = round_up(keys, kCols), dp = round_up(d, kCols);
+  const bool pack = packed(d);
+  T* kt = buf;              // [d][tp]
+  T* s = kt + d * tp;       // [kTile][tp]: scores, then probabilities
+  T* qp = s + kTile * tp;   // packed: [kTile][dp], the tile's queries
+  T* vp = qp + kTile * dp;  // packed: [tp][dp]
+  T* op = vp + tp * dp;     // packed: [kTile][dp]
+  pack_transposed(k, ld, keys, d, tp, kt);
+  if (pack) pack_rows(v, ld, keys, d, dp, tp, vp);
+  const T* vs = pack ? vp : v;
+  const int64_t ldv = pack ? dp : ld;
+  for (int64_t i0 = first; i0 < keys; i0 += kTile) {
+    const int64_t m = std::min(kTile, keys - i0);
+    if (pack) pack_rows(q + i0 * ld, ld, m, d, dp, m, qp);
+    const T* qs = pack ? qp : q + i0 * ld;
+    const int64_t ldq = pack ? dp : ld;
+    for (int64_t r0 = 0; r0 < m; r0 += kRows) {  // scores up to each block of rows' last key
+      const int rows = static_cast<int>(std::min<int64_t>(kRows, m - r0));
+      const int64_t nc = round_up(i0 + r0 + rows, kCols);
+      for (int64_t j0 = 0; j0 < nc; j0 += kCols)
+        dot_block(qs + r0 * ldq, ldq, rows, kt, tp, d, j0, scale, s + r0 * tp, tp);
+    }
+    for (int64_t r = 0; r < m; ++r) {
+      T* row = s + r * tp;
+      const int64_t last = i0 + r;  // keys 0..last are visible to query i0 + r
+      T mx = -std::numeric_limits<T>::infinity();
+      for (int64_t j = 0; j <= last; ++j) mx = row[j] > mx ? row[j] : mx;
+      GT_SIMD
+      for (int64_t j = 0; j <= last; ++j) row[j] = exp_keep_nan<T>(row[j] - mx);
+      const double sum = lane_sum(last + 1, [&](int64_t j) { return static_cast<double>(row[j]); });
+      const T inv = static_cast<T>(1.0 / sum);
+      for (int64_t j = 0; j <= last; ++j) row[j] *= inv;
+      std::fill(row + last + 1, row + i0 + m, T(0));
+      if (lse) lse[last] = static_cast<T>(mx + std::log(sum));
+    }
+    T* os = pack ? op : out + (i0 - first) * ldo;
+    const int64_t ldc = pack ? dp : ldo;
+    for (int64_t r0 = 0; r0 < m; r0 += kRows) {
+      const int rows = static_cast<int>(std::min<int64_t>(kRows, m - r0));
+      for (int64_t e0 = 0; e0 < dp; e0 += kCols)
+        rows_block(s + r0 * tp, tp, rows, vs, ldv, i0 + r0 + rows, e0, os + r0 * ldc, ldc);
+    }
+    if (pack)
+      for (int64_t r = 0; r < m; ++r) std::copy(op + r * dp, op + r * dp + d, out + (i0 - first + r) * ldo);
+  }
+}
+
+// One (batch, head) of the backward over T positions: dq, dk, dv rows ld apart (overwritten); g (dout) and o (out)
+// rows ldo apart; lse and delta (written: Σ dout·out per row) by position. buf holds attn_bwd_scratch(t, d) elements.
+int64_t attn_bwd_scratch(int64_t t, int64_t d) {
+  const int64_t tp = round_up(t, kCols), dp = round_up(d, kCols);
+  return 2 * d * tp + 2 * kTile * tp + (packed(d) ? 5 * tp * dp + kTile * dp : 0);
+}
+
+template <class T>
+GT_INLINE void attn_bwd_task(const T* q, const T* k, const T* v, int64_t ld, const T* g, const T* o, int64_t ldo,
+                             const T* lse, T* delta, int64_t t, int64_t d, T scale, T* dq, T* dk, T* dv, T* buf) {
+  const int64_t tp = round_up(t, kCols), dp = round_up(d, kCols);
+  const bool pack = packed(d);
+  T* kt = buf;              // [d][tp]
+  T* vt = kt + d * tp;      // [d][tp]
+  T* p = vt + d * tp;       // [kTile][tp]: probabilities
+  T* ds = p + kTile * tp;   // [kTile][tp]: dP, then dS
+  T* qp = ds + kTile * tp;  // packed: [tp][dp]
+  T* kp = qp + tp * dp;     // packed: [tp][dp]
+  T* gp = kp + tp * dp;     // packed: [tp][dp], dout
+  T* dkp = gp + tp * dp;    // packed: [tp][dp]
+  T* dvp = dkp + tp * dp;   // packed: [tp][dp]
+  T* dqp = dvp + tp * dp;   // packed: [kTile][dp]
+  pack_transposed(k, ld, t, d, tp, kt);
+  pack_transposed(v, ld, t, d, tp, vt);
+  if (pack) {
+    pack_rows(q, ld, t, d, dp, tp, qp);
+    pack_rows(k, ld, t, d, dp, tp, kp);
+    pack_rows(g, ldo, t, d, dp, tp, gp);
+    std::fill(dkp, dkp + 2 * tp * dp, T(0));  // dk and dv
+  } else {
+    for (int64_t j = 0; j < t; ++j) {
+      std::fill(dk + j * ld, dk + j * ld + d, T(0));
+      std::fill(dv + j * ld, dv + j * ld + d, T(0));
+    }
+  }
+  const T* qs = pack ? qp : q;
+  const T* ks = pack ? kp : k;
+  const T* gs = pack ? gp : g;
+  T* dks = pack ? dkp : dk;
+  T* dvs = pack ? dvp : dv;
+  const int64_t ldq = pack ? dp : ld, ldg = pack ? dp : ldo;  // q, k, dk, dv rows ldq apart; dout rows ldg
+  for (int64_t i = 0; i < t; ++i)
+    delta[i] =
+        static_cast<T>(lane_sum(d, [&](int64_t e) { return static_cast<double>(g[i * ldo + e]) * o[i * ldo + e]; }));
+  for (int64_t i0 = 0; i0 < t; i0 += kTile) {
+    const int64_t m = std::min(kTile, t - i0);
+    for (int64_t r0 = 0; r0 < m; r0 += kRows) {  // scores and dP = dout·vᵀ up to each block of rows' last key
+      const int rows = static_cast<int>(std::min<int64_t>(kRows, m - r0));
+      const int64_t nc = round_up(i0 + r0 + rows, kCols);
+      for (int64_t j0 = 0; j0 < nc; j0 += kCols) {
+        dot_block(qs + (i0 + r0) * ldq, ldq, rows, kt, tp, d, j0, scale, p + r0 * tp, tp);
+        dot_block(gs + (i0 + r0) * ldg, ldg, rows, vt, tp, d, j0, T(1), ds + r0 * tp, tp);
+      }
+    }
+    for (int64_t r = 0; r < m; ++r) {
+      T* pr = p + r * tp;
+      T* dr = ds + r * tp;
+      const int64_t last = i0 + r;
+      const T li = lse[last], di = delta[last];
+      GT_SIMD
+      for (int64_t j = 0; j <= last; ++j) {
+        pr[j] = exp_keep_nan<T>(pr[j] - li);
+        dr[j] = pr[j] * (dr[j] - di) * scale;  // dS
+      }
+      std::fill(pr + last + 1, pr + i0 + m, T(0));
+      std::fill(dr + last + 1, dr + i0 + m, T(0));
+    }
+    T* dqs = pack ? dqp : dq + i0 * ld;
+    const int64_t lddq = pack ? dp : ld;
+    for (int64_t r0 = 0; r0 < m; r0 += kRows) {  // dq = dS·k
+      const int rows = static_cast<int>(std::min<int64_t>(kRows, m - r0));
+      for (int64_t e0 = 0; e0 < dp; e0 += kCols)
+        rows_block(ds + r0 * tp, tp, rows, ks, ldq, i0 + r0 + rows, e0, dqs + r0 * lddq, lddq);
+    }
+    if (pack)
+      for (int64_t r = 0; r < m; ++r) std::copy(dqp + r * dp, dqp + r * dp + d, dq + (i0 + r) * ld);
+    // dk += dSᵀ·q and dv += Pᵀ·dout over the tile's rows at or after each key (the rows before it see it not).
+    for (int64_t j0 = 0; j0 < i0 + m; j0 += kRows) {
+      const int keys = static_cast<int>(std::min<int64_t>(kRows, i0 + m - j0));
+      const int64_t r0 = std::max<int64_t>(0, j0 - i0);
+      for (int64_t e0 = 0; e0 < dp; e0 += kCols) {
+        cols_block(ds, tp, j0, keys, qs + i0 * ldq, ldq, r0, m, e0, dks, ldq);
+        cols_block(p, tp, j0, keys, gs + i0 * ldg, ldg, r0, m, e0, dvs, ldq);
+      }
+    }
+  }
+  if (pack)
+    for (int64_t j = 0; j < t; ++j) {
+      std::copy(dkp + j * dp, dkp + j * dp + d, dk + j * ld);
+      std::copy(dvp + j * dp, dvp + j * dp + d, dv + j * ld);
+    }
+}
+
+GT_CPU_CLONES void attn_fwd_task_f32(const float* q, const float* k, const float* v, int64_t ld, int64_t first,
+                                     int64_t n, int64_t d, float scale, float* out, int64_t ldo, float* lse,
+                                     float* buf) {
+  attn_fwd_task<float>(q, k, v, ld, first, n, d, scale, out, ldo, lse, buf);
+}
+GT_CPU_CLONES void attn_bwd_task_f32(const float* q, const float* k, const float* v, int64_t ld, const float* g,
+                                     const float* o, int64_t ldo, const float* lse, float* delta, int64_t t, int64_t d,
+                                     float scale, float* dq, float* dk, float* dv, float* buf) {
+  attn_bwd_task<float>(q, k, v, ld, g, o, ldo, lse, delta, t, d, scale, dq, dk, dv, buf);
+}
 
 // Query rows [first, first + n) of qkv's sequences (all of them for the forward, the new ones for a decode step):
 // out is [B, n, C]; lse [B, heads, T] is written when given.
@@ -39,34 +336,16 @@ void attn_fwd_t(const Tensor& qkv, int64_t heads, int64_t first, int64_t n, Tens
   const T* px = qkv.data<T>();
   T* po = out.data<T>();
   parallel_for(nb * heads, 1, [&](int64_t u0, int64_t u1) {
-    std::vector<T> s(static_cast<size_t>(std::min(n, kTile) * (first + n)));
+    std::vector<T> buf(static_cast<size_t>(attn_fwd_scratch(first + n, d)));
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t b = u / heads, h = u % heads;
-      const Head<T> hd(px, b, h, t, c, d);
-      T* o = po + b * n * c + h * d;  // row i of the sequence is row i − first of out
+      const T* q = px + b * t * 3 * c + h * d;
+      T* o = po + b * n * c + h * d;
       T* l = pl ? pl + (b * heads + h) * t : nullptr;
-      for (int64_t i0 = first; i0 < first + n; i0 += kTile) {
-        const int m = static_cast<int>(std::min(kTile, first + n - i0)), keys = static_cast<int>(i0) + m;
-        gemm_raw<T>(false, true, m, keys, static_cast<int>(d), scale, hd.q + i0 * hd.ld, static_cast<int>(hd.ld), hd.k,
-                    static_cast<int>(hd.ld), T(0), s.data(), keys);
-        for (int r = 0; r < m; ++r) {
-          T* row = s.data() + static_cast<int64_t>(r) * keys;
-          const int64_t last = i0 + r;  // keys 0..last are visible to query i0 + r
-          T mx = -std::numeric_limits<T>::infinity();
-          for (int64_t j = 0; j <= last; ++j) mx = row[j] > mx ? row[j] : mx;
-          double sum = 0;
-          for (int64_t j = 0; j <= last; ++j) {
-            row[j] = std::exp(row[j] - mx);
-            sum += row[j];
-          }
-          const T inv = static_cast<T>(1.0 / sum);
-          for (int64_t j = 0; j <= last; ++j) row[j] *= inv;
-          std::fill(row + last + 1, row + keys, T(0));
-          if (l) l[last] = static_cast<T>(mx + std::log(sum));
-        }
-        gemm_raw<T>(false, false, m, static_cast<int>(d), keys, T(1), s.data(), keys, hd.v, static_cast<int>(hd.ld),
-                    T(0), o + (i0 - first) * c, static_cast<int>(c));
-      }
+      if constexpr (std::is_same_v<T, float>)
+        attn_fwd_task_f32(q, q + c, q + 2 * c, 3 * c, first, n, d, scale, o, c, l, buf.data());
+      else
+        attn_fwd_task<T>(q, q + c, q + 2 * c, 3 * c, first, n, d, scale, o, c, l, buf.data());
     }
   });
 }
@@ -81,46 +360,20 @@ void attn_bwd_t(const Tensor& qkv, const Tensor& out, const Tensor& lse, const T
   const T *px = qkv.data<T>(), *po = out.data<T>(), *pl = lse.data<T>(), *pdo = dout.data<T>();
   T* pdelta = delta.data<T>();
   T* pdx = dqkv.data<T>();
-  const int ld = static_cast<int>(3 * c), ldo = static_cast<int>(c), di = static_cast<int>(d);
   parallel_for(nb * heads, 1, [&](int64_t u0, int64_t u1) {
-    const size_t tile = static_cast<size_t>(std::min(t, kTile) * t);
-    std::vector<T> p(tile), dp(tile);
+    std::vector<T> buf(static_cast<size_t>(attn_bwd_scratch(t, d)));
     for (int64_t u = u0; u < u1; ++u) {
       const int64_t b = u / heads, h = u % heads;
-      const Head<T> hd(px, b, h, t, c, d);
-      const T* g = pdo + b * t * c + h * d;  // dout rows, ld C
+      const T* q = px + b * t * 3 * c + h * d;
+      const T* g = pdo + b * t * c + h * d;
+      const T* o = po + b * t * c + h * d;
       const T* l = pl + (b * heads + h) * t;
       T* dl = pdelta + (b * heads + h) * t;
       T* dq = pdx + b * t * 3 * c + h * d;
-      T* dk = dq + c;
-      T* dv = dq + 2 * c;
-      for (int64_t i = 0; i < t; ++i) {
-        double s = 0;
-        for (int64_t e = 0; e < d; ++e) s += static_cast<double>(g[i * c + e]) * po[(b * t + i) * c + h * d + e];
-        dl[i] = static_cast<T>(s);
-        std::fill(dk + i * ld, dk + i * ld + d, T(0));
-        std::fill(dv + i * ld, dv + i * ld + d, T(0));
-      }
-      for (int64_t i0 = 0; i0 < t; i0 += kTile) {
-        const int m = static_cast<int>(std::min(kTile, t - i0)), n = static_cast<int>(i0) + m;
-        gemm_raw<T>(false, true, m, n, di, scale, hd.q + i0 * ld, ld, hd.k, ld, T(0), p.data(), n);
-        gemm_raw<T>(false, true, m, n, di, T(1), g + i0 * c, ldo, hd.v, ld, T(0), dp.data(), n);
-        for (int r = 0; r < m; ++r) {
-          T* pr = p.data() + static_cast<int64_t>(r) * n;
-          T* dr = dp.data() + static_cast<int64_t>(r) * n;
-          const int64_t last = i0 + r;
-          const T li = l[last], delta_i = dl[last];
-          for (int64_t j = 0; j <= last; ++j) {
-            pr[j] = std::exp(pr[j] - li);
-            dr[j] = pr[j] * (dr[j] - delta_i) * scale;  // ds_ij
-          }
-          std::fill(pr + last + 1, pr + n, T(0));
-          std::fill(dr + last + 1, dr + n, T(0));
-        }
-        gemm_raw<T>(false, false, m, di, n, T(1), dp.data(), n, hd.k, ld, T(0), dq + i0 * ld, ld);
-        gemm_raw<T>(true, false, n, di, m, T(1), dp.data(), n, hd.q + i0 * ld, ld, T(1), dk, ld);
-        gemm_raw<T>(true, false, n, di, m, T(1), p.data(), n, g + i0 * c, ldo, T(1), dv, ld);
-      }
+      if constexpr (std::is_same_v<T, float>)
+        attn_bwd_task_f32(q, q + c, q + 2 * c, 3 * c, g, o, c, l, dl, t, d, scale, dq, dq + c, dq + 2 * c, buf.data());
+      else
+        attn_bwd_task<T>(q, q + c, q + 2 * c, 3 * c, g, o, c, l, dl, t, d, scale, dq, dq + c, dq + 2 * c, buf.data());
     }
   });
 }
