@@ -225,9 +225,11 @@ TEST_CASE("embedding indices are integers within 1e-3 of a row, and the backward
 // Causal attention against the textbook definition: the full [T, T] score matrix, −∞ above the diagonal, a softmax
 // per row, times v. Then a change to a later token must not reach an earlier output (causality).
 // T = 150 spans three query tiles of the blocked CPU kernel (64 rows each), the last one partial.
+// d = 3 goes through the kernels' zero-padded copies, d = 16 reads q, k and v in place.
 TEST_CASE("causal attention matches softmax(q·kᵀ/√d + mask)·v and never looks ahead", "[cpu]") {
   const int64_t t = GENERATE(5, 150);
-  const int64_t nb = 2, heads = 2, d = 3, c = heads * d;
+  const int64_t d = GENERATE(3, 16);
+  const int64_t nb = 2, heads = 2, c = heads * d;
   Tensor qkv = Tensor::empty(Shape{nb, t, 3 * c}, DType::f64);
   Rng rng(11, 0);
   for (int64_t i = 0; i < qkv.numel(); ++i) qkv.data<double>()[i] = rng.uniform(-2, 2);
@@ -251,7 +253,7 @@ TEST_CASE("causal attention matches softmax(q·kᵀ/√d + mask)·v and never lo
         for (int64_t e = 0; e < d; ++e) {
           double want = 0;
           for (int64_t j = 0; j < t; ++j) want += std::exp(s[j]) / z * x[(b * t + j) * 3 * c + 2 * c + h * d + e];
-          CHECK(out.data<double>()[(b * t + i) * c + h * d + e] == Approx(want).epsilon(1e-12));
+          CHECK(out.data<double>()[(b * t + i) * c + h * d + e] == Approx(want).epsilon(1e-12).margin(1e-14));
         }
       }
   // Changing the last token's q, k and v leaves every earlier position's output as it was.
@@ -266,7 +268,8 @@ TEST_CASE("causal attention matches softmax(q·kᵀ/√d + mask)·v and never lo
 // The backward against central differences of L = Σ out ⊙ w in double, over three query tiles (T = 150), on 300
 // seeded elements of q, k and v (every element would take minutes).
 TEST_CASE("causal attention's backward matches finite differences across query tiles", "[cpu]") {
-  const int64_t nb = 1, t = 150, heads = 2, d = 4, c = heads * d;
+  const int64_t d = GENERATE(4, 16);  // padded copies, and in place
+  const int64_t nb = 1, t = 150, heads = 2, c = heads * d;
   Rng rng(12, 0);
   Tensor qkv = Tensor::empty(Shape{nb, t, 3 * c}, DType::f64), w = Tensor::empty(Shape{nb, t, c}, DType::f64);
   for (int64_t i = 0; i < qkv.numel(); ++i) qkv.data<double>()[i] = rng.uniform(-1, 1);
@@ -409,7 +412,8 @@ TEST_CASE("f32 layernorm matches f64 forward and backward, written and accumulat
   auto worst = [](const Tensor& f, const Tensor& g) {
     double w = 0;
     for (int64_t i = 0; i < f.numel(); ++i)
-      w = std::max(w, std::abs(f.data<float>()[i] - g.data<double>()[i]) / std::max(1.0, std::abs(g.data<double>()[i])));
+      w = std::max(w,
+                   std::abs(f.data<float>()[i] - g.data<double>()[i]) / std::max(1.0, std::abs(g.data<double>()[i])));
     return w;
   };
   Tensor y = Tensor::empty(x.shape(), DType::f32), yd = Tensor::empty(x.shape(), DType::f64);
@@ -442,4 +446,38 @@ TEST_CASE("f32 layernorm matches f64 forward and backward, written and accumulat
   ops::layernorm_backward(xd, gammad, md, vd, dyd, none, dgd, dbd, 0.0);
   CHECK(worst(dg, dgd) < 2e-5);
   CHECK(worst(db, dbd) < 2e-5);
+}
+
+// The f32 attention (its loops compiled per instruction set, exp_f32) against the f64 path, forward and backward,
+// with the head size padded (d = 24) and read in place (d = 32), over two query tiles.
+TEST_CASE("f32 causal attention matches f64, forward and backward", "[cpu]") {
+  const int64_t d = GENERATE(24, 32);
+  const int64_t nb = 2, t = 100, heads = 2, c = heads * d;
+  Rng rng(31, 0);
+  auto pair = [&](const Shape& s) {
+    Tensor f = Tensor::empty(s, DType::f32), g = Tensor::empty(s, DType::f64);
+    for (int64_t i = 0; i < f.numel(); ++i)
+      g.data<double>()[i] = f.data<float>()[i] = static_cast<float>(rng.uniform(-1.5, 1.5));
+    return std::pair{f, g};
+  };
+  auto worst = [](const Tensor& f, const Tensor& g) {
+    double w = 0;
+    for (int64_t i = 0; i < f.numel(); ++i)
+      w = std::max(w,
+                   std::abs(f.data<float>()[i] - g.data<double>()[i]) / std::max(1.0, std::abs(g.data<double>()[i])));
+    return w;
+  };
+  auto [qkv, qkvd] = pair(Shape{nb, t, 3 * c});
+  auto [dout, doutd] = pair(Shape{nb, t, c});
+  Tensor out = Tensor::empty(Shape{nb, t, c}, DType::f32), outd = Tensor::empty(Shape{nb, t, c}, DType::f64);
+  Tensor lse = Tensor::empty(Shape{nb, heads, t}, DType::f32), lsed = Tensor::empty(Shape{nb, heads, t}, DType::f64);
+  ops::attention_forward(qkv, heads, out, lse);
+  ops::attention_forward(qkvd, heads, outd, lsed);
+  CHECK(worst(out, outd) < 1e-5);
+  CHECK(worst(lse, lsed) < 1e-5);
+  Tensor delta = Tensor::empty(lse.shape(), DType::f32), deltad = Tensor::empty(lse.shape(), DType::f64);
+  Tensor dqkv = Tensor::empty(qkv.shape(), DType::f32), dqkvd = Tensor::empty(qkv.shape(), DType::f64);
+  ops::attention_backward(qkv, out, lse, dout, heads, delta, dqkv);
+  ops::attention_backward(qkvd, outd, lsed, doutd, heads, deltad, dqkvd);
+  CHECK(worst(dqkv, dqkvd) < 1e-4);
 }
