@@ -93,8 +93,8 @@ int main(int argc, char** argv) {
 
   const double ln_f = median_us(reps, [&] { gt::ops::layernorm_forward(x, gamma, beta, 1e-5, mean, inv, y); });
   const double ln_b = median_us(reps, [&] { gt::ops::layernorm_backward(x, gamma, mean, inv, dy, dx, dg, db, 1.0); });
-  const double at_f = median_us(reps, [&] { gt::ops::attention_forward(qkv, heads, out, lse); });
-  const double at_b = median_us(reps, [&] { gt::ops::attention_backward(qkv, out, lse, dout, heads, delta, dqkv); });
+  const double at_f = median_us(reps, [&] { gt::ops::attention_forward(qkv, heads, {}, out, lse); });
+  const double at_b = median_us(reps, [&] { gt::ops::attention_backward(qkv, out, lse, dout, heads, {}, delta, dqkv); });
   const double ge_f = median_us(reps, [&] { gt::ops::activation_forward(gt::Activation::gelu_tanh, h, hy); });
   const double ge_b =
       median_us(reps, [&] { gt::ops::activation_backward(gt::Activation::gelu_tanh, h, hy, hdy, hdx); });

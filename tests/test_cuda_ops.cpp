@@ -856,10 +856,10 @@ TEST_CASE("CUDA causal attention matches the CPU forward and backward", "[cuda]"
     const Tensor qkv = seeded(Shape{nb, t, 3 * c}, 101, -1, 1), dout = seeded(Shape{nb, t, c}, 102);
     Tensor out_cpu = Tensor::empty(Shape{nb, t, c}, DType::f32);
     Tensor lse_cpu = Tensor::empty(Shape{nb, heads, t}, DType::f32);
-    ops::attention_forward(qkv, heads, out_cpu, lse_cpu);
+    ops::attention_forward(qkv, heads, {}, out_cpu, lse_cpu);
     Guarded out(out_cpu.shape()), lse(lse_cpu.shape());
     const Tensor qkv_d = to_cuda(qkv);
-    ops::attention_forward(qkv_d, heads, out.inner, lse.inner);
+    ops::attention_forward(qkv_d, heads, {}, out.inner, lse.inner);
     // Both sides sum in double and round once to f32; only the order of the double sums differs (the device adds
     // lane-strided partial dot products, and rescales its running sum as the maximum grows): 1 ulp of f32 plus a
     // small absolute floor for outputs near 0.
@@ -868,13 +868,62 @@ TEST_CASE("CUDA causal attention matches the CPU forward and backward", "[cuda]"
 
     // Backward from the CPU's out and lse on both sides.
     Tensor dqkv_cpu = Tensor::empty(qkv.shape(), DType::f32), delta_cpu = Tensor::empty(lse_cpu.shape(), DType::f32);
-    ops::attention_backward(qkv, out_cpu, lse_cpu, dout, heads, delta_cpu, dqkv_cpu);
+    ops::attention_backward(qkv, out_cpu, lse_cpu, dout, heads, {}, delta_cpu, dqkv_cpu);
     Guarded dqkv(qkv.shape());
     Tensor delta_d = Tensor::empty(lse_cpu.shape(), DType::f32, Device::cuda(0));
-    ops::attention_backward(qkv_d, to_cuda(out_cpu), to_cuda(lse_cpu), to_cuda(dout), heads, delta_d, dqkv.inner);
+    ops::attention_backward(qkv_d, to_cuda(out_cpu), to_cuda(lse_cpu), to_cuda(dout), heads, {}, delta_d, dqkv.inner);
     // delta is rounded to f32 on both sides before use; the sums over up to 37 pairs in double: 1e-5 absolute (the
     // gradients are O(1) and cancel) plus 1e-5 relative.
     check_close(dqkv.host_checked(), dqkv_cpu, 1e-5, 1e-5);
+  }
+}
+
+// Attention dropout: the device draws the CPU's mask (ops/math.h) for every (query, key) pair, forward and backward.
+// f64 first, where both sides sum in double and differ only in the order of the sums: a pair masked differently
+// would move an output by O(0.1), far past 1e-12. Then f32, the training dtype, with the backward's tolerance of the
+// test above: the CPU rounds each scaled probability to f32 before its GEMM.
+TEST_CASE("CUDA causal attention with dropout matches the CPU's mask forward and backward", "[cuda]") {
+  require_gpu();
+  const ops::AttentionDropout drop{0.25, 0xabcdef, 7};
+  for (const DType dtype : {DType::f64, DType::f32}) {
+    for (auto [heads, d] : std::vector<std::pair<int64_t, int64_t>>{{3, 5}, {1, 72}}) {
+      INFO((dtype == DType::f64 ? "f64" : "f32") << " heads " << heads << " d " << d);
+      const int64_t nb = 2, t = 37, c = heads * d;
+      auto as = [&](const Tensor& f32) {
+        Tensor x = Tensor::empty(f32.shape(), dtype);
+        for (int64_t i = 0; i < x.numel(); ++i)
+          if (dtype == DType::f64)
+            x.data<double>()[i] = f32.data<float>()[i];
+          else
+            x.data<float>()[i] = f32.data<float>()[i];
+        return x;
+      };
+      const Tensor qkv = as(seeded(Shape{nb, t, 3 * c}, 104, -1, 1)), dout = as(seeded(Shape{nb, t, c}, 105));
+      Tensor out_cpu = Tensor::empty(Shape{nb, t, c}, dtype), lse_cpu = Tensor::empty(Shape{nb, heads, t}, dtype);
+      ops::attention_forward(qkv, heads, drop, out_cpu, lse_cpu);
+      Tensor dqkv_cpu = Tensor::empty(qkv.shape(), dtype), delta_cpu = Tensor::empty(lse_cpu.shape(), dtype);
+      ops::attention_backward(qkv, out_cpu, lse_cpu, dout, heads, drop, delta_cpu, dqkv_cpu);
+      const Tensor qkv_d = to_cuda(qkv);
+      Tensor delta_d = Tensor::empty(lse_cpu.shape(), dtype, Device::cuda(0));
+      const double atol = dtype == DType::f64 ? 1e-12 : 1e-5, rtol = dtype == DType::f64 ? 1e-12 : 1e-5;
+      if (dtype == DType::f64) {
+        Guarded64 out(out_cpu.shape()), lse(lse_cpu.shape()), dqkv(qkv.shape());
+        ops::attention_forward(qkv_d, heads, drop, out.inner, lse.inner);
+        check_close(out.host_checked(), out_cpu, atol, rtol);
+        check_close(lse.host_checked(), lse_cpu, atol, rtol);
+        ops::attention_backward(qkv_d, to_cuda(out_cpu), to_cuda(lse_cpu), to_cuda(dout), heads, drop, delta_d,
+                                dqkv.inner);
+        check_close(dqkv.host_checked(), dqkv_cpu, atol, rtol);
+      } else {
+        Guarded out(out_cpu.shape()), lse(lse_cpu.shape()), dqkv(qkv.shape());
+        ops::attention_forward(qkv_d, heads, drop, out.inner, lse.inner);
+        check_close(out.host_checked(), out_cpu, atol, rtol);
+        check_close(lse.host_checked(), lse_cpu, 1e-6, 2.5e-7);  // lse is before dropout: as in the test above
+        ops::attention_backward(qkv_d, to_cuda(out_cpu), to_cuda(lse_cpu), to_cuda(dout), heads, drop, delta_d,
+                                dqkv.inner);
+        check_close(dqkv.host_checked(), dqkv_cpu, atol, rtol);
+      }
+    }
   }
 }
 

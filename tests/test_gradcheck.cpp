@@ -29,6 +29,8 @@ const std::multimap<std::string, GradCase>& layer_cases() {
       {"concat", {"concat", Shape{2, 3, 2}, {Shape{1, 3, 2}}}},
       {"causal_self_attention", {"{type: causal_self_attention, heads: 2}", Shape{4, 6}}},
       {"causal_self_attention", {"{type: causal_self_attention, heads: 1, bias: false}", Shape{3, 4}}},
+      // Training with attention dropout: the mask is fixed for the step, so central differences see one function.
+      {"causal_self_attention", {"{type: causal_self_attention, heads: 2, dropout: 0.3}", Shape{5, 4}}},
       {"concat", {"{type: concat, dim: -1}", Shape{2, 3}, {Shape{2, 1}, Shape{2, 2}}}},
       {"conv2d", {"{type: conv2d, out_channels: 3, kernel_size: 3, padding: 1}", Shape{2, 5, 4}}},
       {"conv2d",

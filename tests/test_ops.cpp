@@ -8,6 +8,7 @@
 #include "ops/embedding.h"
 #include "ops/layernorm.h"
 #include "ops/loss.h"
+#include "ops/math.h"
 #include "ops/matmul.h"
 #include "ops/optim.h"
 
@@ -234,7 +235,7 @@ TEST_CASE("causal attention matches softmax(q·kᵀ/√d + mask)·v and never lo
   Rng rng(11, 0);
   for (int64_t i = 0; i < qkv.numel(); ++i) qkv.data<double>()[i] = rng.uniform(-2, 2);
   Tensor out = Tensor::empty(Shape{nb, t, c}, DType::f64), lse = Tensor::empty(Shape{nb, heads, t}, DType::f64);
-  ops::attention_forward(qkv, heads, out, lse);
+  ops::attention_forward(qkv, heads, {}, out, lse);
   const double* x = qkv.data<double>();
   for (int64_t b = 0; b < nb; ++b)
     for (int64_t h = 0; h < heads; ++h)
@@ -260,7 +261,7 @@ TEST_CASE("causal attention matches softmax(q·kᵀ/√d + mask)·v and never lo
   Tensor later = qkv.clone();
   for (int64_t e = 0; e < 3 * c; ++e) later.data<double>()[(t - 1) * 3 * c + e] += 1.5;
   Tensor out2 = Tensor::empty(out.shape(), DType::f64);
-  ops::attention_forward(later, heads, out2, lse);
+  ops::attention_forward(later, heads, {}, out2, lse);
   for (int64_t i = 0; i < (t - 1) * c; ++i) CHECK(out2.data<double>()[i] == out.data<double>()[i]);
   CHECK(out2.data<double>()[(t - 1) * c] != out.data<double>()[(t - 1) * c]);
 }
@@ -276,7 +277,7 @@ TEST_CASE("causal attention's backward matches finite differences across query t
   for (int64_t i = 0; i < w.numel(); ++i) w.data<double>()[i] = rng.uniform(-1, 1);
   Tensor out = Tensor::empty(Shape{nb, t, c}, DType::f64), lse = Tensor::empty(Shape{nb, heads, t}, DType::f64);
   auto loss = [&](const Tensor& x) {
-    ops::attention_forward(x, heads, out, lse);
+    ops::attention_forward(x, heads, {}, out, lse);
     double s = 0;
     for (int64_t i = 0; i < out.numel(); ++i) s += out.data<double>()[i] * w.data<double>()[i];
     return s;
@@ -284,7 +285,7 @@ TEST_CASE("causal attention's backward matches finite differences across query t
   loss(qkv);
   Tensor delta = Tensor::empty(Shape{nb, heads, t}, DType::f64), dqkv = Tensor::empty(qkv.shape(), DType::f64);
   const Tensor out0 = out.clone(), lse0 = lse.clone();
-  ops::attention_backward(qkv, out0, lse0, w, heads, delta, dqkv);
+  ops::attention_backward(qkv, out0, lse0, w, heads, {}, delta, dqkv);
   for (int k = 0; k < 300; ++k) {
     const int64_t i = static_cast<int64_t>(rng.uniform(0, 1) * static_cast<double>(qkv.numel())) % qkv.numel();
     Tensor x = qkv.clone();
@@ -298,6 +299,111 @@ TEST_CASE("causal attention's backward matches finite differences across query t
   }
 }
 
+// Attention dropout against a naive reference: the [T, T] probabilities materialised, the mask spelled out from
+// dropout_keep at ((b·H + h)·T + i)·T + j, and the backward from the softmax's Jacobian (Σ_k P_ik dP_ik, not the
+// kernel's dout·out shortcut). T = 70 spans two query tiles of the CPU kernel; f64 and f32; head sizes 3 and 16.
+TEST_CASE("causal attention with dropout matches a reference with the mask spelled out", "[cpu]") {
+  const DType dtype = GENERATE(DType::f64, DType::f32);
+  const int64_t d = GENERATE(3, 16);  // through padded copies, and in place
+  const int64_t nb = 2, t = 70, heads = 2, c = heads * d;
+  const double p = 0.3;
+  const ops::AttentionDropout drop{p, 0x5eed, 9};
+  Rng rng(13, 0);
+  auto make = [&](const Shape& s, std::vector<double>& vals) {
+    Tensor x = Tensor::empty(s, dtype);
+    vals.resize(static_cast<size_t>(x.numel()));
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      // Values exact in f32, so both dtypes start from the same numbers.
+      vals[i] = static_cast<float>(rng.uniform(-2, 2));
+      if (dtype == DType::f64)
+        x.data<double>()[i] = vals[i];
+      else
+        x.data<float>()[i] = static_cast<float>(vals[i]);
+    }
+    return x;
+  };
+  auto at = [](const Tensor& x, int64_t i) {
+    return x.dtype() == DType::f64 ? x.data<double>()[i] : double(x.data<float>()[i]);
+  };
+  std::vector<double> x, g;
+  const Tensor qkv = make(Shape{nb, t, 3 * c}, x), dout = make(Shape{nb, t, c}, g);
+  Tensor out = Tensor::empty(Shape{nb, t, c}, dtype), lse = Tensor::empty(Shape{nb, heads, t}, dtype);
+  Tensor delta = Tensor::empty(lse.shape(), dtype), dqkv = Tensor::empty(qkv.shape(), dtype);
+  ops::attention_forward(qkv, heads, drop, out, lse);
+  ops::attention_backward(qkv, out, lse, dout, heads, drop, delta, dqkv);
+
+  std::vector<double> want_out(static_cast<size_t>(out.numel())), want_dx(static_cast<size_t>(qkv.numel()), 0.0);
+  int64_t kept = 0, pairs = 0;
+  const double scale = 1 / std::sqrt(double(d));
+  for (int64_t b = 0; b < nb; ++b)
+    for (int64_t h = 0; h < heads; ++h) {
+      auto q = [&](int64_t i, int64_t e) { return (b * t + i) * 3 * c + h * d + e; };  // index of q_i[e] in qkv
+      auto k = [&](int64_t j, int64_t e) { return q(j, e) + c; };
+      auto v = [&](int64_t j, int64_t e) { return q(j, e) + 2 * c; };
+      auto o = [&](int64_t i, int64_t e) { return (b * t + i) * c + h * d + e; };
+      std::vector<double> pm(t * t, 0.0), mask(t * t, 0.0);  // P and keep/(1 − p), row i, column j ≤ i
+      for (int64_t i = 0; i < t; ++i) {
+        double mx = -INFINITY, z = 0;
+        std::vector<double> s(i + 1);
+        for (int64_t j = 0; j <= i; ++j) {
+          for (int64_t e = 0; e < d; ++e) s[j] += x[q(i, e)] * x[k(j, e)] * scale;
+          mx = std::max(mx, s[j]);
+        }
+        for (int64_t j = 0; j <= i; ++j) z += std::exp(s[j] - mx);
+        CHECK(at(lse, (b * heads + h) * t + i) == Approx(mx + std::log(z)).epsilon(1e-5));
+        for (int64_t j = 0; j <= i; ++j) {
+          pm[i * t + j] = std::exp(s[j] - mx) / z;
+          const uint64_t index = static_cast<uint64_t>(((b * heads + h) * t + i) * t + j);
+          const bool keep = dropout_keep(drop.key, drop.step, index, p);
+          mask[i * t + j] = keep ? 1 / (1 - p) : 0;
+          kept += keep;
+          ++pairs;
+        }
+        for (int64_t e = 0; e < d; ++e)
+          for (int64_t j = 0; j <= i; ++j) want_out[o(i, e)] += mask[i * t + j] * pm[i * t + j] * x[v(j, e)];
+      }
+      for (int64_t i = 0; i < t; ++i) {
+        std::vector<double> dp(i + 1, 0.0);  // dL/dP_ij = m_ij dout_i·v_j
+        double sum_pdp = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          for (int64_t e = 0; e < d; ++e) dp[j] += mask[i * t + j] * g[o(i, e)] * x[v(j, e)];
+          sum_pdp += pm[i * t + j] * dp[j];
+        }
+        for (int64_t j = 0; j <= i; ++j) {
+          const double ds = pm[i * t + j] * (dp[j] - sum_pdp) * scale;  // dL/d(q_i·k_j)
+          for (int64_t e = 0; e < d; ++e) {
+            want_dx[q(i, e)] += ds * x[k(j, e)];
+            want_dx[k(j, e)] += ds * x[q(i, e)];
+            want_dx[v(j, e)] += mask[i * t + j] * pm[i * t + j] * g[o(i, e)];
+          }
+        }
+      }
+    }
+  // The mask really drops about p of the pairs (4970 of them: 0.3 ± 0.02 is over 3 standard deviations).
+  CHECK(double(kept) / double(pairs) == Approx(1 - p).margin(0.02));
+  // f32: P rounded to f32 before it is scaled and multiplied, sums of ≤ 70 terms of magnitude ≤ ~3.
+  const double tol = dtype == DType::f64 ? 1e-12 : 1e-5;
+  INFO("dtype " << (dtype == DType::f64 ? "f64" : "f32"));
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    INFO("out[" << i << "]");
+    REQUIRE(at(out, i) == Approx(want_out[i]).margin(tol));
+  }
+  for (int64_t i = 0; i < dqkv.numel(); ++i) {
+    INFO("dqkv[" << i << "]");
+    REQUIRE(at(dqkv, i) == Approx(want_dx[i]).margin(tol));
+  }
+  // Another step draws another mask; p = 0 is the attention without dropout, bit for bit.
+  Tensor other = Tensor::empty(out.shape(), dtype), plain = Tensor::empty(out.shape(), dtype);
+  ops::attention_forward(qkv, heads, {p, drop.key, drop.step + 1}, other, lse);
+  int64_t differ = 0;
+  for (int64_t i = 0; i < out.numel(); ++i) differ += at(other, i) != at(out, i);
+  CHECK(differ > out.numel() / 2);
+  ops::attention_forward(qkv, heads, {}, plain, lse);
+  ops::attention_forward(qkv, heads, {0.0, drop.key, drop.step}, other, lse);
+  for (int64_t i = 0; i < out.numel(); ++i) REQUIRE(at(other, i) == at(plain, i));
+  CHECK_THROWS_WITH(ops::attention_forward(qkv, heads, {1.0, 1, 1}, other, lse), Catch::Contains("[0, 1)"));
+}
+
 // Decoding computes the forward's rows for the new positions only, from a cache whose rows past them are not read.
 TEST_CASE("attention decoding gives the forward rows of the new positions, bit for bit", "[cpu]") {
   const int64_t nb = 2, t = 7, heads = 3, d = 2, c = heads * d;
@@ -305,7 +411,7 @@ TEST_CASE("attention decoding gives the forward rows of the new positions, bit f
   Rng rng(12, 0);
   for (int64_t i = 0; i < qkv.numel(); ++i) qkv.data<float>()[i] = static_cast<float>(rng.uniform(-2, 2));
   Tensor out = Tensor::empty(Shape{nb, t, c}, DType::f32), lse = Tensor::empty(Shape{nb, heads, t}, DType::f32);
-  ops::attention_forward(qkv, heads, out, lse);
+  ops::attention_forward(qkv, heads, {}, out, lse);
   for (const auto& [first, n] : std::vector<std::pair<int64_t, int64_t>>{{0, 7}, {0, 1}, {3, 1}, {2, 4}, {6, 1}}) {
     INFO("rows [" << first << ", " << first + n << ")");
     Tensor cache = qkv.clone();  // rows past the new ones are garbage a decoder has not written yet
@@ -471,13 +577,13 @@ TEST_CASE("f32 causal attention matches f64, forward and backward", "[cpu]") {
   auto [dout, doutd] = pair(Shape{nb, t, c});
   Tensor out = Tensor::empty(Shape{nb, t, c}, DType::f32), outd = Tensor::empty(Shape{nb, t, c}, DType::f64);
   Tensor lse = Tensor::empty(Shape{nb, heads, t}, DType::f32), lsed = Tensor::empty(Shape{nb, heads, t}, DType::f64);
-  ops::attention_forward(qkv, heads, out, lse);
-  ops::attention_forward(qkvd, heads, outd, lsed);
+  ops::attention_forward(qkv, heads, {}, out, lse);
+  ops::attention_forward(qkvd, heads, {}, outd, lsed);
   CHECK(worst(out, outd) < 1e-5);
   CHECK(worst(lse, lsed) < 1e-5);
   Tensor delta = Tensor::empty(lse.shape(), DType::f32), deltad = Tensor::empty(lse.shape(), DType::f64);
   Tensor dqkv = Tensor::empty(qkv.shape(), DType::f32), dqkvd = Tensor::empty(qkv.shape(), DType::f64);
-  ops::attention_backward(qkv, out, lse, dout, heads, delta, dqkv);
-  ops::attention_backward(qkvd, outd, lsed, doutd, heads, deltad, dqkvd);
+  ops::attention_backward(qkv, out, lse, dout, heads, {}, delta, dqkv);
+  ops::attention_backward(qkvd, outd, lsed, doutd, heads, {}, deltad, dqkvd);
   CHECK(worst(dqkv, dqkvd) < 1e-4);
 }

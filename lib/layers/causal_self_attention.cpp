@@ -8,6 +8,7 @@ namespace {
 
 // Samples of [T, C] → [T, C]: qkv = x·W_qkvᵀ + b_qkv ([T, 3C], llm.c's c_attn), att = causal softmax(q·kᵀ/√d)·v
 // per head (ops/attention.h), y = att·W_projᵀ + b_proj (c_proj). The products run over all B·T rows at once.
+// `dropout: p` drops attention probabilities in training (nanoGPT's attn_dropout); evaluation and decoding do not.
 class CausalSelfAttention final : public Layer {
  public:
   explicit CausalSelfAttention(const ConfigNode& cfg) {
@@ -15,6 +16,8 @@ class CausalSelfAttention final : public Layer {
     m_heads = cfg["heads"].as_int(1, 1 << 16);
     m_bias = cfg.get_bool("bias", true);
     m_proj_init_std = cfg.get_double("proj_init_std", 0.02, 0.0, 1e6);
+    m_dropout = cfg.get_double("dropout", 0.0, 0.0, 1.0);
+    if (m_dropout >= 1.0) cfg["dropout"].fail("expected a probability below 1");
   }
 
   Shape infer_shape(const std::vector<Shape>& in, const ConfigNode& cfg) override {
@@ -33,6 +36,9 @@ class CausalSelfAttention final : public Layer {
       m_qkv_b = constant_param("qkv.bias", Shape{3 * m_dim}, 0.0, dtype, device);
       m_proj_b = constant_param("proj.bias", Shape{m_dim}, 0.0, dtype, device);
     }
+    // One mask stream per layer, drawn after the weights and only with dropout, so that a model without it
+    // initialises exactly as it did before the option existed.
+    if (m_dropout > 0) m_key = rng.next_u64();
     m_dtype = dtype;
     m_device = device;
   }
@@ -52,7 +58,7 @@ class CausalSelfAttention final : public Layer {
     Tensor qkv2 = rows(qkv, 3 * m_dim), att2 = rows(att, m_dim), y2 = rows(y, m_dim);
     ops::matmul(rows(*x[0], m_dim), false, m_qkv_w.value, true, qkv2, 0.0);
     if (m_bias) ops::add_row_bias(qkv2, m_qkv_b.value);
-    ops::attention_forward(qkv, m_heads, att, lse);
+    ops::attention_forward(qkv, m_heads, dropout_of(ctx), att, lse);
     ops::matmul(att2, false, m_proj_w.value, true, y2, 0.0);
     if (m_bias) ops::add_row_bias(y2, m_proj_b.value);
   }
@@ -68,7 +74,7 @@ class CausalSelfAttention final : public Layer {
     ops::matmul(dy2, true, att2, false, m_proj_w.grad, beta);  // dW_proj = dyᵀ·att
     if (m_bias) ops::sum_rows(dy2, m_proj_b.grad, beta);
     ops::matmul(dy2, false, m_proj_w.value, false, datt2, 0.0);  // datt = dy·W_proj
-    ops::attention_backward(qkv, att, lse, datt, m_heads, delta, dqkv);
+    ops::attention_backward(qkv, att, lse, datt, m_heads, dropout_of(ctx), delta, dqkv);
     ops::matmul(dqkv2, true, x2, false, m_qkv_w.grad, beta);  // dW_qkv = dqkvᵀ·x
     if (m_bias) ops::sum_rows(dqkv2, m_qkv_b.grad, beta);
     if (dx[0]) {
@@ -84,6 +90,7 @@ class CausalSelfAttention final : public Layer {
     n["heads"] = m_heads;
     n["bias"] = m_bias;
     n["proj_init_std"] = m_proj_init_std;
+    n["dropout"] = m_dropout;
     return n;
   }
   // The two projections (3C² and C² multiply-adds per token) and q·kᵀ and p·v over the causal half (i + 1 keys for
@@ -103,6 +110,12 @@ class CausalSelfAttention final : public Layer {
  private:
   double m_proj_init_std;  ///< llm.c scales the residual projections: 0.02 / √(2 · layers)
   static Tensor rows(const Tensor& t, int64_t cols) { return t.view(Shape{t.numel() / cols, cols}); }
+
+  // Dropout in training only; the backward passes the forward's context, so it regenerates the forward's mask.
+  ops::AttentionDropout dropout_of(const LayerContext& ctx) const {
+    if (!ctx.training || m_dropout == 0) return {};
+    return {m_dropout, m_key, ctx.step};
+  }
 
   // Positions [position, position + t) of one sequence: their q, k and v rows go into the cache (rows of [T, 3C],
   // the packed layout of the forward, so decoding runs the forward's kernel on the new query rows), then attend over
@@ -139,6 +152,8 @@ class CausalSelfAttention final : public Layer {
 
   int64_t m_heads = 1, m_len = 0, m_dim = 0;
   bool m_bias = true;
+  double m_dropout = 0;  ///< probability of dropping an attention probability in training
+  uint64_t m_key = 0;    ///< the dropout mask's Philox key
   DType m_dtype = DType::f32;
   Device m_device;
   Param m_qkv_w, m_qkv_b, m_proj_w, m_proj_b;

@@ -56,6 +56,10 @@ const std::vector<LayerSpec>& layer_registry() {
         {"proj_init_std", "float", "0.02",
          "std of the output projection's N(0, std) init; GPT-2 and llm.c use 0.02 / √(2 · layers) for the residual "
          "projections",
+         false},
+        {"dropout", "float", "0",
+         "drop probability in [0, 1) for the attention probabilities in training (nanoGPT's attn_dropout, PyTorch's "
+         "scaled_dot_product_attention dropout_p); masks from Philox keyed by the layer and the step",
          false}},
        make_causal_self_attention},
       {"concat",

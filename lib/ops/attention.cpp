@@ -17,14 +17,19 @@ std::array<int64_t, 3> check_qkv(const Tensor& qkv, int64_t heads) {
   return {qkv.dim(0), qkv.dim(1), c};
 }
 
+void check_dropout(const AttentionDropout& dropout) {
+  GT_CHECK(dropout.p >= 0 && dropout.p < 1, "attention: dropout probability {} is not in [0, 1)", dropout.p);
+}
+
 }  // namespace
 
-void attention_forward(const Tensor& qkv, int64_t heads, Tensor& out, Tensor& lse) {
+void attention_forward(const Tensor& qkv, int64_t heads, const AttentionDropout& dropout, Tensor& out, Tensor& lse) {
   const Operands op("attention", {&qkv, &out, &lse});
   const auto [b, t, c] = check_qkv(qkv, heads);
+  check_dropout(dropout);
   GT_CHECK(out.numel() == b * t * c && lse.numel() == b * heads * t, "attention: out {} lse {} for qkv {}",
            out.shape().str(), lse.shape().str(), qkv.shape().str());
-  GT_DISPATCH(op, attention_forward(qkv, heads, out, lse));
+  GT_DISPATCH(op, attention_forward(qkv, heads, dropout, out, lse));
 }
 
 void attention_decode(const Tensor& qkv, int64_t heads, int64_t first, Tensor& out) {
@@ -40,13 +45,14 @@ void attention_decode(const Tensor& qkv, int64_t heads, int64_t first, Tensor& o
 }
 
 void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse, const Tensor& dout, int64_t heads,
-                        Tensor& delta, Tensor& dqkv) {
+                        const AttentionDropout& dropout, Tensor& delta, Tensor& dqkv) {
   const Operands op("attention_backward", {&qkv, &out, &lse, &dout, &delta, &dqkv});
   const auto [b, t, c] = check_qkv(qkv, heads);
+  check_dropout(dropout);
   GT_CHECK(out.numel() == b * t * c && dout.numel() == out.numel() && lse.numel() == b * heads * t &&
                delta.numel() == lse.numel() && dqkv.numel() == qkv.numel(),
            "attention_backward sizes");
-  GT_DISPATCH(op, attention_backward(qkv, out, lse, dout, heads, delta, dqkv));
+  GT_DISPATCH(op, attention_backward(qkv, out, lse, dout, heads, dropout, delta, dqkv));
 }
 
 }  // namespace gt::ops

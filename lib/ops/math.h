@@ -53,6 +53,11 @@ GT_HD bool dropout_keep(uint64_t key, uint64_t step, uint64_t i, double p) {
   const PhiloxBlock b = philox4x32(i / 4, step, key);
   return dropout_keep_word(b.v[i % 4], p);
 }
+/// Attention dropout's element index of (batch b, head h, query i, key j) over T positions
+/// (ops/attention.h): ((b·heads + h)·T + i)·T + j, the position of P_ij in a [B, heads, T, T] probability tensor.
+GT_HD uint64_t attention_dropout_index(int64_t b, int64_t h, int64_t i, int64_t j, int64_t heads, int64_t t) {
+  return static_cast<uint64_t>(((b * heads + h) * t + i) * t + j);
+}
 
 /// The row of an embedding table that input value v names: v rounded, when it is within 1e-3 of an integer in
 /// [0, vocab); −1 otherwise (NaN included). The CPU throws on −1; CUDA cannot throw from a kernel

@@ -5,12 +5,15 @@
 // [kTile, T] block of scores exists per thread. The backward recomputes the tile's probabilities from the forward's
 // log-sum-exp. The f32 bodies are compiled per instruction set (GT_CPU_CLONES). Each task runs on one thread in a
 // fixed order, so results do not depend on the thread count, and every sum runs in the same order whichever rows
-// share its tile, so a decoded row equals the forward's bit for bit.
+// share its tile, so a decoded row equals the forward's bit for bit. Dropout (ops/attention.h) scales or zeroes each
+// probability from its Philox draw before the product with v, and the backward draws the same mask again; without
+// dropout no mask is drawn.
 #include "ops/attention.h"
 
 #include "core/parallel.h"
 #include "ops/cpu/kernel_util.h"
 #include "ops/cpu/vec_math.h"
+#include "ops/math.h"
 
 #include <algorithm>
 #include <cmath>
@@ -160,14 +163,25 @@ GT_INLINE double lane_sum(int64_t n, F&& f) {
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
+// Calls f(j, keep) for j in [0, n), keep being dropout's decision for mask index index0 + j: one Philox block per
+// four indices, the words ops/math.h's dropout_keep reads, so the mask is dropout_keep's.
+template <class F>
+GT_INLINE void for_each_keep(int64_t n, uint64_t index0, const ops::AttentionDropout& drop, F&& f) {
+  for (int64_t j = 0; j < n;) {
+    const uint64_t index = index0 + static_cast<uint64_t>(j);
+    const PhiloxBlock block = philox4x32(index / 4, drop.step, drop.key);
+    for (uint64_t w = index % 4; w < 4 && j < n; ++w, ++j) f(j, dropout_keep_word(block.v[w], drop.p));
+  }
+}
+
 // Where the head size is a multiple of kCols the kernels read q, k, v and dout where they are and write out, dq, dk
 // and dv in place; otherwise those go through zero-padded copies ("packed", [rows][dp]). Keys are always also
 // copied transposed ([d][tp], zero past the last key), the layout the score kernel reads.
 bool packed(int64_t d) { return d % kCols != 0; }
 
 // One (batch, head), query rows [first, first + n) over keys [0, first + n): q, k, v rows ld apart from qkv's head
-// slice; out rows ldo apart (row i at out + (i − first)·ldo); lse (may be null) indexed by position. buf holds
-// attn_fwd_scratch(first + n, d) elements.
+// slice; out rows ldo apart (row i at out + (i − first)·ldo); lse (may be null) indexed by position; drop (null:
+// none) with the mask index of (i, j) at mask + i·t + j. buf holds attn_fwd_scratch(first + n, d) elements.
 int64_t attn_fwd_scratch(int64_t keys, int64_t d) {
   const int64_t tp = round_up(keys, kCols), dp = round_up(d, kCols);
   return d * tp + kTile * tp + (packed(d) ? kTile * dp + tp * dp + kTile * dp : 0);
@@ -175,8 +189,10 @@ int64_t attn_fwd_scratch(int64_t keys, int64_t d) {
 
 template <class T>
 GT_INLINE void attn_fwd_task(const T* q, const T* k, const T* v, int64_t ld, int64_t first, int64_t n, int64_t d,
-                             T scale, T* out, int64_t ldo, T* lse, T* buf) {
+                             T scale, T* out, int64_t ldo, T* lse, const ops::AttentionDropout* drop, uint64_t mask,
+                             int64_t t, T* buf) {
   const int64_t keys = first + n, tp = round_up(keys, kCols), dp = round_up(d, kCols);
+  const T keep_scale = drop ? static_cast<T>(1.0 / (1.0 - drop->p)) : T(1);  // as ops/dropout.h's kernels round it
   const bool pack = packed(d);
   T* kt = buf;              // [d][tp]
   T* s = kt + d * tp;       // [kTile][tp]: scores, then probabilities
@@ -210,6 +226,9 @@ GT_INLINE void attn_fwd_task(const T* q, const T* k, const T* v, int64_t ld, int
       for (int64_t j = 0; j <= last; ++j) row[j] *= inv;
       std::fill(row + last + 1, row + i0 + m, T(0));
       if (lse) lse[last] = static_cast<T>(mx + std::log(sum));
+      if (drop)
+        for_each_keep(last + 1, mask + static_cast<uint64_t>(last * t), *drop,
+                      [&](int64_t j, bool keep) { row[j] = keep ? row[j] * keep_scale : T(0); });
     }
     T* os = pack ? op : out + (i0 - first) * ldo;
     const int64_t ldc = pack ? dp : ldo;
@@ -224,7 +243,8 @@ GT_INLINE void attn_fwd_task(const T* q, const T* k, const T* v, int64_t ld, int
 }
 
 // One (batch, head) of the backward over T positions: dq, dk, dv rows ld apart (overwritten); g (dout) and o (out)
-// rows ldo apart; lse and delta (written: Σ dout·out per row) by position. buf holds attn_bwd_scratch(t, d) elements.
+// rows ldo apart; lse and delta (written: Σ dout·out per row) by position; drop and mask as the forward's. buf holds
+// attn_bwd_scratch(t, d) elements.
 int64_t attn_bwd_scratch(int64_t t, int64_t d) {
   const int64_t tp = round_up(t, kCols), dp = round_up(d, kCols);
   return 2 * d * tp + 2 * kTile * tp + (packed(d) ? 5 * tp * dp + kTile * dp : 0);
@@ -232,8 +252,10 @@ int64_t attn_bwd_scratch(int64_t t, int64_t d) {
 
 template <class T>
 GT_INLINE void attn_bwd_task(const T* q, const T* k, const T* v, int64_t ld, const T* g, const T* o, int64_t ldo,
-                             const T* lse, T* delta, int64_t t, int64_t d, T scale, T* dq, T* dk, T* dv, T* buf) {
+                             const T* lse, T* delta, int64_t t, int64_t d, T scale, T* dq, T* dk, T* dv,
+                             const ops::AttentionDropout* drop, uint64_t mask, T* buf) {
   const int64_t tp = round_up(t, kCols), dp = round_up(d, kCols);
+  const T keep_scale = drop ? static_cast<T>(1.0 / (1.0 - drop->p)) : T(1);
   const bool pack = packed(d);
   T* kt = buf;              // [d][tp]
   T* vt = kt + d * tp;      // [d][tp]
@@ -282,10 +304,19 @@ GT_INLINE void attn_bwd_task(const T* q, const T* k, const T* v, int64_t ld, con
       T* dr = ds + r * tp;
       const int64_t last = i0 + r;
       const T li = lse[last], di = delta[last];
-      GT_SIMD
-      for (int64_t j = 0; j <= last; ++j) {
-        pr[j] = exp_keep_nan<T>(pr[j] - li);
-        dr[j] = pr[j] * (dr[j] - di) * scale;  // dS
+      if (drop) {
+        // pr becomes m_ij p_ij, what dv sums; dr holds dout_i·v_j, the gradient of m_ij p_ij.
+        for_each_keep(last + 1, mask + static_cast<uint64_t>(last * t), *drop, [&](int64_t j, bool keep) {
+          const T pij = exp_keep_nan<T>(pr[j] - li), mij = keep ? keep_scale : T(0);
+          dr[j] = pij * (mij * dr[j] - di) * scale;  // dS
+          pr[j] = mij * pij;
+        });
+      } else {
+        GT_SIMD
+        for (int64_t j = 0; j <= last; ++j) {
+          pr[j] = exp_keep_nan<T>(pr[j] - li);
+          dr[j] = pr[j] * (dr[j] - di) * scale;  // dS
+        }
       }
       std::fill(pr + last + 1, pr + i0 + m, T(0));
       std::fill(dr + last + 1, dr + i0 + m, T(0));
@@ -318,19 +349,21 @@ GT_INLINE void attn_bwd_task(const T* q, const T* k, const T* v, int64_t ld, con
 
 GT_CPU_CLONES void attn_fwd_task_f32(const float* q, const float* k, const float* v, int64_t ld, int64_t first,
                                      int64_t n, int64_t d, float scale, float* out, int64_t ldo, float* lse,
-                                     float* buf) {
-  attn_fwd_task<float>(q, k, v, ld, first, n, d, scale, out, ldo, lse, buf);
+                                     const ops::AttentionDropout* drop, uint64_t mask, int64_t t, float* buf) {
+  attn_fwd_task<float>(q, k, v, ld, first, n, d, scale, out, ldo, lse, drop, mask, t, buf);
 }
 GT_CPU_CLONES void attn_bwd_task_f32(const float* q, const float* k, const float* v, int64_t ld, const float* g,
                                      const float* o, int64_t ldo, const float* lse, float* delta, int64_t t, int64_t d,
-                                     float scale, float* dq, float* dk, float* dv, float* buf) {
-  attn_bwd_task<float>(q, k, v, ld, g, o, ldo, lse, delta, t, d, scale, dq, dk, dv, buf);
+                                     float scale, float* dq, float* dk, float* dv, const ops::AttentionDropout* drop,
+                                     uint64_t mask, float* buf) {
+  attn_bwd_task<float>(q, k, v, ld, g, o, ldo, lse, delta, t, d, scale, dq, dk, dv, drop, mask, buf);
 }
 
 // Query rows [first, first + n) of qkv's sequences (all of them for the forward, the new ones for a decode step):
-// out is [B, n, C]; lse [B, heads, T] is written when given.
+// out is [B, n, C]; lse [B, heads, T] is written when given; drop (null: none) masks the probabilities.
 template <class T>
-void attn_fwd_t(const Tensor& qkv, int64_t heads, int64_t first, int64_t n, Tensor& out, T* pl) {
+void attn_fwd_t(const Tensor& qkv, int64_t heads, int64_t first, int64_t n, Tensor& out, T* pl,
+                const ops::AttentionDropout* drop) {
   const int64_t nb = qkv.dim(0), t = qkv.dim(1), c = qkv.dim(2) / 3, d = c / heads;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d)));
   const T* px = qkv.data<T>();
@@ -342,19 +375,20 @@ void attn_fwd_t(const Tensor& qkv, int64_t heads, int64_t first, int64_t n, Tens
       const T* q = px + b * t * 3 * c + h * d;
       T* o = po + b * n * c + h * d;
       T* l = pl ? pl + (b * heads + h) * t : nullptr;
+      const uint64_t mask = attention_dropout_index(b, h, 0, 0, heads, t);
       if constexpr (std::is_same_v<T, float>)
-        attn_fwd_task_f32(q, q + c, q + 2 * c, 3 * c, first, n, d, scale, o, c, l, buf.data());
+        attn_fwd_task_f32(q, q + c, q + 2 * c, 3 * c, first, n, d, scale, o, c, l, drop, mask, t, buf.data());
       else
-        attn_fwd_task<T>(q, q + c, q + 2 * c, 3 * c, first, n, d, scale, o, c, l, buf.data());
+        attn_fwd_task<T>(q, q + c, q + 2 * c, 3 * c, first, n, d, scale, o, c, l, drop, mask, t, buf.data());
     }
   });
 }
 
-// With p_ij = exp(q_i·k_j/√d − lse_i) and D_i = Σ dout_i·out_i: ds_ij = p_ij (dout_i·v_j − D_i) / √d,
-// dq_i = Σ_j ds_ij k_j, dk_j = Σ_i ds_ij q_i, dv_j = Σ_i p_ij dout_i.
+// With p_ij = exp(q_i·k_j/√d − lse_i), D_i = Σ dout_i·out_i and dropout's m_ij = keep_ij/(1 − p) (1 without):
+// ds_ij = p_ij (m_ij dout_i·v_j − D_i) / √d, dq_i = Σ_j ds_ij k_j, dk_j = Σ_i ds_ij q_i, dv_j = Σ_i m_ij p_ij dout_i.
 template <class T>
 void attn_bwd_t(const Tensor& qkv, const Tensor& out, const Tensor& lse, const Tensor& dout, int64_t heads,
-                Tensor& delta, Tensor& dqkv) {
+                const ops::AttentionDropout* drop, Tensor& delta, Tensor& dqkv) {
   const int64_t nb = qkv.dim(0), t = qkv.dim(1), c = qkv.dim(2) / 3, d = c / heads;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d)));
   const T *px = qkv.data<T>(), *po = out.data<T>(), *pl = lse.data<T>(), *pdo = dout.data<T>();
@@ -370,33 +404,39 @@ void attn_bwd_t(const Tensor& qkv, const Tensor& out, const Tensor& lse, const T
       const T* l = pl + (b * heads + h) * t;
       T* dl = pdelta + (b * heads + h) * t;
       T* dq = pdx + b * t * 3 * c + h * d;
+      const uint64_t mask = attention_dropout_index(b, h, 0, 0, heads, t);
       if constexpr (std::is_same_v<T, float>)
-        attn_bwd_task_f32(q, q + c, q + 2 * c, 3 * c, g, o, c, l, dl, t, d, scale, dq, dq + c, dq + 2 * c, buf.data());
+        attn_bwd_task_f32(q, q + c, q + 2 * c, 3 * c, g, o, c, l, dl, t, d, scale, dq, dq + c, dq + 2 * c, drop, mask,
+                          buf.data());
       else
-        attn_bwd_task<T>(q, q + c, q + 2 * c, 3 * c, g, o, c, l, dl, t, d, scale, dq, dq + c, dq + 2 * c, buf.data());
+        attn_bwd_task<T>(q, q + c, q + 2 * c, 3 * c, g, o, c, l, dl, t, d, scale, dq, dq + c, dq + 2 * c, drop, mask,
+                         buf.data());
     }
   });
 }
 
 }  // namespace
 
-void attention_forward(const Tensor& qkv, int64_t heads, Tensor& out, Tensor& lse) {
+void attention_forward(const Tensor& qkv, int64_t heads, const ops::AttentionDropout& dropout, Tensor& out,
+                       Tensor& lse) {
+  const ops::AttentionDropout* drop = dropout.p > 0 ? &dropout : nullptr;
   for_float_type(qkv.dtype(), [&](auto t) {
     using T = decltype(t);
-    attn_fwd_t<T>(qkv, heads, 0, qkv.dim(1), out, lse.data<T>());
+    attn_fwd_t<T>(qkv, heads, 0, qkv.dim(1), out, lse.data<T>(), drop);
   });
 }
 
 void attention_decode(const Tensor& qkv, int64_t heads, int64_t first, Tensor& out) {
   for_float_type(qkv.dtype(), [&](auto t) {
     using T = decltype(t);
-    attn_fwd_t<T>(qkv, heads, first, out.dim(1), out, nullptr);
+    attn_fwd_t<T>(qkv, heads, first, out.dim(1), out, nullptr, nullptr);
   });
 }
 
 void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse, const Tensor& dout, int64_t heads,
-                        Tensor& delta, Tensor& dqkv) {
-  for_float_type(qkv.dtype(), [&](auto t) { attn_bwd_t<decltype(t)>(qkv, out, lse, dout, heads, delta, dqkv); });
+                        const ops::AttentionDropout& dropout, Tensor& delta, Tensor& dqkv) {
+  const ops::AttentionDropout* drop = dropout.p > 0 ? &dropout : nullptr;
+  for_float_type(qkv.dtype(), [&](auto t) { attn_bwd_t<decltype(t)>(qkv, out, lse, dout, heads, drop, delta, dqkv); });
 }
 
 }  // namespace gt::cpu

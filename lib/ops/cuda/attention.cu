@@ -1,13 +1,16 @@
 // CUDA causal attention (ops/attention.h). One warp per query row walks the keys with an online softmax (running
 // max and sum, the output rescaled as the max grows), so no score matrix reaches device memory; the backward
 // recomputes the probabilities from lse. dq is summed by a warp per query row and dk, dv by a warp per key row: every
-// output has one writer and a fixed order, as on the CPU, with dot products and sums in double.
+// output has one writer and a fixed order, as on the CPU, with dot products and sums in double. Dropout draws the
+// CPU's mask (ops/math.h dropout_keep at attention_dropout_index) for each (query, key) pair it visits, in the
+// forward and again in the backward; with p = 0 nothing is drawn and the multiplier is 1 (exact).
 // Not tiled through shared memory yet: correct and deterministic first; the speed issue owns a tiled kernel.
 #include "ops/attention.h"
 
 #include "ops/cuda/context.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernel_util.cuh"
+#include "ops/math.h"
 
 #include <cmath>
 
@@ -26,6 +29,23 @@ struct Rows {
   __device__ int64_t out_row(int64_t b, int64_t i) const { return (b * t + i) * c; }
 };
 
+// Dropout on the probabilities: p > 0 draws the mask, keep_scale is 1/(1 − p) rounded to the element type as the
+// CPU rounds it, so both sides multiply by the same number.
+struct Drop {
+  ops::AttentionDropout d;
+  double keep_scale;
+  // m_ij for query i and key j of (b, h): keep_scale or 0, and 1 without dropout. Uniform across a warp.
+  __device__ double mult(const Rows& r, int64_t b, int64_t h, int64_t i, int64_t j) const {
+    if (!(d.p > 0)) return 1.0;
+    return dropout_keep(d.key, d.step, attention_dropout_index(b, h, i, j, r.heads, r.t), d.p) ? keep_scale : 0.0;
+  }
+};
+
+template <class T>
+Drop drop_of(const ops::AttentionDropout& d) {
+  return Drop{d, d.p > 0 ? static_cast<double>(static_cast<T>(1.0 / (1.0 - d.p))) : 1.0};
+}
+
 __device__ __forceinline__ int64_t warp_index() { return global_index() / kWarp; }
 __device__ __forceinline__ int lane_index() { return static_cast<int>(threadIdx.x) % kWarp; }
 
@@ -37,10 +57,11 @@ __device__ double warp_dot(const T* a, const T* b, int64_t d, int lane) {
 }
 
 // Query rows [first, first + n) of each sequence (all of them for the forward, the new ones for a decode step); out
-// is [B, n, C], lse [B, heads, T] is written when given.
+// is [B, n, C], lse [B, heads, T] is written when given. The running sum is the softmax's (before dropout); the
+// output accumulates the dropped probabilities m_ij e_ij.
 template <class T>
-__global__ void attn_fwd_kernel(const T* __restrict__ qkv, Rows r, int64_t first, int64_t n, T* __restrict__ out,
-                                T* lse) {
+__global__ void attn_fwd_kernel(const T* __restrict__ qkv, Rows r, int64_t first, int64_t n, Drop drop,
+                                T* __restrict__ out, T* lse) {
   const int64_t w = warp_index();
   if (w >= r.nb * r.heads * n) return;  // the whole warp leaves together
   const int lane = lane_index();
@@ -56,10 +77,11 @@ __global__ void attn_fwd_kernel(const T* __restrict__ qkv, Rows r, int64_t first
     const double m_new = s > m ? s : m;
     const double corr = exp(m - m_new), e = exp(s - m_new);
     sum = sum * corr + e;
+    const double ev = e * drop.mult(r, b, h, i, j);
 #pragma unroll
     for (int x = 0; x < kMaxPerLane; ++x) {
       const int64_t col = lane + int64_t{x} * kWarp;
-      if (col < r.d) acc[x] = acc[x] * corr + e * v[col];
+      if (col < r.d) acc[x] = acc[x] * corr + ev * v[col];
     }
     m = m_new;
   }
@@ -84,23 +106,27 @@ __global__ void attn_delta_kernel(const T* __restrict__ out, const T* __restrict
   if (lane_index() == 0) delta[(b * r.heads + h) * r.t + i] = static_cast<T>(s);
 }
 
-// ds_ij / √d for one (query i, key j) pair of a head: p_ij (dout_i·v_j − delta_i) / √d; also returns p_ij.
+// ds_ij / √d for one (query i, key j) pair of a head: p_ij (m_ij dout_i·v_j − delta_i) / √d; also returns m_ij p_ij
+// (what dv sums). A dropped pair (m_ij = 0, the same for the whole warp) skips the dot product with v_j.
 template <class T>
-__device__ double pair_grad(const T* qkv, const T* dout, const T* lse, const T* delta, const Rows& r, int64_t b,
-                            int64_t h, int64_t i, int64_t j, int lane, double* p) {
+__device__ double pair_grad(const T* qkv, const T* dout, const T* lse, const T* delta, const Rows& r, const Drop& drop,
+                            int64_t b, int64_t h, int64_t i, int64_t j, int lane, double* p) {
   const double scale = 1.0 / sqrt(static_cast<double>(r.d));
   const T* q = qkv + r.qkv_row(b, i) + h * r.d;
   const T* k = qkv + r.qkv_row(b, j) + r.c + h * r.d;
   const T* g = dout + r.out_row(b, i) + h * r.d;
   const int64_t li = (b * r.heads + h) * r.t + i;
-  *p = exp(scale * warp_dot(q, k, r.d, lane) - static_cast<double>(lse[li]));
-  return *p * (warp_dot(g, k + r.c, r.d, lane) - static_cast<double>(delta[li])) * scale;
+  const double pij = exp(scale * warp_dot(q, k, r.d, lane) - static_cast<double>(lse[li]));
+  const double m = drop.mult(r, b, h, i, j);
+  *p = m * pij;
+  const double dp = m != 0 ? m * warp_dot(g, k + r.c, r.d, lane) : 0.0;
+  return pij * (dp - static_cast<double>(delta[li])) * scale;
 }
 
 // dq_i = Σ_{j≤i} ds_ij k_j / √d: one warp per query row.
 template <class T>
 __global__ void attn_dq_kernel(const T* __restrict__ qkv, const T* __restrict__ dout, const T* __restrict__ lse,
-                               const T* __restrict__ delta, Rows r, T* __restrict__ dqkv) {
+                               const T* __restrict__ delta, Rows r, Drop drop, T* __restrict__ dqkv) {
   const int64_t w = warp_index();
   if (w >= r.nb * r.heads * r.t) return;
   const int lane = lane_index();
@@ -108,7 +134,7 @@ __global__ void attn_dq_kernel(const T* __restrict__ qkv, const T* __restrict__ 
   double acc[kMaxPerLane] = {};
   for (int64_t j = 0; j <= i; ++j) {
     double p = 0;
-    const double ds = pair_grad(qkv, dout, lse, delta, r, b, h, i, j, lane, &p);
+    const double ds = pair_grad(qkv, dout, lse, delta, r, drop, b, h, i, j, lane, &p);
     const T* k = qkv + r.qkv_row(b, j) + r.c + h * r.d;
 #pragma unroll
     for (int x = 0; x < kMaxPerLane; ++x) {
@@ -124,10 +150,10 @@ __global__ void attn_dq_kernel(const T* __restrict__ qkv, const T* __restrict__ 
   }
 }
 
-// dk_j = Σ_{i≥j} ds_ij q_i / √d and dv_j = Σ_{i≥j} p_ij dout_i: one warp per key row.
+// dk_j = Σ_{i≥j} ds_ij q_i / √d and dv_j = Σ_{i≥j} m_ij p_ij dout_i: one warp per key row.
 template <class T>
 __global__ void attn_dkv_kernel(const T* __restrict__ qkv, const T* __restrict__ dout, const T* __restrict__ lse,
-                                const T* __restrict__ delta, Rows r, T* __restrict__ dqkv) {
+                                const T* __restrict__ delta, Rows r, Drop drop, T* __restrict__ dqkv) {
   const int64_t w = warp_index();
   if (w >= r.nb * r.heads * r.t) return;
   const int lane = lane_index();
@@ -135,7 +161,7 @@ __global__ void attn_dkv_kernel(const T* __restrict__ qkv, const T* __restrict__
   double ak[kMaxPerLane] = {}, av[kMaxPerLane] = {};
   for (int64_t i = j; i < r.t; ++i) {
     double p = 0;
-    const double ds = pair_grad(qkv, dout, lse, delta, r, b, h, i, j, lane, &p);
+    const double ds = pair_grad(qkv, dout, lse, delta, r, drop, b, h, i, j, lane, &p);
     const T* q = qkv + r.qkv_row(b, i) + h * r.d;
     const T* g = dout + r.out_row(b, i) + h * r.d;
 #pragma unroll
@@ -173,13 +199,15 @@ unsigned warp_blocks(const Rows& r, int64_t rows = -1) {
 
 }  // namespace
 
-void attention_forward(const Tensor& qkv, int64_t heads, Tensor& out, Tensor& lse) {
+void attention_forward(const Tensor& qkv, int64_t heads, const ops::AttentionDropout& dropout, Tensor& out,
+                       Tensor& lse) {
   const Rows r = rows_of(qkv, heads);
   if (r.nb * r.t == 0) return;
   with_float_type(is_f64("attention_forward", qkv), [&](auto t) {
     using T = decltype(t);
     attn_fwd_kernel<T><<<warp_blocks(r), kRowThreads, 0, stream(qkv.device().index)>>>(
-        static_cast<const T*>(qkv.raw()), r, 0, r.t, static_cast<T*>(out.raw()), static_cast<T*>(lse.raw()));
+        static_cast<const T*>(qkv.raw()), r, 0, r.t, drop_of<T>(dropout), static_cast<T*>(out.raw()),
+        static_cast<T*>(lse.raw()));
   });
   GT_CHECK_LAUNCH();
 }
@@ -191,13 +219,14 @@ void attention_decode(const Tensor& qkv, int64_t heads, int64_t first, Tensor& o
   with_float_type(is_f64("attention_decode", qkv), [&](auto t) {
     using T = decltype(t);
     attn_fwd_kernel<T><<<warp_blocks(r, n), kRowThreads, 0, stream(qkv.device().index)>>>(
-        static_cast<const T*>(qkv.raw()), r, first, n, static_cast<T*>(out.raw()), static_cast<T*>(nullptr));
+        static_cast<const T*>(qkv.raw()), r, first, n, drop_of<T>({}), static_cast<T*>(out.raw()),
+        static_cast<T*>(nullptr));
   });
   GT_CHECK_LAUNCH();
 }
 
 void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse, const Tensor& dout, int64_t heads,
-                        Tensor& delta, Tensor& dqkv) {
+                        const ops::AttentionDropout& dropout, Tensor& delta, Tensor& dqkv) {
   const Rows r = rows_of(qkv, heads);
   if (r.nb * r.t == 0) return;
   cudaStream_t s = stream(qkv.device().index);
@@ -207,11 +236,12 @@ void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
             *l = static_cast<const T*>(lse.raw()), *g = static_cast<const T*>(dout.raw());
     T* dl = static_cast<T*>(delta.raw());
     T* dx = static_cast<T*>(dqkv.raw());
+    const Drop drop = drop_of<T>(dropout);
     attn_delta_kernel<T><<<warp_blocks(r), kRowThreads, 0, s>>>(o, g, r, dl);
     GT_CHECK_LAUNCH();
-    attn_dq_kernel<T><<<warp_blocks(r), kRowThreads, 0, s>>>(x, g, l, dl, r, dx);
+    attn_dq_kernel<T><<<warp_blocks(r), kRowThreads, 0, s>>>(x, g, l, dl, r, drop, dx);
     GT_CHECK_LAUNCH();
-    attn_dkv_kernel<T><<<warp_blocks(r), kRowThreads, 0, s>>>(x, g, l, dl, r, dx);
+    attn_dkv_kernel<T><<<warp_blocks(r), kRowThreads, 0, s>>>(x, g, l, dl, r, drop, dx);
   });
   GT_CHECK_LAUNCH();
 }
