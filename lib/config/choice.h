@@ -5,6 +5,7 @@
 #include "config/config.h"
 
 #include <algorithm>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -44,7 +45,7 @@ const std::string& choice_name(const Table& table, E value) {
 template <typename Table>
 auto parse_choice(const ConfigNode& n, const Table& table) {
   const std::string name = n.as_choice(choice_names(table));  // fails unless some row has the name
-  return std::find_if(table.begin(), table.end(), [&](const auto& row) { return row.name == name; })->value;
+  return std::find_if(std::begin(table), std::end(table), [&](const auto& row) { return row.name == name; })->value;
 }
 
 }  // namespace gt

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "core/device.h"
+#include "core/noncopyable.h"
 
 #include <cstddef>
 #include <string>
@@ -30,12 +31,10 @@ DeviceMemoryStats device_memory_stats(Device device);
 
 /// Names what is being allocated, for out-of-memory messages ("activations of conv1"), on this thread while the
 /// label lives.
-class AllocLabel {
+class AllocLabel : NonCopyable {
  public:
   explicit AllocLabel(std::string what);
   ~AllocLabel();
-  AllocLabel(const AllocLabel&) = delete;
-  AllocLabel& operator=(const AllocLabel&) = delete;
   /// The innermost label, or "a tensor" when none is set.
   static const std::string& current();
 

@@ -27,26 +27,12 @@ class TreeBuilder : public nlohmann::json_sax<json> {
     x.boolean = v;
     return put(std::move(x));
   }
-  bool number_integer(number_integer_t v) override {
-    JsonValue x;
-    x.type = JsonValue::Type::number;
-    x.number = static_cast<double>(v);
-    x.integer = v;
-    return put(std::move(x));
-  }
+  bool number_integer(number_integer_t v) override { return number(static_cast<double>(v), v); }
   bool number_unsigned(number_unsigned_t v) override {
-    JsonValue x;
-    x.type = JsonValue::Type::number;
-    x.number = static_cast<double>(v);
-    if (v <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) x.integer = static_cast<int64_t>(v);
-    return put(std::move(x));
+    const bool fits = v <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+    return number(static_cast<double>(v), fits ? std::optional<int64_t>(static_cast<int64_t>(v)) : std::nullopt);
   }
-  bool number_float(number_float_t v, const string_t& /*as written*/) override {
-    JsonValue x;
-    x.type = JsonValue::Type::number;
-    x.number = v;
-    return put(std::move(x));
-  }
+  bool number_float(number_float_t v, const string_t& /*as written*/) override { return number(v, std::nullopt); }
   bool string(string_t& v) override {
     JsonValue x;
     x.type = JsonValue::Type::string;
@@ -78,6 +64,14 @@ class TreeBuilder : public nlohmann::json_sax<json> {
   std::optional<JsonReadError> error() const { return m_error; }
 
  private:
+  // A number, with its int64 value when it was written as an integer that fits.
+  bool number(double v, std::optional<int64_t> integer) {
+    JsonValue x;
+    x.type = JsonValue::Type::number;
+    x.number = v;
+    x.integer = integer;
+    return put(std::move(x));
+  }
   struct Open {
     JsonValue* value;
     std::unordered_set<std::string> keys;  // objects only

@@ -2,6 +2,8 @@
 // backward through this interface, so graph/ needs nothing from profile/ (profile::Profiler implements it).
 #pragma once
 
+#include "core/noncopyable.h"
+
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -29,7 +31,7 @@ class SpanTimer {
 
 /// Times a scope into a span timer when there is one and it is enabled; costs a branch, and no allocation, when not.
 /// The name and type must outlive the scope.
-class SpanScope {
+class SpanScope : NonCopyable {
  public:
   SpanScope(SpanTimer* timer, const std::string& name, const std::string& type, const char* category, int64_t flops = 0)
       : m_timer(timer && timer->enabled() ? timer : nullptr),
@@ -42,8 +44,6 @@ class SpanScope {
   ~SpanScope() {
     if (m_timer) m_timer->end_span(m_start, *m_name, *m_type, m_category, m_flops);
   }
-  SpanScope(const SpanScope&) = delete;
-  SpanScope& operator=(const SpanScope&) = delete;
 
  private:
   SpanTimer* m_timer;

@@ -94,22 +94,26 @@ Tensor Tensor::clone() const {
   return t;
 }
 
+namespace {
+
+// Checks that src fits dst; copies and returns true when both are on the CPU (a plain memcpy), false when the
+// backend is to copy.
+bool copy_on_host(Tensor& dst, const Tensor& src) {
+  GT_CHECK(src.dtype() == dst.dtype() && src.numel() == dst.numel(), "copy {} {} into {} {}", dtype_name(src.dtype()),
+           src.shape().str(), dtype_name(dst.dtype()), dst.shape().str());
+  if (!dst.device().is_cpu() || !src.device().is_cpu()) return false;
+  std::memcpy(dst.raw(), src.raw(), dst.bytes());
+  return true;
+}
+
+}  // namespace
+
 void Tensor::copy_from(const Tensor& src) {
-  GT_CHECK(src.dtype() == m_dtype && src.numel() == numel(), "copy {} {} into {} {}", dtype_name(src.dtype()),
-           src.shape().str(), dtype_name(m_dtype), m_shape.str());
-  if (device().is_cpu() && src.device().is_cpu())
-    std::memcpy(raw(), src.raw(), bytes());
-  else
-    backend_copy(raw(), device(), src.raw(), src.device(), bytes());
+  if (!copy_on_host(*this, src)) backend_copy(raw(), device(), src.raw(), src.device(), bytes());
 }
 
 void Tensor::copy_from_async(const Tensor& src) {
-  GT_CHECK(src.dtype() == m_dtype && src.numel() == numel(), "copy {} {} into {} {}", dtype_name(src.dtype()),
-           src.shape().str(), dtype_name(m_dtype), m_shape.str());
-  if (device().is_cpu() && src.device().is_cpu())
-    std::memcpy(raw(), src.raw(), bytes());
-  else
-    backend_copy_async(raw(), device(), src.raw(), src.device(), bytes());
+  if (!copy_on_host(*this, src)) backend_copy_async(raw(), device(), src.raw(), src.device(), bytes());
 }
 
 namespace {

@@ -1,6 +1,8 @@
 // IDX files (the MNIST family's format), plain or gzip-compressed, through zlib.
 #include "data/dataset.h"
 
+#include "core/noncopyable.h"
+
 #include <zlib.h>
 
 #include <algorithm>
@@ -15,7 +17,7 @@ namespace {
 // A file read to its very end: through zlib's inflate when it starts with the gzip magic (1f 8b), else as it is.
 // gzread stopped where the caller stopped, so a corrupt CRC or length in the gzip trailer, and any bytes after the
 // data the header promised, went unseen; `finish` reads on to the end and checks both.
-class ByteSource {
+class ByteSource : NonCopyable {
  public:
   explicit ByteSource(const std::string& path) : m_path(path), m_in(path, std::ios::binary) {
     if (!m_in) throw DataError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
@@ -27,8 +29,6 @@ class ByteSource {
   ~ByteSource() {
     if (m_gzip) inflateEnd(&m_z);
   }
-  ByteSource(const ByteSource&) = delete;
-  ByteSource& operator=(const ByteSource&) = delete;
 
   // Up to n bytes; fewer only where the data ends.
   size_t read(uint8_t* dst, size_t n) {

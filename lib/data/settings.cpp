@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <utility>
@@ -77,15 +78,21 @@ void load_npy(const DataConfig& c, uint64_t, Dataset& train, Dataset& test) {
   if (!c.test_images.empty()) test = read_npy_pair(c.test_images, c.test_labels, static_cast<float>(c.scale));
 }
 
-void parse_csv(const ConfigNode& d, DataConfig& out) {
-  d.require("train");
+// Calls read(train, path) with the `path` of each split the section names (train: and test:, maps of that key alone).
+void for_each_split_path(const ConfigNode& d, const std::function<void(bool train, const ConfigNode& path)>& read) {
   for (const char* split : {"train", "test"}) {
     const ConfigNode s = d[split];
     if (!s.defined()) continue;
     s.expect_keys({"path"});
     s.require("path");
-    (std::string(split) == "train" ? out.train_csv : out.test_csv) = existing_file(s["path"]);
+    read(std::string(split) == "train", s["path"]);
   }
+}
+
+void parse_csv(const ConfigNode& d, DataConfig& out) {
+  d.require("train");
+  for_each_split_path(
+      d, [&](bool train, const ConfigNode& path) { (train ? out.train_csv : out.test_csv) = existing_file(path); });
   if (d.has("label")) out.csv.label = d["label"].as_string();
   out.csv.header = d.get_choice("header", "auto", {"auto", "true", "false"});
   out.csv.classes = d.get_choice("targets", "classes", {"classes", "values"}) == "classes";
@@ -166,22 +173,18 @@ void load_synthetic(const DataConfig& c, uint64_t seed, Dataset& train, Dataset&
 void parse_tokens(const ConfigNode& d, DataConfig& out) {
   if (!d.has("test")) d.require("train");  // test shards alone serve eval (an imported model), not training
   d.require("block_size");
-  for (const char* split : {"train", "test"}) {
-    const ConfigNode s = d[split];
-    if (!s.defined()) continue;
-    s.expect_keys({"path"});
-    s.require("path");
-    const std::string pattern = s["path"].as_string();
+  for_each_split_path(d, [&](bool train, const ConfigNode& path) {
+    const std::string pattern = path.as_string();
     const std::vector<std::string> files = glob_files(pattern);
     if (files.empty()) {
-      if (pattern.find_first_of("*?[") == std::string::npos) existing_file(s["path"]);  // says what the path is
-      s["path"].fail(fmt::format("no file matches {}", pattern));
+      if (pattern.find_first_of("*?[") == std::string::npos) existing_file(path);  // says what the path is
+      path.fail(fmt::format("no file matches {}", pattern));
     }
     for (const std::string& f : files)
       if (!std::filesystem::is_regular_file(f))
-        s["path"].fail(fmt::format("{} (matched by {}) is not a regular file", f, pattern));
-    (std::string(split) == "train" ? out.train_tokens : out.test_tokens) = pattern;
-  }
+        path.fail(fmt::format("{} (matched by {}) is not a regular file", f, pattern));
+    (train ? out.train_tokens : out.test_tokens) = pattern;
+  });
   out.block_size = d["block_size"].as_size(1, limits::kExtent);
   out.vocab_size = d.get_size("vocab_size", 0, 2, limits::kTokenVocab);
 }

@@ -2,6 +2,7 @@
 // writer, and the byte-level tokenizer behind `gputrain tokenize`.
 #include "data/tokens.h"
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/json.h"
 #include "core/limits.h"
@@ -173,26 +174,10 @@ void write_token_shard(const std::string& path, const uint16_t* tokens, size_t c
   header[0] = kTokenShardMagic;
   header[1] = kTokenShardVersion;
   header[2] = static_cast<int32_t>(count);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw Error(fmt::format("{}: cannot create: {}", tmp, std::strerror(errno)));
-    out.write(reinterpret_cast<const char*>(header), sizeof header);
-    out.write(reinterpret_cast<const char*>(tokens), static_cast<std::streamsize>(2 * count));
-    out.flush();
-    if (!out) {
-      std::error_code ignored;
-      std::filesystem::remove(tmp, ignored);
-      throw Error(fmt::format("{}: write failed: {}", tmp, std::strerror(errno)));
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::error_code ignored;
-    std::filesystem::remove(tmp, ignored);
-    throw Error(fmt::format("{}: cannot rename into place: {}", path, ec.message()));
-  }
+  AtomicFile file(path);
+  file.write(header, sizeof header);
+  file.write(tokens, 2 * count);
+  file.commit();
 }
 
 TokenizeResult tokenize_bytes(const std::vector<std::string>& inputs, const std::string& out_dir, double val_fraction,
@@ -270,15 +255,7 @@ TokenizeResult tokenize_bytes(const std::vector<std::string>& inputs, const std:
                                .add("val_tokens", val)
                                .add("format", "llm.c token shards (magic 20240520, version 1, uint16 tokens)")
                                .str();
-  const std::string tmp = out_dir + "/tokenizer.json.tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << json << "\n";
-    out.flush();
-    if (!out) throw Error(fmt::format("{}: write failed: {}", tmp, std::strerror(errno)));
-  }
-  fs::rename(tmp, out_dir + "/tokenizer.json", ec);
-  if (ec) throw Error(fmt::format("{}/tokenizer.json: cannot rename into place: {}", out_dir, ec.message()));
+  write_file_atomic(out_dir + "/tokenizer.json", json + "\n");
   return r;
 }
 

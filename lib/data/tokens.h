@@ -6,6 +6,7 @@
 #pragma once
 
 #include "core/limits.h"
+#include "core/noncopyable.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -34,13 +35,11 @@ inline constexpr size_t kTokenShardHeaderBytes = 256 * sizeof(int32_t);
 int64_t check_token_shard(const uint8_t* data, size_t size, const std::string& path);
 
 /// One shard, mapped read-only into memory (the tokens are never copied: GPT-2's data is billions of them).
-class TokenShard {
+class TokenShard : NonCopyable {
  public:
   /// Maps and checks `path` (check_token_shard).
   explicit TokenShard(const std::string& path);
   ~TokenShard();
-  TokenShard(const TokenShard&) = delete;
-  TokenShard& operator=(const TokenShard&) = delete;
 
   const std::string& path() const { return m_path; }
   int64_t size() const { return m_count; }

@@ -20,6 +20,15 @@ class PeerFailure : public Error {
   explicit PeerFailure(const std::string& message) : Error(ErrorKind::distributed, message) {}
 };
 
+/// What every communicator says when a collective waited in vain: "rank 2: no answer for 300 s in all-reduce of
+/// gradients: rank 0 failed or stopped responding (dist.timeout_s)". `silent` names who: "rank 0", "ranks 1, 3", or
+/// silent_ranks' words when the communicator cannot tell.
+std::string no_answer_message(int rank, double seconds, const char* op, const std::string& what,
+                              const std::string& silent);
+/// The silent ranks as a rank of `size` names them without knowing which: "rank 1" of two, else "one of the other
+/// n ranks".
+std::string silent_ranks(int rank, int size);
+
 class Communicator {
  public:
   virtual ~Communicator() = default;

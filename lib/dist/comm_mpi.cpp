@@ -103,10 +103,7 @@ class MpiComm final : public Communicator {
       m_watch_cv.wait_for(lock, std::chrono::milliseconds(100));
       for (const Wait& w : m_waits) {
         if (std::chrono::duration<double>(Clock::now() - w.since).count() <= m_timeout) continue;
-        const std::string others =
-            m_size == 2 ? fmt::format("rank {}", 1 - m_rank) : fmt::format("one of the other {} ranks", m_size - 1);
-        spdlog::error("rank {}: no answer for {:.0f} s in {} of {}: {} failed or stopped responding (dist.timeout_s)",
-                      m_rank, m_timeout, w.op, w.what, others);
+        spdlog::error(no_answer_message(m_rank, m_timeout, w.op, w.what, silent_ranks(m_rank, m_size)));
         spdlog::default_logger()->flush();
         MPI_Abort(MPI_COMM_WORLD, 3);
         ::_exit(3);

@@ -161,10 +161,7 @@ class NcclComm final : public Communicator {
       }
       for (const Pending& p : m_pending) {
         if (std::chrono::duration<double>(Clock::now() - p.since).count() <= m_timeout) continue;
-        const std::string others =
-            m_size == 2 ? fmt::format("rank {}", 1 - m_rank) : fmt::format("one of the other {} ranks", m_size - 1);
-        spdlog::error("rank {}: no answer for {:.0f} s in {} of {}: {} failed or stopped responding (dist.timeout_s)",
-                      m_rank, m_timeout, p.op, p.what, others);
+        spdlog::error(no_answer_message(m_rank, m_timeout, p.op, p.what, silent_ranks(m_rank, m_size)));
         lock.unlock();
         abort(3);
       }

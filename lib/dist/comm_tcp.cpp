@@ -93,10 +93,7 @@ class TcpComm final : public Communicator {
   void check(TcpIo io, int peer, const char* op, const char* what) {
     if (io == TcpIo::ok) return;
     if (io == TcpIo::timed_out)
-      spdlog::error(
-          "rank {}: no answer for {:.0f} s in {} of {}: rank {} failed or stopped responding "
-          "(dist.timeout_s)",
-          m_rank, wait_for(peer), op, what, peer);
+      spdlog::error(no_answer_message(m_rank, wait_for(peer), op, what, fmt::format("rank {}", peer)));
     else
       spdlog::error("rank {}: the connection to rank {} ended in {} of {}: rank {} failed or was stopped", m_rank, peer,
                     op, what, peer);

@@ -45,10 +45,7 @@ class ThreadGroup {
         // The others must not wait for this one either.
         m_failed = rank;
         m_cv.notify_all();
-        throw Error(ErrorKind::distributed,
-                    fmt::format("rank {}: no answer for {:.0f} s in {} of {}: rank {} failed or stopped responding "
-                                "(dist.timeout_s)",
-                                rank, m_timeout, op, what, missing));
+        throw Error(ErrorKind::distributed, no_answer_message(rank, m_timeout, op, what, "rank " + missing));
       }
     }
   }

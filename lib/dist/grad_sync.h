@@ -5,6 +5,7 @@
 // the compute stream by events alone (llm.c's scheme): no thread and no host synchronisation.
 #pragma once
 
+#include "core/noncopyable.h"
 #include "dist/comm.h"
 #include "layers/layer.h"
 #include "ops/stream.h"
@@ -22,7 +23,7 @@ namespace gt {
 class Model;
 class Profiler;
 
-class GradSync {
+class GradSync : NonCopyable {
  public:
   /// `params_by_node[i]` are node i's parameters; buckets follow the nodes from last to first. `overlap`: all-reduce
   /// on a communication thread during backward; otherwise every bucket in `finish`, on the calling thread (better
@@ -32,8 +33,6 @@ class GradSync {
   GradSync(Communicator& comm, const std::vector<std::vector<Param*>>& params_by_node, double bucket_mb,
            bool overlap = true);
   ~GradSync();
-  GradSync(const GradSync&) = delete;
-  GradSync& operator=(const GradSync&) = delete;
 
   /// Times every bucket's all-reduce (on the communication thread's lane) and the wait for them in finish().
   void set_profiler(Profiler* p) { m_profiler = p; }

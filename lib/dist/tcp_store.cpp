@@ -60,38 +60,36 @@ void set_options(int fd) {
 
 std::string errno_text() { return std::strerror(errno); }
 
+// A TCP socket of `family` (SO_REUSEADDR; an IPv6 one takes IPv4 too) bound to `addr`; -1 with errno saying why
+// when it cannot be made or bound.
+int bound_socket(int family, const void* addr, socklen_t addr_len) {
+  const int one = 1, zero = 0;
+  const int fd = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (family == AF_INET6) ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+  if (::bind(fd, static_cast<const sockaddr*>(addr), addr_len) != 0) {
+    const int err = errno;
+    ::close(fd);
+    errno = err;
+    return -1;
+  }
+  return fd;
+}
+
 // Rank 0's listening socket on every interface: IPv6 with IPv4 mapped when the host has IPv6, IPv4 otherwise.
 int listen_on(int port, int backlog) {
-  const int one = 1, zero = 0;
-  int fd = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd >= 0) {
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
-    sockaddr_in6 a{};
-    a.sin6_family = AF_INET6;
-    a.sin6_addr = in6addr_any;
-    a.sin6_port = htons(static_cast<uint16_t>(port));
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-      const int err = errno;
-      ::close(fd);
-      fd = -1;
-      errno = err;
-    }
-  }
+  sockaddr_in6 a6{};
+  a6.sin6_family = AF_INET6;
+  a6.sin6_addr = in6addr_any;
+  a6.sin6_port = htons(static_cast<uint16_t>(port));
+  int fd = bound_socket(AF_INET6, &a6, sizeof a6);
   if (fd < 0 && errno != EADDRINUSE) {
-    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) throw Error(ErrorKind::distributed, "rank 0: cannot open a TCP socket: " + errno_text());
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_ANY);
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-      const int err = errno;
-      ::close(fd);
-      fd = -1;
-      errno = err;
-    }
+    sockaddr_in a4{};
+    a4.sin_family = AF_INET;
+    a4.sin_addr.s_addr = htonl(INADDR_ANY);
+    a4.sin_port = htons(static_cast<uint16_t>(port));
+    fd = bound_socket(AF_INET, &a4, sizeof a4);
   }
   if (fd < 0)
     throw Error(ErrorKind::distributed,

@@ -416,6 +416,12 @@ const Tensor& Model::forward(const Tensor& x, const LayerContext& context) {
   GT_CHECK(x.shape().sample() == m_input_shape, "model input {} for per-sample shape {}", x.shape().str(),
            m_input_shape.str());
   m_input = x;
+  return run_nodes(ctx, m_profiler, [&](size_t i) { return m_out_buf[i].narrow0(batch); });
+}
+
+const Tensor& Model::run_nodes(const LayerContext& ctx, SpanTimer* profiler,
+                               const std::function<Tensor(size_t)>& output) {
+  const int64_t batch = m_input.dim(0);
   std::vector<const Tensor*> ins;
   for (size_t i = 0; i < m_nodes.size(); ++i) {
     GraphNode& n = m_nodes[i];
@@ -425,8 +431,8 @@ const Tensor& Model::forward(const Tensor& x, const LayerContext& context) {
       m_out[i] = ins[0]->view(n.out_shape.batched(batch));
       continue;
     }
-    m_out[i] = m_out_buf[i].narrow0(batch);
-    SpanScope scope(m_profiler, n.name, n.type, "forward", n.layer->forward_flops() * batch);
+    m_out[i] = output(i);
+    SpanScope scope(profiler, n.name, n.type, "forward", n.layer->forward_flops() * batch);
     n.layer->forward(ins, m_out[i], ctx);
   }
   return m_out.back();
@@ -460,8 +466,11 @@ Tensor first_positions(const Tensor& buffer, int64_t t) {
 }  // namespace
 
 const Tensor& Model::forward_decode(const Tensor& x, int64_t position) {
-  const std::string why = decode_unsupported();
-  GT_CHECK(why.empty(), "forward_decode: {}", why);
+  if (!m_decodes) {  // the nodes never change, so once is enough
+    const std::string why = decode_unsupported();
+    GT_CHECK(why.empty(), "forward_decode: {}", why);
+    m_decodes = true;
+  }
   GT_CHECK(m_max_batch >= 1, "forward_decode before allocate");
   const int64_t len = m_input_shape[0];
   GT_CHECK(x.rank() == m_input_shape.rank() + 1 && x.dim(0) == 1 && x.dim(1) >= 1 && position >= 0 &&
@@ -472,15 +481,8 @@ const Tensor& Model::forward_decode(const Tensor& x, int64_t position) {
   ctx.decode = true;
   ctx.position = position;
   m_input = x;
-  std::vector<const Tensor*> ins;
-  for (size_t i = 0; i < m_nodes.size(); ++i) {
-    GraphNode& n = m_nodes[i];
-    ins.clear();
-    for (int j : n.inputs) ins.push_back(j < 0 ? &m_input : &m_out[static_cast<size_t>(j)]);
-    m_out[i] = first_positions(m_out_buf[i], x.dim(1));
-    n.layer->forward(ins, m_out[i], ctx);
-  }
-  return m_out.back();
+  // Not profiled: sampling is no part of a training step. decode_unsupported() leaves out view layers.
+  return run_nodes(ctx, nullptr, [&](size_t i) { return first_positions(m_out_buf[i], x.dim(1)); });
 }
 
 void Model::backward(const Tensor& dout, const LayerContext& context) {

@@ -92,6 +92,10 @@ class Model {
   std::string summary_table(int64_t batch) const;
 
  private:
+  /// The forward pass over m_input, shared by forward and forward_decode: node i writes into output(i), a part of
+  /// its buffer (a view layer's output is its input in the view's shape), timed into `profiler` (nullptr: not).
+  const Tensor& run_nodes(const LayerContext& ctx, SpanTimer* profiler, const std::function<Tensor(size_t)>& output);
+
   std::vector<GraphNode> m_nodes;
   Shape m_input_shape;
   DType m_dtype = DType::f32;
@@ -105,6 +109,7 @@ class Model {
   std::function<void(size_t)> m_grad_ready;
   SpanTimer* m_profiler = nullptr;
   ops::SumOverRanks m_sync;
+  bool m_decodes = false;  // forward_decode found decode_unsupported() empty once
 };
 
 }  // namespace gt

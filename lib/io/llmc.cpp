@@ -2,6 +2,7 @@
 // the GPT layers they map to.
 #include "io/llmc.h"
 
+#include "core/atomic_file.h"
 #include "core/checked.h"
 #include "core/limits.h"
 
@@ -49,19 +50,6 @@ int32_t read_i32(const uint8_t* p) {  // little-endian, as llm.c writes it on ev
 void put_i32(uint8_t* p, int64_t v) {
   const auto u = static_cast<uint32_t>(static_cast<int32_t>(v));
   for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(u >> (8 * i));
-}
-
-bool write_all(int fd, const char* data, size_t n) {
-  while (n > 0) {
-    const ssize_t w = ::write(fd, data, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    data += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
 }
 
 }  // namespace
@@ -204,16 +192,8 @@ void write_llmc(const std::string& path, const LlmcCheckpoint& c) {
                              h.num_layers, h.num_heads, h.channels,    h.padded_vocab_size};
   for (int i = 0; i < 8; ++i) put_i32(header + 4 * i, fields[i]);
 
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw Error(fmt::format("{}: cannot create: {}", tmp, std::strerror(errno)));
-  auto fail = [&](const char* what) {
-    const int err = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw Error(fmt::format("{}: {} failed: {}", tmp, what, std::strerror(err)));
-  };
-  if (!write_all(fd, reinterpret_cast<const char*>(header), sizeof header)) fail("write");
+  AtomicFile file(path);
+  file.write(header, sizeof header);
   std::vector<uint16_t> half;
   for (const auto& [what, t] : c.tensors) {
     Tensor host = t;
@@ -224,31 +204,14 @@ void write_llmc(const std::string& path, const LlmcCheckpoint& c) {
     const float* f = host.data<float>();
     const auto n = static_cast<size_t>(host.numel());
     if (h.version == 3) {
-      if (!write_all(fd, reinterpret_cast<const char*>(f), n * 4)) fail("write");
+      file.write(f, n * 4);
       continue;
     }
     half.resize(n);
     for (size_t i = 0; i < n; ++i) half[i] = f32_to_bf16(f[i]);
-    if (!write_all(fd, reinterpret_cast<const char*>(half.data()), n * 2)) fail("write");
+    file.write(half.data(), n * 2);
   }
-  if (::fsync(fd) != 0) fail("fsync");
-  if (::close(fd) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    throw Error(fmt::format("{}: close failed: {}", tmp, std::strerror(err)));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    throw Error(fmt::format("{}: cannot rename into place: {}", path, std::strerror(err)));
-  }
-  // The rename itself is made durable by syncing the folder (best effort: some file systems refuse a folder fsync).
-  const std::string folder = std::filesystem::path(path).parent_path().string();
-  const int dir = ::open(folder.empty() ? "." : folder.c_str(), O_RDONLY | O_DIRECTORY);
-  if (dir >= 0) {
-    ::fsync(dir);
-    ::close(dir);
-  }
+  file.commit();
 }
 
 std::string llmc_model_yaml(const LlmcHeader& h) {

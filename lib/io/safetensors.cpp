@@ -2,6 +2,7 @@
 // then the raw little-endian data.
 #include "io/safetensors.h"
 
+#include "core/atomic_file.h"
 #include "core/json.h"
 #include "core/json_read.h"
 #include "core/quote.h"
@@ -25,20 +26,6 @@ const char* dtype_tag(DType t) {
     case DType::i32: return "I32";
   }
   return "?";
-}
-
-// Writes all of `data` to fd; false on any failure (errno says why).
-bool write_all(int fd, const char* data, size_t n) {
-  while (n > 0) {
-    const ssize_t w = ::write(fd, data, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    data += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
 }
 
 }  // namespace
@@ -67,39 +54,20 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
   header += "}";
   while (header.size() % 8 != 0) header += ' ';  // the data starts 8-byte aligned
 
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw Error(fmt::format("{}: cannot create: {}", tmp, std::strerror(errno)));
-  auto fail = [&](const char* what) {
-    const int err = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw Error(fmt::format("{}: {} failed: {}", tmp, what, std::strerror(err)));
-  };
+  AtomicFile file(path);
   uint8_t len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(static_cast<uint64_t>(header.size()) >> (8 * i));
-  if (!write_all(fd, reinterpret_cast<const char*>(len), 8) || !write_all(fd, header.data(), header.size()))
-    fail("write");
+  file.write(len, 8);
+  file.write(header);
   for (const auto& [name, t] : tensors) {
     Tensor host = *t;
     if (!t->device().is_cpu()) {
       host = Tensor::empty(t->shape(), t->dtype());
       host.copy_from(*t);
     }
-    if (!write_all(fd, static_cast<const char*>(host.raw()), host.bytes())) fail("write");
+    file.write(host.raw(), host.bytes());
   }
-  if (::fsync(fd) != 0) fail("fsync");
-  if (::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    throw Error(fmt::format("{}: close failed: {}", tmp, std::strerror(errno)));
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::error_code ignored;
-    std::filesystem::remove(tmp, ignored);  // no temporary is left behind by a write that failed
-    throw Error(fmt::format("{}: cannot rename into place: {}", path, ec.message()));
-  }
+  file.commit();
 }
 
 std::vector<std::pair<std::string, Tensor>> read_safetensors(const std::string& path) {

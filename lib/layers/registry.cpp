@@ -28,25 +28,24 @@ std::unique_ptr<Layer> make_causal_self_attention(const ConfigNode& cfg);
 std::unique_ptr<Layer> make_positional_embedding(const ConfigNode& cfg);
 
 const std::vector<LayerSpec>& layer_registry() {
+  // One implementation serves each pair of types (layers/pool2d.cpp, layers/batchnorm.cpp), so they take one set.
+  static const std::vector<LayerArg> pool_args = {{"kernel_size", "int or [h, w]", "", "window size", true},
+                                                  {"stride", "int or [h, w]", "kernel_size", "", false},
+                                                  {"padding", "int or [h, w]", "0", "at most half the window", false}};
+  static const std::vector<LayerArg> batchnorm_args = {
+      {"momentum", "float", "0.1", "weight of the new batch in the running statistics", false},
+      {"eps", "float", "1e-5", "", false}};
   static const std::vector<LayerSpec> table = {
       {"add", "Element-wise sum of two or more inputs of one shape (residual connections).", {}, make_add, 2, 0},
-      {"avgpool2d",
-       "Average pooling over [C, H, W]; padding counts in the divisor (PyTorch's count_include_pad=True).",
-       {{"kernel_size", "int or [h, w]", "", "window size", true},
-        {"stride", "int or [h, w]", "kernel_size", "", false},
-        {"padding", "int or [h, w]", "0", "at most half the window", false}},
-       make_avgpool2d},
+      {"avgpool2d", "Average pooling over [C, H, W]; padding counts in the divisor (PyTorch's count_include_pad=True).",
+       pool_args, make_avgpool2d},
       {"batchnorm1d",
        "Batch normalisation of [C] or [C, L] samples over the batch (and L); running statistics in evaluation.",
-       {{"momentum", "float", "0.1", "weight of the new batch in the running statistics", false},
-        {"eps", "float", "1e-5", "", false}},
-       make_batchnorm1d},
+       batchnorm_args, make_batchnorm1d},
       {"batchnorm2d",
        "Batch normalisation of [C, H, W] samples per channel; running statistics in evaluation. Statistics stay "
        "per process in distributed training unless `dist.sync_batchnorm` is set.",
-       {{"momentum", "float", "0.1", "weight of the new batch in the running statistics", false},
-        {"eps", "float", "1e-5", "", false}},
-       make_batchnorm2d},
+       batchnorm_args, make_batchnorm2d},
       {"causal_self_attention",
        "GPT-2's attention over [T, C]: qkv = x·W_qkvᵀ + b, causal softmax(q·kᵀ/√d)·v per head, then an output "
        "projection; weights N(0, 0.02) and zero biases as GPT-2 and llm.c. Parameters qkv.weight [3C, C] (llm.c's "
@@ -116,11 +115,7 @@ const std::vector<LayerSpec>& layer_registry() {
          "projections 0.02 / √(2 · layers))",
          false}},
        make_linear},
-      {"maxpool2d",
-       "Max pooling over [C, H, W]; the gradient goes to the first maximum of each window.",
-       {{"kernel_size", "int or [h, w]", "", "window size", true},
-        {"stride", "int or [h, w]", "kernel_size", "", false},
-        {"padding", "int or [h, w]", "0", "at most half the window", false}},
+      {"maxpool2d", "Max pooling over [C, H, W]; the gradient goes to the first maximum of each window.", pool_args,
        make_maxpool2d},
       {"positional_embedding",
        "Adds a learned row per position to a sequence of [T, C]: y[t] = x[t] + P[t] (GPT-2's wpe); P is "

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "core/json.h"
+#include "core/noncopyable.h"
 #include "ops/devices.h"
 
 #include <chrono>
@@ -89,12 +90,10 @@ HostSample read_host_sample(HostCpuClock& prev);
 /// missing or nvmlInit fails, one info line says so and only host metrics are sampled — never an error.
 /// Warnings, at most once per GPU per monitor: clock throttling for a reason in kThrottleWarnMask, and memory use
 /// above 95 % of the total.
-class GpuMonitor {
+class GpuMonitor : NonCopyable {
  public:
   GpuMonitor(std::vector<GpuTarget> gpus, double interval_s);
   ~GpuMonitor();  // stops
-  GpuMonitor(const GpuMonitor&) = delete;
-  GpuMonitor& operator=(const GpuMonitor&) = delete;
 
   /// Starts the sampling thread; the first sample is taken at once. Another call, or one after stop(), does nothing.
   void start();

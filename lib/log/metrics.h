@@ -2,6 +2,7 @@
 #pragma once
 
 #include "core/json.h"
+#include "core/noncopyable.h"
 #include "log/tensorboard.h"
 
 #include <cstdint>
@@ -12,13 +13,11 @@ namespace gt {
 
 /// metrics.jsonl: one JSON object per line, appended; a resumed run first cuts it back to the checkpoint's length so
 /// that the rows of steps done again appear once.
-class MetricsFile {
+class MetricsFile : NonCopyable {
  public:
   /// An empty path writes nothing (a rank other than 0, or logging.jsonl: false).
   explicit MetricsFile(const std::string& path);
   ~MetricsFile();
-  MetricsFile(const MetricsFile&) = delete;
-  MetricsFile& operator=(const MetricsFile&) = delete;
 
   uint64_t bytes() const;
   void truncate(uint64_t bytes);

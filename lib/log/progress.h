@@ -1,6 +1,8 @@
 // The live progress display of `gputrain train` on a terminal: one bar per epoch, redrawn in place.
 #pragma once
 
+#include "core/noncopyable.h"
+
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -42,13 +44,11 @@ int console_width();
 
 /// The display on the console. While it exists, log lines are printed above the bar and the periodic step lines
 /// (step_logger()) go to train.log alone. Redraws are limited by time, not by steps: due() says when one is.
-class ProgressDisplay {
+class ProgressDisplay : NonCopyable {
  public:
   ProgressDisplay();
   /// Leaves an unfinished bar (an interrupted or failed run) on the screen as it was last drawn.
   ~ProgressDisplay();
-  ProgressDisplay(const ProgressDisplay&) = delete;
-  ProgressDisplay& operator=(const ProgressDisplay&) = delete;
 
   /// True when the last draw is at least 0.1 s old, so that the caller builds a state at most ten times a second.
   bool due() const;

@@ -1,6 +1,7 @@
 // report.html: charts of metrics.jsonl drawn as inline SVG polylines, summary.json's figures and the resolved config.
 #include "log/report.h"
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/json_read.h"
 
@@ -224,22 +225,7 @@ ReportInfo write_report(const std::string& run_dir, const std::string& out_path)
   html += "</body>\n</html>\n";
 
   // Written beside the target and renamed over it, so a browser reloading it never sees half a page.
-  const std::string tmp = info.path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << html;
-    out.flush();
-    if (!out) {
-      fs::remove(tmp, ec);  // a failed write leaves no temporary behind
-      throw Error(fmt::format("{}: cannot write the report", tmp));
-    }
-  }
-  fs::rename(tmp, info.path, ec);
-  if (ec) {
-    const std::string why = ec.message();
-    fs::remove(tmp, ec);
-    throw Error(fmt::format("{}: cannot rename to {}: {}", tmp, info.path, why));
-  }
+  write_file_atomic(info.path, html);
   return info;
 }
 

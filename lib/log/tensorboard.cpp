@@ -59,6 +59,16 @@ void put_wall_time(std::string& event) {
   put_le(event, now);
 }
 
+// An Event at `step` (field 2) with its wall time and `payload` in field `field` (5: a Summary, 7: a SessionLog).
+std::string step_event(int64_t step, int field, const std::string& payload) {
+  std::string event;
+  put_wall_time(event);
+  put_key(event, 2, 0);
+  put_varint(event, static_cast<uint64_t>(step));
+  put_bytes(event, field, payload);
+  return event;
+}
+
 }  // namespace
 
 uint32_t crc32c(const void* data, size_t n) {
@@ -110,24 +120,14 @@ void TensorBoardWriter::write_scalars(int64_t step, const std::vector<std::pair<
     put_le(value, static_cast<float>(v));
     put_bytes(summary, 1, value);
   }
-  std::string event;
-  put_wall_time(event);
-  put_key(event, 2, 0);
-  put_varint(event, static_cast<uint64_t>(step));
-  put_bytes(event, 5, summary);
-  write_record(event);
+  write_record(step_event(step, 5, summary));
 }
 
 void TensorBoardWriter::write_session_start(int64_t step) {
   std::string session_log;
   put_key(session_log, 1, 0);
   put_varint(session_log, 1);  // START
-  std::string event;
-  put_wall_time(event);
-  put_key(event, 2, 0);
-  put_varint(event, static_cast<uint64_t>(step));
-  put_bytes(event, 7, session_log);
-  write_record(event);
+  write_record(step_event(step, 7, session_log));
 }
 
 void TensorBoardWriter::write_record(const std::string& event) {

@@ -1,6 +1,8 @@
 // TensorBoard event files: scalars as TFRecord-framed Event protobufs, written without TensorFlow or protobuf.
 #pragma once
 
+#include "core/noncopyable.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -19,13 +21,11 @@ std::string tfrecord_frame(const std::string& data);
 
 /// Writes `events.out.tfevents.<unix time>.<host>` in a folder: a file_version event first, then one event per
 /// write_scalars call. Each record reaches the file before write_scalars returns, so a running job can be watched.
-class TensorBoardWriter {
+class TensorBoardWriter : NonCopyable {
  public:
   /// Creates the file in `dir`; throws gt::Error when it cannot.
   explicit TensorBoardWriter(const std::string& dir);
   ~TensorBoardWriter();
-  TensorBoardWriter(const TensorBoardWriter&) = delete;
-  TensorBoardWriter& operator=(const TensorBoardWriter&) = delete;
 
   /// One Event at `step` holding a Summary.Value{tag, simple_value} per entry (values are stored as float).
   void write_scalars(int64_t step, const std::vector<std::pair<std::string, double>>& scalars);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "core/tensor.h"
+#include "ops/entry_points.h"
 #include "ops/math.h"
 
 namespace gt::ops {
@@ -16,14 +17,4 @@ void activation_backward(Activation a, const Tensor& x, const Tensor& y, const T
 }  // namespace gt::ops
 
 // The backends' entry points: the ops above call them once the contract holds.
-namespace gt::cpu {
-decltype(ops::activation_forward) activation_forward;
-decltype(ops::activation_backward) activation_backward;
-}  // namespace gt::cpu
-
-#if GT_WITH_CUDA
-namespace gt::cuda {
-decltype(ops::activation_forward) activation_forward;
-decltype(ops::activation_backward) activation_backward;
-}  // namespace gt::cuda
-#endif
+GT_BACKEND_ENTRY_POINTS(activation_forward, activation_backward)

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "core/tensor.h"
+#include "ops/entry_points.h"
 
 #include <cstdint>
 
@@ -43,21 +44,9 @@ void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
 }  // namespace gt::ops
 
 // The backends' entry points: the ops above call them once the contract holds.
-namespace gt::cpu {
-/// Threaded over batch × heads; queries in tiles of 64 rows, each tile's scores and products as GEMMs, so at most a
-/// [64, T] block of scores exists per thread; one thread per (batch, head), so results do not depend on the count.
-decltype(ops::attention_forward) attention_forward;
-decltype(ops::attention_backward) attention_backward;
-decltype(ops::attention_decode) attention_decode;
-}  // namespace gt::cpu
-
-#if GT_WITH_CUDA
-namespace gt::cuda {
-/// One warp per query row with an online softmax (no score matrix in device memory); the backward is one warp per
-/// query row for dq and one per key row for dk and dv, so every sum has one writer and a fixed order (no atomics).
-/// Head size at most 256.
-decltype(ops::attention_forward) attention_forward;
-decltype(ops::attention_backward) attention_backward;
-decltype(ops::attention_decode) attention_decode;
-}  // namespace gt::cuda
-#endif
+// CPU: threaded over batch × heads; queries in tiles of 64 rows, each tile's scores and products as GEMMs, so at most a
+// [64, T] block of scores exists per thread; one thread per (batch, head), so results do not depend on the count.
+// CUDA: one warp per query row with an online softmax (no score matrix in device memory); the backward is one warp per
+// query row for dq and one per key row for dk and dv, so every sum has one writer and a fixed order (no atomics). Head
+// size at most 256.
+GT_BACKEND_ENTRY_POINTS(attention_forward, attention_backward, attention_decode)

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "core/tensor.h"
+#include "ops/entry_points.h"
 
 #include <cstddef>
 #include <functional>
@@ -38,21 +39,10 @@ void batchnorm_backward_sync(const Tensor& x, const Tensor& gamma, const Tensor&
 }  // namespace gt::ops
 
 // The backends' entry points: the ops above call them once the contract holds.
+// CUDA: cuDNN spatial batch normalisation over x viewed as (B, C, S, 1).
+GT_BACKEND_ENTRY_POINTS(batchnorm_forward, batchnorm_backward)
+// The synchronised variants are CPU-only.
 namespace gt::cpu {
-decltype(ops::batchnorm_forward) batchnorm_forward;
-decltype(ops::batchnorm_backward) batchnorm_backward;
-int64_t batchnorm_forward_sync(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
-                               Tensor& running_var, double momentum, double eps, Tensor& save_mean, Tensor& save_invstd,
-                               Tensor& y, const ops::SumOverRanks& sum_over_ranks);
-void batchnorm_backward_sync(const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
-                             const Tensor& dy, int64_t global_count, Tensor& dx, Tensor& dgamma, Tensor& dbeta,
-                             double beta, const ops::SumOverRanks& sum_over_ranks);
+decltype(ops::batchnorm_forward_sync) batchnorm_forward_sync;
+decltype(ops::batchnorm_backward_sync) batchnorm_backward_sync;
 }  // namespace gt::cpu
-
-#if GT_WITH_CUDA
-namespace gt::cuda {
-/// cuDNN spatial batch normalisation over x viewed as (B, C, S, 1).
-decltype(ops::batchnorm_forward) batchnorm_forward;
-decltype(ops::batchnorm_backward) batchnorm_backward;
-}  // namespace gt::cuda
-#endif

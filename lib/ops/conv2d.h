@@ -3,6 +3,7 @@
 #pragma once
 
 #include "core/tensor.h"
+#include "ops/entry_points.h"
 #include "ops/math.h"
 
 namespace gt::ops {
@@ -16,15 +17,5 @@ void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const W
 }  // namespace gt::ops
 
 // The backends' entry points: the ops above call them once the contract holds.
-namespace gt::cpu {
-decltype(ops::conv2d_forward) conv2d_forward;
-decltype(ops::conv2d_backward) conv2d_backward;
-}  // namespace gt::cpu
-
-#if GT_WITH_CUDA
-namespace gt::cuda {
-/// cuDNN's legacy API, algorithms chosen once per shape by its heuristics, fp32 without TF32.
-decltype(ops::conv2d_forward) conv2d_forward;
-decltype(ops::conv2d_backward) conv2d_backward;
-}  // namespace gt::cuda
-#endif
+// CUDA: cuDNN's legacy API, algorithms chosen once per shape by its heuristics, fp32 without TF32.
+GT_BACKEND_ENTRY_POINTS(conv2d_forward, conv2d_backward)

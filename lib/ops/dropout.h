@@ -3,6 +3,7 @@
 #pragma once
 
 #include "core/tensor.h"
+#include "ops/entry_points.h"
 
 #include <cstdint>
 
@@ -15,12 +16,4 @@ void dropout(const Tensor& x, double p, uint64_t key, uint64_t step, Tensor& y);
 }  // namespace gt::ops
 
 // The backends' entry points: the op above calls them once the contract holds.
-namespace gt::cpu {
-decltype(ops::dropout) dropout;
-}  // namespace gt::cpu
-
-#if GT_WITH_CUDA
-namespace gt::cuda {
-decltype(ops::dropout) dropout;
-}  // namespace gt::cuda
-#endif
+GT_BACKEND_ENTRY_POINTS(dropout)

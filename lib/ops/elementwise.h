@@ -3,6 +3,7 @@
 #pragma once
 
 #include "core/tensor.h"
+#include "ops/entry_points.h"
 
 namespace gt::ops {
 
@@ -19,16 +20,4 @@ void split_blocks(const Tensor& whole, Tensor& part, int64_t outer, int64_t part
 }  // namespace gt::ops
 
 // The backends' entry points: the ops above call them once the contract holds.
-namespace gt::cpu {
-decltype(ops::add) add;
-decltype(ops::copy_blocks) copy_blocks;
-decltype(ops::split_blocks) split_blocks;
-}  // namespace gt::cpu
-
-#if GT_WITH_CUDA
-namespace gt::cuda {
-decltype(ops::add) add;
-decltype(ops::copy_blocks) copy_blocks;
-decltype(ops::split_blocks) split_blocks;
-}  // namespace gt::cuda
-#endif
+GT_BACKEND_ENTRY_POINTS(add, copy_blocks, split_blocks)

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "core/tensor.h"
+#include "ops/entry_points.h"
 
 namespace gt::ops {
 
@@ -17,14 +18,4 @@ void embedding_backward(const Tensor& idx, const Tensor& dy, Tensor& dweight, do
 }  // namespace gt::ops
 
 // The backends' entry points: the ops above call them once the contract holds.
-namespace gt::cpu {
-decltype(ops::embedding_forward) embedding_forward;
-decltype(ops::embedding_backward) embedding_backward;
-}  // namespace gt::cpu
-
-#if GT_WITH_CUDA
-namespace gt::cuda {
-decltype(ops::embedding_forward) embedding_forward;
-decltype(ops::embedding_backward) embedding_backward;
-}  // namespace gt::cuda
-#endif
+GT_BACKEND_ENTRY_POINTS(embedding_forward, embedding_backward)

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "core/tensor.h"
+#include "ops/entry_points.h"
 
 namespace gt::ops {
 
@@ -15,15 +16,5 @@ void layernorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& save
 }  // namespace gt::ops
 
 // The backends' entry points: the ops above call them once the contract holds.
-namespace gt::cpu {
-decltype(ops::layernorm_forward) layernorm_forward;
-decltype(ops::layernorm_backward) layernorm_backward;
-}  // namespace gt::cpu
-
-#if GT_WITH_CUDA
-namespace gt::cuda {
-/// One block per row for the row statistics, column blocks for the parameter gradients; sums in double.
-decltype(ops::layernorm_forward) layernorm_forward;
-decltype(ops::layernorm_backward) layernorm_backward;
-}  // namespace gt::cuda
-#endif
+// CUDA: one block per row for the row statistics, column blocks for the parameter gradients; sums in double.
+GT_BACKEND_ENTRY_POINTS(layernorm_forward, layernorm_backward)

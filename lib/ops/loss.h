@@ -3,6 +3,7 @@
 #pragma once
 
 #include "core/tensor.h"
+#include "ops/entry_points.h"
 
 #include <cstdint>
 #include <limits>
@@ -40,15 +41,5 @@ void mse(const Tensor& pred, const Tensor& target, double scale, Tensor& dpred, 
 }  // namespace gt::ops
 
 // The backends' entry points: the ops above call them once the contract holds.
-namespace gt::cpu {
-decltype(ops::cross_entropy) cross_entropy;
-decltype(ops::mse) mse;
-}  // namespace gt::cpu
-
-#if GT_WITH_CUDA
-namespace gt::cuda {
-/// One warp per row; the sums go into stats with atomicAdd, so the host never waits for a loss.
-decltype(ops::cross_entropy) cross_entropy;
-decltype(ops::mse) mse;
-}  // namespace gt::cuda
-#endif
+// CUDA: one warp per row; the sums go into stats with atomicAdd, so the host never waits for a loss.
+GT_BACKEND_ENTRY_POINTS(cross_entropy, mse)

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "core/tensor.h"
+#include "ops/entry_points.h"
 
 namespace gt::ops {
 
@@ -18,18 +19,6 @@ void sum_rows(const Tensor& dy, Tensor& db, double beta);
 }  // namespace gt::ops
 
 // The backends' entry points: the ops above call them once the contract holds.
-namespace gt::cpu {
-decltype(ops::matmul) matmul;
-decltype(ops::add_row_bias) add_row_bias;
-decltype(ops::sum_rows) sum_rows;
-}  // namespace gt::cpu
-
-#if GT_WITH_CUDA
-namespace gt::cuda {
-/// Through cuBLASLt in the tensors' precision (f32 without TF32, or f64); one cached plan per shape.
-decltype(ops::matmul) matmul;
-decltype(ops::add_row_bias) add_row_bias;
-/// Summed in double in a fixed order.
-decltype(ops::sum_rows) sum_rows;
-}  // namespace gt::cuda
-#endif
+// CUDA: matmul through cuBLASLt in the tensors' precision (f32 without TF32, or f64), one cached plan per shape;
+// sum_rows sums in double in a fixed order.
+GT_BACKEND_ENTRY_POINTS(matmul, add_row_bias, sum_rows)

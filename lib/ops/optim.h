@@ -4,6 +4,7 @@
 #pragma once
 
 #include "core/tensor.h"
+#include "ops/entry_points.h"
 #include "ops/math.h"
 
 #include <memory>
@@ -44,23 +45,5 @@ void accumulate_step(const Tensor& stats, Tensor& window);
 }  // namespace gt::ops
 
 // The backends' entry points: the ops above call them once the contract holds.
-namespace gt::cpu {
-decltype(ops::sum_squares) sum_squares;
-decltype(ops::scale_by) scale_by;
-void sum_squares_group(ops::TensorGroup& group, size_t column, Tensor& out, Tensor& per_row);
-void sgd_step_group(const SgdHyper& h, ops::TensorGroup& group, const Tensor& stats, double max_norm);
-void adam_step_group(const AdamHyper& h, bool amsgrad, ops::TensorGroup& group, const Tensor& stats, double max_norm);
-decltype(ops::accumulate_step) accumulate_step;
-}  // namespace gt::cpu
-
-#if GT_WITH_CUDA
-namespace gt::cuda {
-decltype(ops::sum_squares) sum_squares;
-decltype(ops::scale_by) scale_by;
-/// The group ops are one launch each however many rows the group has.
-void sum_squares_group(ops::TensorGroup& group, size_t column, Tensor& out, Tensor& per_row);
-void sgd_step_group(const SgdHyper& h, ops::TensorGroup& group, const Tensor& stats, double max_norm);
-void adam_step_group(const AdamHyper& h, bool amsgrad, ops::TensorGroup& group, const Tensor& stats, double max_norm);
-decltype(ops::accumulate_step) accumulate_step;
-}  // namespace gt::cuda
-#endif
+// CUDA: the group ops are one launch each however many rows the group has.
+GT_BACKEND_ENTRY_POINTS(sum_squares, scale_by, sum_squares_group, sgd_step_group, adam_step_group, accumulate_step)

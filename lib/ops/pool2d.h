@@ -3,6 +3,7 @@
 #pragma once
 
 #include "core/tensor.h"
+#include "ops/entry_points.h"
 #include "ops/math.h"
 
 namespace gt::ops {
@@ -14,15 +15,5 @@ void pool2d_backward(PoolKind kind, const Tensor& x, const Tensor& dy, const Win
 }  // namespace gt::ops
 
 // The backends' entry points: the ops above call them once the contract holds.
-namespace gt::cpu {
-decltype(ops::pool2d_forward) pool2d_forward;
-decltype(ops::pool2d_backward) pool2d_backward;
-}  // namespace gt::cpu
-
-#if GT_WITH_CUDA
-namespace gt::cuda {
-/// cuDNN max pooling (padding never wins) or average pooling counting padding in the divisor; no dilation.
-decltype(ops::pool2d_forward) pool2d_forward;
-decltype(ops::pool2d_backward) pool2d_backward;
-}  // namespace gt::cuda
-#endif
+// CUDA: cuDNN max pooling (padding never wins) or average pooling counting padding in the divisor; no dilation.
+GT_BACKEND_ENTRY_POINTS(pool2d_forward, pool2d_backward)

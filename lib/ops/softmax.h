@@ -2,6 +2,7 @@
 #pragma once
 
 #include "core/tensor.h"
+#include "ops/entry_points.h"
 
 namespace gt::ops {
 
@@ -12,15 +13,5 @@ void softmax_backward(const Tensor& y, const Tensor& dy, int64_t d, Tensor& dx);
 }  // namespace gt::ops
 
 // The backends' entry points: the ops above call them once the contract holds.
-namespace gt::cpu {
-decltype(ops::softmax_forward) softmax_forward;
-decltype(ops::softmax_backward) softmax_backward;
-}  // namespace gt::cpu
-
-#if GT_WITH_CUDA
-namespace gt::cuda {
-/// One block per row.
-decltype(ops::softmax_forward) softmax_forward;
-decltype(ops::softmax_backward) softmax_backward;
-}  // namespace gt::cuda
-#endif
+// CUDA: one block per row.
+GT_BACKEND_ENTRY_POINTS(softmax_forward, softmax_backward)

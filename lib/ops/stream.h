@@ -4,6 +4,7 @@
 #pragma once
 
 #include "core/device.h"
+#include "core/noncopyable.h"
 
 #include <cstddef>
 #include <vector>
@@ -12,12 +13,10 @@ namespace gt {
 
 /// A point in a device's stream: wait() returns once all work queued before the last record() has run. On the CPU
 /// (and before any record) both are no-ops.
-class StreamEvent {
+class StreamEvent : NonCopyable {
  public:
   StreamEvent() = default;
   ~StreamEvent();
-  StreamEvent(const StreamEvent&) = delete;
-  StreamEvent& operator=(const StreamEvent&) = delete;
   void record(Device device);
   void wait();
 
@@ -29,12 +28,10 @@ class StreamEvent {
 /// Timestamps on a device's stream for the profiler (CUDA events with timing): `record` queues one and returns its
 /// number; `elapsed_ms(a, b)` waits for b and returns the device time from a to b; `clear` recycles them all.
 /// Only for CUDA devices.
-class DeviceClock {
+class DeviceClock : NonCopyable {
  public:
   explicit DeviceClock(Device device) : m_device(device) {}
   ~DeviceClock();
-  DeviceClock(const DeviceClock&) = delete;
-  DeviceClock& operator=(const DeviceClock&) = delete;
   int record();
   double elapsed_ms(int from, int to);
   void clear() { m_used = 0; }
@@ -52,12 +49,10 @@ void range_pop();
 /// A second stream on a CUDA device beside its compute stream (ops/cuda_context.h), for work that overlaps the
 /// compute stream's (the gradient all-reduce). The two are ordered only by the waits below, which the device keeps:
 /// the host never blocks. Throws gt::Error in a build without CUDA.
-class SideStream {
+class SideStream : NonCopyable {
  public:
   explicit SideStream(Device device);
   ~SideStream();
-  SideStream(const SideStream&) = delete;
-  SideStream& operator=(const SideStream&) = delete;
   /// The cudaStream_t, for libraries that queue on it (NCCL).
   void* handle() const { return m_stream; }
   /// Work queued here from now on runs after the work queued on the compute stream so far.

@@ -9,8 +9,7 @@ namespace {
 
 class Adam final : public Optimizer {
  public:
-  Adam(const OptimizerConfig& cfg, const std::vector<Param*>& params) : m_cfg(cfg), m_params(params) {
-    if (!params.empty()) m_device = params[0]->value.device();
+  Adam(const OptimizerConfig& cfg, const std::vector<Param*>& params) : Optimizer(params), m_cfg(cfg) {
     for (Param* p : params) {
       const auto& v = p->value;
       m_m.push_back(Tensor::zeros(v.shape(), v.dtype(), v.device()));
@@ -18,10 +17,6 @@ class Adam final : public Optimizer {
       m_vmax.push_back(cfg.amsgrad ? Tensor::zeros(v.shape(), v.dtype(), v.device()) : Tensor());
       m_group.rows.push_back({p->value, p->grad, m_m.back(), m_v.back(), m_vmax.back()});
     }
-  }
-
-  void grad_norm_sq(Tensor& out, Tensor& per_param) override {
-    if (!m_group.rows.empty()) ops::sum_squares_group(m_group, 1, out, per_param);
   }
 
   void step(double lr, const Tensor& stats, double max_norm) override {
@@ -40,7 +35,7 @@ class Adam final : public Optimizer {
 
   std::vector<std::pair<std::string, Tensor*>> state() override {
     std::vector<std::pair<std::string, Tensor*>> out;
-    for (size_t i = 0; i < m_params.size(); ++i) {
+    for (size_t i = 0; i < m_m.size(); ++i) {
       out.emplace_back(std::to_string(i) + ".exp_avg", &m_m[i]);
       out.emplace_back(std::to_string(i) + ".exp_avg_sq", &m_v[i]);
       if (m_cfg.amsgrad) out.emplace_back(std::to_string(i) + ".max_exp_avg_sq", &m_vmax[i]);
@@ -50,9 +45,7 @@ class Adam final : public Optimizer {
 
  private:
   OptimizerConfig m_cfg;
-  std::vector<Param*> m_params;
-  std::vector<Tensor> m_m, m_v, m_vmax;
-  ops::TensorGroup m_group;  // rows: value, grad, m, v, vmax
+  std::vector<Tensor> m_m, m_v, m_vmax;  // m_group's rows: value, grad, m, v, vmax
 };
 
 }  // namespace

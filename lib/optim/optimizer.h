@@ -2,6 +2,7 @@
 #pragma once
 
 #include "layers/layer.h"
+#include "ops/optim.h"
 #include "optim/settings.h"
 
 #include <memory>
@@ -25,7 +26,9 @@ class Optimizer {
   void undo_step() { --m_steps; }
   /// Adds the squared global gradient norm to out[0], and each parameter's own to per_param[i] when that is
   /// defined (f64 on the parameters' device), in one kernel on CUDA.
-  virtual void grad_norm_sq(Tensor& out, Tensor& per_param) = 0;
+  void grad_norm_sq(Tensor& out, Tensor& per_param) {
+    if (!m_group.rows.empty()) ops::sum_squares_group(m_group, 1, out, per_param);
+  }
   int64_t steps_taken() const { return m_steps; }
   /// Restores the step count of a checkpoint (Adam's bias corrections, SGD's first-step momentum).
   void set_steps_taken(int64_t steps) { m_steps = steps; }
@@ -33,9 +36,15 @@ class Optimizer {
   virtual std::vector<std::pair<std::string, Tensor*>> state() = 0;
 
  protected:
+  /// An optimizer of `params`, on the first one's device.
+  explicit Optimizer(const std::vector<Param*>& params) {
+    if (!params.empty()) m_device = params[0]->value.device();
+  }
+
   int64_t m_steps = 0;
-  Device m_device;     ///< the parameters'
-  Tensor m_always_ok;  ///< the statistics step(lr) passes: zeros, so the gate is open
+  Device m_device;           ///< the parameters'
+  ops::TensorGroup m_group;  ///< a row per parameter: its value and gradient, then its state buffers
+  Tensor m_always_ok;        ///< the statistics step(lr) passes: zeros, so the gate is open
 };
 
 /// Builds the optimizer the config names over `params` (state buffers on the parameters' device).

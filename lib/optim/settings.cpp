@@ -4,41 +4,31 @@
 #include "config/choice.h"
 
 #include <algorithm>
-#include <array>
 
 namespace gt {
 namespace {
 
-const std::array<Choice<OptimizerType>, 3>& optimizer_types() {
-  static const std::array<Choice<OptimizerType>, 3> table{{
-      {OptimizerType::sgd, "sgd"},
-      {OptimizerType::adam, "adam"},
-      {OptimizerType::adamw, "adamw"},
-  }};
-  return table;
-}
+const Choice<OptimizerType> kOptimizerTypes[] = {
+    {OptimizerType::sgd, "sgd"},
+    {OptimizerType::adam, "adam"},
+    {OptimizerType::adamw, "adamw"},
+};
 
-const std::array<Choice<ScheduleType>, 7>& schedule_types() {
-  static const std::array<Choice<ScheduleType>, 7> table{{
-      {ScheduleType::constant, "constant"},
-      {ScheduleType::step, "step"},
-      {ScheduleType::multistep, "multistep"},
-      {ScheduleType::exponential, "exponential"},
-      {ScheduleType::cosine, "cosine"},
-      {ScheduleType::linear, "linear"},
-      {ScheduleType::onecycle, "onecycle"},
-  }};
-  return table;
-}
+const Choice<ScheduleType> kScheduleTypes[] = {
+    {ScheduleType::constant, "constant"},   {ScheduleType::step, "step"},
+    {ScheduleType::multistep, "multistep"}, {ScheduleType::exponential, "exponential"},
+    {ScheduleType::cosine, "cosine"},       {ScheduleType::linear, "linear"},
+    {ScheduleType::onecycle, "onecycle"},
+};
 
 }  // namespace
 
-const std::string& to_string(OptimizerType type) { return choice_name(optimizer_types(), type); }
-const std::string& to_string(ScheduleType type) { return choice_name(schedule_types(), type); }
+const std::string& to_string(OptimizerType type) { return choice_name(kOptimizerTypes, type); }
+const std::string& to_string(ScheduleType type) { return choice_name(kScheduleTypes, type); }
 
 void parse_optimizer(const ConfigNode& n, OptimizerConfig& out) {
   n.require("type");
-  out.type = parse_choice(n["type"], optimizer_types());
+  out.type = parse_choice(n["type"], kOptimizerTypes);
   if (out.type == OptimizerType::sgd) {
     n.expect_keys({"type", "lr", "momentum", "nesterov", "weight_decay", "dampening"});
   } else {
@@ -72,7 +62,7 @@ void parse_optimizer(const ConfigNode& n, OptimizerConfig& out) {
 void parse_scheduler(const ConfigNode& n, SchedulerConfig& out) {
   using enum ScheduleType;
   n.require("type");
-  out.type = parse_choice(n["type"], schedule_types());
+  out.type = parse_choice(n["type"], kScheduleTypes);
   std::vector<std::string> keys{"type", "warmup_steps", "warmup_start_factor"};
   if (out.type == step) keys.insert(keys.end(), {"step_size", "gamma"});
   if (out.type == multistep) keys.insert(keys.end(), {"milestones", "gamma"});

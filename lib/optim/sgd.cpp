@@ -7,8 +7,7 @@ namespace {
 
 class Sgd final : public Optimizer {
  public:
-  Sgd(const OptimizerConfig& cfg, const std::vector<Param*>& params) : m_cfg(cfg), m_params(params) {
-    if (!params.empty()) m_device = params[0]->value.device();
+  Sgd(const OptimizerConfig& cfg, const std::vector<Param*>& params) : Optimizer(params), m_cfg(cfg) {
     for (Param* p : params) {
       m_momentum.push_back(cfg.momentum != 0 ? Tensor::zeros(p->value.shape(), p->value.dtype(), p->value.device())
                                              : Tensor());
@@ -22,10 +21,6 @@ class Sgd final : public Optimizer {
     ++m_steps;
   }
 
-  void grad_norm_sq(Tensor& out, Tensor& per_param) override {
-    if (!m_group.rows.empty()) ops::sum_squares_group(m_group, 1, out, per_param);
-  }
-
   std::vector<std::pair<std::string, Tensor*>> state() override {
     std::vector<std::pair<std::string, Tensor*>> out;
     for (size_t i = 0; i < m_momentum.size(); ++i)
@@ -35,9 +30,7 @@ class Sgd final : public Optimizer {
 
  private:
   OptimizerConfig m_cfg;
-  std::vector<Param*> m_params;
-  std::vector<Tensor> m_momentum;
-  ops::TensorGroup m_group;  // rows: value, grad, momentum
+  std::vector<Tensor> m_momentum;  // m_group's rows: value, grad, momentum
 };
 
 }  // namespace

@@ -2,6 +2,7 @@
 // the previous checkpoint complete; read back with every file's size and CRC-32 checked against state.json.
 #include "train/checkpoint.h"
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/json.h"
 #include "core/json_read.h"
@@ -73,15 +74,6 @@ FileSum file_sum(const std::string& path) {
   }
   ::close(fd);
   return s;
-}
-
-void fsync_dir(const fs::path& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd < 0) throw Error(fmt::format("{}: cannot open the folder to sync it: {}", dir.string(), std::strerror(errno)));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) throw Error(fmt::format("{}: fsync failed: {}", dir.string(), std::strerror(err)));
 }
 
 // "step-120" → 120; -1 for anything else.
@@ -176,39 +168,6 @@ void check_state_checksum(const std::string& text, const std::string& source) {
   if (got != recorded)
     throw DataError(fmt::format("{}: checksum {} does not match the recorded state_crc32 {} (the file is corrupt)",
                                 source, got, recorded));
-}
-
-void write_file_durable(const std::string& path, const std::string& bytes) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw Error(fmt::format("{}: cannot create: {}", tmp, std::strerror(errno)));
-  const char* p = bytes.data();
-  size_t left = bytes.size();
-  auto fail = [&](const char* what) {
-    const int err = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw Error(fmt::format("{}: {} failed: {}", path, what, std::strerror(err)));
-  };
-  while (left > 0) {
-    const ssize_t w = ::write(fd, p, left);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) fail("write");
-    p += w;
-    left -= static_cast<size_t>(w);
-  }
-  if (::fsync(fd) != 0) fail("fsync");
-  if (::close(fd) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    throw Error(fmt::format("{}: close failed: {}", path, std::strerror(err)));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    throw Error(fmt::format("{}: cannot rename into place: {}", path, std::strerror(err)));
-  }
-  fsync_dir(fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path());
 }
 
 CheckpointInfo parse_state_json(const std::string& text, const std::string& source) {
@@ -396,7 +355,7 @@ std::string CheckpointStore::save(Model& model, Optimizer& optimizer, OptimizerT
             .add("config_hash", config_hash(resolved_config))
             .add("config", resolved_config)
             .add("files", files);
-    write_file_durable((tmp / kStateFile).string(), seal_state_json(state.str()));
+    write_file_atomic((tmp / kStateFile).string(), seal_state_json(state.str()));
     fsync_dir(tmp);
     // A checkpoint of the same step may exist (a resumed or rolled-back run passing it again): swap, then drop it.
     const fs::path old = root / ("." + name + ".old");
@@ -412,9 +371,9 @@ std::string CheckpointStore::save(Model& model, Optimizer& optimizer, OptimizerT
     fs::remove_all(tmp, ec);
     throw;
   }
-  write_file_durable((root / "latest").string(), name + "\n");
+  write_file_atomic((root / "latest").string(), name + "\n");
   if (m_cfg.keep_best != KeepBest::none && p.best_step == p.step)
-    write_file_durable((root / "best").string(), name + "\n");
+    write_file_atomic((root / "best").string(), name + "\n");
 
   // Prune only now that the new checkpoint is complete: keep the newest `keep`, the best, and the one just written.
   const std::string best =
@@ -465,7 +424,7 @@ void CheckpointStore::remove_after(int64_t step) {
   for (const auto& dir : list())
     if (step_of(fs::path(dir).filename().string()) > step) fs::remove_all(dir, ec);
   const std::string name = fmt::format("step-{}", step);
-  if (fs::exists(fs::path(m_root) / name)) write_file_durable((fs::path(m_root) / "latest").string(), name + "\n");
+  if (fs::exists(fs::path(m_root) / name)) write_file_atomic((fs::path(m_root) / "latest").string(), name + "\n");
 }
 
 std::optional<CheckpointInfo> CheckpointStore::newest_good() const {

@@ -102,7 +102,4 @@ class CheckpointStore {
   int64_t m_batch = 1, m_accumulate = 1;
 };
 
-/// Writes a file's bytes atomically (temporary, fsync, rename, fsync of the folder). Throws naming the file.
-void write_file_durable(const std::string& path, const std::string& bytes);
-
 }  // namespace gt

@@ -1,6 +1,7 @@
 // The hooks around a run's steps: the log line and metrics rows, the progress bar, checkpoints and the profile.
 #include "train/hooks.h"
 
+#include "core/atomic_file.h"
 #include "core/backend.h"
 #include "core/json.h"
 #include "graph/model.h"
@@ -239,9 +240,9 @@ void finish_profile(Profiler& profiler, const std::string& run_dir, bool lead, i
   profiler.enable(false);
   if (!lead) return;
   const fs::path dir = run_dir;
-  write_file_durable((dir / "trace.json").string(), profiler.chrome_trace());
+  write_file_atomic((dir / "trace.json").string(), profiler.chrome_trace());
   const std::string table = profiler.table();
-  write_file_durable((dir / "profile.txt").string(), table);
+  write_file_atomic((dir / "profile.txt").string(), table);
   spdlog::info("profile of steps {}–{} (trace.json opens in Perfetto):\n{}", profile_start,
                profile_start + profiler.steps() - 1, table);
 }

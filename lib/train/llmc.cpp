@@ -1,6 +1,7 @@
 // llm.c interchange commands: checkpoint file ↔ experiment folder (config.yaml + model.safetensors).
 #include "train/llmc.h"
 
+#include "core/atomic_file.h"
 #include "graph/model.h"
 #include "io/llmc.h"
 #include "io/safetensors.h"
@@ -57,7 +58,7 @@ LlmcImport import_llmc(const std::string& bin, const std::string& out_dir) {
     r.params += t.numel();
   }
   write_safetensors(r.weights, list, {{"format", "pt"}, {"gputrain_version", GPUTRAIN_VERSION}, {"source", "llm.c"}});
-  write_file_durable(r.config, config);
+  write_file_atomic(r.config, config);
   r.summary = fmt::format(
       "{}: llm.c GPT-2 (version {}, {}), {} layers, {} heads, {} channels, vocabulary {} padded to {}, {} positions, "
       "{} parameters → {}, {}",

@@ -4,31 +4,26 @@
 #include "config/choice.h"
 #include "ops/loss.h"
 
-#include <array>
-
 namespace gt {
 namespace {
 
-const std::array<Choice<LossType>, 2>& loss_types() {
-  static const std::array<Choice<LossType>, 2> table{{
-      {LossType::cross_entropy, "cross_entropy"},
-      {LossType::mse, "mse"},
-  }};
-  return table;
-}
+const Choice<LossType> kLossTypes[] = {
+    {LossType::cross_entropy, "cross_entropy"},
+    {LossType::mse, "mse"},
+};
 
 }  // namespace
 
-const std::string& to_string(LossType type) { return choice_name(loss_types(), type); }
+const std::string& to_string(LossType type) { return choice_name(kLossTypes, type); }
 
 void parse_loss(const ConfigNode& n, LossConfig& out) {
   if (n.is_scalar()) {
-    out.type = parse_choice(n, loss_types());
+    out.type = parse_choice(n, kLossTypes);
     return;
   }
   n.expect_keys({"type", "label_smoothing", "ignore_index"});
   n.require("type");
-  out.type = parse_choice(n["type"], loss_types());
+  out.type = parse_choice(n["type"], kLossTypes);
   out.label_smoothing = n.get_double("label_smoothing", 0.0, 0.0, 1.0);
   if (out.label_smoothing != 0 && out.type != LossType::cross_entropy)
     n["label_smoothing"].fail("applies to cross_entropy only");

@@ -1,6 +1,7 @@
 // Run directories: creation with a write test, train.log, the final weights and summary.json.
 #include "train/run_dir.h"
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/json.h"
 #include "graph/model.h"
@@ -156,7 +157,7 @@ void write_summary(const std::string& dir, const std::string& name, const RunSum
                            .add("exit_reason", exit_reason_name(sum.exit_reason))
                            .add("threads", threads);
   if (sum.test_bpb) summary.add("test_bpb", sum.test_bpb);
-  write_file_durable((fs::path(dir) / "summary.json").string(), summary.str() + "\n");
+  write_file_atomic((fs::path(dir) / "summary.json").string(), summary.str() + "\n");
 }
 
 void write_final_weights(const std::string& dir, Model& model, const std::string& name, int64_t steps) {

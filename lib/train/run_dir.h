@@ -2,6 +2,7 @@
 // and summary.json when it ends.
 #pragma once
 
+#include "core/noncopyable.h"
 #include "train/checkpoint.h"
 
 #include <optional>
@@ -35,12 +36,10 @@ std::string make_run_dir(const std::string& name, const std::string& requested);
 /// An exclusive lock on a run directory for as long as this exists: a flock on <dir>/.lock, which records the
 /// holder's pid, so that two runs never write one directory at once (their metrics rows and checkpoints would mix).
 /// The lock goes with the process, also when it is killed.
-class RunDirLock {
+class RunDirLock : NonCopyable {
  public:
   RunDirLock() = default;
   ~RunDirLock();
-  RunDirLock(const RunDirLock&) = delete;
-  RunDirLock& operator=(const RunDirLock&) = delete;
 
   /// Locks `dir`, an existing folder (a no-op when this holds it already). Throws gt::Error naming the holder's pid
   /// when another process holds it.
@@ -73,12 +72,10 @@ void write_summary(const std::string& dir, const std::string& name, const RunSum
 void write_final_weights(const std::string& dir, Model& model, const std::string& name, int64_t steps);
 
 /// train.log: the run's log lines go there too while this exists (rank 0; an empty path attaches nothing).
-class RunLogFile {
+class RunLogFile : NonCopyable {
  public:
   explicit RunLogFile(const std::string& path);
   ~RunLogFile();
-  RunLogFile(const RunLogFile&) = delete;
-  RunLogFile& operator=(const RunLogFile&) = delete;
 
  private:
   bool m_attached = false;

@@ -4,39 +4,31 @@
 #include "config/choice.h"
 #include "data/tokens.h"
 
-#include <array>
-
 namespace gt {
 namespace {
 
-const std::array<Choice<NonFinitePolicy>, 3>& nonfinite_policies() {
-  static const std::array<Choice<NonFinitePolicy>, 3> table{{
-      {NonFinitePolicy::abort, "abort"},
-      {NonFinitePolicy::skip, "skip"},
-      {NonFinitePolicy::rollback, "rollback"},
-  }};
-  return table;
-}
+const Choice<NonFinitePolicy> kNonfinitePolicies[] = {
+    {NonFinitePolicy::abort, "abort"},
+    {NonFinitePolicy::skip, "skip"},
+    {NonFinitePolicy::rollback, "rollback"},
+};
 
-const std::array<Choice<KeepBest>, 3>& keep_best_metrics() {
-  static const std::array<Choice<KeepBest>, 3> table{{
-      {KeepBest::none, "none"},
-      {KeepBest::test_accuracy, "test_accuracy"},
-      {KeepBest::test_loss, "test_loss"},
-  }};
-  return table;
-}
+const Choice<KeepBest> kKeepBestMetrics[] = {
+    {KeepBest::none, "none"},
+    {KeepBest::test_accuracy, "test_accuracy"},
+    {KeepBest::test_loss, "test_loss"},
+};
 
 }  // namespace
 
-const std::string& to_string(NonFinitePolicy policy) { return choice_name(nonfinite_policies(), policy); }
-const std::string& to_string(KeepBest metric) { return choice_name(keep_best_metrics(), metric); }
+const std::string& to_string(NonFinitePolicy policy) { return choice_name(kNonfinitePolicies, policy); }
+const std::string& to_string(KeepBest metric) { return choice_name(kKeepBestMetrics, metric); }
 
 void parse_train(const ConfigNode& n, TrainConfig& out) {
   n.expect_keys({"epochs", "log_every", "max_steps", "eval_every", "accumulate", "grad_clip", "profile", "nonfinite",
                  "max_skips", "peak_tflops", "eval_tokens"});
   out.eval_tokens = n.get_size("eval_tokens", 0, 0, limits::kTokens);
-  if (n.has("nonfinite")) out.nonfinite = parse_choice(n["nonfinite"], nonfinite_policies());
+  if (n.has("nonfinite")) out.nonfinite = parse_choice(n["nonfinite"], kNonfinitePolicies);
   out.max_skips = n.get_size("max_skips", 5, 1, limits::kSteps);
   out.peak_tflops = n.get_double("peak_tflops", 0.0, 0.0, 1e9);
   if (n.has("profile")) {
@@ -67,7 +59,7 @@ void parse_checkpoint(const ConfigNode& n, CheckpointConfig& out) {
   out.every_epochs = n.get_size("every_epochs", 1, 0, limits::kEpochs);
   out.keep = n.get_size("keep", 3, 1, limits::kInterval);
   if (n.has("keep_best"))  // null (or absent) keeps no best
-    out.keep_best = parse_choice(n["keep_best"], keep_best_metrics());
+    out.keep_best = parse_choice(n["keep_best"], kKeepBestMetrics);
 }
 
 YAML::Node to_yaml(const TrainConfig& c) {

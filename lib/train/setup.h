@@ -2,6 +2,7 @@
 // into steps; everything that can be wrong with the config is found here, before the run directory exists.
 #pragma once
 
+#include "core/noncopyable.h"
 #include "data/dataset.h"
 #include "graph/model.h"
 #include "optim/optimizer.h"
@@ -51,11 +52,9 @@ void check_same_batches(const Experiment& exp, const CheckpointInfo& from);
 /// One worker's run as far as it goes before it writes anything: the device, the data, the model (checked against
 /// the loss, its buffers allocated for the batch), the ranks, the checkpoint it resumes from (rank 0 chooses; the
 /// others load the same one), the optimizer and the progress to continue from. Throws gt::Error for anything wrong.
-class RunSetup {
+class RunSetup : NonCopyable {
  public:
   RunSetup(const Experiment& exp, const RunOptions& opts, const WorkerPlacement& where);
-  RunSetup(const RunSetup&) = delete;
-  RunSetup& operator=(const RunSetup&) = delete;
 
   const Dataset& train() const { return m_data->train; }
   const Dataset& test() const { return m_data->test; }

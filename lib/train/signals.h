@@ -2,6 +2,8 @@
 // finish its step, write a checkpoint and exit 75; a second SIGINT exits at once with 130.
 #pragma once
 
+#include "core/noncopyable.h"
+
 namespace gt {
 
 /// Installs the handlers. Calls nest: the first clears the stop flag, the others leave it (a signal that came
@@ -11,12 +13,10 @@ void install_stop_handlers();
 void remove_stop_handlers();
 
 /// The stop handlers for as long as this exists (`gputrain train` holds them from before any work to its exit).
-class StopHandlers {
+class StopHandlers : NonCopyable {
  public:
   StopHandlers() { install_stop_handlers(); }
   ~StopHandlers() { remove_stop_handlers(); }
-  StopHandlers(const StopHandlers&) = delete;
-  StopHandlers& operator=(const StopHandlers&) = delete;
 };
 /// The signal that asked to stop, or 0.
 int stop_requested();

@@ -2,6 +2,7 @@
 // the gradients averaged over the ranks, the gated update queued on the device, and the host's deferred verdict on it.
 #pragma once
 
+#include "core/noncopyable.h"
 #include "data/batch_stager.h"
 #include "dist/comm.h"
 #include "dist/grad_sync.h"
@@ -80,13 +81,11 @@ struct RankSums {
 /// window's sums on the device, the gradient sync over the ranks (through NCCL on GPUs) and the verdict's host
 /// copies. A step is forward_backward, sum_over_ranks, queue_grad_norm, then update unless the previous step's
 /// verdict ends the run or rolls it back.
-class StepLoop {
+class StepLoop : NonCopyable {
  public:
   /// Also makes every replica start from rank 0's state: the model's and the optimizer's tensors are broadcast.
   StepLoop(const Experiment& exp, RunSetup& setup, const StepPlan& plan, Profiler& profiler);
   ~StepLoop();
-  StepLoop(const StepLoop&) = delete;
-  StepLoop& operator=(const StepLoop&) = delete;
 
   /// Forward, loss and backward over the next `micros` micro-batches of `loader` for optimizer step `step`
   /// (0-based); each micro-batch's loss is its mean over the step's micro-batches, so the gradient is the mean over

@@ -2,6 +2,7 @@
 // (setup.h, step.h, evaluation.h, hooks.h); and run_training, which places one worker per device or rank.
 #include "train/trainer.h"
 
+#include "core/atomic_file.h"
 #include "core/json.h"
 #include "dist/comm.h"
 #include "dist/workers.h"
@@ -352,7 +353,7 @@ RunSummary train_worker(const Experiment& exp, const RunOptions& opts, const Wor
   sum.device = setup.device.str();
   const fs::path dir = sum.run_dir;
   const RunLogFile log_file(setup.lead ? (dir / "train.log").string() : std::string());
-  if (setup.lead) write_file_durable((dir / "config.resolved.yaml").string(), setup.resolved_config);
+  if (setup.lead) write_file_atomic((dir / "config.resolved.yaml").string(), setup.resolved_config);
   RunReporter reporter(exp, setup, sum.run_dir, where.threaded, where.process_gpus, wall_start);
   CheckpointHook checkpoints(exp, setup, sum.run_dir);
   Loader loader(setup.train(), setup.batch, exp.data.shuffle, exp.seed, exp.data.augment);

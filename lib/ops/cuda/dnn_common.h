@@ -4,6 +4,7 @@
 #pragma once
 
 #include "core/error.h"
+#include "core/noncopyable.h"
 #include "core/tensor.h"
 #include "ops/cuda/cuda_check.h"
 
@@ -20,11 +21,9 @@ namespace gt::cuda::dnn {
 /// Owns a library handle created through out() and destroys it with `Destroy`. Plans are kept for the process's
 /// life, so this matters only when making a plan fails half-way.
 template <class T, auto Destroy>
-class Owned {
+class Owned : NonCopyable {
  public:
   Owned() = default;
-  Owned(const Owned&) = delete;
-  Owned& operator=(const Owned&) = delete;
   ~Owned() {
     if (m_handle) (void)Destroy(m_handle);
   }

@@ -47,20 +47,22 @@ inline int row_threads(int64_t d, int cap = 256) {
   return static_cast<int>(std::clamp<int64_t>((d + kWarp - 1) / kWarp * kWarp, kWarp, cap));
 }
 
+/// The float (T of 4 bytes) or double whose bits are f32_bits or f64_bits.
+template <class T>
+__device__ __forceinline__ T from_bits(int f32_bits, long long f64_bits) {
+  if constexpr (sizeof(T) == 4)
+    return __int_as_float(f32_bits);
+  else
+    return __longlong_as_double(f64_bits);
+}
 /// +inf and a quiet NaN of T in device code (std::numeric_limits' members are host functions to nvcc).
 template <class T>
 __device__ __forceinline__ T infinity() {
-  if constexpr (sizeof(T) == 4)
-    return __int_as_float(0x7f800000);
-  else
-    return __longlong_as_double(0x7ff0000000000000LL);
+  return from_bits<T>(0x7f800000, 0x7ff0000000000000LL);
 }
 template <class T>
 __device__ __forceinline__ T quiet_nan() {
-  if constexpr (sizeof(T) == 4)
-    return __int_as_float(0x7fc00000);
-  else
-    return __longlong_as_double(0x7ff8000000000000LL);
+  return from_bits<T>(0x7fc00000, 0x7ff8000000000000LL);
 }
 
 __device__ __forceinline__ int64_t global_index() { return blockIdx.x * int64_t{blockDim.x} + threadIdx.x; }

@@ -4,6 +4,7 @@
 // ops/math.h's, shared with the CPU; sums accumulate in double.
 #include "ops/optim.h"
 
+#include "core/noncopyable.h"
 #include "ops/cuda/context.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernel_util.cuh"
@@ -55,12 +56,10 @@ struct GroupView {
 };
 
 /// Owns a GroupView's device arrays (made once per group by table_of, below).
-struct GroupTable {
+struct GroupTable : NonCopyable {
   GroupView view;
   int device = 0;
   GroupTable() = default;
-  GroupTable(const GroupTable&) = delete;
-  GroupTable& operator=(const GroupTable&) = delete;
   ~GroupTable();
 };
 
