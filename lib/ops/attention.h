@@ -13,7 +13,8 @@ namespace gt::ops {
 /// nanoGPT's attn_dropout). The mask is never stored: keep_ij = dropout_keep(key, step, index, p) (ops/math.h) with
 /// index = attention_dropout_index(b, h, i, j, heads, T) = ((b·heads + h)·T + i)·T + j, so both backends draw the
 /// same mask and the backward regenerates the forward's. p = 0 (the default) is no dropout, with the arithmetic and
-/// the speed of attention without it: the mask is not drawn at all.
+/// the speed of attention without it: the mask is not drawn at all. A p outside [0, 1) (or NaN) throws, on either
+/// device, before anything runs.
 struct AttentionDropout {
   double p = 0;       ///< drop probability, in [0, 1)
   uint64_t key = 0;   ///< the layer's mask stream (drawn at init_params)
