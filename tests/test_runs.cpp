@@ -5,6 +5,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <signal.h>
+
 #include <filesystem>
 #include <map>
 #include <sstream>
@@ -201,4 +203,24 @@ TEST_CASE("gputrain runs: no run is exit 1, usage errors are exit 2", "[e2e]") {
   const auto bad_sort = run_gputrain("runs " + (dir / "r") + " --sort test_los");
   CHECK(bad_sort.exit_code == 2);
   CHECK_THAT(bad_sort.output, Catch::Contains("--sort test_los: no such column (did you mean \"test_loss\"?)"));
+}
+
+TEST_CASE("gputrain runs tells a running run from one interrupted", "[e2e]") {
+  TempDir dir;
+  write_text(dir / "long.yaml", std::string(kTiny) + "checkpoint: {every_epochs: 0}\n");
+  const std::string run = dir / "runs/long";
+  const Background b = start_gputrain(
+      "train " + (dir / "long.yaml") + " --quiet --threads 1 --epochs 1000000 --out " + run, dir / "log");
+  REQUIRE(wait_for_file(run + "/metrics.jsonl", 60));
+  const auto going = run_gputrain("runs " + (dir / "runs") + " --json");
+  INFO(going.output);
+  CHECK(going.exit_code == 0);
+  CHECK(gt::json_read_object(going.output).find("status")->string == "running");
+  kill(b.pid, SIGTERM);
+  REQUIRE(wait_exit(b) == 75);
+  const auto stopped = run_gputrain("runs " + (dir / "runs") + " --json");
+  INFO(stopped.output);
+  const gt::JsonValue o = gt::json_read_object(stopped.output);
+  CHECK(o.find("status")->string == "interrupted");
+  CHECK(o.find("steps")->integer.value_or(0) > 0);
 }
