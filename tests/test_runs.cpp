@@ -90,7 +90,7 @@ TEST_CASE("gputrain runs compares run directories: differing overrides, status, 
   // Only what differs between the runs: the batch size, the learning rate and max_steps, not the layers or the seed.
   CHECK(header == std::vector<std::string>{"run", "data.batch_size", "optimizer.lr", "train.max_steps", "status",
                                            "steps", "wall_s", "final_train_loss", "test_loss", "test_accuracy",
-                                           "samples_per_sec", "world_size", "epochs", "threads"});
+                                           "samples_per_sec"});
   const size_t lr = column_of(header, "optimizer.lr"), status = column_of(header, "status"),
                steps = column_of(header, "steps");
   CHECK(cells[1][0] == "a");
@@ -200,6 +200,15 @@ TEST_CASE("gputrain runs: no run is exit 1, usage errors are exit 2", "[e2e]") {
   CHECK(run_gputrain("runs").exit_code == 2);
   fs::create_directories(dir / "r");
   write_text(dir / "r/summary.json", "{\"steps\": 5, \"test_loss\": 0.5, \"exit_reason\": \"completed\"}\n");
+  // Settings in summary.json show only where they differ: threads does here, world_size does not.
+  for (const auto& [name, threads] : std::map<std::string, int>{{"x", 1}, {"y", 2}}) {
+    fs::create_directories(dir / "two/" + name);
+    write_text(dir / "two/" + name + "/summary.json",
+               "{\"world_size\": 1, \"threads\": " + std::to_string(threads) + ", \"exit_reason\": \"completed\"}\n");
+  }
+  const auto two = run_gputrain("runs " + (dir / "two") + " --csv");
+  CHECK(lines_of(two.output) ==
+        std::vector<std::string>{"run,status,steps,wall_s,threads", "x,completed,,,1", "y,completed,,,2"});
   const auto bad_sort = run_gputrain("runs " + (dir / "r") + " --sort test_los");
   CHECK(bad_sort.exit_code == 2);
   CHECK_THAT(bad_sort.output, Catch::Contains("--sort test_los: no such column (did you mean \"test_loss\"?)"));

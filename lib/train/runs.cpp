@@ -294,9 +294,25 @@ RunsTable runs_table(const std::vector<RunInfo>& runs) {
   };
   for (const char* k : {"final_train_loss", "test_loss", "test_accuracy", "test_bpb", "samples_per_sec"})
     if (has_metric(k)) metrics.emplace_back(k);
+  // How a run was set up rather than how it did (world_size, threads, epochs): shown, as config keys are, only
+  // when the runs that have a summary differ in it.
+  auto same_setting = [&](const std::string& k) {
+    if (k != "world_size" && k != "threads" && k != "epochs") return false;
+    std::optional<std::optional<double>> first;
+    for (const RunInfo& r : runs) {
+      if (r.status == "unreadable" || r.metrics.empty()) continue;
+      const auto it = std::find_if(r.metrics.begin(), r.metrics.end(), [&](const auto& kv) { return kv.first == k; });
+      const std::optional<double> v = it == r.metrics.end() ? std::nullopt : std::optional<double>(it->second);
+      if (!first)
+        first = v;
+      else if (*first != v)
+        return false;
+    }
+    return true;
+  };
   for (const RunInfo& r : runs)
     for (const auto& [k, v] : r.metrics)
-      if (std::find(metrics.begin(), metrics.end(), k) == metrics.end()) metrics.push_back(k);
+      if (std::find(metrics.begin(), metrics.end(), k) == metrics.end() && !same_setting(k)) metrics.push_back(k);
 
   t.columns.push_back("run");
   t.columns.insert(t.columns.end(), differing.begin(), differing.end());

@@ -42,7 +42,8 @@ std::vector<RunInfo> find_runs(const std::vector<std::string>& paths);
 void read_run(RunInfo& run);
 
 /// The comparison: columns `run`, each config key whose value is not the same in every run that has a config, then
-/// `status`, `steps`, `wall_s` and the metrics any run has; one row per run.
+/// `status`, `steps`, `wall_s` and the numbers of summary.json any run has (world_size, threads and epochs only when
+/// they differ); one row per run.
 struct RunsTable {
   std::vector<std::string> columns;
   std::vector<std::vector<RunCell>> rows;
