@@ -164,6 +164,7 @@ TEST_CASE("gputrain runs compares run directories: differing overrides, status, 
   const auto nested = run_gputrain("runs " + dir.path());
   CHECK(nested.exit_code == 0);
   CHECK_THAT(nested.output, Catch::Contains("sweep/a") && Catch::Contains("sweep/c"));
+  CHECK(table_cells(run_gputrain("runs " + (dir / "sweep") + " " + (dir / "sweep/a/")).output).size() == 4);
 
   // A half-written summary.json is listed as unreadable, last when sorting by a metric, and the rest still show;
   // a run with no summary and no process (killed) is "failed" with the steps its metrics reached.

@@ -12,11 +12,13 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <system_error>
 
 namespace gt {
@@ -193,6 +195,12 @@ std::string full_number(const RunCell& c) {
 
 std::vector<RunInfo> find_runs(const std::vector<std::string>& paths) {
   std::vector<RunInfo> runs;
+  std::set<fs::path> seen;  // a run named twice (`runs sweep sweep/a`) is listed once
+  auto add = [&](RunInfo r) {
+    std::error_code ec;
+    const fs::path key = fs::weakly_canonical(r.dir, ec);
+    if (seen.insert(ec ? fs::path(r.dir) : key).second) runs.push_back(std::move(r));
+  };
   for (const std::string& path : paths) {
     std::error_code ec;
     if (!fs::is_directory(path, ec))
@@ -204,7 +212,7 @@ std::vector<RunInfo> find_runs(const std::vector<std::string>& paths) {
       r.label = whole.filename().string();
       if (r.label.empty()) r.label = whole.parent_path().filename().string();  // "run/" has an empty last part
       if (r.label.empty()) r.label = path;
-      runs.push_back(std::move(r));
+      add(std::move(r));
       continue;
     }
     // Children that are runs; children that are not, one level further (runs/<name>/<time>/).
@@ -228,7 +236,7 @@ std::vector<RunInfo> find_runs(const std::vector<std::string>& paths) {
         RunInfo r;
         r.dir = f.string();
         r.label = f.lexically_relative(path).string();
-        runs.push_back(std::move(r));
+        add(std::move(r));
       }
     }
   }
