@@ -262,7 +262,8 @@ TEST_CASE("config overrides (--set) reach nested keys and list items", "[config]
   }
 }
 
-TEST_CASE("config overrides: +key adds a key the config lacks, ~key removes one, ++key sets either way", "[config][cpu]") {
+TEST_CASE("config overrides: +key adds a key the config lacks, ~key removes one, ++key sets either way",
+          "[config][cpu]") {
   // A fresh base per override: apply_override writes into the YAML tree it is given.
   auto base = [] { return ConfigNode::load_string(kBase, "t.yaml"); };
   SECTION("a plain key=value on a missing path says how to add it") {
@@ -289,6 +290,17 @@ TEST_CASE("config overrides: +key adds a key the config lacks, ~key removes one,
     REQUIRE(m.nodes().size() == 4);
     CHECK(m.output_shape() == Shape{2});
     CHECK_THROWS_WITH(apply_override(base(), "+model.layers[5]=relu"), Catch::Contains("has no item [5] (it has 3)"));
+  }
+  SECTION("messages name the latest --set that covers the key, and a map + made names the +") {
+    CHECK_THROWS_WITH(validate(apply_override(base(), "+model.layers[0].x.y=1")),
+                      Catch::Contains("model.layers[0].x: unknown key") &&
+                          Catch::Contains("(--set +model.layers[0].x.y=1)"));
+    const ConfigNode two = apply_override(apply_override(base(), "+checkpoint.every_steps=5"), "checkpoint.keep=abc");
+    CHECK_THROWS_WITH(parse_experiment(two),
+                      Catch::Contains("checkpoint.keep") && Catch::Contains("(--set checkpoint.keep=abc)"));
+    const ConfigNode replaced =
+        apply_override(apply_override(base(), "optimizer.lr=0.5"), "optimizer={type: sgd, lr: abc}");
+    CHECK_THROWS_WITH(parse_experiment(replaced), Catch::Contains("(--set optimizer={type: sgd, lr: abc})"));
   }
   SECTION("++ sets a key whether or not it is there") {
     CHECK(parse_experiment(apply_override(base(), "++optimizer.lr=0.5")).optimizer.lr == 0.5);

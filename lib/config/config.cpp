@@ -135,10 +135,12 @@ ConfigNode ConfigNode::load_file(const std::string& file) {
 ConfigNode ConfigNode::load_string(const std::string& text, const std::string& name) { return parse(text, name); }
 
 std::string ConfigNode::where() const {
-  // An override replaced this node or one of its parents: point at the --set, not at the file.
-  for (const auto& [path, text] : m_source->overrides) {
+  // An override replaced this node or one of its parents: point at the --set, not at the file; at the latest one
+  // (`optimizer={…}` after `optimizer.lr=…` replaced both; a +key's map is blamed on it until a --set goes into it).
+  for (auto it = m_source->overrides.rbegin(); it != m_source->overrides.rend(); ++it) {
+    const std::string& path = it->first;
     if (m_path == path || (m_path.rfind(path, 0) == 0 && (m_path[path.size()] == '.' || m_path[path.size()] == '[')))
-      return "(--set " + text + ")";
+      return "(--set " + it->second + ")";
   }
   if (m_mark.is_null()) return "(" + m_source->file + ")";
   return fmt::format("({}:{}:{})", m_source->file, m_mark.line + 1, m_mark.column + 1);
@@ -419,7 +421,7 @@ ConfigNode apply_override(const ConfigNode& root, const std::string& assignment)
       throw ConfigError(fmt::format("--set {}: the value is not valid YAML: {}", assignment, e.msg));
     }
     auto override_source = std::make_shared<ConfigSource>();
-    override_source->overrides[norm] = assignment;  // so that messages point at the --set
+    override_source->overrides.emplace_back(norm, assignment);  // so that messages point at the --set
     TreeCheck{*text, override_source, assignment}.check(value, norm);
   }
   // What to write instead, for messages: `key=value` as +key=value, or the other way round.
@@ -429,7 +431,7 @@ ConfigNode apply_override(const ConfigNode& root, const std::string& assignment)
 
   // Walk to the parent of the last step; every step on the way must exist, except that + and ++ create maps.
   YAML::Node node = root.yaml();
-  std::string walked;
+  std::string walked, created;  // created: the first map made on the way, which messages then blame on the --set
   for (size_t s = 0; s + 1 < steps.size(); ++s) {
     const PathStep& st = steps[s];
     YAML::Node next;
@@ -443,6 +445,7 @@ ConfigNode apply_override(const ConfigNode& root, const std::string& assignment)
                                         walked.empty() ? st.key : walked + "." + st.key,
                                         creates ? "; + adds maps on the way, not lists" : ""));
         node[st.key] = YAML::Node(YAML::NodeType::Map);
+        if (created.empty()) created = walked.empty() ? st.key : walked + "." + st.key;
       }
       if (!node.IsMap() || !node[st.key].IsDefined() || node[st.key].IsNull()) {
         const std::string key = walked.empty() ? st.key : walked + "." + st.key;
@@ -456,7 +459,8 @@ ConfigNode apply_override(const ConfigNode& root, const std::string& assignment)
       next = node[st.key];
     } else {
       if (!node.IsSequence() || st.index >= node.size())
-        throw ConfigError(fmt::format("--set {}: {} has no item [{}]{}", assignment, walked, st.index,
+        throw ConfigError(fmt::format("--set {}: {} has no item [{}]{}", assignment,
+                                      walked.empty() ? "the config" : walked, st.index,
                                       node.IsSequence() ? fmt::format(" (it has {})", node.size()) : " (not a list)"));
       walked += fmt::format("[{}]", st.index);
       next = node[st.index];
@@ -491,7 +495,7 @@ ConfigNode apply_override(const ConfigNode& root, const std::string& assignment)
                                    ? fmt::format("; write {} to append", as_add)
                                : node.IsSequence() ? fmt::format(" (it has {})", size)
                                                    : " (not a list)";
-      throw ConfigError(fmt::format("--set {}: {} has no item [{}]{}{}", assignment, walked, last.index, hint,
+      throw ConfigError(fmt::format("--set {}: {} has no item [{}]{}{}", assignment, where, last.index, hint,
                                     mode == Mode::remove ? "; nothing to remove" : ""));
     }
     if (mode == Mode::remove) {
@@ -514,12 +518,14 @@ ConfigNode apply_override(const ConfigNode& root, const std::string& assignment)
       node[last.index] = value;
   }
 
-  return root.with_override(norm, assignment);
+  const ConfigNode out = root.with_override(norm, assignment);
+  return created.empty() ? out : out.with_override(created, assignment);
 }
 
 ConfigNode ConfigNode::with_override(const std::string& path, const std::string& text) const {
   auto src = std::make_shared<ConfigSource>(*m_source);
-  src->overrides[path] = text;
+  std::erase_if(src->overrides, [&](const auto& o) { return o.first == path; });
+  src->overrides.emplace_back(path, text);
   return ConfigNode(m_node, m_path, src, m_mark);
 }
 
