@@ -71,7 +71,9 @@ struct ConfigArgs {
 
 void add_config_args(CLI::App* cmd, ConfigArgs& a) {
   cmd->add_option("config", a.file, "experiment YAML file")->required();
-  cmd->add_option("--set", a.sets, "override a key: --set optimizer.lr=0.1 --set model.layers[1].out_features=1024")
+  cmd->add_option("--set", a.sets,
+                  "override a key: --set optimizer.lr=0.1 --set model.layers[1].out_features=1024; +KEY=VALUE adds a "
+                  "key the config lacks, ++KEY=VALUE sets it either way, ~KEY removes one")
       ->type_name("KEY=VALUE")
       ->allow_extra_args(false);
 }
