@@ -262,6 +262,70 @@ TEST_CASE("config overrides (--set) reach nested keys and list items", "[config]
   }
 }
 
+TEST_CASE("config overrides: +key adds a key the config lacks, ~key removes one, ++key sets either way",
+          "[config][cpu]") {
+  // A fresh base per override: apply_override writes into the YAML tree it is given.
+  auto base = [] { return ConfigNode::load_string(kBase, "t.yaml"); };
+  SECTION("a plain key=value on a missing path says how to add it") {
+    CHECK_THROWS_WITH(apply_override(base(), "train.grad_clip.max_norm=1"),
+                      "--set train.grad_clip.max_norm=1: the config has no key train.grad_clip; write "
+                      "+train.grad_clip.max_norm=1 to add it");
+    CHECK_THROWS_WITH(apply_override(base(), "model.layers[3]={type: relu}"),
+                      Catch::Contains("model.layers has no item [3]; write +model.layers[3]={type: relu} to append"));
+  }
+  SECTION("+ adds the key and the maps on the way; the result is validated as usual") {
+    CHECK(parse_experiment(apply_override(base(), "+train.grad_clip.max_norm=0.5")).train.grad_clip == 0.5);
+    CHECK(parse_experiment(apply_override(base(), "+optimizer.momentum=0.9")).optimizer.momentum == 0.9);
+    // A key it adds that the schema does not know fails validation, pointing at the --set.
+    CHECK_THROWS_WITH(parse_experiment(apply_override(base(), "+optimizer.momentun=0.9")),
+                      Catch::Contains("did you mean \"momentum\"") &&
+                          Catch::Contains("(--set +optimizer.momentun=0.9)"));
+  }
+  SECTION("+ refuses a key that is there, + past a list's end appends") {
+    CHECK_THROWS_WITH(apply_override(base(), "+optimizer.lr=0.5"),
+                      "--set +optimizer.lr=0.5: optimizer.lr is already set (to \"0.1\"); write optimizer.lr=0.5 to "
+                      "replace it");
+    const ConfigNode root = apply_override(base(), "+model.layers[3]={type: linear, out_features: 2}");
+    const Model m = Model::build(root["model"], Shape{4}, DType::f32, Device::cpu(), 1);
+    REQUIRE(m.nodes().size() == 4);
+    CHECK(m.output_shape() == Shape{2});
+    CHECK_THROWS_WITH(apply_override(base(), "+model.layers[5]=relu"), Catch::Contains("has no item [5] (it has 3)"));
+  }
+  SECTION("messages name the latest --set that covers the key, and a map + made names the +") {
+    CHECK_THROWS_WITH(validate(apply_override(base(), "+model.layers[0].x.y=1")),
+                      Catch::Contains("model.layers[0].x: unknown key") &&
+                          Catch::Contains("(--set +model.layers[0].x.y=1)"));
+    const ConfigNode two = apply_override(apply_override(base(), "+checkpoint.every_steps=5"), "checkpoint.keep=abc");
+    CHECK_THROWS_WITH(parse_experiment(two),
+                      Catch::Contains("checkpoint.keep") && Catch::Contains("(--set checkpoint.keep=abc)"));
+    const ConfigNode replaced =
+        apply_override(apply_override(base(), "optimizer.lr=0.5"), "optimizer={type: sgd, lr: abc}");
+    CHECK_THROWS_WITH(parse_experiment(replaced), Catch::Contains("(--set optimizer={type: sgd, lr: abc})"));
+  }
+  SECTION("++ sets a key whether or not it is there") {
+    CHECK(parse_experiment(apply_override(base(), "++optimizer.lr=0.5")).optimizer.lr == 0.5);
+    CHECK(parse_experiment(apply_override(base(), "++train.grad_clip.max_norm=2")).train.grad_clip == 2);
+  }
+  SECTION("~ removes a key or a list item; a missing one or another value is an error") {
+    const ConfigNode no_opt = apply_override(base(), "~optimizer");
+    CHECK_FALSE(no_opt.has("optimizer"));
+    CHECK_THROWS_WITH(parse_experiment(no_opt), Catch::Contains("optimizer") && Catch::Contains("(--set ~optimizer)"));
+    CHECK_FALSE(apply_override(base(), "~optimizer.lr=0.1")["optimizer"].has("lr"));
+    CHECK_THROWS_WITH(apply_override(base(), "~optimizer.lr=0.2"),
+                      "--set ~optimizer.lr=0.2: optimizer.lr is \"0.1\", not \"0.2\"; write ~optimizer.lr to remove it "
+                      "whatever it is");
+    CHECK_THROWS_WITH(apply_override(base(), "~optimizer.nesterov"),
+                      "--set ~optimizer.nesterov: the config has no key optimizer.nesterov; nothing to remove");
+    CHECK_THROWS_WITH(apply_override(base(), "~train.grad_clip.max_norm"),
+                      Catch::Contains("the config has no key train.grad_clip") && !Catch::Contains("write +"));
+    const ConfigNode two = apply_override(base(), "~model.layers[1]");
+    REQUIRE(two["model"]["layers"].size() == 2);
+    CHECK(two["model"]["layers"].at(1)["out_features"].as_int() == 3);  // the last layer moved up
+    CHECK_THROWS_WITH(apply_override(base(), "~model.layers[3]"), Catch::Contains("has no item [3]"));
+    CHECK_THROWS_WITH(apply_override(base(), "~"), Catch::Contains("empty key path"));
+  }
+}
+
 TEST_CASE("the resolved config reads back to itself: each section's YAML writer matches its parser", "[config][cpu]") {
   // config.resolved.yaml is what `--resume` compares and what a run can be repeated from, so every mode and every
   // data format must come back from it unchanged.

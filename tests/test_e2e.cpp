@@ -418,7 +418,8 @@ TEST_CASE("bad configs and usage exit 2 with one error line, bad data exits 1", 
   write_text(dir / "good.yaml", kSynthetic);
   expect("train " + (dir / "good.yaml") + " --set model.layers[0].out_features=-4", 2,
          "model.layers[0].out_features: expected a positive integer, got -4 (--set model.layers[0].out_features=-4)");
-  expect("check " + (dir / "good.yaml") + " --set train.nope.deeper=1", 2, "the config has no key train.nope");
+  expect("check " + (dir / "good.yaml") + " --set train.nope.deeper=1", 2,
+         "the config has no key train.nope; write +train.nope.deeper=1 to add it");
   expect("train " + (dir / "missing.yaml"), 2, "cannot open config file");
   expect("train", 2, "error:");
   expect("frobnicate", 2, "error:");

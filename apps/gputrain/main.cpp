@@ -15,6 +15,7 @@
 #include "train/llmc.h"
 #include "train/loss.h"
 #include "train/run_dir.h"
+#include "train/runs.h"
 #include "train/setup.h"
 #include "train/signals.h"
 #include "train/trainer.h"
@@ -70,9 +71,38 @@ struct ConfigArgs {
 
 void add_config_args(CLI::App* cmd, ConfigArgs& a) {
   cmd->add_option("config", a.file, "experiment YAML file")->required();
-  cmd->add_option("--set", a.sets, "override a key: --set optimizer.lr=0.1 --set model.layers[1].out_features=1024")
+  cmd->add_option("--set", a.sets,
+                  "override a key: --set optimizer.lr=0.1 --set model.layers[1].out_features=1024; +KEY=VALUE adds a "
+                  "key the config lacks, ++KEY=VALUE sets it either way, ~KEY removes one")
       ->type_name("KEY=VALUE")
       ->allow_extra_args(false);
+}
+
+struct RunsArgs {
+  std::vector<std::string> dirs;
+  std::string sort;
+  bool desc = false, json = false, csv = false;
+};
+
+int cmd_runs(const RunsArgs& a) {
+  std::vector<gt::RunInfo> runs = gt::find_runs(a.dirs);
+  if (runs.empty()) {
+    std::string where;
+    for (const auto& d : a.dirs) where += (where.empty() ? "" : ", ") + d;
+    fmt::print(stderr,
+               "no run directories in {} (a run directory holds summary.json, config.resolved.yaml, metrics.jsonl or "
+               "checkpoints/; runs are looked for in the folder, below it and one level further down)\n",
+               where);
+    return 1;
+  }
+  for (gt::RunInfo& r : runs) {
+    gt::read_run(r);
+    if (!r.problem.empty()) spdlog::warn("{}: {}", r.dir, r.problem);
+  }
+  gt::RunsTable table = gt::runs_table(runs);
+  if (!a.sort.empty()) gt::sort_runs(table, a.sort, a.desc);
+  fmt::print("{}", a.json ? gt::runs_jsonl(table) : a.csv ? gt::runs_csv(table) : gt::runs_text(table));
+  return 0;
 }
 
 int cmd_devices() {
@@ -299,6 +329,24 @@ int main(int argc, char** argv) {
   tokenize->add_option("--val-fraction", val_fraction, "the last fraction of the bytes, for validation (default 0.1)");
   tokenize->add_option("--shard-tokens", shard_tokens, "tokens per shard at most (default 100000000, as llm.c)");
 
+  RunsArgs runs_args;
+  auto* runs = app.add_subcommand("runs",
+                                  "compare run directories: one row per run with the config keys that differ, how it "
+                                  "ended, steps, wall time and final metrics");
+  runs->add_option("dirs", runs_args.dirs,
+                   "run directories, or folders holding them (directly or one level down, as runs/<name>/<time>/)")
+      ->required();
+  runs->add_option("--sort", runs_args.sort, "sort by a column (a metric, a config key, status, steps, wall_s, run)")
+      ->type_name("KEY");
+  runs->add_flag("--desc", runs_args.desc, "sort descending (missing values stay last)");
+  auto* runs_json = runs->add_flag("--json", runs_args.json, "one JSON object per run and line, instead of the table");
+  runs->add_flag("--csv", runs_args.csv, "CSV with a header line, instead of the table")->excludes(runs_json);
+  runs->footer(
+      "Status: completed, max_steps, interrupted, diverged (summary.json's exit_reason); running (no summary.json, "
+      "its process alive); failed (no summary.json, no process: an error or a kill ended it); unreadable (a corrupt "
+      "summary.json). Exit codes: 0 listed; 1 no run found; 2 usage error (a bad flag, a missing folder, an unknown "
+      "--sort column).");
+
   auto* devices = app.add_subcommand("devices", "list compute devices and the CUDA library versions found");
   auto* layers = app.add_subcommand("layers", "print the layer reference (Markdown), generated from the registry");
 
@@ -322,6 +370,7 @@ int main(int argc, char** argv) {
   };
   try {
     if (*devices) return cmd_devices();
+    if (*runs) return cmd_runs(runs_args);
     if (*layers) {
       fmt::print("{}", gt::layer_reference_markdown());
       return 0;

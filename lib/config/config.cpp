@@ -135,10 +135,12 @@ ConfigNode ConfigNode::load_file(const std::string& file) {
 ConfigNode ConfigNode::load_string(const std::string& text, const std::string& name) { return parse(text, name); }
 
 std::string ConfigNode::where() const {
-  // An override replaced this node or one of its parents: point at the --set, not at the file.
-  for (const auto& [path, text] : m_source->overrides) {
+  // An override replaced this node or one of its parents: point at the --set, not at the file; at the latest one
+  // (`optimizer={…}` after `optimizer.lr=…` replaced both; a +key's map is blamed on it until a --set goes into it).
+  for (auto it = m_source->overrides.rbegin(); it != m_source->overrides.rend(); ++it) {
+    const std::string& path = it->first;
     if (m_path == path || (m_path.rfind(path, 0) == 0 && (m_path[path.size()] == '.' || m_path[path.size()] == '[')))
-      return "(--set " + text + ")";
+      return "(--set " + it->second + ")";
   }
   if (m_mark.is_null()) return "(" + m_source->file + ")";
   return fmt::format("({}:{}:{})", m_source->file, m_mark.line + 1, m_mark.column + 1);
@@ -386,9 +388,25 @@ std::vector<PathStep> parse_path(const std::string& path, const std::string& ass
 }  // namespace
 
 ConfigNode apply_override(const ConfigNode& root, const std::string& assignment) {
+  // Hydra's prefixes: +key=value adds a key the config lacks (and the maps on the way), ++key=value sets it whether
+  // or not it is there, ~key (or ~key=value, when it has that value) removes it.
+  enum class Mode { set, add, force, remove };
+  Mode mode = Mode::set;
+  size_t skip = 0;
+  if (assignment.rfind("++", 0) == 0) {
+    mode = Mode::force, skip = 2;
+  } else if (assignment.rfind('+', 0) == 0) {
+    mode = Mode::add, skip = 1;
+  } else if (assignment.rfind('~', 0) == 0) {
+    mode = Mode::remove, skip = 1;
+  }
   const size_t eq = assignment.find('=');
-  if (eq == std::string::npos) throw ConfigError(fmt::format("--set {}: expected KEY=VALUE", assignment));
-  const std::string path = assignment.substr(0, eq), text = assignment.substr(eq + 1);
+  if (eq == std::string::npos && mode != Mode::remove)
+    throw ConfigError(
+        fmt::format("--set {}: expected KEY=VALUE (or +KEY=VALUE to add a key, ~KEY to remove one)", assignment));
+  const std::string path = assignment.substr(skip, eq == std::string::npos ? std::string::npos : eq - skip);
+  const std::optional<std::string> text =
+      eq == std::string::npos ? std::nullopt : std::optional<std::string>(assignment.substr(eq + 1));
   const std::vector<PathStep> steps = parse_path(path, assignment);
 
   std::string norm;
@@ -396,34 +414,53 @@ ConfigNode apply_override(const ConfigNode& root, const std::string& assignment)
     norm += st.key.empty() ? fmt::format("[{}]", st.index) : (norm.empty() ? "" : ".") + st.key;
 
   YAML::Node value;
-  try {
-    value = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    throw ConfigError(fmt::format("--set {}: the value is not valid YAML: {}", assignment, e.msg));
+  if (text) {
+    try {
+      value = YAML::Load(*text);
+    } catch (const YAML::Exception& e) {
+      throw ConfigError(fmt::format("--set {}: the value is not valid YAML: {}", assignment, e.msg));
+    }
+    auto override_source = std::make_shared<ConfigSource>();
+    override_source->overrides.emplace_back(norm, assignment);  // so that messages point at the --set
+    TreeCheck{*text, override_source, assignment}.check(value, norm);
   }
-  auto override_source = std::make_shared<ConfigSource>();
-  override_source->overrides[norm] = assignment;  // so that messages point at the --set
-  TreeCheck{text, override_source, assignment}.check(value, norm);
+  // What to write instead, for messages: `key=value` as +key=value, or the other way round.
+  const std::string value_part = text ? "=" + *text : "";
+  const std::string as_add = "+" + path + value_part, as_set = path + value_part;
+  const bool creates = mode == Mode::add || mode == Mode::force;
 
-  // Walk to the parent of the last step; every step on the way must exist.
+  // Walk to the parent of the last step; every step on the way must exist, except that + and ++ create maps.
   YAML::Node node = root.yaml();
-  std::string walked;
+  std::string walked, created;  // created: the first map made on the way, which messages then blame on the --set
   for (size_t s = 0; s + 1 < steps.size(); ++s) {
     const PathStep& st = steps[s];
     YAML::Node next;
     if (!st.key.empty()) {
+      const bool missing = node.IsMap() && (!node[st.key].IsDefined() || node[st.key].IsNull());
       // A whole section the file leaves out (checkpoint, dist, scheduler, ...) is created empty; a name that is not
-      // a section then fails validation with a did-you-mean. Deeper keys must exist.
-      if (s == 0 && node.IsMap() && (!node[st.key].IsDefined() || node[st.key].IsNull()))
+      // a section then fails validation with a did-you-mean. Deeper keys must exist, or be added with +.
+      if (missing && mode != Mode::remove && (s == 0 || creates)) {
+        if (steps[s + 1].key.empty())
+          throw ConfigError(fmt::format("--set {}: the config has no list {}{}", assignment,
+                                        walked.empty() ? st.key : walked + "." + st.key,
+                                        creates ? "; + adds maps on the way, not lists" : ""));
         node[st.key] = YAML::Node(YAML::NodeType::Map);
-      if (!node.IsMap() || !node[st.key].IsDefined() || node[st.key].IsNull())
-        throw ConfigError(fmt::format("--set {}: the config has no key {}", assignment,
-                                      walked.empty() ? st.key : walked + "." + st.key));
+        if (created.empty()) created = walked.empty() ? st.key : walked + "." + st.key;
+      }
+      if (!node.IsMap() || !node[st.key].IsDefined() || node[st.key].IsNull()) {
+        const std::string key = walked.empty() ? st.key : walked + "." + st.key;
+        if (mode == Mode::set && node.IsMap())
+          throw ConfigError(
+              fmt::format("--set {}: the config has no key {}; write {} to add it", assignment, key, as_add));
+        throw ConfigError(fmt::format("--set {}: the config has no key {}{}", assignment, key,
+                                      node.IsMap() || walked.empty() ? "" : fmt::format(" ({} is not a map)", walked)));
+      }
       walked += (walked.empty() ? "" : ".") + st.key;
       next = node[st.key];
     } else {
       if (!node.IsSequence() || st.index >= node.size())
-        throw ConfigError(fmt::format("--set {}: {} has no item [{}]{}", assignment, walked, st.index,
+        throw ConfigError(fmt::format("--set {}: {} has no item [{}]{}", assignment,
+                                      walked.empty() ? "the config" : walked, st.index,
                                       node.IsSequence() ? fmt::format(" (it has {})", node.size()) : " (not a list)"));
       walked += fmt::format("[{}]", st.index);
       next = node[st.index];
@@ -431,22 +468,64 @@ ConfigNode apply_override(const ConfigNode& root, const std::string& assignment)
     node.reset(next);
   }
   const PathStep& last = steps.back();
+  const std::string where = walked.empty() ? "the config" : walked;
   if (!last.key.empty()) {
-    if (!node.IsMap() && !(node.IsNull() && !walked.empty()))
-      throw ConfigError(fmt::format("--set {}: {} is not a map", assignment, walked.empty() ? "the config" : walked));
+    if (!node.IsMap() && !(node.IsNull() && !walked.empty() && mode != Mode::remove))
+      throw ConfigError(fmt::format("--set {}: {} is not a map", assignment, where));
+    const bool present = node.IsMap() && node[last.key].IsDefined() && !node[last.key].IsNull();
+    if (mode == Mode::remove) {
+      if (!present)
+        throw ConfigError(fmt::format("--set {}: the config has no key {}; nothing to remove", assignment, norm));
+      if (text && YAML::Dump(node[last.key]) != YAML::Dump(value))
+        throw ConfigError(fmt::format("--set {}: {} is {}, not {}; write ~{} to remove it whatever it is", assignment,
+                                      norm, quote_value(YAML::Dump(node[last.key])), quote_value(*text), path));
+      node.remove(last.key);
+      return root.with_override(norm, assignment);  // a missing required key then points at the --set
+    }
+    if (mode == Mode::add && present)
+      throw ConfigError(fmt::format("--set {}: {} is already set (to {}); write {} to replace it", assignment, norm,
+                                    quote_value(YAML::Dump(node[last.key])), as_set));
     node[last.key] = value;
   } else {
-    if (!node.IsSequence() || last.index >= node.size())
-      throw ConfigError(fmt::format("--set {}: {} has no item [{}]", assignment, walked, last.index));
-    node[last.index] = value;
+    const size_t size = node.IsSequence() ? node.size() : 0;
+    // + and ++ may append: the index one past the end adds an item.
+    const bool append = creates && node.IsSequence() && last.index == size;
+    if (!node.IsSequence() || (last.index >= size && !append)) {
+      const std::string hint = node.IsSequence() && last.index == size && mode == Mode::set
+                                   ? fmt::format("; write {} to append", as_add)
+                               : node.IsSequence() ? fmt::format(" (it has {})", size)
+                                                   : " (not a list)";
+      throw ConfigError(fmt::format("--set {}: {} has no item [{}]{}{}", assignment, where, last.index, hint,
+                                    mode == Mode::remove ? "; nothing to remove" : ""));
+    }
+    if (mode == Mode::remove) {
+      if (text && YAML::Dump(node[last.index]) != YAML::Dump(value))
+        throw ConfigError(fmt::format("--set {}: {} is {}, not {}; write ~{} to remove it whatever it is", assignment,
+                                      norm, quote_value(YAML::Dump(node[last.index])), quote_value(*text), path));
+      // The items after it move up: a message about one of them must not point at this --set, so none is recorded.
+      YAML::Node rest(YAML::NodeType::Sequence);
+      for (size_t i = 0; i < size; ++i)
+        if (i != last.index) rest.push_back(node[i]);
+      node = rest;
+      return root;
+    }
+    if (mode == Mode::add && !append)
+      throw ConfigError(fmt::format("--set {}: {} is already set (to {}); write {} to replace it", assignment, norm,
+                                    quote_value(YAML::Dump(node[last.index])), as_set));
+    if (append)
+      node.push_back(value);
+    else
+      node[last.index] = value;
   }
 
-  return root.with_override(norm, assignment);
+  const ConfigNode out = root.with_override(norm, assignment);
+  return created.empty() ? out : out.with_override(created, assignment);
 }
 
 ConfigNode ConfigNode::with_override(const std::string& path, const std::string& text) const {
   auto src = std::make_shared<ConfigSource>(*m_source);
-  src->overrides[path] = text;
+  std::erase_if(src->overrides, [&](const auto& o) { return o.first == path; });
+  src->overrides.emplace_back(path, text);
   return ConfigNode(m_node, m_path, src, m_mark);
 }
 

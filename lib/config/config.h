@@ -14,6 +14,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace gt {
@@ -21,7 +22,9 @@ namespace gt {
 /// Where the YAML came from: a file name, plus the `--set` overrides that replaced parts of it.
 struct ConfigSource {
   std::string file;
-  std::map<std::string, std::string> overrides;  ///< key path → the `--set` text that set it
+  /// (key path, the `--set` text that set it), in the order they were applied: the latest that covers a node is
+  /// the one its messages name.
+  std::vector<std::pair<std::string, std::string>> overrides;
 };
 
 class ConfigNode {
