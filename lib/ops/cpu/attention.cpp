@@ -359,6 +359,16 @@ GT_CPU_CLONES void attn_bwd_task_f32(const float* q, const float* k, const float
   attn_bwd_task<float>(q, k, v, ld, g, o, ldo, lse, delta, t, d, scale, dq, dk, dv, drop, mask, buf);
 }
 
+// Asks for rows [0, n) of a head's slice (d values each, rows ld apart) to be brought into L2: the dispatchers
+// below prefetch the next task's q, k, v (and dout, out) while the current one computes. Its rows sit 3C apart,
+// beyond what the hardware prefetchers follow across pages, and first touching them took ~40 % of the backward.
+template <class T>
+void prefetch_rows(const T* p, int64_t ld, int64_t n, int64_t d) {
+  constexpr int64_t kLine = 64 / sizeof(T);
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t e = 0; e < d; e += kLine) __builtin_prefetch(p + r * ld + e, 0, 2);
+}
+
 // Query rows [first, first + n) of qkv's sequences (all of them for the forward, the new ones for a decode step):
 // out is [B, n, C]; lse [B, heads, T] is written when given; drop (null: none) masks the probabilities.
 template <class T>
@@ -370,7 +380,9 @@ void attn_fwd_t(const Tensor& qkv, int64_t heads, int64_t first, int64_t n, Tens
   T* po = out.data<T>();
   parallel_for(nb * heads, 1, [&](int64_t u0, int64_t u1) {
     std::vector<T> buf(static_cast<size_t>(attn_fwd_scratch(first + n, d)));
+    auto head = [&](int64_t u) { return px + u / heads * t * 3 * c + u % heads * d; };  // the task's q
     for (int64_t u = u0; u < u1; ++u) {
+      if (u + 1 < u1) prefetch_rows(head(u + 1), c, 3 * (first + n), d);  // its q, k and v rows
       const int64_t b = u / heads, h = u % heads;
       const T* q = px + b * t * 3 * c + h * d;
       T* o = po + b * n * c + h * d;
@@ -397,6 +409,12 @@ void attn_bwd_t(const Tensor& qkv, const Tensor& out, const Tensor& lse, const T
   parallel_for(nb * heads, 1, [&](int64_t u0, int64_t u1) {
     std::vector<T> buf(static_cast<size_t>(attn_bwd_scratch(t, d)));
     for (int64_t u = u0; u < u1; ++u) {
+      if (u + 1 < u1) {  // the next task's q, k, v, dout and out rows
+        const int64_t b = (u + 1) / heads, h = (u + 1) % heads;
+        prefetch_rows(px + b * t * 3 * c + h * d, c, 3 * t, d);
+        prefetch_rows(pdo + b * t * c + h * d, c, t, d);
+        prefetch_rows(po + b * t * c + h * d, c, t, d);
+      }
       const int64_t b = u / heads, h = u % heads;
       const T* q = px + b * t * 3 * c + h * d;
       const T* g = pdo + b * t * c + h * d;
