@@ -6,9 +6,9 @@
 
 References: Debian's torch 1.13 (/usr/bin/python3) and the current torch from PyPI in bench/.venv (made by
 bench/torch_venv.sh; skipped with a note when absent). Runs are interleaved over rounds and each figure is the median
-of its rounds (this shared machine drifts by ±30 % between minutes). gputrain's rate is its summary.json's training
-samples/s × T (the whole run's training time, first steps included); PyTorch's excludes 5 warm-up steps, so the
-ratio is conservative. Data: the fortunes shards of the README (tokenized here when missing).
+of its rounds (this shared machine drifts by ±30 % between minutes). Both engines are timed the same way: 5 warm-up
+steps, then --steps steps (gputrain's from the training clock of its metrics.jsonl rows). Data: the fortunes shards
+of the README (tokenized here when missing).
 """
 import argparse
 import glob
@@ -35,14 +35,20 @@ def shards():
     return data
 
 
-def gputrain_rate(data, steps, threads):
+def gputrain_rate(data, steps, threads, warmup=5):
+    """Training tokens/s over `steps` steps after `warmup` (as torch_gpt.py times PyTorch): from the metrics rows
+    logged at the end of step `warmup` and of the last step (elapsed_s is the run's training clock)."""
     with tempfile.TemporaryDirectory() as out:
         subprocess.run([GPUTRAIN, "train", CONFIG, "--device", "cpu", "--threads", str(threads), "--max-steps",
-                        str(steps), "--quiet", "--set", f"data.train.path={data}/train_*.bin", "--set",
+                        str(warmup + steps), "--quiet", "--set", f"data.train.path={data}/train_*.bin", "--set",
                         f"data.test.path={data}/val_*.bin", "--set", "train.eval_every=1000000", "--set",
-                        "train.eval_tokens=64", "--out", os.path.join(out, "run")], check=True)
-        with open(os.path.join(out, "run", "summary.json")) as f:
-            return json.load(f)["samples_per_sec"] * T
+                        "train.eval_tokens=64", "--set", f"train.log_every={warmup}", "--out",
+                        os.path.join(out, "run")], check=True)
+        with open(os.path.join(out, "run", "metrics.jsonl")) as f:
+            rows = {r["step"]: r["elapsed_s"] for r in map(json.loads, f) if r.get("type") == "train"}
+        last = max(rows)
+        assert last == warmup + steps and warmup in rows, f"metrics.jsonl rows at steps {sorted(rows)}"
+        return steps * BATCH * T / (rows[last] - rows[warmup])
 
 
 def torch_rate(python, data, steps, threads):
