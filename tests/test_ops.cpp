@@ -27,6 +27,23 @@ Tensor filled(const Shape& s, uint64_t seed) {
   return t;
 }
 
+// An f32 tensor of uniform values in [lo, hi) and an f64 one holding the same numbers, for f32-against-f64 tests.
+std::pair<Tensor, Tensor> f32_f64_pair(const Shape& s, Rng& rng, double lo, double hi) {
+  Tensor f = Tensor::empty(s, DType::f32), g = Tensor::empty(s, DType::f64);
+  for (int64_t i = 0; i < f.numel(); ++i)
+    g.data<double>()[i] = f.data<float>()[i] = static_cast<float>(rng.uniform(lo, hi));
+  return {f, g};
+}
+
+// The largest difference between an f32 tensor and its f64 reference, relative to the reference where that is
+// above 1.
+double worst_rel(const Tensor& f, const Tensor& g) {
+  double w = 0;
+  for (int64_t i = 0; i < f.numel(); ++i)
+    w = std::max(w, std::abs(f.data<float>()[i] - g.data<double>()[i]) / std::max(1.0, std::abs(g.data<double>()[i])));
+  return w;
+}
+
 }  // namespace
 
 TEST_CASE("matmul matches a reference loop for every transpose and split", "[cpu]") {
@@ -501,12 +518,7 @@ TEST_CASE("f32 layernorm matches f64 forward and backward, written and accumulat
   set_num_threads(2);
   const int64_t rows = 203, d = 45;
   Rng rng(5, 0);
-  auto pair = [&](const Shape& s, double lo, double hi) {
-    Tensor f = Tensor::empty(s, DType::f32), g = Tensor::empty(s, DType::f64);
-    for (int64_t i = 0; i < f.numel(); ++i)
-      g.data<double>()[i] = f.data<float>()[i] = static_cast<float>(rng.uniform(lo, hi));
-    return std::pair{f, g};
-  };
+  auto pair = [&](const Shape& s, double lo, double hi) { return f32_f64_pair(s, rng, lo, hi); };
   auto [x, xd] = pair(Shape{rows, d}, -1, 1);
   for (int64_t i = 0; i < rows * d; ++i)  // rows centred far from zero, at different scales
     xd.data<double>()[i] = x.data<float>()[i] = x.data<float>()[i] * static_cast<float>(1 + i / d % 5) + 30.0f;
@@ -515,20 +527,13 @@ TEST_CASE("f32 layernorm matches f64 forward and backward, written and accumulat
   auto [dy, dyd] = pair(Shape{rows, d}, -1, 1);
   auto [dg, dgd] = pair(Shape{d}, -1, 1);
   auto [db, dbd] = pair(Shape{d}, -1, 1);
-  auto worst = [](const Tensor& f, const Tensor& g) {
-    double w = 0;
-    for (int64_t i = 0; i < f.numel(); ++i)
-      w = std::max(w,
-                   std::abs(f.data<float>()[i] - g.data<double>()[i]) / std::max(1.0, std::abs(g.data<double>()[i])));
-    return w;
-  };
   Tensor y = Tensor::empty(x.shape(), DType::f32), yd = Tensor::empty(x.shape(), DType::f64);
   Tensor m = Tensor::empty(Shape{rows}, DType::f32), md = Tensor::empty(Shape{rows}, DType::f64);
   Tensor v = Tensor::empty(Shape{rows}, DType::f32), vd = Tensor::empty(Shape{rows}, DType::f64);
   ops::layernorm_forward(x, gamma, beta, 1e-5, m, v, y);
   ops::layernorm_forward(xd, gammad, betad, 1e-5, md, vd, yd);
-  CHECK(worst(y, yd) < 2e-6);
-  CHECK(worst(m, md) < 1e-6);
+  CHECK(worst_rel(y, yd) < 2e-6);
+  CHECK(worst_rel(m, md) < 1e-6);
   double worst_def = 0;  // the f64 path against the definition, written out
   for (int64_t r = 0; r < rows; ++r) {
     const double* row = xd.data<double>() + r * d;
@@ -544,14 +549,14 @@ TEST_CASE("f32 layernorm matches f64 forward and backward, written and accumulat
   Tensor dx = Tensor::empty(x.shape(), DType::f32), dxd = Tensor::empty(x.shape(), DType::f64);
   ops::layernorm_backward(x, gamma, m, v, dy, dx, dg, db, 1.0);  // accumulate onto the random dγ, dβ
   ops::layernorm_backward(xd, gammad, md, vd, dyd, dxd, dgd, dbd, 1.0);
-  CHECK(worst(dx, dxd) < 2e-5);
-  CHECK(worst(dg, dgd) < 2e-5);
-  CHECK(worst(db, dbd) < 2e-5);
+  CHECK(worst_rel(dx, dxd) < 2e-5);
+  CHECK(worst_rel(dg, dgd) < 2e-5);
+  CHECK(worst_rel(db, dbd) < 2e-5);
   Tensor none;
   ops::layernorm_backward(x, gamma, m, v, dy, none, dg, db, 0.0);  // overwrite, no dx
   ops::layernorm_backward(xd, gammad, md, vd, dyd, none, dgd, dbd, 0.0);
-  CHECK(worst(dg, dgd) < 2e-5);
-  CHECK(worst(db, dbd) < 2e-5);
+  CHECK(worst_rel(dg, dgd) < 2e-5);
+  CHECK(worst_rel(db, dbd) < 2e-5);
 }
 
 // The f32 attention (its loops compiled per instruction set, exp_f32) against the f64 path, forward and backward,
@@ -560,30 +565,18 @@ TEST_CASE("f32 causal attention matches f64, forward and backward", "[cpu]") {
   const int64_t d = GENERATE(24, 32);
   const int64_t nb = 2, t = 100, heads = 2, c = heads * d;
   Rng rng(31, 0);
-  auto pair = [&](const Shape& s) {
-    Tensor f = Tensor::empty(s, DType::f32), g = Tensor::empty(s, DType::f64);
-    for (int64_t i = 0; i < f.numel(); ++i)
-      g.data<double>()[i] = f.data<float>()[i] = static_cast<float>(rng.uniform(-1.5, 1.5));
-    return std::pair{f, g};
-  };
-  auto worst = [](const Tensor& f, const Tensor& g) {
-    double w = 0;
-    for (int64_t i = 0; i < f.numel(); ++i)
-      w = std::max(w,
-                   std::abs(f.data<float>()[i] - g.data<double>()[i]) / std::max(1.0, std::abs(g.data<double>()[i])));
-    return w;
-  };
+  auto pair = [&](const Shape& s) { return f32_f64_pair(s, rng, -1.5, 1.5); };
   auto [qkv, qkvd] = pair(Shape{nb, t, 3 * c});
   auto [dout, doutd] = pair(Shape{nb, t, c});
   Tensor out = Tensor::empty(Shape{nb, t, c}, DType::f32), outd = Tensor::empty(Shape{nb, t, c}, DType::f64);
   Tensor lse = Tensor::empty(Shape{nb, heads, t}, DType::f32), lsed = Tensor::empty(Shape{nb, heads, t}, DType::f64);
   ops::attention_forward(qkv, heads, {}, out, lse);
   ops::attention_forward(qkvd, heads, {}, outd, lsed);
-  CHECK(worst(out, outd) < 1e-5);
-  CHECK(worst(lse, lsed) < 1e-5);
+  CHECK(worst_rel(out, outd) < 1e-5);
+  CHECK(worst_rel(lse, lsed) < 1e-5);
   Tensor delta = Tensor::empty(lse.shape(), DType::f32), deltad = Tensor::empty(lse.shape(), DType::f64);
   Tensor dqkv = Tensor::empty(qkv.shape(), DType::f32), dqkvd = Tensor::empty(qkv.shape(), DType::f64);
   ops::attention_backward(qkv, out, lse, dout, heads, {}, delta, dqkv);
   ops::attention_backward(qkvd, outd, lsed, doutd, heads, {}, deltad, dqkvd);
-  CHECK(worst(dqkv, dqkvd) < 1e-4);
+  CHECK(worst_rel(dqkv, dqkvd) < 1e-4);
 }
