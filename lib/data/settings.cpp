@@ -2,6 +2,7 @@
 #include "data/settings.h"
 
 #include "config/choice.h"
+#include "config/schema.h"
 
 #include <unistd.h>
 
@@ -34,20 +35,57 @@ std::string existing_file(const ConfigNode& n) {
   return path;
 }
 
+// The maps data.train and data.test: two files each (idx, npy) or one path (csv, tokens).
+SectionSpec split_section(const std::string& first, const std::string& second, const std::string& doc) {
+  return plain_section({{.name = first, .kind = KeyKind::string, .required = true, .doc = "a file"},
+                        {.name = second, .kind = KeyKind::string, .required = true, .doc = "a file"}},
+                       doc);
+}
+const SectionSpec& idx_split() {
+  static const SectionSpec s = split_section("images", "labels", "MNIST-family idx files, gzip or plain");
+  return s;
+}
+const SectionSpec& npy_split() {
+  static const SectionSpec s = split_section("inputs", "targets", "NumPy .npy arrays");
+  return s;
+}
+const SectionSpec& path_split() {
+  static const SectionSpec s = plain_section({{.name = "path",
+                                               .kind = KeyKind::string,
+                                               .required = true,
+                                               .doc = "the file (csv), or a glob of llm.c token shards (tokens)"}});
+  return s;
+}
+
+// train (required unless said otherwise) and test of one of the split sections above.
+std::vector<KeySpec> split_keys(const SectionSpec& split, bool train_required = true) {
+  return {
+      {.name = "train", .kind = KeyKind::map, .required = train_required, .section = &split, .doc = "the training set"},
+      {.name = "test", .kind = KeyKind::map, .section = &split, .doc = "the test set (optional)"}};
+}
+
+const KeySpec kScale{.name = "scale",
+                     .kind = KeyKind::number,
+                     .fallback = "1",
+                     .doc = "inputs are multiplied by it (1/255 = 0.00392156862745098); a 32-bit float",
+                     .extra_json = R"("minimum": -3.4028234663852886e38, "maximum": 3.4028234663852886e38)"};
+
 // idx and npy: each split names two files, read into train_/test_images and train_/test_labels.
-void parse_file_pairs(const ConfigNode& d, DataConfig& out, const std::string& first, const std::string& second) {
+void parse_file_pairs(const ConfigNode& d, DataConfig& out, const SectionSpec& split) {
+  const std::vector<KeySpec>& keys = section_keys(split);
+  const std::string &first = keys.at(0).name, &second = keys.at(1).name;
   d.require("train");
-  for (const char* split : {"train", "test"}) {
-    const ConfigNode s = d[split];
+  for (const char* split_name : {"train", "test"}) {
+    const ConfigNode s = d[split_name];
     if (!s.defined()) continue;
-    s.expect_keys({first, second});
+    s.expect_keys(key_names(keys));
     s.require(first);
     s.require(second);
     const std::string a = existing_file(s[first]), b = existing_file(s[second]);
-    (std::string(split) == "train" ? out.train_images : out.test_images) = a;
-    (std::string(split) == "train" ? out.train_labels : out.test_labels) = b;
+    (std::string(split_name) == "train" ? out.train_images : out.test_images) = a;
+    (std::string(split_name) == "train" ? out.train_labels : out.test_labels) = b;
   }
-  out.scale = d.get_double("scale", 1.0);
+  out.scale = get_double(d, kScale);
   // The readers scale in float: a scale past float's range makes every nonzero input infinite.
   if (std::fabs(out.scale) > std::numeric_limits<float>::max())
     d["scale"].fail(fmt::format("expected a number a 32-bit float holds (at most {:g} in size), got {}",
@@ -64,14 +102,14 @@ void write_file_pairs(const DataConfig& c, YAML::Node& d, const std::string& fir
   d["scale"] = c.scale;
 }
 
-void parse_idx(const ConfigNode& d, DataConfig& out) { parse_file_pairs(d, out, "images", "labels"); }
+void parse_idx(const ConfigNode& d, DataConfig& out) { parse_file_pairs(d, out, idx_split()); }
 void write_idx(const DataConfig& c, YAML::Node& d) { write_file_pairs(c, d, "images", "labels"); }
 void load_idx(const DataConfig& c, uint64_t, Dataset& train, Dataset& test) {
   train = read_idx(c.train_images, c.train_labels, static_cast<float>(c.scale));
   if (!c.test_images.empty()) test = read_idx(c.test_images, c.test_labels, static_cast<float>(c.scale));
 }
 
-void parse_npy(const ConfigNode& d, DataConfig& out) { parse_file_pairs(d, out, "inputs", "targets"); }
+void parse_npy(const ConfigNode& d, DataConfig& out) { parse_file_pairs(d, out, npy_split()); }
 void write_npy(const DataConfig& c, YAML::Node& d) { write_file_pairs(c, d, "inputs", "targets"); }
 void load_npy(const DataConfig& c, uint64_t, Dataset& train, Dataset& test) {
   train = read_npy_pair(c.train_images, c.train_labels, static_cast<float>(c.scale));
@@ -83,7 +121,7 @@ void for_each_split_path(const ConfigNode& d, const std::function<void(bool trai
   for (const char* split : {"train", "test"}) {
     const ConfigNode s = d[split];
     if (!s.defined()) continue;
-    s.expect_keys({"path"});
+    s.expect_keys(key_names(section_keys(path_split())));
     s.require("path");
     read(std::string(split) == "train", s["path"]);
   }
@@ -94,8 +132,10 @@ void parse_csv(const ConfigNode& d, DataConfig& out) {
   for_each_split_path(
       d, [&](bool train, const ConfigNode& path) { (train ? out.train_csv : out.test_csv) = existing_file(path); });
   if (d.has("label")) out.csv.label = d["label"].as_string();
-  out.csv.header = d.get_choice("header", "auto", {"auto", "true", "false"});
-  out.csv.classes = d.get_choice("targets", "classes", {"classes", "values"}) == "classes";
+  const std::vector<KeySpec>& keys = data_format(DataFormat::csv).keys;
+  const KeySpec &header = key_spec(keys, "header"), &targets = key_spec(keys, "targets");
+  out.csv.header = d.get_choice(header.name, header.fallback, header.choices);
+  out.csv.classes = d.get_choice(targets.name, targets.fallback, targets.choices) == "classes";
 }
 
 void write_csv(const DataConfig& c, YAML::Node& d) {
@@ -128,23 +168,53 @@ void check_elements(const ConfigNode& shape_node, const std::vector<int64_t>& sh
   }
 }
 
+// A shape: 1 to limits::kRank sizes of at least 1.
+KeySpec shape_key(const char* name, bool required, const char* doc) {
+  return {.name = name,
+          .kind = KeyKind::list,
+          .required = required,
+          .min_items = 1,
+          .max_items = limits::kRank.max,
+          .items = {{.name = "extent", .kind = KeyKind::size, .min = 1, .limit = &limits::kExtent}},
+          .doc = doc};
+}
+
+const SectionSpec& synthetic_targets() {
+  static const SectionSpec s = plain_section(
+      {shape_key("shape", false, "standard-normal regression targets of this per-sample shape"),
+       {.name = "classes",
+        .kind = KeyKind::size,
+        .min = 2,
+        .limit = &limits::kExtent,
+        .doc = "labels: the argmax of a fixed random linear map of the input"}},
+      "exactly one of classes: K or shape: [..]", R"("oneOf": [{"required": ["classes"]}, {"required": ["shape"]}])");
+  return s;
+}
+
+std::vector<int64_t> read_shape(const ConfigNode& n, const KeySpec& key) {
+  const KeySpec& item = key.items.at(0);
+  return n.as_size_list(static_cast<int64_t>(item.min), *item.limit);
+}
+
 void parse_synthetic(const ConfigNode& d, DataConfig& out) {
+  const std::vector<KeySpec>& keys = data_format(DataFormat::synthetic).keys;
   d.require("samples");
   d.require("input_shape");
   d.require("targets");
-  out.synthetic.samples = d["samples"].as_size(1, limits::kSamples);
-  out.synthetic.test_samples = d.get_size("test_samples", 0, 0, limits::kSamples);
-  out.synthetic.input_shape = d["input_shape"].as_size_list(1, limits::kExtent);
+  out.synthetic.samples = read_size(d["samples"], key_spec(keys, "samples"));
+  out.synthetic.test_samples = get_size(d, key_spec(keys, "test_samples"));
+  out.synthetic.input_shape = read_shape(d["input_shape"], key_spec(keys, "input_shape"));
   if (out.synthetic.input_shape.empty()) d["input_shape"].fail("expected at least one dimension");
   check_elements(d["input_shape"], out.synthetic.input_shape, "input", d["samples"], out.synthetic.samples,
                  d["test_samples"], out.synthetic.test_samples);
   const ConfigNode t = d["targets"];
-  t.expect_keys({"shape", "classes"});
+  const std::vector<KeySpec>& tk = section_keys(synthetic_targets());
+  t.expect_keys(key_names(tk));
   if (t.has("classes") == t.has("shape")) t.fail("give exactly one of `classes: K` or `shape: [..]`");
   if (t.has("classes")) {
-    out.synthetic.classes = t["classes"].as_size(2, limits::kExtent);
+    out.synthetic.classes = read_size(t["classes"], key_spec(tk, "classes"));
   } else {
-    out.synthetic.target_shape = t["shape"].as_size_list(1, limits::kExtent);
+    out.synthetic.target_shape = read_shape(t["shape"], key_spec(tk, "shape"));
     if (out.synthetic.target_shape.empty()) t["shape"].fail("expected at least one dimension");
     check_elements(t["shape"], out.synthetic.target_shape, "target", d["samples"], out.synthetic.samples,
                    d["test_samples"], out.synthetic.test_samples);
@@ -185,8 +255,10 @@ void parse_tokens(const ConfigNode& d, DataConfig& out) {
         path.fail(fmt::format("{} (matched by {}) is not a regular file", f, pattern));
     (train ? out.train_tokens : out.test_tokens) = pattern;
   });
-  out.block_size = d["block_size"].as_size(1, limits::kExtent);
-  out.vocab_size = d.get_size("vocab_size", 0, 2, limits::kTokenVocab);
+  const std::vector<KeySpec>& keys = data_format(DataFormat::tokens).keys;
+  out.block_size = read_size(d["block_size"], key_spec(keys, "block_size"));
+  const ConfigNode vocab = d["vocab_size"];  // null: from the data
+  out.vocab_size = vocab.defined() ? read_size(vocab, key_spec(keys, "vocab_size")) : 0;
 }
 
 void write_tokens(const DataConfig& c, YAML::Node& d) {
@@ -224,48 +296,151 @@ void load_tokens(const DataConfig& c, uint64_t, Dataset& train, Dataset& test) {
 
 const std::vector<DataFormatSpec>& data_formats() {
   static const std::vector<DataFormatSpec> table{
-      {DataFormat::idx, "idx", {"train", "test", "scale"}, parse_idx, write_idx, load_idx},
-      {DataFormat::csv, "csv", {"train", "test", "label", "header", "targets"}, parse_csv, write_csv, load_csv},
-      {DataFormat::npy, "npy", {"train", "test", "scale"}, parse_npy, write_npy, load_npy},
+      {DataFormat::idx, "idx", concat_keys({split_keys(idx_split()), {kScale}}), parse_idx, write_idx, load_idx},
+      {DataFormat::csv, "csv",
+       concat_keys({split_keys(path_split()),
+                    {{.name = "label",
+                      .kind = KeyKind::any_of,
+                      .items = {{.name = "name", .kind = KeyKind::string}, {.name = "index", .kind = KeyKind::integer}},
+                      .doc = "the label column by name or index (negative from the end; default the last column)"},
+                     {.name = "header",
+                      .kind = KeyKind::choice,
+                      .choices = {"auto", "true", "false"},
+                      .fallback = "auto",
+                      .doc = "auto: a first row that is not all numbers is a header"},
+                     {.name = "targets",
+                      .kind = KeyKind::choice,
+                      .choices = {"classes", "values"},
+                      .fallback = "classes",
+                      .doc = "classes: non-negative integer labels; values: regression targets"}}}),
+       parse_csv, write_csv, load_csv},
+      {DataFormat::npy, "npy", concat_keys({split_keys(npy_split()), {kScale}}), parse_npy, write_npy, load_npy},
       {DataFormat::synthetic,
        "synthetic",
-       {"samples", "test_samples", "input_shape", "targets"},
+       {{.name = "samples",
+         .kind = KeyKind::size,
+         .required = true,
+         .min = 1,
+         .limit = &limits::kSamples,
+         .doc = "size of the seeded random training set"},
+        {.name = "test_samples",
+         .kind = KeyKind::size,
+         .min = 0,
+         .limit = &limits::kSamples,
+         .fallback = "0",
+         .doc = "size of the seeded random test set"},
+        shape_key("input_shape", true, "per-sample input shape, standard-normal values"),
+        {.name = "targets", .kind = KeyKind::map, .required = true, .section = &synthetic_targets()}},
        parse_synthetic,
        write_synthetic,
        load_synthetic},
-      {DataFormat::tokens,
-       "tokens",
-       {"train", "test", "block_size", "vocab_size"},
-       parse_tokens,
-       write_tokens,
-       load_tokens},
+      {DataFormat::tokens, "tokens",
+       concat_keys({split_keys(path_split(), false),
+                    {{.name = "block_size",
+                      .kind = KeyKind::size,
+                      .required = true,
+                      .min = 1,
+                      .limit = &limits::kExtent,
+                      .doc = "T, the positions of a window's input"},
+                     {.name = "vocab_size",
+                      .kind = KeyKind::size,
+                      .nullable = true,
+                      .min = 2,
+                      .limit = &limits::kTokenVocab,
+                      .fallback = "null",
+                      .doc = "every token is below it; null: 256 for byte data, else GPT-2's 50257"}}}),
+       parse_tokens, write_tokens, load_tokens, R"("anyOf": [{"required": ["train"]}, {"required": ["test"]}])"},
   };
   return table;
 }
 
 const DataFormatSpec& data_format(DataFormat format) { return choice_row(data_formats(), format); }
+
+namespace {
+
+// The keys every format has: format first, batch_size, shuffle and augment after the format's own.
+const KeySpec& format_key() {
+  static const KeySpec k{.name = "format",
+                         .kind = KeyKind::choice,
+                         .required = true,
+                         .choices = choice_names(data_formats()),
+                         .doc = "the kind of data and its files"};
+  return k;
+}
+
+const SectionSpec& random_crop_section() {
+  static const SectionSpec s = plain_section({{.name = "padding",
+                                               .kind = KeyKind::size,
+                                               .required = true,
+                                               .min = 0,
+                                               .limit = &limits::kCropPadding,
+                                               .doc = "shift each image by up to this many pixels (zero fill)"}});
+  return s;
+}
+
+const SectionSpec& augment_section() {
+  static const SectionSpec s =
+      plain_section({{.name = "random_crop", .kind = KeyKind::map, .section = &random_crop_section()},
+                     {.name = "hflip",
+                      .kind = KeyKind::boolean,
+                      .fallback = "false",
+                      .doc = "mirror each image with probability 1/2"}},
+                    "training set only, on [C, H, W] images");
+  return s;
+}
+
+const std::vector<KeySpec>& tail_keys() {
+  static const std::vector<KeySpec> keys{
+      {.name = "batch_size",
+       .kind = KeyKind::size,
+       .min = 1,
+       .limit = &limits::kBatch,
+       .fallback = "64",
+       .doc = "samples per micro-batch"},
+      {.name = "shuffle",
+       .kind = KeyKind::boolean,
+       .fallback = "true",
+       .doc = "epoch e uses a permutation drawn from (seed, e) alone"},
+      {.name = "augment", .kind = KeyKind::map, .section = &augment_section()},
+  };
+  return keys;
+}
+
+}  // namespace
+
+const SectionSpec& data_section() {
+  static const SectionSpec s = [] {
+    SectionSpec t;
+    t.discriminator = "format";
+    t.doc = "the data set: its format, files and batches";
+    for (const DataFormatSpec& f : data_formats())
+      t.variants.push_back({{f.name}, concat_keys({{format_key()}, f.keys, tail_keys()}), f.extra_json});
+    return t;
+  }();
+  return s;
+}
 const std::string& to_string(DataFormat format) { return data_format(format).name; }
 
 void parse_data(const ConfigNode& d, DataConfig& out) {
   d.require("format");
   out.format = parse_choice(d["format"], data_formats());
   const DataFormatSpec& f = data_format(out.format);
-  std::vector<std::string> keys{"format"};
-  keys.insert(keys.end(), f.keys.begin(), f.keys.end());
-  keys.insert(keys.end(), {"batch_size", "shuffle", "augment"});
-  d.expect_keys(keys);
+  const std::vector<KeySpec>& keys = section_keys(data_section(), f.name);
+  d.expect_keys(key_names(keys));
   f.parse(d, out);
-  out.batch_size = d.get_size("batch_size", 64, 1, limits::kBatch);
-  out.shuffle = d.get_bool("shuffle", true);
+  out.batch_size = get_size(d, key_spec(keys, "batch_size"));
+  out.shuffle = get_bool(d, key_spec(keys, "shuffle"));
   if (d.has("augment")) {
     const ConfigNode a = d["augment"];
-    a.expect_keys({"random_crop", "hflip"});
+    const std::vector<KeySpec>& ak = section_keys(augment_section());
+    a.expect_keys(key_names(ak));
     if (a.has("random_crop")) {
-      a["random_crop"].expect_keys({"padding"});
+      const std::vector<KeySpec>& ck = section_keys(random_crop_section());
+      a["random_crop"].expect_keys(key_names(ck));
       a["random_crop"].require("padding");
-      out.augment.crop_padding = a["random_crop"]["padding"].as_size(0, limits::kCropPadding);
+      out.augment.crop_padding = read_size(a["random_crop"]["padding"], key_spec(ck, "padding"));
     }
-    out.augment.hflip = a.get_bool("hflip", false);
+    out.augment.hflip = get_bool(a, key_spec(ak, "hflip"));
   }
 }
 

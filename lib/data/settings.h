@@ -3,6 +3,7 @@
 #pragma once
 
 #include "config/config.h"
+#include "config/schema.h"
 #include "data/dataset.h"
 
 #include <yaml-cpp/yaml.h>
@@ -34,20 +35,24 @@ struct DataConfig {
 /// What one data.format reads and makes.
 struct DataFormatSpec {
   DataFormat value;
-  std::string name;               ///< as data.format writes it
-  std::vector<std::string> keys;  ///< the section's keys of this format besides format, batch_size, shuffle, augment
+  std::string name;           ///< as data.format writes it
+  std::vector<KeySpec> keys;  ///< the section's keys of this format besides format, batch_size, shuffle, augment
   /// Reads the format's own keys (the section's keys are checked already).
   void (*parse)(const ConfigNode& d, DataConfig& out);
   /// Writes the format's own keys into the section's resolved YAML.
   void (*write)(const DataConfig& c, YAML::Node& d);
   /// Reads or makes the training set and, when the config names one, the test set (left empty otherwise).
   void (*load)(const DataConfig& c, uint64_t seed, Dataset& train, Dataset& test);
+  /// What the format requires beyond single keys, as JSON Schema members ("train or test").
+  std::string extra_json = "";
 };
 /// The table: one row per format.
 const std::vector<DataFormatSpec>& data_formats();
 /// The row of `format`.
 const DataFormatSpec& data_format(DataFormat format);
 
+/// The keys of each data.format, their bounds and defaults (parse_data reads by them).
+const SectionSpec& data_section();
 /// Reads the `data:` section; throws ConfigError naming the key (a data file that does not exist, too).
 void parse_data(const ConfigNode& d, DataConfig& out);
 /// The section after defaults, as config.resolved.yaml writes it.

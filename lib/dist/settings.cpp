@@ -3,9 +3,38 @@
 
 namespace gt {
 
+const SectionSpec& dist_section() {
+  static const SectionSpec s = plain_section(
+      {
+          {.name = "bucket_mb",
+           .kind = KeyKind::number,
+           .min = 1e-3,
+           .max = 1e6,
+           .fallback = "25",
+           .doc = "gradient bucket size of data-parallel runs, in MB"},
+          {.name = "timeout_s",
+           .kind = KeyKind::number,
+           .min = 0.1,
+           .max = 1e7,
+           .fallback = "300",
+           .doc = "a rank waiting longer than this in a collective ends the job with exit 3"},
+          {.name = "overlap",
+           .kind = KeyKind::boolean,
+           .doc = "all-reduce gradient buckets during backward; default true, false with sync_batchnorm (which it "
+                  "cannot go with)"},
+          {.name = "sync_batchnorm",
+           .kind = KeyKind::boolean,
+           .fallback = "false",
+           .doc = "batch norm over the global batch of all ranks"},
+      },
+      "data-parallel training");
+  return s;
+}
+
 void parse_dist(const ConfigNode& n, DistConfig& out) {
-  n.expect_keys({"bucket_mb", "timeout_s", "overlap", "sync_batchnorm"});
-  out.sync_batchnorm = n.get_bool("sync_batchnorm", false);
+  const std::vector<KeySpec>& keys = section_keys(dist_section());
+  n.expect_keys(key_names(keys));
+  out.sync_batchnorm = get_bool(n, key_spec(keys, "sync_batchnorm"));
   // Synchronised batch norm all-reduces on the training thread during backward; the gradient buckets' all-reduces
   // on the communication thread would then race it for the same communicator (and their order could differ
   // between ranks), so it all-reduces the buckets after backward instead.
@@ -14,8 +43,8 @@ void parse_dist(const ConfigNode& n, DistConfig& out) {
         "dist.overlap cannot be true with dist.sync_batchnorm (batch norm's all-reduces run during "
         "backward); leave it out or set it false");
   out.overlap = n.get_bool("overlap", !out.sync_batchnorm);
-  out.bucket_mb = n.get_double("bucket_mb", 25, 1e-3, 1e6);
-  out.timeout_s = n.get_double("timeout_s", 300, 0.1, 1e7);
+  out.bucket_mb = get_double(n, key_spec(keys, "bucket_mb"));
+  out.timeout_s = get_double(n, key_spec(keys, "timeout_s"));
 }
 
 YAML::Node to_yaml(const DistConfig& c) {

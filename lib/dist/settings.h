@@ -2,6 +2,7 @@
 #pragma once
 
 #include "config/config.h"
+#include "config/schema.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -15,6 +16,8 @@ struct DistConfig {
   bool sync_batchnorm = false;  ///< batch norm statistics over the global batch (one all-reduce per layer and pass)
 };
 
+/// The keys of the `dist:` section, their bounds and defaults (parse_dist reads by them).
+const SectionSpec& dist_section();
 /// Reads the `dist:` section; throws ConfigError naming the key.
 void parse_dist(const ConfigNode& n, DistConfig& out);
 /// The section after defaults, as config.resolved.yaml writes it.

@@ -1,6 +1,7 @@
 // Building the layer graph from config, and running it forward and backward over preallocated buffers.
 #include "graph/model.h"
 
+#include "config/schema.h"
 #include "core/backend.h"
 
 #include <algorithm>
@@ -40,6 +41,103 @@ struct Pending {
 // A model of at most this many layers once `repeat:` blocks are expanded (GPT-2 XL has ~50 per block × 48 blocks).
 constexpr int64_t kMaxLayers = 100000;
 
+// An item of a layer list, in the JSON Schema: its definition is layer_json_schema(), under $defs.
+const KeySpec kLayerItem{.name = "layer", .kind = KeyKind::custom, .extra_json = R"("$ref": "#/$defs/layer")"};
+
+KeySpec layer_list_key(const char* doc) {
+  return {.name = "layers", .kind = KeyKind::list, .required = true, .min_items = 1, .items = {kLayerItem}, .doc = doc};
+}
+
+// The keys every layer map has besides its type's arguments.
+const std::vector<KeySpec>& layer_common_keys() {
+  static const std::vector<KeySpec> keys{
+      {.name = "type",
+       .kind = KeyKind::choice,
+       .required = true,
+       .choices = registry_types(),
+       .doc = "the layer type (gputrain layers lists them)"},
+      {.name = "name",
+       .kind = KeyKind::string,
+       .pattern = "^(?!input$).+$",
+       .doc = "default layers.<index>; `input` and \"\" are reserved"},
+      {.name = "inputs",
+       .kind = KeyKind::any_of,
+       .items = {{.name = "name", .kind = KeyKind::string},
+                 {.name = "names",
+                  .kind = KeyKind::list,
+                  .min_items = 1,
+                  .items = {{.name = "name", .kind = KeyKind::string}}}},
+       .doc = "names of the layers it reads, or `input`; default: the layer listed before it"},
+  };
+  return keys;
+}
+
+const SectionSpec& repeat_block_section() {
+  static const SectionSpec s =
+      plain_section({{.name = "repeat",
+                      .kind = KeyKind::integer,
+                      .required = true,
+                      .min = 1,
+                      .max = kMaxLayers,
+                      .doc = "how many times the block's layers stand in the list"},
+                     {.name = "name",
+                      .kind = KeyKind::string,
+                      .pattern = "^(?!input$).+$",
+                      .doc = "the block's name: its layers are named <name>.<k>.<layer name>"},
+                     layer_list_key("the block's layers; `input` inside is the block's input")},
+                    "a block of layers repeated: {repeat: N, name: h, layers: [...]}");
+  return s;
+}
+
+// A layer argument's entry, from the registry's type words ("int", "int or [h, w]", …): each word the registry uses
+// has a kind here, and a new one fails the schema's test until it has.
+KeySpec layer_arg_key(const LayerArg& a) {
+  KeySpec k{.name = a.name, .required = a.required, .doc = a.doc};
+  if (a.type == "int") {
+    k.kind = KeyKind::integer;
+  } else if (a.type == "float") {
+    k.kind = KeyKind::number;
+  } else if (a.type == "bool") {
+    k.kind = KeyKind::boolean;
+  } else if (a.type == "layer name") {
+    k.kind = KeyKind::string;
+  } else if (a.type == "int or [h, w]") {
+    k.kind = KeyKind::any_of;
+    k.items = {{.name = "both", .kind = KeyKind::integer},
+               {.name = "h_w",
+                .kind = KeyKind::list,
+                .min_items = 2,
+                .max_items = 2,
+                .items = {{.name = "side", .kind = KeyKind::integer}}}};
+  } else if (a.type.find(" or ") != std::string::npos && a.type.find_first_of("[]") == std::string::npos) {
+    k.kind = KeyKind::choice;  // "none or tanh"
+    for (size_t at = 0; at != std::string::npos;) {
+      const size_t next = a.type.find(" or ", at);
+      k.choices.push_back(a.type.substr(at, next == std::string::npos ? std::string::npos : next - at));
+      at = next == std::string::npos ? next : next + 4;
+    }
+  } else {
+    throw Error(
+        fmt::format("layer argument {} has type \"{}\", which the config schema does not know", a.name, a.type));
+  }
+  // A default that is a value of the kind goes to the schema's default; one that names something ("kernel_size",
+  // "none": off) to the description.
+  const std::string& f = a.fallback;
+  char* end = nullptr;
+  const bool number = !f.empty() && (std::strtod(f.c_str(), &end), *end == '\0');
+  const bool fits =
+      (k.kind == KeyKind::number && number) ||
+      (k.kind == KeyKind::integer && number && f.find_first_not_of("-0123456789") == std::string::npos) ||
+      (k.kind == KeyKind::boolean && (f == "true" || f == "false")) ||
+      (k.kind == KeyKind::choice && std::find(k.choices.begin(), k.choices.end(), f) != k.choices.end()) ||
+      (k.kind == KeyKind::any_of && number);
+  if (fits && k.kind != KeyKind::any_of)
+    k.fallback = f;
+  else if (!f.empty())
+    k.doc += (k.doc.empty() ? "" : "; ") + std::string("default ") + f;
+  return k;
+}
+
 std::string join_names(const std::vector<std::string>& v) {
   std::string s;
   for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
@@ -57,9 +155,11 @@ void read_layer_list(const ConfigNode& layers, const std::vector<std::string>& s
 
 void read_block(const ConfigNode& cfg, const std::string& name, const std::vector<std::string>& scopes,
                 std::vector<Pending>& pending, std::map<std::string, int>& by_name) {
-  cfg.expect_keys({"repeat", "name", "layers"});
+  const std::vector<KeySpec>& keys = section_keys(repeat_block_section());
+  cfg.expect_keys(key_names(keys));
   cfg.require("layers");
-  const int64_t times = cfg["repeat"].as_int(1, kMaxLayers);
+  const KeySpec& repeat = key_spec(keys, "repeat");
+  const int64_t times = cfg["repeat"].as_int(static_cast<int64_t>(repeat.min), static_cast<int64_t>(repeat.max));
   const ConfigNode inner = cfg["layers"];
   if (!inner.is_sequence() || inner.size() == 0) inner.fail("expected a non-empty list of layers");
   for (int64_t k = 0; k < times; ++k) {
@@ -102,7 +202,7 @@ void read_layer_list(const ConfigNode& layers, const std::vector<std::string>& s
       at.fail(fmt::format("unknown layer type \"{}\"{}; known types: {}", p.type,
                           hint.empty() ? "" : " (did you mean \"" + hint + "\"?)", join_names(registry_types())));
     }
-    std::vector<std::string> allowed{"type", "name", "inputs"};
+    std::vector<std::string> allowed = key_names(layer_common_keys());
     for (const auto& a : p.spec->args) allowed.push_back(a.name);
     if (cfg.is_map()) {
       cfg.expect_keys(allowed);
@@ -247,9 +347,41 @@ void tie_weights(const std::vector<Pending>& pending, const std::map<std::string
 
 }  // namespace
 
+const SectionSpec& model_section() {
+  static const SectionSpec s = plain_section({layer_list_key(
+      "a bare type name for a layer without arguments (relu), a map with type: and its arguments, or a repeat: "
+      "block")});
+  return s;
+}
+
+std::string layer_json_schema() {
+  // The three forms a list item takes: a bare type (of a layer with no required argument), a repeat block, or a
+  // map with `type:` whose other keys are that type's arguments (one if/then per type).
+  SectionSpec typed;
+  typed.discriminator = "type";
+  typed.doc = "a layer: type and its arguments";
+  std::vector<std::string> bare;
+  for (const LayerSpec& s : layer_registry()) {
+    std::vector<KeySpec> keys = layer_common_keys();
+    for (const LayerArg& a : s.args) keys.push_back(layer_arg_key(a));
+    typed.variants.push_back({{s.type}, keys});
+    if (std::none_of(s.args.begin(), s.args.end(), [](const LayerArg& a) { return a.required; }))
+      bare.push_back(s.type);
+  }
+  const KeySpec item{.name = "layer",
+                     .kind = KeyKind::any_of,
+                     .items = {{.name = "type",
+                                .kind = KeyKind::choice,
+                                .choices = bare,
+                                .doc = "a layer without arguments, by its type alone"},
+                               {.name = "block", .kind = KeyKind::map, .section = &repeat_block_section()},
+                               {.name = "layer", .kind = KeyKind::map, .section = &typed}}};
+  return key_json_schema(item);
+}
+
 Model Model::build(const ConfigNode& model_cfg, const Shape& input_shape, DType dtype, Device device, uint64_t seed,
                    bool init_params) {
-  model_cfg.expect_keys({"layers"});
+  model_cfg.expect_keys(key_names(section_keys(model_section())));
   model_cfg.require("layers");
   const ConfigNode layers = model_cfg["layers"];
   if (!layers.is_sequence() || layers.size() == 0) layers.fail("expected a non-empty list of layers");

@@ -26,6 +26,13 @@ struct GraphNode {
   bool adds_param_grads = false;  ///< its weight is shared with a later layer, whose backward writes first
 };
 
+struct SectionSpec;
+/// The `model:` section's keys (its `layers:` list).
+const SectionSpec& model_section();
+/// The JSON Schema of one item of a layer list, generated from the layer registry: a bare type, a `repeat:` block or
+/// a map of `type:` and that type's arguments (the schema's $defs/layer, which layer lists refer to).
+std::string layer_json_schema();
+
 class Model {
  public:
   /// Builds the layers listed under `model.layers` for per-sample inputs of `input_shape`. Every problem

@@ -2,6 +2,7 @@
 #include "log/settings.h"
 
 #include "config/choice.h"
+#include "config/schema.h"
 
 #include <array>
 
@@ -29,16 +30,59 @@ const std::array<LevelRow, 4>& log_levels() {
 const std::string& to_string(LogLevel level) { return choice_name(log_levels(), level); }
 spdlog::level::level_enum spdlog_level(LogLevel level) { return choice_row(log_levels(), level).spdlog; }
 
+const SectionSpec& logging_section() {
+  static const SectionSpec s = plain_section(
+      {
+          {.name = "every_steps",
+           .kind = KeyKind::size,
+           .min = 1,
+           .limit = &limits::kInterval,
+           .doc = "another name for train.log_every; when given it wins"},
+          {.name = "tensorboard",
+           .kind = KeyKind::boolean,
+           .fallback = "true",
+           .doc = "write the TensorBoard events file"},
+          {.name = "jsonl", .kind = KeyKind::boolean, .fallback = "true", .doc = "write metrics.jsonl"},
+          {.name = "report",
+           .kind = KeyKind::boolean,
+           .fallback = "true",
+           .doc = "write report.html when the run ends"},
+          {.name = "level",
+           .kind = KeyKind::choice,
+           .choices = choice_names(log_levels()),
+           .fallback = "info",
+           .doc = "the console and train.log"},
+          {.name = "gpu_metrics",
+           .kind = KeyKind::boolean,
+           .fallback = "true",
+           .doc = "sample GPU utilisation and memory (NVML) while training on a GPU"},
+          {.name = "interval_s",
+           .kind = KeyKind::number,
+           .min = 1e-3,
+           .max = 3600,
+           .fallback = "1",
+           .doc = "seconds between GPU samples"},
+          {.name = "progress",
+           .kind = KeyKind::boolean,
+           .fallback = "true",
+           .doc = "the live progress bar when stdout is a terminal"},
+      },
+      "what a run logs and writes");
+  return s;
+}
+
 void parse_logging(const ConfigNode& n, LoggingConfig& out, int64_t& log_every) {
-  n.expect_keys({"every_steps", "tensorboard", "jsonl", "report", "level", "gpu_metrics", "interval_s", "progress"});
-  if (n.has("every_steps")) log_every = n["every_steps"].as_size(1, limits::kInterval);
-  out.tensorboard = n.get_bool("tensorboard", true);
-  out.jsonl = n.get_bool("jsonl", true);
-  out.report = n.get_bool("report", true);
+  const std::vector<KeySpec>& keys = section_keys(logging_section());
+  auto key = [&](const char* name) -> const KeySpec& { return key_spec(keys, name); };
+  n.expect_keys(key_names(keys));
+  if (n.has("every_steps")) log_every = read_size(n["every_steps"], key("every_steps"));
+  out.tensorboard = get_bool(n, key("tensorboard"));
+  out.jsonl = get_bool(n, key("jsonl"));
+  out.report = get_bool(n, key("report"));
   if (n.has("level")) out.level = parse_choice(n["level"], log_levels());
-  out.gpu_metrics = n.get_bool("gpu_metrics", true);
-  out.interval_s = n.get_double("interval_s", 1.0, 1e-3, 3600);
-  out.progress = n.get_bool("progress", true);
+  out.gpu_metrics = get_bool(n, key("gpu_metrics"));
+  out.interval_s = get_double(n, key("interval_s"));
+  out.progress = get_bool(n, key("progress"));
 }
 
 YAML::Node to_yaml(const LoggingConfig& c) {

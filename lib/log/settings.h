@@ -2,6 +2,7 @@
 #pragma once
 
 #include "config/config.h"
+#include "config/schema.h"
 
 #include <spdlog/common.h>
 #include <yaml-cpp/yaml.h>
@@ -29,6 +30,8 @@ struct LoggingConfig {
 
 /// Reads the `logging:` section; throws ConfigError naming the key. logging.every_steps is train.log_every under
 /// the name the other logging settings suggest: given, it is written to `log_every` (it wins over train's).
+/// The keys of the `logging:` section, their bounds and defaults (parse_logging reads by them).
+const SectionSpec& logging_section();
 void parse_logging(const ConfigNode& n, LoggingConfig& out, int64_t& log_every);
 /// The section after defaults, as config.resolved.yaml writes it (every_steps goes out as train.log_every).
 YAML::Node to_yaml(const LoggingConfig& c);

@@ -2,6 +2,7 @@
 #include "optim/settings.h"
 
 #include "config/choice.h"
+#include "config/schema.h"
 
 #include <algorithm>
 
@@ -21,7 +22,154 @@ const Choice<ScheduleType> kScheduleTypes[] = {
     {ScheduleType::onecycle, "onecycle"},
 };
 
+KeySpec weight_decay_key(const char* fallback) {
+  return {.name = "weight_decay",
+          .kind = KeyKind::number,
+          .min = 0,
+          .fallback = fallback,
+          .doc = "L2 penalty (adam) or decoupled decay (adamw)"};
+}
+
 }  // namespace
+
+const SectionSpec& optimizer_section() {
+  static const SectionSpec s = [] {
+    const std::vector<KeySpec> head{
+        {.name = "type",
+         .kind = KeyKind::choice,
+         .required = true,
+         .choices = choice_names(kOptimizerTypes),
+         .doc = "torch.optim's update rule of that name"},
+        {.name = "lr",
+         .kind = KeyKind::number,
+         .required = true,
+         .min = 0,
+         .min_exclusive = true,
+         .doc = "learning rate"},
+    };
+    const std::vector<KeySpec> sgd{
+        {.name = "momentum", .kind = KeyKind::number, .min = 0, .max = 1, .fallback = "0"},
+        {.name = "nesterov",
+         .kind = KeyKind::boolean,
+         .fallback = "false",
+         .doc = "Nesterov momentum (needs momentum > 0 and dampening 0)"},
+        {.name = "weight_decay", .kind = KeyKind::number, .min = 0, .fallback = "0", .doc = "L2 penalty"},
+        {.name = "dampening", .kind = KeyKind::number, .min = 0, .max = 1, .fallback = "0"},
+    };
+    auto adam = [](const char* weight_decay) {
+      return std::vector<KeySpec>{
+          {.name = "betas",
+           .kind = KeyKind::list,
+           .min_items = 2,
+           .max_items = 2,
+           .items = {{.name = "beta",
+                      .kind = KeyKind::number,
+                      .min = 0,
+                      .max = 1,
+                      .extra_json = R"("exclusiveMaximum": 1)"}},
+           .fallback = "[0.9, 0.999]",
+           .doc = "[beta1, beta2], each in [0, 1)"},
+          {.name = "eps", .kind = KeyKind::number, .min = 0, .fallback = "1e-8"},
+          weight_decay_key(weight_decay),
+          {.name = "amsgrad", .kind = KeyKind::boolean, .fallback = "false"},
+      };
+    };
+    SectionSpec t;
+    t.discriminator = "type";
+    t.doc = "the optimizer (torch.optim's exact update rules)";
+    t.variants = {{{"sgd"}, concat_keys({head, sgd})},
+                  {{"adam"}, concat_keys({head, adam("0")})},
+                  {{"adamw"}, concat_keys({head, adam("0.01")})}};
+    return t;
+  }();
+  return s;
+}
+
+const SectionSpec& scheduler_section() {
+  static const SectionSpec s = [] {
+    const std::vector<KeySpec> head{
+        {.name = "type",
+         .kind = KeyKind::choice,
+         .required = true,
+         .choices = choice_names(kScheduleTypes),
+         .doc = "torch.optim.lr_scheduler's schedule of that name, stepped once per optimizer step"},
+        {.name = "warmup_steps",
+         .kind = KeyKind::size,
+         .min = 0,
+         .limit = &limits::kSteps,
+         .fallback = "0",
+         .doc = "steps whose factor rises linearly to 1 first"},
+        {.name = "warmup_start_factor", .kind = KeyKind::number, .min = 0, .max = 1, .fallback = "0"},
+    };
+    const KeySpec gamma{
+        .name = "gamma", .kind = KeyKind::number, .min = 0, .fallback = "0.1", .doc = "the factor at each decay"};
+    SectionSpec t;
+    t.discriminator = "type";
+    t.doc = "the learning-rate schedule";
+    t.variants = {
+        {{"constant"}, head},
+        {{"step"},
+         concat_keys({head,
+                      {{.name = "step_size",
+                        .kind = KeyKind::size,
+                        .required = true,
+                        .min = 1,
+                        .limit = &limits::kSteps,
+                        .doc = "steps between decays"},
+                       gamma}})},
+        {{"multistep"},
+         concat_keys({head,
+                      {{.name = "milestones",
+                        .kind = KeyKind::list,
+                        .required = true,
+                        .items = {{.name = "milestone", .kind = KeyKind::integer, .min = 1}},
+                        .doc = "increasing step numbers at which the rate decays"},
+                       gamma}})},
+        {{"exponential"},
+         concat_keys({head,
+                      {{.name = "gamma",
+                        .kind = KeyKind::number,
+                        .required = true,
+                        .min = 0,
+                        .min_exclusive = true,
+                        .doc = "the factor per step"}}})},
+        {{"cosine"},
+         concat_keys({head,
+                      {{.name = "t_max",
+                        .kind = KeyKind::size,
+                        .min = 0,
+                        .limit = &limits::kSteps,
+                        .fallback = "0",
+                        .doc = "steps of one half period (0: the whole run)"},
+                       {.name = "eta_min", .kind = KeyKind::number, .min = 0, .fallback = "0"}}})},
+        {{"linear"},
+         concat_keys({head,
+                      {{.name = "start_factor", .kind = KeyKind::number, .min = 0, .fallback = "1"},
+                       {.name = "end_factor", .kind = KeyKind::number, .min = 0, .fallback = "0"},
+                       {.name = "total_iters",
+                        .kind = KeyKind::size,
+                        .min = 0,
+                        .limit = &limits::kSteps,
+                        .fallback = "0",
+                        .doc = "0: the whole run"}}})},
+        {{"onecycle"},
+         concat_keys(
+             {head,
+              {{.name = "max_lr", .kind = KeyKind::number, .min = 0, .fallback = "0", .doc = "0: the optimizer's lr"},
+               {.name = "pct_start",
+                .kind = KeyKind::number,
+                .min = 0,
+                .max = 1,
+                .fallback = "0.3",
+                .doc = "the rising part, strictly between 0 and 1",
+                .extra_json = R"("exclusiveMinimum": 0, "exclusiveMaximum": 1)"},
+               {.name = "div_factor", .kind = KeyKind::number, .min = 0, .fallback = "25"},
+               {.name = "final_div_factor", .kind = KeyKind::number, .min = 0, .fallback = "1e4"}}})},
+    };
+    return t;
+  }();
+  return s;
+}
 
 const std::string& to_string(OptimizerType type) { return choice_name(kOptimizerTypes, type); }
 const std::string& to_string(ScheduleType type) { return choice_name(kScheduleTypes, type); }
@@ -29,32 +177,31 @@ const std::string& to_string(ScheduleType type) { return choice_name(kScheduleTy
 void parse_optimizer(const ConfigNode& n, OptimizerConfig& out) {
   n.require("type");
   out.type = parse_choice(n["type"], kOptimizerTypes);
-  if (out.type == OptimizerType::sgd) {
-    n.expect_keys({"type", "lr", "momentum", "nesterov", "weight_decay", "dampening"});
-  } else {
-    n.expect_keys({"type", "lr", "betas", "eps", "weight_decay", "amsgrad"});
-  }
+  const std::vector<KeySpec>& keys = section_keys(optimizer_section(), to_string(out.type));
+  auto key = [&](const char* name) -> const KeySpec& { return key_spec(keys, name); };
+  n.expect_keys(key_names(keys));
   n.require("lr");
-  out.lr = n["lr"].as_double(0.0, 1e300, false);
+  out.lr = read_double(n["lr"], key("lr"));
   if (out.type == OptimizerType::sgd) {
-    out.momentum = n.get_double("momentum", 0.0, 0.0, 1.0);
-    out.dampening = n.get_double("dampening", 0.0, 0.0, 1.0);
-    out.weight_decay = n.get_double("weight_decay", 0.0, 0.0);
-    out.nesterov = n.get_bool("nesterov", false);
+    out.momentum = get_double(n, key("momentum"));
+    out.dampening = get_double(n, key("dampening"));
+    out.weight_decay = get_double(n, key("weight_decay"));
+    out.nesterov = get_bool(n, key("nesterov"));
     // torch.optim.SGD: "Nesterov momentum requires a momentum and zero dampening".
     if (out.nesterov && (out.momentum <= 0 || out.dampening != 0))
       n["nesterov"].fail("Nesterov momentum needs momentum > 0 and dampening 0");
     return;
   }
   // torch.optim.Adam/AdamW defaults: betas (0.9, 0.999), eps 1e-8, weight decay 0 and 0.01.
-  out.weight_decay = n.get_double("weight_decay", out.type == OptimizerType::adamw ? 0.01 : 0.0, 0.0);
-  out.eps = n.get_double("eps", 1e-8, 0.0);
-  out.amsgrad = n.get_bool("amsgrad", false);
+  out.weight_decay = get_double(n, key("weight_decay"));
+  out.eps = get_double(n, key("eps"));
+  out.amsgrad = get_bool(n, key("amsgrad"));
   if (n.has("betas")) {
     const ConfigNode b = n["betas"];
+    const KeySpec& beta = key("betas").items[0];
     if (!b.is_sequence() || b.size() != 2) b.fail("expected two numbers [beta1, beta2]");
-    out.beta1 = b.at(0).as_double(0.0, 1.0);
-    out.beta2 = b.at(1).as_double(0.0, 1.0);
+    out.beta1 = read_double(b.at(0), beta);
+    out.beta2 = read_double(b.at(1), beta);
     if (out.beta1 >= 1 || out.beta2 >= 1) b.fail("betas must be below 1");
   }
 }
@@ -63,41 +210,45 @@ void parse_scheduler(const ConfigNode& n, SchedulerConfig& out) {
   using enum ScheduleType;
   n.require("type");
   out.type = parse_choice(n["type"], kScheduleTypes);
-  std::vector<std::string> keys{"type", "warmup_steps", "warmup_start_factor"};
-  if (out.type == step) keys.insert(keys.end(), {"step_size", "gamma"});
-  if (out.type == multistep) keys.insert(keys.end(), {"milestones", "gamma"});
-  if (out.type == exponential) keys.insert(keys.end(), {"gamma"});
-  if (out.type == cosine) keys.insert(keys.end(), {"t_max", "eta_min"});
-  if (out.type == linear) keys.insert(keys.end(), {"start_factor", "end_factor", "total_iters"});
-  if (out.type == onecycle) keys.insert(keys.end(), {"max_lr", "pct_start", "div_factor", "final_div_factor"});
-  n.expect_keys(keys);
-  out.warmup_steps = n.get_size("warmup_steps", 0, 0, limits::kSteps);
-  out.warmup_start_factor = n.get_double("warmup_start_factor", 0.0, 0.0, 1.0);
+  const std::vector<KeySpec>& keys = section_keys(scheduler_section(), to_string(out.type));
+  n.expect_keys(key_names(keys));
+  // Each key is read whatever the type (its default stays when the type has no such key); the entry is the type's
+  // own where it has one.
+  auto key = [&](const char* name) -> const KeySpec& {
+    for (const KeySpec& k : keys)
+      if (k.name == name) return k;
+    for (const auto& v : scheduler_section().variants)
+      for (const KeySpec& k : v.keys)
+        if (k.name == name && !k.required) return k;
+    return key_spec(keys, name);  // throws: not in the table
+  };
+  out.warmup_steps = get_size(n, key("warmup_steps"));
+  out.warmup_start_factor = get_double(n, key("warmup_start_factor"));
   if (out.type == step) {
     n.require("step_size");
-    out.step_size = n["step_size"].as_size(1, limits::kSteps);
+    out.step_size = read_size(n["step_size"], key("step_size"));
   }
   if (out.type == multistep) {
     n.require("milestones");
-    out.milestones = n["milestones"].as_int_list(1);
+    out.milestones = n["milestones"].as_int_list(static_cast<int64_t>(key("milestones").items[0].min));
     if (!std::is_sorted(out.milestones.begin(), out.milestones.end()))
       n["milestones"].fail("expected increasing step numbers");
   }
   if (out.type == exponential) {
     n.require("gamma");
-    out.gamma = n["gamma"].as_double(0.0, 1e300, false);
+    out.gamma = read_double(n["gamma"], key("gamma"));
   } else {
-    out.gamma = n.get_double("gamma", 0.1, 0.0, 1e300);
+    out.gamma = get_double(n, key("gamma"));
   }
-  out.t_max = n.get_size("t_max", 0, 0, limits::kSteps);
-  out.eta_min = n.get_double("eta_min", 0.0, 0.0);
-  out.start_factor = n.get_double("start_factor", 1.0, 0.0);
-  out.end_factor = n.get_double("end_factor", 0.0, 0.0);
-  out.total_iters = n.get_size("total_iters", 0, 0, limits::kSteps);
-  out.max_lr = n.get_double("max_lr", 0.0, 0.0);
-  out.pct_start = n.get_double("pct_start", 0.3, 0.0, 1.0);
-  out.div_factor = n.get_double("div_factor", 25.0, 0.0);
-  out.final_div_factor = n.get_double("final_div_factor", 1e4, 0.0);
+  out.t_max = get_size(n, key("t_max"));
+  out.eta_min = get_double(n, key("eta_min"));
+  out.start_factor = get_double(n, key("start_factor"));
+  out.end_factor = get_double(n, key("end_factor"));
+  out.total_iters = get_size(n, key("total_iters"));
+  out.max_lr = get_double(n, key("max_lr"));
+  out.pct_start = get_double(n, key("pct_start"));
+  out.div_factor = get_double(n, key("div_factor"));
+  out.final_div_factor = get_double(n, key("final_div_factor"));
   if (out.type == onecycle && (out.pct_start <= 0 || out.pct_start >= 1))
     n["pct_start"].fail("expected a fraction strictly between 0 and 1");
 }

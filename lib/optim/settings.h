@@ -2,6 +2,7 @@
 #pragma once
 
 #include "config/config.h"
+#include "config/schema.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -41,6 +42,9 @@ struct SchedulerConfig {
   double max_lr = 0.0, pct_start = 0.3, div_factor = 25.0, final_div_factor = 1e4;  ///< onecycle (max_lr 0 = lr)
 };
 
+/// The keys of each optimizer type and each schedule type, their bounds and defaults (parse_* reads by them).
+const SectionSpec& optimizer_section();
+const SectionSpec& scheduler_section();
 /// Reads the `optimizer:` section; throws ConfigError naming the key.
 void parse_optimizer(const ConfigNode& n, OptimizerConfig& out);
 /// Reads the `scheduler:` section; throws ConfigError naming the key.

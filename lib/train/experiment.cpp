@@ -3,6 +3,7 @@
 #include "train/experiment.h"
 
 #include "core/quote.h"
+#include "graph/model.h"
 
 #include <algorithm>
 #include <map>
@@ -58,6 +59,48 @@ void check_run_name(const ConfigNode& n, const std::string& name) {
 
 }  // namespace
 
+const SectionSpec& experiment_section() {
+  static const SectionSpec s = plain_section(
+      {
+          {.name = "name",
+           .kind = KeyKind::string,
+           .pattern = R"(^(?!\.\.?$)[^/\\\x00-\x1f\x7f]+$)",
+           .max_length = limits::kRunNameChars,
+           .fallback = "experiment",
+           .doc = "run name: the default run directory is runs/<name>/<YYYYmmdd-HHMMSS>/"},
+          {.name = "seed",
+           .kind = KeyKind::integer,
+           .min = 0,
+           .fallback = "0",
+           .doc = "one seed for everything: initial weights, shuffling and synthetic data"},
+          {.name = "device",
+           .kind = KeyKind::any_of,
+           .items =
+               {{.name = "device", .kind = KeyKind::string, .pattern = "^(auto|cpu|cuda|cuda:[0-9]+)$"},
+                {.name = "devices",
+                 .kind = KeyKind::list,
+                 .min_items = 1,
+                 .items = {{.name = "device",
+                            .kind = KeyKind::any_of,
+                            .items = {{.name = "gpu", .kind = KeyKind::integer, .min = 0},
+                                      {.name = "device", .kind = KeyKind::string, .pattern = "^(cpu|cuda:[0-9]+)$"}}}},
+                 .doc = "one worker per device: all GPUs or all cpu"}},
+           .fallback = "auto",
+           .doc = "auto | cpu | cuda | cuda:N | a list of GPU indices [0, 1]"},
+          {.name = "data", .kind = KeyKind::map, .required = true, .section = &data_section()},
+          {.name = "model", .kind = KeyKind::map, .required = true, .section = &model_section()},
+          loss_key(),
+          {.name = "optimizer", .kind = KeyKind::map, .required = true, .section = &optimizer_section()},
+          {.name = "scheduler", .kind = KeyKind::map, .section = &scheduler_section()},
+          {.name = "train", .kind = KeyKind::map, .section = &train_section()},
+          {.name = "checkpoint", .kind = KeyKind::map, .section = &checkpoint_section()},
+          {.name = "dist", .kind = KeyKind::map, .section = &dist_section()},
+          {.name = "logging", .kind = KeyKind::map, .section = &logging_section()},
+      },
+      "a gputrain experiment");
+  return s;
+}
+
 ConfigNode load_config(const std::string& file, const std::vector<std::string>& overrides) {
   ConfigNode root = ConfigNode::load_file(file);
   if (!root.is_map()) root.fail("expected a map of settings at the top of the file");
@@ -77,13 +120,13 @@ Experiment parse_experiment(const ConfigNode& root) {
   for (const auto& key : root.keys())
     if (auto it = nested.find(key); it != nested.end())
       root[key].fail(fmt::format("unknown key (did you mean \"{}\"?)", it->second));
-  root.expect_keys({"name", "seed", "device", "data", "model", "loss", "optimizer", "scheduler", "train", "checkpoint",
-                    "dist", "logging"});
+  const std::vector<KeySpec>& keys = section_keys(experiment_section());
+  root.expect_keys(key_names(keys));
   Experiment exp;
   exp.root = root;
-  exp.name = root.get_string("name", "experiment");
+  exp.name = root.get_string("name", key_spec(keys, "name").fallback);
   check_run_name(root["name"], exp.name);
-  exp.seed = static_cast<uint64_t>(root.get_int("seed", 0, 0));
+  exp.seed = static_cast<uint64_t>(get_int(root, key_spec(keys, "seed")));
   if (root.has("device")) {
     exp.devices = check_device(root["device"]);
     exp.device = root["device"].is_sequence() ? YAML::Dump(root["device"].yaml()) : root["device"].as_string();
@@ -117,6 +160,12 @@ YAML::Node resolved_config(const Experiment& e, const YAML::Node& layers) {
   n["dist"] = to_yaml(e.dist);
   n["logging"] = to_yaml(e.logging);
   return n;
+}
+
+std::string resolved_config_text(const Experiment& exp, const YAML::Node& resolved_layers) {
+  YAML::Emitter em;
+  em << resolved_config(exp, resolved_layers);
+  return std::string(em.c_str()) + "\n";
 }
 
 }  // namespace gt

@@ -33,11 +33,16 @@ struct Experiment {
   ConfigNode root;  ///< the whole config after overrides: the model is built from root["model"]
 };
 
+/// The top level's keys: name, seed, device and each section's table (experiment_section's JSON Schema is the
+/// config language's; see train/config_schema.h).
+const SectionSpec& experiment_section();
 /// Loads a config file and applies `--set` overrides in order.
 ConfigNode load_config(const std::string& file, const std::vector<std::string>& overrides);
 /// Validates and reads every section except the layers (built by Model::build); throws ConfigError.
 Experiment parse_experiment(const ConfigNode& root);
 /// The experiment after defaults, with the model's resolved layers, as YAML (config.resolved.yaml).
 YAML::Node resolved_config(const Experiment& exp, const YAML::Node& resolved_layers);
+/// The same as the text config.resolved.yaml holds (and `gputrain config print` prints).
+std::string resolved_config_text(const Experiment& exp, const YAML::Node& resolved_layers);
 
 }  // namespace gt

@@ -2,6 +2,7 @@
 #include "train/loss.h"
 
 #include "config/choice.h"
+#include "config/schema.h"
 #include "ops/loss.h"
 
 namespace gt {
@@ -16,21 +17,60 @@ const Choice<LossType> kLossTypes[] = {
 
 const std::string& to_string(LossType type) { return choice_name(kLossTypes, type); }
 
+namespace {
+
+const SectionSpec& loss_section() {
+  static const SectionSpec s = plain_section(
+      {
+          {.name = "type", .kind = KeyKind::choice, .required = true, .choices = choice_names(kLossTypes)},
+          {.name = "label_smoothing",
+           .kind = KeyKind::number,
+           .min = 0,
+           .max = 1,
+           .fallback = "0",
+           .doc = "cross_entropy only: PyTorch's label smoothing"},
+          {.name = "ignore_index",
+           .kind = KeyKind::integer,
+           .nullable = true,
+           .min = INT32_MIN,
+           .max = INT32_MAX,
+           .fallback = "null",
+           .doc = "cross_entropy only: targets of this value count nowhere (null: none)"},
+      },
+      "the loss and its options");
+  return s;
+}
+
+}  // namespace
+
+const KeySpec& loss_key() {
+  static const KeySpec k{
+      .name = "loss",
+      .kind = KeyKind::any_of,
+      .items = {{.name = "type", .kind = KeyKind::choice, .choices = choice_names(kLossTypes)},
+                {.name = "loss", .kind = KeyKind::map, .section = &loss_section()}},
+      .fallback = "cross_entropy",
+      .doc = "cross_entropy (log-softmax + NLL) or mse (mean over all elements), or a map with type: and options"};
+  return k;
+}
+
 void parse_loss(const ConfigNode& n, LossConfig& out) {
   if (n.is_scalar()) {
     out.type = parse_choice(n, kLossTypes);
     return;
   }
-  n.expect_keys({"type", "label_smoothing", "ignore_index"});
+  const std::vector<KeySpec>& keys = section_keys(loss_section());
+  n.expect_keys(key_names(keys));
   n.require("type");
   out.type = parse_choice(n["type"], kLossTypes);
-  out.label_smoothing = n.get_double("label_smoothing", 0.0, 0.0, 1.0);
+  out.label_smoothing = get_double(n, key_spec(keys, "label_smoothing"));
   if (out.label_smoothing != 0 && out.type != LossType::cross_entropy)
     n["label_smoothing"].fail("applies to cross_entropy only");
   // Labels are int32: an ignore_index outside that range could never match one. null: none.
   if (n.has("ignore_index")) {
     if (out.type != LossType::cross_entropy) n["ignore_index"].fail("applies to cross_entropy only");
-    out.ignore_index = n["ignore_index"].as_int(INT32_MIN, INT32_MAX);
+    const KeySpec& k = key_spec(keys, "ignore_index");
+    out.ignore_index = n["ignore_index"].as_int(static_cast<int64_t>(k.min), static_cast<int64_t>(k.max));
   }
 }
 

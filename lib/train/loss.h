@@ -3,6 +3,7 @@
 #pragma once
 
 #include "config/config.h"
+#include "config/schema.h"
 #include "core/tensor.h"
 #include "data/dataset.h"
 #include "ops/loss.h"
@@ -24,6 +25,8 @@ struct LossConfig {
 };
 
 /// Reads the `loss:` section (a type name, or a map with `type:`); throws ConfigError naming the key.
+/// The `loss:` key: a bare type name, or a map of the section's keys (parse_loss reads by them).
+const KeySpec& loss_key();
 void parse_loss(const ConfigNode& n, LossConfig& out);
 /// The section after defaults, as config.resolved.yaml writes it.
 YAML::Node to_yaml(const LossConfig& c);

@@ -2,6 +2,7 @@
 #include "train/settings.h"
 
 #include "config/choice.h"
+#include "config/schema.h"
 #include "data/tokens.h"
 
 namespace gt {
@@ -19,45 +20,171 @@ const Choice<KeepBest> kKeepBestMetrics[] = {
     {KeepBest::test_loss, "test_loss"},
 };
 
+const SectionSpec& profile_section() {
+  static const SectionSpec s = plain_section(
+      {
+          {.name = "start_step",
+           .kind = KeyKind::size,
+           .min = 1,
+           .limit = &limits::kSteps,
+           .fallback = "5",
+           .doc = "the first optimizer step profiled (1-based)"},
+          {.name = "steps",
+           .kind = KeyKind::size,
+           .min = 1,
+           .limit = &limits::kSteps,
+           .fallback = "20",
+           .doc = "optimizer steps profiled"},
+      },
+      "profile these optimizer steps: trace.json and a per-layer time table (--profile sets the defaults)");
+  return s;
+}
+
+const SectionSpec& grad_clip_section() {
+  static const SectionSpec s =
+      plain_section({{.name = "max_norm",
+                      .kind = KeyKind::number,
+                      .required = true,
+                      .min = 0,
+                      .min_exclusive = true,
+                      .doc = "scale all gradients so that their global L2 norm is at most this (clip_grad_norm_)"}},
+                    "gradient clipping by the global L2 norm");
+  return s;
+}
+
 }  // namespace
+
+const SectionSpec& train_section() {
+  static const SectionSpec s = plain_section(
+      {
+          {.name = "epochs", .kind = KeyKind::size, .min = 1, .limit = &limits::kEpochs, .fallback = "1"},
+          {.name = "log_every",
+           .kind = KeyKind::size,
+           .min = 1,
+           .limit = &limits::kInterval,
+           .fallback = "100",
+           .doc = "optimizer steps between console lines and metrics.jsonl rows"},
+          {.name = "max_steps",
+           .kind = KeyKind::size,
+           .min = 0,
+           .limit = &limits::kSteps,
+           .fallback = "0",
+           .doc = "stop after this many optimizer steps (0: no limit)"},
+          {.name = "eval_every",
+           .kind = KeyKind::any_of,
+           .items = {{.name = "epoch", .kind = KeyKind::choice, .choices = {"epoch"}},
+                     {.name = "steps", .kind = KeyKind::size, .min = 1, .limit = &limits::kInterval}},
+           .fallback = "epoch",
+           .doc = "evaluate on the test set after every epoch, or every N optimizer steps (and after the last)"},
+          {.name = "accumulate",
+           .kind = KeyKind::size,
+           .min = 1,
+           .limit = &limits::kAccumulate,
+           .fallback = "1",
+           .doc = "micro-batches per optimizer step"},
+          {.name = "grad_clip", .kind = KeyKind::map, .section = &grad_clip_section()},
+          {.name = "profile", .kind = KeyKind::map, .section = &profile_section()},
+          {.name = "nonfinite",
+           .kind = KeyKind::choice,
+           .choices = choice_names(kNonfinitePolicies),
+           .fallback = "abort",
+           .doc = "what a NaN or Inf loss or gradient does"},
+          {.name = "max_skips",
+           .kind = KeyKind::size,
+           .min = 1,
+           .limit = &limits::kSteps,
+           .fallback = "5",
+           .doc = "skip: steps skipped in a row; rollback: rollbacks to one checkpoint"},
+          {.name = "peak_tflops",
+           .kind = KeyKind::number,
+           .min = 0,
+           .max = 1e9,
+           .fallback = "0",
+           .doc = "one device's peak TFLOP/s for the MFU; 0: the known GPUs' table"},
+          {.name = "eval_tokens",
+           .kind = KeyKind::size,
+           .min = 0,
+           .limit = &limits::kTokens,
+           .fallback = "0",
+           .doc = "token data: an evaluation stops after this many predicted tokens (0: all)"},
+      },
+      "the training loop");
+  return s;
+}
+
+const SectionSpec& checkpoint_section() {
+  static const SectionSpec s = plain_section(
+      {
+          {.name = "every_steps",
+           .kind = KeyKind::size,
+           .min = 0,
+           .limit = &limits::kInterval,
+           .fallback = "0",
+           .doc = "also write a checkpoint every N optimizer steps (0: off)"},
+          {.name = "every_epochs",
+           .kind = KeyKind::size,
+           .min = 0,
+           .limit = &limits::kEpochs,
+           .fallback = "1",
+           .doc = "write one after every N epochs (0: off)"},
+          {.name = "keep",
+           .kind = KeyKind::size,
+           .min = 1,
+           .limit = &limits::kInterval,
+           .fallback = "3",
+           .doc = "newest checkpoints kept"},
+          {.name = "keep_best",
+           .kind = KeyKind::choice,
+           .nullable = true,
+           .choices = choice_names(kKeepBestMetrics),
+           .fallback = "null",
+           .doc = "also keep the checkpoint with the best value of this test metric"},
+      },
+      "when checkpoints are written and how many stay");
+  return s;
+}
 
 const std::string& to_string(NonFinitePolicy policy) { return choice_name(kNonfinitePolicies, policy); }
 const std::string& to_string(KeepBest metric) { return choice_name(kKeepBestMetrics, metric); }
 
 void parse_train(const ConfigNode& n, TrainConfig& out) {
-  n.expect_keys({"epochs", "log_every", "max_steps", "eval_every", "accumulate", "grad_clip", "profile", "nonfinite",
-                 "max_skips", "peak_tflops", "eval_tokens"});
-  out.eval_tokens = n.get_size("eval_tokens", 0, 0, limits::kTokens);
+  const std::vector<KeySpec>& keys = section_keys(train_section());
+  auto key = [&](const char* name) -> const KeySpec& { return key_spec(keys, name); };
+  n.expect_keys(key_names(keys));
+  out.eval_tokens = get_size(n, key("eval_tokens"));
   if (n.has("nonfinite")) out.nonfinite = parse_choice(n["nonfinite"], kNonfinitePolicies);
-  out.max_skips = n.get_size("max_skips", 5, 1, limits::kSteps);
-  out.peak_tflops = n.get_double("peak_tflops", 0.0, 0.0, 1e9);
+  out.max_skips = get_size(n, key("max_skips"));
+  out.peak_tflops = get_double(n, key("peak_tflops"));
   if (n.has("profile")) {
     const ConfigNode p = n["profile"];
-    p.expect_keys({"start_step", "steps"});
-    out.profile_start = p.get_size("start_step", 5, 1, limits::kSteps);
-    out.profile_steps = p.get_size("steps", 20, 1, limits::kSteps);
+    const std::vector<KeySpec>& pk = section_keys(profile_section());
+    p.expect_keys(key_names(pk));
+    out.profile_start = get_size(p, key_spec(pk, "start_step"));
+    out.profile_steps = get_size(p, key_spec(pk, "steps"));
   }
-  out.epochs = n.get_size("epochs", 1, 1, limits::kEpochs);
-  out.log_every = n.get_size("log_every", 100, 1, limits::kInterval);
-  out.max_steps = n.get_size("max_steps", 0, 0, limits::kSteps);
-  out.accumulate = n.get_size("accumulate", 1, 1, limits::kAccumulate);
+  out.epochs = get_size(n, key("epochs"));
+  out.log_every = get_size(n, key("log_every"));
+  out.max_steps = get_size(n, key("max_steps"));
+  out.accumulate = get_size(n, key("accumulate"));
   if (n.has("eval_every")) {
     const ConfigNode e = n["eval_every"];
-    out.eval_every = e.is_scalar() && e.as_string() == "epoch" ? 0 : e.as_size(1, limits::kInterval);
+    out.eval_every = e.is_scalar() && e.as_string() == "epoch" ? 0 : read_size(e, key("eval_every").items[1]);
   }
   if (n.has("grad_clip")) {
     const ConfigNode g = n["grad_clip"];
-    g.expect_keys({"max_norm"});
+    const std::vector<KeySpec>& gk = section_keys(grad_clip_section());
+    g.expect_keys(key_names(gk));
     g.require("max_norm");
-    out.grad_clip = g["max_norm"].as_double(0.0, 1e300, false);
+    out.grad_clip = read_double(g["max_norm"], key_spec(gk, "max_norm"));
   }
 }
 
 void parse_checkpoint(const ConfigNode& n, CheckpointConfig& out) {
-  n.expect_keys({"every_steps", "every_epochs", "keep", "keep_best"});
-  out.every_steps = n.get_size("every_steps", 0, 0, limits::kInterval);
-  out.every_epochs = n.get_size("every_epochs", 1, 0, limits::kEpochs);
-  out.keep = n.get_size("keep", 3, 1, limits::kInterval);
+  const std::vector<KeySpec>& keys = section_keys(checkpoint_section());
+  n.expect_keys(key_names(keys));
+  out.every_steps = get_size(n, key_spec(keys, "every_steps"));
+  out.every_epochs = get_size(n, key_spec(keys, "every_epochs"));
+  out.keep = get_size(n, key_spec(keys, "keep"));
   if (n.has("keep_best"))  // null (or absent) keeps no best
     out.keep_best = parse_choice(n["keep_best"], kKeepBestMetrics);
 }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "config/config.h"
+#include "config/schema.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -42,6 +43,9 @@ struct CheckpointConfig {
   KeepBest keep_best = KeepBest::none;
 };
 
+/// The keys of the `train:` and `checkpoint:` sections, their bounds and defaults (parse_* reads by them).
+const SectionSpec& train_section();
+const SectionSpec& checkpoint_section();
 /// Reads the `train:` section; throws ConfigError naming the key.
 void parse_train(const ConfigNode& n, TrainConfig& out);
 /// Reads the `checkpoint:` section; throws ConfigError naming the key.

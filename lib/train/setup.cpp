@@ -123,11 +123,7 @@ RunSetup::RunSetup(const Experiment& exp, const RunOptions& opts, const WorkerPl
         fmt::format("augmentation works on [channels, height, width] images; the "
                     "samples are {}",
                     train().input_shape().str()));
-  {
-    YAML::Emitter em;
-    em << gt::resolved_config(exp, model.resolved_layers());  // (the member of the same name is its text)
-    resolved_config = std::string(em.c_str()) + "\n";
-  }
+  resolved_config = resolved_config_text(exp, model.resolved_layers());
   m_local_comm = make_local_comm();
   comm = opts.comm ? opts.comm : m_local_comm.get();
   lead = comm->rank() == 0;
