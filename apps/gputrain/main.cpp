@@ -9,6 +9,7 @@
 #include "log/report.h"
 #include "ops/devices.h"
 #include "train/checkpoint.h"
+#include "train/config_schema.h"
 #include "train/evaluation.h"
 #include "train/footprint.h"
 #include "train/generate.h"
@@ -161,6 +162,20 @@ int cmd_check(const ConfigArgs& a, bool json) {
   fmt::print("{}: valid. {} training samples{}; batch {}\n\n{}", a.file, data.train.size(),
              data.test.size() ? fmt::format(", {} test samples", data.test.size()) : std::string(), exp.data.batch_size,
              gt::footprint_report(f, fit, model.edges()));
+  return 0;
+}
+
+// The config as a run would take it: validated as `check` validates it (data, shapes, loss), then written as
+// config.resolved.yaml holds it.
+int cmd_config_print(const ConfigArgs& a) {
+  const gt::Experiment exp = gt::parse_experiment(gt::load_config(a.file, a.sets));
+  const gt::LoadedData data = gt::load_data(exp);
+  const gt::Model model = gt::Model::build(exp.root["model"], data.train.input_shape(), gt::DType::f32,
+                                           gt::Device::cpu(), exp.seed, /*init_params=*/false);
+  model.check_batch(exp.data.batch_size, exp.root["data"]["batch_size"]);
+  gt::check_loss_fits(exp.loss, model.output_shape(), data.train,
+                      exp.root.has("loss") ? exp.root["loss"] : exp.root["model"]["layers"], &data.test);
+  fmt::print("{}", gt::resolved_config_text(exp, model.resolved_layers()));
   return 0;
 }
 
@@ -347,6 +362,20 @@ int main(int argc, char** argv) {
       "summary.json). Exit codes: 0 listed; 1 no run found; 2 usage error (a bad flag, a missing folder, an unknown "
       "--sort column).");
 
+  auto* config_cmd =
+      app.add_subcommand("config", "the config language: its JSON Schema, and a config as a run takes it");
+  config_cmd->require_subcommand(1);
+  auto* config_schema = config_cmd->add_subcommand(
+      "schema",
+      "print the JSON Schema (draft 2020-12) of experiment files, generated from the tables that validate them; "
+      "editors complete and check a config that starts with `# yaml-language-server: $schema=FILE`");
+  ConfigArgs config_print_args;
+  auto* config_print = config_cmd->add_subcommand(
+      "print",
+      "print CONFIG after its --set overrides with every default filled in, as config.resolved.yaml holds it; "
+      "validated as check validates it (exit 2 on a config error)");
+  add_config_args(config_print, config_print_args);
+
   auto* devices = app.add_subcommand("devices", "list compute devices and the CUDA library versions found");
   auto* layers = app.add_subcommand("layers", "print the layer reference (Markdown), generated from the registry");
 
@@ -376,6 +405,11 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (*check) return cmd_check(check_args, check_json);
+    if (*config_schema) {
+      fmt::print("{}", gt::config_json_schema());
+      return 0;
+    }
+    if (*config_print) return cmd_config_print(config_print_args);
     if (*export_llmc) {
       fmt::print("{}\n", gt::export_llmc(export_llmc_args.file, export_llmc_args.sets, export_llmc_weights,
                                          export_llmc_out, export_bf16));
