@@ -14,6 +14,7 @@ packages=(
   dataset-fashion-mnist
   fortunes  # English text for configs/gpt_bytes.yaml (/usr/share/games/fortunes)
   python3-torch python3-numpy python3-yaml
+  python3-jsonschema  # tests/config_schema_test.py validates configs against `gputrain config schema`
   chromium  # tests/test_report.cpp renders report.html headless
   clang libclang-rt-14-dev libomp-14-dev  # scripts/sanitize.sh: ASan/UBSan, libFuzzer, OpenMP for clang
 )
