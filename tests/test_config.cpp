@@ -1,5 +1,7 @@
 // Config validation: each class of error names the key path and the YAML line and column; --set overrides.
+#include "core/json_read.h"
 #include "graph/model.h"
+#include "train/config_schema.h"
 #include "train/experiment.h"
 #include "train/loss.h"
 #include "train/setup.h"
@@ -446,4 +448,123 @@ TEST_CASE("repeat: errors name the block and the layer inside it", "[config][cpu
       with("  layers:\n    - {type: linear, out_features: 8}\n    - relu\n    - {type: linear, out_features: 3}\n",
            "  layers:\n    - {repeat: 2, name: h, layerz: [relu]}\n    - {type: linear, out_features: 3}\n");
   CHECK_THAT(error_of(misspelt), Catch::StartsWith("model.layers[0].layerz: unknown key (did you mean \"layers\"?)"));
+}
+
+namespace {
+
+// The member names of a schema object's "properties", in order.
+std::vector<std::string> property_names(const JsonValue& schema) {
+  std::vector<std::string> names;
+  if (const JsonValue* props = schema.find("properties"))
+    for (const JsonMember& m : props->members) names.push_back(m.key);
+  return names;
+}
+
+// The branch of a section with variants whose `if` names `value` of its discriminator: the keys of that variant.
+const JsonValue* variant_of(const JsonValue& section, const std::string& discriminator, const std::string& value) {
+  const JsonValue* all = section.find("allOf");
+  if (!all) return nullptr;
+  for (const JsonValue& branch : all->items) {
+    const JsonValue* values = branch.find("if")->find("properties")->find(discriminator)->find("enum");
+    for (const JsonValue& v : values->items)
+      if (v.string == value) return branch.find("then");
+  }
+  return nullptr;
+}
+
+// "a, b, c" of the message's "valid keys: a, b, c (t.yaml:…)": the keys the parser took.
+std::vector<std::string> valid_keys_of(const std::string& message) {
+  const std::string tag = "valid keys: ";
+  const size_t from = message.find(tag);
+  REQUIRE(from != std::string::npos);
+  const std::string list = message.substr(from + tag.size(), message.rfind(" (") - from - tag.size());
+  std::vector<std::string> keys;
+  for (size_t at = 0; at <= list.size();) {
+    const size_t comma = list.find(", ", at);
+    keys.push_back(list.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
+    if (comma == std::string::npos) break;
+    at = comma + 2;
+  }
+  return keys;
+}
+
+}  // namespace
+
+TEST_CASE("the config schema is JSON whose keys are the ones the parsers accept, and names every layer",
+          "[config][cpu]") {
+  const JsonValue schema = json_read(config_json_schema());
+  REQUIRE(schema.is_object());
+  CHECK(schema.find("$schema")->string == "https://json-schema.org/draft/2020-12/schema");
+  CHECK(schema.find("additionalProperties")->type == JsonValue::Type::boolean);
+  const JsonValue& top = schema;
+  const JsonValue& sections = *top.find("properties");
+
+  // Each section's schema keys against the "valid keys" an unknown key there is refused with, in the same order: a
+  // parser that stopped reading its keys from the table would differ here.
+  const JsonValue& optimizer = *sections.find("optimizer");
+  const JsonValue& scheduler = *sections.find("scheduler");
+  const JsonValue& data = *sections.find("data");
+  const JsonValue* loss_map = nullptr;
+  for (const JsonValue& alt : sections.find("loss")->find("anyOf")->items)
+    if (alt.find("properties")) loss_map = &alt;
+  REQUIRE(loss_map);
+  const std::vector<std::pair<std::string, const JsonValue*>> cases = {
+      {"+zzz=1", &top},
+      {"+train.zzz=1", sections.find("train")},
+      {"+checkpoint={zzz: 1}", sections.find("checkpoint")},
+      {"+dist={zzz: 1}", sections.find("dist")},
+      {"+logging={zzz: 1}", sections.find("logging")},
+      {"loss={type: mse, zzz: 1}", loss_map},
+      {"+optimizer.zzz=1", variant_of(optimizer, "type", "sgd")},
+      {"optimizer={type: adam, lr: 1, zzz: 1}", variant_of(optimizer, "type", "adam")},
+      {"optimizer={type: adamw, lr: 1, zzz: 1}", variant_of(optimizer, "type", "adamw")},
+      {"+data.zzz=1", variant_of(data, "format", "synthetic")},
+      {"+data.targets.zzz=1", variant_of(data, "format", "synthetic")->find("properties")->find("targets")},
+      {"+train.grad_clip={max_norm: 1, zzz: 1}", sections.find("train")->find("properties")->find("grad_clip")},
+      {"+model.zzz=1", sections.find("model")},
+  };
+  for (const char* type : {"constant", "step", "multistep", "exponential", "cosine", "linear", "onecycle"}) {
+    INFO("scheduler " << type);
+    REQUIRE(variant_of(scheduler, "type", type));
+    CHECK(valid_keys_of(error_of(with("train: {epochs: 1}",
+                                      fmt::format("train: {{epochs: 1}}\nscheduler: {{type: {}, zzz: 1}}", type)))) ==
+          property_names(*variant_of(scheduler, "type", type)));
+  }
+  for (const auto& [set, section] : cases) {
+    INFO("--set " << set);
+    REQUIRE(section);
+    CHECK(section->find("additionalProperties"));
+    std::string message;
+    try {
+      validate(apply_override(ConfigNode::load_string(kBase, "t.yaml"), set));
+    } catch (const ConfigError& e) {
+      message = e.what();
+    }
+    REQUIRE_THAT(message, Catch::Contains("zzz: unknown key"));
+    CHECK(valid_keys_of(message) == property_names(*section));
+  }
+
+  // Every registered layer has its branch, holding every argument, and the bare form lists those that need none.
+  const JsonValue& layer = *schema.find("$defs")->find("layer");
+  const JsonValue* typed = nullptr;
+  const JsonValue* bare = nullptr;
+  for (const JsonValue& alt : layer.find("anyOf")->items) {
+    if (alt.find("enum")) bare = &alt;
+    if (alt.find("allOf")) typed = &alt;
+  }
+  REQUIRE(typed);
+  REQUIRE(bare);
+  for (const LayerSpec& spec : layer_registry()) {
+    INFO("layer " << spec.type);
+    const JsonValue* branch = variant_of(*typed, "type", spec.type);
+    REQUIRE(branch);
+    std::vector<std::string> keys{"type", "name", "inputs"};
+    for (const LayerArg& a : spec.args) keys.push_back(a.name);
+    CHECK(property_names(*branch) == keys);
+    const bool needs_args =
+        std::any_of(spec.args.begin(), spec.args.end(), [](const LayerArg& a) { return a.required; });
+    const bool listed = std::any_of(bare->find("enum")->items.begin(), bare->find("enum")->items.end(),
+                                    [&](const JsonValue& v) { return v.string == spec.type; });
+    CHECK(listed == !needs_args);
+  }
 }
