@@ -124,6 +124,12 @@ ojson default_value(const KeySpec& key) {
     case KeyKind::number: return fallback_number(key);
     case KeyKind::boolean: return key.fallback == "true";
     case KeyKind::choice: return choice_value(key.fallback);
+    case KeyKind::any_of: {  // a number where one alternative is one ("1" of "int or [h, w]"), else the text
+      char* end = nullptr;
+      const double v = std::strtod(key.fallback.c_str(), &end);
+      if (*end != '\0') return key.fallback;
+      return key.fallback.find_first_not_of("-0123456789") == std::string::npos ? ojson(fallback_int(key)) : ojson(v);
+    }
     default: return key.fallback;
   }
 }

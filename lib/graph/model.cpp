@@ -131,7 +131,7 @@ KeySpec layer_arg_key(const LayerArg& a) {
       (k.kind == KeyKind::boolean && (f == "true" || f == "false")) ||
       (k.kind == KeyKind::choice && std::find(k.choices.begin(), k.choices.end(), f) != k.choices.end()) ||
       (k.kind == KeyKind::any_of && number);
-  if (fits && k.kind != KeyKind::any_of)
+  if (fits)
     k.fallback = f;
   else if (!f.empty())
     k.doc += (k.doc.empty() ? "" : "; ") + std::string("default ") + f;

@@ -10,9 +10,7 @@ namespace gt {
 
 std::string config_json_schema() {
   using ojson = nlohmann::ordered_json;
-  ojson s{{"$schema", "https://json-schema.org/draft/2020-12/schema"},
-          {"$id", "https://gputrain.invalid/config.schema.json"},
-          {"title", "gputrain experiment config"}};
+  ojson s{{"$schema", "https://json-schema.org/draft/2020-12/schema"}, {"title", "gputrain experiment config"}};
   const ojson top = ojson::parse(section_json_schema(experiment_section()));
   for (const auto& [k, v] : top.items()) s[k] = v;
   s["$defs"] = ojson{{"layer", ojson::parse(layer_json_schema())}};
