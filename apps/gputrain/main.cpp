@@ -438,9 +438,13 @@ int main(int argc, char** argv) {
       }
       root = gt::apply_override(root, fmt::format("train.{}={}", key, v));
     };
+    run.overrides = train_args.sets;  // (device= is among them)
     if (!epochs.empty()) set_train("epochs", epochs);
     if (!max_steps.empty()) set_train("max_steps", max_steps);
     if (!seed.empty()) root = gt::apply_override(root, "seed=" + seed);
+    if (!epochs.empty()) run.overrides.push_back("train.epochs=" + epochs);
+    if (!max_steps.empty()) run.overrides.push_back("train.max_steps=" + max_steps);
+    if (!seed.empty()) run.overrides.push_back("seed=" + seed);
     if (profile && !root["train"].has("profile")) {
       if (!root.has("train")) {
         YAML::Node top = root.yaml();
