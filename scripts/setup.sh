@@ -15,6 +15,7 @@ packages=(
   fortunes  # English text for configs/gpt_bytes.yaml (/usr/share/games/fortunes)
   python3-torch python3-numpy python3-yaml
   chromium  # tests/test_report.cpp renders report.html headless
+  jq  # the README's shell-loop sweep collects summary.json with it
   clang libclang-rt-14-dev libomp-14-dev  # scripts/sanitize.sh: ASan/UBSan, libFuzzer, OpenMP for clang
 )
 missing=()

@@ -892,8 +892,9 @@ SweepResult SweepRunner::tabulate(bool interrupted) {
 
 }  // namespace
 
-SweepResult run_sweep(SweepPlan plan, const SweepOptions& opts,
-                      const std::function<void(const std::vector<std::string>& sets)>& validate) {
+SweepResult run_sweep(
+    SweepPlan plan, const SweepOptions& opts,
+    const std::function<void(const std::string& config, const std::vector<std::string>& sets)>& validate) {
   if (opts.out.empty()) throw ConfigError("sweep: --out DIR is needed (the folder the trials' run directories go in)");
   const fs::path json_path = fs::path(opts.out) / "sweep.json";
   std::error_code ec;
@@ -931,7 +932,7 @@ SweepResult run_sweep(SweepPlan plan, const SweepOptions& opts,
     std::vector<std::string> sets = plan.sets;
     for (const std::string& o : t.overrides()) sets.push_back(o);
     try {
-      validate(sets);
+      validate(plan.config, sets);
     } catch (const Error& e) {
       throw Error(e.kind(), fmt::format("trial {} ({}): {}", t.index, t.name, e.what()));
     }

@@ -137,13 +137,14 @@ struct SweepResult {
 /// The trial's full `gputrain train` argument list (after the program): CONFIG, its --set values, --out DIR/NAME.
 std::vector<std::string> trial_train_args(const SweepPlan& plan, const SweepTrial& trial, const std::string& out);
 
-/// Runs the sweep: `validate` is called with each trial's full --set list before anything starts (it throws the
-/// error `gputrain check` would); then the trials run as child processes of `opts.exe`, their output to
+/// Runs the sweep: `validate` is called with the config and each trial's full --set list before anything starts (it
+/// throws the error `gputrain check` would); then the trials run as child processes of `opts.exe`, their output to
 /// DIR/<trial>/console.log. Writes DIR/sweep.json as states change, and at the end DIR/sweep.csv, DIR/sweep.jsonl and
 /// DIR/report.html. With opts.resume the plan comes from DIR/sweep.json (`plan` must then equal it, or have no
 /// axes). Throws ConfigError for usage errors (before any trial starts).
-SweepResult run_sweep(SweepPlan plan, const SweepOptions& opts,
-                      const std::function<void(const std::vector<std::string>& sets)>& validate);
+SweepResult run_sweep(
+    SweepPlan plan, const SweepOptions& opts,
+    const std::function<void(const std::string& config, const std::vector<std::string>& sets)>& validate);
 
 /// DIR/sweep.sbatch: a Slurm job array, one task per trial (`%parallel` at once), each running its trial's
 /// `gputrain train` line. Returns the script's path.
