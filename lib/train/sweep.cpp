@@ -1019,6 +1019,10 @@ std::string svg_scatter(const std::string& key, bool log_axis, const std::vector
     const double pad = std::max(std::abs(y0) * 0.05, 1e-12);
     y0 -= pad, y1 += pad;
   }
+  // A margin inside the frame, so that the extreme points are not drawn on it (the ticks give the data's range).
+  const double ylo = y0, yhi = y1, xlo = x0, xhi = x1;
+  y0 -= (yhi - ylo) * 0.06, y1 += (yhi - ylo) * 0.06;
+  if (numeric) x0 -= (xhi - xlo) * 0.06, x1 += (xhi - xlo) * 0.06;
   auto px = [&](double x) { return L + (x - x0) / (x1 - x0) * (W - L - R); };
   auto py = [&](double y) { return T + (y1 - y) / (y1 - y0) * (H - T - B); };
   const std::string title = fmt::format("{} against {}", metric, key);
@@ -1029,15 +1033,18 @@ std::string svg_scatter(const std::string& key, bool log_axis, const std::vector
   out += fmt::format("<text x=\"{}\" y=\"18\" class=\"title\">{}</text>\n", L, html_escape(title));
   out +=
       fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" class=\"frame\"/>\n", L, T, W - L - R, H - T - B);
-  out += fmt::format("<text x=\"{}\" y=\"{}\" class=\"tick\" text-anchor=\"end\">{:.4g}</text>\n", L - 6, T + 4, y1);
-  out += fmt::format("<text x=\"{}\" y=\"{}\" class=\"tick\" text-anchor=\"end\">{:.4g}</text>\n", L - 6, H - B, y0);
+  out += fmt::format("<text x=\"{:.2f}\" y=\"{:.2f}\" class=\"tick\" text-anchor=\"end\">{:.4g}</text>\n", L - 6,
+                     py(yhi) + 4, yhi);
+  out += fmt::format("<text x=\"{:.2f}\" y=\"{:.2f}\" class=\"tick\" text-anchor=\"end\">{:.4g}</text>\n", L - 6,
+                     py(ylo) + 4, ylo);
   auto x_label = [&](double x) {
     return log_axis ? fmt::format("{:.3g}", std::pow(10.0, x)) : fmt::format("{:.4g}", x);
   };
   if (numeric) {
-    out += fmt::format("<text x=\"{}\" y=\"{}\" class=\"tick\">{}</text>\n", L, H - B + 16, x_label(x0));
-    out += fmt::format("<text x=\"{}\" y=\"{}\" class=\"tick\" text-anchor=\"end\">{}</text>\n", W - R, H - B + 16,
-                       x_label(x1));
+    out += fmt::format("<text x=\"{:.2f}\" y=\"{}\" class=\"tick\" text-anchor=\"middle\">{}</text>\n", px(xlo),
+                       H - B + 16, x_label(xlo));
+    out += fmt::format("<text x=\"{:.2f}\" y=\"{}\" class=\"tick\" text-anchor=\"middle\">{}</text>\n", px(xhi),
+                       H - B + 16, x_label(xhi));
   } else {
     for (size_t i = 0; i < categories.size(); ++i)
       out += fmt::format("<text x=\"{:.2f}\" y=\"{}\" class=\"tick\" text-anchor=\"middle\">{}</text>\n",
