@@ -39,7 +39,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr size_t kMaxTagBytes = 96;
-// A metrics.jsonl larger than this is read from its end only (early stopping needs the eval rows, which are few).
+// The most of a metrics.jsonl that one poll reads (the rest comes with the next ones).
 constexpr size_t kMaxMetricsBytes = size_t{64} << 20;
 
 std::optional<double> parse_number(const std::string& s) {
@@ -573,6 +573,38 @@ std::vector<std::string> trial_train_args(const SweepPlan& plan, const SweepTria
 
 namespace {
 
+// A trial's metrics.jsonl followed as it grows: each poll parses only the bytes added since the last (a long run
+// with log_every 1 has a large file, and the sweep polls 5 times a second).
+struct CurveFile {
+  uintmax_t offset = 0;
+  std::string partial;  // the start of a line not yet ended
+  Curve curve;
+
+  void update(const fs::path& path, const std::string& metric) {
+    std::error_code ec;
+    const uintmax_t size = fs::file_size(path, ec);
+    if (ec) return;
+    if (size < offset) *this = {};  // cut back (a resume cuts metrics.jsonl back to its checkpoint's length)
+    if (size == offset) return;
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return;
+    in.seekg(static_cast<std::streamoff>(offset));
+    std::string chunk(static_cast<size_t>(std::min<uintmax_t>(size - offset, kMaxMetricsBytes)), '\0');
+    in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+    chunk.resize(static_cast<size_t>(in.gcount()));
+    offset += chunk.size();
+    partial += chunk;
+    const size_t end = partial.rfind('\n');
+    if (end == std::string::npos) {
+      if (partial.size() > kMaxMetricsBytes) partial.clear();  // no row is that long
+      return;
+    }
+    const Curve more = read_curve(partial.substr(0, end), metric);
+    curve.insert(curve.end(), more.begin(), more.end());
+    partial.erase(0, end + 1);
+  }
+};
+
 // One running trial.
 struct Child {
   pid_t pid = -1;
@@ -589,6 +621,7 @@ class SweepRunner {
   SweepRunner(SweepPlan plan, std::vector<TrialState> states, const SweepOptions& opts)
       : m_plan(std::move(plan)), m_states(std::move(states)), m_opts(opts) {
     m_states.resize(m_plan.trials.size());
+    m_files.resize(m_plan.trials.size());
     m_curves.resize(m_plan.trials.size());
   }
 
@@ -606,7 +639,8 @@ class SweepRunner {
   std::vector<TrialState> m_states;
   SweepOptions m_opts;
   std::vector<Child> m_running;
-  std::vector<Curve> m_curves;
+  std::vector<CurveFile> m_files;  // each trial's metrics.jsonl, followed for early stopping
+  std::vector<Curve> m_curves;     // (the curves, as the rules take them)
   int m_threads = 1;
   int m_slots = 1;
   SweepResult m_result;
@@ -627,6 +661,7 @@ void SweepRunner::start(size_t i, int slot) {
   }
   fs::create_directories(dir, ec);
   if (ec) throw Error(fmt::format("{}: cannot create the trial's folder: {}", dir.string(), ec.message()));
+  m_files[i] = {};  // its metrics.jsonl is cut back or new
 
   std::vector<std::string> args = trial_train_args(m_plan, t, m_opts.out);
   args.insert(args.begin(), m_opts.exe);
@@ -753,12 +788,10 @@ void SweepRunner::finished(Child& c, int status) {
 
 void SweepRunner::poll_early_stop() {
   if (m_opts.early_stop.rule == EarlyStopRule::none) return;
-  // Every trial's curve so far: the running ones re-read, the others read once (finished ones do not change).
+  // Every trial's curve so far (finished ones too: the rules compare with them).
   for (size_t i = 0; i < m_plan.trials.size(); ++i) {
-    const bool running = std::any_of(m_running.begin(), m_running.end(), [&](const Child& c) { return c.trial == i; });
-    if (!running && !m_curves[i].empty()) continue;
-    if (const auto text = read_tail(trial_dir(i) / "metrics.jsonl", kMaxMetricsBytes))
-      m_curves[i] = read_curve(*text, m_opts.metric);
+    m_files[i].update(trial_dir(i) / "metrics.jsonl", m_opts.metric);
+    m_curves[i] = m_files[i].curve;
   }
   for (Child& c : m_running) {
     if (c.stop_sent) continue;
@@ -830,10 +863,6 @@ SweepResult SweepRunner::run() {
       Child c = *it;
       m_running.erase(it);
       finished(c, status);
-      if (!m_curves[c.trial].empty() || m_opts.early_stop.rule != EarlyStopRule::none) {
-        if (const auto text = read_tail(trial_dir(c.trial) / "metrics.jsonl", kMaxMetricsBytes))
-          m_curves[c.trial] = read_curve(*text, m_opts.metric);
-      }
     }
     const auto now = std::chrono::steady_clock::now();
     if (std::chrono::duration<double>(now - last_poll).count() >= m_opts.poll_seconds) {
@@ -904,7 +933,8 @@ SweepResult run_sweep(
     if (!text)
       throw ConfigError(
           fmt::format("sweep --resume: no {} (nothing to resume; start it without --resume)", json_path.string()));
-    auto [stored, stored_states] = read_sweep_json(*text, json_path.string());
+    auto loaded = read_sweep_json(*text, json_path.string());
+    SweepPlan& stored = loaded.first;  // (a structured binding cannot be captured by the lambda below in C++20)
     // The plan is the stored one; flags given again must describe the same trials.
     if (!plan.trials.empty()) {
       auto same = [&] {
@@ -922,7 +952,7 @@ SweepResult run_sweep(
             json_path.string(), stored.trials.size(), stored.config));
     }
     plan = std::move(stored);
-    states = std::move(stored_states);
+    states = std::move(loaded.second);
   } else if (fs::exists(json_path, ec)) {
     throw ConfigError(
         fmt::format("sweep: {} holds a sweep already: --resume continues it, or choose another --out", opts.out));
