@@ -348,6 +348,14 @@ TEST_CASE("gputrain sweep: a failing trial is reported at once and the others fi
   const auto jsonl = json_rows(dir / "s/sweep.jsonl");
   REQUIRE(jsonl.size() == 3);
   CHECK(jsonl.back().find("status")->string == "diverged");  // no test_loss: last
+  // A trial that cannot even start (a file where its folder goes) fails alone, reported; the next one runs.
+  fs::create_directories(dir / "c");
+  write_text(dir / "c/0-optimizer.lr=0.1", "not a folder");
+  const auto blocked =
+      run_gputrain("sweep " + (dir / "tiny.yaml") + " --grid optimizer.lr=0.1,0.05 --out " + (dir / "c"));
+  CHECK(blocked.exit_code == 1);
+  CHECK_THAT(blocked.output, Catch::Contains("trial 0 (0-optimizer.lr=0.1) could not start: "));
+  CHECK(statuses(dir / "c/sweep.json") == std::vector<std::string>{"failed", "completed"});
   // A value the config rejects: exit 2 naming the trial and the key, before any trial starts.
   const auto bad = run_gputrain("sweep " + (dir / "tiny.yaml") + " --grid optimizer.lr=0.1,abc --out " + (dir / "b"));
   CHECK(bad.exit_code == 2);

@@ -852,7 +852,17 @@ SweepResult SweepRunner::run() {
       std::vector<bool> used(static_cast<size_t>(m_slots), false);
       for (const Child& c : m_running) used[static_cast<size_t>(c.slot)] = true;
       const int slot = static_cast<int>(std::find(used.begin(), used.end(), false) - used.begin());
-      start(queue[next++], slot);
+      const size_t trial = queue[next++];
+      try {
+        start(trial, slot);
+      } catch (const Error& e) {
+        // A trial that cannot be started (its folder, fork) fails alone; the running ones go on.
+        m_states[trial].status = TrialStatus::failed;
+        m_result.failed += 1;
+        fmt::print(stderr, "gputrain sweep: trial {} ({}) could not start: {}\n", trial, m_plan.trials[trial].name,
+                   e.what());
+        save();
+      }
     }
     for (;;) {
       int status = 0;
