@@ -111,7 +111,7 @@ TEST_CASE("sweep plan: a grid is every combination, the first axis slowest, with
   CHECK(gt::parse_grid_axis("model.layers[0].kernel=[3,3],[5,5]").values == std::vector<std::string>{"[3,3]", "[5,5]"});
 }
 
-TEST_CASE("sweep plan: random trials repeat for a seed and differ for another; ranges are kept", "[cpu]") {
+TEST_CASE("sweep plan: random trials repeat for a seed and differ for another, within their ranges", "[cpu]") {
   const std::vector<std::string> axes{"optimizer.lr=1e-4:1e-1:log", "data.batch_size=8:64", "optimizer.type=sgd,adam",
                                       "train.grad_clip.max_norm=0.5:2"};
   const auto a = grid_plan({"seed=1,2"}, axes, 20, 7);
@@ -249,7 +249,8 @@ TEST_CASE("early stopping, median rule: the trial below the others' median at th
   CHECK_FALSE(gt::median_rule_stops(acc, 0, p));
 }
 
-TEST_CASE("early stopping, successive halving: rungs at the 1st, 3rd, 9th point; the bottom of a rung stops", "[cpu]") {
+TEST_CASE("early stopping, successive halving: rungs at the 1st, 3rd, 9th point, and the bottom of a rung stops",
+          "[cpu]") {
   gt::EarlyStopParams p;
   p.rule = gt::EarlyStopRule::asha;
   CHECK(gt::asha_rung(curve({}), p) == -1);
@@ -333,7 +334,7 @@ TEST_CASE("gputrain sweep: a 2x2 grid on 2 parallel slots writes the table, sort
   CHECK_THAT(again.output, Catch::Contains("holds a sweep already"));
 }
 
-TEST_CASE("gputrain sweep: a failing trial is reported at once and the others finish; a bad value starts nothing",
+TEST_CASE("gputrain sweep: a failing trial is reported at once and the others finish, and a bad value starts nothing",
           "[e2e]") {
   TempDir dir;
   write_text(dir / "tiny.yaml", kTiny);
@@ -368,7 +369,7 @@ TEST_CASE("gputrain sweep: a failing trial is reported at once and the others fi
         2);
 }
 
-TEST_CASE("gputrain sweep: SIGTERM stops the running trials with checkpoints; --resume runs only what is missing",
+TEST_CASE("gputrain sweep: SIGTERM stops the running trials with checkpoints, then --resume runs only what is missing",
           "[e2e]") {
   TempDir dir;
   write_text(dir / "tiny.yaml", kTiny);
