@@ -367,6 +367,29 @@ TEST_CASE("gputrain sweep: a failing trial is reported at once and the others fi
   CHECK_THAT(flags.output, Catch::Contains("--mode best: expected min or max"));
   CHECK(run_gputrain("sweep " + (dir / "tiny.yaml") + " --grid optimizer.lr=0.1 --devices 0 --parallel 2").exit_code ==
         2);
+  CHECK(run_gputrain("sweep " + (dir / "tiny.yaml") + " --grid optimizer.lr=0.1 --devices 0,x").exit_code == 2);
+}
+
+TEST_CASE("gputrain sweep --devices: one trial per listed device at a time, each told only its own", "[e2e]") {
+  TempDir dir;
+  write_text(dir / "tiny.yaml", kTiny);  // device: cpu, so it runs here; the variable is what a GPU trial sees
+  const auto r = run_gputrain("sweep " + (dir / "tiny.yaml") +
+                              " --grid optimizer.lr=0.1,0.05,0.02,0.01 --devices 3,5 --out " + (dir / "s"));
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const auto [plan, states] = gt::read_sweep_json(read_text(dir / "s/sweep.json"), "sweep.json");
+  std::map<std::string, int> per_device;
+  for (const auto& t : plan.trials) {
+    const std::string head = lines_of(read_text(dir / "s/" + t.name + "/console.log")).at(0);
+    INFO(head);
+    const bool three = head.find(" CUDA_VISIBLE_DEVICES=3 ") != std::string::npos;
+    const bool five = head.find(" CUDA_VISIBLE_DEVICES=5 ") != std::string::npos;
+    CHECK(three != five);
+    per_device[three ? "3" : "5"] += 1;
+  }
+  CHECK(per_device["3"] + per_device["5"] == 4);
+  CHECK(per_device["3"] >= 1);
+  CHECK(per_device["5"] >= 1);
 }
 
 TEST_CASE("gputrain sweep: SIGTERM stops the running trials with checkpoints, then --resume runs only what is missing",

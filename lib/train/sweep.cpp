@@ -684,7 +684,11 @@ void SweepRunner::start(size_t i, int slot) {
   env.push_back(fmt::format("OMP_NUM_THREADS={}", m_threads));  // a BLAS's own threads share the trial's cores too
   env.push_back(fmt::format("OPENBLAS_NUM_THREADS={}", m_threads));
 
-  std::string command;
+  // The exact command, with the variables the sweep sets, so that a trial can be run again by hand.
+  std::string command = fmt::format(
+      "{}OMP_NUM_THREADS={} OPENBLAS_NUM_THREADS={}",
+      gpu ? fmt::format("CUDA_VISIBLE_DEVICES={} ", m_opts.devices[static_cast<size_t>(slot)]) : std::string(),
+      m_threads, m_threads);
   for (const std::string& a : args) {
     if (!command.empty()) command += ' ';
     command += shell_quote(a);
