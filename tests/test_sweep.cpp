@@ -415,6 +415,10 @@ TEST_CASE("gputrain sweep: SIGTERM stops the running trials with checkpoints, th
     ready = completed && training;
   }
   REQUIRE(ready);
+  // A second sweep in the folder while this one runs is refused (exit 1, naming the holder), and disturbs nothing.
+  const auto twice = run_gputrain("sweep " + (dir / "tiny.yaml") + " --out " + (dir / "s") + " --resume");
+  CHECK(twice.exit_code == 1);
+  CHECK_THAT(twice.output, Catch::Contains("in use by another gputrain run (pid " + std::to_string(b.pid)));
   ::kill(b.pid, SIGTERM);
   const int code = wait_exit(b);
   INFO(read_text(b.log));

@@ -8,6 +8,7 @@
 #include "core/json_read.h"
 #include "core/quote.h"
 #include "log/report.h"
+#include "train/run_dir.h"
 #include "train/runs.h"
 #include "train/signals.h"
 
@@ -990,6 +991,9 @@ SweepResult run_sweep(
     const fs::path real = fs::read_symlink("/proc/self/exe", ec);
     if (!ec) o.exe = real.string();
   }
+  // One sweep at a time in a folder: a second (a --resume while the first still runs) would start its trials again.
+  RunDirLock lock;
+  lock.acquire(opts.out);
   SweepRunner runner(std::move(plan), std::move(states), o);
   return runner.run();
 }
