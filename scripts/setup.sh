@@ -16,6 +16,7 @@ packages=(
   python3-torch python3-numpy python3-yaml
   python3-jsonschema  # tests/config_schema_test.py validates configs against `gputrain config schema`
   chromium  # tests/test_report.cpp renders report.html headless
+  jq  # the README's shell-loop sweep collects summary.json with it
   clang libclang-rt-14-dev libomp-14-dev  # scripts/sanitize.sh: ASan/UBSan, libFuzzer, OpenMP for clang
 )
 missing=()

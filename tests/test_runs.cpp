@@ -130,6 +130,14 @@ TEST_CASE("gputrain runs compares run directories: differing overrides, status, 
     const std::string name = o.find("run")->string;
     CHECK(o.find("dir")->string == dir / "sweep/" + name);
     CHECK(o.find("optimizer.lr")->number == std::stod(lrs.at(name)));
+    // overrides.json, written by train: the --set values and the flags that stand for one, as given.
+    REQUIRE(o.find("overrides"));
+    REQUIRE(o.find("overrides")->is_array());
+    std::vector<std::string> overrides;
+    for (const auto& v : o.find("overrides")->items) overrides.push_back(v.string);
+    CHECK(overrides == (name == "c" ? std::vector<std::string>{"data.batch_size=16", "optimizer.lr=" + lrs.at(name)}
+                                    : std::vector<std::string>{"optimizer.lr=" + lrs.at(name),
+                                                               "train.max_steps=" + extra.at(name).substr(12)}));
     CHECK(o.find("status")->string == (name == "c" ? "completed" : "max_steps"));
     CHECK(o.find("steps")->integer == (name == "a" ? 3 : name == "b" ? 2 : 16));
     const gt::JsonValue* loss = o.find("test_loss");

@@ -19,14 +19,18 @@
 #include "train/runs.h"
 #include "train/setup.h"
 #include "train/signals.h"
+#include "train/sweep.h"
 #include "train/trainer.h"
 
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 
+#include <charconv>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <optional>
 
 namespace {
@@ -137,15 +141,21 @@ int cmd_devices() {
   return 0;
 }
 
-int cmd_check(const ConfigArgs& a, bool json) {
-  const gt::Experiment exp = gt::parse_experiment(gt::load_config(a.file, a.sets));
-  const gt::LoadedData data = gt::load_data(exp);
-  // Shapes only: no parameter is created, so a model too large for this machine is still sized, not allocated.
-  const gt::Model model = gt::Model::build(exp.root["model"], data.train.input_shape(), gt::DType::f32,
-                                           gt::Device::cpu(), exp.seed, /*init_params=*/false);
+// The model `exp` describes, checked against its data (batch size, the loss against the output). Shapes only: no
+// parameter is created, so a model too large for this machine is still sized, not allocated.
+gt::Model checked_model(const gt::Experiment& exp, const gt::LoadedData& data) {
+  gt::Model model = gt::Model::build(exp.root["model"], data.train.input_shape(), gt::DType::f32, gt::Device::cpu(),
+                                     exp.seed, /*init_params=*/false);
   model.check_batch(exp.data.batch_size, exp.root["data"]["batch_size"]);
   gt::check_loss_fits(exp.loss, model.output_shape(), data.train,
                       exp.root.has("loss") ? exp.root["loss"] : exp.root["model"]["layers"], &data.test);
+  return model;
+}
+
+int cmd_check(const ConfigArgs& a, bool json) {
+  const gt::Experiment exp = gt::parse_experiment(gt::load_config(a.file, a.sets));
+  const gt::LoadedData data = gt::load_data(exp);
+  const gt::Model model = checked_model(exp, data);
   const gt::Footprint f = gt::training_footprint(exp, model, data.train);
   // A device list holds one replica per device: each GPU must fit one; CPU workers share the host's memory.
   const size_t replicas_here = !exp.devices.empty() && exp.devices[0] == "cpu" ? exp.devices.size() : size_t{1};
@@ -169,14 +179,130 @@ int cmd_check(const ConfigArgs& a, bool json) {
 // config.resolved.yaml holds it.
 int cmd_config_print(const ConfigArgs& a) {
   const gt::Experiment exp = gt::parse_experiment(gt::load_config(a.file, a.sets));
-  const gt::LoadedData data = gt::load_data(exp);
-  const gt::Model model = gt::Model::build(exp.root["model"], data.train.input_shape(), gt::DType::f32,
-                                           gt::Device::cpu(), exp.seed, /*init_params=*/false);
-  model.check_batch(exp.data.batch_size, exp.root["data"]["batch_size"]);
-  gt::check_loss_fits(exp.loss, model.output_shape(), data.train,
-                      exp.root.has("loss") ? exp.root["loss"] : exp.root["model"]["layers"], &data.test);
+  const gt::Model model = checked_model(exp, gt::load_data(exp));
   fmt::print("{}", gt::resolved_config_text(exp, model.resolved_layers()));
   return 0;
+}
+
+// What `check` verifies, without its report: the config, the data, the model's shapes, the loss against the output.
+// `gputrain sweep` runs it on every trial's overrides before starting any; trials that share a data section (and
+// seed) share its loading, which is most of the time taken (Fashion-MNIST: ~1 s each).
+class TrialChecker {
+ public:
+  void operator()(const std::string& file, const std::vector<std::string>& sets);
+
+ private:
+  std::map<std::string, gt::LoadedData> m_data;
+};
+
+void TrialChecker::operator()(const std::string& file, const std::vector<std::string>& sets) {
+  const gt::Experiment exp = gt::parse_experiment(gt::load_config(file, sets));
+  const std::string key = fmt::format("{}\n{}", exp.seed, YAML::Dump(exp.root["data"].yaml()));
+  auto it = m_data.find(key);
+  if (it == m_data.end()) it = m_data.emplace(key, gt::load_data(exp)).first;
+  checked_model(exp, it->second);
+}
+
+struct SweepArgs {
+  ConfigArgs config;
+  std::vector<std::string> grid, random;
+  int64_t trials = 0;
+  uint64_t seed = 0;
+  std::string devices;
+  int parallel = 1;
+  std::string metric = "test_loss", mode, early_stop, out, emit;
+  int grace = 1;
+  double eta = 3;
+  bool resume = false;
+};
+
+int cmd_sweep(const SweepArgs& a) {
+  namespace fs = std::filesystem;
+  std::vector<gt::SweepAxis> grid, random;
+  for (const std::string& g : a.grid) grid.push_back(gt::parse_grid_axis(g));
+  for (const std::string& r : a.random) random.push_back(gt::parse_random_axis(r));
+  gt::SweepOptions opts;
+  if (!a.devices.empty()) {
+    std::vector<std::string> listed;
+    for (size_t from = 0;;) {
+      const size_t comma = a.devices.find(',', from);
+      listed.push_back(a.devices.substr(from, comma == std::string::npos ? std::string::npos : comma - from));
+      if (comma == std::string::npos) break;
+      from = comma + 1;
+    }
+    for (const std::string& d : listed) {
+      int v = -1;
+      const auto [end, ec] = std::from_chars(d.data(), d.data() + d.size(), v);
+      if (ec != std::errc() || end != d.data() + d.size() || v < 0 || v > 1023)
+        throw gt::ConfigError(fmt::format("--devices {}: {} is not a device number (0, 1, …)", a.devices, d));
+      if (std::find(opts.devices.begin(), opts.devices.end(), v) != opts.devices.end())
+        throw gt::ConfigError(fmt::format("--devices {}: device {} is listed twice", a.devices, v));
+      opts.devices.push_back(v);
+    }
+  }
+  opts.parallel = a.parallel;
+  opts.metric = a.metric;
+  if (!a.mode.empty() && a.mode != "min" && a.mode != "max")
+    throw gt::ConfigError(fmt::format("--mode {}: expected min or max", a.mode));
+  opts.maximize = a.mode.empty() ? a.metric.find("accuracy") != std::string::npos : a.mode == "max";
+  if (a.early_stop == "median")
+    opts.early_stop.rule = gt::EarlyStopRule::median;
+  else if (a.early_stop == "asha")
+    opts.early_stop.rule = gt::EarlyStopRule::asha;
+  else if (!a.early_stop.empty())
+    throw gt::ConfigError(fmt::format("--early-stop {}: expected median or asha", a.early_stop));
+  opts.early_stop.maximize = opts.maximize;
+  opts.early_stop.grace = a.grace;
+  opts.early_stop.eta = a.eta;
+  opts.resume = a.resume;
+  if (a.resume && a.out.empty()) throw gt::ConfigError("sweep --resume: name the sweep's folder with --out DIR");
+  if (!a.emit.empty() && a.emit != "slurm") throw gt::ConfigError(fmt::format("--emit {}: expected slurm", a.emit));
+  opts.out = a.out;
+  if (opts.out.empty()) {
+    const std::time_t now = std::time(nullptr);
+    std::tm tm{};
+    localtime_r(&now, &tm);
+    char stamp[32];
+    std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+    opts.out = (fs::path("sweeps") / fmt::format("{}-{}", fs::path(a.config.file).stem().string(), stamp)).string();
+  }
+  // A resume may name CONFIG alone: the plan is then the one sweep.json records.
+  gt::SweepPlan plan;
+  if (a.resume && grid.empty() && random.empty()) {
+    std::error_code ec;
+    plan.config = fs::absolute(a.config.file, ec).lexically_normal().string();
+  } else {
+    plan = gt::plan_sweep(a.config.file, a.config.sets, grid, random, a.trials, a.seed);
+  }
+  if (!a.emit.empty()) {
+    TrialChecker check_trial_config;
+    for (const gt::SweepTrial& t : plan.trials) {
+      std::vector<std::string> sets = plan.sets;
+      for (const std::string& o : t.overrides()) sets.push_back(o);
+      try {
+        check_trial_config(plan.config, sets);
+      } catch (const gt::Error& e) {
+        throw gt::Error(e.kind(), fmt::format("trial {} ({}): {}", t.index, t.name, e.what()));
+      }
+    }
+    std::error_code ec;
+    const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+    fmt::print("{}\n", gt::write_slurm_script(plan, opts.out,
+                                              opts.devices.empty() ? a.parallel : static_cast<int>(opts.devices.size()),
+                                              ec ? std::string("gputrain") : exe.string()));
+    return 0;
+  }
+  TrialChecker check_trial_config;
+  const gt::SweepResult r =
+      gt::run_sweep(plan, opts, [&](const std::string& config, const std::vector<std::string>& sets) {
+        check_trial_config(config, sets);
+      });
+  fmt::print("{}", r.table);
+  fmt::print(stderr,
+             "sweep {}: {} started, {} completed, {} stopped early, {} failed, {} interrupted, {} done before; "
+             "sweep.csv, sweep.jsonl, report.html written\n",
+             opts.out, r.started, r.completed, r.stopped_early, r.failed, r.interrupted, r.skipped);
+  return r.exit_code;
 }
 
 int cmd_generate(ConfigArgs a, gt::GenerateOptions opts, const std::string& device, const std::string& seed) {
@@ -376,6 +502,64 @@ int main(int argc, char** argv) {
       "validated as check validates it (exit 2 on a config error)");
   add_config_args(config_print, config_print_args);
 
+  SweepArgs sweep_args;
+  auto* sweep =
+      app.add_subcommand("sweep",
+                         "run a hyperparameter sweep: one `gputrain train` child process per trial, N at once "
+                         "on the CPU or one per GPU; resumable; a table sorted by the metric at the end");
+  add_config_args(sweep, sweep_args.config);
+  sweep->add_option("--grid", sweep_args.grid, "a swept key and its values: every combination of the --grid axes runs")
+      ->type_name("KEY=V1,V2,…")
+      ->allow_extra_args(false);
+  sweep
+      ->add_option("--random", sweep_args.random,
+                   "a key drawn at random per trial: LO:HI (uniform; integers when both ends are), LO:HI:log "
+                   "(log-uniform), or V1,V2,… (one of them)")
+      ->type_name("KEY=LO:HI[:log]|KEY=V1,V2,…")
+      ->allow_extra_args(false);
+  sweep->add_option("--trials", sweep_args.trials, "random draws (for each grid point)")
+      ->check(CLI::Range(int64_t{1}, gt::kMaxSweepTrials));
+  sweep->add_option("--seed", sweep_args.seed,
+                    "the random draws' seed (default 0): the same seed draws the same trials");
+  auto* sweep_devices = sweep->add_option(
+      "--devices", sweep_args.devices,
+      "GPUs to run on, one trial per GPU at a time, each trial seeing only its own (CUDA_VISIBLE_DEVICES)");
+  sweep_devices->type_name("0,1,…");
+  sweep->add_option("--parallel", sweep_args.parallel, "trials at once on the CPU, the cores divided between them (1)")
+      ->check(CLI::Range(1, 1024))
+      ->excludes(sweep_devices);
+  sweep->add_option("--metric", sweep_args.metric,
+                    "what to sort by and stop early on: a summary.json number that metrics.jsonl rows also carry "
+                    "(test_loss, test_accuracy; default test_loss)");
+  sweep->add_option("--mode", sweep_args.mode,
+                    "min or max: which end of the metric is better (default: max for an "
+                    "accuracy, else min)");
+  sweep
+      ->add_option("--early-stop", sweep_args.early_stop,
+                   "median: stop a trial whose best metric is worse than the median of the others at the same step; "
+                   "asha: asynchronous successive halving, rungs at the 1st, 3rd, 9th … evaluation, top 1/3 go on")
+      ->type_name("median|asha");
+  sweep
+      ->add_option("--grace", sweep_args.grace,
+                   "evaluations every trial reaches before the median rule judges it; asha's first rung (1)")
+      ->check(CLI::Range(1, 1000000));
+  sweep->add_option("--eta", sweep_args.eta, "asha's reduction factor: the top 1/eta of a rung go on (3)")
+      ->check(CLI::Range(1.5, 1000.0));
+  sweep->add_option("--out", sweep_args.out, "the sweep's folder (default sweeps/<config>-<YYYYmmdd-HHMMSS>)");
+  sweep->add_flag("--resume", sweep_args.resume,
+                  "continue the sweep in --out: skip completed trials, resume interrupted ones from their "
+                  "checkpoints, re-run failed ones");
+  sweep
+      ->add_option("--emit", sweep_args.emit,
+                   "slurm: write DIR/sweep.sbatch (a job array, one task per trial, --parallel at once) and print "
+                   "its path instead of running")
+      ->type_name("slurm");
+  sweep->footer(
+      "Each trial is a run directory DIR/<index>-<key=value,…>/ (its console output in console.log there). Exit "
+      "codes: 0 every trial completed (or was stopped early); 1 a trial failed (reported at once with its exit code "
+      "and the end of its output; the others go on); 2 a bad flag or a trial's config is invalid (nothing started); "
+      "75 stopped by SIGINT/SIGTERM: the running trials wrote checkpoints, --resume continues.");
+
   auto* devices = app.add_subcommand("devices", "list compute devices and the CUDA library versions found");
   auto* layers = app.add_subcommand("layers", "print the layer reference (Markdown), generated from the registry");
 
@@ -390,7 +574,7 @@ int main(int argc, char** argv) {
   // A training run's SIGINT, SIGTERM and SIGUSR1 are handled from here on, before any work: one that comes while
   // the data loads or the ranks meet still ends the run with 75 (or 130), not with the default action.
   std::optional<gt::StopHandlers> stop_handlers;
-  if (*train) stop_handlers.emplace();
+  if (*train || *sweep) stop_handlers.emplace();
   // Outside the try block: on a failure the other ranks must be ended (comm->abort) after the message is logged.
   std::unique_ptr<gt::Communicator> comm;
   auto fail = [&](int code) {
@@ -400,6 +584,7 @@ int main(int argc, char** argv) {
   try {
     if (*devices) return cmd_devices();
     if (*runs) return cmd_runs(runs_args);
+    if (*sweep) return cmd_sweep(sweep_args);
     if (*layers) {
       fmt::print("{}", gt::layer_reference_markdown());
       return 0;
@@ -472,9 +657,13 @@ int main(int argc, char** argv) {
       }
       root = gt::apply_override(root, fmt::format("train.{}={}", key, v));
     };
+    run.overrides = train_args.sets;  // (device= is among them)
     if (!epochs.empty()) set_train("epochs", epochs);
     if (!max_steps.empty()) set_train("max_steps", max_steps);
     if (!seed.empty()) root = gt::apply_override(root, "seed=" + seed);
+    if (!epochs.empty()) run.overrides.push_back("train.epochs=" + epochs);
+    if (!max_steps.empty()) run.overrides.push_back("train.max_steps=" + max_steps);
+    if (!seed.empty()) run.overrides.push_back("seed=" + seed);
     if (profile && !root["train"].has("profile")) {
       if (!root.has("train")) {
         YAML::Node top = root.yaml();

@@ -34,22 +34,6 @@ std::optional<JsonValue> read_object(const std::string& text) {
 // A field as the report shows it: a string's text, anything else (true, null, nested objects) as JSON.
 std::string shown(const JsonValue& v) { return v.is_string() ? v.string : v.text(); }
 
-std::string html_escape(const std::string& s) {
-  std::string out;
-  out.reserve(s.size());
-  for (const char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
 std::optional<std::string> read_file(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   if (!in) return std::nullopt;
@@ -122,6 +106,24 @@ pre{background:#f6f6f6;padding:1em;overflow:auto;font-size:12px}.note{color:#a60
 )";
 
 }  // namespace
+
+std::string html_escape(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (const char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+const char* report_style() { return kStyle; }
 
 ReportInfo write_report(const std::string& run_dir, const std::string& out_path) {
   std::error_code ec;

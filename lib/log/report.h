@@ -20,6 +20,11 @@ struct ReportInfo {
 /// Throws gt::ConfigError when `run_dir` is not a folder, gt::Error when the report cannot be written.
 ReportInfo write_report(const std::string& run_dir, const std::string& out = "");
 
+/// `s` with & < > " ' as HTML entities (for text and attribute values).
+std::string html_escape(const std::string& s);
+/// The reports' style sheet (an inline <style>'s text): `gputrain sweep`'s report.html looks like a run's.
+const char* report_style();
+
 /// write_report for the end of a run: a failure is logged as a warning, never thrown.
 void write_report_logged(const std::string& run_dir);
 

@@ -108,7 +108,8 @@ std::string run_file_owner(const std::string& path) {
   if (ec) return "";
   // The run's own files, by name, beside its checkpoints/ folder.
   static const char* kOwn[] = {"config.resolved.yaml", "metrics.jsonl", "summary.json", "train.log",
-                               "model.safetensors",    "trace.json",    "profile.txt",  ".lock"};
+                               "model.safetensors",    "trace.json",    "profile.txt",  ".lock",
+                               "overrides.json"};
   for (fs::path dir = p.parent_path(); !dir.empty(); dir = dir.parent_path()) {
     if (holds_run_data(dir.string())) {
       const fs::path rel = p.lexically_relative(dir);
@@ -123,6 +124,12 @@ std::string run_file_owner(const std::string& path) {
     if (dir == dir.root_path()) break;
   }
   return "";
+}
+
+std::string overrides_json(const std::vector<std::string>& overrides) {
+  std::string list;
+  for (const std::string& o : overrides) list += (list.empty() ? "" : ", ") + json_quote(o);
+  return fmt::format("{{\"overrides\": [{}]}}\n", list);
 }
 
 void refuse_run_file(const std::string& flag, const std::string& path) {

@@ -7,6 +7,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace gt {
 
@@ -60,6 +61,10 @@ std::string run_file_owner(const std::string& path);
 
 /// Throws ConfigError when `path`, an output that `flag` names, is one of a run's own files (run_file_owner).
 void refuse_run_file(const std::string& flag, const std::string& path);
+
+/// overrides.json's text, `{"overrides": ["optimizer.lr=0.1", "train.max_steps=300"]}`: the overrides a run was
+/// started with (`--set` values and the flags that stand for one), in the order given.
+std::string overrides_json(const std::vector<std::string>& overrides);
 
 /// Copies the run's final numbers from its progress into `sum`.
 void summarize(RunSummary& sum, const TrainProgress& p, double wall_seconds);

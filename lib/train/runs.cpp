@@ -254,6 +254,21 @@ void read_run(RunInfo& run) {
     run.status = running ? "running" : "failed";
     read_progress(run);
   }
+  if (const auto text = read_bounded(dir / "overrides.json", kMaxFileBytes)) {
+    try {
+      const JsonValue o = json_read_object(*text);
+      const JsonValue* list = o.find("overrides");
+      if (!list || !list->is_array()) throw DataError("no \"overrides\" list");
+      std::vector<std::string> got;
+      for (const JsonValue& v : list->items) {
+        if (!v.is_string()) throw DataError("an override that is not a string");
+        got.push_back(v.string);
+      }
+      run.overrides = std::move(got);
+    } catch (const Error& e) {
+      if (run.problem.empty()) run.problem = fmt::format("overrides.json: {}", e.what());
+    }
+  }
   std::error_code ec;
   const fs::path cfg = dir / "config.resolved.yaml";
   if (fs::exists(cfg, ec)) {
@@ -345,6 +360,7 @@ RunsTable runs_table(const std::vector<RunInfo>& runs) {
     }
     t.rows.push_back(std::move(row));
     t.dirs.push_back(r.dir);
+    t.overrides.push_back(r.overrides);
   }
   return t;
 }
@@ -370,10 +386,11 @@ void sort_runs(RunsTable& t, const std::string& column, bool descending) {
     const bool text = a.kind == RunCell::Kind::text;
     return descending ? (text ? b.text < a.text : b.number < a.number) : (text ? a.text < b.text : a.number < b.number);
   });
-  RunsTable sorted{t.columns, {}, {}};
+  RunsTable sorted{t.columns, {}, {}, {}};
   for (size_t i : order) {
     sorted.rows.push_back(std::move(t.rows[i]));
     sorted.dirs.push_back(std::move(t.dirs[i]));
+    sorted.overrides.push_back(i < t.overrides.size() ? std::move(t.overrides[i]) : std::nullopt);
   }
   t = std::move(sorted);
 }
@@ -451,7 +468,16 @@ std::string runs_jsonl(const RunsTable& t) {
       }
       if (i == 0) o.add("dir", t.dirs[r]);
     }
-    out += o.str() + "\n";
+    // A list of strings: JsonObject writes objects and lists of objects, so the list is spliced in as text.
+    std::string line = o.str();
+    std::string list = "null";
+    if (r < t.overrides.size() && t.overrides[r]) {
+      list.clear();
+      for (const std::string& v : *t.overrides[r]) list += (list.empty() ? "" : ", ") + json_quote(v);
+      list = "[" + list + "]";
+    }
+    line.insert(line.size() - 1, ", \"overrides\": " + list);
+    out += line + "\n";
   }
   return out;
 }

@@ -30,6 +30,8 @@ struct RunInfo {
   std::vector<std::pair<std::string, double>> metrics;      ///< summary.json's final numbers, in its order
   bool has_config = false;                                  ///< config.resolved.yaml was read
   std::vector<std::pair<std::string, std::string>> config;  ///< config.resolved.yaml flattened: key path → YAML text
+  /// overrides.json: the `--set` values (and flags standing for them) the run was started with; nullopt without one
+  std::optional<std::vector<std::string>> overrides;
 };
 
 /// The run directories named by `paths`: a path that is one (it holds summary.json, config.resolved.yaml,
@@ -47,7 +49,8 @@ void read_run(RunInfo& run);
 struct RunsTable {
   std::vector<std::string> columns;
   std::vector<std::vector<RunCell>> rows;
-  std::vector<std::string> dirs;  ///< each row's directory
+  std::vector<std::string> dirs;                                   ///< each row's directory
+  std::vector<std::optional<std::vector<std::string>>> overrides;  ///< each row's overrides (RunInfo::overrides)
 };
 RunsTable runs_table(const std::vector<RunInfo>& runs);
 
@@ -59,7 +62,8 @@ void sort_runs(RunsTable& table, const std::string& column, bool descending);
 std::string runs_text(const RunsTable& table);
 /// CSV (RFC 4180): a header line and a line per run; missing values empty.
 std::string runs_csv(const RunsTable& table);
-/// JSON lines: one object per run with the columns as keys (and "dir"); numbers as numbers, missing as null.
+/// JSON lines: one object per run with the columns as keys (and "dir", and "overrides", a list of strings, or null
+/// for a run without overrides.json); numbers as numbers, missing as null.
 std::string runs_jsonl(const RunsTable& table);
 
 }  // namespace gt

@@ -353,7 +353,10 @@ RunSummary train_worker(const Experiment& exp, const RunOptions& opts, const Wor
   sum.device = setup.device.str();
   const fs::path dir = sum.run_dir;
   const RunLogFile log_file(setup.lead ? (dir / "train.log").string() : std::string());
-  if (setup.lead) write_file_atomic((dir / "config.resolved.yaml").string(), setup.resolved_config);
+  if (setup.lead) {
+    write_file_atomic((dir / "config.resolved.yaml").string(), setup.resolved_config);
+    write_file_atomic((dir / "overrides.json").string(), overrides_json(opts.overrides));
+  }
   RunReporter reporter(exp, setup, sum.run_dir, where.threaded, where.process_gpus, wall_start);
   CheckpointHook checkpoints(exp, setup, sum.run_dir);
   Loader loader(setup.train(), setup.batch, exp.data.shuffle, exp.seed, exp.data.augment);

@@ -5,6 +5,7 @@
 #include "train/run_dir.h"
 
 #include <string>
+#include <vector>
 
 namespace gt {
 
@@ -17,6 +18,9 @@ struct RunOptions {
   Communicator* comm = nullptr;  ///< data-parallel ranks; nullptr: one process
   int local_rank = 0;
   bool progress = true;  ///< a live progress bar when stdout is a terminal (false: --no-progress)
+  /// The overrides the run was started with (`--set` and the flags that stand for one), as given: written to the
+  /// run directory's overrides.json, so `gputrain runs` and `gputrain sweep` can show them.
+  std::vector<std::string> overrides;
 };
 
 /// Trains the experiment and writes the run directory; returns what summary.json holds. A device list in one
