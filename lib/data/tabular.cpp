@@ -45,8 +45,18 @@ bool parse_number(const std::string& s, double& v) {
 
 void check_finite(const Tensor& values, const std::string& path, float scale) {
   const float* p = values.data<float>();
-  const int64_t per_sample = values.numel() / std::max<int64_t>(1, values.dim(0));
-  for (int64_t i = 0; i < values.numel(); ++i)
+  const int64_t n = values.numel();
+  // A branch-free pass first (it vectorises: ~0.9 s → a few ms over Fashion-MNIST's 47 M values, most of a sweep
+  // trial's start), then the first bad value's position only when there is one. Not finite = exponent bits all ones.
+  uint32_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, p + i, sizeof bits);
+    bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+  }
+  if (!bad) return;
+  const int64_t per_sample = n / std::max<int64_t>(1, values.dim(0));
+  for (int64_t i = 0; i < n; ++i)
     if (!std::isfinite(p[i]))
       throw DataError(
           fmt::format("{}: value {} at sample {} (element {} of it) is not finite{}: training on it could "
