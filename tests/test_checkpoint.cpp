@@ -58,7 +58,7 @@ checkpoint: {{every_steps: {}, keep: 100}}
 std::string metrics_without_timing(const std::string& run) {
   // Timings and the sampler's readings (host_*, gpu<i>_*) are measurements, not training state.
   static const std::regex timing(
-      R"re(, "(samples_per_sec|elapsed_s|host_[a-z_]+|gpu[0-9]+_[a-z_]+)": ("[^"]*"|[^,}]*))re");
+      R"re(, "(samples_per_sec|data_wait_ms|elapsed_s|host_[a-z_]+|gpu[0-9]+_[a-z_]+)": ("[^"]*"|[^,}]*))re");
   return std::regex_replace(read_text(run + "/metrics.jsonl"), timing, "");
 }
 

@@ -1,5 +1,7 @@
 // End to end: the gputrain binary on configs, what it leaves in the run directory, and its exit codes.
+#include "core/json_read.h"
 #include "core/rng.h"
+#include "data/tokens.h"
 #include "helpers.h"
 
 #include <fmt/format.h>
@@ -454,4 +456,181 @@ TEST_CASE("every test name is one ctest can run (no semicolon, no leading dashes
     ++count;
   }
   CHECK(count > 60);
+}
+
+// Heavy augmentation of big images in front of a linear model (data preparation is about 70 % of the step) and a
+// wide MLP on 8 features (well under 1 %): far from the 10 % line either way, also on a loaded machine.
+TEST_CASE("data_wait_ms is in every train row, and the log says once when getting batches ready dominates", "[e2e]") {
+  TempDir dir;
+  const std::string common = R"(seed: 1
+device: cpu
+optimizer: {type: sgd, lr: 0.01}
+loss: cross_entropy
+train: {epochs: 3, log_every: 4}
+)";
+  write_text(dir / "heavy.yaml", common + R"(name: heavy
+data:
+  format: synthetic
+  samples: 512
+  input_shape: [3, 64, 64]
+  targets: {classes: 2}
+  batch_size: 64
+  augment: {random_crop: {padding: 4}, hflip: true}
+model: {layers: [flatten, {type: linear, out_features: 2}]}
+)");
+  write_text(dir / "light.yaml", common + R"(name: light
+data: {format: synthetic, samples: 512, input_shape: [8], targets: {classes: 2}, batch_size: 64}
+model:
+  layers: [{type: linear, out_features: 1024}, relu, {type: linear, out_features: 1024}, relu,
+           {type: linear, out_features: 2}]
+)");
+  for (const std::string name : {"heavy", "light"}) {
+    const auto r = run_gputrain("train " + (dir / (name + ".yaml")) + " --out " + (dir / name) + " --threads 1");
+    INFO(name << "\n" << r.output);
+    REQUIRE(r.exit_code == 0);
+    int rows = 0;
+    double wait_sum = 0;
+    for (const auto& l : lines_of(read_text(dir / (name + "/metrics.jsonl")))) {
+      if (json_string(l, "type") != "train") continue;
+      ++rows;
+      const std::optional<double> wait = json_number(l, "data_wait_ms");
+      REQUIRE(wait.has_value());
+      CHECK(*wait >= 0);
+      wait_sum += *wait;
+    }
+    CHECK(rows == 6);  // 24 steps, every 4th
+    const std::string log = read_text(dir / (name + "/train.log"));
+    size_t notes = 0;
+    for (size_t at = log.find("data wait: "); at != std::string::npos; at = log.find("data wait: ", at + 1)) ++notes;
+    if (name == "heavy") {
+      CHECK(wait_sum > 0);
+      CHECK(notes == 1);
+      std::smatch m;
+      REQUIRE(std::regex_search(log, m, std::regex(R"(data wait: ([0-9]+)% of the step time \(([0-9.e+-]+) ms of )")));
+      CHECK(std::stod(m[1].str()) > 10);
+      CHECK(std::stod(m[2].str()) > 0);
+      CHECK_THAT(log, Catch::Contains("data.augment (random_crop, hflip)"));
+    } else {
+      CHECK(notes == 0);
+    }
+  }
+}
+
+// Known arrays in NPY files (and token shards): the numbers data inspect prints are checked against a two-pass
+// computation here, after data.scale, as the model sees them.
+TEST_CASE("gputrain data inspect: class counts, shapes, range and per-channel mean and std of each split", "[e2e]") {
+  TempDir dir;
+  const int64_t n_train = 6, n_test = 3, channels = 2, per = 3;  // samples of shape [2, 3]
+  auto make = [&](int64_t n, int64_t salt, std::vector<float>& x) {
+    x.resize(static_cast<size_t>(n * channels * per));
+    for (size_t i = 0; i < x.size(); ++i)
+      x[i] = static_cast<float>(static_cast<int64_t>((i * 7 + static_cast<size_t>(salt)) % 11)) - 2.5f;
+  };
+  std::vector<float> xtr, xte;
+  make(n_train, 0, xtr);
+  make(n_test, 5, xte);
+  const std::vector<int64_t> ytr{0, 2, 2, 1, 2, 0}, yte{1, 1, 0};
+  write_npy(dir / "xtr.npy", "<f4", "(6, 2, 3)", xtr.data(), xtr.size() * 4);
+  write_npy(dir / "ytr.npy", "<i8", "(6,)", ytr.data(), ytr.size() * 8);
+  write_npy(dir / "xte.npy", "<f4", "(3, 2, 3)", xte.data(), xte.size() * 4);
+  write_npy(dir / "yte.npy", "<i8", "(3,)", yte.data(), yte.size() * 8);
+  write_text(dir / "npy.yaml", fmt::format(R"(name: inspect
+data:
+  format: npy
+  train: {{inputs: {0}/xtr.npy, targets: {0}/ytr.npy}}
+  test: {{inputs: {0}/xte.npy, targets: {0}/yte.npy}}
+  scale: 0.5
+model: {{layers: [flatten, {{type: linear, out_features: 3}}]}}
+optimizer: {{type: sgd, lr: 0.1}}
+)",
+                                           dir.path()));
+  const auto r = run_gputrain("data inspect " + (dir / "npy.yaml") + " --json");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const gt::JsonValue v = gt::json_read_object(r.output);
+  const gt::JsonValue* splits = v.find("splits");
+  REQUIRE(splits != nullptr);
+  REQUIRE(splits->items.size() == 2);
+  auto numbers = [](const gt::JsonValue& o, const char* key) {
+    std::vector<double> out;
+    if (const gt::JsonValue* a = o.find(key))
+      for (const gt::JsonValue& e : a->items) out.push_back(e.number);
+    return out;
+  };
+  for (int k = 0; k < 2; ++k) {
+    const gt::JsonValue& s = splits->items[static_cast<size_t>(k)];
+    const std::vector<float>& x = k == 0 ? xtr : xte;
+    const std::vector<int64_t>& y = k == 0 ? ytr : yte;
+    const int64_t n = k == 0 ? n_train : n_test;
+    CHECK(s.find("split")->string == (k == 0 ? "train" : "test"));
+    CHECK(s.find("samples")->number == static_cast<double>(n));
+    CHECK(numbers(s, "input_shape") == std::vector<double>{2, 3});
+    // Counts of the labels as written; both splits have the classes of the larger label set (3).
+    std::vector<double> counts(3, 0.0);
+    for (int64_t l : y) counts[static_cast<size_t>(l)] += 1;
+    CHECK(numbers(s, "class_counts") == counts);
+    double lo = 1e30, hi = -1e30;
+    std::vector<double> mean(channels, 0.0), var(channels, 0.0);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t c = 0; c < channels; ++c)
+        for (int64_t j = 0; j < per; ++j) {
+          const double e = 0.5 * x[static_cast<size_t>((i * channels + c) * per + j)];
+          mean[static_cast<size_t>(c)] += e / static_cast<double>(n * per);
+          lo = std::min(lo, e);
+          hi = std::max(hi, e);
+        }
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t c = 0; c < channels; ++c)
+        for (int64_t j = 0; j < per; ++j) {
+          const double d = 0.5 * x[static_cast<size_t>((i * channels + c) * per + j)] - mean[static_cast<size_t>(c)];
+          var[static_cast<size_t>(c)] += d * d / static_cast<double>(n * per);
+        }
+    CHECK(s.find("min")->number == lo);
+    CHECK(s.find("max")->number == hi);
+    const std::vector<double> got_mean = numbers(s, "mean"), got_std = numbers(s, "std");
+    REQUIRE(got_mean.size() == channels);
+    REQUIRE(got_std.size() == channels);
+    for (size_t c = 0; c < channels; ++c) {
+      CHECK(got_mean[c] == Approx(mean[c]).margin(1e-12));
+      CHECK(got_std[c] == Approx(std::sqrt(var[c])).epsilon(1e-9));
+      CHECK(got_std[c] > 0);  // the data is not constant: a zero would mean the wrong axis
+    }
+  }
+  // The text form says the same for people.
+  const auto t = run_gputrain("data inspect " + (dir / "npy.yaml"));
+  INFO(t.output);
+  CHECK(t.exit_code == 0);
+  CHECK_THAT(t.output, Catch::Contains("train: 6 samples") && Catch::Contains("test: 3 samples") &&
+                           Catch::Contains("3 classes, samples per class: 0:2 1:1 2:3"));
+
+  // Token shards: count, distinct ids and their range over every token.
+  std::vector<uint16_t> tokens;
+  for (int i = 0; i < 200; ++i) tokens.push_back(static_cast<uint16_t>(10 + (i * 13) % 40));  // ids 10..49
+  fs::create_directories(dir / "tok");
+  gt::write_token_shard(dir / "tok/train_000000.bin", tokens.data(), tokens.size());
+  write_text(dir / "tok.yaml", fmt::format(R"(name: tok
+data: {{format: tokens, train: {{path: "{0}/tok/train_*.bin"}}, block_size: 8}}
+model: {{layers: [{{type: embedding, num_embeddings: 256, embedding_dim: 8}}, {{type: linear, out_features: 256}}]}}
+optimizer: {{type: sgd, lr: 0.1}}
+)",
+                                           dir.path()));
+  const auto tk = run_gputrain("data inspect " + (dir / "tok.yaml") + " --json");
+  INFO(tk.output);
+  REQUIRE(tk.exit_code == 0);
+  const gt::JsonValue tv = gt::json_read_object(tk.output);
+  REQUIRE(tv.find("splits")->items.size() == 1);
+  const gt::JsonValue& ts = tv.find("splits")->items[0];
+  std::vector<bool> seen(65536, false);
+  for (uint16_t tok : tokens) seen[tok] = true;
+  CHECK(ts.find("tokens")->number == 200);
+  CHECK(ts.find("distinct_tokens")->number == static_cast<double>(std::count(seen.begin(), seen.end(), true)));
+  CHECK(ts.find("min_token")->number == *std::min_element(tokens.begin(), tokens.end()));
+  CHECK(ts.find("max_token")->number == *std::max_element(tokens.begin(), tokens.end()));
+
+  // A config error is exit 2 naming the key, as check does.
+  const auto bad = run_gputrain("data inspect " + (dir / "npy.yaml") + " --set data.scale=abc");
+  INFO(bad.output);
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.output, Catch::Contains("data.scale"));
+  CHECK(run_gputrain("data inspect").exit_code == 2);
 }

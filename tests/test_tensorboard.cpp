@@ -99,6 +99,7 @@ TEST_CASE("a TFRecord frame is length, masked CRC of the length, data, masked CR
 TEST_CASE("the metrics sink maps train and eval fields to TensorBoard tags", "[cpu]") {
   CHECK(gt::tensorboard_tag("train", "loss") == "train/loss");
   CHECK(gt::tensorboard_tag("train", "samples_per_sec") == "train/samples_per_sec");
+  CHECK(gt::tensorboard_tag("train", "data_wait_ms") == "train/data_wait_ms");
   CHECK(gt::tensorboard_tag("train", "device_peak_mib") == "train/device_peak_mib");
   CHECK(gt::tensorboard_tag("train", "step").empty());
   CHECK(gt::tensorboard_tag("train", "elapsed_s").empty());
@@ -132,7 +133,7 @@ void check_events_match_metrics(const std::string& run_dir, int want_train_rows,
     const auto step = static_cast<int64_t>(*json_number(line, "step"));
     if (type == "train") {
       ++train_rows;
-      for (const char* f : {"loss", "lr", "grad_norm", "samples_per_sec"})
+      for (const char* f : {"loss", "lr", "grad_norm", "samples_per_sec", "data_wait_ms"})
         want[{std::string("train/") + f, step}] = *json_number(line, f);
       // The sampler's host fields, once it has a sample (null values are not plotted).
       for (const char* f : {"rss_mib", "cpu_pct", "threads"})

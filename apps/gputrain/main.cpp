@@ -1,5 +1,6 @@
 // gputrain: the command line. The only place that maps errors to exit codes.
 #include "core/json.h"
+#include "data/inspect.h"
 #include "data/tokens.h"
 #include "dist/comm.h"
 #include "graph/model.h"
@@ -560,6 +561,17 @@ int main(int argc, char** argv) {
       "and the end of its output; the others go on); 2 a bad flag or a trial's config is invalid (nothing started); "
       "75 stopped by SIGINT/SIGTERM: the running trials wrote checkpoints, --resume continues.");
 
+  auto* data_cmd = app.add_subcommand("data", "look at the data a config names");
+  data_cmd->require_subcommand(1);
+  ConfigArgs inspect_args;
+  bool inspect_json = false;
+  auto* data_inspect = data_cmd->add_subcommand(
+      "inspect",
+      "per split (train, test): samples, shapes, value range, mean and std per channel, samples per class; token "
+      "data: token count, distinct tokens, id range. Reads the data as training does (exit 2 on a config error)");
+  add_config_args(data_inspect, inspect_args);
+  data_inspect->add_flag("--json", inspect_json, "print one JSON object {\"config\", \"splits\": [...]}");
+
   auto* devices = app.add_subcommand("devices", "list compute devices and the CUDA library versions found");
   auto* layers = app.add_subcommand("layers", "print the layer reference (Markdown), generated from the registry");
 
@@ -595,6 +607,22 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (*config_print) return cmd_config_print(config_print_args);
+    if (*data_inspect) {
+      const gt::Experiment exp = gt::parse_experiment(gt::load_config(inspect_args.file, inspect_args.sets));
+      const gt::LoadedData data = gt::load_data(exp);
+      const bool test_only = exp.data.format == gt::DataFormat::tokens && exp.data.train_tokens.empty();
+      std::vector<gt::DataStats> splits;
+      if (!test_only) splits.push_back(gt::inspect_dataset(data.train, "train", exp.data.train_tokens));
+      if (data.test.size() > 0) splits.push_back(gt::inspect_dataset(data.test, "test", exp.data.test_tokens));
+      if (inspect_json) {
+        std::string rows;
+        for (const gt::DataStats& s : splits) rows += (rows.empty() ? "" : ", ") + gt::data_stats_json(s);
+        fmt::print("{{\"config\": {}, \"splits\": [{}]}}\n", gt::json_quote(inspect_args.file), rows);
+      } else {
+        for (const gt::DataStats& s : splits) fmt::print("{}", gt::data_stats_text(s));
+      }
+      return 0;
+    }
     if (*export_llmc) {
       fmt::print("{}\n", gt::export_llmc(export_llmc_args.file, export_llmc_args.sets, export_llmc_weights,
                                          export_llmc_out, export_bf16));

@@ -3,6 +3,7 @@
 
 #include "profile/profiler.h"
 
+#include <chrono>
 #include <string>
 
 namespace gt {
@@ -17,16 +18,20 @@ BatchStager::BatchStager(const Dataset& data, int64_t batch, Device device) : m_
 
 int64_t BatchStager::next(Loader& loader, Tensor& x, Tensor& y, Profiler* profiler) {
   static const std::string kData = "data", kTrainer = "trainer";
+  // The same clock pair times the data wait and the profiler's "data load" span.
+  const auto t0 = Profiler::Clock::now();
   if (m_device.is_cpu()) {
-    SpanScope scope(profiler, kData, kTrainer, "load");
-    return loader.next(x, y);
+    const int64_t n = loader.next(x, y);
+    const auto t1 = Profiler::Clock::now();
+    m_wait_seconds += std::chrono::duration<double>(t1 - t0).count();
+    if (profiler && profiler->enabled()) profiler->record(kData, kTrainer, "load", t0, t1);
+    return n;
   }
   Slot& s = m_slots[m_turn];
   m_turn ^= 1;
   int64_t n = 0;
   {
     // Host work, overlapping the device's: timed on the host, in a lane of its own when the others are device time.
-    const auto t0 = Profiler::Clock::now();
     s.copied.wait();  // the copy queued from this slot two batches ago has been done
     n = loader.next(s.x, s.y);
     if (profiler && profiler->enabled())
@@ -39,6 +44,7 @@ int64_t BatchStager::next(Loader& loader, Tensor& x, Tensor& y, Profiler* profil
     y.narrow0(n).copy_from_async(s.y.narrow0(n));
     s.copied.record(m_device);
   }
+  m_wait_seconds += std::chrono::duration<double>(Profiler::Clock::now() - t0).count();
   return n;
 }
 

@@ -24,6 +24,14 @@ class BatchStager {
   /// (when given) times the loading ("data load") and the host-to-device copy ("data h2d").
   int64_t next(Loader& loader, Tensor& x, Tensor& y, Profiler* profiler = nullptr);
 
+  /// Host seconds the trainer spent in next() (gathering, scaling, augmenting, queueing the copy) since the last
+  /// take: the time it waited for data, as there are no loader threads. One clock pair per call, no device sync.
+  double take_wait_seconds() {
+    const double s = m_wait_seconds;
+    m_wait_seconds = 0;
+    return s;
+  }
+
  private:
   struct Slot {
     Tensor x, y;
@@ -32,6 +40,7 @@ class BatchStager {
   Device m_device;
   Slot m_slots[2];
   int m_turn = 0;
+  double m_wait_seconds = 0;
 };
 
 }  // namespace gt

@@ -30,7 +30,8 @@ class MetricsFile : NonCopyable {
 
 /// One row in, the same numbers out to every sink that is on: the whole row to metrics.jsonl, and for `train`
 /// and `eval` rows their plotted fields to TensorBoard (train/loss, train/lr, train/grad_norm,
-/// train/samples_per_sec, train/device_mem_mib, train/device_peak_mib, test/loss, test/accuracy) at the row's step.
+/// train/samples_per_sec, train/data_wait_ms, train/device_mem_mib, train/device_peak_mib, test/loss, test/accuracy) at
+/// the row's step.
 class MetricsSink {
  public:
   /// `dir` "" writes nothing (ranks other than 0).

@@ -142,6 +142,7 @@ void RunReporter::log_train(const TrainProgress& p, int64_t total_steps, const L
                        .add("lr", w.lr)
                        .add("grad_norm", p.grad_norm)
                        .add("samples_per_sec", w.samples_per_sec)
+                       .add("data_wait_ms", w.data_wait_ms)
                        .add("elapsed_s", seconds_since(m_wall_start));
   if (m_tokens_per_sample > 0) row.add("tokens_per_sec", tokens_per_sec);
   if (m_tokens_per_sample > 0 && mfu > 0) row.add("mfu", mfu);

@@ -52,6 +52,7 @@ struct LogWindow {
   double loss = 0;             ///< mean over the window's samples
   double lr = 0;               ///< of its last step
   double samples_per_sec = 0;  ///< over its training time
+  double data_wait_ms = 0;     ///< per step: the host's time getting its batches ready (gather, scale, augment, copy)
   bool skipped = false;        ///< its last step was skipped
 };
 

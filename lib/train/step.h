@@ -106,6 +106,9 @@ class StepLoop : NonCopyable {
   void read_window(TrainProgress& p);
   void clear_window() { m_window.zero_(); }
 
+  /// Host seconds spent getting batches ready (the data wait) since the last call.
+  double take_data_wait_seconds() { return m_stager.take_wait_seconds(); }
+
   /// The batch tensors (evaluation borrows them).
   Tensor& x() { return m_x; }
   Tensor& y() { return m_y; }

@@ -84,6 +84,7 @@ class TrainLoop {
   void diverge(const std::string& what, int64_t step);
   double close_window();
   void log_window(const StepDone& done);
+  void note_data_wait(double wait_s, double window_s, int64_t steps);
   void save_checkpoint();
   RunSummary finish();
 
@@ -102,7 +103,9 @@ class TrainLoop {
   TrainClock m_clock;
   ProgressBar m_bar;
   Evaluator m_evaluator;
-  bool m_any_stop = false;  ///< several ranks: some rank was asked to stop (learnt with the step's sums)
+  bool m_any_stop = false;    ///< several ranks: some rank was asked to stop (learnt with the step's sums)
+  int64_t m_wait_steps = 0;   ///< steps since the last log window (the data wait's denominator)
+  bool m_wait_noted = false;  ///< the data-wait line is logged once a run
 };
 
 RunSummary TrainLoop::run() {
@@ -162,6 +165,7 @@ StepDone TrainLoop::step() {
   }
   m_profiler.end_step();
   ++p.step;
+  ++m_wait_steps;
   m_checkpoints.mark_dirty();
   p.train_samples += samples;
   p.window_samples += samples;  // resolve() takes a skipped step's samples back out
@@ -307,10 +311,36 @@ void TrainLoop::log_window(const StepDone& done) {
   w.samples_per_sec = static_cast<double>(m_p.window_samples) / std::max(m_clock.window_seconds(), 1e-9);
   w.lr = done.lr;
   w.skipped = done.outcome == StepOutcome::skipped;
+  // The same span of steps and training seconds as the rate: the data wait's share of the step time.
+  const double wait_s = m_step.take_data_wait_seconds();
+  const int64_t steps = std::max<int64_t>(m_wait_steps, 1);
+  w.data_wait_ms = 1e3 * wait_s / static_cast<double>(steps);
+  note_data_wait(wait_s, m_clock.window_seconds(), steps);
+  m_wait_steps = 0;
   m_reporter.log_train(m_p, m_plan.total_steps, w);
   m_p.window_samples = 0;
   m_clock.clear_window();
   m_clock.restart();
+}
+
+// Once a run: the log window in which getting batches ready took more than 10 % of the step time. There are no loader
+// threads, so this time is on the training thread, added to every step; what it is made of is what the config sets.
+void TrainLoop::note_data_wait(double wait_s, double window_s, int64_t steps) {
+  if (m_wait_noted || !m_setup.lead || window_s <= 0 || wait_s <= 0.10 * window_s) return;
+  m_wait_noted = true;
+  const AugmentConfig& aug = m_exp.data.augment;
+  std::string made_of = "gathering the samples";
+  if (m_exp.data.format == DataFormat::tokens) made_of = "cutting the token windows from the shards";
+  if (aug.any())
+    made_of += fmt::format(" and data.augment ({}{}{})", aug.crop_padding >= 0 ? "random_crop" : "",
+                           aug.crop_padding >= 0 && aug.hflip ? ", " : "", aug.hflip ? "hflip" : "");
+  if (m_setup.device.is_cuda()) made_of += ", then queueing the copy to the device";
+  if (aug.any()) made_of += "; data.augment is the part of it the config can make cheaper";
+  const double step_ms = 1e3 * window_s / static_cast<double>(steps);
+  spdlog::info(
+      "data wait: {:.0f}% of the step time ({:.3g} ms of {:.3g} ms per step, up to step {}) goes to getting "
+      "batches ready on the training thread: {}",
+      100 * wait_s / window_s, 1e3 * wait_s / static_cast<double>(steps), step_ms, m_p.step, made_of);
 }
 
 void TrainLoop::save_checkpoint() {
