@@ -37,26 +37,36 @@ GT_INLINE F gelu_tanh_bwd(F v, F dy) {
 // per-element loop ran 1.6× slower (~780 → ~490 µs of CPU for gpt_bytes' 1024 × 512 forward, one thread). Two
 // vectors per iteration overlap two of exp_f32's long chains of dependent operations (~445 µs). Each element is
 // read before its result is stored, so the buffers may be the same (an in-place gradient).
-GT_CPU_CLONES void gelu_tanh_fwd_f32(const float* x, float* y, int64_t i0, int64_t i1) {
-  constexpr int kL = kLanes<float>;
+// The loops themselves are always-inline templates, so that clang checks the vector calls' ABI where they land (in
+// each clone) rather than in a baseline function, as in attention.cpp.
+template <class T>
+GT_INLINE void gelu_tanh_fwd_loop(const T* x, T* y, int64_t i0, int64_t i1) {
+  constexpr int kL = kLanes<T>;
   int64_t i = i0;
   for (; i + 2 * kL <= i1; i += 2 * kL) {
-    const Vec<float> a = gelu_tanh_fwd(load(x + i)), b = gelu_tanh_fwd(load(x + i + kL));
-    store<float>(y + i, a);
-    store<float>(y + i + kL, b);
+    const Vec<T> a = gelu_tanh_fwd(load(x + i)), b = gelu_tanh_fwd(load(x + i + kL));
+    store<T>(y + i, a);
+    store<T>(y + i + kL, b);
   }
   for (; i < i1; ++i) y[i] = gelu_tanh_fwd(x[i]);
 }
-GT_CPU_CLONES void gelu_tanh_bwd_f32(const float* x, const float* dy, float* dx, int64_t i0, int64_t i1) {
-  constexpr int kL = kLanes<float>;
+template <class T>
+GT_INLINE void gelu_tanh_bwd_loop(const T* x, const T* dy, T* dx, int64_t i0, int64_t i1) {
+  constexpr int kL = kLanes<T>;
   int64_t i = i0;
   for (; i + 2 * kL <= i1; i += 2 * kL) {
-    const Vec<float> a = gelu_tanh_bwd(load(x + i), load(dy + i));
-    const Vec<float> b = gelu_tanh_bwd(load(x + i + kL), load(dy + i + kL));
-    store<float>(dx + i, a);
-    store<float>(dx + i + kL, b);
+    const Vec<T> a = gelu_tanh_bwd(load(x + i), load(dy + i));
+    const Vec<T> b = gelu_tanh_bwd(load(x + i + kL), load(dy + i + kL));
+    store<T>(dx + i, a);
+    store<T>(dx + i + kL, b);
   }
   for (; i < i1; ++i) dx[i] = gelu_tanh_bwd(x[i], dy[i]);
+}
+GT_CPU_CLONES void gelu_tanh_fwd_f32(const float* x, float* y, int64_t i0, int64_t i1) {
+  gelu_tanh_fwd_loop(x, y, i0, i1);
+}
+GT_CPU_CLONES void gelu_tanh_bwd_f32(const float* x, const float* dy, float* dx, int64_t i0, int64_t i1) {
+  gelu_tanh_bwd_loop(x, dy, dx, i0, i1);
 }
 
 template <class T>
