@@ -16,6 +16,7 @@
 
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <iterator>
 
 using namespace gt;
@@ -83,6 +84,48 @@ TEST_CASE("matmul matches a reference loop for every transpose and split", "[cpu
           }
   }
   set_num_threads(2);
+}
+
+// linear_forward puts the bias into C before the product when k is small (OpenBLAS then adds the whole product to it)
+// and after it otherwise: either way the bits of matmul then add_row_bias, for both splits of C over threads, odd
+// sizes, f32 and f64, and without a bias the bits of matmul alone.
+TEST_CASE("linear_forward gives the bits of matmul then add_row_bias", "[cpu]") {
+  struct Dims {
+    int64_t m, n, k;
+  };
+  // Bias first (k ≤ 128) and after (k > 128); rows split (m ≥ n) and columns split; one thread's worth.
+  const Dims dims[] = {{1024, 512, 128}, {1001, 129, 127}, {67, 901, 128},
+                       {1024, 128, 512}, {77, 1203, 129},  {5, 7, 3}};
+  for (DType dtype : {DType::f32, DType::f64})
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      for (const Dims& d : dims) {
+        Rng rng(d.m * 31 + d.n, 1);
+        auto random = [&](const Shape& s) {
+          Tensor t = Tensor::empty(s, dtype);
+          for (int64_t i = 0; i < t.numel(); ++i)
+            if (dtype == DType::f32)
+              t.data<float>()[i] = static_cast<float>(rng.uniform(-1, 1));
+            else
+              t.data<double>()[i] = rng.uniform(-1, 1);
+          return t;
+        };
+        const Tensor x = random(Shape{d.m, d.k}), w = random(Shape{d.n, d.k}), bias = random(Shape{d.n});
+        Tensor want = random(Shape{d.m, d.n}), got = random(Shape{d.m, d.n});
+        ops::matmul(x, false, w, true, want, 0.0);
+        Tensor plain = want.clone();
+        ops::add_row_bias(want, bias);
+        ops::linear_forward(x, w, bias, got);
+        INFO(dtype_name(dtype) << " threads " << threads << " m " << d.m << " n " << d.n << " k " << d.k);
+        CHECK(std::memcmp(got.raw(), want.raw(), got.bytes()) == 0);
+        ops::linear_forward(x, w, Tensor(), got);
+        CHECK(std::memcmp(got.raw(), plain.raw(), got.bytes()) == 0);
+      }
+    }
+  set_num_threads(2);
+  const Tensor x = filled(Shape{4, 3}, 1), w = filled(Shape{5, 3}, 2), short_bias = filled(Shape{4}, 3);
+  Tensor y = Tensor::empty(Shape{4, 5}, DType::f32);
+  CHECK_THROWS_WITH(ops::linear_forward(x, w, short_bias, y), Catch::Contains("bias [4] for [4, 5]"));
 }
 
 TEST_CASE("sgd follows torch.optim.SGD's update rule", "[cpu]") {
