@@ -192,6 +192,42 @@ TEST_CASE("a branching model's parameter gradients match central differences", "
   }
 }
 
+// An add shares its gradient with the inputs it alone writes the gradient of, instead of copying it: chains of adds
+// (an input that is itself such an add, through a view), an input that other layers also write (a copy, then their
+// scratch sums), and an add of one input twice, against central differences.
+TEST_CASE("adds that share their gradient with their inputs give the gradients of copies", "[gradcheck][cpu]") {
+  const ConfigNode cfg = ConfigNode::load_string(R"(layers:
+  - {type: linear, name: a, out_features: 6}
+  - {type: linear, name: b, out_features: 6}
+  - {type: add, name: s1, inputs: [a, b]}
+  - tanh
+  - {type: linear, name: c, out_features: 6}
+  - {type: add, name: s2, inputs: [s1, c]}
+  - {type: add, name: s3, inputs: [s2, s2]}
+  - {type: flatten, name: flat, inputs: s3}
+  - {type: add, name: s4, inputs: [flat, a]}
+  - {type: linear, out_features: 2}
+)",
+                                                 "residual.yaml");
+  Model m = Model::build(cfg, Shape{3}, DType::f64, Device::cpu(), 6);
+  m.allocate(2);
+  Rng rng(9, 9);
+  Tensor x = random_tensor(Shape{2, 3}, rng);
+  const Tensor r = random_tensor(Shape{2, 2}, rng);
+  auto loss = [&] { return dot(m.forward(x, {true, false}), r); };
+  loss();
+  m.backward(r, {true, false});
+  std::vector<Tensor> analytic;
+  for (Param* p : m.params()) analytic.push_back(p->grad.clone());
+  size_t k = 0;
+  for (auto& [name, p] : m.named_params()) {
+    for (int64_t i = 0; i < p->value.numel(); ++i)
+      check_close(analytic[k].data<double>()[i], central_difference(p->value.data<double>()[i], loss),
+                  name + "[" + std::to_string(i) + "]");
+    ++k;
+  }
+}
+
 // GPT-2's tied lm head: the linear reads the embedding's table, so the one parameter's gradient is the sum of both
 // uses (the linear's backward writes it, the embedding's adds to it), with and without gradient accumulation.
 // With out_features below the table's rows (llm.c's vocabulary V padded to Vp) the head reads the first rows only:

@@ -14,7 +14,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <bit>
 #include <cmath>
+#include <cstring>
+#include <iterator>
 
 using namespace gt;
 
@@ -81,6 +84,48 @@ TEST_CASE("matmul matches a reference loop for every transpose and split", "[cpu
           }
   }
   set_num_threads(2);
+}
+
+// linear_forward puts the bias into C before the product when k is small (OpenBLAS then adds the whole product to it)
+// and after it otherwise: either way the bits of matmul then add_row_bias, for both splits of C over threads, odd
+// sizes, f32 and f64, and without a bias the bits of matmul alone.
+TEST_CASE("linear_forward gives the bits of matmul then add_row_bias", "[cpu]") {
+  struct Dims {
+    int64_t m, n, k;
+  };
+  // Bias first (k ≤ 128) and after (k > 128); rows split (m ≥ n) and columns split; one thread's worth.
+  const Dims dims[] = {{1024, 512, 128}, {1001, 129, 127}, {67, 901, 128},
+                       {1024, 128, 512}, {77, 1203, 129},  {5, 7, 3}};
+  for (DType dtype : {DType::f32, DType::f64})
+    for (int threads : {1, 2}) {
+      set_num_threads(threads);
+      for (const Dims& d : dims) {
+        Rng rng(d.m * 31 + d.n, 1);
+        auto random = [&](const Shape& s) {
+          Tensor t = Tensor::empty(s, dtype);
+          for (int64_t i = 0; i < t.numel(); ++i)
+            if (dtype == DType::f32)
+              t.data<float>()[i] = static_cast<float>(rng.uniform(-1, 1));
+            else
+              t.data<double>()[i] = rng.uniform(-1, 1);
+          return t;
+        };
+        const Tensor x = random(Shape{d.m, d.k}), w = random(Shape{d.n, d.k}), bias = random(Shape{d.n});
+        Tensor want = random(Shape{d.m, d.n}), got = random(Shape{d.m, d.n});
+        ops::matmul(x, false, w, true, want, 0.0);
+        Tensor plain = want.clone();
+        ops::add_row_bias(want, bias);
+        ops::linear_forward(x, w, bias, got);
+        INFO(dtype_name(dtype) << " threads " << threads << " m " << d.m << " n " << d.n << " k " << d.k);
+        CHECK(std::memcmp(got.raw(), want.raw(), got.bytes()) == 0);
+        ops::linear_forward(x, w, Tensor(), got);
+        CHECK(std::memcmp(got.raw(), plain.raw(), got.bytes()) == 0);
+      }
+    }
+  set_num_threads(2);
+  const Tensor x = filled(Shape{4, 3}, 1), w = filled(Shape{5, 3}, 2), short_bias = filled(Shape{4}, 3);
+  Tensor y = Tensor::empty(Shape{4, 5}, DType::f32);
+  CHECK_THROWS_WITH(ops::linear_forward(x, w, short_bias, y), Catch::Contains("bias [4] for [4, 5]"));
 }
 
 TEST_CASE("sgd follows torch.optim.SGD's update rule", "[cpu]") {
@@ -479,6 +524,65 @@ TEST_CASE("f32 gelu tanh matches the f64 formula to a few ulp, forward and backw
   CHECK(std::isnan(dx.data<float>()[n]));
   CHECK(y.data<float>()[n + 1] == INFINITY);
   CHECK(y.data<float>()[n + 2] == 0.0f);
+}
+
+// The f32 GELU loops run two vectors at a time and the last few elements one by one: an element must come out with
+// the same bits whichever part of the loop computes it (a 1-element call takes the scalar part), in place, and on 1
+// or 2 threads (2 split the odd length off the vector grid), so results never depend on where a tensor starts.
+TEST_CASE("f32 gelu tanh gives an element the same bits in its vector loop, its scalar tail and in place", "[cpu]") {
+  const int64_t n = 100003;
+  Tensor x = Tensor::empty(Shape{n}, DType::f32), dy = Tensor::empty(Shape{n}, DType::f32);
+  Rng rng(7, 1);
+  for (int64_t i = 0; i < n; ++i) {
+    x.data<float>()[i] = static_cast<float>(rng.uniform(-12, 12));
+    dy.data<float>()[i] = static_cast<float>(rng.uniform(-1, 1));
+  }
+  const float special[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-30f, -87.5f, 88.5f, -200.0f, 200.0f};
+  for (size_t k = 0; k < std::size(special); ++k) x.data<float>()[100 + 37 * static_cast<int64_t>(k)] = special[k];
+  auto bits = [](float v) { return std::bit_cast<uint32_t>(v); };
+  Tensor y1, dx1;
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    Tensor y = Tensor::empty(x.shape(), DType::f32), dx = Tensor::empty(x.shape(), DType::f32);
+    ops::activation_forward(Activation::gelu_tanh, x, y);
+    ops::activation_backward(Activation::gelu_tanh, x, y, dy, dx);
+    Tensor in_place = x.clone(), d_in_place = dy.clone();
+    ops::activation_forward(Activation::gelu_tanh, in_place, in_place);
+    ops::activation_backward(Activation::gelu_tanh, x, y, d_in_place, d_in_place);
+    int64_t differ = 0;
+    for (int64_t i = 0; i < n; ++i)
+      differ += bits(in_place.data<float>()[i]) != bits(y.data<float>()[i]) ||
+                bits(d_in_place.data<float>()[i]) != bits(dx.data<float>()[i]);
+    INFO("threads " << threads);
+    CHECK(differ == 0);
+    if (threads == 1) {
+      y1 = y;
+      dx1 = dx;
+      continue;
+    }
+    differ = 0;
+    for (int64_t i = 0; i < n; ++i)
+      differ += bits(y.data<float>()[i]) != bits(y1.data<float>()[i]) ||
+                bits(dx.data<float>()[i]) != bits(dx1.data<float>()[i]);
+    CHECK(differ == 0);
+  }
+  // Every 7th element (and every special value) alone, through the scalar tail.
+  Tensor one = Tensor::empty(Shape{1}, DType::f32), one_y = Tensor::empty(Shape{1}, DType::f32),
+         one_dy = Tensor::empty(Shape{1}, DType::f32), one_dx = Tensor::empty(Shape{1}, DType::f32);
+  int64_t differ = 0, checked = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (i % 7 != 0 && !(i >= 100 && i < 100 + 37 * 10 && (i - 100) % 37 == 0)) continue;
+    one.data<float>()[0] = x.data<float>()[i];
+    one_dy.data<float>()[0] = dy.data<float>()[i];
+    ops::activation_forward(Activation::gelu_tanh, one, one_y);
+    ops::activation_backward(Activation::gelu_tanh, one, one_y, one_dy, one_dx);
+    differ += bits(one_y.data<float>()[0]) != bits(y1.data<float>()[i]) ||
+              bits(one_dx.data<float>()[0]) != bits(dx1.data<float>()[i]);
+    ++checked;
+  }
+  INFO(checked << " elements alone");
+  CHECK(differ == 0);
+  CHECK(checked > n / 7);
 }
 
 // The f32 cross-entropy computes each row's exponentials once in f32 (vectorised); against the f64 path on random

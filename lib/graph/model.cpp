@@ -467,16 +467,21 @@ Model Model::build(const ConfigNode& model_cfg, const Shape& input_shape, DType 
   return m;
 }
 
-std::vector<Model::NodeBuffers> Model::buffer_plan(int64_t max_batch) const {
-  const size_t count = m_nodes.size();
+std::vector<int> Model::grad_writers() const {
   // Who writes each gradient buffer: every (consumer, input) pair whose input leads to it through views.
-  std::vector<int> writers(count, 0);
+  std::vector<int> writers(m_nodes.size(), 0);
   for (const GraphNode& n : m_nodes) {
     if (n.layer->is_view() || !n.needs_grad) continue;
     for (int j : n.inputs)
       if (j >= 0 && m_nodes[static_cast<size_t>(j)].needs_grad && m_nodes[static_cast<size_t>(j)].grad_owner >= 0)
         ++writers[static_cast<size_t>(m_nodes[static_cast<size_t>(j)].grad_owner)];
   }
+  return writers;
+}
+
+std::vector<Model::NodeBuffers> Model::buffer_plan(int64_t max_batch) const {
+  const size_t count = m_nodes.size();
+  const std::vector<int> writers = grad_writers();
   std::vector<NodeBuffers> plan(count);
   for (size_t i = 0; i < count; ++i) {
     const GraphNode& n = m_nodes[i];
@@ -520,6 +525,7 @@ void Model::allocate(int64_t max_batch) {
   m_out.assign(count, Tensor());
   m_grad.assign(count, Tensor());
   const std::vector<NodeBuffers> plan = buffer_plan(max_batch);
+  m_grad_writers = grad_writers();
   for (size_t i = 0; i < count; ++i) {
     const GraphNode& n = m_nodes[i];
     if (n.layer->is_view()) continue;
@@ -652,6 +658,15 @@ void Model::backward(const Tensor& dout, const LayerContext& context) {
       const int owner = m_nodes[static_cast<size_t>(j)].grad_owner;
       if (owner < 0 || !m_grad[static_cast<size_t>(owner)].defined()) continue;
       const Shape shape = m_out[static_cast<size_t>(j)].shape();
+      if (n.layer->passes_gradient() && m_grad_writers[static_cast<size_t>(owner)] == 1) {
+        // This node alone writes the owner's gradient, and would write a copy of its own: the owner reads this
+        // node's gradient instead. Nothing writes either afterwards (the owner has no other writer, and a node's
+        // backward never writes its own gradient), so the sharing is safe.
+        Tensor& g = m_grad[static_cast<size_t>(owner)];
+        g = m_grad[i].view(g.shape());
+        ++written[static_cast<size_t>(owner)];
+        continue;
+      }
       if (written[static_cast<size_t>(owner)]++ == 0) {
         dx_views[k] = m_grad[static_cast<size_t>(owner)].view(shape);
       } else {

@@ -102,6 +102,8 @@ class Model {
   /// The forward pass over m_input, shared by forward and forward_decode: node i writes into output(i), a part of
   /// its buffer (a view layer's output is its input in the view's shape), timed into `profiler` (nullptr: not).
   const Tensor& run_nodes(const LayerContext& ctx, SpanTimer* profiler, const std::function<Tensor(size_t)>& output);
+  /// How many (consumer, input) pairs write the gradient buffer of each node in the backward pass.
+  std::vector<int> grad_writers() const;
 
   std::vector<GraphNode> m_nodes;
   Shape m_input_shape;
@@ -111,6 +113,7 @@ class Model {
   std::vector<Tensor> m_out_buf, m_grad_buf;  // per node, max_batch rows (undefined for view layers)
   std::vector<Tensor> m_out, m_grad;          // per node, this batch's rows
   std::vector<Tensor> m_scratch_buf;          // per owner written by several consumers: their second and later dx
+  std::vector<int> m_grad_writers;            // grad_writers(), once the graph is built
   bool m_initialised = false;                 // build() created the parameters
   Tensor m_input;                             // the last forward's input
   std::function<void(size_t)> m_grad_ready;

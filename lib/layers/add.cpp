@@ -20,11 +20,13 @@ class Add final : public Layer {
     ops::add(*x[0], *x[1], y);
     for (size_t i = 2; i < x.size(); ++i) ops::add(y, *x[i], y);
   }
+  // The model shares dy with the inputs it alone writes the gradient of (passes_gradient): those dx are null.
   void backward(const std::vector<const Tensor*>&, const Tensor&, const Tensor& dy, const std::vector<Tensor*>& dx,
                 const LayerContext&) override {
     for (Tensor* d : dx)
       if (d) d->copy_from(dy);
   }
+  bool passes_gradient() const override { return true; }
   int64_t forward_flops() const override { return m_numel; }
   bool decodes() const override { return true; }
 

@@ -56,11 +56,9 @@ class CausalSelfAttention final : public Layer {
     grow(b);
     Tensor qkv = m_qkv.narrow0(b), att = m_att.narrow0(b), lse = m_lse.narrow0(b);
     Tensor qkv2 = rows(qkv, 3 * m_dim), att2 = rows(att, m_dim), y2 = rows(y, m_dim);
-    ops::matmul(rows(*x[0], m_dim), false, m_qkv_w.value, true, qkv2, 0.0);
-    if (m_bias) ops::add_row_bias(qkv2, m_qkv_b.value);
+    ops::linear_forward(rows(*x[0], m_dim), m_qkv_w.value, m_bias ? m_qkv_b.value : Tensor(), qkv2);
     ops::attention_forward(qkv, m_heads, dropout_of(ctx), att, lse);
-    ops::matmul(att2, false, m_proj_w.value, true, y2, 0.0);
-    if (m_bias) ops::add_row_bias(y2, m_proj_b.value);
+    ops::linear_forward(att2, m_proj_w.value, m_bias ? m_proj_b.value : Tensor(), y2);
   }
 
   void backward(const std::vector<const Tensor*>& x, const Tensor&, const Tensor& dy, const std::vector<Tensor*>& dx,
@@ -130,13 +128,11 @@ class CausalSelfAttention final : public Layer {
       m_cache_att = Tensor::empty(Shape{m_len, m_dim}, m_dtype, m_device);
     }
     Tensor qkv = m_cache.view(Shape{m_len, 3 * m_dim}).slice0(position, t);
-    ops::matmul(rows(x, m_dim), false, m_qkv_w.value, true, qkv, 0.0);
-    if (m_bias) ops::add_row_bias(qkv, m_qkv_b.value);
+    ops::linear_forward(rows(x, m_dim), m_qkv_w.value, m_bias ? m_qkv_b.value : Tensor(), qkv);
     m_cached = position + t;
     Tensor att = m_cache_att.narrow0(t).view(Shape{1, t, m_dim}), att2 = m_cache_att.narrow0(t), y2 = rows(y, m_dim);
     ops::attention_decode(m_cache, m_heads, position, att);
-    ops::matmul(att2, false, m_proj_w.value, true, y2, 0.0);
-    if (m_bias) ops::add_row_bias(y2, m_proj_b.value);
+    ops::linear_forward(att2, m_proj_w.value, m_bias ? m_proj_b.value : Tensor(), y2);
   }
 
   // The saved activations and backward scratch, grown once to the largest batch.

@@ -62,6 +62,10 @@ class Layer {
   virtual bool decodes() const { return false; }
   /// True when the output is the input under another shape (flatten): no buffer, no copy, no backward.
   virtual bool is_view() const { return false; }
+  /// True when the gradient of every input is the gradient of the output (add): where this layer is the only one that
+  /// writes an input's gradient, the model lets that input read the output's gradient buffer instead of a copy (its
+  /// backward then gets a null dx for it).
+  virtual bool passes_gradient() const { return false; }
   /// The layer's arguments after defaults, for config.resolved.yaml.
   virtual YAML::Node resolved_args() const { return YAML::Node(YAML::NodeType::Map); }
   /// Multiply-adds ×2 per sample in the forward pass, for throughput reports.

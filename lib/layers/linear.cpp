@@ -49,8 +49,7 @@ class Linear final : public Layer {
   void forward(const std::vector<const Tensor*>& x, Tensor& y, const LayerContext&) override {
     const Tensor x2 = as_rows(*x[0], m_in);  // (B·rows, in)
     Tensor y2 = as_rows(y, m_out);           // (B·rows, out)
-    ops::matmul(x2, false, m_w->value.narrow0(m_out), true, y2, 0.0);
-    if (m_has_bias) ops::add_row_bias(y2, m_bias.value);
+    ops::linear_forward(x2, m_w->value.narrow0(m_out), m_has_bias ? m_bias.value : Tensor(), y2);
   }
 
   void backward(const std::vector<const Tensor*>& x, const Tensor&, const Tensor& dy, const std::vector<Tensor*>& dx,

@@ -21,6 +21,15 @@ void add_row_bias(Tensor& y, const Tensor& bias) {
   GT_DISPATCH(op, add_row_bias(y, bias));
 }
 
+void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) {
+  const Operands op("linear_forward", {&x, &w, &bias, &y});
+  GT_CHECK(x.rank() == 2 && w.rank() == 2 && y.rank() == 2 && w.dim(1) == x.dim(1) && y.dim(0) == x.dim(0) &&
+               y.dim(1) == w.dim(0),
+           "linear_forward {} · {}ᵀ → {}", x.shape().str(), w.shape().str(), y.shape().str());
+  GT_CHECK(!bias.defined() || bias.numel() == y.dim(1), "bias {} for {}", bias.shape().str(), y.shape().str());
+  GT_DISPATCH(op, linear_forward(x, w, bias, y));
+}
+
 void sum_rows(const Tensor& dy, Tensor& db, double beta) {
   const Operands op("sum_rows", {&dy, &db});
   GT_CHECK(dy.rank() == 2 && db.numel() == dy.dim(1), "sum_rows {} into {}", dy.shape().str(), db.shape().str());

@@ -1,5 +1,6 @@
-// Matrix products and the bias ops of a dense layer: matmul, add_row_bias, sum_rows. The contract is checked in
-// ops/matmul.cpp; ops/cpu/matmul.cpp (OpenBLAS) and ops/cuda/matmul.cu (cuBLASLt, bias kernels) implement it.
+// Matrix products and the bias ops of a dense layer: matmul, add_row_bias, sum_rows, linear_forward. The contract is
+// checked in ops/matmul.cpp; ops/cpu/matmul.cpp (OpenBLAS) and ops/cuda/matmul.cu (cuBLASLt, bias kernels) implement
+// it.
 #pragma once
 
 #include "core/tensor.h"
@@ -16,9 +17,13 @@ void add_row_bias(Tensor& y, const Tensor& bias);
 /// db = Σ_r dy[r, :] + beta · db.
 void sum_rows(const Tensor& dy, Tensor& db, double beta);
 
+/// A dense layer's forward: y = x · wᵀ, plus bias on every row unless bias is undefined; the same numbers as matmul
+/// (beta 0) then add_row_bias, in fewer passes over y where the backend can.
+void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y);
+
 }  // namespace gt::ops
 
 // The backends' entry points: the ops above call them once the contract holds.
 // CUDA: matmul through cuBLASLt in the tensors' precision (f32 without TF32, or f64), one cached plan per shape;
 // sum_rows sums in double in a fixed order.
-GT_BACKEND_ENTRY_POINTS(matmul, add_row_bias, sum_rows)
+GT_BACKEND_ENTRY_POINTS(matmul, add_row_bias, sum_rows, linear_forward)

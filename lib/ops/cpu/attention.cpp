@@ -29,8 +29,6 @@ constexpr int64_t kTile = 64;  // query rows per tile
 constexpr int kRows = 4;       // rows of a register block
 constexpr int kCols = 16;      // columns of a register block (keys or head channels): one AVX-512 or two AVX2 vectors
 
-#define GT_INLINE [[gnu::always_inline]] inline
-
 int64_t round_up(int64_t n, int64_t k) { return (n + k - 1) / k * k; }
 
 // e^x, keeping a NaN a NaN (exp_f32 maps it to e^−87, and a NaN score must reach the loss).
@@ -57,25 +55,9 @@ void pack_transposed(const T* src, int64_t ld, int64_t n, int64_t d, int64_t tp,
     for (int64_t e = 0; e < d; ++e) dst[e * tp + j] = src[j * ld + e];
 }
 
-// 32 bytes of T as one GCC/clang vector (an AVX2 register; two SSE ones in the baseline clone): a register block's
-// row of kCols columns is kVecs of them. Unaligned loads and stores go through memcpy.
-template <class T>
-using Vec [[gnu::vector_size(32)]] = T;
-template <class T>
-constexpr int kLanes = static_cast<int>(32 / sizeof(T));
+// A register block's row of kCols columns is kVecs vectors (Vec, ops/cpu/vec_math.h).
 template <class T>
 constexpr int kVecs = kCols / kLanes<T>;
-
-template <class T>
-GT_INLINE Vec<T> load(const T* p) {
-  Vec<T> v;
-  __builtin_memcpy(&v, p, sizeof v);
-  return v;
-}
-template <class T>
-GT_INLINE void store(T* p, Vec<T> v) {
-  __builtin_memcpy(p, &v, sizeof v);
-}
 
 // f(std::integral_constant<int, 0>) … f(…<N − 1>): loops over a register block with constant indices, so that the
 // compiler keeps the accumulators in registers.

@@ -20,22 +20,56 @@
 
 namespace gt::cpu {
 
+#define GT_INLINE [[gnu::always_inline]] inline
+
+// 32 bytes of T as one GCC/clang vector (an AVX2 register; two SSE ones in the baseline clone, half an AVX-512 one).
+// Unaligned loads and stores go through memcpy; store names T (store<float>), as it is not deduced through Vec.
+template <class T>
+using Vec [[gnu::vector_size(32)]] = T;
+template <class T>
+constexpr int kLanes = static_cast<int>(32 / sizeof(T));
+
+template <class T>
+GT_INLINE Vec<T> load(const T* p) {
+  Vec<T> v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class T>
+GT_INLINE void store(T* p, Vec<T> v) {
+  __builtin_memcpy(p, &v, sizeof v);
+}
+
+// The 32-bit integers of the same shape as F (float or Vec<float>), for exp_f32's exponent bits.
+template <class F>
+struct Int32Of {
+  using type = int32_t;
+};
+template <>
+struct Int32Of<Vec<float>> {
+  using type = Vec<int32_t>;
+};
+
 // e^x for f32 in plain arithmetic, so that the compiler vectorises the loops that call it (std::exp is a library
 // call per element): x = n·ln 2 + r with |r| ≤ ln 2 / 2 (ln 2 split in two so n·ln 2 is exact), e^r by its
 // degree-7 Taylor polynomial (truncation < 1e-8 relative), 2^n from the exponent bits. Inputs are clamped to
 // [−87, 88], where 2^n is a normal float, and a NaN counts as −87 (no NaN reaches the integer conversion): the
 // callers' own use of x carries the NaN. Relative error within a few ulp of std::exp. Its selects become vector
 // blends when the calling file is compiled with -fno-trapping-math (lib/CMakeLists.txt).
-inline float exp_f32(float x) {
-  float c = x > -87.0f ? x : -87.0f;  // a NaN fails the comparison: −87
+// F is float, or Vec<float> for loops written on vectors: the same operations element by element, so both give the
+// same bits (tests/test_ops.cpp checks the GELU loops for it).
+template <class F>
+GT_INLINE F exp_f32(F x) {
+  using I = typename Int32Of<F>::type;
+  F c = x > -87.0f ? x : -87.0f;  // a NaN fails the comparison: −87
   c = c < 88.0f ? c : 88.0f;
   // Round to nearest by adding 1.5·2^23 (|c·log2 e| < 2^22): the sum's low mantissa bits are then n as an integer,
   // read without a float-to-int conversion (which neither SSE2 nor GCC's AVX2 vectoriser turns into vector code).
-  const float t = c * 1.44269504088896341f + 12582912.0f;
-  const float n = t - 12582912.0f;
-  const int32_t ni = std::bit_cast<int32_t>(t) - std::bit_cast<int32_t>(12582912.0f);
-  const float r = (c - n * 0.693359375f) - n * -2.12194440e-4f;
-  float p = 1.0f / 5040;
+  const F t = c * 1.44269504088896341f + 12582912.0f;
+  const F n = t - 12582912.0f;
+  const I ni = std::bit_cast<I>(t) - std::bit_cast<int32_t>(12582912.0f);
+  const F r = (c - n * 0.693359375f) - n * -2.12194440e-4f;
+  F p = F{} + 1.0f / 5040;
   p = p * r + 1.0f / 720;
   p = p * r + 1.0f / 120;
   p = p * r + 1.0f / 24;
@@ -43,7 +77,7 @@ inline float exp_f32(float x) {
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  return p * std::bit_cast<float>((ni + 127) << 23);
+  return p * std::bit_cast<F>((ni + 127) << 23);
 }
 
 }  // namespace gt::cpu

@@ -1,7 +1,7 @@
 // CUDA matrix products and the bias ops of a dense layer (ops/matmul.h). Matmul goes through cuBLASLt: the row-major
 // product C = op(A)·op(B) is the column-major product Cᵀ = op(B)ᵀ·op(A)ᵀ, so the tensors go to cuBLASLt swapped and
 // nothing is transposed in memory; one cached plan per shape. add_row_bias and sum_rows are kernels, their sums in
-// double, so they are at least as exact as the CPU's.
+// double, so they are at least as exact as the CPU's. linear_forward is matmul then add_row_bias.
 #include "ops/matmul.h"
 
 #include "ops/cuda/context.h"
@@ -170,6 +170,11 @@ void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, doubl
 
 void add_row_bias(Tensor& y, const Tensor& bias) {
   launch_add_row_bias(stream(y.device().index), is_f64("add_row_bias", y), y.raw(), bias.raw(), y.dim(0), y.dim(1));
+}
+
+void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) {
+  matmul(x, false, w, true, y, 0.0);
+  if (bias.defined()) add_row_bias(y, bias);
 }
 
 void sum_rows(const Tensor& dy, Tensor& db, double beta) {
