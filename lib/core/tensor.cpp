@@ -7,10 +7,14 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <sys/mman.h>
+
 namespace gt {
 
 namespace {
 std::atomic<size_t> g_host_bytes{0};
+constexpr size_t kHugePage = size_t{2} << 20;
+constexpr size_t kHugeFrom = size_t{8} << 20;
 }  // namespace
 
 size_t host_storage_bytes() { return g_host_bytes.load(std::memory_order_relaxed); }
@@ -20,9 +24,16 @@ std::shared_ptr<Storage> allocate_storage(size_t bytes, Device device) {
   s->bytes = bytes;
   s->device = device;
   if (device.is_cpu()) {
-    const size_t rounded = (bytes + 63) / 64 * 64;
-    s->ptr = std::aligned_alloc(64, rounded ? rounded : 64);
+    // Large blocks on 2 MiB boundaries, marked for transparent huge pages: a first touch then faults (and clears)
+    // one 2 MiB page instead of 512 small ones, and the products walk them with fewer TLB misses.
+    const bool huge = bytes >= kHugeFrom;
+    const size_t align = huge ? kHugePage : 64;
+    const size_t rounded = (bytes + align - 1) / align * align;
+    s->ptr = std::aligned_alloc(align, rounded ? rounded : align);
     if (!s->ptr) throw Error(fmt::format("out of host memory allocating {} bytes", bytes));
+#ifdef MADV_HUGEPAGE
+    if (huge) madvise(s->ptr, rounded, MADV_HUGEPAGE);  // advice only: where THP is off nothing changes
+#endif
     g_host_bytes.fetch_add(bytes, std::memory_order_relaxed);
     s->release = [bytes](void* p) {
       g_host_bytes.fetch_sub(bytes, std::memory_order_relaxed);
