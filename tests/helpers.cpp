@@ -205,4 +205,24 @@ std::vector<std::string> take_unexpected_warnings() {
   return std::exchange(g_unexpected, {});
 }
 
+const char* const kTinyConfig = R"(name: tiny
+seed: 3
+device: cpu
+data:
+  format: synthetic
+  samples: 256
+  test_samples: 64
+  input_shape: [8]
+  targets: {classes: 3}
+  batch_size: 32
+model:
+  layers:
+    - {type: linear, out_features: 16}
+    - relu
+    - {type: linear, out_features: 3}
+loss: cross_entropy
+optimizer: {type: sgd, lr: 0.1}
+train: {epochs: 1, log_every: 1}
+)";
+
 }  // namespace gt::test

@@ -79,6 +79,9 @@ class ExpectWarnings {
   std::string m_substring;
 };
 
+/// The fastest experiment file that has a test set: 8 steps an epoch of a 195-parameter MLP on synthetic data.
+extern const char* const kTinyConfig;
+
 /// For tests/main.cpp: adds the sink to spdlog's default logger, once.
 void install_warning_sink();
 /// For tests/main.cpp: takes the unexpected warnings logged since the last call ("warn: …" or "error: …").

@@ -18,26 +18,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const char* kTiny = R"(name: tiny
-seed: 3
-device: cpu
-data:
-  format: synthetic
-  samples: 256
-  test_samples: 64
-  input_shape: [8]
-  targets: {classes: 3}
-  batch_size: 32
-model:
-  layers:
-    - {type: linear, out_features: 16}
-    - relu
-    - {type: linear, out_features: 3}
-loss: cross_entropy
-optimizer: {type: sgd, lr: 0.1}
-train: {epochs: 1, log_every: 1}
-)";
-
 // The cells of a `runs` text table: its header and its rows, split at runs of spaces.
 std::vector<std::vector<std::string>> table_cells(const std::string& out) {
   std::vector<std::vector<std::string>> rows;
@@ -67,7 +47,7 @@ size_t column_of(const std::vector<std::string>& header, const std::string& name
 
 TEST_CASE("gputrain runs compares run directories: differing overrides, status, metrics, sort, CSV, JSON", "[e2e]") {
   TempDir dir;
-  write_text(dir / "tiny.yaml", kTiny);
+  write_text(dir / "tiny.yaml", kTinyConfig);
   // Three runs that differ in the learning rate: a and b stop after 3 and 2 of 8 steps, c runs its epoch of 16
   // steps of a smaller batch.
   const std::map<std::string, std::string> lrs{{"a", "0.3"}, {"b", "1e-2"}, {"c", "0.1"}};
@@ -225,7 +205,7 @@ TEST_CASE("gputrain runs: no run is exit 1, usage errors are exit 2", "[e2e]") {
 
 TEST_CASE("gputrain runs tells a running run from one interrupted", "[e2e]") {
   TempDir dir;
-  write_text(dir / "long.yaml", std::string(kTiny) + "checkpoint: {every_epochs: 0}\n");
+  write_text(dir / "long.yaml", std::string(kTinyConfig) + "checkpoint: {every_epochs: 0}\n");
   const std::string run = dir / "runs/long";
   const Background b = start_gputrain(
       "train " + (dir / "long.yaml") + " --quiet --threads 1 --epochs 1000000 --out " + run, dir / "log");

@@ -23,27 +23,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The fastest config that has a test set: 8 steps an epoch of a 195-parameter MLP.
-const char* kTiny = R"(name: tiny
-seed: 3
-device: cpu
-data:
-  format: synthetic
-  samples: 256
-  test_samples: 64
-  input_shape: [8]
-  targets: {classes: 3}
-  batch_size: 32
-model:
-  layers:
-    - {type: linear, out_features: 16}
-    - relu
-    - {type: linear, out_features: 3}
-loss: cross_entropy
-optimizer: {type: sgd, lr: 0.1}
-train: {epochs: 1, log_every: 1}
-)";
-
 // Trials of a couple of seconds each (an evaluation every 50 steps), for the tests that act while trials run.
 const char* kLonger = "--set data.samples=4096 --set train.log_every=50 --set train.eval_every=50 --set train.epochs=";
 
@@ -292,7 +271,7 @@ TEST_CASE("early stopping reads the metric's rows of metrics.jsonl, skipping wha
 
 TEST_CASE("gputrain sweep: a 2x2 grid on 2 parallel slots writes the table, sorted by the metric", "[e2e]") {
   TempDir dir;
-  write_text(dir / "tiny.yaml", kTiny);
+  write_text(dir / "tiny.yaml", kTinyConfig);
   const auto r =
       run_gputrain("sweep " + (dir / "tiny.yaml") +
                    " --grid optimizer.lr=0.01,0.1 --grid data.batch_size=16,32 --parallel 2 --out " + (dir / "s"));
@@ -337,7 +316,7 @@ TEST_CASE("gputrain sweep: a 2x2 grid on 2 parallel slots writes the table, sort
 TEST_CASE("gputrain sweep: a failing trial is reported at once and the others finish, and a bad value starts nothing",
           "[e2e]") {
   TempDir dir;
-  write_text(dir / "tiny.yaml", kTiny);
+  write_text(dir / "tiny.yaml", kTinyConfig);
   // lr 1e30 is a valid config that fails at run time: the loss turns non-finite and train exits 4.
   const auto r = run_gputrain("sweep " + (dir / "tiny.yaml") +
                               " --set +train.nonfinite=abort --grid optimizer.lr=1e30,0.1,0.05 --out " + (dir / "s"));
@@ -372,7 +351,7 @@ TEST_CASE("gputrain sweep: a failing trial is reported at once and the others fi
 
 TEST_CASE("gputrain sweep --devices: one trial per listed device at a time, each told only its own", "[e2e]") {
   TempDir dir;
-  write_text(dir / "tiny.yaml", kTiny);  // device: cpu, so it runs here; the variable is what a GPU trial sees
+  write_text(dir / "tiny.yaml", kTinyConfig);  // device: cpu, so it runs here; the variable is what a GPU trial sees
   const auto r = run_gputrain("sweep " + (dir / "tiny.yaml") +
                               " --grid optimizer.lr=0.1,0.05,0.02,0.01 --devices 3,5 --out " + (dir / "s"));
   INFO(r.output);
@@ -395,7 +374,7 @@ TEST_CASE("gputrain sweep --devices: one trial per listed device at a time, each
 TEST_CASE("gputrain sweep: SIGTERM stops the running trials with checkpoints, then --resume runs only what is missing",
           "[e2e]") {
   TempDir dir;
-  write_text(dir / "tiny.yaml", kTiny);
+  write_text(dir / "tiny.yaml", kTinyConfig);
   const std::string args = "sweep " + (dir / "tiny.yaml") + " " + kLonger +
                            "30 --grid optimizer.lr=0.01,0.02,0.03,0.04,0.05 --parallel 2 --out " + (dir / "s");
   const Background b = start_gputrain(args, dir / "sweep.log");
@@ -455,7 +434,7 @@ TEST_CASE("gputrain sweep: SIGTERM stops the running trials with checkpoints, th
 TEST_CASE("gputrain sweep: early stopping stops the trial with a hopeless learning rate, and resume leaves it",
           "[e2e]") {
   TempDir dir;
-  write_text(dir / "tiny.yaml", kTiny);
+  write_text(dir / "tiny.yaml", kTinyConfig);
   for (const std::string rule : {"median", "asha"}) {
     INFO(rule);
     const std::string out = dir / rule;
@@ -478,7 +457,7 @@ TEST_CASE("gputrain sweep: early stopping stops the trial with a hopeless learni
 
 TEST_CASE("gputrain sweep --emit slurm: a job-array script that bash accepts, naming every trial", "[e2e]") {
   TempDir dir;
-  write_text(dir / "tiny.yaml", kTiny);
+  write_text(dir / "tiny.yaml", kTinyConfig);
   const std::string args = "sweep " + (dir / "tiny.yaml") +
                            " --random optimizer.lr=1e-3:1:log --random 'optimizer.momentum=0,0.9' --trials 5 "
                            "--seed 11 --parallel 2 --emit slurm --out ";

@@ -61,17 +61,6 @@ bool lock_holder_alive(const fs::path& dir) {
   return true;
 }
 
-// A YAML scalar that reads fully as a finite number.
-std::optional<double> as_number(const std::string& s) {
-  double v = 0;
-  const char* b = s.data();
-  const char* e = s.data() + s.size();
-  if (b != e && *b == '+') ++b;
-  const auto [end, ec] = std::from_chars(b, e, v);
-  if (ec != std::errc() || end != e || b == e || !std::isfinite(v)) return std::nullopt;
-  return v;
-}
-
 void flatten(const YAML::Node& n, const std::string& path, std::vector<std::pair<std::string, std::string>>& out) {
   if (n.IsMap()) {
     if (n.size() == 0) out.emplace_back(path, "{}");
@@ -155,7 +144,7 @@ RunCell number_cell(double v, std::string text) { return {RunCell::Kind::number,
 
 RunCell config_cell(const std::string& text) {
   // config.resolved.yaml writes 0.3 as 0.29999999999999999: the table shows the shortest text that reads back.
-  if (const auto v = as_number(text)) return number_cell(*v, fmt::format("{}", *v));
+  if (const auto v = finite_number(text)) return number_cell(*v, fmt::format("{}", *v));
   if (text == "true" || text == "false") return {RunCell::Kind::boolean, text, text == "true" ? 1.0 : 0.0};
   return {RunCell::Kind::text, text, 0};
 }
@@ -192,6 +181,16 @@ std::string full_number(const RunCell& c) {
 }
 
 }  // namespace
+
+std::optional<double> finite_number(const std::string& s) {
+  double v = 0;
+  const char* b = s.data();
+  const char* e = s.data() + s.size();
+  if (b != e && *b == '+') ++b;
+  const auto [end, ec] = std::from_chars(b, e, v);
+  if (ec != std::errc() || end != e || b == e || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
 
 std::vector<RunInfo> find_runs(const std::vector<std::string>& paths) {
   std::vector<RunInfo> runs;

@@ -16,6 +16,9 @@ struct RunCell {
   double number = 0;
 };
 
+/// A YAML scalar (or CSV field) that reads fully as a finite number ("+1e-3", "0.1"), else nothing.
+std::optional<double> finite_number(const std::string& text);
+
 /// What one run directory says about itself.
 struct RunInfo {
   std::string dir;    ///< the path as found

@@ -43,16 +43,6 @@ constexpr size_t kMaxTagBytes = 96;
 // The most of a metrics.jsonl that one poll reads (the rest comes with the next ones).
 constexpr size_t kMaxMetricsBytes = size_t{64} << 20;
 
-std::optional<double> parse_number(const std::string& s) {
-  double v = 0;
-  const char* b = s.data();
-  const char* e = s.data() + s.size();
-  if (b != e && *b == '+') ++b;
-  const auto [end, ec] = std::from_chars(b, e, v);
-  if (ec != std::errc() || end != e || b == e || !std::isfinite(v)) return std::nullopt;
-  return v;
-}
-
 bool is_integer_text(const std::string& s) {
   if (s.empty()) return false;
   size_t i = s[0] == '-' || s[0] == '+' ? 1 : 0;
@@ -311,7 +301,7 @@ SweepAxis parse_random_axis(const std::string& spec) {
     throw ConfigError(
         fmt::format("--random {}: expected LO:HI or LO:HI:log, got {} parts{}", quote_value(spec), parts.size(),
                     parts.size() == 3 ? fmt::format(" (the third, {}, is not \"log\")", quote_value(parts[2])) : ""));
-  const auto lo = parse_number(parts[0]), hi = parse_number(parts[1]);
+  const auto lo = finite_number(parts[0]), hi = finite_number(parts[1]);
   if (!lo || !hi)
     throw ConfigError(fmt::format("--random {}: {} is not a finite number", quote_value(spec),
                                   quote_value(!lo ? parts[0] : parts[1])));
@@ -1045,12 +1035,12 @@ std::string svg_scatter(const std::string& key, bool log_axis, const std::vector
                         const std::vector<double>& ys, const std::vector<bool>& hollow, const std::string& metric) {
   constexpr double W = 420, H = 260, L = 70, R = 20, T = 30, B = 44;
   bool numeric = true;
-  for (const std::string& x : xs) numeric = numeric && parse_number(x) && (!log_axis || *parse_number(x) > 0);
+  for (const std::string& x : xs) numeric = numeric && finite_number(x) && (!log_axis || *finite_number(x) > 0);
   std::vector<std::string> categories;
   std::vector<double> xv;
   for (const std::string& x : xs) {
     if (numeric) {
-      xv.push_back(log_axis ? std::log10(*parse_number(x)) : *parse_number(x));
+      xv.push_back(log_axis ? std::log10(*finite_number(x)) : *finite_number(x));
     } else {
       auto it = std::find(categories.begin(), categories.end(), x);
       if (it == categories.end()) it = categories.insert(categories.end(), x);
@@ -1139,7 +1129,7 @@ std::string write_sweep_report(const std::string& out, const SweepPlan& plan, co
       double lo = INFINITY, hi = 0;
       bool positive = true;
       for (const std::string& x : xs) {
-        const auto v = parse_number(x);
+        const auto v = finite_number(x);
         positive = positive && v && *v > 0;
         if (v) lo = std::min(lo, *v), hi = std::max(hi, *v);
       }
