@@ -157,6 +157,22 @@ void gradcheck_layer(const std::string& type, const GradCase& c) {
       CHECK(params[k]->grad.data<double>()[i] == Approx(2 * analytic[k].data<double>()[i]).margin(1e-12));
 }
 
+// Every parameter gradient of a whole model (loss = <model(x), r>) against central differences.
+void check_model_gradients(Model& m, const Tensor& x, const Tensor& r) {
+  auto loss = [&] { return dot(m.forward(x, {true, false}), r); };
+  loss();
+  m.backward(r, {true, false});
+  std::vector<Tensor> analytic;
+  for (Param* p : m.params()) analytic.push_back(p->grad.clone());
+  size_t k = 0;
+  for (auto& [name, p] : m.named_params()) {
+    for (int64_t i = 0; i < p->value.numel(); ++i)
+      check_close(analytic[k].data<double>()[i], central_difference(p->value.data<double>()[i], loss),
+                  name + "[" + std::to_string(i) + "]");
+    ++k;
+  }
+}
+
 }  // namespace
 
 TEST_CASE("a branching model's parameter gradients match central differences", "[gradcheck][cpu]") {
@@ -178,18 +194,7 @@ TEST_CASE("a branching model's parameter gradients match central differences", "
   Rng rng(8, 8);
   Tensor x = random_tensor(Shape{2, 1, 3, 3}, rng);
   const Tensor r = random_tensor(Shape{2, 3}, rng);
-  auto loss = [&] { return dot(m.forward(x, {true, false}), r); };
-  loss();
-  m.backward(r, {true, false});
-  std::vector<Tensor> analytic;
-  for (Param* p : m.params()) analytic.push_back(p->grad.clone());
-  size_t k = 0;
-  for (auto& [name, p] : m.named_params()) {
-    for (int64_t i = 0; i < p->value.numel(); ++i)
-      check_close(analytic[k].data<double>()[i], central_difference(p->value.data<double>()[i], loss),
-                  name + "[" + std::to_string(i) + "]");
-    ++k;
-  }
+  check_model_gradients(m, x, r);
 }
 
 // An add shares its gradient with the inputs it alone writes the gradient of, instead of copying it: chains of adds
@@ -214,18 +219,7 @@ TEST_CASE("adds that share their gradient with their inputs give the gradients o
   Rng rng(9, 9);
   Tensor x = random_tensor(Shape{2, 3}, rng);
   const Tensor r = random_tensor(Shape{2, 2}, rng);
-  auto loss = [&] { return dot(m.forward(x, {true, false}), r); };
-  loss();
-  m.backward(r, {true, false});
-  std::vector<Tensor> analytic;
-  for (Param* p : m.params()) analytic.push_back(p->grad.clone());
-  size_t k = 0;
-  for (auto& [name, p] : m.named_params()) {
-    for (int64_t i = 0; i < p->value.numel(); ++i)
-      check_close(analytic[k].data<double>()[i], central_difference(p->value.data<double>()[i], loss),
-                  name + "[" + std::to_string(i) + "]");
-    ++k;
-  }
+  check_model_gradients(m, x, r);
 }
 
 // GPT-2's tied lm head: the linear reads the embedding's table, so the one parameter's gradient is the sum of both
