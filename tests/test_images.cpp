@@ -137,7 +137,7 @@ std::vector<std::string> step_losses(const std::string& run_dir) {
   std::vector<std::string> out;
   for (const std::string& line : test::lines_of(test::read_text(run_dir + "/metrics.jsonl"))) {
     const size_t at = line.find("\"loss\":");
-    if (line.find("\"type\": \"step\"") == std::string::npos || at == std::string::npos) continue;
+    if (line.find("\"type\": \"train\"") == std::string::npos || at == std::string::npos) continue;
     out.push_back(line.substr(at, line.find_first_of(",}", at) - at));
   }
   return out;
