@@ -7,6 +7,7 @@
 #include "train/setup.h"
 
 #include <jpeglib.h>
+#include <omp.h>
 #include <png.h>
 #include <sys/stat.h>
 #include <catch2/catch.hpp>
@@ -155,7 +156,8 @@ std::string config_error(const std::string& yaml) {
 
 }  // namespace
 
-TEST_CASE("a PNG folder decodes to exactly the IDX tensor, a JPEG folder within 3 levels", "[data][images][cpu]") {
+TEST_CASE("a PNG folder decodes to exactly the IDX tensor, a JPEG folder within a stated tolerance",
+          "[data][images][cpu]") {
   TempDir dir;
   const FashionFolders f = write_fashion(dir, 300);
   const Dataset idx = read_idx(f.idx_images, f.idx_labels, 1.0f / 255);
@@ -168,7 +170,8 @@ TEST_CASE("a PNG folder decodes to exactly the IDX tensor, a JPEG folder within 
   CHECK(std::memcmp(png.inputs.raw(), idx.inputs.raw(), idx.inputs.bytes()) == 0);
   CHECK(std::memcmp(png.targets.raw(), idx.targets.raw(), idx.targets.bytes()) == 0);
 
-  // JPEG at quality 95 is lossy: mean absolute error under 1 grey level, none past 32 (of 255).
+  // JPEG at quality 95 is lossy: a mean absolute error under 1.5 grey levels, none past 32 (of 255). Measured with
+  // Debian's libjpeg-turbo 2.1.5: 0.92 and 10.
   Dataset jpg;
   read_image_folders(f.jpg, "", grey28(1.0f), jpg, none);
   REQUIRE(jpg.inputs.shape() == idx.inputs.shape());
@@ -182,7 +185,7 @@ TEST_CASE("a PNG folder decodes to exactly the IDX tensor, a JPEG folder within 
   }
   const double mean = sum / static_cast<double>(idx255.inputs.numel());
   INFO("mean " << mean << " worst " << worst);
-  CHECK(mean < 1.0);
+  CHECK(mean < 1.5);
   CHECK(worst <= 32);
   CHECK(mean > 0);  // it is JPEG: something was lost
 }
@@ -235,6 +238,17 @@ TEST_CASE("bad image files are skipped with one warning and counted, or stop the
   }
   CHECK(ds.bad_files == 4);
   REQUIRE(ds.size() == clean.size());
+  // One thread decodes the same set: each file has its own slot, and bad ones are squeezed out in file order.
+  Dataset one;
+  {
+    test::ExpectWarnings warned("skipped a bad file");
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    read_image_folders(f.png, "", grey28(), one, none);
+    omp_set_num_threads(threads);
+  }
+  REQUIRE(one.size() == ds.size());
+  CHECK(std::memcmp(one.inputs.raw(), ds.inputs.raw(), ds.inputs.bytes()) == 0);
   CHECK(std::memcmp(ds.inputs.raw(), clean.inputs.raw(), clean.inputs.bytes()) == 0);
   CHECK(std::memcmp(ds.targets.raw(), clean.targets.raw(), clean.targets.bytes()) == 0);
 
