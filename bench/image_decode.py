@@ -2,7 +2,7 @@
 """Image-folder decoding rate: gputrain's `data.format: images` reader vs a PyTorch DataLoader over PIL on the same
 folder, interleaved for several rounds; prints the medians in images/s. Also a cached read (data.cache).
 
-    bench/image_decode.py [--images 10000] [--rounds 5] [--format png|jpg] [--threads 2] [--workers 2]
+    /usr/bin/python3 bench/image_decode.py [--images 10000] [--rounds 5] [--format png|jpg] [--threads 2] [--workers 2]
 
 The folder holds the first --images Fashion-MNIST training images as <label>/<index>.<format> (grey 28 x 28),
 written once into a temporary folder. gputrain's time is the decode line it logs ("images: N decoded from ... in
