@@ -263,6 +263,7 @@ TEST_CASE("bad image files are skipped with one warning and counted, or stop the
   CHECK(r.output.find("cut.jpeg") == std::string::npos);
   CHECK(r.output.find("random.jpg") == std::string::npos);
   CHECK(r.output.find("3 more bad files") != std::string::npos);
+  CHECK(r.output.find("  normalize: {mean: [0.") != std::string::npos);  // the line to paste into data.normalize
   r = test::run_gputrain(
       fmt::format("train {} --threads 2 --no-progress --max-steps 2 --out {} 2>&1", dir / "bad.yaml", dir / "run"));
   CHECK(r.exit_code == 0);
@@ -427,6 +428,13 @@ TEST_CASE("data.cache: written once, memory-mapped while the key matches, rewrit
   const std::string first_stats = out.substr(out.find("train: "));
   out = inspect();
   CHECK(out.find("images: 300 from cache " + cache) != std::string::npos);
+  // Commands whose stdout is YAML or JSON keep the decode and cache lines out of it.
+  auto r = test::run_gputrain(fmt::format("config print {}", dir / "c.yaml"));
+  CHECK(r.exit_code == 0);
+  CHECK(r.output.rfind("name: images\n", 0) == 0);
+  r = test::run_gputrain(fmt::format("data inspect --json {}", dir / "c.yaml"));
+  CHECK(r.output.rfind("{\"config\": ", 0) == 0);
+  CHECK(r.output.find("\"bad_files\": 0") != std::string::npos);
   CHECK(out.substr(out.find("train: ")) == first_stats);  // the same numbers from the mapped file
 
   // Touching one file (a new modification time) makes it stale.

@@ -660,7 +660,7 @@ void read_image_folders(const std::string& train_dir, const std::string& test_di
   train = make_dataset(train_list, decode_folder(train_list, opts));
   if (test_list) test = make_dataset(*test_list, decode_folder(*test_list, opts));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  spdlog::info("images: {} decoded from {} in {:.2f} s ({} classes{})", train.size() + test.size(),
+  spdlog::info("images: {} decoded from {} in {:.3f} s ({} classes{})", train.size() + test.size(),
                test_list ? train_dir + " and " + test_dir : train_dir, seconds, train.num_classes,
                train.bad_files + test.bad_files > 0
                    ? fmt::format(", {} bad files skipped", train.bad_files + test.bad_files)
