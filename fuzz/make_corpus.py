@@ -168,3 +168,40 @@ for name, path in [("run", "runs/r"), ("metrics", "runs/r/metrics.jsonl"), ("ckp
                    ("dotdot", "runs/r/checkpoints/../metrics.jsonl"), ("loose", "loose/w.safetensors"),
                    ("outside", "../../x")]:
     put("fuzz_run_dir", name, path)
+
+# Images: one options byte (fuzz_image.cpp), then a PNG or JPEG. PNGs are built here (grey, RGB, grey with alpha,
+# 16-bit, a palette); JPEGs with Pillow (python3-pil): baseline grey, progressive RGB, 4:2:0 subsampled.
+def png(width, height, color_type, depth, raw_rows, extra_chunks=()):
+    def chunk(kind, body):
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+    ihdr = struct.pack(">IIBBBBB", width, height, depth, color_type, 0, 0, 0)
+    data = b"".join(b"\0" + row for row in raw_rows)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + b"".join(chunk(k, v) for k, v in extra_chunks) +
+            chunk(b"IDAT", zlib.compress(data)) + chunk(b"IEND", b""))
+
+
+put("fuzz_image", "png_grey", bytes([0]) + png(4, 3, 0, 8, [bytes(range(r * 4, r * 4 + 4)) for r in range(3)]))
+put("fuzz_image", "png_rgb_resize", bytes([3]) + png(5, 6, 2, 8, [bytes((r * 40 + i) % 256 for i in range(15))
+                                                                   for r in range(6)]))
+put("fuzz_image", "png_grey_alpha_crop", bytes([7]) + png(9, 9, 4, 8, [bytes((r + i) % 256 for i in range(18))
+                                                                       for r in range(9)]))
+put("fuzz_image", "png_16bit", bytes([1]) + png(2, 2, 2, 16, [bytes(range(12)), bytes(range(12, 24))]))
+put("fuzz_image", "png_palette", bytes([1]) + png(3, 2, 3, 8, [bytes([0, 1, 2]), bytes([2, 1, 0])],
+                                                  [(b"PLTE", bytes([255, 0, 0, 0, 255, 0, 0, 0, 255]))]))
+try:
+    import io
+    from PIL import Image
+
+    def jpeg(mode, size, **save):
+        img = Image.new(mode, size)
+        img.putdata([((x * 37 + y * 11) % 256 if mode == "L" else ((x * 37) % 256, (y * 53) % 256, (x * y) % 256))
+                     for y in range(size[1]) for x in range(size[0])])
+        out = io.BytesIO()
+        img.save(out, "JPEG", **save)
+        return out.getvalue()
+
+    put("fuzz_image", "jpeg_grey", bytes([0]) + jpeg("L", (8, 8), quality=90))
+    put("fuzz_image", "jpeg_rgb_progressive", bytes([3]) + jpeg("RGB", (16, 12), quality=75, progressive=True))
+    put("fuzz_image", "jpeg_rgb_420_crop", bytes([7]) + jpeg("RGB", (10, 10), quality=50, subsampling=2))
+except ImportError:
+    print("make_corpus: no Pillow (apt install python3-pil): the fuzz_image JPEG seeds are not rewritten")

@@ -9,11 +9,13 @@ packages=(
   build-essential cmake pkg-config
   libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev catch2
   libopenblas-dev zlib1g-dev
+  libpng-dev libjpeg-dev  # data.format: images decodes PNG (libpng) and JPEG (libjpeg-turbo) folders
   nlohmann-json3-dev  # lib/core/json_read.cpp
   libopenmpi-dev openmpi-bin
   dataset-fashion-mnist
   fortunes  # English text for configs/gpt_bytes.yaml (/usr/share/games/fortunes)
   python3-torch python3-numpy python3-yaml
+  python3-pil  # fuzz/make_corpus.py's JPEG seeds; bench/image_decode.py's PyTorch + PIL reference
   python3-jsonschema  # tests/config_schema_test.py validates configs against `gputrain config schema`
   chromium  # tests/test_report.cpp renders report.html headless
   jq  # the README's shell-loop sweep collects summary.json with it

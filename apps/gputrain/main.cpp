@@ -153,7 +153,12 @@ gt::Model checked_model(const gt::Experiment& exp, const gt::LoadedData& data) {
   return model;
 }
 
+// Commands whose stdout is YAML or JSON: the log shares stdout, so loading the data (an image folder's decode and
+// cache lines, a bad file's warning) logs errors only; what they report holds the numbers (bad_files).
+void quiet_log_for_machine_output() { spdlog::set_level(spdlog::level::err); }
+
 int cmd_check(const ConfigArgs& a, bool json) {
+  if (json) quiet_log_for_machine_output();
   const gt::Experiment exp = gt::parse_experiment(gt::load_config(a.file, a.sets));
   const gt::LoadedData data = gt::load_data(exp);
   const gt::Model model = checked_model(exp, data);
@@ -179,6 +184,7 @@ int cmd_check(const ConfigArgs& a, bool json) {
 // The config as a run would take it: validated as `check` validates it (data, shapes, loss), then written as
 // config.resolved.yaml holds it.
 int cmd_config_print(const ConfigArgs& a) {
+  quiet_log_for_machine_output();
   const gt::Experiment exp = gt::parse_experiment(gt::load_config(a.file, a.sets));
   const gt::Model model = checked_model(exp, gt::load_data(exp));
   fmt::print("{}", gt::resolved_config_text(exp, model.resolved_layers()));
@@ -608,6 +614,7 @@ int main(int argc, char** argv) {
     }
     if (*config_print) return cmd_config_print(config_print_args);
     if (*data_inspect) {
+      if (inspect_json) quiet_log_for_machine_output();
       const gt::Experiment exp = gt::parse_experiment(gt::load_config(inspect_args.file, inspect_args.sets));
       const gt::LoadedData data = gt::load_data(exp);
       const bool test_only = exp.data.format == gt::DataFormat::tokens && exp.data.train_tokens.empty();

@@ -60,6 +60,18 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
   return t;
 }
 
+Tensor Tensor::over_storage(std::shared_ptr<Storage> storage, size_t offset, const Shape& shape, DType dtype) {
+  const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
+  GT_CHECK(storage && offset <= storage->bytes && bytes <= storage->bytes - offset,
+           "{} bytes at offset {} do not fit in a storage of {} bytes", bytes, offset, storage ? storage->bytes : 0);
+  Tensor t;
+  t.m_shape = shape;
+  t.m_dtype = dtype;
+  t.m_storage = std::move(storage);
+  t.m_offset = offset;
+  return t;
+}
+
 Tensor Tensor::empty_pinned(const Shape& shape, DType dtype) {
   Tensor t;
   t.m_shape = shape;

@@ -36,6 +36,9 @@ class Tensor {
   static Tensor zeros(const Shape& shape, DType dtype, Device device = Device::cpu());
   /// Host memory that is page-locked in CUDA builds, so copy_from_async can read or write it directly.
   static Tensor empty_pinned(const Shape& shape, DType dtype);
+  /// A tensor over memory someone else owns (a memory-mapped file): `storage` holds it and gives it back; the
+  /// elements start `offset` bytes into it, which must leave room for all of them.
+  static Tensor over_storage(std::shared_ptr<Storage> storage, size_t offset, const Shape& shape, DType dtype);
 
   const Shape& shape() const { return m_shape; }
   int64_t dim(size_t i) const { return m_shape[i]; }

@@ -23,6 +23,10 @@ struct Dataset {
   std::string labels_source;  ///< the file the class labels came from ("" when made, not read), for messages
   std::shared_ptr<const TokenWindows> tokens;
 
+  // Image folders (data/images.h); empty and 0 for other formats.
+  std::vector<std::string> class_names;  ///< class i's folder name
+  int64_t bad_files = 0;                 ///< files skipped as corrupt or unreadable
+
   int64_t size() const { return tokens ? tokens->windows() : inputs.defined() ? inputs.dim(0) : 0; }
   Shape input_shape() const { return tokens ? Shape{tokens->block_size()} : inputs.shape().sample(); }
   Shape target_shape() const { return tokens ? Shape{tokens->block_size()} : targets.shape().sample(); }

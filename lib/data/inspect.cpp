@@ -63,6 +63,8 @@ DataStats inspect_dataset(const Dataset& data, const std::string& split, const s
   s.target_shape = tgt.dims();
   if (data.tokens) return inspect_tokens(*data.tokens, token_glob, s);
   s.num_classes = data.num_classes;
+  s.class_names = data.class_names;
+  if (!data.class_names.empty()) s.bad_files = data.bad_files;
   if (s.num_classes > 0) {
     s.class_counts.assign(static_cast<size_t>(s.num_classes), 0);
     const int32_t* y = data.targets.data<int32_t>();
@@ -112,9 +114,22 @@ std::string data_stats_text(const DataStats& s) {
   }
   out += fmt::format("  input shape [{}], values {:.6g}..{:.6g}\n", fmt::join(s.input_shape, ", "), s.min, s.max);
   out += fmt::format("  mean per channel {}\n  std per channel  {}\n", numbers_text(s.mean), numbers_text(s.std));
+  // Images ([C, H, W] samples): the line data.normalize takes, as it stands (std 0 cannot be divided by).
+  if (s.input_shape.size() == 3 && !s.mean.empty() &&
+      std::all_of(s.std.begin(), s.std.end(), [](double v) { return v > 0 && std::isfinite(v); })) {
+    auto list = [](const std::vector<double>& v) {
+      std::string t;
+      for (size_t i = 0; i < v.size(); ++i) t += fmt::format("{}{:.6g}", i ? ", " : "", v[i]);
+      return t;
+    };
+    out += fmt::format("  normalize: {{mean: [{}], std: [{}]}}\n", list(s.mean), list(s.std));
+  }
+  if (s.bad_files >= 0) out += fmt::format("  bad files skipped: {}\n", s.bad_files);
   if (s.num_classes > 0) {
     out += fmt::format("  {} classes, samples per class:", s.num_classes);
-    for (size_t c = 0; c < s.class_counts.size(); ++c) out += fmt::format(" {}:{}", c, s.class_counts[c]);
+    for (size_t c = 0; c < s.class_counts.size(); ++c)
+      out += c < s.class_names.size() ? fmt::format(" {}:{}", s.class_names[c], s.class_counts[c])
+                                      : fmt::format(" {}:{}", c, s.class_counts[c]);
     out += "\n";
   } else {
     out += fmt::format("  regression targets of shape [{}]\n", fmt::join(s.target_shape, ", "));
@@ -134,6 +149,12 @@ std::string data_stats_json(const DataStats& s) {
   out += fmt::format(R"(, "min": {}, "max": {}, "mean": {}, "std": {}, "num_classes": {})", json_number(s.min),
                      json_number(s.max), json_numbers(s.mean), json_numbers(s.std), s.num_classes);
   if (s.num_classes > 0) out += fmt::format(R"(, "class_counts": [{}])", fmt::join(s.class_counts, ", "));
+  if (!s.class_names.empty()) {
+    std::string names;
+    for (size_t c = 0; c < s.class_names.size(); ++c) names += (c ? ", " : "") + json_quote(s.class_names[c]);
+    out += fmt::format(R"(, "class_names": [{}])", names);
+  }
+  if (s.bad_files >= 0) out += fmt::format(R"(, "bad_files": {})", s.bad_files);
   return out + "}";
 }
 

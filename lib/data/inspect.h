@@ -18,6 +18,8 @@ struct DataStats {
   std::vector<int64_t> input_shape, target_shape;  ///< of one sample
   int64_t num_classes = 0;                         ///< 0: regression targets or token data
   std::vector<int64_t> class_counts;               ///< samples per class, when there are classes
+  std::vector<std::string> class_names;            ///< image folders: the class folders, in label order
+  int64_t bad_files = -1;                          ///< image folders: files skipped as bad; -1 for other formats
   double min = 0, max = 0;                         ///< over every input value
   /// Mean and standard deviation (population: divided by the count, as numpy's std) per channel: the first axis of
   /// a sample of rank ≥ 2 ([C, H, W]: per colour channel), each feature of a rank-1 sample.

@@ -13,6 +13,7 @@
 #include <functional>
 #include <limits>
 #include <optional>
+#include <tuple>
 #include <utility>
 
 namespace gt {
@@ -70,6 +71,69 @@ const KeySpec kScale{.name = "scale",
                      .doc = "inputs are multiplied by it (1/255 = 0.00392156862745098); a 32-bit float",
                      .extra_json = R"("minimum": -3.4028234663852886e38, "maximum": 3.4028234663852886e38)"};
 
+void read_scale(const ConfigNode& d, DataConfig& out) {
+  out.scale = get_double(d, kScale);
+  // The readers scale in float: a scale past float's range makes every nonzero input infinite.
+  if (std::fabs(out.scale) > std::numeric_limits<float>::max())
+    d["scale"].fail(fmt::format("expected a number a 32-bit float holds (at most {:g} in size), got {}",
+                                std::numeric_limits<float>::max(), d["scale"].as_string()));
+}
+
+// data.normalize: one mean and one std per channel, applied after scale.
+const SectionSpec& normalize_section() {
+  static const SectionSpec s = plain_section(
+      {{.name = "mean",
+        .kind = KeyKind::list,
+        .required = true,
+        .min_items = 1,
+        .items = {{.name = "value", .kind = KeyKind::number}},
+        .doc = "subtracted from channel c (after scale)"},
+       {.name = "std",
+        .kind = KeyKind::list,
+        .required = true,
+        .min_items = 1,
+        .items = {{.name = "value", .kind = KeyKind::number, .min = 0, .min_exclusive = true}},
+        .doc = "channel c is then divided by it (> 0)"}},
+      "x = (x·scale − mean[c]) / std[c], once at load time; one value per channel (`gputrain data inspect` prints "
+      "them)");
+  return s;
+}
+const KeySpec kNormalize{.name = "normalize", .kind = KeyKind::map, .section = &normalize_section()};
+
+std::vector<double> read_numbers(const ConfigNode& n, bool positive) {
+  if (!n.is_sequence() || n.size() == 0) n.fail("expected a list of numbers, one per channel");
+  std::vector<double> out;
+  const double big = std::numeric_limits<float>::max();
+  for (size_t i = 0; i < n.size(); ++i) out.push_back(n.at(i).as_double(positive ? 0 : -big, big, !positive));
+  return out;
+}
+
+// Reads data.normalize when present; `channels` > 0: the count the values must have (known from the config).
+void parse_normalize(const ConfigNode& d, DataConfig& out, int64_t channels) {
+  if (!d.has("normalize")) return;
+  const ConfigNode n = d["normalize"];
+  n.expect_keys(key_names(section_keys(normalize_section())));
+  n.require("mean");
+  n.require("std");
+  out.normalize.mean = read_numbers(n["mean"], false);
+  out.normalize.std = read_numbers(n["std"], true);
+  if (out.normalize.std.size() != out.normalize.mean.size())
+    n["std"].fail(fmt::format("{} values but mean has {}: give one of each per channel", out.normalize.std.size(),
+                              out.normalize.mean.size()));
+  if (channels > 0 && static_cast<int64_t>(out.normalize.mean.size()) != channels)
+    n["mean"].fail(fmt::format("{} values but the samples have {} channel{} (one value per channel)",
+                               out.normalize.mean.size(), channels, channels == 1 ? "" : "s"));
+  out.normalize.where = fmt::format("{} {}", n["mean"].path(), n["mean"].where());
+}
+
+void write_normalize(const DataConfig& c, YAML::Node& d) {
+  if (!c.normalize.any()) return;
+  d["normalize"]["mean"] = c.normalize.mean;
+  d["normalize"]["mean"].SetStyle(YAML::EmitterStyle::Flow);
+  d["normalize"]["std"] = c.normalize.std;
+  d["normalize"]["std"].SetStyle(YAML::EmitterStyle::Flow);
+}
+
 // idx and npy: each split names two files, read into train_/test_images and train_/test_labels.
 void parse_file_pairs(const ConfigNode& d, DataConfig& out, const SectionSpec& split) {
   const std::vector<KeySpec>& keys = section_keys(split);
@@ -85,11 +149,7 @@ void parse_file_pairs(const ConfigNode& d, DataConfig& out, const SectionSpec& s
     (std::string(split_name) == "train" ? out.train_images : out.test_images) = a;
     (std::string(split_name) == "train" ? out.train_labels : out.test_labels) = b;
   }
-  out.scale = get_double(d, kScale);
-  // The readers scale in float: a scale past float's range makes every nonzero input infinite.
-  if (std::fabs(out.scale) > std::numeric_limits<float>::max())
-    d["scale"].fail(fmt::format("expected a number a 32-bit float holds (at most {:g} in size), got {}",
-                                std::numeric_limits<float>::max(), d["scale"].as_string()));
+  read_scale(d, out);
 }
 
 void write_file_pairs(const DataConfig& c, YAML::Node& d, const std::string& first, const std::string& second) {
@@ -102,11 +162,19 @@ void write_file_pairs(const DataConfig& c, YAML::Node& d, const std::string& fir
   d["scale"] = c.scale;
 }
 
-void parse_idx(const ConfigNode& d, DataConfig& out) { parse_file_pairs(d, out, idx_split()); }
-void write_idx(const DataConfig& c, YAML::Node& d) { write_file_pairs(c, d, "images", "labels"); }
+void parse_idx(const ConfigNode& d, DataConfig& out) {
+  parse_file_pairs(d, out, idx_split());
+  parse_normalize(d, out, 0);  // the channels are the file's: checked when it is read
+}
+void write_idx(const DataConfig& c, YAML::Node& d) {
+  write_file_pairs(c, d, "images", "labels");
+  write_normalize(c, d);
+}
 void load_idx(const DataConfig& c, uint64_t, Dataset& train, Dataset& test) {
   train = read_idx(c.train_images, c.train_labels, static_cast<float>(c.scale));
   if (!c.test_images.empty()) test = read_idx(c.test_images, c.test_labels, static_cast<float>(c.scale));
+  normalize_inputs(train, c.normalize);
+  normalize_inputs(test, c.normalize);
 }
 
 void parse_npy(const ConfigNode& d, DataConfig& out) { parse_file_pairs(d, out, npy_split()); }
@@ -292,11 +360,134 @@ void load_tokens(const DataConfig& c, uint64_t, Dataset& train, Dataset& test) {
   if (!c.test_tokens.empty()) test = token_dataset(c.test_tokens, c.block_size, train.tokens->vocab_size());
 }
 
+// images: folders DIR/<class>/<file>.png|.jpg|.jpeg (data/images.h).
+std::string existing_dir(const ConfigNode& n) {
+  namespace fs = std::filesystem;
+  const std::string path = n.as_string();
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (!fs::exists(st)) n.fail(fmt::format("folder not found: {}", path));
+  if (!fs::is_directory(st))
+    n.fail(fmt::format("{} is not a folder (images reads {}/<class>/<file>.png|.jpg|.jpeg)", path, path));
+  if (::access(path.c_str(), R_OK | X_OK) != 0) n.fail(fmt::format("cannot read {}: {}", path, std::strerror(errno)));
+  return path;
+}
+
+KeySpec pair_key(const char* name, bool required, const char* doc) {
+  return {.name = name,
+          .kind = KeyKind::list,
+          .required = required,
+          .min_items = 2,
+          .max_items = 2,
+          .items = {{.name = "extent", .kind = KeyKind::size, .min = 1, .limit = &limits::kExtent}},
+          .doc = doc};
+}
+
+const SectionSpec& image_section() {
+  static const SectionSpec s = plain_section(
+      {pair_key("size", true, "[H, W] of every sample; without resize every file must have it already"),
+       {.name = "channels",
+        .kind = KeyKind::integer,
+        .min = 1,
+        .max = 3,
+        .fallback = "3",
+        .doc = "1: grey, 3: RGB (files of the other kind are converted)",
+        .extra_json = R"("enum": [1, 3])"},
+       {.name = "resize",
+        .kind = KeyKind::any_of,
+        .items = {{.name = "shorter side", .kind = KeyKind::size, .min = 1, .limit = &limits::kExtent},
+                  pair_key("[H, W]", false, "")},
+        .doc = "bilinear, before the crop: H scales the shorter side to H, [H, W] gives exactly that size"},
+       pair_key("center_crop", false, "the centre [H, W] after resize; must equal size")},
+      "what every image becomes: decode, resize, center crop");
+  return s;
+}
+
+std::pair<int64_t, int64_t> read_pair(const ConfigNode& n) {
+  if (!n.is_sequence() || n.size() != 2) n.fail("expected [H, W], two sizes");
+  const std::vector<int64_t> v = n.as_size_list(1, limits::kExtent);
+  return {v[0], v[1]};
+}
+
+void parse_images(const ConfigNode& d, DataConfig& out) {
+  d.require("train");
+  d.require("image");
+  out.train_dir = existing_dir(d["train"]);
+  if (d.has("test")) out.test_dir = existing_dir(d["test"]);
+  const ConfigNode img = d["image"];
+  const std::vector<KeySpec>& ik = section_keys(image_section());
+  img.expect_keys(key_names(ik));
+  img.require("size");
+  ImageSpec& spec = out.image;
+  std::tie(spec.height, spec.width) = read_pair(img["size"]);
+  spec.channels = get_int(img, key_spec(ik, "channels"));
+  if (spec.channels != 1 && spec.channels != 3) img["channels"].fail("expected 1 (grey) or 3 (RGB), got 2");
+  if (img.has("resize")) {
+    const ConfigNode r = img["resize"];
+    if (r.is_sequence())
+      std::tie(spec.resize_h, spec.resize_w) = read_pair(r);
+    else
+      spec.resize_h = r.as_size(1, limits::kExtent);
+  }
+  if (img.has("center_crop")) {
+    std::tie(spec.crop_h, spec.crop_w) = read_pair(img["center_crop"]);
+    if (spec.crop_h != spec.height || spec.crop_w != spec.width)
+      img["center_crop"].fail(fmt::format("[{}, {}] differs from size [{}, {}]: the crop is what every sample is",
+                                          spec.crop_h, spec.crop_w, spec.height, spec.width));
+  }
+  const std::vector<KeySpec>& keys = data_format(DataFormat::images).keys;
+  read_scale(d, out);
+  parse_normalize(d, out, spec.channels);
+  const KeySpec& bad = key_spec(keys, "on_bad_file");
+  out.bad_file_error = d.get_choice(bad.name, bad.fallback, bad.choices) == "error";
+  const ConfigNode cache = d["cache"];
+  if (cache.defined()) {
+    out.cache = cache.as_string();
+    if (out.cache.empty()) cache.fail("expected a file path, got an empty string (null: no cache)");
+    if (std::filesystem::is_directory(out.cache)) cache.fail(fmt::format("{} is a folder, not a file", out.cache));
+  }
+}
+
+void write_images(const DataConfig& c, YAML::Node& d) {
+  d["train"] = c.train_dir;
+  if (!c.test_dir.empty()) d["test"] = c.test_dir;
+  YAML::Node img = d["image"];
+  img["size"] = std::vector<int64_t>{c.image.height, c.image.width};
+  img["size"].SetStyle(YAML::EmitterStyle::Flow);
+  img["channels"] = c.image.channels;
+  if (c.image.resize_h > 0 && c.image.resize_w == 0) img["resize"] = c.image.resize_h;
+  if (c.image.resize_w > 0) {
+    img["resize"] = std::vector<int64_t>{c.image.resize_h, c.image.resize_w};
+    img["resize"].SetStyle(YAML::EmitterStyle::Flow);
+  }
+  if (c.image.crop_h > 0) {
+    img["center_crop"] = std::vector<int64_t>{c.image.crop_h, c.image.crop_w};
+    img["center_crop"].SetStyle(YAML::EmitterStyle::Flow);
+  }
+  d["scale"] = c.scale;
+  write_normalize(c, d);
+  d["on_bad_file"] = c.bad_file_error ? "error" : "skip";
+  if (c.cache.empty())
+    d["cache"] = YAML::Node();
+  else
+    d["cache"] = c.cache;
+}
+
+void load_images(const DataConfig& c, uint64_t, Dataset& train, Dataset& test) {
+  read_image_folders(
+      c.train_dir, c.test_dir,
+      {.image = c.image, .scale = static_cast<float>(c.scale), .bad_file_error = c.bad_file_error, .cache = c.cache},
+      train, test);
+  normalize_inputs(train, c.normalize);
+  normalize_inputs(test, c.normalize);
+}
+
 }  // namespace
 
 const std::vector<DataFormatSpec>& data_formats() {
   static const std::vector<DataFormatSpec> table{
-      {DataFormat::idx, "idx", concat_keys({split_keys(idx_split()), {kScale}}), parse_idx, write_idx, load_idx},
+      {DataFormat::idx, "idx", concat_keys({split_keys(idx_split()), {kScale, kNormalize}}), parse_idx, write_idx,
+       load_idx},
       {DataFormat::csv, "csv",
        concat_keys({split_keys(path_split()),
                     {{.name = "label",
@@ -350,6 +541,29 @@ const std::vector<DataFormatSpec>& data_formats() {
                       .fallback = "null",
                       .doc = "every token is below it; null: 256 for byte data, else GPT-2's 50257"}}}),
        parse_tokens, write_tokens, load_tokens, R"("anyOf": [{"required": ["train"]}, {"required": ["test"]}])"},
+      {DataFormat::images,
+       "images",
+       {{.name = "train",
+         .kind = KeyKind::string,
+         .required = true,
+         .doc = "a folder DIR/<class>/<file>.png|.jpg|.jpeg; classes (labels) in name order"},
+        {.name = "test", .kind = KeyKind::string, .doc = "a folder like train's, with the same class folders"},
+        {.name = "image", .kind = KeyKind::map, .required = true, .section = &image_section()},
+        kScale,
+        kNormalize,
+        {.name = "on_bad_file",
+         .kind = KeyKind::choice,
+         .choices = {"skip", "error"},
+         .fallback = "skip",
+         .doc = "a corrupt or unreadable file: skip it (one warning, counted in summary.json) or stop naming it"},
+        {.name = "cache",
+         .kind = KeyKind::string,
+         .nullable = true,
+         .fallback = "null",
+         .doc = "a file for the decoded set, memory-mapped by later runs while the files and options match"}},
+       parse_images,
+       write_images,
+       load_images},
   };
   return table;
 }

@@ -5,6 +5,7 @@
 #include "config/config.h"
 #include "config/schema.h"
 #include "data/dataset.h"
+#include "data/images.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -14,7 +15,7 @@
 
 namespace gt {
 
-enum class DataFormat { idx, csv, npy, synthetic, tokens };
+enum class DataFormat { idx, csv, npy, synthetic, tokens, images };
 const std::string& to_string(DataFormat format);
 
 struct DataConfig {
@@ -27,6 +28,11 @@ struct DataConfig {
   std::string train_tokens, test_tokens;  ///< tokens: globs of llm.c shards
   int64_t block_size = 0;                 ///< tokens: T, the positions of one window's input
   int64_t vocab_size = 0;                 ///< tokens: 0 = the default (data/tokens.h)
+  std::string train_dir, test_dir;        ///< images: DIR/<class>/<file>.png|.jpg|.jpeg
+  ImageSpec image;                        ///< images: data.image
+  bool bad_file_error = false;            ///< images: data.on_bad_file: error
+  std::string cache;                      ///< images: data.cache ("" none)
+  NormalizeSpec normalize;                ///< idx and images: data.normalize
   int64_t batch_size = 64;
   bool shuffle = true;
   AugmentConfig augment;  ///< training set only

@@ -164,6 +164,7 @@ void write_summary(const std::string& dir, const std::string& name, const RunSum
                            .add("exit_reason", exit_reason_name(sum.exit_reason))
                            .add("threads", threads);
   if (sum.test_bpb) summary.add("test_bpb", sum.test_bpb);
+  if (sum.bad_files) summary.add("bad_files", *sum.bad_files);
   write_file_atomic((fs::path(dir) / "summary.json").string(), summary.str() + "\n");
 }
 

@@ -381,6 +381,7 @@ RunSummary train_worker(const Experiment& exp, const RunOptions& opts, const Wor
   }
   if (setup.world > 1) broadcast_string(*setup.comm, sum.run_dir, "the run directory");
   sum.device = setup.device.str();
+  if (exp.data.format == DataFormat::images) sum.bad_files = setup.train().bad_files + setup.test().bad_files;
   const fs::path dir = sum.run_dir;
   const RunLogFile log_file(setup.lead ? (dir / "train.log").string() : std::string());
   if (setup.lead) {
