@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <thread>
 
 using namespace gt;
 using gt::test::TempDir;
@@ -465,4 +466,39 @@ TEST_CASE("data.cache: written once, memory-mapped while the key matches, rewrit
   fs::resize_file(o.cache, fs::file_size(o.cache) / 2);
   read_image_folders(f.png, f.jpg, o, c, ct);
   CHECK(std::memcmp(a.inputs.raw(), c.inputs.raw(), a.inputs.bytes()) == 0);
+}
+
+// Every rank of a data-parallel run decodes the folders and writes the cache: writers at once (threads here, as the
+// thread communicator's ranks are) each write a temporary of their own, so none fails or leaves one behind, and the
+// file they leave serves the next read.
+TEST_CASE("data.cache: several writers at once all succeed and leave one good cache", "[data][images][cpu]") {
+  TempDir dir;
+  const FashionFolders f = write_fashion(dir, 60);
+  ImageFolderOptions o = grey28();
+  o.cache = dir / "shared.cache";
+  constexpr int kWriters = 4;
+  std::vector<Dataset> train(kWriters), test(kWriters);
+  std::vector<std::string> errors(kWriters);
+  {
+    std::vector<std::thread> writers;
+    for (int i = 0; i < kWriters; ++i)
+      writers.emplace_back([&, i] {
+        try {
+          read_image_folders(f.png, f.jpg, o, train[i], test[i]);
+        } catch (const std::exception& e) {
+          errors[i] = e.what();
+        }
+      });
+    for (std::thread& t : writers) t.join();
+  }
+  for (int i = 0; i < kWriters; ++i) {
+    INFO("writer " << i << ": " << errors[i]);
+    REQUIRE(errors[i].empty());
+    CHECK(std::memcmp(train[i].inputs.raw(), train[0].inputs.raw(), train[0].inputs.bytes()) == 0);
+  }
+  for (const auto& e : fs::directory_iterator(dir.path())) CHECK(e.path().extension() != ".tmp");
+  test::write_text(dir / "c.yaml", images_config(f.png, "  cache: " + o.cache + "\n", f.jpg));
+  const auto r = test::run_gputrain(fmt::format("data inspect {} 2>&1", dir / "c.yaml"));
+  INFO(r.output);
+  CHECK(r.output.find("images: 120 from cache " + o.cache) != std::string::npos);
 }

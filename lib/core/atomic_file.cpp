@@ -11,7 +11,10 @@
 
 namespace gt {
 
-AtomicFile::AtomicFile(std::string path) : m_path(std::move(path)), m_tmp(m_path + ".tmp") {
+AtomicFile::AtomicFile(std::string path) : AtomicFile(std::move(path), ".tmp") {}
+
+AtomicFile::AtomicFile(std::string path, std::string_view tmp_suffix)
+    : m_path(std::move(path)), m_tmp(m_path + std::string(tmp_suffix)) {
   m_fd = ::open(m_tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (m_fd < 0) throw Error(fmt::format("{}: cannot create: {}", m_tmp, std::strerror(errno)));
 }

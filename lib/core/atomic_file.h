@@ -18,6 +18,9 @@ namespace gt {
 class AtomicFile : NonCopyable {
  public:
   explicit AtomicFile(std::string path);
+  /// Several writers of the same bytes at once (ranks filling one shared cache): each writes its own temporary,
+  /// `path + tmp_suffix`, and the renames replace the target whole, one after the other.
+  AtomicFile(std::string path, std::string_view tmp_suffix);
   ~AtomicFile();
 
   void write(const void* data, size_t bytes);

@@ -22,7 +22,9 @@
 #include <csetjmp>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <optional>
+#include <thread>
 
 namespace gt {
 namespace fs = std::filesystem;
@@ -423,7 +425,10 @@ void write_cache(const std::string& path, const std::string& options, uint64_t d
     for (const std::string& c : d->class_names) put_str(header, c);
   }
   static const char zeros[64] = {};
-  AtomicFile f(path);
+  // Every rank of a data-parallel run decodes the same folders and writes the same bytes here, processes and the
+  // threads of one: a temporary of its own each, so no writer truncates another's, and whichever rename lands last
+  // leaves the same file.
+  AtomicFile f(path, fmt::format(".{}-{}.tmp", ::getpid(), std::hash<std::thread::id>{}(std::this_thread::get_id())));
   f.write(header);
   f.write(zeros, align64(header.size()) - header.size());
   for (const Dataset* d : splits)
