@@ -14,6 +14,13 @@ const Choice<NonFinitePolicy> kNonfinitePolicies[] = {
     {NonFinitePolicy::rollback, "rollback"},
 };
 
+const Choice<Precision> kPrecisions[] = {
+    {Precision::fp32, "fp32"},
+    {Precision::tf32, "tf32"},
+    {Precision::bf16, "bf16"},
+    {Precision::fp16, "fp16"},
+};
+
 const Choice<KeepBest> kKeepBestMetrics[] = {
     {KeepBest::none, "none"},
     {KeepBest::test_accuracy, "test_accuracy"},
@@ -89,6 +96,12 @@ const SectionSpec& train_section() {
            .choices = choice_names(kNonfinitePolicies),
            .fallback = "abort",
            .doc = "what a NaN or Inf loss or gradient does"},
+          {.name = "precision",
+           .kind = KeyKind::choice,
+           .choices = choice_names(kPrecisions),
+           .fallback = "fp32",
+           .doc = "matrix products: fp32; tf32 (GPUs' TF32 tensor cores, fp32 on the CPU); bf16 or fp16 operands with "
+                  "fp32 accumulation (the CPU by conversion), the rest fp32"},
           {.name = "max_skips",
            .kind = KeyKind::size,
            .min = 1,
@@ -153,6 +166,7 @@ void parse_train(const ConfigNode& n, TrainConfig& out) {
   n.expect_keys(key_names(keys));
   out.eval_tokens = get_size(n, key("eval_tokens"));
   if (n.has("nonfinite")) out.nonfinite = parse_choice(n["nonfinite"], kNonfinitePolicies);
+  if (n.has("precision")) out.precision = parse_choice(n["precision"], kPrecisions);
   out.max_skips = get_size(n, key("max_skips"));
   out.peak_tflops = get_double(n, key("peak_tflops"));
   if (n.has("profile")) {
@@ -205,6 +219,7 @@ YAML::Node to_yaml(const TrainConfig& c) {
     n["profile"]["steps"] = c.profile_steps;
   }
   n["nonfinite"] = to_string(c.nonfinite);
+  n["precision"] = to_string(c.precision);
   n["max_skips"] = c.max_skips;
   if (c.peak_tflops > 0) n["peak_tflops"] = c.peak_tflops;
   n["eval_tokens"] = c.eval_tokens;

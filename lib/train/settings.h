@@ -3,6 +3,7 @@
 
 #include "config/config.h"
 #include "config/schema.h"
+#include "ops/precision.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -24,7 +25,8 @@ struct TrainConfig {
   double grad_clip = 0.0;                        ///< max global L2 norm of the gradients; 0 = off
   int64_t profile_start = 0, profile_steps = 0;  ///< profile steps [start, start + steps) (1-based); 0 steps = off
   NonFinitePolicy nonfinite = NonFinitePolicy::abort;
-  int64_t max_skips = 5;   ///< skip: steps skipped in a row; rollback: rollbacks to one checkpoint
+  Precision precision = Precision::fp32;  ///< of the matrix products (train.precision)
+  int64_t max_skips = 5;                  ///< skip: steps skipped in a row; rollback: rollbacks to one checkpoint
   double peak_tflops = 0;  ///< one device's peak for the MFU; 0 = the known GPUs' table (none for the CPU)
   /// Token data: an evaluation stops after this many predicted tokens, rounded up to whole windows (0 = all).
   int64_t eval_tokens = 0;
