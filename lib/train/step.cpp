@@ -6,6 +6,7 @@
 #include "log/logging.h"
 #include "ops/math.h"
 #include "ops/optim.h"
+#include "ops/precision.h"
 #include "optim/optimizer.h"
 #include "profile/profiler.h"
 #include "train/loss.h"
@@ -80,6 +81,7 @@ StepLoop::StepLoop(const Experiment& exp, RunSetup& setup, const StepPlan& plan,
       m_profiler(profiler),
       m_world(setup.world),
       m_accumulate(plan.accumulate),
+      m_precision(exp.train.precision),
       m_stager(setup.train(), plan.batch, setup.device),
       m_verdict(param_names(setup.model)) {
   // On GPUs the gradients, the initial state and the step's device-side sums travel through NCCL, bootstrapped over
@@ -119,6 +121,9 @@ StepLoop::~StepLoop() { m_model.set_grad_ready_hook(nullptr); }
 int64_t StepLoop::forward_backward(Loader& loader, int64_t step, int64_t micros) {
   static const std::string kLoss = "loss";
   m_stats.zero_();
+  // The run's product precision holds for the forward and backward passes only: the loss between them multiplies no
+  // matrices, and the gradient sums, the norm and the update after them stay fp32 whatever it is.
+  const ProductPrecisionScope autocast(m_precision);
   int64_t samples = 0;
   for (int64_t k = 0; k < micros; ++k) {
     const int64_t n = m_stager.next(loader, m_x, m_y, &m_profiler);

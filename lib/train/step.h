@@ -124,7 +124,8 @@ class StepLoop : NonCopyable {
   Profiler& m_profiler;
   int m_world = 1;
   int64_t m_accumulate = 1;
-  std::unique_ptr<Communicator> m_nccl;  ///< declared before the gradient sync that uses it: destroyed after it
+  Precision m_precision = Precision::fp32;  ///< train.precision, entered around forward and backward
+  std::unique_ptr<Communicator> m_nccl;     ///< declared before the gradient sync that uses it: destroyed after it
   std::optional<GradSync> m_grad_sync;
   Tensor m_x, m_y, m_dout;
   /// The step's statistics (StepStat: loss sum, hits, squared gradient norm) and the log window's sums (loss sum,
