@@ -5,12 +5,16 @@
 #include "core/rng.h"
 #include "core/tensor.h"
 #include "helpers.h"
+#include "ops/math.h"
 #include "ops/matmul.h"
+#include "ops/optim.h"
 #include "ops/precision.h"
 
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <filesystem>
+#include <limits>
 #include <regex>
 #include <string>
 #include <thread>
@@ -192,4 +196,131 @@ TEST_CASE("precision: an unknown train.precision exits 2 naming the choices; tf3
   REQUIRE(tf32.exit_code == 0);
   CHECK(tf32.output.find("precision tf32: fp32 on the CPU") != std::string::npos);
   CHECK(losses(read_text(dir / "fp32/metrics.jsonl")) == losses(read_text(dir / "tf32/metrics.jsonl")));
+}
+
+TEST_CASE("loss scaler: GradScaler's exact skip/grow/backoff sequence on injected overflows", "[cpu]") {
+  // The device op (CPU backend) on a step's statistics, finite or not, against the sequence worked out by hand:
+  // init 2^16, growth ×2 after 3 finite steps in a row, backoff ×0.5 on an Inf or NaN in the loss or the gradients.
+  const LossScaleHyper h{.growth_factor = 2, .backoff_factor = 0.5, .growth_interval = 3};
+  Tensor state = Tensor::zeros(Shape{kLossScaleState}, DType::f64);
+  Tensor stats = Tensor::zeros(Shape{kStepStats}, DType::f64);
+  double* s = state.data<double>();
+  s[kScale] = 65536;
+  s[kInvScale] = 1.0 / 65536;
+  const double inf = std::numeric_limits<double>::infinity(), nan = std::numeric_limits<double>::quiet_NaN();
+  struct Step {
+    double loss_sum, grad_sq;  // what the step's statistics hold
+    double scale;              // the scale after it
+    double tracker;
+  };
+  const Step steps[] = {
+      {1, 1, 65536, 1},   {1, 1, 65536, 2}, {1, 1, 131072, 0},  // three finite: grow
+      {1, inf, 65536, 0},                                       // an overflowing gradient: back off, tracker reset
+      {1, 1, 65536, 1},   {1, 1, 65536, 2},                     // two finite
+      {1, nan, 32768, 0},                                       // a NaN gradient one short of growing: back off
+      {nan, 1, 16384, 0},                                       // a NaN loss: back off again
+      {1, 1, 16384, 1},   {1, 1, 16384, 2}, {1, 1, 32768, 0},   // grow
+      {1, 1, 32768, 1},
+  };
+  for (const Step& st : steps) {
+    stats.data<double>()[kLossSum] = st.loss_sum;
+    stats.data<double>()[kGradSq] = st.grad_sq;
+    ops::update_loss_scale(stats, state, h);
+    REQUIRE(s[kScale] == st.scale);
+    REQUIRE(s[kInvScale] == 1.0 / st.scale);
+    REQUIRE(s[kGrowthTracker] == st.tracker);
+  }
+  // A fixed scale never moves.
+  const LossScaleHyper fixed{.dynamic = false};
+  stats.data<double>()[kGradSq] = inf;
+  ops::update_loss_scale(stats, state, fixed);
+  CHECK(s[kScale] == 32768);
+}
+
+namespace {
+
+// The MLP in fp16 with a scale far too large for fp16's range (2^40: the scaled loss gradient overflows in the
+// backward products' fp16 operands), so the scaler must back off, then grows every 3 finite steps and overflows
+// again: skips, growth and backoff all happen within a few dozen steps.
+std::string fp16_config(int64_t every_steps) {
+  return std::string(kMlp).replace(std::string(kMlp).find("train: {epochs: 3, log_every: 20}"),
+                                   std::string("train: {epochs: 3, log_every: 20}").size(),
+                                   "train: {epochs: 1, log_every: 1, precision: fp16, loss_scale: {init: "
+                                   "1099511627776, growth_interval: 3}}\ncheckpoint: {every_steps: " +
+                                       std::to_string(every_steps) + ", keep: 100}");
+}
+
+std::vector<double> field(const std::string& metrics, const std::string& key) {
+  std::vector<double> out;
+  for (const auto& l : lines_of(metrics))
+    if (l.find("\"type\": \"train\"") != std::string::npos)
+      if (auto v = json_number(l, key)) out.push_back(*v);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "loss scaler: an fp16 run backs off from an overflowing scale, skips those steps, grows, and resumes "
+    "bit-identically from mid-way through a growth interval",
+    "[e2e]") {
+  TempDir dir;
+  write_text(dir / "fp16.yaml", fp16_config(5));
+  const auto full = run_gputrain("train " + (dir / "fp16.yaml") + " --threads 2 --no-progress --out " + (dir / "full"));
+  INFO(full.output);
+  REQUIRE(full.exit_code == 0);
+  CHECK(full.output.find("gradient overflow at loss scale 1.09951e+12") != std::string::npos);
+  const std::string metrics = read_text(dir / "full/metrics.jsonl");
+  const std::vector<double> scale = field(metrics, "loss_scale"), skips = field(metrics, "overflow_skips"),
+                            loss = field(metrics, "loss");
+  // 63 steps (4000 samples, batch 64); a skipped step logs no train row, so the rows are the steps that updated.
+  REQUIRE(!skips.empty());
+  CHECK(skips.back() + static_cast<double>(scale.size()) <= 63);  // (the last steps may be skips too)
+  // The first steps overflow: each halves the scale and counts a skip, until the scaled gradients fit in fp16
+  // (measured: 18 skips, 2^40 → 2^22, then 8M overflows every time it grows to it: 30 skips in all).
+  CHECK(skips.front() >= 10);
+  CHECK(scale.front() < 0x1p30);
+  CHECK(skips.back() > skips.front());
+  // Growth after 3 finite steps: somewhere the scale doubles from one row to the next, and it backs off again later.
+  bool grew = false, backed_off_after_growth = false;
+  for (size_t i = 1; i < scale.size(); ++i) {
+    if (scale[i] == 2 * scale[i - 1]) grew = true;
+    if (grew && scale[i] == scale[i - 1] / 2) backed_off_after_growth = true;
+  }
+  CHECK(grew);
+  CHECK(backed_off_after_growth);
+  // Skipped steps did not count against train.nonfinite (abort): the run completed, and still learned.
+  for (double l : loss) CHECK(std::isfinite(l));
+  CHECK(loss.back() < 0.5 * loss.front());
+  const std::string summary = read_text(dir / "full/summary.json");
+  CHECK(json_string(summary, "exit_reason") == "completed");
+  const std::string last = read_text(dir / "full/checkpoints/step-63/state.json");
+  CHECK(json_number(summary, "overflow_skips") == 63 - static_cast<double>(scale.size()));
+  CHECK(json_number(summary, "overflow_skips") == json_number(last, "overflow_skips"));
+  CHECK(json_number(summary, "loss_scale") == json_number(last, "scale"));
+
+  // A checkpoint mid-way through a growth interval: the scaler's tracker is 1 or 2 there, and a run resumed from it
+  // ends bit-identical to the uninterrupted one.
+  int64_t cut = -1;
+  for (int64_t s = 5; s < 62 && cut < 0; s += 5) {
+    const std::string state = read_text(dir / ("full/checkpoints/step-" + std::to_string(s) + "/state.json"));
+    const auto tracker = json_number(state, "growth_tracker");
+    REQUIRE(tracker);
+    if (*tracker == 1 || *tracker == 2) cut = s;
+  }
+  REQUIRE(cut > 0);
+  const std::string run = dir / "cut";
+  std::filesystem::copy(dir / "full", run, std::filesystem::copy_options::recursive);
+  for (const auto& e : std::filesystem::directory_iterator(run + "/checkpoints"))
+    if (const std::string n = e.path().filename().string(); n.rfind("step-", 0) == 0 && std::stoll(n.substr(5)) > cut)
+      std::filesystem::remove_all(e.path());
+  std::filesystem::remove(run + "/model.safetensors");
+  const auto r = run_gputrain("train " + (dir / "fp16.yaml") + " --threads 2 --no-progress --resume auto --out " + run);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.output.find("step-" + std::to_string(cut)) != std::string::npos);
+  CHECK(read_text(run + "/model.safetensors") == read_text(dir / "full/model.safetensors"));
+  CHECK(field(read_text(run + "/metrics.jsonl"), "loss") == loss);
+  CHECK(field(read_text(run + "/metrics.jsonl"), "loss_scale") == scale);
+  CHECK(field(read_text(run + "/metrics.jsonl"), "overflow_skips") == skips);
 }

@@ -27,7 +27,9 @@ struct RunSummary {
   double samples_per_sec = 0, wall_seconds = 0;
   std::optional<double> final_train_loss;  ///< the last finished epoch's mean loss; none before one ends
   std::optional<double> test_loss, test_accuracy;
-  std::optional<double> test_bpb;  ///< byte tokens: test_loss in bits per byte
+  std::optional<double> test_bpb;    ///< byte tokens: test_loss in bits per byte
+  std::optional<double> loss_scale;  ///< a loss-scaled run's scale at the end
+  int64_t overflow_skips = 0;        ///< and the steps its overflows skipped
 };
 
 /// Creates the run directory: `requested`, or runs/<name>/<YYYYmmdd-HHMMSS>[-i] when it is "". Throws gt::Error when

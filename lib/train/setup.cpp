@@ -160,6 +160,13 @@ RunSetup::RunSetup(const Experiment& exp, const RunOptions& opts, const WorkerPl
   // Loaded (and refused when it does not fit) before the run directory is touched.
   if (plan.from) check_same_batches(exp, *plan.from);
   if (plan.from) progress = resume_progress(*plan.from, model, *optimizer, exp.optimizer.type, world);
+  // The loss scale starts at train.loss_scale's init, and a resumed run goes on with its checkpoint's (a fixed scale
+  // is the config's; a checkpoint of a run without a scaler starts one afresh).
+  if (exp.train.loss_scaling() && (!exp.train.loss_scale.hyper.dynamic || !(progress.loss_scale > 0))) {
+    progress.loss_scale = exp.train.loss_scale.init;
+    progress.scale_growth_tracker = 0;
+  }
+  if (!exp.train.loss_scaling()) progress.loss_scale = 0;
 }
 
 StepPlan plan_steps(const Experiment& exp, const Loader& loader, const Dataset& train, int world) {
