@@ -67,7 +67,7 @@ uint16_t reference(HalfFormat f, const Table& t, float x) {
 
 }  // namespace
 
-TEST_CASE("half: every bf16 and fp16 pattern round-trips through f32; NaN stays NaN", "[cpu]") {
+TEST_CASE("half: every bf16 and fp16 pattern round-trips through f32, and NaN stays NaN", "[cpu]") {
   for (HalfFormat f : {HalfFormat::bf16, HalfFormat::fp16}) {
     INFO(name(f));
     int nans = 0;

@@ -183,7 +183,7 @@ TEST_CASE("precision: bf16 and fp16 runs of an MLP train to within 2% of fp32's 
   }
 }
 
-TEST_CASE("precision: an unknown train.precision exits 2 naming the choices; tf32 on the CPU is fp32", "[e2e]") {
+TEST_CASE("precision: an unknown train.precision exits 2 naming the choices, and tf32 on the CPU is fp32", "[e2e]") {
   TempDir dir;
   write_text(dir / "tiny.yaml", kTinyConfig);
   const auto bad = run_gputrain("train " + (dir / "tiny.yaml") + " --precision fp8 --out " + (dir / "bad"));
