@@ -4,6 +4,7 @@
 #include "core/half.h"
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define GT_HALF_X86 1
 #else
@@ -14,8 +15,13 @@ namespace gt {
 namespace {
 
 #if GT_HALF_X86
+// F16C by its CPUID bit (leaf 1, ECX bit 29): clang 14's __builtin_cpu_supports has no name for it. Its 256-bit
+// forms need AVX, whose check also says the OS saves the YMM registers.
 bool cpu_f16c() {
-  static const bool has = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  static const bool has = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __builtin_cpu_supports("avx") && __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1u);
+  }();
   return has;
 }
 bool cpu_avx2() {

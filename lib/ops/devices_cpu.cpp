@@ -1,6 +1,8 @@
 // CPU half of the device report: model name, core count, SIMD level and BLAS configuration.
 #include "ops/devices.h"
 
+#include "core/half.h"
+
 #include <cblas.h>
 #include <fmt/format.h>
 
@@ -48,7 +50,7 @@ CpuHalfSupport query_cpu_half() {
 #if defined(__x86_64__) || defined(__i386__)
   // By CPUID leaf rather than __builtin_cpu_supports, whose names for these (avx512bf16, amx-bf16) clang 14 lacks.
   __builtin_cpu_init();
-  h.f16c = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  h.f16c = half_bulk_f16c();
   const bool avx512 = __builtin_cpu_supports("avx512f");  // (which also says the OS saves the AVX-512 state)
   unsigned a = 0, b = 0, c = 0, d = 0;
   if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
