@@ -190,6 +190,11 @@ TEST_CASE("precision: an unknown train.precision exits 2 naming the choices, and
   CHECK(bad.exit_code == 2);
   CHECK(bad.output.find("train.precision") != std::string::npos);
   CHECK(bad.output.find("bf16") != std::string::npos);
+  const auto bad_scale =
+      run_gputrain("check " + (dir / "tiny.yaml") + " --set 'train.loss_scale={init: 1024, bogus: 1}'");
+  CHECK(bad_scale.exit_code == 2);
+  CHECK(bad_scale.output.find("train.loss_scale.bogus: unknown key") != std::string::npos);
+  CHECK(run_gputrain("check " + (dir / "tiny.yaml") + " --set train.loss_scale=-1").exit_code == 2);
   const std::string common = "train " + (dir / "tiny.yaml") + " --threads 2 --no-progress --out ";
   REQUIRE(run_gputrain(common + (dir / "fp32")).exit_code == 0);
   const auto tf32 = run_gputrain(common + (dir / "tf32") + " --precision tf32");
