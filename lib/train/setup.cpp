@@ -218,7 +218,7 @@ void log_run_start(const Experiment& exp, const RunSetup& setup, const StepPlan&
   spdlog::info("model: {} layers, {} parameters; loss {}; optimizer {} lr {}; schedule {}", setup.model.nodes().size(),
                setup.model.param_count(), to_string(exp.loss.type), to_string(exp.optimizer.type), exp.optimizer.lr,
                to_string(exp.scheduler.type));
-  log_precision(exp.train.precision, setup.device);
+  if (setup.lead) log_precision(exp.train.precision, setup.device);  // the ranks share the config: one line is enough
 }
 
 void log_precision(Precision precision, Device device) {
