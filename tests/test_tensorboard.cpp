@@ -100,6 +100,8 @@ TEST_CASE("the metrics sink maps train and eval fields to TensorBoard tags", "[c
   CHECK(gt::tensorboard_tag("train", "loss") == "train/loss");
   CHECK(gt::tensorboard_tag("train", "samples_per_sec") == "train/samples_per_sec");
   CHECK(gt::tensorboard_tag("train", "data_wait_ms") == "train/data_wait_ms");
+  CHECK(gt::tensorboard_tag("train", "loss_scale") == "train/loss_scale");  // fp16 runs (train.loss_scale)
+  CHECK(gt::tensorboard_tag("train", "overflow_skips") == "train/overflow_skips");
   CHECK(gt::tensorboard_tag("train", "device_peak_mib") == "train/device_peak_mib");
   CHECK(gt::tensorboard_tag("train", "step").empty());
   CHECK(gt::tensorboard_tag("train", "elapsed_s").empty());

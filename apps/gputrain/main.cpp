@@ -113,7 +113,8 @@ int cmd_runs(const RunsArgs& a) {
 
 int cmd_devices() {
   const gt::CpuInfo cpu = gt::query_cpu();
-  fmt::print("cpu: {} — {} logical cores, {}\n     {}\n", cpu.model, cpu.cores, cpu.simd, cpu.blas);
+  fmt::print("cpu: {} — {} logical cores, {}\n     {}\n     bf16/fp16 instructions: {}\n", cpu.model, cpu.cores,
+             cpu.simd, cpu.blas, cpu.half);
   const gt::CudaInfo cuda = gt::query_cuda();
   if (!cuda.built) {
     fmt::print("cuda: not available: {}\n", cuda.problem);
@@ -343,7 +344,7 @@ int main(int argc, char** argv) {
   ConfigArgs train_args;
   gt::RunOptions run;
   std::string device;
-  std::string epochs, max_steps, seed;  // passed on as --set values, so errors name the key they set
+  std::string epochs, max_steps, seed, precision;  // passed on as --set values, so errors name the key they set
   bool quiet = false;
   auto* train = app.add_subcommand("train", "train a model from an experiment file");
   add_config_args(train, train_args);
@@ -357,6 +358,7 @@ int main(int argc, char** argv) {
   train->add_option("--epochs", epochs, "overrides train.epochs");
   train->add_option("--max-steps", max_steps, "stop after N steps (overrides train.max_steps)");
   train->add_option("--seed", seed, "overrides seed");
+  train->add_option("--precision", precision, "fp32 | tf32 | bf16 | fp16 (overrides train.precision)");
   train->add_option("--threads", run.threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 4096));
   train->add_flag("--quiet", quiet, "log warnings and errors only");
   train->add_flag_callback(
@@ -695,9 +697,11 @@ int main(int argc, char** argv) {
     run.overrides = train_args.sets;  // (device= is among them)
     if (!epochs.empty()) set_train("epochs", epochs);
     if (!max_steps.empty()) set_train("max_steps", max_steps);
+    if (!precision.empty()) set_train("precision", precision);
     if (!seed.empty()) root = gt::apply_override(root, "seed=" + seed);
     if (!epochs.empty()) run.overrides.push_back("train.epochs=" + epochs);
     if (!max_steps.empty()) run.overrides.push_back("train.max_steps=" + max_steps);
+    if (!precision.empty()) run.overrides.push_back("train.precision=" + precision);
     if (!seed.empty()) run.overrides.push_back("seed=" + seed);
     if (profile && !root["train"].has("profile")) {
       if (!root.has("train")) {

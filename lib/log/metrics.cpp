@@ -57,8 +57,8 @@ void MetricsFile::write(const JsonObject& obj) {
 
 std::string tensorboard_tag(const std::string& row_type, const std::string& field) {
   if (row_type == "train") {
-    for (const char* f :
-         {"loss", "lr", "grad_norm", "samples_per_sec", "data_wait_ms", "device_mem_mib", "device_peak_mib"})
+    for (const char* f : {"loss", "lr", "grad_norm", "samples_per_sec", "data_wait_ms", "device_mem_mib",
+                          "device_peak_mib", "loss_scale", "overflow_skips"})
       if (field == f) return "train/" + field;
     // Another rank's sampler fields: rank1_gpu1_util → rank1/gpu1/util, rank1_host_rss_mib → rank1/host/rss_mib.
     if (field.rfind("rank", 0) == 0) {

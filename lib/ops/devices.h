@@ -15,7 +15,15 @@ struct CpuInfo {
   int cores = 0;     ///< logical CPUs available to this process
   std::string simd;  ///< best vector extension the CPU reports (avx512f, avx2, sse4.2, …)
   std::string blas;  ///< BLAS library and its configuration
+  std::string half;  ///< the bf16/fp16 instruction sets the CPU has and lacks, as `gputrain devices` prints them
 };
+
+/// The CPU's 16-bit float instructions (CPUID, checked at run time): F16C converts fp16 ⇄ f32 (vcvtph2ps/vcvtps2ph);
+/// AVX-512 BF16 has bf16 dot products (vdpbf16ps); AVX512-FP16 fp16 arithmetic; AMX-BF16 bf16 tile products.
+struct CpuHalfSupport {
+  bool f16c = false, avx512_bf16 = false, avx512_fp16 = false, amx_bf16 = false;
+};
+CpuHalfSupport query_cpu_half();
 
 struct CudaDeviceInfo {
   int index = 0;

@@ -1,7 +1,14 @@
 // CPU half of the device report: model name, core count, SIMD level and BLAS configuration.
 #include "ops/devices.h"
 
+#include "core/half.h"
+
 #include <cblas.h>
+#include <fmt/format.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 #include <fstream>
 #include <thread>
@@ -31,7 +38,28 @@ CpuInfo query_cpu() {
   else
     info.simd = "baseline";
   info.blas = std::string(openblas_get_config()) + ", core " + openblas_get_corename();
+  const CpuHalfSupport h = query_cpu_half();
+  auto mark = [](bool has, const char* name) { return fmt::format("{}{}", has ? "" : "no ", name); };
+  info.half = fmt::format("{}, {}, {}, {}", mark(h.f16c, "f16c"), mark(h.avx512_bf16, "avx512_bf16"),
+                          mark(h.avx512_fp16, "avx512_fp16"), mark(h.amx_bf16, "amx_bf16"));
   return info;
+}
+
+CpuHalfSupport query_cpu_half() {
+  CpuHalfSupport h;
+#if defined(__x86_64__) || defined(__i386__)
+  // By CPUID leaf rather than __builtin_cpu_supports, whose names for these (avx512bf16, amx-bf16) clang 14 lacks.
+  __builtin_cpu_init();
+  h.f16c = half_bulk_f16c();
+  const bool avx512 = __builtin_cpu_supports("avx512f");  // (which also says the OS saves the AVX-512 state)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
+    h.avx512_fp16 = avx512 && (d >> 23 & 1u);
+    h.amx_bf16 = (d >> 22 & 1u) != 0;
+  }
+  if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) h.avx512_bf16 = avx512 && (a >> 5 & 1u);
+#endif
+  return h;
 }
 
 std::string format_cuda_version(int v) {

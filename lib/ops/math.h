@@ -44,6 +44,37 @@ enum class PoolKind { max, avg };
 /// and to clip, and the host reads them only when it logs.
 enum StepStat : int64_t { kLossSum = 0, kHits = 1, kGradSq = 2, kStepStats = 3 };
 
+/// A dynamic loss scaler's state on its device (f64[kLossScaleState]), as PyTorch's GradScaler keeps it: the scale
+/// the loss gradient is multiplied by, its inverse (what the gradients are unscaled by) and the finite steps since the
+/// scale last changed.
+enum LossScaleSlot : int64_t { kScale = 0, kInvScale = 1, kGrowthTracker = 2, kLossScaleState = 3 };
+
+/// GradScaler's hyperparameters (train.loss_scale); dynamic false: a fixed scale that never changes.
+struct LossScaleHyper {
+  double growth_factor = 2, backoff_factor = 0.5;
+  int64_t growth_interval = 2000;
+  bool dynamic = true;
+};
+
+/// GradScaler.update after a step whose gradients were `finite` or not: a non-finite step multiplies the scale by
+/// backoff_factor and restarts the tracker, and `growth_interval` finite steps in a row multiply it by
+/// growth_factor (GradScaler's exact rules). The host replays it on its copy, the device on its own, so both hold the
+/// same numbers.
+GT_HD void loss_scale_update(double* s, bool finite, const LossScaleHyper& h) {
+  if (!h.dynamic) return;
+  if (finite) {
+    s[kGrowthTracker] += 1;
+    if (s[kGrowthTracker] >= static_cast<double>(h.growth_interval)) {
+      s[kScale] *= h.growth_factor;
+      s[kGrowthTracker] = 0;
+    }
+  } else {
+    s[kScale] *= h.backoff_factor;
+    s[kGrowthTracker] = 0;
+  }
+  s[kInvScale] = 1.0 / s[kScale];
+}
+
 /// Whether dropout keeps element i at `step`: a Philox draw keyed by the layer, so a mask is never stored and the
 /// backward pass (or a resumed run) regenerates the same one.
 /// One Philox block decides four consecutive elements (4q … 4q+3); a kernel that draws the block once per quad uses

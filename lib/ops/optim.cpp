@@ -79,4 +79,12 @@ void accumulate_step(const Tensor& stats, Tensor& window) {
   GT_DISPATCH(op, accumulate_step(stats, window));
 }
 
+void update_loss_scale(const Tensor& stats, Tensor& state, const LossScaleHyper& h) {
+  const Operands op("update_loss_scale", {&stats}, {&state});
+  check_stats(op, stats);
+  GT_CHECK(state.dtype() == DType::f64 && state.numel() >= kLossScaleState, "update_loss_scale: state must be f64[{}]",
+           static_cast<int64_t>(kLossScaleState));
+  GT_DISPATCH(op, update_loss_scale(stats, state, h));
+}
+
 }  // namespace gt::ops

@@ -42,8 +42,14 @@ void adam_step_group(const AdamHyper& h, bool amsgrad, TensorGroup& group, const
 /// window[2] += 1 (a skipped step) otherwise. window: f64[3] on the same device.
 void accumulate_step(const Tensor& stats, Tensor& window);
 
+/// The loss scaler's update after a step (ops/math.h's loss_scale_update on `state`, f64[kLossScaleState]) by the
+/// step's statistics: finite when stats[kLossSum] and stats[kGradSq] are, the verdict the optimizer gated on. On
+/// the device, no host sync.
+void update_loss_scale(const Tensor& stats, Tensor& state, const LossScaleHyper& h);
+
 }  // namespace gt::ops
 
 // The backends' entry points: the ops above call them once the contract holds.
 // CUDA: the group ops are one launch each however many rows the group has.
-GT_BACKEND_ENTRY_POINTS(sum_squares, scale_by, sum_squares_group, sgd_step_group, adam_step_group, accumulate_step)
+GT_BACKEND_ENTRY_POINTS(sum_squares, scale_by, sum_squares_group, sgd_step_group, adam_step_group, accumulate_step,
+                        update_loss_scale)

@@ -208,6 +208,11 @@ CheckpointInfo parse_state_json(const std::string& text, const std::string& sour
   p.train_seconds = r.number("progress/train_seconds");
   p.last_eval_step = r.integer("progress/last_eval_step", -1);
   p.skips_in_row = r.integer("progress/skips_in_row");
+  if (const JsonValue* ls = r.node("loss_scaler", false); ls && !ls->is_null()) {
+    p.loss_scale = r.number("loss_scaler/scale");
+    p.scale_growth_tracker = r.integer("loss_scaler/growth_tracker");
+    p.overflow_skips = r.integer("loss_scaler/overflow_skips");
+  }
   p.test_loss = r.optional_number("metrics/test_loss");
   p.test_accuracy = r.optional_number("metrics/test_accuracy");
   p.best_value = r.optional_number("metrics/best_value");
@@ -312,49 +317,55 @@ std::string CheckpointStore::save(Model& model, Optimizer& optimizer, OptimizerT
       const FileSum s = file_sum((tmp / f).string());
       files.add(f, JsonObject().add("bytes", static_cast<int64_t>(s.bytes)).add("crc32", hex32(s.crc)));
     }
-    const JsonObject state =
-        JsonObject()
-            .add("format", kFormat)
-            .add("format_version", kFormatVersion)
-            .add("gputrain_version", GPUTRAIN_VERSION)
-            .add("world_size", m_world)
-            .add("step", p.step)
-            .add("epoch", p.epoch)
-            .add("position", JsonObject()
-                                 .add("micro_batches", p.micro_done)
-                                 .add("batch_size", m_batch)
-                                 .add("accumulate", m_accumulate))
-            .add("rng", JsonObject()
-                            .add("algorithm", "philox4x32-10")
-                            .add("streams",
-                                 "counter-based: data order keyed by (seed, epoch), augmentation by "
-                                 "(seed, epoch, position), dropout by (seed, layer, micro-batch)"))
-            .add("scheduler", JsonObject().add("step", p.step).add("lr_scale", p.lr_scale))
-            .add_null("loss_scaler")
-            .add("optimizer", JsonObject().add("type", type).add("steps_taken", optimizer.steps_taken()))
-            .add("progress", JsonObject()
-                                 .add("epochs_done", p.epochs_done)
-                                 .add("train_samples", p.train_samples)
-                                 .add("epoch_samples", p.epoch_samples)
-                                 .add("window_samples", p.window_samples)
-                                 .add("epoch_loss", p.epoch_loss)
-                                 .add("window_loss", p.window_loss)
-                                 .add("window_hits", p.window_hits)
-                                 .add("final_train_loss", p.final_train_loss)
-                                 .add("grad_norm", p.grad_norm)
-                                 .add("train_seconds", p.train_seconds)
-                                 .add("last_eval_step", p.last_eval_step)
-                                 .add("skips_in_row", p.skips_in_row))
-            .add("metrics", JsonObject()
-                                .add("test_loss", p.test_loss)
-                                .add("test_accuracy", p.test_accuracy)
-                                .add("best_metric", to_string(m_cfg.keep_best))
-                                .add("best_value", p.best_value)
-                                .add("best_step", p.best_step)
-                                .add("jsonl_bytes", static_cast<int64_t>(p.metrics_bytes)))
-            .add("config_hash", config_hash(resolved_config))
-            .add("config", resolved_config)
-            .add("files", files);
+    JsonObject state = JsonObject()
+                           .add("format", kFormat)
+                           .add("format_version", kFormatVersion)
+                           .add("gputrain_version", GPUTRAIN_VERSION)
+                           .add("world_size", m_world)
+                           .add("step", p.step)
+                           .add("epoch", p.epoch)
+                           .add("position", JsonObject()
+                                                .add("micro_batches", p.micro_done)
+                                                .add("batch_size", m_batch)
+                                                .add("accumulate", m_accumulate))
+                           .add("rng", JsonObject()
+                                           .add("algorithm", "philox4x32-10")
+                                           .add("streams",
+                                                "counter-based: data order keyed by (seed, epoch), augmentation by "
+                                                "(seed, epoch, position), dropout by (seed, layer, micro-batch)"))
+                           .add("scheduler", JsonObject().add("step", p.step).add("lr_scale", p.lr_scale))
+                           .add("optimizer", JsonObject().add("type", type).add("steps_taken", optimizer.steps_taken()))
+                           .add("progress", JsonObject()
+                                                .add("epochs_done", p.epochs_done)
+                                                .add("train_samples", p.train_samples)
+                                                .add("epoch_samples", p.epoch_samples)
+                                                .add("window_samples", p.window_samples)
+                                                .add("epoch_loss", p.epoch_loss)
+                                                .add("window_loss", p.window_loss)
+                                                .add("window_hits", p.window_hits)
+                                                .add("final_train_loss", p.final_train_loss)
+                                                .add("grad_norm", p.grad_norm)
+                                                .add("train_seconds", p.train_seconds)
+                                                .add("last_eval_step", p.last_eval_step)
+                                                .add("skips_in_row", p.skips_in_row))
+                           .add("metrics", JsonObject()
+                                               .add("test_loss", p.test_loss)
+                                               .add("test_accuracy", p.test_accuracy)
+                                               .add("best_metric", to_string(m_cfg.keep_best))
+                                               .add("best_value", p.best_value)
+                                               .add("best_step", p.best_step)
+                                               .add("jsonl_bytes", static_cast<int64_t>(p.metrics_bytes)))
+                           .add("config_hash", config_hash(resolved_config))
+                           .add("config", resolved_config)
+                           .add("files", files);
+    // The loss scaler's state, so that a resumed fp16 run scales (and skips) as an uninterrupted one; null without.
+    if (p.loss_scale > 0)
+      state.add("loss_scaler", JsonObject()
+                                   .add("scale", p.loss_scale)
+                                   .add("growth_tracker", p.scale_growth_tracker)
+                                   .add("overflow_skips", p.overflow_skips));
+    else
+      state.add_null("loss_scaler");
     write_file_atomic((tmp / kStateFile).string(), seal_state_json(state.str()));
     fsync_dir(tmp);
     // A checkpoint of the same step may exist (a resumed or rolled-back run passing it again): swap, then drop it.

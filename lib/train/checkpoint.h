@@ -30,6 +30,10 @@ struct TrainProgress {
   double final_train_loss = 0, grad_norm = 0, train_seconds = 0;
   double lr_scale = 1;  ///< learning-rate multiplier (halved by each non-finite rollback)
   int64_t last_eval_step = -1, skips_in_row = 0, optimizer_steps = 0;
+  /// The loss scaler (train.loss_scale; all 0 without one): the scale for the next step, the finite steps since it
+  /// last changed, and the steps skipped for an overflow so far.
+  double loss_scale = 0;
+  int64_t scale_growth_tracker = 0, overflow_skips = 0;
   std::optional<double> test_loss, test_accuracy;
   std::optional<double> best_value;  ///< keep_best: the best metric seen at a checkpoint, and where
   int64_t best_step = -1;

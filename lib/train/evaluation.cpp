@@ -10,6 +10,7 @@
 #include "log/logging.h"
 #include "log/metrics.h"
 #include "ops/devices.h"
+#include "ops/precision.h"
 #include "train/loss.h"
 #include "train/resume.h"
 #include "train/setup.h"
@@ -29,6 +30,7 @@ EvalResult evaluate(Model& model, const Experiment& exp, const Dataset& test, Te
   loader.start_epoch(0);
   stats.zero_();
   const LayerContext ctx{.training = false};
+  const ProductPrecisionScope autocast(exp.train.precision);  // the test set is seen as the training step sees it
   Tensor none;
   BatchStager stager(test, x.dim(0), x.device());
   const int64_t size = loader.size();

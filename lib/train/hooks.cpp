@@ -130,9 +130,10 @@ void RunReporter::log_train(const TrainProgress& p, int64_t total_steps, const L
     rate = fmt::format("{:.0f} tok/s | {}", tokens_per_sec,
                        mfu > 0 ? fmt::format("MFU {:.1f}%", 100 * mfu) : std::string("MFU: unknown peak"));
   step_logger().info(
-      "epoch {}/{} | step {}/{} | loss {:.4f} | lr {:.4g} | grad_norm {:.3g}{} | {} | {}elapsed {} | eta {}{}",
-      p.epoch + 1, m_epochs, p.step, total_steps, w.loss, w.lr, p.grad_norm, w.skipped ? " (skipped)" : "", rate,
-      gpu ? fmt::format("mem {:.0f} MiB (peak {:.0f}) | ", mib(mem.in_use), mib(mem.peak)) : "",
+      "epoch {}/{} | step {}/{} | loss {:.4f} | lr {:.4g} | grad_norm {:.3g}{}{} | {} | {}elapsed {} | eta {}{}",
+      p.epoch + 1, m_epochs, p.step, total_steps, w.loss, w.lr, p.grad_norm, w.skipped ? " (skipped)" : "",
+      p.loss_scale > 0 ? fmt::format(" | loss_scale {:g} ({} overflow skips)", p.loss_scale, p.overflow_skips) : "",
+      rate, gpu ? fmt::format("mem {:.0f} MiB (peak {:.0f}) | ", mib(mem.in_use), mib(mem.peak)) : "",
       hms(seconds_since(m_wall_start)), hms(eta), sample.seq > 0 ? " | " + summary_text(sample) : std::string());
   JsonObject row = JsonObject()
                        .add("type", "train")
@@ -144,6 +145,7 @@ void RunReporter::log_train(const TrainProgress& p, int64_t total_steps, const L
                        .add("samples_per_sec", w.samples_per_sec)
                        .add("data_wait_ms", w.data_wait_ms)
                        .add("elapsed_s", seconds_since(m_wall_start));
+  if (p.loss_scale > 0) row.add("loss_scale", p.loss_scale).add("overflow_skips", p.overflow_skips);
   if (m_tokens_per_sample > 0) row.add("tokens_per_sec", tokens_per_sec);
   if (m_tokens_per_sample > 0 && mfu > 0) row.add("mfu", mfu);
   if (gpu) row.add("device_mem_mib", mib(mem.in_use)).add("device_peak_mib", mib(mem.peak));

@@ -147,6 +147,8 @@ void summarize(RunSummary& sum, const TrainProgress& p, double wall_seconds) {
   sum.test_loss = p.test_loss;
   sum.test_accuracy = p.test_accuracy;
   sum.wall_seconds = wall_seconds;
+  if (p.loss_scale > 0) sum.loss_scale = p.loss_scale;
+  sum.overflow_skips = p.overflow_skips;
 }
 
 void write_summary(const std::string& dir, const std::string& name, const RunSummary& sum, int world, int threads) {
@@ -165,6 +167,7 @@ void write_summary(const std::string& dir, const std::string& name, const RunSum
                            .add("threads", threads);
   if (sum.test_bpb) summary.add("test_bpb", sum.test_bpb);
   if (sum.bad_files) summary.add("bad_files", *sum.bad_files);
+  if (sum.loss_scale) summary.add("loss_scale", sum.loss_scale).add("overflow_skips", sum.overflow_skips);
   write_file_atomic((fs::path(dir) / "summary.json").string(), summary.str() + "\n");
 }
 

@@ -29,6 +29,8 @@ struct RunSummary {
   std::optional<double> test_loss, test_accuracy;
   std::optional<double> test_bpb;    ///< byte tokens: test_loss in bits per byte
   std::optional<int64_t> bad_files;  ///< image folders: files skipped as corrupt or unreadable
+  std::optional<double> loss_scale;  ///< a loss-scaled run's scale at the end
+  int64_t overflow_skips = 0;        ///< and the steps its overflows skipped
 };
 
 /// Creates the run directory: `requested`, or runs/<name>/<YYYYmmdd-HHMMSS>[-i] when it is "". Throws gt::Error when

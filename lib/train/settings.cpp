@@ -14,6 +14,13 @@ const Choice<NonFinitePolicy> kNonfinitePolicies[] = {
     {NonFinitePolicy::rollback, "rollback"},
 };
 
+const Choice<Precision> kPrecisions[] = {
+    {Precision::fp32, "fp32"},
+    {Precision::tf32, "tf32"},
+    {Precision::bf16, "bf16"},
+    {Precision::fp16, "fp16"},
+};
+
 const Choice<KeepBest> kKeepBestMetrics[] = {
     {KeepBest::none, "none"},
     {KeepBest::test_accuracy, "test_accuracy"},
@@ -49,6 +56,40 @@ const SectionSpec& grad_clip_section() {
                       .min_exclusive = true,
                       .doc = "scale all gradients so that their global L2 norm is at most this (clip_grad_norm_)"}},
                     "gradient clipping by the global L2 norm");
+  return s;
+}
+
+const SectionSpec& loss_scale_section() {
+  static const SectionSpec s = plain_section(
+      {
+          {.name = "init",
+           .kind = KeyKind::number,
+           .min = 0,
+           .max = 1e30,
+           .min_exclusive = true,
+           .fallback = "65536",
+           .doc = "the first scale (GradScaler's init_scale, 2^16)"},
+          {.name = "growth_factor",
+           .kind = KeyKind::number,
+           .min = 1,
+           .max = 1e6,
+           .fallback = "2",
+           .doc = "the scale is multiplied by this after growth_interval finite steps in a row"},
+          {.name = "backoff_factor",
+           .kind = KeyKind::number,
+           .min = 0,
+           .max = 1,
+           .min_exclusive = true,
+           .fallback = "0.5",
+           .doc = "and by this on a step with an Inf or NaN gradient, which is skipped"},
+          {.name = "growth_interval",
+           .kind = KeyKind::size,
+           .min = 1,
+           .limit = &limits::kSteps,
+           .fallback = "2000",
+           .doc = "finite steps in a row before the scale grows"},
+      },
+      "a dynamic loss scale (PyTorch's GradScaler)");
   return s;
 }
 
@@ -89,6 +130,26 @@ const SectionSpec& train_section() {
            .choices = choice_names(kNonfinitePolicies),
            .fallback = "abort",
            .doc = "what a NaN or Inf loss or gradient does"},
+          {.name = "precision",
+           .kind = KeyKind::choice,
+           .choices = choice_names(kPrecisions),
+           .fallback = "fp32",
+           .doc = "matrix products: fp32; tf32 (GPUs' TF32 tensor cores, fp32 on the CPU); bf16 or fp16 operands with "
+                  "fp32 accumulation (the CPU by conversion), the rest fp32"},
+          {.name = "loss_scale",
+           .kind = KeyKind::any_of,
+           .nullable = true,
+           .items = {{.name = "fixed",
+                      .kind = KeyKind::number,
+                      .min = 0,
+                      .max = 1e30,
+                      .min_exclusive = true,
+                      .doc = "a fixed scale"},
+                     {.name = "dynamic", .kind = KeyKind::map, .section = &loss_scale_section()}},
+           .fallback = "null",
+           .doc = "scale the loss before backward and unscale the gradients after it: a fixed number, or a dynamic "
+                  "scale's settings; null: fp16 runs scale dynamically by the defaults, others do not scale. An "
+                  "overflow skips the step without counting against nonfinite while the scale is above 1"},
           {.name = "max_skips",
            .kind = KeyKind::size,
            .min = 1,
@@ -153,6 +214,22 @@ void parse_train(const ConfigNode& n, TrainConfig& out) {
   n.expect_keys(key_names(keys));
   out.eval_tokens = get_size(n, key("eval_tokens"));
   if (n.has("nonfinite")) out.nonfinite = parse_choice(n["nonfinite"], kNonfinitePolicies);
+  if (n.has("precision")) out.precision = parse_choice(n["precision"], kPrecisions);
+  if (n.has("loss_scale") && !n["loss_scale"].yaml().IsNull()) {
+    const ConfigNode ls = n["loss_scale"];
+    out.loss_scale.set = true;
+    if (ls.is_scalar()) {
+      out.loss_scale.init = read_double(ls, key("loss_scale").items[0]);
+      out.loss_scale.hyper.dynamic = false;
+    } else {
+      const std::vector<KeySpec>& lk = section_keys(loss_scale_section());
+      ls.expect_keys(key_names(lk));
+      out.loss_scale.init = get_double(ls, key_spec(lk, "init"));
+      out.loss_scale.hyper.growth_factor = get_double(ls, key_spec(lk, "growth_factor"));
+      out.loss_scale.hyper.backoff_factor = get_double(ls, key_spec(lk, "backoff_factor"));
+      out.loss_scale.hyper.growth_interval = get_size(ls, key_spec(lk, "growth_interval"));
+    }
+  }
   out.max_skips = get_size(n, key("max_skips"));
   out.peak_tflops = get_double(n, key("peak_tflops"));
   if (n.has("profile")) {
@@ -205,6 +282,17 @@ YAML::Node to_yaml(const TrainConfig& c) {
     n["profile"]["steps"] = c.profile_steps;
   }
   n["nonfinite"] = to_string(c.nonfinite);
+  n["precision"] = to_string(c.precision);
+  if (!c.loss_scale.set) {
+    n["loss_scale"] = YAML::Node();
+  } else if (!c.loss_scale.hyper.dynamic) {
+    n["loss_scale"] = c.loss_scale.init;
+  } else {
+    n["loss_scale"]["init"] = c.loss_scale.init;
+    n["loss_scale"]["growth_factor"] = c.loss_scale.hyper.growth_factor;
+    n["loss_scale"]["backoff_factor"] = c.loss_scale.hyper.backoff_factor;
+    n["loss_scale"]["growth_interval"] = c.loss_scale.hyper.growth_interval;
+  }
   n["max_skips"] = c.max_skips;
   if (c.peak_tflops > 0) n["peak_tflops"] = c.peak_tflops;
   n["eval_tokens"] = c.eval_tokens;

@@ -3,6 +3,8 @@
 
 #include "config/config.h"
 #include "config/schema.h"
+#include "ops/math.h"
+#include "ops/precision.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -15,6 +17,15 @@ namespace gt {
 enum class NonFinitePolicy { abort, skip, rollback };
 const std::string& to_string(NonFinitePolicy policy);
 
+/// train.loss_scale: the loss is multiplied by a scale before backward and the gradients divided by it before the
+/// clipping and the update, so that fp16 gradients neither underflow nor, for long, overflow. Dynamic (GradScaler's
+/// rules, ops/math.h) unless a fixed number is given.
+struct LossScaleConfig {
+  bool set = false;  ///< the key was given (fp16 scales by the defaults without it)
+  double init = 65536;
+  LossScaleHyper hyper;
+};
+
 struct TrainConfig {
   int64_t epochs = 1;
   int64_t log_every = 100;                       ///< steps between log lines
@@ -24,6 +35,10 @@ struct TrainConfig {
   double grad_clip = 0.0;                        ///< max global L2 norm of the gradients; 0 = off
   int64_t profile_start = 0, profile_steps = 0;  ///< profile steps [start, start + steps) (1-based); 0 steps = off
   NonFinitePolicy nonfinite = NonFinitePolicy::abort;
+  Precision precision = Precision::fp32;  ///< of the matrix products (train.precision)
+  LossScaleConfig loss_scale;
+  /// Whether the run scales its loss: fp16 always, other precisions when train.loss_scale is set.
+  bool loss_scaling() const { return precision == Precision::fp16 || loss_scale.set; }
   int64_t max_skips = 5;   ///< skip: steps skipped in a row; rollback: rollbacks to one checkpoint
   double peak_tflops = 0;  ///< one device's peak for the MFU; 0 = the known GPUs' table (none for the CPU)
   /// Token data: an evaluation stops after this many predicted tokens, rounded up to whole windows (0 = all).

@@ -110,6 +110,12 @@ RunSetup::RunSetup(const Experiment& exp, const RunOptions& opts, const WorkerPl
   threads = opts.threads > 0 ? opts.threads : static_cast<int>(std::thread::hardware_concurrency());
   set_num_threads(threads);
   device = resolve_device(where.device, device_reason);
+  // The CUDA backend has no half kernels yet: a bf16/fp16 run there is refused rather than run in fp32 unasked.
+  if (device.is_cuda() && half_format(exp.train.precision))
+    exp.root["train"]["precision"].fail(
+        fmt::format("is {}, which runs on the CPU only so far (by conversion): the CUDA backend has no bf16/fp16 "
+                    "products yet; on {} use fp32 or tf32, or train with --device cpu",
+                    to_string(exp.train.precision), device.str()));
 
   // Everything that can be wrong with the config is found before the run directory exists.
   if (!where.data) m_own_data = load_data(exp);
@@ -154,6 +160,13 @@ RunSetup::RunSetup(const Experiment& exp, const RunOptions& opts, const WorkerPl
   // Loaded (and refused when it does not fit) before the run directory is touched.
   if (plan.from) check_same_batches(exp, *plan.from);
   if (plan.from) progress = resume_progress(*plan.from, model, *optimizer, exp.optimizer.type, world);
+  // The loss scale starts at train.loss_scale's init, and a resumed run goes on with its checkpoint's (a fixed scale
+  // is the config's; a checkpoint of a run without a scaler starts one afresh).
+  if (exp.train.loss_scaling() && (!exp.train.loss_scale.hyper.dynamic || !(progress.loss_scale > 0))) {
+    progress.loss_scale = exp.train.loss_scale.init;
+    progress.scale_growth_tracker = 0;
+  }
+  if (!exp.train.loss_scaling()) progress.loss_scale = 0;
 }
 
 StepPlan plan_steps(const Experiment& exp, const Loader& loader, const Dataset& train, int world) {
@@ -205,6 +218,26 @@ void log_run_start(const Experiment& exp, const RunSetup& setup, const StepPlan&
   spdlog::info("model: {} layers, {} parameters; loss {}; optimizer {} lr {}; schedule {}", setup.model.nodes().size(),
                setup.model.param_count(), to_string(exp.loss.type), to_string(exp.optimizer.type), exp.optimizer.lr,
                to_string(exp.scheduler.type));
+  if (setup.lead) log_precision(exp.train.precision, setup.device);  // the ranks share the config: one line is enough
+}
+
+void log_precision(Precision precision, Device device) {
+  if (precision == Precision::tf32)
+    spdlog::info(device.is_cuda() ? "precision tf32: f32 matrix products on TF32 tensor cores "
+                                    "(cuBLASLt CUBLAS_COMPUTE_32F_FAST_TF32); cuDNN convolutions stay fp32"
+                                  : "precision tf32: fp32 on the CPU (TF32 is a GPU tensor-core format)");
+  if (!half_format(precision) || device.is_cuda()) return;
+  // One warning per run: the CPU has no half kernels yet, so every product converts its operands first.
+  const CpuHalfSupport cpu = query_cpu_half();
+  const bool bf16 = precision == Precision::bf16;
+  const bool native = bf16 ? cpu.avx512_bf16 : cpu.avx512_fp16;
+  const char* isa = bf16 ? "AVX-512 BF16 (avx512_bf16)" : "AVX512-FP16 (avx512_fp16)";
+  spdlog::warn(
+      "precision {}: matrix products round their operands to {} and multiply in fp32 (by conversion), slower than "
+      "fp32: {}",
+      to_string(precision), to_string(precision),
+      native ? fmt::format("this CPU has {}, but gputrain has no kernels for it yet", isa)
+             : fmt::format("this CPU has no {}", isa));
 }
 
 }  // namespace gt

@@ -6,6 +6,7 @@
 #include "log/logging.h"
 #include "ops/math.h"
 #include "ops/optim.h"
+#include "ops/precision.h"
 #include "optim/optimizer.h"
 #include "profile/profiler.h"
 #include "train/loss.h"
@@ -80,6 +81,9 @@ StepLoop::StepLoop(const Experiment& exp, RunSetup& setup, const StepPlan& plan,
       m_profiler(profiler),
       m_world(setup.world),
       m_accumulate(plan.accumulate),
+      m_precision(exp.train.precision),
+      m_scaling(exp.train.loss_scaling()),
+      m_scale_hyper(exp.train.loss_scale.hyper),
       m_stager(setup.train(), plan.batch, setup.device),
       m_verdict(param_names(setup.model)) {
   // On GPUs the gradients, the initial state and the step's device-side sums travel through NCCL, bootstrapped over
@@ -109,7 +113,11 @@ StepLoop::StepLoop(const Experiment& exp, RunSetup& setup, const StepPlan& plan,
   m_window = Tensor::zeros(Shape{3}, DType::f64, m_device);
   const int64_t n_params = std::max<int64_t>(1, static_cast<int64_t>(m_model.named_params().size()));
   m_param_sq = Tensor::zeros(Shape{n_params}, DType::f64, m_device);
+  m_scale_state = Tensor::zeros(Shape{kLossScaleState}, DType::f64, m_device);
+  if (m_scaling)
+    for (auto& [name, param] : m_model.named_params()) m_params.push_back(param);
   set_window(setup.progress);
+  set_scaler(setup.progress);
   // Last, so that a constructor that throws leaves no hook into this object behind.
   if (m_grad_sync) m_model.set_grad_ready_hook([this](size_t node) { m_grad_sync->node_done(node); });
 }
@@ -119,6 +127,9 @@ StepLoop::~StepLoop() { m_model.set_grad_ready_hook(nullptr); }
 int64_t StepLoop::forward_backward(Loader& loader, int64_t step, int64_t micros) {
   static const std::string kLoss = "loss";
   m_stats.zero_();
+  // The run's product precision holds for the forward and backward passes only: the loss between them multiplies no
+  // matrices, and the gradient sums, the norm and the update after them stay fp32 whatever it is.
+  const ProductPrecisionScope autocast(m_precision);
   int64_t samples = 0;
   for (int64_t k = 0; k < micros; ++k) {
     const int64_t n = m_stager.next(loader, m_x, m_y, &m_profiler);
@@ -131,6 +142,8 @@ int64_t StepLoop::forward_backward(Loader& loader, int64_t step, int64_t micros)
     {
       SpanScope scope(&m_profiler, kLoss, to_string(m_loss.type), "forward+backward");
       compute_loss(m_loss, out, yb, 1.0 / static_cast<double>(n * micros), db, m_stats);
+      // The loss (and so every gradient) × the scale; the statistics keep the unscaled loss.
+      if (m_scaling) ops::scale_by(db, m_scale_state.slice0(kScale, 1));
     }
     if (m_grad_sync && k == micros - 1) m_grad_sync->arm();  // earlier micro-batches accumulate locally
     m_model.backward(db, ctx);
@@ -158,6 +171,12 @@ RankSums StepLoop::sum_over_ranks(int64_t samples) {
 }
 
 void StepLoop::queue_grad_norm() {
+  // Unscaled before anything reads them: the norm, the clipping and the update see the true gradients, and an
+  // overflow (Inf or NaN in a scaled gradient) stays one, so the optimizer's gate skips the step.
+  if (m_scaling) {
+    const Tensor inv = m_scale_state.slice0(kInvScale, 1);
+    for (Param* param : m_params) ops::scale_by(param->grad, inv);
+  }
   m_param_sq.zero_();
   m_optimizer.grad_norm_sq(m_grad_sq, m_param_sq);
 }
@@ -165,6 +184,7 @@ void StepLoop::queue_grad_norm() {
 void StepLoop::update(double lr, double max_norm, int64_t step, int64_t samples) {
   m_optimizer.step(lr, m_stats, max_norm);
   ops::accumulate_step(m_stats, m_window);
+  if (m_scaling) ops::update_loss_scale(m_stats, m_scale_state, m_scale_hyper);
   m_verdict.queue(m_stats, m_param_sq, m_device, step, samples);
 }
 
@@ -173,6 +193,16 @@ void StepLoop::set_window(const TrainProgress& p) {
   h.data<double>()[0] = p.window_loss;
   h.data<double>()[1] = p.window_hits;
   m_window.copy_from(h);
+}
+
+void StepLoop::set_scaler(const TrainProgress& p) {
+  if (!m_scaling) return;
+  Tensor h = Tensor::zeros(Shape{kLossScaleState}, DType::f64);
+  double* s = h.data<double>();
+  s[kScale] = p.loss_scale;
+  s[kInvScale] = 1.0 / p.loss_scale;
+  s[kGrowthTracker] = static_cast<double>(p.scale_growth_tracker);
+  m_scale_state.copy_from(h);
 }
 
 void StepLoop::read_window(TrainProgress& p) {

@@ -19,6 +19,7 @@
 namespace gt {
 
 class Model;
+struct Param;
 class Optimizer;
 class Profiler;
 class RunSetup;
@@ -105,6 +106,8 @@ class StepLoop : NonCopyable {
   /// Reads the log window's sums into the progress: a wait for the device.
   void read_window(TrainProgress& p);
   void clear_window() { m_window.zero_(); }
+  /// Loads the loss scaler's device state from the progress (the start of a run, a resume, a rollback).
+  void set_scaler(const TrainProgress& p);
 
   /// Host seconds spent getting batches ready (the data wait) since the last call.
   double take_data_wait_seconds() { return m_stager.take_wait_seconds(); }
@@ -124,6 +127,9 @@ class StepLoop : NonCopyable {
   Profiler& m_profiler;
   int m_world = 1;
   int64_t m_accumulate = 1;
+  Precision m_precision = Precision::fp32;  ///< train.precision, entered around forward and backward
+  bool m_scaling = false;                   ///< train.loss_scale (or fp16): the loss gradient is scaled
+  LossScaleHyper m_scale_hyper;
   std::unique_ptr<Communicator> m_nccl;  ///< declared before the gradient sync that uses it: destroyed after it
   std::optional<GradSync> m_grad_sync;
   Tensor m_x, m_y, m_dout;
@@ -132,6 +138,11 @@ class StepLoop : NonCopyable {
   /// the host reads them when it needs a number, so a GPU step queues its work without waiting for the device.
   Tensor m_stats, m_grad_sq, m_window;
   Tensor m_param_sq;  ///< each parameter's squared gradient norm: names the first non-finite gradient
+  /// The loss scaler's state (ops/math.h's LossScaleSlot) on the device: the step scales the loss gradient by it and
+  /// unscales the gradients by its inverse, and the device updates it after the step by the same verdict that gates
+  /// the optimizer, so a GPU step never waits for the host to learn whether it overflowed.
+  Tensor m_scale_state;
+  std::vector<Param*> m_params;  ///< whose gradients the scaler unscales (scaling runs only)
   BatchStager m_stager;
   DeferredVerdict m_verdict;
 };

@@ -80,6 +80,7 @@ class TrainLoop {
   bool stop_after_step();
   bool end_epoch();
   StepOutcome resolve();
+  bool overflow_skip(const StepReading& r);
   void roll_back(const std::string& what, int64_t from_step);
   void diverge(const std::string& what, int64_t step);
   double close_window();
@@ -246,6 +247,7 @@ StepOutcome TrainLoop::resolve() {
   if (!r) return StepOutcome::ok;
   TrainProgress& p = m_p;
   p.grad_norm = std::sqrt(r->grad_sq);
+  if (m_exp.train.loss_scaling() && overflow_skip(*r)) return StepOutcome::ok;
   if (r->finite()) {
     p.skips_in_row = 0;
     m_bar.add_step(r->loss_sum, r->samples);
@@ -272,9 +274,36 @@ StepOutcome TrainLoop::resolve() {
   return outcome;
 }
 
+// The host's copy of the loss scaler takes the step the device's did (the same update on the same verdict, in step
+// order). A non-finite step at a scale above kScaleFloor is an overflow: the device skipped it and halved the scale,
+// and it does not count against train.nonfinite; at or below the floor the scale amplifies nothing, so a NaN there
+// is the model's or the data's and goes on to the policy. (PyTorch's GradScaler has no floor and would halve it
+// for ever.) A fixed scale has no backoff: every non-finite step goes to the policy. True when it was an overflow.
+bool TrainLoop::overflow_skip(const StepReading& r) {
+  constexpr double kScaleFloor = 1.0;
+  TrainProgress& p = m_p;
+  const double used = p.loss_scale;
+  double s[kLossScaleState] = {p.loss_scale, 1.0 / p.loss_scale, static_cast<double>(p.scale_growth_tracker)};
+  const LossScaleHyper& h = m_exp.train.loss_scale.hyper;
+  loss_scale_update(s, r.finite(), h);
+  p.loss_scale = s[kScale];
+  p.scale_growth_tracker = static_cast<int64_t>(s[kGrowthTracker]);
+  if (r.finite() || !h.dynamic || used <= kScaleFloor) return false;
+  ++p.overflow_skips;
+  m_setup.optimizer->undo_step();
+  p.window_samples -= r.samples;
+  p.epoch_samples -= r.samples;
+  spdlog::info(
+      "step {}: gradient overflow at loss scale {:g}: the step is skipped and the scale is now {:g} ({} "
+      "overflow skips so far)",
+      r.step, used, p.loss_scale, p.overflow_skips);
+  return true;
+}
+
 void TrainLoop::roll_back(const std::string& what, int64_t from_step) {
   const std::string back = m_checkpoints.roll_back(m_p);
   m_step.set_window(m_p);
+  m_step.set_scaler(m_p);
   // metrics.jsonl keeps the diverging steps' rows: the rollback row follows them.
   spdlog::warn("{}: rolled back to {} (step {}); learning rate now × {}", what, back, m_p.step, m_p.lr_scale);
   m_reporter.metrics().write(JsonObject()

@@ -2,11 +2,14 @@
 // (ops/matmul.h).
 #include "ops/matmul.h"
 
+#include "core/half.h"
 #include "core/parallel.h"
 #include "ops/cpu/blas.h"
 #include "ops/cpu/kernel_util.h"
+#include "ops/precision.h"
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 namespace gt::cpu {
@@ -36,6 +39,20 @@ void add_bias_block(T* y, int64_t n, const T* bias, int64_t r0, int64_t r1, int6
 // product of exactly −0 plus a bias of −0 is now −0, before +0.)
 constexpr int kBiasFirstK = 128;
 
+// A half product by conversion (train.precision bf16 or fp16, ops/precision.h): `t`'s elements rounded to the format
+// (nearest even) into the calling thread's scratch `buf`, so that an f32 GEMM on them computes what a GPU's half GEMM
+// with f32 accumulation does (up to the order of the sums: each product of two half values is exact in f32). The
+// buffers grow to the largest operand once and stay.
+const float* rounded_operand(const Tensor& t, HalfFormat format, std::vector<float>& buf) {
+  const auto n = static_cast<size_t>(t.numel());
+  if (buf.size() < n) buf.resize(n);
+  const float* in = t.data<float>();
+  float* out = buf.data();
+  parallel_for(t.numel(), kGrain,
+               [&](int64_t i0, int64_t i1) { round_to_half(format, in + i0, out + i0, static_cast<size_t>(i1 - i0)); });
+  return out;
+}
+
 // OpenBLAS runs single-threaded (set_num_threads) and we split C into one block of rows or columns per
 // thread: on the small, skinny products of a training step this scales far better than OpenBLAS's own
 // threading, and only one thread pool (OpenMP's) competes for the cores. `bias` (null: none; c = op(a)·op(b) + bias
@@ -46,6 +63,13 @@ void gemm_t(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, doubl
   const auto k = static_cast<int>(ta ? a.dim(0) : a.dim(1));
   const auto lda = static_cast<int>(a.dim(1)), ldb = static_cast<int>(b.dim(1));
   const T *pa = a.data<T>(), *pb = b.data<T>();
+  if constexpr (std::is_same_v<T, float>) {
+    if (const auto format = half_format(product_precision())) {
+      thread_local std::vector<float> buf_a, buf_b;
+      pa = rounded_operand(a, *format, buf_a);
+      pb = rounded_operand(b, *format, buf_b);
+    }
+  }
   T* pc = c.data<T>();
   const bool bias_first = bias && k <= kBiasFirstK;
   // C's rows r0..r1, columns c0..c1, from the rows of op(a) and the columns of op(b) they need.

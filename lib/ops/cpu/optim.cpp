@@ -219,4 +219,8 @@ void accumulate_step(const Tensor& stats, Tensor& window) {
   }
 }
 
+void update_loss_scale(const Tensor& stats, Tensor& state, const LossScaleHyper& h) {
+  loss_scale_update(state.data<double>(), step_ok(stats), h);
+}
+
 }  // namespace gt::cpu

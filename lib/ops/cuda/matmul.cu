@@ -8,6 +8,7 @@
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/dnn_common.h"
 #include "ops/cuda/kernel_util.cuh"
+#include "ops/precision.h"
 
 #include <array>
 #include <cstdint>
@@ -45,12 +46,16 @@ void make_layout(LtLayout& layout, cudaDataType_t type, const Tensor& t) {
 }
 
 std::unique_ptr<MatmulPlan> make_plan(int device, const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c,
-                                      const std::array<int64_t, 3>& align) {
+                                      const std::array<int64_t, 3>& align, bool tf32) {
   auto plan = std::make_unique<MatmulPlan>();
   const bool f64 = is_f64(c);
   const cudaDataType_t type = f64 ? CUDA_R_64F : CUDA_R_32F;
-  // CUBLAS_COMPUTE_32F is plain fp32 arithmetic: no TF32, as PyTorch's default fp32 matmul.
-  GT_CHECK_CUBLAS(cublasLtMatmulDescCreate(plan->op.out(), f64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F, type));
+  // CUBLAS_COMPUTE_32F is plain fp32 arithmetic: no TF32, as PyTorch's default fp32 matmul. Under train.precision
+  // tf32 (ops/precision.h) f32 products may round their operands to TF32 on the tensor cores, as PyTorch's
+  // allow_tf32.
+  const cublasComputeType_t compute =
+      f64 ? CUBLAS_COMPUTE_64F : (tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);
+  GT_CHECK_CUBLAS(cublasLtMatmulDescCreate(plan->op.out(), compute, type));
   const int32_t op_a = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   GT_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(plan->op.get(), CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
   GT_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(plan->op.get(), CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
@@ -154,10 +159,12 @@ void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, doubl
   }
   const std::array<int64_t, 3> align{alignment_of(a.raw()), alignment_of(b.raw()), alignment_of(c.raw())};
   // Leaked on purpose: destroying descriptors during static destruction could run after the libraries unloaded.
-  static auto* cache = new PlanCache<11, MatmulPlan>;
-  const PlanCache<11, MatmulPlan>::Key key{device, m, n, k, ta, tb, is_f64(c), beta != 0, align[0], align[1], align[2]};
+  static auto* cache = new PlanCache<12, MatmulPlan>;
+  const bool tf32 = !is_f64(c) && product_precision() == Precision::tf32;
+  const PlanCache<12, MatmulPlan>::Key key{device,    m,         n,        k,        ta,       tb,
+                                           is_f64(c), beta != 0, align[0], align[1], align[2], tf32};
   const MatmulPlan& plan =
-      cache->get(key, PlanFamily::matmul, [&] { return make_plan(device, a, ta, b, tb, c, align); });
+      cache->get(key, PlanFamily::matmul, [&] { return make_plan(device, a, ta, b, tb, c, align, tf32); });
 
   const bool f64 = is_f64(c);
   const HostScalar alpha_s(1.0, f64), beta_s(beta, f64);

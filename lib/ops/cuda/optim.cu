@@ -147,6 +147,10 @@ __global__ void accumulate_kernel(const double* stats, double* window) {
   }
 }
 
+__global__ void loss_scale_kernel(const double* stats, double* state, LossScaleHyper h) {
+  loss_scale_update(state, isfinite(stats[kLossSum]) && isfinite(stats[kGradSq]), h);
+}
+
 void launch_sum_squares(cudaStream_t s, bool is_double, const void* g, int64_t n, double* out) {
   if (n == 0) return;
   with_float_type(is_double, [&](auto t) {
@@ -282,6 +286,11 @@ void adam_step_group(const AdamHyper& h, bool amsgrad, ops::TensorGroup& g, cons
 
 void accumulate_step(const Tensor& stats, Tensor& window) {
   launch_accumulate_step(stream(stats.device().index), stats.data<double>(), window.data<double>());
+}
+
+void update_loss_scale(const Tensor& stats, Tensor& state, const LossScaleHyper& h) {
+  loss_scale_kernel<<<1, 1, 0, stream(stats.device().index)>>>(stats.data<double>(), state.data<double>(), h);
+  GT_CHECK_LAUNCH();
 }
 
 }  // namespace gt::cuda
