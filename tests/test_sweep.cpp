@@ -378,6 +378,13 @@ TEST_CASE("gputrain sweep: SIGTERM stops the running trials with checkpoints, th
   const std::string args = "sweep " + (dir / "tiny.yaml") + " " + kLonger +
                            "30 --grid optimizer.lr=0.01,0.02,0.03,0.04,0.05 --parallel 2 --out " + (dir / "s");
   const Background b = start_gputrain(args, dir / "sweep.log");
+  // A second sweep in the folder while this one runs is refused (exit 1, naming the holder), and disturbs nothing.
+  // Checked first, as soon as the sweep holds its folder: a process start takes seconds on a loaded machine, and
+  // between the trials' progress below and the SIGTERM there must be no such wait, or the trials run out.
+  REQUIRE(wait_for_file(dir / "s/sweep.json", 60));
+  const auto twice = run_gputrain("sweep " + (dir / "tiny.yaml") + " --out " + (dir / "s") + " --resume");
+  CHECK(twice.exit_code == 1);
+  CHECK_THAT(twice.output, Catch::Contains("in use by another gputrain run (pid " + std::to_string(b.pid)));
   // Stop once a trial has completed and a later one is training (it has a metrics row).
   bool ready = false;
   for (int i = 0; i < 600 && !ready; ++i) {
@@ -394,10 +401,6 @@ TEST_CASE("gputrain sweep: SIGTERM stops the running trials with checkpoints, th
     ready = completed && training;
   }
   REQUIRE(ready);
-  // A second sweep in the folder while this one runs is refused (exit 1, naming the holder), and disturbs nothing.
-  const auto twice = run_gputrain("sweep " + (dir / "tiny.yaml") + " --out " + (dir / "s") + " --resume");
-  CHECK(twice.exit_code == 1);
-  CHECK_THAT(twice.output, Catch::Contains("in use by another gputrain run (pid " + std::to_string(b.pid)));
   ::kill(b.pid, SIGTERM);
   const int code = wait_exit(b);
   INFO(read_text(b.log));

@@ -745,21 +745,29 @@ void SweepRunner::finished(Child& c, int status) {
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - c.started).count();
   TrialState& s = m_states[i];
+  // A trial the sweep sent SIGTERM to in its first moments (a stop right after it was started) can die of the
+  // signal before its handlers are in place: it did nothing yet, and is stopped (or stopped early) as asked, not
+  // failed; without checkpoints, --resume starts it from nothing.
+  const bool stopped_at_start = c.stop_sent && WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM;
+  const bool stopped = code == 75 || stopped_at_start;
   s.exit_code = code;
   if (code == 0) {
     s.status = TrialStatus::completed;
     m_result.completed += 1;
     spdlog::info("[sweep] {} completed in {:.1f} s", t.name, seconds);
-  } else if (code == 75 && c.stopped_early) {
+  } else if (stopped && c.stopped_early) {
     s.status = TrialStatus::stopped_early;
     m_result.stopped_early += 1;
     spdlog::info("[sweep] {} stopped early after {:.1f} s ({} rule on {})", t.name, seconds,
                  m_opts.early_stop.rule == EarlyStopRule::median ? "median" : "asha", m_opts.metric);
-  } else if (code == 75) {
+  } else if (stopped) {
     s.status = TrialStatus::interrupted;
     m_result.interrupted += 1;
-    spdlog::info("[sweep] {} interrupted after {:.1f} s (its checkpoint is kept: --resume continues it)", t.name,
-                 seconds);
+    if (stopped_at_start)
+      spdlog::info("[sweep] {} interrupted as it started (--resume starts it again)", t.name);
+    else
+      spdlog::info("[sweep] {} interrupted after {:.1f} s (its checkpoint is kept: --resume continues it)", t.name,
+                   seconds);
   } else {
     s.status = TrialStatus::failed;
     m_result.failed += 1;
