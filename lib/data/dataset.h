@@ -109,23 +109,50 @@ class Loader {
   void start_epoch(int64_t epoch, int64_t position = 0);
   /// Copies the next batch into x (batch_size, input shape) and y; returns the number of samples in it (the last
   /// batch of an epoch may be smaller; 0 when the epoch is over). x and y must hold batch_size samples.
-  int64_t next(Tensor& x, Tensor& y);
+  int64_t next(Tensor& x, Tensor& y) {
+    const int64_t n = fill(*m_order, m_epoch, m_pos, x, y);
+    advance(n);
+    return n;
+  }
   /// Passes over the next batch without copying it (another rank's share of an evaluation).
-  void skip() { m_pos += m_world == 1 ? m_batch : m_batch * m_world; }
+  void skip() { m_pos += stride(); }
   /// Takes only the first `samples` of the data set's order (an evaluation limited by train.eval_tokens).
   void limit(int64_t samples) { m_size = std::clamp<int64_t>(samples, 0, m_data->size()); }
   int64_t size() const { return m_size; }
 
+  // The pieces of next() for loader threads (data/prefetcher.h), which prepare batches ahead of the trainer.
+
+  /// Epoch `epoch`'s order of the samples: a function of (seed, epoch) alone.
+  std::shared_ptr<const std::vector<int64_t>> order_of(int64_t epoch) const;
+  /// Fills x and y with the batch of epoch `epoch` (whose order is `order`) that starts at `position` of the global
+  /// order (this rank's share of it); returns its samples, 0 past the epoch's end. The result depends only on the
+  /// arguments: it changes nothing in the loader and keeps its scratch per call, so threads may call it at once.
+  /// It runs no OpenMP region (loader threads work beside the step's team).
+  int64_t fill(const std::vector<int64_t>& order, int64_t epoch, int64_t position, Tensor& x, Tensor& y) const;
+  /// Where the batch after the one at `position` starts (one rank: the end of a partial batch is the epoch's end).
+  int64_t stride() const { return m_world == 1 ? m_batch : m_batch * m_world; }
+  /// Whether fill() finds a batch at `position` (false: the epoch is over).
+  bool has_batch(int64_t position) const {
+    return m_world == 1 ? position < m_size : position + m_batch * m_world <= m_size;
+  }
+  /// The current epoch, its order, and where its next batch starts.
+  int64_t epoch() const { return m_epoch; }
+  const std::shared_ptr<const std::vector<int64_t>>& order() const { return m_order; }
+  int64_t position() const { return m_pos; }
+  /// Moves past a batch of n samples that fill() returned (n > 0).
+  void advance(int64_t n) {
+    if (n > 0) m_pos += m_world == 1 ? n : stride();
+  }
+
  private:
-  void augment(float* sample, int64_t position);
+  void augment(float* sample, int64_t epoch, int64_t position, std::vector<float>& scratch) const;
 
   const Dataset* m_data;
   int64_t m_batch;
   bool m_shuffle;
   uint64_t m_seed;
   AugmentConfig m_augment;
-  std::vector<int64_t> m_order;
-  std::vector<float> m_scratch;
+  std::shared_ptr<const std::vector<int64_t>> m_order;
   int64_t m_pos = 0, m_epoch = 0;  ///< m_pos: where the next global batch starts in m_order
   int64_t m_size = 0;              ///< the samples of the order taken (limit)
   int m_rank = 0, m_world = 1;

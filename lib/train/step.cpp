@@ -80,7 +80,10 @@ StepLoop::StepLoop(const Experiment& exp, RunSetup& setup, const StepPlan& plan,
       m_profiler(profiler),
       m_world(setup.world),
       m_accumulate(plan.accumulate),
-      m_stager(setup.train(), plan.batch, setup.device),
+      m_stager(setup.train(), plan.batch, setup.device,
+               {.workers = static_cast<int>(exp.data.workers),
+                .prefetch = static_cast<int>(exp.data.prefetch),
+                .pinned = exp.data.pin_memory != "false"}),
       m_verdict(param_names(setup.model)) {
   // On GPUs the gradients, the initial state and the step's device-side sums travel through NCCL, bootstrapped over
   // the host communicator (MPI, TCP or the worker threads'), which keeps the host-side collectives.
