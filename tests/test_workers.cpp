@@ -1,5 +1,6 @@
 // Loader threads (data.workers, data.prefetch): the same batches as the trainer's thread, for any number of
 // threads, across epochs, resumes, early stops, signals and errors.
+#include "core/error.h"
 #include "data/batch_stager.h"
 #include "data/dataset.h"
 #include "helpers.h"
@@ -11,6 +12,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <regex>
 #include <string>
 #include <vector>
@@ -214,4 +216,149 @@ TEST_CASE("data.workers, data.prefetch and data.pin_memory out of range are conf
   INFO(ok.output);
   REQUIRE(ok.exit_code == 0);
   CHECK_THAT(read_text(dir / "run/config.resolved.yaml"), Catch::Contains("pin_memory: false"));
+}
+
+TEST_CASE("npy inputs are mapped: float32 viewed without a copy, uint8 converted per batch as a read file is",
+          "[data][cpu]") {
+  TempDir dir;
+  std::vector<float> xf(7 * 12);
+  std::vector<uint8_t> xu(7 * 12);
+  for (size_t i = 0; i < xf.size(); ++i) {
+    xf[i] = static_cast<float>(i) * 0.25f - 3.0f;
+    xu[i] = static_cast<uint8_t>(i * 37 % 256);
+  }
+  const std::vector<int64_t> y{0, 1, 2, 0, 1, 2, 0};
+  write_npy(dir / "xf.npy", "<f4", "(7, 3, 4)", xf.data(), xf.size() * 4);
+  write_npy(dir / "xu.npy", "|u1", "(7, 3, 4)", xu.data(), xu.size());
+  write_npy(dir / "y.npy", "<i8", "(7,)", y.data(), y.size() * 8);
+
+  const Dataset f = read_npy_pair(dir / "xf.npy", dir / "y.npy", 1.0f);
+  REQUIRE(f.mapped);
+  REQUIRE(f.inputs.defined());
+  // The tensor's values are the file's bytes in the mapping, not a copy.
+  CHECK(static_cast<const uint8_t*>(f.inputs.raw()) == f.mapped->data);
+  CHECK(std::memcmp(f.inputs.raw(), xf.data(), xf.size() * 4) == 0);
+  CHECK(f.input_shape() == Shape{3, 4});
+
+  const float scale = 1.0f / 255;
+  const Dataset u = read_npy_pair(dir / "xu.npy", dir / "y.npy", scale);
+  REQUIRE(u.mapped);
+  CHECK(!u.inputs.defined());
+  CHECK(u.size() == 7);
+  Loader loader(u, 4, /*shuffle=*/true, 2);
+  loader.start_epoch(0);
+  Tensor x = Tensor::empty(Shape{4, 3, 4}, DType::f32), yb = Tensor::empty(Shape{4}, DType::i32);
+  REQUIRE(loader.next(x, yb) == 4);
+  const std::vector<int64_t>& order = *loader.order();
+  for (int64_t i = 0; i < 4; ++i)
+    for (int64_t k = 0; k < 12; ++k)
+      CHECK(x.data<float>()[i * 12 + k] == static_cast<float>(xu[static_cast<size_t>(order[i] * 12 + k)]) * scale);
+}
+
+TEST_CASE("an error in a loader thread is rethrown by the take of its batch, after the batches before it",
+          "[data][cpu]") {
+  TempDir dir;
+  std::vector<float> xs(40 * 4, 1.0f);
+  xs[13 * 4 + 2] = std::numeric_limits<float>::quiet_NaN();  // sample 13, element 2
+  std::vector<int64_t> ys(40, 1);
+  write_npy(dir / "x.npy", "<f4", "(40, 4)", xs.data(), xs.size() * 4);
+  write_npy(dir / "y.npy", "<i8", "(40,)", ys.data(), ys.size() * 8);
+  const Dataset ds = read_npy_pair(dir / "x.npy", dir / "y.npy", 1.0f);  // mapped: checked per batch
+  Loader loader(ds, 4, /*shuffle=*/false, 1);
+  BatchStager stager(ds, 4, Device::cpu(), {.workers = 3, .prefetch = 4});
+  Tensor x = Tensor::empty(Shape{4, 4}, DType::f32), y = Tensor::empty(Shape{4}, DType::i32);
+  loader.start_epoch(0);
+  for (int b = 0; b < 3; ++b) CHECK(stager.next(loader, x, y) == 4);  // samples 0-11
+  CHECK_THROWS_AS(stager.next(loader, x, y), DataError);
+  CHECK_THROWS_WITH(stager.next(loader, x, y),
+                    Catch::Contains(dir / "x.npy") && Catch::Contains("at sample 13 (element 2 of it) is not finite"));
+}  // the destructor joins threads blocked on a full ring
+
+TEST_CASE("a data error in a loader thread ends the run with one error line and exit 1", "[e2e]") {
+  TempDir dir;
+  std::vector<float> xs(200 * 4, 0.5f);
+  xs[150 * 4] = std::numeric_limits<float>::infinity();
+  std::vector<int64_t> ys(200, 0);
+  for (size_t i = 0; i < ys.size(); ++i) ys[i] = static_cast<int64_t>(i % 2);
+  write_npy(dir / "x.npy", "<f4", "(200, 4)", xs.data(), xs.size() * 4);
+  write_npy(dir / "y.npy", "<i8", "(200,)", ys.data(), ys.size() * 8);
+  write_text(dir / "c.yaml", fmt::format(R"(name: bad
+data:
+  format: npy
+  train: {{inputs: {0}/x.npy, targets: {0}/y.npy}}
+  batch_size: 8
+  workers: 2
+model: {{layers: [{{type: linear, out_features: 2}}]}}
+optimizer: {{type: sgd, lr: 0.1}}
+train: {{epochs: 2}}
+)",
+                                         dir.path()));
+  const auto r = run_gputrain("train " + (dir / "c.yaml") + " --out " + (dir / "run"), "timeout 60");
+  INFO(r.output);
+  CHECK(r.exit_code == 1);
+  size_t errors = 0;
+  for (const std::string& line : lines_of(r.output))
+    if (line.find("not finite") != std::string::npos) ++errors;
+  CHECK(errors == 1);
+  CHECK_THAT(r.output, Catch::Contains("x.npy: value inf at sample 150 (element 0 of it) is not finite"));
+}
+
+namespace {
+
+// Runs gputrain under an address-space limit of `mib` MiB (ulimit -v); its exit code. Far below its footprint
+// glibc's malloc can spin retrying arena mappings: 15 s is a failure (timeout's 124).
+int run_limited(int64_t mib, const std::string& args) {
+  return run_shell(
+             fmt::format("ulimit -v {} && timeout 15 {} {} > /dev/null 2>&1", mib * 1024, gputrain_binary(), args))
+      .exit_code;
+}
+
+}  // namespace
+
+TEST_CASE("a run trains through a mapped uint8 NPY file under an address-space limit its f32 copy would not fit",
+          "[e2e]") {
+  TempDir dir;
+  // Samples [1, 64, 64] of uint8 × 1/255: the file is n × 4 KiB, its f32 values four times that.
+  auto write_set = [&](const std::string& name, int64_t n) {
+    std::vector<uint8_t> x(static_cast<size_t>(n * 4096));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<uint8_t>((i * 2654435761u) >> 24);
+    std::vector<int64_t> y(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) y[static_cast<size_t>(i)] = i % 2;
+    write_npy(dir / (name + "_x.npy"), "|u1", fmt::format("({}, 1, 64, 64)", n), x.data(), x.size());
+    write_npy(dir / (name + "_y.npy"), "<i8", fmt::format("({},)", n), y.data(), y.size() * 8);
+    write_text(dir / (name + ".yaml"), fmt::format(R"(name: {1}
+data:
+  format: npy
+  train: {{inputs: {0}/{1}_x.npy, targets: {0}/{1}_y.npy}}
+  scale: 0.00392156862745098
+  batch_size: 64
+model: {{layers: [flatten, {{type: linear, out_features: 2}}]}}
+optimizer: {{type: sgd, lr: 0.1}}
+logging: {{tensorboard: false, report: false}}
+)",
+                                                   dir.path(), name));
+  };
+  const int64_t big = 24576;  // 96 MiB of file, 384 MiB as f32
+  write_set("tiny", 64);
+  write_set("big", big);
+  const std::string args = " --threads 1 --max-steps 3 --quiet --out ";
+  // The process's own footprint: the smallest limit (to 8 MiB) under which the same run on 64 samples succeeds.
+  int64_t lo = 8, hi = 4096;
+  auto probe = [&](int64_t mib) {
+    return run_limited(mib, "train " + (dir / "tiny.yaml") + args + (dir / fmt::format("probe{}", mib))) == 0;
+  };
+  REQUIRE(probe(hi));
+  while (hi - lo > 8) {
+    const int64_t mid = (lo + hi) / 2;
+    (probe(mid) ? hi : lo) = mid;
+  }
+  const int64_t base = hi, file = big * 4096 >> 20;
+  INFO("footprint " << base << " MiB, file " << file << " MiB");
+  // base + file + 32 MiB: the mapping fits, the f32 values (4 × file, beside the file's bytes when read) do not.
+  const int64_t limit = base + file + 32;
+  REQUIRE(limit < base + 4 * file);
+  CHECK(run_limited(limit, "train " + (dir / "big.yaml") + args + (dir / "big")) == 0);
+  CHECK(json_number(read_text(dir / "big/summary.json"), "steps") == 3);
+  // The limit is tight: with half the file's size less, the mapping itself does not fit and the run fails.
+  CHECK(run_limited(base + file / 2, "train " + (dir / "big.yaml") + args + (dir / "small")) != 0);
 }

@@ -60,6 +60,16 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
   return t;
 }
 
+Tensor Tensor::wrap(std::shared_ptr<Storage> storage, const Shape& shape, DType dtype) {
+  GT_CHECK(storage && storage->bytes >= static_cast<size_t>(shape.numel()) * dtype_size(dtype),
+           "wrap {} {} over {} bytes", dtype_name(dtype), shape.str(), storage ? storage->bytes : 0);
+  Tensor t;
+  t.m_shape = shape;
+  t.m_dtype = dtype;
+  t.m_storage = std::move(storage);
+  return t;
+}
+
 Tensor Tensor::empty_pinned(const Shape& shape, DType dtype) {
   Tensor t;
   t.m_shape = shape;

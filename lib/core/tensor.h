@@ -36,6 +36,8 @@ class Tensor {
   static Tensor zeros(const Shape& shape, DType dtype, Device device = Device::cpu());
   /// Host memory that is page-locked in CUDA builds, so copy_from_async can read or write it directly.
   static Tensor empty_pinned(const Shape& shape, DType dtype);
+  /// A tensor over memory that `storage` owns (a mapped file): no copy.
+  static Tensor wrap(std::shared_ptr<Storage> storage, const Shape& shape, DType dtype);
 
   const Shape& shape() const { return m_shape; }
   int64_t dim(size_t i) const { return m_shape[i]; }

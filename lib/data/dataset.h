@@ -12,6 +12,22 @@
 
 namespace gt {
 
+/// Inputs that stay in a read-only memory-mapped NPY file (uint8 or float32, little-endian, C order): the loader
+/// converts the rows of a batch (value × scale) as it gathers them, so a data set larger than memory trains, and
+/// checks them finite then (a scan at load time would read the whole file before the first step).
+struct MappedInputs {
+  std::shared_ptr<Storage> map;   ///< the mapping (unmapped when the last holder goes)
+  const uint8_t* data = nullptr;  ///< the first element
+  bool bytes = false;             ///< uint8 elements, else float32
+  float scale = 1.0f;
+  Shape shape;  ///< [N, sample shape...]
+  std::string path;
+  int64_t row_numel() const { return shape.numel() / shape[0]; }
+  /// Sample i's values × scale into out (row_numel floats); a value that is not finite is a DataError naming the
+  /// file, the sample and the element.
+  void row(int64_t i, float* out) const;
+};
+
 /// Samples and targets on the CPU. Inputs are f32 (N, sample shape). Targets are i32 class labels (N) when
 /// num_classes > 0, else f32 (N, target shape) for regression. Token data (`tokens` set) holds no tensors: its
 /// samples are windows read from the shards on demand, inputs f32 [T] (token ids) and targets i32 [T].
@@ -22,9 +38,16 @@ struct Dataset {
   std::string source;         ///< where it came from, for logs
   std::string labels_source;  ///< the file the class labels came from ("" when made, not read), for messages
   std::shared_ptr<const TokenWindows> tokens;
+  /// Inputs read from a mapped NPY file as the loader needs them. `inputs` then views the mapped values when they
+  /// need no conversion (float32, scale 1, the data 64-byte aligned in the file), and is empty otherwise.
+  std::shared_ptr<const MappedInputs> mapped;
 
-  int64_t size() const { return tokens ? tokens->windows() : inputs.defined() ? inputs.dim(0) : 0; }
-  Shape input_shape() const { return tokens ? Shape{tokens->block_size()} : inputs.shape().sample(); }
+  int64_t size() const {
+    return tokens ? tokens->windows() : mapped ? mapped->shape[0] : inputs.defined() ? inputs.dim(0) : 0;
+  }
+  Shape input_shape() const {
+    return tokens ? Shape{tokens->block_size()} : mapped ? mapped->shape.sample() : inputs.shape().sample();
+  }
   Shape target_shape() const { return tokens ? Shape{tokens->block_size()} : targets.shape().sample(); }
   DType target_dtype() const { return tokens ? DType::i32 : targets.dtype(); }
   /// Byte tokens (a vocabulary of 256): evaluations report bits per byte besides the loss.
@@ -64,7 +87,9 @@ struct NpyArray {
   double at(size_t i) const;  ///< element i as a double
 };
 NpyArray read_npy(const std::string& path);
-/// Inputs [N, ...] (× scale) and targets: integers of shape [N] are class labels, floats are regression targets.
+/// Inputs [N, ...] (× scale) and targets. Float32 and uint8 inputs in a regular file are memory-mapped
+/// (Dataset::mapped), not read; other types are read and converted at once. Targets: integers of shape [N] are class
+/// labels, floats are regression targets.
 Dataset read_npy_pair(const std::string& inputs_path, const std::string& targets_path, float scale);
 
 /// Specification of a seeded random data set (`format: synthetic`).

@@ -67,16 +67,20 @@ int64_t Loader::fill(const std::vector<int64_t>& order, int64_t epoch, int64_t p
     for (int64_t i = 0; i < n; ++i) m_data->tokens->window(idx[i], xd + i * t, yd + i * t);
     return n;
   }
-  const size_t x_row = m_data->inputs.bytes() / static_cast<size_t>(m_data->size());
+  const MappedInputs* mapped = m_data->mapped.get();  // rows converted (and checked) from a mapped file
+  const size_t x_row = m_data->input_shape().numel() * sizeof(float);
   const size_t y_row = m_data->targets.bytes() / static_cast<size_t>(m_data->size());
   auto* xd = static_cast<char*>(x.raw());
   auto* yd = static_cast<char*>(y.raw());
-  const auto* xs = static_cast<const char*>(m_data->inputs.raw());
+  const auto* xs = mapped ? nullptr : static_cast<const char*>(m_data->inputs.raw());
   const auto* ys = static_cast<const char*>(m_data->targets.raw());
   std::vector<float> scratch;  // per call: concurrent fills share nothing
   for (int64_t i = 0; i < n; ++i) {
     const auto src = static_cast<size_t>(idx[i]);
-    std::memcpy(xd + static_cast<size_t>(i) * x_row, xs + src * x_row, x_row);
+    if (mapped)
+      mapped->row(idx[i], reinterpret_cast<float*>(xd + static_cast<size_t>(i) * x_row));
+    else
+      std::memcpy(xd + static_cast<size_t>(i) * x_row, xs + src * x_row, x_row);
     std::memcpy(yd + static_cast<size_t>(i) * y_row, ys + src * y_row, y_row);
     if (m_augment.any())
       augment(reinterpret_cast<float*>(xd + static_cast<size_t>(i) * x_row), epoch, start + i, scratch);
