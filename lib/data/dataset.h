@@ -13,8 +13,8 @@
 namespace gt {
 
 /// Inputs that stay in a read-only memory-mapped NPY file (uint8 or float32, little-endian, C order): the loader
-/// converts the rows of a batch (value × scale) as it gathers them, so a data set larger than memory trains, and
-/// checks them finite then (a scan at load time would read the whole file before the first step).
+/// converts the rows of a batch (value × scale) as it gathers them, so a data set larger than memory trains. The
+/// reader checks every value finite once through the map (its pages stay evictable); the loader checks again per row.
 struct MappedInputs {
   std::shared_ptr<Storage> map;   ///< the mapping (unmapped when the last holder goes)
   const uint8_t* data = nullptr;  ///< the first element

@@ -361,6 +361,10 @@ Dataset read_npy_pair(const std::string& inputs_path, const std::string& targets
   Dataset ds;
   ds.source = inputs_path;
   if (mapped) {
+    // Checked finite once here, row by row through the map (its pages stay evictable), so a bad value is refused
+    // before the run starts; the loader checks each batch's rows again as it converts them.
+    std::vector<float> row(static_cast<size_t>(mapped->row_numel()));
+    for (int64_t i = 0; i < n; ++i) mapped->row(i, row.data());
     ds.mapped = mapped;
     // No conversion needed: the tensor views the mapped values (the loader still checks them per batch).
     if (!mapped->bytes && mapped->scale == 1.0f &&
