@@ -1,4 +1,5 @@
-// Batch staging: the loader fills a pinned slot while the device may still be copying from the other one.
+// Batch staging: the loader fills a pinned slot while the device may still be copying from the other one, or loader
+// threads fill a ring of slots ahead of the trainer.
 #include "data/batch_stager.h"
 
 #include "profile/profiler.h"
@@ -7,17 +8,22 @@
 #include <string>
 
 namespace gt {
+namespace {
+const std::string kData = "data", kTrainer = "trainer";
+}  // namespace
 
-BatchStager::BatchStager(const Dataset& data, int64_t batch, Device device) : m_device(device) {
-  if (device.is_cpu()) return;
+BatchStager::BatchStager(const Dataset& data, int64_t batch, Device device, StagingConfig config)
+    : m_data(data), m_batch(batch), m_device(device), m_config(config) {
+  if (device.is_cpu() || config.workers > 0) return;
   for (Slot& s : m_slots) {
-    s.x = Tensor::empty_pinned(data.input_shape().batched(batch), DType::f32);
-    s.y = Tensor::empty_pinned(data.target_shape().batched(batch), data.target_dtype());
+    const Shape xs = data.input_shape().batched(batch), ys = data.target_shape().batched(batch);
+    s.x = config.pinned ? Tensor::empty_pinned(xs, DType::f32) : Tensor::empty(xs, DType::f32);
+    s.y = config.pinned ? Tensor::empty_pinned(ys, data.target_dtype()) : Tensor::empty(ys, data.target_dtype());
   }
 }
 
 int64_t BatchStager::next(Loader& loader, Tensor& x, Tensor& y, Profiler* profiler) {
-  static const std::string kData = "data", kTrainer = "trainer";
+  if (m_config.workers > 0) return next_threaded(loader, x, y, profiler);
   // The same clock pair times the data wait and the profiler's "data load" span.
   const auto t0 = Profiler::Clock::now();
   if (m_device.is_cpu()) {
@@ -40,9 +46,46 @@ int64_t BatchStager::next(Loader& loader, Tensor& x, Tensor& y, Profiler* profil
   }
   if (n > 0) {
     SpanScope scope(profiler, kData, kTrainer, "h2d");
-    x.narrow0(n).copy_from_async(s.x.narrow0(n));
-    y.narrow0(n).copy_from_async(s.y.narrow0(n));
-    s.copied.record(m_device);
+    if (m_config.pinned) {
+      x.narrow0(n).copy_from_async(s.x.narrow0(n));
+      y.narrow0(n).copy_from_async(s.y.narrow0(n));
+      s.copied.record(m_device);
+    } else {  // pageable memory: the copy waits for the stream, so the slot is free again when it returns
+      x.narrow0(n).copy_from(s.x.narrow0(n));
+      y.narrow0(n).copy_from(s.y.narrow0(n));
+    }
+  }
+  m_wait_seconds += std::chrono::duration<double>(Profiler::Clock::now() - t0).count();
+  return n;
+}
+
+int64_t BatchStager::next_threaded(Loader& loader, Tensor& x, Tensor& y, Profiler* profiler) {
+  const auto t0 = Profiler::Clock::now();
+  // The slot taken last time goes back once the copy from it is done (on the CPU and unpinned at once).
+  m_slot_copied.wait();
+  if (!m_prefetcher) {
+    m_prefetcher = std::make_unique<Prefetcher>(loader, m_data, m_batch, m_config.workers, m_config.prefetch,
+                                                m_config.pinned && !m_device.is_cpu());
+  } else {
+    m_prefetcher->release();
+  }
+  Prefetcher::Slot* slot = nullptr;
+  const int64_t n = m_prefetcher->take(loader, slot);
+  if (profiler && profiler->enabled())
+    profiler->record(kData, kTrainer, "load", t0, Profiler::Clock::now(), 0,
+                     profiler->timed_on_device() ? Profiler::kHost : Profiler::kMain);
+  if (n > 0) {
+    loader.advance(n);
+    SpanScope scope(profiler, kData, kTrainer, m_device.is_cpu() ? "copy" : "h2d");
+    if (!m_device.is_cpu() && m_config.pinned) {
+      x.narrow0(n).copy_from_async(slot->x.narrow0(n));
+      y.narrow0(n).copy_from_async(slot->y.narrow0(n));
+      m_slot_copied.record(m_device);
+    } else {
+      x.narrow0(n).copy_from(slot->x.narrow0(n));
+      y.narrow0(n).copy_from(slot->y.narrow0(n));
+      m_prefetcher->release();
+    }
   }
   m_wait_seconds += std::chrono::duration<double>(Profiler::Clock::now() - t0).count();
   return n;

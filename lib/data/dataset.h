@@ -12,6 +12,22 @@
 
 namespace gt {
 
+/// Inputs that stay in a read-only memory-mapped NPY file (uint8 or float32, little-endian, C order): the loader
+/// converts the rows of a batch (value × scale) as it gathers them, so a data set larger than memory trains. The
+/// reader checks every value finite once through the map (its pages stay evictable); the loader checks again per row.
+struct MappedInputs {
+  std::shared_ptr<Storage> map;   ///< the mapping (unmapped when the last holder goes)
+  const uint8_t* data = nullptr;  ///< the first element
+  bool bytes = false;             ///< uint8 elements, else float32
+  float scale = 1.0f;
+  Shape shape;  ///< [N, sample shape...]
+  std::string path;
+  int64_t row_numel() const { return shape.numel() / shape[0]; }
+  /// Sample i's values × scale into out (row_numel floats); a value that is not finite is a DataError naming the
+  /// file, the sample and the element.
+  void row(int64_t i, float* out) const;
+};
+
 /// Samples and targets on the CPU. Inputs are f32 (N, sample shape). Targets are i32 class labels (N) when
 /// num_classes > 0, else f32 (N, target shape) for regression. Token data (`tokens` set) holds no tensors: its
 /// samples are windows read from the shards on demand, inputs f32 [T] (token ids) and targets i32 [T].
@@ -22,13 +38,20 @@ struct Dataset {
   std::string source;         ///< where it came from, for logs
   std::string labels_source;  ///< the file the class labels came from ("" when made, not read), for messages
   std::shared_ptr<const TokenWindows> tokens;
+  /// Inputs read from a mapped NPY file as the loader needs them. `inputs` then views the mapped values when they
+  /// need no conversion (float32, scale 1, the data 64-byte aligned in the file), and is empty otherwise.
+  std::shared_ptr<const MappedInputs> mapped;
 
   // Image folders (data/images.h); empty and 0 for other formats.
   std::vector<std::string> class_names;  ///< class i's folder name
   int64_t bad_files = 0;                 ///< files skipped as corrupt or unreadable
 
-  int64_t size() const { return tokens ? tokens->windows() : inputs.defined() ? inputs.dim(0) : 0; }
-  Shape input_shape() const { return tokens ? Shape{tokens->block_size()} : inputs.shape().sample(); }
+  int64_t size() const {
+    return tokens ? tokens->windows() : mapped ? mapped->shape[0] : inputs.defined() ? inputs.dim(0) : 0;
+  }
+  Shape input_shape() const {
+    return tokens ? Shape{tokens->block_size()} : mapped ? mapped->shape.sample() : inputs.shape().sample();
+  }
   Shape target_shape() const { return tokens ? Shape{tokens->block_size()} : targets.shape().sample(); }
   DType target_dtype() const { return tokens ? DType::i32 : targets.dtype(); }
   /// Byte tokens (a vocabulary of 256): evaluations report bits per byte besides the loss.
@@ -68,7 +91,9 @@ struct NpyArray {
   double at(size_t i) const;  ///< element i as a double
 };
 NpyArray read_npy(const std::string& path);
-/// Inputs [N, ...] (× scale) and targets: integers of shape [N] are class labels, floats are regression targets.
+/// Inputs [N, ...] (× scale) and targets. Float32 and uint8 inputs in a regular file are memory-mapped
+/// (Dataset::mapped), not read; other types are read and converted at once. Targets: integers of shape [N] are class
+/// labels, floats are regression targets.
 Dataset read_npy_pair(const std::string& inputs_path, const std::string& targets_path, float scale);
 
 /// Specification of a seeded random data set (`format: synthetic`).
@@ -113,23 +138,50 @@ class Loader {
   void start_epoch(int64_t epoch, int64_t position = 0);
   /// Copies the next batch into x (batch_size, input shape) and y; returns the number of samples in it (the last
   /// batch of an epoch may be smaller; 0 when the epoch is over). x and y must hold batch_size samples.
-  int64_t next(Tensor& x, Tensor& y);
+  int64_t next(Tensor& x, Tensor& y) {
+    const int64_t n = fill(*m_order, m_epoch, m_pos, x, y);
+    advance(n);
+    return n;
+  }
   /// Passes over the next batch without copying it (another rank's share of an evaluation).
-  void skip() { m_pos += m_world == 1 ? m_batch : m_batch * m_world; }
+  void skip() { m_pos += stride(); }
   /// Takes only the first `samples` of the data set's order (an evaluation limited by train.eval_tokens).
   void limit(int64_t samples) { m_size = std::clamp<int64_t>(samples, 0, m_data->size()); }
   int64_t size() const { return m_size; }
 
+  // The pieces of next() for loader threads (data/prefetcher.h), which prepare batches ahead of the trainer.
+
+  /// Epoch `epoch`'s order of the samples: a function of (seed, epoch) alone.
+  std::shared_ptr<const std::vector<int64_t>> order_of(int64_t epoch) const;
+  /// Fills x and y with the batch of epoch `epoch` (whose order is `order`) that starts at `position` of the global
+  /// order (this rank's share of it); returns its samples, 0 past the epoch's end. The result depends only on the
+  /// arguments: it changes nothing in the loader and keeps its scratch per call, so threads may call it at once.
+  /// It runs no OpenMP region (loader threads work beside the step's team).
+  int64_t fill(const std::vector<int64_t>& order, int64_t epoch, int64_t position, Tensor& x, Tensor& y) const;
+  /// Where the batch after the one at `position` starts (one rank: the end of a partial batch is the epoch's end).
+  int64_t stride() const { return m_world == 1 ? m_batch : m_batch * m_world; }
+  /// Whether fill() finds a batch at `position` (false: the epoch is over).
+  bool has_batch(int64_t position) const {
+    return m_world == 1 ? position < m_size : position + m_batch * m_world <= m_size;
+  }
+  /// The current epoch, its order, and where its next batch starts.
+  int64_t epoch() const { return m_epoch; }
+  const std::shared_ptr<const std::vector<int64_t>>& order() const { return m_order; }
+  int64_t position() const { return m_pos; }
+  /// Moves past a batch of n samples that fill() returned (n > 0).
+  void advance(int64_t n) {
+    if (n > 0) m_pos += m_world == 1 ? n : stride();
+  }
+
  private:
-  void augment(float* sample, int64_t position);
+  void augment(float* sample, int64_t epoch, int64_t position, std::vector<float>& scratch) const;
 
   const Dataset* m_data;
   int64_t m_batch;
   bool m_shuffle;
   uint64_t m_seed;
   AugmentConfig m_augment;
-  std::vector<int64_t> m_order;
-  std::vector<float> m_scratch;
+  std::shared_ptr<const std::vector<int64_t>> m_order;
   int64_t m_pos = 0, m_epoch = 0;  ///< m_pos: where the next global batch starts in m_order
   int64_t m_size = 0;              ///< the samples of the order taken (limit)
   int m_rank = 0, m_world = 1;

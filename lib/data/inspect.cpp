@@ -76,10 +76,14 @@ DataStats inspect_dataset(const Dataset& data, const std::string& split, const s
   const int64_t per = channels > 0 ? in.numel() / channels : 0;
   std::vector<double> sum(static_cast<size_t>(channels), 0.0), sq(static_cast<size_t>(channels), 0.0);
   double lo = std::numeric_limits<double>::infinity(), hi = -lo;
-  const float* x = s.samples > 0 ? data.inputs.data<float>() : nullptr;
-  for (int64_t n = 0; n < s.samples; ++n)
+  // Mapped inputs are converted (and checked) a sample at a time, as the loader reads them.
+  const float* x = s.samples > 0 && data.inputs.defined() ? data.inputs.data<float>() : nullptr;
+  std::vector<float> row(data.mapped ? static_cast<size_t>(in.numel()) : 0);
+  for (int64_t n = 0; n < s.samples; ++n) {
+    if (data.mapped) data.mapped->row(n, row.data());
+    const float* sample = data.mapped ? row.data() : x + n * in.numel();
     for (int64_t c = 0; c < channels; ++c) {
-      const float* v = x + (n * channels + c) * per;
+      const float* v = sample + c * per;
       double a = 0, b = 0;
       for (int64_t i = 0; i < per; ++i) {
         const double d = v[i];
@@ -91,6 +95,7 @@ DataStats inspect_dataset(const Dataset& data, const std::string& split, const s
       sum[static_cast<size_t>(c)] += a;
       sq[static_cast<size_t>(c)] += b;
     }
+  }
   const double count = static_cast<double>(s.samples * per);
   for (int64_t c = 0; c < channels && count > 0; ++c) {
     const double m = sum[static_cast<size_t>(c)] / count;

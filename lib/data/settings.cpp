@@ -616,6 +616,25 @@ const std::vector<KeySpec>& tail_keys() {
        .fallback = "true",
        .doc = "epoch e uses a permutation drawn from (seed, e) alone"},
       {.name = "augment", .kind = KeyKind::map, .section = &augment_section()},
+      {.name = "workers",
+       .kind = KeyKind::integer,
+       .min = 0,
+       .max = 64,
+       .fallback = "0",
+       .doc = "threads that prepare training batches ahead of the step (0: the step's thread, when it needs one); "
+              "the batches are the same for any number"},
+      {.name = "prefetch",
+       .kind = KeyKind::integer,
+       .min = 1,
+       .max = 64,
+       .fallback = "2",
+       .doc = "with workers: training batches held ready ahead (each one batch of host memory)"},
+      {.name = "pin_memory",
+       .kind = KeyKind::choice,
+       .choices = {"auto", "true", "false"},
+       .fallback = "auto",
+       .doc = "on a GPU, stage batches in page-locked memory and copy them asynchronously (false: plain memory, "
+              "the copy waits); auto: true on a GPU; no effect on the CPU"},
   };
   return keys;
 }
@@ -656,6 +675,10 @@ void parse_data(const ConfigNode& d, DataConfig& out) {
     }
     out.augment.hflip = get_bool(a, key_spec(ak, "hflip"));
   }
+  out.workers = get_int(d, key_spec(keys, "workers"));
+  out.prefetch = get_int(d, key_spec(keys, "prefetch"));
+  const KeySpec& pin = key_spec(keys, "pin_memory");
+  out.pin_memory = d.get_choice(pin.name, pin.fallback, pin.choices);
 }
 
 YAML::Node to_yaml(const DataConfig& c) {
@@ -666,6 +689,9 @@ YAML::Node to_yaml(const DataConfig& c) {
   d["shuffle"] = c.shuffle;
   if (c.augment.crop_padding >= 0) d["augment"]["random_crop"]["padding"] = c.augment.crop_padding;
   if (c.augment.hflip) d["augment"]["hflip"] = true;
+  d["workers"] = c.workers;
+  d["prefetch"] = c.prefetch;
+  d["pin_memory"] = c.pin_memory;
   return d;
 }
 

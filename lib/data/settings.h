@@ -35,7 +35,10 @@ struct DataConfig {
   NormalizeSpec normalize;                ///< idx and images: data.normalize
   int64_t batch_size = 64;
   bool shuffle = true;
-  AugmentConfig augment;  ///< training set only
+  AugmentConfig augment;            ///< training set only
+  int64_t workers = 0;              ///< loader threads for the training set (0: the trainer's thread)
+  int64_t prefetch = 2;             ///< with workers: batches prepared ahead
+  std::string pin_memory = "auto";  ///< auto | true | false: page-locked staging on a GPU (auto: on)
 };
 
 /// What one data.format reads and makes.

@@ -32,7 +32,8 @@ EvalResult evaluate(Model& model, const Experiment& exp, const Dataset& test, Te
   const LayerContext ctx{.training = false};
   const ProductPrecisionScope autocast(exp.train.precision);  // the test set is seen as the training step sees it
   Tensor none;
-  BatchStager stager(test, x.dim(0), x.device());
+  // On the trainer's thread (evaluations are short and rare); pinned as the training batches are.
+  BatchStager stager(test, x.dim(0), x.device(), {.pinned = exp.data.pin_memory != "false"});
   const int64_t size = loader.size();
   for (int64_t k = 0; k * x.dim(0) < size; ++k) {
     if (k % comm.size() != comm.rank()) {  // another rank's batch

@@ -84,7 +84,10 @@ StepLoop::StepLoop(const Experiment& exp, RunSetup& setup, const StepPlan& plan,
       m_precision(exp.train.precision),
       m_scaling(exp.train.loss_scaling()),
       m_scale_hyper(exp.train.loss_scale.hyper),
-      m_stager(setup.train(), plan.batch, setup.device),
+      m_stager(setup.train(), plan.batch, setup.device,
+               {.workers = static_cast<int>(exp.data.workers),
+                .prefetch = static_cast<int>(exp.data.prefetch),
+                .pinned = exp.data.pin_memory != "false"}),
       m_verdict(param_names(setup.model)) {
   // On GPUs the gradients, the initial state and the step's device-side sums travel through NCCL, bootstrapped over
   // the host communicator (MPI, TCP or the worker threads'), which keeps the host-side collectives.

@@ -352,8 +352,9 @@ void TrainLoop::log_window(const StepDone& done) {
   m_clock.restart();
 }
 
-// Once a run: the log window in which getting batches ready took more than 10 % of the step time. There are no loader
-// threads, so this time is on the training thread, added to every step; what it is made of is what the config sets.
+// Once a run: the log window in which getting batches ready took more than 10 % of the step time. Without loader
+// threads this time is on the training thread, added to every step; with them it is the time the step waited for
+// their next batch. What it is made of is what the config sets.
 void TrainLoop::note_data_wait(double wait_s, double window_s, int64_t steps) {
   if (m_wait_noted || !m_setup.lead || window_s <= 0 || wait_s <= 0.10 * window_s) return;
   m_wait_noted = true;
@@ -364,12 +365,16 @@ void TrainLoop::note_data_wait(double wait_s, double window_s, int64_t steps) {
     made_of += fmt::format(" and data.augment ({}{}{})", aug.crop_padding >= 0 ? "random_crop" : "",
                            aug.crop_padding >= 0 && aug.hflip ? ", " : "", aug.hflip ? "hflip" : "");
   if (m_setup.device.is_cuda()) made_of += ", then queueing the copy to the device";
+  const int64_t workers = m_exp.data.workers;
+  made_of += workers == 0 ? "; data.workers: N prepares batches on N threads beside the step"
+                          : fmt::format("; more data.workers than {} prepare them faster (on free cores)", workers);
   if (aug.any()) made_of += "; data.augment is the part of it the config can make cheaper";
   const double step_ms = 1e3 * window_s / static_cast<double>(steps);
-  spdlog::info(
-      "data wait: {:.0f}% of the step time ({:.3g} ms of {:.3g} ms per step, up to step {}) goes to getting "
-      "batches ready on the training thread: {}",
-      100 * wait_s / window_s, 1e3 * wait_s / static_cast<double>(steps), step_ms, m_p.step, made_of);
+  spdlog::info("data wait: {:.0f}% of the step time ({:.3g} ms of {:.3g} ms per step, up to step {}) goes to {}: {}",
+               100 * wait_s / window_s, 1e3 * wait_s / static_cast<double>(steps), step_ms, m_p.step,
+               workers == 0 ? "getting batches ready on the training thread"
+                            : fmt::format("waiting for the {} loader thread(s)", workers),
+               made_of);
 }
 
 void TrainLoop::save_checkpoint() {
