@@ -2,11 +2,11 @@
 # The CPU unit tests under AddressSanitizer + UndefinedBehaviorSanitizer, then every libFuzzer target in fuzz/ for a
 # bounded time; any sanitizer report, crash, leak, hang (> 5 s on one input) or allocation over 2 GiB fails.
 # One clang build (build-san/) serves both: the library carries ASan/UBSan and the fuzzer's coverage instrumentation.
-# Usage: scripts/sanitize.sh        env: FUZZ_SECONDS (per target, default 10), JOBS (default nproc)
+# Usage: scripts/sanitize.sh        env: FUZZ_SECONDS (per target, default 6), JOBS (default nproc)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-fuzz_seconds=${FUZZ_SECONDS:-10}
+fuzz_seconds=${FUZZ_SECONDS:-6}
 jobs=${JOBS:-$(nproc)}
 
 # -O1 keeps the instrumented tests fast enough; line tables are all a sanitizer report needs to name file:line.

@@ -281,9 +281,10 @@ TEST_CASE("an error in a loader thread is rethrown by the take of its batch, aft
 namespace {
 
 // Runs gputrain under an address-space limit of `mib` MiB (ulimit -v); its exit code. Far below its footprint
-// glibc's malloc can spin retrying arena mappings (deaf to SIGTERM meanwhile): 30 s is a failure (killed).
+// glibc's malloc can spin retrying arena mappings (deaf to SIGTERM meanwhile): 10 s is a failure (killed) — a run
+// of 3 steps that fits takes well under a second, and each probe that spins costs the whole wait.
 int run_limited(int64_t mib, const std::string& args) {
-  return run_shell(fmt::format("ulimit -v {} && timeout -s KILL 30 {} {} > /dev/null 2>&1", mib * 1024,
+  return run_shell(fmt::format("ulimit -v {} && timeout -s KILL 10 {} {} > /dev/null 2>&1", mib * 1024,
                                gputrain_binary(), args))
       .exit_code;
 }
@@ -317,13 +318,14 @@ logging: {{tensorboard: false, report: false}}
   write_set("tiny", 64);
   write_set("big", big);
   const std::string args = " --threads 1 --max-steps 3 --quiet --out ";
-  // The process's own footprint: the smallest limit (to 8 MiB) under which the same run on 64 samples succeeds.
-  int64_t lo = 8, hi = 4096;
+  // The process's own footprint: the smallest limit (to 16 MiB) under which the same run on 64 samples succeeds
+  // (about 330 MiB here: OpenMP's and OpenBLAS's thread stacks and buffers, the libraries).
+  int64_t lo = 64, hi = 2048;
   auto probe = [&](int64_t mib) {
     return run_limited(mib, "train " + (dir / "tiny.yaml") + args + (dir / fmt::format("probe{}", mib))) == 0;
   };
   REQUIRE(probe(hi));
-  while (hi - lo > 8) {
+  while (hi - lo > 16) {
     const int64_t mid = (lo + hi) / 2;
     (probe(mid) ? hi : lo) = mid;
   }
