@@ -448,16 +448,19 @@ TEST_CASE("gputrain sweep: early stopping stops the trial with a hopeless learni
   for (const std::string rule : {"median", "asha"}) {
     INFO(rule);
     const std::string out = dir / rule;
-    // Run one after another, so the good trials' curves are there when the hopeless one (lr 1e-5) is judged.
+    // Run one after another, so the good trials' curves are there when the hopeless one (lr 1e-5) is judged. 200
+    // epochs (25,600 steps, over a second on a fast idle machine) so that the sweep's polls, every 0.2 s, find the
+    // hopeless trial still running: at 20 epochs a fast machine finished it in 0.19 s, between two polls, and it
+    // completed unjudged.
     const auto r = run_gputrain("sweep " + (dir / "tiny.yaml") + " " + kLonger +
-                                "20 --grid optimizer.lr=0.05,0.1,0.00001 --early-stop " + rule + " --out " + out);
+                                "200 --grid optimizer.lr=0.05,0.1,0.00001 --early-stop " + rule + " --out " + out);
     INFO(r.output);
     REQUIRE(r.exit_code == 0);
     CHECK(statuses(out + "/sweep.json") == std::vector<std::string>{"completed", "completed", "stopped_early"});
     const auto jsonl = json_rows(out + "/sweep.jsonl");
     REQUIRE(jsonl.size() == 3);
     CHECK(jsonl.back().find("status")->string == "stopped_early");
-    CHECK(jsonl.back().find("steps")->number < 20 * 128);
+    CHECK(jsonl.back().find("steps")->number < 200 * 128);
     // --resume restarts nothing: a trial stopped early is done.
     const auto again = run_gputrain("sweep " + (dir / "tiny.yaml") + " --out " + out + " --resume");
     CHECK(again.exit_code == 0);
