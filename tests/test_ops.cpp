@@ -67,15 +67,16 @@ TEST_CASE("matmul matches a reference loop for every transpose and split", "[cpu
             const Tensor c0 = c.clone();
             ops::matmul(a, ta, b, tb, c, beta);
             double worst = 0;
+            const float *pa = a.data<float>(), *pb = b.data<float>(), *pc0 = c0.data<float>(), *pc = c.data<float>();
             for (int64_t i = 0; i < d.m; ++i)
               for (int64_t j = 0; j < d.n; ++j) {
-                double ref = beta * c0.data<float>()[i * d.n + j];
+                double ref = beta * pc0[i * d.n + j];
                 for (int64_t p = 0; p < d.k; ++p) {
-                  const float av = ta ? a.data<float>()[p * d.m + i] : a.data<float>()[i * d.k + p];
-                  const float bv = tb ? b.data<float>()[j * d.k + p] : b.data<float>()[p * d.n + j];
+                  const float av = ta ? pa[p * d.m + i] : pa[i * d.k + p];
+                  const float bv = tb ? pb[j * d.k + p] : pb[p * d.n + j];
                   ref += static_cast<double>(av) * bv;
                 }
-                worst = std::max(worst, std::abs(ref - c.data<float>()[i * d.n + j]));
+                worst = std::max(worst, std::abs(ref - pc[i * d.n + j]));
               }
             INFO("threads " << threads << " m " << d.m << " n " << d.n << " k " << d.k << " ta " << ta << " tb " << tb
                             << " beta " << beta);
