@@ -100,6 +100,7 @@ def main():
         write_folder(root, args.images, "png")
         images = cache_config(tmp, root, cache)
         step = {0: [], 1: []}
+        wait = {0: [], 1: []}
         share = {0: [], 1: []}
         first, second = [], []  # whole-run wall seconds: cache absent, cache mapped
         decode = []  # the decode time gputrain logs in the first run
