@@ -4,6 +4,7 @@
 #include "data/batch_stager.h"
 #include "data/dataset.h"
 #include "helpers.h"
+#include "ops/gather.h"
 
 #include <fmt/format.h>
 #include <signal.h>
@@ -72,6 +73,21 @@ model:
 optimizer: {type: adam, lr: 0.01}
 train: {epochs: 2, log_every: 1, eval_every: 10}
 )";
+
+// kAugmented without its augmentation: what data.device_resident may hold on a device.
+std::string plain_config() {
+  std::string c = kAugmented;
+  const std::string augment = "  augment: {random_crop: {padding: 1}, hflip: true}\n";
+  c.erase(c.find(augment), augment.size());
+  return c;
+}
+
+// The epoch's order as the i32 tensor a device-resident stager uploads.
+Tensor order_tensor(const std::vector<int64_t>& order) {
+  Tensor t = Tensor::empty(Shape{static_cast<int64_t>(order.size())}, DType::i32);
+  for (size_t i = 0; i < order.size(); ++i) t.data<int32_t>()[i] = static_cast<int32_t>(order[i]);
+  return t;
+}
 
 std::string metrics_without_timing(const std::string& run) {
   static const std::regex timing(
@@ -338,4 +354,82 @@ logging: {{tensorboard: false, report: false}}
   CHECK(json_number(read_text(dir / "big/summary.json"), "steps") == 3);
   // The limit is tight: with half the file's size less, the mapping itself does not fit and the run fails.
   CHECK(run_limited(base + file / 2, "train " + (dir / "big.yaml") + args + (dir / "small")) != 0);
+}
+
+TEST_CASE("gather_rows by the loader's order gives the loader's batches, epoch after epoch", "[data][cpu]") {
+  const Dataset ds = images(23);
+  Loader ref(ds, 5, /*shuffle=*/true, 9);
+  const Batches want = epochs_of(ref, 3, ds, [](Loader& l, Tensor& x, Tensor& y) { return l.next(x, y); });
+  REQUIRE(want.size() == 15);
+  Loader loader(ds, 5, true, 9);
+  const Batches got = epochs_of(loader, 3, ds, [&](Loader& l, Tensor& x, Tensor& y) {
+    const auto [first, n] = l.span(l.position());
+    if (n == 0) return int64_t{0};
+    const Tensor order = order_tensor(*l.order());
+    Tensor xb = x.narrow0(n), yb = y.narrow0(n);
+    ops::gather_rows(ds.inputs, order, first, xb);
+    ops::gather_rows(ds.targets, order, first, yb);
+    l.advance(n);
+    return n;
+  });
+  CHECK(got == want);
+  // An index outside the data set is an error naming it, not a read past the rows.
+  Tensor bad = order_tensor({0, 23});
+  Tensor x = Tensor::empty(ds.input_shape().batched(2), DType::f32);
+  CHECK_THROWS_WITH(ops::gather_rows(ds.inputs, bad, 0, x), Catch::Contains("index 23"));
+}
+
+TEST_CASE("data.device_resident on the CPU: the step's thread gathers the same batches; true refuses host work",
+          "[data][cpu]") {
+  const Dataset ds = images(23);
+  CHECK(BatchStager::resident_obstacle(ds, false).empty());
+  CHECK_THAT(BatchStager::resident_obstacle(ds, true), Catch::Contains("data.augment"));
+  Loader ref(ds, 5, true, 9);
+  const Batches want = epochs_of(ref, 2, ds, [](Loader& l, Tensor& x, Tensor& y) { return l.next(x, y); });
+  for (Residency r : {Residency::on, Residency::automatic}) {
+    Loader loader(ds, 5, true, 9);
+    BatchStager stager(ds, 5, Device::cpu(), {.workers = 2, .resident = r});
+    CHECK_FALSE(stager.device_resident());  // no device copy on the CPU
+    CHECK(epochs_of(loader, 2, ds, [&](Loader& l, Tensor& x, Tensor& y) { return stager.next(l, x, y); }) == want);
+  }
+  CHECK_THROWS_AS(BatchStager(ds, 5, Device::cpu(), {.resident = Residency::on, .augmented = true}), ConfigError);
+  CHECK_NOTHROW(BatchStager(ds, 5, Device::cpu(), {.resident = Residency::automatic, .augmented = true}));
+}
+
+TEST_CASE("data.device_resident true, false and auto train to bit-identical losses and weights on the CPU", "[e2e]") {
+  TempDir dir;
+  write_text(dir / "c.yaml", plain_config());
+  const auto base = run_gputrain(fmt::format("train {} --quiet --threads 2 --out {}/base", dir / "c.yaml", dir.path()));
+  INFO(base.output);
+  REQUIRE(base.exit_code == 0);
+  for (const char* value : {"true", "false", "auto"})
+    for (int workers : {0, 2}) {
+      const std::string run = fmt::format("{}{}", value, workers);
+      const auto r =
+          run_gputrain(fmt::format("train {} --quiet --threads 2 --set data.device_resident={} --set "
+                                   "data.workers={} --out {}/{}",
+                                   dir / "c.yaml", value, workers, dir.path(), run));
+      INFO(run << "\n" << r.output);
+      REQUIRE(r.exit_code == 0);
+      CHECK(read_text(dir / run + "/model.safetensors") == read_text(dir / "base/model.safetensors"));
+      CHECK(metrics_without_timing(dir / run) == metrics_without_timing(dir / "base"));
+      CHECK_THAT(read_text(dir / run + "/config.resolved.yaml"),
+                 Catch::Contains(fmt::format("device_resident: {}", value)));
+    }
+  CHECK(lines_of(read_text(dir / "base/metrics.jsonl")).size() > 40);
+}
+
+TEST_CASE("data.device_resident: true with per-sample host work is a config error naming the key and line", "[e2e]") {
+  TempDir dir;
+  std::string c = kAugmented;
+  c.insert(c.find("model:"), "  device_resident: true\n");
+  write_text(dir / "c.yaml", c);
+  const auto r = run_gputrain("check " + (dir / "c.yaml"));
+  INFO(r.output);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.output, Catch::Contains("data.device_resident") && Catch::Contains("data.augment") &&
+                           Catch::Contains("c.yaml:12"));
+  const auto bad = run_gputrain("check " + (dir / "c.yaml") + " --set data.device_resident=maybe");
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.output, Catch::Contains("data.device_resident"));
 }

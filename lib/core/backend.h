@@ -28,6 +28,9 @@ struct DeviceMemoryStats {
   size_t in_use = 0, peak = 0, reserved = 0, allocations = 0;
 };
 DeviceMemoryStats device_memory_stats(Device device);
+/// Bytes a device could still hand out: the driver's free memory plus what the caching allocator holds unused (0 for
+/// the CPU and in a build without CUDA).
+size_t device_free_bytes(Device device);
 
 /// Names what is being allocated, for out-of-memory messages ("activations of conv1"), on this thread while the
 /// label lives.

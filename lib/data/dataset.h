@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace gt {
@@ -158,6 +159,13 @@ class Loader {
   /// arguments: it changes nothing in the loader and keeps its scratch per call, so threads may call it at once.
   /// It runs no OpenMP region (loader threads work beside the step's team).
   int64_t fill(const std::vector<int64_t>& order, int64_t epoch, int64_t position, Tensor& x, Tensor& y) const;
+  /// The batch at `position` of the global order: where this rank's share of it starts in the order, and its
+  /// samples (0 past the epoch's end); fill() copies exactly these.
+  std::pair<int64_t, int64_t> span(int64_t position) const {
+    if (m_world > 1 && position + m_batch * m_world > m_size) return {0, 0};  // the dropped remainder
+    const int64_t start = position + m_rank * m_batch;
+    return {start, std::max<int64_t>(0, std::min(m_batch, m_size - start))};
+  }
   /// Where the batch after the one at `position` starts (one rank: the end of a partial batch is the epoch's end).
   int64_t stride() const { return m_world == 1 ? m_batch : m_batch * m_world; }
   /// Whether fill() finds a batch at `position` (false: the epoch is over).

@@ -54,10 +54,7 @@ void Loader::augment(float* x, int64_t epoch, int64_t position, std::vector<floa
 }
 
 int64_t Loader::fill(const std::vector<int64_t>& order, int64_t epoch, int64_t position, Tensor& x, Tensor& y) const {
-  const int64_t global = m_batch * m_world;
-  if (m_world > 1 && position + global > m_size) return 0;  // the dropped remainder
-  const int64_t start = position + m_rank * m_batch;
-  const int64_t n = std::min(m_batch, m_size - start);
+  const auto [start, n] = span(position);
   if (n <= 0) return 0;
   const int64_t* idx = order.data() + start;
   if (m_data->tokens) {  // windows cut from the shards as they are needed

@@ -3,6 +3,7 @@
 
 #include "config/choice.h"
 #include "config/schema.h"
+#include "data/batch_stager.h"
 
 #include <unistd.h>
 
@@ -635,6 +636,19 @@ const std::vector<KeySpec>& tail_keys() {
        .fallback = "auto",
        .doc = "on a GPU, stage batches in page-locked memory and copy them asynchronously (false: plain memory, "
               "the copy waits); auto: true on a GPU; no effect on the CPU"},
+      {.name = "device_resident",
+       .kind = KeyKind::choice,
+       .choices = {"auto", "true", "false"},
+       .fallback = "auto",
+       .doc = "on a GPU, copy the training set to the device once and gather each batch there by a kernel from the "
+              "epoch's order (uploaded once per epoch), so a step copies no samples; auto: when inputs and targets "
+              "take at most " +
+              std::to_string(static_cast<int>(kDeviceResidentFraction * 100)) +
+              " % of the device's free memory and no batch needs work on the host (augment, token "
+              "windows, NPY inputs converted per batch), else staging; true refuses those cases. On the CPU, true "
+              "makes the step's thread gather each batch straight into the step's tensors (no loader threads, no "
+              "staging copy; what workers: 0 does already), and auto changes nothing. The batches are the same "
+              "either way"},
   };
   return keys;
 }
@@ -679,6 +693,17 @@ void parse_data(const ConfigNode& d, DataConfig& out) {
   out.prefetch = get_int(d, key_spec(keys, "prefetch"));
   const KeySpec& pin = key_spec(keys, "pin_memory");
   out.pin_memory = d.get_choice(pin.name, pin.fallback, pin.choices);
+  const KeySpec& resident = key_spec(keys, "device_resident");
+  out.device_resident = d.get_choice(resident.name, resident.fallback, resident.choices);
+  // What makes per-sample work on the host is known here; what the files hold (NPY inputs converted per batch) is
+  // judged when the data is loaded (BatchStager).
+  if (out.device_resident == "true") {
+    if (out.augment.any())
+      d["device_resident"].fail(
+          "true, but data.augment draws crops and flips per sample on the host; use auto or false");
+    if (out.format == DataFormat::tokens)
+      d["device_resident"].fail("true, but token windows are cut from the shards on the host; use auto or false");
+  }
 }
 
 YAML::Node to_yaml(const DataConfig& c) {
@@ -692,6 +717,7 @@ YAML::Node to_yaml(const DataConfig& c) {
   d["workers"] = c.workers;
   d["prefetch"] = c.prefetch;
   d["pin_memory"] = c.pin_memory;
+  d["device_resident"] = c.device_resident;
   return d;
 }
 

@@ -27,6 +27,7 @@ void* allocate_pinned(size_t bytes) {
 }
 void free_pinned(void* ptr) { std::free(ptr); }
 DeviceMemoryStats device_memory_stats(Device) { return {}; }
+size_t device_free_bytes(Device) { return 0; }
 StreamEvent::~StreamEvent() = default;
 DeviceClock::~DeviceClock() = default;
 int DeviceClock::record() { throw Error("device timestamps need a build with the CUDA backend"); }
@@ -41,6 +42,9 @@ SideStream::SideStream(Device device) : m_device(device) { no_cuda(); }
 SideStream::~SideStream() = default;
 void SideStream::wait_for_compute() {}
 void SideStream::join_compute() {}
+void SideStream::wait(const StreamEvent&) {}
+void SideStream::record(StreamEvent&) {}
+void SideStream::copy(Tensor&, const Tensor&) {}
 
 CudaInfo query_cuda() {
   CudaInfo info;

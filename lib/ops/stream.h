@@ -11,6 +11,8 @@
 
 namespace gt {
 
+class Tensor;
+
 /// A point in a device's stream: wait() returns once all work queued before the last record() has run. On the CPU
 /// (and before any record) both are no-ops.
 class StreamEvent : NonCopyable {
@@ -21,6 +23,7 @@ class StreamEvent : NonCopyable {
   void wait();
 
  private:
+  friend class SideStream;                   // records these on its stream and waits for them there
   [[maybe_unused]] void* m_event = nullptr;  // unused in builds without CUDA
   [[maybe_unused]] Device m_device;
 };
@@ -47,8 +50,8 @@ void range_push(const char* name);
 void range_pop();
 
 /// A second stream on a CUDA device beside its compute stream (ops/cuda_context.h), for work that overlaps the
-/// compute stream's (the gradient all-reduce). The two are ordered only by the waits below, which the device keeps:
-/// the host never blocks. Throws gt::Error in a build without CUDA.
+/// compute stream's (the gradient all-reduce, the copy of the next batch). The two are ordered only by the waits below,
+/// which the device keeps: the host never blocks. Throws gt::Error in a build without CUDA.
 class SideStream : NonCopyable {
  public:
   explicit SideStream(Device device);
@@ -59,6 +62,14 @@ class SideStream : NonCopyable {
   void wait_for_compute();
   /// Work queued on the compute stream from now on runs after the work queued here so far.
   void join_compute();
+  /// Work queued here from now on runs after the work that preceded `event`'s last record (on whichever stream of
+  /// this device); no wait when it was never recorded.
+  void wait(const StreamEvent& event);
+  /// Records `event` here: its wait() returns once the work queued here so far has run.
+  void record(StreamEvent& event);
+  /// Queues the copy of `src` into `dst` here (same dtype and element count, contiguous; one side on this device,
+  /// the other on it too or in pinned host memory, which must stay untouched until an event recorded after it).
+  void copy(Tensor& dst, const Tensor& src);
 
  private:
   [[maybe_unused]] Device m_device;  // unused in builds without CUDA

@@ -87,7 +87,11 @@ StepLoop::StepLoop(const Experiment& exp, RunSetup& setup, const StepPlan& plan,
       m_stager(setup.train(), plan.batch, setup.device,
                {.workers = static_cast<int>(exp.data.workers),
                 .prefetch = static_cast<int>(exp.data.prefetch),
-                .pinned = exp.data.pin_memory != "false"}),
+                .pinned = exp.data.pin_memory != "false",
+                .resident = exp.data.device_resident == "true"    ? Residency::on
+                            : exp.data.device_resident == "false" ? Residency::off
+                                                                  : Residency::automatic,
+                .augmented = exp.data.augment.any()}),
       m_verdict(param_names(setup.model)) {
   // On GPUs the gradients, the initial state and the step's device-side sums travel through NCCL, bootstrapped over
   // the host communicator (MPI, TCP or the worker threads'), which keeps the host-side collectives.

@@ -369,6 +369,9 @@ void TrainLoop::note_data_wait(double wait_s, double window_s, int64_t steps) {
   made_of += workers == 0 ? "; data.workers: N prepares batches on N threads beside the step"
                           : fmt::format("; more data.workers than {} prepare them faster (on free cores)", workers);
   if (aug.any()) made_of += "; data.augment is the part of it the config can make cheaper";
+  if (m_setup.device.is_cuda() && !aug.any() && m_exp.data.format != DataFormat::tokens &&
+      m_exp.data.device_resident == "false")
+    made_of += "; data.device_resident: auto keeps a training set that fits on the device and gathers it there";
   const double step_ms = 1e3 * window_s / static_cast<double>(steps);
   spdlog::info("data wait: {:.0f}% of the step time ({:.3g} ms of {:.3g} ms per step, up to step {}) goes to {}: {}",
                100 * wait_s / window_s, 1e3 * wait_s / static_cast<double>(steps), step_ms, m_p.step,

@@ -61,4 +61,13 @@ DeviceMemoryStats device_memory_stats(Device device) {
   return {m.in_use, m.peak, m.reserved, m.allocations};
 }
 
+size_t device_free_bytes(Device device) {
+  if (!device.is_cuda()) return 0;
+  GT_CHECK_CUDA(cudaSetDevice(device.index));
+  size_t free_b = 0, total_b = 0;
+  GT_CHECK_CUDA(cudaMemGetInfo(&free_b, &total_b));
+  const cuda::MemoryStats m = cuda::memory_stats(device.index);
+  return free_b + (m.reserved > m.in_use ? m.reserved - m.in_use : 0);
+}
+
 }  // namespace gt

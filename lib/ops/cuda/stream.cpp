@@ -2,6 +2,7 @@
 #include "ops/stream.h"
 
 #include "core/error.h"
+#include "core/tensor.h"
 #include "ops/cuda/context.h"
 #include "ops/cuda/cuda_check.h"
 
@@ -98,6 +99,37 @@ void SideStream::join_compute() {
   const auto e = static_cast<cudaEvent_t>(m_side_done);
   GT_CHECK_CUDA(cudaEventRecord(e, static_cast<cudaStream_t>(m_stream)));
   GT_CHECK_CUDA(cudaStreamWaitEvent(cuda::stream(m_device.index), e, 0));
+}
+
+void SideStream::wait(const StreamEvent& event) {
+  if (!event.m_event) return;
+  GT_CHECK(event.m_device == m_device, "an event of {} waited for on a stream of {}", event.m_device.str(),
+           m_device.str());
+  GT_CHECK_CUDA(cudaStreamWaitEvent(static_cast<cudaStream_t>(m_stream), static_cast<cudaEvent_t>(event.m_event), 0));
+}
+
+void SideStream::record(StreamEvent& event) {
+  if (event.m_event && !(event.m_device == m_device)) {
+    cudaEventDestroy(static_cast<cudaEvent_t>(event.m_event));
+    event.m_event = nullptr;
+  }
+  event.m_device = m_device;
+  if (!event.m_event) {
+    cudaEvent_t e = nullptr;
+    GT_CHECK_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    event.m_event = e;
+  }
+  GT_CHECK_CUDA(cudaEventRecord(static_cast<cudaEvent_t>(event.m_event), static_cast<cudaStream_t>(m_stream)));
+}
+
+void SideStream::copy(Tensor& dst, const Tensor& src) {
+  GT_CHECK(src.dtype() == dst.dtype() && src.numel() == dst.numel(), "copy {} {} into {} {}", dtype_name(src.dtype()),
+           src.shape().str(), dtype_name(dst.dtype()), dst.shape().str());
+  GT_CHECK(dst.device() == m_device || src.device() == m_device, "a copy between {} and {} on a stream of {}",
+           src.device().str(), dst.device().str(), m_device.str());
+  GT_CHECK_CUDA(cudaSetDevice(m_device.index));
+  GT_CHECK_CUDA(
+      cudaMemcpyAsync(dst.raw(), src.raw(), dst.bytes(), cudaMemcpyDefault, static_cast<cudaStream_t>(m_stream)));
 }
 
 }  // namespace gt
