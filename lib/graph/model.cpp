@@ -484,6 +484,7 @@ std::vector<int> Model::grad_writers() const {
 }
 
 std::string Model::set_recompute(Recompute mode) {
+  GT_CHECK(m_max_batch == 0, "set_recompute after allocate: the buffers follow the mode");
   m_recompute = Recompute::none;
   m_slot.assign(m_nodes.size(), -1);
   m_block_range.clear();
@@ -509,7 +510,8 @@ std::string Model::set_recompute(Recompute mode) {
       const size_t src = static_cast<size_t>(source[static_cast<size_t>(j)]);
       if (m_nodes[src].block != m_nodes[i].block) read_outside[src] = true;
     }
-  read_outside.back() = true;  // the model output goes to the loss
+  read_outside.back() = true;  // the model output goes to the loss (a view's through its source)
+  if (source.back() >= 0) read_outside[static_cast<size_t>(source.back())] = true;
   for (const auto& [b, at] : members) {
     if (at.back() - at.front() + 1 != at.size()) continue;
     bool any = false;
@@ -534,6 +536,7 @@ std::vector<Model::NodeBuffers> Model::buffer_plan(int64_t max_batch) const {
   const size_t count = m_nodes.size();
   const std::vector<int> writers = grad_writers();
   std::vector<NodeBuffers> plan(count);
+  std::vector<bool> slot_given(m_slot_numel.size(), false);
   for (size_t i = 0; i < count; ++i) {
     const GraphNode& n = m_nodes[i];
     if (n.layer->is_view()) continue;  // bound to its input at run time
@@ -541,9 +544,8 @@ std::vector<Model::NodeBuffers> Model::buffer_plan(int64_t max_batch) const {
     plan[i].output = rows;
     if (!m_slot.empty() && m_slot[i] >= 0) {  // a shared buffer, given to the first node at its position
       const size_t p = static_cast<size_t>(m_slot[i]);
-      const bool first = std::none_of(m_slot.begin(), m_slot.begin() + static_cast<std::ptrdiff_t>(i),
-                                      [&](int q) { return q == m_slot[i]; });
-      plan[i].output = first ? mul_sizes(m_slot_numel[p], max_batch, "elements") : 0;
+      plan[i].output = slot_given[p] ? 0 : mul_sizes(m_slot_numel[p], max_batch, "elements");
+      slot_given[p] = true;
     }
     // The last node's gradient comes from the loss; the others need a buffer only when something before learns.
     if (n.needs_grad && i + 1 < count) plan[i].gradient = rows;
@@ -624,7 +626,9 @@ const Tensor& Model::forward(const Tensor& x, const LayerContext& context) {
   const Tensor& out = run_nodes(ctx, m_profiler, [&](size_t i) { return m_out_buf[i].narrow0(batch); });
   // The shared buffers hold the last recomputed block's outputs (at positions past a shorter last block, an earlier
   // block's: that one is recomputed all the same before its backward).
-  m_resident = m_block_range.empty() ? -1 : std::prev(m_block_range.end())->first;
+  m_resident = -1;
+  for (const auto& [b, range] : m_block_range)
+    if (m_resident < 0 || range.first > m_block_range.at(m_resident).first) m_resident = b;
   return out;
 }
 
