@@ -35,8 +35,9 @@ Planned plan(const std::string& yaml, const std::vector<std::string>& sets = {})
   for (const auto& s : sets) root = apply_override(root, s);
   Planned p{parse_experiment(root), {}, {}};
   p.data = load_data(p.exp);
-  const Model model = Model::build(p.exp.root["model"], p.data.train.input_shape(), DType::f32, Device::cpu(),
-                                   p.exp.seed, /*init_params=*/false);
+  Model model = Model::build(p.exp.root["model"], p.data.train.input_shape(), DType::f32, Device::cpu(), p.exp.seed,
+                             /*init_params=*/false);
+  apply_recompute(p.exp, model);
   p.f = training_footprint(p.exp, model, p.data.train);
   return p;
 }
@@ -254,6 +255,45 @@ optimizer: {type: sgd, lr: 0.1, momentum: 0.9}
   }
 }
 
+TEST_CASE("with train.recompute: blocks a built model allocates what its footprint says, and less", "[cpu]") {
+  // Two residual blocks: conv, batch norm and relu of each share one set of buffers; the blocks' adds, read by the
+  // next block and the head, keep their own.
+  const char* yaml = R"(name: recomputed
+device: cpu
+data: {format: synthetic, samples: 16, input_shape: [3, 8, 8], targets: {classes: 4}, batch_size: 6}
+model:
+  layers:
+    - {type: conv2d, out_channels: 4, kernel_size: 3, padding: 1}
+    - repeat: 2
+      name: res
+      layers:
+        - {type: conv2d, name: c, out_channels: 4, kernel_size: 3, padding: 1}
+        - {type: batchnorm2d, name: bn}
+        - {type: relu, name: r}
+        - {type: add, inputs: [input, r]}
+    - flatten
+    - {type: linear, out_features: 4}
+optimizer: {type: sgd, lr: 0.1}
+train: {recompute: blocks}
+)";
+  const Planned p = plan(yaml);
+  const Footprint none = plan(yaml, {"train.recompute=none"}).f;
+  const Footprint& f = p.f;
+  CHECK(f.recompute == Recompute::blocks);
+  CHECK(none.activation_bytes - f.activation_bytes == static_cast<size_t>(3 * 6 * 4 * 8 * 8) * 4);
+  Tensor x = Tensor::zeros(p.data.train.input_shape().batched(f.batch), DType::f32);
+  const size_t start = host_storage_bytes();
+  Model model = Model::build(p.exp.root["model"], p.data.train.input_shape(), DType::f32, Device::cpu(), 1);
+  REQUIRE(model.set_recompute(Recompute::blocks).empty());
+  model.allocate(f.batch);
+  model.forward(x, {true, false});
+  CHECK(host_storage_bytes() - start == f.param_bytes + f.grad_bytes + f.buffer_bytes + f.activation_bytes);
+  // The report says what the activations are under recompute.
+  CHECK_THAT(footprint_report(f, judge_fit(f.total_bytes, Device::cpu(), f.total_bytes), ""),
+             Catch::Contains("train.recompute: blocks"));
+  check_totals_are_row_sums(f);
+}
+
 TEST_CASE("a model built without parameters allocates nothing", "[cpu]") {
   // 10^11 parameters: what `gputrain check` sizes without building.
   const ConfigNode cfg = ConfigNode::load_string("layers: [{type: linear, out_features: 1000000}]", "t.yaml");
@@ -367,6 +407,22 @@ TEST_CASE("gputrain check prints the dry run and says whether it fits", "[e2e]")
                      (dir / "small.json"))
                         .c_str()) == 0);
 
+  // --world-size: the three ZeRO stages per rank, stage 0 (the configured one until dist.zero exists) as
+  // per_rank_bytes; one rank holds what the plain check says.
+  REQUIRE(run_to_file("check " + (dir / "c.yaml") + " --json --world-size 4", dir / "ranks.json") == 0);
+  CHECK(std::system(("python3 -c \"import json,sys; j=json.load(open(sys.argv[1])); s=j['zero_stages']; "
+                     "assert j['world_size'] == 4 and [x['stage'] for x in s] == [0, 1, 2]; "
+                     "assert j['per_rank_bytes'] == s[0]['per_rank_bytes'] == j['totals']['total_bytes']; "
+                     "assert s[2]['per_rank_bytes'] < s[1]['per_rank_bytes'] < s[0]['per_rank_bytes']; "
+                     "assert s[2]['fits'] is True and j['advice'] == ''\" " +
+                     (dir / "ranks.json"))
+                        .c_str()) == 0);
+  const auto ranks = run_gputrain("check " + (dir / "c.yaml") + " --world-size 2");
+  INFO(ranks.output);
+  CHECK(ranks.exit_code == 0);
+  CHECK_THAT(ranks.output, Catch::Contains("per rank at 2 ranks") && Catch::Contains("zero 2"));
+  CHECK(run_gputrain("check " + (dir / "c.yaml") + " --world-size 0").exit_code == 2);
+
   // A device this machine may lack: still exit 0, with a yes/no when it is here and the reason when it is not.
   const auto gpu = run_gputrain("check " + (dir / "c.yaml") + " --set device=cuda");
   INFO(gpu.output);
@@ -376,4 +432,48 @@ TEST_CASE("gputrain check prints the dry run and says whether it fits", "[e2e]")
   // A bad config is still a config error, with or without --json.
   CHECK(run_gputrain("check " + (dir / "c.yaml") + " --set model.layers[0].out_features=-1").exit_code == 2);
   CHECK(run_gputrain("check " + (dir / "c.yaml") + " --json --set optimizer.lr=abc").exit_code == 2);
+}
+
+TEST_CASE("check --world-size splits optimizer state (zero 1) and gradients (zero 2) over the ranks", "[cpu]") {
+  const Footprint f = plan(kMlp, {"optimizer={type: adam, lr: 0.001}"}).f;
+  const auto judge = [](size_t limit) {
+    return [limit](size_t bytes) { return judge_fit(bytes, Device::cpu(), limit); };
+  };
+  // One rank holds everything under every stage: today's totals.
+  for (const RankShare& r : rank_shares(f, 1, judge(size_t{1} << 40))) {
+    CHECK(r.total_bytes == f.total_bytes);
+    CHECK(r.fit.fits == true);
+  }
+  // Four ranks: 101770 parameters make shards of ⌈101770 / 4⌉ = 25443 elements; Adam keeps two states per element.
+  REQUIRE(f.params == 101770);
+  const std::vector<RankShare> four = rank_shares(f, 4, judge(size_t{1} << 40));
+  REQUIRE(four.size() == 3);
+  const size_t shard = 25443 * 4, whole = f.param_bytes + f.buffer_bytes + f.activation_bytes + f.batch_bytes;
+  CHECK(four[0].total_bytes == f.total_bytes);
+  CHECK(four[1].optimizer_bytes == 2 * shard);
+  CHECK(four[1].total_bytes == whole + f.grad_bytes + 2 * shard);
+  CHECK(four[2].grad_bytes == shard);
+  CHECK(four[2].total_bytes == whole + shard + 2 * shard);
+  CHECK(four[2].total_bytes == f.total_bytes - f.grad_bytes - f.optimizer_bytes + 3 * shard);
+
+  // Nothing fits at 4 ranks: a halved micro-batch with twice the accumulation would (the activations halve), and
+  // so would more ranks; the MLP has no block to recompute (refused, so not offered).
+  const size_t limit = four[2].total_bytes - 1;
+  std::vector<std::string> asked;
+  const FootprintWith with = [&](Recompute mode, int64_t batch, int64_t accumulate) -> std::optional<Footprint> {
+    asked.push_back(fmt::format("{} {} {}", mode == Recompute::blocks ? "blocks" : "none", batch, accumulate));
+    if (mode == Recompute::blocks) return std::nullopt;
+    return plan(kMlp, {"optimizer={type: adam, lr: 0.001}", fmt::format("data.batch_size={}", batch),
+                       fmt::format("train.accumulate={}", accumulate)})
+        .f;
+  };
+  const std::string advice = fit_advice(f, 4, judge(limit), with);
+  CHECK_THAT(advice, Catch::StartsWith("nothing fits; what would:") &&
+                         Catch::Contains("data.batch_size: 16 with train.accumulate: 2 (the same 32 samples per step), "
+                                         "with zero 2") &&
+                         Catch::Contains("8 ranks, with zero 2"));
+  CHECK_FALSE(Catch::Contains("recompute").match(advice));
+  CHECK(asked == std::vector<std::string>{"blocks 32 1", "none 16 2"});
+  // When a stage fits there is nothing to advise.
+  CHECK(fit_advice(f, 4, judge(four[2].total_bytes), with).empty());
 }

@@ -149,6 +149,7 @@ gt::Model checked_model(const gt::Experiment& exp, const gt::LoadedData& data) {
   gt::Model model = gt::Model::build(exp.root["model"], data.train.input_shape(), gt::DType::f32, gt::Device::cpu(),
                                      exp.seed, /*init_params=*/false);
   model.check_batch(exp.data.batch_size, exp.root["data"]["batch_size"]);
+  gt::apply_recompute(exp, model);
   gt::check_loss_fits(exp.loss, model.output_shape(), data.train,
                       exp.root.has("loss") ? exp.root["loss"] : exp.root["model"]["layers"], &data.test);
   return model;
@@ -158,7 +159,34 @@ gt::Model checked_model(const gt::Experiment& exp, const gt::LoadedData& data) {
 // cache lines, a bad file's warning) logs errors only; what they report holds the numbers (bad_files).
 void quiet_log_for_machine_output() { spdlog::set_level(spdlog::level::err); }
 
-int cmd_check(const ConfigArgs& a, bool json) {
+// Per-rank memory at `world` ranks under each ZeRO stage, and what would fit when nothing does (`check --world-size`).
+std::vector<gt::RankShare> rank_shares_here(const gt::Experiment& exp, const gt::LoadedData& data,
+                                            const gt::Footprint& f, int64_t world, std::string& advice) {
+  // One rank on one device of the kind the config asks for: the device's verdict, for any number of bytes.
+  const gt::MemoryFit base = gt::fit_on_this_machine(0, exp.devices.empty() ? exp.device : exp.devices[0]);
+  const auto judge = [&base](size_t bytes) {
+    gt::MemoryFit m = base;
+    m.needed = bytes;
+    if (base.fits) m.fits = bytes <= base.usable;
+    return m;
+  };
+  const auto footprint_with = [&](gt::Recompute mode, int64_t batch,
+                                  int64_t accumulate) -> std::optional<gt::Footprint> {
+    gt::Experiment e = exp;
+    e.train.recompute = mode;
+    e.data.batch_size = batch;
+    e.train.accumulate = accumulate;
+    gt::Model m = gt::Model::build(e.root["model"], data.train.input_shape(), gt::DType::f32, gt::Device::cpu(), e.seed,
+                                   /*init_params=*/false);
+    if (!m.set_recompute(mode).empty()) return std::nullopt;
+    return gt::training_footprint(e, m, data.train);
+  };
+  std::vector<gt::RankShare> shares = gt::rank_shares(f, world, judge);
+  advice = gt::fit_advice(f, world, judge, footprint_with);
+  return shares;
+}
+
+int cmd_check(const ConfigArgs& a, bool json, int64_t world) {
   if (json) quiet_log_for_machine_output();
   const gt::Experiment exp = gt::parse_experiment(gt::load_config(a.file, a.sets));
   const gt::LoadedData data = gt::load_data(exp);
@@ -168,17 +196,25 @@ int cmd_check(const ConfigArgs& a, bool json) {
   const size_t replicas_here = !exp.devices.empty() && exp.devices[0] == "cpu" ? exp.devices.size() : size_t{1};
   const gt::MemoryFit fit =
       gt::fit_on_this_machine(f.total_bytes * replicas_here, exp.devices.empty() ? exp.device : exp.devices[0]);
+  std::string advice;
+  const std::vector<gt::RankShare> shares =
+      world > 0 ? rank_shares_here(exp, data, f, world, advice) : std::vector<gt::RankShare>();
   if (json) {
-    fmt::print("{}\n", gt::footprint_json(f, fit)
-                           .add("config", a.file)
-                           .add("train_samples", data.train.size())
-                           .add("test_samples", data.test.size())
-                           .str());
+    gt::JsonObject out = gt::footprint_json(f, fit)
+                             .add("config", a.file)
+                             .add("train_samples", data.train.size())
+                             .add("test_samples", data.test.size());
+    if (world > 0) {
+      gt::add_rank_shares_json(out, shares, world);
+      out.add("advice", advice);
+    }
+    fmt::print("{}\n", out.str());
     return 0;
   }
   fmt::print("{}: valid. {} training samples{}; batch {}\n\n{}", a.file, data.train.size(),
              data.test.size() ? fmt::format(", {} test samples", data.test.size()) : std::string(), exp.data.batch_size,
              gt::footprint_report(f, fit, model.edges()));
+  if (world > 0) fmt::print("{}{}", gt::rank_shares_report(shares, world), advice);
   return 0;
 }
 
@@ -376,6 +412,12 @@ int main(int argc, char** argv) {
                                    "FLOPs and memory, the totals, and whether they fit the device");
   add_config_args(check, check_args);
   check->add_flag("--json", check_json, "print one JSON object (layers, totals, fits) instead of the table");
+  int64_t check_world = 0;
+  check
+      ->add_option("--world-size", check_world,
+                   "also size one rank of a data-parallel run at N ranks under ZeRO stages 0, 1 and 2, and say "
+                   "what would fit when none does (--json: world_size, per_rank_bytes, zero_stages)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
 
   ConfigArgs eval_args;
   std::string checkpoint;
@@ -609,7 +651,7 @@ int main(int argc, char** argv) {
       fmt::print("{}", gt::layer_reference_markdown());
       return 0;
     }
-    if (*check) return cmd_check(check_args, check_json);
+    if (*check) return cmd_check(check_args, check_json, check_world);
     if (*config_schema) {
       fmt::print("{}", gt::config_json_schema());
       return 0;

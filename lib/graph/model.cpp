@@ -36,6 +36,7 @@ struct Pending {
   // for the top level), and what `input` means there: the layer before this iteration of the innermost block.
   std::vector<std::string> scopes{""};
   int block_input = -1;
+  int block = -1;  // one pass of a top-level `repeat:` block (an id, shared by its layers); -1: outside any
 };
 
 // A model of at most this many layers once `repeat:` blocks are expanded (GPT-2 XL has ~50 per block × 48 blocks).
@@ -167,8 +168,10 @@ void read_block(const ConfigNode& cfg, const std::string& name, const std::vecto
     inner_scopes.insert(inner_scopes.end(), scopes.begin(), scopes.end());
     const size_t first = pending.size();
     read_layer_list(inner, inner_scopes, pending, by_name);
-    for (size_t j = first; j < pending.size(); ++j)
+    for (size_t j = first; j < pending.size(); ++j) {
       if (pending[j].scopes.front() == inner_scopes.front()) pending[j].block_input = static_cast<int>(first) - 1;
+      if (scopes.size() == 1) pending[j].block = static_cast<int>(first);  // a top-level block: the whole pass
+    }
   }
 }
 
@@ -186,7 +189,7 @@ void read_layer_list(const ConfigNode& layers, const std::vector<std::string>& s
     }
     if (static_cast<int64_t>(pending.size()) >= kMaxLayers)
       cfg.fail(fmt::format("the model has more than {} layers once repeat: blocks are expanded", kMaxLayers));
-    Pending p{cfg, "", default_name, nullptr, {}, {}, scopes, -1};
+    Pending p{cfg, "", default_name, nullptr, {}, {}, scopes, -1, -1};
     if (cfg.is_scalar()) {
       p.type = cfg.as_string();
     } else if (cfg.is_map()) {
@@ -406,6 +409,7 @@ Model Model::build(const ConfigNode& model_cfg, const Shape& input_shape, DType 
     node.name = p.name;
     node.index = static_cast<size_t>(i);
     node.type = p.type;
+    node.block = p.block;
     node.layer = p.spec->make(p.cfg);
     std::vector<Shape> in_shapes;
     for (int j : p.inputs) {
@@ -479,15 +483,70 @@ std::vector<int> Model::grad_writers() const {
   return writers;
 }
 
+std::string Model::set_recompute(Recompute mode) {
+  GT_CHECK(m_max_batch == 0, "set_recompute after allocate: the buffers follow the mode");
+  m_recompute = Recompute::none;
+  m_slot.assign(m_nodes.size(), -1);
+  m_block_range.clear();
+  m_slot_numel.clear();
+  m_resident = -1;
+  if (mode == Recompute::none) return "";
+  // Each block pass's range of positions: its layers must run one after another (a layer outside that the block's
+  // layers wait for, placed between them, would read shared buffers another pass has overwritten).
+  std::map<int, std::vector<size_t>> members;
+  for (size_t i = 0; i < m_nodes.size(); ++i)
+    if (m_nodes[i].block >= 0) members[m_nodes[i].block].push_back(i);
+  if (members.empty()) return "the model has no repeat: block, whose passes recompute: use none";
+  // The node whose buffer holds each node's output (a view reads its source's).
+  std::vector<int> source(m_nodes.size(), -1);
+  for (size_t i = 0; i < m_nodes.size(); ++i)
+    source[i] = !m_nodes[i].layer->is_view() ? static_cast<int>(i)
+                : m_nodes[i].inputs[0] >= 0  ? source[static_cast<size_t>(m_nodes[i].inputs[0])]
+                                             : -1;
+  std::vector<bool> read_outside(m_nodes.size(), false);
+  for (size_t i = 0; i < m_nodes.size(); ++i)
+    for (int j : m_nodes[i].inputs) {
+      if (j < 0 || source[static_cast<size_t>(j)] < 0) continue;
+      const size_t src = static_cast<size_t>(source[static_cast<size_t>(j)]);
+      if (m_nodes[src].block != m_nodes[i].block) read_outside[src] = true;
+    }
+  read_outside.back() = true;  // the model output goes to the loss (a view's through its source)
+  if (source.back() >= 0) read_outside[static_cast<size_t>(source.back())] = true;
+  for (const auto& [b, at] : members) {
+    if (at.back() - at.front() + 1 != at.size()) continue;
+    bool any = false;
+    for (size_t i : at) {
+      if (m_nodes[i].layer->is_view() || read_outside[i]) continue;
+      const size_t p = i - at.front();
+      if (m_slot_numel.size() <= p) m_slot_numel.resize(p + 1, 0);
+      m_slot_numel[p] = std::max(m_slot_numel[p], m_nodes[i].out_shape.numel());
+      m_slot[i] = static_cast<int>(p);
+      any = true;
+    }
+    if (any) m_block_range[b] = {at.front(), at.back()};
+  }
+  if (m_block_range.empty())
+    return "no repeat: block of the model has a layer whose output is used only inside its block, and whose layers "
+           "run one after another: nothing would be recomputed (use none)";
+  m_recompute = mode;
+  return "";
+}
+
 std::vector<Model::NodeBuffers> Model::buffer_plan(int64_t max_batch) const {
   const size_t count = m_nodes.size();
   const std::vector<int> writers = grad_writers();
   std::vector<NodeBuffers> plan(count);
+  std::vector<bool> slot_given(m_slot_numel.size(), false);
   for (size_t i = 0; i < count; ++i) {
     const GraphNode& n = m_nodes[i];
     if (n.layer->is_view()) continue;  // bound to its input at run time
     const int64_t rows = n.out_shape.batched(max_batch).numel();
     plan[i].output = rows;
+    if (!m_slot.empty() && m_slot[i] >= 0) {  // a shared buffer, given to the first node at its position
+      const size_t p = static_cast<size_t>(m_slot[i]);
+      plan[i].output = slot_given[p] ? 0 : mul_sizes(m_slot_numel[p], max_batch, "elements");
+      slot_given[p] = true;
+    }
     // The last node's gradient comes from the loss; the others need a buffer only when something before learns.
     if (n.needs_grad && i + 1 < count) plan[i].gradient = rows;
     if (writers[i] > 1) plan[i].scratch = rows;
@@ -526,12 +585,22 @@ void Model::allocate(int64_t max_batch) {
   m_grad.assign(count, Tensor());
   const std::vector<NodeBuffers> plan = buffer_plan(max_batch);
   m_grad_writers = grad_writers();
+  m_slot_buf.assign(m_slot_numel.size(), Tensor());
+  m_resident = -1;
   for (size_t i = 0; i < count; ++i) {
     const GraphNode& n = m_nodes[i];
     if (n.layer->is_view()) continue;
     const AllocLabel label(fmt::format("the activations of {} (batch {})", n.name, max_batch));
     const Shape shape = n.out_shape.batched(max_batch);
-    m_out_buf[i] = Tensor::empty(shape, m_dtype, m_device);
+    if (!m_slot.empty() && m_slot[i] >= 0) {
+      // The shared buffer of its position: this node's rows are its first max_batch × out_shape elements, so that
+      // narrow0(batch) takes a batch's rows as with a buffer of its own.
+      Tensor& slot = m_slot_buf[static_cast<size_t>(m_slot[i])];
+      if (!slot.defined()) slot = Tensor::empty(Shape{plan[i].output}, m_dtype, m_device);
+      m_out_buf[i] = slot.narrow0(shape.numel()).view(shape);
+    } else {
+      m_out_buf[i] = Tensor::empty(shape, m_dtype, m_device);
+    }
     if (plan[i].gradient) m_grad_buf[i] = Tensor::empty(shape, m_dtype, m_device);
     if (plan[i].scratch) m_scratch_buf[i] = Tensor::empty(shape, m_dtype, m_device);
   }
@@ -554,7 +623,32 @@ const Tensor& Model::forward(const Tensor& x, const LayerContext& context) {
   GT_CHECK(x.shape().sample() == m_input_shape, "model input {} for per-sample shape {}", x.shape().str(),
            m_input_shape.str());
   m_input = x;
-  return run_nodes(ctx, m_profiler, [&](size_t i) { return m_out_buf[i].narrow0(batch); });
+  const Tensor& out = run_nodes(ctx, m_profiler, [&](size_t i) { return m_out_buf[i].narrow0(batch); });
+  // The shared buffers hold the last recomputed block's outputs (at positions past a shorter last block, an earlier
+  // block's: that one is recomputed all the same before its backward).
+  m_resident = -1;
+  for (const auto& [b, range] : m_block_range)
+    if (m_resident < 0 || range.first > m_block_range.at(m_resident).first) m_resident = b;
+  return out;
+}
+
+void Model::recompute_block(int b, const LayerContext& ctx) {
+  LayerContext again = ctx;
+  again.recompute = true;
+  const auto [first, last] = m_block_range.at(b);
+  const int64_t batch = m_input.dim(0);
+  std::vector<const Tensor*> ins;
+  for (size_t i = first; i <= last; ++i) {
+    GraphNode& n = m_nodes[i];
+    // Views still point at their source's rows; a kept output (read outside the block) is still there.
+    if (m_slot[i] < 0) continue;
+    ins.clear();
+    for (int j : n.inputs) ins.push_back(j < 0 ? &m_input : &m_out[static_cast<size_t>(j)]);
+    m_out[i] = m_out_buf[i].narrow0(batch);
+    SpanScope scope(m_profiler, n.name, n.type, "recompute", n.layer->forward_flops() * batch);
+    n.layer->forward(ins, m_out[i], again);
+  }
+  m_resident = b;
 }
 
 const Tensor& Model::run_nodes(const LayerContext& ctx, SpanTimer* profiler,
@@ -619,6 +713,7 @@ const Tensor& Model::forward_decode(const Tensor& x, int64_t position) {
   ctx.decode = true;
   ctx.position = position;
   m_input = x;
+  m_resident = -1;
   // Not profiled: sampling is no part of a training step. decode_unsupported() leaves out view layers.
   return run_nodes(ctx, nullptr, [&](size_t i) { return first_positions(m_out_buf[i], x.dim(1)); });
 }
@@ -647,6 +742,9 @@ void Model::backward(const Tensor& dout, const LayerContext& context) {
   for (size_t i = last + 1; i-- > 0;) {
     GraphNode& n = m_nodes[i];
     if (n.layer->is_view() || !n.needs_grad) continue;
+    // train.recompute: the first node of a block pass to back-propagate brings its dropped outputs back.
+    if (m_recompute != Recompute::none && n.block >= 0 && n.block != m_resident && m_block_range.count(n.block))
+      recompute_block(n.block, ctx);
     ins.clear();
     dx_views.assign(n.inputs.size(), Tensor());
     dins.assign(n.inputs.size(), nullptr);

@@ -6,6 +6,7 @@
 #include "layers/layer.h"
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,6 +25,13 @@ struct GraphNode {
   int64_t param_count = 0;
   int tied_to = -1;               ///< `tied_to:`: the node position of the layer whose weight this one uses
   bool adds_param_grads = false;  ///< its weight is shared with a later layer, whose backward writes first
+  int block = -1;                 ///< the pass of a top-level `repeat:` block it belongs to (an id); -1: none
+};
+
+/// train.recompute: which activations are dropped after the forward pass and computed again in the backward.
+enum class Recompute {
+  none,    ///< every output stays until the backward pass
+  blocks,  ///< outputs used only inside their pass of a top-level `repeat:` block share one set of buffers
 };
 
 struct SectionSpec;
@@ -45,6 +53,8 @@ class Model {
   /// The elements allocate(max_batch) gives node i: its output, the gradient of its output (when something
   /// before it learns and it is not the last node) and a scratch gradient (when several consumers write its
   /// gradient). All zero for a view layer, which borrows its input's buffers.
+  /// Under train.recompute: blocks, the outputs that are recomputed share one buffer per position in a block (as
+  /// large as the largest of them): the first node at each position (in execution order) is given it, the others 0.
   struct NodeBuffers {
     int64_t output = 0, gradient = 0, scratch = 0;
   };
@@ -54,6 +64,13 @@ class Model {
   void check_batch(int64_t batch, const ConfigNode& where) const;
   /// Allocates activation and gradient buffers for batches of up to `max_batch` samples (buffer_plan's).
   void allocate(int64_t max_batch);
+  /// train.recompute (before buffer_plan and allocate). Under `blocks`, a node inside a pass of a top-level `repeat:`
+  /// block whose output is read only inside that pass keeps no output of its own after the forward pass: the backward
+  /// pass runs the pass's forward again (LayerContext::recompute) from what was kept, right before it back-propagates
+  /// through it, and gets the same numbers. Returns why the mode cannot be honoured ("" when it can): no block, or no
+  /// block whose layers run one after another with an output used only inside.
+  std::string set_recompute(Recompute mode);
+  Recompute recompute() const { return m_recompute; }
   /// Runs the forward pass over x (B, input shape) with B ≤ max_batch; returns the output (B, output shape).
   const Tensor& forward(const Tensor& x, const LayerContext& ctx);
   /// Why forward_decode cannot run this model, naming the layer ("" when it can): every layer must take decoding
@@ -104,6 +121,8 @@ class Model {
   const Tensor& run_nodes(const LayerContext& ctx, SpanTimer* profiler, const std::function<Tensor(size_t)>& output);
   /// How many (consumer, input) pairs write the gradient buffer of each node in the backward pass.
   std::vector<int> grad_writers() const;
+  /// train.recompute: runs the forward pass of block `b`'s recomputed nodes again, into their shared buffers.
+  void recompute_block(int b, const LayerContext& ctx);
 
   std::vector<GraphNode> m_nodes;
   Shape m_input_shape;
@@ -120,6 +139,15 @@ class Model {
   SpanTimer* m_profiler = nullptr;
   ops::SumOverRanks m_sync;
   bool m_decodes = false;  // forward_decode found decode_unsupported() empty once
+  // train.recompute: per node, its position in the shared buffers (-1: an output of its own); per block id in use,
+  // the first and last node positions; the per-sample size of each shared buffer; and the block whose values the
+  // shared buffers hold now (-1: none for sure).
+  Recompute m_recompute = Recompute::none;
+  std::vector<int> m_slot;
+  std::map<int, std::pair<size_t, size_t>> m_block_range;
+  std::vector<int64_t> m_slot_numel;
+  std::vector<Tensor> m_slot_buf;
+  int m_resident = -1;
 };
 
 }  // namespace gt

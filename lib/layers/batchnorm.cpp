@@ -1,6 +1,7 @@
 // batchnorm1d and batchnorm2d: per-channel normalisation over the batch (or the global batch of a data-parallel
 // run with dist.sync_batchnorm), with learned scale and shift and running statistics for evaluation.
 #include "ops/batchnorm.h"
+#include "core/backend.h"
 #include "layers/params.h"
 
 namespace gt {
@@ -39,14 +40,28 @@ class BatchNorm final : public Layer {
   }
 
   void forward(const std::vector<const Tensor*>& x, Tensor& y, const LayerContext& ctx) override {
+    // A recomputing call (train.recompute) normalises with the batch's statistics again, bit for bit as the first
+    // call did, but the running statistics took this batch once already: the update goes to a sink of 2C elements,
+    // made on the first such call (a training output does not depend on the running statistics).
+    Tensor* running_mean = &m_running_mean;
+    Tensor* running_var = &m_running_var;
+    if (ctx.recompute && ctx.training) {
+      if (!m_sink_mean.defined()) {
+        const AllocLabel label("batch norm's running-statistics sink for recomputation");
+        m_sink_mean = Tensor::zeros(m_running_mean.shape(), m_running_mean.dtype(), m_running_mean.device());
+        m_sink_var = Tensor::zeros(m_running_var.shape(), m_running_var.dtype(), m_running_var.device());
+      }
+      running_mean = &m_sink_mean;
+      running_var = &m_sink_var;
+    }
     m_synced = ctx.training && ctx.sum_over_ranks != nullptr;
     if (m_synced) {
       m_global_count =
-          ops::batchnorm_forward_sync(*x[0], m_gamma.value, m_beta.value, m_running_mean, m_running_var, m_momentum,
+          ops::batchnorm_forward_sync(*x[0], m_gamma.value, m_beta.value, *running_mean, *running_var, m_momentum,
                                       m_eps, m_save_mean, m_save_invstd, y, *ctx.sum_over_ranks);
       return;
     }
-    ops::batchnorm_forward(*x[0], m_gamma.value, m_beta.value, m_running_mean, m_running_var, m_momentum, m_eps,
+    ops::batchnorm_forward(*x[0], m_gamma.value, m_beta.value, *running_mean, *running_var, m_momentum, m_eps,
                            ctx.training, m_save_mean, m_save_invstd, y);
   }
   void backward(const std::vector<const Tensor*>& x, const Tensor&, const Tensor& dy, const std::vector<Tensor*>& dx,
@@ -78,8 +93,9 @@ class BatchNorm final : public Layer {
   int64_t m_channels = 0, m_numel = 0;
   Param m_gamma, m_beta;
   Tensor m_running_mean, m_running_var, m_save_mean, m_save_invstd;
-  bool m_synced = false;       // the last forward normalised over the ranks (its backward must too)
-  int64_t m_global_count = 0;  // values per channel in that forward, over all ranks
+  Tensor m_sink_mean, m_sink_var;  // train.recompute: where a recomputing call's running-statistics update goes
+  bool m_synced = false;           // the last forward normalised over the ranks (its backward must too)
+  int64_t m_global_count = 0;      // values per channel in that forward, over all ranks
 };
 
 }  // namespace

@@ -34,6 +34,10 @@ struct LayerContext {
   /// through the calls before (since the last one at position 0). Only layers whose decodes() is true get such calls.
   bool decode = false;
   int64_t position = 0;
+  /// train.recompute: this forward call runs again, in the backward pass, to rebuild an output that was dropped after
+  /// the first forward (same inputs, same `step`). It must compute the same output and leave the model's state as
+  /// the first call left it: batch norm does not update its running statistics a second time.
+  bool recompute = false;
 };
 
 class Layer {

@@ -42,6 +42,7 @@ Footprint training_footprint(const Experiment& exp, const Model& model, const Da
   f.accumulate = exp.train.accumulate;
   f.tokens_per_sample = train.tokens ? train.tokens->block_size() : 0;
   f.dtype = model.dtype();
+  f.recompute = model.recompute();
   f.input = model.input_shape().batched(f.batch);
   const std::vector<Model::NodeBuffers> plan = model.buffer_plan(f.batch);
   const auto& nodes = model.nodes();
@@ -139,6 +140,125 @@ MemoryFit fit_on_this_machine(size_t needed, const std::string& requested) {
   return judge_fit(needed, device, *available);
 }
 
+std::vector<RankShare> rank_shares(const Footprint& f, int64_t world, const std::function<MemoryFit(size_t)>& judge) {
+  GT_CHECK(world >= 1, "rank_shares at {} ranks", world);
+  // One shard of a flat buffer of every parameter element, padded to a multiple of the ranks.
+  const size_t shard = static_cast<size_t>((f.params + world - 1) / world) * dtype_size(f.dtype);
+  const size_t whole = f.buffer_bytes + f.activation_bytes + f.batch_bytes;
+  std::vector<RankShare> out;
+  for (int stage = 0; stage <= 2; ++stage) {
+    RankShare r;
+    r.zero_stage = stage;
+    r.param_bytes = f.param_bytes;
+    r.grad_bytes = stage >= 2 && world > 1 ? shard : f.grad_bytes;
+    r.optimizer_bytes =
+        stage >= 1 && world > 1 ? shard * static_cast<size_t>(f.optimizer_state_per_param) : f.optimizer_bytes;
+    r.total_bytes = r.param_bytes + r.grad_bytes + r.optimizer_bytes + whole;
+    r.fit = judge(r.total_bytes);
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::string rank_shares_report(const std::vector<RankShare>& shares, int64_t world) {
+  std::string out = fmt::format("\nper rank at {} rank{} (data parallel; dist.zero stages side by side):\n", world,
+                                world == 1 ? "" : "s");
+  out += fmt::format("  {:<16}", "");
+  for (const RankShare& r : shares) out += fmt::format(" {:>12}", fmt::format("zero {}", r.zero_stage));
+  out += "\n";
+  auto row = [&](const char* what, size_t RankShare::*field) {
+    out += fmt::format("  {:<16}", what);
+    for (const RankShare& r : shares) out += fmt::format(" {:>12}", format_bytes(r.*field));
+    out += "\n";
+  };
+  row("parameters", &RankShare::param_bytes);
+  row("gradients", &RankShare::grad_bytes);
+  row("optimizer state", &RankShare::optimizer_bytes);
+  row("total", &RankShare::total_bytes);
+  out += fmt::format("  {:<16}", "fits");
+  for (const RankShare& r : shares) out += fmt::format(" {:>12}", !r.fit.fits ? "unknown" : *r.fit.fits ? "yes" : "no");
+  out += "\n";
+  if (!shares.empty()) {
+    const MemoryFit& fit = shares.front().fit;
+    out += fit.fits ? fmt::format("  (one rank on {}: {} {}; ranks sharing a host share its memory)\n", fit.device,
+                                  format_bytes(fit.usable), fit.device == "cpu" ? "available" : "usable")
+                    : fmt::format("  (fits on {}: unknown: {})\n", fit.device, fit.basis);
+  }
+  return out;
+}
+
+std::string fit_advice(const Footprint& f, int64_t world, const std::function<MemoryFit(size_t)>& judge,
+                       const FootprintWith& footprint_with) {
+  // The least a rank can hold under the stages here is stage 2's; what fits there is said with the stage.
+  auto best = [&](const Footprint& g, int64_t ranks) -> std::optional<int> {
+    for (const RankShare& r : rank_shares(g, ranks, judge))
+      if (r.fit.fits && *r.fit.fits) return r.zero_stage;
+    return std::nullopt;
+  };
+  const std::vector<RankShare> now = rank_shares(f, world, judge);
+  if (!now.back().fit.fits || best(f, world)) return "";  // fits, or unknown
+  std::string out = "nothing fits; what would:\n";
+  bool any = false;
+  if (f.recompute == Recompute::none) {
+    if (const std::optional<Footprint> g = footprint_with(Recompute::blocks, f.batch, f.accumulate)) {
+      const std::optional<int> stage = best(*g, world);
+      out += stage ? fmt::format("  train.recompute: blocks, with zero {} ({} per rank)\n", *stage,
+                                 format_bytes(rank_shares(*g, world, judge)[static_cast<size_t>(*stage)].total_bytes))
+                   : fmt::format("  train.recompute: blocks alone does not ({} per rank at zero 2)\n",
+                                 format_bytes(rank_shares(*g, world, judge).back().total_bytes));
+      any = any || stage.has_value();
+    }
+  }
+  for (int64_t batch = f.batch, accumulate = f.accumulate; batch % 2 == 0;) {
+    batch /= 2;
+    accumulate *= 2;
+    const std::optional<Footprint> g = footprint_with(f.recompute, batch, accumulate);
+    if (!g) break;
+    if (const std::optional<int> stage = best(*g, world)) {
+      out += fmt::format(
+          "  data.batch_size: {} with train.accumulate: {} (the same {} samples per step), with zero {} ({} per "
+          "rank)\n",
+          batch, accumulate, f.batch * f.accumulate, *stage,
+          format_bytes(rank_shares(*g, world, judge)[static_cast<size_t>(*stage)].total_bytes));
+      any = true;
+      break;
+    }
+  }
+  for (int64_t ranks = world * 2; ranks <= 4096; ranks *= 2) {
+    if (const std::optional<int> stage = best(f, ranks)) {
+      out += fmt::format("  {} ranks, with zero {} ({} per rank)\n", ranks, *stage,
+                         format_bytes(rank_shares(f, ranks, judge)[static_cast<size_t>(*stage)].total_bytes));
+      any = true;
+      break;
+    }
+  }
+  if (!any)
+    out += fmt::format(
+        "  none of recompute, a smaller micro-batch or up to 4096 ranks: what every rank holds whole (weights, "
+        "activations, batch) is {} already\n",
+        format_bytes(f.param_bytes + f.buffer_bytes + f.activation_bytes + f.batch_bytes));
+  return out;
+}
+
+void add_rank_shares_json(JsonObject& out, const std::vector<RankShare>& shares, int64_t world) {
+  auto n = [](size_t v) { return static_cast<int64_t>(v); };
+  std::vector<JsonObject> stages;
+  for (const RankShare& r : shares) {
+    JsonObject s;
+    s.add("stage", static_cast<int64_t>(r.zero_stage))
+        .add("param_bytes", n(r.param_bytes))
+        .add("grad_bytes", n(r.grad_bytes))
+        .add("optimizer_bytes", n(r.optimizer_bytes))
+        .add("per_rank_bytes", n(r.total_bytes));
+    if (r.fit.fits)
+      s.add_bool("fits", *r.fit.fits);
+    else
+      s.add_null("fits");
+    stages.push_back(std::move(s));
+  }
+  out.add("world_size", world).add("per_rank_bytes", n(shares.front().total_bytes)).add("zero_stages", stages);
+}
+
 std::string format_bytes(size_t bytes) {
   if (bytes < 1024) return fmt::format("{} B", bytes);
   const char* units[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
@@ -200,7 +320,11 @@ std::string footprint_report(const Footprint& f, const MemoryFit& fit, const std
       fmt::format("{}: {} state value{} per parameter", f.optimizer, f.optimizer_state_per_param,
                   f.optimizer_state_per_param == 1 ? "" : "s"));
   row("buffers", f.buffer_bytes, "batch-norm running statistics");
-  row("activations", f.activation_bytes, "outputs, their gradients, what layers keep for backward");
+  row("activations", f.activation_bytes,
+      f.recompute == Recompute::blocks
+          ? "outputs, their gradients, what layers keep for backward (train.recompute: blocks: the outputs used only "
+            "inside a block pass share one set of buffers)"
+          : "outputs, their gradients, what layers keep for backward");
   row("batch", f.batch_bytes, "input, target and output gradient");
   row("total", f.total_bytes, "");
   return out + fit_line(fit) + "\n";

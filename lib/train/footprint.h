@@ -6,8 +6,10 @@
 #include "core/dtype.h"
 #include "core/json.h"
 #include "core/shape.h"
+#include "graph/model.h"
 #include "train/experiment.h"
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,7 +37,8 @@ struct Footprint {
   int64_t accumulate = 1;         ///< micro-batches per step: they reuse the same buffers
   int64_t tokens_per_sample = 0;  ///< token data: the block size (FLOPs per token are shown); 0 otherwise
   DType dtype = DType::f32;
-  Shape input;  ///< the model input, batched
+  Recompute recompute = Recompute::none;  ///< train.recompute: the activations follow it (Model::buffer_plan)
+  Shape input;                            ///< the model input, batched
   std::vector<LayerFootprint> layers;
   int64_t params = 0, forward_flops = 0, backward_flops = 0;
   std::string optimizer;                  ///< "sgd", "adam", …
@@ -72,6 +75,32 @@ MemoryFit judge_fit(size_t needed, Device device, size_t total);
 /// total memory or, for the CPU, /proc/meminfo's MemAvailable (read after the data set is loaded, which training
 /// holds as well). A device that cannot be used here gives an unknown verdict that says why.
 MemoryFit fit_on_this_machine(size_t needed, const std::string& requested);
+
+/// What one rank of a data-parallel run at `world` ranks holds under a ZeRO stage (dist.zero): stage 0 keeps every
+/// tensor on every rank; stage 1 splits the optimizer state, stage 2 the gradients too, into `world` shards of
+/// ⌈parameters / world⌉ elements (the flat buffers padded to a multiple of the ranks). The weights stay whole (stage
+/// 3 would split them). train.precision keeps fp32 weights (its half formats only round the products' operands), so
+/// there is no separate master copy to split.
+struct RankShare {
+  int zero_stage = 0;
+  size_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0;  ///< this rank's
+  size_t total_bytes = 0;  ///< with the buffers, activations and batch tensors, which every rank holds whole
+  MemoryFit fit;
+};
+/// Stages 0, 1 and 2 at `world` ranks (≥ 1); `judge` gives the verdict for one rank's bytes.
+std::vector<RankShare> rank_shares(const Footprint& f, int64_t world, const std::function<MemoryFit(size_t)>& judge);
+/// The three stages side by side, as `gputrain check --world-size N` prints them.
+std::string rank_shares_report(const std::vector<RankShare>& shares, int64_t world);
+/// When no stage fits: what would, in lines ("" when one fits or nothing is known). `footprint_with` sizes the same
+/// config with another recompute mode, micro-batch and accumulation (nullopt: that setting is refused, e.g. blocks
+/// without a block). Tried: train.recompute: blocks; halving the micro-batch while doubling train.accumulate (the
+/// same samples per step); more ranks (doubling, up to 4096).
+using FootprintWith = std::function<std::optional<Footprint>(Recompute, int64_t batch, int64_t accumulate)>;
+std::string fit_advice(const Footprint& f, int64_t world, const std::function<MemoryFit(size_t)>& judge,
+                       const FootprintWith& footprint_with);
+/// The stages as JSON: {"world_size", "per_rank_bytes" (stage 0's: the configured stage until dist.zero exists),
+/// "zero_stages": [{stage, param_bytes, grad_bytes, optimizer_bytes, per_rank_bytes, fits}, …]}.
+void add_rank_shares_json(JsonObject& out, const std::vector<RankShare>& shares, int64_t world);
 
 /// "1.50 GiB", "320 B": binary units, three significant digits.
 std::string format_bytes(size_t bytes);

@@ -21,6 +21,11 @@ const Choice<Precision> kPrecisions[] = {
     {Precision::fp16, "fp16"},
 };
 
+const Choice<Recompute> kRecomputeModes[] = {
+    {Recompute::none, "none"},
+    {Recompute::blocks, "blocks"},
+};
+
 const Choice<KeepBest> kKeepBestMetrics[] = {
     {KeepBest::none, "none"},
     {KeepBest::test_accuracy, "test_accuracy"},
@@ -136,6 +141,14 @@ const SectionSpec& train_section() {
            .fallback = "fp32",
            .doc = "matrix products: fp32; tf32 (GPUs' TF32 tensor cores, fp32 on the CPU); bf16 or fp16 operands with "
                   "fp32 accumulation (the CPU by conversion), the rest fp32"},
+          {.name = "recompute",
+           .kind = KeyKind::choice,
+           .choices = choice_names(kRecomputeModes),
+           .fallback = "none",
+           .doc = "activation recomputation: none keeps every layer's output for the backward pass; blocks drops the "
+                  "outputs used only inside a pass of a top-level repeat: block (they share one set of buffers) and "
+                  "computes that pass again right before back-propagating through it: less activation memory for "
+                  "one more forward of the blocks, the same numbers"},
           {.name = "loss_scale",
            .kind = KeyKind::any_of,
            .nullable = true,
@@ -207,6 +220,7 @@ const SectionSpec& checkpoint_section() {
 
 const std::string& to_string(NonFinitePolicy policy) { return choice_name(kNonfinitePolicies, policy); }
 const std::string& to_string(KeepBest metric) { return choice_name(kKeepBestMetrics, metric); }
+const std::string& to_string(Recompute mode) { return choice_name(kRecomputeModes, mode); }
 
 void parse_train(const ConfigNode& n, TrainConfig& out) {
   const std::vector<KeySpec>& keys = section_keys(train_section());
@@ -215,6 +229,7 @@ void parse_train(const ConfigNode& n, TrainConfig& out) {
   out.eval_tokens = get_size(n, key("eval_tokens"));
   if (n.has("nonfinite")) out.nonfinite = parse_choice(n["nonfinite"], kNonfinitePolicies);
   if (n.has("precision")) out.precision = parse_choice(n["precision"], kPrecisions);
+  if (n.has("recompute")) out.recompute = parse_choice(n["recompute"], kRecomputeModes);
   if (n.has("loss_scale") && !n["loss_scale"].yaml().IsNull()) {
     const ConfigNode ls = n["loss_scale"];
     out.loss_scale.set = true;
@@ -283,6 +298,7 @@ YAML::Node to_yaml(const TrainConfig& c) {
   }
   n["nonfinite"] = to_string(c.nonfinite);
   n["precision"] = to_string(c.precision);
+  n["recompute"] = to_string(c.recompute);
   if (!c.loss_scale.set) {
     n["loss_scale"] = YAML::Node();
   } else if (!c.loss_scale.hyper.dynamic) {

@@ -3,6 +3,7 @@
 
 #include "config/config.h"
 #include "config/schema.h"
+#include "graph/model.h"
 #include "ops/math.h"
 #include "ops/precision.h"
 
@@ -16,6 +17,8 @@ namespace gt {
 /// What a NaN/Inf loss or gradient does (train.nonfinite).
 enum class NonFinitePolicy { abort, skip, rollback };
 const std::string& to_string(NonFinitePolicy policy);
+/// "none", "blocks" (train.recompute).
+const std::string& to_string(Recompute mode);
 
 /// train.loss_scale: the loss is multiplied by a scale before backward and the gradients divided by it before the
 /// clipping and the update, so that fp16 gradients neither underflow nor, for long, overflow. Dynamic (GradScaler's
@@ -36,6 +39,7 @@ struct TrainConfig {
   int64_t profile_start = 0, profile_steps = 0;  ///< profile steps [start, start + steps) (1-based); 0 steps = off
   NonFinitePolicy nonfinite = NonFinitePolicy::abort;
   Precision precision = Precision::fp32;  ///< of the matrix products (train.precision)
+  Recompute recompute = Recompute::none;  ///< train.recompute
   LossScaleConfig loss_scale;
   /// Whether the run scales its loss: fp16 always, other precisions when train.loss_scale is set.
   bool loss_scaling() const { return precision == Precision::fp16 || loss_scale.set; }

@@ -106,6 +106,12 @@ void check_same_batches(const Experiment& exp, const CheckpointInfo& from) {
     refuse(exp.root["train"]["accumulate"], exp.train.accumulate, from.accumulate);
 }
 
+void apply_recompute(const Experiment& exp, Model& model) {
+  const std::string why = model.set_recompute(exp.train.recompute);
+  if (!why.empty())
+    exp.root["train"]["recompute"].fail(fmt::format("is {}, but {}", to_string(exp.train.recompute), why));
+}
+
 RunSetup::RunSetup(const Experiment& exp, const RunOptions& opts, const WorkerPlacement& where) {
   threads = opts.threads > 0 ? opts.threads : static_cast<int>(std::thread::hardware_concurrency());
   set_num_threads(threads);
@@ -122,6 +128,7 @@ RunSetup::RunSetup(const Experiment& exp, const RunOptions& opts, const WorkerPl
   m_data = where.data ? where.data : &*m_own_data;
   model = Model::build(exp.root["model"], train().input_shape(), DType::f32, device, exp.seed);
   model.check_batch(exp.data.batch_size, exp.root["data"]["batch_size"]);
+  apply_recompute(exp, model);
   const ConfigNode loss_where = exp.root.has("loss") ? exp.root["loss"] : exp.root["model"]["layers"];
   check_loss_fits(exp.loss, model.output_shape(), train(), loss_where, &test());
   if (exp.data.augment.any() && train().input_shape().rank() != 3)

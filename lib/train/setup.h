@@ -34,6 +34,10 @@ struct WorkerPlacement {
   bool threaded = false;             ///< one of several worker threads (the harness owns the signal handlers)
 };
 
+/// Sets train.recompute on `model` (Model::set_recompute); a mode the model cannot honour is a ConfigError at
+/// train.recompute that says why.
+void apply_recompute(const Experiment& exp, Model& model);
+
 /// Copies rank 0's `text` to every rank (a collective); `what` names it in a time-out.
 void broadcast_string(Communicator& comm, std::string& text, const char* what);
 
