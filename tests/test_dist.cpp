@@ -493,6 +493,50 @@ TEST_CASE("thread communicators sum in rank order, time out naming the missing r
       CHECK(bcast[static_cast<size_t>(r)] == std::vector<double>{2.0, 20.0});
     }
   }
+  SECTION("allgather and reduce-scatter between 3 threads: rank order, and the bits of allreduce") {
+    auto comms = gt::make_thread_comms(3, 10.0);
+    constexpr size_t kChunk = 2, kAll = 3 * kChunk;
+    std::vector<std::vector<float>> gathered(3, std::vector<float>(kAll, -1.0f)), scattered(3), reduced(3);
+    std::vector<std::vector<double>> gathered_d(3, std::vector<double>(kAll, -1.0)), scattered_d(3);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 3; ++r)
+      threads.emplace_back([&, r] {
+        const auto ur = static_cast<size_t>(r);
+        const float mine[kChunk] = {10.0f * static_cast<float>(r), 10.0f * static_cast<float>(r) + 1};
+        comms[ur]->allgather(mine, gathered[ur].data(), kChunk, "test chunks");
+        const double mine_d[kChunk] = {0.5 * r, -0.5 * r};
+        comms[ur]->allgather(mine_d, gathered_d[ur].data(), kChunk, "test chunks");
+        // Element 1 of every chunk sums 1, 1e8, −1e8 in rank order (0 in float; 1 in any other order).
+        const float order[3] = {1.0f, 1e8f, -1e8f};
+        std::vector<float> full(kAll);
+        for (size_t k = 0; k < kAll; ++k) full[k] = k % 2 == 1 ? order[r] : static_cast<float>(k + ur);
+        scattered[ur].assign(kChunk, -1.0f);
+        comms[ur]->reduce_scatter_sum(full.data(), scattered[ur].data(), kChunk, "test sums");
+        reduced[ur] = full;
+        comms[ur]->allreduce_sum(reduced[ur].data(), kAll, "test sums");
+        std::vector<double> full_d(kAll, static_cast<double>(r + 1));
+        scattered_d[ur].assign(kChunk, -1.0);
+        comms[ur]->reduce_scatter_sum(full_d.data(), scattered_d[ur].data(), kChunk, "test sums");
+      });
+    for (auto& t : threads) t.join();
+    for (size_t r = 0; r < 3; ++r) {
+      CHECK(gathered[r] == std::vector<float>{0, 1, 10, 11, 20, 21});
+      CHECK(gathered_d[r] == std::vector<double>{0, -0.0, 0.5, -0.5, 1, -1});
+      // Rank r holds chunk r of the sum: element 2r is Σ_q (2r + q) = 6r + 3, element 2r + 1 is (1 + 1e8) − 1e8.
+      CHECK(scattered[r] == std::vector<float>{static_cast<float>(6 * r + 3), 0.0f});
+      CHECK(std::equal(scattered[r].begin(), scattered[r].end(), reduced[r].begin() + static_cast<long>(kChunk * r)));
+      CHECK(scattered_d[r] == std::vector<double>{6.0, 6.0});
+    }
+  }
+  SECTION("a rank that never arrives in an allgather or a reduce-scatter") {
+    auto comms = gt::make_thread_comms(2, 0.3);
+    float v = 1, out[2] = {0, 0};
+    CHECK_THROWS_WITH(comms[0]->allgather(&v, out, 1, "the new weights"),
+                      Catch::Contains("rank 0: no answer for 0 s in allgather of the new weights: rank 1 failed"));
+    auto again = gt::make_thread_comms(2, 0.3);
+    CHECK_THROWS_WITH(again[0]->reduce_scatter_sum(out, &v, 1, "the gradients"),
+                      Catch::Contains("rank 0: no answer for 0 s in reduce-scatter of the gradients: rank 1"));
+  }
   SECTION("a rank that never arrives") {
     auto comms = gt::make_thread_comms(2, 0.3);
     float v = 1;
