@@ -280,6 +280,7 @@ void load_named_tensors(const std::vector<std::pair<std::string, Tensor*>>& want
 void load_checkpoint(const CheckpointInfo& ckpt, Model& model, Optimizer& optimizer) {
   load_named_tensors(model.state_tensors(), (fs::path(ckpt.dir) / kModelFile).string());
   load_named_tensors(optimizer.state(), (fs::path(ckpt.dir) / kOptimizerFile).string());
+  optimizer.shard_state();  // dist.zero: this rank's part of the whole state, at whatever world size wrote it
   optimizer.set_steps_taken(ckpt.progress.optimizer_steps);
 }
 

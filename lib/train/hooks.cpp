@@ -219,11 +219,14 @@ void CheckpointHook::save(TrainProgress& p, uint64_t metrics_bytes) {
   }
   p.metrics_bytes = metrics_bytes;
   p.optimizer_steps = m_optimizer.steps_taken();
+  // A sharded optimizer (dist.zero) assembles its whole state on every rank first: the file is what zero 0 writes.
+  m_optimizer.gather_state();
   if (m_lead) {  // the state it holds is the same on every rank
     const auto t0 = RunClock::now();
     const std::string where = m_store.save(m_model, m_optimizer, m_optimizer_type, p, m_resolved_config);
     spdlog::info("checkpoint {} ({:.0f} ms)", where, 1e3 * seconds_since(t0));
   }
+  m_optimizer.shard_state();
   m_dirty = false;
   m_rollbacks = 0;
 }
