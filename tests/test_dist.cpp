@@ -5,10 +5,12 @@
 #include "core/rng.h"
 #include "dist/comm.h"
 #include "dist/launch.h"
+#include "dist/zero.h"
 #include "graph/model.h"
 #include "helpers.h"
 #include "io/safetensors.h"
 #include "ops/batchnorm.h"
+#include "optim/optimizer.h"
 #include "train/checkpoint.h"
 
 #include <fmt/format.h>
@@ -834,4 +836,205 @@ TEST_CASE("ranks started with different models or configs exit 3 at once, naming
     CHECK_THAT(log, Catch::Contains("rank 1: started with another config than rank 0; the first difference"));
     CHECK_THAT(log, !Catch::Contains("MPI_ERR_TRUNCATE"));
   }
+}
+
+namespace {
+
+// dp_config's model under AdamW with clipping, its parameters in buckets of 500 floats, so that buckets, ranks' chunks
+// and parameters all cut each other. `batch` per rank; `zero` and `extra` go into the dist section.
+std::string zero_config(int zero, int64_t batch = 16, const std::string& extra = "") {
+  return fmt::format(R"(name: zero
+seed: 9
+device: cpu
+data: {{format: synthetic, samples: 2048, test_samples: 256, input_shape: [1, 6, 6], targets: {{classes: 3}},
+        batch_size: {}}}
+model:
+  layers:
+    - {{type: conv2d, out_channels: 4, kernel_size: 3, padding: 1}}
+    - relu
+    - flatten
+    - {{type: linear, out_features: 16}}
+    - tanh
+    - {{type: linear, out_features: 3}}
+optimizer: {{type: adamw, lr: 0.003, weight_decay: 0.01}}
+train: {{epochs: 1, log_every: 4, grad_clip: {{max_norm: 0.5}}}}
+checkpoint: {{every_steps: 16}}
+dist: {{zero: {}, bucket_mb: 0.002{}}}
+)",
+                     batch, zero, extra);
+}
+
+// (loss, grad_norm) of every train line of a run's metrics.jsonl.
+std::vector<std::pair<double, double>> train_curve(const std::string& run) {
+  std::vector<std::pair<double, double>> out;
+  for (const std::string& line : lines_of(read_text(run + "/metrics.jsonl")))
+    if (line.find("\"type\": \"train\"") != std::string::npos)
+      out.emplace_back(json_number(line, "loss").value_or(-1), json_number(line, "grad_norm").value_or(-1));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("dist.zero 1 and 2 over 2 worker threads and under mpirun end where zero 0 ends", "[e2e][dist]") {
+  TempDir dir;
+  for (int z = 0; z <= 2; ++z) {
+    write_text(dir / fmt::format("z{}.yaml", z), zero_config(z));
+    const auto run = run_gputrain(fmt::format("train {} --device '[cpu, cpu]' --threads 2 --out {}",
+                                              dir / fmt::format("z{}.yaml", z), dir / fmt::format("z{}", z)));
+    INFO(run.output);
+    REQUIRE(run.exit_code == 0);
+    if (z == 2)
+      CHECK_THAT(run.output, Catch::Contains("dist.zero 2: optimizer state sharded over 2 ranks, gradients "
+                                             "reduce-scattered") &&
+                                 Catch::Contains("reduce-scattered per step in 3 bucket(s)"));
+  }
+  const auto base = train_curve(dir / "z0");
+  REQUIRE(base.size() == 16);  // 64 steps, a line every 4
+  // Stage 1 all-reduces as zero 0 does and updates each element as it would: the same bits everywhere, the
+  // checkpoint's (gathered) optimizer state included.
+  CHECK(train_curve(dir / "z1") == base);
+  CHECK(max_relative_difference(dir / "z0/model.safetensors", dir / "z1/model.safetensors") == 0);
+  CHECK(read_text(dir / "z1/checkpoints/step-64/optimizer.safetensors") ==
+        read_text(dir / "z0/checkpoints/step-64/optimizer.safetensors"));
+  // Stage 2 sums the squared gradient norm as the ranks' partial sums (another order of f64 additions): the norm
+  // may differ in its last bits, and through the clipping coefficient the weights by a float rounding. Tolerance:
+  // 1e-12 relative on the norm, 1e-6 on losses and weights (a real error, a missing or doubled shard, is ≥ 1e-2).
+  auto close = [](const std::vector<std::pair<double, double>>& a, const std::vector<std::pair<double, double>>& b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i)
+      if (std::abs(a[i].first - b[i].first) > 1e-6 * std::abs(b[i].first) ||
+          std::abs(a[i].second - b[i].second) > 1e-12 * std::abs(b[i].second))
+        return false;
+    return true;
+  };
+  CHECK(close(train_curve(dir / "z2"), base));
+  CHECK(max_relative_difference(dir / "z0/model.safetensors", dir / "z2/model.safetensors") < 1e-6);
+  // Processes under mpirun: MPI_Reduce_scatter_block and MPI_Allgather; two ranks' sums commute, so the same bits.
+  for (int z : {1, 2}) {
+    const auto mpi = std::system((mpirun(2) + GT_BINARY + " train " + (dir / fmt::format("z{}.yaml", z)) +
+                                  " --quiet --threads 1 --out " + (dir / fmt::format("mpi{}", z)) + " > /dev/null 2>&1")
+                                     .c_str());
+    REQUIRE(mpi == 0);
+    CHECK(close(train_curve(dir / fmt::format("mpi{}", z)), base));
+    CHECK(max_relative_difference(dir / "z0/model.safetensors", dir / fmt::format("mpi{}/model.safetensors", z)) <
+          1e-6);
+  }
+}
+
+TEST_CASE("a dist.zero 2 checkpoint of 2 ranks resumes at 2, 1 and 3 ranks, re-sharded", "[e2e][dist]") {
+  TempDir dir;
+  for (int z : {0, 2}) write_text(dir / fmt::format("z{}.yaml", z), zero_config(z));
+  auto train = [&](int z, int ranks, const std::string& out, const std::string& more) {
+    const std::string devices = ranks == 1 ? "cpu" : ranks == 2 ? "'[cpu, cpu]'" : "'[cpu, cpu, cpu]'";
+    const auto run = run_gputrain(fmt::format("train {} --device {} --threads {} --out {} {}",
+                                              dir / fmt::format("z{}.yaml", z), devices, ranks, dir / out, more));
+    INFO(run.output);
+    REQUIRE(run.exit_code == 0);
+    return run.output;
+  };
+  train(2, 2, "whole", "");  // uninterrupted
+  for (int z : {0, 2}) {
+    const std::string run = fmt::format("r{}", z);
+    train(z, 2, run, "--max-steps 24");
+    for (const char* copy : {"one", "three"}) fs::copy(dir / run, dir / (run + copy), fs::copy_options::recursive);
+  }
+  // The gathered form: a zero 2 checkpoint holds what zero 0 writes, bit for bit.
+  CHECK(read_text(dir / "r2/checkpoints/step-24/optimizer.safetensors") ==
+        read_text(dir / "r0/checkpoints/step-24/optimizer.safetensors"));
+  // At 2 ranks it ends where the uninterrupted run ends.
+  train(2, 2, "r2", "--resume auto");
+  CHECK(max_relative_difference(dir / "whole/model.safetensors", dir / "r2/model.safetensors") == 0);
+  CHECK(train_curve(dir / "r2") == train_curve(dir / "whole"));
+  // At 1 and 3 ranks the data order differs from there on (as for any change of world size): each ends where the
+  // zero 0 checkpoint resumed the same way ends, zero 2 re-sharded over 3 ranks (chunks of 3 instead of 2).
+  for (const char* copy : {"one", "three"}) {
+    const int ranks = std::string(copy) == "one" ? 1 : 3;
+    for (int z : {0, 2}) {
+      const std::string out = train(z, ranks, fmt::format("r{}{}", z, copy), "--resume auto");
+      CHECK_THAT(out, Catch::Contains("resuming from"));
+    }
+    CHECK(max_relative_difference(dir / fmt::format("r0{}/model.safetensors", copy),
+                                  dir / fmt::format("r2{}/model.safetensors", copy)) < 1e-6);
+  }
+}
+
+TEST_CASE("dist.zero keeps 1/N of the optimizer state on each rank and updates as the unsharded optimizer does",
+          "[cpu][dist]") {
+  // Three parameters of 7, 15 and 4 elements; node 0 holds the first, node 1 the others.
+  auto make_params = [] {
+    std::vector<gt::Param> p;
+    for (int64_t n : {7, 15, 4}) {
+      gt::Param q{"p" + std::to_string(p.size()), gt::Tensor::zeros(gt::Shape{n}, gt::DType::f32),
+                  gt::Tensor::zeros(gt::Shape{n}, gt::DType::f32)};
+      for (int64_t k = 0; k < n; ++k) {
+        q.value.data<float>()[k] = 0.1f * static_cast<float>(k) - 0.3f;
+        q.grad.data<float>()[k] = std::sin(static_cast<float>(k + n));
+      }
+      p.push_back(std::move(q));
+    }
+    return p;
+  };
+  gt::OptimizerConfig cfg;
+  cfg.type = gt::OptimizerType::adamw;
+  cfg.lr = 0.01;
+  cfg.weight_decay = 0.1;
+  cfg.amsgrad = true;  // three state buffers per element
+  std::vector<gt::Param> plain_params = make_params();
+  std::vector<gt::Param*> plain_ptrs;
+  for (auto& p : plain_params) plain_ptrs.push_back(&p);
+  auto plain = gt::make_optimizer(cfg, plain_ptrs);
+  plain->step(0.01);
+  plain->step(0.01);
+  for (double bucket_mb : {1.0, 4e-5}) {  // one bucket of 26 elements; or one per node (7, then 19)
+    constexpr int kRanks = 3;
+    auto comms = gt::make_thread_comms(kRanks, 30.0);
+    std::vector<std::vector<gt::Param>> replicas(kRanks);
+    std::vector<int64_t> held(kRanks);
+    std::vector<std::vector<std::vector<float>>> state(kRanks);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < kRanks; ++r)
+      threads.emplace_back([&, r] {
+        auto& mine = replicas[static_cast<size_t>(r)];
+        mine = make_params();
+        const std::vector<std::vector<gt::Param*>> by_node = {{&mine[0]}, {&mine[1], &mine[2]}};
+        gt::ZeroOptimizer zero(cfg, {&mine[0], &mine[1], &mine[2]}, gt::plan_buckets(by_node, bucket_mb),
+                               *comms[static_cast<size_t>(r)], 1);
+        zero.step(0.01);
+        zero.step(0.01);
+        held[static_cast<size_t>(r)] = zero.shard_state_elements();
+        zero.gather_state();
+        for (auto& [name, t] : zero.state())
+          state[static_cast<size_t>(r)].emplace_back(t->data<float>(), t->data<float>() + t->numel());
+        zero.shard_state();
+      });
+    for (auto& t : threads) t.join();
+    INFO("bucket_mb " << bucket_mb);
+    const auto plain_state = plain->state();
+    int64_t total = 0;
+    for (int r = 0; r < kRanks; ++r) {
+      const auto ur = static_cast<size_t>(r);
+      // One bucket: chunks of 9, 9, 8; two: (3, 3, 1) + (7, 7, 5) → 10, 10, 6. Times 3 buffers.
+      const int64_t expect = bucket_mb > 1e-3 ? (r < 2 ? 27 : 24) : (r < 2 ? 30 : 18);
+      CHECK(held[ur] == expect);
+      total += held[ur];
+      for (size_t i = 0; i < 3; ++i) {
+        const gt::Tensor &a = replicas[ur][i].value, &b = plain_params[i].value;
+        CHECK(std::equal(a.data<float>(), a.data<float>() + a.numel(), b.data<float>()));
+      }
+      REQUIRE(state[ur].size() == plain_state.size());
+      for (size_t i = 0; i < plain_state.size(); ++i)
+        CHECK(state[ur][i] ==
+              std::vector<float>(plain_state[i].second->data<float>(),
+                                 plain_state[i].second->data<float>() + plain_state[i].second->numel()));
+    }
+    CHECK(total == 3 * 26);
+  }
+}
+
+TEST_CASE("dist.zero outside 0..2 is a config error naming the key", "[cpu][dist]") {
+  TempDir dir;
+  write_text(dir / "c.yaml", zero_config(3));
+  const auto run = run_gputrain("train " + (dir / "c.yaml") + " --out " + (dir / "run") + " 2>&1");
+  CHECK(run.exit_code == 2);
+  CHECK_THAT(run.output, Catch::Contains("dist.zero") && Catch::Contains("c.yaml:17:"));
 }

@@ -25,6 +25,7 @@ class ZeroOptimizer final : public Optimizer {
   ZeroOptimizer(const OptimizerConfig& cfg, const std::vector<Param*>& params, const BucketPlan& plan,
                 Communicator& comm, int stage);
 
+  using Optimizer::step;
   void step(double lr, const Tensor& stats, double max_norm) override;
   void grad_norm_sq(Tensor& out, Tensor& per_param) override;
   std::vector<std::pair<std::string, Tensor*>> state() override;
