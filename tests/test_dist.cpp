@@ -875,7 +875,7 @@ std::vector<std::pair<double, double>> train_curve(const std::string& run) {
 
 }  // namespace
 
-TEST_CASE("dist.zero 1 and 2 over 2 worker threads and under mpirun end where zero 0 ends", "[e2e][dist]") {
+TEST_CASE("dist.zero 1 and 2 over 2 worker threads, under mpirun and over TCP end where zero 0 ends", "[e2e][dist]") {
   TempDir dir;
   for (int z = 0; z <= 2; ++z) {
     write_text(dir / fmt::format("z{}.yaml", z), zero_config(z));
@@ -918,7 +918,17 @@ TEST_CASE("dist.zero 1 and 2 over 2 worker threads and under mpirun end where ze
     CHECK(close(train_curve(dir / fmt::format("mpi{}", z)), base));
     CHECK(max_relative_difference(dir / "z0/model.safetensors", dir / fmt::format("mpi{}/model.safetensors", z)) <
           1e-6);
-  }
+  }  // TCP under torchrun's variables: rank 0 gathers and sums in rank order.
+  const std::string args = "train " + (dir / "z2.yaml") + " --threads 1 --out " + (dir / "tcp2");
+  const auto r0 = start_tcp_rank(0, 2, tcp_test_port(2), args, dir / "log0");
+  const auto r1 = start_tcp_rank(1, 2, tcp_test_port(2), args, dir / "log1");
+  const int e0 = wait_exit(r0), e1 = wait_exit(r1);
+  INFO(read_text(dir / "log0") + read_text(dir / "log1"));
+  REQUIRE(e0 == 0);
+  REQUIRE(e1 == 0);
+  CHECK_THAT(read_text(dir / "log0"), Catch::Contains("rank 0 of 2 (local rank 0, tcp)"));
+  CHECK(close(train_curve(dir / "tcp2"), base));
+  CHECK(max_relative_difference(dir / "z0/model.safetensors", dir / "tcp2/model.safetensors") < 1e-6);
 }
 
 TEST_CASE("a dist.zero 2 checkpoint of 2 ranks resumes at 2, 1 and 3 ranks, re-sharded", "[e2e][dist]") {
