@@ -157,4 +157,10 @@ int64_t ZeroOptimizer::shard_state_elements() {
   return n;
 }
 
+int64_t ZeroOptimizer::full_state_elements() const {
+  int64_t n = 0;
+  for (const Param* p : m_params) n += p->value.numel();
+  return n * static_cast<int64_t>(m_buffers.size());
+}
+
 }  // namespace gt

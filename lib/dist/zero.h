@@ -35,6 +35,8 @@ class ZeroOptimizer final : public Optimizer {
 
   /// The state elements this rank holds between checkpoints (about 1/N of the unsharded optimizer's).
   int64_t shard_state_elements();
+  /// The state elements of the unsharded optimizer (what zero 0 holds on every rank).
+  int64_t full_state_elements() const;
 
  private:
   // Elements [offset, offset + count) of parameter `param`, at `at` in this rank's chunk of bucket `bucket`.

@@ -164,8 +164,12 @@ RunSetup::RunSetup(const Experiment& exp, const RunOptions& opts, const WorkerPl
           "is {}, but sharding the optimizer state over GPUs (NCCL) is not built yet; on {} use dist.zero: 0, or "
           "train on CPU ranks (threads, MPI or TCP)",
           exp.dist.zero, device.str()));
-    optimizer = std::make_unique<ZeroOptimizer>(
+    auto zero = std::make_unique<ZeroOptimizer>(
         exp.optimizer, model.params(), plan_buckets(model.params_by_node(), exp.dist.bucket_mb), *comm, exp.dist.zero);
+    spdlog::info("dist.zero {}: optimizer state {:.2f} MB on rank 0 instead of {:.2f} MB", exp.dist.zero,
+                 static_cast<double>(zero->shard_state_elements()) * 4e-6,
+                 static_cast<double>(zero->full_state_elements()) * 4e-6);
+    optimizer = std::move(zero);
   } else {
     optimizer = make_optimizer(exp.optimizer, model.params());
   }
