@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -873,6 +874,32 @@ std::vector<std::pair<double, double>> train_curve(const std::string& run) {
   return out;
 }
 
+// A sharded checkpoint's optimizer state assembled whole through load_state_ranges, next to zero 0's
+// optimizer.safetensors of the same model: true when every buffer holds the same bits.
+bool same_state_as(const std::string& sharded, const std::string& whole_file) {
+  const gt::CheckpointInfo ckpt = gt::read_checkpoint(sharded);
+  if (!ckpt.shards) return false;
+  const auto whole = gt::read_safetensors(whole_file);
+  std::vector<gt::StateRange> ranges;
+  std::map<size_t, int64_t> sizes;
+  for (const auto& [name, t] : whole) {
+    const size_t dot = name.find('.');
+    const size_t i = std::stoul(name.substr(0, dot));
+    sizes[i] = t.numel();
+    ranges.push_back({i, name.substr(dot + 1), 0, gt::Tensor::zeros(gt::Shape{t.numel()}, gt::DType::f32)});
+  }
+  std::vector<int64_t> param_sizes;
+  for (const auto& [i, n] : sizes) param_sizes.push_back(n);
+  gt::load_state_ranges(ckpt, ranges, param_sizes);
+  size_t k = 0;
+  for (const auto& [name, t] : whole) {
+    if (std::memcmp(ranges[k].dst.data<float>(), t.data<float>(), static_cast<size_t>(t.numel()) * 4) != 0)
+      return false;
+    ++k;
+  }
+  return !whole.empty();
+}
+
 }  // namespace
 
 TEST_CASE("dist.zero 1 and 2 over 2 worker threads, under mpirun and over TCP end where zero 0 ends", "[e2e][dist]") {
@@ -891,11 +918,12 @@ TEST_CASE("dist.zero 1 and 2 over 2 worker threads, under mpirun and over TCP en
   const auto base = train_curve(dir / "z0");
   REQUIRE(base.size() == 16);  // 64 steps, a line every 4
   // Stage 1 all-reduces as zero 0 does and updates each element as it would: the same bits everywhere, the
-  // checkpoint's (gathered) optimizer state included.
+  // checkpoint's optimizer state (two shard files, assembled) included.
   CHECK(train_curve(dir / "z1") == base);
   CHECK(max_relative_difference(dir / "z0/model.safetensors", dir / "z1/model.safetensors") == 0);
-  CHECK(read_text(dir / "z1/checkpoints/step-64/optimizer.safetensors") ==
-        read_text(dir / "z0/checkpoints/step-64/optimizer.safetensors"));
+  CHECK(fs::exists(dir / "z1/checkpoints/step-64/optimizer.shard-1-of-2.bin"));
+  CHECK_FALSE(fs::exists(dir / "z1/checkpoints/step-64/optimizer.safetensors"));
+  CHECK(same_state_as(dir / "z1/checkpoints/step-64", dir / "z0/checkpoints/step-64/optimizer.safetensors"));
   // Stage 2 sums the squared gradient norm as the ranks' partial sums (another order of f64 additions): the norm
   // may differ in its last bits, and through the clipping coefficient the weights by a float rounding. Tolerance:
   // 1e-12 relative on the norm, 1e-6 on losses and weights (a real error, a missing or doubled shard, is ≥ 1e-2).
@@ -948,9 +976,8 @@ TEST_CASE("a dist.zero 2 checkpoint of 2 ranks resumes at 2, 1 and 3 ranks, re-s
     train(z, 2, run, "--max-steps 24");
     for (const char* copy : {"one", "three"}) fs::copy(dir / run, dir / (run + copy), fs::copy_options::recursive);
   }
-  // The gathered form: a zero 2 checkpoint holds what zero 0 writes, bit for bit.
-  CHECK(read_text(dir / "r2/checkpoints/step-24/optimizer.safetensors") ==
-        read_text(dir / "r0/checkpoints/step-24/optimizer.safetensors"));
+  // The shards, put together, hold what zero 0 writes, bit for bit.
+  CHECK(same_state_as(dir / "r2/checkpoints/step-24", dir / "r0/checkpoints/step-24/optimizer.safetensors"));
   // At 2 ranks it ends where the uninterrupted run ends.
   train(2, 2, "r2", "--resume auto");
   CHECK(max_relative_difference(dir / "whole/model.safetensors", dir / "r2/model.safetensors") == 0);
@@ -966,6 +993,37 @@ TEST_CASE("a dist.zero 2 checkpoint of 2 ranks resumes at 2, 1 and 3 ranks, re-s
     CHECK(max_relative_difference(dir / fmt::format("r0{}/model.safetensors", copy),
                                   dir / fmt::format("r2{}/model.safetensors", copy)) < 1e-6);
   }
+}
+
+TEST_CASE("a dist.zero checkpoint with a shard file missing or cut short is refused by name; auto falls back",
+          "[e2e][dist]") {
+  TempDir dir;
+  write_text(dir / "z1.yaml", zero_config(1));
+  const std::string devices = "--device '[cpu, cpu]' --threads 2";
+  REQUIRE(run_gputrain(fmt::format("train {} {} --max-steps 32 --out {}", dir / "z1.yaml", devices, dir / "run"))
+              .exit_code == 0);
+  const std::string step32 = dir / "run/checkpoints/step-32", shard = step32 + "/optimizer.shard-1-of-2.bin";
+  REQUIRE(fs::exists(shard));
+  const std::string keep = read_text(shard);
+  REQUIRE(keep.size() > 8);
+  for (const char* damage : {"missing", "truncated"}) {
+    if (std::string(damage) == "missing")
+      fs::remove(shard);
+    else
+      write_text(shard, keep.substr(0, keep.size() - 8));
+    const auto r = run_gputrain(fmt::format("train {} {} --resume {}", dir / "z1.yaml", devices, step32));
+    INFO(r.output);
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.output, Catch::Contains(shard + ": ") &&
+                             Catch::Contains(std::string(damage) == "missing" ? "cannot open" : "truncated"));
+  }
+  // --resume auto skips it, naming the file, and goes on from step 16 (zero 0 at 1 rank: one chunk).
+  write_text(dir / "z0.yaml", zero_config(0));
+  const auto r = run_gputrain(fmt::format("train {} --resume auto --out {}", dir / "z0.yaml", dir / "run"));
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("skipping checkpoint " + step32) && Catch::Contains(shard) &&
+                           Catch::Contains("falling back to checkpoint " + (dir / "run/checkpoints/step-16")));
 }
 
 TEST_CASE("dist.zero keeps 1/N of the optimizer state on each rank and updates as the unsharded optimizer does",

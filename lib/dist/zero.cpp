@@ -151,6 +151,38 @@ void ZeroOptimizer::shard_state() {
   m_full.shrink_to_fit();
 }
 
+std::vector<StateRange> ZeroOptimizer::state_ranges() {
+  std::map<std::string, Tensor*> inner;
+  for (auto& [name, t] : m_inner->state()) inner[name] = t;
+  std::vector<StateRange> out;
+  for (size_t j = 0; j < m_slices.size(); ++j)
+    for (const std::string& buffer : m_buffers)
+      out.push_back({m_slices[j].param, buffer, m_slices[j].offset, *inner.at(std::to_string(j) + "." + buffer)});
+  return out;
+}
+
+std::vector<const Tensor*> ZeroOptimizer::shard_pieces() {
+  std::map<std::string, Tensor*> inner;
+  for (auto& [name, t] : m_inner->state()) inner[name] = t;
+  std::vector<const Tensor*> out;
+  for (const Bucket& b : m_buckets)
+    for (const std::string& buffer : m_buffers)
+      for (size_t j = b.first_slice; j < b.end_slice; ++j) out.push_back(inner.at(std::to_string(j) + "." + buffer));
+  return out;
+}
+
+std::vector<std::vector<size_t>> ZeroOptimizer::bucket_params() const {
+  std::vector<std::vector<size_t>> out;
+  for (const Bucket& b : m_buckets) out.push_back(b.params);
+  return out;
+}
+
+std::vector<size_t> ZeroOptimizer::bucket_chunks() const {
+  std::vector<size_t> out;
+  for (const Bucket& b : m_buckets) out.push_back(b.chunk);
+  return out;
+}
+
 int64_t ZeroOptimizer::shard_state_elements() {
   int64_t n = 0;
   for (const auto& [name, t] : m_inner->state()) n += t->numel();

@@ -32,6 +32,16 @@ class ZeroOptimizer final : public Optimizer {
   bool sharded() const override { return true; }
   void gather_state() override;
   void shard_state() override;
+  std::vector<StateRange> state_ranges() override;
+
+  /// This rank's shard of the state in the order of a checkpoint's shard file: for each bucket, for each buffer,
+  /// the rank's slices (its chunk of the bucket without the padding). Views, nothing copied.
+  std::vector<const Tensor*> shard_pieces();
+  /// The state buffers' names ("exp_avg", …), the buckets (parameter indices) and elements per rank of each.
+  const std::vector<std::string>& buffers() const { return m_buffers; }
+  std::vector<std::vector<size_t>> bucket_params() const;
+  std::vector<size_t> bucket_chunks() const;
+  int stage() const { return m_stage; }
 
   /// The state elements this rank holds between checkpoints (about 1/N of the unsharded optimizer's).
   int64_t shard_state_elements();

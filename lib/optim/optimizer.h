@@ -6,9 +6,19 @@
 #include "optim/settings.h"
 
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace gt {
+
+/// A range of one state buffer of one parameter, as a checkpoint load fills it: `dst` (f32, any device) receives
+/// elements [offset, offset + dst.numel()) of parameter `param`'s buffer `buffer`.
+struct StateRange {
+  size_t param = 0;    ///< parameter index (the order the optimizer was given them in)
+  std::string buffer;  ///< "exp_avg", …
+  int64_t offset = 0;
+  Tensor dst;
+};
 
 class Optimizer {
  public:
@@ -40,6 +50,9 @@ class Optimizer {
   virtual bool sharded() const { return false; }
   /// Sharded: assembles the whole state in state()'s buffers on every rank (a collective: every rank calls it).
   virtual void gather_state() {}
+  /// What this rank holds of the state, as ranges of the whole buffers: a sharded load fills exactly these. The
+  /// default: state()'s buffers, whole.
+  virtual std::vector<StateRange> state_ranges();
   /// Sharded: keeps this rank's shard of state()'s buffers (after a load or a gather) and frees them.
   virtual void shard_state() {}
 
