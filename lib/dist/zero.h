@@ -18,8 +18,9 @@ namespace gt {
 /// elementwise, so each element gets exactly the value the unsharded optimizer would give it. `stage` 1: the
 /// gradients are all-reduced whole and the norm is taken over them as without ZeRO; 2: only this rank's shard of
 /// the gradients is averaged (GradSync with scatter) and the squared norm is the sum of the ranks' partial sums.
-/// Checkpoints see the state of the unsharded optimizer: gather_state() assembles it on every rank, a load fills it
-/// and shard_state() keeps this rank's part, so a checkpoint resumes at any world size and stage.
+/// Checkpoints: each rank writes its own shard (shard_pieces(), train/checkpoint.h), and a load of a sharded
+/// checkpoint fills state_ranges() from the byte ranges it needs; a zero 0 checkpoint is loaded whole into state()
+/// and shard_state() keeps this rank's part. So a checkpoint resumes at any world size and stage.
 class ZeroOptimizer final : public Optimizer {
  public:
   ZeroOptimizer(const OptimizerConfig& cfg, const std::vector<Param*>& params, const BucketPlan& plan,

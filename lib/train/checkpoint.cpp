@@ -174,7 +174,7 @@ int64_t integer_of(const StateReader& r, const JsonValue& parent, const std::str
 
 // optimizer.shards: the world size and stage that wrote the shards, how the flat state was cut (the buckets, the
 // chunk of each per rank, the buffers) and each shard file's name, size and CRC-32.
-CheckpointInfo::Shards parse_shards(const StateReader& r, const std::string& source) {
+CheckpointInfo::Shards parse_shards(const StateReader& r) {
   CheckpointInfo::Shards s;
   const std::string at = "optimizer/shards";
   const JsonValue& root = *r.node(at);
@@ -213,7 +213,6 @@ CheckpointInfo::Shards parse_shards(const StateReader& r, const std::string& sou
     s.files.push_back({name->string, static_cast<uint64_t>(integer_of(r, files[i], "bytes", fat, 0)),
                        crc_of_field(r, crc, fat + "/crc32")});
   }
-  (void)source;
   return s;
 }
 
@@ -307,7 +306,7 @@ CheckpointInfo parse_state_json(const std::string& text, const std::string& sour
   p.best_value = r.optional_number("metrics/best_value");
   p.best_step = r.integer("metrics/best_step", -1);
   p.metrics_bytes = static_cast<uint64_t>(r.integer("metrics/jsonl_bytes"));
-  if (version == kShardedFormatVersion) c.shards = parse_shards(r, source);
+  if (version == kShardedFormatVersion) c.shards = parse_shards(r);
   for (const char* file : {kModelFile, kOptimizerFile}) {
     if (c.shards && std::string_view(file) == kOptimizerFile) break;
     const int64_t bytes = r.integer(fmt::format("files/{}/bytes", file));
