@@ -756,9 +756,9 @@ TEST_CASE("bad --resume paths, broken state.json and incomplete checkpoints fail
        [](const std::string& d) {
          write_text(d + "/state.json",
                     std::regex_replace(read_text(d + "/state.json"), std::regex("\"format_version\": 2"),
-                                       "\"format_version\": 3"));
+                                       "\"format_version\": 4"));
        },
-       1, "state.json: field format_version is 3"},
+       1, "state.json: field format_version is 4"},
   };
   for (const auto& c : cases) {
     const std::string ckpt = dir / (std::string("ck-") + std::to_string(&c - cases.data()));

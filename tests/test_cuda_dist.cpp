@@ -31,6 +31,12 @@ class TwoRankStandIn final : public Communicator {
     REQUIRE(cudaMemcpy(data, h.data(), n * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
   }
   void allreduce_sum(double*, size_t, const char*) override { FAIL("GradSync all-reduces f32 gradients"); }
+  void allgather(const float*, float*, size_t, const char*) override { FAIL("GradSync gathers nothing"); }
+  void allgather(const double*, double*, size_t, const char*) override { FAIL("GradSync gathers nothing"); }
+  void reduce_scatter_sum(const float*, float*, size_t, const char*) override {
+    FAIL("zero 0 reduce-scatters nothing");
+  }
+  void reduce_scatter_sum(const double*, double*, size_t, const char*) override { FAIL("GradSync sums f32"); }
   void broadcast(void*, size_t, int, const char*) override { FAIL("GradSync broadcasts nothing"); }
   void abort(int) override {}
 

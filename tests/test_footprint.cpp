@@ -407,15 +407,20 @@ TEST_CASE("gputrain check prints the dry run and says whether it fits", "[e2e]")
                      (dir / "small.json"))
                         .c_str()) == 0);
 
-  // --world-size: the three ZeRO stages per rank, stage 0 (the configured one until dist.zero exists) as
-  // per_rank_bytes; one rank holds what the plain check says.
+  // --world-size: the three ZeRO stages per rank, the configured one (dist.zero, 0 by default) as per_rank_bytes;
+  // one rank at stage 0 holds what the plain check says.
   REQUIRE(run_to_file("check " + (dir / "c.yaml") + " --json --world-size 4", dir / "ranks.json") == 0);
   CHECK(std::system(("python3 -c \"import json,sys; j=json.load(open(sys.argv[1])); s=j['zero_stages']; "
-                     "assert j['world_size'] == 4 and [x['stage'] for x in s] == [0, 1, 2]; "
+                     "assert j['world_size'] == 4 and [x['stage'] for x in s] == [0, 1, 2] and j['zero_stage'] == 0; "
                      "assert j['per_rank_bytes'] == s[0]['per_rank_bytes'] == j['totals']['total_bytes']; "
-                     "assert s[2]['per_rank_bytes'] < s[1]['per_rank_bytes'] < s[0]['per_rank_bytes']; "
+                     "assert s[2]['per_rank_bytes'] == s[1]['per_rank_bytes'] < s[0]['per_rank_bytes']; "
                      "assert s[2]['fits'] is True and j['advice'] == ''\" " +
                      (dir / "ranks.json"))
+                        .c_str()) == 0);
+  REQUIRE(run_to_file("check " + (dir / "c.yaml") + " --json --world-size 4 --set dist.zero=1", dir / "z1.json") == 0);
+  CHECK(std::system(("python3 -c \"import json,sys; j=json.load(open(sys.argv[1])); s=j['zero_stages']; "
+                     "assert j['zero_stage'] == 1 and j['per_rank_bytes'] == s[1]['per_rank_bytes']\" " +
+                     (dir / "z1.json"))
                         .c_str()) == 0);
   const auto ranks = run_gputrain("check " + (dir / "c.yaml") + " --world-size 2");
   INFO(ranks.output);
@@ -434,7 +439,8 @@ TEST_CASE("gputrain check prints the dry run and says whether it fits", "[e2e]")
   CHECK(run_gputrain("check " + (dir / "c.yaml") + " --json --set optimizer.lr=abc").exit_code == 2);
 }
 
-TEST_CASE("check --world-size splits optimizer state (zero 1) and gradients (zero 2) over the ranks", "[cpu]") {
+TEST_CASE("check --world-size splits optimizer state over the ranks (zero 1 and 2; stage 2 keeps whole gradients)",
+          "[cpu]") {
   const Footprint f = plan(kMlp, {"optimizer={type: adam, lr: 0.001}"}).f;
   const auto judge = [](size_t limit) {
     return [limit](size_t bytes) { return judge_fit(bytes, Device::cpu(), limit); };
@@ -452,9 +458,10 @@ TEST_CASE("check --world-size splits optimizer state (zero 1) and gradients (zer
   CHECK(four[0].total_bytes == f.total_bytes);
   CHECK(four[1].optimizer_bytes == 2 * shard);
   CHECK(four[1].total_bytes == whole + f.grad_bytes + 2 * shard);
-  CHECK(four[2].grad_bytes == shard);
-  CHECK(four[2].total_bytes == whole + shard + 2 * shard);
-  CHECK(four[2].total_bytes == f.total_bytes - f.grad_bytes - f.optimizer_bytes + 3 * shard);
+  // Stage 2 reduce-scatters the gradients, but the backward pass writes them whole on every rank (dist/zero.h).
+  CHECK(four[2].grad_bytes == f.grad_bytes);
+  CHECK(four[2].optimizer_bytes == 2 * shard);
+  CHECK(four[2].total_bytes == four[1].total_bytes);
 
   // Nothing fits at 4 ranks: a halved micro-batch with twice the accumulation would (the activations halve), and
   // so would more ranks; the MLP has no block to recompute (refused, so not offered).
@@ -470,8 +477,8 @@ TEST_CASE("check --world-size splits optimizer state (zero 1) and gradients (zer
   const std::string advice = fit_advice(f, 4, judge(limit), with);
   CHECK_THAT(advice, Catch::StartsWith("nothing fits; what would:") &&
                          Catch::Contains("data.batch_size: 16 with train.accumulate: 2 (the same 32 samples per step), "
-                                         "with zero 2") &&
-                         Catch::Contains("8 ranks, with zero 2"));
+                                         "with zero 1") &&
+                         Catch::Contains("8 ranks, with zero 1"));
   CHECK_FALSE(Catch::Contains("recompute").match(advice));
   CHECK(asked == std::vector<std::string>{"blocks 32 1", "none 16 2"});
   // When a stage fits there is nothing to advise.

@@ -205,7 +205,7 @@ int cmd_check(const ConfigArgs& a, bool json, int64_t world) {
                              .add("train_samples", data.train.size())
                              .add("test_samples", data.test.size());
     if (world > 0) {
-      gt::add_rank_shares_json(out, shares, world);
+      gt::add_rank_shares_json(out, shares, world, exp.dist.zero);
       out.add("advice", advice);
     }
     fmt::print("{}\n", out.str());
@@ -214,7 +214,7 @@ int cmd_check(const ConfigArgs& a, bool json, int64_t world) {
   fmt::print("{}: valid. {} training samples{}; batch {}\n\n{}", a.file, data.train.size(),
              data.test.size() ? fmt::format(", {} test samples", data.test.size()) : std::string(), exp.data.batch_size,
              gt::footprint_report(f, fit, model.edges()));
-  if (world > 0) fmt::print("{}{}", gt::rank_shares_report(shares, world), advice);
+  if (world > 0) fmt::print("{}{}", gt::rank_shares_report(shares, world, exp.dist.zero), advice);
   return 0;
 }
 

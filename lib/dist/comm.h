@@ -38,9 +38,20 @@ class Communicator {
   /// Sums `n` values over all ranks, in place. Every rank must call it with the same n, in the same order.
   virtual void allreduce_sum(float* data, size_t n, const char* what) = 0;
   virtual void allreduce_sum(double* data, size_t n, const char* what) = 0;
+  /// Every rank contributes `n` values from `send`; every rank receives all size()·n values in `recv`, rank r's at
+  /// [r·n, (r+1)·n). Every rank calls it with the same n. `send` and `recv` must not overlap. Callers whose data does
+  /// not divide by the rank count pad it (dist/zero.h pads each gradient bucket to a multiple of the rank count).
+  virtual void allgather(const float* send, float* recv, size_t n, const char* what) = 0;
+  virtual void allgather(const double* send, double* recv, size_t n, const char* what) = 0;
+  /// Sums size()·n values from `send` over all ranks; rank r receives elements [r·n, (r+1)·n) of the sum in `recv`
+  /// (n values). Each element is summed in the order allreduce_sum sums it on the same communicator (rank order on
+  /// threads and TCP), so a reduce-scatter and an all-reduce of the same buffers agree bit for bit there; MPI and
+  /// NCCL choose their own orders (exact for two ranks, whose sum commutes). `send` and `recv` must not overlap.
+  virtual void reduce_scatter_sum(const float* send, float* recv, size_t n, const char* what) = 0;
+  virtual void reduce_scatter_sum(const double* send, double* recv, size_t n, const char* what) = 0;
   /// Copies `bytes` from `root` to every other rank.
   virtual void broadcast(void* data, size_t bytes, int root, const char* what) = 0;
-  /// True when allreduce_sum and broadcast take device pointers (NCCL): they queue the collective on the stream of
+  /// True when the collectives take device pointers (NCCL): they queue the collective on the stream of
   /// set_stream and return before it has run; the buffers must stay untouched until that stream has passed it.
   virtual bool device_buffers() const { return false; }
   /// Device communicators: the CUDA stream (a cudaStream_t) the following collectives queue on; nullptr, the

@@ -70,6 +70,22 @@ class MpiComm final : public Communicator {
     const Watch w(*this, "allreduce", what);
     MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(n), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   }
+  void allgather(const float* send, float* recv, size_t n, const char* what) override {
+    const Watch w(*this, "allgather", what);
+    MPI_Allgather(send, static_cast<int>(n), MPI_FLOAT, recv, static_cast<int>(n), MPI_FLOAT, MPI_COMM_WORLD);
+  }
+  void allgather(const double* send, double* recv, size_t n, const char* what) override {
+    const Watch w(*this, "allgather", what);
+    MPI_Allgather(send, static_cast<int>(n), MPI_DOUBLE, recv, static_cast<int>(n), MPI_DOUBLE, MPI_COMM_WORLD);
+  }
+  void reduce_scatter_sum(const float* send, float* recv, size_t n, const char* what) override {
+    const Watch w(*this, "reduce-scatter", what);
+    MPI_Reduce_scatter_block(send, recv, static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  }
+  void reduce_scatter_sum(const double* send, double* recv, size_t n, const char* what) override {
+    const Watch w(*this, "reduce-scatter", what);
+    MPI_Reduce_scatter_block(send, recv, static_cast<int>(n), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  }
   void broadcast(void* data, size_t bytes, int root, const char* what) override {
     const Watch w(*this, "broadcast", what);
     MPI_Bcast(data, static_cast<int>(bytes), MPI_BYTE, root, MPI_COMM_WORLD);

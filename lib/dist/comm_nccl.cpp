@@ -83,6 +83,20 @@ class NcclComm final : public Communicator {
   void allreduce_sum(double* data, size_t n, const char* what) override {
     queued("allreduce", what, [&] { return ncclAllReduce(data, data, n, ncclFloat64, ncclSum, m_comm, m_stream); });
   }
+  void allgather(const float* send, float* recv, size_t n, const char* what) override {
+    queued("allgather", what, [&] { return ncclAllGather(send, recv, n, ncclFloat32, m_comm, m_stream); });
+  }
+  void allgather(const double* send, double* recv, size_t n, const char* what) override {
+    queued("allgather", what, [&] { return ncclAllGather(send, recv, n, ncclFloat64, m_comm, m_stream); });
+  }
+  void reduce_scatter_sum(const float* send, float* recv, size_t n, const char* what) override {
+    queued("reduce-scatter", what,
+           [&] { return ncclReduceScatter(send, recv, n, ncclFloat32, ncclSum, m_comm, m_stream); });
+  }
+  void reduce_scatter_sum(const double* send, double* recv, size_t n, const char* what) override {
+    queued("reduce-scatter", what,
+           [&] { return ncclReduceScatter(send, recv, n, ncclFloat64, ncclSum, m_comm, m_stream); });
+  }
   void broadcast(void* data, size_t bytes, int root, const char* what) override {
     queued("broadcast", what, [&] { return ncclBroadcast(data, data, bytes, ncclUint8, root, m_comm, m_stream); });
   }

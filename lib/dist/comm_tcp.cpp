@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <mutex>
 #include <vector>
 
@@ -37,6 +38,15 @@ class TcpComm final : public Communicator {
 
   void allreduce_sum(float* data, size_t n, const char* what) override { allreduce(data, n, what); }
   void allreduce_sum(double* data, size_t n, const char* what) override { allreduce(data, n, what); }
+
+  void allgather(const float* send, float* recv, size_t n, const char* what) override { gather(send, recv, n, what); }
+  void allgather(const double* send, double* recv, size_t n, const char* what) override { gather(send, recv, n, what); }
+  void reduce_scatter_sum(const float* send, float* recv, size_t n, const char* what) override {
+    reduce_scatter(send, recv, n, what);
+  }
+  void reduce_scatter_sum(const double* send, double* recv, size_t n, const char* what) override {
+    reduce_scatter(send, recv, n, what);
+  }
 
   void broadcast(void* data, size_t bytes, int root, const char* what) override {
     const std::lock_guard<std::mutex> lock(m_mutex);
@@ -75,6 +85,44 @@ class TcpComm final : public Communicator {
       for (size_t k = 0; k < n; ++k) data[k] += other[k];
     }
     for (int r = 1; r < m_size; ++r) send(r, data, bytes, "allreduce", what);
+  }
+
+  // Rank 0 collects every chunk in rank order and sends the whole result to each rank.
+  template <typename T>
+  void gather(const T* send, T* recv, size_t n, const char* what) {
+    const std::lock_guard<std::mutex> lock(m_mutex);
+    const size_t bytes = n * sizeof(T), all = bytes * static_cast<size_t>(m_size);
+    if (m_rank != 0) {
+      this->send(0, send, bytes, "allgather", what);
+      this->recv(0, recv, all, "allgather", what);
+      return;
+    }
+    if (n > 0) std::memcpy(recv, send, bytes);
+    for (int r = 1; r < m_size; ++r) this->recv(r, recv + static_cast<size_t>(r) * n, bytes, "allgather", what);
+    for (int r = 1; r < m_size; ++r) this->send(r, recv, all, "allgather", what);
+  }
+
+  // Rank 0 sums the whole buffers in rank order, as allreduce does (the same bits), and sends each rank its chunk.
+  template <typename T>
+  void reduce_scatter(const T* send, T* recv, size_t n, const char* what) {
+    const std::lock_guard<std::mutex> lock(m_mutex);
+    const size_t total = n * static_cast<size_t>(m_size), bytes = total * sizeof(T);
+    if (m_rank != 0) {
+      this->send(0, send, bytes, "reduce-scatter", what);
+      this->recv(0, recv, n * sizeof(T), "reduce-scatter", what);
+      return;
+    }
+    m_scratch.resize(2 * bytes);
+    auto* sum = reinterpret_cast<T*>(m_scratch.data());
+    auto* other = sum + total;
+    if (total > 0) std::memcpy(sum, send, bytes);
+    for (int r = 1; r < m_size; ++r) {
+      this->recv(r, other, bytes, "reduce-scatter", what);
+      for (size_t k = 0; k < total; ++k) sum[k] += other[k];
+    }
+    for (int r = 1; r < m_size; ++r)
+      this->send(r, sum + static_cast<size_t>(r) * n, n * sizeof(T), "reduce-scatter", what);
+    if (n > 0) std::memcpy(recv, sum, n * sizeof(T));
   }
 
   // The sockets index the peer rank: rank 0 holds one per rank, the others one to rank 0 (index 0).

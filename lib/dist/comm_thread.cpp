@@ -91,6 +91,14 @@ class ThreadComm final : public Communicator {
   std::string name() const override { return "threads"; }
   void allreduce_sum(float* data, size_t n, const char* what) override { reduce(data, n, what); }
   void allreduce_sum(double* data, size_t n, const char* what) override { reduce(data, n, what); }
+  void allgather(const float* send, float* recv, size_t n, const char* what) override { gather(send, recv, n, what); }
+  void allgather(const double* send, double* recv, size_t n, const char* what) override { gather(send, recv, n, what); }
+  void reduce_scatter_sum(const float* send, float* recv, size_t n, const char* what) override {
+    reduce_scatter(send, recv, n, what);
+  }
+  void reduce_scatter_sum(const double* send, double* recv, size_t n, const char* what) override {
+    reduce_scatter(send, recv, n, what);
+  }
   void broadcast(void* data, size_t bytes, int root, const char* what) override {
     ThreadGroup& g = *m_group;
     g.publish(m_rank, data);
@@ -120,6 +128,32 @@ class ThreadComm final : public Communicator {
     g.barrier(m_rank, "allreduce", what);
     std::memcpy(data, sum, n * sizeof(T));
     g.barrier(m_rank, "allreduce", what);  // the scratch buffer is free again
+  }
+
+  // Every rank copies every rank's chunk straight from its buffer: no scratch needed.
+  template <class T>
+  void gather(const T* send, T* recv, size_t n, const char* what) {
+    ThreadGroup& g = *m_group;
+    g.publish(m_rank, const_cast<T*>(send));
+    g.barrier(m_rank, "allgather", what);
+    for (int r = 0; r < g.size(); ++r)
+      if (n > 0) std::memcpy(recv + static_cast<size_t>(r) * n, g.ptr(r), n * sizeof(T));
+    g.barrier(m_rank, "allgather", what);  // every send buffer stays untouched until all copies are done
+  }
+
+  // Rank r sums chunk r over all ranks in rank order, as reduce() sums each element: the same bits as allreduce_sum.
+  template <class T>
+  void reduce_scatter(const T* send, T* recv, size_t n, const char* what) {
+    ThreadGroup& g = *m_group;
+    g.publish(m_rank, const_cast<T*>(send));
+    g.barrier(m_rank, "reduce-scatter", what);
+    const size_t base = static_cast<size_t>(m_rank) * n;
+    for (size_t k = 0; k < n; ++k) {
+      T s = static_cast<const T*>(g.ptr(0))[base + k];
+      for (int r = 1; r < g.size(); ++r) s += static_cast<const T*>(g.ptr(r))[base + k];
+      recv[k] = s;
+    }
+    g.barrier(m_rank, "reduce-scatter", what);
   }
 
   std::shared_ptr<ThreadGroup> m_group;

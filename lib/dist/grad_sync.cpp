@@ -18,19 +18,40 @@ const std::string kAllReduce = "all-reduce", kWaitType = "after backward";
 std::string bucket_name(size_t b) { return "bucket " + std::to_string(b); }
 }  // namespace
 
-GradSync::GradSync(Communicator& comm, const std::vector<std::vector<Param*>>& params_by_node, double bucket_mb,
-                   bool overlap)
-    : m_comm(comm), m_bucket_of_node(params_by_node.size(), -1), m_overlap(overlap), m_device(comm.device_buffers()) {
+BucketPlan plan_buckets(const std::vector<std::vector<Param*>>& params_by_node, double bucket_mb) {
   // Like DDP, the first bucket (the last layers, done first) is capped at 1 MB so that communication starts early
   // even when the whole model would fit one bucket.
   const auto limit = static_cast<size_t>(bucket_mb * 1e6 / sizeof(float));
   const auto first_limit = std::min(limit, static_cast<size_t>(1e6 / sizeof(float)));
+  BucketPlan plan;
+  plan.node_bucket.assign(params_by_node.size(), -1);
   size_t fill = 0;
-  std::optional<Device> device;
   for (size_t i = params_by_node.size(); i-- > 0;) {  // the order backward finishes them
     if (params_by_node[i].empty()) continue;
     size_t n = 0;
-    for (Param* p : params_by_node[i]) {
+    for (Param* p : params_by_node[i]) n += static_cast<size_t>(p->grad.numel());
+    // A node's parameters share a bucket; a node that would take a bucket past its size starts the next one.
+    if (plan.buckets.empty() || (fill > 0 && fill + n > (plan.buckets.size() == 1 ? first_limit : limit))) {
+      plan.buckets.emplace_back();
+      fill = 0;
+    }
+    for (Param* p : params_by_node[i]) plan.buckets.back().push_back(p);
+    fill += n;
+    plan.node_bucket[i] = static_cast<int>(plan.buckets.size() - 1);
+  }
+  return plan;
+}
+
+GradSync::GradSync(Communicator& comm, const std::vector<std::vector<Param*>>& params_by_node, double bucket_mb,
+                   bool overlap, bool scatter)
+    : m_comm(comm), m_overlap(overlap), m_scatter(scatter), m_device(comm.device_buffers()) {
+  GT_CHECK(!(m_scatter && m_device), "reduce-scattered gradients (dist.zero: 2) need a host communicator, not {}",
+           comm.name());
+  BucketPlan plan = plan_buckets(params_by_node, bucket_mb);
+  m_bucket_of_node = std::move(plan.node_bucket);
+  std::optional<Device> device;
+  for (auto& params : plan.buckets) {
+    for (Param* p : params) {
       if (m_device) {
         if (!device) device = p->grad.device();
         GT_CHECK(p->grad.dtype() == DType::f32 && p->grad.device().is_cuda() && p->grad.device() == *device,
@@ -38,24 +59,20 @@ GradSync::GradSync(Communicator& comm, const std::vector<std::vector<Param*>>& p
       } else {
         GT_CHECK(p->grad.dtype() == DType::f32 && p->grad.device().is_cpu(), "gradient sync covers f32 CPU gradients");
       }
-      n += static_cast<size_t>(p->grad.numel());
     }
-    // A node's parameters share a bucket; a node that would take a bucket past its size starts the next one.
-    if (m_buckets.empty() || (fill > 0 && fill + n > (m_buckets.size() == 1 ? first_limit : limit))) {
-      m_buckets.emplace_back();
-      fill = 0;
-    }
-    Bucket& b = m_buckets.back();
-    for (Param* p : params_by_node[i]) b.params.push_back(p);
-    ++b.nodes;
-    fill += n;
-    m_bucket_of_node[i] = static_cast<int>(m_buckets.size() - 1);
+    m_buckets.emplace_back();
+    m_buckets.back().params = std::move(params);
   }
+  for (size_t i = 0; i < m_bucket_of_node.size(); ++i)
+    if (m_bucket_of_node[i] >= 0) ++m_buckets[static_cast<size_t>(m_bucket_of_node[i])].nodes;
   for (Bucket& b : m_buckets) {
     size_t n = 0;
     for (Param* p : b.params) n += static_cast<size_t>(p->grad.numel());
     if (m_device)
       b.device_flat = Tensor::empty(Shape{static_cast<int64_t>(n)}, DType::f32, *device);
+    else if (m_scatter)  // padded to whole chunks; the padding stays zero
+      b.flat.resize(zero_chunk(n, comm.size()) * static_cast<size_t>(comm.size())),
+          b.chunk.resize(b.flat.size() / static_cast<size_t>(comm.size()));
     else
       b.flat.resize(n);
     m_bytes += static_cast<int64_t>(n * sizeof(float));
@@ -138,12 +155,30 @@ void GradSync::reduce(size_t b) {
     std::memcpy(flat, p->grad.data<float>(), static_cast<size_t>(p->grad.numel()) * sizeof(float));
     flat += p->grad.numel();
   }
+  if (m_scatter) {
+    scatter_back(bucket, scale);
+    return;
+  }
   m_comm.allreduce_sum(bucket.flat.data(), bucket.flat.size(), "the gradients");
   flat = bucket.flat.data();
   for (Param* p : bucket.params) {
     float* g = p->grad.data<float>();
     for (int64_t k = 0; k < p->grad.numel(); ++k) g[k] = flat[k] * scale;
     flat += p->grad.numel();
+  }
+}
+
+void GradSync::scatter_back(Bucket& bucket, float scale) {
+  const size_t chunk = bucket.chunk.size(), begin = chunk * static_cast<size_t>(m_comm.rank()), end = begin + chunk;
+  m_comm.reduce_scatter_sum(bucket.flat.data(), bucket.chunk.data(), chunk, "the gradients");
+  // Only the elements of this rank's chunk are averaged; each parameter overlapping it takes its part.
+  size_t offset = 0;
+  for (Param* p : bucket.params) {
+    const auto n = static_cast<size_t>(p->grad.numel());
+    const size_t lo = std::max(offset, begin), hi = std::min(offset + n, end);
+    float* g = p->grad.data<float>();
+    for (size_t k = lo; k < hi; ++k) g[k - offset] = bucket.chunk[k - begin] * scale;
+    offset += n;
   }
 }
 

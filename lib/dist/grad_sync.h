@@ -23,6 +23,22 @@ namespace gt {
 class Model;
 class Profiler;
 
+/// How GradSync groups the parameters into buckets: buckets[b] holds the parameters of consecutive nodes, from the
+/// last node to the first (the order backward finishes them); node_bucket[i] is node i's bucket, -1 without
+/// parameters. ZeRO (dist/zero.h) shards by the same buckets, so that a bucket's reduce-scatter hands each rank
+/// exactly the gradients it updates.
+struct BucketPlan {
+  std::vector<std::vector<Param*>> buckets;
+  std::vector<int> node_bucket;
+};
+BucketPlan plan_buckets(const std::vector<std::vector<Param*>>& params_by_node, double bucket_mb);
+
+/// ZeRO's cut of a bucket of `elems` gradient elements over `world` ranks: padded to chunk · world elements, rank r
+/// owning [r · chunk, min((r + 1) · chunk, elems)).
+inline size_t zero_chunk(size_t elems, int world) {
+  return (elems + static_cast<size_t>(world) - 1) / static_cast<size_t>(world);
+}
+
 class GradSync : NonCopyable {
  public:
   /// `params_by_node[i]` are node i's parameters; buckets follow the nodes from last to first. `overlap`: all-reduce
@@ -30,8 +46,10 @@ class GradSync : NonCopyable {
   /// when every core already computes: the thread would only take cycles from the backward pass). When
   /// comm.device_buffers(), the gradients must be f32 on one CUDA device: each bucket is queued on a side stream as
   /// it completes (overlap) or all in `finish`, and `finish` returns once the compute stream waits for them.
+  /// `scatter` (dist.zero: 2): each bucket is reduce-scattered instead of all-reduced, and only this rank's chunk of
+  /// it (zero_chunk) is averaged in the gradients; the rest keep this rank's own sums. Host communicators only.
   GradSync(Communicator& comm, const std::vector<std::vector<Param*>>& params_by_node, double bucket_mb,
-           bool overlap = true);
+           bool overlap = true, bool scatter = false);
   ~GradSync();
 
   /// Times every bucket's all-reduce (on the communication thread's lane) and the wait for them in finish().
@@ -55,19 +73,21 @@ class GradSync : NonCopyable {
   struct Bucket {
     std::vector<Param*> params;
     std::vector<float> flat;
-    Tensor device_flat;  ///< on device buffers: the bucket, f32 on the gradients' device
-    size_t nodes = 0;    ///< nodes whose parameters it holds
-    size_t pending = 0;  ///< of those, done in this backward pass
+    std::vector<float> chunk;  ///< scatter: this rank's chunk of the sums
+    Tensor device_flat;        ///< on device buffers: the bucket, f32 on the gradients' device
+    size_t nodes = 0;          ///< nodes whose parameters it holds
+    size_t pending = 0;        ///< of those, done in this backward pass
   };
   void worker();
-  void reduce(size_t b);         ///< all-reduces bucket b and writes the averages back
+  void reduce(size_t b);                           ///< all-reduces bucket b and writes the averages back
+  void scatter_back(Bucket& bucket, float scale);  ///< scatter: reduce-scatters a filled bucket, averages the chunk
   void launch_device(size_t b);  ///< device buffers: flattens bucket b and queues its all-reduce on the side stream
   void finish_device();
 
   Communicator& m_comm;
   std::vector<Bucket> m_buckets;
   std::vector<int> m_bucket_of_node;  ///< -1: no parameters
-  bool m_armed = false, m_overlap = true;
+  bool m_armed = false, m_overlap = true, m_scatter = false;
   bool m_device = false;               ///< the communicator takes device buffers
   std::unique_ptr<SideStream> m_side;  ///< device buffers: where the all-reduce runs
   Tensor m_scale;                      ///< device buffers: 1 / ranks, f64 on the device, for scale_by

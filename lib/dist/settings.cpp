@@ -22,6 +22,14 @@ const SectionSpec& dist_section() {
            .kind = KeyKind::boolean,
            .doc = "all-reduce gradient buckets during backward; default true, false with sync_batchnorm (which it "
                   "cannot go with)"},
+          {.name = "zero",
+           .kind = KeyKind::integer,
+           .min = 0,
+           .max = 2,
+           .fallback = "0",
+           .doc = "ZeRO stage: 0 every rank keeps the whole optimizer state; 1 each rank keeps and updates its "
+                  "1/N shard of it and the new weights are all-gathered; 2 also reduce-scatters the gradients "
+                  "instead of all-reducing them (CPU ranks: threads, MPI, TCP)"},
           {.name = "sync_batchnorm",
            .kind = KeyKind::boolean,
            .fallback = "false",
@@ -45,6 +53,7 @@ void parse_dist(const ConfigNode& n, DistConfig& out) {
   out.overlap = n.get_bool("overlap", !out.sync_batchnorm);
   out.bucket_mb = get_double(n, key_spec(keys, "bucket_mb"));
   out.timeout_s = get_double(n, key_spec(keys, "timeout_s"));
+  out.zero = static_cast<int>(get_int(n, key_spec(keys, "zero")));
 }
 
 YAML::Node to_yaml(const DistConfig& c) {
@@ -52,6 +61,7 @@ YAML::Node to_yaml(const DistConfig& c) {
   n["bucket_mb"] = c.bucket_mb;
   n["timeout_s"] = c.timeout_s;
   n["overlap"] = c.overlap;
+  n["zero"] = c.zero;
   n["sync_batchnorm"] = c.sync_batchnorm;
   return n;
 }

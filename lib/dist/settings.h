@@ -13,6 +13,7 @@ struct DistConfig {
   double bucket_mb = 25;        ///< gradient bucket size for the overlapped all-reduce
   double timeout_s = 300;       ///< a collective waiting longer than this ends the run with exit 3
   bool overlap = true;          ///< all-reduce gradient buckets on a thread during backward
+  int zero = 0;                 ///< ZeRO stage: 1 shards the optimizer state, 2 also the averaged gradients
   bool sync_batchnorm = false;  ///< batch norm statistics over the global batch (one all-reduce per layer and pass)
 };
 

@@ -6,9 +6,19 @@
 #include "optim/settings.h"
 
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace gt {
+
+/// A range of one state buffer of one parameter, as a checkpoint load fills it: `dst` (f32, any device) receives
+/// elements [offset, offset + dst.numel()) of parameter `param`'s buffer `buffer`.
+struct StateRange {
+  size_t param = 0;    ///< parameter index (the order the optimizer was given them in)
+  std::string buffer;  ///< "exp_avg", …
+  int64_t offset = 0;
+  Tensor dst;
+};
 
 class Optimizer {
  public:
@@ -26,14 +36,25 @@ class Optimizer {
   void undo_step() { --m_steps; }
   /// Adds the squared global gradient norm to out[0], and each parameter's own to per_param[i] when that is
   /// defined (f64 on the parameters' device), in one kernel on CUDA.
-  void grad_norm_sq(Tensor& out, Tensor& per_param) {
+  virtual void grad_norm_sq(Tensor& out, Tensor& per_param) {
     if (!m_group.rows.empty()) ops::sum_squares_group(m_group, 1, out, per_param);
   }
   int64_t steps_taken() const { return m_steps; }
   /// Restores the step count of a checkpoint (Adam's bias corrections, SGD's first-step momentum).
   void set_steps_taken(int64_t steps) { m_steps = steps; }
-  /// The state buffers by name (momentum, moments), for checkpoints.
+  /// The state buffers by name (momentum, moments), for checkpoints: "<parameter index>.<buffer>", whole
+  /// parameters. A sharded optimizer (dist.zero) returns full-size buffers that hold what gather_state() or a load
+  /// put there; shard_state() then takes its shard back from them and frees them.
   virtual std::vector<std::pair<std::string, Tensor*>> state() = 0;
+  /// Whether this rank holds only a shard of the state (dist.zero ≥ 1).
+  virtual bool sharded() const { return false; }
+  /// Sharded: assembles the whole state in state()'s buffers on every rank (a collective: every rank calls it).
+  virtual void gather_state() {}
+  /// What this rank holds of the state, as ranges of the whole buffers: a sharded load fills exactly these. The
+  /// default: state()'s buffers, whole.
+  virtual std::vector<StateRange> state_ranges();
+  /// Sharded: keeps this rank's shard of state()'s buffers (after a load or a gather) and frees them.
+  virtual void shard_state() {}
 
  protected:
   /// An optimizer of `params`, on the first one's device.

@@ -40,6 +40,15 @@ void Optimizer::step(double lr) {
   step(lr, m_always_ok, 0);
 }
 
+std::vector<StateRange> Optimizer::state_ranges() {
+  std::vector<StateRange> out;
+  for (auto& [name, t] : state()) {  // "<parameter index>.<buffer>"
+    const size_t dot = name.find('.');
+    out.push_back({std::stoul(name.substr(0, dot)), name.substr(dot + 1), 0, t->view(Shape{t->numel()})});
+  }
+  return out;
+}
+
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& cfg, const std::vector<Param*>& params) {
   if (cfg.type == OptimizerType::sgd) return std::make_unique<Sgd>(cfg, params);
   return make_adam(cfg, params);  // adam, adamw

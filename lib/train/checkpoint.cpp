@@ -33,7 +33,9 @@ namespace {
 
 constexpr const char* kFormat = "gputrain.checkpoint";
 // 2: state.json checksums itself (state_crc32) and records the batch shape its position counts in.
-constexpr int64_t kFormatVersion = 2;
+// 3: the optimizer state in per-rank shard files (dist.zero ≥ 1), described by optimizer.shards; a checkpoint
+// without shards is still written as version 2, so that what zero 0 writes reads as before.
+constexpr int64_t kFormatVersion = 2, kShardedFormatVersion = 3;
 constexpr const char* kModelFile = "model.safetensors";
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kStateFile = "state.json";
@@ -148,7 +150,91 @@ class StateReader {
   std::string m_source;
 };
 
+std::string crc_of_field(const StateReader& r, const JsonValue* node, const std::string& path) {
+  const std::string crc = node->is_string() ? node->string : "";
+  if (crc.size() != 8 || crc.find_first_not_of("0123456789abcdef") != std::string::npos)
+    r.fail(path, fmt::format("expected 8 hex digits, got {}", node->text()));
+  return crc;
+}
+
+const std::vector<JsonValue>& array_of(const StateReader& r, const JsonValue& parent, const std::string& key,
+                                       const std::string& path) {
+  const JsonValue* n = parent.find(key);
+  if (!n || !n->is_array()) r.fail(path + "/" + key, "is missing or not a list");
+  return n->items;
+}
+
+int64_t integer_of(const StateReader& r, const JsonValue& parent, const std::string& key, const std::string& path,
+                   int64_t min) {
+  const JsonValue* n = parent.find(key);
+  if (!n || !n->integer || *n->integer < min)
+    r.fail(path + "/" + key, fmt::format("expected an integer ≥ {}, got {}", min, n ? n->text() : "nothing"));
+  return *n->integer;
+}
+
+// optimizer.shards: the world size and stage that wrote the shards, how the flat state was cut (the buckets, the
+// chunk of each per rank, the buffers) and each shard file's name, size and CRC-32.
+CheckpointInfo::Shards parse_shards(const StateReader& r) {
+  CheckpointInfo::Shards s;
+  const std::string at = "optimizer/shards";
+  const JsonValue& root = *r.node(at);
+  s.world_size = r.integer(at + "/world_size", 1);
+  s.stage = r.integer(at + "/stage", 1);
+  for (const JsonValue& b : array_of(r, root, "buffers", at)) {
+    const JsonValue* name = b.find("name");
+    if (!name || !name->is_string() || name->string.empty()) r.fail(at + "/buffers", "holds an entry without a name");
+    s.buffers.push_back(name->string);
+  }
+  for (const JsonValue& b : array_of(r, root, "buckets", at)) {
+    CheckpointInfo::Shards::Bucket bucket;
+    const std::string bat = at + "/buckets";
+    bucket.chunk = integer_of(r, b, "chunk", bat, 0);
+    int64_t n = 0;
+    for (const JsonValue& p : array_of(r, b, "params", bat)) {
+      bucket.params.push_back(integer_of(r, p, "index", bat + "/params", 0));
+      bucket.sizes.push_back(integer_of(r, p, "elements", bat + "/params", 0));
+      n += bucket.sizes.back();
+    }
+    if (bucket.chunk * s.world_size < n)
+      r.fail(bat, fmt::format("holds a bucket of {} elements in {} chunks of {}", n, s.world_size, bucket.chunk));
+    s.buckets.push_back(std::move(bucket));
+  }
+  const auto& files = array_of(r, root, "files", at);
+  if (static_cast<int64_t>(files.size()) != s.world_size)
+    r.fail(at + "/files", fmt::format("lists {} shard files for world_size {}", files.size(), s.world_size));
+  for (size_t i = 0; i < files.size(); ++i) {
+    const std::string fat = fmt::format("{}/files/{}", at, i);
+    const JsonValue* name = files[i].find("name");
+    if (!name || name->string != shard_file_name(static_cast<int>(i), static_cast<int>(s.world_size)))
+      r.fail(fat + "/name",
+             fmt::format("expected \"{}\"", shard_file_name(static_cast<int>(i), static_cast<int>(s.world_size))));
+    const JsonValue* crc = files[i].find("crc32");
+    if (!crc) r.fail(fat + "/crc32", "is missing");
+    s.files.push_back({name->string, static_cast<uint64_t>(integer_of(r, files[i], "bytes", fat, 0)),
+                       crc_of_field(r, crc, fat + "/crc32")});
+  }
+  return s;
+}
+
 }  // namespace
+
+std::string shard_file_name(int rank, int world) { return fmt::format("optimizer.shard-{}-of-{}.bin", rank, world); }
+
+CheckpointInfo::File write_shard_file(const std::string& path, const std::string& name,
+                                      const std::vector<const Tensor*>& pieces) {
+  AtomicFile out(path);
+  uint32_t crc = static_cast<uint32_t>(crc32_z(0, nullptr, 0));
+  uint64_t bytes = 0;
+  for (const Tensor* t : pieces) {
+    GT_CHECK(t->dtype() == DType::f32 && t->device().is_cpu(), "shard files hold f32 host tensors");
+    const size_t n = static_cast<size_t>(t->numel()) * 4;
+    out.write(t->data<float>(), n);
+    crc = static_cast<uint32_t>(crc32_z(crc, reinterpret_cast<const unsigned char*>(t->data<float>()), n));
+    bytes += n;
+  }
+  out.commit();
+  return {name, bytes, hex32(crc)};
+}
 
 std::string config_hash(const std::string& resolved_config) { return hex32(crc_of(resolved_config)); }
 
@@ -180,8 +266,10 @@ CheckpointInfo parse_state_json(const std::string& text, const std::string& sour
   }
   const StateReader r(root, source);
   if (r.str("format") != kFormat) r.fail("format", fmt::format("expected \"{}\"", kFormat));
-  if (const int64_t v = r.integer("format_version"); v != kFormatVersion)
-    r.fail("format_version", fmt::format("is {}; this gputrain reads version {}", v, kFormatVersion));
+  const int64_t version = r.integer("format_version");
+  if (version != kFormatVersion && version != kShardedFormatVersion)
+    r.fail("format_version", fmt::format("is {}; this gputrain reads versions {} and {}", version, kFormatVersion,
+                                         kShardedFormatVersion));
   CheckpointInfo c;
   c.gputrain_version = r.str("gputrain_version");
   c.world_size = r.integer("world_size", 1);
@@ -218,15 +306,14 @@ CheckpointInfo parse_state_json(const std::string& text, const std::string& sour
   p.best_value = r.optional_number("metrics/best_value");
   p.best_step = r.integer("metrics/best_step", -1);
   p.metrics_bytes = static_cast<uint64_t>(r.integer("metrics/jsonl_bytes"));
+  if (version == kShardedFormatVersion) c.shards = parse_shards(r);
   for (const char* file : {kModelFile, kOptimizerFile}) {
+    if (c.shards && std::string_view(file) == kOptimizerFile) break;
     const int64_t bytes = r.integer(fmt::format("files/{}/bytes", file));
     const std::string crc_path = fmt::format("files/{}/crc32", file);
-    const JsonValue* crc_node = r.node(crc_path);
-    const std::string crc = crc_node->is_string() ? crc_node->string : "";
-    if (crc.size() != 8 || crc.find_first_not_of("0123456789abcdef") != std::string::npos)
-      r.fail(crc_path, fmt::format("expected 8 hex digits, got {}", crc_node->text()));
-    c.files.push_back({file, static_cast<uint64_t>(bytes), crc});
+    c.files.push_back({file, static_cast<uint64_t>(bytes), crc_of_field(r, r.node(crc_path), crc_path)});
   }
+  if (c.shards) c.files.insert(c.files.end(), c.shards->files.begin(), c.shards->files.end());
   return c;
 }
 
@@ -277,9 +364,146 @@ void load_named_tensors(const std::vector<std::pair<std::string, Tensor*>>& want
   for (size_t i = 0; i < wanted.size(); ++i) wanted[i].second->copy_from(*sources[i]);
 }
 
+namespace {
+
+// The shard files of one checkpoint, opened as they are first needed, read with pread.
+class ShardReader {
+ public:
+  ShardReader(const CheckpointInfo& ckpt) : m_ckpt(ckpt), m_fds(ckpt.shards->files.size(), -1) {}
+  ~ShardReader() {
+    for (int fd : m_fds)
+      if (fd >= 0) ::close(fd);
+  }
+  ShardReader(const ShardReader&) = delete;
+  ShardReader& operator=(const ShardReader&) = delete;
+
+  void read(size_t shard, uint64_t offset, void* dst, size_t bytes) {
+    const CheckpointInfo::File& f = m_ckpt.shards->files[shard];
+    const std::string path = (fs::path(m_ckpt.dir) / f.name).string();
+    if (offset + bytes > f.bytes)  // the manifest and its own cut disagree: a state.json written by something else
+      throw DataError(
+          fmt::format("{}: bytes {}..{} are past its recorded size {}", path, offset, offset + bytes, f.bytes));
+    int& fd = m_fds[shard];
+    if (fd < 0) {
+      fd = ::open(path.c_str(), O_RDONLY);
+      if (fd < 0) throw DataError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+    }
+    auto* out = static_cast<char*>(dst);
+    size_t done = 0;
+    while (done < bytes) {
+      const ssize_t n = ::pread(fd, out + done, bytes - done, static_cast<off_t>(offset + done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) throw DataError(fmt::format("{}: read failed: {}", path, std::strerror(errno)));
+      if (n == 0)
+        throw DataError(fmt::format("{}: ends at byte {}, but the checkpoint recorded {} bytes (truncated)", path,
+                                    offset + done, f.bytes));
+      done += static_cast<size_t>(n);
+    }
+  }
+
+ private:
+  const CheckpointInfo& m_ckpt;
+  std::vector<int> m_fds;
+};
+
+}  // namespace
+
+void load_state_ranges(const CheckpointInfo& ckpt, const std::vector<StateRange>& ranges,
+                       const std::vector<int64_t>& param_sizes) {
+  const CheckpointInfo::Shards& s = *ckpt.shards;
+  const std::string source = (fs::path(ckpt.dir) / kStateFile).string();
+  // Where each parameter lies in the writer's buckets; the writer's parameters must be this model's.
+  struct Where {
+    size_t bucket = 0;
+    int64_t offset = -1;  // within the bucket
+  };
+  std::vector<Where> where(param_sizes.size());
+  std::vector<std::string> problems;
+  for (size_t b = 0; b < s.buckets.size(); ++b) {
+    int64_t offset = 0;
+    for (size_t k = 0; k < s.buckets[b].params.size(); ++k) {
+      const auto i = static_cast<size_t>(s.buckets[b].params[k]);
+      const int64_t n = s.buckets[b].sizes[k];
+      if (i >= param_sizes.size())
+        problems.push_back(fmt::format("parameter {}: in the checkpoint but not in the model", i));
+      else if (where[i].offset >= 0)
+        problems.push_back(fmt::format("parameter {}: in two buckets", i));
+      else if (n != param_sizes[i])
+        problems.push_back(
+            fmt::format("parameter {}: {} elements in the checkpoint, {} in the model", i, n, param_sizes[i]));
+      else
+        where[i] = {b, offset};
+      offset += n;
+    }
+  }
+  for (size_t i = 0; i < where.size(); ++i)
+    if (where[i].offset < 0 && problems.size() < 20)
+      problems.push_back(fmt::format("parameter {}: missing from the checkpoint", i));
+  std::map<std::string, size_t> buffer_index;
+  for (size_t u = 0; u < s.buffers.size(); ++u) buffer_index[s.buffers[u]] = u;
+  for (const StateRange& r : ranges) {
+    if (!buffer_index.count(r.buffer))
+      problems.push_back(fmt::format("buffer {}: asked for by the optimizer, not in the checkpoint", r.buffer));
+    if (r.dst.dtype() != DType::f32)
+      problems.push_back(fmt::format("parameter {} {}: {} in the optimizer, f32 in the checkpoint", r.param, r.buffer,
+                                     dtype_name(r.dst.dtype())));
+  }
+  if (!problems.empty()) {
+    std::string list;
+    for (size_t i = 0; i < problems.size() && i < 20; ++i) list += "; " + problems[i];
+    throw DataError(fmt::format("{}: the optimizer shards do not match the model ({} difference{}){}", source,
+                                problems.size(), problems.size() == 1 ? "" : "s", list));
+  }
+  // Shard r holds, for bucket after bucket, each buffer's count(r, b) elements: base[r][b] is where bucket b starts.
+  const size_t world = s.files.size(), buffers = s.buffers.size();
+  auto count = [&](size_t r, size_t b) {
+    int64_t n = 0;
+    for (int64_t e : s.buckets[b].sizes) n += e;
+    const int64_t lo = static_cast<int64_t>(r) * s.buckets[b].chunk;
+    return std::clamp<int64_t>(n - lo, 0, s.buckets[b].chunk);
+  };
+  std::vector<std::vector<uint64_t>> base(world, std::vector<uint64_t>(s.buckets.size() + 1, 0));
+  for (size_t r = 0; r < world; ++r)
+    for (size_t b = 0; b < s.buckets.size(); ++b)
+      base[r][b + 1] = base[r][b] + static_cast<uint64_t>(count(r, b)) * buffers * 4;
+  ShardReader reader(ckpt);
+  for (const StateRange& r : ranges) {
+    const Where& w = where[r.param];
+    const int64_t chunk = s.buckets[w.bucket].chunk;
+    const size_t u = buffer_index.at(r.buffer);
+    Tensor host = r.dst.device().is_cpu() ? r.dst : Tensor::empty(Shape{r.dst.numel()}, DType::f32);
+    auto* out = host.data<float>();
+    // Elements [pos, end) of the bucket; each old chunk they cross is one read from that rank's shard.
+    int64_t pos = w.offset + r.offset;
+    const int64_t end = pos + r.dst.numel();
+    while (pos < end) {
+      const auto shard = static_cast<size_t>(pos / chunk);
+      const int64_t take = std::min(end, (static_cast<int64_t>(shard) + 1) * chunk) - pos;
+      const uint64_t at =
+          base[shard][w.bucket] + (static_cast<uint64_t>(u * static_cast<size_t>(count(shard, w.bucket))) +
+                                   static_cast<uint64_t>(pos - static_cast<int64_t>(shard) * chunk)) *
+                                      4;
+      reader.read(shard, at, out, static_cast<size_t>(take) * 4);
+      out += take;
+      pos += take;
+    }
+    if (!r.dst.device().is_cpu()) {
+      Tensor dst = r.dst;
+      dst.copy_from(host);
+    }
+  }
+}
+
 void load_checkpoint(const CheckpointInfo& ckpt, Model& model, Optimizer& optimizer) {
   load_named_tensors(model.state_tensors(), (fs::path(ckpt.dir) / kModelFile).string());
-  load_named_tensors(optimizer.state(), (fs::path(ckpt.dir) / kOptimizerFile).string());
+  if (ckpt.shards) {  // each rank reads the byte ranges of its own state: nobody holds the whole of it
+    std::vector<int64_t> sizes;
+    for (const Param* p : model.params()) sizes.push_back(p->value.numel());
+    load_state_ranges(ckpt, optimizer.state_ranges(), sizes);
+  } else {
+    load_named_tensors(optimizer.state(), (fs::path(ckpt.dir) / kOptimizerFile).string());
+    optimizer.shard_state();  // dist.zero: this rank's part of the whole state, at whatever world size wrote it
+  }
   optimizer.set_steps_taken(ckpt.progress.optimizer_steps);
 }
 
@@ -291,17 +515,38 @@ CheckpointStore::CheckpointStore(std::string run_dir, CheckpointConfig cfg, int 
       m_batch(batch_size),
       m_accumulate(accumulate) {}
 
-std::string CheckpointStore::save(Model& model, Optimizer& optimizer, OptimizerType optimizer_type,
-                                  const TrainProgress& p, const std::string& resolved_config) {
-  const fs::path root = m_root;
-  const std::string name = fmt::format("step-{}", p.step);
-  const fs::path tmp = root / ("." + name + ".tmp"), final_dir = root / name;
+std::string CheckpointStore::folder(int64_t step) const {
+  return (fs::path(m_root) / fmt::format(".step-{}.tmp", step)).string();
+}
+
+std::string CheckpointStore::begin(int64_t step) {
+  const fs::path root = m_root, tmp = folder(step);
   std::error_code ec;
   fs::create_directories(root, ec);
   if (ec) throw Error(fmt::format("{}: cannot create: {}", root.string(), ec.message()));
   fs::remove_all(tmp, ec);  // left by a write that crashed
   fs::create_directory(tmp, ec);
   if (ec) throw Error(fmt::format("{}: cannot create: {}", tmp.string(), ec.message()));
+  return tmp.string();
+}
+
+void CheckpointStore::abandon(int64_t step) {
+  std::error_code ec;
+  fs::remove_all(folder(step), ec);
+}
+
+std::string CheckpointStore::save(Model& model, Optimizer& optimizer, OptimizerType optimizer_type,
+                                  const TrainProgress& p, const std::string& resolved_config) {
+  return save(model, optimizer, optimizer_type, p, resolved_config, nullptr);
+}
+
+std::string CheckpointStore::save(Model& model, Optimizer& optimizer, OptimizerType optimizer_type,
+                                  const TrainProgress& p, const std::string& resolved_config,
+                                  const CheckpointInfo::Shards* shards) {
+  const fs::path root = m_root;
+  const std::string name = fmt::format("step-{}", p.step);
+  const fs::path tmp = shards ? fs::path(folder(p.step)) : fs::path(begin(p.step)), final_dir = root / name;
+  std::error_code ec;
   try {
     const std::string steps = std::to_string(p.step), type = to_string(optimizer_type);
     std::vector<std::pair<std::string, const Tensor*>> tensors;
@@ -309,17 +554,40 @@ std::string CheckpointStore::save(Model& model, Optimizer& optimizer, OptimizerT
     write_safetensors((tmp / kModelFile).string(), tensors,
                       {{"format", "pt"}, {"gputrain_version", GPUTRAIN_VERSION}, {"step", steps}});
     tensors.clear();
-    for (auto& [n, t] : optimizer.state()) tensors.emplace_back(n, t);
-    write_safetensors((tmp / kOptimizerFile).string(), tensors,
-                      {{"optimizer", type}, {"steps_taken", std::to_string(optimizer.steps_taken())}});
+    if (!shards) {
+      for (auto& [n, t] : optimizer.state()) tensors.emplace_back(n, t);
+      write_safetensors((tmp / kOptimizerFile).string(), tensors,
+                        {{"optimizer", type}, {"steps_taken", std::to_string(optimizer.steps_taken())}});
+    }
     JsonObject files;
     for (const char* f : {kModelFile, kOptimizerFile}) {
+      if (shards && std::string_view(f) == kOptimizerFile) break;
       const FileSum s = file_sum((tmp / f).string());
       files.add(f, JsonObject().add("bytes", static_cast<int64_t>(s.bytes)).add("crc32", hex32(s.crc)));
     }
+    JsonObject opt = JsonObject().add("type", type).add("steps_taken", optimizer.steps_taken());
+    if (shards) {
+      std::vector<JsonObject> buffers, buckets, shard_files;
+      for (const std::string& b : shards->buffers) buffers.push_back(JsonObject().add("name", b));
+      for (const auto& b : shards->buckets) {
+        std::vector<JsonObject> ps;
+        for (size_t k = 0; k < b.params.size(); ++k)
+          ps.push_back(JsonObject().add("index", b.params[k]).add("elements", b.sizes[k]));
+        buckets.push_back(JsonObject().add("chunk", b.chunk).add("params", ps));
+      }
+      for (const auto& f : shards->files)
+        shard_files.push_back(
+            JsonObject().add("name", f.name).add("bytes", static_cast<int64_t>(f.bytes)).add("crc32", f.crc32));
+      opt.add("shards", JsonObject()
+                            .add("world_size", shards->world_size)
+                            .add("stage", shards->stage)
+                            .add("buffers", buffers)
+                            .add("buckets", buckets)
+                            .add("files", shard_files));
+    }
     JsonObject state = JsonObject()
                            .add("format", kFormat)
-                           .add("format_version", kFormatVersion)
+                           .add("format_version", shards ? kShardedFormatVersion : kFormatVersion)
                            .add("gputrain_version", GPUTRAIN_VERSION)
                            .add("world_size", m_world)
                            .add("step", p.step)
@@ -334,7 +602,7 @@ std::string CheckpointStore::save(Model& model, Optimizer& optimizer, OptimizerT
                                                 "counter-based: data order keyed by (seed, epoch), augmentation by "
                                                 "(seed, epoch, position), dropout by (seed, layer, micro-batch)"))
                            .add("scheduler", JsonObject().add("step", p.step).add("lr_scale", p.lr_scale))
-                           .add("optimizer", JsonObject().add("type", type).add("steps_taken", optimizer.steps_taken()))
+                           .add("optimizer", opt)
                            .add("progress", JsonObject()
                                                 .add("epochs_done", p.epochs_done)
                                                 .add("train_samples", p.train_samples)

@@ -14,6 +14,7 @@ namespace gt {
 
 class Model;
 class Optimizer;
+struct StateRange;
 
 /// Where a run stands after a completed optimizer step: every number besides the tensors that the training loop
 /// needs to continue exactly as if it had never stopped. The random streams need no state of their own: data order
@@ -54,7 +55,31 @@ struct CheckpointInfo {
     std::string crc32;
   };
   std::vector<File> files;
+  /// dist.zero ≥ 1: the optimizer state is in per-rank shard files instead of optimizer.safetensors.
+  struct Shards {
+    int64_t world_size = 1, stage = 1;
+    std::vector<std::string> buffers;  ///< one parameter's state buffers, in file order: "exp_avg", …
+    /// A gradient bucket of the writer: its parameters (indices, in order) and their element counts, and the chunk
+    /// of it each rank wrote (the bucket's elements [r · chunk, (r + 1) · chunk) go to shard r).
+    struct Bucket {
+      std::vector<int64_t> params, sizes;
+      int64_t chunk = 0;
+    };
+    std::vector<Bucket> buckets;
+    std::vector<File> files;  ///< shard r is files[r] (also in `files`, so read_checkpoint verifies them)
+  };
+  std::optional<Shards> shards;
 };
+
+/// Shard file r holds, for each of the writer's buckets and then each buffer, the bucket's elements
+/// [r · chunk, (r + 1) · chunk) that exist (the padding is not written), as raw little-endian f32.
+/// The name of shard file `rank` of `world`.
+std::string shard_file_name(int rank, int world);
+
+/// Writes `pieces` (f32 CPU tensors) one after the other, raw, as the file `path` (atomically) and returns its size
+/// and CRC-32 under `name`.
+CheckpointInfo::File write_shard_file(const std::string& path, const std::string& name,
+                                      const std::vector<const Tensor*>& pieces);
 
 /// The hash recorded for a resolved config (its text's CRC-32, as 8 hex digits).
 std::string config_hash(const std::string& resolved_config);
@@ -74,6 +99,12 @@ CheckpointInfo read_checkpoint(const std::string& dir);
 /// mismatch is refused with every difference listed.
 void load_checkpoint(const CheckpointInfo& ckpt, Model& model, Optimizer& optimizer);
 
+/// Fills `ranges` from a sharded checkpoint's shard files, reading only the byte ranges each one needs (a range may
+/// span several of the writer's shards). Throws DataError naming the file for a missing or short shard, and listing
+/// the differences when the writer's parameters do not match.
+void load_state_ranges(const CheckpointInfo& ckpt, const std::vector<StateRange>& ranges,
+                       const std::vector<int64_t>& param_sizes);
+
 /// Copies the tensors of a safetensors file into `wanted` by name; any difference (missing, unexpected, other shape
 /// or dtype) is a DataError listing them all.
 void load_named_tensors(const std::vector<std::pair<std::string, Tensor*>>& wanted, const std::string& path);
@@ -92,6 +123,15 @@ class CheckpointStore {
   /// the file when a write fails; the previous checkpoints are untouched then.
   std::string save(Model& model, Optimizer& optimizer, OptimizerType optimizer_type, const TrainProgress& progress,
                    const std::string& resolved_config);
+  /// A sharded save (dist.zero ≥ 1), in three parts: the lead calls begin(step), which makes a clean temporary
+  /// folder; every rank then writes its shard into folder(step) (write_shard); the lead, once all are written, calls
+  /// save with the manifest, which writes the model and state.json beside them and renames the folder into place.
+  std::string begin(int64_t step);
+  std::string folder(int64_t step) const;
+  std::string save(Model& model, Optimizer& optimizer, OptimizerType optimizer_type, const TrainProgress& progress,
+                   const std::string& resolved_config, const CheckpointInfo::Shards* shards);
+  /// Drops the temporary folder of a sharded save that failed.
+  void abandon(int64_t step);
   /// Complete checkpoint folders, newest step first (`latest` first when it names one).
   std::vector<std::string> list() const;
   /// Removes the checkpoints of steps after `step` and points `latest` at step-<step> (a non-finite rollback).

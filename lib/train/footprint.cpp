@@ -150,7 +150,7 @@ std::vector<RankShare> rank_shares(const Footprint& f, int64_t world, const std:
     RankShare r;
     r.zero_stage = stage;
     r.param_bytes = f.param_bytes;
-    r.grad_bytes = stage >= 2 && world > 1 ? shard : f.grad_bytes;
+    r.grad_bytes = f.grad_bytes;  // whole under stage 2 too: the backward pass writes every gradient (see the header)
     r.optimizer_bytes =
         stage >= 1 && world > 1 ? shard * static_cast<size_t>(f.optimizer_state_per_param) : f.optimizer_bytes;
     r.total_bytes = r.param_bytes + r.grad_bytes + r.optimizer_bytes + whole;
@@ -160,11 +160,12 @@ std::vector<RankShare> rank_shares(const Footprint& f, int64_t world, const std:
   return out;
 }
 
-std::string rank_shares_report(const std::vector<RankShare>& shares, int64_t world) {
+std::string rank_shares_report(const std::vector<RankShare>& shares, int64_t world, int configured_stage) {
   std::string out = fmt::format("\nper rank at {} rank{} (data parallel; dist.zero stages side by side):\n", world,
                                 world == 1 ? "" : "s");
   out += fmt::format("  {:<16}", "");
-  for (const RankShare& r : shares) out += fmt::format(" {:>12}", fmt::format("zero {}", r.zero_stage));
+  for (const RankShare& r : shares)
+    out += fmt::format(" {:>12}", fmt::format("zero {}{}", r.zero_stage, r.zero_stage == configured_stage ? "*" : ""));
   out += "\n";
   auto row = [&](const char* what, size_t RankShare::*field) {
     out += fmt::format("  {:<16}", what);
@@ -178,6 +179,8 @@ std::string rank_shares_report(const std::vector<RankShare>& shares, int64_t wor
   out += fmt::format("  {:<16}", "fits");
   for (const RankShare& r : shares) out += fmt::format(" {:>12}", !r.fit.fits ? "unknown" : *r.fit.fits ? "yes" : "no");
   out += "\n";
+  out += fmt::format("  (* dist.zero: {}, the configured stage; stage 2 keeps whole gradients so far)\n",
+                     configured_stage);
   if (!shares.empty()) {
     const MemoryFit& fit = shares.front().fit;
     out += fit.fits ? fmt::format("  (one rank on {}: {} {}; ranks sharing a host share its memory)\n", fit.device,
@@ -240,7 +243,7 @@ std::string fit_advice(const Footprint& f, int64_t world, const std::function<Me
   return out;
 }
 
-void add_rank_shares_json(JsonObject& out, const std::vector<RankShare>& shares, int64_t world) {
+void add_rank_shares_json(JsonObject& out, const std::vector<RankShare>& shares, int64_t world, int configured_stage) {
   auto n = [](size_t v) { return static_cast<int64_t>(v); };
   std::vector<JsonObject> stages;
   for (const RankShare& r : shares) {
@@ -256,7 +259,11 @@ void add_rank_shares_json(JsonObject& out, const std::vector<RankShare>& shares,
       s.add_null("fits");
     stages.push_back(std::move(s));
   }
-  out.add("world_size", world).add("per_rank_bytes", n(shares.front().total_bytes)).add("zero_stages", stages);
+  const RankShare& configured = shares.at(static_cast<size_t>(configured_stage));
+  out.add("world_size", world)
+      .add("zero_stage", static_cast<int64_t>(configured_stage))
+      .add("per_rank_bytes", n(configured.total_bytes))
+      .add("zero_stages", stages);
 }
 
 std::string format_bytes(size_t bytes) {

@@ -77,9 +77,11 @@ MemoryFit judge_fit(size_t needed, Device device, size_t total);
 MemoryFit fit_on_this_machine(size_t needed, const std::string& requested);
 
 /// What one rank of a data-parallel run at `world` ranks holds under a ZeRO stage (dist.zero): stage 0 keeps every
-/// tensor on every rank; stage 1 splits the optimizer state, stage 2 the gradients too, into `world` shards of
-/// ⌈parameters / world⌉ elements (the flat buffers padded to a multiple of the ranks). The weights stay whole (stage
-/// 3 would split them). train.precision keeps fp32 weights (its half formats only round the products' operands), so
+/// tensor on every rank; stages 1 and 2 split the optimizer state into `world` shards of ⌈parameters / world⌉
+/// elements (the run pads each gradient bucket to a multiple of the ranks, so a rank may hold up to world − 1 more
+/// per bucket). Stage 2 reduce-scatters the gradients, but the backward pass still writes them whole on every rank,
+/// so they are counted whole: stage 2 saves communication, not memory, so far. The weights stay whole (stage 3
+/// would split them). train.precision keeps fp32 weights (its half formats only round the products' operands), so
 /// there is no separate master copy to split.
 struct RankShare {
   int zero_stage = 0;
@@ -89,8 +91,9 @@ struct RankShare {
 };
 /// Stages 0, 1 and 2 at `world` ranks (≥ 1); `judge` gives the verdict for one rank's bytes.
 std::vector<RankShare> rank_shares(const Footprint& f, int64_t world, const std::function<MemoryFit(size_t)>& judge);
-/// The three stages side by side, as `gputrain check --world-size N` prints them.
-std::string rank_shares_report(const std::vector<RankShare>& shares, int64_t world);
+/// The three stages side by side, as `gputrain check --world-size N` prints them, the configured one (dist.zero)
+/// marked.
+std::string rank_shares_report(const std::vector<RankShare>& shares, int64_t world, int configured_stage);
 /// When no stage fits: what would, in lines ("" when one fits or nothing is known). `footprint_with` sizes the same
 /// config with another recompute mode, micro-batch and accumulation (nullopt: that setting is refused, e.g. blocks
 /// without a block). Tried: train.recompute: blocks; halving the micro-batch while doubling train.accumulate (the
@@ -98,9 +101,9 @@ std::string rank_shares_report(const std::vector<RankShare>& shares, int64_t wor
 using FootprintWith = std::function<std::optional<Footprint>(Recompute, int64_t batch, int64_t accumulate)>;
 std::string fit_advice(const Footprint& f, int64_t world, const std::function<MemoryFit(size_t)>& judge,
                        const FootprintWith& footprint_with);
-/// The stages as JSON: {"world_size", "per_rank_bytes" (stage 0's: the configured stage until dist.zero exists),
+/// The stages as JSON: {"world_size", "zero_stage" (dist.zero), "per_rank_bytes" (that stage's),
 /// "zero_stages": [{stage, param_bytes, grad_bytes, optimizer_bytes, per_rank_bytes, fits}, …]}.
-void add_rank_shares_json(JsonObject& out, const std::vector<RankShare>& shares, int64_t world);
+void add_rank_shares_json(JsonObject& out, const std::vector<RankShare>& shares, int64_t world, int configured_stage);
 
 /// "1.50 GiB", "320 B": binary units, three significant digits.
 std::string format_bytes(size_t bytes);

@@ -4,6 +4,7 @@
 #include "core/atomic_file.h"
 #include "core/backend.h"
 #include "core/json.h"
+#include "dist/zero.h"
 #include "graph/model.h"
 #include "log/logging.h"
 #include "ops/devices.h"
@@ -198,7 +199,8 @@ ProgressState ProgressBar::state(const TrainProgress& p) const {
 }
 
 CheckpointHook::CheckpointHook(const Experiment& exp, RunSetup& setup, const std::string& run_dir)
-    : m_model(setup.model),
+    : m_comm(*setup.comm),
+      m_model(setup.model),
       m_optimizer(*setup.optimizer),
       m_optimizer_type(exp.optimizer.type),
       m_resolved_config(setup.resolved_config),
@@ -219,13 +221,73 @@ void CheckpointHook::save(TrainProgress& p, uint64_t metrics_bytes) {
   }
   p.metrics_bytes = metrics_bytes;
   p.optimizer_steps = m_optimizer.steps_taken();
-  if (m_lead) {  // the state it holds is the same on every rank
+  if (auto* zero = dynamic_cast<ZeroOptimizer*>(&m_optimizer)) {
+    save_sharded(*zero, p);
+  } else if (m_lead) {  // the state it holds is the same on every rank
     const auto t0 = RunClock::now();
     const std::string where = m_store.save(m_model, m_optimizer, m_optimizer_type, p, m_resolved_config);
     spdlog::info("checkpoint {} ({:.0f} ms)", where, 1e3 * seconds_since(t0));
   }
   m_dirty = false;
   m_rollbacks = 0;
+}
+
+void CheckpointHook::save_sharded(ZeroOptimizer& zero, TrainProgress& p) {
+  const auto t0 = RunClock::now();
+  const int world = m_comm.size(), rank = m_comm.rank();
+  // 1. Rank 0 makes the temporary folder; the others wait for it (and learn when it could not).
+  std::string error;
+  if (m_lead) try {
+      m_store.begin(p.step);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  double ready = error.empty() ? 1 : 0;
+  m_comm.broadcast(&ready, sizeof ready, 0, "the checkpoint folder");
+  if (ready == 0) throw Error(m_lead ? error : fmt::format("rank 0 could not start checkpoint step-{}", p.step));
+  // 2. Every rank writes its shard beside it; the sizes and checksums go to rank 0 for state.json.
+  const std::string name = shard_file_name(rank, world);
+  CheckpointInfo::File mine;
+  try {
+    mine = write_shard_file((std::filesystem::path(m_store.folder(p.step)) / name).string(), name, zero.shard_pieces());
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  const double sent[3] = {error.empty() ? 1.0 : 0.0, static_cast<double>(mine.bytes),
+                          mine.crc32.empty() ? 0.0 : static_cast<double>(std::stoul(mine.crc32, nullptr, 16))};
+  std::vector<double> all(3 * static_cast<size_t>(world));
+  m_comm.allgather(sent, all.data(), 3, "the checkpoint's shard files");
+  for (int r = 0; r < world; ++r)
+    if (all[3 * static_cast<size_t>(r)] == 0) {
+      if (m_lead) m_store.abandon(p.step);
+      throw Error(r == rank ? error
+                            : fmt::format("rank {} could not write its shard of checkpoint step-{}", r, p.step));
+    }
+  if (!m_lead) return;
+  // 3. Rank 0 writes the model and state.json, with how the state was cut, and renames the folder into place.
+  CheckpointInfo::Shards shards;
+  shards.world_size = world;
+  shards.stage = zero.stage();
+  shards.buffers = zero.buffers();
+  const auto chunks = zero.bucket_chunks();
+  const auto buckets = zero.bucket_params();
+  const auto params = m_model.params();
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    CheckpointInfo::Shards::Bucket out;
+    out.chunk = static_cast<int64_t>(chunks[b]);
+    for (size_t i : buckets[b]) {
+      out.params.push_back(static_cast<int64_t>(i));
+      out.sizes.push_back(params[i]->value.numel());
+    }
+    shards.buckets.push_back(std::move(out));
+  }
+  for (int r = 0; r < world; ++r) {
+    const auto at = 3 * static_cast<size_t>(r);
+    shards.files.push_back({shard_file_name(r, world), static_cast<uint64_t>(all[at + 1]),
+                            fmt::format("{:08x}", static_cast<uint32_t>(all[at + 2]))});
+  }
+  const std::string where = m_store.save(m_model, m_optimizer, m_optimizer_type, p, m_resolved_config, &shards);
+  spdlog::info("checkpoint {} ({:.0f} ms, optimizer state in {} shards)", where, 1e3 * seconds_since(t0), world);
 }
 
 std::string CheckpointHook::roll_back(TrainProgress& p) {

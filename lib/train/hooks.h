@@ -17,10 +17,12 @@
 
 namespace gt {
 
+class Communicator;
 class Model;
 class Optimizer;
 class Profiler;
 class RunSetup;
+class ZeroOptimizer;
 struct StepPlan;
 
 using RunClock = std::chrono::steady_clock;
@@ -135,6 +137,10 @@ class CheckpointHook {
   std::string roll_back(TrainProgress& p);
 
  private:
+  /// dist.zero ≥ 1: every rank writes its own shard of the optimizer state, rank 0 the rest (a collective).
+  void save_sharded(ZeroOptimizer& zero, TrainProgress& p);
+
+  Communicator& m_comm;
   Model& m_model;
   Optimizer& m_optimizer;
   OptimizerType m_optimizer_type;

@@ -3,6 +3,7 @@
 
 #include "core/parallel.h"
 #include "dist/comm.h"
+#include "dist/zero.h"
 #include "log/logging.h"
 #include "ops/devices.h"
 #include "train/loss.h"
@@ -163,7 +164,22 @@ RunSetup::RunSetup(const Experiment& exp, const RunOptions& opts, const WorkerPl
   }
   batch = exp.data.batch_size;
   model.allocate(batch);
-  optimizer = make_optimizer(exp.optimizer, model.params());
+  if (exp.dist.zero > 0 && world > 1) {
+    // The sharded update, the gradient reduce-scatter and the weight all-gather exist for host buffers only.
+    if (device.is_cuda())
+      exp.root["dist"]["zero"].fail(fmt::format(
+          "is {}, but sharding the optimizer state over GPUs (NCCL) is not built yet; on {} use dist.zero: 0, or "
+          "train on CPU ranks (threads, MPI or TCP)",
+          exp.dist.zero, device.str()));
+    auto zero = std::make_unique<ZeroOptimizer>(
+        exp.optimizer, model.params(), plan_buckets(model.params_by_node(), exp.dist.bucket_mb), *comm, exp.dist.zero);
+    spdlog::info("dist.zero {}: optimizer state {:.2f} MB on rank 0 instead of {:.2f} MB", exp.dist.zero,
+                 static_cast<double>(zero->shard_state_elements()) * 4e-6,
+                 static_cast<double>(zero->full_state_elements()) * 4e-6);
+    optimizer = std::move(zero);
+  } else {
+    optimizer = make_optimizer(exp.optimizer, model.params());
+  }
   // Loaded (and refused when it does not fit) before the run directory is touched.
   if (plan.from) check_same_batches(exp, *plan.from);
   if (plan.from) progress = resume_progress(*plan.from, model, *optimizer, exp.optimizer.type, world);

@@ -102,12 +102,20 @@ StepLoop::StepLoop(const Experiment& exp, RunSetup& setup, const StepPlan& plan,
   if (m_world > 1) {
     for (auto& [name, t] : m_model.state_tensors())
       device_comm.broadcast(t->raw(), t->bytes(), 0, "the initial parameters");
-    for (auto& [name, t] : m_optimizer.state()) device_comm.broadcast(t->raw(), t->bytes(), 0, "the optimizer state");
+    // (A sharded optimizer's ranks hold different shards, each taken from the one checkpoint rank 0 chose.)
+    if (!m_optimizer.sharded())
+      for (auto& [name, t] : m_optimizer.state()) device_comm.broadcast(t->raw(), t->bytes(), 0, "the optimizer state");
   }
   if (m_world > 1) {
-    m_grad_sync.emplace(device_comm, m_model.params_by_node(), exp.dist.bucket_mb, exp.dist.overlap);
-    spdlog::info("gradients: {:.2f} MB all-reduced per step in {} bucket(s) of up to {} MB, {}",
-                 static_cast<double>(m_grad_sync->bytes_per_step()) / 1e6, m_grad_sync->buckets(), exp.dist.bucket_mb,
+    m_grad_sync.emplace(device_comm, m_model.params_by_node(), exp.dist.bucket_mb, exp.dist.overlap,
+                        m_optimizer.sharded() && exp.dist.zero >= 2);
+    if (m_optimizer.sharded())
+      spdlog::info("dist.zero {}: optimizer state sharded over {} ranks{}", exp.dist.zero, m_world,
+                   exp.dist.zero >= 2 ? ", gradients reduce-scattered" : "");
+    spdlog::info("gradients: {:.2f} MB {} per step in {} bucket(s) of up to {} MB, {}",
+                 static_cast<double>(m_grad_sync->bytes_per_step()) / 1e6,
+                 m_optimizer.sharded() && exp.dist.zero >= 2 ? "reduce-scattered" : "all-reduced",
+                 m_grad_sync->buckets(), exp.dist.bucket_mb,
                  exp.dist.overlap ? "overlapping backward" : "after backward (dist.overlap: false)");
     m_grad_sync->set_profiler(&profiler);
   }

@@ -1,0 +1,198 @@
+// The sharded optimizer of ZeRO stages 1 and 2: a plain optimizer over views of this rank's slices of the
+// parameters, the all-gather of the new weights, and the unsharded state for checkpoints.
+#include "dist/zero.h"
+
+#include "core/error.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+namespace gt {
+
+ZeroOptimizer::ZeroOptimizer(const OptimizerConfig& cfg, const std::vector<Param*>& params, const BucketPlan& plan,
+                             Communicator& comm, int stage)
+    : Optimizer(params), m_comm(comm), m_stage(stage), m_params(params) {
+  const auto world = static_cast<size_t>(comm.size()), rank = static_cast<size_t>(comm.rank());
+  std::map<const Param*, size_t> index;
+  for (size_t i = 0; i < params.size(); ++i) {
+    GT_CHECK(params[i]->value.dtype() == DType::f32 && params[i]->value.device().is_cpu(),
+             "dist.zero shards f32 CPU parameters");
+    index[params[i]] = i;
+    m_group.rows.push_back({params[i]->value, params[i]->grad});  // stage 1's norm: over the whole gradients
+  }
+  size_t max_chunk = 0, slices = 0;
+  for (const auto& bucket : plan.buckets) slices += bucket.size();
+  m_slice_params.reserve(slices);  // m_inner keeps pointers to them
+  for (size_t b = 0; b < plan.buckets.size(); ++b) {
+    Bucket out;
+    size_t n = 0;
+    for (Param* p : plan.buckets[b]) {
+      out.params.push_back(index.at(p));
+      n += static_cast<size_t>(p->value.numel());
+    }
+    out.chunk = zero_chunk(n, static_cast<int>(world));
+    max_chunk = std::max(max_chunk, out.chunk);
+    const size_t begin = out.chunk * rank, end = std::min(begin + out.chunk, n);
+    out.first_slice = m_slices.size();
+    size_t offset = 0;
+    for (Param* p : plan.buckets[b]) {
+      const auto pn = static_cast<size_t>(p->value.numel());
+      const size_t lo = std::max(offset, begin), hi = std::min(offset + pn, end);
+      if (lo < hi) {
+        const auto off = static_cast<int64_t>(lo - offset), count = static_cast<int64_t>(hi - lo);
+        m_slices.push_back({b, index.at(p), off, count, lo - begin});
+        const Shape flat{p->value.numel()};
+        m_slice_params.push_back(
+            {p->name, p->value.view(flat).slice0(off, count), p->grad.view(flat).slice0(off, count)});
+      }
+      offset += pn;
+    }
+    out.end_slice = m_slices.size();
+    m_buckets.push_back(std::move(out));
+  }
+  std::vector<Param*> rows;
+  for (Param& p : m_slice_params) rows.push_back(&p);
+  m_inner = make_optimizer(cfg, rows);
+  // The names of one parameter's state buffers, from an optimizer over a one-element stand-in.
+  Param one{"x", Tensor::zeros(Shape{1}, DType::f32), Tensor::zeros(Shape{1}, DType::f32)};
+  for (const auto& [name, t] : make_optimizer(cfg, {&one})->state())
+    m_buffers.push_back(name.substr(name.find('.') + 1));
+  m_send.resize(max_chunk);
+  m_recv.resize(max_chunk * world);
+  if (m_stage >= 2) {
+    m_total = Tensor::zeros(Shape{1}, DType::f64);
+    m_per_slice = Tensor::zeros(Shape{std::max<int64_t>(1, static_cast<int64_t>(m_slices.size()))}, DType::f64);
+  }
+}
+
+template <class Mine, class Whole>
+void ZeroOptimizer::gather(const char* what, Mine mine, Whole whole) {
+  for (const Bucket& b : m_buckets) {
+    std::fill(m_send.begin(), m_send.begin() + static_cast<long>(b.chunk), 0.0f);
+    for (size_t j = b.first_slice; j < b.end_slice; ++j) {
+      const Tensor& t = mine(j);
+      std::memcpy(m_send.data() + m_slices[j].at, t.template data<float>(), static_cast<size_t>(t.numel()) * 4);
+    }
+    m_comm.allgather(m_send.data(), m_recv.data(), b.chunk, what);
+    // Rank r's chunk lands at r · chunk: the bucket's elements in order, then the padding.
+    size_t offset = 0;
+    for (size_t i : b.params) {
+      Tensor& t = whole(i);
+      std::memcpy(t.template data<float>(), m_recv.data() + offset, static_cast<size_t>(t.numel()) * 4);
+      offset += static_cast<size_t>(t.numel());
+    }
+  }
+}
+
+void ZeroOptimizer::step(double lr, const Tensor& stats, double max_norm) {
+  m_inner->set_steps_taken(m_steps);  // undo_step and set_steps_taken reach this one: Adam's bias correction
+  m_inner->step(lr, stats, max_norm);
+  ++m_steps;
+  gather(
+      "the updated weights", [&](size_t j) -> Tensor& { return m_slice_params[j].value; },
+      [&](size_t i) -> Tensor& { return m_params[i]->value; });
+}
+
+void ZeroOptimizer::grad_norm_sq(Tensor& out, Tensor& per_param) {
+  if (m_stage < 2) {  // every rank holds the whole averaged gradients: the norm of zero 0, bit for bit
+    Optimizer::grad_norm_sq(out, per_param);
+    return;
+  }
+  // Each rank holds the averaged gradients of its own slices only: their sums, added up over the ranks.
+  m_total.zero_();
+  m_per_slice.zero_();
+  m_inner->grad_norm_sq(m_total, m_per_slice);
+  std::vector<double> sums(m_params.size() + 1, 0.0);
+  for (size_t j = 0; j < m_slices.size(); ++j) sums[m_slices[j].param] += m_per_slice.data<double>()[j];
+  sums.back() = m_total.data<double>()[0];
+  m_comm.allreduce_sum(sums.data(), sums.size(), "the gradient norm");
+  out.data<double>()[0] += sums.back();
+  if (per_param.defined())
+    for (size_t i = 0; i < m_params.size() && static_cast<int64_t>(i) < per_param.numel(); ++i)
+      per_param.data<double>()[i] += sums[i];
+}
+
+std::vector<std::pair<std::string, Tensor*>> ZeroOptimizer::state() {
+  if (m_full.empty())
+    for (size_t i = 0; i < m_params.size(); ++i)
+      for (const std::string& buffer : m_buffers) {
+        const Tensor& v = m_params[i]->value;
+        m_full.emplace_back(std::to_string(i) + "." + buffer, Tensor::zeros(v.shape(), v.dtype(), v.device()));
+      }
+  std::vector<std::pair<std::string, Tensor*>> out;
+  for (auto& [name, t] : m_full) out.emplace_back(name, &t);
+  return out;
+}
+
+void ZeroOptimizer::gather_state() {
+  state();
+  std::map<std::string, Tensor*> inner;
+  for (auto& [name, t] : m_inner->state()) inner[name] = t;
+  const size_t per = m_buffers.size();
+  for (size_t u = 0; u < per; ++u)
+    gather(
+        "the optimizer state", [&](size_t j) -> Tensor& { return *inner.at(std::to_string(j) + "." + m_buffers[u]); },
+        [&](size_t i) -> Tensor& { return m_full[i * per + u].second; });
+}
+
+void ZeroOptimizer::shard_state() {
+  if (m_full.empty()) return;
+  std::map<std::string, Tensor*> inner;
+  for (auto& [name, t] : m_inner->state()) inner[name] = t;
+  const size_t per = m_buffers.size();
+  for (size_t j = 0; j < m_slices.size(); ++j)
+    for (size_t u = 0; u < per; ++u) {
+      const Tensor& whole = m_full[m_slices[j].param * per + u].second;
+      inner.at(std::to_string(j) + "." + m_buffers[u])
+          ->copy_from(whole.view(Shape{whole.numel()}).slice0(m_slices[j].offset, m_slices[j].count));
+    }
+  m_full.clear();
+  m_full.shrink_to_fit();
+}
+
+std::vector<StateRange> ZeroOptimizer::state_ranges() {
+  std::map<std::string, Tensor*> inner;
+  for (auto& [name, t] : m_inner->state()) inner[name] = t;
+  std::vector<StateRange> out;
+  for (size_t j = 0; j < m_slices.size(); ++j)
+    for (const std::string& buffer : m_buffers)
+      out.push_back({m_slices[j].param, buffer, m_slices[j].offset, *inner.at(std::to_string(j) + "." + buffer)});
+  return out;
+}
+
+std::vector<const Tensor*> ZeroOptimizer::shard_pieces() {
+  std::map<std::string, Tensor*> inner;
+  for (auto& [name, t] : m_inner->state()) inner[name] = t;
+  std::vector<const Tensor*> out;
+  for (const Bucket& b : m_buckets)
+    for (const std::string& buffer : m_buffers)
+      for (size_t j = b.first_slice; j < b.end_slice; ++j) out.push_back(inner.at(std::to_string(j) + "." + buffer));
+  return out;
+}
+
+std::vector<std::vector<size_t>> ZeroOptimizer::bucket_params() const {
+  std::vector<std::vector<size_t>> out;
+  for (const Bucket& b : m_buckets) out.push_back(b.params);
+  return out;
+}
+
+std::vector<size_t> ZeroOptimizer::bucket_chunks() const {
+  std::vector<size_t> out;
+  for (const Bucket& b : m_buckets) out.push_back(b.chunk);
+  return out;
+}
+
+int64_t ZeroOptimizer::shard_state_elements() {
+  int64_t n = 0;
+  for (const auto& [name, t] : m_inner->state()) n += t->numel();
+  return n;
+}
+
+int64_t ZeroOptimizer::full_state_elements() const {
+  int64_t n = 0;
+  for (const Param* p : m_params) n += p->value.numel();
+  return n * static_cast<int64_t>(m_buffers.size());
+}
+
+}  // namespace gt

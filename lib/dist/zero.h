@@ -1,0 +1,82 @@
+// ZeRO stages 1 and 2 (dist.zero): each rank keeps optimizer state for its shard of the parameters alone, updates
+// only that shard, and the new weights are all-gathered after every step.
+#pragma once
+
+#include "dist/comm.h"
+#include "dist/grad_sync.h"
+#include "optim/optimizer.h"
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace gt {
+
+/// An optimizer over the shard of `params` (the model's, in Model::params() order) that this rank of `comm` owns:
+/// chunk r of every bucket of `plan` (zero_chunk), the cut GradSync's reduce-scatter hands out. The update is
+/// elementwise, so each element gets exactly the value the unsharded optimizer would give it. `stage` 1: the
+/// gradients are all-reduced whole and the norm is taken over them as without ZeRO; 2: only this rank's shard of
+/// the gradients is averaged (GradSync with scatter) and the squared norm is the sum of the ranks' partial sums.
+/// Checkpoints: each rank writes its own shard (shard_pieces(), train/checkpoint.h), and a load of a sharded
+/// checkpoint fills state_ranges() from the byte ranges it needs; a zero 0 checkpoint is loaded whole into state()
+/// and shard_state() keeps this rank's part. So a checkpoint resumes at any world size and stage.
+class ZeroOptimizer final : public Optimizer {
+ public:
+  ZeroOptimizer(const OptimizerConfig& cfg, const std::vector<Param*>& params, const BucketPlan& plan,
+                Communicator& comm, int stage);
+
+  using Optimizer::step;
+  void step(double lr, const Tensor& stats, double max_norm) override;
+  void grad_norm_sq(Tensor& out, Tensor& per_param) override;
+  std::vector<std::pair<std::string, Tensor*>> state() override;
+  bool sharded() const override { return true; }
+  void gather_state() override;
+  void shard_state() override;
+  std::vector<StateRange> state_ranges() override;
+
+  /// This rank's shard of the state in the order of a checkpoint's shard file: for each bucket, for each buffer,
+  /// the rank's slices (its chunk of the bucket without the padding). Views, nothing copied.
+  std::vector<const Tensor*> shard_pieces();
+  /// The state buffers' names ("exp_avg", …), the buckets (parameter indices) and elements per rank of each.
+  const std::vector<std::string>& buffers() const { return m_buffers; }
+  std::vector<std::vector<size_t>> bucket_params() const;
+  std::vector<size_t> bucket_chunks() const;
+  int stage() const { return m_stage; }
+
+  /// The state elements this rank holds between checkpoints (about 1/N of the unsharded optimizer's).
+  int64_t shard_state_elements();
+  /// The state elements of the unsharded optimizer (what zero 0 holds on every rank).
+  int64_t full_state_elements() const;
+
+ private:
+  // Elements [offset, offset + count) of parameter `param`, at `at` in this rank's chunk of bucket `bucket`.
+  struct Slice {
+    size_t bucket, param;
+    int64_t offset, count;
+    size_t at;
+  };
+  struct Bucket {
+    std::vector<size_t> params;  ///< indices into m_params, in bucket order
+    size_t chunk = 0;            ///< elements per rank (the bucket padded to chunk · ranks)
+    size_t first_slice = 0, end_slice = 0;
+  };
+  /// All-gathers one tensor per parameter over every bucket: `mine(j)` is slice j's part (this rank's), `whole(i)`
+  /// parameter i's full tensor, which receives every rank's part.
+  template <class Mine, class Whole>
+  void gather(const char* what, Mine mine, Whole whole);
+
+  Communicator& m_comm;
+  int m_stage;
+  std::vector<Param*> m_params;
+  std::vector<Bucket> m_buckets;
+  std::vector<Slice> m_slices;
+  std::vector<Param> m_slice_params;  ///< views of the parameters' values and gradients, row j of m_inner
+  std::unique_ptr<Optimizer> m_inner;
+  std::vector<std::string> m_buffers;                  ///< the state buffers of one parameter: "exp_avg", …
+  std::vector<std::pair<std::string, Tensor>> m_full;  ///< state(): the unsharded buffers, while needed
+  std::vector<float> m_send, m_recv;                   ///< one chunk, and every rank's chunk of a bucket
+  Tensor m_total, m_per_slice;                         ///< stage 2: this rank's partial squared norms
+};
+
+}  // namespace gt
