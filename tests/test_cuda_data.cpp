@@ -177,7 +177,7 @@ TEST_CASE("a device-resident training set gathers the staged batches, across epo
   CHECK(stager.next(loader, x, y) == 0);
 }
 
-TEST_CASE("data.device_resident auto stages a data set over its fraction of free memory; true refuses host work",
+TEST_CASE("data.device_resident auto stages a data set over its fraction of free memory, and true refuses host work",
           "[cuda]") {
   require_gpu();
   const Dataset ds = images(203);

@@ -995,7 +995,7 @@ TEST_CASE("a dist.zero 2 checkpoint of 2 ranks resumes at 2, 1 and 3 ranks, re-s
   }
 }
 
-TEST_CASE("a dist.zero checkpoint with a shard file missing or cut short is refused by name; auto falls back",
+TEST_CASE("a dist.zero checkpoint with a shard file missing or cut short is refused by name, and auto falls back",
           "[e2e][dist]") {
   TempDir dir;
   write_text(dir / "z1.yaml", zero_config(1));

@@ -439,7 +439,7 @@ TEST_CASE("gputrain check prints the dry run and says whether it fits", "[e2e]")
   CHECK(run_gputrain("check " + (dir / "c.yaml") + " --json --set optimizer.lr=abc").exit_code == 2);
 }
 
-TEST_CASE("check --world-size splits optimizer state over the ranks (zero 1 and 2; stage 2 keeps whole gradients)",
+TEST_CASE("check --world-size splits optimizer state over the ranks (zero 1 and 2, stage 2 keeping whole gradients)",
           "[cpu]") {
   const Footprint f = plan(kMlp, {"optimizer={type: adam, lr: 0.001}"}).f;
   const auto judge = [](size_t limit) {

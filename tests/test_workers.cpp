@@ -379,7 +379,7 @@ TEST_CASE("gather_rows by the loader's order gives the loader's batches, epoch a
   CHECK_THROWS_WITH(ops::gather_rows(ds.inputs, bad, 0, x), Catch::Contains("index 23"));
 }
 
-TEST_CASE("data.device_resident on the CPU: the step's thread gathers the same batches; true refuses host work",
+TEST_CASE("data.device_resident on the CPU: the step's thread gathers the same batches, and true refuses host work",
           "[data][cpu]") {
   const Dataset ds = images(23);
   CHECK(BatchStager::resident_obstacle(ds, false).empty());
