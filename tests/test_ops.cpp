@@ -329,6 +329,58 @@ TEST_CASE("causal attention matches softmax(q·kᵀ/√d + mask)·v and never lo
   CHECK(out2.data<double>()[(t - 1) * c] != out.data<double>()[(t - 1) * c]);
 }
 
+// The f32 kernels (8 × 8 register transposes of k and v, the vectorised row maximum) against the f64 ones, which take
+// the scalar paths: head sizes with and without a remainder past a multiple of 8, sequence lengths with and without
+// one, and scores far beyond exp's range (q, k in ±10: the scores of a row differ by ~100), so that a wrong row
+// maximum overflows the exponentials instead of cancelling in the softmax. Tolerances: f32 rounding of scores of
+// magnitude ~100 (1e-5 relative) carried through sums of 64 terms.
+TEST_CASE("f32 causal attention agrees with f64 on transposed blocks, remainders and large scores", "[cpu]") {
+  const int64_t d = GENERATE(8, 12, 32);
+  const int64_t t = GENERATE(13, 64);
+  const int64_t nb = 2, heads = 2, c = heads * d;
+  Rng rng(17, 0);
+  auto convert = [](const Tensor& x, DType dt) {  // f32 ↔ f64, element by element
+    Tensor y = Tensor::empty(x.shape(), dt);
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      const double v = x.dtype() == DType::f64 ? x.data<double>()[i] : x.data<float>()[i];
+      if (dt == DType::f64)
+        y.data<double>()[i] = v;
+      else
+        y.data<float>()[i] = static_cast<float>(v);
+    }
+    return y;
+  };
+  Tensor q64 = Tensor::empty(Shape{nb, t, 3 * c}, DType::f64), g64 = Tensor::empty(Shape{nb, t, c}, DType::f64);
+  for (int64_t i = 0; i < q64.numel(); ++i) q64.data<double>()[i] = static_cast<float>(rng.uniform(-10, 10));
+  for (int64_t i = 0; i < g64.numel(); ++i) g64.data<double>()[i] = static_cast<float>(rng.uniform(-1, 1));
+  const Tensor q32 = convert(q64, DType::f32), g32 = convert(g64, DType::f32);
+  struct Result {
+    Tensor out, lse, dqkv;
+  };
+  auto run = [&](const Tensor& qkv, const Tensor& dout) {
+    const DType dt = qkv.dtype();
+    Result r{Tensor::empty(Shape{nb, t, c}, dt), Tensor::empty(Shape{nb, heads, t}, dt),
+             Tensor::empty(qkv.shape(), dt)};
+    Tensor delta = Tensor::empty(Shape{nb, heads, t}, dt);
+    ops::attention_forward(qkv, heads, {}, r.out, r.lse);
+    ops::attention_backward(qkv, r.out, r.lse, dout, heads, {}, delta, r.dqkv);
+    return Result{convert(r.out, DType::f64), convert(r.lse, DType::f64), convert(r.dqkv, DType::f64)};
+  };
+  const Result want = run(q64, g64), got = run(q32, g32);
+  auto worst = [](const Tensor& a, const Tensor& b) {
+    double w = 0;
+    for (int64_t i = 0; i < a.numel(); ++i) {
+      const double x = a.data<double>()[i], y = b.data<double>()[i];
+      w = std::max(w, std::isfinite(y) ? std::abs(x - y) / (1 + std::abs(x)) : INFINITY);
+    }
+    return w;
+  };
+  INFO("d " << d << ", t " << t);
+  CHECK(worst(want.lse, got.lse) < 1e-5);
+  CHECK(worst(want.out, got.out) < 1e-4);
+  CHECK(worst(want.dqkv, got.dqkv) < 1e-3);
+}
+
 // The backward against central differences of L = Σ out ⊙ w in double, over three query tiles (T = 150), on 300
 // seeded elements of q, k and v (every element would take minutes).
 TEST_CASE("causal attention's backward matches finite differences across query tiles", "[cpu]") {

@@ -31,6 +31,17 @@ constexpr int kCols = 16;      // columns of a register block (keys or head chan
 
 int64_t round_up(int64_t n, int64_t k) { return (n + k - 1) / k * k; }
 
+// f(std::integral_constant<int, 0>) … f(…<N − 1>): loops over a register block with constant indices, so that the
+// compiler keeps the accumulators in registers.
+// The lambdas passed to it are marked GT_LAMBDA_INLINE: without it GCC left some of them out of line (compiled for
+// the baseline, outside the per-instruction-set clones) once the kernels grew.
+#define GT_LAMBDA_INLINE __attribute__((always_inline))
+template <int N, class F>
+GT_INLINE void unroll(F&& f) {
+  [&]<int... I>(std::integer_sequence<int, I...>) GT_LAMBDA_INLINE { (f(std::integral_constant<int, I>{}), ...); }
+  (std::make_integer_sequence<int, N>{});
+}
+
 // e^x, keeping a NaN a NaN (exp_f32 maps it to e^−87, and a NaN score must reach the loss).
 template <class T>
 GT_INLINE T exp_keep_nan(T x) {
@@ -42,29 +53,79 @@ GT_INLINE T exp_keep_nan(T x) {
 
 // dst[r][e] = src[r·ld + e] for r < n, e < d, and zero elsewhere in [rows][dp].
 template <class T>
-void pack_rows(const T* src, int64_t ld, int64_t n, int64_t d, int64_t dp, int64_t rows, T* dst) {
-  std::fill(dst, dst + rows * dp, T(0));
-  for (int64_t r = 0; r < n; ++r) std::copy(src + r * ld, src + r * ld + d, dst + r * dp);
+GT_INLINE void pack_rows(const T* src, int64_t ld, int64_t n, int64_t d, int64_t dp, int64_t rows, T* dst) {
+  for (int64_t r = 0; r < n; ++r) {
+    std::copy(src + r * ld, src + r * ld + d, dst + r * dp);
+    std::fill(dst + r * dp + d, dst + (r + 1) * dp, T(0));
+  }
+  std::fill(dst + n * dp, dst + rows * dp, T(0));
 }
 
-// dst[e][j] = src[j·ld + e] for j < n, e < d, and zero elsewhere in [d][tp].
+// dst[i][r] = src[r·ld + i] for r, i < 8: an 8 × 8 block of floats transposed in registers (unpack, shuffle and
+// lane-swap steps, as one would write with AVX2's unpacklo/shuffle/permute2f128; in the baseline clone the compiler
+// lowers them to SSE shuffles).
+GT_INLINE void transpose8(const float* src, int64_t ld, float* dst, int64_t ldd) {
+  using V = Vec<float>;
+  const V r0 = load(src), r1 = load(src + ld), r2 = load(src + 2 * ld), r3 = load(src + 3 * ld),
+          r4 = load(src + 4 * ld), r5 = load(src + 5 * ld), r6 = load(src + 6 * ld), r7 = load(src + 7 * ld);
+  // t = unpacklo / unpackhi of row pairs: (a0 b0 a1 b1 | a4 b4 a5 b5), (a2 b2 a3 b3 | a6 b6 a7 b7)
+  const V t0 = __builtin_shufflevector(r0, r1, 0, 8, 1, 9, 4, 12, 5, 13);
+  const V t1 = __builtin_shufflevector(r0, r1, 2, 10, 3, 11, 6, 14, 7, 15);
+  const V t2 = __builtin_shufflevector(r2, r3, 0, 8, 1, 9, 4, 12, 5, 13);
+  const V t3 = __builtin_shufflevector(r2, r3, 2, 10, 3, 11, 6, 14, 7, 15);
+  const V t4 = __builtin_shufflevector(r4, r5, 0, 8, 1, 9, 4, 12, 5, 13);
+  const V t5 = __builtin_shufflevector(r4, r5, 2, 10, 3, 11, 6, 14, 7, 15);
+  const V t6 = __builtin_shufflevector(r6, r7, 0, 8, 1, 9, 4, 12, 5, 13);
+  const V t7 = __builtin_shufflevector(r6, r7, 2, 10, 3, 11, 6, 14, 7, 15);
+  // u: columns c and c + 4 of four rows (c = 0, 1 from the unpacklo halves, 2, 3 from the unpackhi ones)
+  const V u0 = __builtin_shufflevector(t0, t2, 0, 1, 8, 9, 4, 5, 12, 13);
+  const V u1 = __builtin_shufflevector(t0, t2, 2, 3, 10, 11, 6, 7, 14, 15);
+  const V u2 = __builtin_shufflevector(t1, t3, 0, 1, 8, 9, 4, 5, 12, 13);
+  const V u3 = __builtin_shufflevector(t1, t3, 2, 3, 10, 11, 6, 7, 14, 15);
+  const V u4 = __builtin_shufflevector(t4, t6, 0, 1, 8, 9, 4, 5, 12, 13);
+  const V u5 = __builtin_shufflevector(t4, t6, 2, 3, 10, 11, 6, 7, 14, 15);
+  const V u6 = __builtin_shufflevector(t5, t7, 0, 1, 8, 9, 4, 5, 12, 13);
+  const V u7 = __builtin_shufflevector(t5, t7, 2, 3, 10, 11, 6, 7, 14, 15);
+  // the rows' halves joined: column c from u[c] and u[c + 4]
+  store<float>(dst, __builtin_shufflevector(u0, u4, 0, 1, 2, 3, 8, 9, 10, 11));
+  store<float>(dst + ldd, __builtin_shufflevector(u1, u5, 0, 1, 2, 3, 8, 9, 10, 11));
+  store<float>(dst + 2 * ldd, __builtin_shufflevector(u2, u6, 0, 1, 2, 3, 8, 9, 10, 11));
+  store<float>(dst + 3 * ldd, __builtin_shufflevector(u3, u7, 0, 1, 2, 3, 8, 9, 10, 11));
+  store<float>(dst + 4 * ldd, __builtin_shufflevector(u0, u4, 4, 5, 6, 7, 12, 13, 14, 15));
+  store<float>(dst + 5 * ldd, __builtin_shufflevector(u1, u5, 4, 5, 6, 7, 12, 13, 14, 15));
+  store<float>(dst + 6 * ldd, __builtin_shufflevector(u2, u6, 4, 5, 6, 7, 12, 13, 14, 15));
+  store<float>(dst + 7 * ldd, __builtin_shufflevector(u3, u7, 4, 5, 6, 7, 12, 13, 14, 15));
+}
+
+// dst[e][j] = src[j·ld + e] for j < n, e < d, and zero elsewhere in [d][tp]. f32 moves 8 × 8 blocks through
+// registers (a strided scalar loop took ~18 % of the attention kernels' time); only the padding is zeroed.
 template <class T>
-void pack_transposed(const T* src, int64_t ld, int64_t n, int64_t d, int64_t tp, T* dst) {
-  std::fill(dst, dst + d * tp, T(0));
-  for (int64_t j = 0; j < n; ++j)
-    for (int64_t e = 0; e < d; ++e) dst[e * tp + j] = src[j * ld + e];
+GT_INLINE void pack_transposed(const T* src, int64_t ld, int64_t n, int64_t d, int64_t tp, T* dst) {
+  int64_t j8 = 0, e8 = 0;
+  if constexpr (std::is_same_v<T, float>) {
+    j8 = n / 8 * 8, e8 = d / 8 * 8;
+    for (int64_t j = 0; j < j8; j += 8)
+      for (int64_t e = 0; e < e8; e += 8) transpose8(src + j * ld + e, ld, dst + e * tp + j, tp);
+  }
+  for (int64_t e = 0; e < d; ++e) {
+    T* row = dst + e * tp;
+    if (e >= e8)
+      for (int64_t j = 0; j < j8; ++j) row[j] = src[j * ld + e];
+    for (int64_t j = j8; j < n; ++j) row[j] = src[j * ld + e];
+    std::fill(row + n, row + tp, T(0));
+  }
 }
 
 // A register block's row of kCols columns is kVecs vectors (Vec, ops/cpu/vec_math.h).
 template <class T>
 constexpr int kVecs = kCols / kLanes<T>;
 
-// f(std::integral_constant<int, 0>) … f(…<N − 1>): loops over a register block with constant indices, so that the
-// compiler keeps the accumulators in registers.
-template <int N, class F>
-GT_INLINE void unroll(F&& f) {
-  [&]<int... I>(std::integer_sequence<int, I...>) { (f(std::integral_constant<int, I>{}), ...); }
-  (std::make_integer_sequence<int, N>{});
+// Zeroes a register block's accumulators one by one: `= {}` on the array made GCC clear it in memory (rep stos,
+// ~10 % of the forward kernel) before loading it into registers.
+template <class T, int V>
+GT_INLINE void zero_block(Vec<T> (&acc)[kRows][V]) {
+  for (int r = 0; r < kRows; ++r)
+    for (int v = 0; v < V; ++v) acc[r][v] = Vec<T>{};
 }
 
 // c[r][j0 .. j0 + kCols) = alpha · Σ_{e<d} x[r][e]·yt[e][j0 ..] for r < rows (≤ kRows).
@@ -72,19 +133,20 @@ template <class T>
 GT_INLINE void dot_block(const T* x, int64_t ldx, int rows, const T* yt, int64_t ldy, int64_t d, int64_t j0, T alpha,
                          T* c, int64_t ldc) {
   constexpr int V = kVecs<T>, L = kLanes<T>;
-  Vec<T> acc[kRows][V] = {};
+  Vec<T> acc[kRows][V];
+  zero_block<T, V>(acc);
   const T* xr[kRows];
   for (int rr = 0; rr < kRows; ++rr) xr[rr] = x + std::min(rr, rows - 1) * ldx;
   for (int64_t e = 0; e < d; ++e) {
     Vec<T> y[V];
-    unroll<V>([&](auto v) { y[v] = load(yt + e * ldy + j0 + v * L); });
-    unroll<kRows>([&](auto rr) {
+    unroll<V>([&](auto v) GT_LAMBDA_INLINE { y[v] = load(yt + e * ldy + j0 + v * L); });
+    unroll<kRows>([&](auto rr) GT_LAMBDA_INLINE {
       const T xv = xr[rr][e];
-      unroll<V>([&](auto v) { acc[rr][v] += xv * y[v]; });
+      unroll<V>([&](auto v) GT_LAMBDA_INLINE { acc[rr][v] += xv * y[v]; });
     });
   }
-  unroll<kRows>([&](auto rr) {
-    if (rr < rows) unroll<V>([&](auto v) { store<T>(c + rr * ldc + j0 + v * L, alpha * acc[rr][v]); });
+  unroll<kRows>([&](auto rr) GT_LAMBDA_INLINE {
+    if (rr < rows) unroll<V>([&](auto v) GT_LAMBDA_INLINE { store<T>(c + rr * ldc + j0 + v * L, alpha * acc[rr][v]); });
   });
 }
 
@@ -93,19 +155,20 @@ template <class T>
 GT_INLINE void rows_block(const T* a, int64_t lda, int rows, const T* y, int64_t ldy, int64_t nk, int64_t e0, T* c,
                           int64_t ldc) {
   constexpr int V = kVecs<T>, L = kLanes<T>;
-  Vec<T> acc[kRows][V] = {};
+  Vec<T> acc[kRows][V];
+  zero_block<T, V>(acc);
   const T* ar[kRows];
   for (int rr = 0; rr < kRows; ++rr) ar[rr] = a + std::min(rr, rows - 1) * lda;
   for (int64_t j = 0; j < nk; ++j) {
     Vec<T> yr[V];
-    unroll<V>([&](auto v) { yr[v] = load(y + j * ldy + e0 + v * L); });
-    unroll<kRows>([&](auto rr) {
+    unroll<V>([&](auto v) GT_LAMBDA_INLINE { yr[v] = load(y + j * ldy + e0 + v * L); });
+    unroll<kRows>([&](auto rr) GT_LAMBDA_INLINE {
       const T av = ar[rr][j];
-      unroll<V>([&](auto v) { acc[rr][v] += av * yr[v]; });
+      unroll<V>([&](auto v) GT_LAMBDA_INLINE { acc[rr][v] += av * yr[v]; });
     });
   }
-  unroll<kRows>([&](auto rr) {
-    if (rr < rows) unroll<V>([&](auto v) { store<T>(c + rr * ldc + e0 + v * L, acc[rr][v]); });
+  unroll<kRows>([&](auto rr) GT_LAMBDA_INLINE {
+    if (rr < rows) unroll<V>([&](auto v) GT_LAMBDA_INLINE { store<T>(c + rr * ldc + e0 + v * L, acc[rr][v]); });
   });
 }
 
@@ -115,19 +178,20 @@ template <class T>
 GT_INLINE void cols_block(const T* a, int64_t lda, int64_t j0, int keys, const T* x, int64_t ldx, int64_t r0,
                           int64_t r1, int64_t e0, T* c, int64_t ldc) {
   constexpr int V = kVecs<T>, L = kLanes<T>;
-  Vec<T> acc[kRows][V] = {};
+  Vec<T> acc[kRows][V];
+  zero_block<T, V>(acc);
   for (int64_t r = r0; r < r1; ++r) {
     Vec<T> xr[V];
-    unroll<V>([&](auto v) { xr[v] = load(x + r * ldx + e0 + v * L); });
+    unroll<V>([&](auto v) GT_LAMBDA_INLINE { xr[v] = load(x + r * ldx + e0 + v * L); });
     const T* ar = a + r * lda + j0;
-    unroll<kRows>([&](auto jj) {
+    unroll<kRows>([&](auto jj) GT_LAMBDA_INLINE {
       const T av = ar[jj];
-      unroll<V>([&](auto v) { acc[jj][v] += av * xr[v]; });
+      unroll<V>([&](auto v) GT_LAMBDA_INLINE { acc[jj][v] += av * xr[v]; });
     });
   }
-  unroll<kRows>([&](auto jj) {
+  unroll<kRows>([&](auto jj) GT_LAMBDA_INLINE {
     if (jj < keys)
-      unroll<V>([&](auto v) {
+      unroll<V>([&](auto v) GT_LAMBDA_INLINE {
         T* p = c + (j0 + jj) * ldc + e0 + v * L;
         store<T>(p, load(p) + acc[jj][v]);
       });
@@ -143,6 +207,26 @@ GT_INLINE double lane_sum(int64_t n, F&& f) {
     for (int k = 0; k < 8; ++k) acc[k] += f(j + k);
   for (int k = 0; j < n; ++j, ++k) acc[k] += f(j);
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+// max(x[0 .. n)), as `x > m ? x : m` from −∞ finds it: a NaN is never taken, so the lanes may meet in any order
+// (the sign of a zero maximum can differ with the order, but neither the exponentials x − max nor max + log(sum ≥ 1)
+// see it). f32 runs in kLanes lanes: the scalar loop's chain of dependent compares took ~12 % of the forward.
+template <class T>
+GT_INLINE T row_max(const T* x, int64_t n) {
+  T mx = -std::numeric_limits<T>::infinity();
+  int64_t j = 0;
+  if constexpr (std::is_same_v<T, float>) {
+    constexpr int L = kLanes<T>;
+    Vec<T> m = Vec<T>{} + mx;
+    for (; j + L <= n; j += L) {
+      const Vec<T> v = load(x + j);
+      m = v > m ? v : m;
+    }
+    for (int l = 0; l < L; ++l) mx = m[l] > mx ? m[l] : mx;
+  }
+  for (; j < n; ++j) mx = x[j] > mx ? x[j] : mx;
+  return mx;
 }
 
 // Calls f(j, keep) for j in [0, n), keep being dropout's decision for mask index index0 + j: one Philox block per
@@ -199,8 +283,7 @@ GT_INLINE void attn_fwd_task(const T* q, const T* k, const T* v, int64_t ld, int
     for (int64_t r = 0; r < m; ++r) {
       T* row = s + r * tp;
       const int64_t last = i0 + r;  // keys 0..last are visible to query i0 + r
-      T mx = -std::numeric_limits<T>::infinity();
-      for (int64_t j = 0; j <= last; ++j) mx = row[j] > mx ? row[j] : mx;
+      const T mx = row_max(row, last + 1);
       GT_SIMD
       for (int64_t j = 0; j <= last; ++j) row[j] = exp_keep_nan<T>(row[j] - mx);
       const double sum = lane_sum(last + 1, [&](int64_t j) { return static_cast<double>(row[j]); });
