@@ -90,7 +90,8 @@ class Row:
 
 
 def rotated(items, r):
-    """Round r runs the engines starting at the r-th, so that no engine always runs first or right after another."""
+    """Round r runs the engines starting at the r-th, so that no one engine always runs first, right after the peak's
+    product has heated the cores (the cyclic order itself stays the same)."""
     k = r % len(items)
     return items[k:] + items[:k]
 
