@@ -1,29 +1,39 @@
 #!/usr/bin/env python3
 """Training tokens/s of gputrain against PyTorch eager on the same GPT (configs/gpt_bytes.yaml: 4 layers, 4 heads,
-128 channels, T = 64, batch 16, AdamW, gradient clipping) on the CPU, with the same threads.
+128 channels, T = 64, batch 16, AdamW, gradient clipping) on the CPU, with the machine's measured SGEMM peak and each
+engine's share of it.
 
-    scripts/setup.sh && bench/torch_venv.sh && bench/gpt_vs_pytorch.py [--rounds 5] [--threads 2]
+    scripts/setup.sh && bench/torch_venv.sh && bench/gpt_vs_pytorch.py [--rounds 5] [--steps 120] [--threads 2]
+                                                                        [--torch-threads 1,2] [--json PATH]
 
 References: Debian's torch 1.13 (/usr/bin/python3) and the current torch from PyPI in bench/.venv (made by
-bench/torch_venv.sh; skipped with a note when absent). Runs are interleaved over rounds and each figure is the median
-of its rounds (this shared machine drifts by ±30 % between minutes). Both engines are timed the same way: 5 warm-up
-steps, then --steps steps (gputrain's from the training clock of its metrics.jsonl rows). Data: the fortunes shards
-of the README (tokenized here when missing).
+bench/torch_venv.sh; skipped with a note when absent), each at 1 and 2 threads; the ratio is gputrain's over the
+fastest of those rows (each PyTorch at its best thread count, as issue 19's targets define it). Each round measures
+the peak (side_by_side.py says what and why) and then runs every engine once, starting one engine later each round;
+each figure is the median of its rounds (this shared machine drifts by ±30 % between minutes). All engines are timed
+the same way: 5 warm-up steps, then --steps steps (gputrain's from the training clock of its metrics.jsonl rows).
+Data: the fortunes shards of the README (tokenized here when missing).
+
+FLOPs per token are the model's as gputrain's MFU counts them (3 × the forward: 6N plus the causal attention), read
+back from the mfu of gputrain's own metrics rows (the run is given the round's peak as train.peak_tflops), so this
+script has no formula of its own; every engine is credited with the same model FLOPs, whatever its kernels execute
+(PyTorch 1.13's masked attention computes the full score matrix). --json PATH writes the table (engine, rate,
+GFLOP/s, share of the peak, ratio, every round) for scripts that regenerate README figures.
 """
 import argparse
 import glob
 import json
+import math
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GPUTRAIN = os.path.join(ROOT, "build", "gputrain")
+from side_by_side import GPUTRAIN, ROOT, Report, Row, check_json_path, rotated, sgemm_peak, torch_pythons
+
 CONFIG = os.path.join(ROOT, "configs", "gpt_bytes.yaml")
-VENV_PY = os.path.join(ROOT, "bench", ".venv", "bin", "python")
-T, BATCH = 64, 16
+T, BATCH, WARMUP = 64, 16, 5
+TARGETS = {"train": (1.5, 0.6)}  # issue 19: >= 1.5x the fastest PyTorch, at >= 60 % of the peak
 
 
 def shards():
@@ -35,61 +45,87 @@ def shards():
     return data
 
 
-def gputrain_rate(data, steps, threads, warmup=5):
-    """Training tokens/s over `steps` steps after `warmup` (as torch_gpt.py times PyTorch): from the metrics rows
-    logged at the end of step `warmup` and of the last step (elapsed_s is the run's training clock)."""
+def gputrain_rate(data, steps, threads, peak_gflops):
+    """(training tokens/s over `steps` steps after WARMUP, as torch_gpt.py times PyTorch; training FLOPs per token).
+    The rate comes from the metrics rows logged at the end of step WARMUP and of the last step (elapsed_s is the
+    run's training clock); the FLOPs from a row's mfu, which gputrain logs once it is given a peak."""
     with tempfile.TemporaryDirectory() as out:
         subprocess.run([GPUTRAIN, "train", CONFIG, "--device", "cpu", "--threads", str(threads), "--max-steps",
-                        str(warmup + steps), "--quiet", "--set", f"data.train.path={data}/train_*.bin", "--set",
+                        str(WARMUP + steps), "--quiet", "--set", f"data.train.path={data}/train_*.bin", "--set",
                         f"data.test.path={data}/val_*.bin", "--set", "train.eval_every=1000000", "--set",
-                        "train.eval_tokens=64", "--set", f"train.log_every={warmup}", "--out",
-                        os.path.join(out, "run")], check=True)
+                        "train.eval_tokens=64", "--set", f"train.log_every={WARMUP}", "--set",
+                        f"train.peak_tflops={peak_gflops / 1000!r}", "--out", os.path.join(out, "run")], check=True)
         with open(os.path.join(out, "run", "metrics.jsonl")) as f:
-            rows = {r["step"]: r["elapsed_s"] for r in map(json.loads, f) if r.get("type") == "train"}
+            rows = {r["step"]: r for r in map(json.loads, f) if r.get("type") == "train"}
         last = max(rows)
-        assert last == warmup + steps and warmup in rows, f"metrics.jsonl rows at steps {sorted(rows)}"
-        return steps * BATCH * T / (rows[last] - rows[warmup])
+        assert last == WARMUP + steps and WARMUP in rows, f"metrics.jsonl rows at steps {sorted(rows)}"
+        assert "mfu" in rows[last], "metrics.jsonl has no mfu although train.peak_tflops was set"
+        # mfu = tokens/s × FLOPs per token / peak (lib/train/hooks.cpp), with the peak in FLOP/s.
+        flops_per_token = rows[last]["mfu"] * peak_gflops * 1e9 / rows[last]["tokens_per_sec"]
+        return steps * BATCH * T / (rows[last]["elapsed_s"] - rows[WARMUP]["elapsed_s"]), flops_per_token
 
 
 def torch_rate(python, data, steps, threads):
     out = subprocess.run([python, os.path.join(ROOT, "bench", "torch_gpt.py"), "--data",
-                          os.path.join(data, "train_000000.bin"), "--steps", str(steps), "--warmup", "5",
+                          os.path.join(data, "train_000000.bin"), "--steps", str(steps), "--warmup", str(WARMUP),
                           "--threads", str(threads), "--block", str(T), "--batch", str(BATCH)],
                          check=True, capture_output=True, text=True)
-    r = json.loads(out.stdout)
-    return r["tokens_per_sec"], r["torch"]
+    return json.loads(out.stdout)["tokens_per_sec"]
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=120)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2, help="gputrain's threads")
+    ap.add_argument("--torch-threads", default="1,2", help="PyTorch's thread counts, each a row")
+    ap.add_argument("--json", metavar="PATH", help="also write the table as JSON to PATH")
     args = ap.parse_args()
+    try:
+        torch_threads = [int(t) for t in args.torch_threads.split(",")]
+    except ValueError:
+        ap.error(f"--torch-threads {args.torch_threads}: a comma-separated list of thread counts, such as 1,2")
+    if args.rounds < 1 or args.steps < 1 or args.threads < 1 or min(torch_threads) < 1:
+        ap.error("--rounds, --steps, --threads and --torch-threads must be >= 1")
+    check_json_path(ap, args.json)
     data = shards()
-    pythons = {"/usr/bin/python3": "Debian"}
-    if os.path.exists(VENV_PY):
-        pythons[VENV_PY] = "PyPI"
-    else:
-        print("note: bench/.venv is missing (bench/torch_venv.sh makes it): no current-torch reference",
-              file=sys.stderr)
-    rows, names = {"gputrain": []}, {}
+
+    report = Report("gpt_vs_pytorch",
+                    f"GPT of configs/gpt_bytes.yaml, batch {BATCH} x T {T}, AdamW + clipping, CPU; {args.steps} "
+                    f"steps after {WARMUP} warm-up; FLOPs per token from gputrain's MFU (3 x forward: 6N + attention)",
+                    args.rounds, {"train": "training"}, TARGETS)
+    pythons = torch_pythons(report.notes)
+    report.print_header()
+    ours = report.add(Row("gputrain", "train", args.threads, "tokens", math.nan, ours=True))
+    flops_seen = []
+
+    def measure_ours():
+        rate, flops = gputrain_rate(data, args.steps, args.threads, report.peak_rounds[-1])
+        flops_seen.append(flops)
+        return rate
+
+    jobs = [(ours, measure_ours)]
+    for py, name in pythons:
+        for t in torch_threads:
+            jobs.append((report.add(Row(name, "train", t, "tokens", math.nan)),
+                         lambda py=py, t=t: torch_rate(py, data, args.steps, t)))
     for r in range(args.rounds):
-        rows["gputrain"].append(gputrain_rate(data, args.steps, args.threads))
-        for py, origin in pythons.items():
-            rate, version = torch_rate(py, data, args.steps, args.threads)
-            key = f"PyTorch {version} ({origin}) eager"
-            rows.setdefault(key, []).append(rate)
-        print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{k} {v[-1]:,.0f}" for k, v in rows.items()),
-              file=sys.stderr)
-    med = {k: statistics.median(v) for k, v in rows.items()}
-    print(f"GPT of configs/gpt_bytes.yaml, batch {BATCH} x T {T}, {args.threads} threads, CPU; "
-          f"median of {args.rounds} interleaved rounds")
-    print(f"{'engine':<40}{'tokens/s':>12}")
-    for k, v in med.items():
-        print(f"{k:<40}{v:>12,.0f}")
-    best = max(v for k, v in med.items() if k != "gputrain")
-    print(f"ratio gputrain / fastest PyTorch: {med['gputrain'] / best:.2f}x (target >= 1.5x)")
+        report.peak_rounds.append(sgemm_peak())  # first: gputrain's run of this round logs its MFU against it
+        for row, measure in rotated(jobs, r):
+            row.rounds.append(measure())
+        print(f"round {r + 1}/{args.rounds}: peak {report.peak_rounds[-1]:.1f} GFLOP/s, " +
+              ", ".join(f"{row.label} {row.rounds[-1]:,.0f}" for row, _ in jobs), file=sys.stderr)
+
+    # The model's count is the same in every round; the mfu's rounding to a double may differ in the last digits.
+    flops = flops_seen[0]
+    assert all(abs(f - flops) <= 1e-6 * flops for f in flops_seen), f"FLOPs per token differ by round: {flops_seen}"
+    for row in report.rows:
+        row.flops = flops
+    print(f"{flops * 1e-6:.3f} MFLOP per training token (gputrain's MFU figure)")
+    report.print_table()
+    if args.json:
+        report.write_json(args.json, {"config": "configs/gpt_bytes.yaml", "batch": BATCH, "block": T,
+                                      "steps": args.steps, "warmup": WARMUP, "train_flops_per_token": flops})
 
 
 if __name__ == "__main__":
