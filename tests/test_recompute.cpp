@@ -11,6 +11,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -106,10 +107,11 @@ struct Trained {
 
 // Builds `layers`, allocates batches of `batch`, and runs two forward/backward passes (training, steps 3 and 4)
 // over `x` with a fixed output gradient, taking an SGD step in between so that the second pass sees new weights.
-Trained run(const char* layers, const Shape& input, const Tensor& x, Recompute mode) {
+Trained run(const char* layers, const Shape& input, const Tensor& x, Recompute mode, SpanTimer* profiler = nullptr) {
   const ConfigNode cfg = ConfigNode::load_string(layers, "m.yaml");
   Model m = Model::build(cfg, input, DType::f32, Device::cpu(), 11);
   REQUIRE(m.set_recompute(mode).empty());
+  m.set_profiler(profiler);
   Trained t;
   for (const Model::NodeBuffers& b : m.buffer_plan(x.dim(0))) t.planned += b.output + b.gradient + b.scratch;
   const size_t before = host_storage_bytes();
@@ -133,6 +135,17 @@ Trained run(const char* layers, const Shape& input, const Tensor& x, Recompute m
   for (auto& [name, tensor] : m.state_tensors()) t.states.push_back(bytes_of(*tensor));
   return t;
 }
+
+// The layers whose forward ran again in the backward pass, and how often.
+class RecomputedLayers : public SpanTimer {
+ public:
+  std::map<std::string, int> calls;
+  bool enabled() const override { return true; }
+  SpanStart begin_span(const std::string&) override { return {}; }
+  void end_span(const SpanStart&, const std::string& name, const std::string&, const char* category, int64_t) override {
+    if (std::string(category) == "recompute") ++calls[name];
+  }
+};
 
 Tensor gpt_input(int64_t batch) {
   Tensor x = Tensor::empty(Shape{batch, 6}, DType::f32);
@@ -222,14 +235,22 @@ TEST_CASE("recompute: all gives an MLP with dropout and a GPT the numbers of non
   // The first linear and relu (16) and the second relu and dropout (12) share two buffers of 16.
   CHECK(mlp_none.planned - mlp_all.planned == 5 * (2 * 16 + 2 * 12 - 2 * 16));
 
-  // The GPT: its passes are segments as under blocks; wte (before them) and ln_f (after) are now recomputed too, in
-  // the buffer of position 0 (6 × 8, as ln_1's).
+  // The GPT: its passes are segments as under blocks, and wte (before them) is now recomputed too, in the buffer of
+  // position 0 (6 × 8, as ln_1's); ln_f and lm_head join the last pass, which is not run again.
   const Tensor x = gpt_input(3);
+  RecomputedLayers blocks_spans, all_spans;
   const Trained none = run(kGptLayers, Shape{6}, x, Recompute::none);
-  const Trained blocks = run(kGptLayers, Shape{6}, x, Recompute::blocks);
-  const Trained all = run(kGptLayers, Shape{6}, x, Recompute::all);
+  const Trained blocks = run(kGptLayers, Shape{6}, x, Recompute::blocks, &blocks_spans);
+  const Trained all = run(kGptLayers, Shape{6}, x, Recompute::all, &all_spans);
   check_same(all, none);
-  CHECK(blocks.planned - all.planned == 3 * 2 * 48);
+  CHECK(blocks.planned - all.planned == 3 * 48);
+  // What runs again: under blocks the first two passes' 8 dropped layers, once per backward pass (2 steps); under
+  // all wte too, and still not the last pass.
+  CHECK(blocks_spans.calls.size() == 2 * 8);
+  CHECK(blocks_spans.calls["h.1.attn"] == 2);
+  std::map<std::string, int> expected = blocks_spans.calls;
+  expected["wte"] = 2;
+  CHECK(all_spans.calls == expected);
   // A conv net whose residual blocks are repeat: passes: the stem and head are segments too.
   const Tensor img = image_input(4);
   check_same(run(kConvLayers, Shape{2, 5, 5}, img, Recompute::all),

@@ -508,13 +508,20 @@ std::string Model::set_recompute(Recompute mode) {
   // Under all, every run of other nodes is cut into ⌈r / ⌈√n⌉⌉ segments of about equal length (r nodes in the run,
   // n in the model): checkpoint_sequential's rule (Chen et al. 2016, "Training deep nets with sublinear memory
   // cost"), which keeps about √n outputs at segment boundaries and about √n in the shared buffers. Block pass ids
-  // are positions in the expanded config list, below n, so these ids, from n, are apart.
+  // are positions in the expanded config list, below n, so these ids, from n, are apart. A last run of at most ⌈√n⌉
+  // nodes right after a pass (a transformer's final norm and head) joins that pass: the last segment is the one not
+  // run again, and a segment of its own there would make the backward pass recompute the whole last pass to save
+  // the head's few outputs.
   const size_t run_limit = static_cast<size_t>(std::ceil(std::sqrt(static_cast<double>(count))));
   if (mode == Recompute::all) {
     for (size_t i = 0; i < count;) {
       size_t end = i;
       while (end < count && m_segment[end] < 0) ++end;
       const size_t run = end - i, pieces = (run + run_limit - 1) / run_limit;
+      if (end == count && i > 0 && m_segment[i - 1] >= 0 && run <= run_limit) {
+        for (size_t k = i; k < end; ++k) m_segment[k] = m_segment[i - 1];
+        break;
+      }
       for (size_t k = 0; k < run; ++k) m_segment[i + k] = static_cast<int>(count + i + k * pieces / run);
       i = std::max(end, i + 1);
     }
