@@ -75,9 +75,10 @@ class Model {
   /// into segments of at most ⌈√n⌉ nodes (n in the model), of about equal length: checkpoint_sequential's rule
   /// (Chen et al. 2016), about √n outputs kept at the boundaries plus about √n shared buffers, for one more forward
   /// pass, on any model. A last run of at most ⌈√n⌉ nodes right after a pass (a transformer's head) joins that
-  /// pass, so that the last pass is not run again (as under `blocks`) for the sake of the head's few outputs. Returns why the mode cannot be honoured ("" when it can): under `blocks`, no block, or no
-  /// block whose layers run one after another with an output used only inside; under `all`, fewer than two segments
-  /// with an output used only inside (nothing would be recomputed: a model of one or two layers).
+  /// pass, so that the last pass is not run again (as under `blocks`) for the sake of the head's few outputs. Returns
+  /// why the mode cannot be honoured ("" when it can): under `blocks`, no block, or no block whose layers run one after
+  /// another with an output used only inside; under `all`, fewer than two segments with an output used only inside
+  /// (nothing would be recomputed: a model of at most three layers).
   std::string set_recompute(Recompute mode);
   Recompute recompute() const { return m_recompute; }
   /// Runs the forward pass over x (B, input shape) with B ≤ max_batch; returns the output (B, output shape).
