@@ -152,7 +152,7 @@ const SectionSpec& train_section() {
                   "one more forward of the blocks, the same numbers; all does the same over segments that cover "
                   "every layer, for any model: each repeat: pass, and the other layers in runs of at most "
                   "ceil(sqrt(n)) consecutive layers (n in the model; checkpoint_sequential's rule: about sqrt(n) "
-                  "outputs kept)"},
+                  "outputs kept), a short last run joining the pass before it (the last segment is not run again)"},
           {.name = "loss_scale",
            .kind = KeyKind::any_of,
            .nullable = true,
