@@ -661,8 +661,8 @@ const Tensor& Model::forward(const Tensor& x, const LayerContext& context) {
            m_input_shape.str());
   m_input = x;
   const Tensor& out = run_nodes(ctx, m_profiler, [&](size_t i) { return m_out_buf[i].narrow0(batch); });
-  // The shared buffers hold the last recomputed block's outputs (at positions past a shorter last block, an earlier
-  // block's: that one is recomputed all the same before its backward).
+  // The shared buffers hold the last segment's outputs (at positions past a shorter last segment, an earlier
+  // segment's: that one is recomputed all the same before its backward).
   m_resident = -1;
   for (const auto& [s, range] : m_segment_range)
     if (m_resident < 0 || range.first > m_segment_range.at(m_resident).first) m_resident = s;
