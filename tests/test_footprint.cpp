@@ -294,6 +294,46 @@ train: {recompute: blocks}
   check_totals_are_row_sums(f);
 }
 
+TEST_CASE("with train.recompute: all a model with no block allocates what its footprint says, and less", "[cpu]") {
+  // 9 nodes in segments of 3: [conv bn r] [c bn r2] [add flatten linear]. r and r2 are read by the add in the last
+  // segment and keep their outputs; the other convolutions, batch norms and the add share two buffers.
+  const char* yaml = R"(name: recomputed
+device: cpu
+data: {format: synthetic, samples: 16, input_shape: [3, 8, 8], targets: {classes: 4}, batch_size: 6}
+model:
+  layers:
+    - {type: conv2d, out_channels: 4, kernel_size: 3, padding: 1}
+    - batchnorm2d
+    - {type: relu, name: r}
+    - {type: conv2d, name: c, out_channels: 4, kernel_size: 3, padding: 1}
+    - batchnorm2d
+    - {type: relu, name: r2}
+    - {type: add, inputs: [r, r2]}
+    - flatten
+    - {type: linear, out_features: 4}
+optimizer: {type: sgd, lr: 0.1}
+train: {recompute: all}
+)";
+  const Planned p = plan(yaml);
+  const Footprint none = plan(yaml, {"train.recompute=none"}).f;
+  const Footprint& f = p.f;
+  CHECK(f.recompute == Recompute::all);
+  CHECK(none.activation_bytes - f.activation_bytes == static_cast<size_t>(3 * 6 * 4 * 8 * 8) * 4);
+  Tensor x = Tensor::zeros(p.data.train.input_shape().batched(f.batch), DType::f32);
+  const size_t start = host_storage_bytes();
+  Model model = Model::build(p.exp.root["model"], p.data.train.input_shape(), DType::f32, Device::cpu(), 1);
+  REQUIRE(model.set_recompute(Recompute::all).empty());
+  model.allocate(f.batch);
+  model.forward(x, {true, false});
+  CHECK(host_storage_bytes() - start == f.param_bytes + f.grad_bytes + f.buffer_bytes + f.activation_bytes);
+  CHECK_THAT(footprint_report(f, judge_fit(f.total_bytes, Device::cpu(), f.total_bytes), ""),
+             Catch::Contains("train.recompute: all"));
+  check_totals_are_row_sums(f);
+  // blocks is refused here (no repeat: block), at the key.
+  CHECK_THROWS_WITH(plan(yaml, {"train.recompute=blocks"}),
+                    Catch::Contains("train.recompute") && Catch::Contains("no repeat: block"));
+}
+
 TEST_CASE("a model built without parameters allocates nothing", "[cpu]") {
   // 10^11 parameters: what `gputrain check` sizes without building.
   const ConfigNode cfg = ConfigNode::load_string("layers: [{type: linear, out_features: 1000000}]", "t.yaml");
@@ -464,12 +504,12 @@ TEST_CASE("check --world-size splits optimizer state over the ranks (zero 1 and 
   CHECK(four[2].total_bytes == four[1].total_bytes);
 
   // Nothing fits at 4 ranks: a halved micro-batch with twice the accumulation would (the activations halve), and
-  // so would more ranks; the MLP has no block to recompute (refused, so not offered).
+  // so would more ranks; the MLP has no block to recompute, and too few layers for all (both refused, so not offered).
   const size_t limit = four[2].total_bytes - 1;
   std::vector<std::string> asked;
   const FootprintWith with = [&](Recompute mode, int64_t batch, int64_t accumulate) -> std::optional<Footprint> {
-    asked.push_back(fmt::format("{} {} {}", mode == Recompute::blocks ? "blocks" : "none", batch, accumulate));
-    if (mode == Recompute::blocks) return std::nullopt;
+    asked.push_back(fmt::format("{} {} {}", to_string(mode), batch, accumulate));
+    if (mode != Recompute::none) return std::nullopt;
     return plan(kMlp, {"optimizer={type: adam, lr: 0.001}", fmt::format("data.batch_size={}", batch),
                        fmt::format("train.accumulate={}", accumulate)})
         .f;
@@ -480,7 +520,7 @@ TEST_CASE("check --world-size splits optimizer state over the ranks (zero 1 and 
                                          "with zero 1") &&
                          Catch::Contains("8 ranks, with zero 1"));
   CHECK_FALSE(Catch::Contains("recompute").match(advice));
-  CHECK(asked == std::vector<std::string>{"blocks 32 1", "none 16 2"});
+  CHECK(asked == std::vector<std::string>{"blocks 32 1", "all 32 1", "none 16 2"});
   // When a stage fits there is nothing to advise.
   CHECK(fit_advice(f, 4, judge(four[2].total_bytes), with).empty());
 }

@@ -5,6 +5,7 @@
 #include "core/backend.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <optional>
 #include <set>
@@ -485,35 +486,65 @@ std::vector<int> Model::grad_writers() const {
 
 std::string Model::set_recompute(Recompute mode) {
   GT_CHECK(m_max_batch == 0, "set_recompute after allocate: the buffers follow the mode");
+  const size_t count = m_nodes.size();
   m_recompute = Recompute::none;
-  m_slot.assign(m_nodes.size(), -1);
-  m_block_range.clear();
+  m_slot.assign(count, -1);
+  m_segment.assign(count, -1);
+  m_segment_range.clear();
   m_slot_numel.clear();
   m_resident = -1;
   if (mode == Recompute::none) return "";
-  // Each block pass's range of positions: its layers must run one after another (a layer outside that the block's
-  // layers wait for, placed between them, would read shared buffers another pass has overwritten).
-  std::map<int, std::vector<size_t>> members;
-  for (size_t i = 0; i < m_nodes.size(); ++i)
-    if (m_nodes[i].block >= 0) members[m_nodes[i].block].push_back(i);
-  if (members.empty()) return "the model has no repeat: block, whose passes recompute: use none";
+  // Each pass of a top-level block is a segment when its layers run one after another (a layer outside that the
+  // block's layers wait for, placed between them, would read shared buffers another segment has overwritten).
+  std::map<int, std::vector<size_t>> passes;
+  for (size_t i = 0; i < count; ++i)
+    if (m_nodes[i].block >= 0) passes[m_nodes[i].block].push_back(i);
+  if (mode == Recompute::blocks && passes.empty())
+    return "the model has no repeat: block, whose passes recompute: use none (or all, which cuts any model into "
+           "segments)";
+  for (const auto& [b, at] : passes)
+    if (at.back() - at.front() + 1 == at.size())
+      for (size_t i : at) m_segment[i] = b;
+  // Under all, every run of other nodes is cut into ⌈r / ⌈√n⌉⌉ segments of about equal length (r nodes in the run,
+  // n in the model): checkpoint_sequential's rule (Chen et al. 2016, "Training deep nets with sublinear memory
+  // cost"), which keeps about √n outputs at segment boundaries and about √n in the shared buffers. Block pass ids
+  // are positions in the expanded config list, below n, so these ids, from n, are apart. A last run of at most ⌈√n⌉
+  // nodes right after a pass (a transformer's final norm and head) joins that pass: the last segment is the one not
+  // run again, and a segment of its own there would make the backward pass recompute the whole last pass to save
+  // the head's few outputs.
+  const size_t run_limit = static_cast<size_t>(std::ceil(std::sqrt(static_cast<double>(count))));
+  if (mode == Recompute::all) {
+    for (size_t i = 0; i < count;) {
+      size_t end = i;
+      while (end < count && m_segment[end] < 0) ++end;
+      const size_t run = end - i, pieces = (run + run_limit - 1) / run_limit;
+      if (end == count && i > 0 && m_segment[i - 1] >= 0 && run <= run_limit) {
+        for (size_t k = i; k < end; ++k) m_segment[k] = m_segment[i - 1];
+        break;
+      }
+      for (size_t k = 0; k < run; ++k) m_segment[i + k] = static_cast<int>(count + i + k * pieces / run);
+      i = std::max(end, i + 1);
+    }
+  }
   // The node whose buffer holds each node's output (a view reads its source's).
-  std::vector<int> source(m_nodes.size(), -1);
-  for (size_t i = 0; i < m_nodes.size(); ++i)
+  std::vector<int> source(count, -1);
+  for (size_t i = 0; i < count; ++i)
     source[i] = !m_nodes[i].layer->is_view() ? static_cast<int>(i)
                 : m_nodes[i].inputs[0] >= 0  ? source[static_cast<size_t>(m_nodes[i].inputs[0])]
                                              : -1;
-  std::vector<bool> read_outside(m_nodes.size(), false);
-  for (size_t i = 0; i < m_nodes.size(); ++i)
+  std::vector<bool> read_outside(count, false);
+  for (size_t i = 0; i < count; ++i)
     for (int j : m_nodes[i].inputs) {
       if (j < 0 || source[static_cast<size_t>(j)] < 0) continue;
       const size_t src = static_cast<size_t>(source[static_cast<size_t>(j)]);
-      if (m_nodes[src].block != m_nodes[i].block) read_outside[src] = true;
+      if (m_segment[src] < 0 || m_segment[src] != m_segment[i]) read_outside[src] = true;
     }
   read_outside.back() = true;  // the model output goes to the loss (a view's through its source)
   if (source.back() >= 0) read_outside[static_cast<size_t>(source.back())] = true;
-  for (const auto& [b, at] : members) {
-    if (at.back() - at.front() + 1 != at.size()) continue;
+  std::map<int, std::vector<size_t>> segments;
+  for (size_t i = 0; i < count; ++i)
+    if (m_segment[i] >= 0) segments[m_segment[i]].push_back(i);
+  for (const auto& [s, at] : segments) {
     bool any = false;
     for (size_t i : at) {
       if (m_nodes[i].layer->is_view() || read_outside[i]) continue;
@@ -523,11 +554,17 @@ std::string Model::set_recompute(Recompute mode) {
       m_slot[i] = static_cast<int>(p);
       any = true;
     }
-    if (any) m_block_range[b] = {at.front(), at.back()};
+    if (any) m_segment_range[s] = {at.front(), at.back()};
   }
-  if (m_block_range.empty())
+  if (mode == Recompute::blocks && m_segment_range.empty())
     return "no repeat: block of the model has a layer whose output is used only inside its block, and whose layers "
            "run one after another: nothing would be recomputed (use none)";
+  // The last segment is never run again, so with one segment there is nothing to share a buffer with.
+  if (mode == Recompute::all && m_segment_range.size() < 2)
+    return fmt::format(
+        "cut into segments (the passes of repeat: blocks, the other layers in runs of at most {}), the model has {} "
+        "segment{} with a layer whose output is used only inside it: nothing would be recomputed (use none)",
+        run_limit, m_segment_range.size(), m_segment_range.size() == 1 ? "" : "s");
   m_recompute = mode;
   return "";
 }
@@ -624,23 +661,23 @@ const Tensor& Model::forward(const Tensor& x, const LayerContext& context) {
            m_input_shape.str());
   m_input = x;
   const Tensor& out = run_nodes(ctx, m_profiler, [&](size_t i) { return m_out_buf[i].narrow0(batch); });
-  // The shared buffers hold the last recomputed block's outputs (at positions past a shorter last block, an earlier
-  // block's: that one is recomputed all the same before its backward).
+  // The shared buffers hold the last segment's outputs (at positions past a shorter last segment, an earlier
+  // segment's: that one is recomputed all the same before its backward).
   m_resident = -1;
-  for (const auto& [b, range] : m_block_range)
-    if (m_resident < 0 || range.first > m_block_range.at(m_resident).first) m_resident = b;
+  for (const auto& [s, range] : m_segment_range)
+    if (m_resident < 0 || range.first > m_segment_range.at(m_resident).first) m_resident = s;
   return out;
 }
 
-void Model::recompute_block(int b, const LayerContext& ctx) {
+void Model::recompute_segment(int s, const LayerContext& ctx) {
   LayerContext again = ctx;
   again.recompute = true;
-  const auto [first, last] = m_block_range.at(b);
+  const auto [first, last] = m_segment_range.at(s);
   const int64_t batch = m_input.dim(0);
   std::vector<const Tensor*> ins;
   for (size_t i = first; i <= last; ++i) {
     GraphNode& n = m_nodes[i];
-    // Views still point at their source's rows; a kept output (read outside the block) is still there.
+    // Views still point at their source's rows; a kept output (read outside the segment) is still there.
     if (m_slot[i] < 0) continue;
     ins.clear();
     for (int j : n.inputs) ins.push_back(j < 0 ? &m_input : &m_out[static_cast<size_t>(j)]);
@@ -648,7 +685,7 @@ void Model::recompute_block(int b, const LayerContext& ctx) {
     SpanScope scope(m_profiler, n.name, n.type, "recompute", n.layer->forward_flops() * batch);
     n.layer->forward(ins, m_out[i], again);
   }
-  m_resident = b;
+  m_resident = s;
 }
 
 const Tensor& Model::run_nodes(const LayerContext& ctx, SpanTimer* profiler,
@@ -742,9 +779,10 @@ void Model::backward(const Tensor& dout, const LayerContext& context) {
   for (size_t i = last + 1; i-- > 0;) {
     GraphNode& n = m_nodes[i];
     if (n.layer->is_view() || !n.needs_grad) continue;
-    // train.recompute: the first node of a block pass to back-propagate brings its dropped outputs back.
-    if (m_recompute != Recompute::none && n.block >= 0 && n.block != m_resident && m_block_range.count(n.block))
-      recompute_block(n.block, ctx);
+    // train.recompute: the first node of a segment to back-propagate brings its dropped outputs back.
+    if (m_recompute != Recompute::none && m_segment[i] >= 0 && m_segment[i] != m_resident &&
+        m_segment_range.count(m_segment[i]))
+      recompute_segment(m_segment[i], ctx);
     ins.clear();
     dx_views.assign(n.inputs.size(), Tensor());
     dins.assign(n.inputs.size(), nullptr);

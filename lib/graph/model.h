@@ -32,6 +32,7 @@ struct GraphNode {
 enum class Recompute {
   none,    ///< every output stays until the backward pass
   blocks,  ///< outputs used only inside their pass of a top-level `repeat:` block share one set of buffers
+  all,     ///< as blocks, with every other layer in segments of about √n: any model (Model::set_recompute)
 };
 
 struct SectionSpec;
@@ -53,8 +54,8 @@ class Model {
   /// The elements allocate(max_batch) gives node i: its output, the gradient of its output (when something
   /// before it learns and it is not the last node) and a scratch gradient (when several consumers write its
   /// gradient). All zero for a view layer, which borrows its input's buffers.
-  /// Under train.recompute: blocks, the outputs that are recomputed share one buffer per position in a block (as
-  /// large as the largest of them): the first node at each position (in execution order) is given it, the others 0.
+  /// Under train.recompute, the outputs that are recomputed share one buffer per position in a segment (as large as
+  /// the largest of them): the first node at each position (in execution order) is given it, the others 0.
   struct NodeBuffers {
     int64_t output = 0, gradient = 0, scratch = 0;
   };
@@ -64,11 +65,20 @@ class Model {
   void check_batch(int64_t batch, const ConfigNode& where) const;
   /// Allocates activation and gradient buffers for batches of up to `max_batch` samples (buffer_plan's).
   void allocate(int64_t max_batch);
-  /// train.recompute (before buffer_plan and allocate). Under `blocks`, a node inside a pass of a top-level `repeat:`
-  /// block whose output is read only inside that pass keeps no output of its own after the forward pass: the backward
-  /// pass runs the pass's forward again (LayerContext::recompute) from what was kept, right before it back-propagates
-  /// through it, and gets the same numbers. Returns why the mode cannot be honoured ("" when it can): no block, or no
-  /// block whose layers run one after another with an output used only inside.
+  /// train.recompute (before buffer_plan and allocate). The nodes are cut into segments of consecutive nodes; a node
+  /// whose output is read only inside its segment keeps no output of its own after the forward pass (it shares one
+  /// buffer per position with the other segments): the backward pass runs the segment's forward again
+  /// (LayerContext::recompute) from the outputs kept (those read outside their segment, and the model input), right
+  /// before it back-propagates through the segment, and gets the same numbers. The last segment is not run again.
+  /// Under `blocks` the segments are the passes of top-level `repeat:` blocks whose layers run one after another;
+  /// other nodes keep their outputs. Under `all` those passes are segments too, and every run of other nodes is cut
+  /// into segments of at most ⌈√n⌉ nodes (n in the model), of about equal length: checkpoint_sequential's rule
+  /// (Chen et al. 2016), about √n outputs kept at the boundaries plus about √n shared buffers, for one more forward
+  /// pass, on any model. A last run of at most ⌈√n⌉ nodes right after a pass (a transformer's head) joins that
+  /// pass, so that the last pass is not run again (as under `blocks`) for the sake of the head's few outputs. Returns
+  /// why the mode cannot be honoured ("" when it can): under `blocks`, no block, or no block whose layers run one after
+  /// another with an output used only inside; under `all`, fewer than two segments with an output used only inside
+  /// (nothing would be recomputed: a model of at most three layers).
   std::string set_recompute(Recompute mode);
   Recompute recompute() const { return m_recompute; }
   /// Runs the forward pass over x (B, input shape) with B ≤ max_batch; returns the output (B, output shape).
@@ -121,8 +131,8 @@ class Model {
   const Tensor& run_nodes(const LayerContext& ctx, SpanTimer* profiler, const std::function<Tensor(size_t)>& output);
   /// How many (consumer, input) pairs write the gradient buffer of each node in the backward pass.
   std::vector<int> grad_writers() const;
-  /// train.recompute: runs the forward pass of block `b`'s recomputed nodes again, into their shared buffers.
-  void recompute_block(int b, const LayerContext& ctx);
+  /// train.recompute: runs the forward pass of segment `s`'s recomputed nodes again, into their shared buffers.
+  void recompute_segment(int s, const LayerContext& ctx);
 
   std::vector<GraphNode> m_nodes;
   Shape m_input_shape;
@@ -139,12 +149,13 @@ class Model {
   SpanTimer* m_profiler = nullptr;
   ops::SumOverRanks m_sync;
   bool m_decodes = false;  // forward_decode found decode_unsupported() empty once
-  // train.recompute: per node, its position in the shared buffers (-1: an output of its own); per block id in use,
-  // the first and last node positions; the per-sample size of each shared buffer; and the block whose values the
-  // shared buffers hold now (-1: none for sure).
+  // train.recompute: per node, its position in the shared buffers (-1: an output of its own) and its segment (-1:
+  // none); per segment id in use, the first and last node positions; the per-sample size of each shared buffer; and
+  // the segment whose values the shared buffers hold now (-1: none for sure).
   Recompute m_recompute = Recompute::none;
   std::vector<int> m_slot;
-  std::map<int, std::pair<size_t, size_t>> m_block_range;
+  std::vector<int> m_segment;
+  std::map<int, std::pair<size_t, size_t>> m_segment_range;
   std::vector<int64_t> m_slot_numel;
   std::vector<Tensor> m_slot_buf;
   int m_resident = -1;

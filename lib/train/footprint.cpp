@@ -202,14 +202,17 @@ std::string fit_advice(const Footprint& f, int64_t world, const std::function<Me
   if (!now.back().fit.fits || best(f, world)) return "";  // fits, or unknown
   std::string out = "nothing fits; what would:\n";
   bool any = false;
-  if (f.recompute == Recompute::none) {
-    if (const std::optional<Footprint> g = footprint_with(Recompute::blocks, f.batch, f.accumulate)) {
+  // blocks first (it recomputes less); all when blocks is refused or does not fit (it drops at least as much).
+  for (const Recompute mode : {Recompute::blocks, Recompute::all}) {
+    if (f.recompute != Recompute::none && mode <= f.recompute) continue;
+    if (const std::optional<Footprint> g = footprint_with(mode, f.batch, f.accumulate)) {
       const std::optional<int> stage = best(*g, world);
-      out += stage ? fmt::format("  train.recompute: blocks, with zero {} ({} per rank)\n", *stage,
+      out += stage ? fmt::format("  train.recompute: {}, with zero {} ({} per rank)\n", to_string(mode), *stage,
                                  format_bytes(rank_shares(*g, world, judge)[static_cast<size_t>(*stage)].total_bytes))
-                   : fmt::format("  train.recompute: blocks alone does not ({} per rank at zero 2)\n",
+                   : fmt::format("  train.recompute: {} alone does not ({} per rank at zero 2)\n", to_string(mode),
                                  format_bytes(rank_shares(*g, world, judge).back().total_bytes));
       any = any || stage.has_value();
+      if (stage) break;
     }
   }
   for (int64_t batch = f.batch, accumulate = f.accumulate; batch % 2 == 0;) {
@@ -331,6 +334,9 @@ std::string footprint_report(const Footprint& f, const MemoryFit& fit, const std
       f.recompute == Recompute::blocks
           ? "outputs, their gradients, what layers keep for backward (train.recompute: blocks: the outputs used only "
             "inside a block pass share one set of buffers)"
+      : f.recompute == Recompute::all
+          ? "outputs, their gradients, what layers keep for backward (train.recompute: all: the outputs used only "
+            "inside a segment share one set of buffers)"
           : "outputs, their gradients, what layers keep for backward");
   row("batch", f.batch_bytes, "input, target and output gradient");
   row("total", f.total_bytes, "");

@@ -24,6 +24,7 @@ const Choice<Precision> kPrecisions[] = {
 const Choice<Recompute> kRecomputeModes[] = {
     {Recompute::none, "none"},
     {Recompute::blocks, "blocks"},
+    {Recompute::all, "all"},
 };
 
 const Choice<KeepBest> kKeepBestMetrics[] = {
@@ -148,7 +149,10 @@ const SectionSpec& train_section() {
            .doc = "activation recomputation: none keeps every layer's output for the backward pass; blocks drops the "
                   "outputs used only inside a pass of a top-level repeat: block (they share one set of buffers) and "
                   "computes that pass again right before back-propagating through it: less activation memory for "
-                  "one more forward of the blocks, the same numbers"},
+                  "one more forward of the blocks, the same numbers; all does the same over segments that cover "
+                  "every layer, for any model: each repeat: pass, and the other layers in runs of at most "
+                  "ceil(sqrt(n)) consecutive layers (n in the model; checkpoint_sequential's rule: about sqrt(n) "
+                  "outputs kept), a short last run joining the pass before it (the last segment is not run again)"},
           {.name = "loss_scale",
            .kind = KeyKind::any_of,
            .nullable = true,

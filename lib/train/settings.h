@@ -17,7 +17,7 @@ namespace gt {
 /// What a NaN/Inf loss or gradient does (train.nonfinite).
 enum class NonFinitePolicy { abort, skip, rollback };
 const std::string& to_string(NonFinitePolicy policy);
-/// "none", "blocks" (train.recompute).
+/// "none", "blocks", "all" (train.recompute).
 const std::string& to_string(Recompute mode);
 
 /// train.loss_scale: the loss is multiplied by a scale before backward and the gradients divided by it before the
