@@ -12,12 +12,14 @@
 namespace gt {
 
 namespace {
-std::atomic<size_t> g_host_bytes{0};
+std::atomic<size_t> g_host_bytes{0}, g_host_peak{0};
 constexpr size_t kHugePage = size_t{2} << 20;
 constexpr size_t kHugeFrom = size_t{8} << 20;
 }  // namespace
 
 size_t host_storage_bytes() { return g_host_bytes.load(std::memory_order_relaxed); }
+size_t host_storage_peak_bytes() { return g_host_peak.load(std::memory_order_relaxed); }
+void reset_host_storage_peak() { g_host_peak.store(host_storage_bytes(), std::memory_order_relaxed); }
 
 std::shared_ptr<Storage> allocate_storage(size_t bytes, Device device) {
   auto s = std::make_shared<Storage>();
@@ -34,7 +36,10 @@ std::shared_ptr<Storage> allocate_storage(size_t bytes, Device device) {
 #ifdef MADV_HUGEPAGE
     if (huge) madvise(s->ptr, rounded, MADV_HUGEPAGE);  // advice only: where THP is off nothing changes
 #endif
-    g_host_bytes.fetch_add(bytes, std::memory_order_relaxed);
+    const size_t now = g_host_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+    for (size_t peak = g_host_peak.load(std::memory_order_relaxed);
+         now > peak && !g_host_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed);) {
+    }
     s->release = [bytes](void* p) {
       g_host_bytes.fetch_sub(bytes, std::memory_order_relaxed);
       std::free(p);

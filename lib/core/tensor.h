@@ -27,6 +27,10 @@ struct Storage {
 std::shared_ptr<Storage> allocate_storage(size_t bytes, Device device);
 /// Bytes of CPU storage from allocate_storage alive now (not pinned memory): tests measure what a model allocates.
 size_t host_storage_bytes();
+/// The most host_storage_bytes() has been since the last reset_host_storage_peak() (or the start): tests measure
+/// what a step holds at its fullest, such as ZeRO-2's gradient buckets during the backward pass.
+size_t host_storage_peak_bytes();
+void reset_host_storage_peak();
 
 class Tensor {
  public:
