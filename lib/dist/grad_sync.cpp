@@ -158,8 +158,10 @@ void GradSync::node_begin(size_t i) {
   size_t n = 0;
   for (const Shape& shape : bucket.shapes) n += static_cast<size_t>(shape.numel());
   const size_t chunk = zero_chunk(n, m_comm.size());
-  // Zeroed: the padding past the last parameter is reduce-scattered too, and must add nothing.
-  bucket.grads = Tensor::zeros(Shape{static_cast<int64_t>(chunk * static_cast<size_t>(m_comm.size()))}, DType::f32);
+  // Zeroed: the padding past the last parameter is reduce-scattered too, and must add nothing. Mapped, so that the
+  // pages go back to the system when it is freed: malloc would keep a freed bucket resident, and the saving with it.
+  bucket.grads =
+      Tensor::mapped_zeros(Shape{static_cast<int64_t>(chunk * static_cast<size_t>(m_comm.size()))}, DType::f32);
   int64_t offset = 0;
   for (size_t k = 0; k < bucket.params.size(); ++k) {
     const Shape& shape = bucket.shapes[k];
