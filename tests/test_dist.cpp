@@ -959,6 +959,63 @@ TEST_CASE("dist.zero 1 and 2 over 2 worker threads, under mpirun and over TCP en
   CHECK(max_relative_difference(dir / "z0/model.safetensors", dir / "tcp2/model.safetensors") < 1e-6);
 }
 
+TEST_CASE(
+    "dist.zero 2 with accumulation, without overlap, with a loss scale and with a tied weight ends where zero 0 "
+    "ends",
+    "[e2e][dist]") {
+  // Each changes when a bucket's gradients exist under stage 2 (allocated at the first write, kept across
+  // micro-batches, reduce-scattered on the calling thread, unscaled in the chunks, written first by a tied layer).
+  TempDir dir;
+  for (int z : {0, 2}) write_text(dir / fmt::format("z{}.yaml", z), zero_config(z));
+  // A small GPT whose head reads the embedding's weight: the tied layer writes the last bucket first.
+  write_text(dir / "tokens.txt", std::string(4000, 'a') + "the quick brown fox jumps over the lazy dog. ");
+  REQUIRE(run_gputrain(fmt::format("tokenize {} --out {}", dir / "tokens.txt", dir / "tok")).exit_code == 0);
+  for (int z : {0, 2})
+    write_text(dir / fmt::format("gpt{}.yaml", z), fmt::format(R"(name: tied
+seed: 3
+device: cpu
+data: {{format: tokens, train: {{path: {}/train_*.bin}}, block_size: 16, batch_size: 4}}
+model:
+  layers:
+    - {{type: embedding, name: wte, num_embeddings: 256, embedding_dim: 32}}
+    - {{type: positional_embedding, name: wpe, max_len: 16}}
+    - {{type: layernorm}}
+    - {{type: causal_self_attention, heads: 2}}
+    - {{type: layernorm}}
+    - {{type: linear, name: lm_head, tied_to: wte, bias: false, out_features: 256}}
+optimizer: {{type: adamw, lr: 0.003}}
+train: {{epochs: 1, max_steps: 12, log_every: 2, grad_clip: {{max_norm: 1.0}}}}
+dist: {{zero: {}, bucket_mb: 0.01}}
+)",
+                                                               dir / "tok", z));
+  const std::vector<std::pair<std::string, std::string>> variants = {
+      {"z{}.yaml", "--set train.accumulate=2"},
+      {"z{}.yaml", "--set dist.overlap=false"},
+      {"z{}.yaml", "--set +train.loss_scale=1024"},
+      {"gpt{}.yaml", ""},
+  };
+  for (size_t v = 0; v < variants.size(); ++v) {
+    const auto& [config, more] = variants[v];
+    INFO(config << " " << more);
+    for (int z : {0, 2}) {
+      const auto run = run_gputrain(fmt::format("train {} --device '[cpu, cpu]' --threads 2 --out {} {}",
+                                                dir / fmt::format(fmt::runtime(config), z),
+                                                dir / fmt::format("v{}z{}", v, z), more));
+      INFO(run.output);
+      REQUIRE(run.exit_code == 0);
+    }
+    const auto base = train_curve(dir / fmt::format("v{}z0", v)), two = train_curve(dir / fmt::format("v{}z2", v));
+    REQUIRE(base.size() >= 4);
+    REQUIRE(two.size() == base.size());
+    for (size_t i = 0; i < base.size(); ++i) {  // the tolerances of the test above
+      CHECK(std::abs(two[i].first - base[i].first) <= 1e-6 * std::abs(base[i].first));
+      CHECK(std::abs(two[i].second - base[i].second) <= 1e-12 * std::abs(base[i].second));
+    }
+    CHECK(max_relative_difference(dir / fmt::format("v{}z0/model.safetensors", v),
+                                  dir / fmt::format("v{}z2/model.safetensors", v)) < 1e-6);
+  }
+}
+
 TEST_CASE("a dist.zero 2 checkpoint of 2 ranks resumes at 2, 1 and 3 ranks, re-sharded", "[e2e][dist]") {
   TempDir dir;
   for (int z : {0, 2}) write_text(dir / fmt::format("z{}.yaml", z), zero_config(z));

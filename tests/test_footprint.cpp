@@ -2,6 +2,9 @@
 // allocating and running a model really allocates, the fit verdict, and the command's text and JSON.
 #include "core/tensor.h"
 #include "data/dataset.h"
+#include "dist/comm.h"
+#include "dist/grad_sync.h"
+#include "dist/zero.h"
 #include "graph/model.h"
 #include "helpers.h"
 #include "layer_cases.h"
@@ -17,6 +20,7 @@
 #include <sys/wait.h>
 
 #include <cstdlib>
+#include <thread>
 
 using namespace gt;
 using namespace gt::test;
@@ -453,7 +457,11 @@ TEST_CASE("gputrain check prints the dry run and says whether it fits", "[e2e]")
   CHECK(std::system(("python3 -c \"import json,sys; j=json.load(open(sys.argv[1])); s=j['zero_stages']; "
                      "assert j['world_size'] == 4 and [x['stage'] for x in s] == [0, 1, 2] and j['zero_stage'] == 0; "
                      "assert j['per_rank_bytes'] == s[0]['per_rank_bytes'] == j['totals']['total_bytes']; "
-                     "assert s[2]['per_rank_bytes'] == s[1]['per_rank_bytes'] < s[0]['per_rank_bytes']; "
+                     "assert s[1]['per_rank_bytes'] < s[0]['per_rank_bytes']; "
+                     "assert s[2]['optimizer_bytes'] == s[1]['optimizer_bytes']; "
+                     // Buckets of 68 and 1600016 gradients (the first capped at 1 MB): chunks of 17 and 400004,
+                     // and both buckets whole at once during backward.
+                     "assert s[2]['grad_bytes'] == 4 * (17 + 400004 + 68 + 1600016); "
                      "assert s[2]['fits'] is True and j['advice'] == ''\" " +
                      (dir / "ranks.json"))
                         .c_str()) == 0);
@@ -479,8 +487,100 @@ TEST_CASE("gputrain check prints the dry run and says whether it fits", "[e2e]")
   CHECK(run_gputrain("check " + (dir / "c.yaml") + " --json --set optimizer.lr=abc").exit_code == 2);
 }
 
-TEST_CASE("check --world-size splits optimizer state over the ranks (zero 1 and 2, stage 2 keeping whole gradients)",
-          "[cpu]") {
+TEST_CASE("under dist.zero 2 ranks allocate the gradients check counts, and keep only their chunks after a step",
+          "[cpu][dist]") {
+  // Two thread ranks in this process, each with its model, sharded optimizer and GradSync over one bucket per layer
+  // (650, 8256 and 100480 gradients); the process's storage counters see both, and the ranks hold the same sizes.
+  const std::string layers =
+      "model.layers=[{type: linear, out_features: 128}, relu, {type: linear, out_features: 64}, tanh, "
+      "{type: linear, out_features: 10}]";
+  constexpr int kRanks = 2;
+  for (const bool overlap : {false, true})
+    for (const int64_t accumulate : {1, 2}) {
+      INFO("overlap " << overlap << ", accumulate " << accumulate);
+      const Planned p = plan(kMlp, {"optimizer={type: adam, lr: 0.001}", "+dist={bucket_mb: 0.001}", layers,
+                                    fmt::format("train.accumulate={}", accumulate)});
+      const Footprint& f = p.f;
+      REQUIRE(f.grad_buckets == std::vector<int64_t>{650, 8256, 100480});
+      const RankShare share =
+          rank_shares(f, kRanks, [](size_t b) { return judge_fit(b, Device::cpu(), size_t{1} << 40); })[2];
+      size_t chunk_bytes = 0;
+      for (int64_t n : f.grad_buckets) chunk_bytes += zero_chunk(static_cast<size_t>(n), kRanks) * 4;
+      auto comms = make_thread_comms(kRanks, 30.0);
+      size_t with_grads = 0, without = 0, peak = 0, after = 0;
+      std::vector<size_t> undefined(kRanks), chunks(kRanks);
+      std::vector<std::thread> threads;
+      for (int r = 0; r < kRanks; ++r)
+        threads.emplace_back([&, r] {
+          Communicator& comm = *comms[static_cast<size_t>(r)];
+          auto barrier = [&comm] {
+            double d = 0;
+            comm.allreduce_sum(&d, 1, "a barrier");
+          };
+          Model model = Model::build(p.exp.root["model"], p.data.train.input_shape(), DType::f32, Device::cpu(), 1);
+          model.allocate(f.batch);
+          Tensor x = Tensor::zeros(p.data.train.input_shape().batched(f.batch), DType::f32);
+          Tensor dout = Tensor::zeros(model.output_shape().batched(f.batch), DType::f32);
+          ZeroOptimizer zero(p.exp.optimizer, model.params(),
+                             plan_buckets(model.params_by_node(), p.exp.dist.bucket_mb), comm, 2);
+          for (const Tensor& c : zero.grad_chunks()) chunks[static_cast<size_t>(r)] += static_cast<size_t>(c.bytes());
+          // A plain pass first, so that whatever a layer allocates on its first call is there before counting.
+          model.forward(x, {true, false});
+          model.backward(dout, {true, false});
+          barrier();
+          if (r == 0) with_grads = host_storage_bytes();
+          barrier();
+          {
+            GradSync sync(comm, model.params_by_node(), p.exp.dist.bucket_mb, overlap, zero.grad_chunks());
+            barrier();
+            if (r == 0) {
+              without = host_storage_bytes();
+              reset_host_storage_peak();
+            }
+            barrier();
+            model.set_grad_begin_hook([&sync](size_t i) { sync.node_begin(i); });
+            model.set_grad_ready_hook([&sync](size_t i) { sync.node_done(i); });
+            for (int64_t k = 0; k < accumulate; ++k) {
+              const LayerContext ctx{.training = true, .accumulate_grads = k > 0, .step = static_cast<uint64_t>(k)};
+              model.forward(x, ctx);
+              if (k == accumulate - 1) sync.arm();
+              model.backward(dout, ctx);
+            }
+            sync.finish();
+            barrier();
+            if (r == 0) {
+              peak = host_storage_peak_bytes();
+              after = host_storage_bytes();
+            }
+            for (Param* q : model.params()) undefined[static_cast<size_t>(r)] += q->grad.defined() ? 0 : 1;
+            model.set_grad_begin_hook(nullptr);
+            model.set_grad_ready_hook(nullptr);
+            barrier();
+          }
+        });
+      for (auto& t : threads) t.join();
+      for (int r = 0; r < kRanks; ++r) {
+        CHECK(chunks[static_cast<size_t>(r)] == chunk_bytes);
+        CHECK(undefined[static_cast<size_t>(r)] == 6);  // three weights and three biases
+      }
+      // GradSync frees the whole gradients; after the step each rank holds its chunks alone again.
+      CHECK(with_grads - without == kRanks * f.grad_bytes);
+      CHECK(after == without);
+      // What backward held whole, per rank, beyond the chunks: check's figure exactly where it is certain (every
+      // bucket with accumulation; without overlap one at a time, so the largest), and at most it with overlap.
+      const size_t whole = (peak - without) / kRanks, counted = share.grad_bytes - chunk_bytes;
+      CHECK((peak - without) % kRanks == 0);
+      if (accumulate > 1)
+        CHECK(whole == counted);
+      else if (!overlap)
+        CHECK(whole == 100480 * 4);
+      else
+        CHECK((whole >= 100480 * 4 && whole <= counted));
+      CHECK(counted == (accumulate > 1 ? 650 + 8256 + 100480 : 8256 + 100480) * 4);
+    }
+}
+
+TEST_CASE("check --world-size splits optimizer state over the ranks (zero 1 and 2) and gradients (zero 2)", "[cpu]") {
   const Footprint f = plan(kMlp, {"optimizer={type: adam, lr: 0.001}"}).f;
   const auto judge = [](size_t limit) {
     return [limit](size_t bytes) { return judge_fit(bytes, Device::cpu(), limit); };
@@ -498,14 +598,38 @@ TEST_CASE("check --world-size splits optimizer state over the ranks (zero 1 and 
   CHECK(four[0].total_bytes == f.total_bytes);
   CHECK(four[1].optimizer_bytes == 2 * shard);
   CHECK(four[1].total_bytes == whole + f.grad_bytes + 2 * shard);
-  // Stage 2 reduce-scatters the gradients, but the backward pass writes them whole on every rank (dist/zero.h).
-  CHECK(four[2].grad_bytes == f.grad_bytes);
+  // Stage 2: one bucket (101770 elements fit the first bucket's 1 MB): its chunk of 25443, and the bucket whole
+  // (padded to 4 · 25443) while backward writes it. More than stage 1 then; smaller buckets make it less.
+  REQUIRE(f.grad_buckets == std::vector<int64_t>{101770});
+  CHECK(four[2].grad_bytes == (25443 + 4 * 25443) * 4);
   CHECK(four[2].optimizer_bytes == 2 * shard);
-  CHECK(four[2].total_bytes == four[1].total_bytes);
+  CHECK(four[2].total_bytes == whole + four[2].grad_bytes + 2 * shard);
+  // With 0.1 MB buckets (25000 elements): 1290 first, then the 100480 of the first layer alone (one node, one
+  // bucket). Chunks of 323 and 25120; the two buckets whole at once (1292 + 100480) during backward, and also with
+  // train.accumulate, where the micro-batches before the last keep what they write.
+  const Footprint small = plan(kMlp, {"optimizer={type: adam, lr: 0.001}", "+dist={bucket_mb: 0.1}"}).f;
+  REQUIRE(small.grad_buckets == std::vector<int64_t>{1290, 100480});
+  CHECK(rank_shares(small, 4, judge(size_t{1} << 40))[2].grad_bytes == (323 + 25120 + 1292 + 100480) * 4);
+  // Three layers in 0.001 MB buckets (one each): at most two whole at once, so the two largest count.
+  const Footprint three = plan(kMlp, {"optimizer={type: adam, lr: 0.001}", "+dist={bucket_mb: 0.001}",
+                                      "model.layers=[{type: linear, out_features: 128}, {type: linear, out_features: "
+                                      "64}, {type: linear, out_features: 10}]"})
+                              .f;
+  REQUIRE(three.grad_buckets == std::vector<int64_t>{650, 8256, 100480});
+  CHECK(rank_shares(three, 2, judge(size_t{1} << 40))[2].grad_bytes == (325 + 4128 + 50240 + 8256 + 100480) * 4);
+  const Footprint three_acc =
+      plan(kMlp, {"optimizer={type: adam, lr: 0.001}", "+dist={bucket_mb: 0.001}", "train.accumulate=2",
+                  "model.layers=[{type: linear, out_features: 128}, {type: linear, "
+                  "out_features: 64}, {type: linear, out_features: 10}]"})
+          .f;
+  CHECK(rank_shares(three_acc, 2, judge(size_t{1} << 40))[2].grad_bytes ==
+        (325 + 4128 + 50240 + 650 + 8256 + 100480) * 4);
+  // One rank splits nothing.
+  CHECK(rank_shares(small, 1, judge(size_t{1} << 40))[2].grad_bytes == small.grad_bytes);
 
   // Nothing fits at 4 ranks: a halved micro-batch with twice the accumulation would (the activations halve), and
   // so would more ranks; the MLP has no block to recompute, and too few layers for all (both refused, so not offered).
-  const size_t limit = four[2].total_bytes - 1;
+  const size_t limit = four[1].total_bytes - 1;  // stage 1 holds the least here
   std::vector<std::string> asked;
   const FootprintWith with = [&](Recompute mode, int64_t batch, int64_t accumulate) -> std::optional<Footprint> {
     asked.push_back(fmt::format("{} {} {}", to_string(mode), batch, accumulate));
@@ -522,5 +646,5 @@ TEST_CASE("check --world-size splits optimizer state over the ranks (zero 1 and 
   CHECK_FALSE(Catch::Contains("recompute").match(advice));
   CHECK(asked == std::vector<std::string>{"blocks 32 1", "all 32 1", "none 16 2"});
   // When a stage fits there is nothing to advise.
-  CHECK(fit_advice(f, 4, judge(four[2].total_bytes), with).empty());
+  CHECK(fit_advice(f, 4, judge(four[1].total_bytes), with).empty());
 }

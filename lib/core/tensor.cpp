@@ -3,6 +3,7 @@
 
 #include "core/backend.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -12,12 +13,23 @@
 namespace gt {
 
 namespace {
-std::atomic<size_t> g_host_bytes{0};
+std::atomic<size_t> g_host_bytes{0}, g_host_peak{0};
 constexpr size_t kHugePage = size_t{2} << 20;
 constexpr size_t kHugeFrom = size_t{8} << 20;
+
+// Counts `bytes` more of host storage, raising the peak when it is passed.
+void count_host_bytes(size_t bytes) {
+  const size_t now = g_host_bytes.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  for (size_t peak = g_host_peak.load(std::memory_order_relaxed);
+       now > peak && !g_host_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed);) {
+  }
+}
+
 }  // namespace
 
 size_t host_storage_bytes() { return g_host_bytes.load(std::memory_order_relaxed); }
+size_t host_storage_peak_bytes() { return g_host_peak.load(std::memory_order_relaxed); }
+void reset_host_storage_peak() { g_host_peak.store(host_storage_bytes(), std::memory_order_relaxed); }
 
 std::shared_ptr<Storage> allocate_storage(size_t bytes, Device device) {
   auto s = std::make_shared<Storage>();
@@ -34,7 +46,7 @@ std::shared_ptr<Storage> allocate_storage(size_t bytes, Device device) {
 #ifdef MADV_HUGEPAGE
     if (huge) madvise(s->ptr, rounded, MADV_HUGEPAGE);  // advice only: where THP is off nothing changes
 #endif
-    g_host_bytes.fetch_add(bytes, std::memory_order_relaxed);
+    count_host_bytes(bytes);
     s->release = [bytes](void* p) {
       g_host_bytes.fetch_sub(bytes, std::memory_order_relaxed);
       std::free(p);
@@ -57,6 +69,29 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
   Tensor t = empty(shape, dtype, device);
   t.zero_();
+  return t;
+}
+
+Tensor Tensor::mapped_zeros(const Shape& shape, DType dtype) {
+  const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype), length = std::max<size_t>(bytes, 1);
+  void* p = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw Error(fmt::format("out of host memory mapping {} bytes", bytes));
+#ifdef MADV_HUGEPAGE
+  if (length >= kHugeFrom) madvise(p, length, MADV_HUGEPAGE);  // as allocate_storage: advice only
+#endif
+  count_host_bytes(bytes);
+  auto s = std::make_shared<Storage>();
+  s->bytes = bytes;
+  s->device = Device::cpu();
+  s->ptr = p;  // anonymous pages read as zeros
+  s->release = [bytes, length](void* q) {
+    g_host_bytes.fetch_sub(bytes, std::memory_order_relaxed);
+    munmap(q, length);
+  };
+  Tensor t;
+  t.m_shape = shape;
+  t.m_dtype = dtype;
+  t.m_storage = std::move(s);
   return t;
 }
 

@@ -27,6 +27,10 @@ struct Storage {
 std::shared_ptr<Storage> allocate_storage(size_t bytes, Device device);
 /// Bytes of CPU storage from allocate_storage alive now (not pinned memory): tests measure what a model allocates.
 size_t host_storage_bytes();
+/// The most host_storage_bytes() has been since the last reset_host_storage_peak() (or the start): tests measure
+/// what a step holds at its fullest, such as ZeRO-2's gradient buckets during the backward pass.
+size_t host_storage_peak_bytes();
+void reset_host_storage_peak();
 
 class Tensor {
  public:
@@ -34,6 +38,9 @@ class Tensor {
   /// Uninitialised contents.
   static Tensor empty(const Shape& shape, DType dtype, Device device = Device::cpu());
   static Tensor zeros(const Shape& shape, DType dtype, Device device = Device::cpu());
+  /// Zeros on the CPU in pages of their own (mmap), given back to the system when the storage is freed: for a
+  /// buffer that lives for part of a step (ZeRO-2's gradient buckets), which malloc would keep resident once freed.
+  static Tensor mapped_zeros(const Shape& shape, DType dtype);
   /// Host memory that is page-locked in CUDA builds, so copy_from_async can read or write it directly.
   static Tensor empty_pinned(const Shape& shape, DType dtype);
   /// A tensor over memory someone else owns (a memory-mapped file): `storage` holds it and gives it back; the

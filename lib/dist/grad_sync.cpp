@@ -18,34 +18,70 @@ const std::string kAllReduce = "all-reduce", kWaitType = "after backward";
 std::string bucket_name(size_t b) { return "bucket " + std::to_string(b); }
 }  // namespace
 
-BucketPlan plan_buckets(const std::vector<std::vector<Param*>>& params_by_node, double bucket_mb) {
+namespace {
+
+// Each node's bucket from its parameter count (< 0: the node has no parameters, and no bucket: -1): the cut
+// plan_buckets and bucket_sizes share.
+std::vector<int> bucket_of_nodes(const std::vector<int64_t>& params_per_node, double bucket_mb) {
   // Like DDP, the first bucket (the last layers, done first) is capped at 1 MB so that communication starts early
   // even when the whole model would fit one bucket.
   const auto limit = static_cast<size_t>(bucket_mb * 1e6 / sizeof(float));
   const auto first_limit = std::min(limit, static_cast<size_t>(1e6 / sizeof(float)));
-  BucketPlan plan;
-  plan.node_bucket.assign(params_by_node.size(), -1);
+  std::vector<int> out(params_per_node.size(), -1);
+  int buckets = 0;
   size_t fill = 0;
-  for (size_t i = params_by_node.size(); i-- > 0;) {  // the order backward finishes them
-    if (params_by_node[i].empty()) continue;
-    size_t n = 0;
-    for (Param* p : params_by_node[i]) n += static_cast<size_t>(p->grad.numel());
+  for (size_t i = params_per_node.size(); i-- > 0;) {  // the order backward finishes them
+    if (params_per_node[i] < 0) continue;
+    const auto n = static_cast<size_t>(params_per_node[i]);
     // A node's parameters share a bucket; a node that would take a bucket past its size starts the next one.
-    if (plan.buckets.empty() || (fill > 0 && fill + n > (plan.buckets.size() == 1 ? first_limit : limit))) {
-      plan.buckets.emplace_back();
+    if (buckets == 0 || (fill > 0 && fill + n > (buckets == 1 ? first_limit : limit))) {
+      ++buckets;
       fill = 0;
     }
-    for (Param* p : params_by_node[i]) plan.buckets.back().push_back(p);
     fill += n;
-    plan.node_bucket[i] = static_cast<int>(plan.buckets.size() - 1);
+    out[i] = buckets - 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+BucketPlan plan_buckets(const std::vector<std::vector<Param*>>& params_by_node, double bucket_mb) {
+  std::vector<int64_t> counts;
+  for (const auto& params : params_by_node) {
+    int64_t n = 0;
+    for (Param* p : params) n += p->value.numel();
+    counts.push_back(params.empty() ? -1 : n);
+  }
+  BucketPlan plan;
+  plan.node_bucket = bucket_of_nodes(counts, bucket_mb);
+  for (size_t i = params_by_node.size(); i-- > 0;) {
+    const int b = plan.node_bucket[i];
+    if (b < 0) continue;
+    if (plan.buckets.size() <= static_cast<size_t>(b)) plan.buckets.resize(static_cast<size_t>(b) + 1);
+    for (Param* p : params_by_node[i]) plan.buckets[static_cast<size_t>(b)].push_back(p);
   }
   return plan;
 }
 
+std::vector<int64_t> bucket_sizes(const std::vector<int64_t>& params_per_node, double bucket_mb) {
+  std::vector<int64_t> counts;  // a node without parameter elements has no bucket here (nor a gradient to count)
+  for (int64_t n : params_per_node) counts.push_back(n > 0 ? n : -1);
+  const std::vector<int> node_bucket = bucket_of_nodes(counts, bucket_mb);
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < node_bucket.size(); ++i) {
+    if (node_bucket[i] < 0) continue;
+    const auto b = static_cast<size_t>(node_bucket[i]);
+    if (out.size() <= b) out.resize(b + 1, 0);
+    out[b] += params_per_node[i];
+  }
+  return out;
+}
+
 GradSync::GradSync(Communicator& comm, const std::vector<std::vector<Param*>>& params_by_node, double bucket_mb,
-                   bool overlap, bool scatter)
-    : m_comm(comm), m_overlap(overlap), m_scatter(scatter), m_device(comm.device_buffers()) {
-  GT_CHECK(!(m_scatter && m_device), "reduce-scattered gradients (dist.zero: 2) need a host communicator, not {}",
+                   bool overlap, std::vector<Tensor> chunks)
+    : m_comm(comm), m_chunks(std::move(chunks)), m_overlap(overlap), m_device(comm.device_buffers()) {
+  GT_CHECK(m_chunks.empty() || !m_device, "reduce-scattered gradients (dist.zero: 2) need a host communicator, not {}",
            comm.name());
   BucketPlan plan = plan_buckets(params_by_node, bucket_mb);
   m_bucket_of_node = std::move(plan.node_bucket);
@@ -65,16 +101,27 @@ GradSync::GradSync(Communicator& comm, const std::vector<std::vector<Param*>>& p
   }
   for (size_t i = 0; i < m_bucket_of_node.size(); ++i)
     if (m_bucket_of_node[i] >= 0) ++m_buckets[static_cast<size_t>(m_bucket_of_node[i])].nodes;
-  for (Bucket& b : m_buckets) {
+  GT_CHECK(m_chunks.empty() || m_chunks.size() == m_buckets.size(), "{} gradient chunks for {} buckets",
+           m_chunks.size(), m_buckets.size());
+  for (size_t k = 0; k < m_buckets.size(); ++k) {
+    Bucket& b = m_buckets[k];
     size_t n = 0;
     for (Param* p : b.params) n += static_cast<size_t>(p->grad.numel());
-    if (m_device)
+    if (m_device) {
       b.device_flat = Tensor::empty(Shape{static_cast<int64_t>(n)}, DType::f32, *device);
-    else if (m_scatter)  // padded to whole chunks; the padding stays zero
-      b.flat.resize(zero_chunk(n, comm.size()) * static_cast<size_t>(comm.size())),
-          b.chunk.resize(b.flat.size() / static_cast<size_t>(comm.size()));
-    else
+    } else if (!m_chunks.empty()) {
+      const Tensor& c = m_chunks[k];
+      GT_CHECK(c.dtype() == DType::f32 && c.device().is_cpu() &&
+                   static_cast<size_t>(c.numel()) == zero_chunk(n, comm.size()),
+               "bucket {}'s gradient chunk has {} elements, not ⌈{} / {}⌉", k, c.numel(), n, comm.size());
+      // From here the gradients exist only while the backward pass writes them (node_begin).
+      for (Param* p : b.params) {
+        b.shapes.push_back(p->grad.shape());
+        p->grad = Tensor();
+      }
+    } else {
       b.flat.resize(n);
+    }
     m_bytes += static_cast<int64_t>(n * sizeof(float));
   }
   if (m_device && device) {
@@ -97,13 +144,51 @@ GradSync::~GradSync() {
   if (m_thread.joinable()) m_thread.join();
 }
 
+void GradSync::node_begin(size_t i) {
+  if (m_chunks.empty() || m_bucket_of_node[i] < 0) return;
+  Bucket& bucket = m_buckets[static_cast<size_t>(m_bucket_of_node[i])];
+  if (bucket.grads.defined()) return;  // whole already (this pass, or an earlier micro-batch of the step)
+  {
+    std::unique_lock<std::mutex> lock(m_mutex);
+    // Two whole buckets at most while the communication thread has work: one being reduce-scattered, one being
+    // written. Waiting costs little, as the thread is the step's critical path then anyway.
+    if (m_armed && m_overlap) m_cv.wait(lock, [this] { return m_whole < 2 || m_done == m_launched; });
+    ++m_whole;
+  }
+  size_t n = 0;
+  for (const Shape& shape : bucket.shapes) n += static_cast<size_t>(shape.numel());
+  const size_t chunk = zero_chunk(n, m_comm.size());
+  // Zeroed: the padding past the last parameter is reduce-scattered too, and must add nothing. Mapped, so that the
+  // pages go back to the system when it is freed: malloc would keep a freed bucket resident, and the saving with it.
+  bucket.grads =
+      Tensor::mapped_zeros(Shape{static_cast<int64_t>(chunk * static_cast<size_t>(m_comm.size()))}, DType::f32);
+  int64_t offset = 0;
+  for (size_t k = 0; k < bucket.params.size(); ++k) {
+    const Shape& shape = bucket.shapes[k];
+    bucket.params[k]->grad = bucket.grads.slice0(offset, shape.numel()).view(shape);
+    offset += shape.numel();
+  }
+}
+
 void GradSync::node_done(size_t i) {
-  if (!m_armed || !m_overlap || m_bucket_of_node[i] < 0) return;
+  // Without overlap, buckets are all-reduced in finish; reduce-scattered ones (chunks) as they complete, below.
+  if (!m_armed || (!m_overlap && m_chunks.empty()) || m_bucket_of_node[i] < 0) return;
   const auto b = static_cast<size_t>(m_bucket_of_node[i]);
   if (++m_buckets[b].pending < m_buckets[b].nodes) return;
   m_buckets[b].pending = 0;
   if (m_device) {
     launch_device(b);
+    return;
+  }
+  if (!m_overlap) {  // chunks: on this thread at once, so that the bucket is freed before the next one is written
+    const auto t0 = std::chrono::steady_clock::now();
+    reduce(b);
+    const auto t1 = std::chrono::steady_clock::now();
+    if (m_profiler) m_profiler->record(kAllReduce, bucket_name(b), "bucket", t0, t1, 0, Profiler::kMain);
+    const double dt = std::chrono::duration<double>(t1 - t0).count();
+    m_exposed_seconds += dt;
+    m_comm_seconds += dt;
+    ++m_launched;
     return;
   }
   {
@@ -119,6 +204,12 @@ void GradSync::finish() {
   m_armed = false;
   if (m_device) {
     finish_device();
+    return;
+  }
+  if (!m_overlap && !m_chunks.empty()) {  // reduce-scattered in node_done
+    GT_CHECK(m_launched == m_buckets.size(), "{} of {} gradient buckets were complete after backward", m_launched,
+             m_buckets.size());
+    m_launched = 0;
     return;
   }
   if (!m_overlap) {
@@ -149,15 +240,15 @@ void GradSync::finish() {
 
 void GradSync::reduce(size_t b) {
   const float scale = 1.0f / static_cast<float>(m_comm.size());
+  if (!m_chunks.empty()) {
+    scatter(b, scale);
+    return;
+  }
   Bucket& bucket = m_buckets[b];
   float* flat = bucket.flat.data();
   for (Param* p : bucket.params) {
     std::memcpy(flat, p->grad.data<float>(), static_cast<size_t>(p->grad.numel()) * sizeof(float));
     flat += p->grad.numel();
-  }
-  if (m_scatter) {
-    scatter_back(bucket, scale);
-    return;
   }
   m_comm.allreduce_sum(bucket.flat.data(), bucket.flat.size(), "the gradients");
   flat = bucket.flat.data();
@@ -168,18 +259,19 @@ void GradSync::reduce(size_t b) {
   }
 }
 
-void GradSync::scatter_back(Bucket& bucket, float scale) {
-  const size_t chunk = bucket.chunk.size(), begin = chunk * static_cast<size_t>(m_comm.rank()), end = begin + chunk;
-  m_comm.reduce_scatter_sum(bucket.flat.data(), bucket.chunk.data(), chunk, "the gradients");
-  // Only the elements of this rank's chunk are averaged; each parameter overlapping it takes its part.
-  size_t offset = 0;
-  for (Param* p : bucket.params) {
-    const auto n = static_cast<size_t>(p->grad.numel());
-    const size_t lo = std::max(offset, begin), hi = std::min(offset + n, end);
-    float* g = p->grad.data<float>();
-    for (size_t k = lo; k < hi; ++k) g[k - offset] = bucket.chunk[k - begin] * scale;
-    offset += n;
-  }
+void GradSync::scatter(size_t b, float scale) {
+  Bucket& bucket = m_buckets[b];
+  Tensor& chunk = m_chunks[b];
+  GT_CHECK(bucket.grads.defined(), "gradient bucket {} is complete but no backward wrote into it", b);
+  m_comm.reduce_scatter_sum(bucket.grads.data<float>(), chunk.data<float>(), static_cast<size_t>(chunk.numel()),
+                            "the gradients");
+  float* c = chunk.data<float>();
+  for (int64_t k = 0; k < chunk.numel(); ++k) c[k] *= scale;
+  // Freed: the parameters' views go, then the buffer (the last reference to the storage).
+  for (Param* p : bucket.params) p->grad = Tensor();
+  bucket.grads = Tensor();
+  std::lock_guard<std::mutex> lock(m_mutex);
+  --m_whole;
 }
 
 void GradSync::launch_device(size_t b) {

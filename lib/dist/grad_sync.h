@@ -32,6 +32,9 @@ struct BucketPlan {
   std::vector<int> node_bucket;
 };
 BucketPlan plan_buckets(const std::vector<std::vector<Param*>>& params_by_node, double bucket_mb);
+/// The elements of each bucket plan_buckets makes, from each node's parameter count alone (the same cut): `gputrain
+/// check` sizes ZeRO-2's gradient buckets with it without building the parameters.
+std::vector<int64_t> bucket_sizes(const std::vector<int64_t>& params_per_node, double bucket_mb);
 
 /// ZeRO's cut of a bucket of `elems` gradient elements over `world` ranks: padded to chunk · world elements, rank r
 /// owning [r · chunk, min((r + 1) · chunk, elems)).
@@ -46,16 +49,28 @@ class GradSync : NonCopyable {
   /// when every core already computes: the thread would only take cycles from the backward pass). When
   /// comm.device_buffers(), the gradients must be f32 on one CUDA device: each bucket is queued on a side stream as
   /// it completes (overlap) or all in `finish`, and `finish` returns once the compute stream waits for them.
-  /// `scatter` (dist.zero: 2): each bucket is reduce-scattered instead of all-reduced, and only this rank's chunk of
-  /// it (zero_chunk) is averaged in the gradients; the rest keep this rank's own sums. Host communicators only.
+  ///
+  /// `chunks` (dist.zero: 2, host communicators only): one f32 CPU tensor per bucket of zero_chunk(its elements,
+  /// ranks) elements (ZeroOptimizer::grad_chunks). Each bucket is then reduce-scattered into its chunk, which is
+  /// averaged in place, instead of all-reduced, and the gradients live in the buckets (gradient-as-bucket-view, as
+  /// DDP's option): a parameter's grad is a view of its bucket's flat buffer, which node_begin allocates (zeroed)
+  /// when the backward pass first writes into it and which is freed once its reduce-scatter is done. Outside the
+  /// backward pass every parameter's grad is undefined (the constructor frees them): this rank's averaged chunks are
+  /// all it holds. In the armed pass at most two buckets are whole at once (node_begin waits for the communication
+  /// thread before it allocates a third; without overlap each is reduce-scattered as soon as it is complete, on the
+  /// calling thread); the unarmed passes before it (train.accumulate) keep every bucket they write whole until the
+  /// armed pass reduce-scatters it.
   GradSync(Communicator& comm, const std::vector<std::vector<Param*>>& params_by_node, double bucket_mb,
-           bool overlap = true, bool scatter = false);
+           bool overlap = true, std::vector<Tensor> chunks = {});
   ~GradSync();
 
   /// Times every bucket's all-reduce (on the communication thread's lane) and the wait for them in finish().
   void set_profiler(Profiler* p) { m_profiler = p; }
   /// Arms the next backward pass: its gradients are averaged as they complete.
   void arm() { m_armed = true; }
+  /// Called before a backward writes node `i`'s parameter gradients (before node i's own, and before that of a layer
+  /// tied to its weight). With chunks it allocates node i's bucket if it is not whole yet; otherwise nothing.
+  void node_begin(size_t i);
   /// Called when node `i`'s backward has run (its parameter gradients are final for this step).
   void node_done(size_t i);
   /// Waits until every bucket is averaged. Call after the armed backward pass.
@@ -72,22 +87,24 @@ class GradSync : NonCopyable {
  private:
   struct Bucket {
     std::vector<Param*> params;
-    std::vector<float> flat;
-    std::vector<float> chunk;  ///< scatter: this rank's chunk of the sums
-    Tensor device_flat;        ///< on device buffers: the bucket, f32 on the gradients' device
-    size_t nodes = 0;          ///< nodes whose parameters it holds
-    size_t pending = 0;        ///< of those, done in this backward pass
+    std::vector<float> flat;    ///< all-reduce: a copy of the gradients, then their sums
+    std::vector<Shape> shapes;  ///< chunks: the parameters' shapes (their grads are views of `grads` or undefined)
+    Tensor grads;               ///< chunks: the flat gradients, padded to chunk · ranks, while whole
+    Tensor device_flat;         ///< on device buffers: the bucket, f32 on the gradients' device
+    size_t nodes = 0;           ///< nodes whose parameters it holds
+    size_t pending = 0;         ///< of those, done in this backward pass
   };
   void worker();
-  void reduce(size_t b);                           ///< all-reduces bucket b and writes the averages back
-  void scatter_back(Bucket& bucket, float scale);  ///< scatter: reduce-scatters a filled bucket, averages the chunk
+  void reduce(size_t b);  ///< all-reduces bucket b and writes the averages back, or reduce-scatters it (chunks)
+  void scatter(size_t b, float scale);  ///< chunks: reduce-scatters bucket b, averages its chunk, frees the bucket
   void launch_device(size_t b);  ///< device buffers: flattens bucket b and queues its all-reduce on the side stream
   void finish_device();
 
   Communicator& m_comm;
   std::vector<Bucket> m_buckets;
   std::vector<int> m_bucket_of_node;  ///< -1: no parameters
-  bool m_armed = false, m_overlap = true, m_scatter = false;
+  std::vector<Tensor> m_chunks;       ///< dist.zero 2: this rank's averaged chunk of each bucket
+  bool m_armed = false, m_overlap = true;
   bool m_device = false;               ///< the communicator takes device buffers
   std::unique_ptr<SideStream> m_side;  ///< device buffers: where the all-reduce runs
   Tensor m_scale;                      ///< device buffers: 1 / ranks, f64 on the device, for scale_by
@@ -98,6 +115,7 @@ class GradSync : NonCopyable {
   std::condition_variable m_cv;
   std::deque<size_t> m_queue;
   size_t m_done = 0, m_launched = 0;
+  size_t m_whole = 0;  ///< chunks: buckets allocated now
   bool m_stop = false;
   std::exception_ptr m_error;
   Profiler* m_profiler = nullptr;  ///< the first failure of the communication thread, rethrown by finish()

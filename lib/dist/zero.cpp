@@ -19,7 +19,8 @@ ZeroOptimizer::ZeroOptimizer(const OptimizerConfig& cfg, const std::vector<Param
     GT_CHECK(params[i]->value.dtype() == DType::f32 && params[i]->value.device().is_cpu(),
              "dist.zero shards f32 CPU parameters");
     index[params[i]] = i;
-    m_group.rows.push_back({params[i]->value, params[i]->grad});  // stage 1's norm: over the whole gradients
+    // Stage 1's norm: over the whole gradients. (Stage 2 keeps no reference to them: GradSync frees them.)
+    if (stage < 2) m_group.rows.push_back({params[i]->value, params[i]->grad});
   }
   size_t max_chunk = 0, slices = 0;
   for (const auto& bucket : plan.buckets) slices += bucket.size();
@@ -33,6 +34,7 @@ ZeroOptimizer::ZeroOptimizer(const OptimizerConfig& cfg, const std::vector<Param
     }
     out.chunk = zero_chunk(n, static_cast<int>(world));
     max_chunk = std::max(max_chunk, out.chunk);
+    if (m_stage >= 2) m_grad_chunks.push_back(Tensor::zeros(Shape{static_cast<int64_t>(out.chunk)}, DType::f32));
     const size_t begin = out.chunk * rank, end = std::min(begin + out.chunk, n);
     out.first_slice = m_slices.size();
     size_t offset = 0;
@@ -43,8 +45,9 @@ ZeroOptimizer::ZeroOptimizer(const OptimizerConfig& cfg, const std::vector<Param
         const auto off = static_cast<int64_t>(lo - offset), count = static_cast<int64_t>(hi - lo);
         m_slices.push_back({b, index.at(p), off, count, lo - begin});
         const Shape flat{p->value.numel()};
-        m_slice_params.push_back(
-            {p->name, p->value.view(flat).slice0(off, count), p->grad.view(flat).slice0(off, count)});
+        m_slice_params.push_back({p->name, p->value.view(flat).slice0(off, count),
+                                  m_stage >= 2 ? m_grad_chunks[b].slice0(static_cast<int64_t>(lo - begin), count)
+                                               : p->grad.view(flat).slice0(off, count)});
       }
       offset += pn;
     }

@@ -16,8 +16,9 @@ namespace gt {
 /// An optimizer over the shard of `params` (the model's, in Model::params() order) that this rank of `comm` owns:
 /// chunk r of every bucket of `plan` (zero_chunk), the cut GradSync's reduce-scatter hands out. The update is
 /// elementwise, so each element gets exactly the value the unsharded optimizer would give it. `stage` 1: the
-/// gradients are all-reduced whole and the norm is taken over them as without ZeRO; 2: only this rank's shard of
-/// the gradients is averaged (GradSync with scatter) and the squared norm is the sum of the ranks' partial sums.
+/// gradients are all-reduced whole and the norm is taken over them as without ZeRO; 2: this rank holds only its shard
+/// of the gradients, in grad_chunks(), which GradSync reduce-scatters into (the parameters' own gradients exist only
+/// during the backward pass), and the squared norm is the sum of the ranks' partial sums.
 /// Checkpoints: each rank writes its own shard (shard_pieces(), train/checkpoint.h), and a load of a sharded
 /// checkpoint fills state_ranges() from the byte ranges it needs; a zero 0 checkpoint is loaded whole into state()
 /// and shard_state() keeps this rank's part. So a checkpoint resumes at any world size and stage.
@@ -43,6 +44,9 @@ class ZeroOptimizer final : public Optimizer {
   std::vector<std::vector<size_t>> bucket_params() const;
   std::vector<size_t> bucket_chunks() const;
   int stage() const { return m_stage; }
+  /// Stage 2: this rank's averaged chunk of each bucket's gradients (zero_chunk elements, padding last), which
+  /// GradSync's reduce-scatter writes and the update reads (views of them are the shard's gradients). Empty at stage 1.
+  const std::vector<Tensor>& grad_chunks() const { return m_grad_chunks; }
 
   /// The state elements this rank holds between checkpoints (about 1/N of the unsharded optimizer's).
   int64_t shard_state_elements();
@@ -71,7 +75,8 @@ class ZeroOptimizer final : public Optimizer {
   std::vector<Param*> m_params;
   std::vector<Bucket> m_buckets;
   std::vector<Slice> m_slices;
-  std::vector<Param> m_slice_params;  ///< views of the parameters' values and gradients, row j of m_inner
+  std::vector<Param> m_slice_params;  ///< views of the parameters' values and gradients (stage 2: of the chunks)
+  std::vector<Tensor> m_grad_chunks;  ///< stage 2: grad_chunks()
   std::unique_ptr<Optimizer> m_inner;
   std::vector<std::string> m_buffers;                  ///< the state buffers of one parameter: "exp_avg", …
   std::vector<std::pair<std::string, Tensor>> m_full;  ///< state(): the unsharded buffers, while needed

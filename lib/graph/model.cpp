@@ -811,6 +811,10 @@ void Model::backward(const Tensor& dout, const LayerContext& context) {
       }
       dins[k] = &dx_views[k];
     }
+    if (m_grad_begin) {
+      if (n.param_count > 0) m_grad_begin(i);
+      if (n.tied_to >= 0) m_grad_begin(static_cast<size_t>(n.tied_to));
+    }
     // Backward FLOPs: about twice the forward's for layers with parameters (input and weight gradients).
     SpanScope scope(m_profiler, n.name, n.type, "backward",
                     n.layer->forward_flops() * batch * (n.param_count > 0 ? 2 : 1));

@@ -114,6 +114,9 @@ class Model {
   /// Called with a node's index right after its backward has run, when its parameter gradients are final
   /// (data-parallel training starts averaging them then). Empty: nothing is called.
   void set_grad_ready_hook(std::function<void(size_t)> hook) { m_grad_ready = std::move(hook); }
+  /// Called with a node's index right before a backward writes its parameter gradients: before the node's own
+  /// backward, and before that of a layer tied to its weight (dist.zero 2 allocates the gradients there).
+  void set_grad_begin_hook(std::function<void(size_t)> hook) { m_grad_begin = std::move(hook); }
   /// dist.sync_batchnorm: batch norm layers normalise training batches over the ranks that `sum_over_ranks` sums
   /// over (a host collective, called once per batch norm layer in each pass, so every rank must run the same passes).
   /// Empty: per process. Throws gt::Error for a model on a GPU, where it is not built.
@@ -145,7 +148,7 @@ class Model {
   std::vector<int> m_grad_writers;            // grad_writers(), once the graph is built
   bool m_initialised = false;                 // build() created the parameters
   Tensor m_input;                             // the last forward's input
-  std::function<void(size_t)> m_grad_ready;
+  std::function<void(size_t)> m_grad_ready, m_grad_begin;
   SpanTimer* m_profiler = nullptr;
   ops::SumOverRanks m_sync;
   bool m_decodes = false;  // forward_decode found decode_unsupported() empty once

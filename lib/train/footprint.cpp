@@ -3,12 +3,15 @@
 
 #include "core/json.h"
 #include "data/dataset.h"
+#include "dist/grad_sync.h"
 #include "graph/model.h"
 #include "ops/devices.h"
 #include "optim/optimizer.h"
 
 #include <algorithm>
 #include <fstream>
+#include <functional>
+#include <numeric>
 #include <sstream>
 
 namespace gt {
@@ -70,6 +73,9 @@ Footprint training_footprint(const Experiment& exp, const Model& model, const Da
     f.layers.push_back(std::move(r));
   }
   f.grad_bytes = f.param_bytes;  // every parameter has a gradient of its own size
+  std::vector<int64_t> per_node;
+  for (const GraphNode& n : nodes) per_node.push_back(n.param_count);
+  f.grad_buckets = bucket_sizes(per_node, exp.dist.bucket_mb);
 
   // The optimizer's state per parameter element, from the optimizer the config builds: momentum 1, Adam 2,
   // AMSGrad 3, plain SGD 0.
@@ -140,6 +146,25 @@ MemoryFit fit_on_this_machine(size_t needed, const std::string& requested) {
   return judge_fit(needed, device, *available);
 }
 
+namespace {
+
+// Stage 2's gradients on one rank (see RankShare): its chunk of every bucket, and the buckets whole at once.
+size_t zero2_grad_bytes(const Footprint& f, int64_t world) {
+  size_t chunks = 0;
+  std::vector<size_t> whole;
+  for (int64_t n : f.grad_buckets) {
+    const size_t chunk = zero_chunk(static_cast<size_t>(n), static_cast<int>(world));
+    chunks += chunk;
+    whole.push_back(chunk * static_cast<size_t>(world));
+  }
+  std::sort(whole.begin(), whole.end(), std::greater<>());
+  const size_t at_once = f.accumulate > 1 ? whole.size() : std::min<size_t>(2, whole.size());
+  const size_t held = chunks + std::accumulate(whole.begin(), whole.begin() + static_cast<long>(at_once), size_t{0});
+  return held * dtype_size(f.dtype);
+}
+
+}  // namespace
+
 std::vector<RankShare> rank_shares(const Footprint& f, int64_t world, const std::function<MemoryFit(size_t)>& judge) {
   GT_CHECK(world >= 1, "rank_shares at {} ranks", world);
   // One shard of a flat buffer of every parameter element, padded to a multiple of the ranks.
@@ -150,7 +175,7 @@ std::vector<RankShare> rank_shares(const Footprint& f, int64_t world, const std:
     RankShare r;
     r.zero_stage = stage;
     r.param_bytes = f.param_bytes;
-    r.grad_bytes = f.grad_bytes;  // whole under stage 2 too: the backward pass writes every gradient (see the header)
+    r.grad_bytes = stage >= 2 && world > 1 ? zero2_grad_bytes(f, world) : f.grad_bytes;
     r.optimizer_bytes =
         stage >= 1 && world > 1 ? shard * static_cast<size_t>(f.optimizer_state_per_param) : f.optimizer_bytes;
     r.total_bytes = r.param_bytes + r.grad_bytes + r.optimizer_bytes + whole;
@@ -179,8 +204,10 @@ std::string rank_shares_report(const std::vector<RankShare>& shares, int64_t wor
   out += fmt::format("  {:<16}", "fits");
   for (const RankShare& r : shares) out += fmt::format(" {:>12}", !r.fit.fits ? "unknown" : *r.fit.fits ? "yes" : "no");
   out += "\n";
-  out += fmt::format("  (* dist.zero: {}, the configured stage; stage 2 keeps whole gradients so far)\n",
-                     configured_stage);
+  out += fmt::format(
+      "  (* dist.zero: {}, the configured stage; stage 2's gradients: this rank's chunks and the buckets the backward "
+      "pass holds whole at once)\n",
+      configured_stage);
   if (!shares.empty()) {
     const MemoryFit& fit = shares.front().fit;
     out += fit.fits ? fmt::format("  (one rank on {}: {} {}; ranks sharing a host share its memory)\n", fit.device,

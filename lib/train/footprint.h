@@ -45,6 +45,9 @@ struct Footprint {
   int64_t optimizer_state_per_param = 0;  ///< state elements per parameter element (sgd with momentum 1, adam 2)
   size_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0, buffer_bytes = 0, activation_bytes = 0;
   size_t batch_bytes = 0;  ///< the step's input, target and output-gradient tensors
+  /// Elements of each gradient bucket data-parallel training makes (dist.bucket_mb, plan_buckets' cut), in the order
+  /// backward completes them: what ZeRO-2 holds whole while the backward pass writes it.
+  std::vector<int64_t> grad_buckets;
   size_t total_bytes = 0;
 };
 
@@ -79,10 +82,13 @@ MemoryFit fit_on_this_machine(size_t needed, const std::string& requested);
 /// What one rank of a data-parallel run at `world` ranks holds under a ZeRO stage (dist.zero): stage 0 keeps every
 /// tensor on every rank; stages 1 and 2 split the optimizer state into `world` shards of ⌈parameters / world⌉
 /// elements (the run pads each gradient bucket to a multiple of the ranks, so a rank may hold up to world − 1 more
-/// per bucket). Stage 2 reduce-scatters the gradients, but the backward pass still writes them whole on every rank,
-/// so they are counted whole: stage 2 saves communication, not memory, so far. The weights stay whole (stage 3
-/// would split them). train.precision keeps fp32 weights (its half formats only round the products' operands), so
-/// there is no separate master copy to split.
+/// per bucket). Stage 2 also splits the gradients (GradSync with chunks, dist/grad_sync.h): a rank keeps its averaged
+/// chunk of every bucket (⌈bucket / world⌉ elements each), and a bucket is whole only while the backward pass writes
+/// it, until its reduce-scatter: counted are the chunks plus the two largest buckets (padded to a multiple of the
+/// ranks; at most two are whole at once), or plus every bucket with train.accumulate > 1 (the micro-batches before
+/// the last keep what they write). At one rank nothing is split. The weights stay whole (stage 3 would split them).
+/// train.precision keeps fp32 weights (its half formats only round the products' operands), so there is no separate
+/// master copy to split.
 struct RankShare {
   int zero_stage = 0;
   size_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0;  ///< this rank's

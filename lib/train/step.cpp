@@ -2,6 +2,7 @@
 // verdict the host reads back.
 #include "train/step.h"
 
+#include "dist/zero.h"
 #include "graph/model.h"
 #include "log/logging.h"
 #include "ops/math.h"
@@ -107,8 +108,10 @@ StepLoop::StepLoop(const Experiment& exp, RunSetup& setup, const StepPlan& plan,
       for (auto& [name, t] : m_optimizer.state()) device_comm.broadcast(t->raw(), t->bytes(), 0, "the optimizer state");
   }
   if (m_world > 1) {
-    m_grad_sync.emplace(device_comm, m_model.params_by_node(), exp.dist.bucket_mb, exp.dist.overlap,
-                        m_optimizer.sharded() && exp.dist.zero >= 2);
+    // dist.zero 2: the gradients are reduce-scattered into the optimizer's chunks, and exist whole only in backward.
+    if (const auto* zero = dynamic_cast<const ZeroOptimizer*>(&m_optimizer); zero && zero->stage() >= 2)
+      m_grad_chunks = zero->grad_chunks();
+    m_grad_sync.emplace(device_comm, m_model.params_by_node(), exp.dist.bucket_mb, exp.dist.overlap, m_grad_chunks);
     if (m_optimizer.sharded())
       spdlog::info("dist.zero {}: optimizer state sharded over {} ranks{}", exp.dist.zero, m_world,
                    exp.dist.zero >= 2 ? ", gradients reduce-scattered" : "");
@@ -135,9 +138,13 @@ StepLoop::StepLoop(const Experiment& exp, RunSetup& setup, const StepPlan& plan,
   set_scaler(setup.progress);
   // Last, so that a constructor that throws leaves no hook into this object behind.
   if (m_grad_sync) m_model.set_grad_ready_hook([this](size_t node) { m_grad_sync->node_done(node); });
+  if (!m_grad_chunks.empty()) m_model.set_grad_begin_hook([this](size_t node) { m_grad_sync->node_begin(node); });
 }
 
-StepLoop::~StepLoop() { m_model.set_grad_ready_hook(nullptr); }
+StepLoop::~StepLoop() {
+  m_model.set_grad_ready_hook(nullptr);
+  m_model.set_grad_begin_hook(nullptr);
+}
 
 int64_t StepLoop::forward_backward(Loader& loader, int64_t step, int64_t micros) {
   static const std::string kLoss = "loss";
@@ -190,7 +197,10 @@ void StepLoop::queue_grad_norm() {
   // overflow (Inf or NaN in a scaled gradient) stays one, so the optimizer's gate skips the step.
   if (m_scaling) {
     const Tensor inv = m_scale_state.slice0(kInvScale, 1);
-    for (Param* param : m_params) ops::scale_by(param->grad, inv);
+    if (!m_grad_chunks.empty())  // dist.zero 2: this rank's chunks are all the gradients it holds now
+      for (Tensor& chunk : m_grad_chunks) ops::scale_by(chunk, inv);
+    else
+      for (Param* param : m_params) ops::scale_by(param->grad, inv);
   }
   m_param_sq.zero_();
   m_optimizer.grad_norm_sq(m_grad_sq, m_param_sq);

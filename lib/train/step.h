@@ -142,7 +142,8 @@ class StepLoop : NonCopyable {
   /// unscales the gradients by its inverse, and the device updates it after the step by the same verdict that gates
   /// the optimizer, so a GPU step never waits for the host to learn whether it overflowed.
   Tensor m_scale_state;
-  std::vector<Param*> m_params;  ///< whose gradients the scaler unscales (scaling runs only)
+  std::vector<Param*> m_params;       ///< whose gradients the scaler unscales (scaling runs only)
+  std::vector<Tensor> m_grad_chunks;  ///< dist.zero 2: the optimizer's gradient chunks, which GradSync fills
   BatchStager m_stager;
   DeferredVerdict m_verdict;
 };
