@@ -248,6 +248,73 @@ TEST_CASE("precision: convolutions in bf16/fp16 multiply rounded operands with f
   }
 }
 
+TEST_CASE("precision: a weight is rounded once per scope, read by the step's products, and again in the next scope",
+          "[cpu]") {
+  const Tensor x = random_tensor(Shape{32, 40}, 31), dy = random_tensor(Shape{32, 24}, 32), bias{};
+  Tensor w = random_tensor(Shape{24, 40}, 33);
+  auto roundings = [] { return half_weight_cache_stats().roundings; };
+  auto reuses = [] { return half_weight_cache_stats().reuses; };
+  LinearProducts first;
+  {
+    const ProductPrecisionScope autocast(Precision::bf16);
+    const uint64_t before = roundings(), reused = reuses();
+    first = linear_products(x, w, bias, dy);  // y = x·wᵀ makes the copy; dx = dy·W reads it
+    CHECK(roundings() == before + 1);
+    CHECK(reuses() == reused + 1);
+    const LinearProducts again = linear_products(x, w, bias, dy);  // a second micro-batch: no new rounding
+    CHECK(roundings() == before + 1);
+    CHECK(reuses() == reused + 3);
+    CHECK(max_abs_diff(again.dx, first.dx) == 0);
+    // The copy is f32 values (what the CPU's GEMM multiplies): 4 bytes per element of w.
+    CHECK(half_weight_cache_stats().bytes >= static_cast<size_t>(w.numel()) * sizeof(float));
+  }
+  const HalfFormat bf = HalfFormat::bf16;
+  const LinearProducts reference = linear_products(rounded(x, bf), rounded(w, bf), bias, rounded(dy, bf));
+  CHECK(max_abs_diff(first.y, reference.y) == 0);
+  CHECK(max_abs_diff(first.dx, reference.dx) == 0);
+  // The optimizer changes w between steps: the next scope rounds the new values, not the last step's copy.
+  for (int64_t i = 0; i < w.numel(); ++i) w.data<float>()[i] += 0.25f;
+  {
+    const ProductPrecisionScope autocast(Precision::bf16);
+    const uint64_t before = roundings();
+    const LinearProducts next = linear_products(x, w, bias, dy);
+    CHECK(roundings() == before + 1);
+    const LinearProducts want = linear_products(rounded(x, bf), rounded(w, bf), bias, rounded(dy, bf));
+    CHECK(max_abs_diff(next.y, want.y) == 0);
+    CHECK(max_abs_diff(next.dx, want.dx) == 0);
+    // An inner scope in another format rounds its own copy, and the outer one's is made again after it.
+    {
+      const ProductPrecisionScope inner(Precision::fp16);
+      const HalfFormat fp = HalfFormat::fp16;
+      const LinearProducts in16 = linear_products(x, w, bias, dy);
+      const LinearProducts want16 = linear_products(rounded(x, fp), rounded(w, fp), bias, rounded(dy, fp));
+      CHECK(max_abs_diff(in16.y, want16.y) == 0);
+      CHECK(max_abs_diff(in16.dx, want16.dx) == 0);
+    }
+    const LinearProducts after = linear_products(x, w, bias, dy);
+    CHECK(max_abs_diff(after.y, want.y) == 0);
+    CHECK(max_abs_diff(after.dx, want.dx) == 0);
+  }
+  // A convolution's weight: one rounding for its forward and its backward's dx product.
+  {
+    const Window2d win{3, 3, 1, 1, 1, 1};
+    const Tensor cx = random_tensor(Shape{2, 4, 6, 6}, 34), cw = random_tensor(Shape{5, 4, 3, 3}, 35),
+                 cb = random_tensor(Shape{5}, 36), cdy = random_tensor(Shape{2, 5, 6, 6}, 37);
+    const ProductPrecisionScope autocast(Precision::fp16);
+    const uint64_t before = roundings(), reused = reuses();
+    conv_products(cx, cw, cb, cdy, win);
+    conv_products(cx, cw, cb, cdy, win);
+    CHECK(roundings() == before + 1);
+    CHECK(reuses() == reused + 3);
+  }
+  // A weight no product read in the last scope gives its copy back when the next one starts.
+  { const ProductPrecisionScope idle(Precision::bf16); }
+  {
+    const ProductPrecisionScope next(Precision::bf16);
+    CHECK(half_weight_cache_stats().entries == 0);
+  }
+}
+
 namespace {
 
 struct AttentionResults {

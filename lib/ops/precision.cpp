@@ -27,7 +27,7 @@ struct RoundedWeight {
 struct WeightCache {
   std::unordered_map<const void*, RoundedWeight> entries;  // by the weight's first element
   std::vector<float> outside;                              // half_weight outside any scope
-  uint64_t roundings = 0;
+  uint64_t roundings = 0, reuses = 0;
 };
 thread_local WeightCache t_cache;
 
@@ -77,7 +77,10 @@ const float* half_weight(const Tensor& w, HalfFormat format) {
   if (t_generation == 0) return rounded_copy(w, format, t_cache.outside);
   RoundedWeight& e = t_cache.entries[w.raw()];
   e.last_read = t_generation;
-  if (e.generation == t_generation && e.numel == w.numel() && e.format == format) return e.values.data();
+  if (e.generation == t_generation && e.numel == w.numel() && e.format == format) {
+    ++t_cache.reuses;
+    return e.values.data();
+  }
   e.values.resize(static_cast<size_t>(w.numel()));  // the same weight as in earlier steps: its buffer fits already
   round_operand(format, w.data<float>(), e.values.data(), w.numel());
   e.numel = w.numel();
@@ -92,7 +95,9 @@ const float* find_half_weight(const Tensor& t, HalfFormat format) {
   const auto it = t_cache.entries.find(t.raw());
   if (it == t_cache.entries.end()) return nullptr;
   const RoundedWeight& e = it->second;
-  return e.generation == t_generation && e.numel == t.numel() && e.format == format ? e.values.data() : nullptr;
+  if (e.generation != t_generation || e.numel != t.numel() || e.format != format) return nullptr;
+  ++t_cache.reuses;
+  return e.values.data();
 }
 
 HalfWeightCacheStats half_weight_cache_stats() {
@@ -102,6 +107,7 @@ HalfWeightCacheStats half_weight_cache_stats() {
     s.bytes += e.values.capacity() * sizeof(float);
   }
   s.roundings = t_cache.roundings;
+  s.reuses = t_cache.reuses;
   return s;
 }
 

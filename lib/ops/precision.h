@@ -68,10 +68,11 @@ const float* half_weight(const Tensor& w, HalfFormat format);
 const float* find_half_weight(const Tensor& t, HalfFormat format);
 
 /// What the calling thread's rounded weights hold now: entries and bytes (4 per element: the CPU keeps the rounded
-/// values as f32, which its f32 GEMM multiplies), and how many roundings half_weight has done on this thread.
+/// values as f32, which its f32 GEMM multiplies); and, over the thread's life, how many copies half_weight made and
+/// how many times a product was handed a copy made before it in the same scope.
 struct HalfWeightCacheStats {
   size_t entries = 0, bytes = 0;
-  uint64_t roundings = 0;
+  uint64_t roundings = 0, reuses = 0;
 };
 HalfWeightCacheStats half_weight_cache_stats();
 
