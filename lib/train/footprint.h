@@ -7,6 +7,7 @@
 #include "core/json.h"
 #include "core/shape.h"
 #include "graph/model.h"
+#include "ops/precision.h"
 #include "train/experiment.h"
 
 #include <functional>
@@ -45,6 +46,11 @@ struct Footprint {
   int64_t optimizer_state_per_param = 0;  ///< state elements per parameter element (sgd with momentum 1, adam 2)
   size_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0, buffer_bytes = 0, activation_bytes = 0;
   size_t batch_bytes = 0;  ///< the step's input, target and output-gradient tensors
+  /// train.precision, and under bf16/fp16 the rounded copies of the weights the products read (ops/precision.h's
+  /// half_weight: made once per step, kept between steps; 4 bytes per element, as the CPU keeps the rounded values
+  /// in f32 for its f32 GEMM). 0 under fp32 and tf32. Activations stay fp32 under every precision.
+  Precision precision = Precision::fp32;
+  size_t half_weight_bytes = 0;
   size_t total_bytes = 0;
 };
 
