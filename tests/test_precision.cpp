@@ -1,5 +1,6 @@
-// train.precision on the CPU: bf16/fp16 products by conversion (ops/precision.h) equal fp32 products of the rounded
-// operands and differ from plain fp32 ones; a bf16 or fp16 run trains to within a margin of fp32; the flag, the
+// train.precision on the CPU: bf16/fp16 products by conversion (ops/precision.h) — dense layers, convolutions and
+// attention — equal products of the rounded operands and differ from plain fp32 ones; weights are rounded once per
+// scope; a bf16 or fp16 run trains to within a margin of fp32; the flag, the
 // warning and the CUDA refusal.
 #include "core/half.h"
 #include "core/rng.h"

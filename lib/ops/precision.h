@@ -1,5 +1,6 @@
-// The precision of a run's matrix products (train.precision) and the scope that turns half products on for the
-// calling thread: how the mode of a bf16/fp16 run reaches the matmul ops without a parameter through every layer.
+// The precision of a run's matrix products (train.precision), the scope that turns half products on for the
+// calling thread (how the mode of a bf16/fp16 run reaches the ops without a parameter through every layer), and the
+// scope's rounded weights.
 #pragma once
 
 #include "core/half.h"
@@ -21,12 +22,13 @@ const std::string& to_string(Precision p);
 /// The half format a Precision multiplies in; nullopt for fp32 and tf32.
 std::optional<HalfFormat> half_format(Precision p);
 
-/// Autocast, in the manner of torch.autocast: while one is alive, the calling thread's matrix products (ops::matmul
-/// and ops::linear_forward) run in `p`; before it and after it, in the tensors' own precision. The training step and
-/// the evaluation of a bf16/fp16/tf32 run enter one around their forward and backward passes, and nothing else does,
-/// so a half mode never leaks into code outside a run's step (a test, a checkpoint's export). The setting is per
-/// thread because each rank of a worker-threads run (dist.launch: threads) is a thread; the op reads it on the
-/// calling thread before it fans out over OpenMP's. Scopes nest: the innermost one wins and the outer returns on exit.
+/// Autocast, in the manner of torch.autocast: while one is alive, the calling thread's matrix products (ops::matmul,
+/// ops::linear_forward, the CPU's convolution GEMMs and attention's four products) run in `p`; before it and after it,
+/// in the tensors' own precision. The training step and the evaluation of a bf16/fp16/tf32 run enter one around their
+/// forward and backward passes, and nothing else does, so a half mode never leaks into code outside a run's step (a
+/// test, a checkpoint's export). The setting is per thread because each rank of a worker-threads run (dist.launch:
+/// threads) is a thread; the op reads it on the calling thread before it fans out over OpenMP's. Scopes nest: the
+/// innermost one wins and the outer returns on exit.
 ///
 /// A scope is also the lifetime of the rounded weights (half_weight below): the weights a step's products read do
 /// not change while its scope is alive (the optimizer updates them after it), so each is rounded once per scope.
