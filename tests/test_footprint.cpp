@@ -8,6 +8,7 @@
 #include "graph/model.h"
 #include "helpers.h"
 #include "layer_cases.h"
+#include "ops/precision.h"
 #include "optim/optimizer.h"
 #include "train/experiment.h"
 #include "train/footprint.h"
@@ -82,8 +83,8 @@ void check_totals_are_row_sums(const Footprint& f) {
   CHECK(f.buffer_bytes == buffer_bytes);
   CHECK(f.activation_bytes == act_bytes);
   CHECK(f.grad_bytes == f.param_bytes);
-  CHECK(f.total_bytes ==
-        f.param_bytes + f.grad_bytes + f.optimizer_bytes + f.buffer_bytes + f.activation_bytes + f.batch_bytes);
+  CHECK(f.total_bytes == f.param_bytes + f.grad_bytes + f.optimizer_bytes + f.buffer_bytes + f.activation_bytes +
+                             f.batch_bytes + f.half_weight_bytes);
 }
 
 }  // namespace
@@ -336,6 +337,77 @@ train: {recompute: all}
   // blocks is refused here (no repeat: block), at the key.
   CHECK_THROWS_WITH(plan(yaml, {"train.recompute=blocks"}),
                     Catch::Contains("train.recompute") && Catch::Contains("no repeat: block"));
+}
+
+TEST_CASE("under bf16/fp16 check counts the weights' rounded copies as a training step makes them", "[cpu]") {
+  // Every layer whose products read a weight: convolutions (3×3 and 1×1, whose im2col is skipped), attention's qkv
+  // and proj, dense layers; layer norm reads its scale elementwise and is not counted. By hand, 4 bytes an element.
+  struct Case {
+    const char* yaml;
+    size_t by_hand, entries;
+  };
+  const Case cases[] = {{R"(name: conv
+device: cpu
+data: {format: synthetic, samples: 16, input_shape: [2, 8, 8], targets: {classes: 4}, batch_size: 4}
+model:
+  layers:
+    - {type: conv2d, out_channels: 8, kernel_size: 3, padding: 1}
+    - {type: conv2d, out_channels: 8, kernel_size: 1}
+    - flatten
+    - {type: linear, out_features: 4}
+optimizer: {type: sgd, lr: 0.1}
+)",
+                         (8 * 2 * 9 + 8 * 8 + 4 * 512) * 4, 3},
+                        {R"(name: attention
+device: cpu
+data: {format: synthetic, samples: 16, input_shape: [8, 16], targets: {classes: 4}, batch_size: 4}
+model:
+  layers:
+    - {type: layernorm}
+    - {type: causal_self_attention, heads: 2}
+    - flatten
+    - {type: linear, out_features: 4}
+optimizer: {type: sgd, lr: 0.1}
+)",
+                         (4 * 16 * 16 + 4 * 128) * 4, 3}};
+  for (const Case& c : cases) {
+    INFO(c.yaml);
+    const Footprint fp32 = plan(c.yaml).f;
+    CHECK(fp32.half_weight_bytes == 0);
+    CHECK(fp32.precision == Precision::fp32);
+    CHECK(plan(c.yaml, {"train.precision=tf32"}).f.half_weight_bytes == 0);
+    CHECK_THAT(footprint_report(fp32, judge_fit(fp32.total_bytes, Device::cpu(), fp32.total_bytes), ""),
+               !Catch::Contains("half weights") && Catch::Contains("train.precision fp32"));
+    for (const char* precision : {"bf16", "fp16"}) {
+      INFO(precision);
+      const Planned p = plan(c.yaml, {std::string("train.precision=") + precision});
+      const Footprint& f = p.f;
+      CHECK(f.half_weight_bytes == c.by_hand);
+      CHECK(f.total_bytes == fp32.total_bytes + c.by_hand);
+      CHECK(f.activation_bytes == fp32.activation_bytes);  // activations stay fp32
+      check_totals_are_row_sums(f);
+      const MemoryFit fit = judge_fit(f.total_bytes, Device::cpu(), f.total_bytes);
+      CHECK_THAT(footprint_report(f, fit, ""), Catch::Contains("half weights") &&
+                                                   Catch::Contains("activations included") &&
+                                                   Catch::Contains(std::string("rounded to ") + precision));
+      const std::string json = footprint_json(f, fit).str();
+      CHECK(json_number(json, "half_weight_bytes") == static_cast<double>(c.by_hand));
+      CHECK(json_string(json, "precision") == precision);
+      CHECK(json_string(json, "activation_dtype") == "f32");
+      // What a step holds: the copies a forward and backward make in the step's scope (the empty scope before it
+      // frees the copies earlier tests left on this thread: none was read in it).
+      Model model = Model::build(p.exp.root["model"], p.data.train.input_shape(), DType::f32, Device::cpu(), 1);
+      model.allocate(f.batch);
+      const Tensor x = Tensor::zeros(p.data.train.input_shape().batched(f.batch), DType::f32);
+      const Tensor dout = Tensor::zeros(model.output_shape().batched(f.batch), DType::f32);
+      { const ProductPrecisionScope before(p.exp.train.precision); }
+      const ProductPrecisionScope step(p.exp.train.precision);
+      model.forward(x, {true, false});
+      model.backward(dout, {true, false});
+      CHECK(half_weight_cache_stats().entries == c.entries);
+      CHECK(half_weight_cache_stats().bytes == f.half_weight_bytes);
+    }
+  }
 }
 
 TEST_CASE("a model built without parameters allocates nothing", "[cpu]") {

@@ -1,10 +1,13 @@
-// train.precision on the CPU: bf16/fp16 products by conversion (ops/precision.h) equal fp32 products of the rounded
-// operands and differ from plain fp32 ones; a bf16 or fp16 run trains to within a margin of fp32; the flag, the
+// train.precision on the CPU: bf16/fp16 products by conversion (ops/precision.h) — dense layers, convolutions and
+// attention — equal products of the rounded operands and differ from plain fp32 ones; weights are rounded once per
+// scope; a bf16 or fp16 run trains to within a margin of fp32; the flag, the
 // warning and the CUDA refusal.
 #include "core/half.h"
 #include "core/rng.h"
 #include "core/tensor.h"
 #include "helpers.h"
+#include "ops/attention.h"
+#include "ops/conv2d.h"
 #include "ops/math.h"
 #include "ops/matmul.h"
 #include "ops/optim.h"
@@ -18,6 +21,7 @@
 #include <regex>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 using namespace gt;
@@ -114,6 +118,320 @@ TEST_CASE("precision: scopes nest and each thread has its own", "[cpu]") {
     CHECK(seen == Precision::fp32);
   }
   CHECK(product_precision() == Precision::fp32);
+}
+
+namespace {
+
+// The unit roundoff of a half format: half an ulp at 1 (bf16 keeps 8 significant bits, fp16 11).
+double unit_roundoff(HalfFormat f) { return f == HalfFormat::bf16 ? 0x1p-8 : 0x1p-11; }
+
+std::vector<double> as_doubles(const Tensor& t) {
+  return std::vector<double>(t.data<float>(), t.data<float>() + t.numel());
+}
+std::vector<double> rounded_doubles(const Tensor& t, HalfFormat f) { return as_doubles(rounded(t, f)); }
+double round_half(double v, HalfFormat f) {
+  float x = static_cast<float>(v);
+  round_to_half(f, &x, &x, 1);
+  return x;
+}
+
+// A product's exact value in double from the operands it was given, and Σ|terms|, its rounding errors' scale.
+// `a_scale`: the size of the sums an operand a was made from (in f32 by the op), when a is a difference of them whose
+// f32 rounding can be large next to a itself (attention's dS = P·(dP − D)/√d); slack = Σ a_scale·|b|.
+struct RefValue {
+  double value = 0, magnitude = 0, largest = 0, slack = 0;  // largest: max |term|
+  void add(double a, double b, double a_scale = 0) {
+    value += a * b;
+    magnitude += std::fabs(a * b);
+    largest = std::max(largest, std::fabs(a * b));
+    slack += a_scale * std::fabs(b);
+  }
+};
+
+// How an op's result under a half precision compares with a reference that rounded the operands itself and with the
+// plain fp32 op, element by element: `tight` is the tolerance of the match with the reference, per element.
+struct Comparison {
+  double worst_ref = 0;   // max |half − ref| / tight
+  double worst_fp32 = 0;  // max |half − fp32| / loose
+  double beyond = 0;      // max |half − fp32| / tight: > 1 shows the rounding happened
+};
+template <class Tight, class Loose>
+Comparison compare(const Tensor& half, const Tensor& fp32, const std::vector<RefValue>& ref, Tight&& tight,
+                   Loose&& loose) {
+  REQUIRE(static_cast<size_t>(half.numel()) == ref.size());
+  Comparison c;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double h = half.data<float>()[i], f = fp32.data<float>()[i];
+    c.worst_ref = std::max(c.worst_ref, std::fabs(h - ref[i].value) / tight(ref[i]));
+    c.worst_fp32 = std::max(c.worst_fp32, std::fabs(h - f) / loose(ref[i]));
+    c.beyond = std::max(c.beyond, std::fabs(h - f) / tight(ref[i]));
+  }
+  return c;
+}
+
+// A convolution's forward and backward (dx, dw, db) in the calling thread's precision.
+struct ConvResults {
+  Tensor y, dx, dw, db;
+};
+ConvResults conv_products(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& dy, const Window2d& win) {
+  ConvResults r{Tensor::empty(dy.shape(), DType::f32), Tensor::empty(x.shape(), DType::f32),
+                Tensor::empty(w.shape(), DType::f32), Tensor::empty(b.shape(), DType::f32)};
+  ops::conv2d_forward(x, w, b, win, 1, r.y);
+  ops::conv2d_backward(x, w, dy, win, 1, r.dx, r.dw, r.db, 0.0);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("precision: convolutions in bf16/fp16 multiply rounded operands with f32 sums, db from the unrounded dy",
+          "[cpu]") {
+  // x (2, 8, 9, 9), w (6, 8, 3, 3), stride 2, padding 1 → y (2, 6, 5, 5): 72 terms per output, padded taps included.
+  const Window2d win{3, 3, 2, 2, 1, 1};
+  const int64_t nb = 2, cin = 8, h = 9, cout = 6, k = 3, oh = 5;
+  const Tensor x = random_tensor(Shape{nb, cin, h, h}, 11), w = random_tensor(Shape{cout, cin, k, k}, 12),
+               b = random_tensor(Shape{cout}, 13), dy = random_tensor(Shape{nb, cout, oh, oh}, 14);
+  const ConvResults fp32 = conv_products(x, w, b, dy, win);
+  for (Precision p : {Precision::bf16, Precision::fp16}) {
+    const HalfFormat f = *half_format(p);
+    const double u = unit_roundoff(f);
+    INFO(to_string(p));
+    ConvResults half;
+    {
+      const ProductPrecisionScope autocast(p);
+      half = conv_products(x, w, b, dy, win);
+    }
+    // The reference: the operands rounded here, the sums in double, the bias and db from fp32 values.
+    const auto xr = rounded_doubles(x, f), wr = rounded_doubles(w, f), dyr = rounded_doubles(dy, f);
+    std::vector<RefValue> ry(static_cast<size_t>(dy.numel())), rdx(static_cast<size_t>(x.numel())),
+        rdw(static_cast<size_t>(w.numel())), rdb(static_cast<size_t>(cout));
+    for (int64_t n = 0; n < nb; ++n)
+      for (int64_t o = 0; o < cout; ++o)
+        for (int64_t oy = 0; oy < oh; ++oy)
+          for (int64_t ox = 0; ox < oh; ++ox) {
+            const int64_t yi = ((n * cout + o) * oh + oy) * oh + ox;
+            ry[static_cast<size_t>(yi)].add(b.data<float>()[o], 1.0);
+            rdb[static_cast<size_t>(o)].add(dy.data<float>()[yi], 1.0);
+            for (int64_t c = 0; c < cin; ++c)
+              for (int64_t ky = 0; ky < k; ++ky)
+                for (int64_t kx = 0; kx < k; ++kx) {
+                  const int64_t iy = oy * 2 - 1 + ky, ix = ox * 2 - 1 + kx;
+                  if (iy < 0 || iy >= h || ix < 0 || ix >= h) continue;
+                  const auto xi = static_cast<size_t>(((n * cin + c) * h + iy) * h + ix);
+                  const auto wi = static_cast<size_t>(((o * cin + c) * k + ky) * k + kx);
+                  ry[static_cast<size_t>(yi)].add(wr[wi], xr[xi]);
+                  rdx[xi].add(wr[wi], dyr[static_cast<size_t>(yi)]);
+                  rdw[wi].add(dyr[static_cast<size_t>(yi)], xr[xi]);
+                }
+          }
+    // Tight: f32 sums of at most 100 terms, ≤ 100·2^-24 of Σ|terms| (plus the f32 bias); loose, against the fp32
+    // op: each product of two rounded operands is off by ≤ 2u + u² relative, so ≤ (2u + u²)·Σ|terms| + the sums'.
+    const auto tight = [](const RefValue& r) { return 100 * 0x1p-24 * r.magnitude + 1e-30; };
+    const auto loose = [&](const RefValue& r) { return (2 * u + u * u + 200 * 0x1p-24) * r.magnitude + 1e-30; };
+    for (auto [name, got, ref32, ref] :
+         {std::tuple{"y", &half.y, &fp32.y, &ry}, std::tuple{"dx", &half.dx, &fp32.dx, &rdx},
+          std::tuple{"dw", &half.dw, &fp32.dw, &rdw}}) {
+      INFO(name);
+      const Comparison c = compare(*got, *ref32, *ref, tight, loose);
+      CHECK(c.worst_ref <= 1);
+      CHECK(c.worst_fp32 <= 1);
+      CHECK(c.beyond > 10);  // not the fp32 result: rounding skipped would leave it within the tight tolerance
+    }
+    // db sums dy as it is: equal to the fp32 op's, bit for bit.
+    CHECK(max_abs_diff(half.db, fp32.db) == 0);
+  }
+  // fp32 and tf32 scopes leave convolutions fp32, bit for bit.
+  for (Precision p : {Precision::fp32, Precision::tf32}) {
+    const ProductPrecisionScope autocast(p);
+    const ConvResults same = conv_products(x, w, b, dy, win);
+    CHECK(max_abs_diff(same.y, fp32.y) == 0);
+    CHECK(max_abs_diff(same.dx, fp32.dx) == 0);
+    CHECK(max_abs_diff(same.dw, fp32.dw) == 0);
+  }
+}
+
+TEST_CASE("precision: a weight is rounded once per scope, read by the step's products, and again in the next scope",
+          "[cpu]") {
+  const Tensor x = random_tensor(Shape{32, 40}, 31), dy = random_tensor(Shape{32, 24}, 32), bias{};
+  Tensor w = random_tensor(Shape{24, 40}, 33);
+  auto roundings = [] { return half_weight_cache_stats().roundings; };
+  auto reuses = [] { return half_weight_cache_stats().reuses; };
+  LinearProducts first;
+  {
+    const ProductPrecisionScope autocast(Precision::bf16);
+    const uint64_t before = roundings(), reused = reuses();
+    first = linear_products(x, w, bias, dy);  // y = x·wᵀ makes the copy; dx = dy·W reads it
+    CHECK(roundings() == before + 1);
+    CHECK(reuses() == reused + 1);
+    const LinearProducts again = linear_products(x, w, bias, dy);  // a second micro-batch: no new rounding
+    CHECK(roundings() == before + 1);
+    CHECK(reuses() == reused + 3);
+    CHECK(max_abs_diff(again.dx, first.dx) == 0);
+    // The copy is f32 values (what the CPU's GEMM multiplies): 4 bytes per element of w.
+    CHECK(half_weight_cache_stats().bytes >= static_cast<size_t>(w.numel()) * sizeof(float));
+  }
+  const HalfFormat bf = HalfFormat::bf16;
+  const LinearProducts reference = linear_products(rounded(x, bf), rounded(w, bf), bias, rounded(dy, bf));
+  CHECK(max_abs_diff(first.y, reference.y) == 0);
+  CHECK(max_abs_diff(first.dx, reference.dx) == 0);
+  // The optimizer changes w between steps: the next scope rounds the new values, not the last step's copy.
+  for (int64_t i = 0; i < w.numel(); ++i) w.data<float>()[i] += 0.25f;
+  {
+    const ProductPrecisionScope autocast(Precision::bf16);
+    const uint64_t before = roundings();
+    const LinearProducts next = linear_products(x, w, bias, dy);
+    CHECK(roundings() == before + 1);
+    const LinearProducts want = linear_products(rounded(x, bf), rounded(w, bf), bias, rounded(dy, bf));
+    CHECK(max_abs_diff(next.y, want.y) == 0);
+    CHECK(max_abs_diff(next.dx, want.dx) == 0);
+    // An inner scope in another format rounds its own copy, and the outer one's is made again after it.
+    {
+      const ProductPrecisionScope inner(Precision::fp16);
+      const HalfFormat fp = HalfFormat::fp16;
+      const LinearProducts in16 = linear_products(x, w, bias, dy);
+      const LinearProducts want16 = linear_products(rounded(x, fp), rounded(w, fp), bias, rounded(dy, fp));
+      CHECK(max_abs_diff(in16.y, want16.y) == 0);
+      CHECK(max_abs_diff(in16.dx, want16.dx) == 0);
+    }
+    const LinearProducts after = linear_products(x, w, bias, dy);
+    CHECK(max_abs_diff(after.y, want.y) == 0);
+    CHECK(max_abs_diff(after.dx, want.dx) == 0);
+  }
+  // A convolution's weight: one rounding for its forward and its backward's dx product.
+  {
+    const Window2d win{3, 3, 1, 1, 1, 1};
+    const Tensor cx = random_tensor(Shape{2, 4, 6, 6}, 34), cw = random_tensor(Shape{5, 4, 3, 3}, 35),
+                 cb = random_tensor(Shape{5}, 36), cdy = random_tensor(Shape{2, 5, 6, 6}, 37);
+    const ProductPrecisionScope autocast(Precision::fp16);
+    const uint64_t before = roundings(), reused = reuses();
+    conv_products(cx, cw, cb, cdy, win);
+    conv_products(cx, cw, cb, cdy, win);
+    CHECK(roundings() == before + 1);
+    CHECK(reuses() == reused + 3);
+  }
+  // A weight no product read in the last scope gives its copy back when the next one starts.
+  { const ProductPrecisionScope idle(Precision::bf16); }
+  {
+    const ProductPrecisionScope next(Precision::bf16);
+    CHECK(half_weight_cache_stats().entries == 0);
+  }
+}
+
+namespace {
+
+struct AttentionResults {
+  Tensor out, lse, delta, dqkv;
+};
+AttentionResults attention_products(const Tensor& qkv, const Tensor& dout, int64_t heads) {
+  const int64_t nb = qkv.dim(0), t = qkv.dim(1), c = qkv.dim(2) / 3;
+  AttentionResults r{Tensor::empty(Shape{nb, t, c}, DType::f32), Tensor::empty(Shape{nb, heads, t}, DType::f32),
+                     Tensor::empty(Shape{nb, heads, t}, DType::f32), Tensor::empty(qkv.shape(), DType::f32)};
+  ops::attention_forward(qkv, heads, {}, r.out, r.lse);
+  ops::attention_backward(qkv, r.out, r.lse, dout, heads, {}, r.delta, r.dqkv);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("precision: attention's four products in bf16/fp16 multiply rounded q, k, v, dout, P and dS; softmax f32",
+          "[cpu]") {
+  // B 2, T 24, 2 heads of d 16. q and k have std 3, so that scores (std ~3) move P by more when their operands are
+  // rounded than the last-bit differences of f32 and double exps move it.
+  const int64_t nb = 2, t = 24, heads = 2, d = 16, c = heads * d;
+  Tensor qkv = random_tensor(Shape{nb, t, 3 * c}, 21);
+  for (int64_t i = 0; i < qkv.numel(); ++i)
+    if (i % (3 * c) < 2 * c) qkv.data<float>()[i] *= 3;
+  const Tensor dout = random_tensor(Shape{nb, t, c}, 22);
+  const AttentionResults fp32 = attention_products(qkv, dout, heads);
+  const double scale = 1 / std::sqrt(static_cast<double>(d));
+  for (Precision p : {Precision::bf16, Precision::fp16}) {
+    const HalfFormat f = *half_format(p);
+    const double u = unit_roundoff(f);
+    INFO(to_string(p));
+    AttentionResults half;
+    {
+      const ProductPrecisionScope autocast(p);
+      half = attention_products(qkv, dout, heads);
+    }
+    // The reference, in double from operands rounded here: scores from rounded q, k; softmax in double; P and dS
+    // rounded before their products; delta from the unrounded dout and the op's own out (what it is given).
+    const auto xr = rounded_doubles(qkv, f), gr = rounded_doubles(dout, f);
+    const auto g = as_doubles(dout), o = as_doubles(half.out);
+    std::vector<RefValue> rout(static_cast<size_t>(nb * t * c)), rdx(static_cast<size_t>(qkv.numel()));
+    std::vector<double> rlse(static_cast<size_t>(nb * heads * t));
+    auto at = [&](int64_t n, int64_t i, int64_t part, int64_t h, int64_t e) {  // index into qkv
+      return static_cast<size_t>((n * t + i) * 3 * c + part * c + h * d + e);
+    };
+    auto ot = [&](int64_t n, int64_t i, int64_t h, int64_t e) {
+      return static_cast<size_t>((n * t + i) * c + h * d + e);
+    };
+    for (int64_t n = 0; n < nb; ++n)
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t i = 0; i < t; ++i) {
+          std::vector<double> s(static_cast<size_t>(i + 1)), dp(static_cast<size_t>(i + 1)),
+              dp_size(static_cast<size_t>(i + 1));
+          double mx = -1e300, sum = 0, delta = 0, delta_size = 0;
+          for (int64_t j = 0; j <= i; ++j) {
+            double dot = 0, dpj = 0, dpj_size = 0;
+            for (int64_t e = 0; e < d; ++e) {
+              dot += xr[at(n, i, 0, h, e)] * xr[at(n, j, 1, h, e)];
+              dpj += gr[ot(n, i, h, e)] * xr[at(n, j, 2, h, e)];
+              dpj_size += std::fabs(gr[ot(n, i, h, e)] * xr[at(n, j, 2, h, e)]);
+            }
+            s[static_cast<size_t>(j)] = dot * scale;
+            dp[static_cast<size_t>(j)] = dpj;
+            dp_size[static_cast<size_t>(j)] = dpj_size;
+            mx = std::max(mx, dot * scale);
+          }
+          for (int64_t j = 0; j <= i; ++j) sum += std::exp(s[static_cast<size_t>(j)] - mx);
+          rlse[static_cast<size_t>((n * heads + h) * t + i)] = mx + std::log(sum);
+          for (int64_t e = 0; e < d; ++e) {
+            delta += g[ot(n, i, h, e)] * o[ot(n, i, h, e)];
+            delta_size += std::fabs(g[ot(n, i, h, e)] * o[ot(n, i, h, e)]);
+          }
+          for (int64_t j = 0; j <= i; ++j) {
+            const double pij = std::exp(s[static_cast<size_t>(j)] - mx) / sum;
+            const double ph = round_half(pij, f),
+                         dsh = round_half(pij * (dp[static_cast<size_t>(j)] - delta) * scale, f);
+            const double ds_size = pij * (dp_size[static_cast<size_t>(j)] + delta_size) * scale;
+            for (int64_t e = 0; e < d; ++e) {
+              rout[ot(n, i, h, e)].add(ph, xr[at(n, j, 2, h, e)]);
+              rdx[at(n, i, 0, h, e)].add(dsh, xr[at(n, j, 1, h, e)], ds_size);  // dq_i = Σ_j dS_ij k_j
+              rdx[at(n, j, 1, h, e)].add(dsh, xr[at(n, i, 0, h, e)], ds_size);  // dk_j = Σ_i dS_ij q_i
+              rdx[at(n, j, 2, h, e)].add(ph, gr[ot(n, i, h, e)]);               // dv_j = Σ_i P_ij dout_i
+            }
+          }
+        }
+    // Tight: 2^-16 of Σ|terms| (f32 sums, and P and dS made in f32 with a vectorised exp: ~1e-6 relative), plus one
+    // half ulp of the largest term, since P or dS made in f32 and in double may round to neighbouring half values
+    // when they lie within ~1e-7 of a midpoint, plus 2^-18 of the sums dS is the difference of (dP and D, each
+    // ~1e-7 off in f32: where they nearly cancel, dS's f32 rounding is large next to dS). Loose, against the fp32
+    // op: rounded q and k move a score by up to 2u·Σ|q||k|/√d (≤ ~2u·25 here), which scales P by e^that, the rounded
+    // P, dS, v, dout add ~3u, and dP moves by up to 2u of its size (the rounded dout; D, from the unrounded dout,
+    // does not), which dS carries even where it is ~0 in fp32.
+    const auto tight = [&](const RefValue& r) {
+      return 0x1p-16 * r.magnitude + u * r.largest + 0x1p-18 * r.slack + 1e-30;
+    };
+    const auto loose = [&](const RefValue& r) { return 60 * u * r.magnitude + 4 * u * r.slack + 1e-6; };
+    for (auto [name, got, ref32, ref] :
+         {std::tuple{"out", &half.out, &fp32.out, &rout}, std::tuple{"dqkv", &half.dqkv, &fp32.dqkv, &rdx}}) {
+      INFO(name);
+      const Comparison cmp = compare(*got, *ref32, *ref, tight, loose);
+      CHECK(cmp.worst_ref <= 1);
+      CHECK(cmp.worst_fp32 <= 1);
+      CHECK(cmp.beyond > 3);
+    }
+    // The softmax statistics are f32 sums of the half-operand scores: lse matches the reference's to f32's rounding.
+    double worst_lse = 0;
+    for (size_t i = 0; i < rlse.size(); ++i)
+      worst_lse = std::max(worst_lse, std::fabs(half.lse.data<float>()[i] - rlse[i]) / (1 + std::fabs(rlse[i])));
+    CHECK(worst_lse < 1e-5);
+  }
+  for (Precision p : {Precision::fp32, Precision::tf32}) {
+    const ProductPrecisionScope autocast(p);
+    const AttentionResults same = attention_products(qkv, dout, heads);
+    CHECK(max_abs_diff(same.out, fp32.out) == 0);
+    CHECK(max_abs_diff(same.dqkv, fp32.dqkv) == 0);
+  }
 }
 
 namespace {

@@ -100,6 +100,7 @@ class CausalSelfAttention final : public Layer {
     return mul_sizes(2, checked_add(proj, scores).value_or(-1), "attention FLOPs");
   }
   int64_t param_numel() const override { return mul_sizes(4 * m_dim, m_dim) + (m_bias ? 4 * m_dim : 0); }
+  int64_t product_weight_numel() const override { return mul_sizes(4 * m_dim, m_dim); }  // qkv and proj
   // qkv and dqkv (3C per token), att and datt (C per token), lse and delta (one per head and token).
   int64_t workspace_numel(int64_t batch) const override {
     return mul_sizes(mul_sizes(batch, m_len), 8 * m_dim + 2 * m_heads);

@@ -82,6 +82,7 @@ class Conv2d final : public Layer {
     return mul_sizes(mul_sizes(mul_sizes(m_out, m_in_c / m_groups), m_kernel.first), m_kernel.second) +
            (m_has_bias ? m_out : 0);
   }
+  int64_t product_weight_numel() const override { return param_numel() - (m_has_bias ? m_out : 0); }
 
  private:
   int64_t m_out, m_groups, m_in_c = 0, m_out_hw = 0;

@@ -79,6 +79,7 @@ class Linear final : public Layer {
   int64_t forward_flops() const override { return mul_sizes(mul_sizes(2 * m_rows_per_sample, m_in), m_out); }
   bool decodes() const override { return m_rank > 1; }  // over the last dimension, so per position of [T, …]
   int64_t param_numel() const override { return (m_tied ? 0 : mul_sizes(m_out, m_in)) + (m_has_bias ? m_out : 0); }
+  int64_t product_weight_numel() const override { return mul_sizes(m_out, m_in); }  // a tied table's first m_out rows
 
  private:
   static Tensor as_rows(const Tensor& t, int64_t cols) { return t.view(Shape{t.numel() / cols, cols}); }

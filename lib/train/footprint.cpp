@@ -89,8 +89,12 @@ Footprint training_footprint(const Experiment& exp, const Model& model, const Da
   f.batch_bytes = bytes_of(train.input_shape().batched(f.batch).numel(), DType::f32) +
                   bytes_of(train.target_shape().batched(f.batch).numel(), train.target_dtype()) +
                   bytes_of(model.output_shape().batched(f.batch).numel(), f.dtype);
-  f.total_bytes =
-      f.param_bytes + f.grad_bytes + f.optimizer_bytes + f.buffer_bytes + f.activation_bytes + f.batch_bytes;
+  // bf16/fp16: one rounded f32 copy of each weight a product reads (f32 models only: f64 products are never rounded).
+  f.precision = exp.train.precision;
+  if (half_format(f.precision) && f.dtype == DType::f32)
+    for (const GraphNode& n : nodes) f.half_weight_bytes += bytes_of(n.layer->product_weight_numel(), DType::f32);
+  f.total_bytes = f.param_bytes + f.grad_bytes + f.optimizer_bytes + f.buffer_bytes + f.activation_bytes +
+                  f.batch_bytes + f.half_weight_bytes;
   return f;
 }
 
@@ -169,7 +173,7 @@ std::vector<RankShare> rank_shares(const Footprint& f, int64_t world, const std:
   GT_CHECK(world >= 1, "rank_shares at {} ranks", world);
   // One shard of a flat buffer of every parameter element, padded to a multiple of the ranks.
   const size_t shard = static_cast<size_t>((f.params + world - 1) / world) * dtype_size(f.dtype);
-  const size_t whole = f.buffer_bytes + f.activation_bytes + f.batch_bytes;
+  const size_t whole = f.buffer_bytes + f.activation_bytes + f.batch_bytes + f.half_weight_bytes;
   std::vector<RankShare> out;
   for (int stage = 0; stage <= 2; ++stage) {
     RankShare r;
@@ -346,8 +350,12 @@ std::string footprint_report(const Footprint& f, const MemoryFit& fit, const std
   out += fmt::format("\none training step at batch {}{}: {:.1f} MFLOP forward, {:.1f} MFLOP backward\n", f.batch,
                      f.accumulate > 1 ? fmt::format(" (per micro-batch; train.accumulate {})", f.accumulate) : "",
                      static_cast<double>(f.forward_flops) * 1e-6, static_cast<double>(f.backward_flops) * 1e-6);
-  out += fmt::format("memory (all tensors {}: the config has no precision setting){}:\n", dtype_name(f.dtype),
-                     f.accumulate > 1 ? "; micro-batches reuse the same buffers" : "");
+  const std::string tensors =
+      half_format(f.precision)
+          ? fmt::format("all tensors {}, activations included; train.precision {} rounds the products' operands",
+                        dtype_name(f.dtype), to_string(f.precision))
+          : fmt::format("all tensors {}, train.precision {}", dtype_name(f.dtype), to_string(f.precision));
+  out += fmt::format("memory ({}){}:\n", tensors, f.accumulate > 1 ? "; micro-batches reuse the same buffers" : "");
   auto row = [&](const char* what, size_t bytes, const std::string& note) {
     out += fmt::format("  {:<16} {:>10}{}\n", what, format_bytes(bytes), note.empty() ? "" : "  " + note);
   };
@@ -366,6 +374,10 @@ std::string footprint_report(const Footprint& f, const MemoryFit& fit, const std
             "inside a segment share one set of buffers)"
           : "outputs, their gradients, what layers keep for backward");
   row("batch", f.batch_bytes, "input, target and output gradient");
+  if (half_format(f.precision))
+    row("half weights", f.half_weight_bytes,
+        fmt::format("the weights products read, rounded to {} once per step (kept as f32 on the CPU)",
+                    to_string(f.precision)));
   row("total", f.total_bytes, "");
   return out + fit_line(fit) + "\n";
 }
@@ -394,6 +406,7 @@ JsonObject footprint_json(const Footprint& f, const MemoryFit& fit) {
       .add("buffer_bytes", n(f.buffer_bytes))
       .add("activation_bytes", n(f.activation_bytes))
       .add("batch_bytes", n(f.batch_bytes))
+      .add("half_weight_bytes", n(f.half_weight_bytes))
       .add("total_bytes", n(f.total_bytes));
   JsonObject out;
   out.add("batch", f.batch)
@@ -401,6 +414,8 @@ JsonObject footprint_json(const Footprint& f, const MemoryFit& fit) {
       .add("dtype", std::string(dtype_name(f.dtype)))
       .add("optimizer", f.optimizer)
       .add("optimizer_state_per_param", f.optimizer_state_per_param)
+      .add("precision", to_string(f.precision))
+      .add("activation_dtype", std::string(dtype_name(f.dtype)))
       .add("layers", layers)
       .add("totals", totals)
       .add("device", fit.device);

@@ -7,6 +7,7 @@
 #include "core/json.h"
 #include "core/shape.h"
 #include "graph/model.h"
+#include "ops/precision.h"
 #include "train/experiment.h"
 
 #include <functional>
@@ -48,6 +49,11 @@ struct Footprint {
   /// Elements of each gradient bucket data-parallel training makes (dist.bucket_mb, plan_buckets' cut), in the order
   /// backward completes them: what ZeRO-2 holds whole while the backward pass writes it.
   std::vector<int64_t> grad_buckets;
+  /// train.precision, and under bf16/fp16 the rounded copies of the weights the products read (ops/precision.h's
+  /// half_weight: made once per step, kept between steps; 4 bytes per element, as the CPU keeps the rounded values
+  /// in f32 for its f32 GEMM). 0 under fp32 and tf32. Activations stay fp32 under every precision.
+  Precision precision = Precision::fp32;
+  size_t half_weight_bytes = 0;
   size_t total_bytes = 0;
 };
 

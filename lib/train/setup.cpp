@@ -256,8 +256,8 @@ void log_precision(Precision precision, Device device) {
   const bool native = bf16 ? cpu.avx512_bf16 : cpu.avx512_fp16;
   const char* isa = bf16 ? "AVX-512 BF16 (avx512_bf16)" : "AVX512-FP16 (avx512_fp16)";
   spdlog::warn(
-      "precision {}: matrix products round their operands to {} and multiply in fp32 (by conversion), slower than "
-      "fp32: {}",
+      "precision {}: matrix products round their operands to {} (dense layers, convolutions, attention; each weight "
+      "once per step) and multiply in fp32 (by conversion), slower than fp32: {}",
       to_string(precision), to_string(precision),
       native ? fmt::format("this CPU has {}, but gputrain has no kernels for it yet", isa)
              : fmt::format("this CPU has no {}", isa));

@@ -7,17 +7,23 @@
 // fixed order, so results do not depend on the thread count, and every sum runs in the same order whichever rows
 // share its tile, so a decoded row equals the forward's bit for bit. Dropout (ops/attention.h) scales or zeroes each
 // probability from its Philox draw before the product with v, and the backward draws the same mask again; without
-// dropout no mask is drawn.
+// dropout no mask is drawn. Under a half product precision (ops/precision.h) the four products multiply operands
+// rounded to bf16/fp16 with f32 accumulation, as a GPU's flash attention does: q, k, v and dout before the tasks,
+// and each row of P (after dropout) and of dS where it is made; the scores' scale, the softmax, its statistics (max,
+// sum, lse), delta = Σ dout·out and dS's arithmetic stay f32.
 #include "ops/attention.h"
 
+#include "core/half.h"
 #include "core/parallel.h"
 #include "ops/cpu/kernel_util.h"
 #include "ops/cpu/vec_math.h"
 #include "ops/math.h"
+#include "ops/precision.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -240,6 +246,13 @@ GT_INLINE void for_each_keep(int64_t n, uint64_t index0, const ops::AttentionDro
   }
 }
 
+// row[0, n) rounded to *half in place when half is set (f32 only: a half precision never reaches the f64 kernels).
+template <class T>
+GT_INLINE void round_row(const HalfFormat* half, T* row, int64_t n) {
+  if constexpr (std::is_same_v<T, float>)
+    if (half) round_to_half(*half, row, row, static_cast<size_t>(n));
+}
+
 // Where the head size is a multiple of kCols the kernels read q, k, v and dout where they are and write out, dq, dk
 // and dv in place; otherwise those go through zero-padded copies ("packed", [rows][dp]). Keys are always also
 // copied transposed ([d][tp], zero past the last key), the layout the score kernel reads.
@@ -256,7 +269,7 @@ int64_t attn_fwd_scratch(int64_t keys, int64_t d) {
 template <class T>
 GT_INLINE void attn_fwd_task(const T* q, const T* k, const T* v, int64_t ld, int64_t first, int64_t n, int64_t d,
                              T scale, T* out, int64_t ldo, T* lse, const ops::AttentionDropout* drop, uint64_t mask,
-                             int64_t t, T* buf) {
+                             int64_t t, const HalfFormat* half, T* buf) {
   const int64_t keys = first + n, tp = round_up(keys, kCols), dp = round_up(d, kCols);
   const T keep_scale = drop ? static_cast<T>(1.0 / (1.0 - drop->p)) : T(1);  // as ops/dropout.h's kernels round it
   const bool pack = packed(d);
@@ -294,6 +307,7 @@ GT_INLINE void attn_fwd_task(const T* q, const T* k, const T* v, int64_t ld, int
       if (drop)
         for_each_keep(last + 1, mask + static_cast<uint64_t>(last * t), *drop,
                       [&](int64_t j, bool keep) { row[j] = keep ? row[j] * keep_scale : T(0); });
+      round_row(half, row, last + 1);  // P, the operand of P·v
     }
     T* os = pack ? op : out + (i0 - first) * ldo;
     const int64_t ldc = pack ? dp : ldo;
@@ -308,17 +322,18 @@ GT_INLINE void attn_fwd_task(const T* q, const T* k, const T* v, int64_t ld, int
 }
 
 // One (batch, head) of the backward over T positions: dq, dk, dv rows ld apart (overwritten); g (dout) and o (out)
-// rows ldo apart; lse and delta (written: Σ dout·out per row) by position; drop and mask as the forward's. buf holds
-// attn_bwd_scratch(t, d) elements.
+// rows ldo apart; lse and delta (written: Σ dout·out per row) by position; drop and mask as the forward's; gh: dout
+// as the products read it (g, or g rounded under a half precision; delta sums g). buf holds attn_bwd_scratch(t, d)
+// elements.
 int64_t attn_bwd_scratch(int64_t t, int64_t d) {
   const int64_t tp = round_up(t, kCols), dp = round_up(d, kCols);
   return 2 * d * tp + 2 * kTile * tp + (packed(d) ? 5 * tp * dp + kTile * dp : 0);
 }
 
 template <class T>
-GT_INLINE void attn_bwd_task(const T* q, const T* k, const T* v, int64_t ld, const T* g, const T* o, int64_t ldo,
-                             const T* lse, T* delta, int64_t t, int64_t d, T scale, T* dq, T* dk, T* dv,
-                             const ops::AttentionDropout* drop, uint64_t mask, T* buf) {
+GT_INLINE void attn_bwd_task(const T* q, const T* k, const T* v, int64_t ld, const T* g, const T* gh, const T* o,
+                             int64_t ldo, const T* lse, T* delta, int64_t t, int64_t d, T scale, T* dq, T* dk, T* dv,
+                             const ops::AttentionDropout* drop, uint64_t mask, const HalfFormat* half, T* buf) {
   const int64_t tp = round_up(t, kCols), dp = round_up(d, kCols);
   const T keep_scale = drop ? static_cast<T>(1.0 / (1.0 - drop->p)) : T(1);
   const bool pack = packed(d);
@@ -337,7 +352,7 @@ GT_INLINE void attn_bwd_task(const T* q, const T* k, const T* v, int64_t ld, con
   if (pack) {
     pack_rows(q, ld, t, d, dp, tp, qp);
     pack_rows(k, ld, t, d, dp, tp, kp);
-    pack_rows(g, ldo, t, d, dp, tp, gp);
+    pack_rows(gh, ldo, t, d, dp, tp, gp);
     std::fill(dkp, dkp + 2 * tp * dp, T(0));  // dk and dv
   } else {
     for (int64_t j = 0; j < t; ++j) {
@@ -347,7 +362,7 @@ GT_INLINE void attn_bwd_task(const T* q, const T* k, const T* v, int64_t ld, con
   }
   const T* qs = pack ? qp : q;
   const T* ks = pack ? kp : k;
-  const T* gs = pack ? gp : g;
+  const T* gs = pack ? gp : gh;
   T* dks = pack ? dkp : dk;
   T* dvs = pack ? dvp : dv;
   const int64_t ldq = pack ? dp : ld, ldg = pack ? dp : ldo;  // q, k, dk, dv rows ldq apart; dout rows ldg
@@ -383,6 +398,8 @@ GT_INLINE void attn_bwd_task(const T* q, const T* k, const T* v, int64_t ld, con
           dr[j] = pr[j] * (dr[j] - di) * scale;  // dS
         }
       }
+      round_row(half, pr, last + 1);  // P (with dropout's m), the operand of Pᵀ·dout
+      round_row(half, dr, last + 1);  // dS, the operand of dS·k and dSᵀ·q
       std::fill(pr + last + 1, pr + i0 + m, T(0));
       std::fill(dr + last + 1, dr + i0 + m, T(0));
     }
@@ -414,14 +431,30 @@ GT_INLINE void attn_bwd_task(const T* q, const T* k, const T* v, int64_t ld, con
 
 GT_CPU_CLONES void attn_fwd_task_f32(const float* q, const float* k, const float* v, int64_t ld, int64_t first,
                                      int64_t n, int64_t d, float scale, float* out, int64_t ldo, float* lse,
-                                     const ops::AttentionDropout* drop, uint64_t mask, int64_t t, float* buf) {
-  attn_fwd_task<float>(q, k, v, ld, first, n, d, scale, out, ldo, lse, drop, mask, t, buf);
+                                     const ops::AttentionDropout* drop, uint64_t mask, int64_t t,
+                                     const HalfFormat* half, float* buf) {
+  attn_fwd_task<float>(q, k, v, ld, first, n, d, scale, out, ldo, lse, drop, mask, t, half, buf);
 }
 GT_CPU_CLONES void attn_bwd_task_f32(const float* q, const float* k, const float* v, int64_t ld, const float* g,
-                                     const float* o, int64_t ldo, const float* lse, float* delta, int64_t t, int64_t d,
-                                     float scale, float* dq, float* dk, float* dv, const ops::AttentionDropout* drop,
-                                     uint64_t mask, float* buf) {
-  attn_bwd_task<float>(q, k, v, ld, g, o, ldo, lse, delta, t, d, scale, dq, dk, dv, drop, mask, buf);
+                                     const float* gh, const float* o, int64_t ldo, const float* lse, float* delta,
+                                     int64_t t, int64_t d, float scale, float* dq, float* dk, float* dv,
+                                     const ops::AttentionDropout* drop, uint64_t mask, const HalfFormat* half,
+                                     float* buf) {
+  attn_bwd_task<float>(q, k, v, ld, g, gh, o, ldo, lse, delta, t, d, scale, dq, dk, dv, drop, mask, half, buf);
+}
+
+// The calling thread's half format for attention's products (null: fp32/tf32, and always for f64), and `t` rounded
+// to it into the thread's scratch `buf`, or t's own data when there is none.
+template <class T>
+std::optional<HalfFormat> attention_half() {
+  if constexpr (std::is_same_v<T, float>) return half_format(product_precision());
+  return std::nullopt;
+}
+template <class T>
+const T* product_operand(const Tensor& t, const std::optional<HalfFormat>& half, std::vector<float>& buf) {
+  if constexpr (std::is_same_v<T, float>)
+    if (half) return rounded_copy(t, *half, buf);
+  return t.data<T>();
 }
 
 // Asks for rows [0, n) of a head's slice (d values each, rows ld apart) to be brought into L2: the dispatchers
@@ -441,7 +474,10 @@ void attn_fwd_t(const Tensor& qkv, int64_t heads, int64_t first, int64_t n, Tens
                 const ops::AttentionDropout* drop) {
   const int64_t nb = qkv.dim(0), t = qkv.dim(1), c = qkv.dim(2) / 3, d = c / heads;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d)));
-  const T* px = qkv.data<T>();
+  const std::optional<HalfFormat> half = attention_half<T>();
+  thread_local std::vector<float> buf_qkv;
+  const T* px = product_operand<T>(qkv, half, buf_qkv);
+  const HalfFormat* ph = half ? &*half : nullptr;
   T* po = out.data<T>();
   parallel_for(nb * heads, 1, [&](int64_t u0, int64_t u1) {
     std::vector<T> buf(static_cast<size_t>(attn_fwd_scratch(first + n, d)));
@@ -454,9 +490,9 @@ void attn_fwd_t(const Tensor& qkv, int64_t heads, int64_t first, int64_t n, Tens
       T* l = pl ? pl + (b * heads + h) * t : nullptr;
       const uint64_t mask = attention_dropout_index(b, h, 0, 0, heads, t);
       if constexpr (std::is_same_v<T, float>)
-        attn_fwd_task_f32(q, q + c, q + 2 * c, 3 * c, first, n, d, scale, o, c, l, drop, mask, t, buf.data());
+        attn_fwd_task_f32(q, q + c, q + 2 * c, 3 * c, first, n, d, scale, o, c, l, drop, mask, t, ph, buf.data());
       else
-        attn_fwd_task<T>(q, q + c, q + 2 * c, 3 * c, first, n, d, scale, o, c, l, drop, mask, t, buf.data());
+        attn_fwd_task<T>(q, q + c, q + 2 * c, 3 * c, first, n, d, scale, o, c, l, drop, mask, t, ph, buf.data());
     }
   });
 }
@@ -468,7 +504,12 @@ void attn_bwd_t(const Tensor& qkv, const Tensor& out, const Tensor& lse, const T
                 const ops::AttentionDropout* drop, Tensor& delta, Tensor& dqkv) {
   const int64_t nb = qkv.dim(0), t = qkv.dim(1), c = qkv.dim(2) / 3, d = c / heads;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d)));
-  const T *px = qkv.data<T>(), *po = out.data<T>(), *pl = lse.data<T>(), *pdo = dout.data<T>();
+  const std::optional<HalfFormat> half = attention_half<T>();
+  thread_local std::vector<float> buf_qkv, buf_dout;
+  const T* px = product_operand<T>(qkv, half, buf_qkv);
+  const T* pdh = product_operand<T>(dout, half, buf_dout);  // dout as the products read it
+  const HalfFormat* ph = half ? &*half : nullptr;
+  const T *po = out.data<T>(), *pl = lse.data<T>(), *pdo = dout.data<T>();
   T* pdelta = delta.data<T>();
   T* pdx = dqkv.data<T>();
   parallel_for(nb * heads, 1, [&](int64_t u0, int64_t u1) {
@@ -483,17 +524,18 @@ void attn_bwd_t(const Tensor& qkv, const Tensor& out, const Tensor& lse, const T
       const int64_t b = u / heads, h = u % heads;
       const T* q = px + b * t * 3 * c + h * d;
       const T* g = pdo + b * t * c + h * d;
+      const T* gh = pdh + b * t * c + h * d;
       const T* o = po + b * t * c + h * d;
       const T* l = pl + (b * heads + h) * t;
       T* dl = pdelta + (b * heads + h) * t;
       T* dq = pdx + b * t * 3 * c + h * d;
       const uint64_t mask = attention_dropout_index(b, h, 0, 0, heads, t);
       if constexpr (std::is_same_v<T, float>)
-        attn_bwd_task_f32(q, q + c, q + 2 * c, 3 * c, g, o, c, l, dl, t, d, scale, dq, dq + c, dq + 2 * c, drop, mask,
-                          buf.data());
+        attn_bwd_task_f32(q, q + c, q + 2 * c, 3 * c, g, gh, o, c, l, dl, t, d, scale, dq, dq + c, dq + 2 * c, drop,
+                          mask, ph, buf.data());
       else
-        attn_bwd_task<T>(q, q + c, q + 2 * c, 3 * c, g, o, c, l, dl, t, d, scale, dq, dq + c, dq + 2 * c, drop, mask,
-                         buf.data());
+        attn_bwd_task<T>(q, q + c, q + 2 * c, 3 * c, g, gh, o, c, l, dl, t, d, scale, dq, dq + c, dq + 2 * c, drop,
+                         mask, ph, buf.data());
     }
   });
 }

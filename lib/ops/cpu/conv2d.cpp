@@ -1,11 +1,14 @@
-// CPU convolution (ops/conv2d.h): im2col + GEMM per sample, threaded over the batch.
+// CPU convolution (ops/conv2d.h): im2col + GEMM per sample, threaded over the batch. Under a half product precision
+// (ops/precision.h) the GEMMs multiply rounded operands with f32 accumulation, as ops/cpu/matmul.cpp's do.
 #include "ops/conv2d.h"
 
 #include "core/parallel.h"
 #include "ops/cpu/blas.h"
 #include "ops/cpu/kernel_util.h"
+#include "ops/precision.h"
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 namespace gt::cpu {
@@ -105,12 +108,35 @@ std::vector<T>& scratch(size_t n) {
   return buf;
 }
 
+// The GEMM operands of a convolution in the calling thread's product precision: x, w and dy as they are (fp32, tf32,
+// f64), or rounded to bf16/fp16: w through the scope's rounded weights (once per step), x and dy into the calling
+// thread's scratch before the batch fans out. im2col only copies x's values (and zeros, which stay zero), so rounding
+// x first rounds every column it builds. The bias and db stay fp32 (db sums the unrounded dy).
+template <class T>
+struct ConvOperands {
+  const T *x = nullptr, *w = nullptr, *dy = nullptr;
+  ConvOperands(const Tensor& x_, const Tensor& w_, const Tensor* dy_, bool need_w) {
+    x = x_.data<T>();
+    w = w_.data<T>();
+    dy = dy_ ? dy_->data<T>() : nullptr;
+    if constexpr (std::is_same_v<T, float>) {
+      if (const auto format = half_format(product_precision())) {
+        thread_local std::vector<float> buf_x, buf_dy;
+        x = rounded_copy(x_, *format, buf_x);
+        if (need_w) w = half_weight(w_, *format);
+        if (dy_) dy = rounded_copy(*dy_, *format, buf_dy);
+      }
+    }
+  }
+};
+
 template <class T>
 void conv_fwd_t(const Tensor& x, const Tensor& w, const Tensor& b, const Window2d& win, int64_t groups, Tensor& y) {
   const int64_t batch = x.dim(0), cin = x.dim(1), cout = y.dim(1);
   const Geometry g{cin / groups, x.dim(2), x.dim(3), y.dim(2), y.dim(3), win};
   const int64_t og = cout / groups;
-  const T *px = x.data<T>(), *pw = w.data<T>(), *pb = b.defined() ? b.data<T>() : nullptr;
+  const ConvOperands<T> in(x, w, nullptr, true);
+  const T *px = in.x, *pw = in.w, *pb = b.defined() ? b.data<T>() : nullptr;
   T* py = y.data<T>();
   batch_chunks(batch, [&](int, int64_t b0, int64_t b1) {
     T* col = g.is_identity() ? nullptr : scratch<T>(static_cast<size_t>(g.rows() * g.cols())).data();
@@ -139,8 +165,10 @@ void conv_bwd_t(const Tensor& x, const Tensor& w, const Tensor& dy, const Window
   const int64_t batch = x.dim(0), cin = x.dim(1), cout = dy.dim(1);
   const Geometry g{cin / groups, x.dim(2), x.dim(3), dy.dim(2), dy.dim(3), win};
   const int64_t og = cout / groups, wsize = w.numel();
-  const T *px = x.data<T>(), *pw = w.data<T>(), *pdy = dy.data<T>();
   T* pdx = dx.defined() ? dx.data<T>() : nullptr;
+  const ConvOperands<T> in(x, w, &dy, pdx != nullptr);
+  const T *px = in.x, *pw = in.w, *pdy = in.dy;  // the GEMMs' operands
+  const T* pdy_sum = dy.data<T>();               // what db sums
   const bool want_db = db.defined();
   // Per-chunk partial weight and bias gradients, summed in chunk order afterwards.
   const int max_chunks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(batch, num_threads())));
@@ -159,6 +187,7 @@ void conv_bwd_t(const Tensor& x, const Tensor& w, const Tensor& dy, const Window
       for (int64_t grp = 0; grp < groups; ++grp) {
         const T* xs = px + (n * cin + grp * g.c) * g.h * g.w;
         const T* dys = pdy + (n * cout + grp * og) * g.cols();
+        const T* dys_sum = pdy_sum + (n * cout + grp * og) * g.cols();
         if (col) im2col(g, xs, col);
         // dW_g (og, C·kh·kw) += dy (og, oh·ow) · colᵀ
         gemm_raw<T>(false, true, static_cast<int>(og), static_cast<int>(g.rows()), static_cast<int>(g.cols()), T(1),
@@ -167,7 +196,7 @@ void conv_bwd_t(const Tensor& x, const Tensor& w, const Tensor& dy, const Window
         if (want_db)
           for (int64_t o = 0; o < og; ++o) {
             T s = 0;
-            for (int64_t i = 0; i < g.cols(); ++i) s += dys[o * g.cols() + i];
+            for (int64_t i = 0; i < g.cols(); ++i) s += dys_sum[o * g.cols() + i];
             gb[static_cast<size_t>(grp * og + o)] += s;
           }
         if (pdx) {

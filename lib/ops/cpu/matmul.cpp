@@ -39,26 +39,25 @@ void add_bias_block(T* y, int64_t n, const T* bias, int64_t r0, int64_t r1, int6
 // product of exactly −0 plus a bias of −0 is now −0, before +0.)
 constexpr int kBiasFirstK = 128;
 
-// A half product by conversion (train.precision bf16 or fp16, ops/precision.h): `t`'s elements rounded to the format
-// (nearest even) into the calling thread's scratch `buf`, so that an f32 GEMM on them computes what a GPU's half GEMM
-// with f32 accumulation does (up to the order of the sums: each product of two half values is exact in f32). The
-// buffers grow to the largest operand once and stay.
-const float* rounded_operand(const Tensor& t, HalfFormat format, std::vector<float>& buf) {
-  const auto n = static_cast<size_t>(t.numel());
-  if (buf.size() < n) buf.resize(n);
-  const float* in = t.data<float>();
-  float* out = buf.data();
-  parallel_for(t.numel(), kGrain,
-               [&](int64_t i0, int64_t i1) { round_to_half(format, in + i0, out + i0, static_cast<size_t>(i1 - i0)); });
-  return out;
+// A half product by conversion (train.precision bf16 or fp16, ops/precision.h): the operands' elements rounded to the
+// format (nearest even), so that an f32 GEMM on them computes what a GPU's half GEMM with f32 accumulation does (up to
+// the order of the sums: each product of two half values is exact in f32). A weight's copy comes from the scope's
+// rounded weights (made once per step); any other operand is rounded into the calling thread's scratch `buf`, which
+// grows to the largest operand once and stays.
+const float* half_operand(const Tensor& t, bool weight, HalfFormat format, std::vector<float>& buf) {
+  if (weight) return half_weight(t, format);
+  if (const float* cached = find_half_weight(t, format)) return cached;  // dx = dy·W reads the forward's copy of W
+  return rounded_copy(t, format, buf);
 }
 
 // OpenBLAS runs single-threaded (set_num_threads) and we split C into one block of rows or columns per
 // thread: on the small, skinny products of a training step this scales far better than OpenBLAS's own
 // threading, and only one thread pool (OpenMP's) competes for the cores. `bias` (null: none; c = op(a)·op(b) + bias
-// per row, beta 0 only) is added to each thread's block of C as part of the thread's work.
+// per row, beta 0 only) is added to each thread's block of C as part of the thread's work. `b_weight`: b is a weight
+// (linear_forward's w), whose half copy is made once per scope.
 template <class T>
-void gemm_t(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double beta, const T* bias = nullptr) {
+void gemm_t(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double beta, const T* bias = nullptr,
+            bool b_weight = false) {
   const auto m = static_cast<int>(c.dim(0)), n = static_cast<int>(c.dim(1));
   const auto k = static_cast<int>(ta ? a.dim(0) : a.dim(1));
   const auto lda = static_cast<int>(a.dim(1)), ldb = static_cast<int>(b.dim(1));
@@ -66,8 +65,8 @@ void gemm_t(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, doubl
   if constexpr (std::is_same_v<T, float>) {
     if (const auto format = half_format(product_precision())) {
       thread_local std::vector<float> buf_a, buf_b;
-      pa = rounded_operand(a, *format, buf_a);
-      pb = rounded_operand(b, *format, buf_b);
+      pa = half_operand(a, false, *format, buf_a);
+      pb = half_operand(b, b_weight, *format, buf_b);
     }
   }
   T* pc = c.data<T>();
@@ -142,7 +141,7 @@ void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, doubl
 void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) {
   for_float_type(y.dtype(), [&](auto t) {
     using T = decltype(t);
-    gemm_t<T>(x, false, w, true, y, 0.0, bias.defined() ? bias.data<T>() : nullptr);
+    gemm_t<T>(x, false, w, true, y, 0.0, bias.defined() ? bias.data<T>() : nullptr, true);
   });
 }
 void add_row_bias(Tensor& y, const Tensor& bias) {
