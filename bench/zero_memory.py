@@ -4,6 +4,11 @@ weights) under mpirun at N = 1, 2, 4 ranks (oversubscribed where the machine has
 for dist.zero 0, 1 and 2, and the step time of each stage at 2 ranks; interleaved rounds, medians printed.
 
     bench/zero_memory.py [--width 2048] [--depth 3] [--steps 20] [--rounds 3] [--ranks 1,2,4] [--batch 32]
+                         [--bucket-mb 25]
+
+Stage 2 holds its chunk of every gradient bucket plus at most two buckets whole during the backward pass, so it saves
+gradient memory only when the gradients span several buckets: the README's figures use many narrow layers and
+--bucket-mb 4 (one layer per bucket).
 
 Peak memory is each rank's VmHWM (the kernel's high-water mark of resident memory, as /proc/<pid>/status reports it),
 read through getrusage(RUSAGE_CHILDREN).ru_maxrss by a wrapper around each rank after it exits, so the peak of the
@@ -31,7 +36,7 @@ sys.exit(rc)
 """
 
 
-def config_text(width, depth, batch, zero, samples):
+def config_text(width, depth, batch, zero, samples, bucket_mb):
     # Just enough samples for the steps at the most ranks: the synthetic set is held in memory, and a large one would
     # hide the optimizer state.
     layers = "\n".join(f"    - {{type: linear, out_features: {width}}}\n    - relu" for _ in range(depth))
@@ -45,7 +50,7 @@ model:
     - {{type: linear, out_features: 10}}
 optimizer: {{type: adam, lr: 0.001}}
 train: {{epochs: 1, log_every: 1000}}
-dist: {{zero: {zero}}}
+dist: {{zero: {zero}, bucket_mb: {bucket_mb}}}
 """
 
 
@@ -82,6 +87,7 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--ranks", default="1,2,4")
+    ap.add_argument("--bucket-mb", type=float, default=25, help="dist.bucket_mb (25: gputrain's default)")
     args = ap.parse_args()
     ranks = [int(r) for r in args.ranks.split(",")]
     cases = [(n, z) for n in ranks for z in ((0,) if n == 1 else (0, 1, 2))]
@@ -89,12 +95,14 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):  # interleaved: machine noise spreads over every case alike
             for n, z in cases:
-                cfg = config_text(args.width, args.depth, args.batch, z, args.batch * max(ranks) * (args.steps + 1))
+                cfg = config_text(args.width, args.depth, args.batch, z, args.batch * max(ranks) * (args.steps + 1),
+                                  args.bucket_mb)
                 results[(n, z)].append(run(tmp, f"n{n}z{z}r{r}", cfg, n, args.steps))
     w, d = args.width, args.depth
     params = w * w * d + w * d + (w * 10 + 10)
     print(f"MLP {w}x{d} + head ({params / 1e6:.1f}M parameters, Adam state {8 * params / 2**20:.0f} MiB unsharded), "
-          f"batch {args.batch} per rank, {args.steps} steps, mpirun, median of {args.rounds} interleaved rounds")
+          f"batch {args.batch} per rank, dist.bucket_mb {args.bucket_mb:g}, {args.steps} steps, mpirun, median of "
+          f"{args.rounds} interleaved rounds")
     print(f"{'ranks':>5} {'zero':>4} {'peak RSS max rank':>18} {'mean over ranks':>16} {'ms per step':>12}")
     for n, z in cases:
         rs = results[(n, z)]
