@@ -332,7 +332,7 @@ AttentionResults attention_products(const Tensor& qkv, const Tensor& dout, int64
 
 }  // namespace
 
-TEST_CASE("precision: attention's four products in bf16/fp16 multiply rounded q, k, v, dout, P and dS; softmax f32",
+TEST_CASE("precision: attention's four products in bf16/fp16 multiply rounded q, k, v, dout, P and dS, softmax f32",
           "[cpu]") {
   // B 2, T 24, 2 heads of d 16. q and k have std 3, so that scores (std ~3) move P by more when their operands are
   // rounded than the last-bit differences of f32 and double exps move it.
