@@ -298,9 +298,11 @@ namespace {
 
 // Runs gputrain under an address-space limit of `mib` MiB (ulimit -v); its exit code. Far below its footprint
 // glibc's malloc can spin retrying arena mappings (deaf to SIGTERM meanwhile): 10 s is a failure (killed) — a run
-// of 3 steps that fits takes well under a second, and each probe that spins costs the whole wait.
+// of 3 steps that fits takes well under a second, and each probe that spins costs the whole wait. One malloc arena:
+// glibc reserves 64 MiB of address space for each arena it makes when threads contend, a number that varies from run
+// to run — on one CI machine the footprint so measured moved by more than the margins below.
 int run_limited(int64_t mib, const std::string& args) {
-  return run_shell(fmt::format("ulimit -v {} && timeout -s KILL 10 {} {} > /dev/null 2>&1", mib * 1024,
+  return run_shell(fmt::format("ulimit -v {} && MALLOC_ARENA_MAX=1 timeout -s KILL 10 {} {} > /dev/null 2>&1", mib * 1024,
                                gputrain_binary(), args))
       .exit_code;
 }
@@ -330,12 +332,13 @@ logging: {{tensorboard: false, report: false}}
 )",
                                                    dir.path(), name));
   };
-  const int64_t big = 24576;  // 96 MiB of file, 384 MiB as f32
+  const int64_t big = 65536;  // 256 MiB of file, 1 GiB as f32: margins of 128 MiB and more either way
   write_set("tiny", 64);
   write_set("big", big);
   const std::string args = " --threads 1 --max-steps 3 --quiet --out ";
   // The process's own footprint: the smallest limit (to 16 MiB) under which the same run on 64 samples succeeds
-  // (about 330 MiB here: OpenMP's and OpenBLAS's thread stacks and buffers, the libraries).
+  // (about 330 MiB on a 2-core AVX2 machine, 1257 MiB on one CI machine: OpenMP's and OpenBLAS's thread stacks and
+  // buffers, the libraries).
   int64_t lo = 64, hi = 2048;
   auto probe = [&](int64_t mib) {
     return run_limited(mib, "train " + (dir / "tiny.yaml") + args + (dir / fmt::format("probe{}", mib))) == 0;
@@ -352,7 +355,7 @@ logging: {{tensorboard: false, report: false}}
   REQUIRE(limit < base + 4 * file);
   CHECK(run_limited(limit, "train " + (dir / "big.yaml") + args + (dir / "big")) == 0);
   CHECK(json_number(read_text(dir / "big/summary.json"), "steps") == 3);
-  // The limit is tight: with half the file's size less, the mapping itself does not fit and the run fails.
+  // The limit is tight: with half the file's size less (128 MiB), the mapping itself does not fit and the run fails.
   CHECK(run_limited(base + file / 2, "train " + (dir / "big.yaml") + args + (dir / "small")) != 0);
 }
 
