@@ -16,7 +16,7 @@ using namespace gt::test;
 namespace {
 
 // A 4-class synthetic problem with dropout, batch norm and Adam: every kind of op a step runs.
-const char* kConfig = R"(name: cuda_e2e
+const char* kCudaE2eConfig = R"(name: cuda_e2e
 seed: 5
 data:
   format: synthetic
@@ -52,7 +52,7 @@ std::vector<double> losses(const std::string& metrics) {
 TEST_CASE("a synthetic classification run converges on CUDA and reports device memory", "[cuda]") {
   require_gpu();
   TempDir dir;
-  write_text(dir / "c.yaml", kConfig);
+  write_text(dir / "c.yaml", kCudaE2eConfig);
   const CommandResult r = run_gputrain("train " + dir / "c.yaml" + " --device cuda --out " + dir / "run");
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
@@ -71,7 +71,7 @@ TEST_CASE("a synthetic classification run converges on CUDA and reports device m
 TEST_CASE("the CPU and CUDA runs of one config track each other", "[cuda]") {
   require_gpu();
   TempDir dir;
-  write_text(dir / "c.yaml", kConfig);
+  write_text(dir / "c.yaml", kCudaE2eConfig);
   const CommandResult cpu = run_gputrain("train " + dir / "c.yaml" + " --device cpu --out " + dir / "cpu");
   const CommandResult gpu = run_gputrain("train " + dir / "c.yaml" + " --device cuda --out " + dir / "gpu");
   INFO(cpu.output << gpu.output);
@@ -106,7 +106,7 @@ std::vector<int> skipped_steps(const std::string& metrics) {
 TEST_CASE("non-finite steps are skipped on the device and reported by the host as on the CPU", "[cuda]") {
   require_gpu();
   TempDir dir;
-  write_text(dir / "c.yaml", kConfig);
+  write_text(dir / "c.yaml", kCudaE2eConfig);
   // SGD with lr 1e30 overflows the weights within a few steps; every step after that is non-finite and skipped.
   // The GPU learns of each skip a step late (or at a log line): the rows must still name the same steps.
   const std::string sets =

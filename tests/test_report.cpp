@@ -15,7 +15,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const char* kConfig = R"(name: rep
+const char* kReportConfig = R"(name: rep
 seed: 5
 device: cpu
 data:
@@ -35,7 +35,7 @@ optimizer: {type: sgd, lr: 0.1}
 train: {epochs: 2, log_every: 3, eval_every: 10}
 )";
 
-size_t count_of(const std::string& text, const std::string& what) {
+size_t occurrences(const std::string& text, const std::string& what) {
   size_t n = 0;
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
   return n;
@@ -54,13 +54,13 @@ std::vector<size_t> polyline_points(const std::string& svg) {
   const std::regex re("<polyline[^>]* points=\"([^\"]*)\"");
   for (std::sregex_iterator it(svg.begin(), svg.end(), re), end; it != end; ++it) {
     const std::string pts = (*it)[1].str();
-    out.push_back(pts.empty() ? 0 : count_of(pts, " ") + 1);
+    out.push_back(pts.empty() ? 0 : occurrences(pts, " ") + 1);
   }
   return out;
 }
 
 size_t rows_of_type(const std::string& metrics, const std::string& type) {
-  return count_of(metrics, "\"type\": \"" + type + "\"");
+  return occurrences(metrics, "\"type\": \"" + type + "\"");
 }
 
 }  // namespace
@@ -68,7 +68,7 @@ size_t rows_of_type(const std::string& metrics, const std::string& type) {
 TEST_CASE("a run writes report.html with a chart per metric, a point per row, and `gputrain report` redoes it",
           "[e2e]") {
   TempDir dir;
-  write_text(dir / "rep.yaml", kConfig);
+  write_text(dir / "rep.yaml", kReportConfig);
   const auto r = run_gputrain("train " + (dir / "rep.yaml") + " --out " + (dir / "run") + " --threads 2");
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
@@ -78,7 +78,7 @@ TEST_CASE("a run writes report.html with a chart per metric, a point per row, an
   CHECK(train_rows == 14);  // 40 steps: every 3rd and the last
   CHECK(eval_rows == 4);
 
-  CHECK(count_of(html, "<svg") == 5);  // train loss, test loss, test accuracy, lr, samples/s (no device memory)
+  CHECK(occurrences(html, "<svg") == 5);  // train loss, test loss, test accuracy, lr, samples/s (no device memory)
   for (const char* tag : {"train/loss", "train/lr", "train/samples_per_sec"}) {
     INFO(tag);
     CHECK(polyline_points(chart(html, tag)) == std::vector<size_t>{train_rows});
@@ -134,7 +134,7 @@ TEST_CASE("headless Chromium renders report.html with every chart's SVG in the D
   if (run_shell("command -v chromium >/dev/null 2>&1").exit_code != 0)
     FAIL("chromium is not installed: run scripts/setup.sh (it installs Debian's chromium)");
   TempDir dir;
-  write_text(dir / "rep.yaml", kConfig);
+  write_text(dir / "rep.yaml", kReportConfig);
   const auto r = run_gputrain("train " + (dir / "rep.yaml") + " --out " + (dir / "run") + " --threads 2");
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
@@ -144,8 +144,8 @@ TEST_CASE("headless Chromium renders report.html with every chart's SVG in the D
       run_shell("timeout 120 chromium --headless --disable-gpu --no-sandbox --user-data-dir=" + (dir / "profile") +
                 " --dump-dom file://" + (dir / "run/report.html") + " 2>/dev/null");
   REQUIRE(dom.exit_code == 0);
-  CHECK(count_of(dom.output, "<svg") == 5);
-  CHECK(count_of(dom.output, "<polyline") == 5);
+  CHECK(occurrences(dom.output, "<svg") == 5);
+  CHECK(occurrences(dom.output, "<polyline") == 5);
   const std::string metrics = read_text(dir / "run/metrics.jsonl");
   CHECK(polyline_points(chart(dom.output, "train/loss")) == std::vector<size_t>{rows_of_type(metrics, "train")});
   CHECK(dom.output.find("<pre class=\"config\">") != std::string::npos);

@@ -26,17 +26,6 @@ std::string python() {
   return p && *p ? p : "python3";
 }
 
-CommandResult run_shell(const std::string& cmd) {
-  CommandResult r;
-  FILE* f = ::popen((cmd + " 2>&1").c_str(), "r");
-  REQUIRE(f);
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) r.output.append(buf, n);
-  const int status = ::pclose(f);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
-}
-
 std::vector<std::string> events_files(const std::string& dir) {
   std::vector<std::string> out;
   for (const auto& e : fs::directory_iterator(dir))
@@ -44,7 +33,7 @@ std::vector<std::string> events_files(const std::string& dir) {
   return out;
 }
 
-const char* kConfig = R"(name: tb
+const char* kTbConfig = R"(name: tb
 seed: 3
 device: cpu
 data:
@@ -122,7 +111,7 @@ namespace {
 // Reads RUN_DIR's events with TensorBoard's reader and checks that they hold exactly the scalars of metrics.jsonl.
 void check_events_match_metrics(const std::string& run_dir, int want_train_rows, int want_eval_rows) {
   const std::string py = python();
-  const auto probe = run_shell(py + " -c 'import tensorboard'");
+  const auto probe = run_shell(py + " -c 'import tensorboard' 2>&1");
   if (probe.exit_code != 0)
     FAIL(fmt::format("{} cannot import tensorboard: run scripts/setup.sh (it installs the reader)\n{}", py,
                      probe.output));
@@ -149,7 +138,7 @@ void check_events_match_metrics(const std::string& run_dir, int want_train_rows,
   CHECK(train_rows == want_train_rows);
   CHECK(eval_rows == want_eval_rows);
 
-  const auto tb = run_shell(py + " " + source_path("tests/tools/read_tb.py") + " " + run_dir);
+  const auto tb = run_shell(py + " " + source_path("tests/tools/read_tb.py") + " " + run_dir + " 2>&1");
   INFO(tb.output);
   REQUIRE(tb.exit_code == 0);
   std::map<std::pair<std::string, int64_t>, double> got;
@@ -175,7 +164,7 @@ void check_events_match_metrics(const std::string& run_dir, int want_train_rows,
 
 TEST_CASE("TensorBoard's reader finds every scalar of metrics.jsonl in the events file", "[e2e]") {
   TempDir dir;
-  write_text(dir / "tb.yaml", kConfig);
+  write_text(dir / "tb.yaml", kTbConfig);
   const auto r = run_gputrain("train " + (dir / "tb.yaml") + " --out " + (dir / "run") + " --threads 2");
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
@@ -187,7 +176,7 @@ TEST_CASE("TensorBoard's reader finds every scalar of metrics.jsonl in the event
 
 TEST_CASE("a resumed run's events replace what the first start logged after the checkpoint", "[e2e]") {
   TempDir dir;
-  write_text(dir / "tb.yaml", kConfig);
+  write_text(dir / "tb.yaml", kTbConfig);
   const std::string base = "train " + (dir / "tb.yaml") + " --threads 2 --max-steps 20 --set checkpoint.every_steps=8";
   auto r = run_gputrain(base + " --out " + (dir / "run"));
   INFO(r.output);
@@ -202,7 +191,7 @@ TEST_CASE("a resumed run's events replace what the first start logged after the 
 
 TEST_CASE("logging: jsonl and tensorboard switch their files off, and level quiets the console", "[e2e]") {
   TempDir dir;
-  write_text(dir / "tb.yaml", kConfig);
+  write_text(dir / "tb.yaml", kTbConfig);
   const std::string base = "train " + (dir / "tb.yaml") + " --threads 2 --max-steps 8";
   auto r = run_gputrain(base + " --out " + (dir / "no_tb") + " --set logging.tensorboard=false");
   INFO(r.output);

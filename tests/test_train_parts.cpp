@@ -22,7 +22,7 @@ using namespace gt;
 
 namespace {
 
-const char* kConfig = R"(name: parts
+const char* kPartsConfig = R"(name: parts
 seed: 5
 data:
   format: synthetic
@@ -41,7 +41,7 @@ train: {epochs: 3, accumulate: 2}
 )";
 
 Experiment experiment(const std::string& overrides = "") {
-  ConfigNode root = ConfigNode::load_string(kConfig, "parts.yaml");
+  ConfigNode root = ConfigNode::load_string(kPartsConfig, "parts.yaml");
   if (!overrides.empty()) root = apply_override(root, overrides);
   return parse_experiment(root);
 }

@@ -66,14 +66,14 @@ std::vector<KeySpec> split_keys(const SectionSpec& split, bool train_required = 
       {.name = "test", .kind = KeyKind::map, .section = &split, .doc = "the test set (optional)"}};
 }
 
-const KeySpec kScale{.name = "scale",
+const KeySpec kScaleKey{.name = "scale",
                      .kind = KeyKind::number,
                      .fallback = "1",
                      .doc = "inputs are multiplied by it (1/255 = 0.00392156862745098); a 32-bit float",
                      .extra_json = R"("minimum": -3.4028234663852886e38, "maximum": 3.4028234663852886e38)"};
 
 void read_scale(const ConfigNode& d, DataConfig& out) {
-  out.scale = get_double(d, kScale);
+  out.scale = get_double(d, kScaleKey);
   // The readers scale in float: a scale past float's range makes every nonzero input infinite.
   if (std::fabs(out.scale) > std::numeric_limits<float>::max())
     d["scale"].fail(fmt::format("expected a number a 32-bit float holds (at most {:g} in size), got {}",
@@ -487,7 +487,7 @@ void load_images(const DataConfig& c, uint64_t, Dataset& train, Dataset& test) {
 
 const std::vector<DataFormatSpec>& data_formats() {
   static const std::vector<DataFormatSpec> table{
-      {DataFormat::idx, "idx", concat_keys({split_keys(idx_split()), {kScale, kNormalize}}), parse_idx, write_idx,
+      {DataFormat::idx, "idx", concat_keys({split_keys(idx_split()), {kScaleKey, kNormalize}}), parse_idx, write_idx,
        load_idx},
       {DataFormat::csv, "csv",
        concat_keys({split_keys(path_split()),
@@ -506,7 +506,7 @@ const std::vector<DataFormatSpec>& data_formats() {
                       .fallback = "classes",
                       .doc = "classes: non-negative integer labels; values: regression targets"}}}),
        parse_csv, write_csv, load_csv},
-      {DataFormat::npy, "npy", concat_keys({split_keys(npy_split()), {kScale}}), parse_npy, write_npy, load_npy},
+      {DataFormat::npy, "npy", concat_keys({split_keys(npy_split()), {kScaleKey}}), parse_npy, write_npy, load_npy},
       {DataFormat::synthetic,
        "synthetic",
        {{.name = "samples",
@@ -550,7 +550,7 @@ const std::vector<DataFormatSpec>& data_formats() {
          .doc = "a folder DIR/<class>/<file>.png|.jpg|.jpeg; classes (labels) in name order"},
         {.name = "test", .kind = KeyKind::string, .doc = "a folder like train's, with the same class folders"},
         {.name = "image", .kind = KeyKind::map, .required = true, .section = &image_section()},
-        kScale,
+        kScaleKey,
         kNormalize,
         {.name = "on_bad_file",
          .kind = KeyKind::choice,
