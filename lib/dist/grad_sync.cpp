@@ -187,8 +187,9 @@ void GradSync::node_begin(size_t i) {
 }
 
 void GradSync::node_done(size_t i) {
-  // Without overlap, buckets are all-reduced in finish; reduce-scattered ones (chunks) as they complete, below.
-  if (!m_armed || (!m_overlap && m_chunks.empty()) || m_bucket_of_node[i] < 0) return;
+  // Without overlap, buckets are all-reduced in finish; reduce-scattered host ones (chunks) as they complete, below,
+  // so that each is freed before the next is written (device buckets are whole for the run: in finish too).
+  if (!m_armed || (!m_overlap && (m_chunks.empty() || m_device)) || m_bucket_of_node[i] < 0) return;
   const auto b = static_cast<size_t>(m_bucket_of_node[i]);
   if (++m_buckets[b].pending < m_buckets[b].nodes) return;
   m_buckets[b].pending = 0;
