@@ -154,7 +154,7 @@ void ZeroOptimizer::grad_norm_sq(Tensor& out, Tensor& per_param) {
 }
 
 void ZeroOptimizer::device_norm_sums(Tensor& out, Tensor& per_param) {
-  // As the host's sums below, on the device: each parameter's slice (one per rank at most), then the total, summed
+  // grad_norm_sq's host sums, on the device: each parameter's slice (one per rank at most), then the total, summed
   // over the ranks. With NCCL the all-reduce queues on the compute stream between the kernels: no host sync.
   const auto n = static_cast<int64_t>(m_params.size());
   m_sums.zero_();
