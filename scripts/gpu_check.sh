@@ -6,7 +6,8 @@
 #      model, batch 128, SGD momentum 0.9, fp32 with PyTorch's default math modes), samples/s of the training loop;
 #   3. the GPT of configs/gpt_bytes.yaml (batch 64 × T 64, random byte tokens) trained by both on the GPU: tokens/s,
 #      gputrain's MFU against the GPU's fp32 peak, the ratio (the fused attention kernel is among the [cuda] tests);
-#   4. one table: test results, samples/s of both, the ratio, peak device memory.
+#   4. one table: test results, samples/s of both, the ratio, peak device memory; then the training paths (worker
+#      threads, the profiler, and dist.zero over NCCL when there are two GPUs).
 # Under 8 minutes on an H200. `--dry-run` runs the same steps here without a GPU: the tests report their skip, and
 # both trainers run a few steps on the CPU, so the script's own logic is checked before device time is spent.
 #
@@ -153,6 +154,21 @@ path_run() {  # name, expected text in a file of the run ("" = none), file, gput
   fi
 }
 path_run "worker threads, device $list" "" summary.json --device "$list" --max-steps 300 --set train.eval_every=300
+# dist.zero over NCCL trains only with a GPU per rank (NCCL refuses two ranks on one device): zero 0 and 2 side by
+# side on two GPUs; on one the [cuda] tests above are its check (thread ranks on one GPU, NCCL of one rank).
+ngpu=0
+command -v nvidia-smi >/dev/null && ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+if [[ $dry == 1 ]]; then
+  path_run "dist.zero 2, device [cpu, cpu]" "" summary.json --device '[cpu, cpu]' --max-steps 40 --set dist.zero=2 \
+    --set train.eval_every=40
+elif ((ngpu >= 2)); then
+  for z in 0 2; do
+    path_run "dist.zero $z, device [0, 1] (NCCL)" "" summary.json --device '[0, 1]' --max-steps 300 \
+      --set dist.zero=$z --set train.eval_every=300
+  done
+else
+  paths+=("| dist.zero over NCCL | not run: $ngpu GPU here, NCCL needs one per rank (see the [cuda] tests) |")
+fi
 if [[ $dry == 1 ]]; then
   path_run "profiler on $device" "ms per step" profile.txt --device "$device" --max-steps 40 --profile
 else

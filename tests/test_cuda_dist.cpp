@@ -1,11 +1,21 @@
 // Gradient averaging on device buffers: GradSync's device buckets and side stream (through a stand-in communicator
-// that plays a second rank), and the NCCL communicator of one rank. Skipped (exit 77) without a GPU.
+// that plays a second rank), the NCCL communicator of one rank, and ZeRO 1/2 on device parameters (two worker-thread
+// ranks on one GPU, and NCCL of one rank with GradSync's reduce-scatter). Skipped (exit 77) without a GPU.
 #include "cuda_helpers.h"
 #include "dist/comm.h"
 #include "dist/grad_sync.h"
+#include "dist/zero.h"
 #include "ops/cuda_context.h"
+#include "optim/optimizer.h"
+#include "train/checkpoint.h"
 
 #include <cuda_runtime.h>
+
+#include <cmath>
+#include <filesystem>
+#include <thread>
+
+#include <unistd.h>
 
 using namespace gt;
 using namespace gt::test;
@@ -103,4 +113,228 @@ TEST_CASE("NCCL of one rank, bootstrapped through the local communicator, sums a
   Tensor dd = to_cuda(hd);
   nccl->allreduce_sum(dd.data<double>(), 3, "a test buffer");
   CHECK(to_host(dd).data<double>()[2] == 2.5);
+}
+
+namespace {
+
+// Three parameters on cuda:0 of 7, 300001 and 26 elements: with bucket_mb 1 they fill three buckets (the large one
+// alone, past the first bucket's 1 MB cap), with 100 two (the large one and the small first one together), and at
+// two ranks each cut lies inside a parameter or leaves padding.
+std::vector<Param> device_params() {
+  std::vector<Param> out;
+  uint64_t seed = 40;
+  for (int64_t n : {7, 300001, 26}) {
+    const Tensor v = seeded(Shape{n}, seed++, -1, 1);
+    out.push_back({"p" + std::to_string(out.size()), to_cuda(v), to_cuda(Tensor::zeros(Shape{n}, DType::f32))});
+  }
+  return out;
+}
+
+// The gradients a backward pass would give at the current weights (equal on every rank, as averaged gradients are):
+// g = sin(3·w + step) + 0.1·w, written into each grad (a view of a device bucket under GradSync's stage 2).
+std::vector<Tensor> set_grads(std::vector<Param>& params, int step) {
+  std::vector<Tensor> out;
+  for (Param& p : params) {
+    const Tensor w = to_host(p.value);
+    Tensor g = Tensor::empty(w.shape(), DType::f32);
+    for (int64_t k = 0; k < w.numel(); ++k) {
+      const float x = w.data<float>()[k];
+      g.data<float>()[k] = std::sin(3.0f * x + static_cast<float>(step)) + 0.1f * x;
+    }
+    p.grad.copy_from(g);
+    out.push_back(g);
+  }
+  return out;
+}
+
+// Rank `rank`'s chunks of the averaged gradients `grads` (host, per parameter), cut as the optimizer's buckets are:
+// what GradSync's reduce-scatter leaves in ZeroOptimizer::grad_chunks.
+void fill_chunks(const ZeroOptimizer& zero, const std::vector<Tensor>& grads, int rank) {
+  const auto params = zero.bucket_params();
+  const auto chunks = zero.bucket_chunks();
+  for (size_t b = 0; b < params.size(); ++b) {
+    std::vector<float> flat(chunks[b] * 2, 0.0f);  // two ranks
+    size_t at = 0;
+    for (size_t i : params[b]) {
+      std::copy(grads[i].data<float>(), grads[i].data<float>() + grads[i].numel(),
+                flat.begin() + static_cast<long>(at));
+      at += static_cast<size_t>(grads[i].numel());
+    }
+    Tensor host = Tensor::empty(Shape{static_cast<int64_t>(chunks[b])}, DType::f32);
+    std::copy(flat.begin() + static_cast<long>(chunks[b] * static_cast<size_t>(rank)),
+              flat.begin() + static_cast<long>(chunks[b] * static_cast<size_t>(rank + 1)), host.data<float>());
+    Tensor chunk = zero.grad_chunks()[b];
+    chunk.copy_from(host);
+  }
+}
+
+OptimizerConfig adamw_amsgrad() {
+  OptimizerConfig cfg;
+  cfg.type = OptimizerType::adamw;
+  cfg.lr = 0.01;
+  cfg.weight_decay = 0.1;
+  cfg.amsgrad = true;  // three state buffers per element
+  return cfg;
+}
+
+// One gated, clipped step as the training loop queues it: the squared norm into fresh statistics, then the update.
+double norm_and_step(Optimizer& opt, int64_t params) {
+  Tensor stats = Tensor::zeros(Shape{kStepStats}, DType::f64, Device::cuda(0));
+  Tensor per = Tensor::zeros(Shape{params}, DType::f64, Device::cuda(0));
+  Tensor grad_sq = stats.slice0(kGradSq, 1);
+  opt.grad_norm_sq(grad_sq, per);
+  opt.step(0.01, stats, 0.5);  // the norm is far above 0.5: every step is clipped
+  return to_host(stats).data<double>()[kGradSq];
+}
+
+// Element by element: equal bits (tolerance 0), or |a − b| ≤ tol·max(1, |b|).
+void check_same(const Tensor& a_dev, const Tensor& b_dev, double tol) {
+  const Tensor a = to_host(a_dev), b = to_host(b_dev);
+  REQUIRE(a.numel() == b.numel());
+  for (int64_t k = 0; k < a.numel(); ++k) {
+    const float x = a.data<float>()[k], y = b.data<float>()[k];
+    INFO("element " << k << ": " << x << " vs " << y);
+    if (tol == 0)
+      REQUIRE(x == y);
+    else
+      REQUIRE(std::abs(x - y) <= tol * std::max(1.0f, std::abs(y)));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("ZeRO 1 and 2 on device parameters of two worker-thread ranks on one GPU match the unsharded optimizer",
+          "[cuda]") {
+  require_gpu();
+  // NCCL refuses two ranks on one device, so the two ranks here are worker threads over the thread communicator,
+  // which the optimizer reaches through host copies of its device chunks (its staged path). What it checks is the
+  // device side that NCCL ranks run too: the slices and chunks on the GPU, the device copies in and out of the
+  // all-gather, the partial norms summed on the device, the state gathered for a checkpoint and its shard files.
+  // Stage 1 must be bit for bit; stage 2's norm adds the ranks' partial sums in another order (relative 1e-12), and
+  // the clipping coefficient it gives moves the weights by a few ulps at most (1e-6 relative).
+  const OptimizerConfig cfg = adamw_amsgrad();
+  constexpr int kSteps = 3;
+  for (int stage : {1, 2})
+    for (double bucket_mb : {1.0, 100.0}) {
+      INFO("stage " << stage << ", bucket_mb " << bucket_mb);
+      std::vector<Param> plain = device_params();
+      std::vector<Param*> plain_ptrs;
+      for (Param& p : plain) plain_ptrs.push_back(&p);
+      auto ref = make_optimizer(cfg, plain_ptrs);
+      std::vector<double> ref_norms;
+      for (int step = 0; step < kSteps; ++step) {
+        set_grads(plain, step);
+        ref_norms.push_back(norm_and_step(*ref, 3));
+      }
+      auto comms = make_thread_comms(2, 60.0);
+      std::vector<std::vector<Param>> replicas(2);
+      std::vector<std::vector<double>> norms(2);
+      std::vector<std::vector<Tensor>> state(2);
+      std::vector<CheckpointInfo::File> device_file(2), host_file(2);
+      std::vector<std::string> errors(2);
+      const auto dir = std::filesystem::temp_directory_path() / ("gt_zero_cuda_" + std::to_string(::getpid()));
+      std::filesystem::create_directories(dir);
+      std::vector<std::thread> threads;
+      for (int r = 0; r < 2; ++r)
+        threads.emplace_back([&, r] {
+          const auto ur = static_cast<size_t>(r);
+          try {
+            auto& mine = replicas[ur];
+            mine = device_params();
+            const std::vector<std::vector<Param*>> by_node = {{&mine[0]}, {&mine[1]}, {&mine[2]}};
+            ZeroOptimizer zero(cfg, {&mine[0], &mine[1], &mine[2]}, plan_buckets(by_node, bucket_mb), *comms[ur],
+                               stage);
+            for (int step = 0; step < kSteps; ++step) {
+              const std::vector<Tensor> grads = set_grads(mine, step);
+              if (stage >= 2) fill_chunks(zero, grads, r);
+              norms[ur].push_back(norm_and_step(zero, 3));
+            }
+            // The shard file of device pieces equals the one of their host copies.
+            std::vector<Tensor> copies;
+            std::vector<const Tensor*> pieces = zero.shard_pieces(), host_pieces;
+            for (const Tensor* t : pieces) {
+              if (!t->device().is_cuda()) throw Error("a shard piece is not on the GPU");  // (Catch2 wants one thread)
+              copies.push_back(to_host(*t));
+            }
+            for (const Tensor& t : copies) host_pieces.push_back(&t);
+            const std::string name = "r" + std::to_string(r);
+            device_file[ur] = write_shard_file((dir / (name + ".dev")).string(), name, pieces);
+            host_file[ur] = write_shard_file((dir / (name + ".host")).string(), name, host_pieces);
+            zero.gather_state();
+            for (auto& [n, t] : zero.state()) state[ur].push_back(to_host(*t));
+            zero.shard_state();
+          } catch (const std::exception& e) {
+            errors[ur] = e.what();
+            comms[ur]->abort(3);
+          }
+        });
+      for (auto& t : threads) t.join();
+      std::filesystem::remove_all(dir);
+      for (int r = 0; r < 2; ++r) {
+        const auto ur = static_cast<size_t>(r);
+        INFO("rank " << r);
+        REQUIRE(errors[ur].empty());
+        for (int step = 0; step < kSteps; ++step) {
+          const double got = norms[ur][static_cast<size_t>(step)], want = ref_norms[static_cast<size_t>(step)];
+          if (stage == 1)
+            CHECK(got == want);
+          else
+            CHECK(std::abs(got - want) <= 1e-12 * want);
+        }
+        for (size_t i = 0; i < 3; ++i) check_same(replicas[ur][i].value, plain[i].value, stage == 1 ? 0 : 1e-6);
+        const auto ref_state = ref->state();
+        REQUIRE(state[ur].size() == ref_state.size());
+        for (size_t i = 0; i < ref_state.size(); ++i)
+          check_same(to_cuda(state[ur][i]), *ref_state[i].second, stage == 1 ? 0 : 1e-6);
+        CHECK(device_file[ur].bytes > 0);
+        CHECK(device_file[ur].bytes == host_file[ur].bytes);
+        CHECK(device_file[ur].crc32 == host_file[ur].crc32);
+      }
+    }
+}
+
+TEST_CASE(
+    "ZeRO over NCCL of one rank: GradSync reduce-scatters or all-reduces device buckets, the sharded step "
+    "matches the unsharded one",
+    "[cuda]") {
+  require_gpu();
+  // One rank is all NCCL takes on one GPU, but it runs every device collective of the sharded step for real:
+  // the reduce-scatter of GradSync's device buckets into the optimizer's chunks (stage 2, gradients as views of the
+  // buckets) or their all-reduce (stage 1), on the side stream; the f32 all-gather of the new weights and (stage 2)
+  // the f64 all-reduce of the partial norms, on the compute stream. The weights match zero 0 bit for bit (one rank:
+  // the sums are copies, the average a multiplication by 1); stage 2's norm sums the buckets' slices in another order
+  // (relative 1e-12), so its clipped weights are held to 1e-6.
+  auto local = make_local_comm();
+  auto nccl = make_nccl_comm(*local, 0, 30);
+  const OptimizerConfig cfg = adamw_amsgrad();
+  for (int stage : {1, 2})
+    for (bool overlap : {true, false}) {
+      INFO("stage " << stage << (overlap ? ", overlapping backward" : ", after backward"));
+      std::vector<Param> plain = device_params(), mine = device_params();
+      std::vector<Param*> plain_ptrs;
+      for (Param& p : plain) plain_ptrs.push_back(&p);
+      auto ref = make_optimizer(cfg, plain_ptrs);
+      // A node without parameters between the first two, as a model has.
+      const std::vector<std::vector<Param*>> by_node = {{&mine[0]}, {}, {&mine[1]}, {&mine[2]}};
+      ZeroOptimizer zero(cfg, {&mine[0], &mine[1], &mine[2]}, plan_buckets(by_node, 1.0), *nccl, stage);
+      CHECK(zero.grad_chunks().size() == (stage >= 2 ? 3u : 0u));
+      GradSync sync(*nccl, by_node, 1.0, overlap, zero.grad_chunks());
+      REQUIRE(sync.buckets() == 3);
+      for (int step = 0; step < 3; ++step) {
+        set_grads(plain, step);
+        set_grads(mine, step);
+        sync.arm();
+        for (size_t i = by_node.size(); i-- > 0;) {
+          sync.node_begin(i);
+          sync.node_done(i);
+        }
+        sync.finish();
+        const double want = norm_and_step(*ref, 3), got = norm_and_step(zero, 3);
+        if (stage == 1)
+          CHECK(got == want);
+        else
+          CHECK(std::abs(got - want) <= 1e-12 * want);
+      }
+      for (size_t i = 0; i < 3; ++i) check_same(mine[i].value, plain[i].value, stage == 1 ? 0 : 1e-6);
+    }
 }

@@ -81,8 +81,6 @@ std::vector<int64_t> bucket_sizes(const std::vector<int64_t>& params_per_node, d
 GradSync::GradSync(Communicator& comm, const std::vector<std::vector<Param*>>& params_by_node, double bucket_mb,
                    bool overlap, std::vector<Tensor> chunks)
     : m_comm(comm), m_chunks(std::move(chunks)), m_overlap(overlap), m_device(comm.device_buffers()) {
-  GT_CHECK(m_chunks.empty() || !m_device, "reduce-scattered gradients (dist.zero: 2) need a host communicator, not {}",
-           comm.name());
   BucketPlan plan = plan_buckets(params_by_node, bucket_mb);
   m_bucket_of_node = std::move(plan.node_bucket);
   std::optional<Device> device;
@@ -107,13 +105,31 @@ GradSync::GradSync(Communicator& comm, const std::vector<std::vector<Param*>>& p
     Bucket& b = m_buckets[k];
     size_t n = 0;
     for (Param* p : b.params) n += static_cast<size_t>(p->grad.numel());
-    if (m_device) {
+    if (!m_chunks.empty()) {
+      const Tensor& c = m_chunks[k];
+      const Device want = m_device && device ? *device : Device::cpu();
+      GT_CHECK(c.dtype() == DType::f32 && c.device() == want &&
+                   static_cast<size_t>(c.numel()) == zero_chunk(n, comm.size()),
+               "bucket {}'s gradient chunk has {} elements on {}, not ⌈{} / {}⌉ on {}", k, c.numel(), c.device().str(),
+               n, comm.size(), want.str());
+    }
+    if (m_device && !m_chunks.empty()) {
+      // Gradient-as-bucket-view on the device: the parameters' gradients become views of the bucket, padded to
+      // chunk · ranks and zeroed once (the padding is reduce-scattered too and must add nothing), so the bucket is
+      // the gradients themselves, allocated here for the whole run: no flattening copy, and no second copy of them.
+      const size_t chunk = zero_chunk(n, comm.size());
+      b.device_flat =
+          Tensor::zeros(Shape{static_cast<int64_t>(chunk * static_cast<size_t>(comm.size()))}, DType::f32, *device);
+      int64_t offset = 0;
+      for (Param* p : b.params) {
+        const Shape shape = p->grad.shape();
+        b.device_flat.slice0(offset, shape.numel()).copy_from(p->grad);
+        p->grad = b.device_flat.slice0(offset, shape.numel()).view(shape);
+        offset += shape.numel();
+      }
+    } else if (m_device) {
       b.device_flat = Tensor::empty(Shape{static_cast<int64_t>(n)}, DType::f32, *device);
     } else if (!m_chunks.empty()) {
-      const Tensor& c = m_chunks[k];
-      GT_CHECK(c.dtype() == DType::f32 && c.device().is_cpu() &&
-                   static_cast<size_t>(c.numel()) == zero_chunk(n, comm.size()),
-               "bucket {}'s gradient chunk has {} elements, not ⌈{} / {}⌉", k, c.numel(), n, comm.size());
       // From here the gradients exist only while the backward pass writes them (node_begin).
       for (Param* p : b.params) {
         b.shapes.push_back(p->grad.shape());
@@ -145,7 +161,7 @@ GradSync::~GradSync() {
 }
 
 void GradSync::node_begin(size_t i) {
-  if (m_chunks.empty() || m_bucket_of_node[i] < 0) return;
+  if (m_chunks.empty() || m_device || m_bucket_of_node[i] < 0) return;  // device buckets are whole for the run
   Bucket& bucket = m_buckets[static_cast<size_t>(m_bucket_of_node[i])];
   if (bucket.grads.defined()) return;  // whole already (this pass, or an earlier micro-batch of the step)
   {
@@ -171,8 +187,9 @@ void GradSync::node_begin(size_t i) {
 }
 
 void GradSync::node_done(size_t i) {
-  // Without overlap, buckets are all-reduced in finish; reduce-scattered ones (chunks) as they complete, below.
-  if (!m_armed || (!m_overlap && m_chunks.empty()) || m_bucket_of_node[i] < 0) return;
+  // Without overlap, buckets are all-reduced in finish; reduce-scattered host ones (chunks) as they complete, below,
+  // so that each is freed before the next is written (device buckets are whole for the run: in finish too).
+  if (!m_armed || (!m_overlap && (m_chunks.empty() || m_device)) || m_bucket_of_node[i] < 0) return;
   const auto b = static_cast<size_t>(m_bucket_of_node[i]);
   if (++m_buckets[b].pending < m_buckets[b].nodes) return;
   m_buckets[b].pending = 0;
@@ -278,15 +295,21 @@ void GradSync::launch_device(size_t b) {
   // The copies queue on the compute stream behind the backward kernels that wrote the gradients; the side stream
   // starts the all-reduce once they are done, while the compute stream goes on with the backward pass.
   Bucket& bucket = m_buckets[b];
-  int64_t offset = 0;
-  for (Param* p : bucket.params) {
-    bucket.device_flat.slice0(offset, p->grad.numel()).copy_from(p->grad);  // copy_from matches by element count
-    offset += p->grad.numel();
+  if (m_chunks.empty()) {  // (with chunks the gradients are views of the bucket already)
+    int64_t offset = 0;
+    for (Param* p : bucket.params) {
+      bucket.device_flat.slice0(offset, p->grad.numel()).copy_from(p->grad);  // copy_from matches by element count
+      offset += p->grad.numel();
+    }
   }
   m_side->wait_for_compute();
   m_comm.set_stream(m_side->handle());
-  m_comm.allreduce_sum(bucket.device_flat.data<float>(), static_cast<size_t>(bucket.device_flat.numel()),
-                       "the gradients");
+  if (m_chunks.empty())
+    m_comm.allreduce_sum(bucket.device_flat.data<float>(), static_cast<size_t>(bucket.device_flat.numel()),
+                         "the gradients");
+  else  // dist.zero 2: this rank's chunk of the sums, into the optimizer's gradient chunk
+    m_comm.reduce_scatter_sum(bucket.device_flat.data<float>(), m_chunks[b].data<float>(),
+                              static_cast<size_t>(m_chunks[b].numel()), "the gradients");
   m_comm.set_stream(nullptr);
   ++m_launched;
 }
@@ -299,6 +322,10 @@ void GradSync::finish_device() {
   m_launched = 0;
   // From here the compute stream (the optimizer step) runs after every bucket's all-reduce; the host goes on.
   if (m_side) m_side->join_compute();
+  if (!m_chunks.empty()) {
+    for (Tensor& chunk : m_chunks) ops::scale_by(chunk, m_scale);
+    return;
+  }
   for (Bucket& bucket : m_buckets) {
     ops::scale_by(bucket.device_flat, m_scale);
     int64_t offset = 0;

@@ -50,16 +50,18 @@ class GradSync : NonCopyable {
   /// comm.device_buffers(), the gradients must be f32 on one CUDA device: each bucket is queued on a side stream as
   /// it completes (overlap) or all in `finish`, and `finish` returns once the compute stream waits for them.
   ///
-  /// `chunks` (dist.zero: 2, host communicators only): one f32 CPU tensor per bucket of zero_chunk(its elements,
-  /// ranks) elements (ZeroOptimizer::grad_chunks). Each bucket is then reduce-scattered into its chunk, which is
-  /// averaged in place, instead of all-reduced, and the gradients live in the buckets (gradient-as-bucket-view, as
-  /// DDP's option): a parameter's grad is a view of its bucket's flat buffer, which node_begin allocates (zeroed)
-  /// when the backward pass first writes into it and which is freed once its reduce-scatter is done. Outside the
-  /// backward pass every parameter's grad is undefined (the constructor frees them): this rank's averaged chunks are
-  /// all it holds. In the armed pass at most two buckets are whole at once (node_begin waits for the communication
-  /// thread before it allocates a third; without overlap each is reduce-scattered as soon as it is complete, on the
-  /// calling thread); the unarmed passes before it (train.accumulate) keep every bucket they write whole until the
-  /// armed pass reduce-scatters it.
+  /// `chunks` (dist.zero: 2): one f32 tensor per bucket of zero_chunk(its elements, ranks) elements
+  /// (ZeroOptimizer::grad_chunks), on the gradients' device. On device buffers each parameter's grad becomes a view
+  /// of its bucket for the whole run (allocated and zeroed here, padded to chunk · ranks), and each bucket is
+  /// reduce-scattered on the side stream into its chunk, which `finish` averages on the compute stream. On the host
+  /// each bucket is reduce-scattered into its chunk, which is averaged in place, instead of all-reduced, and the
+  /// gradients live in the buckets (gradient-as-bucket-view, as DDP's option): a parameter's grad is a view of its
+  /// bucket's flat buffer, which node_begin allocates (zeroed) when the backward pass first writes into it and which is
+  /// freed once its reduce-scatter is done. Outside the backward pass every parameter's grad is undefined (the
+  /// constructor frees them): this rank's averaged chunks are all it holds. In the armed pass at most two buckets are
+  /// whole at once (node_begin waits for the communication thread before it allocates a third; without overlap each is
+  /// reduce-scattered as soon as it is complete, on the calling thread); the unarmed passes before it
+  /// (train.accumulate) keep every bucket they write whole until the armed pass reduce-scatters it.
   GradSync(Communicator& comm, const std::vector<std::vector<Param*>>& params_by_node, double bucket_mb,
            bool overlap = true, std::vector<Tensor> chunks = {});
   ~GradSync();

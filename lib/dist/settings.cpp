@@ -29,7 +29,7 @@ const SectionSpec& dist_section() {
            .fallback = "0",
            .doc = "ZeRO stage: 0 every rank keeps the whole optimizer state; 1 each rank keeps and updates its "
                   "1/N shard of it and the new weights are all-gathered; 2 also reduce-scatters the gradients "
-                  "instead of all-reducing them (CPU ranks: threads, MPI, TCP)"},
+                  "instead of all-reducing them (CPU ranks: threads, MPI, TCP; GPU ranks: NCCL)"},
           {.name = "sync_batchnorm",
            .kind = KeyKind::boolean,
            .fallback = "false",

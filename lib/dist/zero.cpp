@@ -3,21 +3,29 @@
 #include "dist/zero.h"
 
 #include "core/error.h"
+#include "ops/elementwise.h"
 
 #include <algorithm>
-#include <cstring>
 #include <map>
 
 namespace gt {
 
 ZeroOptimizer::ZeroOptimizer(const OptimizerConfig& cfg, const std::vector<Param*>& params, const BucketPlan& plan,
                              Communicator& comm, int stage)
-    : Optimizer(params), m_comm(comm), m_stage(stage), m_params(params) {
+    : Optimizer(params),
+      m_comm(comm),
+      m_stage(stage),
+      m_device(params.empty() ? Device::cpu() : params[0]->value.device()),
+      m_params(params) {
   const auto world = static_cast<size_t>(comm.size()), rank = static_cast<size_t>(comm.rank());
+  GT_CHECK(!comm.device_buffers() || m_device.is_cuda(), "dist.zero over {} shards parameters on a CUDA device, not {}",
+           comm.name(), m_device.str());
+  m_staged = m_device.is_cuda() && !comm.device_buffers();
   std::map<const Param*, size_t> index;
   for (size_t i = 0; i < params.size(); ++i) {
-    GT_CHECK(params[i]->value.dtype() == DType::f32 && params[i]->value.device().is_cpu(),
-             "dist.zero shards f32 CPU parameters");
+    GT_CHECK(params[i]->value.dtype() == DType::f32 && params[i]->value.device() == m_device,
+             "dist.zero shards f32 parameters on one device ({}: {} on {})", params[i]->name,
+             dtype_name(params[i]->value.dtype()), params[i]->value.device().str());
     index[params[i]] = i;
     // Stage 1's norm: over the whole gradients. (Stage 2 keeps no reference to them: GradSync frees them.)
     if (stage < 2) m_group.rows.push_back({params[i]->value, params[i]->grad});
@@ -34,7 +42,8 @@ ZeroOptimizer::ZeroOptimizer(const OptimizerConfig& cfg, const std::vector<Param
     }
     out.chunk = zero_chunk(n, static_cast<int>(world));
     max_chunk = std::max(max_chunk, out.chunk);
-    if (m_stage >= 2) m_grad_chunks.push_back(Tensor::zeros(Shape{static_cast<int64_t>(out.chunk)}, DType::f32));
+    if (m_stage >= 2)
+      m_grad_chunks.push_back(Tensor::zeros(Shape{static_cast<int64_t>(out.chunk)}, DType::f32, m_device));
     const size_t begin = out.chunk * rank, end = std::min(begin + out.chunk, n);
     out.first_slice = m_slices.size();
     size_t offset = 0;
@@ -61,29 +70,53 @@ ZeroOptimizer::ZeroOptimizer(const OptimizerConfig& cfg, const std::vector<Param
   Param one{"x", Tensor::zeros(Shape{1}, DType::f32), Tensor::zeros(Shape{1}, DType::f32)};
   for (const auto& [name, t] : make_optimizer(cfg, {&one})->state())
     m_buffers.push_back(name.substr(name.find('.') + 1));
-  m_send.resize(max_chunk);
-  m_recv.resize(max_chunk * world);
-  if (m_stage >= 2) {
-    m_total = Tensor::zeros(Shape{1}, DType::f64);
-    m_per_slice = Tensor::zeros(Shape{std::max<int64_t>(1, static_cast<int64_t>(m_slices.size()))}, DType::f64);
+  const auto send = static_cast<int64_t>(max_chunk), recv = static_cast<int64_t>(max_chunk * world);
+  m_send = Tensor::zeros(Shape{send}, DType::f32, m_device);
+  m_recv = Tensor::zeros(Shape{recv}, DType::f32, m_device);
+  if (m_staged) {
+    m_host_send = Tensor::zeros(Shape{send}, DType::f32);
+    m_host_recv = Tensor::zeros(Shape{recv}, DType::f32);
   }
+  if (m_stage >= 2) {
+    m_total = Tensor::zeros(Shape{1}, DType::f64, m_device);
+    m_per_slice =
+        Tensor::zeros(Shape{std::max<int64_t>(1, static_cast<int64_t>(m_slices.size()))}, DType::f64, m_device);
+    if (m_device.is_cuda())
+      m_sums = Tensor::zeros(Shape{static_cast<int64_t>(m_params.size()) + 1}, DType::f64, m_device);
+  }
+}
+
+void ZeroOptimizer::allgather(const Tensor& send, Tensor& recv, size_t n, const char* what) {
+  if (!m_staged) {  // both on the host, or both on the device with NCCL (queued on the compute stream, in order)
+    m_comm.allgather(send.data<float>(), recv.data<float>(), n, what);
+    return;
+  }
+  const auto world = static_cast<int64_t>(m_comm.size()), count = static_cast<int64_t>(n);
+  Tensor hs = m_host_send.slice0(0, count), hr = m_host_recv.slice0(0, count * world);
+  hs.copy_from(send);  // waits for the device's work on `send`
+  m_comm.allgather(hs.data<float>(), hr.data<float>(), n, what);
+  recv.copy_from(hr);
 }
 
 template <class Mine, class Whole>
 void ZeroOptimizer::gather(const char* what, Mine mine, Whole whole) {
+  const auto world = static_cast<int64_t>(m_comm.size());
   for (const Bucket& b : m_buckets) {
-    std::fill(m_send.begin(), m_send.begin() + static_cast<long>(b.chunk), 0.0f);
+    const auto chunk = static_cast<int64_t>(b.chunk);
+    // Host copies on the CPU, device copies queued on the compute stream otherwise (copy_from matches by count).
+    Tensor send = m_send.slice0(0, chunk), recv = m_recv.slice0(0, chunk * world);
+    send.zero_();
     for (size_t j = b.first_slice; j < b.end_slice; ++j) {
       const Tensor& t = mine(j);
-      std::memcpy(m_send.data() + m_slices[j].at, t.template data<float>(), static_cast<size_t>(t.numel()) * 4);
+      send.slice0(static_cast<int64_t>(m_slices[j].at), t.numel()).copy_from(t);
     }
-    m_comm.allgather(m_send.data(), m_recv.data(), b.chunk, what);
+    allgather(send, recv, b.chunk, what);
     // Rank r's chunk lands at r · chunk: the bucket's elements in order, then the padding.
-    size_t offset = 0;
+    int64_t offset = 0;
     for (size_t i : b.params) {
       Tensor& t = whole(i);
-      std::memcpy(t.template data<float>(), m_recv.data() + offset, static_cast<size_t>(t.numel()) * 4);
-      offset += static_cast<size_t>(t.numel());
+      t.copy_from(recv.slice0(offset, t.numel()));
+      offset += t.numel();
     }
   }
 }
@@ -106,6 +139,10 @@ void ZeroOptimizer::grad_norm_sq(Tensor& out, Tensor& per_param) {
   m_total.zero_();
   m_per_slice.zero_();
   m_inner->grad_norm_sq(m_total, m_per_slice);
+  if (m_device.is_cuda()) {
+    device_norm_sums(out, per_param);
+    return;
+  }
   std::vector<double> sums(m_params.size() + 1, 0.0);
   for (size_t j = 0; j < m_slices.size(); ++j) sums[m_slices[j].param] += m_per_slice.data<double>()[j];
   sums.back() = m_total.data<double>()[0];
@@ -114,6 +151,33 @@ void ZeroOptimizer::grad_norm_sq(Tensor& out, Tensor& per_param) {
   if (per_param.defined())
     for (size_t i = 0; i < m_params.size() && static_cast<int64_t>(i) < per_param.numel(); ++i)
       per_param.data<double>()[i] += sums[i];
+}
+
+void ZeroOptimizer::device_norm_sums(Tensor& out, Tensor& per_param) {
+  // grad_norm_sq's host sums, on the device: each parameter's slice (one per rank at most), then the total, summed
+  // over the ranks. With NCCL the all-reduce queues on the compute stream between the kernels: no host sync.
+  const auto n = static_cast<int64_t>(m_params.size());
+  m_sums.zero_();
+  for (size_t j = 0; j < m_slices.size(); ++j) {
+    Tensor sum = m_sums.slice0(static_cast<int64_t>(m_slices[j].param), 1);
+    ops::add(sum, m_per_slice.slice0(static_cast<int64_t>(j), 1), sum);
+  }
+  m_sums.slice0(n, 1).copy_from(m_total);
+  if (m_staged) {
+    Tensor host = Tensor::empty(m_sums.shape(), DType::f64);
+    host.copy_from(m_sums);
+    m_comm.allreduce_sum(host.data<double>(), static_cast<size_t>(host.numel()), "the gradient norm");
+    m_sums.copy_from(host);
+  } else {
+    m_comm.allreduce_sum(m_sums.data<double>(), static_cast<size_t>(m_sums.numel()), "the gradient norm");
+  }
+  Tensor total = out.slice0(0, 1);
+  ops::add(total, m_sums.slice0(n, 1), total);
+  if (per_param.defined()) {
+    const int64_t k = std::min(n, per_param.numel());
+    Tensor mine = per_param.slice0(0, k);
+    if (k > 0) ops::add(mine, m_sums.slice0(0, k), mine);
+  }
 }
 
 std::vector<std::pair<std::string, Tensor*>> ZeroOptimizer::state() {

@@ -22,6 +22,13 @@ namespace gt {
 /// Checkpoints: each rank writes its own shard (shard_pieces(), train/checkpoint.h), and a load of a sharded
 /// checkpoint fills state_ranges() from the byte ranges it needs; a zero 0 checkpoint is loaded whole into state()
 /// and shard_state() keeps this rank's part. So a checkpoint resumes at any world size and stage.
+///
+/// Devices: the parameters may live on the CPU or on one CUDA device; every buffer here (state, gradient chunks,
+/// the all-gather's buffers, the partial norms) lives beside them, and the copies between them are the device's.
+/// With a communicator on device buffers (NCCL) the collectives queue on the compute stream (the communicator's
+/// default stream), in order with the update's kernels: the step never waits for the device. Device parameters over
+/// a host communicator (worker threads, MPI, TCP) go through host copies of the chunks, which wait for the device:
+/// correct, but a sync per collective, so the training run uses NCCL on GPUs (train/setup.cpp).
 class ZeroOptimizer final : public Optimizer {
  public:
   ZeroOptimizer(const OptimizerConfig& cfg, const std::vector<Param*>& params, const BucketPlan& plan,
@@ -70,8 +77,15 @@ class ZeroOptimizer final : public Optimizer {
   template <class Mine, class Whole>
   void gather(const char* what, Mine mine, Whole whole);
 
+  /// Stage 2 on a device: adds the ranks' partial squared norms (m_total, m_per_slice) into `out` and `per_param`.
+  void device_norm_sums(Tensor& out, Tensor& per_param);
+  /// Runs the all-gather of `n` elements of `send` into `recv` (n per rank), staged through the host when needed.
+  void allgather(const Tensor& send, Tensor& recv, size_t n, const char* what);
+
   Communicator& m_comm;
   int m_stage;
+  Device m_device;        ///< the parameters' device
+  bool m_staged = false;  ///< device parameters over a host communicator: collectives on host copies
   std::vector<Param*> m_params;
   std::vector<Bucket> m_buckets;
   std::vector<Slice> m_slices;
@@ -80,8 +94,10 @@ class ZeroOptimizer final : public Optimizer {
   std::unique_ptr<Optimizer> m_inner;
   std::vector<std::string> m_buffers;                  ///< the state buffers of one parameter: "exp_avg", …
   std::vector<std::pair<std::string, Tensor>> m_full;  ///< state(): the unsharded buffers, while needed
-  std::vector<float> m_send, m_recv;                   ///< one chunk, and every rank's chunk of a bucket
+  Tensor m_send, m_recv;                               ///< one chunk, and every rank's chunk of a bucket (m_device)
+  Tensor m_host_send, m_host_recv;                     ///< m_staged: their host copies
   Tensor m_total, m_per_slice;                         ///< stage 2: this rank's partial squared norms
+  Tensor m_sums;  ///< stage 2 on a device: each parameter's partial sum, then the total (f64, summed over ranks)
 };
 
 }  // namespace gt

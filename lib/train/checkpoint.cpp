@@ -225,11 +225,18 @@ CheckpointInfo::File write_shard_file(const std::string& path, const std::string
   AtomicFile out(path);
   uint32_t crc = static_cast<uint32_t>(crc32_z(0, nullptr, 0));
   uint64_t bytes = 0;
-  for (const Tensor* t : pieces) {
-    GT_CHECK(t->dtype() == DType::f32 && t->device().is_cpu(), "shard files hold f32 host tensors");
-    const size_t n = static_cast<size_t>(t->numel()) * 4;
-    out.write(t->data<float>(), n);
-    crc = static_cast<uint32_t>(crc32_z(crc, reinterpret_cast<const unsigned char*>(t->data<float>()), n));
+  Tensor staged;  // a device piece's host copy (dist.zero on GPUs), as zero 0's CUDA checkpoints copy their tensors
+  for (const Tensor* piece : pieces) {
+    GT_CHECK(piece->dtype() == DType::f32, "shard files hold f32 tensors");
+    Tensor t = *piece;
+    if (!t.device().is_cpu()) {
+      if (staged.numel() < t.numel()) staged = Tensor::empty(Shape{t.numel()}, DType::f32);
+      t = staged.slice0(0, piece->numel());
+      t.copy_from(*piece);  // waits for the device's work on it
+    }
+    const size_t n = static_cast<size_t>(t.numel()) * 4;
+    out.write(t.data<float>(), n);
+    crc = static_cast<uint32_t>(crc32_z(crc, reinterpret_cast<const unsigned char*>(t.data<float>()), n));
     bytes += n;
   }
   out.commit();

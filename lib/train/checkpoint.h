@@ -76,8 +76,8 @@ struct CheckpointInfo {
 /// The name of shard file `rank` of `world`.
 std::string shard_file_name(int rank, int world);
 
-/// Writes `pieces` (f32 CPU tensors) one after the other, raw, as the file `path` (atomically) and returns its size
-/// and CRC-32 under `name`.
+/// Writes `pieces` (f32 tensors; device ones through a host copy) one after the other, raw, as the file `path`
+/// (atomically) and returns its size and CRC-32 under `name`.
 CheckpointInfo::File write_shard_file(const std::string& path, const std::string& name,
                                       const std::vector<const Tensor*>& pieces);
 

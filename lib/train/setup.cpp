@@ -164,15 +164,15 @@ RunSetup::RunSetup(const Experiment& exp, const RunOptions& opts, const WorkerPl
   }
   batch = exp.data.batch_size;
   model.allocate(batch);
+  // On GPUs the device buffers travel through NCCL, bootstrapped over the host communicator (MPI, TCP or the worker
+  // threads'), which keeps the host-side collectives. Made here, before the optimizer: dist.zero's collectives use it.
+  if (world > 1 && device.is_cuda()) nccl = make_nccl_comm(*comm, device.index, exp.dist.timeout_s);
   if (exp.dist.zero > 0 && world > 1) {
-    // The sharded update, the gradient reduce-scatter and the weight all-gather exist for host buffers only.
-    if (device.is_cuda())
-      exp.root["dist"]["zero"].fail(fmt::format(
-          "is {}, but sharding the optimizer state over GPUs (NCCL) is not built yet; on {} use dist.zero: 0, or "
-          "train on CPU ranks (threads, MPI or TCP)",
-          exp.dist.zero, device.str()));
-    auto zero = std::make_unique<ZeroOptimizer>(
-        exp.optimizer, model.params(), plan_buckets(model.params_by_node(), exp.dist.bucket_mb), *comm, exp.dist.zero);
+    // The sharded update, the gradient reduce-scatter and the weight all-gather: on host buffers over the host
+    // communicator, on device buffers over NCCL (queued on the compute stream, no host sync).
+    auto zero = std::make_unique<ZeroOptimizer>(exp.optimizer, model.params(),
+                                                plan_buckets(model.params_by_node(), exp.dist.bucket_mb),
+                                                nccl ? *nccl : *comm, exp.dist.zero);
     spdlog::info("dist.zero {}: optimizer state {:.2f} MB on rank 0 instead of {:.2f} MB", exp.dist.zero,
                  static_cast<double>(zero->shard_state_elements()) * 4e-6,
                  static_cast<double>(zero->full_state_elements()) * 4e-6);

@@ -4,6 +4,7 @@
 
 #include "core/noncopyable.h"
 #include "data/dataset.h"
+#include "dist/comm.h"
 #include "graph/model.h"
 #include "optim/optimizer.h"
 #include "train/resume.h"
@@ -16,8 +17,6 @@
 #include <vector>
 
 namespace gt {
-
-class Communicator;
 
 /// The data the experiment names: the train split, and the test split when there is one (else empty).
 struct LoadedData {
@@ -74,6 +73,9 @@ class RunSetup : NonCopyable {
   bool lead = true;  ///< rank 0: it alone writes the run directory
   ResumePlan plan;
   RunDirLock run_lock;  ///< rank 0: the run directory, once it exists, is this run's alone
+  /// CUDA ranks (world > 1): NCCL over `comm`, which carries the gradients, the initial state, the step's device
+  /// sums and dist.zero's collectives. Declared before the optimizer, which may hold it: destroyed after it.
+  std::unique_ptr<Communicator> nccl;
   std::unique_ptr<Optimizer> optimizer;
   TrainProgress progress;  ///< where the run starts: the checkpoint's, else step 0
 

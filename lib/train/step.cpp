@@ -85,6 +85,7 @@ StepLoop::StepLoop(const Experiment& exp, RunSetup& setup, const StepPlan& plan,
       m_precision(exp.train.precision),
       m_scaling(exp.train.loss_scaling()),
       m_scale_hyper(exp.train.loss_scale.hyper),
+      m_nccl(setup.nccl.get()),
       m_stager(setup.train(), plan.batch, setup.device,
                {.workers = static_cast<int>(exp.data.workers),
                 .prefetch = static_cast<int>(exp.data.prefetch),
@@ -94,9 +95,8 @@ StepLoop::StepLoop(const Experiment& exp, RunSetup& setup, const StepPlan& plan,
                                                                   : Residency::automatic,
                 .augmented = exp.data.augment.any()}),
       m_verdict(param_names(setup.model)) {
-  // On GPUs the gradients, the initial state and the step's device-side sums travel through NCCL, bootstrapped over
-  // the host communicator (MPI, TCP or the worker threads'), which keeps the host-side collectives.
-  if (m_world > 1 && m_device.is_cuda()) m_nccl = make_nccl_comm(m_comm, m_device.index, exp.dist.timeout_s);
+  // On GPUs the gradients, the initial state and the step's device-side sums travel through NCCL (RunSetup made it),
+  // the host's numbers through the host communicator.
   Communicator& device_comm = m_nccl ? *m_nccl : m_comm;
   // Every replica starts from rank 0's state (the same seed gives the same weights, but a resumed or hand-edited
   // state must not diverge silently).

@@ -130,7 +130,7 @@ class StepLoop : NonCopyable {
   Precision m_precision = Precision::fp32;  ///< train.precision, entered around forward and backward
   bool m_scaling = false;                   ///< train.loss_scale (or fp16): the loss gradient is scaled
   LossScaleHyper m_scale_hyper;
-  std::unique_ptr<Communicator> m_nccl;  ///< declared before the gradient sync that uses it: destroyed after it
+  Communicator* m_nccl = nullptr;  ///< CUDA ranks: RunSetup's NCCL communicator, which outlives this loop
   std::optional<GradSync> m_grad_sync;
   Tensor m_x, m_y, m_dout;
   /// The step's statistics (StepStat: loss sum, hits, squared gradient norm) and the log window's sums (loss sum,
