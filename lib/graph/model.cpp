@@ -573,6 +573,7 @@ std::string Model::set_recompute(Recompute mode) {
 void Model::set_activation_storage(std::optional<HalfFormat> format) {
   GT_CHECK(!format || (m_device.is_cpu() && m_dtype == DType::f32),
            "activations kept in half precision need an f32 model on the CPU");
+  GT_CHECK(m_max_batch == 0, "set_activation_storage after allocate: the buffers are planned already");
   m_half = format;
 }
 
