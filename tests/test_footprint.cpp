@@ -226,6 +226,7 @@ model:
     - {type: batchnorm2d, name: bn}
     - {type: conv2d, name: branch, out_channels: 4, kernel_size: 1, inputs: bn}
     - {type: add, name: sum, inputs: [bn, branch]}
+    - {type: relu, name: act}
     - {type: flatten, name: flat}
     - {type: layernorm, name: ln}
     - {type: dropout, p: 0.1}
@@ -233,31 +234,49 @@ model:
 loss: cross_entropy
 optimizer: {type: sgd, lr: 0.1, momentum: 0.9}
 )";
-  for (const std::string optimizer : {"{type: sgd, lr: 0.1, momentum: 0.9}", "{type: adam, lr: 0.001}"}) {
-    INFO(optimizer);
-    const Planned p = plan(yaml, {"optimizer=" + optimizer});
-    const Footprint& f = p.f;
-    Tensor x = Tensor::zeros(p.data.train.input_shape().batched(f.batch), DType::f32);
-    // Batch norm's saved statistics come with its parameters, layer norm's with the first forward: the sum is
-    // what counts.
-    const size_t start = host_storage_bytes();
-    Model model = Model::build(p.exp.root["model"], p.data.train.input_shape(), DType::f32, Device::cpu(), 1);
-    CHECK(model.param_count() == f.params);
-    model.allocate(f.batch);
-    model.forward(x, {true, false});
-    CHECK(host_storage_bytes() - start == f.param_bytes + f.grad_bytes + f.buffer_bytes + f.activation_bytes);
-    const int64_t scratch = 6 * 4 * 8 * 8;  // bn's gradient is written by branch and sum
-    const int64_t ln = 2 * 6;               // layer norm's mean and inverse std, one per sample
-    // By hand: stem, bn, branch and sum keep an output and its gradient, flatten nothing (a view), layer norm and
-    // dropout an output and a gradient of 256 per sample, the last linear its output alone.
-    CHECK(f.activation_bytes == static_cast<size_t>(4 * (6 * 4 * 8 * 8 * (2 + 2 + 2 + 2) + scratch + 2 * 4 /* bn */ +
-                                                         6 * 256 * 2 + ln + 6 * 256 * 2 /* dropout */ + 6 * 4)));
-    const size_t allocated = host_storage_bytes();
-    const auto opt = make_optimizer(p.exp.optimizer, model.params());
-    CHECK(host_storage_bytes() - allocated == f.optimizer_bytes);
-    CHECK(f.optimizer_bytes > 0);
-    check_totals_are_row_sums(f);
-  }
+  for (const std::string optimizer : {"{type: sgd, lr: 0.1, momentum: 0.9}", "{type: adam, lr: 0.001}"})
+    for (const std::string precision : {"fp32", "bf16", "fp16"}) {
+      INFO(optimizer << ", " << precision);
+      const Planned p = plan(yaml, {"optimizer=" + optimizer, "train.precision=" + precision});
+      const Footprint& f = p.f;
+      Tensor x = Tensor::zeros(p.data.train.input_shape().batched(f.batch), DType::f32);
+      // Batch norm's saved statistics come with its parameters, layer norm's with the first forward: the sum is
+      // what counts.
+      const size_t start = host_storage_bytes();
+      Model model = Model::build(p.exp.root["model"], p.data.train.input_shape(), DType::f32, Device::cpu(), 1);
+      CHECK(model.param_count() == f.params);
+      apply_recompute(p.exp, model);  // and under bf16/fp16 the 16-bit activations, as a run sets them
+      CHECK(model.activation_storage() == half_format(p.exp.train.precision));
+      model.allocate(f.batch);
+      model.forward(x, {true, false});
+      CHECK(host_storage_bytes() - start == f.param_bytes + f.grad_bytes + f.buffer_bytes + f.activation_bytes);
+      const int64_t scratch = 6 * 4 * 8 * 8;  // bn's gradient is written by branch and sum
+      const int64_t ln = 2 * 6;               // layer norm's mean and inverse std, one per sample
+      const int64_t image = 6 * 4 * 8 * 8, row = 6 * 256;
+      // By hand: stem, bn, branch, sum and act keep an output and its gradient, flatten nothing (a view), layer
+      // norm and dropout an output and a gradient of 256 per sample, the last linear its output alone.
+      const int64_t gradients = 5 * image + scratch + 2 * row;
+      const int64_t workspace = 2 * 4 /* bn */ + ln;
+      const int64_t outputs = 5 * image + 2 * row;
+      if (precision == "fp32") {
+        CHECK(json_string(footprint_json(f, judge_fit(0, Device::cpu(), 0)).str(), "activation_dtype") == "f32");
+        CHECK(f.activation_bytes == static_cast<size_t>(4 * (gradients + workspace + outputs + 6 * 4)));
+      } else {
+        // Every output but the last kept in 2 bytes, and the forward's working buffers: bn, branch and sum are live
+        // together (stem's is free once bn has read it), so three of 4·8·8 per sample; act, layer norm and dropout
+        // (256 per sample too) reuse them. (Without act, the copies would save just what the working buffers cost,
+        // and every output would stay f32.)
+        CHECK(f.activation_bytes == static_cast<size_t>(4 * (gradients + workspace + 3 * image + 6 * 4) + 2 * outputs));
+        const MemoryFit fit = judge_fit(f.total_bytes, Device::cpu(), f.total_bytes);
+        CHECK_THAT(footprint_report(f, fit, ""), Catch::Contains("the outputs kept for backward in " + precision));
+        CHECK(json_string(footprint_json(f, fit).str(), "activation_dtype") == precision);
+      }
+      const size_t allocated = host_storage_bytes();
+      const auto opt = make_optimizer(p.exp.optimizer, model.params());
+      CHECK(host_storage_bytes() - allocated == f.optimizer_bytes);
+      CHECK(f.optimizer_bytes > 0);
+      check_totals_are_row_sums(f);
+    }
 }
 
 TEST_CASE("with train.recompute: blocks a built model allocates what its footprint says, and less", "[cpu]") {
@@ -384,7 +403,9 @@ optimizer: {type: sgd, lr: 0.1}
       const Footprint& f = p.f;
       CHECK(f.half_weight_bytes == c.by_hand);
       CHECK(f.total_bytes == fp32.total_bytes + c.by_hand);
-      CHECK(f.activation_bytes == fp32.activation_bytes);  // activations stay fp32
+      // Two outputs before the last: their 16-bit copies would save less than the forward's working buffers cost,
+      // so they stay f32 (Model::half_plan), and so do the bytes and the words.
+      CHECK(f.activation_bytes == fp32.activation_bytes);
       check_totals_are_row_sums(f);
       const MemoryFit fit = judge_fit(f.total_bytes, Device::cpu(), f.total_bytes);
       CHECK_THAT(footprint_report(f, fit, ""), Catch::Contains("half weights") &&

@@ -179,6 +179,7 @@ std::vector<gt::RankShare> rank_shares_here(const gt::Experiment& exp, const gt:
     gt::Model m = gt::Model::build(e.root["model"], data.train.input_shape(), gt::DType::f32, gt::Device::cpu(), e.seed,
                                    /*init_params=*/false);
     if (!m.set_recompute(mode).empty()) return std::nullopt;
+    m.set_activation_storage(gt::half_format(e.train.precision));
     return gt::training_footprint(e, m, data.train);
   };
   std::vector<gt::RankShare> shares = gt::rank_shares(f, world, judge);

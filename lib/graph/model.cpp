@@ -11,6 +11,7 @@
 #include <set>
 
 #include "ops/elementwise.h"
+#include "ops/precision.h"
 
 namespace gt {
 
@@ -569,16 +570,133 @@ std::string Model::set_recompute(Recompute mode) {
   return "";
 }
 
+void Model::set_activation_storage(std::optional<HalfFormat> format) {
+  GT_CHECK(!format || (m_device.is_cpu() && m_dtype == DType::f32),
+           "activations kept in half precision need an f32 model on the CPU");
+  GT_CHECK(m_max_batch == 0, "set_activation_storage after allocate: the buffers are planned already");
+  m_half = format;
+}
+
+std::optional<HalfFormat> Model::activation_storage() const {
+  if (!m_half) return std::nullopt;
+  const HalfPlan plan = half_plan();
+  const bool any = std::any_of(plan.pool.begin(), plan.pool.end(), [](int b) { return b >= 0; });
+  return any ? m_half : std::nullopt;
+}
+
+Model::HalfPlan Model::half_plan() const {
+  const size_t count = m_nodes.size();
+  HalfPlan plan;
+  plan.pool.assign(count, -1);
+  plan.pack_after.assign(count, {});
+  if (!m_half) return plan;
+  // The node whose buffer each output is (a view's is its source's; -1: the model input), and the last node whose
+  // forward reads it (through views too; a node nothing reads is its own last reader).
+  std::vector<int> source(count);
+  std::vector<size_t> last_read(count);
+  std::vector<bool> keep_f32(count, false);
+  for (size_t i = 0; i < count; ++i) {
+    const GraphNode& n = m_nodes[i];
+    source[i] =
+        n.layer->is_view() ? (n.inputs[0] < 0 ? -1 : source[static_cast<size_t>(n.inputs[0])]) : static_cast<int>(i);
+    last_read[i] = i;
+    if (n.layer->is_view()) continue;
+    const bool recomputed = !m_slot.empty() && m_slot[i] >= 0;
+    keep_f32[i] = keep_f32[i] || recomputed;
+    for (int j : n.inputs) {
+      const int r = j < 0 ? -1 : source[static_cast<size_t>(j)];
+      if (r < 0) continue;
+      last_read[static_cast<size_t>(r)] = i;
+      if (recomputed || n.layer->reads_exact_inputs()) keep_f32[static_cast<size_t>(r)] = true;
+    }
+  }
+  if (source[count - 1] >= 0) keep_f32[static_cast<size_t>(source[count - 1])] = true;  // the loss reads it
+  // Working buffers by the forward pass's lives, for the outputs of at most `limit` elements per sample: node i
+  // takes a free one (the smallest that fits, else the largest, grown) and gives back those of the outputs it reads
+  // last after its forward, so the inputs and the output of a node always have buffers of their own, in the backward
+  // pass too. Returns the plan and its bytes per sample (16-bit copies, working buffers, the f32 outputs).
+  auto plan_for = [&](int64_t limit, int64_t& bytes) {
+    HalfPlan p;
+    p.pool.assign(count, -1);
+    p.pack_after.assign(count, {});
+    bytes = 0;
+    std::vector<std::vector<int>> last_read_by(count);
+    for (size_t i = 0; i < count; ++i) {
+      const GraphNode& n = m_nodes[i];
+      if (n.layer->is_view() || (!m_slot.empty() && m_slot[i] >= 0)) continue;  // recomputed: counted by neither
+      const bool half = !keep_f32[i] && n.out_shape.numel() <= limit;
+      bytes += n.out_shape.numel() * (half ? 2 : 4);
+      if (half)
+        last_read_by[last_read[i]].push_back(static_cast<int>(i));
+      else
+        p.pool[i] = -2;  // f32, for the loop below
+    }
+    std::vector<int> free_list;
+    for (size_t i = 0; i < count; ++i) {
+      const GraphNode& n = m_nodes[i];
+      if (!n.layer->is_view() && !keep_f32[i] && p.pool[i] == -1) {
+        const int64_t need = n.out_shape.numel();
+        int pick = -1;
+        for (int b : free_list) {
+          const int64_t have = p.pool_numel[static_cast<size_t>(b)];
+          const int64_t best = pick < 0 ? 0 : p.pool_numel[static_cast<size_t>(pick)];
+          if (pick < 0 || (have >= need && (best < need || have < best)) || (best < need && have > best)) pick = b;
+        }
+        if (pick < 0) {
+          pick = static_cast<int>(p.pool_numel.size());
+          p.pool_numel.push_back(need);
+        } else {
+          free_list.erase(std::find(free_list.begin(), free_list.end(), pick));
+          p.pool_numel[static_cast<size_t>(pick)] = std::max(p.pool_numel[static_cast<size_t>(pick)], need);
+        }
+        p.pool[i] = pick;
+      }
+      for (int r : last_read_by[i]) {
+        free_list.push_back(p.pool[static_cast<size_t>(r)]);
+        p.pack_after[i].push_back(r);
+      }
+    }
+    for (int& b : p.pool) b = std::max(b, -1);
+    for (int64_t numel : p.pool_numel) bytes += 4 * numel;
+    return p;
+  };
+  // A shallow net holds as much in its working buffers (two or three of its largest outputs in f32) as the 16-bit
+  // copies save: the largest outputs then pay to stay f32. Tried: every size of output as the largest kept in half
+  // (the 32 largest sizes), and none; the fewest bytes wins, none on a tie.
+  std::vector<int64_t> sizes;
+  for (size_t i = 0; i < count; ++i)
+    if (!m_nodes[i].layer->is_view() && !keep_f32[i]) sizes.push_back(m_nodes[i].out_shape.numel());
+  std::sort(sizes.begin(), sizes.end(), std::greater<>());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  if (sizes.size() > 32) sizes.resize(32);
+  int64_t best_bytes = 0;
+  HalfPlan best = plan_for(0, best_bytes);
+  for (int64_t limit : sizes) {
+    int64_t bytes = 0;
+    HalfPlan p = plan_for(limit, bytes);
+    if (bytes < best_bytes) best_bytes = bytes, best = std::move(p);
+  }
+  return best;
+}
+
 std::vector<Model::NodeBuffers> Model::buffer_plan(int64_t max_batch) const {
   const size_t count = m_nodes.size();
   const std::vector<int> writers = grad_writers();
   std::vector<NodeBuffers> plan(count);
   std::vector<bool> slot_given(m_slot_numel.size(), false);
+  const HalfPlan half = half_plan();
+  std::vector<bool> pool_given(half.pool_numel.size(), false);
   for (size_t i = 0; i < count; ++i) {
     const GraphNode& n = m_nodes[i];
     if (n.layer->is_view()) continue;  // bound to its input at run time
     const int64_t rows = n.out_shape.batched(max_batch).numel();
     plan[i].output = rows;
+    if (half.pool[i] >= 0) {  // kept in 16 bits; a working buffer, given to the first node that uses it
+      const auto b = static_cast<size_t>(half.pool[i]);
+      plan[i].output = pool_given[b] ? 0 : mul_sizes(half.pool_numel[b], max_batch, "elements");
+      plan[i].half = rows;
+      pool_given[b] = true;
+    }
     if (!m_slot.empty() && m_slot[i] >= 0) {  // a shared buffer, given to the first node at its position
       const size_t p = static_cast<size_t>(m_slot[i]);
       plan[i].output = slot_given[p] ? 0 : mul_sizes(m_slot_numel[p], max_batch, "elements");
@@ -624,6 +742,9 @@ void Model::allocate(int64_t max_batch) {
   m_grad_writers = grad_writers();
   m_slot_buf.assign(m_slot_numel.size(), Tensor());
   m_resident = -1;
+  m_half_plan = half_plan();
+  m_pool_buf.assign(m_half_plan.pool_numel.size(), Tensor());
+  m_half_buf.assign(count, nullptr);
   for (size_t i = 0; i < count; ++i) {
     const GraphNode& n = m_nodes[i];
     if (n.layer->is_view()) continue;
@@ -635,6 +756,11 @@ void Model::allocate(int64_t max_batch) {
       Tensor& slot = m_slot_buf[static_cast<size_t>(m_slot[i])];
       if (!slot.defined()) slot = Tensor::empty(Shape{plan[i].output}, m_dtype, m_device);
       m_out_buf[i] = slot.narrow0(shape.numel()).view(shape);
+    } else if (m_half_plan.pool[i] >= 0) {  // a working buffer for the forward pass, and the 16-bit copy kept
+      Tensor& work = m_pool_buf[static_cast<size_t>(m_half_plan.pool[i])];
+      if (!work.defined()) work = Tensor::empty(Shape{plan[i].output}, m_dtype, m_device);
+      m_out_buf[i] = work.narrow0(shape.numel()).view(shape);
+      m_half_buf[i] = allocate_storage(static_cast<size_t>(plan[i].half) * sizeof(uint16_t), m_device);
     } else {
       m_out_buf[i] = Tensor::empty(shape, m_dtype, m_device);
     }
@@ -701,10 +827,33 @@ const Tensor& Model::run_nodes(const LayerContext& ctx, SpanTimer* profiler,
       continue;
     }
     m_out[i] = output(i);
-    SpanScope scope(profiler, n.name, n.type, "forward", n.layer->forward_flops() * batch);
-    n.layer->forward(ins, m_out[i], ctx);
+    {
+      SpanScope scope(profiler, n.name, n.type, "forward", n.layer->forward_flops() * batch);
+      n.layer->forward(ins, m_out[i], ctx);
+    }
+    // Outputs no later forward reads go to 16 bits for the backward pass (an evaluation keeps nothing).
+    if (m_half && ctx.training && !ctx.decode)
+      for (int r : m_half_plan.pack_after[i]) {
+        const Tensor& y = m_out[static_cast<size_t>(r)];
+        pack_half(*m_half, y.data<float>(), static_cast<uint16_t*>(m_half_buf[static_cast<size_t>(r)]->ptr), y.numel());
+      }
   }
   return m_out.back();
+}
+
+void Model::widen_for_backward(size_t i) {
+  auto widen = [&](size_t r) {
+    if (m_half_plan.pool[r] < 0) return;
+    const Tensor& y = m_out[r];  // its working buffer's rows: the views of it read them too
+    unpack_half(*m_half, static_cast<const uint16_t*>(m_half_buf[r]->ptr), y.data<float>(), y.numel());
+  };
+  // A source read through two inputs (or a view of a source) is widened twice: rare, and the same values.
+  for (int j : m_nodes[i].inputs) {
+    int r = j;
+    while (r >= 0 && m_nodes[static_cast<size_t>(r)].layer->is_view()) r = m_nodes[static_cast<size_t>(r)].inputs[0];
+    if (r >= 0) widen(static_cast<size_t>(r));
+  }
+  widen(i);
 }
 
 std::string Model::decode_unsupported() const {
@@ -783,6 +932,7 @@ void Model::backward(const Tensor& dout, const LayerContext& context) {
     if (m_recompute != Recompute::none && m_segment[i] >= 0 && m_segment[i] != m_resident &&
         m_segment_range.count(m_segment[i]))
       recompute_segment(m_segment[i], ctx);
+    if (m_half) widen_for_backward(i);
     ins.clear();
     dx_views.assign(n.inputs.size(), Tensor());
     dins.assign(n.inputs.size(), nullptr);

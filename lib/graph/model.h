@@ -2,12 +2,14 @@
 #pragma once
 
 #include "config/config.h"
+#include "core/half.h"
 #include "core/span_timer.h"
 #include "layers/layer.h"
 
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,8 +58,10 @@ class Model {
   /// gradient). All zero for a view layer, which borrows its input's buffers.
   /// Under train.recompute, the outputs that are recomputed share one buffer per position in a segment (as large as
   /// the largest of them): the first node at each position (in execution order) is given it, the others 0.
+  /// Under set_activation_storage the outputs kept in 16 bits have `half` elements of 2 bytes each, and the forward
+  /// pass writes them into a few shared f32 working buffers, given (as `output`) to the first node that uses each.
   struct NodeBuffers {
-    int64_t output = 0, gradient = 0, scratch = 0;
+    int64_t output = 0, gradient = 0, scratch = 0, half = 0;
   };
   std::vector<NodeBuffers> buffer_plan(int64_t max_batch) const;
   /// Fails at `where` (data.batch_size) when a batch of `batch` samples makes a tensor past limits::kElements
@@ -81,6 +85,18 @@ class Model {
   /// (nothing would be recomputed: a model of at most three layers).
   std::string set_recompute(Recompute mode);
   Recompute recompute() const { return m_recompute; }
+  /// train.precision bf16/fp16 on the CPU (before buffer_plan and allocate): the outputs the backward pass reads are
+  /// kept in `format` once no later forward reads them, and widened to f32 right before a backward that reads them.
+  /// The forward pass computes and reads every output in f32 (in a few working buffers shared by outputs whose
+  /// forward lives do not overlap), so only the backward sees rounded values. Stay f32: the last output (the loss
+  /// reads it), the outputs a recomputed node reads (train.recompute runs the segment again from them and must get
+  /// the same numbers), those a layer needs exactly (Layer::reads_exact_inputs) and what layers keep themselves
+  /// (normalisation statistics, attention's q, k, v and log-sum-exp), and the largest outputs where the working
+  /// buffers would cost more than their 16-bit copies save (a shallow net: see half_plan). nullopt (the default):
+  /// every output in f32.
+  void set_activation_storage(std::optional<HalfFormat> format);
+  /// The format some outputs are kept in for backward; nullopt when all stay f32 (none set, or none pays).
+  std::optional<HalfFormat> activation_storage() const;
   /// Runs the forward pass over x (B, input shape) with B ≤ max_batch; returns the output (B, output shape).
   const Tensor& forward(const Tensor& x, const LayerContext& ctx);
   /// Why forward_decode cannot run this model, naming the layer ("" when it can): every layer must take decoding
@@ -132,6 +148,17 @@ class Model {
   /// The forward pass over m_input, shared by forward and forward_decode: node i writes into output(i), a part of
   /// its buffer (a view layer's output is its input in the view's shape), timed into `profiler` (nullptr: not).
   const Tensor& run_nodes(const LayerContext& ctx, SpanTimer* profiler, const std::function<Tensor(size_t)>& output);
+  /// set_activation_storage's plan: per node, its working buffer (-1: the output is not kept in half); per working
+  /// buffer, its elements per sample (the largest output that uses it); per node, the outputs whose last forward
+  /// reader it is (packed to half right after its forward, their working buffers then free for later nodes).
+  struct HalfPlan {
+    std::vector<int> pool;
+    std::vector<int64_t> pool_numel;
+    std::vector<std::vector<int>> pack_after;
+  };
+  HalfPlan half_plan() const;
+  /// Widens the half outputs among node i and the sources of its inputs into their working buffers.
+  void widen_for_backward(size_t i);
   /// How many (consumer, input) pairs write the gradient buffer of each node in the backward pass.
   std::vector<int> grad_writers() const;
   /// train.recompute: runs the forward pass of segment `s`'s recomputed nodes again, into their shared buffers.
@@ -162,6 +189,11 @@ class Model {
   std::vector<int64_t> m_slot_numel;
   std::vector<Tensor> m_slot_buf;
   int m_resident = -1;
+  // set_activation_storage: the format, half_plan(), the working buffers and each half output's 16-bit copy.
+  std::optional<HalfFormat> m_half;
+  HalfPlan m_half_plan;
+  std::vector<Tensor> m_pool_buf;
+  std::vector<std::shared_ptr<Storage>> m_half_buf;
 };
 
 }  // namespace gt

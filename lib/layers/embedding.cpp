@@ -35,6 +35,7 @@ class Embedding final : public Layer {
     ops::embedding_backward(*x[0], dy, m_weight.grad, ctx.accumulate_grads ? 1.0 : 0.0);
     if (dx[0]) dx[0]->zero_();  // indices are not differentiable
   }
+  bool reads_exact_inputs() const override { return true; }  // token ids: bf16 holds integers only up to 256
   YAML::Node resolved_args() const override {
     YAML::Node n(YAML::NodeType::Map);
     n["num_embeddings"] = m_vocab;

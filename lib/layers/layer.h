@@ -70,6 +70,9 @@ class Layer {
   /// writes an input's gradient, the model lets that input read the output's gradient buffer instead of a copy (its
   /// backward then gets a null dx for it).
   virtual bool passes_gradient() const { return false; }
+  /// True when backward needs its inputs exactly as the forward read them (embedding: token ids, which 16 bits would
+  /// not hold): under Model::set_activation_storage the outputs it reads stay f32.
+  virtual bool reads_exact_inputs() const { return false; }
   /// The layer's arguments after defaults, for config.resolved.yaml.
   virtual YAML::Node resolved_args() const { return YAML::Node(YAML::NodeType::Map); }
   /// Multiply-adds ×2 per sample in the forward pass, for throughput reports.

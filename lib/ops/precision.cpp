@@ -66,6 +66,26 @@ void round_operand(HalfFormat format, const float* in, float* out, int64_t n) {
                [&](int64_t i0, int64_t i1) { round_to_half(format, in + i0, out + i0, static_cast<size_t>(i1 - i0)); });
 }
 
+void pack_half(HalfFormat format, const float* in, uint16_t* out, int64_t n) {
+  parallel_for(n, kRoundGrain, [&](int64_t i0, int64_t i1) {
+    const auto m = static_cast<size_t>(i1 - i0);
+    if (format == HalfFormat::bf16)
+      floats_to_bf16(in + i0, out + i0, m);
+    else
+      floats_to_fp16(in + i0, out + i0, m);
+  });
+}
+
+void unpack_half(HalfFormat format, const uint16_t* in, float* out, int64_t n) {
+  parallel_for(n, kRoundGrain, [&](int64_t i0, int64_t i1) {
+    const auto m = static_cast<size_t>(i1 - i0);
+    if (format == HalfFormat::bf16)
+      bf16_to_floats(in + i0, out + i0, m);
+    else
+      fp16_to_floats(in + i0, out + i0, m);
+  });
+}
+
 const float* rounded_copy(const Tensor& t, HalfFormat format, std::vector<float>& buf) {
   const auto n = static_cast<size_t>(t.numel());
   if (buf.size() < n) buf.resize(n);

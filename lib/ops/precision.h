@@ -51,6 +51,11 @@ Precision product_precision();
 /// operand. `in` and `out` may be the same array.
 void round_operand(HalfFormat format, const float* in, float* out, int64_t n);
 
+/// Activations kept for backward in 16 bits (Model::set_activation_storage): out[i] = in[i] in `format` (nearest
+/// even), and back (exact), over OpenMP's threads when n is large.
+void pack_half(HalfFormat format, const float* in, uint16_t* out, int64_t n);
+void unpack_half(HalfFormat format, const uint16_t* in, float* out, int64_t n);
+
 /// `t` (f32, contiguous, on the CPU) rounded to `format` into `buf` (grown to fit, kept by the caller: a thread's
 /// scratch); returns buf's data.
 const float* rounded_copy(const Tensor& t, HalfFormat format, std::vector<float>& buf);

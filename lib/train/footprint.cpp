@@ -39,6 +39,11 @@ std::optional<size_t> host_memory_available() {
 
 }  // namespace
 
+std::string activation_dtype(const Footprint& f) {
+  if (!f.activation_storage) return std::string(dtype_name(f.dtype));
+  return *f.activation_storage == HalfFormat::bf16 ? "bf16" : "fp16";
+}
+
 Footprint training_footprint(const Experiment& exp, const Model& model, const Dataset& train) {
   Footprint f;
   f.batch = exp.data.batch_size;
@@ -46,6 +51,7 @@ Footprint training_footprint(const Experiment& exp, const Model& model, const Da
   f.tokens_per_sample = train.tokens ? train.tokens->block_size() : 0;
   f.dtype = model.dtype();
   f.recompute = model.recompute();
+  f.activation_storage = model.activation_storage();
   f.input = model.input_shape().batched(f.batch);
   const std::vector<Model::NodeBuffers> plan = model.buffer_plan(f.batch);
   const auto& nodes = model.nodes();
@@ -63,7 +69,8 @@ Footprint training_footprint(const Experiment& exp, const Model& model, const Da
     r.param_bytes = bytes_of(n.param_count, f.dtype);
     r.buffer_bytes = bytes_of(n.layer->buffer_numel(), f.dtype);
     r.activation_bytes =
-        bytes_of(plan[i].output + plan[i].gradient + plan[i].scratch + n.layer->workspace_numel(f.batch), f.dtype);
+        bytes_of(plan[i].output + plan[i].gradient + plan[i].scratch + n.layer->workspace_numel(f.batch), f.dtype) +
+        static_cast<size_t>(plan[i].half) * sizeof(uint16_t);
     f.params += r.params;
     f.forward_flops += r.forward_flops;
     f.backward_flops += r.backward_flops;
@@ -351,7 +358,12 @@ std::string footprint_report(const Footprint& f, const MemoryFit& fit, const std
                      f.accumulate > 1 ? fmt::format(" (per micro-batch; train.accumulate {})", f.accumulate) : "",
                      static_cast<double>(f.forward_flops) * 1e-6, static_cast<double>(f.backward_flops) * 1e-6);
   const std::string tensors =
-      half_format(f.precision)
+      f.activation_storage
+          ? fmt::format(
+                "tensors {}, the outputs kept for backward in {}; train.precision {} rounds the products' "
+                "operands",
+                dtype_name(f.dtype), activation_dtype(f), to_string(f.precision))
+      : half_format(f.precision)
           ? fmt::format("all tensors {}, activations included; train.precision {} rounds the products' operands",
                         dtype_name(f.dtype), to_string(f.precision))
           : fmt::format("all tensors {}, train.precision {}", dtype_name(f.dtype), to_string(f.precision));
@@ -415,7 +427,7 @@ JsonObject footprint_json(const Footprint& f, const MemoryFit& fit) {
       .add("optimizer", f.optimizer)
       .add("optimizer_state_per_param", f.optimizer_state_per_param)
       .add("precision", to_string(f.precision))
-      .add("activation_dtype", std::string(dtype_name(f.dtype)))
+      .add("activation_dtype", activation_dtype(f))
       .add("layers", layers)
       .add("totals", totals)
       .add("device", fit.device);

@@ -51,8 +51,11 @@ struct Footprint {
   std::vector<int64_t> grad_buckets;
   /// train.precision, and under bf16/fp16 the rounded copies of the weights the products read (ops/precision.h's
   /// half_weight: made once per step, kept between steps; 4 bytes per element, as the CPU keeps the rounded values
-  /// in f32 for its f32 GEMM). 0 under fp32 and tf32. Activations stay fp32 under every precision.
+  /// in f32 for its f32 GEMM). 0 under fp32 and tf32.
   Precision precision = Precision::fp32;
+  /// Model::set_activation_storage: under bf16/fp16 the outputs kept for backward are counted at 2 bytes an element
+  /// (plus the f32 working buffers of the forward pass); their gradients and what layers keep stay f32. nullopt: f32.
+  std::optional<HalfFormat> activation_storage;
   size_t half_weight_bytes = 0;
   size_t total_bytes = 0;
 };
@@ -117,6 +120,8 @@ std::string fit_advice(const Footprint& f, int64_t world, const std::function<Me
 /// "zero_stages": [{stage, param_bytes, grad_bytes, optimizer_bytes, per_rank_bytes, fits}, …]}.
 void add_rank_shares_json(JsonObject& out, const std::vector<RankShare>& shares, int64_t world, int configured_stage);
 
+/// What the outputs kept for backward are stored in: "f32", "bf16" or "fp16" (`check --json`'s activation_dtype).
+std::string activation_dtype(const Footprint& f);
 /// "1.50 GiB", "320 B": binary units, three significant digits.
 std::string format_bytes(size_t bytes);
 /// The per-layer table, the graph's `edges` (Model::edges), the totals and the fit line `gputrain check` prints.

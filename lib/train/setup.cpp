@@ -111,6 +111,9 @@ void apply_recompute(const Experiment& exp, Model& model) {
   const std::string why = model.set_recompute(exp.train.recompute);
   if (!why.empty())
     exp.root["train"]["recompute"].fail(fmt::format("is {}, but {}", to_string(exp.train.recompute), why));
+  // bf16/fp16 keep the activations for backward in half (f32 models on the CPU, where the half modes run).
+  if (model.device().is_cpu() && model.dtype() == DType::f32)
+    model.set_activation_storage(half_format(exp.train.precision));
 }
 
 RunSetup::RunSetup(const Experiment& exp, const RunOptions& opts, const WorkerPlacement& where) {

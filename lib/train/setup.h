@@ -34,7 +34,8 @@ struct WorkerPlacement {
 };
 
 /// Sets train.recompute on `model` (Model::set_recompute); a mode the model cannot honour is a ConfigError at
-/// train.recompute that says why.
+/// train.recompute that says why. Under train.precision bf16/fp16 it also keeps the activations for backward in that
+/// format (Model::set_activation_storage; f32 models on the CPU): both decide what allocate allocates.
 void apply_recompute(const Experiment& exp, Model& model);
 
 /// Copies rank 0's `text` to every rank (a collective); `what` names it in a time-out.

@@ -1,0 +1,240 @@
+// train.precision bf16/fp16 on the CPU: the activations kept for backward in 16 bits (Model::set_activation_storage)
+// — their bytes, the gradients they give against fp32's, recompute with them, and what `gputrain check` says.
+#include "core/half.h"
+#include "core/tensor.h"
+#include "graph/model.h"
+#include "helpers.h"
+#include "ops/precision.h"
+#include "train/settings.h"
+
+#include <fmt/format.h>
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <optional>
+#include <string>
+#include <vector>
+
+using namespace gt;
+using namespace gt::test;
+
+namespace {
+
+// A residual MLP over sequences [8, 16]: layer norms, GELUs and dense layers (whose inputs, kept in half, the
+// products round anyway), a 12-block stack so that the forward's few working buffers are small beside the rest.
+std::string mlp_layers(int blocks, const char* head = "") {
+  return fmt::format(R"(layers:
+  - {{type: linear, out_features: 16}}
+  - repeat: {}
+    name: h
+    layers:
+      - {{type: layernorm, name: ln}}
+      - {{type: linear, name: fc, out_features: 48}}
+      - {{type: gelu, approximate: tanh}}
+      - {{type: linear, name: proj, out_features: 16}}
+      - {{type: add, inputs: [input, proj]}}
+  - {{type: layernorm, name: ln_f}}
+{}  - flatten
+  - {{type: linear, out_features: 4}}
+)",
+                     blocks, head);
+}
+
+// A conv net: batch norm's input, ReLU's output, max pooling's input and the sigmoid's output kept in half; the
+// softmax's output is the last (the loss reads it). No bias before batch norm: its gradient is 0 up to rounding, which
+// no relative tolerance would hold. Three blocks, so that the copies save more than the working
+// buffers cost (Model::half_plan keeps a shallower net in f32).
+const char* const kConvLayers = R"(layers:
+  - {type: conv2d, out_channels: 6, kernel_size: 3, padding: 1}
+  - repeat: 3
+    name: c
+    layers:
+      - {type: conv2d, out_channels: 6, kernel_size: 3, padding: 1, bias: false}
+      - {type: batchnorm2d}
+      - relu
+  - {type: maxpool2d, kernel_size: 2}
+  - sigmoid
+  - flatten
+  - {type: linear, out_features: 5}
+  - softmax
+)";
+
+Tensor filled(const Shape& s, uint64_t seed, float scale) {
+  Tensor t = Tensor::empty(s, DType::f32);
+  Rng rng(seed, 0);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = scale * static_cast<float>(rng.normal());
+  return t;
+}
+
+struct Pass {
+  Tensor out;                             // the forward's output
+  std::vector<std::vector<float>> grads;  // every parameter's gradient
+  size_t allocated = 0;                   // what allocate allocated
+  Model::NodeBuffers planned;             // buffer_plan's sums
+};
+
+// One training forward and backward of `layers` (seed 5) over x with output gradient dy: with the activations kept in
+// `storage` (nullopt: f32), the products in `products`, train.recompute `mode`.
+Pass run(const std::string& layers, const Shape& input, const Tensor& x, const Tensor& dy,
+         std::optional<HalfFormat> storage, Precision products, Recompute mode = Recompute::none) {
+  const ConfigNode cfg = ConfigNode::load_string(layers, "m.yaml");
+  Model m = Model::build(cfg, input, DType::f32, Device::cpu(), 5);
+  REQUIRE(m.set_recompute(mode).empty());
+  m.set_activation_storage(storage);
+  Pass p;
+  for (const Model::NodeBuffers& b : m.buffer_plan(x.dim(0))) {
+    p.planned.output += b.output;
+    p.planned.gradient += b.gradient;
+    p.planned.scratch += b.scratch;
+    p.planned.half += b.half;
+  }
+  const size_t before = host_storage_bytes();
+  m.allocate(x.dim(0));
+  p.allocated = host_storage_bytes() - before;
+  const ProductPrecisionScope scope(products);
+  LayerContext ctx;
+  ctx.step = 1;
+  const Tensor& y = m.forward(x, ctx);
+  p.out = Tensor::empty(y.shape(), DType::f32);
+  p.out.copy_from(y);
+  m.backward(dy, ctx);
+  for (Param* q : m.params()) p.grads.emplace_back(q->grad.data<float>(), q->grad.data<float>() + q->grad.numel());
+  return p;
+}
+
+// max |a − b| over every gradient, relative to the largest |b| of the same tensor (so no tensor's scale hides
+// another's error).
+double worst_relative(const Pass& a, const Pass& b) {
+  double worst = 0;
+  for (size_t k = 0; k < a.grads.size(); ++k) {
+    double diff = 0, scale = 0;
+    for (size_t i = 0; i < a.grads[k].size(); ++i) {
+      diff = std::max(diff, std::fabs(static_cast<double>(a.grads[k][i]) - b.grads[k][i]));
+      scale = std::max(scale, std::fabs(static_cast<double>(b.grads[k][i])));
+    }
+    if (scale > 0) worst = std::max(worst, diff / scale);
+  }
+  return worst;
+}
+
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  return a.bytes() == b.bytes() &&
+         std::equal(a.data<float>(), a.data<float>() + a.numel(), b.data<float>(),
+                    [](float u, float v) { return std::bit_cast<uint32_t>(u) == std::bit_cast<uint32_t>(v); });
+}
+
+struct Format {
+  HalfFormat storage;
+  Precision products;
+  const char* name;
+};
+const Format kFormats[] = {{HalfFormat::bf16, Precision::bf16, "bf16"}, {HalfFormat::fp16, Precision::fp16, "fp16"}};
+
+}  // namespace
+
+TEST_CASE("half activations: a bf16 step keeps the outputs for backward in 2 bytes, about half of fp32's bytes",
+          "[cpu]") {
+  const int64_t batch = 4;
+  const Shape input{8, 16};
+  const std::string layers = mlp_layers(12);
+  const Tensor x = filled(input.batched(batch), 1, 1.0f);
+  const Tensor dy = filled(Shape{batch, 4}, 2, 0.1f);
+  const Pass fp32 = run(layers, input, x, dy, std::nullopt, Precision::fp32);
+  const Pass bf16 = run(layers, input, x, dy, HalfFormat::bf16, Precision::bf16);
+  // By hand, per sample: the first linear 8·16, per block ln, proj and the add 8·16 each and fc, gelu 8·48 each,
+  // ln_f 8·16, the last linear 4 (the flatten is a view).
+  const int64_t outputs = 8 * 16 + 12 * (3 * 8 * 16 + 2 * 8 * 48) + 8 * 16 + 4;
+  CHECK(fp32.planned.output == batch * outputs);
+  CHECK(fp32.planned.half == 0);
+  // Under bf16 every output but the last (the loss reads it) is kept in 16 bits; the gradients are unchanged.
+  CHECK(bf16.planned.half == batch * (outputs - 4));
+  CHECK(bf16.planned.gradient == fp32.planned.gradient);
+  CHECK(bf16.planned.scratch == fp32.planned.scratch);
+  // What allocate allocated is what buffer_plan says, so the saved tensors are measured, not assumed.
+  const auto grads = static_cast<size_t>(fp32.planned.gradient + fp32.planned.scratch) * 4;
+  CHECK(fp32.allocated - grads == static_cast<size_t>(fp32.planned.output) * 4);
+  CHECK(bf16.allocated - grads == static_cast<size_t>(bf16.planned.output) * 4 + bf16.planned.half * 2);
+  const double saved_fp32 = static_cast<double>(fp32.allocated - grads);
+  const double saved_bf16 = static_cast<double>(bf16.allocated - grads);
+  INFO("saved bytes: fp32 " << saved_fp32 << ", bf16 " << saved_bf16);
+  // Half of fp32's plus the forward's working buffers (the live outputs of one block: a few of 8·48 per sample).
+  CHECK(saved_bf16 < 0.6 * saved_fp32);
+  CHECK(saved_bf16 > 0.5 * saved_fp32);
+  CHECK(static_cast<int64_t>(bf16.planned.output) <= batch * (4 + 4 * 8 * 48));
+}
+
+TEST_CASE("half activations: gradients from 16-bit saved tensors are within a stated tolerance of fp32's, and differ",
+          "[cpu]") {
+  struct Net {
+    std::string layers;
+    Shape input, output;
+  };
+  const Net nets[] = {{mlp_layers(3), Shape{8, 16}, Shape{4}}, {kConvLayers, Shape{2, 6, 6}, Shape{5}}};
+  for (const Net& net : nets) {
+    INFO(net.layers);
+    const int64_t batch = 3;
+    const Tensor x = filled(net.input.batched(batch), 3, 1.0f);
+    const Tensor dy = filled(net.output.batched(batch), 4, 0.1f);
+    const Pass fp32 = run(net.layers, net.input, x, dy, std::nullopt, Precision::fp32);
+    for (const Format& f : kFormats) {
+      INFO(f.name);
+      // Half products with f32 storage (slices 1–2), and with the saved tensors in half too.
+      const Pass products = run(net.layers, net.input, x, dy, std::nullopt, f.products);
+      const Pass stored = run(net.layers, net.input, x, dy, f.storage, f.products);
+      // The forward reads f32 outputs either way: the storage changes the backward alone.
+      CHECK(same_bytes(stored.out, products.out));
+      // bf16 keeps 8 significant bits (relative rounding 2^-9), fp16 11 (2^-12); a gradient sums many products of
+      // rounded values, so the storage may move each tensor's gradients by 16 roundings' worth of its largest one
+      // (3 % for bf16), and the gradients may be that much further from fp32's than the half products alone make
+      // them (the batch-norm net's are 7 % away in bf16 with f32 storage already: a batch of 3).
+      const double tolerance = 16 * (f.storage == HalfFormat::bf16 ? std::ldexp(1.0, -9) : std::ldexp(1.0, -12));
+      const double storage = worst_relative(stored, products);
+      const double err = worst_relative(stored, fp32), products_err = worst_relative(products, fp32);
+      INFO("worst relative difference: storage alone " << storage << ", against fp32 " << err
+                                                       << " (half products alone " << products_err << ")");
+      CHECK(storage < tolerance);
+      CHECK(err < products_err + tolerance);
+      // Not the gradients of f32 storage: the layer norms', GELU's, batch norm's, pooling's and the sigmoid's
+      // backward read rounded values (a test that would pass with the storage silently left in f32 fails here).
+      CHECK(storage > 0);
+      CHECK(err > 0);
+    }
+  }
+}
+
+TEST_CASE(
+    "half activations: under train.recompute: blocks the outputs a segment starts from stay f32, the rest "
+    "go to half, within tolerance",
+    "[cpu]") {
+  // Six outputs of 8·16 after the blocks, kept by recompute (they are outside every block): their copies pay.
+  const char* const head = R"(  - {type: linear, out_features: 16}
+  - {type: gelu, approximate: tanh}
+  - {type: linear, out_features: 16}
+  - {type: gelu, approximate: tanh}
+  - {type: layernorm}
+)";
+  const int64_t batch = 3;
+  const Shape input{8, 16};
+  const std::string layers = mlp_layers(4, head);
+  const Tensor x = filled(input.batched(batch), 5, 1.0f);
+  const Tensor dy = filled(Shape{batch, 4}, 6, 0.1f);
+  const Pass fp32 = run(layers, input, x, dy, std::nullopt, Precision::fp32);
+  const Pass recomputed = run(layers, input, x, dy, std::nullopt, Precision::bf16, Recompute::blocks);
+  const Pass both = run(layers, input, x, dy, HalfFormat::bf16, Precision::bf16, Recompute::blocks);
+  const Pass stored = run(layers, input, x, dy, HalfFormat::bf16, Precision::bf16);
+  CHECK(same_bytes(both.out, stored.out));
+  // The first linear and the adds of the first three passes stay f32 (a recomputed pass starts from them and must
+  // get the forward's numbers); the last pass's add (read by ln_f alone), ln_f and the head's five outputs before the
+  // last go to half.
+  CHECK(both.planned.half == batch * 7 * 8 * 16);
+  CHECK(both.allocated < recomputed.allocated);
+  CHECK(both.allocated < stored.allocated);
+  const double err = worst_relative(both, fp32);
+  INFO("worst relative error against fp32: " << err);
+  CHECK(err < 16 * std::ldexp(1.0, -9));  // as above
+  // The head's backward read rounded values: not recompute's gradients with f32 storage.
+  CHECK(worst_relative(both, recomputed) > 0);
+}
