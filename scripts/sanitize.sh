@@ -10,9 +10,12 @@ fuzz_seconds=${FUZZ_SECONDS:-6}
 jobs=${JOBS:-$(nproc)}
 
 # -O0 (the CPU kernels keep -O1: lib/CMakeLists.txt) halves clang's time against -O1 under the sanitizers; line
-# tables are all a sanitizer report needs to name file:line.
+# tables are all a sanitizer report needs to name file:line. At -O0 parsing the headers is most of each file's time,
+# so a unity build (16 files to a translation unit; files with their own compile options stay alone) halves the
+# build again: 16.5 → about 8 CPU-minutes. The Release build stays one file per unit, which is what checks that each
+# file includes what it uses.
 cmake -S . -B build-san -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DGPUTRAIN_CUDA=OFF \
-  -DGPUTRAIN_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DGPUTRAIN_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=16 \
   -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O0 -gline-tables-only" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O0 -gline-tables-only"
 cmake --build build-san -j "$jobs" --target gputrain_tests fuzzers
 

@@ -47,7 +47,7 @@ std::string mlp_layers(int blocks, const char* head = "") {
 // softmax's output is the last (the loss reads it). No bias before batch norm: its gradient is 0 up to rounding, which
 // no relative tolerance would hold. Three blocks, so that the copies save more than the working
 // buffers cost (Model::half_plan keeps a shallower net in f32).
-const char* const kConvLayers = R"(layers:
+const char* const kHalfConvLayers = R"(layers:
   - {type: conv2d, out_channels: 6, kernel_size: 3, padding: 1}
   - repeat: 3
     name: c
@@ -172,7 +172,7 @@ TEST_CASE("half activations: gradients from 16-bit saved tensors are within a st
     std::string layers;
     Shape input, output;
   };
-  const Net nets[] = {{mlp_layers(3), Shape{8, 16}, Shape{4}}, {kConvLayers, Shape{2, 6, 6}, Shape{5}}};
+  const Net nets[] = {{mlp_layers(3), Shape{8, 16}, Shape{4}}, {kHalfConvLayers, Shape{2, 6, 6}, Shape{5}}};
   for (const Net& net : nets) {
     INFO(net.layers);
     const int64_t batch = 3;
