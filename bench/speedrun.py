@@ -7,8 +7,8 @@ seed's test accuracy and wall time, their mean and spread, against the target (>
                       [--set KEY=VALUE ...] [--json PATH]
 
 Wall time is the whole `gputrain train` process as this script sees it (start, loading and decoding the data,
-training, the one evaluation at the end, writing the run): what a user waits for. `train s` is the training loop
-alone (summary.json's wall_seconds); `cpu s` is the process's CPU time, user + system over all its threads. The
+training, the one evaluation at the end, writing the run): what a user waits for. `train s` is gputrain's own clock
+(summary.json's wall_seconds); `cpu s` is the process's CPU time, user + system over all its threads. The
 seeds run one after the other and the target's times are an otherwise idle machine's, as `load` (the 1-minute load
 average before and after each run) lets a reader check; on a shared machine `cpu s` / threads estimates the idle
 wall time of the training (it is below it by whatever the threads wait for each other).
