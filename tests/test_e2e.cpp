@@ -326,9 +326,10 @@ TEST_CASE("configs/fashion_mnist_mlp.yaml checks and trains", "[e2e]") {
   CHECK(json_number(read_text(dir / "run/summary.json"), "test_accuracy").value_or(0) > 0.6);
 }
 
-TEST_CASE("configs/fashion_mnist_cnn.yaml and fashion_mnist_resnet.yaml check and train", "[e2e]") {
+TEST_CASE("configs/fashion_mnist_cnn.yaml, fashion_mnist_resnet.yaml and fashion_mnist_speedrun.yaml check and train",
+          "[e2e]") {
   TempDir dir;
-  for (const std::string name : {"fashion_mnist_cnn", "fashion_mnist_resnet"}) {
+  for (const std::string name : {"fashion_mnist_cnn", "fashion_mnist_resnet", "fashion_mnist_speedrun"}) {
     const std::string cfg = source_path("configs/" + name + ".yaml");
     const auto check = run_gputrain("check " + cfg);
     INFO(check.output);

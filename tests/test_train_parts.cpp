@@ -7,6 +7,7 @@
 #include "ops/devices.h"
 #include "ops/math.h"
 #include "profile/profiler.h"
+#include "train/evaluation.h"
 #include "train/setup.h"
 #include "train/step.h"
 
@@ -276,4 +277,68 @@ TEST_CASE("the worker-thread harness runs one worker per communicator and report
     }
     CHECK(peers_stopped == 1);
   }
+}
+
+// data.tta.hflip: the evaluation scores the mean of the logits of each test image and of its mirror image. A linear
+// model on [1, 2, 3] images is not mirror-symmetric, so the expected figures, worked out here from its weights, differ
+// from plain evaluation's; 7 test samples in batches of 3 end in a partial batch.
+TEST_CASE("data.tta.hflip scores the mean logits of each test image and its mirror, and needs images", "[cpu][data]") {
+  const Experiment exp = experiment(
+      "data={format: synthetic, samples: 8, test_samples: 7, input_shape: [1, 2, 3], targets: {classes: 3}, "
+      "batch_size: 3, tta: {hflip: true}}");
+  REQUIRE(exp.data.tta_hflip);
+  ConfigNode flat = ConfigNode::load_string("{layers: [flatten, {type: linear, out_features: 3}]}", "model.yaml");
+  const LoadedData data = load_data(exp);
+  Model model = Model::build(flat, data.train.input_shape(), DType::f32, Device::cpu(), exp.seed);
+  model.allocate(3);
+  const std::vector<Param*> params = model.params();
+  REQUIRE(params.size() == 2);
+  const float* w = params[0]->value.data<float>();  // [3, 6]
+  const float* b = params[1]->value.data<float>();  // [3]
+
+  double loss = 0, plain_loss = 0;
+  int hits = 0;
+  const float* in = data.test.inputs.data<float>();
+  const int32_t* labels = data.test.targets.data<int32_t>();
+  for (int64_t i = 0; i < 7; ++i) {
+    const float* v = in + i * 6;
+    double mean[3], plain[3];
+    for (int c = 0; c < 3; ++c) {
+      double s = b[c], m = b[c];
+      for (int r = 0; r < 2; ++r)
+        for (int k = 0; k < 3; ++k) {
+          s += double{w[c * 6 + r * 3 + k]} * v[r * 3 + k];
+          m += double{w[c * 6 + r * 3 + k]} * v[r * 3 + (2 - k)];  // the mirror image's pixel
+        }
+      plain[c] = s;
+      mean[c] = 0.5 * (s + m);
+    }
+    auto nll = [&](const double* z) {
+      const double mx = std::max({z[0], z[1], z[2]});
+      return mx + std::log(std::exp(z[0] - mx) + std::exp(z[1] - mx) + std::exp(z[2] - mx)) - z[labels[i]];
+    };
+    loss += nll(mean) / 7;
+    plain_loss += nll(plain) / 7;
+    hits += std::max_element(mean, mean + 3) - mean == labels[i];
+  }
+  REQUIRE(std::abs(loss - plain_loss) > 1e-3);  // the mirror changes the figures this test checks
+
+  Tensor x = Tensor::empty(data.test.input_shape().batched(3), DType::f32);
+  Tensor y = Tensor::empty(data.test.target_shape().batched(3), data.test.target_dtype());
+  Tensor stats = Tensor::zeros(Shape{2}, DType::f64);
+  const auto comm = make_local_comm();
+  const EvalResult r = evaluate(model, exp, data.test, x, y, stats, *comm);
+  CHECK(r.samples == 7);
+  CHECK(r.loss == Approx(loss).epsilon(1e-5));
+  REQUIRE(r.accuracy);
+  CHECK(*r.accuracy == Approx(hits / 7.0));
+
+  // Without the key the same weights give the plain figures.
+  const Experiment off = experiment(
+      "data={format: synthetic, samples: 8, test_samples: 7, input_shape: [1, 2, 3], targets: {classes: 3}, "
+      "batch_size: 3}");
+  CHECK(evaluate(model, off, data.test, x, y, stats, *comm).loss == Approx(plain_loss).epsilon(1e-5));
+
+  // Samples that are not [C, H, W] images have no left and right: a config error naming the key.
+  CHECK_THROWS_WITH(check_tta(exp, Shape{6}), Catch::Contains("data.tta") && Catch::Contains("[6]"));
 }

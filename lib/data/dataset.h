@@ -112,7 +112,8 @@ Dataset make_synthetic(const SyntheticSpec& spec, uint64_t seed, int split);
 struct AugmentConfig {
   int64_t crop_padding = -1;  ///< random_crop: shift by up to ±padding pixels, zero-filled; -1 = off
   bool hflip = false;         ///< mirror left-right with probability 1/2
-  bool any() const { return crop_padding >= 0 || hflip; }
+  bool mirror = false;        ///< mirror every image left-right (the second pass of data.tta.hflip), no draw
+  bool any() const { return crop_padding >= 0 || hflip || mirror; }
 };
 
 /// Cuts a data set into mini-batches in a seeded order: epoch e's permutation depends only on (seed, e), and so do

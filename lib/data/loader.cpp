@@ -29,7 +29,8 @@ void Loader::start_epoch(int64_t epoch, int64_t position) {
   m_epoch = epoch;
 }
 
-// Applies the epoch's draw for this position: a shift of up to ±padding (zero fill) and a coin-flip mirror.
+// Applies the epoch's draw for this position: a shift of up to ±padding (zero fill) and a coin-flip mirror; `mirror`
+// mirrors every image and draws nothing (the coin is not thrown, so training's draws are unchanged by it existing).
 void Loader::augment(float* x, int64_t epoch, int64_t position, std::vector<float>& tmp) const {
   const Shape s = m_data->input_shape();
   const int64_t c = s[0], h = s[1], w = s[2];
@@ -40,7 +41,7 @@ void Loader::augment(float* x, int64_t epoch, int64_t position, std::vector<floa
     dy = static_cast<int64_t>(rng.below(span)) - m_augment.crop_padding;
     dx = static_cast<int64_t>(rng.below(span)) - m_augment.crop_padding;
   }
-  const bool flip = m_augment.hflip && (rng.next_u32() & 1);
+  const bool flip = m_augment.mirror || (m_augment.hflip && (rng.next_u32() & 1));
   if (dy == 0 && dx == 0 && !flip) return;
   tmp.assign(x, x + c * h * w);
   for (int64_t ch = 0; ch < c; ++ch)

@@ -604,6 +604,16 @@ const SectionSpec& augment_section() {
   return s;
 }
 
+const SectionSpec& tta_section() {
+  static const SectionSpec s =
+      plain_section({{.name = "hflip",
+                      .kind = KeyKind::boolean,
+                      .fallback = "false",
+                      .doc = "also evaluate each test image mirrored left-right and average the two logits"}},
+                    "test-time augmentation of every evaluation, on [C, H, W] images");
+  return s;
+}
+
 const std::vector<KeySpec>& tail_keys() {
   static const std::vector<KeySpec> keys{
       {.name = "batch_size",
@@ -617,6 +627,7 @@ const std::vector<KeySpec>& tail_keys() {
        .fallback = "true",
        .doc = "epoch e uses a permutation drawn from (seed, e) alone"},
       {.name = "augment", .kind = KeyKind::map, .section = &augment_section()},
+      {.name = "tta", .kind = KeyKind::map, .section = &tta_section()},
       {.name = "workers",
        .kind = KeyKind::integer,
        .min = 0,
@@ -689,6 +700,12 @@ void parse_data(const ConfigNode& d, DataConfig& out) {
     }
     out.augment.hflip = get_bool(a, key_spec(ak, "hflip"));
   }
+  if (d.has("tta")) {
+    const ConfigNode t = d["tta"];
+    const std::vector<KeySpec>& tk = section_keys(tta_section());
+    t.expect_keys(key_names(tk));
+    out.tta_hflip = get_bool(t, key_spec(tk, "hflip"));
+  }
   out.workers = get_int(d, key_spec(keys, "workers"));
   out.prefetch = get_int(d, key_spec(keys, "prefetch"));
   const KeySpec& pin = key_spec(keys, "pin_memory");
@@ -714,6 +731,7 @@ YAML::Node to_yaml(const DataConfig& c) {
   d["shuffle"] = c.shuffle;
   if (c.augment.crop_padding >= 0) d["augment"]["random_crop"]["padding"] = c.augment.crop_padding;
   if (c.augment.hflip) d["augment"]["hflip"] = true;
+  if (c.tta_hflip) d["tta"]["hflip"] = true;
   d["workers"] = c.workers;
   d["prefetch"] = c.prefetch;
   d["pin_memory"] = c.pin_memory;

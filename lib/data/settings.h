@@ -35,10 +35,11 @@ struct DataConfig {
   NormalizeSpec normalize;                ///< idx and images: data.normalize
   int64_t batch_size = 64;
   bool shuffle = true;
-  AugmentConfig augment;                 ///< training set only
-  int64_t workers = 0;                   ///< loader threads for the training set (0: the trainer's thread)
-  int64_t prefetch = 2;                  ///< with workers: batches prepared ahead
-  std::string pin_memory = "auto";       ///< auto | true | false: page-locked staging on a GPU (auto: on)
+  AugmentConfig augment;            ///< training set only
+  bool tta_hflip = false;           ///< data.tta.hflip: evaluations average the logits of each image and its mirror
+  int64_t workers = 0;              ///< loader threads for the training set (0: the trainer's thread)
+  int64_t prefetch = 2;             ///< with workers: batches prepared ahead
+  std::string pin_memory = "auto";  ///< auto | true | false: page-locked staging on a GPU (auto: on)
   std::string device_resident = "auto";  ///< auto | true | false: the training set held and gathered on the device
 };
 

@@ -10,6 +10,8 @@
 #include "log/logging.h"
 #include "log/metrics.h"
 #include "ops/devices.h"
+#include "ops/elementwise.h"
+#include "ops/optim.h"
 #include "ops/precision.h"
 #include "train/loss.h"
 #include "train/resume.h"
@@ -20,6 +22,12 @@
 
 namespace gt {
 
+void check_tta(const Experiment& exp, const Shape& sample) {
+  if (exp.data.tta_hflip && sample.rank() != 3)
+    exp.root["data"]["tta"].fail(
+        fmt::format("test-time flips work on [channels, height, width] images; the samples are {}", sample.str()));
+}
+
 EvalResult evaluate(Model& model, const Experiment& exp, const Dataset& test, Tensor& x, Tensor& y, Tensor& stats,
                     Communicator& comm) {
   Loader loader(test, x.dim(0), /*shuffle=*/false, exp.seed);
@@ -28,6 +36,19 @@ EvalResult evaluate(Model& model, const Experiment& exp, const Dataset& test, Te
     loader.limit((exp.train.eval_tokens + t - 1) / t);  // whole windows: eval_tokens rounded up
   }
   loader.start_epoch(0);
+  // data.tta.hflip: a second loader yields the same batches mirrored; the first pass's output waits in `mean`, a
+  // [batch, …] copy of the model's output (the second forward overwrites the model's own), for the average.
+  const bool tta = exp.data.tta_hflip;
+  Loader mirrored(test, x.dim(0), /*shuffle=*/false, exp.seed, AugmentConfig{.mirror = true});
+  mirrored.start_epoch(0);
+  Tensor mean, half;
+  if (tta) {
+    mean = Tensor::empty(model.output_shape().batched(x.dim(0)), DType::f32, x.device());
+    half = Tensor::empty(Shape{1}, DType::f64, x.device());
+    Tensor h = Tensor::empty(Shape{1}, DType::f64);
+    *h.data<double>() = 0.5;
+    half.copy_from(h);
+  }
   stats.zero_();
   const LayerContext ctx{.training = false};
   const ProductPrecisionScope autocast(exp.train.precision);  // the test set is seen as the training step sees it
@@ -38,11 +59,21 @@ EvalResult evaluate(Model& model, const Experiment& exp, const Dataset& test, Te
   for (int64_t k = 0; k * x.dim(0) < size; ++k) {
     if (k % comm.size() != comm.rank()) {  // another rank's batch
       loader.skip();
+      mirrored.skip();
       continue;
     }
     const int64_t n = stager.next(loader, x, y);
     const Tensor& out = model.forward(x.narrow0(n), ctx);
-    compute_loss(exp.loss, out, y.narrow0(n), 1.0, none, stats);
+    if (!tta) {
+      compute_loss(exp.loss, out, y.narrow0(n), 1.0, none, stats);
+      continue;
+    }
+    Tensor m = mean.narrow0(n);
+    m.copy_from(out);
+    stager.next(mirrored, x, y);  // the same samples and labels, mirrored
+    ops::add(m, model.forward(x.narrow0(n), ctx), m);
+    ops::scale_by(m, half);
+    compute_loss(exp.loss, m, y.narrow0(n), 1.0, none, stats);
   }
   Tensor host = Tensor::empty(Shape{2}, DType::f64);
   host.copy_from(stats.narrow0(2));  // the one wait of the evaluation
@@ -97,6 +128,7 @@ EvalSummary evaluate_weights(const Experiment& exp, const std::string& weights_p
   const Device device = resolve_device(exp.devices.empty() ? exp.device : exp.devices[0], reason);
   const LoadedData data = load_data(exp);
   if (data.test.size() == 0) exp.root["data"].fail("eval needs a test set (data.test, or test_samples for synthetic)");
+  check_tta(exp, data.train.input_shape());
   Model model = Model::build(exp.root["model"], data.train.input_shape(), DType::f32, device, exp.seed);
   model.check_batch(exp.data.batch_size, exp.root["data"]["batch_size"]);
   check_loss_fits(exp.loss, model.output_shape(), data.train, exp.root.has("loss") ? exp.root["loss"] : exp.root,

@@ -26,9 +26,14 @@ struct EvalResult {
 /// Test-set metrics of `model` in evaluation mode, through the batch tensors x and y (on the model's device; their
 /// first dimension is the batch) and `stats` (f64[2] there). With several ranks each evaluates every world-th batch
 /// and the sums are reduced, so every sample counts once. Token data: the test windows front to back, the first
-/// ⌈train.eval_tokens / T⌉ of them when eval_tokens is set; the loss and accuracy are per token.
+/// ⌈train.eval_tokens / T⌉ of them when eval_tokens is set; the loss and accuracy are per token. With data.tta.hflip
+/// each batch is run twice, as loaded and mirrored left-right, and the loss and accuracy are those of the mean of the
+/// two outputs.
 EvalResult evaluate(Model& model, const Experiment& exp, const Dataset& test, Tensor& x, Tensor& y, Tensor& stats,
                     Communicator& comm);
+
+/// data.tta needs [C, H, W] samples: otherwise a config error naming data.tta.
+void check_tta(const Experiment& exp, const Shape& sample);
 
 /// A training run's evaluations: when they are due, and what they leave (the progress's test metrics, a log line,
 /// an `eval` row).

@@ -6,6 +6,7 @@
 #include "dist/zero.h"
 #include "log/logging.h"
 #include "ops/devices.h"
+#include "train/evaluation.h"
 #include "train/loss.h"
 
 #include <unistd.h>
@@ -140,6 +141,7 @@ RunSetup::RunSetup(const Experiment& exp, const RunOptions& opts, const WorkerPl
         fmt::format("augmentation works on [channels, height, width] images; the "
                     "samples are {}",
                     train().input_shape().str()));
+  check_tta(exp, train().input_shape());
   resolved_config = resolved_config_text(exp, model.resolved_layers());
   m_local_comm = make_local_comm();
   comm = opts.comm ? opts.comm : m_local_comm.get();
