@@ -159,8 +159,10 @@ MemoryFit fit_on_this_machine(size_t needed, const std::string& requested) {
 
 namespace {
 
-// Stage 2's gradients on one rank (see RankShare): its chunk of every bucket, and the buckets whole at once.
-size_t zero2_grad_bytes(const Footprint& f, int64_t world) {
+// Stage 2's gradients on one rank (see RankShare): its chunk of every bucket, and the buckets whole at once — every
+// bucket on a GPU, where GradSync's device buckets are the gradients' storage for the whole run (a bucket is not
+// freed after its reduce-scatter there: the side stream may still read it), two on the host without accumulation.
+size_t zero2_grad_bytes(const Footprint& f, int64_t world, bool device_buckets) {
   size_t chunks = 0;
   std::vector<size_t> whole;
   for (int64_t n : f.grad_buckets) {
@@ -169,7 +171,7 @@ size_t zero2_grad_bytes(const Footprint& f, int64_t world) {
     whole.push_back(chunk * static_cast<size_t>(world));
   }
   std::sort(whole.begin(), whole.end(), std::greater<>());
-  const size_t at_once = f.accumulate > 1 ? whole.size() : std::min<size_t>(2, whole.size());
+  const size_t at_once = f.accumulate > 1 || device_buckets ? whole.size() : std::min<size_t>(2, whole.size());
   const size_t held = chunks + std::accumulate(whole.begin(), whole.begin() + static_cast<long>(at_once), size_t{0});
   return held * dtype_size(f.dtype);
 }
@@ -181,12 +183,13 @@ std::vector<RankShare> rank_shares(const Footprint& f, int64_t world, const std:
   // One shard of a flat buffer of every parameter element, padded to a multiple of the ranks.
   const size_t shard = static_cast<size_t>((f.params + world - 1) / world) * dtype_size(f.dtype);
   const size_t whole = f.buffer_bytes + f.activation_bytes + f.batch_bytes + f.half_weight_bytes;
+  const bool device_buckets = judge(0).device.rfind("cuda", 0) == 0;
   std::vector<RankShare> out;
   for (int stage = 0; stage <= 2; ++stage) {
     RankShare r;
     r.zero_stage = stage;
     r.param_bytes = f.param_bytes;
-    r.grad_bytes = stage >= 2 && world > 1 ? zero2_grad_bytes(f, world) : f.grad_bytes;
+    r.grad_bytes = stage >= 2 && world > 1 ? zero2_grad_bytes(f, world, device_buckets) : f.grad_bytes;
     r.optimizer_bytes =
         stage >= 1 && world > 1 ? shard * static_cast<size_t>(f.optimizer_state_per_param) : f.optimizer_bytes;
     r.total_bytes = r.param_bytes + r.grad_bytes + r.optimizer_bytes + whole;
