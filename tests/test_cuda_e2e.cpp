@@ -29,7 +29,7 @@ data:
 model:
   layers:
     - {type: linear, out_features: 64}
-    - {type: batchnorm}
+    - {type: batchnorm1d}
     - relu
     - {type: dropout, p: 0.1}
     - {type: linear, out_features: 4}
@@ -172,6 +172,7 @@ model:
     - flatten
     - {type: linear, out_features: 4}
 loss: cross_entropy
+optimizer: {type: sgd, lr: 0.05}
 train: {epochs: 1, precision: bf16}
 )");
   const CommandResult cnn = run_gputrain("train " + dir / "cnn.yaml" + " --device cuda --out " + dir / "cnn");
