@@ -15,6 +15,7 @@
 #include "ops/cuda/dnn_common.h"
 #include "ops/matmul.h"
 #include "ops/pool2d.h"
+#include "ops/precision.h"
 
 #include <algorithm>
 #include <cmath>
@@ -118,6 +119,77 @@ TEST_CASE("CUDA matmul in f64 matches the CPU", "[cuda]") {
   uint64_t seed = 2000;
   for (bool ta : {false, true})
     for (bool tb : {false, true}) check_matmul<double>(37, 29, 71, ta, tb, ta ? 1.0 : 0.0, seed += 3);
+}
+
+namespace {
+
+// `t` with each element replaced by the nearest value of `f` (nearest even), then moved up by `rel` of itself (exactly:
+// the product has at most 24 significant bits). With rel half the format's smallest relative spacing (2^-8 for bf16,
+// 2^-11 for fp16) each element stays less than half a spacing above its half value: the half product rounds it back,
+// an fp32 product keeps the excess.
+Tensor nudged_off_half(const Tensor& t, HalfFormat f, double rel) {
+  Tensor r = Tensor::empty(t.shape(), DType::f32);
+  round_to_half(f, t.data<float>(), r.data<float>(), static_cast<size_t>(t.numel()));
+  for (int64_t i = 0; i < r.numel(); ++i) r.data<float>()[i] *= static_cast<float>(1 + rel);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("CUDA matmul in bf16 and fp16 equals the CPU's half product and differs from fp32, for every transpose",
+          "[cuda]") {
+  require_gpu();
+  const int64_t m = 45, n = 37, k = 256;
+  // The CPU's half product and cuBLASLt's (16-bit A and B, f32 compute and C) multiply the same rounded operands
+  // exactly and differ only in the order of the f32 sums: the file's tolerance, 1e-5·K·max|a|·max|b|.
+  const double tol = kDot<float> * static_cast<double>(k) * 16;
+  uint64_t seed = 3000;
+  for (const Precision p : {Precision::bf16, Precision::fp16}) {
+    const HalfFormat f = *half_format(p);
+    const double rel = p == Precision::bf16 ? 0x1p-9 : 0x1p-12;
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (bool nudged : {false, true}) {
+          INFO(to_string(p) << (ta ? " aᵀ" : "") << (tb ? " bᵀ" : "") << (nudged ? " nudged" : " plain"));
+          // plain: seeded in [-4, 4); nudged: in [0.25, 4), each element a half value moved up by `rel`, so every
+          // product of the fp32 sum is larger by about 2·rel and the terms do not cancel.
+          Tensor a = seeded(ta ? Shape{k, m} : Shape{m, k}, seed += 3),
+                 b = seeded(tb ? Shape{n, k} : Shape{k, n}, seed + 1);
+          if (nudged) {
+            a = nudged_off_half(seeded(a.shape(), seed, 0.25, 4), f, rel);
+            b = nudged_off_half(seeded(b.shape(), seed + 1, 0.25, 4), f, rel);
+          }
+          Tensor cpu_fp32 = Tensor::empty(Shape{m, n}, DType::f32), cpu_half = Tensor::empty(Shape{m, n}, DType::f32);
+          ops::matmul(a, ta, b, tb, cpu_fp32, 0.0);
+          Guarded c(Shape{m, n}, kNaN);
+          const Tensor ad = to_cuda(a), bd = to_cuda(b);
+          {
+            const ProductPrecisionScope autocast(p);
+            ops::matmul(a, ta, b, tb, cpu_half, 0.0);
+            ops::matmul(ad, ta, bd, tb, c.inner, 0.0);
+          }
+          const Tensor got = c.host_checked();
+          check_close(got, cpu_half, tol, 0);
+          if (nudged) {
+            // The sums are ~256 · 2.1² ≈ 1150 (the smallest of these 1665 about 950), so fp32's excess is ≈ 2·rel·sum:
+            // ≈ 4.5 (bf16) and ≈ 0.56 (fp16), at least ≈ 3.7 and ≈ 0.46, where the tolerance is 0.041. The CUDA
+            // result must sit at the half product's, not fp32's.
+            double least = 1e300;
+            for (int64_t i = 0; i < got.numel(); ++i)
+              least = std::min(least, static_cast<double>(cpu_fp32.data<float>()[i]) - got.data<float>()[i]);
+            CHECK(least > 5 * tol);
+          }
+        }
+  }
+  // Outside the scope the same shapes multiply in fp32 again (a half plan is its own plan): on bf16-nudged operands,
+  // where a bf16 product would be ≈ 3.7 or more below fp32's.
+  const Tensor a = nudged_off_half(seeded(Shape{m, k}, 3100, 0.25, 4), HalfFormat::bf16, 0x1p-9);
+  const Tensor b = nudged_off_half(seeded(Shape{k, n}, 3101, 0.25, 4), HalfFormat::bf16, 0x1p-9);
+  Tensor cpu = Tensor::empty(Shape{m, n}, DType::f32);
+  ops::matmul(a, false, b, false, cpu, 0.0);
+  Guarded c(Shape{m, n}, kNaN);
+  ops::matmul(to_cuda(a), false, to_cuda(b), false, c.inner, 0.0);
+  check_close(c.host_checked(), cpu, tol, 0);
 }
 
 TEST_CASE("CUDA matmul on views that start off cuBLASLt's preferred 256-byte alignment", "[cuda]") {

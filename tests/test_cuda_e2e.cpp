@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <filesystem>
 #include <regex>
 #include <string>
 #include <vector>
@@ -28,7 +29,7 @@ data:
 model:
   layers:
     - {type: linear, out_features: 64}
-    - {type: batchnorm}
+    - {type: batchnorm1d}
     - relu
     - {type: dropout, p: 0.1}
     - {type: linear, out_features: 4}
@@ -125,4 +126,59 @@ TEST_CASE("non-finite steps are skipped on the device and reported by the host a
   CHECK(std::abs(a.front() - b.front()) <= 1);
   CHECK(a.back() == b.back());
   for (size_t i = 1; i < b.size(); ++i) CHECK(b[i] == b[i - 1] + 1);
+}
+
+TEST_CASE("bf16 and fp16 runs of a dense model on CUDA track the CPU's half runs, and a convolution is refused",
+          "[cuda]") {
+  require_gpu();
+  TempDir dir;
+  write_text(dir / "c.yaml", kCudaE2eConfig);
+  for (const char* p : {"bf16", "fp16"}) {
+    INFO(p);
+    const std::string common = "train " + dir / "c.yaml" + " --precision " + p + " --out " + dir / p;
+    const CommandResult cpu = run_gputrain(common + "-cpu --device cpu");
+    const CommandResult gpu = run_gputrain(common + "-gpu --device cuda");
+    INFO(cpu.output << gpu.output);
+    REQUIRE(cpu.exit_code == 0);
+    REQUIRE(gpu.exit_code == 0);
+    CHECK(gpu.output.find(std::string("precision ") + p + ": matrix products of " + p + " operands") !=
+          std::string::npos);
+    const auto a = losses(read_text(dir / (std::string(p) + "-cpu/metrics.jsonl")));
+    const auto b = losses(read_text(dir / (std::string(p) + "-gpu/metrics.jsonl")));
+    REQUIRE(a.size() == b.size());
+    REQUIRE(a.size() > 4);
+    CHECK(b.back() < 0.5 * b.front());
+    // Both multiply the same rounded operands with f32 sums; beyond fp32's CPU/CUDA differences (the test above)
+    // the sums' order moves which way an operand rounds next step. The fp32 margin, doubled.
+    for (size_t i = 0; i < a.size(); ++i) {
+      INFO("log window " << i << ": cpu " << a[i] << " cuda " << b[i]);
+      CHECK(std::abs(a[i] - b[i]) <= 0.02 + 0.04 * std::abs(a[i]));
+    }
+  }
+  // cuDNN's convolutions have no half path yet: refused before the run starts, naming the key and the layer.
+  write_text(dir / "cnn.yaml", R"(name: cuda_cnn_half
+seed: 5
+data:
+  format: synthetic
+  samples: 256
+  test_samples: 64
+  input_shape: [1, 8, 8]
+  targets: {classes: 4}
+  batch_size: 32
+model:
+  layers:
+    - {type: conv2d, out_channels: 4, kernel_size: 3}
+    - relu
+    - flatten
+    - {type: linear, out_features: 4}
+loss: cross_entropy
+optimizer: {type: sgd, lr: 0.05}
+train: {epochs: 1, precision: bf16}
+)");
+  const CommandResult cnn = run_gputrain("train " + dir / "cnn.yaml" + " --device cuda --out " + dir / "cnn");
+  INFO(cnn.output);
+  CHECK(cnn.exit_code == 2);
+  CHECK(cnn.output.find("train.precision") != std::string::npos);
+  CHECK(cnn.output.find("(conv2d) has no bf16 kernel on CUDA") != std::string::npos);
+  CHECK(!std::filesystem::exists(dir / "cnn"));
 }

@@ -112,7 +112,7 @@ void apply_recompute(const Experiment& exp, Model& model) {
   const std::string why = model.set_recompute(exp.train.recompute);
   if (!why.empty())
     exp.root["train"]["recompute"].fail(fmt::format("is {}, but {}", to_string(exp.train.recompute), why));
-  // bf16/fp16 keep the activations for backward in half (f32 models on the CPU, where the half modes run).
+  // bf16/fp16 keep the activations for backward in half on the CPU (f32 models); on CUDA they stay f32 so far.
   if (model.device().is_cpu() && model.dtype() == DType::f32)
     model.set_activation_storage(half_format(exp.train.precision));
 }
@@ -121,17 +121,20 @@ RunSetup::RunSetup(const Experiment& exp, const RunOptions& opts, const WorkerPl
   threads = opts.threads > 0 ? opts.threads : static_cast<int>(std::thread::hardware_concurrency());
   set_num_threads(threads);
   device = resolve_device(where.device, device_reason);
-  // The CUDA backend has no half kernels yet: a bf16/fp16 run there is refused rather than run in fp32 unasked.
-  if (device.is_cuda() && half_format(exp.train.precision))
-    exp.root["train"]["precision"].fail(
-        fmt::format("is {}, which runs on the CPU only so far (by conversion): the CUDA backend has no bf16/fp16 "
-                    "products yet; on {} use fp32 or tf32, or train with --device cpu",
-                    to_string(exp.train.precision), device.str()));
-
   // Everything that can be wrong with the config is found before the run directory exists.
   if (!where.data) m_own_data = load_data(exp);
   m_data = where.data ? where.data : &*m_own_data;
   model = Model::build(exp.root["model"], train().input_shape(), DType::f32, device, exp.seed);
+  // On CUDA a bf16/fp16 run's matmuls are half products (cuBLASLt, ops/cuda/matmul.cu), but cuDNN's convolutions and
+  // the fused attention kernel have no half path yet: a model with either is refused rather than run partly in fp32
+  // unasked.
+  if (device.is_cuda() && half_format(exp.train.precision))
+    for (const GraphNode& node : model.nodes())
+      if (node.type == "conv2d" || node.type == "causal_self_attention")
+        exp.root["train"]["precision"].fail(fmt::format(
+            "is {}, but layer {} ({}) has no {} kernel on CUDA yet: only dense layers' matrix products run in half "
+            "precision on the GPU so far; on {} use fp32 or tf32, or train with --device cpu",
+            to_string(exp.train.precision), node.name, node.type, to_string(exp.train.precision), device.str()));
   model.check_batch(exp.data.batch_size, exp.root["data"]["batch_size"]);
   apply_recompute(exp, model);
   const ConfigNode loss_where = exp.root.has("loss") ? exp.root["loss"] : exp.root["model"]["layers"];
@@ -254,7 +257,14 @@ void log_precision(Precision precision, Device device) {
     spdlog::info(device.is_cuda() ? "precision tf32: f32 matrix products on TF32 tensor cores "
                                     "(cuBLASLt CUBLAS_COMPUTE_32F_FAST_TF32); cuDNN convolutions stay fp32"
                                   : "precision tf32: fp32 on the CPU (TF32 is a GPU tensor-core format)");
-  if (!half_format(precision) || device.is_cuda()) return;
+  if (!half_format(precision)) return;
+  if (device.is_cuda()) {
+    spdlog::info(
+        "precision {}: matrix products of {} operands with fp32 accumulation (cuBLASLt CUBLAS_COMPUTE_32F); "
+        "the rest of the step, and the activations kept for backward, stay fp32",
+        to_string(precision), to_string(precision));
+    return;
+  }
   // One warning per run: the CPU has no half kernels yet, so every product converts its operands first.
   const CpuHalfSupport cpu = query_cpu_half();
   const bool bf16 = precision == Precision::bf16;

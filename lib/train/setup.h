@@ -101,8 +101,9 @@ StepPlan plan_steps(const Experiment& exp, const Loader& loader, const Dataset& 
 /// The run's opening log lines: where it writes, the device, the data and its batches, the model.
 void log_run_start(const Experiment& exp, const RunSetup& setup, const StepPlan& plan, const std::string& run_dir,
                    int local_rank);
-/// What train.precision means on `device`, logged once at the start: an info line for tf32, and for bf16/fp16 on the
-/// CPU one warning that the products run by conversion, naming the instruction set the CPU lacks.
+/// What train.precision means on `device`, logged once at the start: an info line for tf32 and for bf16/fp16 on CUDA,
+/// and for bf16/fp16 on the CPU one warning that the products run by conversion, naming the instruction set the CPU
+/// lacks.
 void log_precision(Precision precision, Device device);
 
 }  // namespace gt

@@ -2,16 +2,27 @@
 // product C = op(A)·op(B) is the column-major product Cᵀ = op(B)ᵀ·op(A)ᵀ, so the tensors go to cuBLASLt swapped and
 // nothing is transposed in memory; one cached plan per shape. add_row_bias and sum_rows are kernels, their sums in
 // double, so they are at least as exact as the CPU's. linear_forward is matmul then add_row_bias.
+//
+// Under a bf16/fp16 ProductPrecisionScope (ops/precision.h) an f32 matmul converts both operands to 16-bit scratch
+// (round to nearest even, as the CPU's half path rounds them) and runs cuBLASLt with 16-bit A/B, f32 C/D and
+// CUBLAS_COMPUTE_32F: each product of two half values is exact in f32 and the sums are f32, so the result is the CPU's
+// half product up to the order of the sums, and stays an f32 tensor.
 #include "ops/matmul.h"
 
+#include "ops/cuda/allocator.h"
 #include "ops/cuda/context.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/dnn_common.h"
 #include "ops/cuda/kernel_util.cuh"
 #include "ops/precision.h"
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <array>
 #include <cstdint>
+#include <optional>
+#include <type_traits>
 
 namespace gt::cuda {
 namespace {
@@ -45,11 +56,13 @@ void make_layout(LtLayout& layout, cudaDataType_t type, const Tensor& t) {
                                              static_cast<uint64_t>(t.dim(0)), t.dim(1)));
 }
 
+// `half`: the operands are 16-bit copies in that format (C and D stay f32, the compute f32).
 std::unique_ptr<MatmulPlan> make_plan(int device, const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c,
-                                      const std::array<int64_t, 3>& align, bool tf32) {
+                                      const std::array<int64_t, 3>& align, bool tf32, std::optional<HalfFormat> half) {
   auto plan = std::make_unique<MatmulPlan>();
   const bool f64 = is_f64(c);
   const cudaDataType_t type = f64 ? CUDA_R_64F : CUDA_R_32F;
+  const cudaDataType_t operand_type = !half ? type : *half == HalfFormat::bf16 ? CUDA_R_16BF : CUDA_R_16F;
   // CUBLAS_COMPUTE_32F is plain fp32 arithmetic: no TF32, as PyTorch's default fp32 matmul. Under train.precision
   // tf32 (ops/precision.h) f32 products may round their operands to TF32 on the tensor cores, as PyTorch's
   // allow_tf32.
@@ -60,8 +73,8 @@ std::unique_ptr<MatmulPlan> make_plan(int device, const Tensor& a, bool ta, cons
   GT_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(plan->op.get(), CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
   GT_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(plan->op.get(), CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
   // cuBLASLt computes D (n × m, column-major) = op(A) (n × k) · op(B) (k × m) with A = b and B = a.
-  make_layout(plan->lt_a, type, b);
-  make_layout(plan->lt_b, type, a);
+  make_layout(plan->lt_a, operand_type, b);
+  make_layout(plan->lt_b, operand_type, a);
   make_layout(plan->lt_c, type, c);
 
   LtPreference pref;
@@ -90,14 +103,53 @@ std::unique_ptr<MatmulPlan> make_plan(int device, const Tensor& a, bool ta, cons
       plan->workspace = results[i].workspaceSize;
       return plan;
     }
-  throw Error(
-      fmt::format("cuBLASLt has no {} matmul algorithm for {}{} · {}{} → {} with operands aligned to {}/{}/{} "
-                  "bytes on cuda:{}: {}",
-                  dtype_name(c.dtype()), a.shape().str(), ta ? "ᵀ" : "", b.shape().str(), tb ? "ᵀ" : "",
-                  c.shape().str(), align[0], align[1], align[2], device, cublasGetStatusString(status)));
+  throw Error(fmt::format(
+      "cuBLASLt has no {}{} matmul algorithm for {}{} · {}{} → {} with operands aligned to {}/{}/{} "
+      "bytes on cuda:{}: {}",
+      dtype_name(c.dtype()), half ? (*half == HalfFormat::bf16 ? " (bf16 operands)" : " (fp16 operands)") : "",
+      a.shape().str(), ta ? "ᵀ" : "", b.shape().str(), tb ? "ᵀ" : "", c.shape().str(), align[0], align[1], align[2],
+      device, cublasGetStatusString(status)));
 }
 
 constexpr int kThreads = 256;
+
+// out[i] = in[i] rounded to nearest even in the 16-bit type H (__nv_bfloat16 or __half): a half product's operand.
+template <class H>
+__global__ void to_half_kernel(const float* __restrict__ in, H* __restrict__ out, int64_t n) {
+  for (int64_t i = global_index(); i < n; i += grid_stride()) {
+    if constexpr (std::is_same_v<H, __nv_bfloat16>)
+      out[i] = __float2bfloat16_rn(in[i]);
+    else
+      out[i] = __float2half_rn(in[i]);
+  }
+}
+
+// A 16-bit copy of an f32 operand, in scratch from the caching allocator. The block goes back when the product is
+// queued: every user of the allocator runs on the same stream (allocator.h), so a later kernel that is handed it
+// runs after the product has read it.
+class HalfOperand {
+ public:
+  HalfOperand(const Tensor& t, HalfFormat format) : m_device(t.device().index) {
+    const int64_t n = t.numel();
+    m_ptr = device_alloc(m_device, static_cast<size_t>(n) * 2);
+    const cudaStream_t s = stream(m_device);
+    const auto* in = static_cast<const float*>(t.raw());
+    if (format == HalfFormat::bf16)
+      to_half_kernel<__nv_bfloat16>
+          <<<grid_for(n, kThreads), kThreads, 0, s>>>(in, static_cast<__nv_bfloat16*>(m_ptr), n);
+    else
+      to_half_kernel<__half><<<grid_for(n, kThreads), kThreads, 0, s>>>(in, static_cast<__half*>(m_ptr), n);
+    GT_CHECK_LAUNCH();
+  }
+  ~HalfOperand() { device_free(m_device, m_ptr); }
+  HalfOperand(const HalfOperand&) = delete;
+  HalfOperand& operator=(const HalfOperand&) = delete;
+  const void* get() const { return m_ptr; }
+
+ private:
+  int m_device;
+  void* m_ptr = nullptr;
+};
 // Column sums: a block is 32 columns (one warp wide, so each row's read is coalesced) × kColRows row lanes.
 constexpr int kColRows = 16;
 
@@ -157,20 +209,32 @@ void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, doubl
     GT_CHECK(beta == 0 || beta == 1, "matmul with k = 0 supports beta 0 or 1, got {}", beta);
     return;
   }
-  const std::array<int64_t, 3> align{alignment_of(a.raw()), alignment_of(b.raw()), alignment_of(c.raw())};
+  // bf16/fp16: both operands as 16-bit copies (f32 tensors only; f64 products stay f64, as on the CPU). A weight is
+  // converted at each product that reads it (three times per micro-batch for a dense layer's w), where the CPU keeps
+  // one rounded copy per scope: the conversion reads 4 and writes 2 bytes per element, small against the product.
+  const std::optional<HalfFormat> half = is_f64(c) ? std::nullopt : half_format(product_precision());
+  std::optional<HalfOperand> half_a, half_b;
+  if (half) {
+    half_a.emplace(a, *half);
+    half_b.emplace(b, *half);
+  }
+  const void* pa = half ? half_a->get() : a.raw();
+  const void* pb = half ? half_b->get() : b.raw();
+  const std::array<int64_t, 3> align{alignment_of(pa), alignment_of(pb), alignment_of(c.raw())};
   // Leaked on purpose: destroying descriptors during static destruction could run after the libraries unloaded.
-  static auto* cache = new PlanCache<12, MatmulPlan>;
+  static auto* cache = new PlanCache<13, MatmulPlan>;
   const bool tf32 = !is_f64(c) && product_precision() == Precision::tf32;
-  const PlanCache<12, MatmulPlan>::Key key{device,    m,         n,        k,        ta,       tb,
-                                           is_f64(c), beta != 0, align[0], align[1], align[2], tf32};
+  const int64_t half_key = half ? 1 + static_cast<int64_t>(*half) : 0;
+  const PlanCache<13, MatmulPlan>::Key key{device,    m,        n,        k,        ta,   tb,      is_f64(c),
+                                           beta != 0, align[0], align[1], align[2], tf32, half_key};
   const MatmulPlan& plan =
-      cache->get(key, PlanFamily::matmul, [&] { return make_plan(device, a, ta, b, tb, c, align, tf32); });
+      cache->get(key, PlanFamily::matmul, [&] { return make_plan(device, a, ta, b, tb, c, align, tf32, half); });
 
   const bool f64 = is_f64(c);
   const HostScalar alpha_s(1.0, f64), beta_s(beta, f64);
   void* ws = plan.workspace ? workspace(device, plan.workspace) : nullptr;
   // C and D are the same tensor with the same layout (in place); with beta = 0 cuBLASLt does not read C.
-  GT_CHECK_CUBLAS(cublasLtMatmul(lt_handle(device), plan.op.get(), alpha_s.ptr(), b.raw(), plan.lt_a.get(), a.raw(),
+  GT_CHECK_CUBLAS(cublasLtMatmul(lt_handle(device), plan.op.get(), alpha_s.ptr(), pb, plan.lt_a.get(), pa,
                                  plan.lt_b.get(), beta_s.ptr(), c.raw(), plan.lt_c.get(), c.raw(), plan.lt_c.get(),
                                  &plan.algo, ws, plan.workspace, stream(device)));
 }
