@@ -273,21 +273,42 @@ TEST_CASE("SIGTERM to one rank stops all at one step with a checkpoint, and a st
     CHECK(waited < 30);
     CHECK_THAT(log, Catch::Contains("rank 1"));  // mpirun names the rank that died
   }
-  SECTION("Ctrl-C to mpirun stops every rank cleanly") {
+  SECTION("Ctrl-C to mpirun ends the job with a checkpoint to resume from") {
+    // Open MPI 4.1's mpirun, on SIGINT, sends SIGCONT, waits odls_base_sigkill_timeout (1 s), sends SIGTERM, waits
+    // again and kills. The ranks then stop together at one step (the flag travels with the step's sums) — unless
+    // mpirun's teardown of the job has already stalled their collectives (seen here, at random, a few hundred ms in:
+    // one rank in the step's sums, the other in the gradients' all-reduce), in which case the kill ends them. Either
+    // way the job ends at once and the newest checkpoint is whole: a run resumes from it.
     const pid_t job = start_two_ranks(dir / "c.yaml", dir / "int", dir / "log");
     REQUIRE(wait_for_file(dir / "int/checkpoints/latest", 60));
-    kill(job, SIGINT);  // what a terminal sends mpirun; it passes SIGTERM on to the ranks
+    const auto t0 = std::chrono::steady_clock::now();
+    kill(job, SIGINT);  // what a terminal sends mpirun
     int status = 0;
     waitpid(job, &status, 0);
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const std::string log = read_text(dir / "log");
     INFO(log);
     CHECK(WIFEXITED(status));
-    CHECK_THAT(log, Catch::Contains("received: stopping after step"));
-    const std::string summary = read_text(dir / "int/summary.json");
-    CHECK(json_string(summary, "exit_reason") == "interrupted");
-    const auto steps = json_number(summary, "steps");
-    REQUIRE(steps.has_value());
-    CHECK(fs::exists(dir / fmt::format("int/checkpoints/step-{}", static_cast<int64_t>(*steps))));
+    CHECK(waited < 30);
+    if (log.find("received: stopping after step") != std::string::npos) {  // the clean stop
+      const std::string summary = read_text(dir / "int/summary.json");
+      CHECK(json_string(summary, "exit_reason") == "interrupted");
+      const auto steps = json_number(summary, "steps");
+      REQUIRE(steps.has_value());
+      CHECK(fs::exists(dir / fmt::format("int/checkpoints/step-{}", static_cast<int64_t>(*steps))));
+    } else {
+      WARN("mpirun killed the ranks before their coordinated stop (Open MPI's teardown stalled them)");
+    }
+    // One process resumes from the newest checkpoint and takes two more steps.
+    const std::string latest = read_text(dir / "int/checkpoints/latest");
+    const int64_t at = std::stoll(latest.substr(latest.find('-') + 1));
+    const int resumed = std::system(fmt::format("{} train {} --threads 1 --quiet --resume auto --max-steps {} --out {} "
+                                                "> {} 2>&1",
+                                                GT_BINARY, dir / "c.yaml", at + 2, dir / "int", dir / "resume.log")
+                                        .c_str());
+    INFO(read_text(dir / "resume.log"));
+    CHECK(WEXITSTATUS(resumed) == 0);
+    CHECK(json_number(read_text(dir / "int/summary.json"), "steps").value_or(0) == at + 2);
   }
   SECTION("SIGTERM to one rank stops both at the same step") {
     const pid_t job = start_two_ranks(dir / "c.yaml", dir / "term", dir / "log");
