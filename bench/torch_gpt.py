@@ -21,6 +21,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from torch_amp import PRECISIONS, Amp
+
 
 class Block(nn.Module):
     def __init__(self, c, heads, block):
@@ -89,7 +91,9 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--device", default="cpu", help="cpu or cuda (fp32, PyTorch's default math modes)")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--precision", default="fp32", choices=PRECISIONS,
+                    help="fp32: PyTorch's default math modes; tf32, bf16, fp16: bench/torch_amp.py")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)
@@ -101,6 +105,7 @@ def main():
     model = GPT(args.vocab, args.block, args.layers, args.heads, args.channels).to(dev)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     other = [p for p in model.parameters() if p.dim() < 2]
+    amp = Amp(args.precision, dev)
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
                             lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
     rng = np.random.default_rng(1)
@@ -113,17 +118,17 @@ def main():
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
         win = torch.from_numpy(np.stack([tokens[s:s + t + 1] for s in starts[step]])).to(dev)
-        logits = model(win[:, :-1])
-        loss = F.cross_entropy(logits.reshape(-1, args.vocab), win[:, 1:].reshape(-1))
+        with amp.autocast():
+            logits = model(win[:, :-1])
+            loss = F.cross_entropy(logits.reshape(-1, args.vocab), win[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        amp.step(loss, opt, model.parameters(), clip=1.0)
     final_loss = loss.item()  # waits for the device
     seconds = time.perf_counter() - t0
     peak = torch.cuda.max_memory_allocated() / 2**20 if dev.type == "cuda" else None
     print(json.dumps({"tokens_per_sec": args.steps * args.batch * t / seconds, "loss": final_loss,
-                      "torch": torch.__version__, "threads": args.threads, "peak_mem_mib": peak}))
+                      "torch": torch.__version__, "threads": args.threads, "peak_mem_mib": peak,
+                      "precision": args.precision}))
 
 
 if __name__ == "__main__":

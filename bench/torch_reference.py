@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """PyTorch side of the throughput benchmarks: the same model, optimizer and batch as a gputrain config,
 training loop only (data already in memory as tensors — on the GPU with --device cuda — shuffled per epoch), eager
-mode, fp32 with PyTorch's default math modes (no TF32 for matrix products).
+mode, fp32 with PyTorch's default math modes (no TF32 for matrix products) unless --precision says otherwise
+(tf32, or bf16/fp16 with torch.autocast and, for fp16, a GradScaler: bench/torch_amp.py).
 
 Prints one JSON line: {"model", "threads", "device", "samples_per_sec", "steps", "seconds", "peak_mem_mib"}.
 """
@@ -11,6 +12,8 @@ import time
 
 import torch
 import torch.nn as nn
+
+from torch_amp import PRECISIONS, Amp
 
 
 def mlp():
@@ -38,12 +41,14 @@ def main():
     ap.add_argument("--samples", type=int, default=60000)
     ap.add_argument("--eval", action="store_true", help="inference throughput (no_grad, eval mode) instead")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--precision", default="fp32", choices=PRECISIONS)
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)
     dev = torch.device(args.device)
     model = MODELS[args.model]().to(dev)
+    amp = Amp(args.precision, dev)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     # Random pixels in [0, 1] stand in for Fashion-MNIST: throughput does not depend on the values.
@@ -55,9 +60,9 @@ def main():
         idx = perm[(i * args.batch) % (args.samples - args.batch):][:args.batch]
         x, y = x_all[idx], y_all[idx]
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        opt.step()
+        with amp.autocast():
+            loss = loss_fn(model(x), y)
+        amp.step(loss, opt)
         return loss
 
     if args.eval:
@@ -65,7 +70,7 @@ def main():
 
         def step(i):  # noqa: F811 - inference replaces the training step
             idx = perm[(i * args.batch) % (args.samples - args.batch):][:args.batch]
-            with torch.no_grad():
+            with torch.no_grad(), amp.autocast():
                 return model(x_all[idx]).sum()
 
     for i in range(args.warmup):
@@ -78,7 +83,7 @@ def main():
     peak = torch.cuda.max_memory_allocated(dev) / 2**20 if dev.type == "cuda" else None
     print(json.dumps({"model": args.model, "threads": args.threads, "device": args.device,
                       "samples_per_sec": args.steps * args.batch / dt, "steps": args.steps, "seconds": dt,
-                      "peak_mem_mib": peak, "torch": torch.__version__}))
+                      "peak_mem_mib": peak, "torch": torch.__version__, "precision": args.precision}))
 
 
 if __name__ == "__main__":
