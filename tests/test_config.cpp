@@ -624,3 +624,24 @@ TEST_CASE("train.cuda_graphs on a machine without a GPU ends the run before it s
   CHECK_THAT(r.output, Catch::Contains("train.cuda_graphs: CUDA graphs need a GPU, and this run is on cpu"));
   CHECK_FALSE(std::filesystem::exists(dir / "run"));  // refused before the run directory
 }
+
+TEST_CASE("gputrain check refuses train.cuda_graphs with dropout and says what it drops", "[config][cpu]") {
+  TempDir dir;
+  // device: cuda is accepted by the config and by check, which needs no GPU; 64 samples in batches of 24 leave 16.
+  std::string yaml = std::string(kBase).replace(std::string(kBase).find("train: {epochs: 1}"), 18,
+                                                "train: {epochs: 1, cuda_graphs: true}\ndevice: cuda");
+  yaml.replace(yaml.find("batch_size: 16"), 14, "batch_size: 24");
+  write_text(dir / "ok.yaml", yaml);
+  const CommandResult ok = run_gputrain("check " + dir / "ok.yaml");
+  INFO(ok.output);
+  CHECK(ok.exit_code == 0);
+  CHECK_THAT(ok.output, Catch::Contains("train.cuda_graphs: on one GPU, the step is captured into a CUDA graph after "
+                                        "3 warm-up steps and replayed; the last 16 samples of each epoch's order are "
+                                        "dropped"));
+  yaml.replace(yaml.find("    - relu\n"), 11, "    - relu\n    - {type: dropout, p: 0.2}\n");
+  write_text(dir / "dropout.yaml", yaml);
+  const CommandResult bad = run_gputrain("check " + dir / "dropout.yaml");
+  INFO(bad.output);
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.output, Catch::Contains("train.cuda_graphs: layer layers.2 (dropout) draws its dropout masks"));
+}

@@ -131,14 +131,20 @@ void check_cuda_graphs_run(const Experiment& exp, Device device, const std::stri
     key.fail(fmt::format("CUDA graphs capture one rank's step; this run has {} ranks (the NCCL all-reduce of several "
                          "is not captured yet): run one process, or cuda_graphs: false",
                          world));
-  for (const GraphNode& node : model.nodes())
-    if (node.layer->keyed_by_step())
-      key.fail(fmt::format("layer {} ({}) draws its dropout masks from the step number the host passes each step, "
-                           "which a captured graph would freeze: set its dropout to 0, or cuda_graphs: false",
-                           node.name, node.type));
+  check_graph_layers(exp, model);
 }
 
 }  // namespace
+
+void check_graph_layers(const Experiment& exp, const Model& model) {
+  if (!exp.train.cuda_graphs) return;
+  for (const GraphNode& node : model.nodes())
+    if (node.layer->keyed_by_step())
+      exp.root["train"]["cuda_graphs"].fail(
+          fmt::format("layer {} ({}) draws its dropout masks from the step number the host passes each step, which "
+                      "a captured graph would freeze: set its dropout to 0, or cuda_graphs: false",
+                      node.name, node.type));
+}
 
 RunSetup::RunSetup(const Experiment& exp, const RunOptions& opts, const WorkerPlacement& where) {
   threads = opts.threads > 0 ? opts.threads : static_cast<int>(std::thread::hardware_concurrency());
