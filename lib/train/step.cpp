@@ -228,9 +228,9 @@ void StepLoop::capture_step(double lr, double max_norm, int64_t step, int64_t sa
   // Before the capture: the update's hyperparameters (the capture records the update that reads them).
   m_optimizer.stage_hyper(lr);
   CaptureSpans spans;
+  m_graph->begin_capture();
   m_model.set_profiler(&spans);
   m_optimizer.set_capturing(true);
-  m_graph->begin_capture();
   try {
     m_stats.zero_();
     {
