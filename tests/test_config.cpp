@@ -576,8 +576,8 @@ TEST_CASE("train.cuda_graphs is refused where a step cannot be captured, naming 
   auto graphs = [](const std::string& train) { return with("train: {epochs: 1}", "train: {" + train + "}"); };
   SECTION("accepted on a GPU device (checked against the hardware when the run starts)") {
     const auto y = with("seed: 3", "seed: 3\ndevice: cuda");
-    const Experiment exp = parse_experiment(ConfigNode::load_string(
-        y.substr(0, y.find("train:")) + "train: {epochs: 1, cuda_graphs: true}\n", "t.yaml"));
+    const Experiment exp = parse_experiment(
+        ConfigNode::load_string(y.substr(0, y.find("train:")) + "train: {epochs: 1, cuda_graphs: true}\n", "t.yaml"));
     CHECK(exp.train.cuda_graphs);
     CHECK_FALSE(parse_experiment(ConfigNode::load_string(kBase, "t.yaml")).train.cuda_graphs);  // the default
   }

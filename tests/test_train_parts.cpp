@@ -155,9 +155,9 @@ TEST_CASE("train.cuda_graphs plans full batches only: an epoch's last partial ba
   CHECK(s.per_epoch == 3);
   CHECK(s.total_steps == 9);
   // Without it the partial batch is a step of its own.
-  CHECK(plan_steps(parse_experiment(apply_override(ConfigNode::load_string(kPartsConfig, "parts.yaml"),
-                                                   "train.accumulate=1")),
-                   loader, data.train, 1)
+  CHECK(plan_steps(
+            parse_experiment(apply_override(ConfigNode::load_string(kPartsConfig, "parts.yaml"), "train.accumulate=1")),
+            loader, data.train, 1)
             .micro_per_epoch == 4);
 }
 

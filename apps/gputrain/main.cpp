@@ -220,11 +220,12 @@ int cmd_check(const ConfigArgs& a, bool json, int64_t world) {
   if (world > 0) fmt::print("{}{}", gt::rank_shares_report(shares, world, exp.dist.zero), advice);
   if (exp.train.cuda_graphs) {
     const int64_t dropped = data.train.size() % exp.data.batch_size;
-    fmt::print("\ntrain.cuda_graphs: on one GPU, the step is captured into a CUDA graph after {} warm-up steps and "
-               "replayed; {}\n",
-               gt::StepLoop::kGraphWarmup,
-               dropped ? fmt::format("the last {} samples of each epoch's order are dropped (a partial batch)", dropped)
-                       : std::string("every batch is full, none is dropped"));
+    fmt::print(
+        "\ntrain.cuda_graphs: on one GPU, the step is captured into a CUDA graph after {} warm-up steps and "
+        "replayed; {}\n",
+        gt::StepLoop::kGraphWarmup,
+        dropped ? fmt::format("the last {} samples of each epoch's order are dropped (a partial batch)", dropped)
+                : std::string("every batch is full, none is dropped"));
   }
   return 0;
 }

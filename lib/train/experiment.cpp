@@ -63,20 +63,23 @@ void check_run_name(const ConfigNode& n, const std::string& name) {
 void check_cuda_graphs(const Experiment& exp) {
   if (!exp.train.cuda_graphs) return;
   const ConfigNode key = exp.root["train"]["cuda_graphs"];
-  const bool all_cpu = exp.devices.empty() ? exp.device == "cpu"
-                                           : std::count(exp.devices.begin(), exp.devices.end(), "cpu") > 0;
+  const bool all_cpu =
+      exp.devices.empty() ? exp.device == "cpu" : std::count(exp.devices.begin(), exp.devices.end(), "cpu") > 0;
   if (all_cpu) key.fail("CUDA graphs need a GPU, and device is cpu (set device: cuda, or cuda_graphs: false)");
   if (exp.devices.size() > 1)
-    key.fail(fmt::format("CUDA graphs capture one device's step; device lists {} devices (the gradient all-reduce "
-                         "over several is not captured)",
-                         exp.devices.size()));
+    key.fail(
+        fmt::format("CUDA graphs capture one device's step; device lists {} devices (the gradient all-reduce "
+                    "over several is not captured)",
+                    exp.devices.size()));
   if (exp.train.accumulate > 1)
-    key.fail(fmt::format("train.accumulate: {} copies a batch between the micro-batches of a step, which a captured "
-                         "step cannot do (use accumulate: 1 with a larger data.batch_size)",
-                         exp.train.accumulate));
+    key.fail(
+        fmt::format("train.accumulate: {} copies a batch between the micro-batches of a step, which a captured "
+                    "step cannot do (use accumulate: 1 with a larger data.batch_size)",
+                    exp.train.accumulate));
   if (exp.train.profile_steps > 0)
-    key.fail("train.profile times each layer from the host, which a captured step cannot do (profile without "
-             "cuda_graphs)");
+    key.fail(
+        "train.profile times each layer from the host, which a captured step cannot do (profile without "
+        "cuda_graphs)");
 }
 
 }  // namespace

@@ -128,9 +128,10 @@ void check_cuda_graphs_run(const Experiment& exp, Device device, const std::stri
   if (!device.is_cuda())
     key.fail(fmt::format("CUDA graphs need a GPU, and this run is on {} ({})", device.str(), device_reason));
   if (world > 1)
-    key.fail(fmt::format("CUDA graphs capture one rank's step; this run has {} ranks (the NCCL all-reduce of several "
-                         "is not captured yet): run one process, or cuda_graphs: false",
-                         world));
+    key.fail(
+        fmt::format("CUDA graphs capture one rank's step; this run has {} ranks (the NCCL all-reduce of several "
+                    "is not captured yet): run one process, or cuda_graphs: false",
+                    world));
   check_graph_layers(exp, model);
 }
 

@@ -160,9 +160,10 @@ StepLoop::StepLoop(const Experiment& exp, RunSetup& setup, const StepPlan& plan,
   if (exp.train.cuda_graphs) {  // (RunSetup has refused what cannot be captured)
     m_graph = std::make_unique<StepGraph>(m_device);
     m_optimizer.hyper_on_device();  // the warm-up steps too: the replayed update reads them the same way
-    spdlog::info("train.cuda_graphs: the step is captured into one CUDA graph after {} warm-up steps and replayed; "
-                 "the last partial batch of each epoch is dropped",
-                 kGraphWarmup);
+    spdlog::info(
+        "train.cuda_graphs: the step is captured into one CUDA graph after {} warm-up steps and replayed; "
+        "the last partial batch of each epoch is dropped",
+        kGraphWarmup);
   }
   // Last, so that a constructor that throws leaves no hook into this object behind.
   if (m_grad_sync) m_model.set_grad_ready_hook([this](size_t node) { m_grad_sync->node_done(node); });

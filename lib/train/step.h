@@ -3,10 +3,10 @@
 #pragma once
 
 #include "core/noncopyable.h"
+#include "core/span_timer.h"
 #include "data/batch_stager.h"
 #include "dist/comm.h"
 #include "dist/grad_sync.h"
-#include "core/span_timer.h"
 #include "ops/stream.h"
 #include "train/checkpoint.h"
 #include "train/experiment.h"

@@ -2,8 +2,8 @@
 #include "ops/stream.h"
 
 #include "core/error.h"
-#include "ops/cuda/allocator.h"
 #include "core/tensor.h"
+#include "ops/cuda/allocator.h"
 #include "ops/cuda/context.h"
 #include "ops/cuda/cuda_check.h"
 
@@ -169,17 +169,18 @@ void StepGraph::end_capture(const std::string& last_op) {
   if (ended != cudaSuccess || !graph) {
     cudaGetLastError();
     if (graph) cudaGraphDestroy(graph);
-    throw Error(fmt::format("train.cuda_graphs: the step could not be captured into a CUDA graph: {} broke the "
-                            "capture ({}); run with cuda_graphs: false",
-                            last_op, cudaGetErrorString(ended)));
+    throw Error(
+        fmt::format("train.cuda_graphs: the step could not be captured into a CUDA graph: {} broke the "
+                    "capture ({}); run with cuda_graphs: false",
+                    last_op, cudaGetErrorString(ended)));
   }
   cudaGraphExec_t exec = nullptr;
   const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
   cudaGraphDestroy(graph);  // the executable graph keeps what it needs
   if (made != cudaSuccess) {
     cudaGetLastError();
-    throw Error(fmt::format("train.cuda_graphs: the captured step could not be instantiated: {}",
-                            cudaGetErrorString(made)));
+    throw Error(
+        fmt::format("train.cuda_graphs: the captured step could not be instantiated: {}", cudaGetErrorString(made)));
   }
   m_exec = exec;
 }
