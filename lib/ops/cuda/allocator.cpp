@@ -138,6 +138,16 @@ void end_graph_pool(int device) {
   pool(device).capturing = false;
 }
 
+void release_graph_pool(int device) {
+  std::lock_guard lock(g_mutex);
+  Pool& p = pool(device);
+  for (auto& [size, blocks] : p.graph_free) p.free[size].insert(p.free[size].end(), blocks.begin(), blocks.end());
+  p.graph_free.clear();
+  p.graph_owned.clear();
+  p.graph_bytes = 0;
+  p.capturing = false;
+}
+
 size_t graph_pool_bytes(int device) {
   std::lock_guard lock(g_mutex);
   return pool(device).graph_bytes;

@@ -30,6 +30,9 @@ void release_cached(int device);
 /// one compute stream, so in stream order, as the graph runs them). Outside a capture everything else is as before.
 void begin_graph_pool(int device);
 void end_graph_pool(int device);
+/// The graph is gone (destroyed, or its capture abandoned): its blocks are ordinary again, the free ones back in the
+/// general cache (work a last replay queued still runs first, in stream order). One graph per device at a time.
+void release_graph_pool(int device);
 /// Blocks (and bytes) the graph pool of `device` holds, in use or free.
 size_t graph_pool_bytes(int device);
 

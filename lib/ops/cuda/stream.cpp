@@ -146,12 +146,12 @@ void StepGraph::begin_capture() {
   GT_CHECK(!m_capturing, "a step capture is under way already");
   reset();
   const cudaStream_t s = cuda::stream(m_device.index);  // makes the device current
-  // Everything queued so far (the batch's copy, the hyperparameters) must not become part of the graph: it is
-  // queued before the capture starts, and the capture only records.
+  // (Work queued before this, the batch's copy and the hyperparameters' write, is no part of the graph: a capture
+  // records only what is queued after it begins.)
   cuda::begin_graph_pool(m_device.index);
   const cudaError_t status = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
   if (status != cudaSuccess) {
-    cuda::end_graph_pool(m_device.index);
+    cuda::release_graph_pool(m_device.index);
     cudaGetLastError();
     throw Error(fmt::format("train.cuda_graphs: capturing the step on {} could not start: {}", m_device.str(),
                             cudaGetErrorString(status)));
@@ -169,6 +169,7 @@ void StepGraph::end_capture(const std::string& last_op) {
   if (ended != cudaSuccess || !graph) {
     cudaGetLastError();
     if (graph) cudaGraphDestroy(graph);
+    cuda::release_graph_pool(m_device.index);
     throw Error(
         fmt::format("train.cuda_graphs: the step could not be captured into a CUDA graph: {} broke the "
                     "capture ({}); run with cuda_graphs: false",
@@ -179,6 +180,7 @@ void StepGraph::end_capture(const std::string& last_op) {
   cudaGraphDestroy(graph);  // the executable graph keeps what it needs
   if (made != cudaSuccess) {
     cudaGetLastError();
+    cuda::release_graph_pool(m_device.index);
     throw Error(
         fmt::format("train.cuda_graphs: the captured step could not be instantiated: {}", cudaGetErrorString(made)));
   }
@@ -192,7 +194,7 @@ void StepGraph::abandon_capture() noexcept {
   cudaGraph_t graph = nullptr;
   if (cudaStreamEndCapture(cuda::stream(m_device.index), &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
   cudaGetLastError();  // the error that interrupted the capture has been reported by the caller's exception
-  cuda::end_graph_pool(m_device.index);
+  cuda::release_graph_pool(m_device.index);  // no graph came of it
 }
 
 void StepGraph::launch() {
@@ -202,9 +204,11 @@ void StepGraph::launch() {
 
 void StepGraph::reset() {
   if (!m_exec) return;
-  // Destroying an executable graph while a launch of it is queued is allowed: the launch completes first.
+  // Destroying an executable graph while a launch of it is queued is allowed: the launch completes first, and so
+  // does it before any later work on the stream that is handed the pool's blocks.
   if (cudaSetDevice(m_device.index) == cudaSuccess) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(m_exec));
   m_exec = nullptr;
+  cuda::release_graph_pool(m_device.index);
 }
 
 }  // namespace gt
