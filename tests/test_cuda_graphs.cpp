@@ -6,9 +6,12 @@
 #include "cuda_helpers.h"
 #include "helpers.h"
 #include "ops/cuda/allocator.h"
+#include "ops/stream.h"
+#include "optim/optimizer.h"
 
 #include <catch2/catch.hpp>
 
+#include <cstring>
 #include <regex>
 #include <string>
 #include <vector>
@@ -95,7 +98,59 @@ void require_graph_run_matches(const std::string& yaml, const std::string& extra
   CHECK(read_text(dir / "plain/model.safetensors") == read_text(dir / "graph/model.safetensors"));
 }
 
+// Two parameters on the GPU with fixed seeded values and gradients.
+std::vector<Param> graph_test_params() {
+  std::vector<Param> out;
+  uint64_t seed = 40;
+  for (const Shape& shape : {Shape{300, 7}, Shape{70001}}) {  // the second spans two of the kernels' chunks
+    out.push_back(Param{"p", to_cuda(seeded(shape, seed)), to_cuda(seeded(shape, seed + 1, -0.5, 0.5))});
+    seed += 2;
+  }
+  return out;
+}
+
 }  // namespace
+
+TEST_CASE("a captured optimizer update replays with each step's own learning rate and step count", "[cuda]") {
+  require_gpu();
+  // The learning rate (and Adam's bias corrections, SGD's first step) change every step: the replayed kernel must
+  // read them from the device buffer stage_step writes, not the values baked into the capture.
+  const std::vector<double> lrs = {0.1, 0.03, 0.2, 0.07, 0.011};
+  for (const OptimizerType type : {OptimizerType::sgd, OptimizerType::adamw}) {
+    INFO(to_string(type));
+    OptimizerConfig cfg;
+    cfg.type = type;
+    cfg.momentum = 0.9;
+    cfg.weight_decay = 0.01;
+    std::vector<Param> plain = graph_test_params(), graphed = graph_test_params();
+    std::vector<Param*> plain_ptrs, graphed_ptrs;
+    for (Param& p : plain) plain_ptrs.push_back(&p);
+    for (Param& p : graphed) graphed_ptrs.push_back(&p);
+    auto op_by_op = make_optimizer(cfg, plain_ptrs);  // hyperparameters as kernel arguments
+    auto replayed = make_optimizer(cfg, graphed_ptrs);
+    replayed->hyper_on_device();
+    const Tensor stats = Tensor::zeros(Shape{kStepStats}, DType::f64, Device::cuda(0));  // finite: the gate is open
+    for (double lr : lrs) op_by_op->step(lr, stats, 0.5);
+    replayed->step(lrs[0], stats, 0.5);  // a warm-up step makes the group's device table (host work)
+    StepGraph graph(Device::cuda(0));
+    replayed->stage_hyper(lrs[1]);
+    graph.begin_capture();
+    replayed->set_capturing(true);
+    replayed->step(lrs[1], stats, 0.5);
+    replayed->set_capturing(false);
+    graph.end_capture("the optimizer update");
+    graph.launch();
+    for (size_t i = 2; i < lrs.size(); ++i) {
+      replayed->stage_step(lrs[i]);
+      graph.launch();
+    }
+    CHECK(replayed->steps_taken() == op_by_op->steps_taken());
+    for (size_t i = 0; i < plain.size(); ++i) {
+      const Tensor a = to_host(plain[i].value), b = to_host(graphed[i].value);
+      CHECK(std::memcmp(a.raw(), b.raw(), a.bytes()) == 0);  // bit for bit
+    }
+  }
+}
 
 TEST_CASE("a captured MLP run with SGD matches the uncaptured one bit for bit, lr changing every step", "[cuda]") {
   require_gpu();
