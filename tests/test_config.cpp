@@ -1,6 +1,7 @@
 // Config validation: each class of error names the key path and the YAML line and column; --set overrides.
 #include "core/json_read.h"
 #include "graph/model.h"
+#include "ops/devices.h"
 #include "train/config_schema.h"
 #include "train/experiment.h"
 #include "train/loss.h"
@@ -10,6 +11,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -567,4 +569,79 @@ TEST_CASE("the config schema is JSON whose keys are the ones the parsers accept,
                                     [&](const JsonValue& v) { return v.string == spec.type; });
     CHECK(listed == !needs_args);
   }
+}
+
+TEST_CASE("train.cuda_graphs is refused where a step cannot be captured, naming the key and its line",
+          "[config][cpu]") {
+  auto graphs = [](const std::string& train) { return with("train: {epochs: 1}", "train: {" + train + "}"); };
+  SECTION("accepted on a GPU device (checked against the hardware when the run starts)") {
+    const auto y = with("seed: 3", "seed: 3\ndevice: cuda");
+    const Experiment exp = parse_experiment(
+        ConfigNode::load_string(y.substr(0, y.find("train:")) + "train: {epochs: 1, cuda_graphs: true}\n", "t.yaml"));
+    CHECK(exp.train.cuda_graphs);
+    CHECK_FALSE(parse_experiment(ConfigNode::load_string(kBase, "t.yaml")).train.cuda_graphs);  // the default
+  }
+  SECTION("on the CPU") {
+    const auto y = with("seed: 3", "seed: 3\ndevice: cpu");
+    const std::string yaml = y.substr(0, y.find("train:")) + "train: {epochs: 1, cuda_graphs: true}\n";
+    CHECK_THAT(error_of(yaml), Catch::StartsWith("train.cuda_graphs: CUDA graphs need a GPU, and device is cpu") &&
+                                   Catch::EndsWith(position_of(yaml, "true}")));
+  }
+  SECTION("on a list of devices") {
+    const auto y = with("seed: 3", "seed: 3\ndevice: [0, 1]");
+    const std::string yaml = y.substr(0, y.find("train:")) + "train: {epochs: 1, cuda_graphs: true}\n";
+    CHECK_THAT(error_of(yaml), Catch::StartsWith("train.cuda_graphs: CUDA graphs capture one device's step; device "
+                                                 "lists 2 devices"));
+  }
+  SECTION("with accumulation") {
+    const auto yaml = graphs("epochs: 1, accumulate: 2, cuda_graphs: true");
+    CHECK_THAT(error_of(yaml), Catch::StartsWith("train.cuda_graphs: train.accumulate: 2 copies a batch") &&
+                                   Catch::EndsWith(position_of(yaml, "true}")));
+  }
+  SECTION("with the profiler") {
+    const auto yaml = graphs("epochs: 1, profile: {start_step: 2, steps: 3}, cuda_graphs: true");
+    CHECK_THAT(error_of(yaml), Catch::StartsWith("train.cuda_graphs: train.profile times each layer from the host"));
+  }
+  SECTION("not a boolean") {
+    const auto yaml = graphs("epochs: 1, cuda_graphs: maybe");
+    CHECK_THAT(error_of(yaml), Catch::StartsWith("train.cuda_graphs: ") && Catch::EndsWith(position_of(yaml, "maybe")));
+  }
+}
+
+TEST_CASE("train.cuda_graphs on a machine without a GPU ends the run before it starts, exit 2", "[config][cpu]") {
+  // device: auto finds no GPU in this build or on this machine; with one it would train on it (the [cuda] tests').
+  if (!query_cuda().devices.empty()) {
+    WARN("not checked: a CUDA device is present, and device: auto takes it");
+    return;
+  }
+  TempDir dir;
+  const std::string yaml = std::string(kBase).replace(std::string(kBase).find("train: {epochs: 1}"), 18,
+                                                      "train: {epochs: 1, cuda_graphs: true}");
+  write_text(dir / "c.yaml", yaml);
+  const CommandResult r = run_gputrain("train " + dir / "c.yaml" + " --out " + dir / "run");
+  INFO(r.output);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.output, Catch::Contains("train.cuda_graphs: CUDA graphs need a GPU, and this run is on cpu"));
+  CHECK_FALSE(std::filesystem::exists(dir / "run"));  // refused before the run directory
+}
+
+TEST_CASE("gputrain check refuses train.cuda_graphs with dropout and says what it drops", "[config][cpu]") {
+  TempDir dir;
+  // device: cuda is accepted by the config and by check, which needs no GPU; 64 samples in batches of 24 leave 16.
+  std::string yaml = std::string(kBase).replace(std::string(kBase).find("train: {epochs: 1}"), 18,
+                                                "train: {epochs: 1, cuda_graphs: true}\ndevice: cuda");
+  yaml.replace(yaml.find("batch_size: 16"), 14, "batch_size: 24");
+  write_text(dir / "ok.yaml", yaml);
+  const CommandResult ok = run_gputrain("check " + dir / "ok.yaml");
+  INFO(ok.output);
+  CHECK(ok.exit_code == 0);
+  CHECK_THAT(ok.output, Catch::Contains("train.cuda_graphs: on one GPU, the step is captured into a CUDA graph after "
+                                        "3 warm-up steps and replayed; the last 16 samples of each epoch's order are "
+                                        "dropped"));
+  yaml.replace(yaml.find("    - relu\n"), 11, "    - relu\n    - {type: dropout, p: 0.2}\n");
+  write_text(dir / "dropout.yaml", yaml);
+  const CommandResult bad = run_gputrain("check " + dir / "dropout.yaml");
+  INFO(bad.output);
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.output, Catch::Contains("train.cuda_graphs: layer layers.2 (dropout) draws its dropout masks"));
 }

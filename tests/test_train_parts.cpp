@@ -143,6 +143,24 @@ TEST_CASE("steps are planned from the batch, accumulation, ranks and max_steps, 
   CHECK_THROWS_WITH(plan_steps(exp, loader, data.train, 4), Catch::Contains("fewer than one global batch (4 ranks"));
 }
 
+TEST_CASE("train.cuda_graphs plans full batches only: an epoch's last partial batch is dropped", "[cpu][train]") {
+  ConfigNode root = apply_override(ConfigNode::load_string(kPartsConfig, "parts.yaml"), "train.accumulate=1");
+  root = apply_override(root, "+train.cuda_graphs=true");
+  const Experiment exp = parse_experiment(root);
+  REQUIRE(exp.train.cuda_graphs);
+  const LoadedData data = load_data(exp);
+  Loader loader(data.train, exp.data.batch_size, /*shuffle=*/false, exp.seed);
+  const StepPlan s = plan_steps(exp, loader, data.train, 1);
+  CHECK(s.micro_per_epoch == 3);  // 10 samples: 3 + 3 + 3, the last 1 dropped
+  CHECK(s.per_epoch == 3);
+  CHECK(s.total_steps == 9);
+  // Without it the partial batch is a step of its own.
+  CHECK(plan_steps(
+            parse_experiment(apply_override(ConfigNode::load_string(kPartsConfig, "parts.yaml"), "train.accumulate=1")),
+            loader, data.train, 1)
+            .micro_per_epoch == 4);
+}
+
 TEST_CASE(
     "a step on the CPU reads its batches, updates the parameters and queues its verdict, and a non-finite "
     "one leaves them as they were",

@@ -20,6 +20,7 @@
 #include "train/runs.h"
 #include "train/setup.h"
 #include "train/signals.h"
+#include "train/step.h"
 #include "train/sweep.h"
 #include "train/trainer.h"
 
@@ -150,6 +151,7 @@ gt::Model checked_model(const gt::Experiment& exp, const gt::LoadedData& data) {
                                      exp.seed, /*init_params=*/false);
   model.check_batch(exp.data.batch_size, exp.root["data"]["batch_size"]);
   gt::apply_recompute(exp, model);
+  gt::check_graph_layers(exp, model);
   gt::check_loss_fits(exp.loss, model.output_shape(), data.train,
                       exp.root.has("loss") ? exp.root["loss"] : exp.root["model"]["layers"], &data.test);
   return model;
@@ -216,6 +218,15 @@ int cmd_check(const ConfigArgs& a, bool json, int64_t world) {
              data.test.size() ? fmt::format(", {} test samples", data.test.size()) : std::string(), exp.data.batch_size,
              gt::footprint_report(f, fit, model.edges()));
   if (world > 0) fmt::print("{}{}", gt::rank_shares_report(shares, world, exp.dist.zero), advice);
+  if (exp.train.cuda_graphs) {
+    const int64_t dropped = data.train.size() % exp.data.batch_size;
+    fmt::print(
+        "\ntrain.cuda_graphs: on one GPU, the step is captured into a CUDA graph after {} warm-up steps and "
+        "replayed; {}\n",
+        gt::StepLoop::kGraphWarmup,
+        dropped ? fmt::format("the last {} samples of each epoch's order are dropped (a partial batch)", dropped)
+                : std::string("every batch is full, none is dropped"));
+  }
   return 0;
 }
 

@@ -36,6 +36,13 @@ class ZeroOptimizer final : public Optimizer {
 
   using Optimizer::step;
   void step(double lr, const Tensor& stats, double max_norm) override;
+  // (train.cuda_graphs refuses several ranks; these keep the inner optimizer's hyperparameters where step puts them.)
+  void hyper_on_device() override { m_inner->hyper_on_device(); }
+  void set_capturing(bool on) override { m_inner->set_capturing(on); }
+  void stage_hyper(double lr) override {
+    m_inner->set_steps_taken(m_steps);
+    m_inner->stage_hyper(lr);
+  }
   void grad_norm_sq(Tensor& out, Tensor& per_param) override;
   std::vector<std::pair<std::string, Tensor*>> state() override;
   bool sharded() const override { return true; }

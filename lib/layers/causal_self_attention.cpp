@@ -82,6 +82,7 @@ class CausalSelfAttention final : public Layer {
   }
 
   bool decodes() const override { return true; }
+  bool keyed_by_step() const override { return m_dropout > 0; }
 
   YAML::Node resolved_args() const override {
     YAML::Node n(YAML::NodeType::Map);

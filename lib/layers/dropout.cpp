@@ -30,6 +30,7 @@ class Dropout final : public Layer {
       dx[0]->copy_from(dy);
   }
   bool decodes() const override { return true; }  // decoding is evaluation: the identity
+  bool keyed_by_step() const override { return m_p > 0; }
   YAML::Node resolved_args() const override {
     YAML::Node n(YAML::NodeType::Map);
     n["p"] = m_p;

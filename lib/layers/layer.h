@@ -97,6 +97,9 @@ class Layer {
   /// Elements of the tensors the layer holds for backward besides its output, for batches of up to `batch`
   /// (the normalisations' mean and inverse standard deviation).
   virtual int64_t workspace_numel(int64_t /*batch*/) const { return 0; }
+  /// Whether training draws from LayerContext::step (dropout's masks): a value the host passes each step, which a
+  /// captured CUDA graph would freeze at its capture's (train.cuda_graphs refuses such a layer).
+  virtual bool keyed_by_step() const { return false; }
 };
 
 /// One argument of a layer type, for validation and the generated config reference.

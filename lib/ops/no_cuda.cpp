@@ -45,6 +45,13 @@ void SideStream::join_compute() {}
 void SideStream::wait(const StreamEvent&) {}
 void SideStream::record(StreamEvent&) {}
 void SideStream::copy(Tensor&, const Tensor&) {}
+StepGraph::StepGraph(Device device) : m_device(device) { no_cuda(); }
+StepGraph::~StepGraph() = default;
+void StepGraph::begin_capture() { no_cuda(); }
+void StepGraph::end_capture(const std::string&) { no_cuda(); }
+void StepGraph::abandon_capture() noexcept {}
+void StepGraph::launch() { no_cuda(); }
+void StepGraph::reset() {}
 
 CudaInfo query_cuda() {
   CudaInfo info;

@@ -25,6 +25,10 @@ void scale_by(Tensor& x, const Tensor& scale);
 struct TensorGroup {
   std::vector<std::vector<Tensor>> rows;
   std::shared_ptr<void> device_table;
+  /// CUDA graphs (train.cuda_graphs): when defined, the CUDA step kernels read their SgdHyper or AdamHyper from
+  /// this device memory instead of the argument (the same values, written there before the step), so that a
+  /// replayed launch uses each step's own learning rate and bias corrections. The CPU never uses it.
+  Tensor hyper;
 };
 
 /// Adds Σ_rows Σ rows[r][column]² to out[0] and, when per_row (f64[rows]) is defined, each row's own sum to

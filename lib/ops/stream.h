@@ -7,6 +7,7 @@
 #include "core/noncopyable.h"
 
 #include <cstddef>
+#include <string>
 #include <vector>
 
 namespace gt {
@@ -76,6 +77,34 @@ class SideStream : NonCopyable {
   void* m_stream = nullptr;
   [[maybe_unused]] void* m_compute_done = nullptr;
   [[maybe_unused]] void* m_side_done = nullptr;
+};
+
+/// One training step's device work captured into a CUDA graph and replayed (train.cuda_graphs). Capture records
+/// what this thread queues on the device's compute stream between begin_capture and end_capture without running it;
+/// launch runs the whole of it again, with the same kernels on the same addresses (the allocator's graph pool,
+/// ops/cuda/allocator.h, keeps those addresses out of other tensors' hands). Whatever changes between steps must be
+/// written into device memory before launch. Throws gt::Error in a build without CUDA.
+class StepGraph : NonCopyable {
+ public:
+  explicit StepGraph(Device device);
+  ~StepGraph();
+  /// Starts capturing (thread-local mode: this thread may not synchronise with the device until end_capture).
+  void begin_capture();
+  /// Ends the capture and instantiates the graph. A capture that an operation broke throws gt::Error naming
+  /// `last_op`, the operation queued last before it (the caller's best knowledge of where it broke).
+  void end_capture(const std::string& last_op);
+  /// Ends a capture that an exception interrupted (no graph), so that the stream is usable again; never throws.
+  void abandon_capture() noexcept;
+  /// Queues one replay on the compute stream.
+  void launch();
+  bool ready() const { return m_exec != nullptr; }
+  /// Drops the graph (the next step captures again).
+  void reset();
+
+ private:
+  [[maybe_unused]] Device m_device;  // unused in builds without CUDA
+  void* m_exec = nullptr;            // cudaGraphExec_t
+  bool m_capturing = false;
 };
 
 }  // namespace gt

@@ -20,18 +20,13 @@ class Adam final : public Optimizer {
   }
 
   void step(double lr, const Tensor& stats, double max_norm) override {
-    const double t = static_cast<double>(m_steps + 1);
-    const AdamHyper h{lr,
-                      m_cfg.beta1,
-                      m_cfg.beta2,
-                      m_cfg.eps,
-                      m_cfg.weight_decay,
-                      1.0 - std::pow(m_cfg.beta1, t),
-                      std::sqrt(1.0 - std::pow(m_cfg.beta2, t)),
-                      m_cfg.type == OptimizerType::adamw};
+    const AdamHyper h = hyper(lr);
+    put_hyper(h);
     if (!m_group.rows.empty()) ops::adam_step_group(h, m_cfg.amsgrad, m_group, stats, max_norm);
     ++m_steps;
   }
+
+  void stage_hyper(double lr) override { put_hyper(hyper(lr)); }
 
   std::vector<std::pair<std::string, Tensor*>> state() override {
     std::vector<std::pair<std::string, Tensor*>> out;
@@ -44,6 +39,18 @@ class Adam final : public Optimizer {
   }
 
  private:
+  AdamHyper hyper(double lr) const {
+    const double t = static_cast<double>(m_steps + 1);
+    return {lr,
+            m_cfg.beta1,
+            m_cfg.beta2,
+            m_cfg.eps,
+            m_cfg.weight_decay,
+            1.0 - std::pow(m_cfg.beta1, t),
+            std::sqrt(1.0 - std::pow(m_cfg.beta2, t)),
+            m_cfg.type == OptimizerType::adamw};
+  }
+
   OptimizerConfig m_cfg;
   std::vector<Tensor> m_m, m_v, m_vmax;  // m_group's rows: value, grad, m, v, vmax
 };

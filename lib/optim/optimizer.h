@@ -42,6 +42,20 @@ class Optimizer {
   int64_t steps_taken() const { return m_steps; }
   /// Restores the step count of a checkpoint (Adam's bias corrections, SGD's first-step momentum).
   void set_steps_taken(int64_t steps) { m_steps = steps; }
+  /// train.cuda_graphs: from now on the CUDA update reads its hyperparameters (the learning rate, Adam's bias
+  /// corrections, SGD's first step) from device memory that each step writes first, so that a captured update
+  /// replays with every step's own values: the same numbers as the argument would pass, so the same updates.
+  virtual void hyper_on_device();
+  /// While a capture records the step: step() queues the update without writing the hyperparameters (a capture
+  /// cannot record a copy from the host's stack; stage_hyper wrote them before it began).
+  virtual void set_capturing(bool on) { m_capturing = on; }
+  /// Queues the write of the next step's hyperparameters at `lr` to the device (hyper_on_device), outside a capture.
+  virtual void stage_hyper(double lr) = 0;
+  /// A replayed step's share of step(): its hyperparameters written, and the step counted.
+  void stage_step(double lr) {
+    stage_hyper(lr);
+    ++m_steps;
+  }
   /// The state buffers by name (momentum, moments), for checkpoints: "<parameter index>.<buffer>", whole
   /// parameters. A sharded optimizer (dist.zero) returns full-size buffers that hold what gather_state() or a load
   /// put there; shard_state() then takes its shard back from them and frees them.
@@ -62,10 +76,20 @@ class Optimizer {
     if (!params.empty()) m_device = params[0]->value.device();
   }
 
+  /// Copies `h` into m_group.hyper when the hyperparameters live on the device (and no capture is recording).
+  template <class Hyper>
+  void put_hyper(const Hyper& h) {
+    if (m_group.hyper.defined() && !m_capturing) write_hyper_bytes(&h, sizeof h);
+  }
+
   int64_t m_steps = 0;
   Device m_device;           ///< the parameters'
   ops::TensorGroup m_group;  ///< a row per parameter: its value and gradient, then its state buffers
   Tensor m_always_ok;        ///< the statistics step(lr) passes: zeros, so the gate is open
+  bool m_capturing = false;
+
+ private:
+  void write_hyper_bytes(const void* h, size_t bytes);
 };
 
 /// Builds the optimizer the config names over `params` (state buffers on the parameters' device).

@@ -2,6 +2,8 @@
 #include "ops/optim.h"
 #include "optim/optimizer.h"
 
+#include "core/backend.h"
+
 namespace gt {
 namespace {
 
@@ -16,10 +18,13 @@ class Sgd final : public Optimizer {
   }
 
   void step(double lr, const Tensor& stats, double max_norm) override {
-    const SgdHyper h{lr, m_cfg.momentum, m_cfg.dampening, m_cfg.weight_decay, m_cfg.nesterov, m_steps == 0};
+    const SgdHyper h = hyper(lr);
+    put_hyper(h);
     if (!m_group.rows.empty()) ops::sgd_step_group(h, m_group, stats, max_norm);
     ++m_steps;
   }
+
+  void stage_hyper(double lr) override { put_hyper(hyper(lr)); }
 
   std::vector<std::pair<std::string, Tensor*>> state() override {
     std::vector<std::pair<std::string, Tensor*>> out;
@@ -29,6 +34,10 @@ class Sgd final : public Optimizer {
   }
 
  private:
+  SgdHyper hyper(double lr) const {
+    return {lr, m_cfg.momentum, m_cfg.dampening, m_cfg.weight_decay, m_cfg.nesterov, m_steps == 0};
+  }
+
   OptimizerConfig m_cfg;
   std::vector<Tensor> m_momentum;  // m_group's rows: value, grad, momentum
 };
@@ -38,6 +47,19 @@ class Sgd final : public Optimizer {
 void Optimizer::step(double lr) {
   if (!m_always_ok.defined()) m_always_ok = Tensor::zeros(Shape{kStepStats}, DType::f64, m_device);
   step(lr, m_always_ok, 0);
+}
+
+void Optimizer::hyper_on_device() {
+  if (m_device.is_cpu() || m_group.hyper.defined()) return;
+  // Room for either optimizer's hyperparameters (a few doubles and flags).
+  static_assert(sizeof(AdamHyper) <= 256 && sizeof(SgdHyper) <= 256);
+  m_group.hyper = Tensor::zeros(Shape{32}, DType::f64, m_device);
+}
+
+void Optimizer::write_hyper_bytes(const void* h, size_t bytes) {
+  // From pageable host memory: the copy has taken the bytes when it returns (CUDA stages such a copy at once), so
+  // `h` may live on the caller's stack; on the device it runs in stream order before the update that reads it.
+  backend_copy_async(m_group.hyper.raw(), m_device, h, Device::cpu(), bytes);
 }
 
 std::vector<StateRange> Optimizer::state_ranges() {

@@ -57,6 +57,31 @@ void check_run_name(const ConfigNode& n, const std::string& name) {
       n.fail(fmt::format("expected printable characters, got {} {}", quote_value(name), why));
 }
 
+// train.cuda_graphs asks for what the config itself can rule out: a captured step runs on one GPU and needs no host
+// decision inside it. (Several ranks under a launcher, a device: auto that finds no GPU and dropout layers are
+// refused when the run starts: StepLoop.)
+void check_cuda_graphs(const Experiment& exp) {
+  if (!exp.train.cuda_graphs) return;
+  const ConfigNode key = exp.root["train"]["cuda_graphs"];
+  const bool all_cpu =
+      exp.devices.empty() ? exp.device == "cpu" : std::count(exp.devices.begin(), exp.devices.end(), "cpu") > 0;
+  if (all_cpu) key.fail("CUDA graphs need a GPU, and device is cpu (set device: cuda, or cuda_graphs: false)");
+  if (exp.devices.size() > 1)
+    key.fail(
+        fmt::format("CUDA graphs capture one device's step; device lists {} devices (the gradient all-reduce "
+                    "over several is not captured)",
+                    exp.devices.size()));
+  if (exp.train.accumulate > 1)
+    key.fail(
+        fmt::format("train.accumulate: {} copies a batch between the micro-batches of a step, which a captured "
+                    "step cannot do (use accumulate: 1 with a larger data.batch_size)",
+                    exp.train.accumulate));
+  if (exp.train.profile_steps > 0)
+    key.fail(
+        "train.profile times each layer from the host, which a captured step cannot do (profile without "
+        "cuda_graphs)");
+}
+
 }  // namespace
 
 const SectionSpec& experiment_section() {
@@ -142,6 +167,7 @@ Experiment parse_experiment(const ConfigNode& root) {
   if (root.has("checkpoint")) parse_checkpoint(root["checkpoint"], exp.checkpoint);
   if (root.has("dist")) parse_dist(root["dist"], exp.dist);
   if (root.has("logging")) parse_logging(root["logging"], exp.logging, exp.train.log_every);
+  check_cuda_graphs(exp);
   return exp;
 }
 

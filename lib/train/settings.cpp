@@ -185,6 +185,15 @@ const SectionSpec& train_section() {
            .limit = &limits::kTokens,
            .fallback = "0",
            .doc = "token data: an evaluation stops after this many predicted tokens (0: all)"},
+          {.name = "cuda_graphs",
+           .kind = KeyKind::boolean,
+           .fallback = "false",
+           .doc = "GPU, one device: after 3 warm-up steps capture forward, loss, backward, the gradient norm and the "
+                  "update into one CUDA graph and replay it every step (the batch, learning rate and step count are "
+                  "written to device memory before each launch); an epoch's last partial batch is dropped (static "
+                  "shapes). Refused on the CPU, with several ranks or devices, train.accumulate above 1, "
+                  "train.profile and dropout (its masks are keyed by the step on the host). Compiled, not yet run on "
+                  "a GPU"},
       },
       "the training loop");
   return s;
@@ -231,6 +240,7 @@ void parse_train(const ConfigNode& n, TrainConfig& out) {
   auto key = [&](const char* name) -> const KeySpec& { return key_spec(keys, name); };
   n.expect_keys(key_names(keys));
   out.eval_tokens = get_size(n, key("eval_tokens"));
+  out.cuda_graphs = get_bool(n, key("cuda_graphs"));
   if (n.has("nonfinite")) out.nonfinite = parse_choice(n["nonfinite"], kNonfinitePolicies);
   if (n.has("precision")) out.precision = parse_choice(n["precision"], kPrecisions);
   if (n.has("recompute")) out.recompute = parse_choice(n["recompute"], kRecomputeModes);
@@ -316,6 +326,7 @@ YAML::Node to_yaml(const TrainConfig& c) {
   n["max_skips"] = c.max_skips;
   if (c.peak_tflops > 0) n["peak_tflops"] = c.peak_tflops;
   n["eval_tokens"] = c.eval_tokens;
+  n["cuda_graphs"] = c.cuda_graphs;
   return n;
 }
 

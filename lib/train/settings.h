@@ -47,6 +47,8 @@ struct TrainConfig {
   double peak_tflops = 0;  ///< one device's peak for the MFU; 0 = the known GPUs' table (none for the CPU)
   /// Token data: an evaluation stops after this many predicted tokens, rounded up to whole windows (0 = all).
   int64_t eval_tokens = 0;
+  /// train.cuda_graphs: the step after warm-up is captured into one CUDA graph and replayed (train/step.h).
+  bool cuda_graphs = false;
 };
 
 /// The test metric whose best checkpoint is kept besides the newest ones (checkpoint.keep_best).

@@ -117,6 +117,36 @@ void apply_recompute(const Experiment& exp, Model& model) {
     model.set_activation_storage(half_format(exp.train.precision));
 }
 
+namespace {
+
+// What train.cuda_graphs needs of the run that the config alone does not show (experiment.cpp checks the rest): a
+// GPU found, one rank, and no layer that draws from the host's step number.
+void check_cuda_graphs_run(const Experiment& exp, Device device, const std::string& device_reason, int world,
+                           const Model& model) {
+  if (!exp.train.cuda_graphs) return;
+  const ConfigNode key = exp.root["train"]["cuda_graphs"];
+  if (!device.is_cuda())
+    key.fail(fmt::format("CUDA graphs need a GPU, and this run is on {} ({})", device.str(), device_reason));
+  if (world > 1)
+    key.fail(
+        fmt::format("CUDA graphs capture one rank's step; this run has {} ranks (the NCCL all-reduce of several "
+                    "is not captured yet): run one process, or cuda_graphs: false",
+                    world));
+  check_graph_layers(exp, model);
+}
+
+}  // namespace
+
+void check_graph_layers(const Experiment& exp, const Model& model) {
+  if (!exp.train.cuda_graphs) return;
+  for (const GraphNode& node : model.nodes())
+    if (node.layer->keyed_by_step())
+      exp.root["train"]["cuda_graphs"].fail(
+          fmt::format("layer {} ({}) draws its dropout masks from the step number the host passes each step, which "
+                      "a captured graph would freeze: set its dropout to 0, or cuda_graphs: false",
+                      node.name, node.type));
+}
+
 RunSetup::RunSetup(const Experiment& exp, const RunOptions& opts, const WorkerPlacement& where) {
   threads = opts.threads > 0 ? opts.threads : static_cast<int>(std::thread::hardware_concurrency());
   set_num_threads(threads);
@@ -150,6 +180,7 @@ RunSetup::RunSetup(const Experiment& exp, const RunOptions& opts, const WorkerPl
   comm = opts.comm ? opts.comm : m_local_comm.get();
   lead = comm->rank() == 0;
   world = comm->size();
+  check_cuda_graphs_run(exp, device, device_reason, world, model);
   // Ranks of different experiments would exchange buffers of different sizes (a garbage loss, a truncated message):
   // they compare what they were started with before any other collective.
   check_ranks_agree(*comm, rank_agreement_text(resolved_config, model));
@@ -206,6 +237,9 @@ StepPlan plan_steps(const Experiment& exp, const Loader& loader, const Dataset& 
   s.accumulate = exp.train.accumulate;
   s.epochs = exp.train.epochs;
   s.micro_per_epoch = loader.batches_per_epoch();
+  // train.cuda_graphs replays one batch shape: one rank's last partial batch is dropped (several ranks drop theirs
+  // anyway).
+  if (exp.train.cuda_graphs && world == 1) s.micro_per_epoch = loader.size() / s.batch;
   if (s.micro_per_epoch == 0)
     throw DataError(fmt::format("{}: {} training samples are fewer than one global batch ({} ranks × batch {})",
                                 train.source, train.size(), world, s.batch));

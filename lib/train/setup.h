@@ -37,6 +37,9 @@ struct WorkerPlacement {
 /// train.recompute that says why. Under train.precision bf16/fp16 it also keeps the activations for backward in that
 /// format (Model::set_activation_storage; f32 models on the CPU): both decide what allocate allocates.
 void apply_recompute(const Experiment& exp, Model& model);
+/// train.cuda_graphs: refuses (ConfigError naming the key) a layer that draws from the host's step number (dropout),
+/// which a captured graph would freeze. RunSetup and `gputrain check` call it; nothing when the key is off.
+void check_graph_layers(const Experiment& exp, const Model& model);
 
 /// Copies rank 0's `text` to every rank (a collective); `what` names it in a time-out.
 void broadcast_string(Communicator& comm, std::string& text, const char* what);

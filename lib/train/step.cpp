@@ -71,6 +71,27 @@ std::vector<std::string> param_names(Model& model) {
   return names;
 }
 
+// Stands in for the profiler while a step is captured: the span open last is the operation being queued, which is
+// what a capture failure names. (Spans cost nothing on the device: a capture records no host timing.)
+class CaptureSpans final : public SpanTimer {
+ public:
+  bool enabled() const override { return true; }
+  SpanStart begin_span(const std::string& name) override {
+    m_current = name;
+    return {};
+  }
+  void end_span(const SpanStart&, const std::string& name, const std::string& type, const char* category,
+                int64_t) override {
+    m_current = fmt::format("the {} of {} ({})", category, name, type);
+  }
+  /// "layers.3", or "the forward of layers.3 (linear)" once it has been queued whole.
+  const std::string& current() const { return m_current; }
+  void set(std::string what) { m_current = std::move(what); }
+
+ private:
+  std::string m_current = "the start of the step";
+};
+
 }  // namespace
 
 StepLoop::StepLoop(const Experiment& exp, RunSetup& setup, const StepPlan& plan, Profiler& profiler)
@@ -136,6 +157,14 @@ StepLoop::StepLoop(const Experiment& exp, RunSetup& setup, const StepPlan& plan,
     for (auto& [name, param] : m_model.named_params()) m_params.push_back(param);
   set_window(setup.progress);
   set_scaler(setup.progress);
+  if (exp.train.cuda_graphs) {  // (RunSetup has refused what cannot be captured)
+    m_graph = std::make_unique<StepGraph>(m_device);
+    m_optimizer.hyper_on_device();  // the warm-up steps too: the replayed update reads them the same way
+    spdlog::info(
+        "train.cuda_graphs: the step is captured into one CUDA graph after {} warm-up steps and replayed; "
+        "the last partial batch of each epoch is dropped",
+        kGraphWarmup);
+  }
   // Last, so that a constructor that throws leaves no hook into this object behind.
   if (m_grad_sync) m_model.set_grad_ready_hook([this](size_t node) { m_grad_sync->node_done(node); });
   if (!m_grad_chunks.empty()) m_model.set_grad_begin_hook([this](size_t node) { m_grad_sync->node_begin(node); });
@@ -147,7 +176,6 @@ StepLoop::~StepLoop() {
 }
 
 int64_t StepLoop::forward_backward(Loader& loader, int64_t step, int64_t micros) {
-  static const std::string kLoss = "loss";
   m_stats.zero_();
   // The run's product precision holds for the forward and backward passes only: the loss between them multiplies no
   // matrices, and the gradient sums, the norm and the update after them stay fp32 whatever it is.
@@ -155,24 +183,87 @@ int64_t StepLoop::forward_backward(Loader& loader, int64_t step, int64_t micros)
   int64_t samples = 0;
   for (int64_t k = 0; k < micros; ++k) {
     const int64_t n = m_stager.next(loader, m_x, m_y, &m_profiler);
-    const Tensor xb = m_x.narrow0(n), yb = m_y.narrow0(n);
-    Tensor db = m_dout.narrow0(n);
-    // Dropout masks are keyed by the micro-batch, so the micro-batches of one step draw different masks.
-    const LayerContext ctx{
-        .training = true, .accumulate_grads = k > 0, .step = static_cast<uint64_t>(step * m_accumulate + k)};
-    const Tensor& out = m_model.forward(xb, ctx);
-    {
-      SpanScope scope(&m_profiler, kLoss, to_string(m_loss.type), "forward+backward");
-      compute_loss(m_loss, out, yb, 1.0 / static_cast<double>(n * micros), db, m_stats);
-      // The loss (and so every gradient) × the scale; the statistics keep the unscaled loss.
-      if (m_scaling) ops::scale_by(db, m_scale_state.slice0(kScale, 1));
-    }
-    if (m_grad_sync && k == micros - 1) m_grad_sync->arm();  // earlier micro-batches accumulate locally
-    m_model.backward(db, ctx);
+    micro_step(step, k, n, micros, &m_profiler);
     samples += n;
   }
   if (m_grad_sync) m_grad_sync->finish();
   return samples;
+}
+
+void StepLoop::micro_step(int64_t step, int64_t k, int64_t n, int64_t micros, SpanTimer* timer) {
+  static const std::string kLoss = "loss";
+  const Tensor xb = m_x.narrow0(n), yb = m_y.narrow0(n);
+  Tensor db = m_dout.narrow0(n);
+  // Dropout masks are keyed by the micro-batch, so the micro-batches of one step draw different masks.
+  const LayerContext ctx{
+      .training = true, .accumulate_grads = k > 0, .step = static_cast<uint64_t>(step * m_accumulate + k)};
+  const Tensor& out = m_model.forward(xb, ctx);
+  {
+    SpanScope scope(timer, kLoss, to_string(m_loss.type), "forward+backward");
+    compute_loss(m_loss, out, yb, 1.0 / static_cast<double>(n * micros), db, m_stats);
+    // The loss (and so every gradient) × the scale; the statistics keep the unscaled loss.
+    if (m_scaling) ops::scale_by(db, m_scale_state.slice0(kScale, 1));
+  }
+  if (m_grad_sync && k == micros - 1) m_grad_sync->arm();  // earlier micro-batches accumulate locally
+  m_model.backward(db, ctx);
+}
+
+int64_t StepLoop::stage_batch(Loader& loader) {
+  const int64_t n = m_stager.next(loader, m_x, m_y, &m_profiler);
+  // plan_steps ends each epoch before its partial batch: the graph's shapes are the full batch's.
+  GT_CHECK(n == m_x.shape()[0], "a graph step got a batch of {} samples, not {}", n, m_x.shape()[0]);
+  return n;
+}
+
+void StepLoop::graph_step(double lr, double max_norm, int64_t step, int64_t samples) {
+  if (!m_graph->ready()) {
+    capture_step(lr, max_norm, step, samples);
+  } else {
+    m_optimizer.stage_step(lr);  // the hyperparameters the replayed update reads, queued before it
+    m_graph->launch();
+  }
+  ++m_steps_run;
+}
+
+void StepLoop::capture_step(double lr, double max_norm, int64_t step, int64_t samples) {
+  // Before the capture: the update's hyperparameters (the capture records the update that reads them).
+  m_optimizer.stage_hyper(lr);
+  CaptureSpans spans;
+  m_graph->begin_capture();
+  m_model.set_profiler(&spans);
+  m_optimizer.set_capturing(true);
+  try {
+    m_stats.zero_();
+    {
+      const ProductPrecisionScope autocast(m_precision);
+      micro_step(step, 0, samples, 1, &spans);
+    }
+    spans.set("the gradient norm");
+    queue_grad_norm();
+    spans.set("the optimizer update");
+    m_optimizer.step(lr, m_stats, max_norm);
+    spans.set("the log window's sums");
+    ops::accumulate_step(m_stats, m_window);
+    spans.set("the loss scaler's update");
+    if (m_scaling) ops::update_loss_scale(m_stats, m_scale_state, m_scale_hyper);
+  } catch (const std::exception& e) {
+    m_graph->abandon_capture();
+    m_optimizer.set_capturing(false);
+    m_model.set_profiler(&m_profiler);
+    throw Error(fmt::format("train.cuda_graphs: capturing step {} failed in {}: {}; run with cuda_graphs: false",
+                            step + 1, spans.current(), e.what()));
+  }
+  m_optimizer.set_capturing(false);
+  m_model.set_profiler(&m_profiler);
+  m_graph->end_capture(spans.current());
+  m_graph->launch();  // the capture ran nothing: this is the step
+  spdlog::info("train.cuda_graphs: step {} captured; the steps after it replay the graph", step + 1);
+}
+
+void StepLoop::reset_graph() {
+  if (!m_graph) return;
+  m_graph->reset();
+  m_steps_run = 0;
 }
 
 RankSums StepLoop::sum_over_ranks(int64_t samples) {
@@ -207,6 +298,7 @@ void StepLoop::queue_grad_norm() {
 }
 
 void StepLoop::update(double lr, double max_norm, int64_t step, int64_t samples) {
+  ++m_steps_run;
   m_optimizer.step(lr, m_stats, max_norm);
   ops::accumulate_step(m_stats, m_window);
   if (m_scaling) ops::update_loss_scale(m_stats, m_scale_state, m_scale_hyper);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "core/noncopyable.h"
+#include "core/span_timer.h"
 #include "data/batch_stager.h"
 #include "dist/comm.h"
 #include "dist/grad_sync.h"
@@ -101,6 +102,25 @@ class StepLoop : NonCopyable {
   void update(double lr, double max_norm, int64_t step, int64_t samples);
   DeferredVerdict& verdict() { return m_verdict; }
 
+  /// train.cuda_graphs: whether this step runs as a CUDA graph (captured now, or replayed) rather than op by op: after
+  /// kGraphWarmup steps of this loop (or of it since reset_graph), whose first uses make the library plans,
+  /// workspaces and the allocator's cached blocks that the capture then finds.
+  bool graph_due() const { return m_graph && m_steps_run >= kGraphWarmup; }
+  /// A graph step's batch: the loader's next one copied into x and y, queued before the launch (its copy is no part
+  /// of the graph). Returns its samples: always the full batch (the last partial one of an epoch is dropped).
+  int64_t stage_batch(Loader& loader);
+  /// A graph step (step `step`, 0-based, at `lr`, clipped to `max_norm`) on the staged batch: the first one
+  /// captures forward, loss, backward, the gradient norm, the gated update, the log window's and the loss scaler's
+  /// updates into one graph and launches it; the later ones write the step's hyperparameters to the device and
+  /// launch it again. A capture that fails throws gt::Error naming the operation that broke it. The statistics'
+  /// copy to the host is queue_verdict's, once the host has taken the previous step's.
+  void graph_step(double lr, double max_norm, int64_t step, int64_t samples);
+  /// Queues the copy of the statistics to the host as step `step`'s (1-based), as update() does.
+  void queue_verdict(int64_t step, int64_t samples) { m_verdict.queue(m_stats, m_param_sq, m_device, step, samples); }
+  /// Drops the captured graph: the next steps warm up and capture again (after a rollback reloaded the state).
+  void reset_graph();
+  static constexpr int64_t kGraphWarmup = 3;
+
   /// Loads the log window's sums from the progress (a resumed or rolled-back run continues its window).
   void set_window(const TrainProgress& p);
   /// Reads the log window's sums into the progress: a wait for the device.
@@ -119,6 +139,12 @@ class StepLoop : NonCopyable {
   void log_allreduce_cost(int64_t steps) const;
 
  private:
+  /// Micro-batch k of `micros` (n samples, in x and y) of step `step`: forward, loss and backward; `timer` times
+  /// the spans (the profiler, or what names the operation a capture is in).
+  void micro_step(int64_t step, int64_t k, int64_t n, int64_t micros, SpanTimer* timer);
+  /// graph_step's first: the capture, then the launch.
+  void capture_step(double lr, double max_norm, int64_t step, int64_t samples);
+
   Model& m_model;
   Optimizer& m_optimizer;
   Communicator& m_comm;
@@ -146,6 +172,8 @@ class StepLoop : NonCopyable {
   std::vector<Tensor> m_grad_chunks;  ///< dist.zero 2: the optimizer's gradient chunks, which GradSync fills
   BatchStager m_stager;
   DeferredVerdict m_verdict;
+  std::unique_ptr<StepGraph> m_graph;  ///< train.cuda_graphs: the captured step (not ready before the capture)
+  int64_t m_steps_run = 0;             ///< steps since the loop began or reset_graph: the graph's warm-up
 };
 
 }  // namespace gt

@@ -151,9 +151,25 @@ StepDone TrainLoop::step() {
   const double lr = scheduled_lr(m_exp.scheduler, m_exp.optimizer.lr, p.step, m_plan.total_steps) * p.lr_scale;
   if (m_exp.train.profile_steps > 0 && p.step + 1 == m_exp.train.profile_start) m_profiler.enable(true);
   m_profiler.begin_step();
-  int64_t samples = m_step.forward_backward(m_loader, p.step, micros);
-  p.micro_done += micros;
-  {
+  int64_t samples = 0;
+  if (m_step.graph_due()) {  // train.cuda_graphs: one GPU, one micro-batch, nothing for the ranks to sum
+    samples = m_step.stage_batch(m_loader);
+    p.micro_done += micros;
+    m_any_stop = false;
+    // Where a skipped step is possible (train.nonfinite: skip, or a loss scaler's overflow skips), its outcome must
+    // be known before this update is queued: the skip takes back the step count this update's bias corrections are
+    // computed from (as below). Otherwise the host learns it while this step runs: a divergence ends the run and a
+    // rollback reloads the state either way.
+    const bool skips = m_exp.train.nonfinite == NonFinitePolicy::skip || m_exp.train.loss_scaling();
+    StepOutcome before = skips ? resolve() : StepOutcome::ok;
+    if (before == StepOutcome::diverged || before == StepOutcome::rolled_back) return {before, lr};
+    m_step.graph_step(lr, m_exp.train.grad_clip, p.step, samples);
+    if (!skips) before = resolve();
+    if (before == StepOutcome::diverged || before == StepOutcome::rolled_back) return {before, lr};
+    m_step.queue_verdict(p.step + 1, samples);
+  } else {
+    samples = m_step.forward_backward(m_loader, p.step, micros);
+    p.micro_done += micros;
     SpanScope scope(&m_profiler, kOptimizer, to_string(m_exp.optimizer.type), "update");
     const RankSums sums = m_step.sum_over_ranks(samples);
     samples = sums.samples;
@@ -302,6 +318,7 @@ bool TrainLoop::overflow_skip(const StepReading& r) {
 
 void TrainLoop::roll_back(const std::string& what, int64_t from_step) {
   const std::string back = m_checkpoints.roll_back(m_p);
+  m_step.reset_graph();  // train.cuda_graphs: warmed up and captured again on the reloaded state
   m_step.set_window(m_p);
   m_step.set_scaler(m_p);
   // metrics.jsonl keeps the diverging steps' rows: the rollback row follows them.

@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace gt::cuda {
@@ -21,7 +22,21 @@ struct Pool {
   std::map<size_t, std::vector<void*>> free;  // size class → cached blocks
   std::unordered_map<void*, size_t> live;     // block → its size class
   MemoryStats stats;
+  // The graph pool (allocator.h): the blocks a captured graph may touch, and those of them free now.
+  std::unordered_set<void*> graph_owned;
+  std::map<size_t, std::vector<void*>> graph_free;
+  size_t graph_bytes = 0;
+  bool capturing = false;
 };
+
+// A cached block of `size` from `from`, or null.
+void* take_cached(std::map<size_t, std::vector<void*>>& from, size_t size) {
+  const auto it = from.find(size);
+  if (it == from.end() || it->second.empty()) return nullptr;
+  void* block = it->second.back();
+  it->second.pop_back();
+  return block;
+}
 
 std::mutex g_mutex;
 std::array<Pool, kMaxDevices> g_pools;
@@ -54,11 +69,12 @@ void* device_alloc(int device, size_t bytes) {
   const size_t size = round_size(bytes);
   std::lock_guard lock(g_mutex);
   Pool& p = pool(device);
-  void* block = nullptr;
-  if (auto it = p.free.find(size); it != p.free.end() && !it->second.empty()) {
-    block = it->second.back();
-    it->second.pop_back();
-  } else {
+  // Inside a capture the graph pool's free blocks come first; a block taken from the general cache or the driver
+  // joins the pool.
+  void* block = p.capturing ? take_cached(p.graph_free, size) : nullptr;
+  const bool from_graph_pool = block != nullptr;
+  if (!block) block = take_cached(p.free, size);
+  if (!block) {
     GT_CHECK_CUDA(cudaSetDevice(device));
     cudaError_t status = cudaMalloc(&block, size);
     if (status == cudaErrorMemoryAllocation) {  // cached blocks of other sizes may make room
@@ -79,6 +95,7 @@ void* device_alloc(int device, size_t bytes) {
     p.stats.reserved += size;
     ++p.stats.allocations;
   }
+  if (p.capturing && !from_graph_pool && p.graph_owned.insert(block).second) p.graph_bytes += size;
   p.live.emplace(block, size);
   p.stats.in_use += size;
   p.stats.peak = std::max(p.stats.peak, p.stats.in_use);
@@ -92,7 +109,7 @@ void device_free(int device, void* ptr) {
   const auto it = p.live.find(ptr);
   if (it == p.live.end()) return;  // not ours: never happens, and a destructor must not throw
   p.stats.in_use -= it->second;
-  p.free[it->second].push_back(ptr);
+  (p.graph_owned.contains(ptr) ? p.graph_free : p.free)[it->second].push_back(ptr);
   p.live.erase(it);
 }
 
@@ -104,6 +121,36 @@ MemoryStats memory_stats(int device) {
 void release_cached(int device) {
   std::lock_guard lock(g_mutex);
   if (cudaSetDevice(device) == cudaSuccess) release_locked(pool(device));
+}
+
+void begin_graph_pool(int device) {
+  std::lock_guard lock(g_mutex);
+  Pool& p = pool(device);
+  // What the graph may read or write besides its own temporaries: everything live now (parameters, gradients,
+  // optimizer state, the batch tensors, the layers' buffers, the library workspace).
+  for (const auto& [block, size] : p.live)
+    if (p.graph_owned.insert(block).second) p.graph_bytes += size;
+  p.capturing = true;
+}
+
+void end_graph_pool(int device) {
+  std::lock_guard lock(g_mutex);
+  pool(device).capturing = false;
+}
+
+void release_graph_pool(int device) {
+  std::lock_guard lock(g_mutex);
+  Pool& p = pool(device);
+  for (auto& [size, blocks] : p.graph_free) p.free[size].insert(p.free[size].end(), blocks.begin(), blocks.end());
+  p.graph_free.clear();
+  p.graph_owned.clear();
+  p.graph_bytes = 0;
+  p.capturing = false;
+}
+
+size_t graph_pool_bytes(int device) {
+  std::lock_guard lock(g_mutex);
+  return pool(device).graph_bytes;
 }
 
 }  // namespace gt::cuda

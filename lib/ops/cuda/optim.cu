@@ -101,8 +101,10 @@ __global__ void sum_squares_group_kernel(GroupView t, int column, double* out, d
 }
 
 template <class T, bool kMomentum, bool kNesterov>
-__global__ void sgd_group_kernel(SgdHyper h, GroupView t, const double* stats, double max_norm) {
+__global__ void sgd_group_kernel(SgdHyper arg, const SgdHyper* on_device, GroupView t, const double* stats,
+                                 double max_norm) {
   if (!step_ok(stats)) return;
+  const SgdHyper h = on_device ? *on_device : arg;
   const double coef = clip_coef(stats, max_norm);
   for (int64_t c = blockIdx.x; c < t.num_chunks; c += gridDim.x) {
     const GroupChunk ch = t.chunks[c];
@@ -119,8 +121,10 @@ __global__ void sgd_group_kernel(SgdHyper h, GroupView t, const double* stats, d
 }
 
 template <class T, bool kAmsgrad>
-__global__ void adam_group_kernel(AdamHyper h, GroupView t, const double* stats, double max_norm) {
+__global__ void adam_group_kernel(AdamHyper arg, const AdamHyper* on_device, GroupView t, const double* stats,
+                                  double max_norm) {
   if (!step_ok(stats)) return;
+  const AdamHyper h = on_device ? *on_device : arg;
   const double coef = clip_coef(stats, max_norm);
   for (int64_t c = blockIdx.x; c < t.num_chunks; c += gridDim.x) {
     const GroupChunk ch = t.chunks[c];
@@ -186,17 +190,20 @@ void launch_sum_squares_group(cudaStream_t s, const GroupTable& t, int column, d
   GT_CHECK_LAUNCH();
 }
 
-void launch_sgd_group(cudaStream_t s, const SgdHyper& h, const GroupTable& t, const double* stats, double max_norm) {
+// `dh`: the hyperparameters in device memory (graph mode), or null; h's flags pick the kernel either way (they do not
+// change between steps).
+void launch_sgd_group(cudaStream_t s, const SgdHyper& h, const SgdHyper* dh, const GroupTable& t, const double* stats,
+                      double max_norm) {
   if (t.view.num_chunks == 0) return;
   const bool momentum = h.momentum != 0;
   auto go = [&](auto zero) {
     using T = decltype(zero);
     if (!momentum)
-      sgd_group_kernel<T, false, false><<<group_grid(t), kThreads, 0, s>>>(h, t.view, stats, max_norm);
+      sgd_group_kernel<T, false, false><<<group_grid(t), kThreads, 0, s>>>(h, dh, t.view, stats, max_norm);
     else if (h.nesterov)
-      sgd_group_kernel<T, true, true><<<group_grid(t), kThreads, 0, s>>>(h, t.view, stats, max_norm);
+      sgd_group_kernel<T, true, true><<<group_grid(t), kThreads, 0, s>>>(h, dh, t.view, stats, max_norm);
     else
-      sgd_group_kernel<T, true, false><<<group_grid(t), kThreads, 0, s>>>(h, t.view, stats, max_norm);
+      sgd_group_kernel<T, true, false><<<group_grid(t), kThreads, 0, s>>>(h, dh, t.view, stats, max_norm);
   };
   if (t.view.is_double)
     go(double{});
@@ -205,15 +212,15 @@ void launch_sgd_group(cudaStream_t s, const SgdHyper& h, const GroupTable& t, co
   GT_CHECK_LAUNCH();
 }
 
-void launch_adam_group(cudaStream_t s, const AdamHyper& h, bool amsgrad, const GroupTable& t, const double* stats,
-                       double max_norm) {
+void launch_adam_group(cudaStream_t s, const AdamHyper& h, const AdamHyper* dh, bool amsgrad, const GroupTable& t,
+                       const double* stats, double max_norm) {
   if (t.view.num_chunks == 0) return;
   auto go = [&](auto zero) {
     using T = decltype(zero);
     if (amsgrad)
-      adam_group_kernel<T, true><<<group_grid(t), kThreads, 0, s>>>(h, t.view, stats, max_norm);
+      adam_group_kernel<T, true><<<group_grid(t), kThreads, 0, s>>>(h, dh, t.view, stats, max_norm);
     else
-      adam_group_kernel<T, false><<<group_grid(t), kThreads, 0, s>>>(h, t.view, stats, max_norm);
+      adam_group_kernel<T, false><<<group_grid(t), kThreads, 0, s>>>(h, dh, t.view, stats, max_norm);
   };
   if (t.view.is_double)
     go(double{});
@@ -276,12 +283,14 @@ void sum_squares_group(ops::TensorGroup& g, size_t column, Tensor& out, Tensor& 
 
 void sgd_step_group(const SgdHyper& h, ops::TensorGroup& g, const Tensor& stats, double max_norm) {
   const GroupTable& t = table_of(g);
-  launch_sgd_group(stream(t.device), h, t, stats.data<double>(), max_norm);
+  const auto* dh = g.hyper.defined() ? static_cast<const SgdHyper*>(g.hyper.raw()) : nullptr;
+  launch_sgd_group(stream(t.device), h, dh, t, stats.data<double>(), max_norm);
 }
 
 void adam_step_group(const AdamHyper& h, bool amsgrad, ops::TensorGroup& g, const Tensor& stats, double max_norm) {
   const GroupTable& t = table_of(g);
-  launch_adam_group(stream(t.device), h, amsgrad, t, stats.data<double>(), max_norm);
+  const auto* dh = g.hyper.defined() ? static_cast<const AdamHyper*>(g.hyper.raw()) : nullptr;
+  launch_adam_group(stream(t.device), h, dh, amsgrad, t, stats.data<double>(), max_norm);
 }
 
 void accumulate_step(const Tensor& stats, Tensor& window) {

@@ -3,6 +3,7 @@
 
 #include "core/error.h"
 #include "core/tensor.h"
+#include "ops/cuda/allocator.h"
 #include "ops/cuda/context.h"
 #include "ops/cuda/cuda_check.h"
 
@@ -130,6 +131,84 @@ void SideStream::copy(Tensor& dst, const Tensor& src) {
   GT_CHECK_CUDA(cudaSetDevice(m_device.index));
   GT_CHECK_CUDA(
       cudaMemcpyAsync(dst.raw(), src.raw(), dst.bytes(), cudaMemcpyDefault, static_cast<cudaStream_t>(m_stream)));
+}
+
+StepGraph::StepGraph(Device device) : m_device(device) {
+  GT_CHECK(device.is_cuda(), "train.cuda_graphs needs a CUDA device, not {}", device.str());
+}
+
+StepGraph::~StepGraph() {
+  abandon_capture();
+  reset();
+}
+
+void StepGraph::begin_capture() {
+  GT_CHECK(!m_capturing, "a step capture is under way already");
+  reset();
+  const cudaStream_t s = cuda::stream(m_device.index);  // makes the device current
+  // (Work queued before this, the batch's copy and the hyperparameters' write, is no part of the graph: a capture
+  // records only what is queued after it begins.)
+  cuda::begin_graph_pool(m_device.index);
+  const cudaError_t status = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+  if (status != cudaSuccess) {
+    cuda::release_graph_pool(m_device.index);
+    cudaGetLastError();
+    throw Error(fmt::format("train.cuda_graphs: capturing the step on {} could not start: {}", m_device.str(),
+                            cudaGetErrorString(status)));
+  }
+  m_capturing = true;
+}
+
+void StepGraph::end_capture(const std::string& last_op) {
+  GT_CHECK(m_capturing, "no step capture is under way");
+  const cudaStream_t s = cuda::stream(m_device.index);
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(s, &graph);
+  m_capturing = false;
+  cuda::end_graph_pool(m_device.index);
+  if (ended != cudaSuccess || !graph) {
+    cudaGetLastError();
+    if (graph) cudaGraphDestroy(graph);
+    cuda::release_graph_pool(m_device.index);
+    throw Error(
+        fmt::format("train.cuda_graphs: the step could not be captured into a CUDA graph: {} broke the "
+                    "capture ({}); run with cuda_graphs: false",
+                    last_op, cudaGetErrorString(ended)));
+  }
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);  // the executable graph keeps what it needs
+  if (made != cudaSuccess) {
+    cudaGetLastError();
+    cuda::release_graph_pool(m_device.index);
+    throw Error(
+        fmt::format("train.cuda_graphs: the captured step could not be instantiated: {}", cudaGetErrorString(made)));
+  }
+  m_exec = exec;
+}
+
+void StepGraph::abandon_capture() noexcept {
+  if (!m_capturing) return;
+  m_capturing = false;
+  if (cudaSetDevice(m_device.index) != cudaSuccess) return;
+  cudaGraph_t graph = nullptr;
+  if (cudaStreamEndCapture(cuda::stream(m_device.index), &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
+  cudaGetLastError();  // the error that interrupted the capture has been reported by the caller's exception
+  cuda::release_graph_pool(m_device.index);  // no graph came of it
+}
+
+void StepGraph::launch() {
+  GT_CHECK(m_exec, "no captured step to replay");
+  GT_CHECK_CUDA(cudaGraphLaunch(static_cast<cudaGraphExec_t>(m_exec), cuda::stream(m_device.index)));
+}
+
+void StepGraph::reset() {
+  if (!m_exec) return;
+  // Destroying an executable graph while a launch of it is queued is allowed: the launch completes first, and so
+  // does it before any later work on the stream that is handed the pool's blocks.
+  if (cudaSetDevice(m_device.index) == cudaSuccess) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(m_exec));
+  m_exec = nullptr;
+  cuda::release_graph_pool(m_device.index);
 }
 
 }  // namespace gt
