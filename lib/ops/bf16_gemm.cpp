@@ -210,7 +210,9 @@ GT_BF16_TARGET void bf16_gemm_avx512(bool ta, bool tb, int m, int n, int k, cons
     const int n_panels = (nc + kBf16Nr - 1) / kBf16Nr;
     for (int k0 = 0; k0 < k; k0 += kBf16Kc) {
       const int kc = std::min(kBf16Kc, k - k0), pairs = (kc + 1) / 2;
-      b_pack.resize(static_cast<size_t>(n_panels) * pairs * kBf16Nr);
+      // Grown, never shrunk: resizing down and up again would zero the regrown part on every call.
+      const size_t b_need = static_cast<size_t>(n_panels) * pairs * kBf16Nr;
+      if (b_pack.size() < b_need) b_pack.resize(b_need);
       // op(b)(kk, j) is b[kk·ldb + j], or b[j·ldb + kk] when transposed.
       if (tb)
         bf16_pack_panels(b + int64_t{j0} * ldb + k0, ldb, false, kc, nc, kBf16Nr, b_pack.data());
@@ -219,7 +221,8 @@ GT_BF16_TARGET void bf16_gemm_avx512(bool ta, bool tb, int m, int n, int k, cons
       for (int i0 = 0; i0 < m; i0 += kBf16Mc) {
         const int mc = std::min(kBf16Mc, m - i0);
         const int m_panels = (mc + kBf16Mr - 1) / kBf16Mr;
-        a_pack.resize(static_cast<size_t>(m_panels) * pairs * kBf16Mr);
+        const size_t a_need = static_cast<size_t>(m_panels) * pairs * kBf16Mr;
+        if (a_pack.size() < a_need) a_pack.resize(a_need);
         // op(a)(i, kk) is a[i·lda + kk], or a[kk·lda + i] when transposed.
         if (ta)
           bf16_pack_panels(a + int64_t{k0} * lda + i0, lda, true, kc, mc, kBf16Mr, a_pack.data());
