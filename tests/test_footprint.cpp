@@ -405,6 +405,7 @@ optimizer: {type: sgd, lr: 0.1}
       INFO(precision);
       const Planned p = plan(c.yaml, {std::string("train.precision=") + precision});
       const Footprint& f = p.f;
+      CHECK(!f.native_bf16);
       CHECK(f.half_weight_bytes == c.by_hand);
       CHECK(f.total_bytes == fp32.total_bytes + c.by_hand);
       // Two outputs before the last: their 16-bit copies would save less than the forward's working buffers cost,
@@ -443,6 +444,7 @@ optimizer: {type: sgd, lr: 0.1}
   for (const Case& c : cases) {
     INFO(c.yaml);
     const Planned p = plan(c.yaml, {"train.precision=bf16"});
+    CHECK(p.f.native_bf16);
     CHECK(p.f.half_weight_bytes == 0);
     CHECK(p.f.total_bytes == plan(c.yaml).f.total_bytes);
     const MemoryFit fit = judge_fit(p.f.total_bytes, Device::cpu(), p.f.total_bytes);

@@ -100,9 +100,9 @@ Footprint training_footprint(const Experiment& exp, const Model& model, const Da
   // bf16/fp16: one rounded f32 copy of each weight a product reads (f32 models only: f64 products are never rounded),
   // except for bf16 on a CPU that multiplies bf16 natively: its kernel rounds the weights while it packs them.
   f.precision = exp.train.precision;
-  const bool native_bf16 =
+  f.native_bf16 =
       f.precision == Precision::bf16 && model.device().is_cpu() && cpu::cpu_bf16_path() == cpu::CpuBf16Path::native;
-  if (half_format(f.precision) && f.dtype == DType::f32 && !native_bf16)
+  if (half_format(f.precision) && f.dtype == DType::f32 && !f.native_bf16)
     for (const GraphNode& n : nodes) f.half_weight_bytes += bytes_of(n.layer->product_weight_numel(), DType::f32);
   f.total_bytes = f.param_bytes + f.grad_bytes + f.optimizer_bytes + f.buffer_bytes + f.activation_bytes +
                   f.batch_bytes + f.half_weight_bytes;
@@ -395,7 +395,7 @@ std::string footprint_report(const Footprint& f, const MemoryFit& fit, const std
   row("batch", f.batch_bytes, "input, target and output gradient");
   if (half_format(f.precision))
     row("half weights", f.half_weight_bytes,
-        f.precision == Precision::bf16 && f.half_weight_bytes == 0
+        f.native_bf16
             ? std::string("none kept: the CPU's native AVX-512 BF16 kernel reads the f32 weights, rounded to bf16 as "
                           "it packs them")
             : fmt::format("the weights products read, rounded to {} once per step (kept as f32 on the CPU)",
