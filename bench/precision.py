@@ -2,14 +2,16 @@
 """train.precision on this machine's CPU: fp32 against bf16 (issue 15), interleaved for several rounds; prints medians.
 
     /usr/bin/python3 bench/precision.py [--rounds 3] [--max-steps 40] [--threads 2] [--accuracy-steps 400]
-                                        [--seeds 1 2] [--precisions fp32 bf16] [--json out.json]
+                                        [--seeds 1 2] [--precisions fp32 bf16 [bf16-convert]] [--json out.json]
 
 (a) Training throughput of configs/fashion_mnist_mlp.yaml, configs/fashion_mnist_cnn.yaml (samples/s) and
     configs/gpt_bytes.yaml (tokens/s) for --max-steps optimizer steps on the CPU in each precision, the runs of a round
     interleaved (config by config, precision by precision) so that a load that comes and goes touches all alike: the
     median of the logged windows after the first (warm-up) one per run, then the median over rounds. The test sets are
-    left out, so no evaluation runs inside the timed steps. A CPU without AVX-512 BF16 converts (gputrain logs which
-    instruction set it lacks): there the ratio is the slowdown, not a speed-up.
+    left out, so no evaluation runs inside the timed steps. A CPU with AVX-512 BF16 multiplies bf16 natively
+    (`gputrain devices` says so: the "bf16 products" line below); one without converts (gputrain logs which
+    instruction set it lacks), and there the ratio is the slowdown, not a speed-up. `--precisions fp32 bf16
+    bf16-convert` adds bf16 forced onto the conversion path (GPUTRAIN_CPU_BF16=convert) as a third column.
 (b) Activation memory of each config in each precision from `gputrain check --json`: totals.activation_bytes
     (outputs, their gradients, what layers keep) and activation_dtype (what the outputs kept for backward are stored
     in; a shallow net keeps f32, see README "Mixed precision"), and total_bytes.
@@ -36,8 +38,16 @@ CONFIGS = {"mlp": "configs/fashion_mnist_mlp.yaml", "cnn": "configs/fashion_mnis
            "gpt": "configs/gpt_bytes.yaml"}
 
 
-def run(cmd):
-    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+def variant(p):
+    """(train.precision, environment) of a --precisions entry: bf16-convert is bf16 forced onto the conversion path
+    (GPUTRAIN_CPU_BF16=convert) on a CPU that would multiply bf16 natively; the others are train.precision values."""
+    if p == "bf16-convert":
+        return "bf16", {**os.environ, "GPUTRAIN_CPU_BF16": "convert"}
+    return p, None
+
+
+def run(cmd, env=None):
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
     if p.returncode != 0:
         sys.exit(f"gputrain failed ({' '.join(cmd)}):\n{p.stdout}{p.stderr}")
     return p.stdout
@@ -67,8 +77,9 @@ def rate(run_dir):
     return statistics.median(r[key] for r in rows), key.replace("_per_sec", "/s")
 
 
-def check(name, precision):
-    out = run([BINARY, "check", CONFIGS[name], "--json", "--set", f"train.precision={precision}"])
+def check(name, p):
+    precision, env = variant(p)
+    out = run([BINARY, "check", CONFIGS[name], "--json", "--set", f"train.precision={precision}"], env)
     j = json.loads(out)
     return {"activation_bytes": j["totals"]["activation_bytes"], "activation_dtype": j["activation_dtype"],
             "total_bytes": j["totals"]["total_bytes"]}
@@ -106,8 +117,9 @@ def main():
             for name in args.configs:
                 for p in args.precisions:
                     out = os.path.join(tmp, f"{name}_{p}_{r}")
+                    precision, env = variant(p)
                     run([BINARY, "train", paths[name], "--threads", str(args.threads), "--out", out, "--quiet",
-                         "--no-progress", "--set", f"train.precision={p}"])
+                         "--no-progress", "--set", f"train.precision={precision}"], env)
                     v, unit[name] = rate(out)
                     rates[(name, p)].append(v)
                     line.append(f"{name} {p} {v:.0f} {unit[name]}")
@@ -138,9 +150,10 @@ def main():
                 cells = []
                 for p in args.precisions:
                     out = os.path.join(tmp, f"acc_{seed}_{p}")
+                    precision, env = variant(p)
                     run([BINARY, "train", CONFIGS["cnn"], "--threads", str(args.threads), "--out", out, "--quiet",
                          "--no-progress", "--device", "cpu", "--max-steps", str(args.accuracy_steps), "--set",
-                         f"seed={seed}", "--set", f"train.precision={p}"])
+                         f"seed={seed}", "--set", f"train.precision={precision}"], env)
                     acc = json.load(open(os.path.join(out, "summary.json")))["test_accuracy"]
                     result["accuracy"][f"seed{seed}/{p}"] = acc
                     cells.append(f"{p} {acc:.4f}")

@@ -1,6 +1,8 @@
 // Test helpers: running the gputrain binary, temporary folders, reading small JSON fields.
 #pragma once
 
+#include "ops/bf16_gemm.h"
+
 #include <optional>
 #include <string>
 #include <vector>
@@ -81,6 +83,16 @@ class ExpectWarnings {
 
 /// The fastest experiment file that has a test set: 8 steps an epoch of a 195-parameter MLP on synthetic data.
 extern const char* const kTinyConfig;
+
+/// Makes the process's bf16 products take `path` (ops/bf16_gemm.h; native only where the CPU has it) while it lives,
+/// then returns them to the environment's choice.
+class ForcedBf16Path {
+ public:
+  explicit ForcedBf16Path(cpu::CpuBf16Path path) { cpu::force_cpu_bf16_path(path); }
+  ~ForcedBf16Path() { cpu::reset_cpu_bf16_path(); }
+  ForcedBf16Path(const ForcedBf16Path&) = delete;
+  ForcedBf16Path& operator=(const ForcedBf16Path&) = delete;
+};
 
 /// For tests/main.cpp: adds the sink to spdlog's default logger, once.
 void install_warning_sink();

@@ -401,6 +401,14 @@ TEST_CASE("gputrain devices, --version and --help exit 0", "[e2e]") {
   INFO(d.output);
   CHECK(d.exit_code == 0);
   CHECK_THAT(d.output, Catch::Contains("cpu:") && Catch::Contains("cuda:"));
+  // The path bf16 products take: native where the CPU has avx512_bf16, conversion when asked for (or without it).
+  CHECK_THAT(d.output, Catch::Contains("bf16 products: native") || Catch::Contains("bf16 products: conversion"));
+  const auto convert = run_gputrain("devices", "GPUTRAIN_CPU_BF16=convert");
+  CHECK_THAT(convert.output, Catch::Contains("bf16 products: conversion"));
+  const auto bad = run_gputrain("devices", "GPUTRAIN_CPU_BF16=fastest");
+  CHECK(bad.exit_code == 1);
+  CHECK_THAT(bad.output, Catch::Contains("GPUTRAIN_CPU_BF16=fastest: expected auto or convert"));
+  CHECK(lines_of(bad.output).size() == 1);
   CHECK(run_gputrain("--version").exit_code == 0);
   const auto h = run_gputrain("train --help");
   CHECK(h.exit_code == 0);

@@ -22,6 +22,7 @@
 #include <string>
 #include <thread>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 using namespace gt;
@@ -68,6 +69,9 @@ LinearProducts linear_products(const Tensor& x, const Tensor& w, const Tensor& b
 TEST_CASE("precision: a linear layer's products in bf16/fp16 are fp32 products of the rounded operands", "[cpu]") {
   // 96 rows × 300 inputs → 200 outputs: large enough that the products split over threads and k spans more than one
   // of OpenBLAS's panels (the order of the sums is then the same in both runs, so the results are equal exactly).
+  // The conversion path (a bf16 product on a CPU without avx512_bf16, or with GPUTRAIN_CPU_BF16=convert); the native
+  // one is tested in test_bf16_kernels.cpp.
+  const ForcedBf16Path conversion(cpu::CpuBf16Path::conversion);
   const Tensor x = random_tensor(Shape{96, 300}, 1), w = random_tensor(Shape{200, 300}, 2),
                bias = random_tensor(Shape{200}, 3), dy = random_tensor(Shape{96, 200}, 4);
   const LinearProducts fp32 = linear_products(x, w, bias, dy);
@@ -191,10 +195,19 @@ TEST_CASE("precision: convolutions in bf16/fp16 multiply rounded operands with f
   const Tensor x = random_tensor(Shape{nb, cin, h, h}, 11), w = random_tensor(Shape{cout, cin, k, k}, 12),
                b = random_tensor(Shape{cout}, 13), dy = random_tensor(Shape{nb, cout, oh, oh}, 14);
   const ConvResults fp32 = conv_products(x, w, b, dy, win);
-  for (Precision p : {Precision::bf16, Precision::fp16}) {
+  // bf16 on both CPU paths (native where the CPU has avx512_bf16: the same bounds hold, only the order of the f32
+  // sums differs), fp16 by conversion.
+  for (auto [p, path] :
+       {std::pair{Precision::bf16, cpu::CpuBf16Path::conversion}, std::pair{Precision::bf16, cpu::CpuBf16Path::native},
+        std::pair{Precision::fp16, cpu::CpuBf16Path::conversion}}) {
+    if (path == cpu::CpuBf16Path::native && !cpu::cpu_has_native_bf16()) {
+      WARN("skipped: the native bf16 convolution (this CPU has no avx512_bf16)");
+      continue;
+    }
+    const ForcedBf16Path forced(path);
     const HalfFormat f = *half_format(p);
     const double u = unit_roundoff(f);
-    INFO(to_string(p));
+    INFO(to_string(p) << " " << cpu::describe(path));
     ConvResults half;
     {
       const ProductPrecisionScope autocast(p);
@@ -251,6 +264,8 @@ TEST_CASE("precision: convolutions in bf16/fp16 multiply rounded operands with f
 
 TEST_CASE("precision: a weight is rounded once per scope, read by the step's products, and again in the next scope",
           "[cpu]") {
+  // Rounded copies are the conversion path's: the native bf16 kernel rounds as it packs and keeps none.
+  const ForcedBf16Path conversion(cpu::CpuBf16Path::conversion);
   const Tensor x = random_tensor(Shape{32, 40}, 31), dy = random_tensor(Shape{32, 24}, 32), bias{};
   Tensor w = random_tensor(Shape{24, 40}, 33);
   auto roundings = [] { return half_weight_cache_stats().roundings; };
@@ -476,15 +491,21 @@ TEST_CASE("precision: bf16 and fp16 runs of an MLP train to within 2% of fp32's 
   CHECK(fp32.output.find("by conversion") == std::string::npos);
   const std::vector<double> ref = losses(read_text(dir / "fp32/metrics.jsonl"));
   REQUIRE(ref.size() >= 8);
-  for (const char* p : {"bf16", "fp16"}) {
-    INFO(p);
-    const std::string out = dir / p;
-    const auto r = run_gputrain(common + out + " --precision " + p);
+  // bf16 as this CPU runs it (natively where it has avx512_bf16), bf16 forced onto the conversion path, and fp16.
+  for (auto [p, env] : {std::pair{"bf16", ""}, std::pair{"bf16", "GPUTRAIN_CPU_BF16=convert"}, std::pair{"fp16", ""}}) {
+    INFO(p << " " << env);
+    const std::string out = dir / (std::string(p) + (*env ? "_convert" : ""));
+    const auto r = run_gputrain(common + out + " --precision " + p, env);
     REQUIRE(r.exit_code == 0);
-    // One warning, naming the instruction set this CPU lacks (or that it has one gputrain does not use yet).
+    const bool native = std::string(p) == "bf16" && !*env && cpu::cpu_bf16_path() == cpu::CpuBf16Path::native;
+    // Natively: one line saying so, and no warning. By conversion: one warning, naming the instruction set this CPU
+    // lacks (or that it has it and the conversion path was asked for).
     const std::regex warning("precision \\w+: matrix products round their operands .*by conversion.*(no|has) AVX");
+    const std::regex info("precision bf16: matrix products .* on the CPU's AVX-512 BF16");
     const auto n = std::distance(std::sregex_iterator(r.output.begin(), r.output.end(), warning), {});
-    CHECK(n == 1);
+    const auto n_native = std::distance(std::sregex_iterator(r.output.begin(), r.output.end(), info), {});
+    CHECK(n == (native ? 0 : 1));
+    CHECK(n_native == (native ? 1 : 0));
     CHECK(read_text(out + "/overrides.json").find(std::string("train.precision=") + p) != std::string::npos);
     CHECK(read_text(out + "/config.resolved.yaml").find(std::string("precision: ") + p) != std::string::npos);
     const std::vector<double> got = losses(read_text(out + "/metrics.jsonl"));

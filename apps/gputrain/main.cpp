@@ -114,8 +114,8 @@ int cmd_runs(const RunsArgs& a) {
 
 int cmd_devices() {
   const gt::CpuInfo cpu = gt::query_cpu();
-  fmt::print("cpu: {} — {} logical cores, {}\n     {}\n     bf16/fp16 instructions: {}\n", cpu.model, cpu.cores,
-             cpu.simd, cpu.blas, cpu.half);
+  fmt::print("cpu: {} — {} logical cores, {}\n     {}\n     bf16/fp16 instructions: {}\n     bf16 products: {}\n",
+             cpu.model, cpu.cores, cpu.simd, cpu.blas, cpu.half, cpu.bf16_path);
   const gt::CudaInfo cuda = gt::query_cuda();
   if (!cuda.built) {
     fmt::print("cuda: not available: {}\n", cuda.problem);

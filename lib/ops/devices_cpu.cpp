@@ -2,6 +2,7 @@
 #include "ops/devices.h"
 
 #include "core/half.h"
+#include "ops/bf16_gemm.h"
 
 #include <cblas.h>
 #include <fmt/format.h>
@@ -42,6 +43,7 @@ CpuInfo query_cpu() {
   auto mark = [](bool has, const char* name) { return fmt::format("{}{}", has ? "" : "no ", name); };
   info.half = fmt::format("{}, {}, {}, {}", mark(h.f16c, "f16c"), mark(h.avx512_bf16, "avx512_bf16"),
                           mark(h.avx512_fp16, "avx512_fp16"), mark(h.amx_bf16, "amx_bf16"));
+  info.bf16_path = cpu::describe(cpu::cpu_bf16_path());
   return info;
 }
 

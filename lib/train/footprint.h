@@ -57,6 +57,8 @@ struct Footprint {
   /// (plus the f32 working buffers of the forward pass); their gradients and what layers keep stay f32. nullopt: f32.
   std::optional<HalfFormat> activation_storage;
   size_t half_weight_bytes = 0;
+  /// bf16 products on the CPU's AVX-512 BF16 kernel (ops/bf16_gemm.h), which keeps no rounded weight copies.
+  bool native_bf16 = false;
   size_t total_bytes = 0;
 };
 

@@ -5,6 +5,7 @@
 #include "dist/comm.h"
 #include "dist/zero.h"
 #include "log/logging.h"
+#include "ops/bf16_gemm.h"
 #include "ops/devices.h"
 #include "train/evaluation.h"
 #include "train/loss.h"
@@ -299,17 +300,26 @@ void log_precision(Precision precision, Device device) {
         to_string(precision), to_string(precision));
     return;
   }
-  // One warning per run: the CPU has no half kernels yet, so every product converts its operands first.
-  const CpuHalfSupport cpu = query_cpu_half();
   const bool bf16 = precision == Precision::bf16;
+  if (bf16 && cpu::cpu_bf16_path() == cpu::CpuBf16Path::native) {
+    spdlog::info(
+        "precision bf16: matrix products of dense layers and convolutions on the CPU's AVX-512 BF16 (vdpbf16ps; "
+        "operands rounded to bf16 as they are packed, fp32 accumulation); attention's products round their operands "
+        "and multiply in fp32; the rest of the step stays fp32 (GPUTRAIN_CPU_BF16=convert selects the conversion "
+        "path)");
+    return;
+  }
+  // One warning per run: without native half kernels every product converts its operands first.
+  const CpuHalfSupport cpu = query_cpu_half();
   const bool native = bf16 ? cpu.avx512_bf16 : cpu.avx512_fp16;
   const char* isa = bf16 ? "AVX-512 BF16 (avx512_bf16)" : "AVX512-FP16 (avx512_fp16)";
   spdlog::warn(
       "precision {}: matrix products round their operands to {} (dense layers, convolutions, attention; each weight "
       "once per step) and multiply in fp32 (by conversion), slower than fp32: {}",
       to_string(precision), to_string(precision),
-      native ? fmt::format("this CPU has {}, but gputrain has no kernels for it yet", isa)
-             : fmt::format("this CPU has no {}", isa));
+      !native ? fmt::format("this CPU has no {}", isa)
+      : bf16  ? fmt::format("this CPU has {}, but GPUTRAIN_CPU_BF16=convert asks for the conversion path", isa)
+              : fmt::format("this CPU has {}, but gputrain has no kernels for it yet", isa));
 }
 
 }  // namespace gt

@@ -4,6 +4,7 @@
 
 #include "core/half.h"
 #include "core/parallel.h"
+#include "ops/bf16_gemm.h"
 #include "ops/cpu/blas.h"
 #include "ops/cpu/kernel_util.h"
 #include "ops/precision.h"
@@ -62,8 +63,11 @@ void gemm_t(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, doubl
   const auto k = static_cast<int>(ta ? a.dim(0) : a.dim(1));
   const auto lda = static_cast<int>(a.dim(1)), ldb = static_cast<int>(b.dim(1));
   const T *pa = a.data<T>(), *pb = b.data<T>();
+  bool native_bf16 = false;  // gemm_bf16 rounds the f32 operands itself while it packs them: no rounded copies
   if constexpr (std::is_same_v<T, float>) {
-    if (const auto format = half_format(product_precision())) {
+    const auto format = half_format(product_precision());
+    native_bf16 = format == HalfFormat::bf16 && cpu_bf16_path() == CpuBf16Path::native;
+    if (format && !native_bf16) {
       thread_local std::vector<float> buf_a, buf_b;
       pa = half_operand(a, false, *format, buf_a);
       pb = half_operand(b, b_weight, *format, buf_b);
@@ -78,6 +82,12 @@ void gemm_t(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, doubl
     T* bc = pc + int64_t{r0} * n + c0;
     if (bias_first)
       for (int64_t r = r0; r < r1; ++r) std::copy(bias + c0, bias + c1, pc + r * n + c0);
+    if constexpr (std::is_same_v<T, float>)
+      if (native_bf16) {
+        gemm_bf16(ta, tb, r1 - r0, c1 - c0, k, ba, lda, bb, ldb, bias_first ? 1.0f : static_cast<float>(beta), bc, n);
+        if (bias && !bias_first) add_bias_block(pc, n, bias, r0, r1, c0, c1);
+        return;
+      }
     gemm_call<T>(ta, tb, r1 - r0, c1 - c0, k, ba, lda, bb, ldb, bias_first ? 1.0 : beta, bc, n);
     if (bias && !bias_first) add_bias_block(pc, n, bias, r0, r1, c0, c1);
   };

@@ -1,0 +1,294 @@
+// The native AVX-512 BF16 GEMM and the choice of the CPU's bf16 path (ops/bf16_gemm.h).
+//
+// Why our own kernel rather than oneDNN 2.6's dnnl_gemm_bf16bf16f32: measured single-threaded on this project's Zen 4
+// at the products of a training step (MLP 128 × 784 → 256, GPT 768 × 128 → 128/384/512, 768 × 512 → 128, the
+// 512 × 768ᵀ weight gradient; machine shared, so rough) ours runs 154-205 GFLOP/s, 1.7-2.3× OpenBLAS's SGEMM, and
+// oneDNN 188-220 on operands already in bf16 but 156-207 once it pays their conversion, which ours does while it
+// packs. A weight's bf16 copy made once per step would put oneDNN about half-way between, for a library whose bf16
+// GEMM is exported but not declared in its public headers, that threads itself over OpenMP unless called inside our
+// per-thread blocks, and that would need every other operand converted to a bf16 copy first.
+//
+// Only the functions marked GT_BF16_TARGET use AVX-512 instructions; the rest of this file, and of the binary, stays
+// baseline x86-64, and gemm_bf16 is only called where CPUID says the CPU has avx512_bf16.
+#include "ops/bf16_gemm.h"
+
+#include "ops/devices.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string_view>
+#include <vector>
+
+#if defined(__x86_64__)
+// GCC 12 reports _mm512_undefined_epi32's deliberate self-initialisation, inside the unpack intrinsics, as maybe
+// uninitialized once they are inlined (GCC bug 105593); the pragma must cover the header, where it is reported.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+#define GT_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#endif
+
+namespace gt::cpu {
+namespace {
+
+// The blocking: a micro-kernel computes kBf16Mr × kBf16Nr of C (16 zmm accumulators of the 32) from a packed panel
+// of A (kBf16Mr rows of k-pairs, 4 KiB at kBf16Kc) and one of B (kBf16Nr columns of k-pairs, 16 KiB: stays in L1
+// while the A panels of a block stream past it); a block of B (kBf16Kc × kBf16Nc, 256 KiB) stays in L2.
+constexpr int kBf16Mr = 8;
+constexpr int kBf16Nr = 32;
+constexpr int kBf16Kc = 256;  // even: only the last block of k can hold an unpaired element
+constexpr int kBf16Mc = 128;
+constexpr int kBf16Nc = 512;
+
+std::atomic<int> g_bf16_forced{-1};  // a CpuBf16Path forced by a test or benchmark; -1: the environment's choice
+
+CpuBf16Path bf16_env_path() {
+  static const CpuBf16Path path = [] {
+    const char* env = std::getenv("GPUTRAIN_CPU_BF16");
+    const std::string_view v = env ? env : "";
+    if (v.empty() || v == "auto") return cpu_has_native_bf16() ? CpuBf16Path::native : CpuBf16Path::conversion;
+    if (v == "convert") return CpuBf16Path::conversion;
+    throw std::runtime_error("GPUTRAIN_CPU_BF16=" + std::string(v) + ": expected auto or convert");
+  }();
+  return path;
+}
+
+#if defined(__x86_64__)
+
+// out[p·w + l], for the pairs p < ⌈kc/2⌉ and lanes l < count, is the bf16 pair (x(2p, l), x(2p+1, l)) as one 32-bit
+// word, the even k in its low half (what vdpbf16ps multiplies with the same half of the other operand), with
+// x(kk, l) = src[kk·ld + l]: lanes contiguous in memory. An odd kc's last pair holds a zero in its high half. Lanes
+// from count to w are not written.
+GT_BF16_TARGET void bf16_pack_lanes(const float* src, int ld, int kc, int count, int w, uint32_t* out) {
+  // The 16-bit element e of the result is half e % 2 of lane e / 2: lo's element e/2, or hi's (element 16 + e/2).
+  alignas(64) static constexpr uint16_t kInterleave[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
+                                                           21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
+                                                           11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i interleave = _mm512_load_si512(kInterleave);
+  const int pairs = (kc + 1) / 2;
+  for (int l0 = 0; l0 < count; l0 += 16) {
+    const __mmask16 mask = count - l0 >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (count - l0)) - 1);
+    for (int p = 0; p < pairs; ++p) {
+      const __m512 lo = _mm512_maskz_loadu_ps(mask, src + int64_t{2 * p} * ld + l0);
+      const __m512 hi =
+          2 * p + 1 < kc ? _mm512_maskz_loadu_ps(mask, src + int64_t{2 * p + 1} * ld + l0) : _mm512_setzero_ps();
+      const auto both = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);  // lo's 16 bf16, then hi's
+      _mm512_mask_storeu_epi32(out + int64_t{p} * w + l0, mask, _mm512_permutexvar_epi16(interleave, both));
+    }
+  }
+}
+
+// r[i] lane j ↔ r[j] lane i, 32-bit elements: unpacks of 32 and 64 bits within 128-bit lanes, then two shuffles of
+// those lanes.
+GT_BF16_TARGET inline __attribute__((always_inline)) void bf16_transpose16(__m512i* r) {
+  __m512i t[16], u[16], v[16];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+    u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h)
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; ++i) {
+      v[8 * h + i] = _mm512_shuffle_i32x4(u[8 * h + i], u[8 * h + 4 + i], 0x88);
+      v[8 * h + 4 + i] = _mm512_shuffle_i32x4(u[8 * h + i], u[8 * h + 4 + i], 0xdd);
+    }
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    r[i] = _mm512_shuffle_i32x4(v[i], v[8 + i], 0x88);
+    r[8 + i] = _mm512_shuffle_i32x4(v[i], v[8 + i], 0xdd);
+  }
+}
+
+// The same words with x(kk, l) = src[l·ld + kk]: each lane's k contiguous in memory, so the pairs come out of the
+// conversion in order, 16 to a lane's vector, and a transpose of 16 lanes' vectors puts each pair's lanes together.
+GT_BF16_TARGET void bf16_pack_rows(const float* src, int ld, int kc, int count, int w, uint32_t* out) {
+  const int pairs = (kc + 1) / 2;
+  const int group = std::min(16, w);
+  for (int l0 = 0; l0 < count; l0 += group) {
+    const int g = std::min(group, count - l0);
+    const __mmask16 lanes = g >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << g) - 1);
+    for (int k0 = 0; k0 < kc; k0 += 32) {
+      const int left = kc - k0;
+      const __mmask16 m_lo = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
+      const __mmask16 m_hi = left >= 32  ? __mmask16(0xFFFF)
+                             : left > 16 ? __mmask16((1u << (left - 16)) - 1)
+                                         : __mmask16(0);
+      __m512i r[16];
+#pragma GCC unroll 16
+      for (int l = 0; l < 16; ++l) {
+        if (l < g) {
+          const float* row = src + int64_t{l0 + l} * ld + k0;
+          r[l] = (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m_hi, row + 16), _mm512_maskz_loadu_ps(m_lo, row));
+        } else {
+          r[l] = _mm512_setzero_si512();
+        }
+      }
+      bf16_transpose16(r);  // r[q]: the pair k0/2 + q of lanes l0..l0+15
+      const int np = std::min(16, pairs - k0 / 2);
+      for (int q = 0; q < np; ++q) _mm512_mask_storeu_epi32(out + int64_t{k0 / 2 + q} * w + l0, lanes, r[q]);
+    }
+  }
+}
+
+// Panels of `w` lanes (rows of op(a) or columns of op(b)) from lane `first` on, `count` lanes in all, k from 0 to
+// kc: panel q at out + q·pairs·w, lanes past count zero (they multiply into C's rows or columns that are not stored).
+GT_BF16_TARGET void bf16_pack_panels(const float* src, int ld, bool lanes_contiguous, int kc, int count, int w,
+                                     uint32_t* out) {
+  const int pairs = (kc + 1) / 2;
+  for (int q0 = 0; q0 < count; q0 += w) {
+    const int n = std::min(w, count - q0);
+    uint32_t* panel = out + int64_t{q0 / w} * pairs * w;
+    if (n < w) std::memset(panel, 0, sizeof(uint32_t) * static_cast<size_t>(pairs) * static_cast<size_t>(w));
+    if (lanes_contiguous)
+      bf16_pack_lanes(src + q0, ld, kc, n, w, panel);
+    else
+      bf16_pack_rows(src + int64_t{q0} * ld, ld, kc, n, w, panel);
+  }
+}
+
+// C's rows·cols (at most kBf16Mr × kBf16Nr, ldc apart) from an A panel and a B panel of `pairs` k-pairs: the first
+// block of k writes beta·C + A·B (C unread when beta is 0), later blocks add theirs.
+GT_BF16_TARGET void bf16_kernel(int pairs, const uint32_t* ap, const uint32_t* bp, float* c, int ldc, int rows,
+                                int cols, bool first, float beta) {
+  __m512 acc[kBf16Mr][2];
+#pragma GCC unroll 8
+  for (int r = 0; r < kBf16Mr; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+  for (int p = 0; p < pairs; ++p) {
+    const auto b0 = (__m512bh)_mm512_loadu_si512(bp + p * kBf16Nr);
+    const auto b1 = (__m512bh)_mm512_loadu_si512(bp + p * kBf16Nr + 16);
+#pragma GCC unroll 8
+    for (int r = 0; r < kBf16Mr; ++r) {
+      const auto a = (__m512bh)_mm512_set1_epi32(static_cast<int>(ap[p * kBf16Mr + r]));
+      acc[r][0] = _mm512_dpbf16_ps(acc[r][0], a, b0);
+      acc[r][1] = _mm512_dpbf16_ps(acc[r][1], a, b1);
+    }
+  }
+  const __mmask16 m0 = cols >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << cols) - 1);
+  const __mmask16 m1 = cols >= 32 ? __mmask16(0xFFFF) : cols > 16 ? __mmask16((1u << (cols - 16)) - 1) : __mmask16(0);
+  const bool overwrite = first && beta == 0.0f;
+  const bool scale = first && beta != 1.0f;
+  const __m512 vbeta = _mm512_set1_ps(beta);
+#pragma GCC unroll 8
+  for (int r = 0; r < kBf16Mr; ++r) {
+    if (r >= rows) break;
+    float* cr = c + int64_t{r} * ldc;
+    if (overwrite) {
+      _mm512_mask_storeu_ps(cr, m0, acc[r][0]);
+      _mm512_mask_storeu_ps(cr + 16, m1, acc[r][1]);
+      continue;
+    }
+    __m512 c0 = _mm512_maskz_loadu_ps(m0, cr), c1 = _mm512_maskz_loadu_ps(m1, cr + 16);
+    if (scale) {
+      c0 = _mm512_mul_ps(c0, vbeta);
+      c1 = _mm512_mul_ps(c1, vbeta);
+    }
+    _mm512_mask_storeu_ps(cr, m0, _mm512_add_ps(c0, acc[r][0]));
+    _mm512_mask_storeu_ps(cr + 16, m1, _mm512_add_ps(c1, acc[r][1]));
+  }
+}
+
+GT_BF16_TARGET void bf16_gemm_avx512(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b,
+                                     int ldb, float beta, float* c, int ldc) {
+  // The packed operands, per thread: they grow to the largest block once and stay.
+  thread_local std::vector<uint32_t> a_pack, b_pack;
+  for (int j0 = 0; j0 < n; j0 += kBf16Nc) {
+    const int nc = std::min(kBf16Nc, n - j0);
+    const int n_panels = (nc + kBf16Nr - 1) / kBf16Nr;
+    for (int k0 = 0; k0 < k; k0 += kBf16Kc) {
+      const int kc = std::min(kBf16Kc, k - k0), pairs = (kc + 1) / 2;
+      // Grown, never shrunk: resizing down and up again would zero the regrown part on every call.
+      const size_t b_need = static_cast<size_t>(n_panels) * pairs * kBf16Nr;
+      if (b_pack.size() < b_need) b_pack.resize(b_need);
+      // op(b)(kk, j) is b[kk·ldb + j], or b[j·ldb + kk] when transposed.
+      if (tb)
+        bf16_pack_panels(b + int64_t{j0} * ldb + k0, ldb, false, kc, nc, kBf16Nr, b_pack.data());
+      else
+        bf16_pack_panels(b + int64_t{k0} * ldb + j0, ldb, true, kc, nc, kBf16Nr, b_pack.data());
+      for (int i0 = 0; i0 < m; i0 += kBf16Mc) {
+        const int mc = std::min(kBf16Mc, m - i0);
+        const int m_panels = (mc + kBf16Mr - 1) / kBf16Mr;
+        const size_t a_need = static_cast<size_t>(m_panels) * pairs * kBf16Mr;
+        if (a_pack.size() < a_need) a_pack.resize(a_need);
+        // op(a)(i, kk) is a[i·lda + kk], or a[kk·lda + i] when transposed.
+        if (ta)
+          bf16_pack_panels(a + int64_t{k0} * lda + i0, lda, true, kc, mc, kBf16Mr, a_pack.data());
+        else
+          bf16_pack_panels(a + int64_t{i0} * lda + k0, lda, false, kc, mc, kBf16Mr, a_pack.data());
+        for (int jp = 0; jp < n_panels; ++jp)
+          for (int ip = 0; ip < m_panels; ++ip) {
+            const int rows = std::min(kBf16Mr, mc - ip * kBf16Mr), cols = std::min(kBf16Nr, nc - jp * kBf16Nr);
+            bf16_kernel(pairs, a_pack.data() + int64_t{ip} * pairs * kBf16Mr,
+                        b_pack.data() + int64_t{jp} * pairs * kBf16Nr,
+                        c + int64_t{i0 + ip * kBf16Mr} * ldc + j0 + jp * kBf16Nr, ldc, rows, cols, k0 == 0, beta);
+          }
+      }
+    }
+  }
+}
+
+#endif  // __x86_64__
+
+}  // namespace
+
+bool cpu_has_native_bf16() {
+#if defined(__x86_64__)
+  static const bool has = query_cpu_half().avx512_bf16;
+  return has;
+#else
+  return false;
+#endif
+}
+
+CpuBf16Path cpu_bf16_path() {
+  const int forced = g_bf16_forced.load(std::memory_order_relaxed);
+  if (forced >= 0) return static_cast<CpuBf16Path>(forced);
+  return bf16_env_path();
+}
+
+std::string describe(CpuBf16Path path) {
+  return path == CpuBf16Path::native ? "native (AVX-512 BF16, vdpbf16ps)"
+                                     : "conversion (bf16-rounded operands, f32 SGEMM)";
+}
+
+void force_cpu_bf16_path(CpuBf16Path path) {
+  if (path == CpuBf16Path::native && !cpu_has_native_bf16()) path = CpuBf16Path::conversion;
+  g_bf16_forced.store(static_cast<int>(path), std::memory_order_relaxed);
+}
+void reset_cpu_bf16_path() { g_bf16_forced.store(-1, std::memory_order_relaxed); }
+
+void gemm_bf16(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb, float beta,
+               float* c, int ldc) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {  // no products: c = beta·c, as SGEMM
+    for (int i = 0; i < m; ++i) {
+      float* row = c + int64_t{i} * ldc;
+      if (beta == 0.0f)
+        std::fill(row, row + n, 0.0f);
+      else
+        for (int j = 0; j < n; ++j) row[j] *= beta;
+    }
+    return;
+  }
+#if defined(__x86_64__)
+  bf16_gemm_avx512(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+#else
+  (void)ta, (void)tb, (void)a, (void)lda, (void)b, (void)ldb;
+  throw std::logic_error("gemm_bf16: no AVX-512 BF16 on this architecture");
+#endif
+}
+
+}  // namespace gt::cpu

@@ -1,0 +1,35 @@
+// bf16 matrix products on the CPU: the native AVX-512 BF16 GEMM (vdpbf16ps) and the run-time choice between it and
+// the conversion path (operands rounded to bf16, multiplied by OpenBLAS's SGEMM; ops/precision.h).
+#pragma once
+
+#include <string>
+
+namespace gt::cpu {
+
+/// How a bf16 product runs on the CPU. native: gemm_bf16 below, chosen where CPUID says avx512_bf16 (with the OS
+/// saving AVX-512 state); conversion: operands rounded to bf16 and kept as f32, then SGEMM (any x86-64 CPU).
+enum class CpuBf16Path { native, conversion };
+
+/// The path bf16 products take in this process: native where the CPU has avx512_bf16, unless the environment says
+/// GPUTRAIN_CPU_BF16=convert (auto, the default, picks native where it can). Read once; an unknown value throws
+/// std::runtime_error naming it (the first bf16 run's setup or `gputrain devices` reads it first).
+CpuBf16Path cpu_bf16_path();
+/// Whether this CPU can run the native path at all (avx512_bf16 and AVX-512 state enabled).
+bool cpu_has_native_bf16();
+/// "native (AVX-512 BF16, vdpbf16ps)" or "conversion (bf16-rounded operands, f32 SGEMM)", for reports.
+std::string describe(CpuBf16Path path);
+
+/// Tests and benchmarks: make every later product of the process take `path` (native only where the CPU has it)
+/// until reset_cpu_bf16_path() returns it to the environment's choice. Not for use while products run.
+void force_cpu_bf16_path(CpuBf16Path path);
+void reset_cpu_bf16_path();
+
+/// c = op(a)·op(b) + beta·c on the calling thread, row-major as cblas_sgemm (op(a) m×k, op(b) k×n, c m×n), with
+/// every element of a and b rounded to bf16 (nearest even, as float_to_bf16, except that f32 subnormals become
+/// zero: the instruction treats bf16 subnormals as zero anyway) and the products summed in f32 (each product of two
+/// bf16 values is exact in f32; pairs of k are summed by one vdpbf16ps, then into the f32 accumulator). beta 0 never
+/// reads c. Requires cpu_has_native_bf16().
+void gemm_bf16(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb, float beta,
+               float* c, int ldc);
+
+}  // namespace gt::cpu
