@@ -69,48 +69,23 @@ while IFS= read -r name; do
   esac
 done < <("$tests" "[cuda]" --list-test-names-only 2>/dev/null | sed 's/^ *//')
 
-echo "== training throughput, batch 128"
+echo "== training throughput, batch 128, in each precision against PyTorch eager (AMP for bf16/fp16)"
+# gputrain's train.precision against bench/torch_reference.py --precision (bench/torch_amp.py: TF32 flags, autocast,
+# a GradScaler for fp16) at the same model and batch. The CUDA backend's half mode covers dense layers' matmuls
+# (cuBLASLt, 16-bit operands, fp32 compute); a model with conv2d is refused under bf16/fp16 on CUDA so far, so the CNN
+# has fp32 and tf32 rows only. A failed gputrain run fails the check (the dry run proves the commands here).
 if [[ $dry == 1 ]]; then device=cpu; tdev=cpu; steps_mlp=20; steps_cnn=10; else device=cuda; tdev=cuda; steps_mlp=3000; steps_cnn=1500; fi
 sets=(--set "data.train.images=$data/train-images-idx3-ubyte.gz" --set "data.train.labels=$data/train-labels-idx1-ubyte.gz"
       --set "data.test.images=$data/t10k-images-idx3-ubyte.gz" --set "data.test.labels=$data/t10k-labels-idx1-ubyte.gz"
       --set train.eval_every=1000000)
 rows=()
-for model in mlp cnn; do
-  steps=$steps_mlp; [[ $model == cnn ]] && steps=$steps_cnn
-  out="$work/run-$model"
-  if "$gt" train "configs/fashion_mnist_$model.yaml" --device "$device" --max-steps "$steps" --quiet --out "$out" \
-       "${sets[@]}" > "$work/gt-$model.log" 2>&1; then
-    gt_rate=$($py -c "import json; print(round(json.load(open('$out/summary.json'))['samples_per_sec']))")
-    gt_peak=$($py -c "
-import json
-rows = [json.loads(l) for l in open('$out/metrics.jsonl')]
-peaks = [r['device_peak_mib'] for r in rows if 'device_peak_mib' in r]
-print(f'{max(peaks):.0f}' if peaks else 'n/a')")
-  else
-    gt_rate=failed; gt_peak=n/a
-    tail -20 "$work/gt-$model.log" | sed 's/^/        /'
-  fi
-  if t=$($py bench/torch_reference.py --model "$model" --device "$tdev" --steps "$steps" --batch 128 --threads 4 2>"$work/torch-$model.err"); then
-    torch_rate=$(echo "$t" | $py -c "import json, sys; print(round(json.load(sys.stdin)['samples_per_sec']))")
-    torch_peak=$(echo "$t" | $py -c "import json, sys; p = json.load(sys.stdin)['peak_mem_mib']; print('n/a' if p is None else f'{p:.0f}')")
-  else
-    torch_rate=failed; torch_peak=n/a
-    tail -5 "$work/torch-$model.err" | sed 's/^/        /'
-  fi
-  ratio=n/a
-  [[ $gt_rate =~ ^[0-9]+$ && $torch_rate =~ ^[0-9]+$ ]] && ratio=$(echo "scale=2; $gt_rate / $torch_rate" | bc)
-  rows+=("$(printf '| fashion_mnist_%s | %s | %s | %s | %s MiB | %s MiB |' "$model" "$gt_rate" "$torch_rate" "$ratio" "$gt_peak" "$torch_peak")")
-done
-
-echo "== MLP training throughput in bf16 and fp16, batch 128"
-# The CUDA backend's half mode covers dense layers' matmuls (cuBLASLt, 16-bit operands, fp32 compute); a model with
-# conv2d or attention is refused under bf16/fp16 on CUDA so far, so only the MLP has these rows. gputrain only:
-# bench/torch_reference.py has no AMP mode yet. A failed run fails the check (the dry run proves the command here).
 hfail=0
-for prec in bf16 fp16; do
-  out="$work/run-mlp-$prec"
-  if "$gt" train configs/fashion_mnist_mlp.yaml --device "$device" --precision "$prec" --max-steps "$steps_mlp" \
-       --quiet --out "$out" "${sets[@]}" > "$work/gt-mlp-$prec.log" 2>&1; then
+for run in mlp:fp32 cnn:fp32 mlp:tf32 mlp:bf16 mlp:fp16 cnn:tf32; do
+  model=${run%%:*}; prec=${run#*:}
+  steps=$steps_mlp; [[ $model == cnn ]] && steps=$steps_cnn
+  out="$work/run-$model-$prec"
+  if "$gt" train "configs/fashion_mnist_$model.yaml" --device "$device" --precision "$prec" --max-steps "$steps" \
+       --quiet --out "$out" "${sets[@]}" > "$work/gt-$model-$prec.log" 2>&1; then
     gt_rate=$($py -c "import json; print(round(json.load(open('$out/summary.json'))['samples_per_sec']))")
     gt_peak=$($py -c "
 import json
@@ -119,9 +94,19 @@ peaks = [r['device_peak_mib'] for r in rows if 'device_peak_mib' in r]
 print(f'{max(peaks):.0f}' if peaks else 'n/a')")
   else
     gt_rate=failed; gt_peak=n/a; hfail=$((hfail + 1))
-    tail -20 "$work/gt-mlp-$prec.log" | sed 's/^/        /'
+    tail -20 "$work/gt-$model-$prec.log" | sed 's/^/        /'
   fi
-  rows+=("$(printf '| fashion_mnist_mlp %s | %s | not run (no AMP in torch_reference.py) | n/a | %s MiB | n/a |' "$prec" "$gt_rate" "$gt_peak")")
+  if t=$($py bench/torch_reference.py --model "$model" --device "$tdev" --precision "$prec" --steps "$steps" \
+           --batch 128 --threads 4 2>"$work/torch-$model-$prec.err"); then
+    torch_rate=$(echo "$t" | $py -c "import json, sys; print(round(json.load(sys.stdin)['samples_per_sec']))")
+    torch_peak=$(echo "$t" | $py -c "import json, sys; p = json.load(sys.stdin)['peak_mem_mib']; print('n/a' if p is None else f'{p:.0f}')")
+  else
+    torch_rate=failed; torch_peak=n/a
+    tail -2 "$work/torch-$model-$prec.err" | sed 's/^/        /'
+  fi
+  ratio=n/a
+  [[ $gt_rate =~ ^[0-9]+$ && $torch_rate =~ ^[0-9]+$ ]] && ratio=$(echo "scale=2; $gt_rate / $torch_rate" | bc)
+  rows+=("$(printf '| fashion_mnist_%s %s | %s | %s | %s | %s MiB | %s MiB |' "$model" "$prec" "$gt_rate" "$torch_rate" "$ratio" "$gt_peak" "$torch_peak")")
 done
 
 echo "== GPT training throughput (configs/gpt_bytes.yaml's model, random byte tokens)"
