@@ -104,7 +104,7 @@ class StepGraph : NonCopyable {
  private:
   [[maybe_unused]] Device m_device;  // unused in builds without CUDA
   void* m_exec = nullptr;            // cudaGraphExec_t
-  bool m_capturing = false;
+  [[maybe_unused]] bool m_capturing = false;  // unused in builds without CUDA
 };
 
 }  // namespace gt
