@@ -119,6 +119,14 @@ void write_text(const std::string& path, const std::string& text) {
   if (!out) throw std::runtime_error("cannot write " + path);
 }
 
+std::vector<double> train_losses(const std::string& metrics) {
+  std::vector<double> out;
+  for (const auto& l : lines_of(metrics))
+    if (l.find("\"type\": \"train\"") != std::string::npos)
+      if (auto v = json_number(l, "loss")) out.push_back(*v);
+  return out;
+}
+
 std::optional<double> json_number(const std::string& json, const std::string& key) {
   const std::regex re("\"" + key + "\": (-?[0-9][0-9.eE+-]*)");
   std::smatch m;

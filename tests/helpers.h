@@ -44,6 +44,8 @@ std::vector<std::string> lines_of(const std::string& text);
 void write_text(const std::string& path, const std::string& text);
 /// The number stored under "key" in a one-line JSON object; nullopt when absent or null.
 std::optional<double> json_number(const std::string& json, const std::string& key);
+/// The "loss" of every train row of a metrics.jsonl text, in order.
+std::vector<double> train_losses(const std::string& metrics);
 /// The string stored under "key".
 std::optional<std::string> json_string(const std::string& json, const std::string& key);
 /// An NPY v1.0 file (`descr` like "<f4", `shape` like "(3, 2)") holding `bytes` of raw data.

@@ -281,14 +281,6 @@ optimizer: {type: sgd, lr: 0.05, momentum: 0.9}
 train: {epochs: 3, log_every: 8}
 )";
 
-std::vector<double> bf16k_losses(const std::string& metrics) {
-  std::vector<double> out;
-  for (const auto& l : lines_of(metrics))
-    if (l.find("\"type\": \"train\"") != std::string::npos)
-      if (auto v = json_number(l, "loss")) out.push_back(*v);
-  return out;
-}
-
 }  // namespace
 
 TEST_CASE("bf16 kernels: a CNN trains in bf16 on the native path as on the conversion path, and says which", "[e2e]") {
@@ -307,8 +299,8 @@ TEST_CASE("bf16 kernels: a CNN trains in bf16 on the native path as on the conve
   const auto conv = run_gputrain(common + (dir / "conv"), "GPUTRAIN_CPU_BF16=convert");
   REQUIRE(conv.exit_code == 0);
   CHECK(conv.output.find("by conversion") != std::string::npos);
-  const std::vector<double> a = bf16k_losses(read_text(dir / "native/metrics.jsonl")),
-                            b = bf16k_losses(read_text(dir / "conv/metrics.jsonl"));
+  const std::vector<double> a = train_losses(read_text(dir / "native/metrics.jsonl")),
+                            b = train_losses(read_text(dir / "conv/metrics.jsonl"));
   REQUIRE(a.size() >= 20);
   REQUIRE(a.size() == b.size());
   // Converges, and follows the conversion path: the two differ only in the order of f32 sums, which the first

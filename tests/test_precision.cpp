@@ -471,14 +471,6 @@ optimizer: {type: sgd, lr: 0.05, momentum: 0.9}
 train: {epochs: 3, log_every: 20}
 )";
 
-std::vector<double> losses(const std::string& metrics) {
-  std::vector<double> out;
-  for (const auto& l : lines_of(metrics))
-    if (l.find("\"type\": \"train\"") != std::string::npos)
-      if (auto v = json_number(l, "loss")) out.push_back(*v);
-  return out;
-}
-
 }  // namespace
 
 TEST_CASE("precision: bf16 and fp16 runs of an MLP train to within 2% of fp32's losses, and say how they ran",
@@ -489,7 +481,7 @@ TEST_CASE("precision: bf16 and fp16 runs of an MLP train to within 2% of fp32's 
   const auto fp32 = run_gputrain(common + (dir / "fp32"));
   REQUIRE(fp32.exit_code == 0);
   CHECK(fp32.output.find("by conversion") == std::string::npos);
-  const std::vector<double> ref = losses(read_text(dir / "fp32/metrics.jsonl"));
+  const std::vector<double> ref = train_losses(read_text(dir / "fp32/metrics.jsonl"));
   REQUIRE(ref.size() >= 8);
   // bf16 as this CPU runs it (natively where it has avx512_bf16), bf16 forced onto the conversion path, and fp16.
   for (auto [p, env] : {std::pair{"bf16", ""}, std::pair{"bf16", "GPUTRAIN_CPU_BF16=convert"}, std::pair{"fp16", ""}}) {
@@ -508,7 +500,7 @@ TEST_CASE("precision: bf16 and fp16 runs of an MLP train to within 2% of fp32's 
     CHECK(n_native == (native ? 1 : 0));
     CHECK(read_text(out + "/overrides.json").find(std::string("train.precision=") + p) != std::string::npos);
     CHECK(read_text(out + "/config.resolved.yaml").find(std::string("precision: ") + p) != std::string::npos);
-    const std::vector<double> got = losses(read_text(out + "/metrics.jsonl"));
+    const std::vector<double> got = train_losses(read_text(out + "/metrics.jsonl"));
     REQUIRE(got.size() == ref.size());
     // Converges as fp32 does: the loss falls by more than half, and each logged loss is within 2% of fp32's
     // (measured: ≤ 0.27% for bf16, ≤ 0.21% for fp16); not equal, or the mode did nothing.
@@ -539,7 +531,7 @@ TEST_CASE("precision: an unknown train.precision exits 2 naming the choices, and
   const auto tf32 = run_gputrain(common + (dir / "tf32") + " --precision tf32");
   REQUIRE(tf32.exit_code == 0);
   CHECK(tf32.output.find("precision tf32: fp32 on the CPU") != std::string::npos);
-  CHECK(losses(read_text(dir / "fp32/metrics.jsonl")) == losses(read_text(dir / "tf32/metrics.jsonl")));
+  CHECK(train_losses(read_text(dir / "fp32/metrics.jsonl")) == train_losses(read_text(dir / "tf32/metrics.jsonl")));
 }
 
 TEST_CASE("loss scaler: GradScaler's exact skip/grow/backoff sequence on injected overflows", "[cpu]") {
