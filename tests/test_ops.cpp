@@ -11,6 +11,7 @@
 #include "ops/math.h"
 #include "ops/matmul.h"
 #include "ops/optim.h"
+#include "ops/pool2d.h"
 
 #include <catch2/catch.hpp>
 
@@ -736,4 +737,130 @@ TEST_CASE("f32 causal attention matches f64, forward and backward", "[cpu]") {
   ops::attention_backward(qkv, out, lse, dout, heads, {}, delta, dqkv);
   ops::attention_backward(qkvd, outd, lsed, doutd, heads, {}, deltad, dqkvd);
   CHECK(worst_rel(dqkv, dqkvd) < 1e-4);
+}
+
+// Batch norm's f32 loops (row sums as sixteen lanes, compiled per instruction set) against the f64 path, over rows
+// shorter than a vector, with a remainder and long, on data centred far from zero: training and evaluation, dx written
+// and the parameter gradients accumulated or overwritten.
+TEST_CASE("f32 batch norm matches f64 forward and backward for every row length", "[cpu]") {
+  set_num_threads(2);
+  Rng rng(11, 0);
+  auto pair = [&](const Shape& s, double lo, double hi) { return f32_f64_pair(s, rng, lo, hi); };
+  for (int64_t sp : {1, 7, 16, 49, 197}) {
+    CAPTURE(sp);
+    const int64_t batch = 37, ch = 5;
+    auto [x, xd] = pair(Shape{batch, ch, sp}, -1, 1);
+    for (int64_t i = 0; i < x.numel(); ++i)  // channels at different scales, centred at 20
+      xd.data<double>()[i] = x.data<float>()[i] = x.data<float>()[i] * static_cast<float>(1 + i / sp % ch) + 20.0f;
+    auto [gamma, gammad] = pair(Shape{ch}, 0.5, 1.5);
+    auto [beta, betad] = pair(Shape{ch}, -0.2, 0.2);
+    auto [rm, rmd] = pair(Shape{ch}, 19, 21);
+    auto [rv, rvd] = pair(Shape{ch}, 0.5, 2);
+    auto [dy, dyd] = pair(x.shape(), -1, 1);
+    auto [dg, dgd] = pair(Shape{ch}, -1, 1);
+    auto [db, dbd] = pair(Shape{ch}, -1, 1);
+    Tensor y = Tensor::empty(x.shape(), DType::f32), yd = Tensor::empty(x.shape(), DType::f64);
+    Tensor m = Tensor::empty(Shape{ch}, DType::f32), md = Tensor::empty(Shape{ch}, DType::f64);
+    Tensor v = Tensor::empty(Shape{ch}, DType::f32), vd = Tensor::empty(Shape{ch}, DType::f64);
+    for (bool training : {true, false}) {
+      CAPTURE(training);
+      ops::batchnorm_forward(x, gamma, beta, rm, rv, 0.1, 1e-5, training, m, v, y);
+      ops::batchnorm_forward(xd, gammad, betad, rmd, rvd, 0.1, 1e-5, training, md, vd, yd);
+      CHECK(worst_rel(y, yd) < 1e-5);
+      CHECK(worst_rel(rm, rmd) < 1e-6);
+      CHECK(worst_rel(rv, rvd) < 1e-5);
+      CHECK(worst_rel(m, md) < 1e-6);
+      CHECK(worst_rel(v, vd) < 1e-5);
+      Tensor dx = Tensor::empty(x.shape(), DType::f32), dxd = Tensor::empty(x.shape(), DType::f64);
+      ops::batchnorm_backward(x, gamma, m, v, dy, training, dx, dg, db, 1.0);  // accumulate onto dγ, dβ
+      ops::batchnorm_backward(xd, gammad, md, vd, dyd, training, dxd, dgd, dbd, 1.0);
+      CHECK(worst_rel(dx, dxd) < 1e-4);
+      CHECK(worst_rel(dg, dgd) < 1e-4);
+      CHECK(worst_rel(db, dbd) < 1e-5);
+      Tensor none;
+      ops::batchnorm_backward(x, gamma, m, v, dy, training, none, dg, db, 0.0);  // overwrite, no dx
+      ops::batchnorm_backward(xd, gammad, md, vd, dyd, training, none, dgd, dbd, 0.0);
+      CHECK(worst_rel(dg, dgd) < 1e-4);
+      CHECK(worst_rel(db, dbd) < 1e-5);
+    }
+    // the f64 path against the definition: per channel, over the batch and the spatial positions
+    ops::batchnorm_forward(xd, gammad, betad, rmd, rvd, 0.1, 1e-5, true, md, vd, yd);
+    double worst_def = 0;
+    for (int64_t c = 0; c < ch; ++c) {
+      double mean = 0, var = 0;
+      const double n = static_cast<double>(batch * sp);
+      for (int64_t b = 0; b < batch; ++b)
+        for (int64_t i = 0; i < sp; ++i) mean += xd.data<double>()[(b * ch + c) * sp + i] / n;
+      for (int64_t b = 0; b < batch; ++b)
+        for (int64_t i = 0; i < sp; ++i) {
+          const double d = xd.data<double>()[(b * ch + c) * sp + i] - mean;
+          var += d * d / n;
+        }
+      for (int64_t b = 0; b < batch; ++b)
+        for (int64_t i = 0; i < sp; ++i) {
+          const int64_t at = (b * ch + c) * sp + i;
+          const double want =
+              (xd.data<double>()[at] - mean) / std::sqrt(var + 1e-5) * gammad.data<double>()[c] + betad.data<double>()[c];
+          worst_def = std::max(worst_def, std::abs(yd.data<double>()[at] - want));
+        }
+    }
+    CHECK(worst_def < 1e-10);
+  }
+}
+
+// 2×2 max pooling, f32 (vector loops) and f64 (scalar loops), against the rule written out: the window's first
+// maximum in reading order takes the gradient, a window holding a NaN gives it to its last tap, inputs in no window
+// (odd sides) get zero. Values from a few levels so that windows tie.
+TEST_CASE("2x2 max pooling, f32 and f64, gives the reference's bits with ties, NaN and odd sides", "[cpu]") {
+  set_num_threads(2);
+  Rng rng(12, 0);
+  const Window2d win{2, 2, 2, 2, 0, 0};
+  struct Hw {
+    int64_t h, w;
+  };
+  for (const Hw s : {Hw{28, 28}, Hw{14, 14}, Hw{7, 7}, Hw{5, 6}, Hw{2, 18}, Hw{6, 35}}) {
+    CAPTURE(s.h, s.w);
+    const int64_t planes = 2 * 3, oh = s.h / 2, ow = s.w / 2;
+    Tensor x = Tensor::empty(Shape{2, 3, s.h, s.w}, DType::f32), dy = Tensor::empty(Shape{2, 3, oh, ow}, DType::f32);
+    for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(std::floor(rng.uniform(0, 3)));
+    for (int64_t i = 0; i < x.numel(); i += 37) x.data<float>()[i] = std::nanf("");
+    for (int64_t i = 0; i < dy.numel(); ++i) dy.data<float>()[i] = static_cast<float>(rng.uniform(-1, 1));
+    Tensor want_y = Tensor::empty(dy.shape(), DType::f32), want_dx = Tensor::zeros(x.shape(), DType::f32);
+    for (int64_t p = 0; p < planes; ++p)
+      for (int64_t oy = 0; oy < oh; ++oy)
+        for (int64_t ox = 0; ox < ow; ++ox) {
+          int64_t at[4];
+          for (int t = 0; t < 4; ++t) at[t] = (p * s.h + 2 * oy + t / 2) * s.w + 2 * ox + t % 2;
+          const float* px = x.data<float>();
+          const float m = std::max(std::max(px[at[0]], px[at[1]]), std::max(px[at[2]], px[at[3]]));
+          int which = 3;
+          for (int t = 2; t >= 0; --t)
+            if (px[at[t]] == m) which = t;
+          want_y.data<float>()[(p * oh + oy) * ow + ox] = m;
+          want_dx.data<float>()[at[which]] = dy.data<float>()[(p * oh + oy) * ow + ox];
+        }
+    auto same_bits = [](const Tensor& got, const Tensor& want) {
+      for (int64_t i = 0; i < got.numel(); ++i) {
+        const double g = got.dtype() == DType::f32 ? got.data<float>()[i] : got.data<double>()[i];
+        const float w = want.data<float>()[i];
+        if (!(g == w || (std::isnan(g) && std::isnan(w)))) return false;
+      }
+      return true;
+    };
+    Tensor xd = Tensor::empty(x.shape(), DType::f64), dyd = Tensor::empty(dy.shape(), DType::f64);
+    for (int64_t i = 0; i < x.numel(); ++i) xd.data<double>()[i] = x.data<float>()[i];
+    for (int64_t i = 0; i < dy.numel(); ++i) dyd.data<double>()[i] = dy.data<float>()[i];
+    for (DType dt : {DType::f32, DType::f64}) {
+      CAPTURE(dtype_name(dt));
+      const Tensor& xi = dt == DType::f32 ? x : xd;
+      const Tensor& gi = dt == DType::f32 ? dy : dyd;
+      Tensor y = Tensor::empty(dy.shape(), dt), dx = Tensor::empty(x.shape(), dt);
+      for (int64_t i = 0; i < dx.numel(); ++i)  // garbage that every element must overwrite
+        dt == DType::f32 ? void(dx.data<float>()[i] = 9.f) : void(dx.data<double>()[i] = 9.0);
+      ops::pool2d_forward(PoolKind::max, xi, win, y);
+      ops::pool2d_backward(PoolKind::max, xi, gi, win, dx);
+      CHECK(same_bits(y, want_y));
+      CHECK(same_bits(dx, want_dx));
+    }
+  }
 }

@@ -3,9 +3,11 @@
 
 #include "core/parallel.h"
 #include "ops/cpu/kernel_util.h"
+#include "ops/cpu/vec_math.h"
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 namespace gt::cpu {
@@ -14,7 +16,7 @@ namespace {
 // Channel c of a batch-norm forward from its statistics: the running statistics moved towards them (training;
 // the running variance unbiased over `n` values, as PyTorch keeps it), the saved mean and inverse std, and y.
 template <class T>
-void bn_normalize_channel(int64_t c, double mean, double var, double n, bool update_running, double momentum,
+GT_INLINE void bn_normalize_channel(int64_t c, double mean, double var, double n, bool update_running, double momentum,
                           double eps, const T* px, const T* pg, const T* pb, int64_t batch, int64_t ch, int64_t sp,
                           T* rm, T* rv, T* sm, T* si, T* py) {
   if (update_running) {
@@ -32,84 +34,122 @@ void bn_normalize_channel(int64_t c, double mean, double var, double n, bool upd
   }
 }
 
-// x viewed as (B, C, S): channel c of sample b is the run x[(b·C + c)·S, +S).
+// Σ f(i) for i < n as sixteen interleaved partial sums in T (side by side in vector registers instead of one chain of
+// n dependent additions), combined in a fixed order so the result is the same on every run, returned in double.
+template <class T, class F>
+GT_INLINE double bn_lane_sum(int64_t n, F&& f) {
+  T acc[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int k = 0; k < 16; ++k) acc[k] += f(i + k);
+  for (int k = 0; i < n; ++i, ++k) acc[k] += f(i);
+  for (int w = 8; w >= 1; w /= 2)
+    for (int k = 0; k < w; ++k) acc[k] += acc[k + w];
+  return static_cast<double>(acc[0]);
+}
+
+// Channels [c0, c1) of the forward. x viewed as (B, C, S): channel c of sample b is the run x[(b·C + c)·S, +S). Row
+// sums in T as lanes, rows combined in double; the variance from a second pass about the mean, which keeps it exact
+// for data far from zero.
+template <class T>
+GT_INLINE void bn_fwd_channels(const T* px, const T* pg, const T* pb, int64_t batch, int64_t ch, int64_t sp,
+                               double momentum, double eps, bool training, T* rm, T* rv, T* sm, T* si, T* py,
+                               int64_t c0, int64_t c1) {
+  const int64_t n = batch * sp;
+  for (int64_t c = c0; c < c1; ++c) {
+    double mean, var;
+    if (training) {
+      double s = 0, s2 = 0;
+      for (int64_t b = 0; b < batch; ++b) {
+        const T* row = px + (b * ch + c) * sp;
+        s += bn_lane_sum<T>(sp, [&](int64_t i) { return row[i]; });
+      }
+      mean = s / static_cast<double>(n);
+      const T m = static_cast<T>(mean);
+      for (int64_t b = 0; b < batch; ++b) {
+        const T* row = px + (b * ch + c) * sp;
+        s2 += bn_lane_sum<T>(sp, [&](int64_t i) { return (row[i] - m) * (row[i] - m); });
+      }
+      var = s2 / static_cast<double>(n);
+    } else {
+      mean = rm[c];
+      var = rv[c];
+    }
+    bn_normalize_channel(c, mean, var, static_cast<double>(n), training, momentum, eps, px, pg, pb, batch, ch, sp, rm,
+                         rv, sm, si, py);
+  }
+}
+
+// Channels [c0, c1) of the backward: dγ, dβ and (when pdx) dx.
+template <class T>
+GT_INLINE void bn_bwd_channels(const T* px, const T* pg, const T* pdy, const T* sm, const T* si, int64_t batch,
+                               int64_t ch, int64_t sp, bool training, double beta_acc, T* dg, T* db, T* pdx,
+                               int64_t c0, int64_t c1) {
+  const int64_t n = batch * sp;
+  for (int64_t c = c0; c < c1; ++c) {
+    const double mean = sm[c], inv = si[c];
+    double sum_dy = 0, sum_dy_xhat = 0;
+    const T m = static_cast<T>(mean), iv = static_cast<T>(inv);
+    for (int64_t b = 0; b < batch; ++b) {
+      const T *row = px + (b * ch + c) * sp, *g = pdy + (b * ch + c) * sp;
+      sum_dy += bn_lane_sum<T>(sp, [&](int64_t i) { return g[i]; });
+      sum_dy_xhat += bn_lane_sum<T>(sp, [&](int64_t i) { return g[i] * (row[i] - m); }) * inv;
+    }
+    dg[c] = static_cast<T>(sum_dy_xhat + (beta_acc != 0 ? beta_acc * dg[c] : 0.0));
+    db[c] = static_cast<T>(sum_dy + (beta_acc != 0 ? beta_acc * db[c] : 0.0));
+    if (!pdx) continue;
+    const T k = static_cast<T>(pg[c] * inv), mean_dy = static_cast<T>(sum_dy / static_cast<double>(n)),
+            mean_dyx = static_cast<T>(sum_dy_xhat / static_cast<double>(n));
+    for (int64_t b = 0; b < batch; ++b) {
+      const T *row = px + (b * ch + c) * sp, *g = pdy + (b * ch + c) * sp;
+      T* out = pdx + (b * ch + c) * sp;
+      if (training)  // dx = γ·invstd · (dy − mean(dy) − x̂·mean(dy·x̂))
+        for (int64_t i = 0; i < sp; ++i) out[i] = k * (g[i] - mean_dy - (row[i] - m) * iv * mean_dyx);
+      else  // evaluation: the statistics are constants
+        for (int64_t i = 0; i < sp; ++i) out[i] = k * g[i];
+    }
+  }
+}
+
+GT_CPU_CLONES void bn_fwd_channels_f32(const float* px, const float* pg, const float* pb, int64_t batch, int64_t ch,
+                                       int64_t sp, double momentum, double eps, bool training, float* rm, float* rv,
+                                       float* sm, float* si, float* py, int64_t c0, int64_t c1) {
+  bn_fwd_channels<float>(px, pg, pb, batch, ch, sp, momentum, eps, training, rm, rv, sm, si, py, c0, c1);
+}
+GT_CPU_CLONES void bn_bwd_channels_f32(const float* px, const float* pg, const float* pdy, const float* sm,
+                                       const float* si, int64_t batch, int64_t ch, int64_t sp, bool training,
+                                       double beta_acc, float* dg, float* db, float* pdx, int64_t c0, int64_t c1) {
+  bn_bwd_channels<float>(px, pg, pdy, sm, si, batch, ch, sp, training, beta_acc, dg, db, pdx, c0, c1);
+}
+
 template <class T>
 void bn_fwd_t(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean, Tensor& running_var,
               double momentum, double eps, bool training, Tensor& save_mean, Tensor& save_invstd, Tensor& y) {
-  const int64_t batch = x.dim(0), ch = gamma.numel(), sp = x.numel() / (batch * ch), n = batch * sp;
+  const int64_t batch = x.dim(0), ch = gamma.numel(), sp = x.numel() / (batch * ch);
   const T *px = x.data<T>(), *pg = gamma.data<T>(), *pb = beta.data<T>();
   T *py = y.data<T>(), *rm = running_mean.data<T>(), *rv = running_var.data<T>();
   T *sm = save_mean.data<T>(), *si = save_invstd.data<T>();
   parallel_for(ch, 1, [&](int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; ++c) {
-      double mean, var;
-      if (training) {
-        // Per-row sums in T (vectorised), rows combined in double; the variance from a second pass about the
-        // mean, which keeps it exact for data far from zero.
-        double s = 0, s2 = 0;
-        for (int64_t b = 0; b < batch; ++b) {
-          const T* row = px + (b * ch + c) * sp;
-          T acc = 0;
-          for (int64_t i = 0; i < sp; ++i) acc += row[i];
-          s += acc;
-        }
-        mean = s / static_cast<double>(n);
-        const T m = static_cast<T>(mean);
-        for (int64_t b = 0; b < batch; ++b) {
-          const T* row = px + (b * ch + c) * sp;
-          T acc = 0;
-          for (int64_t i = 0; i < sp; ++i) acc += (row[i] - m) * (row[i] - m);
-          s2 += acc;
-        }
-        var = s2 / static_cast<double>(n);
-      } else {
-        mean = rm[c];
-        var = rv[c];
-      }
-      bn_normalize_channel(c, mean, var, static_cast<double>(n), training, momentum, eps, px, pg, pb, batch, ch, sp, rm,
-                           rv, sm, si, py);
-    }
+    if constexpr (std::is_same_v<T, float>)
+      bn_fwd_channels_f32(px, pg, pb, batch, ch, sp, momentum, eps, training, rm, rv, sm, si, py, c0, c1);
+    else
+      bn_fwd_channels<T>(px, pg, pb, batch, ch, sp, momentum, eps, training, rm, rv, sm, si, py, c0, c1);
   });
 }
 
 template <class T>
 void bn_bwd_t(const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
               const Tensor& dy, bool training, Tensor& dx, Tensor& dgamma, Tensor& dbeta, double beta_acc) {
-  const int64_t batch = x.dim(0), ch = gamma.numel(), sp = x.numel() / (batch * ch), n = batch * sp;
+  const int64_t batch = x.dim(0), ch = gamma.numel(), sp = x.numel() / (batch * ch);
   const T *px = x.data<T>(), *pg = gamma.data<T>(), *pdy = dy.data<T>();
   const T *sm = save_mean.data<T>(), *si = save_invstd.data<T>();
   T* pdx = dx.defined() ? dx.data<T>() : nullptr;
   T *dg = dgamma.data<T>(), *db = dbeta.data<T>();
   parallel_for(ch, 1, [&](int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; ++c) {
-      const double mean = sm[c], inv = si[c];
-      double sum_dy = 0, sum_dy_xhat = 0;
-      const T m = static_cast<T>(mean), iv = static_cast<T>(inv);
-      for (int64_t b = 0; b < batch; ++b) {
-        const T *row = px + (b * ch + c) * sp, *g = pdy + (b * ch + c) * sp;
-        T a = 0, d = 0;
-        for (int64_t i = 0; i < sp; ++i) {
-          a += g[i];
-          d += g[i] * (row[i] - m);
-        }
-        sum_dy += a;
-        sum_dy_xhat += d * iv;
-      }
-      dg[c] = static_cast<T>(sum_dy_xhat + (beta_acc != 0 ? beta_acc * dg[c] : 0.0));
-      db[c] = static_cast<T>(sum_dy + (beta_acc != 0 ? beta_acc * db[c] : 0.0));
-      if (!pdx) continue;
-      const T k = static_cast<T>(pg[c] * inv), mean_dy = static_cast<T>(sum_dy / static_cast<double>(n)),
-              mean_dyx = static_cast<T>(sum_dy_xhat / static_cast<double>(n)), m2 = static_cast<T>(mean),
-              iv2 = static_cast<T>(inv);
-      for (int64_t b = 0; b < batch; ++b) {
-        const T *row = px + (b * ch + c) * sp, *g = pdy + (b * ch + c) * sp;
-        T* out = pdx + (b * ch + c) * sp;
-        if (training)  // dx = γ·invstd · (dy − mean(dy) − x̂·mean(dy·x̂))
-          for (int64_t i = 0; i < sp; ++i) out[i] = k * (g[i] - mean_dy - (row[i] - m2) * iv2 * mean_dyx);
-        else  // evaluation: the statistics are constants
-          for (int64_t i = 0; i < sp; ++i) out[i] = k * g[i];
-      }
-    }
+    if constexpr (std::is_same_v<T, float>)
+      bn_bwd_channels_f32(px, pg, pdy, sm, si, batch, ch, sp, training, beta_acc, dg, db, pdx, c0, c1);
+    else
+      bn_bwd_channels<T>(px, pg, pdy, sm, si, batch, ch, sp, training, beta_acc, dg, db, pdx, c0, c1);
   });
 }
 

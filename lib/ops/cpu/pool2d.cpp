@@ -3,9 +3,12 @@
 
 #include "core/parallel.h"
 #include "ops/cpu/kernel_util.h"
+#include "ops/cpu/vec_math.h"
 
 #include <algorithm>
+#include <bit>
 #include <limits>
+#include <type_traits>
 
 namespace gt::cpu {
 namespace {
@@ -24,6 +27,135 @@ inline bool is_2x2(const Window2d& k) {
   return k.kh == 2 && k.kw == 2 && k.sh == 2 && k.sw == 2 && k.ph == 0 && k.pw == 0 && k.dh == 1 && k.dw == 1;
 }
 
+// Output rows [r0, r1) (plane-major) of the 2×2 window's forward, written without branches so they vectorise.
+template <class T>
+GT_INLINE void pool2x2_fwd_rows(bool is_max, const T* px, int64_t h, int64_t w, int64_t oh, int64_t ow, T* py,
+                                int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t p = r / oh, oy = r % oh;
+    const T* a = px + (p * h + 2 * oy) * w;
+    const T* b = a + w;
+    T* dst = py + r * ow;
+    if (is_max)
+      for (int64_t ox = 0; ox < ow; ++ox)
+        dst[ox] = std::max(std::max(a[2 * ox], a[2 * ox + 1]), std::max(b[2 * ox], b[2 * ox + 1]));
+    else
+      for (int64_t ox = 0; ox < ow; ++ox) dst[ox] = (a[2 * ox] + a[2 * ox + 1] + b[2 * ox] + b[2 * ox + 1]) * T(0.25);
+  }
+}
+
+// The input outside every 2×2 window next to row pair oy: its odd last column, and after the last pair an odd last row.
+template <class T>
+GT_INLINE void pool2x2_zero_rest(int64_t h, int64_t w, int64_t oh, int64_t oy, T* da) {
+  if (w % 2) da[w - 1] = da[2 * w - 1] = T(0);
+  if (h % 2 && oy == oh - 1) std::fill(da + 2 * w, da + 3 * w, T(0));
+}
+
+// Input row pairs [2·r0, 2·r1) of the 2×2 window's backward (oh = ⌊h/2⌋, ow = ⌊w/2⌋: an odd last row or column is
+// in no window and gets zeros). Max: the first maximum in reading order takes the gradient (as PyTorch's); with a
+// NaN in the window, none equals the maximum and the last tap takes it.
+template <class T>
+GT_INLINE void pool2x2_bwd_rows(bool is_max, const T* px, const T* pdy, int64_t h, int64_t w, int64_t oh, int64_t ow,
+                                T* pdx, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t p = r / oh, oy = r % oh;
+    const T* a = px + (p * h + 2 * oy) * w;
+    const T* b = a + w;
+    T* da = pdx + (p * h + 2 * oy) * w;
+    T* db = da + w;
+    const T* g = pdy + r * ow;
+    for (int64_t ox = 0; ox < ow; ++ox) {
+      const T a0 = a[2 * ox], a1 = a[2 * ox + 1], b0 = b[2 * ox], b1 = b[2 * ox + 1], go = g[ox];
+      if (!is_max) {
+        da[2 * ox] = da[2 * ox + 1] = db[2 * ox] = db[2 * ox + 1] = go * T(0.25);
+        continue;
+      }
+      const T m = std::max(std::max(a0, a1), std::max(b0, b1));
+      const int which = a0 == m ? 0 : a1 == m ? 1 : b0 == m ? 2 : 3;
+      da[2 * ox] = which == 0 ? go : T(0);
+      da[2 * ox + 1] = which == 1 ? go : T(0);
+      db[2 * ox] = which == 2 ? go : T(0);
+      db[2 * ox + 1] = which == 3 ? go : T(0);
+    }
+    pool2x2_zero_rest(h, w, oh, oy, da);
+  }
+}
+
+// The f32 max backward on vectors of 8 lanes (4 windows): each lane holds one tap of its row and finds its window's
+// maximum through the neighbouring lane, so the loads and stores are contiguous (GCC leaves the scalar loop above
+// unvectorised); the same choice of tap as the scalar loop, NaN included. A row's last chunk goes through a
+// zero-padded copy.
+using PoolVec = Vec<float>;
+using PoolMask = Vec<int32_t>;
+GT_INLINE PoolVec pool_vmax(PoolVec x, PoolVec y) {  // std::max(x, y) per lane: x unless x < y
+  const PoolMask lt = x < y;
+  return std::bit_cast<PoolVec>((std::bit_cast<PoolMask>(y) & lt) | (std::bit_cast<PoolMask>(x) & ~lt));
+}
+GT_INLINE void pool2x2_max_bwd_rows_vec(const float* px, const float* pdy, int64_t h, int64_t w, int64_t oh,
+                                        int64_t ow, float* pdx, int64_t r0, int64_t r1) {
+  const PoolMask odd = {0, -1, 0, -1, 0, -1, 0, -1};
+  const int64_t n2 = 2 * ow;  // the taps of one row that belong to windows
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t p = r / oh, oy = r % oh;
+    const float* a = px + (p * h + 2 * oy) * w;
+    const float* b = a + w;
+    float* da = pdx + (p * h + 2 * oy) * w;
+    float* db = da + w;
+    const float* g = pdy + r * ow;
+    for (int64_t j = 0; j < n2; j += 8) {
+      const int64_t n = std::min<int64_t>(8, n2 - j);  // even
+      PoolVec va, vb, vg;
+      float ta[8] = {}, tb[8] = {}, tg[8] = {};
+      if (n == 8) {
+        va = load(a + j);
+        vb = load(b + j);
+      } else {
+        std::copy(a + j, a + j + n, ta);
+        std::copy(b + j, b + j + n, tb);
+        va = load(ta);
+        vb = load(tb);
+      }
+      std::copy(g + j / 2, g + j / 2 + n / 2, tg);
+      vg = load(tg);
+      vg = __builtin_shufflevector(vg, vg, 0, 0, 1, 1, 2, 2, 3, 3);
+      const PoolVec sa = __builtin_shufflevector(va, va, 1, 0, 3, 2, 5, 4, 7, 6);
+      const PoolVec sb = __builtin_shufflevector(vb, vb, 1, 0, 3, 2, 5, 4, 7, 6);
+      PoolVec m = pool_vmax(pool_vmax(va, sa), pool_vmax(vb, sb));  // in the scalar order on the even lanes
+      m = __builtin_shufflevector(m, m, 0, 0, 2, 2, 4, 4, 6, 6);
+      const PoolMask ea = va == m, eb = vb == m;
+      const PoolMask eas = __builtin_shufflevector(ea, ea, 1, 0, 3, 2, 5, 4, 7, 6);
+      const PoolMask ebs = __builtin_shufflevector(eb, eb, 1, 0, 3, 2, 5, 4, 7, 6);
+      const PoolMask any_a = ea | eas;
+      const PoolMask win_a = ea & ~(odd & eas);                           // a0 first; a1 if a0 is not the max
+      const PoolMask win_b = ~any_a & ((eb & ~odd) | (odd & ~ebs));       // b0 if no a; b1 if no other tap
+      const PoolVec ga = std::bit_cast<PoolVec>(std::bit_cast<PoolMask>(vg) & win_a);
+      const PoolVec gb = std::bit_cast<PoolVec>(std::bit_cast<PoolMask>(vg) & win_b);
+      if (n == 8) {
+        store<float>(da + j, ga);
+        store<float>(db + j, gb);
+      } else {
+        store<float>(ta, ga);
+        store<float>(tb, gb);
+        std::copy(ta, ta + n, da + j);
+        std::copy(tb, tb + n, db + j);
+      }
+    }
+    pool2x2_zero_rest(h, w, oh, oy, da);
+  }
+}
+
+GT_CPU_CLONES void pool2x2_fwd_rows_f32(bool is_max, const float* px, int64_t h, int64_t w, int64_t oh, int64_t ow,
+                                        float* py, int64_t r0, int64_t r1) {
+  pool2x2_fwd_rows<float>(is_max, px, h, w, oh, ow, py, r0, r1);
+}
+GT_CPU_CLONES void pool2x2_bwd_rows_f32(bool is_max, const float* px, const float* pdy, int64_t h, int64_t w,
+                                        int64_t oh, int64_t ow, float* pdx, int64_t r0, int64_t r1) {
+  if (is_max)
+    pool2x2_max_bwd_rows_vec(px, pdy, h, w, oh, ow, pdx, r0, r1);
+  else
+    pool2x2_bwd_rows<float>(is_max, px, pdy, h, w, oh, ow, pdx, r0, r1);
+}
+
 template <class T>
 void pool_fwd_t(PoolKind kind, const Tensor& x, const Window2d& k, Tensor& y) {
   const int64_t planes = x.dim(0) * x.dim(1), h = x.dim(2), w = x.dim(3), oh = y.dim(2), ow = y.dim(3);
@@ -31,17 +163,10 @@ void pool_fwd_t(PoolKind kind, const Tensor& x, const Window2d& k, Tensor& y) {
   T* py = y.data<T>();
   if (is_2x2(k)) {
     parallel_for(planes * oh, std::max<int64_t>(1, 8192 / w), [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const int64_t p = r / oh, oy = r % oh;
-        const T* a = px + (p * h + 2 * oy) * w;
-        const T* b = a + w;
-        T* dst = py + r * ow;
-        for (int64_t ox = 0; ox < ow; ++ox) {
-          const T a0 = a[2 * ox], a1 = a[2 * ox + 1], b0 = b[2 * ox], b1 = b[2 * ox + 1];
-          dst[ox] =
-              kind == PoolKind::max ? std::max(std::max(a0, a1), std::max(b0, b1)) : (a0 + a1 + b0 + b1) * T(0.25);
-        }
-      }
+      if constexpr (std::is_same_v<T, float>)
+        pool2x2_fwd_rows_f32(kind == PoolKind::max, px, h, w, oh, ow, py, r0, r1);
+      else
+        pool2x2_fwd_rows<T>(kind == PoolKind::max, px, h, w, oh, ow, py, r0, r1);
     });
     return;
   }
@@ -73,31 +198,12 @@ void pool_bwd_t(PoolKind kind, const Tensor& x, const Tensor& dy, const Window2d
   const int64_t planes = x.dim(0) * x.dim(1), h = x.dim(2), w = x.dim(3), oh = dy.dim(2), ow = dy.dim(3);
   const T *px = x.data<T>(), *pdy = dy.data<T>();
   T* pdx = dx.data<T>();
-  if (is_2x2(k) && h % 2 == 0 && w % 2 == 0) {  // every input belongs to exactly one window: no zero fill needed
+  if (is_2x2(k)) {  // every input belongs to at most one window: no accumulation
     parallel_for(planes * oh, std::max<int64_t>(1, 8192 / w), [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const int64_t p = r / oh, oy = r % oh;
-        const T* a = px + (p * h + 2 * oy) * w;
-        const T* b = a + w;
-        T* da = pdx + (p * h + 2 * oy) * w;
-        T* db = da + w;
-        const T* g = pdy + r * ow;
-        for (int64_t ox = 0; ox < ow; ++ox) {
-          const int64_t i = 2 * ox;
-          if (kind == PoolKind::avg) {
-            const T v = g[ox] * T(0.25);
-            da[i] = da[i + 1] = db[i] = db[i + 1] = v;
-            continue;
-          }
-          // The first maximum in reading order takes the gradient.
-          const T m = std::max(std::max(a[i], a[i + 1]), std::max(b[i], b[i + 1]));
-          const int which = a[i] == m ? 0 : a[i + 1] == m ? 1 : b[i] == m ? 2 : 3;
-          da[i] = which == 0 ? g[ox] : T(0);
-          da[i + 1] = which == 1 ? g[ox] : T(0);
-          db[i] = which == 2 ? g[ox] : T(0);
-          db[i + 1] = which == 3 ? g[ox] : T(0);
-        }
-      }
+      if constexpr (std::is_same_v<T, float>)
+        pool2x2_bwd_rows_f32(kind == PoolKind::max, px, pdy, h, w, oh, ow, pdx, r0, r1);
+      else
+        pool2x2_bwd_rows<T>(kind == PoolKind::max, px, pdy, h, w, oh, ow, pdx, r0, r1);
     });
     return;
   }
