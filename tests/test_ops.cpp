@@ -4,6 +4,7 @@
 #include "ops/activation.h"
 #include "ops/attention.h"
 #include "ops/batchnorm.h"
+#include "ops/conv2d.h"
 #include "ops/dropout.h"
 #include "ops/embedding.h"
 #include "ops/layernorm.h"
@@ -861,6 +862,84 @@ TEST_CASE("2x2 max pooling, f32 and f64, gives the reference's bits with ties, N
       ops::pool2d_backward(PoolKind::max, xi, gi, win, dx);
       CHECK(same_bits(y, want_y));
       CHECK(same_bits(dx, want_dx));
+    }
+  }
+}
+
+// The convolution's three im2col paths (stride 1 with ow = w: one shifted run per tap; any other window: row by row;
+// 1×1: none) in f32 and f64 against the definition written as loops in double: odd sides, paddings wider than the
+// kernel's reach, dilation, groups, strides, images one pixel wide.
+TEST_CASE("conv2d forward and backward match direct loops on every im2col path", "[cpu]") {
+  set_num_threads(2);
+  struct Case {
+    int64_t c, o, h, w, groups;
+    Window2d win;
+  };
+  const Case cases[] = {
+      {3, 4, 7, 9, 1, {3, 3, 1, 1, 1, 1}},        // aligned: same padding
+      {2, 3, 6, 5, 1, {5, 5, 1, 1, 2, 2}},        // aligned, taps two columns out
+      {2, 2, 5, 6, 1, {3, 3, 1, 1, 2, 2, 2, 2}},  // aligned with dilation 2
+      {2, 3, 4, 2, 1, {3, 3, 1, 1, 3, 3, 3, 3}},  // aligned, the shift wider than the image
+      {4, 4, 5, 7, 2, {2, 3, 1, 1, 0, 1}},        // aligned, groups, oh = h − 1
+      {1, 2, 1, 1, 1, {3, 3, 1, 1, 1, 1}},        // aligned, one pixel
+      {2, 3, 7, 8, 1, {3, 3, 2, 2, 1, 1}},        // row by row: stride 2
+      {2, 2, 6, 6, 1, {3, 3, 1, 1, 0, 0}},        // row by row: valid padding
+      {3, 2, 4, 5, 1, {1, 1, 1, 1, 0, 0}},        // 1×1
+  };
+  Rng rng(13, 0);
+  for (const Case& cs : cases) {
+    const Window2d& k = cs.win;
+    CAPTURE(cs.c, cs.o, cs.h, cs.w, cs.groups, k.kh, k.kw, k.sh, k.ph, k.pw, k.dh);
+    const int64_t batch = 3, cg = cs.c / cs.groups, og = cs.o / cs.groups;
+    const int64_t oh = window_out(cs.h, k.kh, k.sh, k.ph, k.dh), ow = window_out(cs.w, k.kw, k.sw, k.pw, k.dw);
+    auto [x, xd] = f32_f64_pair(Shape{batch, cs.c, cs.h, cs.w}, rng, -1, 1);
+    auto [w, wd] = f32_f64_pair(Shape{cs.o, cg, k.kh, k.kw}, rng, -1, 1);
+    auto [b, bd] = f32_f64_pair(Shape{cs.o}, rng, -1, 1);
+    auto [dy, dyd] = f32_f64_pair(Shape{batch, cs.o, oh, ow}, rng, -1, 1);
+    // the definition, in double
+    Tensor want_y = Tensor::zeros(dy.shape(), DType::f64), want_dx = Tensor::zeros(x.shape(), DType::f64);
+    Tensor want_dw = Tensor::zeros(w.shape(), DType::f64), want_db = Tensor::zeros(b.shape(), DType::f64);
+    const double *X = xd.data<double>(), *W = wd.data<double>(), *G = dyd.data<double>();
+    for (int64_t n = 0; n < batch; ++n)
+      for (int64_t o = 0; o < cs.o; ++o)
+        for (int64_t oy = 0; oy < oh; ++oy)
+          for (int64_t ox = 0; ox < ow; ++ox) {
+            const int64_t yi = ((n * cs.o + o) * oh + oy) * ow + ox;
+            double acc = bd.data<double>()[o];
+            want_db.data<double>()[o] += G[yi];
+            for (int64_t ci = 0; ci < cg; ++ci)
+              for (int64_t ky = 0; ky < k.kh; ++ky)
+                for (int64_t kx = 0; kx < k.kw; ++kx) {
+                  const int64_t iy = oy * k.sh - k.ph + ky * k.dh, ix = ox * k.sw - k.pw + kx * k.dw;
+                  if (iy < 0 || iy >= cs.h || ix < 0 || ix >= cs.w) continue;
+                  const int64_t xi = ((n * cs.c + o / og * cg + ci) * cs.h + iy) * cs.w + ix;
+                  const int64_t wi = ((o * cg + ci) * k.kh + ky) * k.kw + kx;
+                  acc += W[wi] * X[xi];
+                  want_dx.data<double>()[xi] += W[wi] * G[yi];
+                  want_dw.data<double>()[wi] += X[xi] * G[yi];
+                }
+            want_y.data<double>()[yi] = acc;
+          }
+    auto worst_abs = [](const Tensor& got, const Tensor& want) {
+      double worst = 0;
+      for (int64_t i = 0; i < got.numel(); ++i) {
+        const double g = got.dtype() == DType::f32 ? got.data<float>()[i] : got.data<double>()[i];
+        worst = std::max(worst, std::abs(g - want.data<double>()[i]));
+      }
+      return worst;
+    };
+    for (DType dt : {DType::f32, DType::f64}) {
+      CAPTURE(dtype_name(dt));
+      const bool f = dt == DType::f32;
+      const double tol = f ? 2e-5 : 1e-12;  // sums of at most 3·9·2 = 54 products of values in [-1, 1]
+      Tensor y = Tensor::empty(dy.shape(), dt), dx = Tensor::empty(x.shape(), dt);
+      Tensor dw = Tensor::empty(w.shape(), dt), db = Tensor::empty(b.shape(), dt);
+      ops::conv2d_forward(f ? x : xd, f ? w : wd, f ? b : bd, k, cs.groups, y);
+      CHECK(worst_abs(y, want_y) < tol);
+      ops::conv2d_backward(f ? x : xd, f ? w : wd, f ? dy : dyd, k, cs.groups, dx, dw, db, 0.0);
+      CHECK(worst_abs(dx, want_dx) < tol);
+      CHECK(worst_abs(dw, want_dw) < 4 * tol);  // summed over the batch too
+      CHECK(worst_abs(db, want_db) < 4 * tol);
     }
   }
 }

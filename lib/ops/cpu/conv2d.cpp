@@ -9,6 +9,7 @@
 #include "ops/precision.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <type_traits>
 #include <vector>
 
@@ -51,11 +52,53 @@ inline Span valid_outputs(int64_t out, int64_t w, int64_t stride, int64_t pad, i
   return {lo, hi};
 }
 
+// Stride 1 with ow = w (the "same" padding of most CNNs, any dilation): a tap's output rows then have the input's
+// row stride, so the block of tap (ky, kx) is one contiguous run of the plane shifted by (iy − oy)·w + (ix − ox),
+// copied (im2col) or added (col2im) in one loop instead of a short call per output row; the columns whose tap falls
+// left or right of the image, which the run wraps onto the neighbouring row, are zeroed afterwards (im2col) or
+// before (col2im, in the scratch dcol). Each tap's rows [oy0, oy1) read inside the image; the others are zero.
+struct SameRowTap {
+  int64_t oy0, oy1;  // output rows whose tap row is inside the image
+  int64_t shift;     // plane offset of the tap of output (oy, ox) from oy·w + ox
+  int64_t off;       // ix − ox
+};
+inline bool rows_align(const Geometry& g) { return g.win.sh == 1 && g.win.sw == 1 && g.ow == g.w; }
+inline SameRowTap same_row_tap(const Geometry& g, int64_t ky, int64_t kx) {
+  const Window2d& k = g.win;
+  const int64_t dy = ky * k.dh - k.ph, off = kx * k.dw - k.pw;  // iy = oy + dy, ix = ox + off
+  const int64_t oy0 = std::clamp<int64_t>(-dy, 0, g.oh), oy1 = std::clamp<int64_t>(g.h - dy, oy0, g.oh);
+  return {oy0, oy1, dy * g.w + off, off};
+}
+// Zeroes, in rows [oy0, oy1) of a tap's block, the columns whose tap ix = ox + off is outside [0, w).
+template <class T>
+void zero_wrapped_columns(const Geometry& g, const SameRowTap& t, T* block) {
+  const int64_t n = std::min(std::abs(t.off), g.ow), first = t.off < 0 ? 0 : g.ow - n;
+  if (n == 0) return;
+  for (int64_t oy = t.oy0; oy < t.oy1; ++oy) std::fill(block + oy * g.ow + first, block + oy * g.ow + first + n, T(0));
+}
+
 // col (C·kh·kw, oh·ow) ← x (C, h, w); out-of-image taps read 0. The in-image run of each row is found once, so
 // the inner loop has no bounds checks (and is a plain copy at stride 1).
 template <class T>
 void im2col(const Geometry& g, const T* x, T* col) {
   const Window2d& k = g.win;
+  if (rows_align(g)) {
+    for (int64_t ch = 0; ch < g.c; ++ch)
+      for (int64_t ky = 0; ky < k.kh; ++ky)
+        for (int64_t kx = 0; kx < k.kw; ++kx) {
+          T* out = col + ((ch * k.kh + ky) * k.kw + kx) * g.cols();
+          const SameRowTap t = same_row_tap(g, ky, kx);
+          const T* plane = x + ch * g.h * g.w;
+          // out[j] = plane[j + shift] for j in [oy0·ow, oy1·ow), reading only inside the plane
+          const int64_t j0 = t.oy0 * g.ow, j1 = t.oy1 * g.ow;
+          const int64_t a = std::clamp<int64_t>(-t.shift, j0, j1), b = std::clamp<int64_t>(g.h * g.w - t.shift, a, j1);
+          std::fill(out, out + a, T(0));
+          for (int64_t j = a; j < b; ++j) out[j] = plane[j + t.shift];
+          std::fill(out + b, out + g.cols(), T(0));
+          zero_wrapped_columns(g, t, out);
+        }
+    return;
+  }
   for (int64_t ch = 0; ch < g.c; ++ch)
     for (int64_t ky = 0; ky < k.kh; ++ky)
       for (int64_t kx = 0; kx < k.kw; ++kx) {
@@ -79,10 +122,25 @@ void im2col(const Geometry& g, const T* x, T* col) {
       }
 }
 
-// dx (C, h, w) += col2im(dcol); the adjoint of im2col.
+// dx (C, h, w) += col2im(dcol); the adjoint of im2col. On the aligned path dcol's wrapped columns are zeroed first
+// (it is the caller's scratch), so the run adds zeros where a tap falls outside the image.
 template <class T>
-void col2im(const Geometry& g, const T* dcol, T* dx) {
+void col2im(const Geometry& g, T* dcol, T* dx) {
   const Window2d& k = g.win;
+  if (rows_align(g)) {
+    for (int64_t ch = 0; ch < g.c; ++ch)
+      for (int64_t ky = 0; ky < k.kh; ++ky)
+        for (int64_t kx = 0; kx < k.kw; ++kx) {
+          T* in = dcol + ((ch * k.kh + ky) * k.kw + kx) * g.cols();
+          const SameRowTap t = same_row_tap(g, ky, kx);
+          T* plane = dx + ch * g.h * g.w;
+          zero_wrapped_columns(g, t, in);
+          const int64_t j0 = t.oy0 * g.ow, j1 = t.oy1 * g.ow;
+          const int64_t a = std::clamp<int64_t>(-t.shift, j0, j1), b = std::clamp<int64_t>(g.h * g.w - t.shift, a, j1);
+          for (int64_t j = a; j < b; ++j) plane[j + t.shift] += in[j];
+        }
+    return;
+  }
   for (int64_t ch = 0; ch < g.c; ++ch)
     for (int64_t ky = 0; ky < k.kh; ++ky)
       for (int64_t kx = 0; kx < k.kw; ++kx) {
