@@ -73,8 +73,10 @@ inline SameRowTap same_row_tap(const Geometry& g, int64_t ky, int64_t kx) {
 template <class T>
 void zero_wrapped_columns(const Geometry& g, const SameRowTap& t, T* block) {
   const int64_t n = std::min(std::abs(t.off), g.ow), first = t.off < 0 ? 0 : g.ow - n;
-  if (n == 0) return;
-  for (int64_t oy = t.oy0; oy < t.oy1; ++oy) std::fill(block + oy * g.ow + first, block + oy * g.ow + first + n, T(0));
+  if (n == 1)  // a 3×3 window's: one element a row, stored directly (a fill per row would be a memset call)
+    for (int64_t oy = t.oy0; oy < t.oy1; ++oy) block[oy * g.ow + first] = T(0);
+  else if (n > 1)
+    for (int64_t oy = t.oy0; oy < t.oy1; ++oy) std::fill(block + oy * g.ow + first, block + oy * g.ow + first + n, T(0));
 }
 
 // col (C·kh·kw, oh·ow) ← x (C, h, w); out-of-image taps read 0. The in-image run of each row is found once, so
