@@ -1,4 +1,5 @@
-// CPU batch normalisation (ops/batchnorm.h), channels in parallel, plain and synchronised over the ranks.
+// CPU batch normalisation (ops/batchnorm.h), plain (rows in memory order) and synchronised over the ranks (channels in
+// parallel).
 #include "ops/batchnorm.h"
 
 #include "core/parallel.h"
@@ -48,78 +49,90 @@ GT_INLINE double bn_lane_sum(int64_t n, F&& f) {
   return static_cast<double>(acc[0]);
 }
 
-// Channels [c0, c1) of the forward. x viewed as (B, C, S): channel c of sample b is the run x[(b·C + c)·S, +S). Row
-// sums in T as lanes, rows combined in double; the variance from a second pass about the mean, which keeps it exact
-// for data far from zero.
+// x viewed as (B, C, S): channel c of sample b is the row x[(b·C + c)·S, +S). The plain (unsynchronised) kernels
+// walk the rows in memory order, the batch cut into kBnChunks fixed chunks whose per-channel partial sums are added
+// in chunk order: the same bits for any thread count. Training statistics come from one pass of sums about a shift
+// K_c, the channel's first value: var = E[(x − K)²] − E[x − K]², exact enough for data far from zero because K is one
+// of the channel's own values.
+constexpr int64_t kBnChunks = 8;
+
+// Rows of samples [b0, b1): per-channel Σ(x − K) into s1 and Σ(x − K)² into s2 (doubles, added to).
 template <class T>
-GT_INLINE void bn_fwd_channels(const T* px, const T* pg, const T* pb, int64_t batch, int64_t ch, int64_t sp,
-                               double momentum, double eps, bool training, T* rm, T* rv, T* sm, T* si, T* py,
-                               int64_t c0, int64_t c1) {
-  const int64_t n = batch * sp;
-  for (int64_t c = c0; c < c1; ++c) {
-    double mean, var;
-    if (training) {
-      double s = 0, s2 = 0;
-      for (int64_t b = 0; b < batch; ++b) {
-        const T* row = px + (b * ch + c) * sp;
-        s += bn_lane_sum<T>(sp, [&](int64_t i) { return row[i]; });
-      }
-      mean = s / static_cast<double>(n);
-      const T m = static_cast<T>(mean);
-      for (int64_t b = 0; b < batch; ++b) {
-        const T* row = px + (b * ch + c) * sp;
-        s2 += bn_lane_sum<T>(sp, [&](int64_t i) { return (row[i] - m) * (row[i] - m); });
-      }
-      var = s2 / static_cast<double>(n);
-    } else {
-      mean = rm[c];
-      var = rv[c];
+GT_INLINE void bn_shifted_sums(const T* px, int64_t ch, int64_t sp, const T* k, int64_t b0, int64_t b1, double* s1,
+                               double* s2) {
+  for (int64_t b = b0; b < b1; ++b)
+    for (int64_t c = 0; c < ch; ++c) {
+      const T* row = px + (b * ch + c) * sp;
+      const T kc = k[c];
+      s1[c] += bn_lane_sum<T>(sp, [&](int64_t i) { return row[i] - kc; });
+      s2[c] += bn_lane_sum<T>(sp, [&](int64_t i) { return (row[i] - kc) * (row[i] - kc); });
     }
-    bn_normalize_channel(c, mean, var, static_cast<double>(n), training, momentum, eps, px, pg, pb, batch, ch, sp, rm,
-                         rv, sm, si, py);
+}
+
+// Rows of samples [b0, b1): per-channel Σdy into s1 and Σdy·(x − mean) into s2 (added to).
+template <class T>
+GT_INLINE void bn_grad_sums(const T* px, const T* pdy, int64_t ch, int64_t sp, const T* sm, int64_t b0, int64_t b1,
+                            double* s1, double* s2) {
+  for (int64_t b = b0; b < b1; ++b)
+    for (int64_t c = 0; c < ch; ++c) {
+      const T *row = px + (b * ch + c) * sp, *g = pdy + (b * ch + c) * sp;
+      const T m = sm[c];
+      s1[c] += bn_lane_sum<T>(sp, [&](int64_t i) { return g[i]; });
+      s2[c] += bn_lane_sum<T>(sp, [&](int64_t i) { return g[i] * (row[i] - m); });
+    }
+}
+
+// Rows [r0, r1) of y = x·scale_c + shift_c.
+template <class T>
+GT_INLINE void bn_scale_rows(const T* px, const T* scale, const T* shift, int64_t ch, int64_t sp, int64_t r0,
+                             int64_t r1, T* py) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const T a = scale[r % ch], b = shift[r % ch];
+    const T* row = px + r * sp;
+    T* out = py + r * sp;
+    for (int64_t i = 0; i < sp; ++i) out[i] = row[i] * a + b;
   }
 }
 
-// Channels [c0, c1) of the backward: dγ, dβ and (when pdx) dx.
+// Rows [r0, r1) of dx: training dx = k·(dy − mean(dy) − (x − mean)·invstd·mean(dy·x̂)), evaluation dx = k·dy, with
+// k = γ·invstd; per channel the coefficients k, mean(dy), mean, invstd·mean(dy·x̂) (the last two unused in evaluation).
 template <class T>
-GT_INLINE void bn_bwd_channels(const T* px, const T* pg, const T* pdy, const T* sm, const T* si, int64_t batch,
-                               int64_t ch, int64_t sp, bool training, double beta_acc, T* dg, T* db, T* pdx,
-                               int64_t c0, int64_t c1) {
-  const int64_t n = batch * sp;
-  for (int64_t c = c0; c < c1; ++c) {
-    const double mean = sm[c], inv = si[c];
-    double sum_dy = 0, sum_dy_xhat = 0;
-    const T m = static_cast<T>(mean), iv = static_cast<T>(inv);
-    for (int64_t b = 0; b < batch; ++b) {
-      const T *row = px + (b * ch + c) * sp, *g = pdy + (b * ch + c) * sp;
-      sum_dy += bn_lane_sum<T>(sp, [&](int64_t i) { return g[i]; });
-      sum_dy_xhat += bn_lane_sum<T>(sp, [&](int64_t i) { return g[i] * (row[i] - m); }) * inv;
-    }
-    dg[c] = static_cast<T>(sum_dy_xhat + (beta_acc != 0 ? beta_acc * dg[c] : 0.0));
-    db[c] = static_cast<T>(sum_dy + (beta_acc != 0 ? beta_acc * db[c] : 0.0));
-    if (!pdx) continue;
-    const T k = static_cast<T>(pg[c] * inv), mean_dy = static_cast<T>(sum_dy / static_cast<double>(n)),
-            mean_dyx = static_cast<T>(sum_dy_xhat / static_cast<double>(n));
-    for (int64_t b = 0; b < batch; ++b) {
-      const T *row = px + (b * ch + c) * sp, *g = pdy + (b * ch + c) * sp;
-      T* out = pdx + (b * ch + c) * sp;
-      if (training)  // dx = γ·invstd · (dy − mean(dy) − x̂·mean(dy·x̂))
-        for (int64_t i = 0; i < sp; ++i) out[i] = k * (g[i] - mean_dy - (row[i] - m) * iv * mean_dyx);
-      else  // evaluation: the statistics are constants
-        for (int64_t i = 0; i < sp; ++i) out[i] = k * g[i];
-    }
+GT_INLINE void bn_dx_rows(const T* px, const T* pdy, const T* coef, int64_t ch, int64_t sp, bool training, int64_t r0,
+                          int64_t r1, T* pdx) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const T* q = coef + 4 * (r % ch);
+    const T k = q[0], mean_dy = q[1], m = q[2], ivx = q[3];
+    const T *row = px + r * sp, *g = pdy + r * sp;
+    T* out = pdx + r * sp;
+    if (training)
+      for (int64_t i = 0; i < sp; ++i) out[i] = k * (g[i] - mean_dy - (row[i] - m) * ivx);
+    else
+      for (int64_t i = 0; i < sp; ++i) out[i] = k * g[i];
   }
 }
 
-GT_CPU_CLONES void bn_fwd_channels_f32(const float* px, const float* pg, const float* pb, int64_t batch, int64_t ch,
-                                       int64_t sp, double momentum, double eps, bool training, float* rm, float* rv,
-                                       float* sm, float* si, float* py, int64_t c0, int64_t c1) {
-  bn_fwd_channels<float>(px, pg, pb, batch, ch, sp, momentum, eps, training, rm, rv, sm, si, py, c0, c1);
+GT_CPU_CLONES void bn_shifted_sums_f32(const float* px, int64_t ch, int64_t sp, const float* k, int64_t b0, int64_t b1,
+                                       double* s1, double* s2) {
+  bn_shifted_sums<float>(px, ch, sp, k, b0, b1, s1, s2);
 }
-GT_CPU_CLONES void bn_bwd_channels_f32(const float* px, const float* pg, const float* pdy, const float* sm,
-                                       const float* si, int64_t batch, int64_t ch, int64_t sp, bool training,
-                                       double beta_acc, float* dg, float* db, float* pdx, int64_t c0, int64_t c1) {
-  bn_bwd_channels<float>(px, pg, pdy, sm, si, batch, ch, sp, training, beta_acc, dg, db, pdx, c0, c1);
+GT_CPU_CLONES void bn_grad_sums_f32(const float* px, const float* pdy, int64_t ch, int64_t sp, const float* sm,
+                                    int64_t b0, int64_t b1, double* s1, double* s2) {
+  bn_grad_sums<float>(px, pdy, ch, sp, sm, b0, b1, s1, s2);
+}
+GT_CPU_CLONES void bn_scale_rows_f32(const float* px, const float* scale, const float* shift, int64_t ch, int64_t sp,
+                                     int64_t r0, int64_t r1, float* py) {
+  bn_scale_rows<float>(px, scale, shift, ch, sp, r0, r1, py);
+}
+GT_CPU_CLONES void bn_dx_rows_f32(const float* px, const float* pdy, const float* coef, int64_t ch, int64_t sp,
+                                  bool training, int64_t r0, int64_t r1, float* pdx) {
+  bn_dx_rows<float>(px, pdy, coef, ch, sp, training, r0, r1, pdx);
+}
+
+// Per-channel totals of the chunk partials (kBnChunks × ch each), added in chunk order.
+inline void bn_sum_chunks(const std::vector<double>& part, int64_t ch, int64_t chunks, std::vector<double>& total) {
+  total.assign(static_cast<size_t>(ch), 0.0);
+  for (int64_t j = 0; j < chunks; ++j)
+    for (int64_t c = 0; c < ch; ++c) total[static_cast<size_t>(c)] += part[static_cast<size_t>(j * ch + c)];
 }
 
 template <class T>
@@ -129,11 +142,54 @@ void bn_fwd_t(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& 
   const T *px = x.data<T>(), *pg = gamma.data<T>(), *pb = beta.data<T>();
   T *py = y.data<T>(), *rm = running_mean.data<T>(), *rv = running_var.data<T>();
   T *sm = save_mean.data<T>(), *si = save_invstd.data<T>();
-  parallel_for(ch, 1, [&](int64_t c0, int64_t c1) {
+  const double n = static_cast<double>(batch * sp);
+  std::vector<T> scale(static_cast<size_t>(ch)), shift(static_cast<size_t>(ch));
+  std::vector<double> mean(static_cast<size_t>(ch)), var(static_cast<size_t>(ch));
+  if (training) {
+    std::vector<T> k(static_cast<size_t>(ch));  // K_c: channel c's first value
+    for (int64_t c = 0; c < ch; ++c) k[static_cast<size_t>(c)] = px[c * sp];
+    const int64_t chunks = std::min(batch, kBnChunks);
+    std::vector<double> p1(static_cast<size_t>(chunks * ch)), p2(static_cast<size_t>(chunks * ch)), s1, s2;
+    parallel_for(chunks, 1, [&](int64_t j0, int64_t j1) {
+      for (int64_t j = j0; j < j1; ++j) {
+        const int64_t b0 = batch * j / chunks, b1 = batch * (j + 1) / chunks;
+        double *q1 = p1.data() + j * ch, *q2 = p2.data() + j * ch;
+        if constexpr (std::is_same_v<T, float>)
+          bn_shifted_sums_f32(px, ch, sp, k.data(), b0, b1, q1, q2);
+        else
+          bn_shifted_sums<T>(px, ch, sp, k.data(), b0, b1, q1, q2);
+      }
+    });
+    bn_sum_chunks(p1, ch, chunks, s1);
+    bn_sum_chunks(p2, ch, chunks, s2);
+    for (int64_t c = 0; c < ch; ++c) {
+      const double d = s1[static_cast<size_t>(c)] / n;
+      mean[static_cast<size_t>(c)] = static_cast<double>(k[static_cast<size_t>(c)]) + d;
+      var[static_cast<size_t>(c)] = std::max(s2[static_cast<size_t>(c)] / n - d * d, 0.0);
+    }
+  } else {
+    for (int64_t c = 0; c < ch; ++c) {
+      mean[static_cast<size_t>(c)] = rm[c];
+      var[static_cast<size_t>(c)] = rv[c];
+    }
+  }
+  for (int64_t c = 0; c < ch; ++c) {
+    const double mu = mean[static_cast<size_t>(c)], v = var[static_cast<size_t>(c)];
+    if (training) {  // the running variance unbiased over n values, as PyTorch keeps it
+      rm[c] = static_cast<T>((1 - momentum) * rm[c] + momentum * mu);
+      rv[c] = static_cast<T>((1 - momentum) * rv[c] + momentum * v * n / std::max(n - 1, 1.0));
+    }
+    const double inv = 1.0 / std::sqrt(v + eps);
+    sm[c] = static_cast<T>(mu);
+    si[c] = static_cast<T>(inv);
+    scale[static_cast<size_t>(c)] = static_cast<T>(pg[c] * inv);
+    shift[static_cast<size_t>(c)] = static_cast<T>(pb[c] - mu * pg[c] * inv);
+  }
+  parallel_for(batch * ch, std::max<int64_t>(1, kGrain / std::max<int64_t>(sp, 1)), [&](int64_t r0, int64_t r1) {
     if constexpr (std::is_same_v<T, float>)
-      bn_fwd_channels_f32(px, pg, pb, batch, ch, sp, momentum, eps, training, rm, rv, sm, si, py, c0, c1);
+      bn_scale_rows_f32(px, scale.data(), shift.data(), ch, sp, r0, r1, py);
     else
-      bn_fwd_channels<T>(px, pg, pb, batch, ch, sp, momentum, eps, training, rm, rv, sm, si, py, c0, c1);
+      bn_scale_rows<T>(px, scale.data(), shift.data(), ch, sp, r0, r1, py);
   });
 }
 
@@ -143,13 +199,40 @@ void bn_bwd_t(const Tensor& x, const Tensor& gamma, const Tensor& save_mean, con
   const int64_t batch = x.dim(0), ch = gamma.numel(), sp = x.numel() / (batch * ch);
   const T *px = x.data<T>(), *pg = gamma.data<T>(), *pdy = dy.data<T>();
   const T *sm = save_mean.data<T>(), *si = save_invstd.data<T>();
-  T* pdx = dx.defined() ? dx.data<T>() : nullptr;
   T *dg = dgamma.data<T>(), *db = dbeta.data<T>();
-  parallel_for(ch, 1, [&](int64_t c0, int64_t c1) {
+  const int64_t chunks = std::min(batch, kBnChunks);
+  std::vector<double> p1(static_cast<size_t>(chunks * ch)), p2(static_cast<size_t>(chunks * ch)), s1, s2;
+  parallel_for(chunks, 1, [&](int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; ++j) {
+      const int64_t b0 = batch * j / chunks, b1 = batch * (j + 1) / chunks;
+      double *q1 = p1.data() + j * ch, *q2 = p2.data() + j * ch;
+      if constexpr (std::is_same_v<T, float>)
+        bn_grad_sums_f32(px, pdy, ch, sp, sm, b0, b1, q1, q2);
+      else
+        bn_grad_sums<T>(px, pdy, ch, sp, sm, b0, b1, q1, q2);
+    }
+  });
+  bn_sum_chunks(p1, ch, chunks, s1);
+  bn_sum_chunks(p2, ch, chunks, s2);
+  const double n = static_cast<double>(batch * sp);
+  std::vector<T> coef(static_cast<size_t>(4 * ch));
+  for (int64_t c = 0; c < ch; ++c) {
+    const double sum_dy = s1[static_cast<size_t>(c)], sum_dy_xhat = s2[static_cast<size_t>(c)] * si[c];
+    dg[c] = static_cast<T>(sum_dy_xhat + (beta_acc != 0 ? beta_acc * dg[c] : 0.0));
+    db[c] = static_cast<T>(sum_dy + (beta_acc != 0 ? beta_acc * db[c] : 0.0));
+    T* q = coef.data() + 4 * c;
+    q[0] = static_cast<T>(pg[c] * si[c]);
+    q[1] = static_cast<T>(sum_dy / n);
+    q[2] = sm[c];
+    q[3] = static_cast<T>(si[c] * (sum_dy_xhat / n));
+  }
+  if (!dx.defined()) return;
+  T* pdx = dx.data<T>();
+  parallel_for(batch * ch, std::max<int64_t>(1, kGrain / std::max<int64_t>(sp, 1)), [&](int64_t r0, int64_t r1) {
     if constexpr (std::is_same_v<T, float>)
-      bn_bwd_channels_f32(px, pg, pdy, sm, si, batch, ch, sp, training, beta_acc, dg, db, pdx, c0, c1);
+      bn_dx_rows_f32(px, pdy, coef.data(), ch, sp, training, r0, r1, pdx);
     else
-      bn_bwd_channels<T>(px, pg, pdy, sm, si, batch, ch, sp, training, beta_acc, dg, db, pdx, c0, c1);
+      bn_dx_rows<T>(px, pdy, coef.data(), ch, sp, training, r0, r1, pdx);
   });
 }
 
