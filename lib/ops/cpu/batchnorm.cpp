@@ -128,11 +128,23 @@ GT_CPU_CLONES void bn_dx_rows_f32(const float* px, const float* pdy, const float
   bn_dx_rows<float>(px, pdy, coef, ch, sp, training, r0, r1, pdx);
 }
 
-// Per-channel totals of the chunk partials (kBnChunks × ch each), added in chunk order.
-inline void bn_sum_chunks(const std::vector<double>& part, int64_t ch, int64_t chunks, std::vector<double>& total) {
-  total.assign(static_cast<size_t>(ch), 0.0);
+// Per-channel sums over the batch: sums(b0, b1, s1, s2) adds samples [b0, b1)'s to s1 and s2 (ch doubles each); it
+// runs on kBnChunks fixed chunks in parallel, whose partials are added in chunk order into s1 and s2.
+template <class F>
+void bn_chunked_sums(int64_t batch, int64_t ch, F&& sums, std::vector<double>& s1, std::vector<double>& s2) {
+  const int64_t chunks = std::min(batch, kBnChunks);
+  std::vector<double> p1(static_cast<size_t>(chunks * ch)), p2(static_cast<size_t>(chunks * ch));
+  parallel_for(chunks, 1, [&](int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; ++j)
+      sums(batch * j / chunks, batch * (j + 1) / chunks, p1.data() + j * ch, p2.data() + j * ch);
+  });
+  s1.assign(static_cast<size_t>(ch), 0.0);
+  s2.assign(static_cast<size_t>(ch), 0.0);
   for (int64_t j = 0; j < chunks; ++j)
-    for (int64_t c = 0; c < ch; ++c) total[static_cast<size_t>(c)] += part[static_cast<size_t>(j * ch + c)];
+    for (int64_t c = 0; c < ch; ++c) {
+      s1[static_cast<size_t>(c)] += p1[static_cast<size_t>(j * ch + c)];
+      s2[static_cast<size_t>(c)] += p2[static_cast<size_t>(j * ch + c)];
+    }
 }
 
 template <class T>
@@ -148,20 +160,16 @@ void bn_fwd_t(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& 
   if (training) {
     std::vector<T> k(static_cast<size_t>(ch));  // K_c: channel c's first value
     for (int64_t c = 0; c < ch; ++c) k[static_cast<size_t>(c)] = px[c * sp];
-    const int64_t chunks = std::min(batch, kBnChunks);
-    std::vector<double> p1(static_cast<size_t>(chunks * ch)), p2(static_cast<size_t>(chunks * ch)), s1, s2;
-    parallel_for(chunks, 1, [&](int64_t j0, int64_t j1) {
-      for (int64_t j = j0; j < j1; ++j) {
-        const int64_t b0 = batch * j / chunks, b1 = batch * (j + 1) / chunks;
-        double *q1 = p1.data() + j * ch, *q2 = p2.data() + j * ch;
-        if constexpr (std::is_same_v<T, float>)
-          bn_shifted_sums_f32(px, ch, sp, k.data(), b0, b1, q1, q2);
-        else
-          bn_shifted_sums<T>(px, ch, sp, k.data(), b0, b1, q1, q2);
-      }
-    });
-    bn_sum_chunks(p1, ch, chunks, s1);
-    bn_sum_chunks(p2, ch, chunks, s2);
+    std::vector<double> s1, s2;
+    bn_chunked_sums(
+        batch, ch,
+        [&](int64_t b0, int64_t b1, double* q1, double* q2) {
+          if constexpr (std::is_same_v<T, float>)
+            bn_shifted_sums_f32(px, ch, sp, k.data(), b0, b1, q1, q2);
+          else
+            bn_shifted_sums<T>(px, ch, sp, k.data(), b0, b1, q1, q2);
+        },
+        s1, s2);
     for (int64_t c = 0; c < ch; ++c) {
       const double d = s1[static_cast<size_t>(c)] / n;
       mean[static_cast<size_t>(c)] = static_cast<double>(k[static_cast<size_t>(c)]) + d;
@@ -200,20 +208,16 @@ void bn_bwd_t(const Tensor& x, const Tensor& gamma, const Tensor& save_mean, con
   const T *px = x.data<T>(), *pg = gamma.data<T>(), *pdy = dy.data<T>();
   const T *sm = save_mean.data<T>(), *si = save_invstd.data<T>();
   T *dg = dgamma.data<T>(), *db = dbeta.data<T>();
-  const int64_t chunks = std::min(batch, kBnChunks);
-  std::vector<double> p1(static_cast<size_t>(chunks * ch)), p2(static_cast<size_t>(chunks * ch)), s1, s2;
-  parallel_for(chunks, 1, [&](int64_t j0, int64_t j1) {
-    for (int64_t j = j0; j < j1; ++j) {
-      const int64_t b0 = batch * j / chunks, b1 = batch * (j + 1) / chunks;
-      double *q1 = p1.data() + j * ch, *q2 = p2.data() + j * ch;
-      if constexpr (std::is_same_v<T, float>)
-        bn_grad_sums_f32(px, pdy, ch, sp, sm, b0, b1, q1, q2);
-      else
-        bn_grad_sums<T>(px, pdy, ch, sp, sm, b0, b1, q1, q2);
-    }
-  });
-  bn_sum_chunks(p1, ch, chunks, s1);
-  bn_sum_chunks(p2, ch, chunks, s2);
+  std::vector<double> s1, s2;
+  bn_chunked_sums(
+      batch, ch,
+      [&](int64_t b0, int64_t b1, double* q1, double* q2) {
+        if constexpr (std::is_same_v<T, float>)
+          bn_grad_sums_f32(px, pdy, ch, sp, sm, b0, b1, q1, q2);
+        else
+          bn_grad_sums<T>(px, pdy, ch, sp, sm, b0, b1, q1, q2);
+      },
+      s1, s2);
   const double n = static_cast<double>(batch * sp);
   std::vector<T> coef(static_cast<size_t>(4 * ch));
   for (int64_t c = 0; c < ch; ++c) {

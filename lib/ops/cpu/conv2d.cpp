@@ -61,13 +61,16 @@ struct SameRowTap {
   int64_t oy0, oy1;  // output rows whose tap row is inside the image
   int64_t shift;     // plane offset of the tap of output (oy, ox) from oy·w + ox
   int64_t off;       // ix − ox
+  int64_t a, b;      // the block's run [a, b) (within rows [oy0, oy1)) whose taps j + shift are inside the plane
 };
 inline bool rows_align(const Geometry& g) { return g.win.sh == 1 && g.win.sw == 1 && g.ow == g.w; }
 inline SameRowTap same_row_tap(const Geometry& g, int64_t ky, int64_t kx) {
   const Window2d& k = g.win;
   const int64_t dy = ky * k.dh - k.ph, off = kx * k.dw - k.pw;  // iy = oy + dy, ix = ox + off
   const int64_t oy0 = std::clamp<int64_t>(-dy, 0, g.oh), oy1 = std::clamp<int64_t>(g.h - dy, oy0, g.oh);
-  return {oy0, oy1, dy * g.w + off, off};
+  const int64_t shift = dy * g.w + off;
+  const int64_t a = std::clamp<int64_t>(-shift, oy0 * g.ow, oy1 * g.ow);
+  return {oy0, oy1, shift, off, a, std::clamp<int64_t>(g.h * g.w - shift, a, oy1 * g.ow)};
 }
 // Zeroes, in rows [oy0, oy1) of a tap's block, the columns whose tap ix = ox + off is outside [0, w).
 template <class T>
@@ -91,12 +94,9 @@ void im2col(const Geometry& g, const T* x, T* col) {
           T* out = col + ((ch * k.kh + ky) * k.kw + kx) * g.cols();
           const SameRowTap t = same_row_tap(g, ky, kx);
           const T* plane = x + ch * g.h * g.w;
-          // out[j] = plane[j + shift] for j in [oy0·ow, oy1·ow), reading only inside the plane
-          const int64_t j0 = t.oy0 * g.ow, j1 = t.oy1 * g.ow;
-          const int64_t a = std::clamp<int64_t>(-t.shift, j0, j1), b = std::clamp<int64_t>(g.h * g.w - t.shift, a, j1);
-          std::fill(out, out + a, T(0));
-          for (int64_t j = a; j < b; ++j) out[j] = plane[j + t.shift];
-          std::fill(out + b, out + g.cols(), T(0));
+          std::fill(out, out + t.a, T(0));
+          for (int64_t j = t.a; j < t.b; ++j) out[j] = plane[j + t.shift];
+          std::fill(out + t.b, out + g.cols(), T(0));
           zero_wrapped_columns(g, t, out);
         }
     return;
@@ -137,9 +137,7 @@ void col2im(const Geometry& g, T* dcol, T* dx) {
           const SameRowTap t = same_row_tap(g, ky, kx);
           T* plane = dx + ch * g.h * g.w;
           zero_wrapped_columns(g, t, in);
-          const int64_t j0 = t.oy0 * g.ow, j1 = t.oy1 * g.ow;
-          const int64_t a = std::clamp<int64_t>(-t.shift, j0, j1), b = std::clamp<int64_t>(g.h * g.w - t.shift, a, j1);
-          for (int64_t j = a; j < b; ++j) plane[j + t.shift] += in[j];
+          for (int64_t j = t.a; j < t.b; ++j) plane[j + t.shift] += in[j];
         }
     return;
   }
