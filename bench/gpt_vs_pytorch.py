@@ -4,7 +4,8 @@
 engine's share of it.
 
     scripts/setup.sh && bench/torch_venv.sh && bench/gpt_vs_pytorch.py [--rounds 5] [--steps 120] [--threads 2]
-                                                                        [--torch-threads 1,2] [--json PATH]
+                                                                        [--torch-threads 1,2] [--infer-batch 64]
+                                                                        [--infer-seconds 3] [--json PATH]
 
 References: Debian's torch 1.13 (/usr/bin/python3) and the current torch from PyPI in bench/.venv (made by
 bench/torch_venv.sh; skipped with a note when absent), each at 1 and 2 threads; the ratio is gputrain's over the
@@ -13,6 +14,10 @@ the peak (side_by_side.py says what and why) and then runs every engine once, st
 each figure is the median of its rounds (this shared machine drifts by ±30 % between minutes). All engines are timed
 the same way: 5 warm-up steps, then --steps steps (gputrain's from the training clock of its metrics.jsonl rows).
 Data: the fortunes shards of the README (tokenized here when missing).
+
+Inference: forward passes in evaluation mode over --infer-batch full windows of T tokens (the logits of every
+position, as evaluation and scoring compute them; not token-by-token generation): gputrain's bench_infer_rate (random
+token ids, --infer-seconds per round) against torch_gpt.py --infer (torch.inference_mode(), windows of the shard).
 
 FLOPs per token are the model's as gputrain's MFU counts them (3 × the forward: 6N plus the causal attention), read
 back from the mfu of gputrain's own metrics rows (the run is given the round's peak as train.peak_tflops), so this
@@ -33,7 +38,9 @@ from side_by_side import GPUTRAIN, ROOT, Report, Row, check_json_path, rotated, 
 
 CONFIG = os.path.join(ROOT, "configs", "gpt_bytes.yaml")
 T, BATCH, WARMUP = 64, 16, 5
-TARGETS = {"train": (1.5, 0.6)}  # issue 19: >= 1.5x the fastest PyTorch, at >= 60 % of the peak
+# issue 19: training >= 1.5x the fastest PyTorch at >= 60 % of the peak; inference >= 2x.
+TARGETS = {"train": (1.5, 0.6), "infer": (2.0, None)}
+BUILD = os.path.dirname(GPUTRAIN)
 
 
 def shards():
@@ -65,11 +72,24 @@ def gputrain_rate(data, steps, threads, peak_gflops):
         return steps * BATCH * T / (rows[last]["elapsed_s"] - rows[WARMUP]["elapsed_s"]), flops_per_token
 
 
-def torch_rate(python, data, steps, threads):
-    out = subprocess.run([python, os.path.join(ROOT, "bench", "torch_gpt.py"), "--data",
-                          os.path.join(data, "train_000000.bin"), "--steps", str(steps), "--warmup", str(WARMUP),
-                          "--threads", str(threads), "--block", str(T), "--batch", str(BATCH)],
-                         check=True, capture_output=True, text=True)
+def gputrain_infer(data, batch, threads, seconds):
+    """Inference tokens/s: bench_infer_rate's windows/s × T (it reads the config's data only for the vocabulary)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        config = os.path.join(tmp, "gpt.yaml")
+        with open(CONFIG) as f:
+            text = f.read().replace("data/fortunes/", data.rstrip("/") + "/")
+        with open(config, "w") as f:
+            f.write(text)
+        out = subprocess.run([os.path.join(BUILD, "bench_infer_rate"), config, str(batch), str(threads),
+                              str(seconds)], check=True, capture_output=True, text=True)
+    return json.loads(out.stdout)["samples_per_sec"] * T
+
+
+def torch_rate(python, data, steps, threads, batch=BATCH, infer=False):
+    cmd = [python, os.path.join(ROOT, "bench", "torch_gpt.py"), "--data", os.path.join(data, "train_000000.bin"),
+           "--steps", str(steps), "--warmup", str(WARMUP if not infer else 3), "--threads", str(threads), "--block",
+           str(T), "--batch", str(batch)]
+    out = subprocess.run(cmd + (["--infer"] if infer else []), check=True, capture_output=True, text=True)
     return json.loads(out.stdout)["tokens_per_sec"]
 
 
@@ -79,21 +99,27 @@ def main():
     ap.add_argument("--steps", type=int, default=120)
     ap.add_argument("--threads", type=int, default=2, help="gputrain's threads")
     ap.add_argument("--torch-threads", default="1,2", help="PyTorch's thread counts, each a row")
+    ap.add_argument("--infer-batch", type=int, default=64, help="windows of T tokens per inference forward pass")
+    ap.add_argument("--infer-seconds", type=float, default=3, help="gputrain's inference run per round")
+    ap.add_argument("--infer-steps", type=int, default=20, help="PyTorch's timed inference passes per round")
     ap.add_argument("--json", metavar="PATH", help="also write the table as JSON to PATH")
     args = ap.parse_args()
     try:
         torch_threads = [int(t) for t in args.torch_threads.split(",")]
     except ValueError:
         ap.error(f"--torch-threads {args.torch_threads}: a comma-separated list of thread counts, such as 1,2")
-    if args.rounds < 1 or args.steps < 1 or args.threads < 1 or min(torch_threads) < 1:
-        ap.error("--rounds, --steps, --threads and --torch-threads must be >= 1")
+    if min(args.rounds, args.steps, args.threads, min(torch_threads), args.infer_batch, args.infer_steps) < 1 or \
+            not args.infer_seconds > 0:
+        ap.error("--rounds, --steps, --threads, --torch-threads, --infer-batch and --infer-steps must be >= 1, "
+                 "--infer-seconds > 0")
     check_json_path(ap, args.json)
     data = shards()
 
     report = Report("gpt_vs_pytorch",
                     f"GPT of configs/gpt_bytes.yaml, batch {BATCH} x T {T}, AdamW + clipping, CPU; {args.steps} "
-                    f"steps after {WARMUP} warm-up; FLOPs per token from gputrain's MFU (3 x forward: 6N + attention)",
-                    args.rounds, {"train": "training"}, TARGETS)
+                    f"steps after {WARMUP} warm-up; inference {args.infer_batch} windows a pass, evaluation mode; "
+                    "FLOPs per token from gputrain's MFU (training 3 x forward: 6N + attention; inference 1 x)",
+                    args.rounds, {"train": "training", "infer": "inference"}, TARGETS)
     pythons = torch_pythons(report.notes)
     report.print_header()
     ours = report.add(Row("gputrain", "train", args.threads, "tokens", math.nan, ours=True))
@@ -109,23 +135,31 @@ def main():
         for t in torch_threads:
             jobs.append((report.add(Row(name, "train", t, "tokens", math.nan)),
                          lambda py=py, t=t: torch_rate(py, data, args.steps, t)))
+    jobs.append((report.add(Row("gputrain", "infer", args.threads, "tokens", math.nan, ours=True)),
+                 lambda: gputrain_infer(data, args.infer_batch, args.threads, args.infer_seconds)))
+    for py, name in pythons:
+        for t in torch_threads:
+            jobs.append((report.add(Row(name, "infer", t, "tokens", math.nan)),
+                         lambda py=py, t=t: torch_rate(py, data, args.infer_steps, t, args.infer_batch, infer=True)))
     for r in range(args.rounds):
         report.peak_rounds.append(sgemm_peak())  # first: gputrain's run of this round logs its MFU against it
         for row, measure in rotated(jobs, r):
             row.rounds.append(measure())
         print(f"round {r + 1}/{args.rounds}: peak {report.peak_rounds[-1]:.1f} GFLOP/s, " +
-              ", ".join(f"{row.label} {row.rounds[-1]:,.0f}" for row, _ in jobs), file=sys.stderr)
+              ", ".join(f"{row.mode} {row.label} {row.rounds[-1]:,.0f}" for row, _ in jobs), file=sys.stderr)
 
     # The model's count is the same in every round; the mfu's rounding to a double may differ in the last digits.
     flops = flops_seen[0]
     assert all(abs(f - flops) <= 1e-6 * flops for f in flops_seen), f"FLOPs per token differ by round: {flops_seen}"
     for row in report.rows:
-        row.flops = flops
-    print(f"{flops * 1e-6:.3f} MFLOP per training token (gputrain's MFU figure)")
+        row.flops = flops if row.mode == "train" else flops / 3
+    print(f"{flops * 1e-6:.3f} MFLOP per training token (gputrain's MFU figure), {flops / 3 * 1e-6:.3f} per "
+          "inference token")
     report.print_table()
     if args.json:
         report.write_json(args.json, {"config": "configs/gpt_bytes.yaml", "batch": BATCH, "block": T,
-                                      "steps": args.steps, "warmup": WARMUP, "train_flops_per_token": flops})
+                                      "steps": args.steps, "warmup": WARMUP, "train_flops_per_token": flops,
+                                      "infer_batch": args.infer_batch, "infer_flops_per_token": flops / 3})
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ embedding, AdamW with
 decay 0.1 on matrices only as llm.c), data drawn as random windows of block + 1 tokens from the shard (llm.c's
 format: 256 int32 header, uint16 tokens). Attention is F.scaled_dot_product_attention(is_causal=True) where the
 torch has it (2.x: its fused CPU kernel), else the masked softmax of nanoGPT (1.13). Prints one JSON line with
-tokens_per_sec over the timed steps (after warm-up) and the torch version.
+tokens_per_sec over the timed steps (after warm-up) and the torch version. --infer times forward passes instead, in
+evaluation mode under torch.inference_mode() (no autograd records), over --batch random windows of the shard each.
 """
 import argparse
 import json
@@ -91,6 +92,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--infer", action="store_true", help="time forward passes in evaluation mode instead of training")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--precision", default="fp32", choices=PRECISIONS,
                     help="fp32: PyTorch's default math modes; tf32, bf16, fp16: bench/torch_amp.py")
@@ -112,6 +114,22 @@ def main():
     t = args.block
     starts = rng.integers(0, (len(tokens) - 1) // t, size=(args.warmup + args.steps, args.batch)) * t
     t0 = None
+    if args.infer:
+        model.eval()
+        with torch.inference_mode(), amp.autocast():
+            for step in range(args.warmup + args.steps):
+                if step == args.warmup:
+                    if dev.type == "cuda":
+                        torch.cuda.synchronize()
+                    t0 = time.perf_counter()
+                win = torch.from_numpy(np.stack([tokens[s:s + t] for s in starts[step]])).to(dev)
+                logits = model(win)
+            checksum = float(logits[-1, -1].sum())  # waits for the device
+        seconds = time.perf_counter() - t0
+        print(json.dumps({"tokens_per_sec": args.steps * args.batch * t / seconds, "checksum": checksum,
+                          "torch": torch.__version__, "threads": args.threads, "precision": args.precision,
+                          "mode": "infer"}))
+        return
     for step in range(args.warmup + args.steps):
         if step == args.warmup:
             if dev.type == "cuda":

@@ -4,10 +4,11 @@
 #   1. every [cuda] test case, one process each (a crash in one cannot hide the others), with its outcome;
 #   2. fashion_mnist_mlp and fashion_mnist_cnn trained by gputrain on the GPU and by PyTorch eager on the GPU (same
 #      model, batch 128, SGD momentum 0.9, fp32 with PyTorch's default math modes), samples/s of the training loop;
-#   2b. fashion_mnist_mlp by gputrain in bf16 and fp16 (train.precision; dense products on cuBLASLt in half with fp32
-#      compute): samples/s and peak memory, rows of the same table;
-#   3. the GPT of configs/gpt_bytes.yaml (batch 64 × T 64, random byte tokens) trained by both on the GPU: tokens/s,
-#      gputrain's MFU against the GPU's fp32 peak, the ratio (the fused attention kernel is among the [cuda] tests);
+#   2b. both in tf32, bf16 and fp16 (train.precision: cuBLASLt and cuDNN with 16-bit operands and fp32 compute)
+#      against PyTorch eager with TF32 flags / autocast (+ GradScaler for fp16): samples/s and peak memory;
+#   3. the GPT of configs/gpt_bytes.yaml (batch 64 × T 64, random byte tokens) trained by both on the GPU in fp32,
+#      tf32, bf16 and fp16: tokens/s, gputrain's MFU against the GPU's fp32 peak, the ratio (the fused attention
+#      kernel is among the [cuda] tests);
 #   4. one table: test results, samples/s of both, the ratio, peak device memory; then the MLP and CNN with
 #      train.cuda_graphs and configs/fashion_mnist_speedrun.yaml op by op and captured (samples/s, test accuracy,
 #      wall time); then the training paths (worker threads, the profiler, and dist.zero over NCCL when there are two
@@ -72,15 +73,15 @@ done < <("$tests" "[cuda]" --list-test-names-only 2>/dev/null | sed 's/^ *//')
 echo "== training throughput, batch 128, in each precision against PyTorch eager (AMP for bf16/fp16)"
 # gputrain's train.precision against bench/torch_reference.py --precision (bench/torch_amp.py: TF32 flags, autocast,
 # a GradScaler for fp16) at the same model and batch. The CUDA backend's half mode covers dense layers' matmuls
-# (cuBLASLt, 16-bit operands, fp32 compute); a model with conv2d is refused under bf16/fp16 on CUDA so far, so the CNN
-# has fp32 and tf32 rows only. A failed gputrain run fails the check (the dry run proves the commands here).
+# (cuBLASLt) and convolutions (cuDNN's 16-bit configurations), 16-bit operands with fp32 compute. A failed gputrain
+# run fails the check (the dry run proves the commands here).
 if [[ $dry == 1 ]]; then device=cpu; tdev=cpu; steps_mlp=20; steps_cnn=10; else device=cuda; tdev=cuda; steps_mlp=3000; steps_cnn=1500; fi
 sets=(--set "data.train.images=$data/train-images-idx3-ubyte.gz" --set "data.train.labels=$data/train-labels-idx1-ubyte.gz"
       --set "data.test.images=$data/t10k-images-idx3-ubyte.gz" --set "data.test.labels=$data/t10k-labels-idx1-ubyte.gz"
       --set train.eval_every=1000000)
 rows=()
 hfail=0
-for run in mlp:fp32 cnn:fp32 mlp:tf32 mlp:bf16 mlp:fp16 cnn:tf32; do
+for run in mlp:fp32 cnn:fp32 mlp:tf32 mlp:bf16 mlp:fp16 cnn:tf32 cnn:bf16 cnn:fp16; do
   model=${run%%:*}; prec=${run#*:}
   steps=$steps_mlp; [[ $model == cnn ]] && steps=$steps_cnn
   out="$work/run-$model-$prec"
@@ -124,10 +125,12 @@ if [[ $dry == 1 ]]; then gpt_batch=16; gpt_steps=5; else gpt_batch=64; gpt_steps
 gpt_sets=(--set "data.train.path=$work/tok/train_*.bin" --set "data.test.path=$work/tok/val_*.bin"
           --set "data.batch_size=$gpt_batch" --set train.eval_every=1000000 --set train.eval_tokens=64
           --set train.log_every=10)
-gpt_out="$work/run-gpt"
-if "$gt" train configs/gpt_bytes.yaml --device "$device" --max-steps "$gpt_steps" --quiet --out "$gpt_out" \
-     "${gpt_sets[@]}" > "$work/gt-gpt.log" 2>&1; then
-  read -r gpt_rate gpt_mfu gpt_peak < <($py -c "
+gpt_rows=()
+for prec in fp32 tf32 bf16 fp16; do
+  gpt_out="$work/run-gpt-$prec"
+  if "$gt" train configs/gpt_bytes.yaml --device "$device" --precision "$prec" --max-steps "$gpt_steps" --quiet \
+       --out "$gpt_out" "${gpt_sets[@]}" > "$work/gt-gpt-$prec.log" 2>&1; then
+    read -r gpt_rate gpt_mfu gpt_peak < <($py -c "
 import json
 rows = [json.loads(l) for l in open('$gpt_out/metrics.jsonl') if '\"train\"' in l]
 last = rows[len(rows) // 2:]  # the second half: past start-up
@@ -135,19 +138,21 @@ rate = sum(r['tokens_per_sec'] for r in last) / len(last)
 mfu = [r['mfu'] for r in last if 'mfu' in r]
 peaks = [r['device_peak_mib'] for r in rows if 'device_peak_mib' in r]
 print(round(rate), f'{100 * sum(mfu) / len(mfu):.1f}%' if mfu else 'unknown', f'{max(peaks):.0f}' if peaks else 'n/a')")
-else
-  gpt_rate=failed gpt_mfu=n/a gpt_peak=n/a
-  tail -20 "$work/gt-gpt.log" | sed 's/^/        /'
-fi
-if t=$($py bench/torch_gpt.py --data "$work/tok/train_000000.bin" --device "$tdev" --batch "$gpt_batch" \
-         --steps "$gpt_steps" --threads 4 2>"$work/torch-gpt.err"); then
-  torch_gpt=$(echo "$t" | $py -c "import json, sys; print(round(json.load(sys.stdin)['tokens_per_sec']))")
-else
-  torch_gpt=failed
-  tail -5 "$work/torch-gpt.err" | sed 's/^/        /'
-fi
-gpt_ratio=n/a
-[[ $gpt_rate =~ ^[0-9]+$ && $torch_gpt =~ ^[0-9]+$ ]] && gpt_ratio=$(echo "scale=2; $gpt_rate / $torch_gpt" | bc)
+  else
+    gpt_rate=failed gpt_mfu=n/a gpt_peak=n/a; hfail=$((hfail + 1))
+    tail -20 "$work/gt-gpt-$prec.log" | sed 's/^/        /'
+  fi
+  if t=$($py bench/torch_gpt.py --data "$work/tok/train_000000.bin" --device "$tdev" --batch "$gpt_batch" \
+           --steps "$gpt_steps" --threads 4 --precision "$prec" 2>"$work/torch-gpt-$prec.err"); then
+    torch_gpt=$(echo "$t" | $py -c "import json, sys; print(round(json.load(sys.stdin)['tokens_per_sec']))")
+  else
+    torch_gpt=failed
+    tail -5 "$work/torch-gpt-$prec.err" | sed 's/^/        /'
+  fi
+  gpt_ratio=n/a
+  [[ $gpt_rate =~ ^[0-9]+$ && $torch_gpt =~ ^[0-9]+$ ]] && gpt_ratio=$(echo "scale=2; $gpt_rate / $torch_gpt" | bc)
+  gpt_rows+=("| $device $prec | $gpt_rate | $gpt_mfu | $torch_gpt | $gpt_ratio | $gpt_peak MiB |")
+done
 
 echo "== CUDA graphs (train.cuda_graphs) and the speedrun config"
 # The MLP and CNN rows again with the step captured into one CUDA graph after warm-up and replayed (the last partial
@@ -242,7 +247,7 @@ printf '%s\n' "${rows[@]}"
 echo
 echo "| GPT (gpt_bytes model, batch $gpt_batch × 64) | gputrain tokens/s | MFU | PyTorch eager tokens/s | ratio | gputrain peak mem |"
 echo "|---|---|---|---|---|---|"
-echo "| $device | $gpt_rate | $gpt_mfu | $torch_gpt | $gpt_ratio | $gpt_peak MiB |"
+printf '%s\n' "${gpt_rows[@]}"
 echo
 echo "| CUDA graphs and the speedrun | samples/s | test accuracy | wall time |"
 echo "|---|---|---|---|"

@@ -220,14 +220,20 @@ struct ConvCase {
   bool bias;
 };
 
+// fp32 by default; under a bf16/fp16 precision both sides run in `p` (ops/precision.h): they multiply the same
+// rounded operands, and cuDNN's legacy API hands y, dx and dw back rounded to 16 bits once more (ops/cuda/conv2d.cpp),
+// which the CPU does not: `rel` of each value (and of dw's beta·dw0 with |dw0| < 4) on top of the sums' tolerance.
 template <class T>
-void check_conv(const ConvCase& cc, uint64_t seed) {
+void check_conv(const ConvCase& cc, uint64_t seed, Precision p = Precision::fp32) {
+  const double rel = p == Precision::bf16 ? 0x1p-8 : p == Precision::fp16 ? 0x1p-11 : 0.0;
+  const ProductPrecisionScope autocast(p);
   const Window2d win{cc.kh, cc.kw, cc.sh, cc.sw, cc.ph, cc.pw, cc.dh, cc.dw};
   const int64_t oh = window_out(cc.h, cc.kh, cc.sh, cc.ph, cc.dh), ow = window_out(cc.w, cc.kw, cc.sw, cc.pw, cc.dw);
   INFO("conv x (" << cc.batch << ", " << cc.cin << ", " << cc.h << ", " << cc.w << ") → " << cc.cout << " channels, "
                   << cc.kh << "×" << cc.kw << " stride " << cc.sh << "×" << cc.sw << " padding " << cc.ph << "×"
                   << cc.pw << " dilation " << cc.dh << "×" << cc.dw << " groups " << cc.groups
-                  << (cc.bias ? " bias" : "") << (std::is_same_v<T, double> ? " f64" : " f32"));
+                  << (cc.bias ? " bias" : "") << (std::is_same_v<T, double> ? " f64" : " f32") << " "
+                  << to_string(p));
   const Shape xs{cc.batch, cc.cin, cc.h, cc.w}, ws{cc.cout, cc.cin / cc.groups, cc.kh, cc.kw},
       ys{cc.batch, cc.cout, oh, ow};
   const Tensor x = seeded_as<T>(xs, seed), w = seeded_as<T>(ws, seed + 1), dy = seeded_as<T>(ys, seed + 3);
@@ -240,7 +246,7 @@ void check_conv(const ConvCase& cc, uint64_t seed) {
   ops::conv2d_forward(xd, wd, bd, win, cc.groups, y.inner);
   // y: K = (C/groups)·kh·kw products of |x|, |w| ≤ 4; the bias adds one rounding of |b| ≤ 4.
   const double k_fwd = static_cast<double>(cc.cin / cc.groups * cc.kh * cc.kw);
-  check_close(y.host_checked(), y_cpu, kDot<T> * k_fwd * 16, 0);
+  check_close(y.host_checked(), y_cpu, kDot<T> * k_fwd * 16, rel);
 
   // beta = 0 with dx (dw and db start as NaN: they must not be read); beta = 1 without dx, accumulating.
   for (const double beta : {0.0, 1.0}) {
@@ -262,10 +268,10 @@ void check_conv(const ConvCase& cc, uint64_t seed) {
     // dx: each element sums (O/groups)·kh·kw products of |dy|, |w| ≤ 4 at most.
     if (want_dx)
       check_close(dx.host_checked(), dx_cpu, kDot<T> * static_cast<double>(cc.cout / cc.groups * cc.kh * cc.kw) * 16,
-                  0);
+                  rel);
     // dw: B·oh·ow products of |dy|, |x| ≤ 4, plus beta·dw0; db: B·oh·ow values of |dy| ≤ 4.
     const double k_w = static_cast<double>(cc.batch * oh * ow);
-    check_close(dw.host_checked(), dw_cpu, kDot<T> * k_w * 16, 0);
+    check_close(dw.host_checked(), dw_cpu, kDot<T> * k_w * 16 + rel * 8, rel);
     if (cc.bias)
       check_close(db.host_checked(), db_cpu, kDot<T> * k_w * 4, 0);
     else
@@ -293,6 +299,31 @@ TEST_CASE("CUDA conv2d (cuDNN) matches the CPU, forward and backward", "[cuda]")
 TEST_CASE("CUDA conv2d in f64 matches the CPU", "[cuda]") {
   require_gpu();
   check_conv<double>({2, 4, 7, 6, 6, 3, 3, 2, 1, 1, 1, 1, 1, 2, true}, 3500);
+}
+
+TEST_CASE("CUDA conv2d in bf16, fp16 and tf32 matches the CPU's product in that precision", "[cuda]") {
+  require_gpu();
+  const ConvCase cases[] = {
+      {2, 3, 8, 8, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, true},     // 3×3 "same"
+      {1, 4, 7, 9, 6, 3, 2, 2, 2, 1, 0, 1, 1, 2, true},     // odd sides, stride 2, groups 2
+      {2, 16, 12, 12, 32, 5, 5, 1, 1, 2, 2, 1, 1, 1, false}  // K = 400, no bias
+  };
+  uint64_t seed = 3600;
+  for (const Precision p : {Precision::bf16, Precision::fp16})
+    for (const ConvCase& cc : cases) check_conv<float>(cc, seed += 10, p);
+  // tf32: the CPU multiplies in fp32 and the tensor cores round both operands to 10 mantissa bits first, so the
+  // CPU's tf32 product (fp32) and the device's differ by up to 2·2⁻¹¹ of each term: checked against that bound.
+  const ConvCase cc{2, 8, 6, 6, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, true};
+  const Window2d win{cc.kh, cc.kw, cc.sh, cc.sw, cc.ph, cc.pw, cc.dh, cc.dw};
+  const Tensor x = seeded(Shape{2, 8, 6, 6}, 3700), w = seeded(Shape{8, 8, 3, 3}, 3701), b = seeded(Shape{8}, 3702);
+  Tensor y_cpu = Tensor::empty(Shape{2, 8, 6, 6}, DType::f32);
+  ops::conv2d_forward(x, w, b, win, 1, y_cpu);
+  Guarded y(y_cpu.shape(), kNaN);
+  {
+    const ProductPrecisionScope autocast(Precision::tf32);
+    ops::conv2d_forward(to_cuda(x), to_cuda(w), to_cuda(b), win, 1, y.inner);
+  }
+  check_close(y.host_checked(), y_cpu, 72 * 16 * 0x1p-10, 0);  // K = 72 terms of |x·w| ≤ 16
 }
 
 // ---------------------------------------------------------------------------------------------------------------

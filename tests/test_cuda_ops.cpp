@@ -1,5 +1,6 @@
 // CUDA kernels of the reduction, loss, normalisation, dropout, embedding and optimizer ops against their CPU twins on
 // the same seeded inputs. Every case starts with require_gpu(): without a device it exits 77 (skipped).
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "ops/loss.h"
 #include "ops/matmul.h"
 #include "ops/optim.h"
+#include "ops/precision.h"
 #include "ops/softmax.h"
 
 using namespace gt;
@@ -875,6 +877,50 @@ TEST_CASE("CUDA causal attention matches the CPU forward and backward", "[cuda]"
     // delta is rounded to f32 on both sides before use; the sums over up to 37 pairs in double: 1e-5 absolute (the
     // gradients are O(1) and cancel) plus 1e-5 relative.
     check_close(dqkv.host_checked(), dqkv_cpu, 1e-5, 1e-5);
+  }
+}
+
+// bf16/fp16 attention (ops/cuda/attention.cu, ops/cpu/attention.cpp): both sides multiply q, k, v, dout, P and dS
+// rounded to the format with wide sums. The forward differs in where P is rounded: the CPU rounds the normalised
+// probability, the device exp(s − running max) before its rescaling, each rounding at most `u` (2⁻⁹ bf16, 2⁻¹²
+// fp16) relative; out = Σ P v with Σ P = 1 and |v| ≤ 1 then differs by at most ~2u (tolerance 4u). The backward reads
+// the same rounded operands on both sides and rounds P and dS of the same values, so it differs where the sums' order
+// moves a value across a rounding boundary: 4u of the largest gradient. The bf16 output must also sit away from the
+// fp32 one (q, k, v rounded by up to 2⁻⁹): more than the fp32 test's tolerance.
+TEST_CASE("CUDA causal attention in bf16 and fp16 matches the CPU's half attention", "[cuda]") {
+  require_gpu();
+  const int64_t nb = 2, t = 37, heads = 3, d = 40, c = heads * d;
+  const Tensor qkv = seeded(Shape{nb, t, 3 * c}, 111, -1, 1), dout = seeded(Shape{nb, t, c}, 112, -1, 1);
+  const Tensor qkv_d = to_cuda(qkv);
+  Tensor out_fp32 = Tensor::empty(Shape{nb, t, c}, DType::f32), lse_fp32 = Tensor::empty(Shape{nb, heads, t}, DType::f32);
+  ops::attention_forward(qkv, heads, {}, out_fp32, lse_fp32);
+  for (const Precision p : {Precision::bf16, Precision::fp16}) {
+    INFO(to_string(p));
+    const double u = p == Precision::bf16 ? 0x1p-9 : 0x1p-12;
+    const ProductPrecisionScope autocast(p);
+    Tensor out_cpu = Tensor::empty(out_fp32.shape(), DType::f32), lse_cpu = Tensor::empty(lse_fp32.shape(), DType::f32);
+    ops::attention_forward(qkv, heads, {}, out_cpu, lse_cpu);
+    Guarded out(out_cpu.shape()), lse(lse_cpu.shape());
+    ops::attention_forward(qkv_d, heads, {}, out.inner, lse.inner);
+    const Tensor got = out.host_checked();
+    check_close(got, out_cpu, 4 * u, 0);
+    check_close(lse.host_checked(), lse_cpu, 1e-4, 1e-4);  // the same rounded scores, summed wide on both sides
+    if (p == Precision::bf16) {
+      double far = 0;
+      for (int64_t i = 0; i < got.numel(); ++i)
+        far = std::max(far, std::abs(static_cast<double>(got.data<float>()[i]) - out_fp32.data<float>()[i]));
+      CHECK(far > 1e-4);
+    }
+
+    Tensor dqkv_cpu = Tensor::empty(qkv.shape(), DType::f32), delta_cpu = Tensor::empty(lse_cpu.shape(), DType::f32);
+    ops::attention_backward(qkv, out_cpu, lse_cpu, dout, heads, {}, delta_cpu, dqkv_cpu);
+    Guarded dqkv(qkv.shape());
+    Tensor delta_d = Tensor::empty(lse_cpu.shape(), DType::f32, Device::cuda(0));
+    ops::attention_backward(qkv_d, to_cuda(out_cpu), to_cuda(lse_cpu), to_cuda(dout), heads, {}, delta_d, dqkv.inner);
+    double largest = 0;
+    for (int64_t i = 0; i < dqkv_cpu.numel(); ++i)
+      largest = std::max(largest, static_cast<double>(std::abs(dqkv_cpu.data<float>()[i])));
+    check_close(dqkv.host_checked(), dqkv_cpu, 4 * u * largest + 1e-5, 1e-5);
   }
 }
 

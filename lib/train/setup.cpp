@@ -156,16 +156,6 @@ RunSetup::RunSetup(const Experiment& exp, const RunOptions& opts, const WorkerPl
   if (!where.data) m_own_data = load_data(exp);
   m_data = where.data ? where.data : &*m_own_data;
   model = Model::build(exp.root["model"], train().input_shape(), DType::f32, device, exp.seed);
-  // On CUDA a bf16/fp16 run's matmuls are half products (cuBLASLt, ops/cuda/matmul.cu), but cuDNN's convolutions and
-  // the fused attention kernel have no half path yet: a model with either is refused rather than run partly in fp32
-  // unasked.
-  if (device.is_cuda() && half_format(exp.train.precision))
-    for (const GraphNode& node : model.nodes())
-      if (node.type == "conv2d" || node.type == "causal_self_attention")
-        exp.root["train"]["precision"].fail(fmt::format(
-            "is {}, but layer {} ({}) has no {} kernel on CUDA yet: only dense layers' matrix products run in half "
-            "precision on the GPU so far; on {} use fp32 or tf32, or train with --device cpu",
-            to_string(exp.train.precision), node.name, node.type, to_string(exp.train.precision), device.str()));
   model.check_batch(exp.data.batch_size, exp.root["data"]["batch_size"]);
   apply_recompute(exp, model);
   const ConfigNode loss_where = exp.root.has("loss") ? exp.root["loss"] : exp.root["model"]["layers"];
@@ -290,13 +280,14 @@ void log_run_start(const Experiment& exp, const RunSetup& setup, const StepPlan&
 void log_precision(Precision precision, Device device) {
   if (precision == Precision::tf32)
     spdlog::info(device.is_cuda() ? "precision tf32: f32 matrix products on TF32 tensor cores "
-                                    "(cuBLASLt CUBLAS_COMPUTE_32F_FAST_TF32); cuDNN convolutions stay fp32"
+                                    "(cuBLASLt CUBLAS_COMPUTE_32F_FAST_TF32) and cuDNN convolutions on tensor cores"
                                   : "precision tf32: fp32 on the CPU (TF32 is a GPU tensor-core format)");
   if (!half_format(precision)) return;
   if (device.is_cuda()) {
     spdlog::info(
-        "precision {}: matrix products of {} operands with fp32 accumulation (cuBLASLt CUBLAS_COMPUTE_32F); "
-        "the rest of the step, and the activations kept for backward, stay fp32",
+        "precision {}: matrix products of {} operands with fp32 accumulation (cuBLASLt CUBLAS_COMPUTE_32F, "
+        "cuDNN's 16-bit convolutions with fp32 compute, attention's products on rounded operands); the rest of the "
+        "step, and the activations kept for backward, stay fp32",
         to_string(precision), to_string(precision));
     return;
   }

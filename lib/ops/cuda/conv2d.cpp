@@ -1,12 +1,24 @@
-// CUDA convolution (ops/conv2d.h) through cuDNN's legacy API: NCHW descriptors, algorithms chosen once per shape by
-// cuDNN's heuristics (no benchmarking run, so no host synchronisation), fp32 without TF32.
+// CUDA convolution (ops/conv2d.h) through cuDNN's legacy API: NCHW descriptors, algorithms chosen once per shape and
+// product precision by cuDNN's heuristics (no benchmarking run, so no host synchronisation).
+//
+// Precisions (ops/precision.h): fp32 runs FMA math only (no TF32 — PyTorch lets its cuDNN convolutions use TF32 by
+// default, but gputrain's fp32 stays fp32 for every product); tf32 lets cuDNN pick tensor core algorithms, which
+// round fp32 operands to TF32 (PyTorch's torch.backends.cudnn.allow_tf32). bf16 and fp16 convert x, w and
+// dy to 16-bit scratch (round to nearest even, as the CPU's half path rounds its GEMM operands) and run cuDNN's
+// PSEUDO_HALF / PSEUDO_BFLOAT16 configuration: 16-bit tensors, f32 compute, tensor cores allowed. cuDNN's legacy API
+// writes the result in the operands' type, so y, dx and dw come back rounded once more to 16 bits (as PyTorch AMP's
+// half convolutions return them) before widening to the f32 tensors the model holds; the bias and its gradient stay
+// f32. The CPU's half path keeps its f32 sums unrounded: the [cuda] tests allow that one rounding.
 #include "ops/conv2d.h"
 
 #include "ops/cuda/context.h"
 #include "ops/cuda/dnn_common.h"
+#include "ops/cuda/half_scratch.h"
+#include "ops/precision.h"
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,8 +31,9 @@ using namespace dnn;
 constexpr size_t kMaxConvWorkspace = size_t{256} << 20;
 
 struct ConvPlan {
-  TensorDesc x, y, bias;  // x (B, C, H, W), y (B, O, oh, ow), bias (1, O, 1, 1)
-  FilterDesc w;           // (O, C/groups, kh, kw)
+  TensorDesc x, y, bias;  // x (B, C, H, W), y (B, O, oh, ow) in the product's type; bias (1, O, 1, 1) f32/f64
+  TensorDesc y_wide;      // y in the tensors' own type (f32) for the bias ops: made for half plans only
+  FilterDesc w;           // (O, C/groups, kh, kw) in the product's type
   ConvDesc conv;
   cudnnConvolutionFwdAlgo_t fwd{};
   cudnnConvolutionBwdDataAlgo_t bwd_data{};
@@ -28,18 +41,41 @@ struct ConvPlan {
   size_t fwd_ws = 0, bwd_data_ws = 0, bwd_filter_ws = 0;
 };
 
-// The first algorithm of cuDNN's ranking (fastest first) that is supported, runs without tensor cores (TF32 would
-// round fp32 inputs to 10 mantissa bits) and needs at most kMaxConvWorkspace; failing that, the supported one
-// needing the least workspace. `workspace_of` returns false when cuDNN refuses the algorithm for this problem.
+// How a plan multiplies: the tensors' own type with FMA math (fp32, and f64 always), TF32 tensor cores allowed, or
+// 16-bit copies (bf16, fp16) with f32 compute.
+enum class ConvMath : int64_t { fp32, tf32, bf16, fp16 };
+
+ConvMath conv_math(const Tensor& x) {
+  if (is_f64(x)) return ConvMath::fp32;  // f64 products stay f64, as on the CPU
+  switch (product_precision()) {
+    case Precision::fp32: return ConvMath::fp32;
+    case Precision::tf32: return ConvMath::tf32;
+    case Precision::bf16: return ConvMath::bf16;
+    case Precision::fp16: return ConvMath::fp16;
+  }
+  return ConvMath::fp32;
+}
+
+std::optional<HalfFormat> half_of(ConvMath m) {
+  if (m == ConvMath::bf16) return HalfFormat::bf16;
+  if (m == ConvMath::fp16) return HalfFormat::fp16;
+  return std::nullopt;
+}
+
+// The first algorithm of cuDNN's ranking (fastest first) that is supported, runs without tensor cores unless
+// `tensor_ops` (TF32 would round fp32 inputs to 10 mantissa bits; 16-bit operands lose nothing on them) and needs at
+// most kMaxConvWorkspace; failing that, the supported one needing the least workspace. `workspace_of` returns false
+// when cuDNN refuses the algorithm for this problem.
 template <class Perf, class Algo, class WorkspaceOf>
-void choose(const std::vector<Perf>& ranked, const char* direction, const std::string& problem,
+void choose(const std::vector<Perf>& ranked, const char* direction, const std::string& problem, bool tensor_ops,
             WorkspaceOf&& workspace_of, Algo& algo, size_t& ws) {
   bool found = false;
   size_t best_ws = std::numeric_limits<size_t>::max();
   Algo best{};
   for (const Perf& p : ranked) {
     if (p.status != CUDNN_STATUS_SUCCESS) continue;
-    if (p.mathType == CUDNN_TENSOR_OP_MATH || p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;
+    if (p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;  // would convert fp32 operands to fp16
+    if (p.mathType == CUDNN_TENSOR_OP_MATH && !tensor_ops) continue;
     size_t bytes = 0;
     if (!workspace_of(p.algo, bytes)) continue;
     if (bytes <= kMaxConvWorkspace) {
@@ -59,28 +95,38 @@ void choose(const std::vector<Perf>& ranked, const char* direction, const std::s
 }
 
 std::unique_ptr<ConvPlan> make_conv_plan(int device, const Tensor& x, const Tensor& w, const Window2d& win,
-                                         int64_t groups, int64_t oh, int64_t ow) {
+                                         int64_t groups, int64_t oh, int64_t ow, ConvMath math) {
   auto plan = std::make_unique<ConvPlan>();
-  const cudnnDataType_t type = cudnn_type(x.dtype());
+  const cudnnDataType_t wide = cudnn_type(x.dtype());
+  const std::optional<HalfFormat> half = half_of(math);
+  // The operands' and result's type, and the accumulation's: the data's own, or 16-bit data with f32 sums.
+  const cudnnDataType_t type = !half ? wide : *half == HalfFormat::bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF;
+  const cudnnDataType_t compute = half ? CUDNN_DATA_FLOAT : wide;
+  const bool tensor_ops = math != ConvMath::fp32;
   const int64_t batch = x.dim(0), out_ch = w.dim(0);
-  const std::string problem =
-      fmt::format("{} x {} · w {}, stride {}×{}, padding {}×{}, dilation {}×{}, groups {}", dtype_name(x.dtype()),
-                  x.shape().str(), w.shape().str(), win.sh, win.sw, win.ph, win.pw, win.dh, win.dw, groups);
+  const char* math_name[] = {"", " (tf32)", " (bf16 products)", " (fp16 products)"};
+  const std::string problem = fmt::format(
+      "{}{} x {} · w {}, stride {}×{}, padding {}×{}, dilation {}×{}, groups {}", dtype_name(x.dtype()),
+      math_name[static_cast<int>(math)], x.shape().str(), w.shape().str(), win.sh, win.sw, win.ph, win.pw, win.dh,
+      win.dw, groups);
   set_4d(plan->x, type, batch, x.dim(1), x.dim(2), x.dim(3));
   set_4d(plan->y, type, batch, out_ch, oh, ow);
-  set_4d(plan->bias, type, 1, out_ch, 1, 1);
+  set_4d(plan->bias, wide, 1, out_ch, 1, 1);
+  if (half) set_4d(plan->y_wide, wide, batch, out_ch, oh, ow);
   GT_CHECK_CUDNN(cudnnCreateFilterDescriptor(plan->w.out()));
   GT_CHECK_CUDNN(cudnnSetFilter4dDescriptor(plan->w.get(), type, CUDNN_TENSOR_NCHW, to_int(out_ch, "out channels"),
                                             to_int(w.dim(1), "in channels per group"), to_int(w.dim(2), "kernel h"),
                                             to_int(w.dim(3), "kernel w")));
   GT_CHECK_CUDNN(cudnnCreateConvolutionDescriptor(plan->conv.out()));
-  // Cross-correlation (no kernel flip) is what PyTorch's conv2d computes; accumulation in the data's precision.
+  // Cross-correlation (no kernel flip) is what PyTorch's conv2d computes.
   GT_CHECK_CUDNN(cudnnSetConvolution2dDescriptor(
       plan->conv.get(), to_int(win.ph, "padding"), to_int(win.pw, "padding"), to_int(win.sh, "stride"),
-      to_int(win.sw, "stride"), to_int(win.dh, "dilation"), to_int(win.dw, "dilation"), CUDNN_CROSS_CORRELATION, type));
+      to_int(win.sw, "stride"), to_int(win.dh, "dilation"), to_int(win.dw, "dilation"), CUDNN_CROSS_CORRELATION,
+      compute));
   GT_CHECK_CUDNN(cudnnSetConvolutionGroupCount(plan->conv.get(), to_int(groups, "groups")));
-  // FMA math only: CUDNN_DEFAULT_MATH lets fp32 convolutions run as TF32 on Ampere and later.
-  GT_CHECK_CUDNN(cudnnSetConvolutionMathType(plan->conv.get(), CUDNN_FMA_MATH));
+  // fp32: FMA math only (CUDNN_DEFAULT_MATH lets fp32 convolutions run as TF32 on Ampere and later); tf32 and the
+  // 16-bit products: tensor cores.
+  GT_CHECK_CUDNN(cudnnSetConvolutionMathType(plan->conv.get(), tensor_ops ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH));
 
   int n = 0, c = 0, h = 0, wd = 0;
   GT_CHECK_CUDNN(
@@ -100,7 +146,7 @@ std::unique_ptr<ConvPlan> make_conv_plan(int device, const Tensor& x, const Tens
                                                           perf.data()));
     perf.resize(static_cast<size_t>(returned));
     choose(
-        perf, "forward convolution", problem,
+        perf, "forward convolution", problem, tensor_ops,
         [&](cudnnConvolutionFwdAlgo_t algo, size_t& bytes) {
           return cudnnGetConvolutionForwardWorkspaceSize(handle, plan->x.get(), plan->w.get(), plan->conv.get(),
                                                          plan->y.get(), algo, &bytes) == CUDNN_STATUS_SUCCESS;
@@ -115,7 +161,7 @@ std::unique_ptr<ConvPlan> make_conv_plan(int device, const Tensor& x, const Tens
                                                                perf.data()));
     perf.resize(static_cast<size_t>(returned));
     choose(
-        perf, "backward-data convolution", problem,
+        perf, "backward-data convolution", problem, tensor_ops,
         [&](cudnnConvolutionBwdDataAlgo_t algo, size_t& bytes) {
           return cudnnGetConvolutionBackwardDataWorkspaceSize(handle, plan->w.get(), plan->y.get(), plan->conv.get(),
                                                               plan->x.get(), algo, &bytes) == CUDNN_STATUS_SUCCESS;
@@ -130,7 +176,7 @@ std::unique_ptr<ConvPlan> make_conv_plan(int device, const Tensor& x, const Tens
                                                                  &returned, perf.data()));
     perf.resize(static_cast<size_t>(returned));
     choose(
-        perf, "backward-filter convolution", problem,
+        perf, "backward-filter convolution", problem, tensor_ops,
         [&](cudnnConvolutionBwdFilterAlgo_t algo, size_t& bytes) {
           return cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, plan->x.get(), plan->y.get(), plan->conv.get(),
                                                                 plan->w.get(), algo, &bytes) == CUDNN_STATUS_SUCCESS;
@@ -141,14 +187,15 @@ std::unique_ptr<ConvPlan> make_conv_plan(int device, const Tensor& x, const Tens
 }
 
 const ConvPlan& conv_plan(const Tensor& x, const Tensor& w, const Window2d& win, int64_t groups, int64_t oh,
-                          int64_t ow) {
+                          int64_t ow, ConvMath math) {
   check_numel(x, "conv2d input");
   const int device = x.device().index;
-  static auto* cache = new PlanCache<18, ConvPlan>;  // leaked on purpose, as every plan cache here (matmul.cu)
-  const PlanCache<18, ConvPlan>::Key key{device,   is_f64(x), x.dim(0), x.dim(1), x.dim(2), x.dim(3),
-                                         w.dim(0), w.dim(2),  w.dim(3), win.sh,   win.sw,   win.ph,
-                                         win.pw,   win.dh,    win.dw,   groups,   oh,       ow};
-  return cache->get(key, PlanFamily::conv, [&] { return make_conv_plan(device, x, w, win, groups, oh, ow); });
+  static auto* cache = new PlanCache<19, ConvPlan>;  // leaked on purpose, as every plan cache here (matmul.cu)
+  const PlanCache<19, ConvPlan>::Key key{device,   is_f64(x), x.dim(0), x.dim(1), x.dim(2),
+                                         x.dim(3), w.dim(0),  w.dim(2), w.dim(3), win.sh,
+                                         win.sw,   win.ph,    win.pw,   win.dh,   win.dw,
+                                         groups,   oh,        ow,       static_cast<int64_t>(math)};
+  return cache->get(key, PlanFamily::conv, [&] { return make_conv_plan(device, x, w, win, groups, oh, ow, math); });
 }
 
 }  // namespace
@@ -156,30 +203,66 @@ const ConvPlan& conv_plan(const Tensor& x, const Tensor& w, const Window2d& win,
 void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Window2d& win, int64_t groups, Tensor& y) {
   check_numel(y, "conv2d output");
   const int device = x.device().index;
-  const ConvPlan& plan = conv_plan(x, w, win, groups, y.dim(2), y.dim(3));
+  const ConvMath math = conv_math(x);
+  const std::optional<HalfFormat> half = half_of(math);
+  const ConvPlan& plan = conv_plan(x, w, win, groups, y.dim(2), y.dim(3), math);
   const bool f64 = is_f64(x);
-  const HostScalar one(1.0, f64), zero(0.0, f64);
+  const HostScalar one(1.0, f64), zero(0.0, f64);  // float for 16-bit data too (f32 compute)
   const cudnnHandle_t handle = cudnn_handle(device);
   void* ws = plan.fwd_ws ? workspace(device, plan.fwd_ws) : nullptr;
-  GT_CHECK_CUDNN(cudnnConvolutionForward(handle, one.ptr(), plan.x.get(), x.raw(), plan.w.get(), w.raw(),
-                                         plan.conv.get(), plan.fwd, ws, plan.fwd_ws, zero.ptr(), plan.y.get(),
-                                         y.raw()));
-  // y += b broadcast over (B, ·, oh, ow).
+  if (half) {
+    const HalfOperand xh(x, *half), wh(w, *half);
+    const HalfBuffer yh(device, y.numel());
+    GT_CHECK_CUDNN(cudnnConvolutionForward(handle, one.ptr(), plan.x.get(), xh.get(), plan.w.get(), wh.get(),
+                                           plan.conv.get(), plan.fwd, ws, plan.fwd_ws, zero.ptr(), plan.y.get(),
+                                           yh.get()));
+    half_to_f32(device, *half, yh.get(), static_cast<float*>(y.raw()), y.numel(), 0.0f);
+  } else {
+    GT_CHECK_CUDNN(cudnnConvolutionForward(handle, one.ptr(), plan.x.get(), x.raw(), plan.w.get(), w.raw(),
+                                           plan.conv.get(), plan.fwd, ws, plan.fwd_ws, zero.ptr(), plan.y.get(),
+                                           y.raw()));
+  }
+  // y += b broadcast over (B, ·, oh, ow), in y's own type.
   if (b.defined())
-    GT_CHECK_CUDNN(cudnnAddTensor(handle, one.ptr(), plan.bias.get(), b.raw(), one.ptr(), plan.y.get(), y.raw()));
+    GT_CHECK_CUDNN(cudnnAddTensor(handle, one.ptr(), plan.bias.get(), b.raw(), one.ptr(),
+                                  half ? plan.y_wide.get() : plan.y.get(), y.raw()));
 }
 
 void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Window2d& win, int64_t groups,
                      Tensor& dx, Tensor& dw, Tensor& db, double beta) {
   check_numel(dy, "conv2d output gradient");
   const int device = x.device().index;
-  const ConvPlan& plan = conv_plan(x, w, win, groups, dy.dim(2), dy.dim(3));
+  const ConvMath math = conv_math(x);
+  const std::optional<HalfFormat> half = half_of(math);
+  const ConvPlan& plan = conv_plan(x, w, win, groups, dy.dim(2), dy.dim(3), math);
   const bool f64 = is_f64(x);
   const HostScalar one(1.0, f64), zero(0.0, f64), acc(beta, f64);
   const cudnnHandle_t handle = cudnn_handle(device);
   // One workspace request for both calls: they run one after the other on the stream.
   const size_t ws_bytes = std::max(dx.defined() ? plan.bwd_data_ws : 0, plan.bwd_filter_ws);
   void* ws = ws_bytes ? workspace(device, ws_bytes) : nullptr;
+  if (half) {
+    // dx and dw in 16-bit scratch, widened into the f32 tensors (dw blended with beta there: cuDNN's own blend
+    // would read and write the 16-bit copy).
+    const HalfOperand dyh(dy, *half), xh(x, *half);
+    if (dx.defined()) {
+      const HalfOperand wh(w, *half);
+      const HalfBuffer dxh(device, dx.numel());
+      GT_CHECK_CUDNN(cudnnConvolutionBackwardData(handle, one.ptr(), plan.w.get(), wh.get(), plan.y.get(), dyh.get(),
+                                                  plan.conv.get(), plan.bwd_data, ws, plan.bwd_data_ws, zero.ptr(),
+                                                  plan.x.get(), dxh.get()));
+      half_to_f32(device, *half, dxh.get(), static_cast<float*>(dx.raw()), dx.numel(), 0.0f);
+    }
+    const HalfBuffer dwh(device, dw.numel());
+    GT_CHECK_CUDNN(cudnnConvolutionBackwardFilter(handle, one.ptr(), plan.x.get(), xh.get(), plan.y.get(), dyh.get(),
+                                                  plan.conv.get(), plan.bwd_filter, ws, plan.bwd_filter_ws,
+                                                  zero.ptr(), plan.w.get(), dwh.get()));
+    half_to_f32(device, *half, dwh.get(), static_cast<float*>(dw.raw()), dw.numel(), static_cast<float>(beta));
+    if (db.defined())
+      GT_CHECK_CUDNN(cudnnConvolutionBackwardBias(handle, one.ptr(), plan.y_wide.get(), dy.raw(), acc.ptr(),
+                                                  plan.bias.get(), db.raw()));
+    return;
+  }
   if (dx.defined())
     GT_CHECK_CUDNN(cudnnConvolutionBackwardData(handle, one.ptr(), plan.w.get(), w.raw(), plan.y.get(), dy.raw(),
                                                 plan.conv.get(), plan.bwd_data, ws, plan.bwd_data_ws, zero.ptr(),

@@ -9,20 +9,16 @@
 // half product up to the order of the sums, and stays an f32 tensor.
 #include "ops/matmul.h"
 
-#include "ops/cuda/allocator.h"
 #include "ops/cuda/context.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/dnn_common.h"
+#include "ops/cuda/half_scratch.h"
 #include "ops/cuda/kernel_util.cuh"
 #include "ops/precision.h"
-
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 
 #include <array>
 #include <cstdint>
 #include <optional>
-#include <type_traits>
 
 namespace gt::cuda {
 namespace {
@@ -113,43 +109,6 @@ std::unique_ptr<MatmulPlan> make_plan(int device, const Tensor& a, bool ta, cons
 
 constexpr int kThreads = 256;
 
-// out[i] = in[i] rounded to nearest even in the 16-bit type H (__nv_bfloat16 or __half): a half product's operand.
-template <class H>
-__global__ void to_half_kernel(const float* __restrict__ in, H* __restrict__ out, int64_t n) {
-  for (int64_t i = global_index(); i < n; i += grid_stride()) {
-    if constexpr (std::is_same_v<H, __nv_bfloat16>)
-      out[i] = __float2bfloat16_rn(in[i]);
-    else
-      out[i] = __float2half_rn(in[i]);
-  }
-}
-
-// A 16-bit copy of an f32 operand, in scratch from the caching allocator. The block goes back when the product is
-// queued: every user of the allocator runs on the same stream (allocator.h), so a later kernel that is handed it
-// runs after the product has read it.
-class HalfOperand {
- public:
-  HalfOperand(const Tensor& t, HalfFormat format) : m_device(t.device().index) {
-    const int64_t n = t.numel();
-    m_ptr = device_alloc(m_device, static_cast<size_t>(n) * 2);
-    const cudaStream_t s = stream(m_device);
-    const auto* in = static_cast<const float*>(t.raw());
-    if (format == HalfFormat::bf16)
-      to_half_kernel<__nv_bfloat16>
-          <<<grid_for(n, kThreads), kThreads, 0, s>>>(in, static_cast<__nv_bfloat16*>(m_ptr), n);
-    else
-      to_half_kernel<__half><<<grid_for(n, kThreads), kThreads, 0, s>>>(in, static_cast<__half*>(m_ptr), n);
-    GT_CHECK_LAUNCH();
-  }
-  ~HalfOperand() { device_free(m_device, m_ptr); }
-  HalfOperand(const HalfOperand&) = delete;
-  HalfOperand& operator=(const HalfOperand&) = delete;
-  const void* get() const { return m_ptr; }
-
- private:
-  int m_device;
-  void* m_ptr = nullptr;
-};
 // Column sums: a block is 32 columns (one warp wide, so each row's read is coalesced) × kColRows row lanes.
 constexpr int kColRows = 16;
 
