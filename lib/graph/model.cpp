@@ -744,6 +744,7 @@ void Model::allocate(int64_t max_batch) {
   m_resident = -1;
   m_half_plan = half_plan();
   m_pool_buf.assign(m_half_plan.pool_numel.size(), Tensor());
+  m_pool_holds.assign(m_half_plan.pool_numel.size(), -1);
   m_half_buf.assign(count, nullptr);
   for (size_t i = 0; i < count; ++i) {
     const GraphNode& n = m_nodes[i];
@@ -843,11 +844,17 @@ const Tensor& Model::run_nodes(const LayerContext& ctx, SpanTimer* profiler,
 
 void Model::widen_for_backward(size_t i) {
   auto widen = [&](size_t r) {
-    if (m_half_plan.pool[r] < 0) return;
+    const int b = m_half_plan.pool[r];
+    if (b < 0) return;
+    // Still there from an earlier widening in this pass: nothing writes a working buffer during the backward pass
+    // but this function (layers read their inputs and outputs; gradients have buffers of their own), and it records
+    // which output each buffer holds.
+    int& holds = m_pool_holds[static_cast<size_t>(b)];
+    if (holds == static_cast<int>(r)) return;
     const Tensor& y = m_out[r];  // its working buffer's rows: the views of it read them too
     unpack_half(*m_half, static_cast<const uint16_t*>(m_half_buf[r]->ptr), y.data<float>(), y.numel());
+    holds = static_cast<int>(r);
   };
-  // A source read through two inputs (or a view of a source) is widened twice: rare, and the same values.
   for (int j : m_nodes[i].inputs) {
     int r = j;
     while (r >= 0 && m_nodes[static_cast<size_t>(r)].layer->is_view()) r = m_nodes[static_cast<size_t>(r)].inputs[0];
@@ -919,6 +926,8 @@ void Model::backward(const Tensor& dout, const LayerContext& context) {
       m_grad[static_cast<size_t>(owner)].copy_from(dout.view(m_grad[static_cast<size_t>(owner)].shape()));
   }
 
+  // The forward pass since the last backward wrote the working buffers: none holds a widened output yet.
+  std::fill(m_pool_holds.begin(), m_pool_holds.end(), -1);
   // The first consumer to run writes a gradient buffer; later ones write scratch, which is then added in.
   std::vector<int> written(m_nodes.size(), 0);
   std::vector<const Tensor*> ins;

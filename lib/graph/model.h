@@ -193,6 +193,9 @@ class Model {
   std::optional<HalfFormat> m_half;
   HalfPlan m_half_plan;
   std::vector<Tensor> m_pool_buf;
+  /// Per working buffer, the node whose widened output it holds in this backward pass (-1: none yet): a buffer
+  /// widened for one node's backward is not widened again for the next reader of the same output.
+  std::vector<int> m_pool_holds;
   std::vector<std::shared_ptr<Storage>> m_half_buf;
 };
 
