@@ -2,6 +2,8 @@
 // the same seeded inputs. Every case starts with require_gpu(): without a device it exits 77 (skipped).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <iterator>
 #include <limits>
 #include <vector>
 
@@ -10,6 +12,7 @@
 #include "ops/dropout.h"
 #include "ops/elementwise.h"
 #include "ops/embedding.h"
+#include "ops/half_storage.h"
 #include "ops/layernorm.h"
 #include "ops/loss.h"
 #include "ops/matmul.h"
@@ -877,6 +880,41 @@ TEST_CASE("CUDA causal attention matches the CPU forward and backward", "[cuda]"
     // delta is rounded to f32 on both sides before use; the sums over up to 37 pairs in double: 1e-5 absolute (the
     // gradients are O(1) and cancel) plus 1e-5 relative.
     check_close(dqkv.host_checked(), dqkv_cpu, 1e-5, 1e-5);
+  }
+}
+
+// The 16-bit activation copies (ops/half_storage.h) on the device hold the CPU's bits, and widen back to the CPU's
+// floats: round to nearest even on both sides, over ties, NaN, infinities, subnormals and values past fp16's range.
+TEST_CASE("CUDA pack_activation and unpack_activation give the CPU's 16-bit copies and floats", "[cuda]") {
+  require_gpu();
+  Tensor y = seeded(Shape{3, 1000}, 120, -70000, 70000);
+  float* p = y.data<float>();
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const float specials[] = {0.0f, -0.0f, inf, -inf, nan, 1.0f + 0x1p-8f, 1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-8f,
+                            0x1p-130f, -0x1p-140f, 65520.0f, 65519.0f, 0x1p-25f, 3.0e38f};
+  for (size_t i = 0; i < std::size(specials); ++i) p[i] = specials[i];
+  for (int64_t i = std::size(specials); i < 200; ++i) p[i] *= 0x1p-20f;  // small values: fp16 subnormals
+  for (const HalfFormat f : {HalfFormat::bf16, HalfFormat::fp16}) {
+    INFO((f == HalfFormat::bf16 ? "bf16" : "fp16"));
+    std::vector<uint16_t> cpu_bits(static_cast<size_t>(y.numel()));
+    ops::pack_activation(f, y, cpu_bits.data());
+    Tensor cpu_back = Tensor::empty(y.shape(), DType::f32);
+    ops::unpack_activation(f, cpu_bits.data(), cpu_back);
+
+    const Tensor yd = to_cuda(y);
+    const std::shared_ptr<Storage> bits = allocate_storage(cpu_bits.size() * 2, Device::cuda(0));
+    ops::pack_activation(f, yd, bits->ptr);
+    Guarded back(y.shape());
+    ops::unpack_activation(f, bits->ptr, back.inner);
+    const Tensor got = back.host_checked(true);
+    for (int64_t i = 0; i < y.numel(); ++i) {
+      INFO("element " << i << ": " << p[i]);
+      const float a = got.data<float>()[i], b = cpu_back.data<float>()[i];
+      if (std::isnan(b))
+        CHECK(std::isnan(a));
+      else
+        CHECK(std::memcmp(&a, &b, sizeof a) == 0);
+    }
   }
 }
 

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "ops/elementwise.h"
+#include "ops/half_storage.h"
 #include "ops/precision.h"
 
 namespace gt {
@@ -571,8 +572,7 @@ std::string Model::set_recompute(Recompute mode) {
 }
 
 void Model::set_activation_storage(std::optional<HalfFormat> format) {
-  GT_CHECK(!format || (m_device.is_cpu() && m_dtype == DType::f32),
-           "activations kept in half precision need an f32 model on the CPU");
+  GT_CHECK(!format || m_dtype == DType::f32, "activations kept in half precision need an f32 model");
   GT_CHECK(m_max_batch == 0, "set_activation_storage after allocate: the buffers are planned already");
   m_half = format;
 }
@@ -836,7 +836,7 @@ const Tensor& Model::run_nodes(const LayerContext& ctx, SpanTimer* profiler,
     if (m_half && ctx.training && !ctx.decode)
       for (int r : m_half_plan.pack_after[i]) {
         const Tensor& y = m_out[static_cast<size_t>(r)];
-        pack_half(*m_half, y.data<float>(), static_cast<uint16_t*>(m_half_buf[static_cast<size_t>(r)]->ptr), y.numel());
+        ops::pack_activation(*m_half, y, m_half_buf[static_cast<size_t>(r)]->ptr);
       }
   }
   return m_out.back();
@@ -851,8 +851,8 @@ void Model::widen_for_backward(size_t i) {
     // which output each buffer holds.
     int& holds = m_pool_holds[static_cast<size_t>(b)];
     if (holds == static_cast<int>(r)) return;
-    const Tensor& y = m_out[r];  // its working buffer's rows: the views of it read them too
-    unpack_half(*m_half, static_cast<const uint16_t*>(m_half_buf[r]->ptr), y.data<float>(), y.numel());
+    Tensor y = m_out[r];  // its working buffer's rows: the views of it read them too
+    ops::unpack_activation(*m_half, m_half_buf[r]->ptr, y);
     holds = static_cast<int>(r);
   };
   for (int j : m_nodes[i].inputs) {

@@ -113,8 +113,8 @@ void apply_recompute(const Experiment& exp, Model& model) {
   const std::string why = model.set_recompute(exp.train.recompute);
   if (!why.empty())
     exp.root["train"]["recompute"].fail(fmt::format("is {}, but {}", to_string(exp.train.recompute), why));
-  // bf16/fp16 keep the activations for backward in half on the CPU (f32 models); on CUDA they stay f32 so far.
-  if (model.device().is_cpu() && model.dtype() == DType::f32)
+  // bf16/fp16 keep the activations for backward in half (f32 models, on the CPU and on CUDA).
+  if (model.dtype() == DType::f32)
     model.set_activation_storage(half_format(exp.train.precision));
 }
 
@@ -286,9 +286,9 @@ void log_precision(Precision precision, Device device) {
   if (device.is_cuda()) {
     spdlog::info(
         "precision {}: matrix products of {} operands with fp32 accumulation (cuBLASLt CUBLAS_COMPUTE_32F, "
-        "cuDNN's 16-bit convolutions with fp32 compute, attention's products on rounded operands); the rest of the "
-        "step, and the activations kept for backward, stay fp32",
-        to_string(precision), to_string(precision));
+        "cuDNN's 16-bit convolutions with fp32 compute, attention's products on rounded operands); activations kept "
+        "for backward in {} where that saves memory; the rest of the step stays fp32",
+        to_string(precision), to_string(precision), to_string(precision));
     return;
   }
   const bool bf16 = precision == Precision::bf16;

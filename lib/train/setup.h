@@ -35,7 +35,7 @@ struct WorkerPlacement {
 
 /// Sets train.recompute on `model` (Model::set_recompute); a mode the model cannot honour is a ConfigError at
 /// train.recompute that says why. Under train.precision bf16/fp16 it also keeps the activations for backward in that
-/// format (Model::set_activation_storage; f32 models on the CPU): both decide what allocate allocates.
+/// format (Model::set_activation_storage; f32 models): both decide what allocate allocates.
 void apply_recompute(const Experiment& exp, Model& model);
 /// train.cuda_graphs: refuses (ConfigError naming the key) a layer that draws from the host's step number (dropout),
 /// which a captured graph would freeze. RunSetup and `gputrain check` call it; nothing when the key is off.

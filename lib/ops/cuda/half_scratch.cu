@@ -51,14 +51,16 @@ HalfBuffer::~HalfBuffer() {
 }
 
 HalfOperand::HalfOperand(const Tensor& t, HalfFormat format) : HalfBuffer(t.device().index, t.numel()) {
-  const int64_t n = t.numel();
+  f32_to_half(t.device().index, format, static_cast<const float*>(t.raw()), get(), t.numel());
+}
+
+void f32_to_half(int device, HalfFormat format, const float* in, void* out, int64_t n) {
   if (n == 0) return;
-  const cudaStream_t s = stream(t.device().index);
-  const auto* in = static_cast<const float*>(t.raw());
+  const cudaStream_t s = stream(device);
   if (format == HalfFormat::bf16)
-    to_half_kernel<__nv_bfloat16><<<grid_for(n, kThreads), kThreads, 0, s>>>(in, static_cast<__nv_bfloat16*>(get()), n);
+    to_half_kernel<__nv_bfloat16><<<grid_for(n, kThreads), kThreads, 0, s>>>(in, static_cast<__nv_bfloat16*>(out), n);
   else
-    to_half_kernel<__half><<<grid_for(n, kThreads), kThreads, 0, s>>>(in, static_cast<__half*>(get()), n);
+    to_half_kernel<__half><<<grid_for(n, kThreads), kThreads, 0, s>>>(in, static_cast<__half*>(out), n);
   GT_CHECK_LAUNCH();
 }
 

@@ -30,6 +30,9 @@ class HalfOperand : public HalfBuffer {
   HalfOperand(const Tensor& t, HalfFormat format);
 };
 
+/// out[i] = in[i] rounded to `format` (nearest even) into 16-bit device storage, on the device's stream.
+void f32_to_half(int device, HalfFormat format, const float* in, void* out, int64_t n);
+
 /// out[i] = in[i] (16-bit `format`, widened exactly to f32) + beta · out[i], on the device's stream; with beta = 0
 /// out is not read.
 void half_to_f32(int device, HalfFormat format, const void* in, float* out, int64_t n, float beta);
