@@ -34,6 +34,8 @@ struct ConvPlan {
   TensorDesc x, y, bias;  // x (B, C, H, W), y (B, O, oh, ow) in the product's type; bias (1, O, 1, 1) f32/f64
   TensorDesc y_wide;      // y in the tensors' own type (f32) for the bias ops: made for half plans only
   FilterDesc w;           // (O, C/groups, kh, kw) in the product's type
+  // y's descriptor in the tensors' own type: what the bias ops read and write.
+  cudnnTensorDescriptor_t y_of_tensor() const { return y_wide.get() ? y_wide.get() : y.get(); }
   ConvDesc conv;
   cudnnConvolutionFwdAlgo_t fwd{};
   cudnnConvolutionBwdDataAlgo_t bwd_data{};
@@ -198,6 +200,38 @@ const ConvPlan& conv_plan(const Tensor& x, const Tensor& w, const Window2d& win,
   return cache->get(key, PlanFamily::conv, [&] { return make_conv_plan(device, x, w, win, groups, oh, ow, math); });
 }
 
+// An operand as a plan's cuDNN call reads it: the tensor itself, or its 16-bit copy under a half plan.
+class ConvOperand {
+ public:
+  ConvOperand(const Tensor& t, std::optional<HalfFormat> half) : m_t(t) {
+    if (half) m_copy.emplace(t, *half);
+  }
+  const void* get() const { return m_copy ? m_copy->get() : m_t.raw(); }
+
+ private:
+  const Tensor& m_t;
+  std::optional<HalfOperand> m_copy;
+};
+
+// A result as a plan's cuDNN call writes it: into the tensor itself, or into 16-bit scratch that finish() widens into
+// the tensor (t = scratch + beta·t).
+class ConvResult {
+ public:
+  ConvResult(Tensor& t, std::optional<HalfFormat> half) : m_t(t), m_half(half) {
+    if (half) m_copy.emplace(t.device().index, t.numel());
+  }
+  void* get() const { return m_copy ? m_copy->get() : m_t.raw(); }
+  void finish(float beta) const {
+    if (m_copy)
+      half_to_f32(m_t.device().index, *m_half, m_copy->get(), static_cast<float*>(m_t.raw()), m_t.numel(), beta);
+  }
+
+ private:
+  Tensor& m_t;
+  std::optional<HalfFormat> m_half;
+  std::optional<HalfBuffer> m_copy;
+};
+
 }  // namespace
 
 void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Window2d& win, int64_t groups, Tensor& y) {
@@ -210,22 +244,16 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Win
   const HostScalar one(1.0, f64), zero(0.0, f64);  // float for 16-bit data too (f32 compute)
   const cudnnHandle_t handle = cudnn_handle(device);
   void* ws = plan.fwd_ws ? workspace(device, plan.fwd_ws) : nullptr;
-  if (half) {
-    const HalfOperand xh(x, *half), wh(w, *half);
-    const HalfBuffer yh(device, y.numel());
-    GT_CHECK_CUDNN(cudnnConvolutionForward(handle, one.ptr(), plan.x.get(), xh.get(), plan.w.get(), wh.get(),
-                                           plan.conv.get(), plan.fwd, ws, plan.fwd_ws, zero.ptr(), plan.y.get(),
-                                           yh.get()));
-    half_to_f32(device, *half, yh.get(), static_cast<float*>(y.raw()), y.numel(), 0.0f);
-  } else {
-    GT_CHECK_CUDNN(cudnnConvolutionForward(handle, one.ptr(), plan.x.get(), x.raw(), plan.w.get(), w.raw(),
-                                           plan.conv.get(), plan.fwd, ws, plan.fwd_ws, zero.ptr(), plan.y.get(),
-                                           y.raw()));
-  }
+  const ConvOperand xo(x, half), wo(w, half);
+  const ConvResult yr(y, half);
+  GT_CHECK_CUDNN(cudnnConvolutionForward(handle, one.ptr(), plan.x.get(), xo.get(), plan.w.get(), wo.get(),
+                                         plan.conv.get(), plan.fwd, ws, plan.fwd_ws, zero.ptr(), plan.y.get(),
+                                         yr.get()));
+  yr.finish(0.0f);
   // y += b broadcast over (B, ·, oh, ow), in y's own type.
   if (b.defined())
-    GT_CHECK_CUDNN(cudnnAddTensor(handle, one.ptr(), plan.bias.get(), b.raw(), one.ptr(),
-                                  half ? plan.y_wide.get() : plan.y.get(), y.raw()));
+    GT_CHECK_CUDNN(
+        cudnnAddTensor(handle, one.ptr(), plan.bias.get(), b.raw(), one.ptr(), plan.y_of_tensor(), y.raw()));
 }
 
 void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Window2d& win, int64_t groups,
@@ -241,39 +269,26 @@ void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const W
   // One workspace request for both calls: they run one after the other on the stream.
   const size_t ws_bytes = std::max(dx.defined() ? plan.bwd_data_ws : 0, plan.bwd_filter_ws);
   void* ws = ws_bytes ? workspace(device, ws_bytes) : nullptr;
-  if (half) {
-    // dx and dw in 16-bit scratch, widened into the f32 tensors (dw blended with beta there: cuDNN's own blend
-    // would read and write the 16-bit copy).
-    const HalfOperand dyh(dy, *half), xh(x, *half);
-    if (dx.defined()) {
-      const HalfOperand wh(w, *half);
-      const HalfBuffer dxh(device, dx.numel());
-      GT_CHECK_CUDNN(cudnnConvolutionBackwardData(handle, one.ptr(), plan.w.get(), wh.get(), plan.y.get(), dyh.get(),
-                                                  plan.conv.get(), plan.bwd_data, ws, plan.bwd_data_ws, zero.ptr(),
-                                                  plan.x.get(), dxh.get()));
-      half_to_f32(device, *half, dxh.get(), static_cast<float*>(dx.raw()), dx.numel(), 0.0f);
-    }
-    const HalfBuffer dwh(device, dw.numel());
-    GT_CHECK_CUDNN(cudnnConvolutionBackwardFilter(handle, one.ptr(), plan.x.get(), xh.get(), plan.y.get(), dyh.get(),
-                                                  plan.conv.get(), plan.bwd_filter, ws, plan.bwd_filter_ws,
-                                                  zero.ptr(), plan.w.get(), dwh.get()));
-    half_to_f32(device, *half, dwh.get(), static_cast<float*>(dw.raw()), dw.numel(), static_cast<float>(beta));
-    if (db.defined())
-      GT_CHECK_CUDNN(cudnnConvolutionBackwardBias(handle, one.ptr(), plan.y_wide.get(), dy.raw(), acc.ptr(),
-                                                  plan.bias.get(), db.raw()));
-    return;
-  }
-  if (dx.defined())
-    GT_CHECK_CUDNN(cudnnConvolutionBackwardData(handle, one.ptr(), plan.w.get(), w.raw(), plan.y.get(), dy.raw(),
+  const ConvOperand dyo(dy, half), xo(x, half);
+  if (dx.defined()) {
+    const ConvOperand wo(w, half);
+    const ConvResult dxr(dx, half);
+    GT_CHECK_CUDNN(cudnnConvolutionBackwardData(handle, one.ptr(), plan.w.get(), wo.get(), plan.y.get(), dyo.get(),
                                                 plan.conv.get(), plan.bwd_data, ws, plan.bwd_data_ws, zero.ptr(),
-                                                plan.x.get(), dx.raw()));
-  // dw = ∂L/∂w + beta·dw (cuDNN's output blend; with beta = 0 the old dw is not read).
-  GT_CHECK_CUDNN(cudnnConvolutionBackwardFilter(handle, one.ptr(), plan.x.get(), x.raw(), plan.y.get(), dy.raw(),
-                                                plan.conv.get(), plan.bwd_filter, ws, plan.bwd_filter_ws, acc.ptr(),
-                                                plan.w.get(), dw.raw()));
+                                                plan.x.get(), dxr.get()));
+    dxr.finish(0.0f);
+  }
+  // dw = ∂L/∂w + beta·dw: cuDNN's output blend (with beta = 0 the old dw is not read), or under a half plan the
+  // widening's, which reads the f32 dw rather than a 16-bit copy of it.
+  const ConvResult dwr(dw, half);
+  GT_CHECK_CUDNN(cudnnConvolutionBackwardFilter(handle, one.ptr(), plan.x.get(), xo.get(), plan.y.get(), dyo.get(),
+                                                plan.conv.get(), plan.bwd_filter, ws, plan.bwd_filter_ws,
+                                                half ? zero.ptr() : acc.ptr(), plan.w.get(), dwr.get()));
+  dwr.finish(static_cast<float>(beta));
+  // db from the unrounded dy, in its own type.
   if (db.defined())
-    GT_CHECK_CUDNN(
-        cudnnConvolutionBackwardBias(handle, one.ptr(), plan.y.get(), dy.raw(), acc.ptr(), plan.bias.get(), db.raw()));
+    GT_CHECK_CUDNN(cudnnConvolutionBackwardBias(handle, one.ptr(), plan.y_of_tensor(), dy.raw(), acc.ptr(),
+                                                plan.bias.get(), db.raw()));
 }
 
 }  // namespace gt::cuda
