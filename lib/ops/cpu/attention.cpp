@@ -204,17 +204,6 @@ GT_INLINE void cols_block(const T* a, int64_t lda, int64_t j0, int keys, const T
   });
 }
 
-// Σ_{j<n} f(j) in double as eight interleaved partial sums combined in a fixed order.
-template <class F>
-GT_INLINE double lane_sum(int64_t n, F&& f) {
-  double acc[8] = {};
-  int64_t j = 0;
-  for (; j + 8 <= n; j += 8)
-    for (int k = 0; k < 8; ++k) acc[k] += f(j + k);
-  for (int k = 0; j < n; ++j, ++k) acc[k] += f(j);
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-}
-
 // max(x[0 .. n)), as `x > m ? x : m` from −∞ finds it: a NaN is never taken, so the lanes may meet in any order
 // (the sign of a zero maximum can differ with the order, but neither the exponentials x − max nor max + log(sum ≥ 1)
 // see it). f32 runs in kLanes lanes: the scalar loop's chain of dependent compares took ~12 % of the forward.

@@ -16,18 +16,6 @@
 namespace gt::cpu {
 namespace {
 
-// Σ f(i) for i < n in double, as eight interleaved partial sums (side by side in vector registers instead of one
-// chain of n dependent additions) combined in a fixed order, so the result is the same on every run.
-template <class F>
-[[gnu::always_inline]] inline double lane_sum(int64_t n, F&& f) {
-  double acc[8] = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int k = 0; k < 8; ++k) acc[k] += f(i + k);
-  for (; i < n; ++i) acc[i - (n & ~int64_t{7})] += f(i);
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-}
-
 // Rows [r0, r1) of the forward: each row's mean and 1/σ (saved), then y.
 template <class T>
 [[gnu::always_inline]] inline void ln_fwd_rows(const T* px, const T* pg, const T* pb, int64_t d, double eps, int64_t r0,

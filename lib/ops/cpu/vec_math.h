@@ -80,4 +80,17 @@ GT_INLINE F exp_f32(F x) {
   return p * std::bit_cast<F>((ni + 127) << 23);
 }
 
+// Σ f(i) for i < n in double, as eight interleaved partial sums (side by side in vector registers instead of one
+// chain of n dependent additions) combined in a fixed order, so the result is the same on every run (layer norm's
+// statistics, attention's softmax sums and delta).
+template <class F>
+GT_INLINE double lane_sum(int64_t n, F&& f) {
+  double acc[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int k = 0; k < 8; ++k) acc[k] += f(i + k);
+  for (int k = 0; i < n; ++i, ++k) acc[k] += f(i);
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
 }  // namespace gt::cpu
