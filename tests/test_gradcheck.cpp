@@ -2,7 +2,10 @@
 // The case table is walked against the registry: a layer without a check fails the suite.
 #include "graph/model.h"
 #include "layers/layer.h"
+#include "ops/activation.h"
+#include "ops/conv2d.h"
 #include "ops/loss.h"
+#include "ops/pool2d.h"
 #include "train/loss.h"
 
 #include "layer_cases.h"
@@ -10,6 +13,8 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <map>
 
 using namespace gt;
@@ -382,4 +387,95 @@ TEST_CASE("init_std and proj_init_std draw N(0, std) weights and zero biases", "
   CHECK(stats("plain.weight").second == Approx(1 / std::sqrt(3.0 * 256)).epsilon(0.05));
   CHECK(stats("plain.bias").second > 0.0);
   CHECK(YAML::Dump(m.resolved_layers()).find("init_std: 0.01") != std::string::npos);
+}
+
+// Model::build runs a relu whose only reader is a max pool after the pool (model.cpp, relu_after_max_pool). The model
+// must still compute relu-then-pool: its output and every gradient equal that chain run op by op, bit for bit, in f32,
+// on a conv output with ties (channels of constant value, negative and positive), and the output with a NaN in the
+// input; the config's wiring is what resolved_layers gives back; a relu with a second reader stays where it is.
+TEST_CASE("a relu before a max pool runs after it with the outputs and gradients of relu then pool",
+          "[gradcheck][cpu]") {
+  const std::string yaml = R"(layers:
+  - {type: conv2d, out_channels: 4, kernel_size: 3, padding: 1}
+  - relu
+  - {type: maxpool2d, kernel_size: 2}
+  - flatten
+)";
+  Model m = Model::build(ConfigNode::load_string(yaml, "t.yaml"), Shape{2, 6, 6}, DType::f32, Device::cpu(), 3);
+  REQUIRE(m.nodes().size() == 4);
+  CHECK(m.nodes()[1].type == "maxpool2d");  // executed before the relu
+  CHECK(m.nodes()[2].type == "relu");
+  CHECK(YAML::Dump(m.resolved_layers()) ==
+        YAML::Dump(Model::build(ConfigNode::load_string(yaml, "t.yaml"), Shape{2, 6, 6}, DType::f32, Device::cpu(), 3)
+                       .resolved_layers()));
+  CHECK(YAML::Dump(m.resolved_layers()).find("inputs") == std::string::npos);  // the config's plain sequence
+
+  const int64_t batch = 3;
+  Rng rng(21, 21);
+  Tensor x = Tensor::empty(Shape{batch, 2, 6, 6}, DType::f32);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(rng.uniform() * 2 - 1);
+  auto params = m.named_params();
+  REQUIRE(params.size() == 2);
+  Tensor& w = params[0].second->value;  // [4, 2, 3, 3]
+  Tensor& b = params[1].second->value;  // [4]
+  for (int64_t i = 0; i < 2 * 2 * 9; ++i) w.data<float>()[i] = 0.0f;  // channels 0 and 1: their bias everywhere
+  b.data<float>()[0] = -0.5f;
+  b.data<float>()[1] = 0.25f;
+
+  m.allocate(batch);
+  const Tensor y = m.forward(x, LayerContext{});
+  Tensor dout = Tensor::empty(y.shape(), DType::f32);
+  for (int64_t i = 0; i < dout.numel(); ++i) dout.data<float>()[i] = static_cast<float>(rng.uniform() - 0.5);
+  m.backward(dout, LayerContext{});
+
+  // The chain as the config writes it.
+  const Window2d conv_win{3, 3, 1, 1, 1, 1}, pool_win{2, 2, 2, 2, 0, 0};
+  Tensor c = Tensor::empty(Shape{batch, 4, 6, 6}, DType::f32), r = Tensor::empty(c.shape(), DType::f32);
+  Tensor p = Tensor::empty(Shape{batch, 4, 3, 3}, DType::f32);
+  ops::conv2d_forward(x, w, b, conv_win, 1, c);
+  ops::activation_forward(Activation::relu, c, r);
+  ops::pool2d_forward(PoolKind::max, r, pool_win, p);
+  const Tensor dp = dout.view(p.shape());
+  Tensor dr = Tensor::empty(c.shape(), DType::f32), dc = Tensor::empty(c.shape(), DType::f32);
+  ops::pool2d_backward(PoolKind::max, r, dp, pool_win, dr);
+  ops::activation_backward(Activation::relu, c, r, dr, dc);
+  Tensor no_dx, dw = Tensor::empty(w.shape(), DType::f32), db = Tensor::empty(b.shape(), DType::f32);
+  ops::conv2d_backward(x, w, dc, conv_win, 1, no_dx, dw, db, 0.0);
+
+  auto same_bits = [](const Tensor& got, const Tensor& want, const char* what) {
+    REQUIRE(got.numel() == want.numel());
+    for (int64_t i = 0; i < got.numel(); ++i) {
+      const float a = got.data<float>()[i], e = want.data<float>()[i];
+      INFO(what << " element " << i << ": model " << a << ", relu then pool " << e);
+      CHECK((std::memcmp(&a, &e, sizeof a) == 0 || (std::isnan(a) && std::isnan(e))));
+    }
+  };
+  same_bits(y, p, "output");
+  same_bits(params[0].second->grad, dw, "weight gradient");
+  same_bits(params[1].second->grad, db, "bias gradient");
+
+  // A NaN in the input: relu keeps it and the pool passes it on, in either order.
+  x.data<float>()[5] = std::numeric_limits<float>::quiet_NaN();
+  const Tensor y_nan = m.forward(x, LayerContext{});
+  ops::conv2d_forward(x, w, b, conv_win, 1, c);
+  ops::activation_forward(Activation::relu, c, r);
+  ops::pool2d_forward(PoolKind::max, r, pool_win, p);
+  same_bits(y_nan, p, "output with a NaN");
+  int nan_outputs = 0;
+  for (int64_t i = 0; i < y_nan.numel(); ++i) nan_outputs += std::isnan(y_nan.data<float>()[i]) ? 1 : 0;
+  CHECK(nan_outputs > 0);
+
+  // A relu read by a second layer too is not moved.
+  Model kept = Model::build(ConfigNode::load_string(R"(layers:
+  - {type: conv2d, out_channels: 2, kernel_size: 3, padding: 1}
+  - {type: relu, name: act}
+  - {type: maxpool2d, kernel_size: 2}
+  - {type: flatten, name: a}
+  - {type: flatten, name: b, inputs: act}
+  - {type: concat, inputs: [a, b]}
+)",
+                                                      "t.yaml"),
+                            Shape{1, 4, 4}, DType::f32, Device::cpu(), 3);
+  CHECK(kept.nodes()[1].type == "relu");
+  CHECK(kept.nodes()[2].type == "maxpool2d");
 }

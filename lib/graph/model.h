@@ -21,6 +21,9 @@ struct GraphNode {
   std::string type;
   std::unique_ptr<Layer> layer;
   std::vector<int> inputs;  ///< node positions in execution order; -1 is the model input
+  /// The inputs as the config wires them (node positions), for resolved_layers: they differ from `inputs` only where
+  /// the builder moved a relu after the max pool that reads it (the same outputs and gradients, on fewer values).
+  std::vector<int> listed_inputs;
   int grad_owner = -1;      ///< the node whose gradient buffer holds ∂L/∂output (itself, or a view's source)
   Shape out_shape;          ///< per sample
   bool needs_grad = false;  ///< some parameter at or before this node learns, so ∂L/∂output is needed
