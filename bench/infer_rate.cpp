@@ -1,5 +1,6 @@
 // Inference throughput of a config's model on the CPU: forward passes in evaluation mode over random inputs (uniform
-// in [0, 1), or token ids uniform over the vocabulary for token data). Prints one JSON line. Usage: bench_infer_rate CONFIG BATCH THREADS SECONDS
+// in [0, 1), or token ids uniform over the vocabulary for token data). Prints one JSON line. Usage: bench_infer_rate
+// CONFIG BATCH THREADS SECONDS
 #include "core/parallel.h"
 #include "graph/model.h"
 #include "train/experiment.h"
@@ -26,9 +27,9 @@ int main(int argc, char** argv) {
   gt::Rng rng(1, 1);
   const int64_t vocab = data.train.tokens ? data.train.tokens->vocab_size() : 0;
   for (int64_t i = 0; i < x.numel(); ++i)
-    x.data<float>()[i] = vocab > 0 ? static_cast<float>(std::min<int64_t>(static_cast<int64_t>(rng.uniform() * vocab),
-                                                                          vocab - 1))
-                                   : static_cast<float>(rng.uniform());
+    x.data<float>()[i] =
+        vocab > 0 ? static_cast<float>(std::min<int64_t>(static_cast<int64_t>(rng.uniform() * vocab), vocab - 1))
+                  : static_cast<float>(rng.uniform());
   const gt::LayerContext ctx{false, false, 0};
   model.forward(x, ctx);  // warm-up: page faults and scratch buffers
   int64_t passes = 0;

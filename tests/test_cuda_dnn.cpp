@@ -232,8 +232,7 @@ void check_conv(const ConvCase& cc, uint64_t seed, Precision p = Precision::fp32
   INFO("conv x (" << cc.batch << ", " << cc.cin << ", " << cc.h << ", " << cc.w << ") → " << cc.cout << " channels, "
                   << cc.kh << "×" << cc.kw << " stride " << cc.sh << "×" << cc.sw << " padding " << cc.ph << "×"
                   << cc.pw << " dilation " << cc.dh << "×" << cc.dw << " groups " << cc.groups
-                  << (cc.bias ? " bias" : "") << (std::is_same_v<T, double> ? " f64" : " f32") << " "
-                  << to_string(p));
+                  << (cc.bias ? " bias" : "") << (std::is_same_v<T, double> ? " f64" : " f32") << " " << to_string(p));
   const Shape xs{cc.batch, cc.cin, cc.h, cc.w}, ws{cc.cout, cc.cin / cc.groups, cc.kh, cc.kw},
       ys{cc.batch, cc.cout, oh, ow};
   const Tensor x = seeded_as<T>(xs, seed), w = seeded_as<T>(ws, seed + 1), dy = seeded_as<T>(ys, seed + 3);
@@ -304,8 +303,8 @@ TEST_CASE("CUDA conv2d in f64 matches the CPU", "[cuda]") {
 TEST_CASE("CUDA conv2d in bf16, fp16 and tf32 matches the CPU's product in that precision", "[cuda]") {
   require_gpu();
   const ConvCase cases[] = {
-      {2, 3, 8, 8, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, true},     // 3×3 "same"
-      {1, 4, 7, 9, 6, 3, 2, 2, 2, 1, 0, 1, 1, 2, true},     // odd sides, stride 2, groups 2
+      {2, 3, 8, 8, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, true},      // 3×3 "same"
+      {1, 4, 7, 9, 6, 3, 2, 2, 2, 1, 0, 1, 1, 2, true},      // odd sides, stride 2, groups 2
       {2, 16, 12, 12, 32, 5, 5, 1, 1, 2, 2, 1, 1, 1, false}  // K = 400, no bias
   };
   uint64_t seed = 3600;

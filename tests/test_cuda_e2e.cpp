@@ -128,8 +128,7 @@ TEST_CASE("non-finite steps are skipped on the device and reported by the host a
   for (size_t i = 1; i < b.size(); ++i) CHECK(b[i] == b[i - 1] + 1);
 }
 
-TEST_CASE("bf16 and fp16 runs of a dense model and of a CNN on CUDA track the CPU's half runs",
-          "[cuda]") {
+TEST_CASE("bf16 and fp16 runs of a dense model and of a CNN on CUDA track the CPU's half runs", "[cuda]") {
   require_gpu();
   TempDir dir;
   write_text(dir / "c.yaml", kCudaE2eConfig);

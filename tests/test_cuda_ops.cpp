@@ -890,8 +890,9 @@ TEST_CASE("CUDA pack_activation and unpack_activation give the CPU's 16-bit copi
   Tensor y = seeded(Shape{3, 1000}, 120, -70000, 70000);
   float* p = y.data<float>();
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
-  const float specials[] = {0.0f, -0.0f, inf, -inf, nan, 1.0f + 0x1p-8f, 1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-8f,
-                            0x1p-130f, -0x1p-140f, 65520.0f, 65519.0f, 0x1p-25f, 3.0e38f};
+  const float specials[] = {
+      0.0f,      -0.0f,      inf,      -inf,     nan,      1.0f + 0x1p-8f, 1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-8f,
+      0x1p-130f, -0x1p-140f, 65520.0f, 65519.0f, 0x1p-25f, 3.0e38f};
   for (size_t i = 0; i < std::size(specials); ++i) p[i] = specials[i];
   for (int64_t i = std::size(specials); i < 200; ++i) p[i] *= 0x1p-20f;  // small values: fp16 subnormals
   for (const HalfFormat f : {HalfFormat::bf16, HalfFormat::fp16}) {
@@ -930,7 +931,8 @@ TEST_CASE("CUDA causal attention in bf16 and fp16 matches the CPU's half attenti
   const int64_t nb = 2, t = 37, heads = 3, d = 40, c = heads * d;
   const Tensor qkv = seeded(Shape{nb, t, 3 * c}, 111, -1, 1), dout = seeded(Shape{nb, t, c}, 112, -1, 1);
   const Tensor qkv_d = to_cuda(qkv);
-  Tensor out_fp32 = Tensor::empty(Shape{nb, t, c}, DType::f32), lse_fp32 = Tensor::empty(Shape{nb, heads, t}, DType::f32);
+  Tensor out_fp32 = Tensor::empty(Shape{nb, t, c}, DType::f32),
+         lse_fp32 = Tensor::empty(Shape{nb, heads, t}, DType::f32);
   ops::attention_forward(qkv, heads, {}, out_fp32, lse_fp32);
   for (const Precision p : {Precision::bf16, Precision::fp16}) {
     INFO(to_string(p));

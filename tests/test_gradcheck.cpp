@@ -416,8 +416,8 @@ TEST_CASE("a relu before a max pool runs after it with the outputs and gradients
   for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(rng.uniform() * 2 - 1);
   auto params = m.named_params();
   REQUIRE(params.size() == 2);
-  Tensor& w = params[0].second->value;  // [4, 2, 3, 3]
-  Tensor& b = params[1].second->value;  // [4]
+  Tensor& w = params[0].second->value;                                // [4, 2, 3, 3]
+  Tensor& b = params[1].second->value;                                // [4]
   for (int64_t i = 0; i < 2 * 2 * 9; ++i) w.data<float>()[i] = 0.0f;  // channels 0 and 1: their bias everywhere
   b.data<float>()[0] = -0.5f;
   b.data<float>()[1] = 0.25f;
@@ -474,7 +474,7 @@ TEST_CASE("a relu before a max pool runs after it with the outputs and gradients
   - {type: flatten, name: b, inputs: act}
   - {type: concat, inputs: [a, b]}
 )",
-                                                      "t.yaml"),
+                                                    "t.yaml"),
                             Shape{1, 4, 4}, DType::f32, Device::cpu(), 3);
   CHECK(kept.nodes()[1].type == "relu");
   CHECK(kept.nodes()[2].type == "maxpool2d");

@@ -1,5 +1,5 @@
-// The contract of the 16-bit activation copies (ops/half_storage.h): an f32 tensor (tensors are dense), then the backend's
-// entry point.
+// The contract of the 16-bit activation copies (ops/half_storage.h): an f32 tensor (tensors are dense), then the
+// backend's entry point.
 #include "ops/half_storage.h"
 
 #include "ops/dispatch.h"

@@ -10,7 +10,8 @@
 
 namespace gt::ops {
 
-/// out[i] = y[i] rounded to `format` (nearest even; NaN stays NaN), for the y.numel() elements of an f32 tensor; `out` is 16-bit storage of at least that many elements on y's device.
+/// out[i] = y[i] rounded to `format` (nearest even; NaN stays NaN), for the y.numel() elements of an f32 tensor; `out`
+/// is 16-bit storage of at least that many elements on y's device.
 void pack_activation(HalfFormat format, const Tensor& y, void* out);
 /// y[i] = in[i] widened exactly to f32: the inverse of pack_activation's storage (y f32, `in` on its device).
 void unpack_activation(HalfFormat format, const void* in, Tensor& y);

@@ -49,9 +49,9 @@ struct Footprint {
   /// Elements of each gradient bucket data-parallel training makes (dist.bucket_mb, plan_buckets' cut), in the order
   /// backward completes them: what ZeRO-2 holds whole while the backward pass writes it.
   std::vector<int64_t> grad_buckets;
-  /// train.precision, and under bf16/fp16 the rounded copies of the weights the products read (ops/precision.h's
-  /// half_weight: made once per step, kept between steps; 4 bytes per element, as the CPU keeps the rounded values
-  /// in f32 for its f32 GEMM). 0 under fp32 and tf32.
+  /// train.precision, and under bf16/fp16 on the CPU the rounded copies of the weights the products read
+  /// (ops/precision.h's half_weight: made once per step, kept between steps; 4 bytes per element, as the CPU keeps
+  /// the rounded values in f32 for its f32 GEMM). 0 under fp32 and tf32, and on CUDA (no copies kept).
   Precision precision = Precision::fp32;
   /// Model::set_activation_storage: under bf16/fp16 the outputs kept for backward are counted at 2 bytes an element
   /// (plus the f32 working buffers of the forward pass); their gradients and what layers keep stay f32. nullopt: f32.
@@ -59,6 +59,7 @@ struct Footprint {
   size_t half_weight_bytes = 0;
   /// bf16 products on the CPU's AVX-512 BF16 kernel (ops/bf16_gemm.h), which keeps no rounded weight copies.
   bool native_bf16 = false;
+  bool on_cuda = false;  ///< the model's device is a GPU (its half products keep no weight copies either)
   size_t total_bytes = 0;
 };
 

@@ -114,8 +114,7 @@ void apply_recompute(const Experiment& exp, Model& model) {
   if (!why.empty())
     exp.root["train"]["recompute"].fail(fmt::format("is {}, but {}", to_string(exp.train.recompute), why));
   // bf16/fp16 keep the activations for backward in half (f32 models, on the CPU and on CUDA).
-  if (model.dtype() == DType::f32)
-    model.set_activation_storage(half_format(exp.train.precision));
+  if (model.dtype() == DType::f32) model.set_activation_storage(half_format(exp.train.precision));
 }
 
 namespace {

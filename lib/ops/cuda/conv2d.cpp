@@ -107,10 +107,9 @@ std::unique_ptr<ConvPlan> make_conv_plan(int device, const Tensor& x, const Tens
   const bool tensor_ops = math != ConvMath::fp32;
   const int64_t batch = x.dim(0), out_ch = w.dim(0);
   const char* math_name[] = {"", " (tf32)", " (bf16 products)", " (fp16 products)"};
-  const std::string problem = fmt::format(
-      "{}{} x {} · w {}, stride {}×{}, padding {}×{}, dilation {}×{}, groups {}", dtype_name(x.dtype()),
-      math_name[static_cast<int>(math)], x.shape().str(), w.shape().str(), win.sh, win.sw, win.ph, win.pw, win.dh,
-      win.dw, groups);
+  const std::string problem = fmt::format("{}{} x {} · w {}, stride {}×{}, padding {}×{}, dilation {}×{}, groups {}",
+                                          dtype_name(x.dtype()), math_name[static_cast<int>(math)], x.shape().str(),
+                                          w.shape().str(), win.sh, win.sw, win.ph, win.pw, win.dh, win.dw, groups);
   set_4d(plan->x, type, batch, x.dim(1), x.dim(2), x.dim(3));
   set_4d(plan->y, type, batch, out_ch, oh, ow);
   set_4d(plan->bias, wide, 1, out_ch, 1, 1);
@@ -121,10 +120,10 @@ std::unique_ptr<ConvPlan> make_conv_plan(int device, const Tensor& x, const Tens
                                             to_int(w.dim(3), "kernel w")));
   GT_CHECK_CUDNN(cudnnCreateConvolutionDescriptor(plan->conv.out()));
   // Cross-correlation (no kernel flip) is what PyTorch's conv2d computes.
-  GT_CHECK_CUDNN(cudnnSetConvolution2dDescriptor(
-      plan->conv.get(), to_int(win.ph, "padding"), to_int(win.pw, "padding"), to_int(win.sh, "stride"),
-      to_int(win.sw, "stride"), to_int(win.dh, "dilation"), to_int(win.dw, "dilation"), CUDNN_CROSS_CORRELATION,
-      compute));
+  GT_CHECK_CUDNN(cudnnSetConvolution2dDescriptor(plan->conv.get(), to_int(win.ph, "padding"), to_int(win.pw, "padding"),
+                                                 to_int(win.sh, "stride"), to_int(win.sw, "stride"),
+                                                 to_int(win.dh, "dilation"), to_int(win.dw, "dilation"),
+                                                 CUDNN_CROSS_CORRELATION, compute));
   GT_CHECK_CUDNN(cudnnSetConvolutionGroupCount(plan->conv.get(), to_int(groups, "groups")));
   // fp32: FMA math only (CUDNN_DEFAULT_MATH lets fp32 convolutions run as TF32 on Ampere and later); tf32 and the
   // 16-bit products: tensor cores.
@@ -188,15 +187,30 @@ std::unique_ptr<ConvPlan> make_conv_plan(int device, const Tensor& x, const Tens
   return plan;
 }
 
-const ConvPlan& conv_plan(const Tensor& x, const Tensor& w, const Window2d& win, int64_t groups, int64_t oh,
-                          int64_t ow, ConvMath math) {
+const ConvPlan& conv_plan(const Tensor& x, const Tensor& w, const Window2d& win, int64_t groups, int64_t oh, int64_t ow,
+                          ConvMath math) {
   check_numel(x, "conv2d input");
   const int device = x.device().index;
   static auto* cache = new PlanCache<19, ConvPlan>;  // leaked on purpose, as every plan cache here (matmul.cu)
-  const PlanCache<19, ConvPlan>::Key key{device,   is_f64(x), x.dim(0), x.dim(1), x.dim(2),
-                                         x.dim(3), w.dim(0),  w.dim(2), w.dim(3), win.sh,
-                                         win.sw,   win.ph,    win.pw,   win.dh,   win.dw,
-                                         groups,   oh,        ow,       static_cast<int64_t>(math)};
+  const PlanCache<19, ConvPlan>::Key key{device,
+                                         is_f64(x),
+                                         x.dim(0),
+                                         x.dim(1),
+                                         x.dim(2),
+                                         x.dim(3),
+                                         w.dim(0),
+                                         w.dim(2),
+                                         w.dim(3),
+                                         win.sh,
+                                         win.sw,
+                                         win.ph,
+                                         win.pw,
+                                         win.dh,
+                                         win.dw,
+                                         groups,
+                                         oh,
+                                         ow,
+                                         static_cast<int64_t>(math)};
   return cache->get(key, PlanFamily::conv, [&] { return make_conv_plan(device, x, w, win, groups, oh, ow, math); });
 }
 
@@ -252,8 +266,7 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Win
   yr.finish(0.0f);
   // y += b broadcast over (B, ·, oh, ow), in y's own type.
   if (b.defined())
-    GT_CHECK_CUDNN(
-        cudnnAddTensor(handle, one.ptr(), plan.bias.get(), b.raw(), one.ptr(), plan.y_of_tensor(), y.raw()));
+    GT_CHECK_CUDNN(cudnnAddTensor(handle, one.ptr(), plan.bias.get(), b.raw(), one.ptr(), plan.y_of_tensor(), y.raw()));
 }
 
 void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Window2d& win, int64_t groups,
