@@ -301,9 +301,7 @@ void resolve_inputs(std::vector<Pending>& pending, const std::map<std::string, i
                                             " → " + cycle);
 }
 
-// 3. The execution order (Kahn's algorithm, taking the earliest listed ready layer first) and each layer's users;
-//    what cannot be ordered is a cycle.
-// 3b. A relu whose only reader is a max pool runs after the pool instead: max(relu(x)) = relu(max(x)) (relu is
+// 2b. A relu whose only reader is a max pool runs after the pool instead: max(relu(x)) = relu(max(x)) (relu is
 //     monotone; relu keeps NaN and the pool passes it on, so a NaN gives NaN either way), and the gradients are the
 //     same bit for bit (the pool routes each output's gradient to the window's first maximum, which is the first
 //     maximum of relu(x) wherever the maximum is positive; where it is not, the relu zeroes the gradient either
@@ -332,6 +330,8 @@ void relu_after_max_pool(std::vector<Pending>& pending) {
   }
 }
 
+// 3. The execution order (Kahn's algorithm, taking the earliest listed ready layer first) and each layer's users;
+//    what cannot be ordered is a cycle.
 std::vector<int> execution_order(const std::vector<Pending>& pending, std::vector<std::vector<int>>& users) {
   std::vector<int> order, waiting(pending.size(), 0);
   users.assign(pending.size(), {});
