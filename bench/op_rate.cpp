@@ -8,6 +8,7 @@
 #include "ops/attention.h"
 #include "ops/layernorm.h"
 #include "ops/optim.h"
+#include "ops/precision.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -94,14 +95,22 @@ int main(int argc, char** argv) {
   const double ln_f = median_us(reps, [&] { gt::ops::layernorm_forward(x, gamma, beta, 1e-5, mean, inv, y); });
   const double ln_b = median_us(reps, [&] { gt::ops::layernorm_backward(x, gamma, mean, inv, dy, dx, dg, db, 1.0); });
   const double at_f = median_us(reps, [&] { gt::ops::attention_forward(qkv, heads, {}, out, lse); });
-  const double at_b = median_us(reps, [&] { gt::ops::attention_backward(qkv, out, lse, dout, heads, {}, delta, dqkv); });
+  const double at_b =
+      median_us(reps, [&] { gt::ops::attention_backward(qkv, out, lse, dout, heads, {}, delta, dqkv); });
+  double at_f16 = 0, at_b16 = 0;  // under train.precision bf16 (the kernel rounds its operands)
+  {
+    gt::ProductPrecisionScope bf16(gt::Precision::bf16);
+    at_f16 = median_us(reps, [&] { gt::ops::attention_forward(qkv, heads, {}, out, lse); });
+    at_b16 = median_us(reps, [&] { gt::ops::attention_backward(qkv, out, lse, dout, heads, {}, delta, dqkv); });
+  }
   const double ge_f = median_us(reps, [&] { gt::ops::activation_forward(gt::Activation::gelu_tanh, h, hy); });
   const double ge_b =
       median_us(reps, [&] { gt::ops::activation_backward(gt::Activation::gelu_tanh, h, hy, hdy, hdx); });
   std::printf(
       "{\"threads\": %d, \"layernorm_fwd_us\": %.1f, \"layernorm_bwd_us\": %.1f, \"attention_fwd_us\": %.1f, "
-      "\"attention_bwd_us\": %.1f, \"gelu_fwd_us\": %.1f, \"gelu_bwd_us\": %.1f, \"grad_norm_us\": %.1f, "
+      "\"attention_bwd_us\": %.1f, \"attention_bf16_fwd_us\": %.1f, \"attention_bf16_bwd_us\": %.1f, "
+      "\"gelu_fwd_us\": %.1f, \"gelu_bwd_us\": %.1f, \"grad_norm_us\": %.1f, "
       "\"adamw_clipped_us\": %.1f}\n",
-      gt::num_threads(), ln_f, ln_b, at_f, at_b, ge_f, ge_b, norm, step);
+      gt::num_threads(), ln_f, ln_b, at_f, at_b, at_f16, at_b16, ge_f, ge_b, norm, step);
   return 0;
 }

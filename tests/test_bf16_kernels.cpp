@@ -13,7 +13,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <string>
 #include <tuple>
@@ -121,6 +123,48 @@ TEST_CASE("bf16 kernels: the native GEMM is the exact product of the bf16-rounde
           CHECK(worst_conv <= 1);
           if (k >= 31) CHECK(beyond > 4);  // the operands were rounded: not fp32's result
         }
+}
+
+TEST_CASE("bf16 kernels: the native GEMM takes an operand already in bf16 as it takes its widened f32 values",
+          "[cpu]") {
+  if (bf16k_skip_without_native()) return;
+  // An activation kept in 16 bits (ops/half_storage.h) is packed as it is: the same words as packing its exact f32
+  // widening, so the same C bit for bit — at odd k (the last pair's high half must be zero), k past a block, lanes
+  // past a panel, both layouts of b, and with Inf, NaN and bf16 subnormals (which the instruction counts as zero
+  // either way) among b's elements.
+  const std::tuple<int, int, int> shapes[] = {{1, 1, 1},    {5, 15, 3},   {17, 33, 31},
+                                              {9, 17, 513}, {3, 530, 33}, {40, 70, 300}};
+  uint64_t seed = 500;
+  for (const auto& [m, n, k] : shapes)
+    for (const bool ta : {false, true})
+      for (const bool tb : {false, true}) {
+        INFO("m " << m << " n " << n << " k " << k << " ta " << ta << " tb " << tb);
+        const int lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 5, ldc = n + 2;
+        const std::vector<float> a = bf16k_normals(static_cast<size_t>((ta ? k : m) * lda), ++seed),
+                                 c0 = bf16k_normals(static_cast<size_t>(m * ldc), ++seed);
+        std::vector<float> b = bf16k_normals(static_cast<size_t>((tb ? n : k) * ldb), ++seed);
+        if (b.size() > 8) {
+          b[1] = std::numeric_limits<float>::infinity();
+          b[4] = 0x1p-130f;  // a bf16 subnormal
+          b[7] = -0x1p-133f;
+        }
+        if (b.size() > 12) b[12] = std::numeric_limits<float>::quiet_NaN();
+        std::vector<uint16_t> b16(b.size());
+        floats_to_bf16(b.data(), b16.data(), b.size());
+        std::vector<float> wide(b.size());
+        bf16_to_floats(b16.data(), wide.data(), b.size());
+        for (const float beta : {0.0f, 0.5f}) {
+          std::vector<float> from_f32 = c0, from_bf16 = c0;
+          cpu::gemm_bf16(ta, tb, m, n, k, a.data(), lda, wide.data(), ldb, beta, from_f32.data(), ldc);
+          cpu::gemm_bf16(ta, tb, m, n, k, a.data(), lda, b16.data(), ldb, beta, from_bf16.data(), ldc);
+          size_t differ = 0;
+          for (size_t i = 0; i < c0.size(); ++i) {
+            const bool both_nan = std::isnan(from_f32[i]) && std::isnan(from_bf16[i]);
+            if (!both_nan && std::bit_cast<uint32_t>(from_f32[i]) != std::bit_cast<uint32_t>(from_bf16[i])) ++differ;
+          }
+          CHECK(differ == 0);
+        }
+      }
 }
 
 TEST_CASE("bf16 kernels: the native GEMM rounds to nearest even and keeps NaN and Inf", "[cpu]") {

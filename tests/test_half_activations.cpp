@@ -4,6 +4,8 @@
 #include "core/tensor.h"
 #include "graph/model.h"
 #include "helpers.h"
+#include "ops/half_storage.h"
+#include "ops/matmul.h"
 #include "ops/precision.h"
 #include "train/settings.h"
 
@@ -74,16 +76,19 @@ struct Pass {
   std::vector<std::vector<float>> grads;  // every parameter's gradient
   size_t allocated = 0;                   // what allocate allocated
   Model::NodeBuffers planned;             // buffer_plan's sums
+  int64_t widened = 0;                    // elements widened from 16 bits for the backward pass
 };
 
 // One training forward and backward of `layers` (seed 5) over x with output gradient dy: with the activations kept in
 // `storage` (nullopt: f32), the products in `products`, train.recompute `mode`.
 Pass run(const std::string& layers, const Shape& input, const Tensor& x, const Tensor& dy,
-         std::optional<HalfFormat> storage, Precision products, Recompute mode = Recompute::none) {
+         std::optional<HalfFormat> storage, Precision products, Recompute mode = Recompute::none,
+         bool widen_everything = false) {
   const ConfigNode cfg = ConfigNode::load_string(layers, "m.yaml");
   Model m = Model::build(cfg, input, DType::f32, Device::cpu(), 5);
   REQUIRE(m.set_recompute(mode).empty());
   m.set_activation_storage(storage);
+  m.set_widen_everything(widen_everything);
   Pass p;
   for (const Model::NodeBuffers& b : m.buffer_plan(x.dim(0))) {
     p.planned.output += b.output;
@@ -102,6 +107,7 @@ Pass run(const std::string& layers, const Shape& input, const Tensor& x, const T
   p.out.copy_from(y);
   m.backward(dy, ctx);
   for (Param* q : m.params()) p.grads.emplace_back(q->grad.data<float>(), q->grad.data<float>() + q->grad.numel());
+  p.widened = m.widened_elements();
   return p;
 }
 
@@ -237,4 +243,121 @@ TEST_CASE(
   CHECK(err < 16 * std::ldexp(1.0, -9));  // as above
   // The head's backward read rounded values: not recompute's gradients with f32 storage.
   CHECK(worst_relative(both, recomputed) > 0);
+}
+
+namespace {
+
+// A small GPT over token ids [12] (gpt_bytes' layers at toy sizes): embeddings, pre-norm blocks with attention, a
+// GELU MLP and residual adds, and a tied head.
+const char* const kHalfGptLayers = R"(layers:
+  - {type: embedding, name: wte, num_embeddings: 32, embedding_dim: 16}
+  - {type: positional_embedding, name: wpe, max_len: 12}
+  - repeat: 3
+    name: h
+    layers:
+      - {type: layernorm, name: ln_1}
+      - {type: causal_self_attention, name: attn, heads: 2}
+      - {type: add, name: res_1, inputs: [input, attn]}
+      - {type: layernorm, name: ln_2}
+      - {type: linear, name: fc, out_features: 64}
+      - {type: gelu, approximate: tanh}
+      - {type: linear, name: proj, out_features: 16}
+      - {type: add, inputs: [res_1, proj]}
+  - {type: layernorm, name: ln_f}
+  - {type: linear, name: lm_head, tied_to: wte, bias: false, out_features: 32}
+)";
+
+bool same_grads(const Pass& a, const Pass& b) {
+  if (a.grads.size() != b.grads.size()) return false;
+  for (size_t k = 0; k < a.grads.size(); ++k)
+    if (a.grads[k].size() != b.grads[k].size() ||
+        !std::equal(a.grads[k].begin(), a.grads[k].end(), b.grads[k].begin(),
+                    [](float u, float v) { return std::bit_cast<uint32_t>(u) == std::bit_cast<uint32_t>(v); }))
+      return false;
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "half activations: widening only what each backward reads, and handing dense layers their 16-bit inputs, gives "
+    "the gradients of widening everything, bit for bit",
+    "[cpu]") {
+  struct Net {
+    std::string layers;
+    Shape input, output;
+    bool tokens;
+  };
+  const Net nets[] = {{mlp_layers(3), Shape{8, 16}, Shape{4}, false},
+                      {kHalfConvLayers, Shape{2, 6, 6}, Shape{5}, false},
+                      {kHalfGptLayers, Shape{12}, Shape{12, 32}, true}};
+  for (const Net& net : nets) {
+    INFO(net.layers);
+    const int64_t batch = 3;
+    Tensor x = filled(net.input.batched(batch), 7, 1.0f);
+    if (net.tokens)  // token ids in [0, 32)
+      for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>((i * 7 + 3) % 32);
+    const Tensor dy = filled(net.output.batched(batch), 8, 0.1f);
+    struct Path {
+      HalfFormat storage;
+      Precision products;
+      cpu::CpuBf16Path bf16_path;
+      const char* name;
+    };
+    const Path paths[] = {{HalfFormat::bf16, Precision::bf16, cpu::CpuBf16Path::native, "bf16 native"},
+                          {HalfFormat::bf16, Precision::bf16, cpu::CpuBf16Path::conversion, "bf16 by conversion"},
+                          {HalfFormat::fp16, Precision::fp16, cpu::CpuBf16Path::conversion, "fp16"}};
+    for (const Path& path : paths) {
+      INFO(path.name);
+      const ForcedBf16Path forced(path.bf16_path);  // native only where the CPU has it
+      const Pass everything = run(net.layers, net.input, x, dy, path.storage, path.products, Recompute::none, true);
+      const Pass needed = run(net.layers, net.input, x, dy, path.storage, path.products);
+      CHECK(same_bytes(needed.out, everything.out));
+      CHECK(same_grads(needed, everything));
+      // Less was widened: the adds' and the position table's inputs, the outputs no backward reads, and (dense
+      // layers and attention) the inputs their weight gradients take in 16 bits.
+      INFO("widened: everything " << everything.widened << ", what is read " << needed.widened);
+      CHECK(everything.widened > 0);
+      CHECK(needed.widened < everything.widened);
+    }
+  }
+}
+
+TEST_CASE("half activations: matmul_half_b is matmul of the widened operand, bit for bit, on every product path",
+          "[cpu]") {
+  // dW = dyᵀ·x with x in 16 bits, split over threads (1024 rows), and c = a·b untransposed; beta 0 and 1.
+  const Tensor dy = filled(Shape{1024, 48}, 11, 1.0f), xf = filled(Shape{1024, 40}, 12, 1.0f);
+  const Tensor a = filled(Shape{7, 1024}, 13, 1.0f);
+  struct Path {
+    HalfFormat format;
+    Precision products;
+    cpu::CpuBf16Path bf16_path;
+  };
+  const Path paths[] = {{HalfFormat::bf16, Precision::bf16, cpu::CpuBf16Path::native},
+                        {HalfFormat::bf16, Precision::bf16, cpu::CpuBf16Path::conversion},
+                        {HalfFormat::fp16, Precision::fp16, cpu::CpuBf16Path::conversion},
+                        {HalfFormat::bf16, Precision::fp32, cpu::CpuBf16Path::conversion}};
+  for (const Path& path : paths) {
+    INFO("format " << static_cast<int>(path.format) << " products " << to_string(path.products));
+    const ForcedBf16Path forced(path.bf16_path);
+    std::vector<uint16_t> x16(static_cast<size_t>(xf.numel()));
+    ops::pack_activation(path.format, xf, x16.data());
+    Tensor wide = Tensor::empty(xf.shape(), DType::f32);
+    ops::unpack_activation(path.format, x16.data(), wide);
+    const ops::HalfMatrix b{x16.data(), path.format, 1024, 40};
+    const ProductPrecisionScope scope(path.products);
+    for (const double beta : {0.0, 1.0}) {
+      Tensor want = filled(Shape{48, 40}, 14, 1.0f), got = filled(Shape{48, 40}, 14, 1.0f);
+      ops::matmul(dy, true, wide, false, want, beta);
+      ops::matmul_half_b(dy, true, b, got, beta);
+      CHECK(same_bytes(got, want));
+      Tensor want2 = Tensor::empty(Shape{7, 40}, DType::f32), got2 = Tensor::empty(Shape{7, 40}, DType::f32);
+      ops::matmul(a, false, wide, false, want2, 0.0);
+      ops::matmul_half_b(a, false, b, got2, 0.0);
+      CHECK(same_bytes(got2, want2));
+    }
+    // The contract: b's rows must be op(a)'s columns.
+    Tensor c = Tensor::empty(Shape{48, 40}, DType::f32);
+    CHECK_THROWS(ops::matmul_half_b(dy, false, b, c, 0.0));
+  }
 }

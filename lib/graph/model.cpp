@@ -887,14 +887,27 @@ void Model::widen_for_backward(size_t i) {
     if (holds == static_cast<int>(r)) return;
     Tensor y = m_out[r];  // its working buffer's rows: the views of it read them too
     ops::unpack_activation(*m_half, m_half_buf[r]->ptr, y);
+    m_widened += y.numel();
     holds = static_cast<int>(r);
   };
-  for (int j : m_nodes[i].inputs) {
-    int r = j;
+  const GraphNode& n = m_nodes[i];
+  const Layer& layer = *n.layer;
+  const bool all = m_widen_everything;
+  m_half_inputs.assign(n.inputs.size(), ops::HalfMatrix{});
+  for (size_t k = 0; k < n.inputs.size(); ++k) {
+    int r = n.inputs[k];
     while (r >= 0 && m_nodes[static_cast<size_t>(r)].layer->is_view()) r = m_nodes[static_cast<size_t>(r)].inputs[0];
-    if (r >= 0) widen(static_cast<size_t>(r));
+    if (r < 0 || (!all && !layer.backward_reads_input(k))) continue;
+    const auto src = static_cast<size_t>(r);
+    // The layer's weight gradient reads the 16-bit copy itself (its rows and columns are the layer's to give).
+    if (!all && m_half_plan.pool[src] >= 0 && m_device.is_cpu() && layer.backward_takes_half_input(k)) {
+      m_half_inputs[k].data = m_half_buf[src]->ptr;
+      m_half_inputs[k].format = *m_half;
+      continue;
+    }
+    widen(src);
   }
-  widen(i);
+  if (all || layer.backward_reads_output()) widen(i);
 }
 
 std::string Model::decode_unsupported() const {
@@ -976,6 +989,7 @@ void Model::backward(const Tensor& dout, const LayerContext& context) {
         m_segment_range.count(m_segment[i]))
       recompute_segment(m_segment[i], ctx);
     if (m_half) widen_for_backward(i);
+    ctx.half_inputs = m_half ? &m_half_inputs : nullptr;
     ins.clear();
     dx_views.assign(n.inputs.size(), Tensor());
     dins.assign(n.inputs.size(), nullptr);

@@ -5,6 +5,7 @@
 #include "core/half.h"
 #include "core/span_timer.h"
 #include "layers/layer.h"
+#include "ops/half_storage.h"
 
 #include <functional>
 #include <map>
@@ -100,6 +101,12 @@ class Model {
   void set_activation_storage(std::optional<HalfFormat> format);
   /// The format some outputs are kept in for backward; nullopt when all stay f32 (none set, or none pays).
   std::optional<HalfFormat> activation_storage() const;
+  /// Tests: widen every kept output a backward could read (its inputs' sources and its own), and never hand a layer
+  /// an input in 16 bits, ignoring what layers say they read (Layer::backward_reads_input and the rest); the
+  /// gradients must come out the same bit for bit either way.
+  void set_widen_everything(bool on) { m_widen_everything = on; }
+  /// Elements widened from 16 bits for backward passes since allocate (tests, benchmarks).
+  int64_t widened_elements() const { return m_widened; }
   /// Runs the forward pass over x (B, input shape) with B ≤ max_batch; returns the output (B, output shape).
   const Tensor& forward(const Tensor& x, const LayerContext& ctx);
   /// Why forward_decode cannot run this model, naming the layer ("" when it can): every layer must take decoding
@@ -160,7 +167,8 @@ class Model {
     std::vector<std::vector<int>> pack_after;
   };
   HalfPlan half_plan() const;
-  /// Widens the half outputs among node i and the sources of its inputs into their working buffers.
+  /// Widens the half outputs node i's backward reads (its own, the sources of its inputs) into their working buffers,
+  /// and sets m_half_inputs for the inputs its layer takes in 16 bits instead.
   void widen_for_backward(size_t i);
   /// How many (consumer, input) pairs write the gradient buffer of each node in the backward pass.
   std::vector<int> grad_writers() const;
@@ -200,6 +208,10 @@ class Model {
   /// widened for one node's backward is not widened again for the next reader of the same output.
   std::vector<int> m_pool_holds;
   std::vector<std::shared_ptr<Storage>> m_half_buf;
+  /// The 16-bit inputs of the node whose backward runs (LayerContext::half_inputs), and set_widen_everything.
+  std::vector<ops::HalfMatrix> m_half_inputs;
+  bool m_widen_everything = false;
+  int64_t m_widened = 0;
 };
 
 }  // namespace gt

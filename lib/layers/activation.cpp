@@ -21,6 +21,9 @@ class ActivationLayer final : public Layer {
     if (dx[0]) ops::activation_backward(m_act, *x[0], y, dy, *dx[0]);
   }
   int64_t forward_flops() const override { return m_numel; }
+  // ops/math.h's act_backward: relu and the GELUs read x, tanh and sigmoid their output.
+  bool backward_reads_input(size_t) const override { return !reads_output(); }
+  bool backward_reads_output() const override { return reads_output(); }
   bool decodes() const override { return true; }
   YAML::Node resolved_args() const override {
     YAML::Node n(YAML::NodeType::Map);
@@ -30,6 +33,8 @@ class ActivationLayer final : public Layer {
   }
 
  private:
+  bool reads_output() const { return m_act == Activation::tanh || m_act == Activation::sigmoid; }
+
   Activation m_act;
   int64_t m_numel = 0;
 };

@@ -27,6 +27,8 @@ class Add final : public Layer {
       if (d) d->copy_from(dy);
   }
   bool passes_gradient() const override { return true; }
+  bool backward_reads_input(size_t) const override { return false; }
+  bool backward_reads_output() const override { return false; }
   int64_t forward_flops() const override { return m_numel; }
   bool decodes() const override { return true; }
 

@@ -73,7 +73,10 @@ class CausalSelfAttention final : public Layer {
     if (m_bias) ops::sum_rows(dy2, m_proj_b.grad, beta);
     ops::matmul(dy2, false, m_proj_w.value, false, datt2, 0.0);  // datt = dy·W_proj
     ops::attention_backward(qkv, att, lse, datt, m_heads, dropout_of(ctx), delta, dqkv);
-    ops::matmul(dqkv2, true, x2, false, m_qkv_w.grad, beta);  // dW_qkv = dqkvᵀ·x
+    if (const ops::HalfMatrix* h = ctx.half_input(0))  // x kept in 16 bits: the product reads that copy
+      ops::matmul_half_b(dqkv2, true, {h->data, h->format, x2.dim(0), x2.dim(1)}, m_qkv_w.grad, beta);
+    else
+      ops::matmul(dqkv2, true, x2, false, m_qkv_w.grad, beta);  // dW_qkv = dqkvᵀ·x
     if (m_bias) ops::sum_rows(dqkv2, m_qkv_b.grad, beta);
     if (dx[0]) {
       Tensor dx2 = rows(*dx[0], m_dim);
@@ -82,6 +85,8 @@ class CausalSelfAttention final : public Layer {
   }
 
   bool decodes() const override { return true; }
+  bool backward_reads_output() const override { return false; }  // its own att, saved by forward
+  bool backward_takes_half_input(size_t k) const override { return k == 0; }
   bool keyed_by_step() const override { return m_dropout > 0; }
 
   YAML::Node resolved_args() const override {

@@ -36,6 +36,7 @@ class Embedding final : public Layer {
     if (dx[0]) dx[0]->zero_();  // indices are not differentiable
   }
   bool reads_exact_inputs() const override { return true; }  // token ids: bf16 holds integers only up to 256
+  bool backward_reads_output() const override { return false; }
   YAML::Node resolved_args() const override {
     YAML::Node n(YAML::NodeType::Map);
     n["num_embeddings"] = m_vocab;

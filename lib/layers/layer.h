@@ -5,6 +5,7 @@
 #include "core/rng.h"
 #include "core/tensor.h"
 #include "ops/batchnorm.h"
+#include "ops/half_storage.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -38,6 +39,16 @@ struct LayerContext {
   /// the first forward (same inputs, same `step`). It must compute the same output and leave the model's state as
   /// the first call left it: batch norm does not update its running statistics a second time.
   bool recompute = false;
+  /// Model::set_activation_storage, in backward: for each input k that the layer takes in 16 bits
+  /// (Layer::backward_takes_half_input) and the model kept in 16 bits, (*half_inputs)[k].data is that copy, in its
+  /// format, and x[k] holds other numbers, which the layer must not read (it gives the copy's rows and columns, as it
+  /// views x[k]). Null, or a null data, where x[k] holds the input.
+  const std::vector<ops::HalfMatrix>* half_inputs = nullptr;
+  /// (*half_inputs)[k] when it is given, else null.
+  const ops::HalfMatrix* half_input(size_t k) const {
+    if (!half_inputs || k >= half_inputs->size() || !(*half_inputs)[k].data) return nullptr;
+    return &(*half_inputs)[k];
+  }
 };
 
 class Layer {
@@ -73,6 +84,14 @@ class Layer {
   /// True when backward needs its inputs exactly as the forward read them (embedding: token ids, which 16 bits would
   /// not hold): under Model::set_activation_storage the outputs it reads stay f32.
   virtual bool reads_exact_inputs() const { return false; }
+  /// What backward reads besides dy, so that under Model::set_activation_storage only that is widened from 16 bits:
+  /// input k's values, and the output's. A layer that says false must not read them (they hold other numbers then).
+  virtual bool backward_reads_input(size_t /*k*/) const { return true; }
+  virtual bool backward_reads_output() const { return true; }
+  /// True when backward reads input k only as the right-hand operand b of its weight gradient's product
+  /// (dW = dyᵀ·x: ops::matmul(dy, true, x, false, …)) and takes it from LayerContext::half_input(k) when that is given
+  /// (ops::matmul_half_b), so that the model need not widen it.
+  virtual bool backward_takes_half_input(size_t /*k*/) const { return false; }
   /// The layer's arguments after defaults, for config.resolved.yaml.
   virtual YAML::Node resolved_args() const { return YAML::Node(YAML::NodeType::Map); }
   /// Multiply-adds ×2 per sample in the forward pass, for throughput reports.

@@ -46,7 +46,8 @@ class LayerNorm final : public Layer {
   }
   int64_t forward_flops() const override { return 5 * m_dim * m_rows_per_sample; }
   int64_t param_numel() const override { return 2 * m_dim; }
-  bool decodes() const override { return m_rank > 1; }  // over the last dimension, so per position of [T, …]
+  bool backward_reads_output() const override { return false; }  // x and the saved statistics
+  bool decodes() const override { return m_rank > 1; }           // over the last dimension, so per position of [T, …]
   // save_mean and save_invstd: one per row, allocated by the first forward of the largest batch.
   int64_t workspace_numel(int64_t batch) const override { return 2 * batch * m_rows_per_sample; }
 

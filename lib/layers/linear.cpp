@@ -57,7 +57,10 @@ class Linear final : public Layer {
     const Tensor x2 = as_rows(*x[0], m_in), dy2 = as_rows(dy, m_out);
     const double beta = ctx.accumulate_grads ? 1.0 : 0.0;
     Tensor dw = m_w->grad.narrow0(m_out);
-    ops::matmul(dy2, true, x2, false, dw, beta);  // dW (out, in) = dyᵀ · x
+    if (const ops::HalfMatrix* h = ctx.half_input(0))  // x kept in 16 bits: the product reads that copy
+      ops::matmul_half_b(dy2, true, {h->data, h->format, x2.dim(0), x2.dim(1)}, dw, beta);
+    else
+      ops::matmul(dy2, true, x2, false, dw, beta);  // dW (out, in) = dyᵀ · x
     // A shared table's rows past out_features get no gradient from here; this layer writes first, so it clears them.
     const int64_t spare = m_w->grad.dim(0) - m_out;
     if (spare > 0 && !ctx.accumulate_grads) m_w->grad.slice0(m_out, spare).zero_();
@@ -77,6 +80,8 @@ class Linear final : public Layer {
   }
 
   int64_t forward_flops() const override { return mul_sizes(mul_sizes(2 * m_rows_per_sample, m_in), m_out); }
+  bool backward_reads_output() const override { return false; }
+  bool backward_takes_half_input(size_t k) const override { return k == 0; }
   bool decodes() const override { return m_rank > 1; }  // over the last dimension, so per position of [T, …]
   int64_t param_numel() const override { return (m_tied ? 0 : mul_sizes(m_out, m_in)) + (m_has_bias ? m_out : 0); }
   int64_t product_weight_numel() const override { return mul_sizes(m_out, m_in); }  // a tied table's first m_out rows

@@ -48,6 +48,8 @@ class PositionalEmbedding final : public Layer {
     if (dx[0]) dx[0]->copy_from(dy);
   }
   int64_t forward_flops() const override { return m_len * m_dim; }
+  bool backward_reads_input(size_t) const override { return false; }
+  bool backward_reads_output() const override { return false; }
   YAML::Node resolved_args() const override {
     YAML::Node n(YAML::NodeType::Map);
     n["max_len"] = m_max_len;

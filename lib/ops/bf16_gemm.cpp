@@ -144,9 +144,57 @@ GT_BF16_TARGET void bf16_pack_rows(const float* src, int ld, int kc, int count, 
   }
 }
 
+// bf16_pack_lanes' words from an operand already in bf16 (an activation kept in 16 bits, ops/half_storage.h): the
+// pair's two elements widened to 32 bits and the odd k shifted into the high half. No rounding: the values are bf16.
+GT_BF16_TARGET void bf16_pack_lanes(const uint16_t* src, int ld, int kc, int count, int w, uint32_t* out) {
+  const int pairs = (kc + 1) / 2;
+  for (int l0 = 0; l0 < count; l0 += 16) {
+    const __mmask16 mask = count - l0 >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (count - l0)) - 1);
+    for (int p = 0; p < pairs; ++p) {
+      const __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, src + int64_t{2 * p} * ld + l0));
+      const __m512i hi = 2 * p + 1 < kc
+                             ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, src + int64_t{2 * p + 1} * ld + l0))
+                             : _mm512_setzero_si512();
+      _mm512_mask_storeu_epi32(out + int64_t{p} * w + l0, mask, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+    }
+  }
+}
+
+// bf16_pack_rows' words from an operand already in bf16: a lane's pairs are already its consecutive 32-bit words in
+// memory (the even k in the low half, little-endian), so only the transpose remains; an odd kc's last word keeps
+// its low half.
+GT_BF16_TARGET void bf16_pack_rows(const uint16_t* src, int ld, int kc, int count, int w, uint32_t* out) {
+  const int pairs = (kc + 1) / 2;
+  const int group = std::min(16, w);
+  for (int l0 = 0; l0 < count; l0 += group) {
+    const int g = std::min(group, count - l0);
+    const __mmask16 lanes = g >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << g) - 1);
+    for (int p0 = 0; p0 < pairs; p0 += 16) {
+      const int np = std::min(16, pairs - p0);
+      const __mmask32 halves = np >= 16 ? __mmask32(0xFFFFFFFFu) : __mmask32((1u << (2 * np)) - 1);  // 2 per word
+      // The word holding the unpaired last k (odd kc), whose high half is the next element of memory.
+      const __mmask16 last = kc % 2 != 0 && p0 + np == pairs ? __mmask16(1u << (np - 1)) : __mmask16(0);
+      __m512i r[16];
+#pragma GCC unroll 16
+      for (int l = 0; l < 16; ++l) {
+        if (l < g) {
+          // 32-bit words at 2-byte alignment: a masked unaligned load of their 16-bit halves.
+          r[l] = _mm512_maskz_loadu_epi16(halves, src + int64_t{l0 + l} * ld + 2 * p0);
+          r[l] = _mm512_mask_and_epi32(r[l], last, r[l], _mm512_set1_epi32(0xFFFF));
+        } else {
+          r[l] = _mm512_setzero_si512();
+        }
+      }
+      bf16_transpose16(r);  // r[q]: the pair p0 + q of lanes l0..l0+15
+      for (int q = 0; q < np; ++q) _mm512_mask_storeu_epi32(out + int64_t{p0 + q} * w + l0, lanes, r[q]);
+    }
+  }
+}
+
 // Panels of `w` lanes (rows of op(a) or columns of op(b)) from lane `first` on, `count` lanes in all, k from 0 to
 // kc: panel q at out + q·pairs·w, lanes past count zero (they multiply into C's rows or columns that are not stored).
-GT_BF16_TARGET void bf16_pack_panels(const float* src, int ld, bool lanes_contiguous, int kc, int count, int w,
+template <class S>
+GT_BF16_TARGET void bf16_pack_panels(const S* src, int ld, bool lanes_contiguous, int kc, int count, int w,
                                      uint32_t* out) {
   const int pairs = (kc + 1) / 2;
   for (int q0 = 0; q0 < count; q0 += w) {
@@ -201,7 +249,9 @@ GT_BF16_TARGET void bf16_kernel(int pairs, const uint32_t* ap, const uint32_t* b
   }
 }
 
-GT_BF16_TARGET void bf16_gemm_avx512(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b,
+// B is f32 (rounded as it is packed) or already bf16 (SB = uint16_t).
+template <class SB>
+GT_BF16_TARGET void bf16_gemm_avx512(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const SB* b,
                                      int ldb, float beta, float* c, int ldc) {
   // The packed operands, per thread: they grow to the largest block once and stay.
   thread_local std::vector<uint32_t> a_pack, b_pack;
@@ -270,8 +320,11 @@ void force_cpu_bf16_path(CpuBf16Path path) {
 }
 void reset_cpu_bf16_path() { g_bf16_forced.store(-1, std::memory_order_relaxed); }
 
-void gemm_bf16(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb, float beta,
-               float* c, int ldc) {
+namespace {
+
+template <class SB>
+void gemm_bf16_t(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const SB* b, int ldb, float beta,
+                 float* c, int ldc) {
   if (m <= 0 || n <= 0) return;
   if (k <= 0) {  // no products: c = beta·c, as SGEMM
     for (int i = 0; i < m; ++i) {
@@ -289,6 +342,18 @@ void gemm_bf16(bool ta, bool tb, int m, int n, int k, const float* a, int lda, c
   (void)ta, (void)tb, (void)a, (void)lda, (void)b, (void)ldb;
   throw std::logic_error("gemm_bf16: no AVX-512 BF16 on this architecture");
 #endif
+}
+
+}  // namespace
+
+void gemm_bf16(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb, float beta,
+               float* c, int ldc) {
+  gemm_bf16_t(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+}
+
+void gemm_bf16(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const uint16_t* b, int ldb, float beta,
+               float* c, int ldc) {
+  gemm_bf16_t(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
 }
 
 }  // namespace gt::cpu

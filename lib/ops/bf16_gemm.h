@@ -2,6 +2,7 @@
 // the conversion path (operands rounded to bf16, multiplied by OpenBLAS's SGEMM; ops/precision.h).
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace gt::cpu {
@@ -30,6 +31,10 @@ void reset_cpu_bf16_path();
 /// bf16 values is exact in f32; pairs of k are summed by one vdpbf16ps, then into the f32 accumulator). beta 0 never
 /// reads c. Requires cpu_has_native_bf16().
 void gemm_bf16(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb, float beta,
+               float* c, int ldc);
+/// The same with b already in bf16 (an activation kept in 16 bits, ops/half_storage.h): its elements are multiplied
+/// as they are (bf16 subnormals count as zero, as above).
+void gemm_bf16(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const uint16_t* b, int ldb, float beta,
                float* c, int ldc);
 
 }  // namespace gt::cpu

@@ -7,6 +7,7 @@
 #include "ops/bf16_gemm.h"
 #include "ops/cpu/blas.h"
 #include "ops/cpu/kernel_util.h"
+#include "ops/half_storage.h"
 #include "ops/precision.h"
 
 #include <algorithm>
@@ -51,6 +52,33 @@ const float* half_operand(const Tensor& t, bool weight, HalfFormat format, std::
   return rounded_copy(t, format, buf);
 }
 
+// Calls block(r0, r1, c0, c1) for C's (m × n, from products over k) rows r0..r1 and columns c0..c1: one block of
+// rows or columns per thread, or all of C on the calling thread when the product is small.
+template <class F>
+void for_c_blocks(int m, int n, int k, F&& block) {
+  constexpr int64_t kFlopsPerThread = 4 << 20;  // below this a second thread costs more than it saves
+  const int64_t flops = 2LL * m * n * k;
+  const bool split_m = m >= n;
+  const int extent = split_m ? m : n;
+  const int threads =
+      static_cast<int>(std::clamp<int64_t>(std::min<int64_t>(flops / kFlopsPerThread, extent / 16), 1, num_threads()));
+  if (threads <= 1) {
+    block(0, m, 0, n);
+    return;
+  }
+#pragma omp parallel for num_threads(threads) schedule(static, 1)
+  for (int t = 0; t < threads; ++t) {
+    // Block edges on multiples of 16 keep every block's inner loops on full vectors.
+    const int lo = static_cast<int>(int64_t{extent} * t / threads / 16 * 16);
+    const int hi = t == threads - 1 ? extent : static_cast<int>(int64_t{extent} * (t + 1) / threads / 16 * 16);
+    if (hi <= lo) continue;
+    if (split_m)  // rows lo..hi of C come from rows of op(a): columns of a when transposed
+      block(lo, hi, 0, n);
+    else  // columns lo..hi of C come from columns of op(b): rows of b when transposed
+      block(0, m, lo, hi);
+  }
+}
+
 // OpenBLAS runs single-threaded (set_num_threads) and we split C into one block of rows or columns per
 // thread: on the small, skinny products of a training step this scales far better than OpenBLAS's own
 // threading, and only one thread pool (OpenMP's) competes for the cores. `bias` (null: none; c = op(a)·op(b) + bias
@@ -91,27 +119,21 @@ void gemm_t(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, doubl
     gemm_call<T>(ta, tb, r1 - r0, c1 - c0, k, ba, lda, bb, ldb, bias_first ? 1.0 : beta, bc, n);
     if (bias && !bias_first) add_bias_block(pc, n, bias, r0, r1, c0, c1);
   };
-  constexpr int64_t kFlopsPerThread = 4 << 20;  // below this a second thread costs more than it saves
-  const int64_t flops = 2LL * m * n * k;
-  const bool split_m = m >= n;
-  const int extent = split_m ? m : n;
-  const int threads =
-      static_cast<int>(std::clamp<int64_t>(std::min<int64_t>(flops / kFlopsPerThread, extent / 16), 1, num_threads()));
-  if (threads <= 1) {
-    block(0, m, 0, n);
-    return;
-  }
-#pragma omp parallel for num_threads(threads) schedule(static, 1)
-  for (int t = 0; t < threads; ++t) {
-    // Block edges on multiples of 16 keep every block's inner loops on full vectors.
-    const int lo = static_cast<int>(int64_t{extent} * t / threads / 16 * 16);
-    const int hi = t == threads - 1 ? extent : static_cast<int>(int64_t{extent} * (t + 1) / threads / 16 * 16);
-    if (hi <= lo) continue;
-    if (split_m)  // rows lo..hi of C come from rows of op(a): columns of a when transposed
-      block(lo, hi, 0, n);
-    else  // columns lo..hi of C come from columns of op(b): rows of b when transposed
-      block(0, m, lo, hi);
-  }
+  for_c_blocks(m, n, k, block);
+}
+
+// c = op(a)·b + beta·c with b (k × n, not transposed) already in bf16, on the native path: gemm_bf16 packs it as it
+// is, in the blocks of C gemm_t would give the threads.
+void gemm_half_b_native(const Tensor& a, bool ta, const uint16_t* b, Tensor& c, double beta) {
+  const auto m = static_cast<int>(c.dim(0)), n = static_cast<int>(c.dim(1));
+  const auto k = static_cast<int>(ta ? a.dim(0) : a.dim(1));
+  const auto lda = static_cast<int>(a.dim(1));
+  const float* pa = a.data<float>();
+  float* pc = c.data<float>();
+  for_c_blocks(m, n, k, [&](int r0, int r1, int c0, int c1) {
+    gemm_bf16(ta, false, r1 - r0, c1 - c0, k, ta ? pa + r0 : pa + int64_t{r0} * lda, lda, b + c0, n,
+              static_cast<float>(beta), pc + int64_t{r0} * n + c0, n);
+  });
 }
 
 template <class T>
@@ -153,6 +175,20 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor
     using T = decltype(t);
     gemm_t<T>(x, false, w, true, y, 0.0, bias.defined() ? bias.data<T>() : nullptr, true);
   });
+}
+void matmul_half_b(const Tensor& a, bool ta, const ops::HalfMatrix& b, Tensor& c, double beta) {
+  if (b.format == HalfFormat::bf16 && product_precision() == Precision::bf16 &&
+      cpu_bf16_path() == CpuBf16Path::native) {
+    gemm_half_b_native(a, ta, static_cast<const uint16_t*>(b.data), c, beta);
+    return;
+  }
+  // Elsewhere the product takes f32 operands: b widened into the calling thread's scratch, kept for the next call.
+  thread_local Tensor wide;
+  const int64_t numel = b.rows * b.cols;
+  if (!wide.defined() || wide.numel() < numel) wide = Tensor::empty(Shape{numel}, DType::f32);
+  Tensor bw = wide.narrow0(numel).view(Shape{b.rows, b.cols});
+  unpack_activation(b.format, b.data, bw);
+  matmul(a, ta, bw, false, c, beta);
 }
 void add_row_bias(Tensor& y, const Tensor& bias) {
   for_float_type(y.dtype(), [&](auto t) { add_row_bias_t<decltype(t)>(y, bias); });
