@@ -4,6 +4,7 @@
 #include "core/tensor.h"
 #include "graph/model.h"
 #include "helpers.h"
+#include "ops/activation.h"
 #include "ops/half_storage.h"
 #include "ops/matmul.h"
 #include "ops/precision.h"
@@ -360,4 +361,30 @@ TEST_CASE("half activations: matmul_half_b is matmul of the widened operand, bit
     Tensor c = Tensor::empty(Shape{48, 40}, DType::f32);
     CHECK_THROWS(ops::matmul_half_b(dy, false, b, c, 0.0));
   }
+}
+
+TEST_CASE("half activations: activation_backward_half_x is activation_backward of the widened input, bit for bit",
+          "[cpu]") {
+  // Sizes around the 1024-element pieces and the GELU loop's vectors, split over threads at the largest.
+  for (const int64_t n : {int64_t{1}, int64_t{31}, int64_t{1024}, int64_t{1057}, int64_t{300007}}) {
+    const Tensor x = filled(Shape{n}, 21, 2.0f), dy = filled(Shape{n}, 22, 1.0f);
+    for (const HalfFormat format : {HalfFormat::bf16, HalfFormat::fp16})
+      for (const Activation a : {Activation::relu, Activation::gelu, Activation::gelu_tanh}) {
+        INFO("n " << n << " format " << static_cast<int>(format) << " activation " << static_cast<int>(a));
+        std::vector<uint16_t> x16(static_cast<size_t>(n));
+        ops::pack_activation(format, x, x16.data());
+        Tensor wide = Tensor::empty(x.shape(), DType::f32), y = Tensor::empty(x.shape(), DType::f32);
+        ops::unpack_activation(format, x16.data(), wide);
+        ops::activation_forward(a, wide, y);
+        Tensor want = Tensor::empty(x.shape(), DType::f32), got = Tensor::empty(x.shape(), DType::f32);
+        ops::activation_backward(a, wide, y, dy, want);
+        ops::activation_backward_half_x(a, {x16.data(), format, 1, n}, dy, got);
+        CHECK(same_bytes(got, want));
+      }
+  }
+  // Not for an activation whose derivative reads its output.
+  const Tensor dy = filled(Shape{4}, 23, 1.0f);
+  Tensor dx = Tensor::empty(Shape{4}, DType::f32);
+  std::vector<uint16_t> x16(4, 0);
+  CHECK_THROWS(ops::activation_backward_half_x(Activation::tanh, {x16.data(), HalfFormat::bf16, 1, 4}, dy, dx));
 }

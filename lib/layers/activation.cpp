@@ -17,13 +17,18 @@ class ActivationLayer final : public Layer {
     ops::activation_forward(m_act, *x[0], y);
   }
   void backward(const std::vector<const Tensor*>& x, const Tensor& y, const Tensor& dy, const std::vector<Tensor*>& dx,
-                const LayerContext&) override {
-    if (dx[0]) ops::activation_backward(m_act, *x[0], y, dy, *dx[0]);
+                const LayerContext& ctx) override {
+    if (!dx[0]) return;
+    if (const ops::HalfMatrix* h = ctx.half_input(0))  // x kept in 16 bits: widened piece by piece as it is read
+      ops::activation_backward_half_x(m_act, {h->data, h->format, 1, x[0]->numel()}, dy, *dx[0]);
+    else
+      ops::activation_backward(m_act, *x[0], y, dy, *dx[0]);
   }
   int64_t forward_flops() const override { return m_numel; }
   // ops/math.h's act_backward: relu and the GELUs read x, tanh and sigmoid their output.
   bool backward_reads_input(size_t) const override { return !reads_output(); }
   bool backward_reads_output() const override { return reads_output(); }
+  bool backward_takes_half_input(size_t) const override { return !reads_output(); }
   bool decodes() const override { return true; }
   YAML::Node resolved_args() const override {
     YAML::Node n(YAML::NodeType::Map);

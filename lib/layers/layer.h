@@ -88,9 +88,9 @@ class Layer {
   /// input k's values, and the output's. A layer that says false must not read them (they hold other numbers then).
   virtual bool backward_reads_input(size_t /*k*/) const { return true; }
   virtual bool backward_reads_output() const { return true; }
-  /// True when backward reads input k only as the right-hand operand b of its weight gradient's product
-  /// (dW = dyᵀ·x: ops::matmul(dy, true, x, false, …)) and takes it from LayerContext::half_input(k) when that is given
-  /// (ops::matmul_half_b), so that the model need not widen it.
+  /// True when backward reads input k from LayerContext::half_input(k) whenever that is given, in 16 bits (a weight
+  /// gradient's product through ops::matmul_half_b, an activation's derivative through
+  /// ops::activation_backward_half_x), so that the model need not widen it first.
   virtual bool backward_takes_half_input(size_t /*k*/) const { return false; }
   /// The layer's arguments after defaults, for config.resolved.yaml.
   virtual YAML::Node resolved_args() const { return YAML::Node(YAML::NodeType::Map); }

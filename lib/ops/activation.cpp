@@ -17,4 +17,16 @@ void activation_backward(Activation a, const Tensor& x, const Tensor& y, const T
   GT_DISPATCH(op, activation_backward(a, x, y, dy, dx));
 }
 
+void activation_backward_half_x(Activation a, const HalfMatrix& x, const Tensor& dy, Tensor& dx) {
+  const Operands op("activation_backward_half_x", {&dy, &dx});
+  GT_CHECK(op.device().is_cpu(), "activation_backward_half_x: on the CPU only, not {}", op.device().str());
+  GT_CHECK(a == Activation::relu || a == Activation::gelu || a == Activation::gelu_tanh,
+           "activation_backward_half_x: an activation whose derivative reads x alone");
+  GT_CHECK(dy.dtype() == DType::f32 && x.rows * x.cols == dy.numel() && dx.numel() == dy.numel() &&
+               (x.data != nullptr || dy.numel() == 0),
+           "activation_backward_half_x sizes: x [{}, {}], dy {}, dx {}", x.rows, x.cols, dy.shape().str(),
+           dx.shape().str());
+  cpu::activation_backward_half_x(a, x, dy, dx);
+}
+
 }  // namespace gt::ops

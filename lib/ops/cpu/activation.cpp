@@ -2,6 +2,7 @@
 // GPT-2's GELU in f32 has its own loop with a vectorisable exp (it is 40 % of a small GPT's step with std::exp).
 #include "ops/activation.h"
 
+#include "core/half.h"
 #include "core/parallel.h"
 #include "ops/cpu/kernel_util.h"
 #include "ops/cpu/vec_math.h"
@@ -104,6 +105,32 @@ void act_bwd_t(Activation a, const Tensor& x, const Tensor& y, const Tensor& dy,
 }
 
 }  // namespace
+
+void activation_backward_half_x(Activation a, const ops::HalfMatrix& x, const Tensor& dy, Tensor& dx) {
+  const auto* px = static_cast<const uint16_t*>(x.data);
+  const float* pdy = dy.data<float>();
+  float* pdx = dx.data<float>();
+  // The chunks of act_bwd_t's loops, each widened in pieces of kPiece (a multiple of the GELU loop's two vectors, so
+  // that its vector and scalar parts fall on the same elements as there) into the thread's stack.
+  constexpr int64_t kPiece = 1024;
+  auto loop = [&](auto act) {
+    parallel_for(dy.numel(), kGrain, [&](int64_t i0, int64_t i1) {
+      alignas(64) float wide[kPiece];
+      for (int64_t p0 = i0; p0 < i1; p0 += kPiece) {
+        const int64_t m = std::min(kPiece, i1 - p0);
+        if (x.format == HalfFormat::bf16)
+          bf16_to_floats(px + p0, wide, static_cast<size_t>(m));
+        else
+          fp16_to_floats(px + p0, wide, static_cast<size_t>(m));
+        if constexpr (decltype(act)::value == Activation::gelu_tanh)
+          gelu_tanh_bwd_f32(wide, pdy + p0, pdx + p0, 0, m);
+        else
+          for (int64_t i = 0; i < m; ++i) pdx[p0 + i] = act_backward<float>(act, wide[i], 0.0f, pdy[p0 + i]);
+      }
+    });
+  };
+  with_activation(a, loop);
+}
 
 void activation_forward(Activation a, const Tensor& x, Tensor& y) {
   for_float_type(x.dtype(), [&](auto t) { act_fwd_t<decltype(t)>(a, x, y); });
