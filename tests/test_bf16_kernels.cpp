@@ -245,6 +245,28 @@ TEST_CASE("bf16 kernels: a dense layer's products agree on both paths, split ove
   }
 }
 
+TEST_CASE("bf16 kernels: the bias the native GEMM adds as it stores C is the bias added after the product, bit for bit",
+          "[cpu]") {
+  if (bf16k_skip_without_native()) return;
+  const ForcedBf16Path forced(cpu::CpuBf16Path::native);
+  // k in one block of 256 and over three; out_features past whole 32-column panels; rows split over threads.
+  for (const int64_t in : {100, 256, 600})
+    for (const int64_t out : {96, 50}) {
+      INFO("in " << in << " out " << out);
+      const Tensor x = bf16k_tensor(Shape{200, in}, 5), w = bf16k_tensor(Shape{out, in}, 6),
+                   bias = bf16k_tensor(Shape{out}, 7);
+      Tensor fused = Tensor::empty(Shape{200, out}, DType::f32), after = Tensor::empty(Shape{200, out}, DType::f32);
+      const ProductPrecisionScope autocast(Precision::bf16);
+      ops::linear_forward(x, w, bias, fused);
+      ops::linear_forward(x, w, Tensor(), after);
+      ops::add_row_bias(after, bias);
+      size_t differ = 0;
+      for (int64_t i = 0; i < fused.numel(); ++i)
+        differ += std::bit_cast<uint32_t>(fused.data<float>()[i]) != std::bit_cast<uint32_t>(after.data<float>()[i]);
+      CHECK(differ == 0);
+    }
+}
+
 namespace {
 
 struct Bf16kConv {

@@ -209,9 +209,10 @@ GT_BF16_TARGET void bf16_pack_panels(const S* src, int ld, bool lanes_contiguous
 }
 
 // C's rows·cols (at most kBf16Mr × kBf16Nr, ldc apart) from an A panel and a B panel of `pairs` k-pairs: the first
-// block of k writes beta·C + A·B (C unread when beta is 0), later blocks add theirs.
+// block of k writes beta·C + A·B (C unread when beta is 0), later blocks add theirs; the last block then adds
+// bias[0 .. cols) to each row when bias is not null, so that an element is fl(Σ + bias) as after the product.
 GT_BF16_TARGET void bf16_kernel(int pairs, const uint32_t* ap, const uint32_t* bp, float* c, int ldc, int rows,
-                                int cols, bool first, float beta) {
+                                int cols, bool first, bool last, float beta, const float* bias) {
   __m512 acc[kBf16Mr][2];
 #pragma GCC unroll 8
   for (int r = 0; r < kBf16Mr; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
@@ -230,29 +231,36 @@ GT_BF16_TARGET void bf16_kernel(int pairs, const uint32_t* ap, const uint32_t* b
   const bool overwrite = first && beta == 0.0f;
   const bool scale = first && beta != 1.0f;
   const __m512 vbeta = _mm512_set1_ps(beta);
+  const bool add_bias = last && bias != nullptr;
+  const __m512 bias0 = add_bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
+  const __m512 bias1 = add_bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
 #pragma GCC unroll 8
   for (int r = 0; r < kBf16Mr; ++r) {
     if (r >= rows) break;
     float* cr = c + int64_t{r} * ldc;
-    if (overwrite) {
-      _mm512_mask_storeu_ps(cr, m0, acc[r][0]);
-      _mm512_mask_storeu_ps(cr + 16, m1, acc[r][1]);
-      continue;
+    __m512 v0 = acc[r][0], v1 = acc[r][1];
+    if (!overwrite) {
+      __m512 c0 = _mm512_maskz_loadu_ps(m0, cr), c1 = _mm512_maskz_loadu_ps(m1, cr + 16);
+      if (scale) {
+        c0 = _mm512_mul_ps(c0, vbeta);
+        c1 = _mm512_mul_ps(c1, vbeta);
+      }
+      v0 = _mm512_add_ps(c0, v0);
+      v1 = _mm512_add_ps(c1, v1);
     }
-    __m512 c0 = _mm512_maskz_loadu_ps(m0, cr), c1 = _mm512_maskz_loadu_ps(m1, cr + 16);
-    if (scale) {
-      c0 = _mm512_mul_ps(c0, vbeta);
-      c1 = _mm512_mul_ps(c1, vbeta);
+    if (add_bias) {
+      v0 = _mm512_add_ps(v0, bias0);
+      v1 = _mm512_add_ps(v1, bias1);
     }
-    _mm512_mask_storeu_ps(cr, m0, _mm512_add_ps(c0, acc[r][0]));
-    _mm512_mask_storeu_ps(cr + 16, m1, _mm512_add_ps(c1, acc[r][1]));
+    _mm512_mask_storeu_ps(cr, m0, v0);
+    _mm512_mask_storeu_ps(cr + 16, m1, v1);
   }
 }
 
 // B is f32 (rounded as it is packed) or already bf16 (SB = uint16_t).
 template <class SB>
 GT_BF16_TARGET void bf16_gemm_avx512(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const SB* b,
-                                     int ldb, float beta, float* c, int ldc) {
+                                     int ldb, float beta, float* c, int ldc, const float* bias) {
   // The packed operands, per thread: they grow to the largest block once and stay.
   thread_local std::vector<uint32_t> a_pack, b_pack;
   for (int j0 = 0; j0 < n; j0 += kBf16Nc) {
@@ -283,7 +291,8 @@ GT_BF16_TARGET void bf16_gemm_avx512(bool ta, bool tb, int m, int n, int k, cons
             const int rows = std::min(kBf16Mr, mc - ip * kBf16Mr), cols = std::min(kBf16Nr, nc - jp * kBf16Nr);
             bf16_kernel(pairs, a_pack.data() + int64_t{ip} * pairs * kBf16Mr,
                         b_pack.data() + int64_t{jp} * pairs * kBf16Nr,
-                        c + int64_t{i0 + ip * kBf16Mr} * ldc + j0 + jp * kBf16Nr, ldc, rows, cols, k0 == 0, beta);
+                        c + int64_t{i0 + ip * kBf16Mr} * ldc + j0 + jp * kBf16Nr, ldc, rows, cols, k0 == 0,
+                        k0 + kc == k, beta, bias ? bias + j0 + jp * kBf16Nr : nullptr);
           }
       }
     }
@@ -324,22 +333,24 @@ namespace {
 
 template <class SB>
 void gemm_bf16_t(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const SB* b, int ldb, float beta,
-                 float* c, int ldc) {
+                 float* c, int ldc, const float* bias) {
   if (m <= 0 || n <= 0) return;
-  if (k <= 0) {  // no products: c = beta·c, as SGEMM
+  if (k <= 0) {  // no products: c = beta·c (+ bias), as SGEMM
     for (int i = 0; i < m; ++i) {
       float* row = c + int64_t{i} * ldc;
       if (beta == 0.0f)
         std::fill(row, row + n, 0.0f);
       else
         for (int j = 0; j < n; ++j) row[j] *= beta;
+      if (bias)
+        for (int j = 0; j < n; ++j) row[j] += bias[j];
     }
     return;
   }
 #if defined(__x86_64__)
-  bf16_gemm_avx512(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+  bf16_gemm_avx512(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, bias);
 #else
-  (void)ta, (void)tb, (void)a, (void)lda, (void)b, (void)ldb;
+  (void)ta, (void)tb, (void)a, (void)lda, (void)b, (void)ldb, (void)bias;
   throw std::logic_error("gemm_bf16: no AVX-512 BF16 on this architecture");
 #endif
 }
@@ -347,13 +358,13 @@ void gemm_bf16_t(bool ta, bool tb, int m, int n, int k, const float* a, int lda,
 }  // namespace
 
 void gemm_bf16(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb, float beta,
-               float* c, int ldc) {
-  gemm_bf16_t(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+               float* c, int ldc, const float* bias) {
+  gemm_bf16_t(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, bias);
 }
 
 void gemm_bf16(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const uint16_t* b, int ldb, float beta,
                float* c, int ldc) {
-  gemm_bf16_t(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+  gemm_bf16_t(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, static_cast<const float*>(nullptr));
 }
 
 }  // namespace gt::cpu

@@ -29,9 +29,10 @@ void reset_cpu_bf16_path();
 /// every element of a and b rounded to bf16 (nearest even, as float_to_bf16, except that f32 subnormals become
 /// zero: the instruction treats bf16 subnormals as zero anyway) and the products summed in f32 (each product of two
 /// bf16 values is exact in f32; pairs of k are summed by one vdpbf16ps, then into the f32 accumulator). beta 0 never
-/// reads c. Requires cpu_has_native_bf16().
+/// reads c. `bias` (null: none; n elements) is then added to each row of C, as a separate pass after the product
+/// would: fl(Σ + bias[j]). Requires cpu_has_native_bf16().
 void gemm_bf16(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb, float beta,
-               float* c, int ldc);
+               float* c, int ldc, const float* bias = nullptr);
 /// The same with b already in bf16 (an activation kept in 16 bits, ops/half_storage.h): its elements are multiplied
 /// as they are (bf16 subnormals count as zero, as above).
 void gemm_bf16(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const uint16_t* b, int ldb, float beta,

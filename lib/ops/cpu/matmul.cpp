@@ -108,14 +108,14 @@ void gemm_t(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, doubl
     const T* ba = ta ? pa + r0 : pa + int64_t{r0} * lda;
     const T* bb = tb ? pb + int64_t{c0} * ldb : pb + c0;
     T* bc = pc + int64_t{r0} * n + c0;
-    if (bias_first)
-      for (int64_t r = r0; r < r1; ++r) std::copy(bias + c0, bias + c1, pc + r * n + c0);
     if constexpr (std::is_same_v<T, float>)
-      if (native_bf16) {
-        gemm_bf16(ta, tb, r1 - r0, c1 - c0, k, ba, lda, bb, ldb, bias_first ? 1.0f : static_cast<float>(beta), bc, n);
-        if (bias && !bias_first) add_bias_block(pc, n, bias, r0, r1, c0, c1);
+      if (native_bf16) {  // the kernel adds the bias as it stores C's last sums: the same fl(Σ + bias)
+        gemm_bf16(ta, tb, r1 - r0, c1 - c0, k, ba, lda, bb, ldb, static_cast<float>(beta), bc, n,
+                  bias ? bias + c0 : nullptr);
         return;
       }
+    if (bias_first)
+      for (int64_t r = r0; r < r1; ++r) std::copy(bias + c0, bias + c1, pc + r * n + c0);
     gemm_call<T>(ta, tb, r1 - r0, c1 - c0, k, ba, lda, bb, ldb, bias_first ? 1.0 : beta, bc, n);
     if (bias && !bias_first) add_bias_block(pc, n, bias, r0, r1, c0, c1);
   };
