@@ -8,9 +8,9 @@
 // share its tile, so a decoded row equals the forward's bit for bit. Dropout (ops/attention.h) scales or zeroes each
 // probability from its Philox draw before the product with v, and the backward draws the same mask again; without
 // dropout no mask is drawn. Under a half product precision (ops/precision.h) the four products multiply operands
-// rounded to bf16/fp16 with f32 accumulation, as a GPU's flash attention does: q, k, v and dout before the tasks,
-// and each row of P (after dropout) and of dS where it is made; the scores' scale, the softmax, its statistics (max,
-// sum, lse), delta = Σ dout·out and dS's arithmetic stay f32.
+// rounded to bf16/fp16 with f32 accumulation, as a GPU's flash attention does: q, k, v and dout in each task's
+// copies of them, and each row of P (after dropout) and of dS where it is made; the scores' scale, the softmax, its
+// statistics (max, sum, lse), delta = Σ dout·out and dS's arithmetic stay f32.
 #include "ops/attention.h"
 
 #include "core/half.h"
@@ -243,16 +243,25 @@ GT_INLINE void round_row(const HalfFormat* half, T* row, int64_t n) {
 }
 
 // Where the head size is a multiple of kCols the kernels read q, k, v and dout where they are and write out, dq, dk
-// and dv in place; otherwise those go through zero-padded copies ("packed", [rows][dp]). Keys are always also
-// copied transposed ([d][tp], zero past the last key), the layout the score kernel reads.
-bool packed(int64_t d) { return d % kCols != 0; }
+// and dv in place; otherwise, and under a half precision (whose operands the copies round), those go through
+// zero-padded copies ("packed", [rows][dp]). Keys are always also copied transposed ([d][tp], zero past the last
+// key), the layout the score kernel reads.
+bool packed(int64_t d, const HalfFormat* half) { return d % kCols != 0 || half != nullptr; }
+
+// Rounds a packed copy's n elements to *half in place when half is set: the copies are where a half precision's
+// operands are rounded (one pass over each task's few kilobytes, in cache, rather than over the whole tensor).
+template <class T>
+GT_INLINE void round_packed(const HalfFormat* half, T* p, int64_t n) {
+  round_row(half, p, n);
+}
 
 // One (batch, head), query rows [first, first + n) over keys [0, first + n): q, k, v rows ld apart from qkv's head
 // slice; out rows ldo apart (row i at out + (i − first)·ldo); lse (may be null) indexed by position; drop (null:
-// none) with the mask index of (i, j) at mask + i·t + j. buf holds attn_fwd_scratch(first + n, d) elements.
-int64_t attn_fwd_scratch(int64_t keys, int64_t d) {
+// none) with the mask index of (i, j) at mask + i·t + j; half (null: none) the format the products' operands are
+// rounded to. buf holds attn_fwd_scratch(first + n, d, half) elements.
+int64_t attn_fwd_scratch(int64_t keys, int64_t d, const HalfFormat* half) {
   const int64_t tp = round_up(keys, kCols), dp = round_up(d, kCols);
-  return d * tp + kTile * tp + (packed(d) ? kTile * dp + tp * dp + kTile * dp : 0);
+  return d * tp + kTile * tp + (packed(d, half) ? kTile * dp + tp * dp + kTile * dp : 0);
 }
 
 template <class T>
@@ -261,19 +270,26 @@ GT_INLINE void attn_fwd_task(const T* q, const T* k, const T* v, int64_t ld, int
                              int64_t t, const HalfFormat* half, T* buf) {
   const int64_t keys = first + n, tp = round_up(keys, kCols), dp = round_up(d, kCols);
   const T keep_scale = drop ? static_cast<T>(1.0 / (1.0 - drop->p)) : T(1);  // as ops/dropout.h's kernels round it
-  const bool pack = packed(d);
+  const bool pack = packed(d, half);
   T* kt = buf;              // [d][tp]
   T* s = kt + d * tp;       // [kTile][tp]: scores, then probabilities
   T* qp = s + kTile * tp;   // packed: [kTile][dp], the tile's queries
   T* vp = qp + kTile * dp;  // packed: [tp][dp]
   T* op = vp + tp * dp;     // packed: [kTile][dp]
   pack_transposed(k, ld, keys, d, tp, kt);
-  if (pack) pack_rows(v, ld, keys, d, dp, tp, vp);
+  round_packed(half, kt, d * tp);
+  if (pack) {
+    pack_rows(v, ld, keys, d, dp, tp, vp);
+    round_packed(half, vp, tp * dp);
+  }
   const T* vs = pack ? vp : v;
   const int64_t ldv = pack ? dp : ld;
   for (int64_t i0 = first; i0 < keys; i0 += kTile) {
     const int64_t m = std::min(kTile, keys - i0);
-    if (pack) pack_rows(q + i0 * ld, ld, m, d, dp, m, qp);
+    if (pack) {
+      pack_rows(q + i0 * ld, ld, m, d, dp, m, qp);
+      round_packed(half, qp, m * dp);
+    }
     const T* qs = pack ? qp : q + i0 * ld;
     const int64_t ldq = pack ? dp : ld;
     for (int64_t r0 = 0; r0 < m; r0 += kRows) {  // scores up to each block of rows' last key
@@ -311,21 +327,21 @@ GT_INLINE void attn_fwd_task(const T* q, const T* k, const T* v, int64_t ld, int
 }
 
 // One (batch, head) of the backward over T positions: dq, dk, dv rows ld apart (overwritten); g (dout) and o (out)
-// rows ldo apart; lse and delta (written: Σ dout·out per row) by position; drop and mask as the forward's; gh: dout
-// as the products read it (g, or g rounded under a half precision; delta sums g). buf holds attn_bwd_scratch(t, d)
-// elements.
-int64_t attn_bwd_scratch(int64_t t, int64_t d) {
+// rows ldo apart; lse and delta (written: Σ dout·out per row, from the unrounded dout) by position; drop and mask as
+// the forward's; half (null: none) the format the products' operands are rounded to. buf holds
+// attn_bwd_scratch(t, d, half) elements.
+int64_t attn_bwd_scratch(int64_t t, int64_t d, const HalfFormat* half) {
   const int64_t tp = round_up(t, kCols), dp = round_up(d, kCols);
-  return 2 * d * tp + 2 * kTile * tp + (packed(d) ? 5 * tp * dp + kTile * dp : 0);
+  return 2 * d * tp + 2 * kTile * tp + (packed(d, half) ? 5 * tp * dp + kTile * dp : 0);
 }
 
 template <class T>
-GT_INLINE void attn_bwd_task(const T* q, const T* k, const T* v, int64_t ld, const T* g, const T* gh, const T* o,
-                             int64_t ldo, const T* lse, T* delta, int64_t t, int64_t d, T scale, T* dq, T* dk, T* dv,
+GT_INLINE void attn_bwd_task(const T* q, const T* k, const T* v, int64_t ld, const T* g, const T* o, int64_t ldo,
+                             const T* lse, T* delta, int64_t t, int64_t d, T scale, T* dq, T* dk, T* dv,
                              const ops::AttentionDropout* drop, uint64_t mask, const HalfFormat* half, T* buf) {
   const int64_t tp = round_up(t, kCols), dp = round_up(d, kCols);
   const T keep_scale = drop ? static_cast<T>(1.0 / (1.0 - drop->p)) : T(1);
-  const bool pack = packed(d);
+  const bool pack = packed(d, half);
   T* kt = buf;              // [d][tp]
   T* vt = kt + d * tp;      // [d][tp]
   T* p = vt + d * tp;       // [kTile][tp]: probabilities
@@ -338,10 +354,12 @@ GT_INLINE void attn_bwd_task(const T* q, const T* k, const T* v, int64_t ld, con
   T* dqp = dvp + tp * dp;   // packed: [kTile][dp]
   pack_transposed(k, ld, t, d, tp, kt);
   pack_transposed(v, ld, t, d, tp, vt);
+  round_packed(half, kt, 2 * d * tp);  // kt and vt
   if (pack) {
     pack_rows(q, ld, t, d, dp, tp, qp);
     pack_rows(k, ld, t, d, dp, tp, kp);
-    pack_rows(gh, ldo, t, d, dp, tp, gp);
+    pack_rows(g, ldo, t, d, dp, tp, gp);
+    round_packed(half, qp, 3 * tp * dp);      // qp, kp and gp
     std::fill(dkp, dkp + 2 * tp * dp, T(0));  // dk and dv
   } else {
     for (int64_t j = 0; j < t; ++j) {
@@ -351,7 +369,7 @@ GT_INLINE void attn_bwd_task(const T* q, const T* k, const T* v, int64_t ld, con
   }
   const T* qs = pack ? qp : q;
   const T* ks = pack ? kp : k;
-  const T* gs = pack ? gp : gh;
+  const T* gs = pack ? gp : g;
   T* dks = pack ? dkp : dk;
   T* dvs = pack ? dvp : dv;
   const int64_t ldq = pack ? dp : ld, ldg = pack ? dp : ldo;  // q, k, dk, dv rows ldq apart; dout rows ldg
@@ -425,25 +443,17 @@ GT_CPU_CLONES void attn_fwd_task_f32(const float* q, const float* k, const float
   attn_fwd_task<float>(q, k, v, ld, first, n, d, scale, out, ldo, lse, drop, mask, t, half, buf);
 }
 GT_CPU_CLONES void attn_bwd_task_f32(const float* q, const float* k, const float* v, int64_t ld, const float* g,
-                                     const float* gh, const float* o, int64_t ldo, const float* lse, float* delta,
-                                     int64_t t, int64_t d, float scale, float* dq, float* dk, float* dv,
-                                     const ops::AttentionDropout* drop, uint64_t mask, const HalfFormat* half,
-                                     float* buf) {
-  attn_bwd_task<float>(q, k, v, ld, g, gh, o, ldo, lse, delta, t, d, scale, dq, dk, dv, drop, mask, half, buf);
+                                     const float* o, int64_t ldo, const float* lse, float* delta, int64_t t, int64_t d,
+                                     float scale, float* dq, float* dk, float* dv, const ops::AttentionDropout* drop,
+                                     uint64_t mask, const HalfFormat* half, float* buf) {
+  attn_bwd_task<float>(q, k, v, ld, g, o, ldo, lse, delta, t, d, scale, dq, dk, dv, drop, mask, half, buf);
 }
 
-// The calling thread's half format for attention's products (null: fp32/tf32, and always for f64), and `t` rounded
-// to it into the thread's scratch `buf`, or t's own data when there is none.
+// The calling thread's half format for attention's products (null: fp32/tf32, and always for f64).
 template <class T>
 std::optional<HalfFormat> attention_half() {
   if constexpr (std::is_same_v<T, float>) return half_format(product_precision());
   return std::nullopt;
-}
-template <class T>
-const T* product_operand(const Tensor& t, const std::optional<HalfFormat>& half, std::vector<float>& buf) {
-  if constexpr (std::is_same_v<T, float>)
-    if (half) return rounded_copy(t, *half, buf);
-  return t.data<T>();
 }
 
 // Asks for rows [0, n) of a head's slice (d values each, rows ld apart) to be brought into L2: the dispatchers
@@ -464,12 +474,11 @@ void attn_fwd_t(const Tensor& qkv, int64_t heads, int64_t first, int64_t n, Tens
   const int64_t nb = qkv.dim(0), t = qkv.dim(1), c = qkv.dim(2) / 3, d = c / heads;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d)));
   const std::optional<HalfFormat> half = attention_half<T>();
-  thread_local std::vector<float> buf_qkv;
-  const T* px = product_operand<T>(qkv, half, buf_qkv);
+  const T* px = qkv.data<T>();
   const HalfFormat* ph = half ? &*half : nullptr;
   T* po = out.data<T>();
   parallel_for(nb * heads, 1, [&](int64_t u0, int64_t u1) {
-    std::vector<T> buf(static_cast<size_t>(attn_fwd_scratch(first + n, d)));
+    std::vector<T> buf(static_cast<size_t>(attn_fwd_scratch(first + n, d, ph)));
     auto head = [&](int64_t u) { return px + u / heads * t * 3 * c + u % heads * d; };  // the task's q
     for (int64_t u = u0; u < u1; ++u) {
       if (u + 1 < u1) prefetch_rows(head(u + 1), c, 3 * (first + n), d);  // its q, k and v rows
@@ -494,15 +503,13 @@ void attn_bwd_t(const Tensor& qkv, const Tensor& out, const Tensor& lse, const T
   const int64_t nb = qkv.dim(0), t = qkv.dim(1), c = qkv.dim(2) / 3, d = c / heads;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d)));
   const std::optional<HalfFormat> half = attention_half<T>();
-  thread_local std::vector<float> buf_qkv, buf_dout;
-  const T* px = product_operand<T>(qkv, half, buf_qkv);
-  const T* pdh = product_operand<T>(dout, half, buf_dout);  // dout as the products read it
+  const T* px = qkv.data<T>();
   const HalfFormat* ph = half ? &*half : nullptr;
   const T *po = out.data<T>(), *pl = lse.data<T>(), *pdo = dout.data<T>();
   T* pdelta = delta.data<T>();
   T* pdx = dqkv.data<T>();
   parallel_for(nb * heads, 1, [&](int64_t u0, int64_t u1) {
-    std::vector<T> buf(static_cast<size_t>(attn_bwd_scratch(t, d)));
+    std::vector<T> buf(static_cast<size_t>(attn_bwd_scratch(t, d, ph)));
     for (int64_t u = u0; u < u1; ++u) {
       if (u + 1 < u1) {  // the next task's q, k, v, dout and out rows
         const int64_t b = (u + 1) / heads, h = (u + 1) % heads;
@@ -513,18 +520,17 @@ void attn_bwd_t(const Tensor& qkv, const Tensor& out, const Tensor& lse, const T
       const int64_t b = u / heads, h = u % heads;
       const T* q = px + b * t * 3 * c + h * d;
       const T* g = pdo + b * t * c + h * d;
-      const T* gh = pdh + b * t * c + h * d;
       const T* o = po + b * t * c + h * d;
       const T* l = pl + (b * heads + h) * t;
       T* dl = pdelta + (b * heads + h) * t;
       T* dq = pdx + b * t * 3 * c + h * d;
       const uint64_t mask = attention_dropout_index(b, h, 0, 0, heads, t);
       if constexpr (std::is_same_v<T, float>)
-        attn_bwd_task_f32(q, q + c, q + 2 * c, 3 * c, g, gh, o, c, l, dl, t, d, scale, dq, dq + c, dq + 2 * c, drop,
-                          mask, ph, buf.data());
+        attn_bwd_task_f32(q, q + c, q + 2 * c, 3 * c, g, o, c, l, dl, t, d, scale, dq, dq + c, dq + 2 * c, drop, mask,
+                          ph, buf.data());
       else
-        attn_bwd_task<T>(q, q + c, q + 2 * c, 3 * c, g, gh, o, c, l, dl, t, d, scale, dq, dq + c, dq + 2 * c, drop,
-                         mask, ph, buf.data());
+        attn_bwd_task<T>(q, q + c, q + 2 * c, 3 * c, g, o, c, l, dl, t, d, scale, dq, dq + c, dq + 2 * c, drop, mask,
+                         ph, buf.data());
     }
   });
 }
