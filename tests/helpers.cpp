@@ -180,6 +180,25 @@ ExpectWarnings::ExpectWarnings(std::string substring) : m_substring(std::move(su
   g_guards.push_back({this, m_substring});
 }
 
+std::string gpt_layers(int64_t vocab, int64_t dim, int64_t len, int64_t blocks, int64_t heads, int64_t hidden) {
+  std::ostringstream out;
+  out << "layers:\n"
+      << "  - {type: embedding, name: wte, num_embeddings: " << vocab << ", embedding_dim: " << dim << "}\n"
+      << "  - {type: positional_embedding, name: wpe, max_len: " << len << "}\n"
+      << "  - repeat: " << blocks << "\n    name: h\n    layers:\n"
+      << "      - {type: layernorm, name: ln_1}\n"
+      << "      - {type: causal_self_attention, name: attn, heads: " << heads << "}\n"
+      << "      - {type: add, name: res_1, inputs: [input, attn]}\n"
+      << "      - {type: layernorm, name: ln_2}\n"
+      << "      - {type: linear, name: fc, out_features: " << hidden << "}\n"
+      << "      - {type: gelu, approximate: tanh}\n"
+      << "      - {type: linear, name: proj, out_features: " << dim << "}\n"
+      << "      - {type: add, inputs: [res_1, proj]}\n"
+      << "  - {type: layernorm, name: ln_f}\n"
+      << "  - {type: linear, name: lm_head, out_features: " << vocab << ", tied_to: wte, bias: false}\n";
+  return out.str();
+}
+
 ExpectWarnings::~ExpectWarnings() {
   int n = 0;
   {

@@ -3,6 +3,7 @@
 
 #include "ops/bf16_gemm.h"
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -65,6 +66,11 @@ bool wait_for_file(const std::string& path, double seconds);
 
 /// Path of a file in the source tree (configs/…).
 std::string source_path(const std::string& rel);
+
+/// The model section (`layers:` …) of configs/gpt_bytes.yaml's GPT-2 layout at test sizes: a token table of `vocab`
+/// rows and `dim` channels, positions up to `len`, `blocks` pre-norm blocks of `heads`-head attention and a GELU MLP
+/// of `hidden`, and a head tied to the token table.
+std::string gpt_layers(int64_t vocab, int64_t dim, int64_t len, int64_t blocks, int64_t heads, int64_t hidden);
 
 /// Declares warnings a test expects. The suite's main installs a log sink that fails the running test for every
 /// warning or error logged in this process (by any thread) that no live ExpectWarnings matches; within its scope,

@@ -3,6 +3,7 @@
 // accumulates. A layer without a case fails test_gradcheck.cpp; a layer whose CUDA path differs fails here.
 #include "cuda_helpers.h"
 #include "graph/model.h"
+#include "helpers.h"
 #include "layer_cases.h"
 #include "layers/layer.h"
 
@@ -112,24 +113,7 @@ TEST_CASE("every layer's CUDA forward and backward match the CPU in double", "[c
 // initial weights), a prefill and single-token steps, logits against the CPU's.
 TEST_CASE("CUDA key/value-cache decoding of a GPT matches the CPU in double", "[cuda]") {
   require_gpu();
-  const ConfigNode cfg = ConfigNode::load_string(R"(layers:
-  - {type: embedding, name: wte, num_embeddings: 13, embedding_dim: 64}
-  - {type: positional_embedding, name: wpe, max_len: 12}
-  - repeat: 2
-    name: h
-    layers:
-      - {type: layernorm, name: ln_1}
-      - {type: causal_self_attention, name: attn, heads: 2}
-      - {type: add, name: res_1, inputs: [input, attn]}
-      - {type: layernorm, name: ln_2}
-      - {type: linear, name: fc, out_features: 96}
-      - {type: gelu, approximate: tanh}
-      - {type: linear, name: proj, out_features: 64}
-      - {type: add, inputs: [res_1, proj]}
-  - {type: layernorm, name: ln_f}
-  - {type: linear, name: lm_head, out_features: 13, tied_to: wte, bias: false}
-)",
-                                                 "gpt.yaml");
+  const ConfigNode cfg = ConfigNode::load_string(gt::test::gpt_layers(13, 64, 12, 2, 2, 96), "gpt.yaml");
   Model cpu = Model::build(cfg, Shape{12}, DType::f64, Device::cpu(), 3);
   Model gpu = Model::build(cfg, Shape{12}, DType::f64, Device::cuda(0), 3);
   cpu.allocate(1);

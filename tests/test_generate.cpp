@@ -18,31 +18,12 @@ using gt::test::TempDir;
 namespace {
 
 // The canonical GPT layout, tiny: vocabulary v, 8 channels, 2 heads, 2 blocks, sequences of t.
-std::string gpt_layers(int64_t v, int64_t t) {
-  return fmt::format(R"(layers:
-  - {{type: embedding, name: wte, num_embeddings: {0}, embedding_dim: 8}}
-  - {{type: positional_embedding, name: wpe, max_len: {1}}}
-  - repeat: 2
-    name: h
-    layers:
-      - {{type: layernorm, name: ln_1}}
-      - {{type: causal_self_attention, name: attn, heads: 2}}
-      - {{type: add, name: res_1, inputs: [input, attn]}}
-      - {{type: layernorm, name: ln_2}}
-      - {{type: linear, name: fc, out_features: 32}}
-      - {{type: gelu, approximate: tanh}}
-      - {{type: linear, name: proj, out_features: 8}}
-      - {{type: add, inputs: [res_1, proj]}}
-  - {{type: layernorm, name: ln_f}}
-  - {{type: linear, name: lm_head, out_features: {0}, tied_to: wte, bias: false}}
-)",
-                     v, t);
-}
+std::string tiny_gpt(int64_t v, int64_t t) { return gt::test::gpt_layers(v, 8, t, 2, 2, 32); }
 
 // A random GPT: every parameter drawn from U(−0.5, 0.5), the token table from N(0, 1) (so the tied head gives
 // logits of a few units), so that biases and layer norm scales take part too.
 Model random_gpt(int64_t v, int64_t t, DType dtype, uint64_t seed) {
-  const ConfigNode cfg = ConfigNode::load_string(gpt_layers(v, t), "gpt.yaml");
+  const ConfigNode cfg = ConfigNode::load_string(tiny_gpt(v, t), "gpt.yaml");
   Model m = Model::build(cfg, Shape{t}, dtype, Device::cpu(), seed);
   Rng rng(seed, 99);
   for (auto& [name, p] : m.named_params()) {
@@ -249,7 +230,7 @@ TEST_CASE("the sampler: argmax, top-k, temperature and the draw's frequencies", 
 TEST_CASE("gputrain generate prints bytes for a byte model, seeded, and greedy as the model says", "[e2e][generate]") {
   TempDir dir;
   const int64_t t = 16;
-  const std::string cfg = write_config(dir, gpt_layers(256, t), t, 256);
+  const std::string cfg = write_config(dir, tiny_gpt(256, t), t, 256);
   Model m = random_gpt(256, t, DType::f32, 9);
   save_weights(m, dir / "w.safetensors");
   const std::string base = cfg + " --checkpoint " + dir / "w.safetensors" + " --threads 1";
@@ -277,7 +258,7 @@ TEST_CASE("gputrain generate prints bytes for a byte model, seeded, and greedy a
 TEST_CASE("gputrain generate prints token ids for other vocabularies", "[e2e][generate]") {
   TempDir dir;
   const int64_t t = 8, v = 11;
-  const std::string cfg = write_config(dir, gpt_layers(v, t), t, v);
+  const std::string cfg = write_config(dir, tiny_gpt(v, t), t, v);
   Model m = random_gpt(v, t, DType::f32, 5);
   save_weights(m, dir / "w.safetensors");
   const std::string base = cfg + " --checkpoint " + dir / "w.safetensors" + " --threads 1";
@@ -305,7 +286,7 @@ TEST_CASE("gputrain generate prints token ids for other vocabularies", "[e2e][ge
 TEST_CASE("gputrain generate refuses bad options, weights and models with one line", "[e2e][generate]") {
   TempDir dir;
   const int64_t t = 8;
-  const std::string cfg = write_config(dir, gpt_layers(256, t), t, 256);
+  const std::string cfg = write_config(dir, tiny_gpt(256, t), t, 256);
   Model m = random_gpt(256, t, DType::f32, 5);
   save_weights(m, dir / "w.safetensors");
   const std::string base = cfg + " --checkpoint " + dir / "w.safetensors";

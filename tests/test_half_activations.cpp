@@ -250,23 +250,7 @@ namespace {
 
 // A small GPT over token ids [12] (gpt_bytes' layers at toy sizes): embeddings, pre-norm blocks with attention, a
 // GELU MLP and residual adds, and a tied head.
-const char* const kHalfGptLayers = R"(layers:
-  - {type: embedding, name: wte, num_embeddings: 32, embedding_dim: 16}
-  - {type: positional_embedding, name: wpe, max_len: 12}
-  - repeat: 3
-    name: h
-    layers:
-      - {type: layernorm, name: ln_1}
-      - {type: causal_self_attention, name: attn, heads: 2}
-      - {type: add, name: res_1, inputs: [input, attn]}
-      - {type: layernorm, name: ln_2}
-      - {type: linear, name: fc, out_features: 64}
-      - {type: gelu, approximate: tanh}
-      - {type: linear, name: proj, out_features: 16}
-      - {type: add, inputs: [res_1, proj]}
-  - {type: layernorm, name: ln_f}
-  - {type: linear, name: lm_head, tied_to: wte, bias: false, out_features: 32}
-)";
+const std::string kHalfGptLayers = gpt_layers(32, 16, 12, 3, 2, 64);
 
 bool same_grads(const Pass& a, const Pass& b) {
   if (a.grads.size() != b.grads.size()) return false;

@@ -21,6 +21,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -63,8 +64,10 @@ CpuBf16Path bf16_env_path() {
 // out[p·w + l], for the pairs p < ⌈kc/2⌉ and lanes l < count, is the bf16 pair (x(2p, l), x(2p+1, l)) as one 32-bit
 // word, the even k in its low half (what vdpbf16ps multiplies with the same half of the other operand), with
 // x(kk, l) = src[kk·ld + l]: lanes contiguous in memory. An odd kc's last pair holds a zero in its high half. Lanes
-// from count to w are not written.
-GT_BF16_TARGET void bf16_pack_lanes(const float* src, int ld, int kc, int count, int w, uint32_t* out) {
+// from count to w are not written. src is f32 (rounded here, nearest even) or already bf16 (S = uint16_t: an
+// activation kept in 16 bits, ops/half_storage.h, whose elements are taken as they are).
+template <class S>
+GT_BF16_TARGET void bf16_pack_lanes(const S* src, int ld, int kc, int count, int w, uint32_t* out) {
   // The 16-bit element e of the result is half e % 2 of lane e / 2: lo's element e/2, or hi's (element 16 + e/2).
   alignas(64) static constexpr uint16_t kInterleave[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
                                                            21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
@@ -74,11 +77,21 @@ GT_BF16_TARGET void bf16_pack_lanes(const float* src, int ld, int kc, int count,
   for (int l0 = 0; l0 < count; l0 += 16) {
     const __mmask16 mask = count - l0 >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (count - l0)) - 1);
     for (int p = 0; p < pairs; ++p) {
-      const __m512 lo = _mm512_maskz_loadu_ps(mask, src + int64_t{2 * p} * ld + l0);
-      const __m512 hi =
-          2 * p + 1 < kc ? _mm512_maskz_loadu_ps(mask, src + int64_t{2 * p + 1} * ld + l0) : _mm512_setzero_ps();
-      const auto both = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);  // lo's 16 bf16, then hi's
-      _mm512_mask_storeu_epi32(out + int64_t{p} * w + l0, mask, _mm512_permutexvar_epi16(interleave, both));
+      const S* lo_row = src + int64_t{2 * p} * ld + l0;
+      const bool has_hi = 2 * p + 1 < kc;
+      __m512i words;
+      if constexpr (std::is_same_v<S, float>) {
+        const __m512 lo = _mm512_maskz_loadu_ps(mask, lo_row);
+        const __m512 hi = has_hi ? _mm512_maskz_loadu_ps(mask, lo_row + ld) : _mm512_setzero_ps();
+        const auto both = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);  // lo's 16 bf16, then hi's
+        words = _mm512_permutexvar_epi16(interleave, both);
+      } else {
+        const __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, lo_row));
+        const __m512i hi =
+            has_hi ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, lo_row + ld)) : _mm512_setzero_si512();
+        words = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
+      }
+      _mm512_mask_storeu_epi32(out + int64_t{p} * w + l0, mask, words);
     }
   }
 }
@@ -113,76 +126,37 @@ GT_BF16_TARGET inline __attribute__((always_inline)) void bf16_transpose16(__m51
   }
 }
 
-// The same words with x(kk, l) = src[l·ld + kk]: each lane's k contiguous in memory, so the pairs come out of the
-// conversion in order, 16 to a lane's vector, and a transpose of 16 lanes' vectors puts each pair's lanes together.
-GT_BF16_TARGET void bf16_pack_rows(const float* src, int ld, int kc, int count, int w, uint32_t* out) {
-  const int pairs = (kc + 1) / 2;
-  const int group = std::min(16, w);
-  for (int l0 = 0; l0 < count; l0 += group) {
-    const int g = std::min(group, count - l0);
-    const __mmask16 lanes = g >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << g) - 1);
-    for (int k0 = 0; k0 < kc; k0 += 32) {
-      const int left = kc - k0;
-      const __mmask16 m_lo = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
-      const __mmask16 m_hi = left >= 32  ? __mmask16(0xFFFF)
-                             : left > 16 ? __mmask16((1u << (left - 16)) - 1)
-                                         : __mmask16(0);
-      __m512i r[16];
-#pragma GCC unroll 16
-      for (int l = 0; l < 16; ++l) {
-        if (l < g) {
-          const float* row = src + int64_t{l0 + l} * ld + k0;
-          r[l] = (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m_hi, row + 16), _mm512_maskz_loadu_ps(m_lo, row));
-        } else {
-          r[l] = _mm512_setzero_si512();
-        }
-      }
-      bf16_transpose16(r);  // r[q]: the pair k0/2 + q of lanes l0..l0+15
-      const int np = std::min(16, pairs - k0 / 2);
-      for (int q = 0; q < np; ++q) _mm512_mask_storeu_epi32(out + int64_t{k0 / 2 + q} * w + l0, lanes, r[q]);
-    }
-  }
-}
-
-// bf16_pack_lanes' words from an operand already in bf16 (an activation kept in 16 bits, ops/half_storage.h): the
-// pair's two elements widened to 32 bits and the odd k shifted into the high half. No rounding: the values are bf16.
-GT_BF16_TARGET void bf16_pack_lanes(const uint16_t* src, int ld, int kc, int count, int w, uint32_t* out) {
-  const int pairs = (kc + 1) / 2;
-  for (int l0 = 0; l0 < count; l0 += 16) {
-    const __mmask16 mask = count - l0 >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (count - l0)) - 1);
-    for (int p = 0; p < pairs; ++p) {
-      const __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, src + int64_t{2 * p} * ld + l0));
-      const __m512i hi = 2 * p + 1 < kc
-                             ? _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(mask, src + int64_t{2 * p + 1} * ld + l0))
-                             : _mm512_setzero_si512();
-      _mm512_mask_storeu_epi32(out + int64_t{p} * w + l0, mask, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
-    }
-  }
-}
-
-// bf16_pack_rows' words from an operand already in bf16: a lane's pairs are already its consecutive 32-bit words in
-// memory (the even k in the low half, little-endian), so only the transpose remains; an odd kc's last word keeps
-// its low half.
-GT_BF16_TARGET void bf16_pack_rows(const uint16_t* src, int ld, int kc, int count, int w, uint32_t* out) {
+// The same words with x(kk, l) = src[l·ld + kk]: each lane's k contiguous in memory, so a lane's 16 pairs come out
+// of one load (f32: converted, 32 elements; bf16: already its 32-bit words, little-endian, the even k low), and a
+// transpose of 16 lanes' vectors puts each pair's lanes together.
+template <class S>
+GT_BF16_TARGET void bf16_pack_rows(const S* src, int ld, int kc, int count, int w, uint32_t* out) {
   const int pairs = (kc + 1) / 2;
   const int group = std::min(16, w);
   for (int l0 = 0; l0 < count; l0 += group) {
     const int g = std::min(group, count - l0);
     const __mmask16 lanes = g >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << g) - 1);
     for (int p0 = 0; p0 < pairs; p0 += 16) {
-      const int np = std::min(16, pairs - p0);
-      const __mmask32 halves = np >= 16 ? __mmask32(0xFFFFFFFFu) : __mmask32((1u << (2 * np)) - 1);  // 2 per word
-      // The word holding the unpaired last k (odd kc), whose high half is the next element of memory.
-      const __mmask16 last = kc % 2 != 0 && p0 + np == pairs ? __mmask16(1u << (np - 1)) : __mmask16(0);
+      const int k0 = 2 * p0, left = kc - k0, np = std::min(16, pairs - p0);
       __m512i r[16];
 #pragma GCC unroll 16
       for (int l = 0; l < 16; ++l) {
-        if (l < g) {
-          // 32-bit words at 2-byte alignment: a masked unaligned load of their 16-bit halves.
-          r[l] = _mm512_maskz_loadu_epi16(halves, src + int64_t{l0 + l} * ld + 2 * p0);
-          r[l] = _mm512_mask_and_epi32(r[l], last, r[l], _mm512_set1_epi32(0xFFFF));
-        } else {
+        if (l >= g) {
           r[l] = _mm512_setzero_si512();
+          continue;
+        }
+        const S* row = src + int64_t{l0 + l} * ld + k0;
+        if constexpr (std::is_same_v<S, float>) {
+          const __mmask16 m_lo = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
+          const __mmask16 m_hi = left >= 32  ? __mmask16(0xFFFF)
+                                 : left > 16 ? __mmask16((1u << (left - 16)) - 1)
+                                             : __mmask16(0);
+          r[l] = (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m_hi, row + 16), _mm512_maskz_loadu_ps(m_lo, row));
+        } else {
+          // The 16-bit elements k0 .. kc (at most 32; 2-byte aligned, so a masked load of halves, not of words):
+          // an odd kc's last word keeps only its low half.
+          const __mmask32 halves = left >= 32 ? __mmask32(0xFFFFFFFFu) : __mmask32((1u << left) - 1);
+          r[l] = _mm512_maskz_loadu_epi16(halves, row);
         }
       }
       bf16_transpose16(r);  // r[q]: the pair p0 + q of lanes l0..l0+15
