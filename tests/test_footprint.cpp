@@ -187,7 +187,8 @@ optimizer: {type: adam, lr: 0.001}
 
 TEST_CASE("every layer's shape-only sizes are what it allocates", "[cpu]") {
   // Measured: the host bytes a layer's init_params and first forward allocate, against param_numel (value and
-  // gradient), buffer_numel and workspace_numel.
+  // gradient), buffer_numel and workspace (kept in f32). (Scratch, which a layer run alone without a model's
+  // allocates for itself, comes with the first backward or evaluation, not a training forward.)
   const int64_t batch = 5;
   for (const auto& [type, c] : layer_cases()) {
     INFO(c.yaml);
@@ -205,6 +206,8 @@ TEST_CASE("every layer's shape-only sizes are what it allocates", "[cpu]") {
     Rng rng(1, 2);
     layer->init_params(rng, DType::f64, Device::cpu());
     layer->forward(xp, y, {true, false});
+    CHECK(layer->workspace(batch, false).wide == layer->workspace_numel(batch));
+    CHECK(layer->workspace(batch, false).half == 0);
     const int64_t expected = 2 * layer->param_numel() + layer->buffer_numel() + layer->workspace_numel(batch);
     CHECK(host_storage_bytes() - before == static_cast<size_t>(expected) * 8);
   }
@@ -278,6 +281,52 @@ optimizer: {type: sgd, lr: 0.1, momentum: 0.9}
       CHECK(f.optimizer_bytes > 0);
       check_totals_are_row_sums(f);
     }
+}
+
+TEST_CASE("a model with attention allocates what its footprint says, its q, k, v and output in 16 bits under bf16/fp16",
+          "[cpu]") {
+  // Three pre-norm attention blocks over sequences [12, 16]: each attention layer keeps its log-sum-exp and its q, k,
+  // v and output (4 · 16 per position), in f32 or in 16 bits; one scratch, the size of one layer's, serves all three.
+  const char* yaml = R"(name: attention
+device: cpu
+data: {format: synthetic, samples: 16, input_shape: [12, 16], targets: {classes: 4}, batch_size: 6}
+model:
+  layers:
+    - {type: linear, out_features: 16}
+    - repeat: 3
+      name: h
+      layers:
+        - {type: layernorm, name: ln}
+        - {type: causal_self_attention, name: attn, heads: 2}
+        - {type: add, inputs: [input, attn]}
+    - flatten
+    - {type: linear, out_features: 4}
+optimizer: {type: sgd, lr: 0.1}
+)";
+  const int64_t saved = 3 * 6 * 12 * 4 * 16;  // the three layers' q, k, v and outputs
+  const int64_t scratch = 6 * 12 * (8 * 16 + 2);
+  size_t fp32_bytes = 0;
+  for (const std::string precision : {"fp32", "bf16", "fp16"}) {
+    INFO(precision);
+    const Planned p = plan(yaml, {"train.precision=" + precision});
+    const Footprint& f = p.f;
+    Tensor x = Tensor::zeros(p.data.train.input_shape().batched(f.batch), DType::f32);
+    const size_t start = host_storage_bytes();
+    Model model = Model::build(p.exp.root["model"], p.data.train.input_shape(), DType::f32, Device::cpu(), 1);
+    apply_recompute(p.exp, model);
+    model.allocate(f.batch);
+    CHECK(model.layer_scratch_numel(f.batch) == scratch);
+    model.forward(x, {true, false});
+    CHECK(host_storage_bytes() - start == f.param_bytes + f.grad_bytes + f.buffer_bytes + f.activation_bytes);
+    check_totals_are_row_sums(f);
+    if (precision == "fp32") {
+      fp32_bytes = f.activation_bytes;
+    } else {
+      REQUIRE(f.activation_storage);
+      // The attention layers' copies save 2 of their 4 bytes, besides what the outputs' copies save.
+      CHECK(fp32_bytes - f.activation_bytes >= static_cast<size_t>(saved) * 2);
+    }
+  }
 }
 
 TEST_CASE("with train.recompute: blocks a built model allocates what its footprint says, and less", "[cpu]") {

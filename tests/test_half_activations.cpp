@@ -138,6 +138,10 @@ struct Format {
   Precision products;
   const char* name;
 };
+// A small GPT over token ids [12] (gpt_bytes' layers at toy sizes): embeddings, pre-norm blocks with attention, a
+// GELU MLP and residual adds, and a tied head.
+const std::string kHalfGptLayers = gpt_layers(32, 16, 12, 3, 2, 64);
+
 const Format kFormats[] = {{HalfFormat::bf16, Precision::bf16, "bf16"}, {HalfFormat::fp16, Precision::fp16, "fp16"}};
 
 }  // namespace
@@ -178,12 +182,18 @@ TEST_CASE("half activations: gradients from 16-bit saved tensors are within a st
   struct Net {
     std::string layers;
     Shape input, output;
+    bool tokens;
   };
-  const Net nets[] = {{mlp_layers(3), Shape{8, 16}, Shape{4}}, {kHalfConvLayers, Shape{2, 6, 6}, Shape{5}}};
+  // The GPT's attention layers keep their q, k, v and output in 16 bits too.
+  const Net nets[] = {{mlp_layers(3), Shape{8, 16}, Shape{4}, false},
+                      {kHalfConvLayers, Shape{2, 6, 6}, Shape{5}, false},
+                      {kHalfGptLayers, Shape{12}, Shape{12, 32}, true}};
   for (const Net& net : nets) {
     INFO(net.layers);
     const int64_t batch = 3;
-    const Tensor x = filled(net.input.batched(batch), 3, 1.0f);
+    Tensor x = filled(net.input.batched(batch), 3, 1.0f);
+    if (net.tokens)  // token ids in [0, 32)
+      for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>((i * 5 + 1) % 32);
     const Tensor dy = filled(net.output.batched(batch), 4, 0.1f);
     const Pass fp32 = run(net.layers, net.input, x, dy, std::nullopt, Precision::fp32);
     for (const Format& f : kFormats) {
@@ -247,10 +257,6 @@ TEST_CASE(
 }
 
 namespace {
-
-// A small GPT over token ids [12] (gpt_bytes' layers at toy sizes): embeddings, pre-norm blocks with attention, a
-// GELU MLP and residual adds, and a tied head.
-const std::string kHalfGptLayers = gpt_layers(32, 16, 12, 3, 2, 64);
 
 bool same_grads(const Pass& a, const Pass& b) {
   if (a.grads.size() != b.grads.size()) return false;

@@ -100,7 +100,7 @@ std::string bytes_of(const Tensor& t) { return std::string(static_cast<const cha
 
 struct Trained {
   size_t activation_bytes = 0;      // what allocate allocated
-  int64_t planned = 0;              // buffer_plan's elements
+  int64_t planned = 0;              // buffer_plan's elements and the layers' shared scratch
   std::vector<std::string> states;  // every gradient, parameter and buffer after the steps, as bytes
   std::vector<int> ready;           // grad-ready hook calls per node
 };
@@ -114,6 +114,7 @@ Trained run(const char* layers, const Shape& input, const Tensor& x, Recompute m
   m.set_profiler(profiler);
   Trained t;
   for (const Model::NodeBuffers& b : m.buffer_plan(x.dim(0))) t.planned += b.output + b.gradient + b.scratch;
+  t.planned += m.layer_scratch_numel(x.dim(0));
   const size_t before = host_storage_bytes();
   m.allocate(x.dim(0));
   t.activation_bytes = host_storage_bytes() - before;

@@ -777,6 +777,12 @@ void Model::allocate(int64_t max_batch) {
   m_slot_buf.assign(m_slot_numel.size(), Tensor());
   m_resident = -1;
   m_half_plan = half_plan();
+  m_layer_storage = activation_storage();
+  m_layer_scratch = Tensor();
+  if (const int64_t scratch = layer_scratch_numel(max_batch); scratch > 0) {
+    const AllocLabel label(fmt::format("the layers' shared scratch (batch {})", max_batch));
+    m_layer_scratch = Tensor::empty(Shape{scratch}, m_dtype, m_device);
+  }
   m_pool_buf.assign(m_half_plan.pool_numel.size(), Tensor());
   m_pool_holds.assign(m_half_plan.pool_numel.size(), -1);
   m_half_buf.assign(count, nullptr);
@@ -813,9 +819,22 @@ void Model::set_sync(ops::SumOverRanks sum_over_ranks) {
   m_sync = std::move(sum_over_ranks);
 }
 
+int64_t Model::layer_scratch_numel(int64_t batch) const {
+  int64_t most = 0;
+  for (const GraphNode& n : m_nodes)
+    if (!n.layer->is_view()) most = std::max(most, n.layer->scratch_numel(batch));
+  return most;
+}
+
+void Model::set_layer_context(LayerContext& ctx) {
+  ctx.sum_over_ranks = m_sync ? &m_sync : nullptr;
+  ctx.scratch = m_layer_scratch.defined() ? &m_layer_scratch : nullptr;
+  ctx.half_storage = ctx.training && !ctx.decode ? m_layer_storage : std::nullopt;
+}
+
 const Tensor& Model::forward(const Tensor& x, const LayerContext& context) {
   LayerContext ctx = context;
-  ctx.sum_over_ranks = m_sync ? &m_sync : nullptr;
+  set_layer_context(ctx);
   const int64_t batch = x.dim(0);
   GT_CHECK(batch <= m_max_batch, "batch {} exceeds the allocated {}", batch, m_max_batch);
   GT_CHECK(x.shape().sample() == m_input_shape, "model input {} for per-sample shape {}", x.shape().str(),
@@ -960,7 +979,7 @@ const Tensor& Model::forward_decode(const Tensor& x, int64_t position) {
 
 void Model::backward(const Tensor& dout, const LayerContext& context) {
   LayerContext ctx = context;
-  ctx.sum_over_ranks = m_sync ? &m_sync : nullptr;
+  set_layer_context(ctx);
   const size_t last = m_nodes.size() - 1;
   const int64_t batch = dout.dim(0);
   GT_CHECK(batch == m_out[last].dim(0) && dout.numel() == m_out[last].numel(), "dout {} for output {}",

@@ -105,6 +105,9 @@ class Model {
   /// an input in 16 bits, ignoring what layers say they read (Layer::backward_reads_input and the rest); the
   /// gradients must come out the same bit for bit either way.
   void set_widen_everything(bool on) { m_widen_everything = on; }
+  /// Elements of the scratch the layers share (LayerContext::scratch) for batches of up to `batch`: the largest
+  /// Layer::scratch_numel.
+  int64_t layer_scratch_numel(int64_t batch) const;
   /// Elements widened from 16 bits for backward passes since allocate (tests, benchmarks).
   int64_t widened_elements() const { return m_widened; }
   /// Runs the forward pass over x (B, input shape) with B ≤ max_batch; returns the output (B, output shape).
@@ -170,6 +173,8 @@ class Model {
   /// Widens the half outputs node i's backward reads (its own, the sources of its inputs) into their working buffers,
   /// and sets m_half_inputs for the inputs its layer takes in 16 bits instead.
   void widen_for_backward(size_t i);
+  /// What forward and backward add to the caller's context: the rank sum, the layers' scratch, their half storage.
+  void set_layer_context(LayerContext& ctx);
   /// How many (consumer, input) pairs write the gradient buffer of each node in the backward pass.
   std::vector<int> grad_writers() const;
   /// train.recompute: runs the forward pass of segment `s`'s recomputed nodes again, into their shared buffers.
@@ -211,6 +216,10 @@ class Model {
   /// The 16-bit inputs of the node whose backward runs (LayerContext::half_inputs), and set_widen_everything.
   std::vector<ops::HalfMatrix> m_half_inputs;
   bool m_widen_everything = false;
+  /// LayerContext::scratch (the largest Layer::scratch_numel at max_batch; undefined when no layer needs one) and
+  /// LayerContext::half_storage for training passes (activation_storage(), fixed at allocate).
+  Tensor m_layer_scratch;
+  std::optional<HalfFormat> m_layer_storage;
   int64_t m_widened = 0;
 };
 

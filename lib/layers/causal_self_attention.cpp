@@ -53,20 +53,36 @@ class CausalSelfAttention final : public Layer {
       return;
     }
     const int64_t b = x[0]->dim(0);
-    grow(b);
-    Tensor qkv = m_qkv.narrow0(b), att = m_att.narrow0(b), lse = m_lse.narrow0(b);
+    grow(b, ctx);
+    // q, k, v and the attention output in f32: the layer's own when training keeps them so, else the scratch (an
+    // evaluation keeps nothing; 16-bit storage keeps copies, made below).
+    const bool keep_wide = ctx.training && !ctx.half_storage;
+    Tensor qkv = keep_wide ? m_qkv.narrow0(b) : part(ctx, b, 0, 3 * m_dim);
+    Tensor att = keep_wide ? m_att.narrow0(b) : part(ctx, b, 3 * m_dim, m_dim);
+    Tensor lse = m_lse.narrow0(b);
     Tensor qkv2 = rows(qkv, 3 * m_dim), att2 = rows(att, m_dim), y2 = rows(y, m_dim);
     ops::linear_forward(rows(*x[0], m_dim), m_qkv_w.value, m_bias ? m_qkv_b.value : Tensor(), qkv2);
     ops::attention_forward(qkv, m_heads, dropout_of(ctx), att, lse);
     ops::linear_forward(att2, m_proj_w.value, m_bias ? m_proj_b.value : Tensor(), y2);
+    if (ctx.training && ctx.half_storage) {
+      ops::pack_activation(m_half_format, qkv, m_qkv16->ptr);
+      ops::pack_activation(m_half_format, att, m_att16->ptr);
+    }
   }
 
   void backward(const std::vector<const Tensor*>& x, const Tensor&, const Tensor& dy, const std::vector<Tensor*>& dx,
                 const LayerContext& ctx) override {
     const int64_t b = x[0]->dim(0);
     const double beta = ctx.accumulate_grads ? 1.0 : 0.0;
-    const Tensor qkv = m_qkv.narrow0(b), att = m_att.narrow0(b), lse = m_lse.narrow0(b);
-    Tensor datt = m_datt.narrow0(b), delta = m_delta.narrow0(b), dqkv = m_dqkv.narrow0(b);
+    Tensor qkv = m_qkv16 ? part(ctx, b, 0, 3 * m_dim) : m_qkv.narrow0(b);
+    Tensor att = m_qkv16 ? part(ctx, b, 3 * m_dim, m_dim) : m_att.narrow0(b);
+    if (m_qkv16) {  // the forward kept them in 16 bits: widened into the scratch
+      ops::unpack_activation(m_half_format, m_qkv16->ptr, qkv);
+      ops::unpack_activation(m_half_format, m_att16->ptr, att);
+    }
+    const Tensor lse = m_lse.narrow0(b);
+    Tensor dqkv = part(ctx, b, 4 * m_dim, 3 * m_dim), datt = part(ctx, b, 7 * m_dim, m_dim);
+    Tensor delta = scratch(ctx).slice0(b * m_len * 8 * m_dim, b * m_len * m_heads).view(Shape{b, m_heads, m_len});
     const Tensor dy2 = rows(dy, m_dim), att2 = rows(att, m_dim), x2 = rows(*x[0], m_dim);
     Tensor datt2 = rows(datt, m_dim), dqkv2 = rows(dqkv, 3 * m_dim);
     ops::matmul(dy2, true, att2, false, m_proj_w.grad, beta);  // dW_proj = dyᵀ·att
@@ -107,9 +123,18 @@ class CausalSelfAttention final : public Layer {
   }
   int64_t param_numel() const override { return mul_sizes(4 * m_dim, m_dim) + (m_bias ? 4 * m_dim : 0); }
   int64_t product_weight_numel() const override { return mul_sizes(4 * m_dim, m_dim); }  // qkv and proj
-  // qkv and dqkv (3C per token), att and datt (C per token), lse and delta (one per head and token).
-  int64_t workspace_numel(int64_t batch) const override {
-    return mul_sizes(mul_sizes(batch, m_len), 8 * m_dim + 2 * m_heads);
+  // Kept from forward to backward: lse (one per head and token), and q, k, v and the output (4C per token) in f32, or
+  // in 16 bits under half storage.
+  int64_t workspace_numel(int64_t batch) const override { return workspace(batch, false).wide; }
+  Workspace workspace(int64_t batch, bool half) const override {
+    const int64_t lse = mul_sizes(mul_sizes(batch, m_len), m_heads),
+                  saved = mul_sizes(mul_sizes(batch, m_len), 4 * m_dim);
+    return half ? Workspace{lse, saved} : Workspace{checked_add(lse, saved).value_or(-1), 0};
+  }
+  // Within a call: q, k, v and the output in f32 (an evaluation's, or widened from 16 bits), their gradients (4C per
+  // token) and delta (one per head and token).
+  int64_t scratch_numel(int64_t batch) const override {
+    return mul_sizes(mul_sizes(batch, m_len), 8 * m_dim + m_heads);
   }
 
  private:
@@ -142,15 +167,41 @@ class CausalSelfAttention final : public Layer {
     ops::linear_forward(att2, m_proj_w.value, m_bias ? m_proj_b.value : Tensor(), y2);
   }
 
-  // The saved activations and backward scratch, grown once to the largest batch.
-  void grow(int64_t b) {
-    if (m_qkv.defined() && m_qkv.dim(0) >= b) return;
-    m_qkv = Tensor::empty(Shape{b, m_len, 3 * m_dim}, m_dtype, m_device);
-    m_dqkv = Tensor::empty(Shape{b, m_len, 3 * m_dim}, m_dtype, m_device);
-    m_att = Tensor::empty(Shape{b, m_len, m_dim}, m_dtype, m_device);
-    m_datt = Tensor::empty(Shape{b, m_len, m_dim}, m_dtype, m_device);
-    m_lse = Tensor::empty(Shape{b, m_heads, m_len}, m_dtype, m_device);
-    m_delta = Tensor::empty(Shape{b, m_heads, m_len}, m_dtype, m_device);
+  // What forward keeps for backward, grown once to the largest batch (and kept in the form the first training pass
+  // asks for: a model's storage does not change once it is allocated).
+  void grow(int64_t b, const LayerContext& ctx) {
+    if (!m_lse.defined() || m_lse.dim(0) < b) {
+      m_lse = Tensor::empty(Shape{b, m_heads, m_len}, m_dtype, m_device);
+      m_qkv = m_att = Tensor();
+      m_qkv16 = m_att16 = nullptr;
+    }
+    if (!ctx.training) return;
+    const int64_t rows = m_lse.dim(0) * m_len;
+    if (ctx.half_storage && !m_qkv16) {
+      m_half_format = *ctx.half_storage;
+      m_qkv16 = allocate_storage(static_cast<size_t>(mul_sizes(rows, 3 * m_dim)) * sizeof(uint16_t), m_device);
+      m_att16 = allocate_storage(static_cast<size_t>(mul_sizes(rows, m_dim)) * sizeof(uint16_t), m_device);
+    } else if (!ctx.half_storage && !m_qkv.defined()) {
+      m_qkv = Tensor::empty(Shape{m_lse.dim(0), m_len, 3 * m_dim}, m_dtype, m_device);
+      m_att = Tensor::empty(Shape{m_lse.dim(0), m_len, m_dim}, m_dtype, m_device);
+    }
+  }
+
+  // The call's scratch: the model's, or (a layer run alone) one of its own, grown to the largest batch.
+  Tensor& scratch(const LayerContext& ctx) {
+    if (ctx.scratch) return *ctx.scratch;
+    const int64_t b = m_lse.dim(0);
+    if (!m_own_scratch.defined() || m_own_scratch.numel() < scratch_numel(b))
+      m_own_scratch = Tensor::empty(Shape{scratch_numel(b)}, m_dtype, m_device);
+    return m_own_scratch;
+  }
+  // Columns [first, first + width) of the scratch's first 8C per token, as [b, T, width] rows of a [b·T, 8C] block:
+  // the parts are q, k, v (0, 3C), the output (3C, C), their gradients (4C, 3C) and (7C, C).
+  Tensor part(const LayerContext& ctx, int64_t b, int64_t first, int64_t width) {
+    const int64_t n = b * m_len;
+    // Each part is a contiguous block of its own (n rows of `width`), at offset n · first: the blocks of one call do
+    // not overlap, and each is a plain [b, T, width] tensor.
+    return scratch(ctx).slice0(n * first, n * width).view(Shape{b, m_len, width});
   }
 
   int64_t m_heads = 1, m_len = 0, m_dim = 0;
@@ -160,7 +211,10 @@ class CausalSelfAttention final : public Layer {
   DType m_dtype = DType::f32;
   Device m_device;
   Param m_qkv_w, m_qkv_b, m_proj_w, m_proj_b;
-  Tensor m_qkv, m_dqkv, m_att, m_datt, m_lse, m_delta;
+  Tensor m_qkv, m_att, m_lse;                   // kept: q, k, v and the output in f32 (without 16-bit storage)
+  std::shared_ptr<Storage> m_qkv16, m_att16;    // kept: the same in 16 bits (LayerContext::half_storage)
+  HalfFormat m_half_format = HalfFormat::bf16;  // theirs
+  Tensor m_own_scratch;                         // LayerContext::scratch when there is no model
   Tensor m_cache, m_cache_att;  // decoding: q, k, v of positions [0, m_cached) of one sequence; the new rows' output
   int64_t m_cached = 0;
 };

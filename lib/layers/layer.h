@@ -2,6 +2,7 @@
 #pragma once
 
 #include "config/config.h"
+#include "core/half.h"
 #include "core/rng.h"
 #include "core/tensor.h"
 #include "ops/batchnorm.h"
@@ -10,6 +11,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +46,13 @@ struct LayerContext {
   /// format, and x[k] holds other numbers, which the layer must not read (it gives the copy's rows and columns, as it
   /// views x[k]). Null, or a null data, where x[k] holds the input.
   const std::vector<ops::HalfMatrix>* half_inputs = nullptr;
+  /// The model's scratch, shared by its layers for what they need only within one call (Layer::scratch_numel): at
+  /// least that many elements of the model's dtype on its device, its contents undefined at the start of each call.
+  /// Null outside a model (a layer run alone then allocates its own).
+  Tensor* scratch = nullptr;
+  /// Model::set_activation_storage, in training's forward and backward passes: the 16-bit format the layer may keep
+  /// what it saves for backward in (Layer::workspace); nullopt: keep it in the model's dtype.
+  std::optional<HalfFormat> half_storage = std::nullopt;
   /// (*half_inputs)[k] when it is given, else null.
   const ops::HalfMatrix* half_input(size_t k) const {
     if (!half_inputs || k >= half_inputs->size() || !(*half_inputs)[k].data) return nullptr;
@@ -116,6 +125,15 @@ class Layer {
   /// Elements of the tensors the layer holds for backward besides its output, for batches of up to `batch`
   /// (the normalisations' mean and inverse standard deviation).
   virtual int64_t workspace_numel(int64_t /*batch*/) const { return 0; }
+  /// What the layer keeps between forward and backward besides its output, for batches of up to `batch`, when
+  /// LayerContext::half_storage is set (`half`) or not: elements in the model's dtype and in 16 bits.
+  struct Workspace {
+    int64_t wide = 0, half = 0;
+  };
+  virtual Workspace workspace(int64_t batch, bool /*half*/) const { return {workspace_numel(batch), 0}; }
+  /// Elements of the model's dtype the layer needs only within one forward or backward call, for batches of up to
+  /// `batch` (attention's f32 q, k, v and their gradients): LayerContext::scratch, one buffer for every layer.
+  virtual int64_t scratch_numel(int64_t /*batch*/) const { return 0; }
   /// Whether training draws from LayerContext::step (dropout's masks): a value the host passes each step, which a
   /// captured CUDA graph would freeze at its capture's (train.cuda_graphs refuses such a layer).
   virtual bool keyed_by_step() const { return false; }

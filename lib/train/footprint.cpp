@@ -56,6 +56,9 @@ Footprint training_footprint(const Experiment& exp, const Model& model, const Da
   f.input = model.input_shape().batched(f.batch);
   const std::vector<Model::NodeBuffers> plan = model.buffer_plan(f.batch);
   const auto& nodes = model.nodes();
+  // The layers' shared scratch (LayerContext::scratch), in the row of the first layer that needs all of it.
+  const int64_t scratch = model.layer_scratch_numel(f.batch);
+  bool scratch_counted = false;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const GraphNode& n = nodes[i];
     LayerFootprint r;
@@ -69,9 +72,14 @@ Footprint training_footprint(const Experiment& exp, const Model& model, const Da
     r.backward_flops = runs_backward ? r.forward_flops * (n.param_count > 0 ? 2 : 1) : 0;
     r.param_bytes = bytes_of(n.param_count, f.dtype);
     r.buffer_bytes = bytes_of(n.layer->buffer_numel(), f.dtype);
+    const Layer::Workspace kept = n.layer->workspace(f.batch, f.activation_storage.has_value());
+    const bool holds_scratch =
+        !scratch_counted && scratch > 0 && !n.layer->is_view() && n.layer->scratch_numel(f.batch) == scratch;
+    scratch_counted = scratch_counted || holds_scratch;
     r.activation_bytes =
-        bytes_of(plan[i].output + plan[i].gradient + plan[i].scratch + n.layer->workspace_numel(f.batch), f.dtype) +
-        static_cast<size_t>(plan[i].half) * sizeof(uint16_t);
+        bytes_of(plan[i].output + plan[i].gradient + plan[i].scratch + kept.wide + (holds_scratch ? scratch : 0),
+                 f.dtype) +
+        static_cast<size_t>(plan[i].half + kept.half) * sizeof(uint16_t);
     f.params += r.params;
     f.forward_flops += r.forward_flops;
     f.backward_flops += r.backward_flops;
