@@ -777,7 +777,9 @@ void Model::allocate(int64_t max_batch) {
   m_slot_buf.assign(m_slot_numel.size(), Tensor());
   m_resident = -1;
   m_half_plan = half_plan();
-  m_layer_storage = activation_storage();
+  // activation_storage(), from the plan just made.
+  const bool any_half = std::any_of(m_half_plan.pool.begin(), m_half_plan.pool.end(), [](int b) { return b >= 0; });
+  m_layer_storage = any_half ? m_half : std::nullopt;
   m_layer_scratch = Tensor();
   if (const int64_t scratch = layer_scratch_numel(max_batch); scratch > 0) {
     const AllocLabel label(fmt::format("the layers' shared scratch (batch {})", max_batch));
@@ -918,7 +920,7 @@ void Model::widen_for_backward(size_t i) {
     while (r >= 0 && m_nodes[static_cast<size_t>(r)].layer->is_view()) r = m_nodes[static_cast<size_t>(r)].inputs[0];
     if (r < 0 || (!all && !layer.backward_reads_input(k))) continue;
     const auto src = static_cast<size_t>(r);
-    // The layer's weight gradient reads the 16-bit copy itself (its rows and columns are the layer's to give).
+    // The layer reads the 16-bit copy itself (LayerContext::half_input; its rows and columns are the layer's to give).
     if (!all && m_half_plan.pool[src] >= 0 && m_device.is_cpu() && layer.backward_takes_half_input(k)) {
       m_half_inputs[k].data = m_half_buf[src]->ptr;
       m_half_inputs[k].format = *m_half;

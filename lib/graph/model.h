@@ -94,10 +94,12 @@ class Model {
   /// The forward pass computes and reads every output in f32 (in a few working buffers shared by outputs whose
   /// forward lives do not overlap), so only the backward sees rounded values. Stay f32: the last output (the loss
   /// reads it), the outputs a recomputed node reads (train.recompute runs the segment again from them and must get
-  /// the same numbers), those a layer needs exactly (Layer::reads_exact_inputs) and what layers keep themselves
-  /// (normalisation statistics, attention's q, k, v and log-sum-exp), and the largest outputs where the working
-  /// buffers would cost more than their 16-bit copies save (a shallow net: see half_plan). nullopt (the default):
-  /// every output in f32.
+  /// the same numbers), those a layer needs exactly (Layer::reads_exact_inputs), the statistics layers keep
+  /// themselves (normalisation's mean and 1/σ, attention's log-sum-exp: attention keeps its q, k, v and output in 16
+  /// bits itself, told by LayerContext::half_storage), and the largest outputs where the working buffers would cost
+  /// more than their 16-bit copies save (a shallow net: see half_plan). Only what a backward reads is widened
+  /// (Layer::backward_reads_input/output), and on the CPU a layer that takes an input in 16 bits gets it as it is
+  /// (Layer::backward_takes_half_input). nullopt (the default): every output in f32.
   void set_activation_storage(std::optional<HalfFormat> format);
   /// The format some outputs are kept in for backward; nullopt when all stay f32 (none set, or none pays).
   std::optional<HalfFormat> activation_storage() const;

@@ -195,12 +195,11 @@ class CausalSelfAttention final : public Layer {
       m_own_scratch = Tensor::empty(Shape{scratch_numel(b)}, m_dtype, m_device);
     return m_own_scratch;
   }
-  // Columns [first, first + width) of the scratch's first 8C per token, as [b, T, width] rows of a [b·T, 8C] block:
-  // the parts are q, k, v (0, 3C), the output (3C, C), their gradients (4C, 3C) and (7C, C).
+  // A part of the scratch's 8C + heads elements per position, as a contiguous [b, T, width] block at n · first
+  // (n = b·T positions): q, k, v at 0 (3C wide), the output at 3C (C), their gradients at 4C and 7C, and delta after
+  // 8C · n. The parts of one call do not overlap.
   Tensor part(const LayerContext& ctx, int64_t b, int64_t first, int64_t width) {
     const int64_t n = b * m_len;
-    // Each part is a contiguous block of its own (n rows of `width`), at offset n · first: the blocks of one call do
-    // not overlap, and each is a plain [b, T, width] tensor.
     return scratch(ctx).slice0(n * first, n * width).view(Shape{b, m_len, width});
   }
 
