@@ -142,6 +142,26 @@ struct Format {
 // GELU MLP and residual adds, and a tied head.
 const std::string kHalfGptLayers = gpt_layers(32, 16, 12, 3, 2, 64);
 
+// The nets the half-storage tests train one step of: the residual MLP, the conv net and the GPT (whose attention
+// layers keep their q, k, v and output in 16 bits too), with their per-sample input and output shapes.
+struct HalfNet {
+  std::string layers;
+  Shape input, output;
+  bool tokens;  // the input is token ids
+};
+const HalfNet kHalfNets[] = {{mlp_layers(3), Shape{8, 16}, Shape{4}, false},
+                             {kHalfConvLayers, Shape{2, 6, 6}, Shape{5}, false},
+                             {kHalfGptLayers, Shape{12}, Shape{12, 32}, true}};
+
+// A batch of `net`'s input: normal values, or token ids in [0, 32) for the GPT.
+Tensor half_net_input(const HalfNet& net, int64_t batch, uint64_t seed) {
+  Tensor x = filled(net.input.batched(batch), seed, 1.0f);
+  if (net.tokens)
+    for (int64_t i = 0; i < x.numel(); ++i)
+      x.data<float>()[i] = static_cast<float>((i * 5 + static_cast<int64_t>(seed)) % 32);
+  return x;
+}
+
 const Format kFormats[] = {{HalfFormat::bf16, Precision::bf16, "bf16"}, {HalfFormat::fp16, Precision::fp16, "fp16"}};
 
 }  // namespace
@@ -179,21 +199,10 @@ TEST_CASE("half activations: a bf16 step keeps the outputs for backward in 2 byt
 
 TEST_CASE("half activations: gradients from 16-bit saved tensors are within a stated tolerance of fp32's, and differ",
           "[cpu]") {
-  struct Net {
-    std::string layers;
-    Shape input, output;
-    bool tokens;
-  };
-  // The GPT's attention layers keep their q, k, v and output in 16 bits too.
-  const Net nets[] = {{mlp_layers(3), Shape{8, 16}, Shape{4}, false},
-                      {kHalfConvLayers, Shape{2, 6, 6}, Shape{5}, false},
-                      {kHalfGptLayers, Shape{12}, Shape{12, 32}, true}};
-  for (const Net& net : nets) {
+  for (const HalfNet& net : kHalfNets) {
     INFO(net.layers);
     const int64_t batch = 3;
-    Tensor x = filled(net.input.batched(batch), 3, 1.0f);
-    if (net.tokens)  // token ids in [0, 32)
-      for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>((i * 5 + 1) % 32);
+    const Tensor x = half_net_input(net, batch, 3);
     const Tensor dy = filled(net.output.batched(batch), 4, 0.1f);
     const Pass fp32 = run(net.layers, net.input, x, dy, std::nullopt, Precision::fp32);
     for (const Format& f : kFormats) {
@@ -274,20 +283,10 @@ TEST_CASE(
     "half activations: widening only what each backward reads, and handing dense layers their 16-bit inputs, gives "
     "the gradients of widening everything, bit for bit",
     "[cpu]") {
-  struct Net {
-    std::string layers;
-    Shape input, output;
-    bool tokens;
-  };
-  const Net nets[] = {{mlp_layers(3), Shape{8, 16}, Shape{4}, false},
-                      {kHalfConvLayers, Shape{2, 6, 6}, Shape{5}, false},
-                      {kHalfGptLayers, Shape{12}, Shape{12, 32}, true}};
-  for (const Net& net : nets) {
+  for (const HalfNet& net : kHalfNets) {
     INFO(net.layers);
     const int64_t batch = 3;
-    Tensor x = filled(net.input.batched(batch), 7, 1.0f);
-    if (net.tokens)  // token ids in [0, 32)
-      for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>((i * 7 + 3) % 32);
+    const Tensor x = half_net_input(net, batch, 7);
     const Tensor dy = filled(net.output.batched(batch), 8, 0.1f);
     struct Path {
       HalfFormat storage;
