@@ -1,11 +1,14 @@
-// GFLOP/s of one thread's f32 SGEMM (OpenBLAS) against the CPU's two bf16 paths (ops/bf16_gemm.h) at the products of
-// a training step: the native AVX-512 BF16 GEMM (where the CPU has it) and the conversion path (both operands rounded
-// to bf16 in f32, then SGEMM; a weight's rounding is paid once per step in training, here on every call, so this is
-// that path's worst case). Timed in process CPU time, the best of 5 rounds of at least 0.2 s each, so a machine
-// shared with other jobs moves it less than wall time would. Usage: bench_bf16_gemm_rate
+// GFLOP/s of one thread's f32 products on each path (ops/sgemm.h: OpenBLAS's SGEMM with the core it picked, our
+// AVX-512 and AVX2+FMA kernels where the CPU runs them) against the CPU's two bf16 paths (ops/bf16_gemm.h) at the
+// products of a training step: the native AVX-512 BF16 GEMM (where the CPU has it) and the conversion path (both
+// operands rounded to bf16 in f32, then the default f32 path; a weight's rounding is paid once per step in training,
+// here on every call, so this is that path's worst case). Ratios are against the best f32 path. Timed in process CPU
+// time, the best of 5 rounds of at least 0.2 s each, so a machine shared with other jobs moves it less than wall time
+// would. Usage: bench_bf16_gemm_rate
 #include "core/half.h"
 #include "ops/bf16_gemm.h"
 #include "ops/cpu/blas.h"
+#include "ops/sgemm.h"
 
 #include <cblas.h>
 
@@ -59,7 +62,13 @@ int main() {
   const bool native = gt::cpu::cpu_has_native_bf16();
   std::printf("one thread, process CPU time, best of 5; native bf16 %s\n",
               native ? "available" : "not available (this CPU has no avx512_bf16)");
-  std::printf("%-40s %10s %10s %10s %8s\n", "GFLOP/s", "SGEMM", "bf16 conv", "bf16 nat", "nat/SG");
+  using gt::cpu::CpuSgemmPath;
+  const CpuSgemmPath paths[] = {CpuSgemmPath::openblas, CpuSgemmPath::avx512, CpuSgemmPath::avx2};
+  std::printf("f32 paths: OpenBLAS (core %s), ours (%s%s)\n", openblas_get_corename(),
+              gt::cpu::cpu_sgemm_supported(CpuSgemmPath::avx512) ? "AVX-512, " : "",
+              gt::cpu::cpu_sgemm_supported(CpuSgemmPath::avx2) ? "AVX2+FMA" : "none");
+  std::printf("%-40s %9s %9s %9s %9s %9s %8s\n", "GFLOP/s", "OpenBLAS", "AVX-512", "AVX2", "bf16 conv", "bf16 nat",
+              "nat/f32");
   uint32_t seed = 1;
   for (const Shape& s : shapes) {
     const int lda = s.ta ? s.m : s.k, ldb = s.tb ? s.k : s.n;
@@ -68,9 +77,16 @@ int main() {
     for (float& x : a) x = static_cast<float>((seed = seed * 1664525u + 1013904223u) >> 8) * 0x1p-24f - 0.5f;
     for (float& x : b) x = static_cast<float>((seed = seed * 1664525u + 1013904223u) >> 8) * 0x1p-24f - 0.5f;
     const double flops = 2.0 * s.m * s.n * s.k;
-    const double sgemm = gflops(flops, [&] {
-      gt::cpu::gemm_raw<float>(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), s.n);
-    });
+    double f32[3] = {0, 0, 0}, best = 0;
+    for (int i = 0; i < 3; ++i) {
+      if (!gt::cpu::cpu_sgemm_supported(paths[i])) continue;
+      gt::cpu::force_cpu_sgemm_path(paths[i]);
+      f32[i] = gflops(flops, [&] {
+        gt::cpu::gemm_raw<float>(s.ta, s.tb, s.m, s.n, s.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), s.n);
+      });
+      best = std::max(best, f32[i]);
+    }
+    gt::cpu::reset_cpu_sgemm_path();
     const double conv = gflops(flops, [&] {
       gt::round_to_half(gt::HalfFormat::bf16, a.data(), ra.data(), a.size());
       gt::round_to_half(gt::HalfFormat::bf16, b.data(), rb.data(), b.size());
@@ -82,7 +98,7 @@ int main() {
                                                             0.0f, c.data(), s.n);
                                        })
                               : 0.0;
-    std::printf("%-40s %10.1f %10.1f %10.1f %7.2fx\n", s.what, sgemm, conv, nat, nat / sgemm);
+    std::printf("%-40s %9.1f %9.1f %9.1f %9.1f %9.1f %7.2fx\n", s.what, f32[0], f32[1], f32[2], conv, nat, nat / best);
   }
   return 0;
 }

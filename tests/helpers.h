@@ -2,6 +2,7 @@
 #pragma once
 
 #include "ops/bf16_gemm.h"
+#include "ops/sgemm.h"
 
 #include <cstdint>
 #include <optional>
@@ -100,6 +101,16 @@ class ForcedBf16Path {
   ~ForcedBf16Path() { cpu::reset_cpu_bf16_path(); }
   ForcedBf16Path(const ForcedBf16Path&) = delete;
   ForcedBf16Path& operator=(const ForcedBf16Path&) = delete;
+};
+
+/// Makes the process's f32 products take `path` (ops/sgemm.h; where the CPU runs it) while it lives, then returns
+/// them to the environment's choice.
+class ForcedSgemmPath {
+ public:
+  explicit ForcedSgemmPath(cpu::CpuSgemmPath path) { cpu::force_cpu_sgemm_path(path); }
+  ~ForcedSgemmPath() { cpu::reset_cpu_sgemm_path(); }
+  ForcedSgemmPath(const ForcedSgemmPath&) = delete;
+  ForcedSgemmPath& operator=(const ForcedSgemmPath&) = delete;
 };
 
 /// For tests/main.cpp: adds the sink to spdlog's default logger, once.

@@ -409,6 +409,16 @@ TEST_CASE("gputrain devices, --version and --help exit 0", "[e2e]") {
   CHECK(bad.exit_code == 1);
   CHECK_THAT(bad.output, Catch::Contains("GPUTRAIN_CPU_BF16=fastest: expected auto or convert"));
   CHECK(lines_of(bad.output).size() == 1);
+  // The f32 products' kernels (ops/sgemm.h): chosen by CPUID, or by GPUTRAIN_CPU_SGEMM.
+  CHECK_THAT(d.output, Catch::Contains("f32 products: gputrain AVX-512") ||
+                           Catch::Contains("f32 products: gputrain AVX2+FMA") ||
+                           Catch::Contains("f32 products: OpenBLAS"));
+  CHECK_THAT(run_gputrain("devices", "GPUTRAIN_CPU_SGEMM=openblas").output,
+             Catch::Contains("f32 products: OpenBLAS sgemm"));
+  const auto bad_sgemm = run_gputrain("devices", "GPUTRAIN_CPU_SGEMM=fastest");
+  CHECK(bad_sgemm.exit_code == 1);
+  CHECK_THAT(bad_sgemm.output, Catch::Contains("GPUTRAIN_CPU_SGEMM=fastest: expected auto, avx512, avx2 or openblas"));
+  CHECK(lines_of(bad_sgemm.output).size() == 1);
   CHECK(run_gputrain("--version").exit_code == 0);
   const auto h = run_gputrain("train --help");
   CHECK(h.exit_code == 0);

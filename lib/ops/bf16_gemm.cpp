@@ -25,12 +25,7 @@
 #include <vector>
 
 #if defined(__x86_64__)
-// GCC 12 reports _mm512_undefined_epi32's deliberate self-initialisation, inside the unpack intrinsics, as maybe
-// uninitialized once they are inlined (GCC bug 105593); the pragma must cover the header, where it is reported.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
+#include "ops/cpu/transpose16.h"  // (and immintrin.h)
 #define GT_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 #endif
 
@@ -96,36 +91,6 @@ GT_BF16_TARGET void bf16_pack_lanes(const S* src, int ld, int kc, int count, int
   }
 }
 
-// r[i] lane j ↔ r[j] lane i, 32-bit elements: unpacks of 32 and 64 bits within 128-bit lanes, then two shuffles of
-// those lanes.
-GT_BF16_TARGET inline __attribute__((always_inline)) void bf16_transpose16(__m512i* r) {
-  __m512i t[16], u[16], v[16];
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-#pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i) {
-    u[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-    u[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-    u[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-    u[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-  }
-#pragma GCC unroll 2
-  for (int h = 0; h < 2; ++h)
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; ++i) {
-      v[8 * h + i] = _mm512_shuffle_i32x4(u[8 * h + i], u[8 * h + 4 + i], 0x88);
-      v[8 * h + 4 + i] = _mm512_shuffle_i32x4(u[8 * h + i], u[8 * h + 4 + i], 0xdd);
-    }
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i) {
-    r[i] = _mm512_shuffle_i32x4(v[i], v[8 + i], 0x88);
-    r[8 + i] = _mm512_shuffle_i32x4(v[i], v[8 + i], 0xdd);
-  }
-}
-
 // The same words with x(kk, l) = src[l·ld + kk]: each lane's k contiguous in memory, so a lane's 16 pairs come out
 // of one load (f32: converted, 32 elements; bf16: already its 32-bit words, little-endian, the even k low), and a
 // transpose of 16 lanes' vectors puts each pair's lanes together.
@@ -159,7 +124,7 @@ GT_BF16_TARGET void bf16_pack_rows(const S* src, int ld, int kc, int count, int 
           r[l] = _mm512_maskz_loadu_epi16(halves, row);
         }
       }
-      bf16_transpose16(r);  // r[q]: the pair p0 + q of lanes l0..l0+15
+      transpose16(r);  // r[q]: the pair p0 + q of lanes l0..l0+15
       for (int q = 0; q < np; ++q) _mm512_mask_storeu_epi32(out + int64_t{p0 + q} * w + l0, lanes, r[q]);
     }
   }

@@ -12,11 +12,12 @@ namespace gt {
 
 struct CpuInfo {
   std::string model;
-  int cores = 0;          ///< logical CPUs available to this process
-  std::string simd;       ///< best vector extension the CPU reports (avx512f, avx2, sse4.2, …)
-  std::string blas;       ///< BLAS library and its configuration
-  std::string half;       ///< the bf16/fp16 instruction sets the CPU has and lacks, as `gputrain devices` prints them
-  std::string bf16_path;  ///< how train.precision bf16 multiplies on this CPU (ops/bf16_gemm.h's describe)
+  int cores = 0;           ///< logical CPUs available to this process
+  std::string simd;        ///< best vector extension the CPU reports (avx512f, avx2, sse4.2, …)
+  std::string blas;        ///< BLAS library and its configuration
+  std::string sgemm_path;  ///< which kernels multiply f32 matrices (ops/sgemm.h's describe)
+  std::string half;        ///< the bf16/fp16 instruction sets the CPU has and lacks, as `gputrain devices` prints them
+  std::string bf16_path;   ///< how train.precision bf16 multiplies on this CPU (ops/bf16_gemm.h's describe)
 };
 
 /// The CPU's 16-bit float instructions (CPUID, checked at run time): F16C converts fp16 ⇄ f32 (vcvtph2ps/vcvtps2ph);

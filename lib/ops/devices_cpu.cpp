@@ -3,6 +3,7 @@
 
 #include "core/half.h"
 #include "ops/bf16_gemm.h"
+#include "ops/sgemm.h"
 
 #include <cblas.h>
 #include <fmt/format.h>
@@ -39,6 +40,7 @@ CpuInfo query_cpu() {
   else
     info.simd = "baseline";
   info.blas = std::string(openblas_get_config()) + ", core " + openblas_get_corename();
+  info.sgemm_path = cpu::describe(cpu::cpu_sgemm_path());
   const CpuHalfSupport h = query_cpu_half();
   auto mark = [](bool has, const char* name) { return fmt::format("{}{}", has ? "" : "no ", name); };
   info.half = fmt::format("{}, {}, {}, {}", mark(h.f16c, "f16c"), mark(h.avx512_bf16, "avx512_bf16"),

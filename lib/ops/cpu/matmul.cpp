@@ -32,13 +32,13 @@ void add_bias_block(T* y, int64_t n, const T* bias, int64_t r0, int64_t r1, int6
   }
 }
 
-// The bias of linear_forward enters a block of C before the product when OpenBLAS sums all of k in one pass over C
-// (k ≤ kBiasFirstK): C starts as the bias, and beta = 1 makes the kernel add the product to it, fl(bias + Σ), the
-// same number as fl(Σ + bias) after a product into a zeroed C (beta = 0). That skips OpenBLAS's zeroing pass and our
-// pass over C for the bias (measured: ~0.15-0.3 ms of CPU per call at gpt_bytes' 1024 × 128 → 128..512 products,
-// caches cold). Past one pass (its kernels take 256 to 512 of k at a time; OpenBLAS 0.3.21's Zen one 320) the bias
-// would be summed with the first part of k only, so larger k adds the bias after the product. (Sole difference: a
-// product of exactly −0 plus a bias of −0 is now −0, before +0.)
+// On OpenBLAS's path (ops/sgemm.h), the bias of linear_forward enters a block of C before the product when it sums all
+// of k in one pass over C (k ≤ kBiasFirstK): C starts as the bias, and beta = 1 makes the kernel add the product to it,
+// fl(bias + Σ), the same number as fl(Σ + bias) after a product into a zeroed C (beta = 0). That skips OpenBLAS's
+// zeroing pass and our pass over C for the bias (measured: ~0.15-0.3 ms of CPU per call at gpt_bytes' 1024 × 128 →
+// 128..512 products, caches cold). Past one pass (its kernels take 256 to 512 of k at a time; OpenBLAS 0.3.21's Zen one
+// 320) the bias would be summed with the first part of k only, so larger k adds the bias after the product. (Sole
+// difference: a product of exactly −0 plus a bias of −0 is now −0, before +0.)
 constexpr int kBiasFirstK = 128;
 
 // A half product by conversion (train.precision bf16 or fp16, ops/precision.h): the operands' elements rounded to the
@@ -102,6 +102,7 @@ void gemm_t(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, doubl
     }
   }
   T* pc = c.data<T>();
+  const bool own_sgemm = std::is_same_v<T, float> && cpu_sgemm_path() != CpuSgemmPath::openblas;
   const bool bias_first = bias && k <= kBiasFirstK;
   // C's rows r0..r1, columns c0..c1, from the rows of op(a) and the columns of op(b) they need.
   auto block = [&](int r0, int r1, int c0, int c1) {
@@ -112,6 +113,12 @@ void gemm_t(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, doubl
       if (native_bf16) {  // the kernel adds the bias as it stores C's last sums: the same fl(Σ + bias)
         gemm_bf16(ta, tb, r1 - r0, c1 - c0, k, ba, lda, bb, ldb, static_cast<float>(beta), bc, n,
                   bias ? bias + c0 : nullptr);
+        return;
+      }
+    if constexpr (std::is_same_v<T, float>)
+      if (own_sgemm) {  // our kernels add the bias as they store C's last sums, too
+        sgemm(ta, tb, r1 - r0, c1 - c0, k, ba, lda, bb, ldb, static_cast<float>(beta), bc, n,
+              bias ? bias + c0 : nullptr);
         return;
       }
     if (bias_first)

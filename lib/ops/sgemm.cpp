@@ -1,0 +1,335 @@
+// Our own f32 GEMM for AVX-512 and AVX2+FMA, and the run-time choice between them and OpenBLAS (ops/sgemm.h).
+//
+// The blocking is the GotoBLAS one the bf16 kernel (ops/bf16_gemm.cpp) uses: a block of B (kKc × kNc) is packed into
+// panels of Nr columns, a block of A (Mc × kKc) into panels of Mr rows, and a micro-kernel keeps an Mr × Nr tile of
+// C in registers while it walks k through one A panel (in L2) and one B panel (AVX-512: 32 KiB at kKc 256, in L1).
+// Only the functions marked GT_SGEMM_AVX512 / GT_SGEMM_AVX2 use those instructions; they are called only where
+// CPUID says the CPU has them, and the rest of the binary stays baseline x86-64.
+#include "ops/sgemm.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string_view>
+#include <vector>
+
+#if defined(__x86_64__)
+#include "ops/cpu/transpose16.h"  // (and immintrin.h)
+#define GT_SGEMM_AVX512 __attribute__((target("avx512f")))
+#define GT_SGEMM_AVX2 __attribute__((target("avx2,fma")))
+#endif
+
+namespace gt::cpu {
+namespace {
+
+constexpr int kKc = 256;
+constexpr int kNc = 512;  // a multiple of both kernels' Nr
+
+std::atomic<int> g_sgemm_forced{-1};  // a CpuSgemmPath forced by a test or benchmark; -1: the environment's choice
+
+CpuSgemmPath best_sgemm_path() {
+  if (cpu_sgemm_supported(CpuSgemmPath::avx512)) return CpuSgemmPath::avx512;
+  if (cpu_sgemm_supported(CpuSgemmPath::avx2)) return CpuSgemmPath::avx2;
+  return CpuSgemmPath::openblas;
+}
+
+CpuSgemmPath sgemm_env_path() {
+  static const CpuSgemmPath path = [] {
+    const char* env = std::getenv("GPUTRAIN_CPU_SGEMM");
+    const std::string_view v = env ? env : "";
+    if (v.empty() || v == "auto") return best_sgemm_path();
+    CpuSgemmPath p;
+    if (v == "avx512")
+      p = CpuSgemmPath::avx512;
+    else if (v == "avx2")
+      p = CpuSgemmPath::avx2;
+    else if (v == "openblas")
+      p = CpuSgemmPath::openblas;
+    else
+      throw std::runtime_error("GPUTRAIN_CPU_SGEMM=" + std::string(v) + ": expected auto, avx512, avx2 or openblas");
+    if (!cpu_sgemm_supported(p))
+      throw std::runtime_error("GPUTRAIN_CPU_SGEMM=" + std::string(v) + ": this CPU lacks the instructions it needs");
+    return p;
+  }();
+  return path;
+}
+
+#if defined(__x86_64__)
+
+// Every packer writes, for kk < kc and lanes l < count, out[kk·w + l] = x(kk, l): a panel's w lanes (rows of op(a)
+// or columns of op(b)) of one k together. Lanes from count to w are not written.
+
+struct Avx512 {
+  static constexpr int mr = 8, nr = 32, mc = 128;
+
+  // x(kk, l) = src[kk·ld + l]: lanes contiguous.
+  GT_SGEMM_AVX512 static void pack_lanes(const float* src, int ld, int kc, int count, int w, float* out) {
+    for (int kk = 0; kk < kc; ++kk)
+      for (int l0 = 0; l0 < count; l0 += 16) {
+        const __mmask16 mask = count - l0 >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (count - l0)) - 1);
+        _mm512_mask_storeu_ps(out + int64_t{kk} * w + l0, mask,
+                              _mm512_maskz_loadu_ps(mask, src + int64_t{kk} * ld + l0));
+      }
+  }
+
+  // x(kk, l) = src[l·ld + kk]: each lane's k contiguous, so 16 lanes' 16 k come out of 16 loads and a transpose.
+  GT_SGEMM_AVX512 static void pack_rows(const float* src, int ld, int kc, int count, int w, float* out) {
+    const int group = std::min(16, w);
+    for (int l0 = 0; l0 < count; l0 += group) {
+      const int g = std::min(group, count - l0);
+      const __mmask16 lanes = g >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << g) - 1);
+      for (int k0 = 0; k0 < kc; k0 += 16) {
+        const int left = std::min(16, kc - k0);
+        const __mmask16 ks = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
+        __m512i r[16];
+#pragma GCC unroll 16
+        for (int l = 0; l < 16; ++l)
+          r[l] = l < g ? _mm512_castps_si512(_mm512_maskz_loadu_ps(ks, src + int64_t{l0 + l} * ld + k0))
+                       : _mm512_setzero_si512();
+        transpose16(r);  // r[q]: k0 + q of lanes l0 .. l0 + 15
+        for (int q = 0; q < left; ++q)
+          _mm512_mask_storeu_ps(out + int64_t{k0 + q} * w + l0, lanes, _mm512_castsi512_ps(r[q]));
+      }
+    }
+  }
+
+  // C's rows·cols (at most mr × nr, ldc apart) from an A panel and a B panel of kc k each: the first block of k
+  // writes beta·C + A·B (C unread when beta is 0), later blocks add theirs; the last one then adds bias[0 .. cols)
+  // to each row when bias is not null: fl(Σ + bias), as after the product.
+  GT_SGEMM_AVX512 static void kernel(int kc, const float* ap, const float* bp, float* c, int ldc, int rows, int cols,
+                                     bool first, bool last, float beta, const float* bias) {
+    __m512 acc[mr][2];
+#pragma GCC unroll 8
+    for (int r = 0; r < mr; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    for (int p = 0; p < kc; ++p) {
+      const __m512 b0 = _mm512_loadu_ps(bp + p * nr), b1 = _mm512_loadu_ps(bp + p * nr + 16);
+#pragma GCC unroll 8
+      for (int r = 0; r < mr; ++r) {
+        const __m512 a = _mm512_set1_ps(ap[p * mr + r]);
+        acc[r][0] = _mm512_fmadd_ps(a, b0, acc[r][0]);
+        acc[r][1] = _mm512_fmadd_ps(a, b1, acc[r][1]);
+      }
+    }
+    const __mmask16 m0 = cols >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << cols) - 1);
+    const __mmask16 m1 = cols >= 32 ? __mmask16(0xFFFF) : cols > 16 ? __mmask16((1u << (cols - 16)) - 1) : __mmask16(0);
+    const bool overwrite = first && beta == 0.0f, scale = first && beta != 1.0f;
+    const __m512 vbeta = _mm512_set1_ps(beta);
+    const bool add_bias = last && bias != nullptr;
+    const __m512 bias0 = add_bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
+    const __m512 bias1 = add_bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int r = 0; r < mr; ++r) {
+      if (r >= rows) break;
+      float* cr = c + int64_t{r} * ldc;
+      __m512 v0 = acc[r][0], v1 = acc[r][1];
+      if (!overwrite) {
+        __m512 c0 = _mm512_maskz_loadu_ps(m0, cr), c1 = _mm512_maskz_loadu_ps(m1, cr + 16);
+        if (scale) {
+          c0 = _mm512_mul_ps(c0, vbeta);
+          c1 = _mm512_mul_ps(c1, vbeta);
+        }
+        v0 = _mm512_add_ps(c0, v0);
+        v1 = _mm512_add_ps(c1, v1);
+      }
+      if (add_bias) {
+        v0 = _mm512_add_ps(v0, bias0);
+        v1 = _mm512_add_ps(v1, bias1);
+      }
+      _mm512_mask_storeu_ps(cr, m0, v0);
+      _mm512_mask_storeu_ps(cr + 16, m1, v1);
+    }
+  }
+};
+
+struct Avx2 {
+  static constexpr int mr = 6, nr = 16, mc = 120;
+
+  GT_SGEMM_AVX2 static void pack_lanes(const float* src, int ld, int kc, int count, int w, float* out) {
+    for (int kk = 0; kk < kc; ++kk) std::memcpy(out + int64_t{kk} * w, src + int64_t{kk} * ld, sizeof(float) * count);
+  }
+
+  // Lane by lane (reading each lane's k in order); the writes, w apart, stay inside the panel in L1.
+  GT_SGEMM_AVX2 static void pack_rows(const float* src, int ld, int kc, int count, int w, float* out) {
+    for (int l = 0; l < count; ++l) {
+      const float* row = src + int64_t{l} * ld;
+      for (int kk = 0; kk < kc; ++kk) out[int64_t{kk} * w + l] = row[kk];
+    }
+  }
+
+  // As Avx512::kernel, 6 × 16; columns past `cols` are masked out of the loads and stores of C and the bias.
+  GT_SGEMM_AVX2 static void kernel(int kc, const float* ap, const float* bp, float* c, int ldc, int rows, int cols,
+                                   bool first, bool last, float beta, const float* bias) {
+    __m256 acc[mr][2];
+#pragma GCC unroll 6
+    for (int r = 0; r < mr; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    for (int p = 0; p < kc; ++p) {
+      const __m256 b0 = _mm256_loadu_ps(bp + p * nr), b1 = _mm256_loadu_ps(bp + p * nr + 8);
+#pragma GCC unroll 6
+      for (int r = 0; r < mr; ++r) {
+        const __m256 a = _mm256_broadcast_ss(ap + p * mr + r);
+        acc[r][0] = _mm256_fmadd_ps(a, b0, acc[r][0]);
+        acc[r][1] = _mm256_fmadd_ps(a, b1, acc[r][1]);
+      }
+    }
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(cols), lane);
+    const __m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(cols - 8), lane);
+    const bool overwrite = first && beta == 0.0f, scale = first && beta != 1.0f;
+    const __m256 vbeta = _mm256_set1_ps(beta);
+    const bool add_bias = last && bias != nullptr;
+    const __m256 bias0 = add_bias ? _mm256_maskload_ps(bias, m0) : _mm256_setzero_ps();
+    const __m256 bias1 = add_bias ? _mm256_maskload_ps(bias + 8, m1) : _mm256_setzero_ps();
+#pragma GCC unroll 6
+    for (int r = 0; r < mr; ++r) {
+      if (r >= rows) break;
+      float* cr = c + int64_t{r} * ldc;
+      __m256 v0 = acc[r][0], v1 = acc[r][1];
+      if (!overwrite) {
+        __m256 c0 = _mm256_maskload_ps(cr, m0), c1 = _mm256_maskload_ps(cr + 8, m1);
+        if (scale) {
+          c0 = _mm256_mul_ps(c0, vbeta);
+          c1 = _mm256_mul_ps(c1, vbeta);
+        }
+        v0 = _mm256_add_ps(c0, v0);
+        v1 = _mm256_add_ps(c1, v1);
+      }
+      if (add_bias) {
+        v0 = _mm256_add_ps(v0, bias0);
+        v1 = _mm256_add_ps(v1, bias1);
+      }
+      _mm256_maskstore_ps(cr, m0, v0);
+      _mm256_maskstore_ps(cr + 8, m1, v1);
+    }
+  }
+};
+
+// Panels of w lanes from lane 0 on, `count` lanes in all, k from 0 to kc: panel q at out + q·kc·w, lanes past count
+// zero (they multiply into rows or columns of C that are not stored).
+template <class Isa>
+void pack_panels(const float* src, int ld, bool lanes_contiguous, int kc, int count, int w, float* out) {
+  for (int q0 = 0; q0 < count; q0 += w) {
+    const int n = std::min(w, count - q0);
+    float* panel = out + int64_t{q0 / w} * kc * w;
+    if (n < w) std::memset(panel, 0, sizeof(float) * static_cast<size_t>(kc) * static_cast<size_t>(w));
+    if (lanes_contiguous)
+      Isa::pack_lanes(src + q0, ld, kc, n, w, panel);
+    else
+      Isa::pack_rows(src + int64_t{q0} * ld, ld, kc, n, w, panel);
+  }
+}
+
+template <class Isa>
+void gemm_packed(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb, float beta,
+                 float* c, int ldc, const float* bias) {
+  constexpr int mr = Isa::mr, nr = Isa::nr;
+  // The packed operands, per thread: they grow to the largest block once and stay (never shrunk: resizing down and
+  // up again would zero the regrown part on every call).
+  thread_local std::vector<float> a_pack, b_pack;
+  for (int j0 = 0; j0 < n; j0 += kNc) {
+    const int nc = std::min(kNc, n - j0);
+    const int n_panels = (nc + nr - 1) / nr;
+    for (int k0 = 0; k0 < k; k0 += kKc) {
+      const int kc = std::min(kKc, k - k0);
+      const size_t b_need = static_cast<size_t>(n_panels) * kc * nr;
+      if (b_pack.size() < b_need) b_pack.resize(b_need);
+      // op(b)(kk, j) is b[kk·ldb + j], or b[j·ldb + kk] when transposed.
+      if (tb)
+        pack_panels<Isa>(b + int64_t{j0} * ldb + k0, ldb, false, kc, nc, nr, b_pack.data());
+      else
+        pack_panels<Isa>(b + int64_t{k0} * ldb + j0, ldb, true, kc, nc, nr, b_pack.data());
+      for (int i0 = 0; i0 < m; i0 += Isa::mc) {
+        const int mc = std::min(Isa::mc, m - i0);
+        const int m_panels = (mc + mr - 1) / mr;
+        const size_t a_need = static_cast<size_t>(m_panels) * kc * mr;
+        if (a_pack.size() < a_need) a_pack.resize(a_need);
+        // op(a)(i, kk) is a[i·lda + kk], or a[kk·lda + i] when transposed.
+        if (ta)
+          pack_panels<Isa>(a + int64_t{k0} * lda + i0, lda, true, kc, mc, mr, a_pack.data());
+        else
+          pack_panels<Isa>(a + int64_t{i0} * lda + k0, lda, false, kc, mc, mr, a_pack.data());
+        for (int jp = 0; jp < n_panels; ++jp)
+          for (int ip = 0; ip < m_panels; ++ip) {
+            const int rows = std::min(mr, mc - ip * mr), cols = std::min(nr, nc - jp * nr);
+            Isa::kernel(kc, a_pack.data() + int64_t{ip} * kc * mr, b_pack.data() + int64_t{jp} * kc * nr,
+                        c + int64_t{i0 + ip * mr} * ldc + j0 + jp * nr, ldc, rows, cols, k0 == 0, k0 + kc == k, beta,
+                        bias ? bias + j0 + jp * nr : nullptr);
+          }
+      }
+    }
+  }
+}
+
+#endif  // __x86_64__
+
+}  // namespace
+
+bool cpu_sgemm_supported(CpuSgemmPath path) {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  switch (path) {
+    case CpuSgemmPath::avx512:  // (the check also says the OS saves the AVX-512 state)
+      return __builtin_cpu_supports("avx512f");
+    case CpuSgemmPath::avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case CpuSgemmPath::openblas: return true;
+  }
+  return false;
+#else
+  return path == CpuSgemmPath::openblas;
+#endif
+}
+
+CpuSgemmPath cpu_sgemm_path() {
+  const int forced = g_sgemm_forced.load(std::memory_order_relaxed);
+  if (forced >= 0) return static_cast<CpuSgemmPath>(forced);
+  return sgemm_env_path();
+}
+
+std::string describe(CpuSgemmPath path) {
+  switch (path) {
+    case CpuSgemmPath::avx512: return "gputrain AVX-512 (8×32 FMA tiles)";
+    case CpuSgemmPath::avx2: return "gputrain AVX2+FMA (6×16 FMA tiles)";
+    case CpuSgemmPath::openblas: break;
+  }
+  return "OpenBLAS sgemm";
+}
+
+void force_cpu_sgemm_path(CpuSgemmPath path) {
+  if (cpu_sgemm_supported(path)) g_sgemm_forced.store(static_cast<int>(path), std::memory_order_relaxed);
+}
+void reset_cpu_sgemm_path() { g_sgemm_forced.store(-1, std::memory_order_relaxed); }
+
+void sgemm(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb, float beta,
+           float* c, int ldc, const float* bias) {
+  if (m <= 0 || n <= 0) return;
+  const CpuSgemmPath path = cpu_sgemm_path();
+  if (path == CpuSgemmPath::openblas || k <= 0) {  // (no products: c = beta·c, as SGEMM, then the bias)
+    if (k > 0)
+      cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, a, lda,
+                  b, ldb, beta, c, ldc);
+    for (int i = 0; i < m; ++i) {
+      float* row = c + int64_t{i} * ldc;
+      if (k <= 0) {
+        if (beta == 0.0f)
+          std::fill(row, row + n, 0.0f);
+        else
+          for (int j = 0; j < n; ++j) row[j] *= beta;
+      }
+      if (bias)
+        for (int j = 0; j < n; ++j) row[j] += bias[j];
+    }
+    return;
+  }
+#if defined(__x86_64__)
+  if (path == CpuSgemmPath::avx512)
+    gemm_packed<Avx512>(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, bias);
+  else
+    gemm_packed<Avx2>(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, bias);
+#endif
+}
+
+}  // namespace gt::cpu

@@ -1,0 +1,41 @@
+// f32 matrix products on the CPU: our own packed GEMM kernels for AVX-512 and for AVX2+FMA, chosen at run time, and
+// OpenBLAS's SGEMM where neither runs (or where asked for).
+//
+// Why not OpenBLAS everywhere: its DYNAMIC_ARCH build picks its kernels by CPU model, and 0.3.21 (Debian 12's) does
+// not know newer ones. On this project's Intel Xeon (family 6, model 207) it falls back to its Prescott (SSE3) core:
+// 26-30 GFLOP/s on a training step's products on one thread, where its Cooperlake core, forced by
+// OPENBLAS_CORETYPE, runs 85-128 and ours 3-4× Prescott's (bench/bf16_gemm_rate.cpp prints all of them). A user's
+// OPENBLAS_CORETYPE may also force an older core. Ours is chosen by CPUID alone.
+#pragma once
+
+#include <string>
+
+namespace gt::cpu {
+
+/// How an f32 product runs on the CPU: avx512 (8 × 32 register tiles of zmm FMAs), avx2 (6 × 16 of ymm FMAs) or
+/// openblas (cblas_sgemm, the only one off x86-64 or below AVX2+FMA).
+enum class CpuSgemmPath { avx512, avx2, openblas };
+
+/// The path f32 products take in this process: the best the CPU runs unless GPUTRAIN_CPU_SGEMM says avx512, avx2
+/// or openblas (auto, the default: avx512 where the CPU has AVX-512F, else avx2 with AVX2 and FMA, else openblas).
+/// Read once; an unknown value, or a kernel this CPU cannot run, throws std::runtime_error naming it.
+CpuSgemmPath cpu_sgemm_path();
+/// Whether this CPU can run `path` (openblas: always).
+bool cpu_sgemm_supported(CpuSgemmPath path);
+/// "gputrain AVX-512 (8×32 FMA tiles)", …, for `gputrain devices`.
+std::string describe(CpuSgemmPath path);
+
+/// Tests and benchmarks: make every later f32 product of the process take `path` (when the CPU runs it; otherwise
+/// the environment's choice stays) until reset_cpu_sgemm_path(). Not for use while products run.
+void force_cpu_sgemm_path(CpuSgemmPath path);
+void reset_cpu_sgemm_path();
+
+/// c = op(a)·op(b) + beta·c (+ bias per row) on the calling thread, row-major as cblas_sgemm with alpha 1 (op(a) m×k,
+/// op(b) k×n, c m×n), on cpu_sgemm_path(). beta 0 never reads c. `bias` (null: none; n elements) is added to each row
+/// after the product: fl(Σ + bias[j]). On our kernels an element of c depends only on its row of op(a) and column of
+/// op(b) (k summed in blocks of 256, in order, one FMA chain per block), not on m, n or where c's block starts, so
+/// splitting c between threads changes no bit.
+void sgemm(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb, float beta,
+           float* c, int ldc, const float* bias = nullptr);
+
+}  // namespace gt::cpu

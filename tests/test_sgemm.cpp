@@ -1,0 +1,148 @@
+// The CPU's f32 products (ops/sgemm.h): each path this CPU runs (our AVX-512 and AVX2+FMA kernels, OpenBLAS) against
+// sums in double, around the kernels' tiles and blocks, with both layouts of each operand, beta, the bias epilogue
+// and leading dimensions past the rows; and our kernels' promise that splitting C between threads changes no bit.
+// A path this CPU cannot run is skipped, saying so.
+#include "core/rng.h"
+#include "helpers.h"
+#include "ops/sgemm.h"
+
+#include <catch2/catch.hpp>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <tuple>
+#include <vector>
+
+using namespace gt;
+using namespace gt::test;
+
+namespace {
+
+constexpr cpu::CpuSgemmPath kSgemmPaths[] = {cpu::CpuSgemmPath::avx512, cpu::CpuSgemmPath::avx2,
+                                             cpu::CpuSgemmPath::openblas};
+
+// Whether this CPU runs `path`; WARNs that its tests are skipped when not.
+bool sgemm_runs(cpu::CpuSgemmPath path) {
+  if (cpu::cpu_sgemm_supported(path)) return true;
+  WARN("skipped: this CPU cannot run " << cpu::describe(path) << " (gputrain devices says which it has)");
+  return false;
+}
+
+std::vector<float> sgemm_normals(size_t n, uint64_t seed) {
+  Rng rng(seed, 0);
+  std::vector<float> v(n);
+  for (float& x : v) x = static_cast<float>(rng.normal());
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("sgemm: every f32 path this CPU runs matches sums in double", "[cpu]") {
+  // m, n, k around the tiles (AVX-512 8 × 32, AVX2 6 × 16), the blocks (k 256, rows 128 / 120, columns 512), a row,
+  // a column and a k of one, and C's padding columns, which must never be written.
+  const std::tuple<int, int, int> shapes[] = {{1, 1, 1},     {5, 15, 3},   {7, 33, 31},   {8, 32, 256}, {9, 17, 257},
+                                              {130, 40, 64}, {3, 530, 33}, {121, 16, 17}, {40, 70, 600}};
+  for (const cpu::CpuSgemmPath path : kSgemmPaths) {
+    if (!sgemm_runs(path)) continue;
+    const ForcedSgemmPath forced(path);
+    REQUIRE(cpu::cpu_sgemm_path() == path);
+    uint64_t seed = 100;
+    for (const auto& [m, n, k] : shapes)
+      for (const bool ta : {false, true})
+        for (const bool tb : {false, true})
+          for (const float beta : {0.0f, 1.0f, 0.5f})
+            for (const bool with_bias : {false, true}) {
+              INFO(cpu::describe(path) << ": m " << m << " n " << n << " k " << k << " ta " << ta << " tb " << tb
+                                       << " beta " << beta << " bias " << with_bias);
+              const int lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 5, ldc = n + 2;
+              const std::vector<float> a = sgemm_normals(static_cast<size_t>((ta ? k : m) * lda), ++seed),
+                                       b = sgemm_normals(static_cast<size_t>((tb ? n : k) * ldb), ++seed),
+                                       bias = sgemm_normals(static_cast<size_t>(n), ++seed);
+              std::vector<float> c0 = sgemm_normals(static_cast<size_t>(m * ldc), ++seed);
+              // beta 0 must not read C: NaN there would poison every sum that did.
+              if (beta == 0.0f)
+                for (int i = 0; i < m; ++i)
+                  for (int j = 0; j < n; ++j)
+                    c0[static_cast<size_t>(i * ldc + j)] = std::numeric_limits<float>::quiet_NaN();
+              auto at = [&](int i, int kk) { return a[static_cast<size_t>(ta ? kk * lda + i : i * lda + kk)]; };
+              auto bt = [&](int kk, int j) { return b[static_cast<size_t>(tb ? j * ldb + kk : kk * ldb + j)]; };
+              std::vector<float> c = c0;
+              cpu::sgemm(ta, tb, m, n, k, a.data(), lda, b.data(), ldb, beta, c.data(), ldc,
+                         with_bias ? bias.data() : nullptr);
+              double worst = 0;
+              for (int i = 0; i < m; ++i)
+                for (int j = 0; j < ldc; ++j) {
+                  const size_t ci = static_cast<size_t>(i * ldc + j);
+                  if (j >= n) {  // padding
+                    CHECK(std::bit_cast<uint32_t>(c[ci]) == std::bit_cast<uint32_t>(c0[ci]));
+                    continue;
+                  }
+                  double exact = beta == 0.0f ? 0.0 : beta * double{c0[ci]}, mag = std::fabs(exact);
+                  for (int kk = 0; kk < k; ++kk) {
+                    exact += double{at(i, kk)} * bt(kk, j);
+                    mag += std::fabs(double{at(i, kk)} * bt(kk, j));
+                  }
+                  if (with_bias) {
+                    exact += bias[static_cast<size_t>(j)];
+                    mag += std::fabs(double{bias[static_cast<size_t>(j)]});
+                  }
+                  // f32 sums of k + 2 terms (FMAs: each product exact before its sum), plus beta·c's rounding.
+                  const double tol = (k + 3) * 0x1p-24 * mag + 1e-30;
+                  worst = std::max(worst, std::fabs(c[ci] - exact) / tol);
+                }
+              CHECK(worst <= 1);
+            }
+  }
+}
+
+TEST_CASE("sgemm: our kernels give each element of C the same bits wherever C is split", "[cpu]") {
+  // gemm_t and the convolutions hand each thread a block of C's rows or columns; results must not depend on the
+  // thread count. Blocks that start off the tiles' edges, and k over several blocks of 256.
+  const int m = 45, n = 77, k = 600;
+  const std::vector<float> a = sgemm_normals(static_cast<size_t>(m * k), 1), b = sgemm_normals(size_t{k} * n, 2),
+                           bias = sgemm_normals(size_t{n}, 3);
+  for (const cpu::CpuSgemmPath path : {cpu::CpuSgemmPath::avx512, cpu::CpuSgemmPath::avx2}) {
+    if (!sgemm_runs(path)) continue;
+    const ForcedSgemmPath forced(path);
+    INFO(cpu::describe(path));
+    for (const bool tb : {false, true}) {
+      // tb: b is read as n × k (the same numbers, laid out transposed).
+      std::vector<float> bt(b.size());
+      for (int kk = 0; kk < k; ++kk)
+        for (int j = 0; j < n; ++j) bt[static_cast<size_t>(j * k + kk)] = b[static_cast<size_t>(kk * n + j)];
+      const float* pb = tb ? bt.data() : b.data();
+      const int ldb = tb ? k : n;
+      std::vector<float> whole(static_cast<size_t>(m * n)), rows(whole.size()), cols(whole.size());
+      cpu::sgemm(false, tb, m, n, k, a.data(), k, pb, ldb, 0.0f, whole.data(), n, bias.data());
+      for (const auto& [r0, r1] : {std::pair{0, 13}, std::pair{13, 30}, std::pair{30, m}})
+        cpu::sgemm(false, tb, r1 - r0, n, k, a.data() + r0 * k, k, pb, ldb, 0.0f, rows.data() + r0 * n, n, bias.data());
+      for (const auto& [c0, c1] : {std::pair{0, 37}, std::pair{37, 40}, std::pair{40, n}})
+        cpu::sgemm(false, tb, m, c1 - c0, k, a.data(), k, tb ? pb + c0 * ldb : pb + c0, ldb, 0.0f, cols.data() + c0, n,
+                   bias.data() + c0);
+      int differ_rows = 0, differ_cols = 0;
+      for (size_t i = 0; i < whole.size(); ++i) {
+        differ_rows += std::bit_cast<uint32_t>(whole[i]) != std::bit_cast<uint32_t>(rows[i]);
+        differ_cols += std::bit_cast<uint32_t>(whole[i]) != std::bit_cast<uint32_t>(cols[i]);
+      }
+      CHECK(differ_rows == 0);
+      CHECK(differ_cols == 0);
+    }
+  }
+}
+
+TEST_CASE("sgemm: k of zero leaves beta·C plus the bias, on every path", "[cpu]") {
+  for (const cpu::CpuSgemmPath path : kSgemmPaths) {
+    if (!sgemm_runs(path)) continue;
+    const ForcedSgemmPath forced(path);
+    const float bias[3] = {1, 2, 3};
+    std::vector<float> c = {4, 5, 6, 7, 8, 9};
+    cpu::sgemm(false, false, 2, 3, 0, nullptr, 1, nullptr, 3, 0.5f, c.data(), 3, bias);
+    CHECK(c == std::vector<float>{3, 4.5f, 6, 4.5f, 6, 7.5f});
+    std::vector<float> nan(6, std::numeric_limits<float>::quiet_NaN());
+    cpu::sgemm(false, false, 2, 3, 0, nullptr, 1, nullptr, 3, 0.0f, nan.data(), 3, nullptr);
+    CHECK(nan == std::vector<float>(6, 0.0f));
+  }
+}
