@@ -58,7 +58,11 @@ int main() {
                           {256, 784, 128, true, false, "MLP dW: dy^T (128x256) . x 128x784"},
                           {768, 384, 128, false, true, "GPT qkv: 768x128 . W^T (384x128)"},
                           {768, 512, 128, false, true, "GPT fc: 768x128 . W^T (512x128)"},
-                          {768, 128, 512, false, true, "GPT proj: 768x512 . W^T (128x512)"}};
+                          {768, 128, 512, false, true, "GPT proj: 768x512 . W^T (128x512)"},
+                          {768, 128, 512, false, false, "GPT fc dx: dy 768x512 . W (512x128)"},
+                          {768, 512, 128, false, false, "GPT proj dx: dy 768x128 . W (128x512)"},
+                          {512, 128, 768, true, false, "GPT fc dW: dy^T (512x768) . x 768x128"},
+                          {128, 512, 768, true, false, "GPT proj dW: dy^T (128x768) . x 768x512"}};
   const bool native = gt::cpu::cpu_has_native_bf16();
   std::printf("one thread, process CPU time, best of 5; native bf16 %s\n",
               native ? "available" : "not available (this CPU has no avx512_bf16)");

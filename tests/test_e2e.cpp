@@ -407,7 +407,7 @@ TEST_CASE("gputrain devices, --version and --help exit 0", "[e2e]") {
   CHECK_THAT(convert.output, Catch::Contains("bf16 products: conversion"));
   const auto bad = run_gputrain("devices", "GPUTRAIN_CPU_BF16=fastest");
   CHECK(bad.exit_code == 1);
-  CHECK_THAT(bad.output, Catch::Contains("GPUTRAIN_CPU_BF16=fastest: expected auto or convert"));
+  CHECK_THAT(bad.output, Catch::Contains("GPUTRAIN_CPU_BF16=fastest: expected auto, native or convert"));
   CHECK(lines_of(bad.output).size() == 1);
   // The f32 products' kernels (ops/sgemm.h): chosen by CPUID, or by GPUTRAIN_CPU_SGEMM.
   CHECK_THAT(d.output, Catch::Contains("f32 products: gputrain AVX-512") ||

@@ -409,9 +409,11 @@ train: {recompute: all}
 }
 
 TEST_CASE("under bf16/fp16 check counts the weights' rounded copies as a training step makes them", "[cpu]") {
-  // The copies are the conversion path's (bf16 on a CPU without avx512_bf16, or GPUTRAIN_CPU_BF16=convert, and fp16);
-  // the native bf16 path keeps none, checked at the end.
+  // The copies are the conversion path's on OpenBLAS (bf16 on a CPU without avx512_bf16, or GPUTRAIN_CPU_BF16=convert)
+  // and fp16's; bf16 on the native path, or on our f32 kernels (which round as they pack), keeps none, checked at the
+  // end.
   std::optional<ForcedBf16Path> conversion(std::in_place, cpu::CpuBf16Path::conversion);
+  std::optional<ForcedSgemmPath> openblas(std::in_place, cpu::CpuSgemmPath::openblas);
   // Every layer whose products read a weight: convolutions (3×3 and 1×1, whose im2col is skipped), attention's qkv
   // and proj, dense layers; layer norm reads its scale elementwise and is not counted. By hand, 4 bytes an element.
   struct Case {
@@ -454,7 +456,7 @@ optimizer: {type: sgd, lr: 0.1}
       INFO(precision);
       const Planned p = plan(c.yaml, {std::string("train.precision=") + precision});
       const Footprint& f = p.f;
-      CHECK(!f.native_bf16);
+      CHECK(!f.bf16_in_pack);
       CHECK(f.half_weight_bytes == c.by_hand);
       CHECK(f.total_bytes == fp32.total_bytes + c.by_hand);
       // Two outputs before the last: their 16-bit copies would save less than the forward's working buffers cost,
@@ -484,31 +486,43 @@ optimizer: {type: sgd, lr: 0.1}
     }
   }
   conversion.reset();
-  if (!cpu::cpu_has_native_bf16()) {
-    WARN("skipped: bf16 weights on the native path (this CPU has no avx512_bf16)");
-    return;
-  }
-  // Natively, bf16 rounds the weights as the kernel packs them: no copies, in the plan or in a step.
-  const ForcedBf16Path native(cpu::CpuBf16Path::native);
-  for (const Case& c : cases) {
-    INFO(c.yaml);
-    const Planned p = plan(c.yaml, {"train.precision=bf16"});
-    CHECK(p.f.native_bf16);
-    CHECK(p.f.half_weight_bytes == 0);
-    CHECK(p.f.total_bytes == plan(c.yaml).f.total_bytes);
-    const MemoryFit fit = judge_fit(p.f.total_bytes, Device::cpu(), p.f.total_bytes);
-    CHECK_THAT(footprint_report(p.f, fit, ""), Catch::Contains("half weights") &&
-                                                   Catch::Contains("native AVX-512 BF16 kernel") &&
-                                                   Catch::Contains("rounded to bf16"));
-    Model model = Model::build(p.exp.root["model"], p.data.train.input_shape(), DType::f32, Device::cpu(), 1);
-    model.allocate(p.f.batch);
-    const Tensor x = Tensor::zeros(p.data.train.input_shape().batched(p.f.batch), DType::f32);
-    const Tensor dout = Tensor::zeros(model.output_shape().batched(p.f.batch), DType::f32);
-    { const ProductPrecisionScope before(Precision::bf16); }
-    const ProductPrecisionScope step(Precision::bf16);
-    model.forward(x, {true, false});
-    model.backward(dout, {true, false});
-    CHECK(half_weight_cache_stats().entries == 0);
+  openblas.reset();
+  // bf16 whose kernels round the weights as they pack them: no copies, in the plan or in a step — natively, and on
+  // the conversion path over our f32 kernels.
+  struct InPack {
+    cpu::CpuBf16Path bf16;
+    bool runs;
+    const char* skipped;
+  };
+  const bool own_sgemm =
+      cpu::cpu_sgemm_supported(cpu::CpuSgemmPath::avx512) || cpu::cpu_sgemm_supported(cpu::CpuSgemmPath::avx2);
+  for (const InPack& in : {InPack{cpu::CpuBf16Path::native, cpu::cpu_has_native_bf16(), "this CPU has no avx512_bf16"},
+                           InPack{cpu::CpuBf16Path::conversion, own_sgemm, "this CPU runs no gputrain f32 kernel"}}) {
+    if (!in.runs) {
+      WARN("skipped: bf16 weights rounded in the kernels' packing on the "
+           << (in.bf16 == cpu::CpuBf16Path::native ? "native" : "conversion") << " path (" << in.skipped << ")");
+      continue;
+    }
+    const ForcedBf16Path forced(in.bf16);
+    for (const Case& c : cases) {
+      INFO(c.yaml);
+      const Planned p = plan(c.yaml, {"train.precision=bf16"});
+      CHECK(p.f.bf16_in_pack);
+      CHECK(p.f.half_weight_bytes == 0);
+      CHECK(p.f.total_bytes == plan(c.yaml).f.total_bytes);
+      const MemoryFit fit = judge_fit(p.f.total_bytes, Device::cpu(), p.f.total_bytes);
+      CHECK_THAT(footprint_report(p.f, fit, ""), Catch::Contains("half weights") &&
+                                                     Catch::Contains("rounded to bf16 as the kernels pack them"));
+      Model model = Model::build(p.exp.root["model"], p.data.train.input_shape(), DType::f32, Device::cpu(), 1);
+      model.allocate(p.f.batch);
+      const Tensor x = Tensor::zeros(p.data.train.input_shape().batched(p.f.batch), DType::f32);
+      const Tensor dout = Tensor::zeros(model.output_shape().batched(p.f.batch), DType::f32);
+      { const ProductPrecisionScope before(Precision::bf16); }
+      const ProductPrecisionScope step(Precision::bf16);
+      model.forward(x, {true, false});
+      model.backward(dout, {true, false});
+      CHECK(half_weight_cache_stats().entries == 0);
+    }
   }
 }
 

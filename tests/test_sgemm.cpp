@@ -2,6 +2,7 @@
 // sums in double, around the kernels' tiles and blocks, with both layouts of each operand, beta, the bias epilogue
 // and leading dimensions past the rows; and our kernels' promise that splitting C between threads changes no bit.
 // A path this CPU cannot run is skipped, saying so.
+#include "core/half.h"
 #include "core/rng.h"
 #include "helpers.h"
 #include "ops/sgemm.h"
@@ -144,5 +145,49 @@ TEST_CASE("sgemm: k of zero leaves beta·C plus the bias, on every path", "[cpu]
     std::vector<float> nan(6, std::numeric_limits<float>::quiet_NaN());
     cpu::sgemm(false, false, 2, 3, 0, nullptr, 1, nullptr, 3, 0.0f, nan.data(), 3, nullptr);
     CHECK(nan == std::vector<float>(6, 0.0f));
+  }
+}
+
+TEST_CASE("sgemm: rounding to bf16 while packing gives the bits of a product of rounded copies, on every path",
+          "[cpu]") {
+  // The conversion path of a bf16 product (ops/bf16_gemm.h) on our kernels: the same numbers as rounding copies with
+  // round_to_half first — with ties, a NaN (quieted), infinities and f32 subnormals among the operands.
+  const std::tuple<int, int, int> shapes[] = {{1, 1, 1}, {7, 33, 31}, {9, 17, 257}, {130, 40, 64}};
+  uint64_t seed = 900;
+  for (const cpu::CpuSgemmPath path : kSgemmPaths) {
+    if (!sgemm_runs(path)) continue;
+    const ForcedSgemmPath forced(path);
+    for (const auto& [m, n, k] : shapes)
+      for (const bool ta : {false, true})
+        for (const bool tb : {false, true}) {
+          INFO(cpu::describe(path) << ": m " << m << " n " << n << " k " << k << " ta " << ta << " tb " << tb);
+          const int lda = (ta ? m : k) + 1, ldb = (tb ? k : n) + 2;
+          std::vector<float> a = sgemm_normals(static_cast<size_t>((ta ? k : m) * lda), ++seed),
+                             b = sgemm_normals(static_cast<size_t>((tb ? n : k) * ldb), ++seed);
+          if (a.size() > 8) {
+            a[1] = std::bit_cast<float>(0x3F808000u);       // a tie: rounds to even (down)
+            a[2] = std::bit_cast<float>(0x3F818000u);       // a tie: rounds to even (up)
+            a[3] = std::bit_cast<float>(0x00012345u);       // an f32 subnormal
+            a[5] = std::numeric_limits<float>::infinity();  // stays infinite
+            b[0] = std::bit_cast<float>(0x7F800001u);  // a signalling NaN, read by every shape: quieted
+          }
+          std::vector<float> ra(a.size()), rb(b.size());
+          round_to_half(HalfFormat::bf16, a.data(), ra.data(), a.size());
+          round_to_half(HalfFormat::bf16, b.data(), rb.data(), b.size());
+          std::vector<float> fused(static_cast<size_t>(m * n), 7.0f), copies = fused;
+          cpu::sgemm_bf16_rounded(ta, tb, m, n, k, a.data(), lda, b.data(), ldb, 0.5f, fused.data(), n);
+          cpu::sgemm(ta, tb, m, n, k, ra.data(), lda, rb.data(), ldb, 0.5f, copies.data(), n);
+          int differ = 0;
+          for (size_t i = 0; i < fused.size(); ++i)
+            differ += std::bit_cast<uint32_t>(fused[i]) != std::bit_cast<uint32_t>(copies[i]);
+          CHECK(differ == 0);
+          // and not f32's product: the rounding happened
+          std::vector<float> plain(fused.size(), 7.0f);
+          cpu::sgemm(ta, tb, m, n, k, a.data(), lda, b.data(), ldb, 0.5f, plain.data(), n);
+          int rounded = 0;
+          for (size_t i = 0; i < plain.size(); ++i)
+            rounded += std::isfinite(plain[i]) && std::isfinite(copies[i]) && plain[i] != copies[i];
+          if (k >= 31) CHECK(rounded > 0);
+        }
   }
 }

@@ -13,6 +13,7 @@
 #include "ops/bf16_gemm.h"
 
 #include "ops/devices.h"
+#include "ops/sgemm.h"
 
 #include <algorithm>
 #include <atomic>
@@ -47,9 +48,14 @@ CpuBf16Path bf16_env_path() {
   static const CpuBf16Path path = [] {
     const char* env = std::getenv("GPUTRAIN_CPU_BF16");
     const std::string_view v = env ? env : "";
-    if (v.empty() || v == "auto") return cpu_has_native_bf16() ? CpuBf16Path::native : CpuBf16Path::conversion;
+    if (v.empty() || v == "auto") return cpu_native_bf16_pays() ? CpuBf16Path::native : CpuBf16Path::conversion;
     if (v == "convert") return CpuBf16Path::conversion;
-    throw std::runtime_error("GPUTRAIN_CPU_BF16=" + std::string(v) + ": expected auto or convert");
+    if (v == "native") {
+      if (!cpu_has_native_bf16())
+        throw std::runtime_error("GPUTRAIN_CPU_BF16=native: this CPU has no avx512_bf16 (gputrain devices)");
+      return CpuBf16Path::native;
+    }
+    throw std::runtime_error("GPUTRAIN_CPU_BF16=" + std::string(v) + ": expected auto, native or convert");
   }();
   return path;
 }
@@ -251,6 +257,19 @@ bool cpu_has_native_bf16() {
 #endif
 }
 
+bool cpu_native_bf16_pays() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  return cpu_has_native_bf16() && __builtin_cpu_is("amd");
+#else
+  return false;
+#endif
+}
+
+bool cpu_bf16_rounds_in_pack() {
+  return cpu_bf16_path() == CpuBf16Path::native || cpu_sgemm_path() != CpuSgemmPath::openblas;
+}
+
 CpuBf16Path cpu_bf16_path() {
   const int forced = g_bf16_forced.load(std::memory_order_relaxed);
   if (forced >= 0) return static_cast<CpuBf16Path>(forced);
@@ -258,8 +277,10 @@ CpuBf16Path cpu_bf16_path() {
 }
 
 std::string describe(CpuBf16Path path) {
-  return path == CpuBf16Path::native ? "native (AVX-512 BF16, vdpbf16ps)"
-                                     : "conversion (bf16-rounded operands, f32 SGEMM)";
+  if (path == CpuBf16Path::native) return "native (AVX-512 BF16, vdpbf16ps)";
+  return cpu_sgemm_path() == CpuSgemmPath::openblas
+             ? "conversion (bf16-rounded copies of the operands, OpenBLAS SGEMM)"
+             : "conversion (operands rounded to bf16 as the f32 kernels pack them)";
 }
 
 void force_cpu_bf16_path(CpuBf16Path path) {

@@ -7,17 +7,28 @@
 
 namespace gt::cpu {
 
-/// How a bf16 product runs on the CPU. native: gemm_bf16 below, chosen where CPUID says avx512_bf16 (with the OS
-/// saving AVX-512 state); conversion: operands rounded to bf16 and kept as f32, then SGEMM (any x86-64 CPU).
+/// How a bf16 product runs on the CPU. native: gemm_bf16 below (vdpbf16ps); conversion: operands rounded to bf16
+/// and multiplied by the f32 path (ops/sgemm.h: our kernels round them as they pack them, OpenBLAS's path takes
+/// rounded copies). Both sum exact products of bf16 values in f32.
 enum class CpuBf16Path { native, conversion };
 
-/// The path bf16 products take in this process: native where the CPU has avx512_bf16, unless the environment says
-/// GPUTRAIN_CPU_BF16=convert (auto, the default, picks native where it can). Read once; an unknown value throws
-/// std::runtime_error naming it (the first bf16 run's setup or `gputrain devices` reads it first).
+/// The path bf16 products take in this process: native where it pays (cpu_native_bf16_pays), else conversion,
+/// unless the environment says GPUTRAIN_CPU_BF16=native (where the CPU has avx512_bf16) or convert. Read once; an
+/// unknown value, or native on a CPU without it, throws std::runtime_error naming it (the first bf16 run's setup or
+/// `gputrain devices` reads it first).
 CpuBf16Path cpu_bf16_path();
+/// Whether the native path is the faster one here: the CPU has avx512_bf16 and is an AMD one. Measured
+/// (bench/bf16_gemm_rate.cpp and a loop of independent instructions): on this project's Zen 4, vdpbf16ps zmm issues
+/// once a cycle like vfmadd231ps zmm, so bf16 doubles the products per cycle (our kernel 1.7-2.3× SGEMM); on its
+/// Intel Xeon (family 6, model 207, no AMX exposed) it issues once in 4 cycles against FMA's 2 per cycle: half of
+/// f32's rate (80-85 against 165-170 GFLOP/s on one core), so there the conversion path runs at f32's speed instead.
+bool cpu_native_bf16_pays();
+/// Whether bf16 products round their operands as the kernels pack them, keeping no rounded copies: on the native
+/// path, and on the conversion path when the f32 products run on our kernels (ops/sgemm.h).
+bool cpu_bf16_rounds_in_pack();
 /// Whether this CPU can run the native path at all (avx512_bf16 and AVX-512 state enabled).
 bool cpu_has_native_bf16();
-/// "native (AVX-512 BF16, vdpbf16ps)" or "conversion (bf16-rounded operands, f32 SGEMM)", for reports.
+/// "native (AVX-512 BF16, vdpbf16ps)" or "conversion (…)", for reports.
 std::string describe(CpuBf16Path path);
 
 /// Tests and benchmarks: make every later product of the process take `path` (native only where the CPU has it)

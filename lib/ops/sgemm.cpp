@@ -7,6 +7,8 @@
 // CPUID says the CPU has them, and the rest of the binary stays baseline x86-64.
 #include "ops/sgemm.h"
 
+#include "core/half.h"
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -61,23 +63,57 @@ CpuSgemmPath sgemm_env_path() {
 
 #if defined(__x86_64__)
 
-// Every packer writes, for kk < kc and lanes l < count, out[kk·w + l] = x(kk, l): a panel's w lanes (rows of op(a)
-// or columns of op(b)) of one k together. Lanes from count to w are not written.
+// The packers write, for kk < kc and lanes l < count, x(kk, l) to out[kk·w + l] of its panel: a panel's w lanes
+// (rows of op(a) or columns of op(b)) of one k together. Lanes from count to the panel's end are not written.
+
+// Each element rounded to bf16 (nearest even) and widened back, as bf16_to_float(float_to_bf16(x)) does: a NaN keeps
+// its sign and top payload bits with the quiet bit set; subnormals round like any other value.
+GT_SGEMM_AVX512 inline __m512 round_bf16(__m512 v) {
+  const __m512i x = _mm512_castps_si512(v);
+  const __mmask16 nan =
+      _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7FFFFFFF)), _mm512_set1_epi32(0x7F800000));
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_add_epi32(x, _mm512_add_epi32(_mm512_set1_epi32(0x7FFF), odd));
+  r = _mm512_mask_or_epi32(r, nan, x, _mm512_set1_epi32(0x00400000));
+  return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+
+// A source element as the kernels multiply it: as it is, or rounded to bf16 (Round).
+template <bool Round>
+float packed_value(float x) {
+  if constexpr (Round) return bf16_to_float(float_to_bf16(x));
+  return x;
+}
 
 struct Avx512 {
   static constexpr int mr = 8, nr = 32, mc = 128;
 
-  // x(kk, l) = src[kk·ld + l]: lanes contiguous.
+  template <bool Round>
+  GT_SGEMM_AVX512 static __m512 load(__mmask16 mask, const float* p) {
+    const __m512 v = _mm512_maskz_loadu_ps(mask, p);
+    if constexpr (Round) return round_bf16(v);
+    return v;
+  }
+
+  // x(kk, l) = src[kk·ld + l]: lanes contiguous. All of a block's panels at once (panel q at out + q·kc·w), row by
+  // row of src, so that each row is read once, in order, however many panels it feeds.
+  template <bool Round>
   GT_SGEMM_AVX512 static void pack_lanes(const float* src, int ld, int kc, int count, int w, float* out) {
-    for (int kk = 0; kk < kc; ++kk)
-      for (int l0 = 0; l0 < count; l0 += 16) {
-        const __mmask16 mask = count - l0 >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (count - l0)) - 1);
-        _mm512_mask_storeu_ps(out + int64_t{kk} * w + l0, mask,
-                              _mm512_maskz_loadu_ps(mask, src + int64_t{kk} * ld + l0));
+    for (int kk = 0; kk < kc; ++kk) {
+      const float* row = src + int64_t{kk} * ld;
+      for (int q0 = 0; q0 < count; q0 += w) {
+        float* dst = out + int64_t{q0 / w} * kc * w + int64_t{kk} * w;
+        const int n = std::min(w, count - q0);
+        for (int l0 = 0; l0 < n; l0 += 16) {
+          const __mmask16 mask = n - l0 >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - l0)) - 1);
+          _mm512_mask_storeu_ps(dst + l0, mask, load<Round>(mask, row + q0 + l0));
+        }
       }
+    }
   }
 
   // x(kk, l) = src[l·ld + kk]: each lane's k contiguous, so 16 lanes' 16 k come out of 16 loads and a transpose.
+  template <bool Round>
   GT_SGEMM_AVX512 static void pack_rows(const float* src, int ld, int kc, int count, int w, float* out) {
     const int group = std::min(16, w);
     for (int l0 = 0; l0 < count; l0 += group) {
@@ -89,8 +125,7 @@ struct Avx512 {
         __m512i r[16];
 #pragma GCC unroll 16
         for (int l = 0; l < 16; ++l)
-          r[l] = l < g ? _mm512_castps_si512(_mm512_maskz_loadu_ps(ks, src + int64_t{l0 + l} * ld + k0))
-                       : _mm512_setzero_si512();
+          r[l] = l < g ? _mm512_castps_si512(load<Round>(ks, src + int64_t{l0 + l} * ld + k0)) : _mm512_setzero_si512();
         transpose16(r);  // r[q]: k0 + q of lanes l0 .. l0 + 15
         for (int q = 0; q < left; ++q)
           _mm512_mask_storeu_ps(out + int64_t{k0 + q} * w + l0, lanes, _mm512_castsi512_ps(r[q]));
@@ -149,15 +184,23 @@ struct Avx512 {
 struct Avx2 {
   static constexpr int mr = 6, nr = 16, mc = 120;
 
+  template <bool Round>
   GT_SGEMM_AVX2 static void pack_lanes(const float* src, int ld, int kc, int count, int w, float* out) {
-    for (int kk = 0; kk < kc; ++kk) std::memcpy(out + int64_t{kk} * w, src + int64_t{kk} * ld, sizeof(float) * count);
+    for (int kk = 0; kk < kc; ++kk)
+      for (int q0 = 0; q0 < count; q0 += w) {
+        float* dst = out + int64_t{q0 / w} * kc * w + int64_t{kk} * w;
+        const float* row = src + int64_t{kk} * ld + q0;
+        const int n = std::min(w, count - q0);
+        for (int l = 0; l < n; ++l) dst[l] = packed_value<Round>(row[l]);
+      }
   }
 
   // Lane by lane (reading each lane's k in order); the writes, w apart, stay inside the panel in L1.
+  template <bool Round>
   GT_SGEMM_AVX2 static void pack_rows(const float* src, int ld, int kc, int count, int w, float* out) {
     for (int l = 0; l < count; ++l) {
       const float* row = src + int64_t{l} * ld;
-      for (int kk = 0; kk < kc; ++kk) out[int64_t{kk} * w + l] = row[kk];
+      for (int kk = 0; kk < kc; ++kk) out[int64_t{kk} * w + l] = packed_value<Round>(row[kk]);
     }
   }
 
@@ -210,20 +253,20 @@ struct Avx2 {
 
 // Panels of w lanes from lane 0 on, `count` lanes in all, k from 0 to kc: panel q at out + q·kc·w, lanes past count
 // zero (they multiply into rows or columns of C that are not stored).
-template <class Isa>
+template <class Isa, bool Round>
 void pack_panels(const float* src, int ld, bool lanes_contiguous, int kc, int count, int w, float* out) {
-  for (int q0 = 0; q0 < count; q0 += w) {
-    const int n = std::min(w, count - q0);
-    float* panel = out + int64_t{q0 / w} * kc * w;
-    if (n < w) std::memset(panel, 0, sizeof(float) * static_cast<size_t>(kc) * static_cast<size_t>(w));
-    if (lanes_contiguous)
-      Isa::pack_lanes(src + q0, ld, kc, n, w, panel);
-    else
-      Isa::pack_rows(src + int64_t{q0} * ld, ld, kc, n, w, panel);
+  if (count % w != 0)
+    std::memset(out + int64_t{count / w} * kc * w, 0, sizeof(float) * static_cast<size_t>(kc) * static_cast<size_t>(w));
+  if (lanes_contiguous) {
+    Isa::template pack_lanes<Round>(src, ld, kc, count, w, out);
+    return;
   }
+  for (int q0 = 0; q0 < count; q0 += w)
+    Isa::template pack_rows<Round>(src + int64_t{q0} * ld, ld, kc, std::min(w, count - q0), w,
+                                   out + int64_t{q0 / w} * kc * w);
 }
 
-template <class Isa>
+template <class Isa, bool Round>
 void gemm_packed(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb, float beta,
                  float* c, int ldc, const float* bias) {
   constexpr int mr = Isa::mr, nr = Isa::nr;
@@ -239,9 +282,9 @@ void gemm_packed(bool ta, bool tb, int m, int n, int k, const float* a, int lda,
       if (b_pack.size() < b_need) b_pack.resize(b_need);
       // op(b)(kk, j) is b[kk·ldb + j], or b[j·ldb + kk] when transposed.
       if (tb)
-        pack_panels<Isa>(b + int64_t{j0} * ldb + k0, ldb, false, kc, nc, nr, b_pack.data());
+        pack_panels<Isa, Round>(b + int64_t{j0} * ldb + k0, ldb, false, kc, nc, nr, b_pack.data());
       else
-        pack_panels<Isa>(b + int64_t{k0} * ldb + j0, ldb, true, kc, nc, nr, b_pack.data());
+        pack_panels<Isa, Round>(b + int64_t{k0} * ldb + j0, ldb, true, kc, nc, nr, b_pack.data());
       for (int i0 = 0; i0 < m; i0 += Isa::mc) {
         const int mc = std::min(Isa::mc, m - i0);
         const int m_panels = (mc + mr - 1) / mr;
@@ -249,9 +292,9 @@ void gemm_packed(bool ta, bool tb, int m, int n, int k, const float* a, int lda,
         if (a_pack.size() < a_need) a_pack.resize(a_need);
         // op(a)(i, kk) is a[i·lda + kk], or a[kk·lda + i] when transposed.
         if (ta)
-          pack_panels<Isa>(a + int64_t{k0} * lda + i0, lda, true, kc, mc, mr, a_pack.data());
+          pack_panels<Isa, Round>(a + int64_t{k0} * lda + i0, lda, true, kc, mc, mr, a_pack.data());
         else
-          pack_panels<Isa>(a + int64_t{i0} * lda + k0, lda, false, kc, mc, mr, a_pack.data());
+          pack_panels<Isa, Round>(a + int64_t{i0} * lda + k0, lda, false, kc, mc, mr, a_pack.data());
         for (int jp = 0; jp < n_panels; ++jp)
           for (int ip = 0; ip < m_panels; ++ip) {
             const int rows = std::min(mr, mc - ip * mr), cols = std::min(nr, nc - jp * nr);
@@ -303,14 +346,30 @@ void force_cpu_sgemm_path(CpuSgemmPath path) {
 }
 void reset_cpu_sgemm_path() { g_sgemm_forced.store(-1, std::memory_order_relaxed); }
 
-void sgemm(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb, float beta,
-           float* c, int ldc, const float* bias) {
+namespace {
+
+template <bool Round>
+void sgemm_t(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb, float beta,
+             float* c, int ldc, const float* bias) {
   if (m <= 0 || n <= 0) return;
   const CpuSgemmPath path = cpu_sgemm_path();
   if (path == CpuSgemmPath::openblas || k <= 0) {  // (no products: c = beta·c, as SGEMM, then the bias)
-    if (k > 0)
+    if (k > 0) {
+      if constexpr (Round) {  // rounded copies of op(a)'s and op(b)'s rows as they lie, padding and all
+        thread_local std::vector<float> ra, rb;  // grown, never shrunk
+        // (the last row ends at its last element: what follows it may not be the caller's)
+        const size_t na = static_cast<size_t>(ta ? k - 1 : m - 1) * static_cast<size_t>(lda) + (ta ? m : k),
+                     nb = static_cast<size_t>(tb ? n - 1 : k - 1) * static_cast<size_t>(ldb) + (tb ? k : n);
+        ra.resize(std::max(ra.size(), na));
+        rb.resize(std::max(rb.size(), nb));
+        round_to_half(HalfFormat::bf16, a, ra.data(), na);
+        round_to_half(HalfFormat::bf16, b, rb.data(), nb);
+        a = ra.data();
+        b = rb.data();
+      }
       cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, a, lda,
                   b, ldb, beta, c, ldc);
+    }
     for (int i = 0; i < m; ++i) {
       float* row = c + int64_t{i} * ldc;
       if (k <= 0) {
@@ -326,10 +385,22 @@ void sgemm(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const
   }
 #if defined(__x86_64__)
   if (path == CpuSgemmPath::avx512)
-    gemm_packed<Avx512>(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, bias);
+    gemm_packed<Avx512, Round>(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, bias);
   else
-    gemm_packed<Avx2>(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, bias);
+    gemm_packed<Avx2, Round>(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, bias);
 #endif
+}
+
+}  // namespace
+
+void sgemm(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb, float beta,
+           float* c, int ldc, const float* bias) {
+  sgemm_t<false>(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, bias);
+}
+
+void sgemm_bf16_rounded(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
+                        float beta, float* c, int ldc, const float* bias) {
+  sgemm_t<true>(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, bias);
 }
 
 }  // namespace gt::cpu

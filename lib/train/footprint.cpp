@@ -106,14 +106,13 @@ Footprint training_footprint(const Experiment& exp, const Model& model, const Da
                   bytes_of(train.target_shape().batched(f.batch).numel(), train.target_dtype()) +
                   bytes_of(model.output_shape().batched(f.batch).numel(), f.dtype);
   // bf16/fp16 on the CPU: one rounded f32 copy of each weight a product reads (f32 models only: f64 products are never
-  // rounded), except for bf16 on a CPU that multiplies bf16 natively: its kernel rounds the weights while it packs
-  // them. CUDA keeps none: each product converts its operands into 16-bit scratch that it frees when queued
+  // rounded), except for bf16 where the kernels round the weights while they pack them (the native bf16 kernel, and
+  // our f32 kernels on the conversion path: ops/bf16_gemm.h's cpu_bf16_rounds_in_pack). CUDA keeps none: each product converts its operands into 16-bit scratch that it frees when queued
   // (ops/cuda/half_scratch.h), the size of one operand at a time.
   f.precision = exp.train.precision;
-  f.native_bf16 =
-      f.precision == Precision::bf16 && model.device().is_cpu() && cpu::cpu_bf16_path() == cpu::CpuBf16Path::native;
+  f.bf16_in_pack = f.precision == Precision::bf16 && model.device().is_cpu() && cpu::cpu_bf16_rounds_in_pack();
   f.on_cuda = model.device().is_cuda();
-  if (half_format(f.precision) && f.dtype == DType::f32 && !f.native_bf16 && !f.on_cuda)
+  if (half_format(f.precision) && f.dtype == DType::f32 && !f.bf16_in_pack && !f.on_cuda)
     for (const GraphNode& n : nodes) f.half_weight_bytes += bytes_of(n.layer->product_weight_numel(), DType::f32);
   f.total_bytes = f.param_bytes + f.grad_bytes + f.optimizer_bytes + f.buffer_bytes + f.activation_bytes +
                   f.batch_bytes + f.half_weight_bytes;
@@ -406,8 +405,8 @@ std::string footprint_report(const Footprint& f, const MemoryFit& fit, const std
   row("batch", f.batch_bytes, "input, target and output gradient");
   if (half_format(f.precision))
     row("half weights", f.half_weight_bytes,
-        f.native_bf16 ? std::string("none kept: the CPU's native AVX-512 BF16 kernel reads the f32 weights, rounded to "
-                                    "bf16 as it packs them")
+        f.bf16_in_pack ? std::string("none kept: the CPU's bf16 products read the f32 weights, rounded to bf16 as "
+                                     "the kernels pack them")
         : f.on_cuda   ? fmt::format("none kept: each product on the GPU converts its operands to {} scratch it frees "
                                       "when queued",
                                     to_string(f.precision))

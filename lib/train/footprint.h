@@ -57,8 +57,9 @@ struct Footprint {
   /// (plus the f32 working buffers of the forward pass); their gradients and what layers keep stay f32. nullopt: f32.
   std::optional<HalfFormat> activation_storage;
   size_t half_weight_bytes = 0;
-  /// bf16 products on the CPU's AVX-512 BF16 kernel (ops/bf16_gemm.h), which keeps no rounded weight copies.
-  bool native_bf16 = false;
+  /// bf16 products on the CPU that round the weights as their kernels pack them, keeping no rounded copies
+  /// (ops/bf16_gemm.h's cpu_bf16_rounds_in_pack).
+  bool bf16_in_pack = false;
   bool on_cuda = false;  ///< the model's device is a GPU (its half products keep no weight copies either)
   size_t total_bytes = 0;
 };

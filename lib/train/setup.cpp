@@ -15,8 +15,10 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <sstream>
+#include <string_view>
 #include <thread>
 
 namespace gt {
@@ -299,8 +301,17 @@ void log_precision(Precision precision, Device device) {
         "path)");
     return;
   }
-  // One warning per run: without native half kernels every product converts its operands first.
   const CpuHalfSupport cpu = query_cpu_half();
+  const char* env = std::getenv("GPUTRAIN_CPU_BF16");
+  if (bf16 && cpu.avx512_bf16 && !cpu::cpu_native_bf16_pays() && !(env && std::string_view(env) == "convert")) {
+    spdlog::info(
+        "precision bf16: matrix products of dense layers and convolutions round their operands to bf16 as the f32 "
+        "kernels pack them and sum the exact products in fp32; this CPU has AVX-512 BF16, but vdpbf16ps runs no faster "
+        "than fp32 FMAs on Intel CPUs (measured on a Xeon: half their rate; GPUTRAIN_CPU_BF16=native forces it); attention's products round their operands "
+        "and multiply in fp32; the rest of the step stays fp32");
+    return;
+  }
+  // One warning per run: without native half kernels every product converts its operands first.
   const bool native = bf16 ? cpu.avx512_bf16 : cpu.avx512_fp16;
   const char* isa = bf16 ? "AVX-512 BF16 (avx512_bf16)" : "AVX512-FP16 (avx512_fp16)";
   spdlog::warn(

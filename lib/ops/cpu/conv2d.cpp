@@ -171,11 +171,12 @@ std::vector<T>& scratch(size_t n) {
 // f64), or rounded to bf16/fp16: w through the scope's rounded weights (once per step), x and dy into the calling
 // thread's scratch before the batch fans out. im2col only copies x's values (and zeros, which stay zero), so rounding
 // x first rounds every column it builds. The bias and db stay fp32 (db sums the unrounded dy).
-// On the native bf16 path (ops/bf16_gemm.h) the operands stay as they are: gemm_bf16 rounds them while it packs.
+// On the native bf16 path (ops/bf16_gemm.h) the operands stay as they are: gemm_bf16 rounds them while it packs, and
+// so do our f32 kernels on the conversion path (bf16_in_pack: sgemm_bf16_rounded, ops/sgemm.h).
 template <class T>
 struct ConvOperands {
   const T *x = nullptr, *w = nullptr, *dy = nullptr;
-  bool native_bf16 = false;
+  bool native_bf16 = false, bf16_in_pack = false;
   ConvOperands(const Tensor& x_, const Tensor& w_, const Tensor* dy_, bool need_w) {
     x = x_.data<T>();
     w = w_.data<T>();
@@ -183,7 +184,8 @@ struct ConvOperands {
     if constexpr (std::is_same_v<T, float>) {
       const auto format = half_format(product_precision());
       native_bf16 = format == HalfFormat::bf16 && cpu_bf16_path() == CpuBf16Path::native;
-      if (format && !native_bf16) {
+      bf16_in_pack = format == HalfFormat::bf16 && !native_bf16 && cpu_bf16_rounds_in_pack();
+      if (format && !native_bf16 && !bf16_in_pack) {
         thread_local std::vector<float> buf_x, buf_dy;
         x = rounded_copy(x_, *format, buf_x);
         if (need_w) w = half_weight(w_, *format);
@@ -193,13 +195,15 @@ struct ConvOperands {
   }
 };
 
-// c = op(a)·op(b) + beta·c of one image's convolution GEMM: SGEMM (f32 or by conversion, f64), or the native bf16
-// kernel.
+// c = op(a)·op(b) + beta·c of one image's convolution GEMM: the f32 path (f32, or by conversion on rounded copies;
+// f64), the native bf16 kernel, or the f32 kernels rounding to bf16 as they pack.
 template <class T>
-void conv_gemm(bool native_bf16, bool ta, bool tb, int m, int n, int k, const T* a, int lda, const T* b, int ldb,
-               T beta, T* c, int ldc) {
-  if constexpr (std::is_same_v<T, float>)
-    if (native_bf16) return gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+void conv_gemm(const ConvOperands<T>& in, bool ta, bool tb, int m, int n, int k, const T* a, int lda, const T* b,
+               int ldb, T beta, T* c, int ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (in.native_bf16) return gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+    if (in.bf16_in_pack) return sgemm_bf16_rounded(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+  }
   gemm_raw<T>(ta, tb, m, n, k, T(1), a, lda, b, ldb, beta, c, ldc);
 }
 
@@ -219,7 +223,7 @@ void conv_fwd_t(const Tensor& x, const Tensor& w, const Tensor& b, const Window2
         T* ys = py + (n * cout + grp * og) * g.cols();
         if (col) im2col(g, xs, col);
         // y (og, oh·ow) = W_g (og, C·kh·kw) · col (C·kh·kw, oh·ow)
-        conv_gemm<T>(in.native_bf16, false, false, static_cast<int>(og), static_cast<int>(g.cols()),
+        conv_gemm<T>(in, false, false, static_cast<int>(og), static_cast<int>(g.cols()),
                      static_cast<int>(g.rows()), pw + grp * og * g.rows(), static_cast<int>(g.rows()), col ? col : xs,
                      static_cast<int>(g.cols()), T(0), ys, static_cast<int>(g.cols()));
         if (pb)
@@ -263,7 +267,7 @@ void conv_bwd_t(const Tensor& x, const Tensor& w, const Tensor& dy, const Window
         const T* dys_sum = pdy_sum + (n * cout + grp * og) * g.cols();
         if (col) im2col(g, xs, col);
         // dW_g (og, C·kh·kw) += dy (og, oh·ow) · colᵀ
-        conv_gemm<T>(in.native_bf16, false, true, static_cast<int>(og), static_cast<int>(g.rows()),
+        conv_gemm<T>(in, false, true, static_cast<int>(og), static_cast<int>(g.rows()),
                      static_cast<int>(g.cols()), dys, static_cast<int>(g.cols()), col ? col : xs,
                      static_cast<int>(g.cols()), T(1), gw.data() + grp * og * g.rows(), static_cast<int>(g.rows()));
         if (want_db)
@@ -275,7 +279,7 @@ void conv_bwd_t(const Tensor& x, const Tensor& w, const Tensor& dy, const Window
         if (pdx) {
           // dcol (C·kh·kw, oh·ow) = W_gᵀ · dy, then scattered back onto the image.
           T* dxs = pdx + (n * cin + grp * g.c) * g.h * g.w;
-          conv_gemm<T>(in.native_bf16, true, false, static_cast<int>(g.rows()), static_cast<int>(g.cols()),
+          conv_gemm<T>(in, true, false, static_cast<int>(g.rows()), static_cast<int>(g.cols()),
                        static_cast<int>(og), pw + grp * og * g.rows(), static_cast<int>(g.rows()), dys,
                        static_cast<int>(g.cols()), T(0), g.is_identity() ? dxs : dcol, static_cast<int>(g.cols()));
           if (!g.is_identity()) col2im(g, dcol, dxs);

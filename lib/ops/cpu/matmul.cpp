@@ -91,11 +91,14 @@ void gemm_t(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, doubl
   const auto k = static_cast<int>(ta ? a.dim(0) : a.dim(1));
   const auto lda = static_cast<int>(a.dim(1)), ldb = static_cast<int>(b.dim(1));
   const T *pa = a.data<T>(), *pb = b.data<T>();
-  bool native_bf16 = false;  // gemm_bf16 rounds the f32 operands itself while it packs them: no rounded copies
+  // gemm_bf16 rounds the f32 operands itself while it packs them, and so do our f32 kernels on the conversion path
+  // (sgemm_bf16_rounded): no rounded copies then.
+  bool native_bf16 = false, bf16_in_pack = false;
   if constexpr (std::is_same_v<T, float>) {
     const auto format = half_format(product_precision());
     native_bf16 = format == HalfFormat::bf16 && cpu_bf16_path() == CpuBf16Path::native;
-    if (format && !native_bf16) {
+    bf16_in_pack = format == HalfFormat::bf16 && !native_bf16 && cpu_bf16_rounds_in_pack();
+    if (format && !native_bf16 && !bf16_in_pack) {
       thread_local std::vector<float> buf_a, buf_b;
       pa = half_operand(a, false, *format, buf_a);
       pb = half_operand(b, b_weight, *format, buf_b);
@@ -113,6 +116,12 @@ void gemm_t(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, doubl
       if (native_bf16) {  // the kernel adds the bias as it stores C's last sums: the same fl(Σ + bias)
         gemm_bf16(ta, tb, r1 - r0, c1 - c0, k, ba, lda, bb, ldb, static_cast<float>(beta), bc, n,
                   bias ? bias + c0 : nullptr);
+        return;
+      }
+    if constexpr (std::is_same_v<T, float>)
+      if (bf16_in_pack) {
+        sgemm_bf16_rounded(ta, tb, r1 - r0, c1 - c0, k, ba, lda, bb, ldb, static_cast<float>(beta), bc, n,
+                           bias ? bias + c0 : nullptr);
         return;
       }
     if constexpr (std::is_same_v<T, float>)
