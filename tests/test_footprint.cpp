@@ -511,8 +511,8 @@ optimizer: {type: sgd, lr: 0.1}
       CHECK(p.f.half_weight_bytes == 0);
       CHECK(p.f.total_bytes == plan(c.yaml).f.total_bytes);
       const MemoryFit fit = judge_fit(p.f.total_bytes, Device::cpu(), p.f.total_bytes);
-      CHECK_THAT(footprint_report(p.f, fit, ""), Catch::Contains("half weights") &&
-                                                     Catch::Contains("rounded to bf16 as the kernels pack them"));
+      CHECK_THAT(footprint_report(p.f, fit, ""),
+                 Catch::Contains("half weights") && Catch::Contains("rounded to bf16 as the kernels pack them"));
       Model model = Model::build(p.exp.root["model"], p.data.train.input_shape(), DType::f32, Device::cpu(), 1);
       model.allocate(p.f.batch);
       const Tensor x = Tensor::zeros(p.data.train.input_shape().batched(p.f.batch), DType::f32);

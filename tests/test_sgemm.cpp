@@ -169,7 +169,7 @@ TEST_CASE("sgemm: rounding to bf16 while packing gives the bits of a product of 
             a[2] = std::bit_cast<float>(0x3F818000u);       // a tie: rounds to even (up)
             a[3] = std::bit_cast<float>(0x00012345u);       // an f32 subnormal
             a[5] = std::numeric_limits<float>::infinity();  // stays infinite
-            b[0] = std::bit_cast<float>(0x7F800001u);  // a signalling NaN, read by every shape: quieted
+            b[0] = std::bit_cast<float>(0x7F800001u);       // a signalling NaN, read by every shape: quieted
           }
           std::vector<float> ra(a.size()), rb(b.size());
           round_to_half(HalfFormat::bf16, a.data(), ra.data(), a.size());

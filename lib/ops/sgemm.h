@@ -17,7 +17,8 @@ namespace gt::cpu {
 enum class CpuSgemmPath { avx512, avx2, openblas };
 
 /// The path f32 products take in this process: the best the CPU runs unless GPUTRAIN_CPU_SGEMM says avx512, avx2
-/// or openblas (auto, the default: avx512 where the CPU has AVX-512F, else avx2 with AVX2 and FMA, else openblas).
+/// or openblas (auto, the default: avx512 where the CPU has AVX-512F; on a CPU with AVX2 and FMA only, OpenBLAS where
+/// it runs an AVX2 core and avx2 where it fell back to an older one; else openblas).
 /// Read once; an unknown value, or a kernel this CPU cannot run, throws std::runtime_error naming it.
 CpuSgemmPath cpu_sgemm_path();
 /// Whether this CPU can run `path` (openblas: always).

@@ -107,8 +107,9 @@ Footprint training_footprint(const Experiment& exp, const Model& model, const Da
                   bytes_of(model.output_shape().batched(f.batch).numel(), f.dtype);
   // bf16/fp16 on the CPU: one rounded f32 copy of each weight a product reads (f32 models only: f64 products are never
   // rounded), except for bf16 where the kernels round the weights while they pack them (the native bf16 kernel, and
-  // our f32 kernels on the conversion path: ops/bf16_gemm.h's cpu_bf16_rounds_in_pack). CUDA keeps none: each product converts its operands into 16-bit scratch that it frees when queued
-  // (ops/cuda/half_scratch.h), the size of one operand at a time.
+  // our f32 kernels on the conversion path: ops/bf16_gemm.h's cpu_bf16_rounds_in_pack). CUDA keeps none: each product
+  // converts its operands into 16-bit scratch that it frees when queued (ops/cuda/half_scratch.h), the size of one
+  // operand at a time.
   f.precision = exp.train.precision;
   f.bf16_in_pack = f.precision == Precision::bf16 && model.device().is_cpu() && cpu::cpu_bf16_rounds_in_pack();
   f.on_cuda = model.device().is_cuda();
@@ -407,11 +408,11 @@ std::string footprint_report(const Footprint& f, const MemoryFit& fit, const std
     row("half weights", f.half_weight_bytes,
         f.bf16_in_pack ? std::string("none kept: the CPU's bf16 products read the f32 weights, rounded to bf16 as "
                                      "the kernels pack them")
-        : f.on_cuda   ? fmt::format("none kept: each product on the GPU converts its operands to {} scratch it frees "
-                                      "when queued",
-                                    to_string(f.precision))
-                      : fmt::format("the weights products read, rounded to {} once per step (kept as f32 on the CPU)",
-                                    to_string(f.precision)));
+        : f.on_cuda    ? fmt::format("none kept: each product on the GPU converts its operands to {} scratch it frees "
+                                        "when queued",
+                                     to_string(f.precision))
+                       : fmt::format("the weights products read, rounded to {} once per step (kept as f32 on the CPU)",
+                                     to_string(f.precision)));
   row("total", f.total_bytes, "");
   return out + fit_line(fit) + "\n";
 }

@@ -307,7 +307,8 @@ void log_precision(Precision precision, Device device) {
     spdlog::info(
         "precision bf16: matrix products of dense layers and convolutions round their operands to bf16 as the f32 "
         "kernels pack them and sum the exact products in fp32; this CPU has AVX-512 BF16, but vdpbf16ps runs no faster "
-        "than fp32 FMAs on Intel CPUs (measured on a Xeon: half their rate; GPUTRAIN_CPU_BF16=native forces it); attention's products round their operands "
+        "than fp32 FMAs on Intel CPUs (measured on a Xeon: half their rate; GPUTRAIN_CPU_BF16=native forces it); "
+        "attention's products round their operands "
         "and multiply in fp32; the rest of the step stays fp32");
     return;
   }

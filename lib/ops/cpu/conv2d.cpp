@@ -79,7 +79,8 @@ void zero_wrapped_columns(const Geometry& g, const SameRowTap& t, T* block) {
   if (n == 1)  // a 3×3 window's: one element a row, stored directly (a fill per row would be a memset call)
     for (int64_t oy = t.oy0; oy < t.oy1; ++oy) block[oy * g.ow + first] = T(0);
   else if (n > 1)
-    for (int64_t oy = t.oy0; oy < t.oy1; ++oy) std::fill(block + oy * g.ow + first, block + oy * g.ow + first + n, T(0));
+    for (int64_t oy = t.oy0; oy < t.oy1; ++oy)
+      std::fill(block + oy * g.ow + first, block + oy * g.ow + first + n, T(0));
 }
 
 // col (C·kh·kw, oh·ow) ← x (C, h, w); out-of-image taps read 0. The in-image run of each row is found once, so
@@ -223,9 +224,9 @@ void conv_fwd_t(const Tensor& x, const Tensor& w, const Tensor& b, const Window2
         T* ys = py + (n * cout + grp * og) * g.cols();
         if (col) im2col(g, xs, col);
         // y (og, oh·ow) = W_g (og, C·kh·kw) · col (C·kh·kw, oh·ow)
-        conv_gemm<T>(in, false, false, static_cast<int>(og), static_cast<int>(g.cols()),
-                     static_cast<int>(g.rows()), pw + grp * og * g.rows(), static_cast<int>(g.rows()), col ? col : xs,
-                     static_cast<int>(g.cols()), T(0), ys, static_cast<int>(g.cols()));
+        conv_gemm<T>(in, false, false, static_cast<int>(og), static_cast<int>(g.cols()), static_cast<int>(g.rows()),
+                     pw + grp * og * g.rows(), static_cast<int>(g.rows()), col ? col : xs, static_cast<int>(g.cols()),
+                     T(0), ys, static_cast<int>(g.cols()));
         if (pb)
           for (int64_t o = 0; o < og; ++o) {
             const T bias = pb[grp * og + o];
@@ -267,9 +268,9 @@ void conv_bwd_t(const Tensor& x, const Tensor& w, const Tensor& dy, const Window
         const T* dys_sum = pdy_sum + (n * cout + grp * og) * g.cols();
         if (col) im2col(g, xs, col);
         // dW_g (og, C·kh·kw) += dy (og, oh·ow) · colᵀ
-        conv_gemm<T>(in, false, true, static_cast<int>(og), static_cast<int>(g.rows()),
-                     static_cast<int>(g.cols()), dys, static_cast<int>(g.cols()), col ? col : xs,
-                     static_cast<int>(g.cols()), T(1), gw.data() + grp * og * g.rows(), static_cast<int>(g.rows()));
+        conv_gemm<T>(in, false, true, static_cast<int>(og), static_cast<int>(g.rows()), static_cast<int>(g.cols()), dys,
+                     static_cast<int>(g.cols()), col ? col : xs, static_cast<int>(g.cols()), T(1),
+                     gw.data() + grp * og * g.rows(), static_cast<int>(g.rows()));
         if (want_db)
           for (int64_t o = 0; o < og; ++o) {
             T s = 0;
@@ -279,9 +280,9 @@ void conv_bwd_t(const Tensor& x, const Tensor& w, const Tensor& dy, const Window
         if (pdx) {
           // dcol (C·kh·kw, oh·ow) = W_gᵀ · dy, then scattered back onto the image.
           T* dxs = pdx + (n * cin + grp * g.c) * g.h * g.w;
-          conv_gemm<T>(in, true, false, static_cast<int>(g.rows()), static_cast<int>(g.cols()),
-                       static_cast<int>(og), pw + grp * og * g.rows(), static_cast<int>(g.rows()), dys,
-                       static_cast<int>(g.cols()), T(0), g.is_identity() ? dxs : dcol, static_cast<int>(g.cols()));
+          conv_gemm<T>(in, true, false, static_cast<int>(g.rows()), static_cast<int>(g.cols()), static_cast<int>(og),
+                       pw + grp * og * g.rows(), static_cast<int>(g.rows()), dys, static_cast<int>(g.cols()), T(0),
+                       g.is_identity() ? dxs : dcol, static_cast<int>(g.cols()));
           if (!g.is_identity()) col2im(g, dcol, dxs);
         }
       }
