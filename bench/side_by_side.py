@@ -20,8 +20,9 @@ GPUTRAIN = os.path.join(BUILD, "gputrain")
 DEBIAN_PY = "/usr/bin/python3"
 VENV_PY = os.path.join(ROOT, "bench", ".venv", "bin", "python")
 PEAK_N, PEAK_THREADS = 2048, 2
-PEAK_WHAT = (f"OpenBLAS cblas_sgemm {PEAK_N}x{PEAK_N}x{PEAK_N} fp32, {PEAK_THREADS} threads "
-             "(bench_gemm_rate: best of 3 calls after a warm-up call)")
+PEAK_WHAT = (f"SGEMM {PEAK_N}x{PEAK_N}x{PEAK_N} fp32, {PEAK_THREADS} threads, the best of OpenBLAS (the core it "
+             "picks, and its newest core this CPU runs: SkylakeX with AVX-512, Haswell with AVX2) and gputrain's own "
+             "kernels (bench_gemm_rate: best of 3 calls after a warm-up call)")
 
 
 def machine():
@@ -58,10 +59,26 @@ def torch_pythons(notes):
     return found
 
 
+def strongest_openblas_core():
+    """OpenBLAS's newest kernel family the CPU runs (its DYNAMIC_ARCH picks by CPU model and may fall back to an old
+    one on a model it does not know, as 0.3.21 does on an Intel Xeon of family 6, model 207): the peak must not be
+    that fallback's."""
+    flags = open("/proc/cpuinfo").read()
+    if " avx512f" in flags:
+        return "SkylakeX"
+    if " avx2" in flags and " fma" in flags:
+        return "Haswell"
+    return None
+
+
 def sgemm_peak():
-    out = subprocess.run([os.path.join(BUILD, "bench_gemm_rate"), str(PEAK_THREADS), str(PEAK_N)], check=True,
-                         capture_output=True, text=True)
-    return json.loads(out.stdout)["gflops"]
+    best = 0.0
+    core = strongest_openblas_core()
+    for env in [None] + ([{**os.environ, "OPENBLAS_CORETYPE": core}] if core else []):
+        out = subprocess.run([os.path.join(BUILD, "bench_gemm_rate"), str(PEAK_THREADS), str(PEAK_N)], check=True,
+                             capture_output=True, text=True, env=env)
+        best = max(best, json.loads(out.stdout)["gflops"])
+    return best
 
 
 def check_json_path(ap, path):

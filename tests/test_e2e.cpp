@@ -415,13 +415,16 @@ TEST_CASE("gputrain devices, --version and --help exit 0", "[e2e]") {
                            Catch::Contains("f32 products: OpenBLAS"));
   CHECK_THAT(run_gputrain("devices", "GPUTRAIN_CPU_SGEMM=openblas").output,
              Catch::Contains("f32 products: OpenBLAS sgemm"));
-  // auto: ours on AVX-512; on AVX2 only where OpenBLAS fell back to an older core than the CPU runs.
+  // auto: ours where OpenBLAS runs a core narrower than the CPU's vectors, OpenBLAS where it runs one as wide.
   if (gt::cpu::cpu_sgemm_supported(gt::cpu::CpuSgemmPath::avx2)) {
     const bool avx512 = gt::cpu::cpu_sgemm_supported(gt::cpu::CpuSgemmPath::avx512);
     CHECK_THAT(run_gputrain("devices", "OPENBLAS_CORETYPE=Prescott").output,
                Catch::Contains(avx512 ? "f32 products: gputrain AVX-512" : "f32 products: gputrain AVX2+FMA"));
     CHECK_THAT(run_gputrain("devices", "OPENBLAS_CORETYPE=Haswell").output,
                Catch::Contains(avx512 ? "f32 products: gputrain AVX-512" : "f32 products: OpenBLAS sgemm"));
+    if (avx512)
+      CHECK_THAT(run_gputrain("devices", "OPENBLAS_CORETYPE=SkylakeX").output,
+                 Catch::Contains("f32 products: OpenBLAS sgemm"));
   }
   const auto bad_sgemm = run_gputrain("devices", "GPUTRAIN_CPU_SGEMM=fastest");
   CHECK(bad_sgemm.exit_code == 1);

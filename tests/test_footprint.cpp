@@ -504,6 +504,10 @@ optimizer: {type: sgd, lr: 0.1}
       continue;
     }
     const ForcedBf16Path forced(in.bf16);
+    std::optional<ForcedSgemmPath> own;  // the conversion path rounds in packing only on our f32 kernels
+    if (in.bf16 == cpu::CpuBf16Path::conversion)
+      own.emplace(cpu::cpu_sgemm_supported(cpu::CpuSgemmPath::avx512) ? cpu::CpuSgemmPath::avx512
+                                                                      : cpu::CpuSgemmPath::avx2);
     for (const Case& c : cases) {
       INFO(c.yaml);
       const Planned p = plan(c.yaml, {"train.precision=bf16"});

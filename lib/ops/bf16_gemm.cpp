@@ -26,7 +26,7 @@
 #include <vector>
 
 #if defined(__x86_64__)
-#include "ops/cpu/transpose16.h"  // (and immintrin.h)
+#include "ops/cpu/avx512_tile.h"  // (and immintrin.h)
 #define GT_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 #endif
 
@@ -171,35 +171,7 @@ GT_BF16_TARGET void bf16_kernel(int pairs, const uint32_t* ap, const uint32_t* b
       acc[r][1] = _mm512_dpbf16_ps(acc[r][1], a, b1);
     }
   }
-  const __mmask16 m0 = cols >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << cols) - 1);
-  const __mmask16 m1 = cols >= 32 ? __mmask16(0xFFFF) : cols > 16 ? __mmask16((1u << (cols - 16)) - 1) : __mmask16(0);
-  const bool overwrite = first && beta == 0.0f;
-  const bool scale = first && beta != 1.0f;
-  const __m512 vbeta = _mm512_set1_ps(beta);
-  const bool add_bias = last && bias != nullptr;
-  const __m512 bias0 = add_bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
-  const __m512 bias1 = add_bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
-#pragma GCC unroll 8
-  for (int r = 0; r < kBf16Mr; ++r) {
-    if (r >= rows) break;
-    float* cr = c + int64_t{r} * ldc;
-    __m512 v0 = acc[r][0], v1 = acc[r][1];
-    if (!overwrite) {
-      __m512 c0 = _mm512_maskz_loadu_ps(m0, cr), c1 = _mm512_maskz_loadu_ps(m1, cr + 16);
-      if (scale) {
-        c0 = _mm512_mul_ps(c0, vbeta);
-        c1 = _mm512_mul_ps(c1, vbeta);
-      }
-      v0 = _mm512_add_ps(c0, v0);
-      v1 = _mm512_add_ps(c1, v1);
-    }
-    if (add_bias) {
-      v0 = _mm512_add_ps(v0, bias0);
-      v1 = _mm512_add_ps(v1, bias1);
-    }
-    _mm512_mask_storeu_ps(cr, m0, v0);
-    _mm512_mask_storeu_ps(cr + 16, m1, v1);
-  }
+  store_tile<kBf16Mr>(acc, c, ldc, rows, cols, first, last, beta, bias);
 }
 
 // B is f32 (rounded as it is packed) or already bf16 (SB = uint16_t).

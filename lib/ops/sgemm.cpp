@@ -21,7 +21,7 @@
 #include <vector>
 
 #if defined(__x86_64__)
-#include "ops/cpu/transpose16.h"  // (and immintrin.h)
+#include "ops/cpu/avx512_tile.h"  // (and immintrin.h)
 #define GT_SGEMM_AVX512 __attribute__((target("avx512f")))
 #define GT_SGEMM_AVX2 __attribute__((target("avx2,fma")))
 #endif
@@ -34,21 +34,26 @@ constexpr int kNc = 512;  // a multiple of both kernels' Nr
 
 std::atomic<int> g_sgemm_forced{-1};  // a CpuSgemmPath forced by a test or benchmark; -1: the environment's choice
 
-// Whether OpenBLAS runs one of its AVX2+FMA (or wider) cores, by the name it reports.
-bool openblas_core_has_avx2() {
+// The widest vectors of the core OpenBLAS runs, by the name it reports: 512 (its AVX-512 cores), 256 (its AVX2+FMA
+// cores), 0 (anything older).
+int openblas_core_width() {
   const std::string_view core = openblas_get_corename();
-  for (const std::string_view name : {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids"})
-    if (core == name) return true;
-  return false;
+  for (const std::string_view name : {"SkylakeX", "Cooperlake", "SapphireRapids"})
+    if (core == name) return 512;
+  for (const std::string_view name : {"Haswell", "Zen"})
+    if (core == name) return 256;
+  return 0;
 }
 
-// auto: our AVX-512 kernel wherever the CPU has AVX-512F (measured on this project's Intel Xeon: level with
-// OpenBLAS's Cooperlake core, 3-5× the Prescott core OpenBLAS 0.3.21 picks there); on an AVX2 CPU, OpenBLAS when it
-// runs an AVX2 core (its Haswell core ran ~5 % ahead of our 6 × 16 kernel there), ours when it fell back to an older
-// one.
+// auto: our kernel where OpenBLAS runs a core narrower than the CPU's vectors (it fell back, as 0.3.21 does to its
+// Prescott core on this project's Intel Xeon, or OPENBLAS_CORETYPE forced it), OpenBLAS where it runs a core as wide.
+// Measured: ours level with OpenBLAS's Cooperlake core on the Xeon and ~5 % behind its Haswell core at AVX2; an
+// earlier AVX-512 kernel of ours lost up to 20 % to the Cooperlake core on the MLP's shapes on Zen 4 (README,
+// Transformers), so where OpenBLAS knows the CPU it keeps the products.
 CpuSgemmPath best_sgemm_path() {
-  if (cpu_sgemm_supported(CpuSgemmPath::avx512)) return CpuSgemmPath::avx512;
-  if (cpu_sgemm_supported(CpuSgemmPath::avx2) && !openblas_core_has_avx2()) return CpuSgemmPath::avx2;
+  const int width = openblas_core_width();
+  if (cpu_sgemm_supported(CpuSgemmPath::avx512)) return width >= 512 ? CpuSgemmPath::openblas : CpuSgemmPath::avx512;
+  if (cpu_sgemm_supported(CpuSgemmPath::avx2)) return width >= 256 ? CpuSgemmPath::openblas : CpuSgemmPath::avx2;
   return CpuSgemmPath::openblas;
 }
 
@@ -162,34 +167,7 @@ struct Avx512 {
         acc[r][1] = _mm512_fmadd_ps(a, b1, acc[r][1]);
       }
     }
-    const __mmask16 m0 = cols >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << cols) - 1);
-    const __mmask16 m1 = cols >= 32 ? __mmask16(0xFFFF) : cols > 16 ? __mmask16((1u << (cols - 16)) - 1) : __mmask16(0);
-    const bool overwrite = first && beta == 0.0f, scale = first && beta != 1.0f;
-    const __m512 vbeta = _mm512_set1_ps(beta);
-    const bool add_bias = last && bias != nullptr;
-    const __m512 bias0 = add_bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
-    const __m512 bias1 = add_bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
-#pragma GCC unroll 8
-    for (int r = 0; r < mr; ++r) {
-      if (r >= rows) break;
-      float* cr = c + int64_t{r} * ldc;
-      __m512 v0 = acc[r][0], v1 = acc[r][1];
-      if (!overwrite) {
-        __m512 c0 = _mm512_maskz_loadu_ps(m0, cr), c1 = _mm512_maskz_loadu_ps(m1, cr + 16);
-        if (scale) {
-          c0 = _mm512_mul_ps(c0, vbeta);
-          c1 = _mm512_mul_ps(c1, vbeta);
-        }
-        v0 = _mm512_add_ps(c0, v0);
-        v1 = _mm512_add_ps(c1, v1);
-      }
-      if (add_bias) {
-        v0 = _mm512_add_ps(v0, bias0);
-        v1 = _mm512_add_ps(v1, bias1);
-      }
-      _mm512_mask_storeu_ps(cr, m0, v0);
-      _mm512_mask_storeu_ps(cr + 16, m1, v1);
-    }
+    store_tile<mr>(acc, c, ldc, rows, cols, first, last, beta, bias);
   }
 };
 

@@ -4,8 +4,8 @@
 // Why not OpenBLAS everywhere: its DYNAMIC_ARCH build picks its kernels by CPU model, and 0.3.21 (Debian 12's) does
 // not know newer ones. On this project's Intel Xeon (family 6, model 207) it falls back to its Prescott (SSE3) core:
 // 26-30 GFLOP/s on a training step's products on one thread, where its Cooperlake core, forced by
-// OPENBLAS_CORETYPE, runs 85-128 and ours 3-4× Prescott's (bench/bf16_gemm_rate.cpp prints all of them). A user's
-// OPENBLAS_CORETYPE may also force an older core. Ours is chosen by CPUID alone.
+// OPENBLAS_CORETYPE, runs 85-142 and ours 3-5× Prescott's (bench/bf16_gemm_rate.cpp prints all of them). A user's
+// OPENBLAS_CORETYPE may also force an older core. Ours take over where OpenBLAS runs narrower vectors than the CPU.
 #pragma once
 
 #include <string>
@@ -17,8 +17,8 @@ namespace gt::cpu {
 enum class CpuSgemmPath { avx512, avx2, openblas };
 
 /// The path f32 products take in this process: the best the CPU runs unless GPUTRAIN_CPU_SGEMM says avx512, avx2
-/// or openblas (auto, the default: avx512 where the CPU has AVX-512F; on a CPU with AVX2 and FMA only, OpenBLAS where
-/// it runs an AVX2 core and avx2 where it fell back to an older one; else openblas).
+/// or openblas (auto, the default: OpenBLAS where it runs a core as wide as the CPU's vectors, our widest kernel the
+/// CPU runs where OpenBLAS fell back to a narrower one).
 /// Read once; an unknown value, or a kernel this CPU cannot run, throws std::runtime_error naming it.
 CpuSgemmPath cpu_sgemm_path();
 /// Whether this CPU can run `path` (openblas: always).

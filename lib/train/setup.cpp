@@ -305,11 +305,11 @@ void log_precision(Precision precision, Device device) {
   const char* env = std::getenv("GPUTRAIN_CPU_BF16");
   if (bf16 && cpu.avx512_bf16 && !cpu::cpu_native_bf16_pays() && !(env && std::string_view(env) == "convert")) {
     spdlog::info(
-        "precision bf16: matrix products of dense layers and convolutions round their operands to bf16 as the f32 "
-        "kernels pack them and sum the exact products in fp32; this CPU has AVX-512 BF16, but vdpbf16ps runs no faster "
-        "than fp32 FMAs on Intel CPUs (measured on a Xeon: half their rate; GPUTRAIN_CPU_BF16=native forces it); "
-        "attention's products round their operands "
-        "and multiply in fp32; the rest of the step stays fp32");
+        "precision bf16: matrix products of dense layers and convolutions by {}, the exact products summed in fp32; "
+        "this CPU has AVX-512 BF16, but vdpbf16ps runs no faster than fp32 FMAs on Intel CPUs (measured on a Xeon: "
+        "half their rate; GPUTRAIN_CPU_BF16=native forces it); attention's products round their operands and "
+        "multiply in fp32; the rest of the step stays fp32",
+        cpu::describe(cpu::CpuBf16Path::conversion));
     return;
   }
   // One warning per run: without native half kernels every product converts its operands first.
