@@ -267,16 +267,8 @@ template <class SB>
 void gemm_bf16_t(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const SB* b, int ldb, float beta,
                  float* c, int ldc, const float* bias) {
   if (m <= 0 || n <= 0) return;
-  if (k <= 0) {  // no products: c = beta·c (+ bias), as SGEMM
-    for (int i = 0; i < m; ++i) {
-      float* row = c + int64_t{i} * ldc;
-      if (beta == 0.0f)
-        std::fill(row, row + n, 0.0f);
-      else
-        for (int j = 0; j < n; ++j) row[j] *= beta;
-      if (bias)
-        for (int j = 0; j < n; ++j) row[j] += bias[j];
-    }
+  if (k <= 0) {  // no products: c = beta·c (+ bias), which sgemm does without reading a or b
+    sgemm(ta, tb, m, n, 0, nullptr, lda, nullptr, ldb, beta, c, ldc, bias);
     return;
   }
 #if defined(__x86_64__)

@@ -35,7 +35,7 @@ void reset_cpu_sgemm_path();
 /// op(b) k×n, c m×n), on cpu_sgemm_path(). beta 0 never reads c. `bias` (null: none; n elements) is added to each row
 /// after the product: fl(Σ + bias[j]). On our kernels an element of c depends only on its row of op(a) and column of
 /// op(b) (k summed in blocks of 256, in order, one FMA chain per block), not on m, n or where c's block starts, so
-/// splitting c between threads changes no bit.
+/// splitting c between threads changes no bit. k ≤ 0 reads neither a nor b: c = beta·c (+ bias).
 void sgemm(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb, float beta,
            float* c, int ldc, const float* bias = nullptr);
 
