@@ -37,6 +37,39 @@ class RankFilterSink final : public spdlog::sinks::sink {
   std::shared_ptr<spdlog::sinks::sink> m_inner;
 };
 
+// Where train.log joins the default logger: a sink the logger holds from init_logging on, forwarding to the run's
+// file once one is attached. The logger's own list of sinks is not thread-safe to change, and worker-thread ranks
+// log through it while rank 0 attaches the file (a push_back there crashed a 3-rank run under load); this sink's
+// inner one changes under its own mutex instead. Patterns set on the logger reach the file only while it is attached,
+// as when it sat in the logger's list.
+class FileSlotSink final : public spdlog::sinks::sink {
+ public:
+  void attach(std::shared_ptr<spdlog::sinks::sink> inner) {
+    const std::lock_guard lock(m_mutex);
+    m_inner = std::move(inner);
+  }
+  void log(const spdlog::details::log_msg& msg) override {
+    if (const auto inner = current()) inner->log(msg);
+  }
+  void flush() override {
+    if (const auto inner = current()) inner->flush();
+  }
+  void set_pattern(const std::string& pattern) override {
+    if (const auto inner = current()) inner->set_pattern(pattern);
+  }
+  void set_formatter(std::unique_ptr<spdlog::formatter> f) override {
+    if (const auto inner = current()) inner->set_formatter(std::move(f));
+  }
+
+ private:
+  std::shared_ptr<spdlog::sinks::sink> current() {
+    const std::lock_guard lock(m_mutex);
+    return m_inner;
+  }
+  std::mutex m_mutex;
+  std::shared_ptr<spdlog::sinks::sink> m_inner;
+};
+
 // "\r" returns to the line's start, "\033[K" (ANSI erase in line) clears from the cursor to its end.
 constexpr const char* kClearLine = "\r\033[K";
 
@@ -82,7 +115,8 @@ class ConsoleSink final : public spdlog::sinks::base_sink<std::mutex> {
 
 std::shared_ptr<ConsoleSink> g_console;
 std::shared_ptr<spdlog::sinks::basic_file_sink_mt> g_file_sink;
-std::shared_ptr<spdlog::sinks::sink> g_file_entry;  // g_file_sink as the default logger holds it
+std::shared_ptr<FileSlotSink> g_file_slot;          // in the default logger's sinks from init_logging on
+std::shared_ptr<spdlog::sinks::sink> g_file_entry;  // g_file_sink as the slot holds it
 std::shared_ptr<spdlog::logger> g_file_logger;      // train.log alone, for step_logger()
 std::atomic<bool> g_live{false};
 
@@ -92,7 +126,9 @@ void set_thread_log_rank(int rank) { t_worker_rank = rank; }
 
 void init_logging(bool quiet) {
   g_console = std::make_shared<ConsoleSink>();
-  auto logger = std::make_shared<spdlog::logger>("gputrain", std::make_shared<RankFilterSink>(g_console));
+  g_file_slot = std::make_shared<FileSlotSink>();
+  auto logger = std::make_shared<spdlog::logger>(
+      "gputrain", spdlog::sinks_init_list{std::make_shared<RankFilterSink>(g_console), g_file_slot});
   logger->set_pattern("[%H:%M:%S] %^%l%$: %v");
   logger->set_level(quiet ? spdlog::level::warn : spdlog::level::info);
   logger->flush_on(spdlog::level::info);
@@ -115,7 +151,11 @@ void add_log_file(const std::string& path) {
   }
   g_file_sink->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%l] %v");
   g_file_entry = std::make_shared<RankFilterSink>(g_file_sink);
-  spdlog::default_logger()->sinks().push_back(g_file_entry);
+  if (!g_file_slot) {  // no init_logging (a test's process): the slot joins the logger now, before any rank runs
+    g_file_slot = std::make_shared<FileSlotSink>();
+    spdlog::default_logger()->sinks().push_back(g_file_slot);
+  }
+  g_file_slot->attach(g_file_entry);
   g_file_logger = std::make_shared<spdlog::logger>("gputrain.file", g_file_sink);
   g_file_logger->flush_on(spdlog::level::info);  // as the default logger does
 }
@@ -123,8 +163,7 @@ void add_log_file(const std::string& path) {
 void remove_log_file() {
   if (!g_file_sink) return;
   g_file_sink->flush();
-  auto& sinks = spdlog::default_logger()->sinks();
-  std::erase(sinks, g_file_entry);
+  g_file_slot->attach(nullptr);
   g_file_entry.reset();
   g_file_logger.reset();
   g_file_sink.reset();
