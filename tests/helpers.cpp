@@ -78,6 +78,12 @@ int wait_exit(const Background& b) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+std::string metrics_without_timing(const std::string& run) {
+  static const std::regex timing(
+      R"re(, "(samples_per_sec|data_wait_ms|elapsed_s|device_[a-z_]+|host_[a-z_]+|gpu[0-9]+_[a-z_]+)": ("[^"]*"|[^,}]*))re");
+  return std::regex_replace(read_text(run + "/metrics.jsonl"), timing, "");
+}
+
 bool wait_for_file(const std::string& path, double seconds) {
   for (int i = 0; i < static_cast<int>(seconds * 100); ++i) {
     if (std::filesystem::exists(path)) return true;

@@ -113,6 +113,10 @@ class ForcedSgemmPath {
   ForcedSgemmPath& operator=(const ForcedSgemmPath&) = delete;
 };
 
+/// A run's metrics.jsonl without the fields that are measurements rather than training state (samples_per_sec,
+/// data_wait_ms, elapsed_s, device_*, host_*, gpu<i>_*), which differ from run to run.
+std::string metrics_without_timing(const std::string& run);
+
 /// For tests/main.cpp: adds the sink to spdlog's default logger, once.
 void install_warning_sink();
 /// For tests/main.cpp: takes the unexpected warnings logged since the last call ("warn: …" or "error: …").

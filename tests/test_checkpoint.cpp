@@ -54,14 +54,6 @@ checkpoint: {{every_steps: {}, keep: 100}}
                      samples, every_steps);
 }
 
-// metrics.jsonl without its timing fields, which differ from run to run.
-std::string metrics_without_timing(const std::string& run) {
-  // Timings and the sampler's readings (host_*, gpu<i>_*) are measurements, not training state.
-  static const std::regex timing(
-      R"re(, "(samples_per_sec|data_wait_ms|elapsed_s|host_[a-z_]+|gpu[0-9]+_[a-z_]+)": ("[^"]*"|[^,}]*))re");
-  return std::regex_replace(read_text(run + "/metrics.jsonl"), timing, "");
-}
-
 std::vector<int64_t> checkpoint_steps(const std::string& run) {
   std::vector<int64_t> steps;
   for (const auto& e : fs::directory_iterator(run + "/checkpoints"))

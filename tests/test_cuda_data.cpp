@@ -98,12 +98,6 @@ optimizer: {type: adam, lr: 0.003}
 train: {epochs: 2, log_every: 5}
 )";
 
-std::string metrics_without_timing(const std::string& run) {
-  static const std::regex timing(
-      R"re(, "(samples_per_sec|data_wait_ms|elapsed_s|device_[a-z_]+|host_[a-z_]+|gpu[0-9]+_[a-z_]+)": ("[^"]*"|[^,}]*))re");
-  return std::regex_replace(read_text(run + "/metrics.jsonl"), timing, "");
-}
-
 }  // namespace
 
 TEST_CASE("pinned batches copied on the copy stream are the CPU loader's, with 0 and 2 loader threads", "[cuda]") {

@@ -89,12 +89,6 @@ Tensor order_tensor(const std::vector<int64_t>& order) {
   return t;
 }
 
-std::string metrics_without_timing(const std::string& run) {
-  static const std::regex timing(
-      R"re(, "(samples_per_sec|data_wait_ms|elapsed_s|host_[a-z_]+|gpu[0-9]+_[a-z_]+)": ("[^"]*"|[^,}]*))re");
-  return std::regex_replace(read_text(run + "/metrics.jsonl"), timing, "");
-}
-
 }  // namespace
 
 TEST_CASE("loader threads hand over the trainer thread's batches, for any number of threads and slots", "[data][cpu]") {
@@ -302,8 +296,8 @@ namespace {
 // glibc reserves 64 MiB of address space for each arena it makes when threads contend, a number that varies from run
 // to run — on one CI machine the footprint so measured moved by more than the margins below.
 int run_limited(int64_t mib, const std::string& args) {
-  return run_shell(fmt::format("ulimit -v {} && MALLOC_ARENA_MAX=1 timeout -s KILL 10 {} {} > /dev/null 2>&1", mib * 1024,
-                               gputrain_binary(), args))
+  return run_shell(fmt::format("ulimit -v {} && MALLOC_ARENA_MAX=1 timeout -s KILL 10 {} {} > /dev/null 2>&1",
+                               mib * 1024, gputrain_binary(), args))
       .exit_code;
 }
 
