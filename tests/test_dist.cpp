@@ -290,7 +290,9 @@ TEST_CASE("SIGTERM to one rank stops all at one step with a checkpoint, and a st
     INFO(log);
     CHECK(WIFEXITED(status));
     CHECK(waited < 30);
-    if (log.find("received: stopping after step") != std::string::npos) {  // the clean stop
+    // The clean stop ends with summary.json; a rank that logged its stop can still be killed before writing it
+    // (seen in CI: "stopping after step" in the log, no summary), which is the kill case below.
+    if (fs::exists(dir / "int/summary.json")) {  // the clean stop
       const std::string summary = read_text(dir / "int/summary.json");
       CHECK(json_string(summary, "exit_reason") == "interrupted");
       const auto steps = json_number(summary, "steps");
