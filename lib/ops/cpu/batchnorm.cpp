@@ -35,18 +35,10 @@ GT_INLINE void bn_normalize_channel(int64_t c, double mean, double var, double n
   }
 }
 
-// Σ f(i) for i < n as sixteen interleaved partial sums in T (side by side in vector registers instead of one chain of
-// n dependent additions), combined in a fixed order so the result is the same on every run, returned in double.
+// lane_sum16 (ops/cpu/vec_math.h) in double.
 template <class T, class F>
 GT_INLINE double bn_lane_sum(int64_t n, F&& f) {
-  T acc[16] = {};
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    for (int k = 0; k < 16; ++k) acc[k] += f(i + k);
-  for (int k = 0; i < n; ++i, ++k) acc[k] += f(i);
-  for (int w = 8; w >= 1; w /= 2)
-    for (int k = 0; k < w; ++k) acc[k] += acc[k + w];
-  return static_cast<double>(acc[0]);
+  return static_cast<double>(lane_sum16<T>(n, f));
 }
 
 // x viewed as (B, C, S): channel c of sample b is the row x[(b·C + c)·S, +S). The plain (unsynchronised) kernels

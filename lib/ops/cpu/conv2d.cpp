@@ -6,6 +6,7 @@
 #include "ops/bf16_gemm.h"
 #include "ops/cpu/blas.h"
 #include "ops/cpu/kernel_util.h"
+#include "ops/cpu/vec_math.h"
 #include "ops/precision.h"
 
 #include <algorithm>
@@ -74,7 +75,7 @@ inline SameRowTap same_row_tap(const Geometry& g, int64_t ky, int64_t kx) {
 }
 // Zeroes, in rows [oy0, oy1) of a tap's block, the columns whose tap ix = ox + off is outside [0, w).
 template <class T>
-void zero_wrapped_columns(const Geometry& g, const SameRowTap& t, T* block) {
+GT_INLINE void zero_wrapped_columns(const Geometry& g, const SameRowTap& t, T* block) {
   const int64_t n = std::min(std::abs(t.off), g.ow), first = t.off < 0 ? 0 : g.ow - n;
   if (n == 1)  // a 3×3 window's: one element a row, stored directly (a fill per row would be a memset call)
     for (int64_t oy = t.oy0; oy < t.oy1; ++oy) block[oy * g.ow + first] = T(0);
@@ -86,7 +87,7 @@ void zero_wrapped_columns(const Geometry& g, const SameRowTap& t, T* block) {
 // col (C·kh·kw, oh·ow) ← x (C, h, w); out-of-image taps read 0. The in-image run of each row is found once, so
 // the inner loop has no bounds checks (and is a plain copy at stride 1).
 template <class T>
-void im2col(const Geometry& g, const T* x, T* col) {
+GT_INLINE void im2col(const Geometry& g, const T* x, T* col) {
   const Window2d& k = g.win;
   if (rows_align(g)) {
     for (int64_t ch = 0; ch < g.c; ++ch)
@@ -128,7 +129,7 @@ void im2col(const Geometry& g, const T* x, T* col) {
 // dx (C, h, w) += col2im(dcol); the adjoint of im2col. On the aligned path dcol's wrapped columns are zeroed first
 // (it is the caller's scratch), so the run adds zeros where a tap falls outside the image.
 template <class T>
-void col2im(const Geometry& g, T* dcol, T* dx) {
+GT_INLINE void col2im(const Geometry& g, T* dcol, T* dx) {
   const Window2d& k = g.win;
   if (rows_align(g)) {
     for (int64_t ch = 0; ch < g.c; ++ch)
@@ -158,6 +159,38 @@ void col2im(const Geometry& g, T* dcol, T* dx) {
             for (int64_t ox = sx.lo; ox < sx.hi; ++ox) dst[ox * k.sw] += row[ox];
         }
       }
+}
+
+// The f32 copies and sums compiled per instruction set (they ran on SSE inside the batch's lambda).
+GT_CPU_CLONES void im2col_f32(const Geometry& g, const float* x, float* col) { im2col<float>(g, x, col); }
+GT_CPU_CLONES void col2im_f32(const Geometry& g, float* dcol, float* dx) { col2im<float>(g, dcol, dx); }
+
+// gb[o] += Σ_i dy[o·cols + i] for o < rows: the bias gradient of one image, each row summed by lane_sum16 (one
+// chain of dependent additions per row was ~5 % of a CNN training step).
+template <class T>
+GT_INLINE void add_row_sums(const T* dy, int64_t rows, int64_t cols, T* gb) {
+  for (int64_t o = 0; o < rows; ++o) {
+    const T* row = dy + o * cols;
+    gb[o] += lane_sum16<T>(cols, [&](int64_t i) { return row[i]; });
+  }
+}
+GT_CPU_CLONES void add_row_sums_f32(const float* dy, int64_t rows, int64_t cols, float* gb) {
+  add_row_sums<float>(dy, rows, cols, gb);
+}
+
+template <class T>
+void im2col_t(const Geometry& g, const T* x, T* col) {
+  if constexpr (std::is_same_v<T, float>)
+    im2col_f32(g, x, col);
+  else
+    im2col<T>(g, x, col);
+}
+template <class T>
+void col2im_t(const Geometry& g, T* dcol, T* dx) {
+  if constexpr (std::is_same_v<T, float>)
+    col2im_f32(g, dcol, dx);
+  else
+    col2im<T>(g, dcol, dx);
 }
 
 template <class T>
@@ -222,7 +255,7 @@ void conv_fwd_t(const Tensor& x, const Tensor& w, const Tensor& b, const Window2
       for (int64_t grp = 0; grp < groups; ++grp) {
         const T* xs = px + (n * cin + grp * g.c) * g.h * g.w;
         T* ys = py + (n * cout + grp * og) * g.cols();
-        if (col) im2col(g, xs, col);
+        if (col) im2col_t<T>(g, xs, col);
         // y (og, oh·ow) = W_g (og, C·kh·kw) · col (C·kh·kw, oh·ow)
         conv_gemm<T>(in, false, false, static_cast<int>(og), static_cast<int>(g.cols()), static_cast<int>(g.rows()),
                      pw + grp * og * g.rows(), static_cast<int>(g.rows()), col ? col : xs, static_cast<int>(g.cols()),
@@ -266,24 +299,24 @@ void conv_bwd_t(const Tensor& x, const Tensor& w, const Tensor& dy, const Window
         const T* xs = px + (n * cin + grp * g.c) * g.h * g.w;
         const T* dys = pdy + (n * cout + grp * og) * g.cols();
         const T* dys_sum = pdy_sum + (n * cout + grp * og) * g.cols();
-        if (col) im2col(g, xs, col);
+        if (col) im2col_t<T>(g, xs, col);
         // dW_g (og, C·kh·kw) += dy (og, oh·ow) · colᵀ
         conv_gemm<T>(in, false, true, static_cast<int>(og), static_cast<int>(g.rows()), static_cast<int>(g.cols()), dys,
                      static_cast<int>(g.cols()), col ? col : xs, static_cast<int>(g.cols()), T(1),
                      gw.data() + grp * og * g.rows(), static_cast<int>(g.rows()));
-        if (want_db)
-          for (int64_t o = 0; o < og; ++o) {
-            T s = 0;
-            for (int64_t i = 0; i < g.cols(); ++i) s += dys_sum[o * g.cols() + i];
-            gb[static_cast<size_t>(grp * og + o)] += s;
-          }
+        if (want_db) {
+          if constexpr (std::is_same_v<T, float>)
+            add_row_sums_f32(dys_sum, og, g.cols(), gb.data() + grp * og);
+          else
+            add_row_sums<T>(dys_sum, og, g.cols(), gb.data() + grp * og);
+        }
         if (pdx) {
           // dcol (C·kh·kw, oh·ow) = W_gᵀ · dy, then scattered back onto the image.
           T* dxs = pdx + (n * cin + grp * g.c) * g.h * g.w;
           conv_gemm<T>(in, true, false, static_cast<int>(g.rows()), static_cast<int>(g.cols()), static_cast<int>(og),
                        pw + grp * og * g.rows(), static_cast<int>(g.rows()), dys, static_cast<int>(g.cols()), T(0),
                        g.is_identity() ? dxs : dcol, static_cast<int>(g.cols()));
-          if (!g.is_identity()) col2im(g, dcol, dxs);
+          if (!g.is_identity()) col2im_t<T>(g, dcol, dxs);
         }
       }
     }

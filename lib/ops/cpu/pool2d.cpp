@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 
@@ -31,8 +32,8 @@ inline bool is_2x2(const Window2d& k) {
 template <class T>
 GT_INLINE void pool2x2_fwd_rows(bool is_max, const T* px, int64_t h, int64_t w, int64_t oh, int64_t ow, T* py,
                                 int64_t r0, int64_t r1) {
-  for (int64_t r = r0; r < r1; ++r) {
-    const int64_t p = r / oh, oy = r % oh;
+  // (plane p, row oy) of output row r, stepped along instead of divided out per row
+  for (int64_t r = r0, p = r0 / oh, oy = r0 % oh; r < r1; ++r, oy = oy + 1 == oh ? 0 : oy + 1, p += oy == 0) {
     const T* a = px + (p * h + 2 * oy) * w;
     const T* b = a + w;
     T* dst = py + r * ow;
@@ -51,31 +52,37 @@ GT_INLINE void pool2x2_zero_rest(int64_t h, int64_t w, int64_t oh, int64_t oy, T
   if (h % 2 && oy == oh - 1) std::fill(da + 2 * w, da + 3 * w, T(0));
 }
 
+// Max backward of window ox of a row pair (a, b): the first maximum in reading order takes the gradient (as
+// PyTorch's); with a NaN in the window, none equals the maximum and the last tap takes it.
+template <class T>
+GT_INLINE void pool2x2_max_bwd_window(const T* a, const T* b, const T* g, int64_t ox, T* da, T* db) {
+  const T a0 = a[2 * ox], a1 = a[2 * ox + 1], b0 = b[2 * ox], b1 = b[2 * ox + 1], go = g[ox];
+  const T m = std::max(std::max(a0, a1), std::max(b0, b1));
+  const int which = a0 == m ? 0 : a1 == m ? 1 : b0 == m ? 2 : 3;
+  da[2 * ox] = which == 0 ? go : T(0);
+  da[2 * ox + 1] = which == 1 ? go : T(0);
+  db[2 * ox] = which == 2 ? go : T(0);
+  db[2 * ox + 1] = which == 3 ? go : T(0);
+}
+
 // Input row pairs [2·r0, 2·r1) of the 2×2 window's backward (oh = ⌊h/2⌋, ow = ⌊w/2⌋: an odd last row or column is
-// in no window and gets zeros). Max: the first maximum in reading order takes the gradient (as PyTorch's); with a
-// NaN in the window, none equals the maximum and the last tap takes it.
+// in no window and gets zeros). Max: pool2x2_max_bwd_window.
 template <class T>
 GT_INLINE void pool2x2_bwd_rows(bool is_max, const T* px, const T* pdy, int64_t h, int64_t w, int64_t oh, int64_t ow,
                                 T* pdx, int64_t r0, int64_t r1) {
-  for (int64_t r = r0; r < r1; ++r) {
-    const int64_t p = r / oh, oy = r % oh;
+  // (plane p, row oy) of output row r, stepped along instead of divided out per row
+  for (int64_t r = r0, p = r0 / oh, oy = r0 % oh; r < r1; ++r, oy = oy + 1 == oh ? 0 : oy + 1, p += oy == 0) {
     const T* a = px + (p * h + 2 * oy) * w;
     const T* b = a + w;
     T* da = pdx + (p * h + 2 * oy) * w;
     T* db = da + w;
     const T* g = pdy + r * ow;
     for (int64_t ox = 0; ox < ow; ++ox) {
-      const T a0 = a[2 * ox], a1 = a[2 * ox + 1], b0 = b[2 * ox], b1 = b[2 * ox + 1], go = g[ox];
       if (!is_max) {
-        da[2 * ox] = da[2 * ox + 1] = db[2 * ox] = db[2 * ox + 1] = go * T(0.25);
+        da[2 * ox] = da[2 * ox + 1] = db[2 * ox] = db[2 * ox + 1] = g[ox] * T(0.25);
         continue;
       }
-      const T m = std::max(std::max(a0, a1), std::max(b0, b1));
-      const int which = a0 == m ? 0 : a1 == m ? 1 : b0 == m ? 2 : 3;
-      da[2 * ox] = which == 0 ? go : T(0);
-      da[2 * ox + 1] = which == 1 ? go : T(0);
-      db[2 * ox] = which == 2 ? go : T(0);
-      db[2 * ox + 1] = which == 3 ? go : T(0);
+      pool2x2_max_bwd_window(a, b, g, ox, da, db);
     }
     pool2x2_zero_rest(h, w, oh, oy, da);
   }
@@ -83,10 +90,12 @@ GT_INLINE void pool2x2_bwd_rows(bool is_max, const T* px, const T* pdy, int64_t 
 
 // The f32 max backward on vectors of 8 lanes (4 windows): each lane holds one tap of its row and finds its window's
 // maximum through the neighbouring lane, so the loads and stores are contiguous (GCC leaves the scalar loop above
-// unvectorised); the same choice of tap as the scalar loop, NaN included. A row's last chunk goes through a
-// zero-padded copy.
+// unvectorised); the same choice of tap as the scalar loop, NaN included. The windows after a row's last full
+// vector go through pool2x2_max_bwd_window. (Copying that tail and the 4 gradients into zero-padded arrays instead
+// cost memcpy calls and a failed store forwarding into each vector load: the kernel was 12 % of a CNN step.)
 using PoolVec = Vec<float>;
 using PoolMask = Vec<int32_t>;
+using PoolVec4 [[gnu::vector_size(16)]] = float;
 GT_INLINE PoolVec pool_vmax(PoolVec x, PoolVec y) {  // std::max(x, y) per lane: x unless x < y
   const PoolMask lt = x < y;
   return std::bit_cast<PoolVec>((std::bit_cast<PoolMask>(y) & lt) | (std::bit_cast<PoolMask>(x) & ~lt));
@@ -94,30 +103,19 @@ GT_INLINE PoolVec pool_vmax(PoolVec x, PoolVec y) {  // std::max(x, y) per lane:
 GT_INLINE void pool2x2_max_bwd_rows_vec(const float* px, const float* pdy, int64_t h, int64_t w, int64_t oh,
                                         int64_t ow, float* pdx, int64_t r0, int64_t r1) {
   const PoolMask odd = {0, -1, 0, -1, 0, -1, 0, -1};
-  const int64_t n2 = 2 * ow;  // the taps of one row that belong to windows
-  for (int64_t r = r0; r < r1; ++r) {
-    const int64_t p = r / oh, oy = r % oh;
+  const int64_t full = ow / 4 * 8;  // the taps of a row in full vectors of 4 windows
+  // (plane p, row oy) of output row r, stepped along instead of divided out per row
+  for (int64_t r = r0, p = r0 / oh, oy = r0 % oh; r < r1; ++r, oy = oy + 1 == oh ? 0 : oy + 1, p += oy == 0) {
     const float* a = px + (p * h + 2 * oy) * w;
     const float* b = a + w;
     float* da = pdx + (p * h + 2 * oy) * w;
     float* db = da + w;
     const float* g = pdy + r * ow;
-    for (int64_t j = 0; j < n2; j += 8) {
-      const int64_t n = std::min<int64_t>(8, n2 - j);  // even
-      PoolVec va, vb, vg;
-      float ta[8] = {}, tb[8] = {}, tg[8] = {};
-      if (n == 8) {
-        va = load(a + j);
-        vb = load(b + j);
-      } else {
-        std::copy(a + j, a + j + n, ta);
-        std::copy(b + j, b + j + n, tb);
-        va = load(ta);
-        vb = load(tb);
-      }
-      std::copy(g + j / 2, g + j / 2 + n / 2, tg);
-      vg = load(tg);
-      vg = __builtin_shufflevector(vg, vg, 0, 0, 1, 1, 2, 2, 3, 3);
+    for (int64_t j = 0; j < full; j += 8) {
+      const PoolVec va = load(a + j), vb = load(b + j);
+      PoolVec4 g4;
+      std::memcpy(&g4, g + j / 2, sizeof g4);
+      const PoolVec vg = __builtin_shufflevector(g4, g4, 0, 0, 1, 1, 2, 2, 3, 3);
       const PoolVec sa = __builtin_shufflevector(va, va, 1, 0, 3, 2, 5, 4, 7, 6);
       const PoolVec sb = __builtin_shufflevector(vb, vb, 1, 0, 3, 2, 5, 4, 7, 6);
       PoolVec m = pool_vmax(pool_vmax(va, sa), pool_vmax(vb, sb));  // in the scalar order on the even lanes
@@ -128,18 +126,10 @@ GT_INLINE void pool2x2_max_bwd_rows_vec(const float* px, const float* pdy, int64
       const PoolMask any_a = ea | eas;
       const PoolMask win_a = ea & ~(odd & eas);                           // a0 first; a1 if a0 is not the max
       const PoolMask win_b = ~any_a & ((eb & ~odd) | (odd & ~ebs));       // b0 if no a; b1 if no other tap
-      const PoolVec ga = std::bit_cast<PoolVec>(std::bit_cast<PoolMask>(vg) & win_a);
-      const PoolVec gb = std::bit_cast<PoolVec>(std::bit_cast<PoolMask>(vg) & win_b);
-      if (n == 8) {
-        store<float>(da + j, ga);
-        store<float>(db + j, gb);
-      } else {
-        store<float>(ta, ga);
-        store<float>(tb, gb);
-        std::copy(ta, ta + n, da + j);
-        std::copy(tb, tb + n, db + j);
-      }
+      store<float>(da + j, std::bit_cast<PoolVec>(std::bit_cast<PoolMask>(vg) & win_a));
+      store<float>(db + j, std::bit_cast<PoolVec>(std::bit_cast<PoolMask>(vg) & win_b));
     }
+    for (int64_t ox = full / 2; ox < ow; ++ox) pool2x2_max_bwd_window(a, b, g, ox, da, db);
     pool2x2_zero_rest(h, w, oh, oy, da);
   }
 }

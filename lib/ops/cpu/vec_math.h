@@ -93,4 +93,19 @@ GT_INLINE double lane_sum(int64_t n, F&& f) {
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
+// Σ f(i) for i < n as sixteen interleaved partial sums in T (side by side in vector registers instead of one chain of
+// n dependent additions), combined in a fixed order so the result is the same on every run (batch norm's statistics,
+// a convolution's bias gradient).
+template <class T, class F>
+GT_INLINE T lane_sum16(int64_t n, F&& f) {
+  T acc[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int k = 0; k < 16; ++k) acc[k] += f(i + k);
+  for (int k = 0; i < n; ++i, ++k) acc[k] += f(i);
+  for (int w = 8; w >= 1; w /= 2)
+    for (int k = 0; k < w; ++k) acc[k] += acc[k + w];
+  return acc[0];
+}
+
 }  // namespace gt::cpu
