@@ -1,6 +1,7 @@
 // The CPU's f32 products (ops/sgemm.h): each path this CPU runs (our AVX-512 and AVX2+FMA kernels, OpenBLAS) against
 // sums in double, around the kernels' tiles and blocks, with both layouts of each operand, beta, the bias epilogue
-// and leading dimensions past the rows; and our kernels' promise that splitting C between threads changes no bit.
+// and leading dimensions past the rows; and our kernels' promise that splitting C between threads, or threading one
+// product (sgemm_threads), changes no bit.
 // A path this CPU cannot run is skipped, saying so.
 #include "core/half.h"
 #include "core/rng.h"
@@ -130,6 +131,47 @@ TEST_CASE("sgemm: our kernels give each element of C the same bits wherever C is
       }
       CHECK(differ_rows == 0);
       CHECK(differ_cols == 0);
+    }
+  }
+}
+
+TEST_CASE("sgemm_threads: threads sharing B's blocks give the single-threaded product's bits", "[cpu]") {
+  // Row chunks taken in whatever order the threads free up, B packed by all of them in rounds of k; or, with few
+  // rows, one block of C per thread: C must be the same. Shapes for both (m of 130 takes turns on 2 threads, not on
+  // 3), rows and columns off the tiles, k over several blocks of 256 (one round, and several where B is wide) and n
+  // over several blocks of 512; both layouts of each operand, beta 0 and 0.5, the bias, and the bf16 rounding
+  // while packing.
+  struct Shape3 {
+    int m, n, k;
+  };
+  for (const cpu::CpuSgemmPath path : {cpu::CpuSgemmPath::avx512, cpu::CpuSgemmPath::avx2}) {
+    if (!sgemm_runs(path)) continue;
+    const ForcedSgemmPath forced(path);
+    INFO(cpu::describe(path));
+    for (const Shape3 s : {Shape3{800, 40, 30}, Shape3{300, 70, 600}, Shape3{45, 1100, 300}, Shape3{130, 515, 40}, Shape3{9, 33, 7}}) {
+      const std::vector<float> a = sgemm_normals(static_cast<size_t>(s.m) * s.k, 4),
+                               b = sgemm_normals(static_cast<size_t>(s.k) * s.n, 5),
+                               bias = sgemm_normals(static_cast<size_t>(s.n), 6),
+                               c0 = sgemm_normals(static_cast<size_t>(s.m) * s.n, 7);
+      for (const auto& [ta, tb, beta, round] : {std::tuple{false, false, 0.0f, false}, std::tuple{true, false, 0.5f, false},
+                                                std::tuple{false, true, 0.0f, true}, std::tuple{true, true, 0.5f, true}}) {
+        CAPTURE(s.m, s.n, s.k, ta, tb, beta, round);
+        const int lda = ta ? s.m : s.k, ldb = tb ? s.k : s.n;  // the same numbers read in either layout
+        std::vector<float> want = c0;
+        if (round)
+          cpu::sgemm_bf16_rounded(ta, tb, s.m, s.n, s.k, a.data(), lda, b.data(), ldb, beta, want.data(), s.n,
+                                  bias.data());
+        else
+          cpu::sgemm(ta, tb, s.m, s.n, s.k, a.data(), lda, b.data(), ldb, beta, want.data(), s.n, bias.data());
+        for (const int threads : {2, 3}) {
+          std::vector<float> got = c0;
+          cpu::sgemm_threads(threads, round, ta, tb, s.m, s.n, s.k, a.data(), lda, b.data(), ldb, beta, got.data(),
+                             s.n, bias.data());
+          int differ = 0;
+          for (size_t i = 0; i < want.size(); ++i) differ += std::bit_cast<uint32_t>(want[i]) != std::bit_cast<uint32_t>(got[i]);
+          CHECK(differ == 0);
+        }
+      }
     }
   }
 }

@@ -305,6 +305,109 @@ void gemm_packed(bool ta, bool tb, int m, int n, int k, const float* a, int lda,
   }
 }
 
+// gemm_packed on `threads` OpenMP threads sharing the packed B, for a product with at least two chunks of C's rows
+// per thread. For each block of kNc columns, a round packs as many blocks of k as fit kSharedB floats (at least
+// one): the threads pack its panels together, then take work items — a chunk of C's rows over the round's k, its
+// blocks of A packed by the thread that takes it — one at a time as they finish the last, so a core that runs
+// slower (a busy neighbour on a shared host) takes fewer. Two barriers per round (B packed; every item done before
+// B's buffer is reused): one round for most of a training step's products (a weight gradient's k of 1024 tokens at
+// 128 columns is 512 KiB). Split in halves instead, each thread packed all of B, and the faster thread waited for
+// the slower one: ~19 % of one thread's time in a GPT step. Packing all of k at once lost more than it saved where
+// B is large (the MLP's 784 × 512 weight: 1.6 MiB, out of L2 by the time the items read it). The kernels and the
+// order of k are gemm_packed's, so every element of C has the bits the single-threaded product gives it.
+constexpr int64_t kSharedB = 128 * 1024;
+template <class Isa>
+constexpr int kChunkRows = 8 * Isa::mr;  // rows of C per work item (64 for AVX-512, 48 for AVX2)
+
+template <class Isa, bool Round>
+void gemm_packed_threads(int threads, bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b,
+                         int ldb, float beta, float* c, int ldc, const float* bias) {
+  constexpr int mr = Isa::mr, nr = Isa::nr;
+  const int m_chunks = (m + kChunkRows<Isa> - 1) / kChunkRows<Isa>;
+  const int k_blocks = (k + kKc - 1) / kKc;
+  const int max_panels = (std::min(kNc, n) + nr - 1) / nr;
+  const int per_round = static_cast<int>(std::clamp<int64_t>(kSharedB / (int64_t{kKc} * max_panels * nr), 1, k_blocks));
+  // The packed B of a round: the calling thread's (another thread may run products of its own at the same time),
+  // grown, never shrunk. The round's block r (k from (kb0 + r)·kKc), panel jp, at (r·kKc·panels + jp·kc)·nr.
+  thread_local std::vector<float> b_shared;
+  const size_t b_need = static_cast<size_t>(std::min(k, per_round * kKc)) * static_cast<size_t>(max_panels) * nr;
+  if (b_shared.size() < b_need) b_shared.resize(b_need);
+  float* const bp = b_shared.data();
+#pragma omp parallel num_threads(threads)
+  {
+    thread_local std::vector<float> a_pack;  // this thread's block of A, grown, never shrunk
+    for (int j0 = 0; j0 < n; j0 += kNc) {
+      const int nc = std::min(kNc, n - j0);
+      const int n_panels = (nc + nr - 1) / nr;
+      for (int kb0 = 0; kb0 < k_blocks; kb0 += per_round) {
+        const int rounds_blocks = std::min(per_round, k_blocks - kb0);
+        auto b_panel = [&](int kb, int jp) {
+          return bp + (int64_t{kb - kb0} * kKc * n_panels + int64_t{jp} * std::min(kKc, k - kb * kKc)) * nr;
+        };
+#pragma omp for schedule(static)
+        for (int job = 0; job < rounds_blocks * n_panels; ++job) {
+          const int kb = kb0 + job / n_panels, jp = job % n_panels;
+          const int k0 = kb * kKc, kc = std::min(kKc, k - k0);
+          const int col = j0 + jp * nr, count = std::min(nr, nc - jp * nr);
+          if (tb)  // op(b)(kk, j) is b[kk·ldb + j], or b[j·ldb + kk] when transposed
+            pack_panels<Isa, Round>(b + int64_t{col} * ldb + k0, ldb, false, kc, count, nr, b_panel(kb, jp));
+          else
+            pack_panels<Isa, Round>(b + int64_t{k0} * ldb + col, ldb, true, kc, count, nr, b_panel(kb, jp));
+        }  // (the loop's barrier: the round's B is whole before any product reads it)
+#pragma omp for schedule(dynamic, 1)
+        for (int item = 0; item < m_chunks; ++item) {
+          const int i0 = item * kChunkRows<Isa>;
+          const int mc = std::min(kChunkRows<Isa>, m - i0);
+          const int m_panels = (mc + mr - 1) / mr;
+          for (int kb = kb0; kb < kb0 + rounds_blocks; ++kb) {
+            const int k0 = kb * kKc, kc = std::min(kKc, k - k0);
+            const size_t a_need = static_cast<size_t>(m_panels) * kc * mr;
+            if (a_pack.size() < a_need) a_pack.resize(a_need);
+            if (ta)  // op(a)(i, kk) is a[i·lda + kk], or a[kk·lda + i] when transposed
+              pack_panels<Isa, Round>(a + int64_t{k0} * lda + i0, lda, true, kc, mc, mr, a_pack.data());
+            else
+              pack_panels<Isa, Round>(a + int64_t{i0} * lda + k0, lda, false, kc, mc, mr, a_pack.data());
+            for (int jp = 0; jp < n_panels; ++jp)
+              for (int ip = 0; ip < m_panels; ++ip) {
+                const int rows = std::min(mr, mc - ip * mr), cols = std::min(nr, nc - jp * nr);
+                Isa::kernel(kc, a_pack.data() + int64_t{ip} * kc * mr, b_panel(kb, jp),
+                            c + int64_t{i0 + ip * mr} * ldc + j0 + jp * nr, ldc, rows, cols, k0 == 0, k0 + kc == k,
+                            beta, bias ? bias + j0 + jp * nr : nullptr);
+              }
+          }
+        }  // (the loop's barrier: every item is done before the next round reuses B's buffer)
+      }
+    }
+  }
+}
+
+// A product on `threads` threads: shared blocks of B and row chunks taken as threads free up where C has two chunks
+// of rows per thread or more (gemm_packed_threads); otherwise one block of C's rows or columns per thread (edges on
+// multiples of 16), each thread packing what its block needs — with few rows to take turns over, the items of a
+// shared B cost their barriers and balanced nothing (the MLP's batch of 128 rows trained ~5 % slower).
+template <class Isa, bool Round>
+void gemm_split(int threads, bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
+                float beta, float* c, int ldc, const float* bias) {
+  if (m >= 2 * threads * kChunkRows<Isa>) {
+    gemm_packed_threads<Isa, Round>(threads, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, bias);
+    return;
+  }
+  const bool split_m = m >= n;
+  const int extent = split_m ? m : n;
+#pragma omp parallel for num_threads(threads) schedule(static, 1)
+  for (int t = 0; t < threads; ++t) {
+    const int lo = static_cast<int>(int64_t{extent} * t / threads / 16 * 16);
+    const int hi = t == threads - 1 ? extent : static_cast<int>(int64_t{extent} * (t + 1) / threads / 16 * 16);
+    if (hi <= lo) continue;
+    if (split_m)  // rows lo..hi of C come from rows of op(a): columns of a when transposed
+      gemm_packed<Isa, Round>(ta, tb, hi - lo, n, k, ta ? a + lo : a + int64_t{lo} * lda, lda, b, ldb, beta,
+                              c + int64_t{lo} * ldc, ldc, bias);
+    else  // columns lo..hi of C come from columns of op(b): rows of b when transposed
+      gemm_packed<Isa, Round>(ta, tb, m, hi - lo, k, a, lda, tb ? b + int64_t{lo} * ldb : b + lo, ldb, beta, c + lo,
+                              ldc, bias ? bias + lo : nullptr);
+  }
+}
+
 #endif  // __x86_64__
 
 }  // namespace
@@ -389,11 +492,35 @@ void sgemm_t(bool ta, bool tb, int m, int n, int k, const float* a, int lda, con
 #endif
 }
 
+template <bool Round>
+void sgemm_threads_t(int threads, bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b,
+                     int ldb, float beta, float* c, int ldc, const float* bias) {
+  const CpuSgemmPath path = cpu_sgemm_path();
+  if (threads <= 1 || path == CpuSgemmPath::openblas || k <= 0 || m <= 0 || n <= 0) {
+    sgemm_t<Round>(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, bias);
+    return;
+  }
+#if defined(__x86_64__)
+  if (path == CpuSgemmPath::avx512)
+    gemm_split<Avx512, Round>(threads, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, bias);
+  else
+    gemm_split<Avx2, Round>(threads, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, bias);
+#endif
+}
+
 }  // namespace
 
 void sgemm(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb, float beta,
            float* c, int ldc, const float* bias) {
   sgemm_t<false>(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, bias);
+}
+
+void sgemm_threads(int threads, bool round_bf16, bool ta, bool tb, int m, int n, int k, const float* a, int lda,
+                   const float* b, int ldb, float beta, float* c, int ldc, const float* bias) {
+  if (round_bf16)
+    sgemm_threads_t<true>(threads, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, bias);
+  else
+    sgemm_threads_t<false>(threads, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, bias);
 }
 
 void sgemm_bf16_rounded(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb,

@@ -46,4 +46,13 @@ void sgemm(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const
 void sgemm_bf16_rounded(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
                         float beta, float* c, int ldc, const float* bias = nullptr);
 
+/// sgemm (round_bf16: sgemm_bf16_rounded) on up to `threads` OpenMP threads, for a product too large for one. On our
+/// kernels, where c has two chunks of rows (64 for AVX-512, 48 for AVX2) per thread or more, the threads pack each
+/// block of op(b) together and take c's row chunks as they free up, so a slower core takes fewer; with fewer rows,
+/// one block of c's rows or columns per thread. Every element of c gets the bits sgemm gives it. On OpenBLAS's
+/// path, or with one thread, it is sgemm on the calling thread (callers that want OpenBLAS threaded split c
+/// themselves).
+void sgemm_threads(int threads, bool round_bf16, bool ta, bool tb, int m, int n, int k, const float* a, int lda,
+                   const float* b, int ldb, float beta, float* c, int ldc, const float* bias = nullptr);
+
 }  // namespace gt::cpu

@@ -54,14 +54,19 @@ const float* half_operand(const Tensor& t, bool weight, HalfFormat format, std::
 
 // Calls block(r0, r1, c0, c1) for C's (m × n, from products over k) rows r0..r1 and columns c0..c1: one block of
 // rows or columns per thread, or all of C on the calling thread when the product is small.
-template <class F>
-void for_c_blocks(int m, int n, int k, F&& block) {
+// The threads a product of m × n from k takes: one per 4 MFLOP, and per 16 rows or columns of C.
+int product_threads(int m, int n, int k) {
   constexpr int64_t kFlopsPerThread = 4 << 20;  // below this a second thread costs more than it saves
   const int64_t flops = 2LL * m * n * k;
+  return static_cast<int>(
+      std::clamp<int64_t>(std::min<int64_t>(flops / kFlopsPerThread, std::max(m, n) / 16), 1, num_threads()));
+}
+
+template <class F>
+void for_c_blocks(int m, int n, int k, F&& block) {
   const bool split_m = m >= n;
   const int extent = split_m ? m : n;
-  const int threads =
-      static_cast<int>(std::clamp<int64_t>(std::min<int64_t>(flops / kFlopsPerThread, extent / 16), 1, num_threads()));
+  const int threads = product_threads(m, n, k);
   if (threads <= 1) {
     block(0, m, 0, n);
     return;
@@ -106,6 +111,12 @@ void gemm_t(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, doubl
   }
   T* pc = c.data<T>();
   const bool own_sgemm = std::is_same_v<T, float> && cpu_sgemm_path() != CpuSgemmPath::openblas;
+  if constexpr (std::is_same_v<T, float>)
+    if (own_sgemm && !native_bf16) {  // our kernels thread the product themselves, the bias added as they store C
+      sgemm_threads(product_threads(m, n, k), bf16_in_pack, ta, tb, m, n, k, pa, lda, pb, ldb,
+                    static_cast<float>(beta), pc, n, bias);
+      return;
+    }
   const bool bias_first = bias && k <= kBiasFirstK;
   // C's rows r0..r1, columns c0..c1, from the rows of op(a) and the columns of op(b) they need.
   auto block = [&](int r0, int r1, int c0, int c1) {
@@ -116,18 +127,6 @@ void gemm_t(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, doubl
       if (native_bf16) {  // the kernel adds the bias as it stores C's last sums: the same fl(Σ + bias)
         gemm_bf16(ta, tb, r1 - r0, c1 - c0, k, ba, lda, bb, ldb, static_cast<float>(beta), bc, n,
                   bias ? bias + c0 : nullptr);
-        return;
-      }
-    if constexpr (std::is_same_v<T, float>)
-      if (bf16_in_pack) {
-        sgemm_bf16_rounded(ta, tb, r1 - r0, c1 - c0, k, ba, lda, bb, ldb, static_cast<float>(beta), bc, n,
-                           bias ? bias + c0 : nullptr);
-        return;
-      }
-    if constexpr (std::is_same_v<T, float>)
-      if (own_sgemm) {  // our kernels add the bias as they store C's last sums, too
-        sgemm(ta, tb, r1 - r0, c1 - c0, k, ba, lda, bb, ldb, static_cast<float>(beta), bc, n,
-              bias ? bias + c0 : nullptr);
         return;
       }
     if (bias_first)
