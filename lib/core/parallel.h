@@ -31,4 +31,11 @@ void parallel_for(int64_t n, int64_t grain, F&& f) {
   }
 }
 
+/// Part t of `extent` rows or columns of a matrix split `threads` ways: [lo, hi) with inner edges on multiples of 16,
+/// so that every part's inner loops run on full vectors; the last part runs to the end (lo ≥ hi: an empty part).
+inline void split16(int extent, int t, int threads, int& lo, int& hi) {
+  lo = static_cast<int>(int64_t{extent} * t / threads / 16 * 16);
+  hi = t == threads - 1 ? extent : static_cast<int>(int64_t{extent} * (t + 1) / threads / 16 * 16);
+}
+
 }  // namespace gt

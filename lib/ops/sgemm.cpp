@@ -8,6 +8,7 @@
 #include "ops/sgemm.h"
 
 #include "core/half.h"
+#include "core/parallel.h"
 
 #include <cblas.h>
 
@@ -264,6 +265,42 @@ void pack_panels(const float* src, int ld, bool lanes_contiguous, int kc, int co
                                    out + int64_t{q0 / w} * kc * w);
 }
 
+// op(a)'s rows [i0, i0 + mc) over k in [k0, k0 + kc), as panels of mr rows; op(a)(i, kk) is a[i·lda + kk], or
+// a[kk·lda + i] when transposed.
+template <class Isa, bool Round>
+void pack_a(bool ta, const float* a, int lda, int i0, int mc, int k0, int kc, float* out) {
+  if (ta)
+    pack_panels<Isa, Round>(a + int64_t{k0} * lda + i0, lda, true, kc, mc, Isa::mr, out);
+  else
+    pack_panels<Isa, Round>(a + int64_t{i0} * lda + k0, lda, false, kc, mc, Isa::mr, out);
+}
+
+// op(b)'s columns [j0, j0 + nc) over k in [k0, k0 + kc), as panels of nr columns; op(b)(kk, j) is b[kk·ldb + j], or
+// b[j·ldb + kk] when transposed.
+template <class Isa, bool Round>
+void pack_b(bool tb, const float* b, int ldb, int k0, int kc, int j0, int nc, float* out) {
+  if (tb)
+    pack_panels<Isa, Round>(b + int64_t{j0} * ldb + k0, ldb, false, kc, nc, Isa::nr, out);
+  else
+    pack_panels<Isa, Round>(b + int64_t{k0} * ldb + j0, ldb, true, kc, nc, Isa::nr, out);
+}
+
+// C's mc × nc block at c (bias: its columns' part, or null) from a packed block of A (mc rows) and nc columns of
+// packed B (panel jp at bp + jp·kc·nr), over one block of k: the first of k writes beta·C + A·B, the last adds the
+// bias.
+template <class Isa>
+void multiply_block(int kc, const float* ap, int mc, const float* bp, int nc, float* c, int ldc, bool first, bool last,
+                    float beta, const float* bias) {
+  constexpr int mr = Isa::mr, nr = Isa::nr;
+  const int m_panels = (mc + mr - 1) / mr, n_panels = (nc + nr - 1) / nr;
+  for (int jp = 0; jp < n_panels; ++jp)
+    for (int ip = 0; ip < m_panels; ++ip) {
+      const int rows = std::min(mr, mc - ip * mr), cols = std::min(nr, nc - jp * nr);
+      Isa::kernel(kc, ap + int64_t{ip} * kc * mr, bp + int64_t{jp} * kc * nr, c + int64_t{ip * mr} * ldc + jp * nr,
+                  ldc, rows, cols, first, last, beta, bias ? bias + jp * nr : nullptr);
+    }
+}
+
 template <class Isa, bool Round>
 void gemm_packed(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb, float beta,
                  float* c, int ldc, const float* bias) {
@@ -278,28 +315,14 @@ void gemm_packed(bool ta, bool tb, int m, int n, int k, const float* a, int lda,
       const int kc = std::min(kKc, k - k0);
       const size_t b_need = static_cast<size_t>(n_panels) * kc * nr;
       if (b_pack.size() < b_need) b_pack.resize(b_need);
-      // op(b)(kk, j) is b[kk·ldb + j], or b[j·ldb + kk] when transposed.
-      if (tb)
-        pack_panels<Isa, Round>(b + int64_t{j0} * ldb + k0, ldb, false, kc, nc, nr, b_pack.data());
-      else
-        pack_panels<Isa, Round>(b + int64_t{k0} * ldb + j0, ldb, true, kc, nc, nr, b_pack.data());
+      pack_b<Isa, Round>(tb, b, ldb, k0, kc, j0, nc, b_pack.data());
       for (int i0 = 0; i0 < m; i0 += Isa::mc) {
         const int mc = std::min(Isa::mc, m - i0);
-        const int m_panels = (mc + mr - 1) / mr;
-        const size_t a_need = static_cast<size_t>(m_panels) * kc * mr;
+        const size_t a_need = static_cast<size_t>((mc + mr - 1) / mr) * kc * mr;
         if (a_pack.size() < a_need) a_pack.resize(a_need);
-        // op(a)(i, kk) is a[i·lda + kk], or a[kk·lda + i] when transposed.
-        if (ta)
-          pack_panels<Isa, Round>(a + int64_t{k0} * lda + i0, lda, true, kc, mc, mr, a_pack.data());
-        else
-          pack_panels<Isa, Round>(a + int64_t{i0} * lda + k0, lda, false, kc, mc, mr, a_pack.data());
-        for (int jp = 0; jp < n_panels; ++jp)
-          for (int ip = 0; ip < m_panels; ++ip) {
-            const int rows = std::min(mr, mc - ip * mr), cols = std::min(nr, nc - jp * nr);
-            Isa::kernel(kc, a_pack.data() + int64_t{ip} * kc * mr, b_pack.data() + int64_t{jp} * kc * nr,
-                        c + int64_t{i0 + ip * mr} * ldc + j0 + jp * nr, ldc, rows, cols, k0 == 0, k0 + kc == k, beta,
-                        bias ? bias + j0 + jp * nr : nullptr);
-          }
+        pack_a<Isa, Round>(ta, a, lda, i0, mc, k0, kc, a_pack.data());
+        multiply_block<Isa>(kc, a_pack.data(), mc, b_pack.data(), nc, c + int64_t{i0} * ldc + j0, ldc, k0 == 0,
+                            k0 + kc == k, beta, bias ? bias + j0 : nullptr);
       }
     }
   }
@@ -348,11 +371,7 @@ void gemm_packed_threads(int threads, bool ta, bool tb, int m, int n, int k, con
         for (int job = 0; job < rounds_blocks * n_panels; ++job) {
           const int kb = kb0 + job / n_panels, jp = job % n_panels;
           const int k0 = kb * kKc, kc = std::min(kKc, k - k0);
-          const int col = j0 + jp * nr, count = std::min(nr, nc - jp * nr);
-          if (tb)  // op(b)(kk, j) is b[kk·ldb + j], or b[j·ldb + kk] when transposed
-            pack_panels<Isa, Round>(b + int64_t{col} * ldb + k0, ldb, false, kc, count, nr, b_panel(kb, jp));
-          else
-            pack_panels<Isa, Round>(b + int64_t{k0} * ldb + col, ldb, true, kc, count, nr, b_panel(kb, jp));
+          pack_b<Isa, Round>(tb, b, ldb, k0, kc, j0 + jp * nr, std::min(nr, nc - jp * nr), b_panel(kb, jp));
         }  // (the loop's barrier: the round's B is whole before any product reads it)
 #pragma omp for schedule(dynamic, 1)
         for (int item = 0; item < m_chunks; ++item) {
@@ -363,17 +382,9 @@ void gemm_packed_threads(int threads, bool ta, bool tb, int m, int n, int k, con
             const int k0 = kb * kKc, kc = std::min(kKc, k - k0);
             const size_t a_need = static_cast<size_t>(m_panels) * kc * mr;
             if (a_pack.size() < a_need) a_pack.resize(a_need);
-            if (ta)  // op(a)(i, kk) is a[i·lda + kk], or a[kk·lda + i] when transposed
-              pack_panels<Isa, Round>(a + int64_t{k0} * lda + i0, lda, true, kc, mc, mr, a_pack.data());
-            else
-              pack_panels<Isa, Round>(a + int64_t{i0} * lda + k0, lda, false, kc, mc, mr, a_pack.data());
-            for (int jp = 0; jp < n_panels; ++jp)
-              for (int ip = 0; ip < m_panels; ++ip) {
-                const int rows = std::min(mr, mc - ip * mr), cols = std::min(nr, nc - jp * nr);
-                Isa::kernel(kc, a_pack.data() + int64_t{ip} * kc * mr, b_panel(kb, jp),
-                            c + int64_t{i0 + ip * mr} * ldc + j0 + jp * nr, ldc, rows, cols, k0 == 0, k0 + kc == k,
-                            beta, bias ? bias + j0 + jp * nr : nullptr);
-              }
+            pack_a<Isa, Round>(ta, a, lda, i0, mc, k0, kc, a_pack.data());
+            multiply_block<Isa>(kc, a_pack.data(), mc, b_panel(kb, 0), nc, c + int64_t{i0} * ldc + j0, ldc, k0 == 0,
+                                k0 + kc == k, beta, bias ? bias + j0 : nullptr);
           }
         }  // (the loop's barrier: every item is done before the next round reuses B's buffer)
       }
@@ -396,8 +407,8 @@ void gemm_split(int threads, bool ta, bool tb, int m, int n, int k, const float*
   const int extent = split_m ? m : n;
 #pragma omp parallel for num_threads(threads) schedule(static, 1)
   for (int t = 0; t < threads; ++t) {
-    const int lo = static_cast<int>(int64_t{extent} * t / threads / 16 * 16);
-    const int hi = t == threads - 1 ? extent : static_cast<int>(int64_t{extent} * (t + 1) / threads / 16 * 16);
+    int lo = 0, hi = 0;
+    split16(extent, t, threads, lo, hi);
     if (hi <= lo) continue;
     if (split_m)  // rows lo..hi of C come from rows of op(a): columns of a when transposed
       gemm_packed<Isa, Round>(ta, tb, hi - lo, n, k, ta ? a + lo : a + int64_t{lo} * lda, lda, b, ldb, beta,

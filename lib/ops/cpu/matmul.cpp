@@ -73,9 +73,8 @@ void for_c_blocks(int m, int n, int k, F&& block) {
   }
 #pragma omp parallel for num_threads(threads) schedule(static, 1)
   for (int t = 0; t < threads; ++t) {
-    // Block edges on multiples of 16 keep every block's inner loops on full vectors.
-    const int lo = static_cast<int>(int64_t{extent} * t / threads / 16 * 16);
-    const int hi = t == threads - 1 ? extent : static_cast<int>(int64_t{extent} * (t + 1) / threads / 16 * 16);
+    int lo = 0, hi = 0;
+    split16(extent, t, threads, lo, hi);
     if (hi <= lo) continue;
     if (split_m)  // rows lo..hi of C come from rows of op(a): columns of a when transposed
       block(lo, hi, 0, n);
