@@ -31,11 +31,27 @@ void parallel_for(int64_t n, int64_t grain, F&& f) {
   }
 }
 
-/// Part t of `extent` rows or columns of a matrix split `threads` ways: [lo, hi) with inner edges on multiples of 16,
-/// so that every part's inner loops run on full vectors; the last part runs to the end (lo ≥ hi: an empty part).
-inline void split16(int extent, int t, int threads, int& lo, int& hi) {
-  lo = static_cast<int>(int64_t{extent} * t / threads / 16 * 16);
-  hi = t == threads - 1 ? extent : static_cast<int>(int64_t{extent} * (t + 1) / threads / 16 * 16);
+/// Calls block(r0, r1, c0, c1) for an m × n matrix's rows r0..r1 and columns c0..c1: on `threads` OpenMP threads,
+/// one block of rows (m ≥ n) or columns per thread, inner edges on multiples of 16 so that every block's inner loops
+/// run on full vectors; with one thread, the whole matrix on the calling thread.
+template <class F>
+void for_matrix_blocks(int m, int n, int threads, F&& block) {
+  if (threads <= 1) {
+    block(0, m, 0, n);
+    return;
+  }
+  const bool split_m = m >= n;
+  const int extent = split_m ? m : n;
+#pragma omp parallel for num_threads(threads) schedule(static, 1)
+  for (int t = 0; t < threads; ++t) {
+    const int lo = static_cast<int>(int64_t{extent} * t / threads / 16 * 16);
+    const int hi = t == threads - 1 ? extent : static_cast<int>(int64_t{extent} * (t + 1) / threads / 16 * 16);
+    if (hi <= lo) continue;
+    if (split_m)
+      block(lo, hi, 0, n);
+    else
+      block(0, m, lo, hi);
+  }
 }
 
 }  // namespace gt

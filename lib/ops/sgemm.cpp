@@ -403,20 +403,13 @@ void gemm_split(int threads, bool ta, bool tb, int m, int n, int k, const float*
     gemm_packed_threads<Isa, Round>(threads, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, bias);
     return;
   }
-  const bool split_m = m >= n;
-  const int extent = split_m ? m : n;
-#pragma omp parallel for num_threads(threads) schedule(static, 1)
-  for (int t = 0; t < threads; ++t) {
-    int lo = 0, hi = 0;
-    split16(extent, t, threads, lo, hi);
-    if (hi <= lo) continue;
-    if (split_m)  // rows lo..hi of C come from rows of op(a): columns of a when transposed
-      gemm_packed<Isa, Round>(ta, tb, hi - lo, n, k, ta ? a + lo : a + int64_t{lo} * lda, lda, b, ldb, beta,
-                              c + int64_t{lo} * ldc, ldc, bias);
-    else  // columns lo..hi of C come from columns of op(b): rows of b when transposed
-      gemm_packed<Isa, Round>(ta, tb, m, hi - lo, k, a, lda, tb ? b + int64_t{lo} * ldb : b + lo, ldb, beta, c + lo,
-                              ldc, bias ? bias + lo : nullptr);
-  }
+  // C's rows r0..r1 come from rows of op(a) (columns of a when transposed), its columns c0..c1 from columns of op(b)
+  // (rows of b when transposed).
+  for_matrix_blocks(m, n, threads, [&](int r0, int r1, int c0, int c1) {
+    gemm_packed<Isa, Round>(ta, tb, r1 - r0, c1 - c0, k, ta ? a + r0 : a + int64_t{r0} * lda, lda,
+                            tb ? b + int64_t{c0} * ldb : b + c0, ldb, beta, c + int64_t{r0} * ldc + c0, ldc,
+                            bias ? bias + c0 : nullptr);
+  });
 }
 
 #endif  // __x86_64__

@@ -52,8 +52,6 @@ const float* half_operand(const Tensor& t, bool weight, HalfFormat format, std::
   return rounded_copy(t, format, buf);
 }
 
-// Calls block(r0, r1, c0, c1) for C's (m × n, from products over k) rows r0..r1 and columns c0..c1: one block of
-// rows or columns per thread, or all of C on the calling thread when the product is small.
 // The threads a product of m × n from k takes: one per 4 MFLOP, and per 16 rows or columns of C.
 int product_threads(int m, int n, int k) {
   constexpr int64_t kFlopsPerThread = 4 << 20;  // below this a second thread costs more than it saves
@@ -62,25 +60,12 @@ int product_threads(int m, int n, int k) {
       std::clamp<int64_t>(std::min<int64_t>(flops / kFlopsPerThread, std::max(m, n) / 16), 1, num_threads()));
 }
 
+// Calls block(r0, r1, c0, c1) for C's (m × n, from products over k) rows r0..r1 and columns c0..c1: one block of
+// rows or columns per thread (rows of C come from rows of op(a), columns from columns of op(b)), or all of C on the
+// calling thread when the product is small.
 template <class F>
 void for_c_blocks(int m, int n, int k, F&& block) {
-  const bool split_m = m >= n;
-  const int extent = split_m ? m : n;
-  const int threads = product_threads(m, n, k);
-  if (threads <= 1) {
-    block(0, m, 0, n);
-    return;
-  }
-#pragma omp parallel for num_threads(threads) schedule(static, 1)
-  for (int t = 0; t < threads; ++t) {
-    int lo = 0, hi = 0;
-    split16(extent, t, threads, lo, hi);
-    if (hi <= lo) continue;
-    if (split_m)  // rows lo..hi of C come from rows of op(a): columns of a when transposed
-      block(lo, hi, 0, n);
-    else  // columns lo..hi of C come from columns of op(b): rows of b when transposed
-      block(0, m, lo, hi);
-  }
+  for_matrix_blocks(m, n, product_threads(m, n, k), block);
 }
 
 // OpenBLAS runs single-threaded (set_num_threads) and we split C into one block of rows or columns per
