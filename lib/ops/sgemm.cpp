@@ -35,6 +35,7 @@ constexpr int kNc = 512;  // a multiple of both kernels' Nr
 constexpr int kLanesRows = 16;  // rows of a lanes-contiguous source packed together (pack_lanes)
 
 std::atomic<int> g_sgemm_forced{-1};  // a CpuSgemmPath forced by a test or benchmark; -1: the environment's choice
+std::atomic<bool> g_always_pack_a{false};  // set_sgemm_always_pack_a
 
 // The widest vectors of the core OpenBLAS runs, by the name it reports: 512 (its AVX-512 cores), 256 (its AVX2+FMA
 // cores), 0 (anything older).
@@ -158,8 +159,22 @@ struct Avx512 {
   // C's rows·cols (at most mr × nr, ldc apart) from an A panel and a B panel of kc k each: the first block of k
   // writes beta·C + A·B (C unread when beta is 0), later blocks add theirs; the last one then adds bias[0 .. cols)
   // to each row when bias is not null: fl(Σ + bias), as after the product.
-  GT_SGEMM_AVX512 static void kernel(int kc, const float* ap, const float* bp, float* c, int ldc, int rows, int cols,
-                                     bool first, bool last, float beta, const float* bias) {
+  // A is a packed panel (lda 0: element (r, p) at ap[p·mr + r]) or op(a)'s rows where they lie (lda > 0: at
+  // ap[r·lda + p]; rows past `rows` read the last one's, and are not stored). The FMAs run in the same order either
+  // way, so C's bits do not depend on which.
+  GT_SGEMM_AVX512 static void kernel(int kc, const float* ap, int64_t lda, const float* bp, float* c, int ldc, int rows,
+                                     int cols, bool first, bool last, float beta, const float* bias) {
+    if (lda > 0)
+      kernel_t<true>(kc, ap, lda, bp, c, ldc, rows, cols, first, last, beta, bias);
+    else
+      kernel_t<false>(kc, ap, lda, bp, c, ldc, rows, cols, first, last, beta, bias);
+  }
+  template <bool Direct>
+  GT_SGEMM_AVX512 static void kernel_t(int kc, const float* ap, int64_t lda, const float* bp, float* c, int ldc,
+                                       int rows, int cols, bool first, bool last, float beta, const float* bias) {
+    const float* ar[mr];
+#pragma GCC unroll 8
+    for (int r = 0; r < mr; ++r) ar[r] = Direct ? ap + std::min(r, rows - 1) * lda : ap + r;
     __m512 acc[mr][2];
 #pragma GCC unroll 8
     for (int r = 0; r < mr; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
@@ -167,7 +182,7 @@ struct Avx512 {
       const __m512 b0 = _mm512_loadu_ps(bp + p * nr), b1 = _mm512_loadu_ps(bp + p * nr + 16);
 #pragma GCC unroll 8
       for (int r = 0; r < mr; ++r) {
-        const __m512 a = _mm512_set1_ps(ap[p * mr + r]);
+        const __m512 a = _mm512_set1_ps(Direct ? ar[r][p] : ar[r][p * mr]);
         acc[r][0] = _mm512_fmadd_ps(a, b0, acc[r][0]);
         acc[r][1] = _mm512_fmadd_ps(a, b1, acc[r][1]);
       }
@@ -203,9 +218,20 @@ struct Avx2 {
     }
   }
 
-  // As Avx512::kernel, 6 × 16; columns past `cols` are masked out of the loads and stores of C and the bias.
-  GT_SGEMM_AVX2 static void kernel(int kc, const float* ap, const float* bp, float* c, int ldc, int rows, int cols,
-                                   bool first, bool last, float beta, const float* bias) {
+  // As Avx512::kernel (A packed or where it lies), 6 × 16; columns past `cols` are masked out of the loads and stores of C and the bias.
+  GT_SGEMM_AVX2 static void kernel(int kc, const float* ap, int64_t lda, const float* bp, float* c, int ldc, int rows,
+                                   int cols, bool first, bool last, float beta, const float* bias) {
+    if (lda > 0)
+      kernel_t<true>(kc, ap, lda, bp, c, ldc, rows, cols, first, last, beta, bias);
+    else
+      kernel_t<false>(kc, ap, lda, bp, c, ldc, rows, cols, first, last, beta, bias);
+  }
+  template <bool Direct>
+  GT_SGEMM_AVX2 static void kernel_t(int kc, const float* ap, int64_t lda, const float* bp, float* c, int ldc, int rows,
+                                     int cols, bool first, bool last, float beta, const float* bias) {
+    const float* ar[mr];
+#pragma GCC unroll 6
+    for (int r = 0; r < mr; ++r) ar[r] = Direct ? ap + std::min(r, rows - 1) * lda : ap + r;
     __m256 acc[mr][2];
 #pragma GCC unroll 6
     for (int r = 0; r < mr; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
@@ -213,7 +239,7 @@ struct Avx2 {
       const __m256 b0 = _mm256_loadu_ps(bp + p * nr), b1 = _mm256_loadu_ps(bp + p * nr + 8);
 #pragma GCC unroll 6
       for (int r = 0; r < mr; ++r) {
-        const __m256 a = _mm256_broadcast_ss(ap + p * mr + r);
+        const __m256 a = _mm256_broadcast_ss(Direct ? ar[r] + p : ar[r] + p * mr);
         acc[r][0] = _mm256_fmadd_ps(a, b0, acc[r][0]);
         acc[r][1] = _mm256_fmadd_ps(a, b1, acc[r][1]);
       }
@@ -285,18 +311,40 @@ void pack_b(bool tb, const float* b, int ldb, int k0, int kc, int j0, int nc, fl
     pack_panels<Isa, Round>(b + int64_t{k0} * ldb + j0, ldb, true, kc, nc, Isa::nr, out);
 }
 
-// C's mc × nc block at c (bias: its columns' part, or null) from a packed block of A (mc rows) and nc columns of
+// The block of op(a) a product reads, rows [i0, i0 + mc) over k in [k0, k0 + kc), for nc columns of C: op(a)'s rows
+// where they lie when a is not transposed, not rounded and nc is at most kInPlaceCols (lda > 0; the kernels read each
+// row's k in order), otherwise packed into `pack` (lda 0). Measured one product against the other in alternating
+// rounds (bench_step_gemm_rate --a-in-place, GPT step shapes, AVX-512): in place 4-12 % faster at 128 columns (the
+// packing pass saved), level at 384, 4-8 % slower at 512, where each A panel is read once per panel of B (16 times)
+// and the packed copy's one contiguous stream served the kernel better than eight rows.
+constexpr int kInPlaceCols = 256;
+struct ABlock {
+  const float* p;
+  int64_t lda;
+};
+template <class Isa, bool Round>
+ABlock a_block(bool ta, const float* a, int lda, int i0, int mc, int k0, int kc, int nc, std::vector<float>& pack) {
+  if (!ta && !Round && nc <= kInPlaceCols && !g_always_pack_a.load(std::memory_order_relaxed))
+    return {a + int64_t{i0} * lda + k0, lda};
+  const size_t need = static_cast<size_t>((mc + Isa::mr - 1) / Isa::mr) * kc * Isa::mr;
+  if (pack.size() < need) pack.resize(need);
+  pack_a<Isa, Round>(ta, a, lda, i0, mc, k0, kc, pack.data());
+  return {pack.data(), 0};
+}
+
+// C's mc × nc block at c (bias: its columns' part, or null) from a block of A (mc rows, a_block) and nc columns of
 // packed B (panel jp at bp + jp·kc·nr), over one block of k: the first of k writes beta·C + A·B, the last adds the
 // bias.
 template <class Isa>
-void multiply_block(int kc, const float* ap, int mc, const float* bp, int nc, float* c, int ldc, bool first, bool last,
+void multiply_block(int kc, ABlock a, int mc, const float* bp, int nc, float* c, int ldc, bool first, bool last,
                     float beta, const float* bias) {
   constexpr int mr = Isa::mr, nr = Isa::nr;
   const int m_panels = (mc + mr - 1) / mr, n_panels = (nc + nr - 1) / nr;
+  const int64_t panel_step = a.lda > 0 ? mr * a.lda : int64_t{kc} * mr;
   for (int jp = 0; jp < n_panels; ++jp)
     for (int ip = 0; ip < m_panels; ++ip) {
       const int rows = std::min(mr, mc - ip * mr), cols = std::min(nr, nc - jp * nr);
-      Isa::kernel(kc, ap + int64_t{ip} * kc * mr, bp + int64_t{jp} * kc * nr, c + int64_t{ip * mr} * ldc + jp * nr,
+      Isa::kernel(kc, a.p + ip * panel_step, a.lda, bp + int64_t{jp} * kc * nr, c + int64_t{ip * mr} * ldc + jp * nr,
                   ldc, rows, cols, first, last, beta, bias ? bias + jp * nr : nullptr);
     }
 }
@@ -304,7 +352,7 @@ void multiply_block(int kc, const float* ap, int mc, const float* bp, int nc, fl
 template <class Isa, bool Round>
 void gemm_packed(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb, float beta,
                  float* c, int ldc, const float* bias) {
-  constexpr int mr = Isa::mr, nr = Isa::nr;
+  constexpr int nr = Isa::nr;
   // The packed operands, per thread: they grow to the largest block once and stay (never shrunk: resizing down and
   // up again would zero the regrown part on every call).
   thread_local std::vector<float> a_pack, b_pack;
@@ -318,10 +366,7 @@ void gemm_packed(bool ta, bool tb, int m, int n, int k, const float* a, int lda,
       pack_b<Isa, Round>(tb, b, ldb, k0, kc, j0, nc, b_pack.data());
       for (int i0 = 0; i0 < m; i0 += Isa::mc) {
         const int mc = std::min(Isa::mc, m - i0);
-        const size_t a_need = static_cast<size_t>((mc + mr - 1) / mr) * kc * mr;
-        if (a_pack.size() < a_need) a_pack.resize(a_need);
-        pack_a<Isa, Round>(ta, a, lda, i0, mc, k0, kc, a_pack.data());
-        multiply_block<Isa>(kc, a_pack.data(), mc, b_pack.data(), nc, c + int64_t{i0} * ldc + j0, ldc, k0 == 0,
+        multiply_block<Isa>(kc, a_block<Isa, Round>(ta, a, lda, i0, mc, k0, kc, nc, a_pack), mc, b_pack.data(), nc, c + int64_t{i0} * ldc + j0, ldc, k0 == 0,
                             k0 + kc == k, beta, bias ? bias + j0 : nullptr);
       }
     }
@@ -345,7 +390,7 @@ constexpr int kChunkRows = 8 * Isa::mr;  // rows of C per work item (64 for AVX-
 template <class Isa, bool Round>
 void gemm_packed_threads(int threads, bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b,
                          int ldb, float beta, float* c, int ldc, const float* bias) {
-  constexpr int mr = Isa::mr, nr = Isa::nr;
+  constexpr int nr = Isa::nr;
   const int m_chunks = (m + kChunkRows<Isa> - 1) / kChunkRows<Isa>;
   const int k_blocks = (k + kKc - 1) / kKc;
   const int max_panels = (std::min(kNc, n) + nr - 1) / nr;
@@ -377,13 +422,9 @@ void gemm_packed_threads(int threads, bool ta, bool tb, int m, int n, int k, con
         for (int item = 0; item < m_chunks; ++item) {
           const int i0 = item * kChunkRows<Isa>;
           const int mc = std::min(kChunkRows<Isa>, m - i0);
-          const int m_panels = (mc + mr - 1) / mr;
           for (int kb = kb0; kb < kb0 + rounds_blocks; ++kb) {
             const int k0 = kb * kKc, kc = std::min(kKc, k - k0);
-            const size_t a_need = static_cast<size_t>(m_panels) * kc * mr;
-            if (a_pack.size() < a_need) a_pack.resize(a_need);
-            pack_a<Isa, Round>(ta, a, lda, i0, mc, k0, kc, a_pack.data());
-            multiply_block<Isa>(kc, a_pack.data(), mc, b_panel(kb, 0), nc, c + int64_t{i0} * ldc + j0, ldc, k0 == 0,
+            multiply_block<Isa>(kc, a_block<Isa, Round>(ta, a, lda, i0, mc, k0, kc, nc, a_pack), mc, b_panel(kb, 0), nc, c + int64_t{i0} * ldc + j0, ldc, k0 == 0,
                                 k0 + kc == k, beta, bias ? bias + j0 : nullptr);
           }
         }  // (the loop's barrier: every item is done before the next round reuses B's buffer)
@@ -450,6 +491,7 @@ void force_cpu_sgemm_path(CpuSgemmPath path) {
   if (cpu_sgemm_supported(path)) g_sgemm_forced.store(static_cast<int>(path), std::memory_order_relaxed);
 }
 void reset_cpu_sgemm_path() { g_sgemm_forced.store(-1, std::memory_order_relaxed); }
+void set_sgemm_always_pack_a(bool always) { g_always_pack_a.store(always, std::memory_order_relaxed); }
 
 namespace {
 

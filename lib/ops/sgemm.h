@@ -30,6 +30,9 @@ std::string describe(CpuSgemmPath path);
 /// the environment's choice stays) until reset_cpu_sgemm_path(). Not for use while products run.
 void force_cpu_sgemm_path(CpuSgemmPath path);
 void reset_cpu_sgemm_path();
+/// Benchmarks: whether our kernels copy op(a) into packed panels even where they can read its rows in place (false,
+/// the default: rows in place wherever a is not transposed and not rounded to bf16). C's bits are the same either way.
+void set_sgemm_always_pack_a(bool always);
 
 /// c = op(a)·op(b) + beta·c (+ bias per row) on the calling thread, row-major as cblas_sgemm with alpha 1 (op(a) m×k,
 /// op(b) k×n, c m×n), on cpu_sgemm_path(). beta 0 never reads c. `bias` (null: none; n elements) is added to each row

@@ -42,10 +42,10 @@ GT_INLINE F gelu_tanh_bwd(F v, F dy) {
 // each clone) rather than in a baseline function, as in attention.cpp.
 template <class T>
 GT_INLINE void gelu_tanh_fwd_loop(const T* x, T* y, int64_t i0, int64_t i1) {
-  constexpr int kL = kLanes<T>;
+  constexpr int kL = kLanes64<T>;
   int64_t i = i0;
   for (; i + 2 * kL <= i1; i += 2 * kL) {
-    const Vec<T> a = gelu_tanh_fwd(load(x + i)), b = gelu_tanh_fwd(load(x + i + kL));
+    const Vec64<T> a = gelu_tanh_fwd(load64(x + i)), b = gelu_tanh_fwd(load64(x + i + kL));
     store<T>(y + i, a);
     store<T>(y + i + kL, b);
   }
@@ -53,11 +53,11 @@ GT_INLINE void gelu_tanh_fwd_loop(const T* x, T* y, int64_t i0, int64_t i1) {
 }
 template <class T>
 GT_INLINE void gelu_tanh_bwd_loop(const T* x, const T* dy, T* dx, int64_t i0, int64_t i1) {
-  constexpr int kL = kLanes<T>;
+  constexpr int kL = kLanes64<T>;
   int64_t i = i0;
   for (; i + 2 * kL <= i1; i += 2 * kL) {
-    const Vec<T> a = gelu_tanh_bwd(load(x + i), load(dy + i));
-    const Vec<T> b = gelu_tanh_bwd(load(x + i + kL), load(dy + i + kL));
+    const Vec64<T> a = gelu_tanh_bwd(load64(x + i), load64(dy + i));
+    const Vec64<T> b = gelu_tanh_bwd(load64(x + i + kL), load64(dy + i + kL));
     store<T>(dx + i, a);
     store<T>(dx + i + kL, b);
   }

@@ -4,6 +4,7 @@
 
 #include <bit>
 #include <cstdint>
+#include <type_traits>
 
 // A hot f32 loop compiled for AVX-512, AVX2 with FMA and the baseline; the CPU picks one when the program loads
 // (the rest of the build targets the baseline). Put it on a plain function: GCC does not clone templates, but a
@@ -28,6 +29,13 @@ template <class T>
 using Vec [[gnu::vector_size(32)]] = T;
 template <class T>
 constexpr int kLanes = static_cast<int>(32 / sizeof(T));
+// 64 bytes of T: one AVX-512 register, two AVX2 ones, four SSE ones. For element-wise loops whose operations are
+// long chains (exp_f32): on AVX-512 each instruction does twice Vec's work, and elsewhere the compiler splits it
+// into independent halves, which the chains' latency leaves room for.
+template <class T>
+using Vec64 [[gnu::vector_size(64)]] = T;
+template <class T>
+constexpr int kLanes64 = static_cast<int>(64 / sizeof(T));
 
 template <class T>
 GT_INLINE Vec<T> load(const T* p) {
@@ -36,19 +44,21 @@ GT_INLINE Vec<T> load(const T* p) {
   return v;
 }
 template <class T>
-GT_INLINE void store(T* p, Vec<T> v) {
+GT_INLINE Vec64<T> load64(const T* p) {
+  Vec64<T> v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class T, class V>
+GT_INLINE void store(T* p, V v) {
+  static_assert(sizeof(V) % sizeof(T) == 0);
   __builtin_memcpy(p, &v, sizeof v);
 }
 
-// The 32-bit integers of the same shape as F (float or Vec<float>), for exp_f32's exponent bits.
+// The 32-bit integers of the same shape as F (float, or a vector of floats: what comparing two of them gives), for
+// exp_f32's exponent bits.
 template <class F>
-struct Int32Of {
-  using type = int32_t;
-};
-template <>
-struct Int32Of<Vec<float>> {
-  using type = Vec<int32_t>;
-};
+using Int32Of = std::conditional_t<std::is_same_v<F, float>, int32_t, decltype(F{} < F{})>;
 
 // e^x for f32 in plain arithmetic, so that the compiler vectorises the loops that call it (std::exp is a library
 // call per element): x = n·ln 2 + r with |r| ≤ ln 2 / 2 (ln 2 split in two so n·ln 2 is exact), e^r by its
@@ -56,11 +66,11 @@ struct Int32Of<Vec<float>> {
 // [−87, 88], where 2^n is a normal float, and a NaN counts as −87 (no NaN reaches the integer conversion): the
 // callers' own use of x carries the NaN. Relative error within a few ulp of std::exp. Its selects become vector
 // blends when the calling file is compiled with -fno-trapping-math (lib/CMakeLists.txt).
-// F is float, or Vec<float> for loops written on vectors: the same operations element by element, so both give the
+// F is float, or Vec<float> or Vec64<float> for loops written on vectors: the same operations element by element, so both give the
 // same bits (tests/test_ops.cpp checks the GELU loops for it).
 template <class F>
 GT_INLINE F exp_f32(F x) {
-  using I = typename Int32Of<F>::type;
+  using I = Int32Of<F>;
   F c = x > -87.0f ? x : -87.0f;  // a NaN fails the comparison: −87
   c = c < 88.0f ? c : 88.0f;
   // Round to nearest by adding 1.5·2^23 (|c·log2 e| < 2^22): the sum's low mantissa bits are then n as an integer,
