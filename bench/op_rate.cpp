@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -46,6 +47,25 @@ double median_us(int reps, F&& f) {
   }
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
+}
+
+// The medians of f's and g's CPU times, each repetition running one then the other (so drift hits both alike).
+template <class F, class G>
+std::pair<double, double> median_pair_us(int reps, F&& f, G&& g) {
+  f();
+  g();
+  std::vector<double> tf, tg;
+  for (int r = 0; r < reps; ++r) {
+    double t0 = cpu_us();
+    f();
+    tf.push_back(cpu_us() - t0);
+    t0 = cpu_us();
+    g();
+    tg.push_back(cpu_us() - t0);
+  }
+  std::sort(tf.begin(), tf.end());
+  std::sort(tg.begin(), tg.end());
+  return {tf[tf.size() / 2], tg[tg.size() / 2]};
 }
 
 }  // namespace
@@ -94,9 +114,19 @@ int main(int argc, char** argv) {
 
   const double ln_f = median_us(reps, [&] { gt::ops::layernorm_forward(x, gamma, beta, 1e-5, mean, inv, y); });
   const double ln_b = median_us(reps, [&] { gt::ops::layernorm_backward(x, gamma, mean, inv, dy, dx, dg, db, 1.0); });
-  const double at_f = median_us(reps, [&] { gt::ops::attention_forward(qkv, heads, {}, out, lse); });
-  const double at_b =
-      median_us(reps, [&] { gt::ops::attention_backward(qkv, out, lse, dout, heads, {}, delta, dqkv); });
+  // The f32 attention with the CPU's register blocks (AVX-512's where it runs them) and, interleaved, with AVX2's
+  // (gt::cpu::force_attention_narrow; the same on a CPU without AVX-512).
+  auto narrow = [](auto&& f) {
+    return [f] {
+      gt::cpu::force_attention_narrow(true);
+      f();
+      gt::cpu::force_attention_narrow(false);
+    };
+  };
+  auto fwd = [&] { gt::ops::attention_forward(qkv, heads, {}, out, lse); };
+  auto bwd = [&] { gt::ops::attention_backward(qkv, out, lse, dout, heads, {}, delta, dqkv); };
+  const auto [at_f, at_f_narrow] = median_pair_us(reps, fwd, narrow(fwd));
+  const auto [at_b, at_b_narrow] = median_pair_us(reps, bwd, narrow(bwd));
   double at_f16 = 0, at_b16 = 0;  // under train.precision bf16 (the kernel rounds its operands)
   {
     gt::ProductPrecisionScope bf16(gt::Precision::bf16);
@@ -108,9 +138,10 @@ int main(int argc, char** argv) {
       median_us(reps, [&] { gt::ops::activation_backward(gt::Activation::gelu_tanh, h, hy, hdy, hdx); });
   std::printf(
       "{\"threads\": %d, \"layernorm_fwd_us\": %.1f, \"layernorm_bwd_us\": %.1f, \"attention_fwd_us\": %.1f, "
-      "\"attention_bwd_us\": %.1f, \"attention_bf16_fwd_us\": %.1f, \"attention_bf16_bwd_us\": %.1f, "
+      "\"attention_bwd_us\": %.1f, \"attention_avx2_blocks_fwd_us\": %.1f, \"attention_avx2_blocks_bwd_us\": %.1f, "
+      "\"attention_bf16_fwd_us\": %.1f, \"attention_bf16_bwd_us\": %.1f, "
       "\"gelu_fwd_us\": %.1f, \"gelu_bwd_us\": %.1f, \"grad_norm_us\": %.1f, "
       "\"adamw_clipped_us\": %.1f}\n",
-      gt::num_threads(), ln_f, ln_b, at_f, at_b, at_f16, at_b16, ge_f, ge_b, norm, step);
+      gt::num_threads(), ln_f, ln_b, at_f, at_b, at_f_narrow, at_b_narrow, at_f16, at_b16, ge_f, ge_b, norm, step);
   return 0;
 }

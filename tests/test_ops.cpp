@@ -719,9 +719,16 @@ TEST_CASE("f32 layernorm matches f64 forward and backward, written and accumulat
 }
 
 // The f32 attention (its loops compiled per instruction set, exp_f32) against the f64 path, forward and backward,
-// with the head size padded (d = 24) and read in place (d = 32), over two query tiles.
+// with the head size padded (d = 24) and read in place (d = 32), over two query tiles; with AVX2's register blocks
+// and, where the CPU runs them, AVX-512's (8 rows of 64-byte vectors).
 TEST_CASE("f32 causal attention matches f64, forward and backward", "[cpu]") {
   const int64_t d = GENERATE(24, 32);
+  const bool narrow = GENERATE(false, true);
+  CAPTURE(d, narrow);
+  cpu::force_attention_narrow(narrow);
+  struct Reset {
+    ~Reset() { cpu::force_attention_narrow(false); }
+  } reset;
   const int64_t nb = 2, t = 100, heads = 2, c = heads * d;
   Rng rng(31, 0);
   auto pair = [&](const Shape& s) { return f32_f64_pair(s, rng, -1.5, 1.5); };

@@ -51,3 +51,10 @@ void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
 // query row for dq and one per key row for dk and dv, so every sum has one writer and a fixed order (no atomics). Head
 // size at most 256.
 GT_BACKEND_ENTRY_POINTS(attention_forward, attention_backward, attention_decode)
+
+namespace gt::cpu {
+/// Tests: the CPU's f32 attention runs its register blocks for AVX2 (4 rows of two 32-byte vectors, compiled per
+/// instruction set) even where AVX-512 runs its own (8 rows of one 64-byte vector) when `narrow` is true, the CPU's
+/// choice again when false. Not for use while attention runs.
+void force_attention_narrow(bool narrow);
+}  // namespace gt::cpu

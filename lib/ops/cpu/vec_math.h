@@ -23,31 +23,36 @@ namespace gt::cpu {
 
 #define GT_INLINE [[gnu::always_inline]] inline
 
-// 32 bytes of T as one GCC/clang vector (an AVX2 register; two SSE ones in the baseline clone, half an AVX-512 one).
-// Unaligned loads and stores go through memcpy; store names T (store<float>), as it is not deduced through Vec.
+// Bytes bytes of T as one GCC/clang vector. Unaligned loads and stores go through memcpy; store names T
+// (store<float>), as it is not deduced through the alias.
+template <class T, int Bytes>
+using VecN [[gnu::vector_size(Bytes)]] = T;
+// 32 bytes: an AVX2 register; two SSE ones in the baseline clone, half an AVX-512 one.
 template <class T>
-using Vec [[gnu::vector_size(32)]] = T;
+using Vec = VecN<T, 32>;
 template <class T>
 constexpr int kLanes = static_cast<int>(32 / sizeof(T));
 // 64 bytes of T: one AVX-512 register, two AVX2 ones, four SSE ones. For element-wise loops whose operations are
 // long chains (exp_f32): on AVX-512 each instruction does twice Vec's work, and elsewhere the compiler splits it
 // into independent halves, which the chains' latency leaves room for.
 template <class T>
-using Vec64 [[gnu::vector_size(64)]] = T;
+using Vec64 = VecN<T, 64>;
 template <class T>
 constexpr int kLanes64 = static_cast<int>(64 / sizeof(T));
 
-template <class T>
-GT_INLINE Vec<T> load(const T* p) {
-  Vec<T> v;
+template <int Bytes, class T>
+GT_INLINE VecN<T, Bytes> load_n(const T* p) {
+  VecN<T, Bytes> v;
   __builtin_memcpy(&v, p, sizeof v);
   return v;
 }
 template <class T>
+GT_INLINE Vec<T> load(const T* p) {
+  return load_n<32>(p);
+}
+template <class T>
 GT_INLINE Vec64<T> load64(const T* p) {
-  Vec64<T> v;
-  __builtin_memcpy(&v, p, sizeof v);
-  return v;
+  return load_n<64>(p);
 }
 template <class T, class V>
 GT_INLINE void store(T* p, V v) {
