@@ -3,19 +3,35 @@
 
 #include "core/parallel.h"
 #include "ops/cpu/kernel_util.h"
+#include "ops/cpu/vec_math.h"
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 namespace gt::cpu {
 namespace {
+
+// y[i] = a[i] + b[i] for i in [i0, i1); y may be a or b (element i reads only element i). Compiled per instruction
+// set: as a plain template loop it ran on SSE (a residual stream's sums, ~2 % of a GPT step's samples).
+template <class T>
+GT_INLINE void add_span(const T* a, const T* b, T* y, int64_t i0, int64_t i1) {
+  GT_SIMD
+  for (int64_t i = i0; i < i1; ++i) y[i] = a[i] + b[i];
+}
+GT_CPU_CLONES void add_span_f32(const float* a, const float* b, float* y, int64_t i0, int64_t i1) {
+  add_span(a, b, y, i0, i1);
+}
 
 template <class T>
 void add_t(const Tensor& a, const Tensor& b, Tensor& y) {
   const T *pa = a.data<T>(), *pb = b.data<T>();
   T* py = y.data<T>();
   parallel_for(y.numel(), kGrain, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) py[i] = pa[i] + pb[i];
+    if constexpr (std::is_same_v<T, float>)
+      add_span_f32(pa, pb, py, i0, i1);
+    else
+      add_span(pa, pb, py, i0, i1);
   });
 }
 

@@ -7,6 +7,7 @@
 #include "ops/bf16_gemm.h"
 #include "ops/cpu/blas.h"
 #include "ops/cpu/kernel_util.h"
+#include "ops/cpu/vec_math.h"
 #include "ops/half_storage.h"
 #include "ops/precision.h"
 
@@ -148,6 +149,19 @@ void add_row_bias_t(Tensor& y, const Tensor& bias) {
   });
 }
 
+// acc[j] += Σ_r p[r·ld + j] for j < w, each column summed in row order. Compiled per instruction set: as a plain
+// template loop it ran on SSE (~2 % of a GPT step's samples, its bias gradients).
+template <class T>
+GT_INLINE void column_sums(const T* p, int64_t rows, int64_t ld, int64_t w, T* __restrict acc) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* __restrict row = p + r * ld;
+    for (int64_t j = 0; j < w; ++j) acc[j] += row[j];
+  }
+}
+GT_CPU_CLONES void column_sums_f32(const float* p, int64_t rows, int64_t ld, int64_t w, float* acc) {
+  column_sums(p, rows, ld, w, acc);
+}
+
 template <class T>
 void sum_rows_t(const Tensor& dy, Tensor& db, double beta) {
   const int64_t rows = dy.dim(0), cols = dy.dim(1);
@@ -156,10 +170,10 @@ void sum_rows_t(const Tensor& dy, Tensor& db, double beta) {
   // Split over columns so each output is summed by one thread in row order: deterministic.
   parallel_for(cols, std::max<int64_t>(1, kGrain / std::max<int64_t>(rows, 1)), [&](int64_t c0, int64_t c1) {
     std::vector<T> acc(static_cast<size_t>(c1 - c0), T(0));
-    for (int64_t r = 0; r < rows; ++r) {
-      const T* row = p + r * cols;
-      for (int64_t j = c0; j < c1; ++j) acc[static_cast<size_t>(j - c0)] += row[j];
-    }
+    if constexpr (std::is_same_v<T, float>)
+      column_sums_f32(p + c0, rows, cols, c1 - c0, acc.data());
+    else
+      column_sums(p + c0, rows, cols, c1 - c0, acc.data());
     for (int64_t j = c0; j < c1; ++j) out[j] = acc[static_cast<size_t>(j - c0)] + (beta != 0 ? T(beta) * out[j] : T(0));
   });
 }
