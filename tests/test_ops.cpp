@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstring>
 #include <iterator>
+#include <vector>
 
 using namespace gt;
 
@@ -745,6 +746,33 @@ TEST_CASE("f32 causal attention matches f64, forward and backward", "[cpu]") {
   ops::attention_backward(qkv, out, lse, dout, heads, {}, delta, dqkv);
   ops::attention_backward(qkvd, outd, lsed, doutd, heads, {}, deltad, dqkvd);
   CHECK(worst_rel(dqkv, dqkvd) < 1e-4);
+}
+
+// Threads take (batch, head) tasks as they free up (parallel_for_dynamic): each task writes only its own rows, so
+// 1, 2 and 3 threads give the same bits, forward and backward.
+TEST_CASE("f32 causal attention gives the same bits on any number of threads", "[cpu]") {
+  const int64_t nb = 5, t = 70, heads = 3, d = 16, c = heads * d;
+  Rng rng(41, 0);
+  auto [qkv, unused_q] = f32_f64_pair(Shape{nb, t, 3 * c}, rng, -1.5, 1.5);
+  auto [dout, unused_d] = f32_f64_pair(Shape{nb, t, c}, rng, -1, 1);
+  std::vector<std::vector<float>> results;
+  for (const int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    Tensor out = Tensor::empty(Shape{nb, t, c}, DType::f32), lse = Tensor::empty(Shape{nb, heads, t}, DType::f32);
+    Tensor delta = Tensor::empty(lse.shape(), DType::f32), dqkv = Tensor::empty(qkv.shape(), DType::f32);
+    ops::attention_forward(qkv, heads, {}, out, lse);
+    ops::attention_backward(qkv, out, lse, dout, heads, {}, delta, dqkv);
+    std::vector<float> all(out.data<float>(), out.data<float>() + out.numel());
+    all.insert(all.end(), dqkv.data<float>(), dqkv.data<float>() + dqkv.numel());
+    results.push_back(std::move(all));
+  }
+  set_num_threads(2);
+  for (size_t k = 1; k < results.size(); ++k) {
+    int differ = 0;
+    for (size_t i = 0; i < results[0].size(); ++i)
+      differ += std::bit_cast<uint32_t>(results[0][i]) != std::bit_cast<uint32_t>(results[k][i]);
+    CHECK(differ == 0);
+  }
 }
 
 // Batch norm's f32 loops (row sums as sixteen lanes, compiled per instruction set) against the f64 path, over rows

@@ -31,6 +31,23 @@ void parallel_for(int64_t n, int64_t grain, F&& f) {
   }
 }
 
+/// Calls f(begin, end) over [0, n) in chunks of `chunk` items that up to num_threads() threads take as they free
+/// up, so that a core slowed by another process takes fewer: for items whose results do not depend on which thread
+/// computes them, or in what order (each item writes its own outputs).
+template <class F>
+void parallel_for_dynamic(int64_t n, int64_t chunk, F&& f) {
+  if (n <= 0) return;
+  chunk = std::max<int64_t>(chunk, 1);
+  const int64_t chunks = (n + chunk - 1) / chunk;
+  const int threads = static_cast<int>(std::min<int64_t>(chunks, omp_get_max_threads()));
+  if (threads <= 1) {
+    f(int64_t{0}, n);
+    return;
+  }
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+  for (int64_t c = 0; c < chunks; ++c) f(c * chunk, std::min(n, (c + 1) * chunk));
+}
+
 /// Calls block(r0, r1, c0, c1) for an m × n matrix's rows r0..r1 and columns c0..c1: on `threads` OpenMP threads,
 /// one block of rows (m ≥ n) or columns per thread, inner edges on multiples of 16 so that every block's inner loops
 /// run on full vectors; with one thread, the whole matrix on the calling thread.

@@ -524,6 +524,13 @@ void prefetch_rows(const T* p, int64_t ld, int64_t n, int64_t d) {
     for (int64_t e = 0; e < d; e += kLine) __builtin_prefetch(p + r * ld + e, 0, 2);
 }
 
+// (batch, head) tasks per chunk that a thread takes: four chunks per thread, so that a core slowed by another
+// process takes fewer (a static half each left the faster thread waiting), each chunk's tasks in order so that the
+// next one's rows are prefetched while one computes (only a chunk's first task starts cold).
+int64_t attention_chunk(int64_t tasks) {
+  return std::max<int64_t>(1, tasks / (4 * std::max(1, num_threads())));
+}
+
 // Query rows [first, first + n) of qkv's sequences (all of them for the forward, the new ones for a decode step):
 // out is [B, n, C]; lse [B, heads, T] is written when given; drop (null: none) masks the probabilities.
 template <class T>
@@ -535,8 +542,9 @@ void attn_fwd_t(const Tensor& qkv, int64_t heads, int64_t first, int64_t n, Tens
   const T* px = qkv.data<T>();
   const HalfFormat* ph = half ? &*half : nullptr;
   T* po = out.data<T>();
-  parallel_for(nb * heads, 1, [&](int64_t u0, int64_t u1) {
-    std::vector<T> buf(static_cast<size_t>(attn_fwd_scratch(first + n, d, ph)));
+  parallel_for_dynamic(nb * heads, attention_chunk(nb * heads), [&](int64_t u0, int64_t u1) {
+    thread_local std::vector<T> buf;  // grown, never shrunk
+    buf.resize(std::max(buf.size(), static_cast<size_t>(attn_fwd_scratch(first + n, d, ph))));
     auto head = [&](int64_t u) { return px + u / heads * t * 3 * c + u % heads * d; };  // the task's q
     for (int64_t u = u0; u < u1; ++u) {
       if (u + 1 < u1) prefetch_rows(head(u + 1), c, 3 * (first + n), d);  // its q, k and v rows
@@ -566,8 +574,9 @@ void attn_bwd_t(const Tensor& qkv, const Tensor& out, const Tensor& lse, const T
   const T *po = out.data<T>(), *pl = lse.data<T>(), *pdo = dout.data<T>();
   T* pdelta = delta.data<T>();
   T* pdx = dqkv.data<T>();
-  parallel_for(nb * heads, 1, [&](int64_t u0, int64_t u1) {
-    std::vector<T> buf(static_cast<size_t>(attn_bwd_scratch(t, d, ph)));
+  parallel_for_dynamic(nb * heads, attention_chunk(nb * heads), [&](int64_t u0, int64_t u1) {
+    thread_local std::vector<T> buf;  // grown, never shrunk
+    buf.resize(std::max(buf.size(), static_cast<size_t>(attn_bwd_scratch(t, d, ph))));
     for (int64_t u = u0; u < u1; ++u) {
       if (u + 1 < u1) {  // the next task's q, k, v, dout and out rows
         const int64_t b = (u + 1) / heads, h = (u + 1) % heads;
