@@ -159,22 +159,15 @@ struct Avx512 {
   // C's rows·cols (at most mr × nr, ldc apart) from an A panel and a B panel of kc k each: the first block of k
   // writes beta·C + A·B (C unread when beta is 0), later blocks add theirs; the last one then adds bias[0 .. cols)
   // to each row when bias is not null: fl(Σ + bias), as after the product.
-  // A is a packed panel (lda 0: element (r, p) at ap[p·mr + r]) or op(a)'s rows where they lie (lda > 0: at
+  // A is a packed panel (InPlace false: element (r, p) at ap[p·mr + r]) or op(a)'s rows where they lie (at
   // ap[r·lda + p]; rows past `rows` read the last one's, and are not stored). The FMAs run in the same order either
   // way, so C's bits do not depend on which.
-  GT_SGEMM_AVX512 static void kernel(int kc, const float* ap, int64_t lda, const float* bp, float* c, int ldc, int rows,
-                                     int cols, bool first, bool last, float beta, const float* bias) {
-    if (lda > 0)
-      kernel_t<true>(kc, ap, lda, bp, c, ldc, rows, cols, first, last, beta, bias);
-    else
-      kernel_t<false>(kc, ap, lda, bp, c, ldc, rows, cols, first, last, beta, bias);
-  }
-  template <bool Direct>
-  GT_SGEMM_AVX512 static void kernel_t(int kc, const float* ap, int64_t lda, const float* bp, float* c, int ldc,
-                                       int rows, int cols, bool first, bool last, float beta, const float* bias) {
+  template <bool InPlace>
+  GT_SGEMM_AVX512 static void kernel(int kc, const float* ap, int64_t lda, const float* bp, float* c, int ldc,
+                                     int rows, int cols, bool first, bool last, float beta, const float* bias) {
     const float* ar[mr];
 #pragma GCC unroll 8
-    for (int r = 0; r < mr; ++r) ar[r] = Direct ? ap + std::min(r, rows - 1) * lda : ap + r;
+    for (int r = 0; r < mr; ++r) ar[r] = InPlace ? ap + std::min(r, rows - 1) * lda : ap + r;
     __m512 acc[mr][2];
 #pragma GCC unroll 8
     for (int r = 0; r < mr; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
@@ -182,7 +175,7 @@ struct Avx512 {
       const __m512 b0 = _mm512_loadu_ps(bp + p * nr), b1 = _mm512_loadu_ps(bp + p * nr + 16);
 #pragma GCC unroll 8
       for (int r = 0; r < mr; ++r) {
-        const __m512 a = _mm512_set1_ps(Direct ? ar[r][p] : ar[r][p * mr]);
+        const __m512 a = _mm512_set1_ps(InPlace ? ar[r][p] : ar[r][p * mr]);
         acc[r][0] = _mm512_fmadd_ps(a, b0, acc[r][0]);
         acc[r][1] = _mm512_fmadd_ps(a, b1, acc[r][1]);
       }
@@ -218,20 +211,14 @@ struct Avx2 {
     }
   }
 
-  // As Avx512::kernel (A packed or where it lies), 6 × 16; columns past `cols` are masked out of the loads and stores of C and the bias.
+  // As Avx512::kernel (A packed or where it lies), 6 × 16; columns past `cols` are masked out of the loads and
+  // stores of C and the bias.
+  template <bool InPlace>
   GT_SGEMM_AVX2 static void kernel(int kc, const float* ap, int64_t lda, const float* bp, float* c, int ldc, int rows,
                                    int cols, bool first, bool last, float beta, const float* bias) {
-    if (lda > 0)
-      kernel_t<true>(kc, ap, lda, bp, c, ldc, rows, cols, first, last, beta, bias);
-    else
-      kernel_t<false>(kc, ap, lda, bp, c, ldc, rows, cols, first, last, beta, bias);
-  }
-  template <bool Direct>
-  GT_SGEMM_AVX2 static void kernel_t(int kc, const float* ap, int64_t lda, const float* bp, float* c, int ldc, int rows,
-                                     int cols, bool first, bool last, float beta, const float* bias) {
     const float* ar[mr];
 #pragma GCC unroll 6
-    for (int r = 0; r < mr; ++r) ar[r] = Direct ? ap + std::min(r, rows - 1) * lda : ap + r;
+    for (int r = 0; r < mr; ++r) ar[r] = InPlace ? ap + std::min(r, rows - 1) * lda : ap + r;
     __m256 acc[mr][2];
 #pragma GCC unroll 6
     for (int r = 0; r < mr; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
@@ -239,7 +226,7 @@ struct Avx2 {
       const __m256 b0 = _mm256_loadu_ps(bp + p * nr), b1 = _mm256_loadu_ps(bp + p * nr + 8);
 #pragma GCC unroll 6
       for (int r = 0; r < mr; ++r) {
-        const __m256 a = _mm256_broadcast_ss(Direct ? ar[r] + p : ar[r] + p * mr);
+        const __m256 a = _mm256_broadcast_ss(InPlace ? ar[r] + p : ar[r] + p * mr);
         acc[r][0] = _mm256_fmadd_ps(a, b0, acc[r][0]);
         acc[r][1] = _mm256_fmadd_ps(a, b1, acc[r][1]);
       }
@@ -344,8 +331,13 @@ void multiply_block(int kc, ABlock a, int mc, const float* bp, int nc, float* c,
   for (int jp = 0; jp < n_panels; ++jp)
     for (int ip = 0; ip < m_panels; ++ip) {
       const int rows = std::min(mr, mc - ip * mr), cols = std::min(nr, nc - jp * nr);
-      Isa::kernel(kc, a.p + ip * panel_step, a.lda, bp + int64_t{jp} * kc * nr, c + int64_t{ip * mr} * ldc + jp * nr,
-                  ldc, rows, cols, first, last, beta, bias ? bias + jp * nr : nullptr);
+      const float *ap = a.p + ip * panel_step, *bpp = bp + int64_t{jp} * kc * nr;
+      float* cp = c + int64_t{ip * mr} * ldc + jp * nr;
+      const float* bias_p = bias ? bias + jp * nr : nullptr;
+      if (a.lda > 0)
+        Isa::template kernel<true>(kc, ap, a.lda, bpp, cp, ldc, rows, cols, first, last, beta, bias_p);
+      else
+        Isa::template kernel<false>(kc, ap, 0, bpp, cp, ldc, rows, cols, first, last, beta, bias_p);
     }
 }
 
@@ -366,8 +358,9 @@ void gemm_packed(bool ta, bool tb, int m, int n, int k, const float* a, int lda,
       pack_b<Isa, Round>(tb, b, ldb, k0, kc, j0, nc, b_pack.data());
       for (int i0 = 0; i0 < m; i0 += Isa::mc) {
         const int mc = std::min(Isa::mc, m - i0);
-        multiply_block<Isa>(kc, a_block<Isa, Round>(ta, a, lda, i0, mc, k0, kc, nc, a_pack), mc, b_pack.data(), nc, c + int64_t{i0} * ldc + j0, ldc, k0 == 0,
-                            k0 + kc == k, beta, bias ? bias + j0 : nullptr);
+        const ABlock ab = a_block<Isa, Round>(ta, a, lda, i0, mc, k0, kc, nc, a_pack);
+        multiply_block<Isa>(kc, ab, mc, b_pack.data(), nc, c + int64_t{i0} * ldc + j0, ldc, k0 == 0, k0 + kc == k, beta,
+                            bias ? bias + j0 : nullptr);
       }
     }
   }
@@ -424,8 +417,9 @@ void gemm_packed_threads(int threads, bool ta, bool tb, int m, int n, int k, con
           const int mc = std::min(kChunkRows<Isa>, m - i0);
           for (int kb = kb0; kb < kb0 + rounds_blocks; ++kb) {
             const int k0 = kb * kKc, kc = std::min(kKc, k - k0);
-            multiply_block<Isa>(kc, a_block<Isa, Round>(ta, a, lda, i0, mc, k0, kc, nc, a_pack), mc, b_panel(kb, 0), nc, c + int64_t{i0} * ldc + j0, ldc, k0 == 0,
-                                k0 + kc == k, beta, bias ? bias + j0 : nullptr);
+            const ABlock ab = a_block<Isa, Round>(ta, a, lda, i0, mc, k0, kc, nc, a_pack);
+            multiply_block<Isa>(kc, ab, mc, b_panel(kb, 0), nc, c + int64_t{i0} * ldc + j0, ldc, k0 == 0, k0 + kc == k,
+                                beta, bias ? bias + j0 : nullptr);
           }
         }  // (the loop's barrier: every item is done before the next round reuses B's buffer)
       }

@@ -457,14 +457,14 @@ GT_INLINE void attn_bwd_task(const T* q, const T* k, const T* v, int64_t ld, con
 }
 
 // The f32 tasks: Narrow blocks compiled per instruction set, and Wide ones for AVX-512 (x86-64-v4) alone.
-#define GT_ATTN_FWD_PARAMS                                                                                              \
+#define GT_ATTN_FWD_PARAMS                                                                                             \
   const float *q, const float *k, const float *v, int64_t ld, int64_t first, int64_t n, int64_t d, float scale,        \
-      float *out, int64_t ldo, float *lse, const ops::AttentionDropout *drop, uint64_t mask, int64_t t,                 \
+      float *out, int64_t ldo, float *lse, const ops::AttentionDropout *drop, uint64_t mask, int64_t t,                \
       const HalfFormat *half, float *buf
 #define GT_ATTN_FWD_ARGS q, k, v, ld, first, n, d, scale, out, ldo, lse, drop, mask, t, half, buf
-#define GT_ATTN_BWD_PARAMS                                                                                              \
+#define GT_ATTN_BWD_PARAMS                                                                                             \
   const float *q, const float *k, const float *v, int64_t ld, const float *g, const float *o, int64_t ldo,             \
-      const float *lse, float *delta, int64_t t, int64_t d, float scale, float *dq, float *dk, float *dv,               \
+      const float *lse, float *delta, int64_t t, int64_t d, float scale, float *dq, float *dk, float *dv,              \
       const ops::AttentionDropout *drop, uint64_t mask, const HalfFormat *half, float *buf
 #define GT_ATTN_BWD_ARGS q, k, v, ld, g, o, ldo, lse, delta, t, d, scale, dq, dk, dv, drop, mask, half, buf
 
@@ -556,7 +556,8 @@ void attn_fwd_t(const Tensor& qkv, int64_t heads, int64_t first, int64_t n, Tens
       if constexpr (std::is_same_v<T, float>)
         attn_fwd_task_dispatch(q, q + c, q + 2 * c, 3 * c, first, n, d, scale, o, c, l, drop, mask, t, ph, buf.data());
       else
-        attn_fwd_task<Narrow, T>(q, q + c, q + 2 * c, 3 * c, first, n, d, scale, o, c, l, drop, mask, t, ph, buf.data());
+        attn_fwd_task<Narrow, T>(q, q + c, q + 2 * c, 3 * c, first, n, d, scale, o, c, l, drop, mask, t, ph,
+                                 buf.data());
     }
   });
 }
@@ -596,8 +597,8 @@ void attn_bwd_t(const Tensor& qkv, const Tensor& out, const Tensor& lse, const T
         attn_bwd_task_dispatch(q, q + c, q + 2 * c, 3 * c, g, o, c, l, dl, t, d, scale, dq, dq + c, dq + 2 * c, drop,
                                mask, ph, buf.data());
       else
-        attn_bwd_task<Narrow, T>(q, q + c, q + 2 * c, 3 * c, g, o, c, l, dl, t, d, scale, dq, dq + c, dq + 2 * c, drop, mask,
-                         ph, buf.data());
+        attn_bwd_task<Narrow, T>(q, q + c, q + 2 * c, 3 * c, g, o, c, l, dl, t, d, scale, dq, dq + c, dq + 2 * c, drop,
+                                 mask, ph, buf.data());
     }
   });
 }
