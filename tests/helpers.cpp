@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -257,5 +258,12 @@ loss: cross_entropy
 optimizer: {type: sgd, lr: 0.1}
 train: {epochs: 1, log_every: 1}
 )";
+
+int bit_differences(const std::vector<float>& a, const std::vector<float>& b) {
+  int differ = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    differ += std::bit_cast<uint32_t>(a[i]) != std::bit_cast<uint32_t>(b[i]);
+  return differ + static_cast<int>(std::max(a.size(), b.size()) - std::min(a.size(), b.size()));
+}
 
 }  // namespace gt::test

@@ -117,6 +117,10 @@ class ForcedSgemmPath {
 /// data_wait_ms, elapsed_s, device_*, host_*, gpu<i>_*), which differ from run to run.
 std::string metrics_without_timing(const std::string& run);
 
+/// How many elements of a and b (the same length) differ in their bits: 0 when a product or kernel promises the same
+/// bits on two paths.
+int bit_differences(const std::vector<float>& a, const std::vector<float>& b);
+
 /// For tests/main.cpp: adds the sink to spdlog's default logger, once.
 void install_warning_sink();
 /// For tests/main.cpp: takes the unexpected warnings logged since the last call ("warn: …" or "error: …").

@@ -1,6 +1,7 @@
 // CPU kernels against plain reference loops and hand-computed numbers.
 #include "core/parallel.h"
 #include "core/rng.h"
+#include "helpers.h"
 #include "ops/activation.h"
 #include "ops/attention.h"
 #include "ops/batchnorm.h"
@@ -767,12 +768,7 @@ TEST_CASE("f32 causal attention gives the same bits on any number of threads", "
     results.push_back(std::move(all));
   }
   set_num_threads(2);
-  for (size_t k = 1; k < results.size(); ++k) {
-    int differ = 0;
-    for (size_t i = 0; i < results[0].size(); ++i)
-      differ += std::bit_cast<uint32_t>(results[0][i]) != std::bit_cast<uint32_t>(results[k][i]);
-    CHECK(differ == 0);
-  }
+  for (size_t k = 1; k < results.size(); ++k) CHECK(test::bit_differences(results[0], results[k]) == 0);
 }
 
 // Batch norm's f32 loops (row sums as sixteen lanes, compiled per instruction set) against the f64 path, over rows

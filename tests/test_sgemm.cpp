@@ -33,6 +33,10 @@ bool sgemm_runs(cpu::CpuSgemmPath path) {
   return false;
 }
 
+struct Shape3 {
+  int m, n, k;
+};
+
 std::vector<float> sgemm_normals(size_t n, uint64_t seed) {
   Rng rng(seed, 0);
   std::vector<float> v(n);
@@ -124,13 +128,8 @@ TEST_CASE("sgemm: our kernels give each element of C the same bits wherever C is
       for (const auto& [c0, c1] : {std::pair{0, 37}, std::pair{37, 40}, std::pair{40, n}})
         cpu::sgemm(false, tb, m, c1 - c0, k, a.data(), k, tb ? pb + c0 * ldb : pb + c0, ldb, 0.0f, cols.data() + c0, n,
                    bias.data() + c0);
-      int differ_rows = 0, differ_cols = 0;
-      for (size_t i = 0; i < whole.size(); ++i) {
-        differ_rows += std::bit_cast<uint32_t>(whole[i]) != std::bit_cast<uint32_t>(rows[i]);
-        differ_cols += std::bit_cast<uint32_t>(whole[i]) != std::bit_cast<uint32_t>(cols[i]);
-      }
-      CHECK(differ_rows == 0);
-      CHECK(differ_cols == 0);
+      CHECK(bit_differences(whole, rows) == 0);
+      CHECK(bit_differences(whole, cols) == 0);
     }
   }
 }
@@ -141,9 +140,6 @@ TEST_CASE("sgemm_threads: threads sharing B's blocks give the single-threaded pr
   // 3), rows and columns off the tiles, k over several blocks of 256 (one round, and several where B is wide) and n
   // over several blocks of 512; both layouts of each operand, beta 0 and 0.5, the bias, and the bf16 rounding
   // while packing.
-  struct Shape3 {
-    int m, n, k;
-  };
   for (const cpu::CpuSgemmPath path : {cpu::CpuSgemmPath::avx512, cpu::CpuSgemmPath::avx2}) {
     if (!sgemm_runs(path)) continue;
     const ForcedSgemmPath forced(path);
@@ -167,9 +163,7 @@ TEST_CASE("sgemm_threads: threads sharing B's blocks give the single-threaded pr
           std::vector<float> got = c0;
           cpu::sgemm_threads(threads, round, ta, tb, s.m, s.n, s.k, a.data(), lda, b.data(), ldb, beta, got.data(),
                              s.n, bias.data());
-          int differ = 0;
-          for (size_t i = 0; i < want.size(); ++i) differ += std::bit_cast<uint32_t>(want[i]) != std::bit_cast<uint32_t>(got[i]);
-          CHECK(differ == 0);
+          CHECK(bit_differences(want, got) == 0);
         }
       }
     }
@@ -180,9 +174,6 @@ TEST_CASE("sgemm: reading op(a)'s rows in place gives the bits of packing them f
   // Where a is not transposed and C has at most 256 columns the kernels read a's rows where they lie; a panel's
   // rows past m then read the last row's (never stored). Forced to pack, they must give every element the same
   // bits: rows off the tiles' edges, lda past k, k over several blocks, one thread and shared blocks of B.
-  struct Shape3 {
-    int m, n, k;
-  };
   for (const cpu::CpuSgemmPath path : {cpu::CpuSgemmPath::avx512, cpu::CpuSgemmPath::avx2}) {
     if (!sgemm_runs(path)) continue;
     const ForcedSgemmPath forced(path);
@@ -203,10 +194,7 @@ TEST_CASE("sgemm: reading op(a)'s rows in place gives the bits of packing them f
           cpu::sgemm_threads(threads, false, false, tb, s.m, s.n, s.k, a.data(), lda, b.data(), ldb, 0.0f,
                              packed.data(), s.n, bias.data());
           cpu::set_sgemm_always_pack_a(false);
-          int differ = 0;
-          for (size_t i = 0; i < packed.size(); ++i)
-            differ += std::bit_cast<uint32_t>(packed[i]) != std::bit_cast<uint32_t>(in_place[i]);
-          CHECK(differ == 0);
+          CHECK(bit_differences(packed, in_place) == 0);
         }
     }
   }
@@ -255,10 +243,7 @@ TEST_CASE("sgemm: rounding to bf16 while packing gives the bits of a product of 
           std::vector<float> fused(static_cast<size_t>(m * n), 7.0f), copies = fused;
           cpu::sgemm_bf16_rounded(ta, tb, m, n, k, a.data(), lda, b.data(), ldb, 0.5f, fused.data(), n);
           cpu::sgemm(ta, tb, m, n, k, ra.data(), lda, rb.data(), ldb, 0.5f, copies.data(), n);
-          int differ = 0;
-          for (size_t i = 0; i < fused.size(); ++i)
-            differ += std::bit_cast<uint32_t>(fused[i]) != std::bit_cast<uint32_t>(copies[i]);
-          CHECK(differ == 0);
+          CHECK(bit_differences(fused, copies) == 0);
           // and not f32's product: the rounding happened
           std::vector<float> plain(fused.size(), 7.0f);
           cpu::sgemm(ta, tb, m, n, k, a.data(), lda, b.data(), ldb, 0.5f, plain.data(), n);
