@@ -13,6 +13,7 @@
 #include "ops/batchnorm.h"
 #include "ops/conv2d.h"
 #include "ops/cuda/dnn_common.h"
+#include "ops/cuda/half_scratch.h"
 #include "ops/matmul.h"
 #include "ops/pool2d.h"
 #include "ops/precision.h"
@@ -190,6 +191,50 @@ TEST_CASE("CUDA matmul in bf16 and fp16 equals the CPU's half product and differ
   Guarded c(Shape{m, n}, kNaN);
   ops::matmul(to_cuda(a), false, to_cuda(b), false, c.inner, 0.0);
   check_close(c.host_checked(), cpu, tol, 0);
+}
+
+TEST_CASE(
+    "CUDA converts a weight to 16 bits once per scope: its forward makes the copy, dx = dy·W and a second "
+    "micro-batch read it, the next scope converts the updated values",
+    "[cuda]") {
+  require_gpu();
+  const int64_t m = 32, n = 24, k = 40;
+  const Tensor x = seeded(Shape{m, k}, 3200), dy = seeded(Shape{m, n}, 3201), none{};
+  Tensor w = seeded(Shape{n, k}, 3202);
+  const Tensor xd = to_cuda(x), dyd = to_cuda(dy);
+  Tensor wd = to_cuda(w);
+  auto stats = [] { return cuda::half_weight_cache_stats(); };
+  const double tol = kDot<float> * static_cast<double>(k) * 16;
+  // y = x·wᵀ and dx = dy·W on both devices in one scope, twice (two micro-batches); CUDA's against the CPU's.
+  auto step = [&](Precision p, uint64_t want_roundings, uint64_t want_reuses) {
+    Tensor cpu_y = Tensor::empty(Shape{m, n}, DType::f32), cpu_dx = Tensor::empty(Shape{m, k}, DType::f32);
+    Guarded y(Shape{m, n}, kNaN), dx(Shape{m, k}, kNaN);
+    const ProductPrecisionScope autocast(p);
+    const HalfWeightCacheStats before = stats();
+    for (int micro = 0; micro < 2; ++micro) {
+      ops::linear_forward(xd, wd, none, y.inner);
+      ops::matmul(dyd, false, wd, false, dx.inner, 0.0);
+    }
+    CHECK(stats().roundings - before.roundings == want_roundings);
+    CHECK(stats().reuses - before.reuses == want_reuses);
+    CHECK(stats().bytes >= static_cast<size_t>(w.numel()) * 2);
+    ops::linear_forward(x, w, none, cpu_y);
+    ops::matmul(dy, false, w, false, cpu_dx, 0.0);
+    check_close(y.host_checked(), cpu_y, tol, 0);
+    check_close(dx.host_checked(), cpu_dx, tol, 0);
+  };
+  step(Precision::bf16, 1, 3);  // made by the first forward, read by its dx, the second forward and its dx
+  // The optimizer changes w between steps: the next scope converts the new values, in fp16 too.
+  for (int64_t i = 0; i < w.numel(); ++i) w.data<float>()[i] += 0.25f;
+  wd.copy_from(w);
+  step(Precision::bf16, 1, 3);
+  step(Precision::fp16, 1, 3);
+  // A weight no product read in the last scope gives its block back when the next one reads anything.
+  { const ProductPrecisionScope idle(Precision::bf16); }
+  {
+    const ProductPrecisionScope next(Precision::bf16);
+    CHECK(stats().entries == 0);
+  }
 }
 
 TEST_CASE("CUDA matmul on views that start off cuBLASLt's preferred 256-byte alignment", "[cuda]") {

@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <limits>
 #include <regex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -331,6 +332,69 @@ TEST_CASE("precision: a weight is rounded once per scope, read by the step's pro
     const ProductPrecisionScope next(Precision::bf16);
     CHECK(half_weight_cache_stats().entries == 0);
   }
+}
+
+TEST_CASE("precision: scope copies (the CPU's and CUDA's weight copies) are valid in the scope that made them only",
+          "[cpu]") {
+  // The bookkeeping both devices' weight copies share, with a copy that records what made it.
+  struct Copy {
+    int made = 0;
+    uint64_t scope = 0;
+  };
+  ScopeCopies<Copy> copies;
+  int a = 0, b = 0;  // two "weights": only their addresses are keys
+  int makes = 0;
+  auto get = [&](const void* key, int64_t numel, HalfFormat f) -> const Copy& {
+    return copies.get(key, numel, f, [&](Copy& c) {
+      ++c.made;
+      c.scope = product_scope();
+      ++makes;
+    });
+  };
+  {
+    const ProductPrecisionScope outer(Precision::bf16);
+    const uint64_t s1 = product_scope();
+    CHECK(copies.find(&a, 4, HalfFormat::bf16) == nullptr);  // nothing made yet
+    CHECK(get(&a, 4, HalfFormat::bf16).scope == s1);
+    CHECK(get(&a, 4, HalfFormat::bf16).made == 1);  // reused
+    CHECK(copies.find(&a, 4, HalfFormat::bf16) != nullptr);
+    CHECK(copies.find(&a, 5, HalfFormat::bf16) == nullptr);  // another size: not this copy
+    CHECK(copies.find(&a, 4, HalfFormat::fp16) == nullptr);  // another format
+    CHECK(get(&a, 4, HalfFormat::fp16).made == 2);           // remade in place, in the entry's buffer
+    CHECK(get(&a, 4, HalfFormat::bf16).made == 3);
+    {
+      const ProductPrecisionScope inner(Precision::fp16);
+      CHECK(copies.find(&a, 4, HalfFormat::bf16) == nullptr);  // the outer scope's copy is not the inner's
+      CHECK(get(&a, 4, HalfFormat::bf16).scope == product_scope());
+    }
+    CHECK(get(&a, 4, HalfFormat::bf16).scope == s1);  // the inner scope's copy is not the outer's: made again
+    CHECK(copies.makes() == 5);
+    // A copy whose making throws is not valid: the next read makes it again.
+    CHECK_THROWS(copies.get(&b, 4, HalfFormat::bf16, [](Copy&) { throw std::runtime_error("out of memory"); }));
+    CHECK(copies.find(&b, 4, HalfFormat::bf16) == nullptr);
+    CHECK(get(&b, 4, HalfFormat::bf16).made == 1);
+    CHECK(copies.size() == 2);
+  }
+  CHECK(copies.find(&a, 4, HalfFormat::bf16) == nullptr);  // outside any scope nothing is valid
+  {
+    // The scope started last before this one is the inner one, where neither was read: both entries are freed.
+    const ProductPrecisionScope next(Precision::bf16);
+    CHECK(copies.size() == 0);
+    CHECK(get(&a, 4, HalfFormat::bf16).made == 1);
+    get(&b, 4, HalfFormat::bf16);
+  }
+  {
+    const ProductPrecisionScope later(Precision::bf16);
+    CHECK(copies.size() == 2);                      // both read in the last scope: kept
+    CHECK(get(&a, 4, HalfFormat::bf16).made == 2);  // made again, in the entry it kept
+  }
+  {
+    const ProductPrecisionScope last(Precision::bf16);
+    CHECK(copies.size() == 1);  // b was not read in the last scope: freed
+  }
+  CHECK(makes == 9);
+  CHECK(copies.makes() == 9);
+  CHECK(copies.reuses() == 2);
 }
 
 namespace {

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace gt {
@@ -47,6 +48,90 @@ class ProductPrecisionScope {
 /// The calling thread's product precision: that of the innermost live scope, fp32 when there is none.
 Precision product_precision();
 
+/// The calling thread's scopes are numbered as they start: the innermost live one's number (0 outside any scope),
+/// and how many have started on the thread so far.
+uint64_t product_scope();
+uint64_t product_scopes_started();
+
+/// Copies of weights valid for one scope, keyed by the weight's first element: the bookkeeping of the CPU's rounded
+/// weights (half_weight below: `Values` f32 values) and of CUDA's 16-bit device copies (ops/cuda/half_scratch.h).
+/// A copy is valid in the scope it was made in and no other: an inner scope's number is new, and when it ends the
+/// outer one's copies that it remade carry the inner number, so the outer scope makes them again. An entry whose
+/// copy no product read in the scope before the current one (a model since destroyed, a smaller evaluation) is
+/// freed at the next lookup after a scope starts; the others keep their buffers, so later steps remake their copies
+/// without allocating. One object per thread: the scope numbers are the calling thread's.
+template <class Values>
+class ScopeCopies {
+ public:
+  /// The copy of the `numel`-element tensor at `key` in `format` for the current scope (there must be one): the
+  /// one made earlier in this scope, or `make(values)` called now to (re)make it in the entry's buffer (which holds
+  /// the last scope's copy, or is new). An exception from `make` leaves the entry invalid.
+  template <class Make>
+  const Values& get(const void* key, int64_t numel, HalfFormat format, Make&& make) {
+    sweep();
+    Entry& e = m_entries[key];
+    e.last_read = product_scope();
+    if (e.scope == product_scope() && e.numel == numel && e.format == format) {
+      ++m_reuses;
+      return e.values;
+    }
+    e.scope = 0;
+    make(e.values);
+    e.numel = numel;
+    e.format = format;
+    e.scope = product_scope();
+    ++m_makes;
+    return e.values;
+  }
+
+  /// The copy made in the current scope for the same key, element count and format, or null.
+  const Values* find(const void* key, int64_t numel, HalfFormat format) {
+    if (product_scope() == 0) return nullptr;
+    sweep();
+    const auto it = m_entries.find(key);
+    if (it == m_entries.end()) return nullptr;
+    Entry& e = it->second;
+    if (e.scope != product_scope() || e.numel != numel || e.format != format) return nullptr;
+    e.last_read = product_scope();
+    ++m_reuses;
+    return &e.values;
+  }
+
+  /// Frees the entries that no product read in the scope before the newest one started (once per started scope).
+  void sweep() {
+    const uint64_t started = product_scopes_started();
+    if (m_swept == started) return;
+    m_swept = started;
+    std::erase_if(m_entries, [&](const auto& kv) { return kv.second.last_read + 1 < started; });
+  }
+
+  /// f(values) for each entry (after a sweep: what the thread holds now).
+  template <class F>
+  void for_each(F&& f) {
+    sweep();
+    for (const auto& kv : m_entries) f(kv.second.values);
+  }
+  size_t size() {
+    sweep();
+    return m_entries.size();
+  }
+  /// Over the object's life: copies made, and copies handed out again in the scope that made them.
+  uint64_t makes() const { return m_makes; }
+  uint64_t reuses() const { return m_reuses; }
+
+ private:
+  struct Entry {
+    int64_t numel = 0;
+    HalfFormat format = HalfFormat::bf16;
+    uint64_t scope = 0;      // the scope the copy was made in (0: none valid)
+    uint64_t last_read = 0;  // the last scope a product read it in
+    Values values;
+  };
+  std::unordered_map<const void*, Entry> m_entries;
+  uint64_t m_swept = 0;
+  uint64_t m_makes = 0, m_reuses = 0;
+};
+
 /// out[i] = in[i] rounded to `format` (nearest even), over OpenMP's threads when n is large: a half product's
 /// operand. `in` and `out` may be the same array.
 void round_operand(HalfFormat format, const float* in, float* out, int64_t n);
@@ -66,8 +151,8 @@ const float* rounded_copy(const Tensor& t, HalfFormat format, std::vector<float>
 /// Only the ops whose contract names an operand a weight call this (linear_forward's w, conv2d's w), and a weight
 /// must stay alive and unchanged while the scope lives. The copies belong to the calling thread (each rank of a
 /// threads run is one); their buffers outlive the scope, so later steps reuse them without allocating, and an entry
-/// no product read during the last scope is freed when the next one starts. Outside a scope: rounds into a
-/// per-thread buffer that the next call may overwrite.
+/// no product read during the last scope is freed in the next one (ScopeCopies above). Outside a scope: rounds into
+/// a per-thread buffer that the next call may overwrite.
 const float* half_weight(const Tensor& w, HalfFormat format);
 
 /// The copy half_weight made in this scope for the same tensor (same data, same element count, same format), or

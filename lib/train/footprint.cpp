@@ -105,16 +105,18 @@ Footprint training_footprint(const Experiment& exp, const Model& model, const Da
   f.batch_bytes = bytes_of(train.input_shape().batched(f.batch).numel(), DType::f32) +
                   bytes_of(train.target_shape().batched(f.batch).numel(), train.target_dtype()) +
                   bytes_of(model.output_shape().batched(f.batch).numel(), f.dtype);
-  // bf16/fp16 on the CPU: one rounded f32 copy of each weight a product reads (f32 models only: f64 products are never
-  // rounded), except for bf16 where the kernels round the weights while they pack them (the native bf16 kernel, and
-  // our f32 kernels on the conversion path: ops/bf16_gemm.h's cpu_bf16_rounds_in_pack). CUDA keeps none: each product
-  // converts its operands into 16-bit scratch that it frees when queued (ops/cuda/half_scratch.h), the size of one
-  // operand at a time.
+  // bf16/fp16: one copy of each weight a product reads, made once per step (f32 models only: f64 products are never
+  // rounded) — on the CPU rounded f32 values (ops/precision.h), on CUDA 16-bit elements (ops/cuda/half_scratch.h),
+  // except for bf16 on the CPU where the kernels round the weights while they pack them (the native bf16 kernel, and
+  // our f32 kernels on the conversion path: ops/bf16_gemm.h's cpu_bf16_rounds_in_pack). CUDA's other operands go
+  // through scratch freed when queued, the size of one operand at a time.
   f.precision = exp.train.precision;
   f.bf16_in_pack = f.precision == Precision::bf16 && model.device().is_cpu() && cpu::cpu_bf16_rounds_in_pack();
   f.on_cuda = model.device().is_cuda();
-  if (half_format(f.precision) && f.dtype == DType::f32 && !f.bf16_in_pack && !f.on_cuda)
-    for (const GraphNode& n : nodes) f.half_weight_bytes += bytes_of(n.layer->product_weight_numel(), DType::f32);
+  if (half_format(f.precision) && f.dtype == DType::f32 && !f.bf16_in_pack)
+    for (const GraphNode& n : nodes)
+      f.half_weight_bytes += f.on_cuda ? n.layer->product_weight_numel() * 2  // bf16 and fp16: 2 bytes each
+                                       : bytes_of(n.layer->product_weight_numel(), DType::f32);
   f.total_bytes = f.param_bytes + f.grad_bytes + f.optimizer_bytes + f.buffer_bytes + f.activation_bytes +
                   f.batch_bytes + f.half_weight_bytes;
   return f;
@@ -408,11 +410,9 @@ std::string footprint_report(const Footprint& f, const MemoryFit& fit, const std
     row("half weights", f.half_weight_bytes,
         f.bf16_in_pack ? std::string("none kept: the CPU's bf16 products read the f32 weights, rounded to bf16 as "
                                      "the kernels pack them")
-        : f.on_cuda    ? fmt::format("none kept: each product on the GPU converts its operands to {} scratch it frees "
-                                        "when queued",
-                                     to_string(f.precision))
-                       : fmt::format("the weights products read, rounded to {} once per step (kept as f32 on the CPU)",
-                                     to_string(f.precision)));
+        : f.on_cuda ? fmt::format("the weights products read, as {} copies made once per step", to_string(f.precision))
+                    : fmt::format("the weights products read, rounded to {} once per step (kept as f32 on the CPU)",
+                                  to_string(f.precision)));
   row("total", f.total_bytes, "");
   return out + fit_line(fit) + "\n";
 }

@@ -49,9 +49,9 @@ struct Footprint {
   /// Elements of each gradient bucket data-parallel training makes (dist.bucket_mb, plan_buckets' cut), in the order
   /// backward completes them: what ZeRO-2 holds whole while the backward pass writes it.
   std::vector<int64_t> grad_buckets;
-  /// train.precision, and under bf16/fp16 on the CPU the rounded copies of the weights the products read
-  /// (ops/precision.h's half_weight: made once per step, kept between steps; 4 bytes per element, as the CPU keeps
-  /// the rounded values in f32 for its f32 GEMM). 0 under fp32 and tf32, and on CUDA (no copies kept).
+  /// train.precision, and under bf16/fp16 the copies of the weights the products read, made once per step and kept
+  /// between steps: on the CPU rounded values in f32 for its f32 GEMM (ops/precision.h's half_weight, 4 bytes per
+  /// element), on CUDA 16-bit elements (ops/cuda/half_scratch.h's half_weight, 2 bytes). 0 under fp32 and tf32.
   Precision precision = Precision::fp32;
   /// Model::set_activation_storage: under bf16/fp16 the outputs kept for backward are counted at 2 bytes an element
   /// (plus the f32 working buffers of the forward pass); their gradients and what layers keep stay f32. nullopt: f32.

@@ -3,8 +3,9 @@
 //
 // Precisions (ops/precision.h): fp32 runs FMA math only (no TF32 — PyTorch lets its cuDNN convolutions use TF32 by
 // default, but gputrain's fp32 stays fp32 for every product); tf32 lets cuDNN pick tensor core algorithms, which
-// round fp32 operands to TF32 (PyTorch's torch.backends.cudnn.allow_tf32). bf16 and fp16 convert x, w and
-// dy to 16-bit scratch (round to nearest even, as the CPU's half path rounds its GEMM operands) and run cuDNN's
+// round fp32 operands to TF32 (PyTorch's torch.backends.cudnn.allow_tf32). bf16 and fp16 convert x and dy
+// to 16-bit scratch and w once per step (half_scratch.h's half_weight; round to nearest even, as the CPU's half path
+// rounds its GEMM operands) and run cuDNN's
 // PSEUDO_HALF / PSEUDO_BFLOAT16 configuration: 16-bit tensors, f32 compute, tensor cores allowed. cuDNN's legacy API
 // writes the result in the operands' type, so y, dx and dw come back rounded once more to 16 bits (as PyTorch AMP's
 // half convolutions return them) before widening to the f32 tensors the model holds; the bias and its gradient stay
@@ -214,16 +215,21 @@ const ConvPlan& conv_plan(const Tensor& x, const Tensor& w, const Window2d& win,
   return cache->get(key, PlanFamily::conv, [&] { return make_conv_plan(device, x, w, win, groups, oh, ow, math); });
 }
 
-// An operand as a plan's cuDNN call reads it: the tensor itself, or its 16-bit copy under a half plan.
+// An operand as a plan's cuDNN call reads it: the tensor itself, or its 16-bit copy under a half plan — for the
+// weight the scope's copy (half_weight: made by the first of the step's forward and backward calls that reads it),
+// for x and dy one in scratch for this call.
 class ConvOperand {
  public:
-  ConvOperand(const Tensor& t, std::optional<HalfFormat> half) : m_t(t) {
-    if (half) m_copy.emplace(t, *half);
+  ConvOperand(const Tensor& t, std::optional<HalfFormat> half, bool weight = false) : m_ptr(t.raw()) {
+    if (half && weight)
+      m_ptr = cuda::half_weight(t, *half);
+    else if (half)
+      m_ptr = m_copy.emplace(t, *half).get();
   }
-  const void* get() const { return m_copy ? m_copy->get() : m_t.raw(); }
+  const void* get() const { return m_ptr; }
 
  private:
-  const Tensor& m_t;
+  const void* m_ptr;
   std::optional<HalfOperand> m_copy;
 };
 
@@ -258,7 +264,7 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Win
   const HostScalar one(1.0, f64), zero(0.0, f64);  // float for 16-bit data too (f32 compute)
   const cudnnHandle_t handle = cudnn_handle(device);
   void* ws = plan.fwd_ws ? workspace(device, plan.fwd_ws) : nullptr;
-  const ConvOperand xo(x, half), wo(w, half);
+  const ConvOperand xo(x, half), wo(w, half, true);
   const ConvResult yr(y, half);
   GT_CHECK_CUDNN(cudnnConvolutionForward(handle, one.ptr(), plan.x.get(), xo.get(), plan.w.get(), wo.get(),
                                          plan.conv.get(), plan.fwd, ws, plan.fwd_ws, zero.ptr(), plan.y.get(),
@@ -284,7 +290,7 @@ void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const W
   void* ws = ws_bytes ? workspace(device, ws_bytes) : nullptr;
   const ConvOperand dyo(dy, half), xo(x, half);
   if (dx.defined()) {
-    const ConvOperand wo(w, half);
+    const ConvOperand wo(w, half, true);
     const ConvResult dxr(dx, half);
     GT_CHECK_CUDNN(cudnnConvolutionBackwardData(handle, one.ptr(), plan.w.get(), wo.get(), plan.y.get(), dyo.get(),
                                                 plan.conv.get(), plan.bwd_data, ws, plan.bwd_data_ws, zero.ptr(),

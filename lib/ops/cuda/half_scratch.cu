@@ -9,6 +9,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <memory>
 #include <type_traits>
 
 namespace gt::cuda {
@@ -41,7 +42,48 @@ __global__ void from_half_kernel(const H* __restrict__ in, float* __restrict__ o
   }
 }
 
+// A weight's 16-bit copy on its device (half_weight): the block is kept while the weight keeps its size and device.
+struct DeviceCopy {
+  std::unique_ptr<HalfBuffer> buffer;
+  int64_t numel = 0;
+  int device = -1;
+};
+thread_local ScopeCopies<DeviceCopy> t_weights;
+
 }  // namespace
+
+const void* half_weight(const Tensor& w, HalfFormat format) {
+  GT_CHECK(product_scope() != 0, "a 16-bit weight copy outside a ProductPrecisionScope");
+  const int device = w.device().index;
+  return t_weights
+      .get(w.raw(), w.numel(), format,
+           [&](DeviceCopy& copy) {
+             if (!copy.buffer || copy.numel != w.numel() || copy.device != device) {
+               copy.buffer.reset();  // give the old block back before taking the new one
+               copy.buffer = std::make_unique<HalfBuffer>(device, w.numel());
+               copy.numel = w.numel();
+               copy.device = device;
+             }
+             f32_to_half(device, format, static_cast<const float*>(w.raw()), copy.buffer->get(), w.numel());
+           })
+      .buffer->get();
+}
+
+const void* find_half_weight(const Tensor& t, HalfFormat format) {
+  const DeviceCopy* copy = t_weights.find(t.raw(), t.numel(), format);
+  return copy && copy->device == t.device().index ? copy->buffer->get() : nullptr;
+}
+
+HalfWeightCacheStats half_weight_cache_stats() {
+  HalfWeightCacheStats s;
+  t_weights.for_each([&](const DeviceCopy& copy) {
+    ++s.entries;
+    s.bytes += static_cast<size_t>(copy.numel) * 2;
+  });
+  s.roundings = t_weights.makes();
+  s.reuses = t_weights.reuses();
+  return s;
+}
 
 HalfBuffer::HalfBuffer(int device, int64_t n)
     : m_device(device), m_ptr(n > 0 ? device_alloc(device, static_cast<size_t>(n) * 2) : nullptr) {}

@@ -7,6 +7,7 @@
 #include "core/half.h"
 #include "core/noncopyable.h"
 #include "core/tensor.h"
+#include "ops/precision.h"
 
 #include <cstdint>
 
@@ -29,6 +30,24 @@ class HalfOperand : public HalfBuffer {
  public:
   HalfOperand(const Tensor& t, HalfFormat format);
 };
+
+/// The f32 CUDA weight `w` as a 16-bit copy in `format`, made by the first product that reads `w` inside the calling
+/// thread's innermost ProductPrecisionScope (there must be one) and handed to every later product of that scope: a
+/// dense layer's w is read by its forward and by dx = dy·W, a convolution's by its forward and its backward data
+/// product, once per micro-batch each, and converted once per step (the CPU's half_weight, ops/precision.h; the
+/// bookkeeping is the same ScopeCopies). The copies' blocks stay with the thread between scopes and are remade in
+/// place; a weight no product read in the last scope gives its block back. Only ops whose contract names an operand
+/// a weight call this (linear_forward's w, conv2d's w), and the weight must stay alive and unchanged while the scope
+/// lives (the optimizer updates it after the step's scope ends).
+const void* half_weight(const Tensor& w, HalfFormat format);
+
+/// The copy half_weight made in this scope for the same tensor (same data, element count and format), or null: how
+/// cuda::matmul, whose contract does not say which operand is a weight, finds the one of dx = dy·W.
+const void* find_half_weight(const Tensor& t, HalfFormat format);
+
+/// What the calling thread's 16-bit weight copies hold now (2 bytes per element) and, over its life, how many
+/// copies half_weight made and how many times a product was handed one made before it in the same scope.
+HalfWeightCacheStats half_weight_cache_stats();
 
 /// out[i] = in[i] rounded to `format` (nearest even) into 16-bit device storage, on the device's stream.
 void f32_to_half(int device, HalfFormat format, const float* in, void* out, int64_t n);

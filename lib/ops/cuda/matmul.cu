@@ -157,9 +157,22 @@ void launch_sum_rows(cudaStream_t s, bool is_double, const void* dy, void* db, i
   GT_CHECK_LAUNCH();
 }
 
-}  // namespace
+// An operand of a half product: the 16-bit copy of a weight this scope made already (half_weight; `weight`: the
+// contract says it is one), or a copy into scratch that goes back to the allocator when queued.
+class HalfProductOperand {
+ public:
+  HalfProductOperand(const Tensor& t, HalfFormat format, bool weight)
+      : m_ptr(weight ? cuda::half_weight(t, format) : cuda::find_half_weight(t, format)) {
+    if (!m_ptr) m_ptr = m_scratch.emplace(t, format).get();
+  }
+  const void* get() const { return m_ptr; }
 
-void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double beta) {
+ private:
+  std::optional<HalfOperand> m_scratch;
+  const void* m_ptr;
+};
+
+void matmul_impl(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double beta, bool b_weight) {
   const int device = c.device().index;
   const int64_t m = c.dim(0), n = c.dim(1), k = ta ? a.dim(0) : a.dim(1);
   if (m == 0 || n == 0) return;
@@ -168,14 +181,14 @@ void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, doubl
     GT_CHECK(beta == 0 || beta == 1, "matmul with k = 0 supports beta 0 or 1, got {}", beta);
     return;
   }
-  // bf16/fp16: both operands as 16-bit copies (f32 tensors only; f64 products stay f64, as on the CPU). A weight is
-  // converted at each product that reads it (three times per micro-batch for a dense layer's w), where the CPU keeps
-  // one rounded copy per scope: the conversion reads 4 and writes 2 bytes per element, small against the product.
+  // bf16/fp16: both operands as 16-bit copies (f32 tensors only; f64 products stay f64, as on the CPU). A weight's
+  // copy is made once per scope (half_weight: linear_forward's w, found again by the dx = dy·W that reads it); any
+  // other operand is converted into scratch for this product alone.
   const std::optional<HalfFormat> half = is_f64(c) ? std::nullopt : half_format(product_precision());
-  std::optional<HalfOperand> half_a, half_b;
+  std::optional<HalfProductOperand> half_a, half_b;
   if (half) {
-    half_a.emplace(a, *half);
-    half_b.emplace(b, *half);
+    half_a.emplace(a, *half, false);
+    half_b.emplace(b, *half, b_weight);
   }
   const void* pa = half ? half_a->get() : a.raw();
   const void* pb = half ? half_b->get() : b.raw();
@@ -198,12 +211,18 @@ void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, doubl
                                  &plan.algo, ws, plan.workspace, stream(device)));
 }
 
+}  // namespace
+
+void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double beta) {
+  matmul_impl(a, ta, b, tb, c, beta, false);
+}
+
 void add_row_bias(Tensor& y, const Tensor& bias) {
   launch_add_row_bias(stream(y.device().index), is_f64("add_row_bias", y), y.raw(), bias.raw(), y.dim(0), y.dim(1));
 }
 
 void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) {
-  matmul(x, false, w, true, y, 0.0);
+  matmul_impl(x, false, w, true, y, 0.0, true);
   if (bias.defined()) add_row_bias(y, bias);
 }
 
