@@ -3,6 +3,7 @@
 #include "core/rng.h"
 #include "data/tokens.h"
 #include "helpers.h"
+#include "ops/cpu_isa.h"
 
 #include <fmt/format.h>
 
@@ -409,6 +410,10 @@ TEST_CASE("gputrain devices, --version and --help exit 0", "[e2e]") {
   CHECK(bad.exit_code == 1);
   CHECK_THAT(bad.output, Catch::Contains("GPUTRAIN_CPU_BF16=fastest: expected auto, native or convert"));
   CHECK(lines_of(bad.output).size() == 1);
+  // The other kernels' hot loops (ops/cpu_isa.h): the widest instruction set the CPU has.
+  const char* isa_line[] = {"other kernels: baseline x86-64", "other kernels: AVX2+FMA (x86-64-v3)",
+                            "other kernels: AVX-512 (x86-64-v4)"};
+  CHECK_THAT(d.output, Catch::Contains(isa_line[static_cast<int>(gt::cpu::best_cpu_isa())]));
   // The f32 products' kernels (ops/sgemm.h): chosen by CPUID, or by GPUTRAIN_CPU_SGEMM.
   CHECK_THAT(d.output, Catch::Contains("f32 products: gputrain AVX-512") ||
                            Catch::Contains("f32 products: gputrain AVX2+FMA") ||

@@ -116,8 +116,8 @@ int cmd_devices() {
   const gt::CpuInfo cpu = gt::query_cpu();
   fmt::print(
       "cpu: {} — {} logical cores, {}\n     {}\n     f32 products: {}\n     bf16/fp16 instructions: {}\n"
-      "     bf16 products: {}\n",
-      cpu.model, cpu.cores, cpu.simd, cpu.blas, cpu.sgemm_path, cpu.half, cpu.bf16_path);
+      "     bf16 products: {}\n     other kernels: {}\n",
+      cpu.model, cpu.cores, cpu.simd, cpu.blas, cpu.sgemm_path, cpu.half, cpu.bf16_path, cpu.kernel_isa);
   const gt::CudaInfo cuda = gt::query_cuda();
   if (!cuda.built) {
     fmt::print("cuda: not available: {}\n", cuda.problem);

@@ -3,6 +3,7 @@
 
 #include "core/half.h"
 #include "ops/bf16_gemm.h"
+#include "ops/cpu_isa.h"
 #include "ops/sgemm.h"
 
 #include <cblas.h>
@@ -46,6 +47,11 @@ CpuInfo query_cpu() {
   info.half = fmt::format("{}, {}, {}, {}", mark(h.f16c, "f16c"), mark(h.avx512_bf16, "avx512_bf16"),
                           mark(h.avx512_fp16, "avx512_fp16"), mark(h.amx_bf16, "amx_bf16"));
   info.bf16_path = cpu::describe(cpu::cpu_bf16_path());
+  switch (cpu::cpu_isa()) {
+    case cpu::CpuIsa::avx512: info.kernel_isa = "AVX-512 (x86-64-v4)"; break;
+    case cpu::CpuIsa::avx2: info.kernel_isa = "AVX2+FMA (x86-64-v3)"; break;
+    case cpu::CpuIsa::baseline: info.kernel_isa = "baseline x86-64 (SSE2)"; break;
+  }
   return info;
 }
 

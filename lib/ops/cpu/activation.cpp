@@ -34,7 +34,7 @@ GT_INLINE F gelu_tanh_bwd(F v, F dy) {
   return dy * (s + 2.0f * v * s * (1.0f - s) * du);
 }
 
-// The GELU loops, compiled per instruction set (GT_CPU_CLONES), written on vectors: GCC's own vectorisation of the
+// The GELU loops, compiled per instruction set (GT_CPU_KERNEL), written on vectors: GCC's own vectorisation of the
 // per-element loop ran 1.6× slower (~780 → ~490 µs of CPU for gpt_bytes' 1024 × 512 forward, one thread). Two
 // vectors per iteration overlap two of exp_f32's long chains of dependent operations (~445 µs). Each element is
 // read before its result is stored, so the buffers may be the same (an in-place gradient).
@@ -63,12 +63,9 @@ GT_INLINE void gelu_tanh_bwd_loop(const T* x, const T* dy, T* dx, int64_t i0, in
   }
   for (; i < i1; ++i) dx[i] = gelu_tanh_bwd(x[i], dy[i]);
 }
-GT_CPU_CLONES void gelu_tanh_fwd_f32(const float* x, float* y, int64_t i0, int64_t i1) {
-  gelu_tanh_fwd_loop(x, y, i0, i1);
-}
-GT_CPU_CLONES void gelu_tanh_bwd_f32(const float* x, const float* dy, float* dx, int64_t i0, int64_t i1) {
-  gelu_tanh_bwd_loop(x, dy, dx, i0, i1);
-}
+GT_CPU_KERNEL(gelu_tanh_fwd_f32, (const float* x, float* y, int64_t i0, int64_t i1), (x, y, i0, i1), gelu_tanh_fwd_loop)
+GT_CPU_KERNEL(gelu_tanh_bwd_f32, (const float* x, const float* dy, float* dx, int64_t i0, int64_t i1),
+              (x, dy, dx, i0, i1), gelu_tanh_bwd_loop)
 
 template <class T>
 void act_fwd_t(Activation a, const Tensor& x, Tensor& y) {

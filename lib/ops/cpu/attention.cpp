@@ -3,7 +3,7 @@
 // (kRows rows × kCols columns of accumulators) compute a tile's scores only up to each block of rows' last key (half
 // of the square a GEMM would compute), the softmax with a vectorised exp, and the products with v, k and q; at most a
 // [kTile, T] block of scores exists per thread. The backward recomputes the tile's probabilities from the forward's
-// log-sum-exp. The f32 bodies are compiled per instruction set (GT_CPU_CLONES). Each task runs on one thread in a
+// log-sum-exp. The f32 bodies are compiled per instruction set (GT_CPU_KERNEL). Each task runs on one thread in a
 // fixed order, so results do not depend on the thread count, and every sum runs in the same order whichever rows
 // share its tile, so a decoded row equals the forward's bit for bit. Dropout (ops/attention.h) scales or zeroes each
 // probability from its Philox draw before the product with v, and the backward draws the same mask again; without
@@ -457,19 +457,19 @@ GT_INLINE void attn_bwd_task(const T* q, const T* k, const T* v, int64_t ld, con
 }
 
 // The f32 tasks: Narrow blocks compiled per instruction set, and Wide ones for AVX-512 (x86-64-v4) alone.
-#define GT_ATTN_FWD_PARAMS                                                                                             \
-  const float *q, const float *k, const float *v, int64_t ld, int64_t first, int64_t n, int64_t d, float scale,        \
-      float *out, int64_t ldo, float *lse, const ops::AttentionDropout *drop, uint64_t mask, int64_t t,                \
+#define GT_ATTN_FWD_PARAMS                                                                                      \
+  const float *q, const float *k, const float *v, int64_t ld, int64_t first, int64_t n, int64_t d, float scale, \
+      float *out, int64_t ldo, float *lse, const ops::AttentionDropout *drop, uint64_t mask, int64_t t,         \
       const HalfFormat *half, float *buf
 #define GT_ATTN_FWD_ARGS q, k, v, ld, first, n, d, scale, out, ldo, lse, drop, mask, t, half, buf
-#define GT_ATTN_BWD_PARAMS                                                                                             \
-  const float *q, const float *k, const float *v, int64_t ld, const float *g, const float *o, int64_t ldo,             \
-      const float *lse, float *delta, int64_t t, int64_t d, float scale, float *dq, float *dk, float *dv,              \
+#define GT_ATTN_BWD_PARAMS                                                                                 \
+  const float *q, const float *k, const float *v, int64_t ld, const float *g, const float *o, int64_t ldo, \
+      const float *lse, float *delta, int64_t t, int64_t d, float scale, float *dq, float *dk, float *dv,  \
       const ops::AttentionDropout *drop, uint64_t mask, const HalfFormat *half, float *buf
 #define GT_ATTN_BWD_ARGS q, k, v, ld, g, o, ldo, lse, delta, t, d, scale, dq, dk, dv, drop, mask, half, buf
 
-GT_CPU_CLONES void attn_fwd_task_f32(GT_ATTN_FWD_PARAMS) { attn_fwd_task<Narrow, float>(GT_ATTN_FWD_ARGS); }
-GT_CPU_CLONES void attn_bwd_task_f32(GT_ATTN_BWD_PARAMS) { attn_bwd_task<Narrow, float>(GT_ATTN_BWD_ARGS); }
+GT_CPU_KERNEL(attn_fwd_task_f32, (GT_ATTN_FWD_PARAMS), (GT_ATTN_FWD_ARGS), attn_fwd_task<Narrow, float>)
+GT_CPU_KERNEL(attn_bwd_task_f32, (GT_ATTN_BWD_PARAMS), (GT_ATTN_BWD_ARGS), attn_bwd_task<Narrow, float>)
 #if defined(__x86_64__)
 #define GT_ATTN_WIDE_TARGET __attribute__((target("arch=x86-64-v4")))
 GT_ATTN_WIDE_TARGET void attn_fwd_task_f32_wide(GT_ATTN_FWD_PARAMS) { attn_fwd_task<Wide, float>(GT_ATTN_FWD_ARGS); }
@@ -478,21 +478,9 @@ GT_ATTN_WIDE_TARGET void attn_bwd_task_f32_wide(GT_ATTN_BWD_PARAMS) { attn_bwd_t
 
 std::atomic<bool> g_attention_narrow{false};  // force_attention_narrow
 
-// Whether the f32 tasks take the Wide blocks: the CPU runs x86-64-v4's AVX-512 subsets (and its OS saves their
-// registers, which __builtin_cpu_supports checks for avx512f) and no test asked for the Narrow ones.
-bool attention_wide() {
-#if defined(__x86_64__)
-  static const bool cpu = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
-           __builtin_cpu_supports("avx512cd");
-  }();
-  return cpu && !g_attention_narrow.load(std::memory_order_relaxed);
-#else
-  return false;
-#endif
-}
+// Whether the f32 tasks take the Wide blocks: the kernels run AVX-512 (ops/cpu_isa.h: the CPU has x86-64-v4's
+// subsets and no test forced a narrower path) and no test asked for the Narrow ones.
+bool attention_wide() { return cpu_isa() == CpuIsa::avx512 && !g_attention_narrow.load(std::memory_order_relaxed); }
 
 void attn_fwd_task_dispatch(GT_ATTN_FWD_PARAMS) {
 #if defined(__x86_64__)
@@ -527,9 +515,7 @@ void prefetch_rows(const T* p, int64_t ld, int64_t n, int64_t d) {
 // (batch, head) tasks per chunk that a thread takes: four chunks per thread, so that a core slowed by another
 // process takes fewer (a static half each left the faster thread waiting), each chunk's tasks in order so that the
 // next one's rows are prefetched while one computes (only a chunk's first task starts cold).
-int64_t attention_chunk(int64_t tasks) {
-  return std::max<int64_t>(1, tasks / (4 * std::max(1, num_threads())));
-}
+int64_t attention_chunk(int64_t tasks) { return std::max<int64_t>(1, tasks / (4 * std::max(1, num_threads()))); }
 
 // Query rows [first, first + n) of qkv's sequences (all of them for the forward, the new ones for a decode step):
 // out is [B, n, C]; lse [B, heads, T] is written when given; drop (null: none) masks the probabilities.

@@ -18,8 +18,8 @@ namespace {
 // the running variance unbiased over `n` values, as PyTorch keeps it), the saved mean and inverse std, and y.
 template <class T>
 GT_INLINE void bn_normalize_channel(int64_t c, double mean, double var, double n, bool update_running, double momentum,
-                          double eps, const T* px, const T* pg, const T* pb, int64_t batch, int64_t ch, int64_t sp,
-                          T* rm, T* rv, T* sm, T* si, T* py) {
+                                    double eps, const T* px, const T* pg, const T* pb, int64_t batch, int64_t ch,
+                                    int64_t sp, T* rm, T* rv, T* sm, T* si, T* py) {
   if (update_running) {
     rm[c] = static_cast<T>((1 - momentum) * rm[c] + momentum * mean);
     rv[c] = static_cast<T>((1 - momentum) * rv[c] + momentum * var * n / std::max(n - 1, 1.0));
@@ -103,22 +103,21 @@ GT_INLINE void bn_dx_rows(const T* px, const T* pdy, const T* coef, int64_t ch, 
   }
 }
 
-GT_CPU_CLONES void bn_shifted_sums_f32(const float* px, int64_t ch, int64_t sp, const float* k, int64_t b0, int64_t b1,
-                                       double* s1, double* s2) {
-  bn_shifted_sums<float>(px, ch, sp, k, b0, b1, s1, s2);
-}
-GT_CPU_CLONES void bn_grad_sums_f32(const float* px, const float* pdy, int64_t ch, int64_t sp, const float* sm,
-                                    int64_t b0, int64_t b1, double* s1, double* s2) {
-  bn_grad_sums<float>(px, pdy, ch, sp, sm, b0, b1, s1, s2);
-}
-GT_CPU_CLONES void bn_scale_rows_f32(const float* px, const float* scale, const float* shift, int64_t ch, int64_t sp,
-                                     int64_t r0, int64_t r1, float* py) {
-  bn_scale_rows<float>(px, scale, shift, ch, sp, r0, r1, py);
-}
-GT_CPU_CLONES void bn_dx_rows_f32(const float* px, const float* pdy, const float* coef, int64_t ch, int64_t sp,
-                                  bool training, int64_t r0, int64_t r1, float* pdx) {
-  bn_dx_rows<float>(px, pdy, coef, ch, sp, training, r0, r1, pdx);
-}
+GT_CPU_KERNEL(bn_shifted_sums_f32,
+              (const float* px, int64_t ch, int64_t sp, const float* k, int64_t b0, int64_t b1, double* s1, double* s2),
+              (px, ch, sp, k, b0, b1, s1, s2), bn_shifted_sums<float>)
+GT_CPU_KERNEL(bn_grad_sums_f32,
+              (const float* px, const float* pdy, int64_t ch, int64_t sp, const float* sm, int64_t b0, int64_t b1,
+               double* s1, double* s2),
+              (px, pdy, ch, sp, sm, b0, b1, s1, s2), bn_grad_sums<float>)
+GT_CPU_KERNEL(bn_scale_rows_f32,
+              (const float* px, const float* scale, const float* shift, int64_t ch, int64_t sp, int64_t r0, int64_t r1,
+               float* py),
+              (px, scale, shift, ch, sp, r0, r1, py), bn_scale_rows<float>)
+GT_CPU_KERNEL(bn_dx_rows_f32,
+              (const float* px, const float* pdy, const float* coef, int64_t ch, int64_t sp, bool training, int64_t r0,
+               int64_t r1, float* pdx),
+              (px, pdy, coef, ch, sp, training, r0, r1, pdx), bn_dx_rows<float>)
 
 // Per-channel sums over the batch: sums(b0, b1, s1, s2) adds samples [b0, b1)'s to s1 and s2 (ch doubles each); it
 // runs on kBnChunks fixed chunks in parallel, whose partials are added in chunk order into s1 and s2.

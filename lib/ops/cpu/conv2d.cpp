@@ -162,8 +162,8 @@ GT_INLINE void col2im(const Geometry& g, T* dcol, T* dx) {
 }
 
 // The f32 copies and sums compiled per instruction set (they ran on SSE inside the batch's lambda).
-GT_CPU_CLONES void im2col_f32(const Geometry& g, const float* x, float* col) { im2col<float>(g, x, col); }
-GT_CPU_CLONES void col2im_f32(const Geometry& g, float* dcol, float* dx) { col2im<float>(g, dcol, dx); }
+GT_CPU_KERNEL(im2col_f32, (const Geometry& g, const float* x, float* col), (g, x, col), im2col<float>)
+GT_CPU_KERNEL(col2im_f32, (const Geometry& g, float* dcol, float* dx), (g, dcol, dx), col2im<float>)
 
 // gb[o] += Σ_i dy[o·cols + i] for o < rows: the bias gradient of one image, each row summed by lane_sum16 (one
 // chain of dependent additions per row was ~5 % of a CNN training step).
@@ -174,9 +174,8 @@ GT_INLINE void add_row_sums(const T* dy, int64_t rows, int64_t cols, T* gb) {
     gb[o] += lane_sum16<T>(cols, [&](int64_t i) { return row[i]; });
   }
 }
-GT_CPU_CLONES void add_row_sums_f32(const float* dy, int64_t rows, int64_t cols, float* gb) {
-  add_row_sums<float>(dy, rows, cols, gb);
-}
+GT_CPU_KERNEL(add_row_sums_f32, (const float* dy, int64_t rows, int64_t cols, float* gb), (dy, rows, cols, gb),
+              add_row_sums<float>)
 
 template <class T>
 void im2col_t(const Geometry& g, const T* x, T* col) {

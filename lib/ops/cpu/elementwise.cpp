@@ -19,9 +19,8 @@ GT_INLINE void add_span(const T* a, const T* b, T* y, int64_t i0, int64_t i1) {
   GT_SIMD
   for (int64_t i = i0; i < i1; ++i) y[i] = a[i] + b[i];
 }
-GT_CPU_CLONES void add_span_f32(const float* a, const float* b, float* y, int64_t i0, int64_t i1) {
-  add_span(a, b, y, i0, i1);
-}
+GT_CPU_KERNEL(add_span_f32, (const float* a, const float* b, float* y, int64_t i0, int64_t i1), (a, b, y, i0, i1),
+              add_span)
 
 template <class T>
 void add_t(const Tensor& a, const Tensor& b, Tensor& y) {

@@ -1,6 +1,6 @@
 // CPU layer normalisation (ops/layernorm.h): rows in parallel over ops/math.h's per-element math, row sums in double
 // as eight interleaved partial sums; the parameter gradients summed per column in row order. The f32 loops are
-// compiled per instruction set (GT_CPU_CLONES in ops/cpu/vec_math.h).
+// compiled per instruction set (GT_CPU_KERNEL in ops/cpu/vec_math.h).
 #include "ops/layernorm.h"
 
 #include "core/parallel.h"
@@ -72,18 +72,18 @@ template <class T>
   }
 }
 
-GT_CPU_CLONES void ln_fwd_rows_f32(const float* px, const float* pg, const float* pb, int64_t d, double eps, int64_t r0,
-                                   int64_t r1, float* py, float* sm, float* si) {
-  ln_fwd_rows<float>(px, pg, pb, d, eps, r0, r1, py, sm, si);
-}
-GT_CPU_CLONES void ln_dx_rows_f32(const float* px, const float* pg, const float* pdy, const float* sm, const float* si,
-                                  int64_t d, int64_t r0, int64_t r1, float* pdx) {
-  ln_dx_rows<float>(px, pg, pdy, sm, si, d, r0, r1, pdx);
-}
-GT_CPU_CLONES void ln_param_cols_f32(const float* px, const float* pdy, const float* sm, const float* si, int64_t d,
-                                     int64_t rows, int64_t i0, int64_t i1, double beta_acc, float* dg, float* db) {
-  ln_param_cols<float>(px, pdy, sm, si, d, rows, i0, i1, beta_acc, dg, db);
-}
+GT_CPU_KERNEL(ln_fwd_rows_f32,
+              (const float* px, const float* pg, const float* pb, int64_t d, double eps, int64_t r0, int64_t r1,
+               float* py, float* sm, float* si),
+              (px, pg, pb, d, eps, r0, r1, py, sm, si), ln_fwd_rows<float>)
+GT_CPU_KERNEL(ln_dx_rows_f32,
+              (const float* px, const float* pg, const float* pdy, const float* sm, const float* si, int64_t d,
+               int64_t r0, int64_t r1, float* pdx),
+              (px, pg, pdy, sm, si, d, r0, r1, pdx), ln_dx_rows<float>)
+GT_CPU_KERNEL(ln_param_cols_f32,
+              (const float* px, const float* pdy, const float* sm, const float* si, int64_t d, int64_t rows, int64_t i0,
+               int64_t i1, double beta_acc, float* dg, float* db),
+              (px, pdy, sm, si, d, rows, i0, i1, beta_acc, dg, db), ln_param_cols<float>)
 
 template <class T>
 void ln_fwd_t(const Tensor& x, const Tensor& gamma, const Tensor& beta, double eps, Tensor& save_mean,

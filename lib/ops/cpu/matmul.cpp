@@ -98,8 +98,8 @@ void gemm_t(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, doubl
   const bool own_sgemm = std::is_same_v<T, float> && cpu_sgemm_path() != CpuSgemmPath::openblas;
   if constexpr (std::is_same_v<T, float>)
     if (own_sgemm && !native_bf16) {  // our kernels thread the product themselves, the bias added as they store C
-      sgemm_threads(product_threads(m, n, k), bf16_in_pack, ta, tb, m, n, k, pa, lda, pb, ldb,
-                    static_cast<float>(beta), pc, n, bias);
+      sgemm_threads(product_threads(m, n, k), bf16_in_pack, ta, tb, m, n, k, pa, lda, pb, ldb, static_cast<float>(beta),
+                    pc, n, bias);
       return;
     }
   const bool bias_first = bias && k <= kBiasFirstK;
@@ -158,9 +158,8 @@ GT_INLINE void column_sums(const T* p, int64_t rows, int64_t ld, int64_t w, T* _
     for (int64_t j = 0; j < w; ++j) acc[j] += row[j];
   }
 }
-GT_CPU_CLONES void column_sums_f32(const float* p, int64_t rows, int64_t ld, int64_t w, float* acc) {
-  column_sums(p, rows, ld, w, acc);
-}
+GT_CPU_KERNEL(column_sums_f32, (const float* p, int64_t rows, int64_t ld, int64_t w, float* acc), (p, rows, ld, w, acc),
+              column_sums)
 
 template <class T>
 void sum_rows_t(const Tensor& dy, Tensor& db, double beta) {

@@ -76,8 +76,8 @@ void sgd_group_t(const SgdHyper& h, ops::TensorGroup& group, double coef) {
 }
 
 // The f32 Adam/AdamW update of elements [i0, i1), compiled per instruction set (the step's most common case).
-GT_CPU_CLONES void adam_span_f32(const AdamHyper& h, float* __restrict p, const float* __restrict g,
-                                 float* __restrict m, float* __restrict v, int64_t i0, int64_t i1, double coef) {
+GT_INLINE void adam_span(const AdamHyper& h, float* __restrict p, const float* __restrict g, float* __restrict m,
+                         float* __restrict v, int64_t i0, int64_t i1, double coef) {
   float unused = 0;
   if (coef < 1)
     for (int64_t i = i0; i < i1; ++i)
@@ -85,6 +85,10 @@ GT_CPU_CLONES void adam_span_f32(const AdamHyper& h, float* __restrict p, const 
   else
     for (int64_t i = i0; i < i1; ++i) adam_update<float, false>(h, p[i], g[i], m[i], v[i], unused);
 }
+GT_CPU_KERNEL(adam_span_f32,
+              (const AdamHyper& h, float* __restrict p, const float* __restrict g, float* __restrict m,
+               float* __restrict v, int64_t i0, int64_t i1, double coef),
+              (h, p, g, m, v, i0, i1, coef), adam_span)
 
 template <class T>
 void adam_group_t(const AdamHyper& h, bool amsgrad, ops::TensorGroup& group, double coef) {

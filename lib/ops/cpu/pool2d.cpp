@@ -100,8 +100,8 @@ GT_INLINE PoolVec pool_vmax(PoolVec x, PoolVec y) {  // std::max(x, y) per lane:
   const PoolMask lt = x < y;
   return std::bit_cast<PoolVec>((std::bit_cast<PoolMask>(y) & lt) | (std::bit_cast<PoolMask>(x) & ~lt));
 }
-GT_INLINE void pool2x2_max_bwd_rows_vec(const float* px, const float* pdy, int64_t h, int64_t w, int64_t oh,
-                                        int64_t ow, float* pdx, int64_t r0, int64_t r1) {
+GT_INLINE void pool2x2_max_bwd_rows_vec(const float* px, const float* pdy, int64_t h, int64_t w, int64_t oh, int64_t ow,
+                                        float* pdx, int64_t r0, int64_t r1) {
   const PoolMask odd = {0, -1, 0, -1, 0, -1, 0, -1};
   const int64_t full = ow / 4 * 8;  // the taps of a row in full vectors of 4 windows
   // (plane p, row oy) of output row r, stepped along instead of divided out per row
@@ -124,8 +124,8 @@ GT_INLINE void pool2x2_max_bwd_rows_vec(const float* px, const float* pdy, int64
       const PoolMask eas = __builtin_shufflevector(ea, ea, 1, 0, 3, 2, 5, 4, 7, 6);
       const PoolMask ebs = __builtin_shufflevector(eb, eb, 1, 0, 3, 2, 5, 4, 7, 6);
       const PoolMask any_a = ea | eas;
-      const PoolMask win_a = ea & ~(odd & eas);                           // a0 first; a1 if a0 is not the max
-      const PoolMask win_b = ~any_a & ((eb & ~odd) | (odd & ~ebs));       // b0 if no a; b1 if no other tap
+      const PoolMask win_a = ea & ~(odd & eas);                      // a0 first; a1 if a0 is not the max
+      const PoolMask win_b = ~any_a & ((eb & ~odd) | (odd & ~ebs));  // b0 if no a; b1 if no other tap
       store<float>(da + j, std::bit_cast<PoolVec>(std::bit_cast<PoolMask>(vg) & win_a));
       store<float>(db + j, std::bit_cast<PoolVec>(std::bit_cast<PoolMask>(vg) & win_b));
     }
@@ -134,17 +134,21 @@ GT_INLINE void pool2x2_max_bwd_rows_vec(const float* px, const float* pdy, int64
   }
 }
 
-GT_CPU_CLONES void pool2x2_fwd_rows_f32(bool is_max, const float* px, int64_t h, int64_t w, int64_t oh, int64_t ow,
-                                        float* py, int64_t r0, int64_t r1) {
-  pool2x2_fwd_rows<float>(is_max, px, h, w, oh, ow, py, r0, r1);
-}
-GT_CPU_CLONES void pool2x2_bwd_rows_f32(bool is_max, const float* px, const float* pdy, int64_t h, int64_t w,
-                                        int64_t oh, int64_t ow, float* pdx, int64_t r0, int64_t r1) {
+GT_CPU_KERNEL(pool2x2_fwd_rows_f32,
+              (bool is_max, const float* px, int64_t h, int64_t w, int64_t oh, int64_t ow, float* py, int64_t r0,
+               int64_t r1),
+              (is_max, px, h, w, oh, ow, py, r0, r1), pool2x2_fwd_rows<float>)
+GT_INLINE void pool2x2_bwd_rows_any(bool is_max, const float* px, const float* pdy, int64_t h, int64_t w, int64_t oh,
+                                    int64_t ow, float* pdx, int64_t r0, int64_t r1) {
   if (is_max)
     pool2x2_max_bwd_rows_vec(px, pdy, h, w, oh, ow, pdx, r0, r1);
   else
     pool2x2_bwd_rows<float>(is_max, px, pdy, h, w, oh, ow, pdx, r0, r1);
 }
+GT_CPU_KERNEL(pool2x2_bwd_rows_f32,
+              (bool is_max, const float* px, const float* pdy, int64_t h, int64_t w, int64_t oh, int64_t ow, float* pdx,
+               int64_t r0, int64_t r1),
+              (is_max, px, pdy, h, w, oh, ow, pdx, r0, r1), pool2x2_bwd_rows_any)
 
 template <class T>
 void pool_fwd_t(PoolKind kind, const Tensor& x, const Window2d& k, Tensor& y) {

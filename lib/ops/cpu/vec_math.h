@@ -2,14 +2,39 @@
 // libm call per element does not). Files that use it are compiled with -fno-trapping-math (lib/CMakeLists.txt).
 #pragma once
 
+#include "ops/cpu_isa.h"
+
 #include <bit>
 #include <cstdint>
 #include <type_traits>
 
-// A hot f32 loop compiled for AVX-512, AVX2 with FMA and the baseline; the CPU picks one when the program loads
-// (the rest of the build targets the baseline). Put it on a plain function: GCC does not clone templates, but a
-// template inlined into a cloned function is compiled for each target.
-#define GT_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+// GT_CPU_KERNEL(name, (params), (args), callee): a hot loop compiled for AVX-512 (x86-64-v4), AVX2 with FMA
+// (x86-64-v3) and the baseline — the rest of the build targets the baseline — as void name##_v4, name##_v3 and
+// name##_base, each calling callee(args) with callee inlined (GT_INLINE: a template, compiled again in each), and
+// void name(params), which runs the one ops/cpu_isa.h's cpu_isa() names: the widest this CPU has, or the one a test
+// forced, so every path below a CPU's own is tested on it too. callee may be a template-id with commas.
+#if defined(__x86_64__)
+#define GT_CPU_KERNEL(name, params, args, ...)                                          \
+  __attribute__((target("arch=x86-64-v4"))) void name##_v4 params { __VA_ARGS__ args; } \
+  __attribute__((target("arch=x86-64-v3"))) void name##_v3 params { __VA_ARGS__ args; } \
+  void name##_base params { __VA_ARGS__ args; }                                         \
+  void name params {                                                                    \
+    const ::gt::cpu::CpuIsa isa_ = ::gt::cpu::cpu_isa();                                \
+    ++::gt::cpu::detail::t_kernel_calls[static_cast<int>(isa_)];                        \
+    switch (isa_) {                                                                     \
+      case ::gt::cpu::CpuIsa::avx512: return name##_v4 args;                            \
+      case ::gt::cpu::CpuIsa::avx2: return name##_v3 args;                              \
+      case ::gt::cpu::CpuIsa::baseline: break;                                          \
+    }                                                                                   \
+    name##_base args;                                                                   \
+  }
+#else
+#define GT_CPU_KERNEL(name, params, args, ...)                                          \
+  void name params {                                                                    \
+    ++::gt::cpu::detail::t_kernel_calls[static_cast<int>(::gt::cpu::CpuIsa::baseline)]; \
+    __VA_ARGS__ args;                                                                   \
+  }
+#endif
 // `omp simd` on a loop whose buffers may be the same (an in-place gradient), which GCC's overlap check would send to
 // its scalar loop, where element i reads only element i. GCC only: clang vectorises these loops with its own overlap
 // check, and warns (an error here) when it cannot honour `omp simd`, as under the sanitizers' -O1.
@@ -71,8 +96,8 @@ using Int32Of = std::conditional_t<std::is_same_v<F, float>, int32_t, decltype(F
 // [−87, 88], where 2^n is a normal float, and a NaN counts as −87 (no NaN reaches the integer conversion): the
 // callers' own use of x carries the NaN. Relative error within a few ulp of std::exp. Its selects become vector
 // blends when the calling file is compiled with -fno-trapping-math (lib/CMakeLists.txt).
-// F is float, or Vec<float> or Vec64<float> for loops written on vectors: the same operations element by element, so both give the
-// same bits (tests/test_ops.cpp checks the GELU loops for it).
+// F is float, or Vec<float> or Vec64<float> for loops written on vectors: the same operations element by element, so
+// both give the same bits (tests/test_ops.cpp checks the GELU loops for it).
 template <class F>
 GT_INLINE F exp_f32(F x) {
   using I = Int32Of<F>;
