@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
@@ -259,4 +260,41 @@ TEST_CASE("cpu isa: forcing AVX2 or the baseline also takes attention off its AV
   double worst = 0;
   for (size_t i = 0; i < wide.size(); ++i) worst = std::max(worst, static_cast<double>(std::abs(wide[i] - narrow[i])));
   CHECK(worst < 1e-5);
+}
+
+// What the bit-for-bit agreement of the paths buys: a run on a CPU with only AVX2 (gputrain's own f32 kernels,
+// GPUTRAIN_CPU_SGEMM=avx2, and the AVX2 loops) ends with the weights a run on an AVX-512 CPU ends with, byte for
+// byte — checked here by running both paths on this machine: the GPT config (layer norm, attention, GELU, AdamW,
+// clipping) and the speedrun's CNN (convolutions, batch norm, pooling, Nesterov SGD).
+TEST_CASE("cpu isa: training on the AVX2 paths ends with the AVX-512 paths' weights, byte for byte", "[e2e]") {
+  if (cpu::best_cpu_isa() != cpu::CpuIsa::avx512) {
+    WARN("skipped: this CPU has no AVX-512 path to compare the AVX2 one with");
+    return;
+  }
+  TempDir dir;
+  REQUIRE(std::filesystem::is_directory("/usr/share/games/fortunes"));  // installed by scripts/setup.sh
+  const auto tok =
+      run_gputrain("tokenize /usr/share/games/fortunes/fortunes /usr/share/games/fortunes/literature --out " +
+                   (dir / "data/fortunes"));
+  INFO(tok.output);
+  REQUIRE(tok.exit_code == 0);
+  struct Case {
+    std::string config, sets;
+  };
+  for (const Case& c : {Case{"configs/gpt_bytes.yaml", "--set train.eval_tokens=4096"},
+                        Case{"configs/fashion_mnist_speedrun.yaml", "--set data.test=null"}}) {
+    INFO(c.config);
+    std::vector<std::string> weights;
+    for (const std::string isa : {"avx512", "avx2"}) {
+      const std::string out = dir / (std::filesystem::path(c.config).stem().string() + "_" + isa);
+      const auto r = run_gputrain("train " + source_path(c.config) + " --device cpu --threads 2 --max-steps 25 " +
+                                      c.sets + " --no-progress --out " + out,
+                                  "cd " + dir.path() + " && GPUTRAIN_CPU_ISA=" + isa + " GPUTRAIN_CPU_SGEMM=" + isa);
+      INFO(r.output);
+      REQUIRE(r.exit_code == 0);
+      weights.push_back(read_text(out + "/model.safetensors"));
+    }
+    REQUIRE(weights[0].size() > 10000);
+    CHECK(weights[0] == weights[1]);
+  }
 }

@@ -414,6 +414,19 @@ TEST_CASE("gputrain devices, --version and --help exit 0", "[e2e]") {
   const char* isa_line[] = {"other kernels: baseline x86-64", "other kernels: AVX2+FMA (x86-64-v3)",
                             "other kernels: AVX-512 (x86-64-v4)"};
   CHECK_THAT(d.output, Catch::Contains(isa_line[static_cast<int>(gt::cpu::best_cpu_isa())]));
+  // GPUTRAIN_CPU_ISA picks a narrower path (or refuses, exit 1 with one line).
+  CHECK_THAT(run_gputrain("devices", "GPUTRAIN_CPU_ISA=baseline").output, Catch::Contains(isa_line[0]));
+  if (gt::cpu::best_cpu_isa() >= gt::cpu::CpuIsa::avx2)
+    CHECK_THAT(run_gputrain("devices", "GPUTRAIN_CPU_ISA=avx2").output, Catch::Contains(isa_line[1]));
+  if (gt::cpu::best_cpu_isa() < gt::cpu::CpuIsa::avx512) {
+    const auto wider = run_gputrain("devices", "GPUTRAIN_CPU_ISA=avx512");
+    CHECK(wider.exit_code == 1);
+    CHECK_THAT(wider.output, Catch::Contains("GPUTRAIN_CPU_ISA=avx512: this CPU lacks the instructions it needs"));
+  }
+  const auto bad_isa = run_gputrain("devices", "GPUTRAIN_CPU_ISA=sse9");
+  CHECK(bad_isa.exit_code == 1);
+  CHECK_THAT(bad_isa.output, Catch::Contains("GPUTRAIN_CPU_ISA=\"sse9\": expected auto, avx512, avx2 or baseline"));
+  CHECK(lines_of(bad_isa.output).size() == 1);
   // The f32 products' kernels (ops/sgemm.h): chosen by CPUID, or by GPUTRAIN_CPU_SGEMM.
   CHECK_THAT(d.output, Catch::Contains("f32 products: gputrain AVX-512") ||
                            Catch::Contains("f32 products: gputrain AVX2+FMA") ||

@@ -8,6 +8,7 @@
 #include "layers/layer.h"
 #include "log/logging.h"
 #include "log/report.h"
+#include "ops/cpu_isa.h"
 #include "ops/devices.h"
 #include "train/checkpoint.h"
 #include "train/config_schema.h"
@@ -658,6 +659,7 @@ int main(int argc, char** argv) {
     return code;
   };
   try {
+    gt::cpu::env_cpu_isa();  // GPUTRAIN_CPU_ISA, read (or refused) here on the main thread, before any kernel runs
     if (*devices) return cmd_devices();
     if (*runs) return cmd_runs(runs_args);
     if (*sweep) return cmd_sweep(sweep_args);

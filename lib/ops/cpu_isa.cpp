@@ -1,7 +1,12 @@
 // Which instruction set the CPU kernels' hot loops run (ops/cpu_isa.h).
 #include "ops/cpu_isa.h"
 
+#include "core/error.h"
+#include "core/quote.h"
+
 #include <atomic>
+#include <cstdlib>
+#include <string_view>
 
 namespace gt::cpu {
 namespace {
@@ -44,9 +49,31 @@ CpuIsa best_cpu_isa() {
 #endif
 }
 
+CpuIsa env_cpu_isa() {
+  static const CpuIsa isa = [] {
+    const char* env = std::getenv("GPUTRAIN_CPU_ISA");
+    const std::string_view v = env ? env : "";
+    if (v.empty() || v == "auto") return best_cpu_isa();
+    CpuIsa want;
+    if (v == "avx512")
+      want = CpuIsa::avx512;
+    else if (v == "avx2")
+      want = CpuIsa::avx2;
+    else if (v == "baseline")
+      want = CpuIsa::baseline;
+    else
+      throw Error("GPUTRAIN_CPU_ISA=" + quote_value(v) + ": expected auto, avx512, avx2 or baseline");
+    if (static_cast<int>(want) > static_cast<int>(best_cpu_isa()))
+      throw Error("GPUTRAIN_CPU_ISA=" + std::string(v) +
+                  ": this CPU lacks the instructions it needs (its widest: " + to_string(best_cpu_isa()) + ")");
+    return want;
+  }();
+  return isa;
+}
+
 CpuIsa cpu_isa() {
   const int forced = g_forced.load(std::memory_order_relaxed);
-  return forced < 0 ? best_cpu_isa() : static_cast<CpuIsa>(forced);
+  return forced < 0 ? env_cpu_isa() : static_cast<CpuIsa>(forced);
 }
 
 bool force_cpu_isa(std::optional<CpuIsa> isa) {

@@ -18,11 +18,19 @@ std::string to_string(CpuIsa isa);
 /// BMI1 and BMI2 (x86-64-v3's, as far as the compilers can ask), otherwise (and on other architectures) baseline.
 CpuIsa best_cpu_isa();
 
-/// What the kernels run now: best_cpu_isa(), or the set forced, if this CPU runs it.
+/// The path GPUTRAIN_CPU_ISA asks for (auto or unset: best_cpu_isa(); avx512, avx2 or baseline: that one, refused
+/// with an Error naming the variable when the CPU lacks it or the value is none of these). Read once; the CLI reads
+/// it on its main thread before any kernel runs (a kernel may first ask from an OpenMP thread, which cannot throw).
+/// What it is for: running a narrower CPU's arithmetic on a wider one (the AVX2 path gives the AVX-512 path's bits,
+/// tests/test_cpu_isa.cpp), and measuring what the wider path gains.
+CpuIsa env_cpu_isa();
+
+/// What the kernels run now: env_cpu_isa(), or the path a test forced.
 CpuIsa cpu_isa();
 
-/// Tests: run every GT_CPU_KERNEL loop compiled for `isa` from now on (nullopt: the best again). Refused (returns
-/// false, changes nothing) for an instruction set this CPU lacks. Process-wide: call it where no kernel runs.
+/// Tests: run every GT_CPU_KERNEL loop compiled for `isa` from now on (nullopt: env_cpu_isa()'s again). Refused
+/// (returns false, changes nothing) for an instruction set this CPU lacks. Process-wide: call it where no kernel
+/// runs.
 bool force_cpu_isa(std::optional<CpuIsa> isa);
 
 /// Tests: how many GT_CPU_KERNEL calls the calling thread has run on `isa`'s path (which a test forcing a path checks
