@@ -134,6 +134,38 @@ TEST_CASE("sgemm: our kernels give each element of C the same bits wherever C is
   }
 }
 
+TEST_CASE("sgemm: the AVX2 and AVX-512 kernels give the same bits (k summed in the same order, FMA on both)", "[cpu]") {
+  // What lets a run on an AVX2 machine end with an AVX-512 machine's weights (tests/test_cpu_isa.cpp): the tiles
+  // differ (6 × 16 against 8 × 32) but each element of C is the same chain of FMAs over k in blocks of 256, then beta·C
+  // and the bias in the same order. Shapes around both tiles and the k and column blocks, every layout, beta and the
+  // bias; threaded too (shared B on 2 threads).
+  if (!sgemm_runs(cpu::CpuSgemmPath::avx512) || !sgemm_runs(cpu::CpuSgemmPath::avx2)) return;
+  const std::tuple<int, int, int> shapes[] = {{1, 1, 1},      {7, 33, 31},    {13, 47, 257},
+                                              {130, 530, 70}, {300, 40, 600}, {768, 128, 512}};
+  uint64_t seed = 900;
+  for (const auto& [m, n, k] : shapes)
+    for (const bool ta : {false, true})
+      for (const bool tb : {false, true})
+        for (const float beta : {0.0f, 0.5f})
+          for (const int threads : {1, 2}) {
+            INFO("m " << m << " n " << n << " k " << k << " ta " << ta << " tb " << tb << " beta " << beta
+                      << " threads " << threads);
+            const int lda = ta ? m : k, ldb = tb ? k : n;
+            const std::vector<float> a = sgemm_normals(static_cast<size_t>(m) * k, ++seed),
+                                     b = sgemm_normals(static_cast<size_t>(k) * n, ++seed),
+                                     bias = sgemm_normals(static_cast<size_t>(n), ++seed),
+                                     c0 = sgemm_normals(static_cast<size_t>(m) * n, ++seed);
+            std::vector<std::vector<float>> c;
+            for (const cpu::CpuSgemmPath path : {cpu::CpuSgemmPath::avx512, cpu::CpuSgemmPath::avx2}) {
+              const ForcedSgemmPath forced(path);
+              c.push_back(c0);
+              cpu::sgemm_threads(threads, false, ta, tb, m, n, k, a.data(), lda, b.data(), ldb, beta, c.back().data(),
+                                 n, bias.data());
+            }
+            CHECK(bit_differences(c[0], c[1]) == 0);
+          }
+}
+
 TEST_CASE("sgemm_threads: threads sharing B's blocks give the single-threaded product's bits", "[cpu]") {
   // Row chunks taken in whatever order the threads free up, B packed by all of them in rounds of k; or, with few
   // rows, one block of C per thread: C must be the same. Shapes for both (m of 130 takes turns on 2 threads, not on
@@ -144,13 +176,15 @@ TEST_CASE("sgemm_threads: threads sharing B's blocks give the single-threaded pr
     if (!sgemm_runs(path)) continue;
     const ForcedSgemmPath forced(path);
     INFO(cpu::describe(path));
-    for (const Shape3 s : {Shape3{800, 40, 30}, Shape3{300, 70, 600}, Shape3{45, 1100, 300}, Shape3{130, 515, 40}, Shape3{9, 33, 7}}) {
+    for (const Shape3 s :
+         {Shape3{800, 40, 30}, Shape3{300, 70, 600}, Shape3{45, 1100, 300}, Shape3{130, 515, 40}, Shape3{9, 33, 7}}) {
       const std::vector<float> a = sgemm_normals(static_cast<size_t>(s.m) * s.k, 4),
                                b = sgemm_normals(static_cast<size_t>(s.k) * s.n, 5),
                                bias = sgemm_normals(static_cast<size_t>(s.n), 6),
                                c0 = sgemm_normals(static_cast<size_t>(s.m) * s.n, 7);
-      for (const auto& [ta, tb, beta, round] : {std::tuple{false, false, 0.0f, false}, std::tuple{true, false, 0.5f, false},
-                                                std::tuple{false, true, 0.0f, true}, std::tuple{true, true, 0.5f, true}}) {
+      for (const auto& [ta, tb, beta, round] :
+           {std::tuple{false, false, 0.0f, false}, std::tuple{true, false, 0.5f, false},
+            std::tuple{false, true, 0.0f, true}, std::tuple{true, true, 0.5f, true}}) {
         CAPTURE(s.m, s.n, s.k, ta, tb, beta, round);
         const int lda = ta ? s.m : s.k, ldb = tb ? s.k : s.n;  // the same numbers read in either layout
         std::vector<float> want = c0;
@@ -161,8 +195,8 @@ TEST_CASE("sgemm_threads: threads sharing B's blocks give the single-threaded pr
           cpu::sgemm(ta, tb, s.m, s.n, s.k, a.data(), lda, b.data(), ldb, beta, want.data(), s.n, bias.data());
         for (const int threads : {2, 3}) {
           std::vector<float> got = c0;
-          cpu::sgemm_threads(threads, round, ta, tb, s.m, s.n, s.k, a.data(), lda, b.data(), ldb, beta, got.data(),
-                             s.n, bias.data());
+          cpu::sgemm_threads(threads, round, ta, tb, s.m, s.n, s.k, a.data(), lda, b.data(), ldb, beta, got.data(), s.n,
+                             bias.data());
           CHECK(bit_differences(want, got) == 0);
         }
       }
