@@ -15,6 +15,7 @@
 #include "ops/cpu_isa.h"
 #include "ops/elementwise.h"
 #include "ops/layernorm.h"
+#include "ops/loss.h"
 #include "ops/math.h"
 #include "ops/matmul.h"
 #include "ops/optim.h"
@@ -141,6 +142,23 @@ Outputs run_every_kernel() {
     keep("attention lse", lse);
     keep("attention dqkv", dqkv);
   }
+  {  // loss: ce_rows_f32, with label smoothing, an ignored row and a tie for the largest logit
+    const int64_t rows = 9, k = 37;
+    Tensor logits = isa_seeded(Shape{rows, k}, 28, -6, 6), labels = Tensor::empty(Shape{rows}, DType::i32);
+    logits.data<float>()[3 * k + 4] = logits.data<float>()[3 * k + 30] = 9.0f;
+    for (int64_t r = 0; r < rows; ++r) labels.data<int32_t>()[r] = static_cast<int32_t>((r * 7) % k);
+    labels.data<int32_t>()[3] = 4;   // the first of two equal largest logits: a hit
+    labels.data<int32_t>()[6] = -1;  // ignored
+    for (const double eps : {0.0, 0.1}) {
+      Tensor d = Tensor::empty(logits.shape(), DType::f32), stats = Tensor::zeros(Shape{2}, DType::f64);
+      ops::cross_entropy(logits, labels, eps, 0.25, d, stats, {1, -1});
+      keep("cross-entropy gradient", d);
+      Tensor s32 = Tensor::empty(Shape{2}, DType::f32);
+      s32.data<float>()[0] = static_cast<float>(stats.data<double>()[0]);
+      s32.data<float>()[1] = static_cast<float>(stats.data<double>()[1]);
+      keep("cross-entropy loss and hits", s32);
+    }
+  }
   {  // optim: adam_span_f32, Adam and AdamW, with and without clipping
     for (const bool decoupled : {false, true})
       for (const double max_norm : {0.0, 0.5}) {
@@ -192,7 +210,7 @@ TEST_CASE("cpu isa: every kernel path this CPU runs gives the widest path's resu
     const uint64_t before_forced = cpu::cpu_kernel_calls(isa), before_best = cpu::cpu_kernel_calls(best);
     const Outputs got = run_every_kernel();
     // Every family went through the forced path's loops, none through the widest's.
-    CHECK(cpu::cpu_kernel_calls(isa) - before_forced >= 19);
+    CHECK(cpu::cpu_kernel_calls(isa) - before_forced >= 20);
     CHECK(cpu::cpu_kernel_calls(best) == before_best);
     REQUIRE(got.size() == want.size());
     for (size_t i = 0; i < want.size(); ++i) {

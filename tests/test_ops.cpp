@@ -670,6 +670,32 @@ TEST_CASE("f32 cross_entropy matches f64 and keeps NaN and infinite logits NaN",
     ops::cross_entropy(z, y, 0.0, 1.0 / b, d, s);
     CHECK(std::isnan(s.data<double>()[0]));
   }
+  // The prediction (a hit when it is the label): the first position of the largest logit, as a loop keeping x[j] when
+  // x[j] > the running maximum finds it (the f64 path's loop; the f32 path compares in sixteen lanes): ties, −0 against
+  // +0, NaN skipped — or, when x[0] is NaN, position 0 — on a row of 40 (two blocks of 16 and a tail).
+  const int64_t kr = 40;
+  const std::vector<std::vector<std::pair<int64_t, float>>> rows = {
+      {{3, 2.0f}, {20, 2.0f}, {39, 2.0f}},  // a three-way tie: 3
+      {{17, 5.0f}, {1, 5.0f}},              // a tie across blocks: 1
+      {{0, -0.0f}, {9, 0.0f}},              // −0 first, +0 later: 0
+      {{5, NAN}, {30, 1.0f}},               // NaN skipped: 30
+      {{0, NAN}, {30, 1.0f}},               // NaN first: 0
+      {{39, 3.0f}},                         // in the tail: 39
+  };
+  for (size_t r = 0; r < rows.size(); ++r) {
+    Tensor z = Tensor::empty(Shape{1, kr}, DType::f32), zd = Tensor::empty(Shape{1, kr}, DType::f64);
+    for (int64_t j = 0; j < kr; ++j) zd.data<double>()[j] = z.data<float>()[j] = -1.0f;  // the others: below all
+    for (const auto& [j, v] : rows[r]) zd.data<double>()[j] = z.data<float>()[j] = v;
+    for (int64_t label = 0; label < kr; ++label) {
+      INFO("row " << r << " label " << label);
+      Tensor yl = Tensor::empty(Shape{1}, DType::i32), none;
+      yl.data<int32_t>()[0] = static_cast<int32_t>(label);
+      Tensor s = Tensor::zeros(Shape{2}, DType::f64), sd = Tensor::zeros(Shape{2}, DType::f64);
+      ops::cross_entropy(z, yl, 0.0, 1.0, none, s);
+      ops::cross_entropy(zd, yl, 0.0, 1.0, none, sd);
+      CHECK(s.data<double>()[1] == sd.data<double>()[1]);
+    }
+  }
 }
 
 // The f32 layer norm (row sums as eight interleaved partial sums, loops compiled per instruction set) against the f64
@@ -831,8 +857,8 @@ TEST_CASE("f32 batch norm matches f64 forward and backward for every row length"
       for (int64_t b = 0; b < batch; ++b)
         for (int64_t i = 0; i < sp; ++i) {
           const int64_t at = (b * ch + c) * sp + i;
-          const double want =
-              (xd.data<double>()[at] - mean) / std::sqrt(var + 1e-5) * gammad.data<double>()[c] + betad.data<double>()[c];
+          const double want = (xd.data<double>()[at] - mean) / std::sqrt(var + 1e-5) * gammad.data<double>()[c] +
+                              betad.data<double>()[c];
           worst_def = std::max(worst_def, std::abs(yd.data<double>()[at] - want));
         }
     }
