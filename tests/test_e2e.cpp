@@ -425,8 +425,13 @@ TEST_CASE("gputrain devices, --version and --help exit 0", "[e2e]") {
   }
   const auto bad_isa = run_gputrain("devices", "GPUTRAIN_CPU_ISA=sse9");
   CHECK(bad_isa.exit_code == 1);
-  CHECK_THAT(bad_isa.output, Catch::Contains("GPUTRAIN_CPU_ISA=\"sse9\": expected auto, avx512, avx2 or baseline"));
+  CHECK_THAT(bad_isa.output, Catch::Contains("GPUTRAIN_CPU_ISA=sse9: expected auto, avx512, avx2 or baseline"));
   CHECK(lines_of(bad_isa.output).size() == 1);
+  // A value with control bytes is quoted and escaped, the message still one line (core/env.h).
+  const auto odd_isa = run_gputrain("devices", "GPUTRAIN_CPU_ISA=\"$(printf 'a\\nb')\"");
+  CHECK(odd_isa.exit_code == 1);
+  CHECK_THAT(odd_isa.output, Catch::Contains("GPUTRAIN_CPU_ISA=\"a\\nb\": expected auto"));
+  CHECK(lines_of(odd_isa.output).size() == 1);
   // The f32 products' kernels (ops/sgemm.h): chosen by CPUID, or by GPUTRAIN_CPU_SGEMM.
   CHECK_THAT(d.output, Catch::Contains("f32 products: gputrain AVX-512") ||
                            Catch::Contains("f32 products: gputrain AVX2+FMA") ||

@@ -12,6 +12,8 @@
 // baseline x86-64, and gemm_bf16 is only called where CPUID says the CPU has avx512_bf16.
 #include "ops/bf16_gemm.h"
 
+#include "core/env.h"
+#include "core/error.h"
 #include "ops/devices.h"
 #include "ops/sgemm.h"
 
@@ -46,16 +48,11 @@ std::atomic<int> g_bf16_forced{-1};  // a CpuBf16Path forced by a test or benchm
 
 CpuBf16Path bf16_env_path() {
   static const CpuBf16Path path = [] {
-    const char* env = std::getenv("GPUTRAIN_CPU_BF16");
-    const std::string_view v = env ? env : "";
-    if (v.empty() || v == "auto") return cpu_native_bf16_pays() ? CpuBf16Path::native : CpuBf16Path::conversion;
-    if (v == "convert") return CpuBf16Path::conversion;
-    if (v == "native") {
-      if (!cpu_has_native_bf16())
-        throw std::runtime_error("GPUTRAIN_CPU_BF16=native: this CPU has no avx512_bf16 (gputrain devices)");
-      return CpuBf16Path::native;
-    }
-    throw std::runtime_error("GPUTRAIN_CPU_BF16=" + std::string(v) + ": expected auto, native or convert");
+    const std::optional<size_t> choice = env_choice("GPUTRAIN_CPU_BF16", {"native", "convert"});
+    if (!choice) return cpu_native_bf16_pays() ? CpuBf16Path::native : CpuBf16Path::conversion;
+    if (*choice == 1) return CpuBf16Path::conversion;
+    if (!cpu_has_native_bf16()) throw Error("GPUTRAIN_CPU_BF16=native: this CPU has no avx512_bf16 (gputrain devices)");
+    return CpuBf16Path::native;
   }();
   return path;
 }

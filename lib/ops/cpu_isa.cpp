@@ -1,12 +1,11 @@
 // Which instruction set the CPU kernels' hot loops run (ops/cpu_isa.h).
 #include "ops/cpu_isa.h"
 
+#include "core/env.h"
 #include "core/error.h"
-#include "core/quote.h"
 
+#include <array>
 #include <atomic>
-#include <cstdlib>
-#include <string_view>
 
 namespace gt::cpu {
 namespace {
@@ -51,20 +50,11 @@ CpuIsa best_cpu_isa() {
 
 CpuIsa env_cpu_isa() {
   static const CpuIsa isa = [] {
-    const char* env = std::getenv("GPUTRAIN_CPU_ISA");
-    const std::string_view v = env ? env : "";
-    if (v.empty() || v == "auto") return best_cpu_isa();
-    CpuIsa want;
-    if (v == "avx512")
-      want = CpuIsa::avx512;
-    else if (v == "avx2")
-      want = CpuIsa::avx2;
-    else if (v == "baseline")
-      want = CpuIsa::baseline;
-    else
-      throw Error("GPUTRAIN_CPU_ISA=" + quote_value(v) + ": expected auto, avx512, avx2 or baseline");
+    const std::optional<size_t> choice = env_choice("GPUTRAIN_CPU_ISA", {"avx512", "avx2", "baseline"});
+    if (!choice) return best_cpu_isa();
+    const CpuIsa want = std::array{CpuIsa::avx512, CpuIsa::avx2, CpuIsa::baseline}[*choice];
     if (static_cast<int>(want) > static_cast<int>(best_cpu_isa()))
-      throw Error("GPUTRAIN_CPU_ISA=" + std::string(v) +
+      throw Error("GPUTRAIN_CPU_ISA=" + to_string(want) +
                   ": this CPU lacks the instructions it needs (its widest: " + to_string(best_cpu_isa()) + ")");
     return want;
   }();

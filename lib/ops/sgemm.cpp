@@ -7,17 +7,19 @@
 // CPUID says the CPU has them, and the rest of the binary stays baseline x86-64.
 #include "ops/sgemm.h"
 
+#include "core/env.h"
+#include "core/error.h"
 #include "core/half.h"
 #include "core/parallel.h"
 
 #include <cblas.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <stdexcept>
 #include <string_view>
 #include <vector>
 
@@ -31,10 +33,10 @@ namespace gt::cpu {
 namespace {
 
 constexpr int kKc = 256;
-constexpr int kNc = 512;  // a multiple of both kernels' Nr
+constexpr int kNc = 512;        // a multiple of both kernels' Nr
 constexpr int kLanesRows = 16;  // rows of a lanes-contiguous source packed together (pack_lanes)
 
-std::atomic<int> g_sgemm_forced{-1};  // a CpuSgemmPath forced by a test or benchmark; -1: the environment's choice
+std::atomic<int> g_sgemm_forced{-1};       // a CpuSgemmPath forced by a test or benchmark; -1: the environment's choice
 std::atomic<bool> g_always_pack_a{false};  // set_sgemm_always_pack_a
 
 // The widest vectors of the core OpenBLAS runs, by the name it reports: 512 (its AVX-512 cores), 256 (its AVX2+FMA
@@ -62,20 +64,12 @@ CpuSgemmPath best_sgemm_path() {
 
 CpuSgemmPath sgemm_env_path() {
   static const CpuSgemmPath path = [] {
-    const char* env = std::getenv("GPUTRAIN_CPU_SGEMM");
-    const std::string_view v = env ? env : "";
-    if (v.empty() || v == "auto") return best_sgemm_path();
-    CpuSgemmPath p;
-    if (v == "avx512")
-      p = CpuSgemmPath::avx512;
-    else if (v == "avx2")
-      p = CpuSgemmPath::avx2;
-    else if (v == "openblas")
-      p = CpuSgemmPath::openblas;
-    else
-      throw std::runtime_error("GPUTRAIN_CPU_SGEMM=" + std::string(v) + ": expected auto, avx512, avx2 or openblas");
+    constexpr std::array<std::string_view, 3> kNames{"avx512", "avx2", "openblas"};
+    const std::optional<size_t> choice = env_choice("GPUTRAIN_CPU_SGEMM", {kNames[0], kNames[1], kNames[2]});
+    if (!choice) return best_sgemm_path();
+    const CpuSgemmPath p = std::array{CpuSgemmPath::avx512, CpuSgemmPath::avx2, CpuSgemmPath::openblas}[*choice];
     if (!cpu_sgemm_supported(p))
-      throw std::runtime_error("GPUTRAIN_CPU_SGEMM=" + std::string(v) + ": this CPU lacks the instructions it needs");
+      throw Error("GPUTRAIN_CPU_SGEMM=" + std::string(kNames[*choice]) + ": this CPU lacks the instructions it needs");
     return p;
   }();
   return path;
@@ -129,7 +123,8 @@ struct Avx512 {
         for (int l0 = 0; l0 < n; l0 += 16) {
           const __mmask16 mask = n - l0 >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - l0)) - 1);
           for (int kk = k0; kk < k1; ++kk)
-            _mm512_mask_storeu_ps(dst + int64_t{kk} * w + l0, mask, load<Round>(mask, src + int64_t{kk} * ld + q0 + l0));
+            _mm512_mask_storeu_ps(dst + int64_t{kk} * w + l0, mask,
+                                  load<Round>(mask, src + int64_t{kk} * ld + q0 + l0));
         }
       }
     }
@@ -163,8 +158,8 @@ struct Avx512 {
   // ap[r·lda + p]; rows past `rows` read the last one's, and are not stored). The FMAs run in the same order either
   // way, so C's bits do not depend on which.
   template <bool InPlace>
-  GT_SGEMM_AVX512 static void kernel(int kc, const float* ap, int64_t lda, const float* bp, float* c, int ldc,
-                                     int rows, int cols, bool first, bool last, float beta, const float* bias) {
+  GT_SGEMM_AVX512 static void kernel(int kc, const float* ap, int64_t lda, const float* bp, float* c, int ldc, int rows,
+                                     int cols, bool first, bool last, float beta, const float* bias) {
     const float* ar[mr];
 #pragma GCC unroll 8
     for (int r = 0; r < mr; ++r) ar[r] = InPlace ? ap + std::min(r, rows - 1) * lda : ap + r;
