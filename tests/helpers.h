@@ -2,6 +2,7 @@
 #pragma once
 
 #include "ops/bf16_gemm.h"
+#include "ops/cpu_isa.h"
 #include "ops/sgemm.h"
 
 #include <cstdint>
@@ -111,6 +112,20 @@ class ForcedSgemmPath {
   ~ForcedSgemmPath() { cpu::reset_cpu_sgemm_path(); }
   ForcedSgemmPath(const ForcedSgemmPath&) = delete;
   ForcedSgemmPath& operator=(const ForcedSgemmPath&) = delete;
+};
+
+/// Makes the CPU kernels' loops take `isa` (ops/cpu_isa.h) while it lives, if this CPU runs it (ok() says whether
+/// it took), then returns them to the environment's choice.
+class ForcedCpuIsa {
+ public:
+  explicit ForcedCpuIsa(cpu::CpuIsa isa) : m_ok(cpu::force_cpu_isa(isa)) {}
+  ~ForcedCpuIsa() { cpu::force_cpu_isa(std::nullopt); }
+  ForcedCpuIsa(const ForcedCpuIsa&) = delete;
+  ForcedCpuIsa& operator=(const ForcedCpuIsa&) = delete;
+  bool ok() const { return m_ok; }
+
+ private:
+  bool m_ok;
 };
 
 /// A run's metrics.jsonl without the fields that are measurements rather than training state (samples_per_sec,

@@ -185,10 +185,7 @@ TEST_CASE("cpu isa: every kernel path this CPU runs gives the widest path's resu
           "[cpu]") {
   set_num_threads(1);  // the kernels run on this thread, whose calls cpu_kernel_calls counts
   struct Reset {
-    ~Reset() {
-      cpu::force_cpu_isa(std::nullopt);
-      set_num_threads(2);
-    }
+    ~Reset() { set_num_threads(2); }
   } reset;
   const cpu::CpuIsa best = cpu::best_cpu_isa();
   INFO("this CPU's widest path: " << cpu::to_string(best));
@@ -205,7 +202,8 @@ TEST_CASE("cpu isa: every kernel path this CPU runs gives the widest path's resu
       continue;
     }
     INFO("forced path: " << cpu::to_string(isa));
-    REQUIRE(cpu::force_cpu_isa(isa));
+    const ForcedCpuIsa forced(isa);
+    REQUIRE(forced.ok());
     CHECK(cpu::cpu_isa() == isa);
     const uint64_t before_forced = cpu::cpu_kernel_calls(isa), before_best = cpu::cpu_kernel_calls(best);
     const Outputs got = run_every_kernel();
@@ -247,7 +245,6 @@ TEST_CASE("cpu isa: forcing AVX2 or the baseline also takes attention off its AV
   set_num_threads(1);
   struct Reset {
     ~Reset() {
-      cpu::force_cpu_isa(std::nullopt);
       cpu::force_attention_narrow(false);
       set_num_threads(2);
     }
@@ -265,10 +262,13 @@ TEST_CASE("cpu isa: forcing AVX2 or the baseline also takes attention off its AV
   uint64_t v4 = calls(cpu::CpuIsa::avx512), v3 = calls(cpu::CpuIsa::avx2);
   const std::vector<float> wide = forward();
   CHECK(calls(cpu::CpuIsa::avx512) == v4);
-  REQUIRE(cpu::force_cpu_isa(cpu::CpuIsa::avx2));
-  const std::vector<float> narrow = forward();
+  std::vector<float> narrow;
+  {
+    const ForcedCpuIsa avx2(cpu::CpuIsa::avx2);
+    REQUIRE(avx2.ok());
+    narrow = forward();
+  }
   CHECK(calls(cpu::CpuIsa::avx2) > v3);
-  cpu::force_cpu_isa(std::nullopt);
   cpu::force_attention_narrow(true);
   v4 = calls(cpu::CpuIsa::avx512);
   const std::vector<float> narrow_v4 = forward();
