@@ -2,6 +2,7 @@
 #pragma once
 
 #include "ops/bf16_gemm.h"
+#include "ops/cpu_conv.h"
 #include "ops/cpu_isa.h"
 #include "ops/sgemm.h"
 
@@ -112,6 +113,15 @@ class ForcedSgemmPath {
   ~ForcedSgemmPath() { cpu::reset_cpu_sgemm_path(); }
   ForcedSgemmPath(const ForcedSgemmPath&) = delete;
   ForcedSgemmPath& operator=(const ForcedSgemmPath&) = delete;
+};
+
+/// Makes the CPU's convolutions take `algo` where it applies (ops/cpu_conv.h) while it lives.
+class ForcedConvAlgo {
+ public:
+  explicit ForcedConvAlgo(cpu::CpuConvAlgo algo) { cpu::force_cpu_conv_algo(algo); }
+  ~ForcedConvAlgo() { cpu::force_cpu_conv_algo(std::nullopt); }
+  ForcedConvAlgo(const ForcedConvAlgo&) = delete;
+  ForcedConvAlgo& operator=(const ForcedConvAlgo&) = delete;
 };
 
 /// Makes the CPU kernels' loops take `isa` (ops/cpu_isa.h) while it lives, if this CPU runs it (ok() says whether

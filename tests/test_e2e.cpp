@@ -432,6 +432,16 @@ TEST_CASE("gputrain devices, --version and --help exit 0", "[e2e]") {
   CHECK(odd_isa.exit_code == 1);
   CHECK_THAT(odd_isa.output, Catch::Contains("GPUTRAIN_CPU_ISA=\"a\\nb\": expected auto"));
   CHECK(lines_of(odd_isa.output).size() == 1);
+  // How 3x3 convolutions multiply on the CPU (ops/cpu_conv.h): auto, or GPUTRAIN_CPU_CONV's choice.
+  CHECK_THAT(d.output, Catch::Contains("3x3 convolutions: Winograd F(2x2,3x3) where both channel counts are 16"));
+  CHECK_THAT(run_gputrain("devices", "GPUTRAIN_CPU_CONV=im2col").output,
+             Catch::Contains("3x3 convolutions: im2col (GPUTRAIN_CPU_CONV=im2col)"));
+  CHECK_THAT(run_gputrain("devices", "GPUTRAIN_CPU_CONV=winograd").output,
+             Catch::Contains("3x3 convolutions: Winograd F(2x2,3x3) (GPUTRAIN_CPU_CONV=winograd)"));
+  const auto bad_conv = run_gputrain("devices", "GPUTRAIN_CPU_CONV=fft");
+  CHECK(bad_conv.exit_code == 1);
+  CHECK_THAT(bad_conv.output, Catch::Contains("GPUTRAIN_CPU_CONV=fft: expected auto, im2col or winograd"));
+  CHECK(lines_of(bad_conv.output).size() == 1);
   // The f32 products' kernels (ops/sgemm.h): chosen by CPUID, or by GPUTRAIN_CPU_SGEMM.
   CHECK_THAT(d.output, Catch::Contains("f32 products: gputrain AVX-512") ||
                            Catch::Contains("f32 products: gputrain AVX2+FMA") ||

@@ -8,6 +8,7 @@
 #include "layers/layer.h"
 #include "log/logging.h"
 #include "log/report.h"
+#include "ops/cpu_conv.h"
 #include "ops/cpu_isa.h"
 #include "ops/devices.h"
 #include "train/checkpoint.h"
@@ -117,8 +118,8 @@ int cmd_devices() {
   const gt::CpuInfo cpu = gt::query_cpu();
   fmt::print(
       "cpu: {} — {} logical cores, {}\n     {}\n     f32 products: {}\n     bf16/fp16 instructions: {}\n"
-      "     bf16 products: {}\n     other kernels: {}\n",
-      cpu.model, cpu.cores, cpu.simd, cpu.blas, cpu.sgemm_path, cpu.half, cpu.bf16_path, cpu.kernel_isa);
+      "     bf16 products: {}\n     other kernels: {}\n     3x3 convolutions: {}\n",
+      cpu.model, cpu.cores, cpu.simd, cpu.blas, cpu.sgemm_path, cpu.half, cpu.bf16_path, cpu.kernel_isa, cpu.conv_algo);
   const gt::CudaInfo cuda = gt::query_cuda();
   if (!cuda.built) {
     fmt::print("cuda: not available: {}\n", cuda.problem);
@@ -660,6 +661,7 @@ int main(int argc, char** argv) {
   };
   try {
     gt::cpu::env_cpu_isa();  // GPUTRAIN_CPU_ISA, read (or refused) here on the main thread, before any kernel runs
+    gt::cpu::env_cpu_conv_algo();  // GPUTRAIN_CPU_CONV, likewise
     if (*devices) return cmd_devices();
     if (*runs) return cmd_runs(runs_args);
     if (*sweep) return cmd_sweep(sweep_args);

@@ -3,6 +3,7 @@
 
 #include "core/half.h"
 #include "ops/bf16_gemm.h"
+#include "ops/cpu_conv.h"
 #include "ops/cpu_isa.h"
 #include "ops/sgemm.h"
 
@@ -14,6 +15,7 @@
 #endif
 
 #include <fstream>
+#include <optional>
 #include <thread>
 
 namespace gt {
@@ -52,6 +54,11 @@ CpuInfo query_cpu() {
     case cpu::CpuIsa::avx2: info.kernel_isa = "AVX2+FMA (x86-64-v3)"; break;
     case cpu::CpuIsa::baseline: info.kernel_isa = "baseline x86-64 (SSE2)"; break;
   }
+  const std::optional<cpu::CpuConvAlgo> conv = cpu::env_cpu_conv_algo();
+  info.conv_algo = !conv ? fmt::format("Winograd F(2x2,3x3) where both channel counts are {} or more, else im2col",
+                                       cpu::kWinogradMinChannels)
+                   : *conv == cpu::CpuConvAlgo::winograd ? "Winograd F(2x2,3x3) (GPUTRAIN_CPU_CONV=winograd)"
+                                                         : "im2col (GPUTRAIN_CPU_CONV=im2col)";
   return info;
 }
 
