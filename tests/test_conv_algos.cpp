@@ -55,7 +55,7 @@ WinoPasses run_both_passes(const Tensor& x, const Tensor& w, const Tensor& b, co
 
 TEST_CASE("conv2d Winograd F(2x2,3x3) matches the definition, forward and backward, on every path", "[cpu]") {
   const WinoCase cases[] = {
-      {5, 8, 16, 14, 14, 1, 1},  // the CNNs' shape: 49 tiles, images grouped 6 at a time, a partial last group
+      {5, 8, 16, 14, 14, 1, 1},  // the CNNs' shape: 49 tiles, images grouped 3 at a time, a partial last group
       {5, 9, 8, 7, 7, 1, 1},     // odd sides: the last tile row and column half outside
       {3, 3, 5, 9, 11, 1, 1},    // odd, few channels
       {2, 2, 3, 6, 5, 0, 0},     // no padding: 4 × 3 outputs

@@ -539,8 +539,10 @@ GT_CPU_KERNEL(wino_dy_f32, (const Wino& g, const float* dy, float* dm, int64_t l
 GT_CPU_KERNEL(wino_dx_f32, (const Wino& g, const float* dv, int64_t ldv, int64_t col, float* dx, float* buf),
               (g, dv, ldv, col, dx, buf), wino_dx)
 
-// Images per group of the 16 GEMMs: enough tiles for a wide product (n ≈ kWinoCols), at most the chunk's.
-constexpr int64_t kWinoCols = 256;
+// Images per group of the 16 GEMMs: enough tiles for products of about kWinoCols columns, at most the chunk's. Tried
+// 64, 96, 128, 256 and 512 (bench/conv_rate.cpp, one thread): 128 was the fastest or level at every layer there;
+// from 256 up the group's 16 V and 16 M matrices (a CNN layer's 1.8 MiB at 256) no longer stay in L2.
+constexpr int64_t kWinoCols = 128;
 int64_t wino_group(const Wino& g, int64_t images) {
   return std::clamp<int64_t>((kWinoCols + g.tiles() - 1) / g.tiles(), 1, std::max<int64_t>(images, 1));
 }
