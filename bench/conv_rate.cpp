@@ -44,15 +44,9 @@ int main(int argc, char** argv) {
   const int reps = argc > 2 ? std::atoi(argv[2]) : 30;
   const int64_t batch = 128;
   const Layer layers[] = {
-      {"cnn/resnet first layer", 1, 32, 28},
-      {"speedrun first layer", 1, 16, 28},
-      {"cnn layer 2", 32, 64, 14},
-      {"resnet stage 1", 32, 32, 14},
-      {"resnet stage 2", 64, 64, 7},
-      {"speedrun layer 2", 16, 32, 14},
-      {"speedrun layer 3", 32, 64, 7},
-      {"8 channels, 28x28", 8, 8, 28},
-      {"16 channels, 28x28", 16, 16, 28},
+      {"cnn/resnet first layer", 1, 32, 28}, {"speedrun first layer", 1, 16, 28}, {"cnn layer 2", 32, 64, 14},
+      {"resnet stage 1", 32, 32, 14},        {"resnet stage 2", 64, 64, 7},       {"speedrun layer 2", 16, 32, 14},
+      {"speedrun layer 3", 32, 64, 7},       {"8 channels, 28x28", 8, 8, 28},     {"16 channels, 28x28", 16, 16, 28},
   };
   const gt::Window2d win{3, 3, 1, 1, 1, 1};
   for (const Layer& l : layers) {
@@ -62,7 +56,7 @@ int main(int argc, char** argv) {
     gt::Tensor dw = gt::Tensor::empty(w.shape(), gt::DType::f32), db = gt::Tensor::empty(b.shape(), gt::DType::f32);
     // a first layer's input needs no gradient
     gt::Tensor none, &dx_or_none = l.c == 1 ? none : dx;
-    std::vector<double> t[2][2];  // [algorithm][forward, backward]
+    std::vector<double> t[2][2];     // [algorithm][forward, backward]
     for (int r = -1; r < reps; ++r)  // r = −1: warm-up (page faults, scratch)
       for (const gt::cpu::CpuConvAlgo algo : {gt::cpu::CpuConvAlgo::im2col, gt::cpu::CpuConvAlgo::winograd}) {
         gt::cpu::force_cpu_conv_algo(algo);

@@ -41,7 +41,7 @@ struct WinoPasses {
 
 // y = conv(x, w) + b; dx, dw and db from dy, with dw and db accumulated onto `prior` scaled by beta.
 WinoPasses run_both_passes(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& dy, const Window2d& win,
-                    double beta, const Tensor& prior_w, const Tensor& prior_b) {
+                           double beta, const Tensor& prior_w, const Tensor& prior_b) {
   Tensor y = Tensor::empty(dy.shape(), DType::f32), dx = Tensor::empty(x.shape(), DType::f32);
   Tensor dw = prior_w.clone(), db = prior_b.clone();
   for (int64_t i = 0; i < dx.numel(); ++i) dx.data<float>()[i] = 7.0f;  // garbage every element must overwrite
@@ -70,7 +70,8 @@ TEST_CASE("conv2d Winograd F(2x2,3x3) matches the definition, forward and backwa
     CAPTURE(cs.batch, cs.c, cs.o, cs.h, cs.w, cs.ph, cs.pw);
     const Window2d win{3, 3, 1, 1, cs.ph, cs.pw};
     const int64_t oh = window_out(cs.h, 3, 1, cs.ph, 1), ow = window_out(cs.w, 3, 1, cs.pw, 1);
-    const Tensor x = wino_uniform(Shape{cs.batch, cs.c, cs.h, cs.w}, rng), w = wino_uniform(Shape{cs.o, cs.c, 3, 3}, rng);
+    const Tensor x = wino_uniform(Shape{cs.batch, cs.c, cs.h, cs.w}, rng),
+                 w = wino_uniform(Shape{cs.o, cs.c, 3, 3}, rng);
     const Tensor b = wino_uniform(Shape{cs.o}, rng), dy = wino_uniform(Shape{cs.batch, cs.o, oh, ow}, rng);
     const Tensor prior_w = wino_uniform(w.shape(), rng), prior_b = wino_uniform(b.shape(), rng);
     REQUIRE(cpu::winograd_applies(DType::f32, w.shape(), win, 1));
@@ -92,7 +93,8 @@ TEST_CASE("conv2d Winograd F(2x2,3x3) matches the definition, forward and backwa
                 for (int64_t kx = 0; kx < 3; ++kx) {
                   const int64_t iy = oy - cs.ph + ky, ix = ox - cs.pw + kx;
                   if (iy < 0 || iy >= cs.h || ix < 0 || ix >= cs.w) continue;
-                  const int64_t xi = ((n * cs.c + ci) * cs.h + iy) * cs.w + ix, wi = ((o * cs.c + ci) * 3 + ky) * 3 + kx;
+                  const int64_t xi = ((n * cs.c + ci) * cs.h + iy) * cs.w + ix,
+                                wi = ((o * cs.c + ci) * 3 + ky) * 3 + kx;
                   acc += double(W[wi]) * X[xi];
                   want_dx[static_cast<size_t>(xi)] += double(W[wi]) * G[yi];
                   want_dw[static_cast<size_t>(wi)] += double(X[xi]) * G[yi];

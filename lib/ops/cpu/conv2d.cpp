@@ -261,7 +261,15 @@ void conv_gemm(const ConvOperands<T>& in, bool ta, bool tb, int m, int n, int k,
 struct Wino {
   int64_t c, o, h, w, oh, ow, ph, pw, th, tw;
   Wino(const Geometry& g, int64_t cout)
-      : c(g.c), o(cout), h(g.h), w(g.w), oh(g.oh), ow(g.ow), ph(g.win.ph), pw(g.win.pw), th((g.oh + 1) / 2),
+      : c(g.c),
+        o(cout),
+        h(g.h),
+        w(g.w),
+        oh(g.oh),
+        ow(g.ow),
+        ph(g.win.ph),
+        pw(g.win.pw),
+        th((g.oh + 1) / 2),
         tw((g.ow + 1) / 2) {}
   int64_t tiles() const { return th * tw; }
   int64_t prows() const { return 2 * th + 2; }  // padded rows and columns: ≥ h + 2·ph, w + 2·pw
@@ -269,8 +277,8 @@ struct Wino {
   // The (de)interleaving loops below go 16 tiles at a time, so they read and write up to tw16() elements of a row of
   // tiles (2·tw16() of a row of pixels); every buffer they touch has that much room.
   int64_t tw16() const { return (tw + 15) / 16 * 16; }
-  int64_t plane() const { return tiles() + 16; }     // a phase plane: th × tw (+ room)
-  int64_t prow() const { return 2 * tw16() + 4; }    // a padded row (+ room): ≥ pcols()
+  int64_t plane() const { return tiles() + 16; }   // a phase plane: th × tw (+ room)
+  int64_t prow() const { return 2 * tw16() + 4; }  // a padded row (+ room): ≥ pcols()
 };
 
 // U (16 × O × C) from w (O, C, 3, 3). Compiled once, for the baseline: the halves' products must not fuse.
@@ -404,7 +412,7 @@ size_t wino_output_floats(const Wino& g) { return static_cast<size_t>(4 * g.plan
 GT_INLINE void wino_output(const Wino& g, const float* m, int64_t ldm, int64_t col, const float* bias, float* y,
                            float* buf) {
   const int64_t tw = g.tw, tiles = g.tiles(), step = g.o * ldm, pn = g.plane();
-  float* q = buf;                // Aᵀ M A (+ bias): q[(r·2 + j)·pn + tile] is output (2ty + r, 2tx + j)
+  float* q = buf;              // Aᵀ M A (+ bias): q[(r·2 + j)·pn + tile] is output (2ty + r, 2tx + j)
   float* tail = buf + 4 * pn;  // a row merged here where merging in place would write past the image's y
   float* const y_end = y + g.o * g.oh * g.ow;
   for (int64_t o = 0; o < g.o; ++o) {
@@ -441,7 +449,7 @@ GT_INLINE void wino_output(const Wino& g, const float* m, int64_t ldm, int64_t c
 size_t wino_dy_floats(const Wino& g) { return static_cast<size_t>(4 * g.plane() + 2 * g.tw16()); }
 GT_INLINE void wino_dy(const Wino& g, const float* dy, float* dm, int64_t ldm, int64_t col, float* buf) {
   const int64_t tw = g.tw, tiles = g.tiles(), step = g.o * ldm, pn = g.plane();
-  float* d = buf;                // d[(r·2 + j)·pn + tile] = dy(2ty + r, 2tx + j), zero outside
+  float* d = buf;              // d[(r·2 + j)·pn + tile] = dy(2ty + r, 2tx + j), zero outside
   float* tail = buf + 4 * pn;  // a row copied here where splitting in place would read past the image's dy
   const float* const dy_end = dy + g.o * g.oh * g.ow;
   std::fill(tail, tail + 2 * g.tw16(), 0.0f);
@@ -572,8 +580,8 @@ void wino_forward(const Wino& g, int64_t batch, const float* x, const float* w, 
   });
 }
 
-void wino_backward(const Wino& g, int64_t batch, const float* x, const float* w, const float* dy, float* dx,
-                   float* dw, float* db, float beta) {
+void wino_backward(const Wino& g, int64_t batch, const float* x, const float* w, const float* dy, float* dx, float* dw,
+                   float* db, float beta) {
   std::vector<float> u(static_cast<size_t>(16 * g.o * g.c));
   if (dx) wino_weights(g, w, u.data());
   const int max_chunks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(batch, num_threads())));
@@ -747,14 +755,15 @@ void force_cpu_conv_algo(std::optional<CpuConvAlgo> algo) {
 }
 
 bool winograd_applies(DType dtype, const Shape& w, const Window2d& win, int64_t groups) {
-  return dtype == DType::f32 && w.rank() == 4 && w[2] == 3 && w[3] == 3 && win.kh == 3 && win.kw == 3 &&
-         win.sh == 1 && win.sw == 1 && win.dh == 1 && win.dw == 1 && groups == 1;
+  return dtype == DType::f32 && w.rank() == 4 && w[2] == 3 && w[3] == 3 && win.kh == 3 && win.kw == 3 && win.sh == 1 &&
+         win.sw == 1 && win.dh == 1 && win.dw == 1 && groups == 1;
 }
 
 CpuConvAlgo cpu_conv_algo(DType dtype, const Shape& x, const Shape& w, const Window2d& win, int64_t groups) {
   if (!winograd_applies(dtype, w, win, groups)) return CpuConvAlgo::im2col;
   const int forced = g_conv_forced.load(std::memory_order_relaxed);
-  const std::optional<CpuConvAlgo> asked = forced >= 0 ? std::optional(static_cast<CpuConvAlgo>(forced)) : env_cpu_conv_algo();
+  const std::optional<CpuConvAlgo> asked =
+      forced >= 0 ? std::optional(static_cast<CpuConvAlgo>(forced)) : env_cpu_conv_algo();
   if (asked) return *asked;
   const bool wide = x.rank() == 4 && x[1] >= kWinogradMinChannels && w[0] >= kWinogradMinChannels;
   return wide && !half_format(product_precision()) ? CpuConvAlgo::winograd : CpuConvAlgo::im2col;
