@@ -1,4 +1,4 @@
-// conv2d: 2-D convolution over [C, H, W] samples (im2col + GEMM on the CPU).
+// conv2d: 2-D convolution over [C, H, W] samples (on the CPU: Winograd F(2×2, 3×3) or im2col + GEMM, ops/cpu_conv.h).
 #include "ops/conv2d.h"
 #include "layers/params.h"
 

@@ -68,7 +68,8 @@ const std::vector<LayerSpec>& layer_registry() {
        2,
        0},
       {"conv2d",
-       "2-D convolution over [C, H, W] → [out_channels, H', W'] (im2col + GEMM on the CPU); initialised like "
+       "2-D convolution over [C, H, W] → [out_channels, H', W'] (on the CPU: Winograd F(2x2,3x3) for 3x3 stride-1 "
+       "windows of 16+ channels, im2col + GEMM otherwise); initialised like "
        "torch.nn.Conv2d.",
        {{"out_channels", "int", "", "", true},
         {"kernel_size", "int or [h, w]", "", "", true},
