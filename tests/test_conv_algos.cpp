@@ -186,6 +186,9 @@ TEST_CASE("conv2d: which algorithm auto picks on the CPU", "[cpu]") {
         cpu::CpuConvAlgo::im2col);
   CHECK(cpu::cpu_conv_algo(DType::f32, Shape{128, cpu::kWinogradMinChannels - 1, 14, 14},
                            Shape{64, cpu::kWinogradMinChannels - 1, 3, 3}, same, 1) == cpu::CpuConvAlgo::im2col);
+  // images of more than kWinogradMaxTiles output tiles (64 × 64 outputs: 1024 tiles; 66 × 64: 1056)
+  CHECK(cpu::cpu_conv_algo(DType::f32, Shape{8, 32, 64, 64}, w, same, 1) == cpu::CpuConvAlgo::winograd);
+  CHECK(cpu::cpu_conv_algo(DType::f32, Shape{8, 32, 66, 64}, w, same, 1) == cpu::CpuConvAlgo::im2col);
   // what F(2x2,3x3) cannot compute: f64 (the gradient checks' type), stride 2, dilation, groups, other windows
   CHECK(cpu::cpu_conv_algo(DType::f64, x, w, same, 1) == cpu::CpuConvAlgo::im2col);
   CHECK(cpu::cpu_conv_algo(DType::f32, x, w, Window2d{3, 3, 2, 2, 1, 1}, 1) == cpu::CpuConvAlgo::im2col);

@@ -433,7 +433,8 @@ TEST_CASE("gputrain devices, --version and --help exit 0", "[e2e]") {
   CHECK_THAT(odd_isa.output, Catch::Contains("GPUTRAIN_CPU_ISA=\"a\\nb\": expected auto"));
   CHECK(lines_of(odd_isa.output).size() == 1);
   // How 3x3 convolutions multiply on the CPU (ops/cpu_conv.h): auto, or GPUTRAIN_CPU_CONV's choice.
-  CHECK_THAT(d.output, Catch::Contains("3x3 convolutions: Winograd F(2x2,3x3) where both channel counts are 16"));
+  CHECK_THAT(d.output,
+             Catch::Contains("3x3 convolutions: Winograd F(2x2,3x3) for 3x3 stride-1 layers of 16+ channels"));
   CHECK_THAT(run_gputrain("devices", "GPUTRAIN_CPU_CONV=im2col").output,
              Catch::Contains("3x3 convolutions: im2col (GPUTRAIN_CPU_CONV=im2col)"));
   CHECK_THAT(run_gputrain("devices", "GPUTRAIN_CPU_CONV=winograd").output,

@@ -36,13 +36,17 @@ bool winograd_applies(DType dtype, const Shape& w, const Window2d& win, int64_t 
 
 /// The algorithm a conv2d with input x and weights w runs on the CPU now, under the calling thread's product
 /// precision: winograd where it applies and is forced or asked for, or (auto) where both channel counts are at least
-/// kWinogradMinChannels and the products are f32 (fp32 or tf32: half precisions keep im2col, whose bf16 kernels
-/// round the operands); im2col otherwise.
+/// kWinogradMinChannels, an image has at most kWinogradMaxTiles output tiles and the products are f32 (fp32 or tf32:
+/// half precisions keep im2col, whose bf16 kernels round the operands); im2col otherwise.
 CpuConvAlgo cpu_conv_algo(DType dtype, const Shape& x, const Shape& w, const Window2d& win, int64_t groups);
 
 /// Below this many input or output channels auto keeps im2col: a first layer's 1 or 3 input channels make the 16
 /// GEMMs' inner dimension too short to pay for the transforms (bench/conv_rate.cpp, one thread: 2.2-4× slower at one
 /// input channel, even at 8, 1.1-1.3× faster from 16 up).
 inline constexpr int64_t kWinogradMinChannels = 16;
+/// Above this many 2×2 output tiles per image (outputs larger than 64 × 64) auto keeps im2col: a group of the 16
+/// GEMMs holds at least one whole image, so its scratch (16·(C + O) floats per tile) and the products' width grow
+/// with the image, and no such layer has been measured (bench/conv_rate.cpp's are 7×7 to 28×28).
+inline constexpr int64_t kWinogradMaxTiles = 1024;
 
 }  // namespace gt::cpu

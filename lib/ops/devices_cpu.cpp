@@ -55,8 +55,10 @@ CpuInfo query_cpu() {
     case cpu::CpuIsa::baseline: info.kernel_isa = "baseline x86-64 (SSE2)"; break;
   }
   const std::optional<cpu::CpuConvAlgo> conv = cpu::env_cpu_conv_algo();
-  info.conv_algo = !conv ? fmt::format("Winograd F(2x2,3x3) where both channel counts are {} or more, else im2col",
-                                       cpu::kWinogradMinChannels)
+  info.conv_algo = !conv ? fmt::format(
+                               "Winograd F(2x2,3x3) for 3x3 stride-1 layers of {}+ channels and at most {} "
+                               "output tiles per image, else im2col",
+                               cpu::kWinogradMinChannels, cpu::kWinogradMaxTiles)
                    : *conv == cpu::CpuConvAlgo::winograd ? "Winograd F(2x2,3x3) (GPUTRAIN_CPU_CONV=winograd)"
                                                          : "im2col (GPUTRAIN_CPU_CONV=im2col)";
   return info;

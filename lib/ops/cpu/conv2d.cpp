@@ -249,13 +249,13 @@ void conv_gemm(const ConvOperands<T>& in, bool ta, bool tb, int m, int n, int k,
 // ---- Winograd F(2×2, 3×3) (ops/cpu_conv.h) ----
 // Output tile (ty, tx) is y[2ty … 2ty+1][2tx … 2tx+1]; it reads the 4×4 input patch whose corner is (2ty − ph,
 // 2tx − pw). In a "padded" row, column p holds input column p − pw (zero outside the image), so tile tx's patch is
-// padded columns 2tx … 2tx+3: the even ones 2tx and 2tx+2, the odd ones 2tx+1 and 2tx+3. The transforms work on a row
-// of tiles at a time, on the even and odd columns apart, so each is a vector loop over tx.
+// padded columns 2tx … 2tx+3: the even ones 2tx and 2tx+2, the odd ones 2tx+1 and 2tx+3.
 //   V = Bᵀ d B with Bᵀ = [1 0 −1 0; 0 1 1 0; 0 −1 1 0; 0 1 0 −1]       (input patch d, 4×4)
 //   U = G g Gᵀ with G  = [1 0 0; ½ ½ ½; ½ −½ ½; 0 0 1]                (weights g, 3×3)
 //   y = Aᵀ M A with Aᵀ = [1 1 1 0; 0 1 −1 −1], M[ξ] = Σ_c U[ξ] V[ξ]   (ξ: the 16 positions of a 4×4 tile)
 // and the adjoints: dM = A dy Aᵀ, dU = Σ_tiles dM V, dV = Σ_o U dM, dd = B dV Bᵀ, dg = Gᵀ dU G. The transforms add
-// and subtract only (the weights' halve), so no a·b + c can become an FMA and every instruction set gets the same bits.
+// and subtract only (the weights' also halve, in code compiled once), so no a·b + c can become an FMA and every
+// instruction set gets the same bits.
 // Buffers hold 16 matrices, ξ-major: U[ξ] is O × C, V[ξ] C × n, M[ξ] O × n, with n the columns of the current group of
 // images (each image's tiles row by row).
 struct Wino {
@@ -765,8 +765,10 @@ CpuConvAlgo cpu_conv_algo(DType dtype, const Shape& x, const Shape& w, const Win
   const std::optional<CpuConvAlgo> asked =
       forced >= 0 ? std::optional(static_cast<CpuConvAlgo>(forced)) : env_cpu_conv_algo();
   if (asked) return *asked;
-  const bool wide = x.rank() == 4 && x[1] >= kWinogradMinChannels && w[0] >= kWinogradMinChannels;
-  return wide && !half_format(product_precision()) ? CpuConvAlgo::winograd : CpuConvAlgo::im2col;
+  if (x.rank() != 4 || half_format(product_precision())) return CpuConvAlgo::im2col;
+  const int64_t tiles = (window_out(x[2], 3, 1, win.ph, 1) + 1) / 2 * ((window_out(x[3], 3, 1, win.pw, 1) + 1) / 2);
+  const bool wide = x[1] >= kWinogradMinChannels && w[0] >= kWinogradMinChannels;
+  return wide && tiles <= kWinogradMaxTiles ? CpuConvAlgo::winograd : CpuConvAlgo::im2col;
 }
 
 void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Window2d& win, int64_t groups, Tensor& y) {
