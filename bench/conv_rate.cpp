@@ -9,6 +9,8 @@
 #include "ops/cpu_conv.h"
 #include "ops/math.h"
 
+#include "seeded.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -17,15 +19,7 @@
 
 namespace {
 
-gt::Tensor random(const gt::Shape& s, uint32_t seed) {
-  gt::Tensor t = gt::Tensor::empty(s, gt::DType::f32);
-  uint32_t x = seed * 2654435761u + 1;
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    x = x * 1664525u + 1013904223u;
-    t.data<float>()[i] = static_cast<float>(x >> 8) / 16777216.0f - 0.5f;
-  }
-  return t;
-}
+using gt::bench::seeded_f32;
 
 double now_us() {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -50,8 +44,8 @@ int main(int argc, char** argv) {
   };
   const gt::Window2d win{3, 3, 1, 1, 1, 1};
   for (const Layer& l : layers) {
-    const gt::Tensor x = random(Shape{batch, l.c, l.h, l.h}, 1), w = random(Shape{l.o, l.c, 3, 3}, 2);
-    const gt::Tensor b = random(Shape{l.o}, 3), dy = random(Shape{batch, l.o, l.h, l.h}, 4);
+    const gt::Tensor x = seeded_f32(Shape{batch, l.c, l.h, l.h}, 1), w = seeded_f32(Shape{l.o, l.c, 3, 3}, 2);
+    const gt::Tensor b = seeded_f32(Shape{l.o}, 3), dy = seeded_f32(Shape{batch, l.o, l.h, l.h}, 4);
     gt::Tensor y = gt::Tensor::empty(dy.shape(), gt::DType::f32), dx = gt::Tensor::empty(x.shape(), gt::DType::f32);
     gt::Tensor dw = gt::Tensor::empty(w.shape(), gt::DType::f32), db = gt::Tensor::empty(b.shape(), gt::DType::f32);
     // a first layer's input needs no gradient

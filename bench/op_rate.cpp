@@ -10,6 +10,8 @@
 #include "ops/optim.h"
 #include "ops/precision.h"
 
+#include "seeded.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -20,20 +22,12 @@
 
 namespace {
 
+using gt::bench::seeded_f32;
+
 double cpu_us() {
   timespec ts{};
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) * 1e-3;
-}
-
-gt::Tensor random(const gt::Shape& s, uint32_t seed) {
-  gt::Tensor t = gt::Tensor::empty(s, gt::DType::f32);
-  uint32_t x = seed * 2654435761u + 1;
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    x = x * 1664525u + 1013904223u;
-    t.data<float>()[i] = static_cast<float>(x >> 8) / 16777216.0f - 0.5f;
-  }
-  return t;
 }
 
 template <class F>
@@ -76,20 +70,20 @@ int main(int argc, char** argv) {
   const int reps = argc > 2 ? std::atoi(argv[2]) : 200;
   const int64_t b = 16, t = 64, c = 128, heads = 4, rows = b * t, hidden = 512;
 
-  gt::Tensor x = random(Shape{rows, c}, 1), gamma = random(Shape{c}, 2), beta = random(Shape{c}, 3);
-  gt::Tensor y = gt::Tensor::empty(Shape{rows, c}, gt::DType::f32), dy = random(Shape{rows, c}, 4);
+  gt::Tensor x = seeded_f32(Shape{rows, c}, 1), gamma = seeded_f32(Shape{c}, 2), beta = seeded_f32(Shape{c}, 3);
+  gt::Tensor y = gt::Tensor::empty(Shape{rows, c}, gt::DType::f32), dy = seeded_f32(Shape{rows, c}, 4);
   gt::Tensor mean = gt::Tensor::empty(Shape{rows}, gt::DType::f32),
              inv = gt::Tensor::empty(Shape{rows}, gt::DType::f32);
   gt::Tensor dx = gt::Tensor::empty(Shape{rows, c}, gt::DType::f32);
   gt::Tensor dg = gt::Tensor::empty(Shape{c}, gt::DType::f32), db = gt::Tensor::empty(Shape{c}, gt::DType::f32);
 
-  gt::Tensor qkv = random(Shape{b, t, 3 * c}, 5), out = gt::Tensor::empty(Shape{b, t, c}, gt::DType::f32);
-  gt::Tensor lse = gt::Tensor::empty(Shape{b, heads, t}, gt::DType::f32), dout = random(Shape{b, t, c}, 6);
+  gt::Tensor qkv = seeded_f32(Shape{b, t, 3 * c}, 5), out = gt::Tensor::empty(Shape{b, t, c}, gt::DType::f32);
+  gt::Tensor lse = gt::Tensor::empty(Shape{b, heads, t}, gt::DType::f32), dout = seeded_f32(Shape{b, t, c}, 6);
   gt::Tensor delta = gt::Tensor::empty(Shape{b, heads, t}, gt::DType::f32);
   gt::Tensor dqkv = gt::Tensor::empty(Shape{b, t, 3 * c}, gt::DType::f32);
 
-  gt::Tensor h = random(Shape{rows, hidden}, 7), hy = gt::Tensor::empty(Shape{rows, hidden}, gt::DType::f32);
-  gt::Tensor hdy = random(Shape{rows, hidden}, 8), hdx = gt::Tensor::empty(Shape{rows, hidden}, gt::DType::f32);
+  gt::Tensor h = seeded_f32(Shape{rows, hidden}, 7), hy = gt::Tensor::empty(Shape{rows, hidden}, gt::DType::f32);
+  gt::Tensor hdy = seeded_f32(Shape{rows, hidden}, 8), hdx = gt::Tensor::empty(Shape{rows, hidden}, gt::DType::f32);
 
   // configs/gpt_bytes.yaml's parameters (wte, wpe, 4 blocks, ln_f) as one AdamW group, gradients clipped.
   gt::ops::TensorGroup group;
@@ -102,7 +96,7 @@ int main(int argc, char** argv) {
   shapes.push_back(Shape{c});
   uint32_t seed = 100;
   for (const gt::Shape& s : shapes)
-    group.rows.push_back({random(s, seed++), random(s, seed++), gt::Tensor::zeros(s, gt::DType::f32),
+    group.rows.push_back({seeded_f32(s, seed++), seeded_f32(s, seed++), gt::Tensor::zeros(s, gt::DType::f32),
                           gt::Tensor::zeros(s, gt::DType::f32), gt::Tensor()});
   gt::Tensor stats = gt::Tensor::zeros(Shape{gt::kStepStats}, gt::DType::f64), per_row;
   const gt::AdamHyper adam{1e-3, 0.9, 0.99, 1e-8, 0.1, 0.1, 0.1, true};

@@ -34,6 +34,16 @@ int batch_chunks(int64_t n, F&& f) {
   return chunks;
 }
 
+// out[i] = beta·out[i] + Σ_c parts[c][i] for i < n, the chunks' partial gradients added in chunk order.
+template <class T>
+void add_chunk_partials(const std::vector<std::vector<T>>& parts, int chunks, double beta, T* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    T s = beta != 0 ? T(beta) * out[i] : T(0);
+    for (int c = 0; c < chunks; ++c) s += parts[static_cast<size_t>(c)][static_cast<size_t>(i)];
+    out[i] = s;
+  }
+}
+
 struct Geometry {
   int64_t c, h, w;  // input channels (of one group), height, width
   int64_t oh, ow;   // output height, width
@@ -622,12 +632,7 @@ void wino_backward(const Wino& g, int64_t batch, const float* x, const float* w,
     for (size_t i = 0; i < usize; ++i) part_u[0][i] += p[i];
   }
   wino_weight_grad(g, part_u[0].data(), beta, dw);
-  if (db)
-    for (int64_t o = 0; o < g.o; ++o) {
-      float s = beta != 0 ? beta * db[o] : 0.0f;
-      for (int c = 0; c < chunks; ++c) s += part_b[static_cast<size_t>(c)][static_cast<size_t>(o)];
-      db[o] = s;
-    }
+  if (db) add_chunk_partials(part_b, chunks, beta, db, g.o);
 }
 
 bool use_winograd(const Tensor& x, const Tensor& w, const Window2d& win, int64_t groups) {
@@ -722,20 +727,8 @@ void conv_bwd_t(const Tensor& x, const Tensor& w, const Tensor& dy, const Window
       }
     }
   });
-  T* pgw = dw.data<T>();
-  for (int64_t i = 0; i < wsize; ++i) {
-    T s = beta != 0 ? T(beta) * pgw[i] : T(0);
-    for (int c = 0; c < chunks; ++c) s += part_w[static_cast<size_t>(c)][static_cast<size_t>(i)];
-    pgw[i] = s;
-  }
-  if (want_db) {
-    T* pgb = db.data<T>();
-    for (int64_t o = 0; o < cout; ++o) {
-      T s = beta != 0 ? T(beta) * pgb[o] : T(0);
-      for (int c = 0; c < chunks; ++c) s += part_b[static_cast<size_t>(c)][static_cast<size_t>(o)];
-      pgb[o] = s;
-    }
-  }
+  add_chunk_partials(part_w, chunks, beta, dw.data<T>(), wsize);
+  if (want_db) add_chunk_partials(part_b, chunks, beta, db.data<T>(), cout);
 }
 
 std::atomic<int> g_conv_forced{-1};  // a CpuConvAlgo, or −1: the environment's choice
