@@ -41,8 +41,8 @@ bool winograd_applies(DType dtype, const Shape& w, const Window2d& win, int64_t 
 CpuConvAlgo cpu_conv_algo(DType dtype, const Shape& x, const Shape& w, const Window2d& win, int64_t groups);
 
 /// Below this many input or output channels auto keeps im2col: a first layer's 1 or 3 input channels make the 16
-/// GEMMs' inner dimension too short to pay for the transforms (bench/conv_rate.cpp, one thread: 2.2-4× slower at one
-/// input channel, even at 8, 1.1-1.3× faster from 16 up).
+/// GEMMs' inner dimension too short to pay for the transforms (bench/conv_rate.cpp, 1 and 2 threads: 2-4× slower at
+/// one input channel, 0.96-1.35× at 8, 1.14-1.54× faster from 16 up).
 inline constexpr int64_t kWinogradMinChannels = 16;
 /// Above this many 2×2 output tiles per image (outputs larger than 64 × 64) auto keeps im2col: a group of the 16
 /// GEMMs holds at least one whole image, so its scratch (16·(C + O) floats per tile) and the products' width grow

@@ -567,16 +567,24 @@ int64_t wino_group(const Wino& g, int64_t images) {
 size_t wino_buf_floats(const Wino& g) {
   return std::max({wino_input_floats(g), wino_output_floats(g), wino_dy_floats(g), wino_dx_floats(g)});
 }
+// The calling thread's scratch for groups of up to n_max columns: V (or dV) 16 × C × n, M (or dM) 16 × O × n, and
+// the transforms' buffer.
+struct WinoScratch {
+  float *v, *m, *buf;
+  WinoScratch(const Wino& g, int64_t n_max) {
+    v = scratch<float>(static_cast<size_t>(16 * (g.c + g.o) * n_max) + wino_buf_floats(g)).data();
+    m = v + 16 * g.c * n_max;
+    buf = m + 16 * g.o * n_max;
+  }
+};
 
 void wino_forward(const Wino& g, int64_t batch, const float* x, const float* w, const float* bias, float* y) {
   std::vector<float> u(static_cast<size_t>(16 * g.o * g.c));
   wino_weights(g, w, u.data());
   batch_chunks(batch, [&](int, int64_t b0, int64_t b1) {
-    const int64_t group = wino_group(g, b1 - b0), n_max = group * g.tiles();
-    std::vector<float>& scr = scratch<float>(static_cast<size_t>(16 * (g.c + g.o) * n_max) + wino_buf_floats(g));
-    float* v = scr.data();
-    float* m = v + 16 * g.c * n_max;
-    float* buf = m + 16 * g.o * n_max;
+    const int64_t group = wino_group(g, b1 - b0);
+    const WinoScratch scr(g, group * g.tiles());
+    float *v = scr.v, *m = scr.m, *buf = scr.buf;
     for (int64_t n0 = b0; n0 < b1; n0 += group) {
       const int64_t imgs = std::min(group, b1 - n0), n = imgs * g.tiles();
       for (int64_t i = 0; i < imgs; ++i) wino_input_f32(g, x + (n0 + i) * g.c * g.h * g.w, v, n, i * g.tiles(), buf);
@@ -592,7 +600,7 @@ void wino_forward(const Wino& g, int64_t batch, const float* x, const float* w, 
 
 void wino_backward(const Wino& g, int64_t batch, const float* x, const float* w, const float* dy, float* dx, float* dw,
                    float* db, float beta) {
-  std::vector<float> u(static_cast<size_t>(16 * g.o * g.c));
+  std::vector<float> u(dx ? static_cast<size_t>(16 * g.o * g.c) : 0);  // U: only dx's products read it
   if (dx) wino_weights(g, w, u.data());
   const int max_chunks = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(batch, num_threads())));
   const size_t usize = static_cast<size_t>(16 * g.o * g.c);
@@ -602,11 +610,9 @@ void wino_backward(const Wino& g, int64_t batch, const float* x, const float* w,
     du.assign(usize, 0.0f);
     std::vector<float>& gb = part_b[static_cast<size_t>(chunk)];
     if (db) gb.assign(static_cast<size_t>(g.o), 0.0f);
-    const int64_t group = wino_group(g, b1 - b0), n_max = group * g.tiles();
-    std::vector<float>& scr = scratch<float>(static_cast<size_t>(16 * (g.c + g.o) * n_max) + wino_buf_floats(g));
-    float* v = scr.data();  // V, then dV in its place
-    float* dm = v + 16 * g.c * n_max;
-    float* buf = dm + 16 * g.o * n_max;
+    const int64_t group = wino_group(g, b1 - b0);
+    const WinoScratch scr(g, group * g.tiles());
+    float *v = scr.v, *dm = scr.m, *buf = scr.buf;  // V, then dV in its place; dM
     for (int64_t n0 = b0; n0 < b1; n0 += group) {
       const int64_t imgs = std::min(group, b1 - n0), n = imgs * g.tiles();
       for (int64_t i = 0; i < imgs; ++i) {
