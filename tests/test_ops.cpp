@@ -6,6 +6,7 @@
 #include "ops/attention.h"
 #include "ops/batchnorm.h"
 #include "ops/conv2d.h"
+#include "ops/cpu_isa.h"
 #include "ops/dropout.h"
 #include "ops/embedding.h"
 #include "ops/layernorm.h"
@@ -876,7 +877,7 @@ TEST_CASE("2x2 max pooling, f32 and f64, gives the reference's bits with ties, N
   struct Hw {
     int64_t h, w;
   };
-  for (const Hw s : {Hw{28, 28}, Hw{14, 14}, Hw{7, 7}, Hw{5, 6}, Hw{2, 18}, Hw{6, 35}}) {
+  for (const Hw s : {Hw{28, 28}, Hw{14, 14}, Hw{7, 7}, Hw{5, 6}, Hw{2, 18}, Hw{6, 35}, Hw{4, 64}, Hw{3, 4}}) {
     CAPTURE(s.h, s.w);
     const int64_t planes = 2 * 3, oh = s.h / 2, ow = s.w / 2;
     Tensor x = Tensor::empty(Shape{2, 3, s.h, s.w}, DType::f32), dy = Tensor::empty(Shape{2, 3, oh, ow}, DType::f32);
@@ -908,18 +909,21 @@ TEST_CASE("2x2 max pooling, f32 and f64, gives the reference's bits with ties, N
     Tensor xd = Tensor::empty(x.shape(), DType::f64), dyd = Tensor::empty(dy.shape(), DType::f64);
     for (int64_t i = 0; i < x.numel(); ++i) xd.data<double>()[i] = x.data<float>()[i];
     for (int64_t i = 0; i < dy.numel(); ++i) dyd.data<double>()[i] = dy.data<float>()[i];
-    for (DType dt : {DType::f32, DType::f64}) {
-      CAPTURE(dtype_name(dt));
-      const Tensor& xi = dt == DType::f32 ? x : xd;
-      const Tensor& gi = dt == DType::f32 ? dy : dyd;
-      Tensor y = Tensor::empty(dy.shape(), dt), dx = Tensor::empty(x.shape(), dt);
-      for (int64_t i = 0; i < dx.numel(); ++i)  // garbage that every element must overwrite
-        dt == DType::f32 ? void(dx.data<float>()[i] = 9.f) : void(dx.data<double>()[i] = 9.0);
-      ops::pool2d_forward(PoolKind::max, xi, win, y);
-      ops::pool2d_backward(PoolKind::max, xi, gi, win, dx);
-      CHECK(same_bits(y, want_y));
-      CHECK(same_bits(dx, want_dx));
-    }
+    for (DType dt : {DType::f32, DType::f64})
+      for (const cpu::CpuIsa isa : {cpu::CpuIsa::avx512, cpu::CpuIsa::avx2, cpu::CpuIsa::baseline}) {
+        const test::ForcedCpuIsa forced(isa);  // the f32 backward's vectors of 16, 8 and 4 lanes on each path
+        if (!forced.ok()) continue;
+        CAPTURE(dtype_name(dt), cpu::to_string(isa));
+        const Tensor& xi = dt == DType::f32 ? x : xd;
+        const Tensor& gi = dt == DType::f32 ? dy : dyd;
+        Tensor y = Tensor::empty(dy.shape(), dt), dx = Tensor::empty(x.shape(), dt);
+        for (int64_t i = 0; i < dx.numel(); ++i)  // garbage that every element must overwrite
+          dt == DType::f32 ? void(dx.data<float>()[i] = 9.f) : void(dx.data<double>()[i] = 9.0);
+        ops::pool2d_forward(PoolKind::max, xi, win, y);
+        ops::pool2d_backward(PoolKind::max, xi, gi, win, dx);
+        CHECK(same_bits(y, want_y));
+        CHECK(same_bits(dx, want_dx));
+      }
   }
 }
 

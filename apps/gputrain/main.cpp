@@ -11,6 +11,7 @@
 #include "ops/cpu_conv.h"
 #include "ops/cpu_isa.h"
 #include "ops/devices.h"
+#include "ops/epilogue.h"
 #include "train/checkpoint.h"
 #include "train/config_schema.h"
 #include "train/evaluation.h"
@@ -662,6 +663,7 @@ int main(int argc, char** argv) {
   try {
     gt::cpu::env_cpu_isa();  // GPUTRAIN_CPU_ISA, read (or refused) here on the main thread, before any kernel runs
     gt::cpu::env_cpu_conv_algo();  // GPUTRAIN_CPU_CONV, likewise
+    gt::cpu::env_cpu_fusion();     // GPUTRAIN_CPU_FUSE, likewise
     if (*devices) return cmd_devices();
     if (*runs) return cmd_runs(runs_args);
     if (*sweep) return cmd_sweep(sweep_args);

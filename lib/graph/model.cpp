@@ -713,6 +713,46 @@ Model::HalfPlan Model::half_plan() const {
   return best;
 }
 
+Model::Chains Model::chains() const {
+  Chains c;
+  if (!m_fusion || !m_device.is_cpu() || m_recompute != Recompute::none || m_half || m_sync) return c;
+  const size_t count = m_nodes.size();
+  std::vector<std::vector<size_t>> readers(count);
+  for (size_t i = 0; i < count; ++i)
+    for (int j : m_nodes[i].inputs)
+      if (j >= 0) readers[static_cast<size_t>(j)].push_back(i);
+  c.tail.assign(count, -1);
+  c.head.assign(count, -1);
+  c.epilogue.assign(count, {});
+  bool any = false;
+  for (size_t i = 0; i < count; ++i) {
+    const Layer& head = *m_nodes[i].layer;
+    if (c.head[i] >= 0 || head.is_view()) continue;
+    ops::Epilogue ep;
+    size_t end = i;
+    // Extend the chain while the node at its end has one reader, which reads nothing else and is a step that the
+    // head can run after the steps taken so far (a pool before relu, each once).
+    while (readers[end].size() == 1) {
+      const GraphNode& next = m_nodes[readers[end][0]];
+      const ops::Epilogue step = next.layer->epilogue_step();
+      if (next.inputs.size() != 1 || !step.any() || (step.max_pool_2x2 && ep.any()) || (step.relu && ep.relu)) break;
+      ops::Epilogue longer = ep;
+      longer.max_pool_2x2 = longer.max_pool_2x2 || step.max_pool_2x2;
+      longer.relu = longer.relu || step.relu;
+      if (!head.takes_epilogue(longer)) break;
+      ep = longer;
+      end = readers[end][0];
+      c.head[end] = static_cast<int>(i);
+    }
+    if (end == i) continue;
+    c.tail[i] = static_cast<int>(end);
+    c.epilogue[i] = ep;
+    any = true;
+  }
+  if (!any) return {};
+  return c;
+}
+
 std::vector<Model::NodeBuffers> Model::buffer_plan(int64_t max_batch) const {
   const size_t count = m_nodes.size();
   const std::vector<int> writers = grad_writers();
@@ -720,9 +760,11 @@ std::vector<Model::NodeBuffers> Model::buffer_plan(int64_t max_batch) const {
   std::vector<bool> slot_given(m_slot_numel.size(), false);
   const HalfPlan half = half_plan();
   std::vector<bool> pool_given(half.pool_numel.size(), false);
+  const Chains chain = chains();
   for (size_t i = 0; i < count; ++i) {
     const GraphNode& n = m_nodes[i];
     if (n.layer->is_view()) continue;  // bound to its input at run time
+    if (chain.unstored(i)) continue;   // inside a fused chain: neither it nor its gradient is stored
     const int64_t rows = n.out_shape.batched(max_batch).numel();
     plan[i].output = rows;
     if (half.pool[i] >= 0) {  // kept in 16 bits; a working buffer, given to the first node that uses it
@@ -788,9 +830,12 @@ void Model::allocate(int64_t max_batch) {
   m_pool_buf.assign(m_half_plan.pool_numel.size(), Tensor());
   m_pool_holds.assign(m_half_plan.pool_numel.size(), -1);
   m_half_buf.assign(count, nullptr);
+  m_chains = chains();
+  for (size_t i = 0; i < count; ++i)
+    m_nodes[i].layer->set_epilogue(m_chains.any() ? m_chains.epilogue[i] : ops::Epilogue{});
   for (size_t i = 0; i < count; ++i) {
     const GraphNode& n = m_nodes[i];
-    if (n.layer->is_view()) continue;
+    if (n.layer->is_view() || m_chains.unstored(i)) continue;
     const AllocLabel label(fmt::format("the activations of {} (batch {})", n.name, max_batch));
     const Shape shape = n.out_shape.batched(max_batch);
     if (!m_slot.empty() && m_slot[i] >= 0) {
@@ -870,22 +915,32 @@ void Model::recompute_segment(int s, const LayerContext& ctx) {
   m_resident = s;
 }
 
+int64_t Model::chain_flops(size_t i) const {
+  int64_t flops = m_nodes[i].layer->forward_flops();
+  if (m_chains.any() && m_chains.tail[i] >= 0)
+    for (size_t j = i + 1; j < m_nodes.size(); ++j)
+      if (m_chains.head[j] == static_cast<int>(i)) flops += m_nodes[j].layer->forward_flops();
+  return flops;
+}
+
 const Tensor& Model::run_nodes(const LayerContext& ctx, SpanTimer* profiler,
                                const std::function<Tensor(size_t)>& output) {
   const int64_t batch = m_input.dim(0);
   std::vector<const Tensor*> ins;
   for (size_t i = 0; i < m_nodes.size(); ++i) {
     GraphNode& n = m_nodes[i];
+    if (!m_chains.runs(i)) continue;  // its chain's head computed it
     ins.clear();
     for (int j : n.inputs) ins.push_back(j < 0 ? &m_input : &m_out[static_cast<size_t>(j)]);
     if (n.layer->is_view()) {
       m_out[i] = ins[0]->view(n.out_shape.batched(batch));
       continue;
     }
-    m_out[i] = output(i);
+    const size_t out = m_chains.writes(i);
+    m_out[out] = output(out);
     {
-      SpanScope scope(profiler, n.name, n.type, "forward", n.layer->forward_flops() * batch);
-      n.layer->forward(ins, m_out[i], ctx);
+      SpanScope scope(profiler, n.name, n.type, "forward", chain_flops(i) * batch);
+      n.layer->forward(ins, m_out[out], ctx);
     }
     // Outputs no later forward reads go to 16 bits for the backward pass (an evaluation keeps nothing).
     if (m_half && ctx.training && !ctx.decode)
@@ -1004,7 +1059,8 @@ void Model::backward(const Tensor& dout, const LayerContext& context) {
   std::vector<std::pair<int, size_t>> pending_adds;
   for (size_t i = last + 1; i-- > 0;) {
     GraphNode& n = m_nodes[i];
-    if (n.layer->is_view() || !n.needs_grad) continue;
+    if (n.layer->is_view() || !n.needs_grad || !m_chains.runs(i)) continue;
+    const size_t out = m_chains.writes(i);  // a chain's head back-propagates from its tail's output
     // train.recompute: the first node of a segment to back-propagate brings its dropped outputs back.
     if (m_recompute != Recompute::none && m_segment[i] >= 0 && m_segment[i] != m_resident &&
         m_segment_range.count(m_segment[i]))
@@ -1044,14 +1100,13 @@ void Model::backward(const Tensor& dout, const LayerContext& context) {
       if (n.tied_to >= 0) m_grad_begin(static_cast<size_t>(n.tied_to));
     }
     // Backward FLOPs: about twice the forward's for layers with parameters (input and weight gradients).
-    SpanScope scope(m_profiler, n.name, n.type, "backward",
-                    n.layer->forward_flops() * batch * (n.param_count > 0 ? 2 : 1));
+    SpanScope scope(m_profiler, n.name, n.type, "backward", chain_flops(i) * batch * (n.param_count > 0 ? 2 : 1));
     if (n.adds_param_grads) {  // a tied layer has written this node's weight gradient already
       LayerContext adding = ctx;
       adding.accumulate_grads = true;
-      n.layer->backward(ins, m_out[i], m_grad[i], dins, adding);
+      n.layer->backward(ins, m_out[out], m_grad[out], dins, adding);
     } else {
-      n.layer->backward(ins, m_out[i], m_grad[i], dins, ctx);
+      n.layer->backward(ins, m_out[out], m_grad[out], dins, ctx);
     }
     if (m_grad_ready && n.param_count > 0) m_grad_ready(i);
     for (const auto& [owner, k] : pending_adds) {

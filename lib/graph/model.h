@@ -5,6 +5,7 @@
 #include "core/half.h"
 #include "core/span_timer.h"
 #include "layers/layer.h"
+#include "ops/epilogue.h"
 #include "ops/half_storage.h"
 
 #include <functional>
@@ -103,6 +104,29 @@ class Model {
   void set_activation_storage(std::optional<HalfFormat> format);
   /// The format some outputs are kept in for backward; nullopt when all stay f32 (none set, or none pays).
   std::optional<HalfFormat> activation_storage() const;
+  /// Fused chains on the CPU (before buffer_plan and allocate): where a layer's output is read by the next layer
+  /// alone, and that layer is a step the first can run as an epilogue of its own pass (Layer::takes_epilogue: batch
+  /// norm followed by a 2×2 max pool, relu or both; a 2×2 max pool followed by relu), the first runs the chain's
+  /// forward and backward by itself: the outputs inside the chain and their gradients are never stored (no buffers),
+  /// and the numbers are the same bit for bit. On by default (GPUTRAIN_CPU_FUSE=off turns it off); not on a GPU, nor
+  /// with train.recompute, half activation storage or synchronised batch norm, which keep every layer apart.
+  void set_fusion(bool on) { m_fusion = on; }
+  /// The chains in force: per node, the position of the last node of the chain it heads (-1: it heads none), the
+  /// head of the chain it belongs to otherwise (-1: none), and a head's epilogue. Empty when none is in force.
+  struct Chains {
+    std::vector<int> tail, head;
+    std::vector<ops::Epilogue> epilogue;
+    bool any() const { return !tail.empty(); }
+    /// Node i's output is never stored: a head's, or a member's before its tail.
+    bool unstored(size_t i) const {
+      return any() && (tail[i] >= 0 || (head[i] >= 0 && tail[static_cast<size_t>(head[i])] != static_cast<int>(i)));
+    }
+    /// Where node i's forward writes: its tail's output when it heads a chain, else its own.
+    size_t writes(size_t i) const { return any() && tail[i] >= 0 ? static_cast<size_t>(tail[i]) : i; }
+    /// Whether node i runs at all (not when its head runs it).
+    bool runs(size_t i) const { return !any() || head[i] < 0; }
+  };
+  Chains chains() const;
   /// Tests: widen every kept output a backward could read (its inputs' sources and its own), and never hand a layer
   /// an input in 16 bits, ignoring what layers say they read (Layer::backward_reads_input and the rest); the
   /// gradients must come out the same bit for bit either way.
@@ -163,6 +187,8 @@ class Model {
   /// The forward pass over m_input, shared by forward and forward_decode: node i writes into output(i), a part of
   /// its buffer (a view layer's output is its input in the view's shape), timed into `profiler` (nullptr: not).
   const Tensor& run_nodes(const LayerContext& ctx, SpanTimer* profiler, const std::function<Tensor(size_t)>& output);
+  /// Node i's forward FLOPs per sample, with those of the chain members it runs (profiler spans).
+  int64_t chain_flops(size_t i) const;
   /// set_activation_storage's plan: per node, its working buffer (-1: the output is not kept in half); per working
   /// buffer, its elements per sample (the largest output that uses it); per node, the outputs whose last forward
   /// reader it is (packed to half right after its forward, their working buffers then free for later nodes).
@@ -220,6 +246,9 @@ class Model {
   bool m_widen_everything = false;
   /// LayerContext::scratch (the largest Layer::scratch_numel at max_batch; undefined when no layer needs one) and
   /// LayerContext::half_storage for training passes (activation_storage(), fixed at allocate).
+  /// set_fusion, and the chains allocate put in force (chains()).
+  bool m_fusion = cpu::env_cpu_fusion();
+  Chains m_chains;
   Tensor m_layer_scratch;
   std::optional<HalfFormat> m_layer_storage;
   int64_t m_widened = 0;

@@ -55,6 +55,13 @@ class BatchNorm final : public Layer {
       running_var = &m_sink_var;
     }
     m_synced = ctx.training && ctx.sum_over_ranks != nullptr;
+    if (m_epilogue.any()) {  // Model::chains leaves synchronised batch norm alone
+      GT_CHECK(!m_synced, "batch norm with an epilogue over several ranks");
+      ops::batchnorm_epilogue_forward(*x[0], m_gamma.value, m_beta.value, *running_mean, *running_var, m_momentum,
+                                      m_eps, ctx.training, m_save_mean, m_save_invstd, m_save_scale, m_save_shift,
+                                      m_epilogue, y);
+      return;
+    }
     if (m_synced) {
       m_global_count =
           ops::batchnorm_forward_sync(*x[0], m_gamma.value, m_beta.value, *running_mean, *running_var, m_momentum,
@@ -64,9 +71,15 @@ class BatchNorm final : public Layer {
     ops::batchnorm_forward(*x[0], m_gamma.value, m_beta.value, *running_mean, *running_var, m_momentum, m_eps,
                            ctx.training, m_save_mean, m_save_invstd, y);
   }
-  void backward(const std::vector<const Tensor*>& x, const Tensor&, const Tensor& dy, const std::vector<Tensor*>& dx,
+  void backward(const std::vector<const Tensor*>& x, const Tensor& y, const Tensor& dy, const std::vector<Tensor*>& dx,
                 const LayerContext& ctx) override {
     Tensor none;
+    if (m_epilogue.any()) {
+      ops::batchnorm_epilogue_backward(*x[0], m_gamma.value, m_save_mean, m_save_invstd, m_save_scale, m_save_shift,
+                                       m_epilogue, y, dy, ctx.training, dx[0] ? *dx[0] : none, m_gamma.grad,
+                                       m_beta.grad, ctx.accumulate_grads ? 1.0 : 0.0);
+      return;
+    }
     if (m_synced && ctx.training && ctx.sum_over_ranks != nullptr) {
       ops::batchnorm_backward_sync(*x[0], m_gamma.value, m_save_mean, m_save_invstd, dy, m_global_count,
                                    dx[0] ? *dx[0] : none, m_gamma.grad, m_beta.grad, ctx.accumulate_grads ? 1.0 : 0.0,
@@ -85,7 +98,18 @@ class BatchNorm final : public Layer {
   int64_t forward_flops() const override { return 2 * m_numel; }
   int64_t param_numel() const override { return 2 * m_channels; }
   int64_t buffer_numel() const override { return 2 * m_channels; }
-  int64_t workspace_numel(int64_t) const override { return 2 * m_channels; }  // save_mean, save_invstd
+  // save_mean, save_invstd; with an epilogue, save_scale and save_shift too
+  int64_t workspace_numel(int64_t) const override { return (m_epilogue.any() ? 4 : 2) * m_channels; }
+  // A pool needs [C, H, W] samples (batchnorm2d); relu goes after either.
+  bool takes_epilogue(const ops::Epilogue& ep) const override { return ep.any() && (m_two_d || !ep.max_pool_2x2); }
+  void set_epilogue(const ops::Epilogue& ep) override {
+    m_epilogue = ep;
+    if (ep.any() && !m_save_scale.defined()) {
+      const AllocLabel label("batch norm's affine map for its epilogue");
+      m_save_scale = Tensor::zeros(Shape{m_channels}, m_gamma.value.dtype(), m_gamma.value.device());
+      m_save_shift = Tensor::zeros(Shape{m_channels}, m_gamma.value.dtype(), m_gamma.value.device());
+    }
+  }
 
  private:
   bool m_two_d;
@@ -93,9 +117,11 @@ class BatchNorm final : public Layer {
   int64_t m_channels = 0, m_numel = 0;
   Param m_gamma, m_beta;
   Tensor m_running_mean, m_running_var, m_save_mean, m_save_invstd;
-  Tensor m_sink_mean, m_sink_var;  // train.recompute: where a recomputing call's running-statistics update goes
-  bool m_synced = false;           // the last forward normalised over the ranks (its backward must too)
-  int64_t m_global_count = 0;      // values per channel in that forward, over all ranks
+  ops::Epilogue m_epilogue;           // set_epilogue: what runs in the forward's pass after the normalisation
+  Tensor m_save_scale, m_save_shift;  // its per-channel affine map, which the backward recomputes the values with
+  Tensor m_sink_mean, m_sink_var;     // train.recompute: where a recomputing call's running-statistics update goes
+  bool m_synced = false;              // the last forward normalised over the ranks (its backward must too)
+  int64_t m_global_count = 0;         // values per channel in that forward, over all ranks
 };
 
 }  // namespace

@@ -28,12 +28,24 @@ class Pool2d final : public Layer {
   }
 
   void forward(const std::vector<const Tensor*>& x, Tensor& y, const LayerContext&) override {
-    ops::pool2d_forward(m_kind, *x[0], m_win, y);
+    if (m_relu)
+      ops::max_pool_relu_forward(*x[0], y);
+    else
+      ops::pool2d_forward(m_kind, *x[0], m_win, y);
   }
-  void backward(const std::vector<const Tensor*>& x, const Tensor&, const Tensor& dy, const std::vector<Tensor*>& dx,
+  void backward(const std::vector<const Tensor*>& x, const Tensor& y, const Tensor& dy, const std::vector<Tensor*>& dx,
                 const LayerContext&) override {
-    if (dx[0]) ops::pool2d_backward(m_kind, *x[0], dy, m_win, *dx[0]);
+    if (!dx[0]) return;
+    if (m_relu)
+      ops::max_pool_relu_backward(*x[0], y, dy, *dx[0]);
+    else
+      ops::pool2d_backward(m_kind, *x[0], dy, m_win, *dx[0]);
   }
+  ops::Epilogue epilogue_step() const override { return {.max_pool_2x2 = is_max_2x2()}; }
+  bool takes_epilogue(const ops::Epilogue& ep) const override {
+    return is_max_2x2() && ep == ops::Epilogue{.relu = true};
+  }
+  void set_epilogue(const ops::Epilogue& ep) override { m_relu = ep.relu; }
   YAML::Node resolved_args() const override {
     YAML::Node n(YAML::NodeType::Map);
     n["kernel_size"] = pair_node(m_kernel);
@@ -44,10 +56,16 @@ class Pool2d final : public Layer {
   int64_t forward_flops() const override { return m_numel; }
 
  private:
+  bool is_max_2x2() const {
+    return m_kind == PoolKind::max && m_win.kh == 2 && m_win.kw == 2 && m_win.sh == 2 && m_win.sw == 2 &&
+           m_win.ph == 0 && m_win.pw == 0;
+  }
+
   PoolKind m_kind;
   std::pair<int64_t, int64_t> m_kernel, m_stride, m_padding;
   Window2d m_win{};
   int64_t m_numel = 0;
+  bool m_relu = false;  // set_epilogue: relu runs in the pool's pass
 };
 
 }  // namespace

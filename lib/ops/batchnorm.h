@@ -5,6 +5,7 @@
 
 #include "core/tensor.h"
 #include "ops/entry_points.h"
+#include "ops/epilogue.h"
 
 #include <cstddef>
 #include <functional>
@@ -19,6 +20,21 @@ void batchnorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                        Tensor& save_invstd, Tensor& y);
 void batchnorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
                         const Tensor& dy, bool training, Tensor& dx, Tensor& dgamma, Tensor& dbeta, double beta);
+/// batchnorm_forward, then `ep` on its output in the same pass (CPU; a pool needs x of (B, C, H, W)): y is the
+/// epilogue's output ((B, C, ⌊H/2⌋, ⌊W/2⌋) with the pool), and the normalised values never reach memory. save_scale
+/// and save_shift (C) keep the per-channel affine map y = x·scale + shift that backward recomputes them with. The
+/// same numbers bit for bit as batchnorm_forward, pool2d_forward and activation_forward in turn.
+void batchnorm_epilogue_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
+                                Tensor& running_var, double momentum, double eps, bool training, Tensor& save_mean,
+                                Tensor& save_invstd, Tensor& save_scale, Tensor& save_shift, const Epilogue& ep,
+                                Tensor& y);
+/// Its backward from y and dy, the epilogue's output and its gradient: the normalised values and their gradient are
+/// computed again in cache, one sample at a time, for the per-channel sums and then for dx. The same numbers bit for
+/// bit as activation_backward, pool2d_backward and batchnorm_backward in turn.
+void batchnorm_epilogue_backward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
+                                 const Tensor& save_invstd, const Tensor& save_scale, const Tensor& save_shift,
+                                 const Epilogue& ep, const Tensor& y, const Tensor& dy, bool training, Tensor& dx,
+                                 Tensor& dgamma, Tensor& dbeta, double beta);
 /// Sums `n` doubles in place over the ranks of a data-parallel run; every rank calls it at the same point.
 using SumOverRanks = std::function<void(double* data, size_t n)>;
 /// Training-mode batch norm over the global batch of a data-parallel run (dist.sync_batchnorm), CPU tensors only:
@@ -41,8 +57,6 @@ void batchnorm_backward_sync(const Tensor& x, const Tensor& gamma, const Tensor&
 // The backends' entry points: the ops above call them once the contract holds.
 // CUDA: cuDNN spatial batch normalisation over x viewed as (B, C, S, 1).
 GT_BACKEND_ENTRY_POINTS(batchnorm_forward, batchnorm_backward)
-// The synchronised variants are CPU-only.
-namespace gt::cpu {
-decltype(ops::batchnorm_forward_sync) batchnorm_forward_sync;
-decltype(ops::batchnorm_backward_sync) batchnorm_backward_sync;
-}  // namespace gt::cpu
+// The synchronised variants and the epilogues are CPU-only.
+GT_ENTRY_POINTS_IN_(cpu, batchnorm_forward_sync, batchnorm_backward_sync, batchnorm_epilogue_forward,
+                    batchnorm_epilogue_backward)

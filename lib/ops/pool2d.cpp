@@ -17,4 +17,22 @@ void pool2d_backward(PoolKind kind, const Tensor& x, const Tensor& dy, const Win
   GT_DISPATCH(op, pool2d_backward(kind, x, dy, win, dx));
 }
 
+void max_pool_relu_forward(const Tensor& x, Tensor& y) {
+  const Operands op("max_pool_relu", {&x, &y});
+  GT_CHECK(x.rank() == 4 && y.rank() == 4 && y.dim(0) == x.dim(0) && y.dim(1) == x.dim(1) && y.dim(2) == x.dim(2) / 2 &&
+               y.dim(3) == x.dim(3) / 2,
+           "max_pool_relu x {} y {}", x.shape().str(), y.shape().str());
+  GT_CHECK(op.device().is_cpu(), "max_pool_relu on {}: CPU-only", op.device().str());
+  cpu::max_pool_relu_forward(x, y);
+}
+
+void max_pool_relu_backward(const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) {
+  const Operands op("max_pool_relu_backward", {&x, &y, &dy, &dx});
+  GT_CHECK(x.rank() == 4 && y.rank() == 4 && y.dim(0) == x.dim(0) && y.dim(1) == x.dim(1) && y.dim(2) == x.dim(2) / 2 &&
+               y.dim(3) == x.dim(3) / 2 && dy.shape() == y.shape() && dx.shape() == x.shape(),
+           "max_pool_relu_backward shapes");
+  GT_CHECK(op.device().is_cpu(), "max_pool_relu_backward on {}: CPU-only", op.device().str());
+  cpu::max_pool_relu_backward(x, y, dy, dx);
+}
+
 }  // namespace gt::ops

@@ -4,6 +4,7 @@
 
 #include "core/parallel.h"
 #include "ops/cpu/kernel_util.h"
+#include "ops/cpu/pool2x2.h"
 #include "ops/cpu/vec_math.h"
 
 #include <algorithm>
@@ -86,8 +87,9 @@ GT_INLINE void bn_scale_rows(const T* px, const T* scale, const T* shift, int64_
   }
 }
 
-// Rows [r0, r1) of dx: training dx = k·(dy − mean(dy) − (x − mean)·invstd·mean(dy·x̂)), evaluation dx = k·dy, with
-// k = γ·invstd; per channel the coefficients k, mean(dy), mean, invstd·mean(dy·x̂) (the last two unused in evaluation).
+// Rows [r0, r1) of dx (which may be dy: a fused chain's dz is turned into dx in place): training dx = k·(dy − mean(dy)
+// − (x − mean)·invstd·mean(dy·x̂)), evaluation dx = k·dy, with k = γ·invstd; per channel the coefficients k, mean(dy),
+// mean, invstd·mean(dy·x̂) (the last two unused in evaluation).
 template <class T>
 GT_INLINE void bn_dx_rows(const T* px, const T* pdy, const T* coef, int64_t ch, int64_t sp, bool training, int64_t r0,
                           int64_t r1, T* pdx) {
@@ -96,10 +98,11 @@ GT_INLINE void bn_dx_rows(const T* px, const T* pdy, const T* coef, int64_t ch, 
     const T k = q[0], mean_dy = q[1], m = q[2], ivx = q[3];
     const T *row = px + r * sp, *g = pdy + r * sp;
     T* out = pdx + r * sp;
-    if (training)
-      for (int64_t i = 0; i < sp; ++i) out[i] = k * (g[i] - mean_dy - (row[i] - m) * ivx);
-    else
-      for (int64_t i = 0; i < sp; ++i) out[i] = k * g[i];
+    if (training) {
+      GT_SIMD for (int64_t i = 0; i < sp; ++i) out[i] = k * (g[i] - mean_dy - (row[i] - m) * ivx);
+    } else {
+      GT_SIMD for (int64_t i = 0; i < sp; ++i) out[i] = k * g[i];
+    }
   }
 }
 
@@ -138,15 +141,17 @@ void bn_chunked_sums(int64_t batch, int64_t ch, F&& sums, std::vector<double>& s
     }
 }
 
+// The per-channel affine map of a batch-norm forward, y = x·scale + shift, from the batch's statistics (training,
+// moving the running ones towards them) or the running ones (evaluation); save_mean and save_invstd keep what the
+// backward pass needs.
 template <class T>
-void bn_fwd_t(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean, Tensor& running_var,
-              double momentum, double eps, bool training, Tensor& save_mean, Tensor& save_invstd, Tensor& y) {
+void bn_affine(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean, Tensor& running_var,
+               double momentum, double eps, bool training, Tensor& save_mean, Tensor& save_invstd, T* scale, T* shift) {
   const int64_t batch = x.dim(0), ch = gamma.numel(), sp = x.numel() / (batch * ch);
   const T *px = x.data<T>(), *pg = gamma.data<T>(), *pb = beta.data<T>();
-  T *py = y.data<T>(), *rm = running_mean.data<T>(), *rv = running_var.data<T>();
+  T *rm = running_mean.data<T>(), *rv = running_var.data<T>();
   T *sm = save_mean.data<T>(), *si = save_invstd.data<T>();
   const double n = static_cast<double>(batch * sp);
-  std::vector<T> scale(static_cast<size_t>(ch)), shift(static_cast<size_t>(ch));
   std::vector<double> mean(static_cast<size_t>(ch)), var(static_cast<size_t>(ch));
   if (training) {
     std::vector<T> k(static_cast<size_t>(ch));  // K_c: channel c's first value
@@ -181,54 +186,206 @@ void bn_fwd_t(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& 
     const double inv = 1.0 / std::sqrt(v + eps);
     sm[c] = static_cast<T>(mu);
     si[c] = static_cast<T>(inv);
-    scale[static_cast<size_t>(c)] = static_cast<T>(pg[c] * inv);
-    shift[static_cast<size_t>(c)] = static_cast<T>(pb[c] - mu * pg[c] * inv);
+    scale[c] = static_cast<T>(pg[c] * inv);
+    shift[c] = static_cast<T>(pb[c] - mu * pg[c] * inv);
   }
-  parallel_for(batch * ch, std::max<int64_t>(1, kGrain / std::max<int64_t>(sp, 1)), [&](int64_t r0, int64_t r1) {
-    if constexpr (std::is_same_v<T, float>)
-      bn_scale_rows_f32(px, scale.data(), shift.data(), ch, sp, r0, r1, py);
-    else
-      bn_scale_rows<T>(px, scale.data(), shift.data(), ch, sp, r0, r1, py);
-  });
+}
+
+// Rows [r0, r1) of y = x·scale_c + shift_c (bn_scale_rows, on f32 compiled per instruction set).
+template <class T>
+void bn_scale(const T* px, const T* scale, const T* shift, int64_t ch, int64_t sp, int64_t r0, int64_t r1, T* py) {
+  if constexpr (std::is_same_v<T, float>)
+    bn_scale_rows_f32(px, scale, shift, ch, sp, r0, r1, py);
+  else
+    bn_scale_rows<T>(px, scale, shift, ch, sp, r0, r1, py);
+}
+
+template <class T>
+void bn_fwd_t(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean, Tensor& running_var,
+              double momentum, double eps, bool training, Tensor& save_mean, Tensor& save_invstd, Tensor& y) {
+  const int64_t batch = x.dim(0), ch = gamma.numel(), sp = x.numel() / (batch * ch);
+  std::vector<T> scale(static_cast<size_t>(ch)), shift(static_cast<size_t>(ch));
+  bn_affine<T>(x, gamma, beta, running_mean, running_var, momentum, eps, training, save_mean, save_invstd, scale.data(),
+               shift.data());
+  const T* px = x.data<T>();
+  T* py = y.data<T>();
+  parallel_for(batch * ch, std::max<int64_t>(1, kGrain / std::max<int64_t>(sp, 1)),
+               [&](int64_t r0, int64_t r1) { bn_scale<T>(px, scale.data(), shift.data(), ch, sp, r0, r1, py); });
+}
+
+// Per channel, from Σdy (s1) and Σdy·(x − mean) (s2) over n values: dgamma and dbeta (plus beta_acc times what they
+// hold), and bn_dx_rows' four coefficients.
+template <class T>
+void bn_grad_coefficients(int64_t ch, double n, const std::vector<double>& s1, const std::vector<double>& s2,
+                          const T* pg, const T* sm, const T* si, double beta_acc, T* dg, T* db, T* coef) {
+  for (int64_t c = 0; c < ch; ++c) {
+    const double sum_dy = s1[static_cast<size_t>(c)], sum_dy_xhat = s2[static_cast<size_t>(c)] * si[c];
+    dg[c] = static_cast<T>(sum_dy_xhat + (beta_acc != 0 ? beta_acc * dg[c] : 0.0));
+    db[c] = static_cast<T>(sum_dy + (beta_acc != 0 ? beta_acc * db[c] : 0.0));
+    T* q = coef + 4 * c;
+    q[0] = static_cast<T>(pg[c] * si[c]);
+    q[1] = static_cast<T>(sum_dy / n);
+    q[2] = sm[c];
+    q[3] = static_cast<T>(si[c] * (sum_dy_xhat / n));
+  }
+}
+
+// bn_grad_sums and bn_dx_rows, on f32 compiled per instruction set.
+template <class T>
+void bn_sums(const T* px, const T* pdy, int64_t ch, int64_t sp, const T* sm, int64_t b0, int64_t b1, double* s1,
+             double* s2) {
+  if constexpr (std::is_same_v<T, float>)
+    bn_grad_sums_f32(px, pdy, ch, sp, sm, b0, b1, s1, s2);
+  else
+    bn_grad_sums<T>(px, pdy, ch, sp, sm, b0, b1, s1, s2);
+}
+template <class T>
+void bn_dx(const T* px, const T* pdy, const T* coef, int64_t ch, int64_t sp, bool training, int64_t r0, int64_t r1,
+           T* pdx) {
+  if constexpr (std::is_same_v<T, float>)
+    bn_dx_rows_f32(px, pdy, coef, ch, sp, training, r0, r1, pdx);
+  else
+    bn_dx_rows<T>(px, pdy, coef, ch, sp, training, r0, r1, pdx);
 }
 
 template <class T>
 void bn_bwd_t(const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
               const Tensor& dy, bool training, Tensor& dx, Tensor& dgamma, Tensor& dbeta, double beta_acc) {
   const int64_t batch = x.dim(0), ch = gamma.numel(), sp = x.numel() / (batch * ch);
-  const T *px = x.data<T>(), *pg = gamma.data<T>(), *pdy = dy.data<T>();
-  const T *sm = save_mean.data<T>(), *si = save_invstd.data<T>();
-  T *dg = dgamma.data<T>(), *db = dbeta.data<T>();
+  const T *px = x.data<T>(), *pdy = dy.data<T>(), *sm = save_mean.data<T>();
+  std::vector<double> s1, s2;
+  bn_chunked_sums(
+      batch, ch,
+      [&](int64_t b0, int64_t b1, double* q1, double* q2) { bn_sums<T>(px, pdy, ch, sp, sm, b0, b1, q1, q2); }, s1, s2);
+  std::vector<T> coef(static_cast<size_t>(4 * ch));
+  bn_grad_coefficients<T>(ch, static_cast<double>(batch * sp), s1, s2, gamma.data<T>(), sm, save_invstd.data<T>(),
+                          beta_acc, dgamma.data<T>(), dbeta.data<T>(), coef.data());
+  if (!dx.defined()) return;
+  T* pdx = dx.data<T>();
+  parallel_for(batch * ch, std::max<int64_t>(1, kGrain / std::max<int64_t>(sp, 1)),
+               [&](int64_t r0, int64_t r1) { bn_dx<T>(px, pdy, coef.data(), ch, sp, training, r0, r1, pdx); });
+}
+
+// Batch norm with an epilogue (a 2×2 max pool, relu, or both): one sample at a time, its normalised values z (C·S)
+// live in a scratch that stays in cache. The forward writes the epilogue's output; the backward makes z again from
+// x and the saved affine map (the same expression, so the same bits), then dz, z's gradient, from the epilogue's
+// output and gradient, through the same row loops the separate layers run; the per-channel sums and dx then read
+// that dz as batchnorm_backward reads its dy. Every value is the unfused chain's, bit for bit.
+template <class T>
+struct BnEpilogue {
+  const T *px, *scale, *shift;
+  int64_t ch, sp, h, w, oh, ow;
+  ops::Epilogue ep;
+  int64_t out_per_sample() const { return ep.max_pool_2x2 ? ch * oh * ow : ch * sp; }
+
+  // Sample b's output at yb (z: C·S of scratch).
+  void forward(int64_t b, T* z, T* yb) const {
+    const T* xb = px + b * ch * sp;
+    if (ep.max_pool_2x2) {
+      bn_scale<T>(xb, scale, shift, ch, sp, 0, ch, z);
+      if constexpr (std::is_same_v<T, float>)
+        pool2x2_fwd_rows_f32(true, z, h, w, oh, ow, yb, 0, ch * oh);
+      else
+        pool2x2_fwd_rows<T>(true, z, h, w, oh, ow, yb, 0, ch * oh);
+    } else {
+      bn_scale<T>(xb, scale, shift, ch, sp, 0, ch, yb);
+    }
+    if (ep.relu) relu_fwd(yb, out_per_sample());
+  }
+  // Sample b's dz (C·S) from its output yb and gradient dyb (z: C·S and g: out_per_sample() of scratch). Relu's
+  // gradient after a pool is taken from the pool's output through relu, yb: positive exactly where the pool's is.
+  void dz(int64_t b, const T* yb, const T* dyb, T* z, T* g, T* dz) const {
+    bn_scale<T>(px + b * ch * sp, scale, shift, ch, sp, 0, ch, z);
+    if (!ep.max_pool_2x2) {
+      relu_bwd(z, dyb, dz, ch * sp);
+      return;
+    }
+    const T* gp = dyb;
+    if (ep.relu) {
+      relu_bwd(yb, dyb, g, out_per_sample());
+      gp = g;
+    }
+    if constexpr (std::is_same_v<T, float>)
+      pool2x2_bwd_rows_f32(true, z, gp, h, w, oh, ow, dz, 0, ch * oh);
+    else
+      pool2x2_bwd_rows<T>(true, z, gp, h, w, oh, ow, dz, 0, ch * oh);
+  }
+  static void relu_fwd(T* y, int64_t n) {
+    if constexpr (std::is_same_v<T, float>)
+      chain_relu_fwd_f32(y, y, n);
+    else
+      chain_relu_fwd<T>(y, y, n);
+  }
+  static void relu_bwd(const T* x, const T* dy, T* dx, int64_t n) {
+    if constexpr (std::is_same_v<T, float>)
+      chain_relu_bwd_f32(x, dy, dx, n);
+    else
+      chain_relu_bwd<T>(x, dy, dx, n);
+  }
+};
+
+template <class T>
+BnEpilogue<T> bn_epilogue(const Tensor& x, int64_t ch, const T* scale, const T* shift, const ops::Epilogue& ep) {
+  const int64_t batch = x.dim(0), sp = x.numel() / (batch * ch);
+  const int64_t h = ep.max_pool_2x2 ? x.dim(2) : sp, w = ep.max_pool_2x2 ? x.dim(3) : 1;
+  return {x.data<T>(), scale, shift, ch, sp, h, w, h / 2, w / 2, ep};
+}
+
+template <class T>
+void bn_epilogue_fwd_t(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
+                       Tensor& running_var, double momentum, double eps, bool training, Tensor& save_mean,
+                       Tensor& save_invstd, Tensor& save_scale, Tensor& save_shift, const ops::Epilogue& ep,
+                       Tensor& y) {
+  const int64_t batch = x.dim(0), ch = gamma.numel();
+  T *scale = save_scale.data<T>(), *shift = save_shift.data<T>();
+  bn_affine<T>(x, gamma, beta, running_mean, running_var, momentum, eps, training, save_mean, save_invstd, scale,
+               shift);
+  const BnEpilogue<T> chain = bn_epilogue<T>(x, ch, scale, shift, ep);
+  T* py = y.data<T>();
+  parallel_for(batch, 1, [&](int64_t b0, int64_t b1) {
+    std::vector<T> z(static_cast<size_t>(ep.max_pool_2x2 ? ch * chain.sp : 0));
+    for (int64_t b = b0; b < b1; ++b) chain.forward(b, z.data(), py + b * chain.out_per_sample());
+  });
+}
+
+template <class T>
+void bn_epilogue_bwd_t(const Tensor& x, const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd,
+                       const Tensor& save_scale, const Tensor& save_shift, const ops::Epilogue& ep, const Tensor& y,
+                       const Tensor& dy, bool training, Tensor& dx, Tensor& dgamma, Tensor& dbeta, double beta_acc) {
+  const int64_t batch = x.dim(0), ch = gamma.numel();
+  const BnEpilogue<T> chain = bn_epilogue<T>(x, ch, save_scale.data<T>(), save_shift.data<T>(), ep);
+  const int64_t sp = chain.sp, out = chain.out_per_sample();
+  const T *px = x.data<T>(), *py = y.data<T>(), *pdy = dy.data<T>(), *sm = save_mean.data<T>();
+  // Scratch for one sample: z, dz (when there is no dx to hold it) and relu's gradient before a pool.
+  struct Scratch {
+    std::vector<T> z, dz, g;
+  };
+  auto scratch = [&] {
+    return Scratch{std::vector<T>(static_cast<size_t>(ch * sp)),
+                   std::vector<T>(static_cast<size_t>(dx.defined() ? 0 : ch * sp)),
+                   std::vector<T>(static_cast<size_t>(ep.max_pool_2x2 && ep.relu ? out : 0))};
+  };
+  // dz goes to dx's buffer (when dx is wanted) for the second pass, which turns it into dx in place: computing it
+  // again there would run the pool's backward twice, which costs more in cache than one more pass through memory.
+  T* pdx = dx.defined() ? dx.data<T>() : nullptr;
   std::vector<double> s1, s2;
   bn_chunked_sums(
       batch, ch,
       [&](int64_t b0, int64_t b1, double* q1, double* q2) {
-        if constexpr (std::is_same_v<T, float>)
-          bn_grad_sums_f32(px, pdy, ch, sp, sm, b0, b1, q1, q2);
-        else
-          bn_grad_sums<T>(px, pdy, ch, sp, sm, b0, b1, q1, q2);
+        Scratch t = scratch();
+        for (int64_t b = b0; b < b1; ++b) {
+          T* dz = pdx ? pdx + b * ch * sp : t.dz.data();
+          chain.dz(b, py + b * out, pdy + b * out, t.z.data(), t.g.data(), dz);
+          bn_sums<T>(px + b * ch * sp, dz, ch, sp, sm, 0, 1, q1, q2);
+        }
       },
       s1, s2);
-  const double n = static_cast<double>(batch * sp);
   std::vector<T> coef(static_cast<size_t>(4 * ch));
-  for (int64_t c = 0; c < ch; ++c) {
-    const double sum_dy = s1[static_cast<size_t>(c)], sum_dy_xhat = s2[static_cast<size_t>(c)] * si[c];
-    dg[c] = static_cast<T>(sum_dy_xhat + (beta_acc != 0 ? beta_acc * dg[c] : 0.0));
-    db[c] = static_cast<T>(sum_dy + (beta_acc != 0 ? beta_acc * db[c] : 0.0));
-    T* q = coef.data() + 4 * c;
-    q[0] = static_cast<T>(pg[c] * si[c]);
-    q[1] = static_cast<T>(sum_dy / n);
-    q[2] = sm[c];
-    q[3] = static_cast<T>(si[c] * (sum_dy_xhat / n));
-  }
-  if (!dx.defined()) return;
-  T* pdx = dx.data<T>();
-  parallel_for(batch * ch, std::max<int64_t>(1, kGrain / std::max<int64_t>(sp, 1)), [&](int64_t r0, int64_t r1) {
-    if constexpr (std::is_same_v<T, float>)
-      bn_dx_rows_f32(px, pdy, coef.data(), ch, sp, training, r0, r1, pdx);
-    else
-      bn_dx_rows<T>(px, pdy, coef.data(), ch, sp, training, r0, r1, pdx);
-  });
+  bn_grad_coefficients<T>(ch, static_cast<double>(batch * sp), s1, s2, gamma.data<T>(), sm, save_invstd.data<T>(),
+                          beta_acc, dgamma.data<T>(), dbeta.data<T>(), coef.data());
+  if (!pdx) return;
+  parallel_for(batch * ch, std::max<int64_t>(1, kGrain / std::max<int64_t>(sp, 1)),
+               [&](int64_t r0, int64_t r1) { bn_dx<T>(px, pdx, coef.data(), ch, sp, training, r0, r1, pdx); });
 }
 
 // Synchronised batch norm (dist.sync_batchnorm): the local sums first, one all-reduce, then the normalisation with
@@ -329,6 +486,24 @@ void batchnorm_backward(const Tensor& x, const Tensor& gamma, const Tensor& save
                         const Tensor& dy, bool training, Tensor& dx, Tensor& dgamma, Tensor& dbeta, double beta) {
   for_float_type(x.dtype(), [&](auto t) {
     bn_bwd_t<decltype(t)>(x, gamma, save_mean, save_invstd, dy, training, dx, dgamma, dbeta, beta);
+  });
+}
+void batchnorm_epilogue_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,
+                                Tensor& running_var, double momentum, double eps, bool training, Tensor& save_mean,
+                                Tensor& save_invstd, Tensor& save_scale, Tensor& save_shift, const ops::Epilogue& ep,
+                                Tensor& y) {
+  for_float_type(x.dtype(), [&](auto t) {
+    bn_epilogue_fwd_t<decltype(t)>(x, gamma, beta, running_mean, running_var, momentum, eps, training, save_mean,
+                                   save_invstd, save_scale, save_shift, ep, y);
+  });
+}
+void batchnorm_epilogue_backward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
+                                 const Tensor& save_invstd, const Tensor& save_scale, const Tensor& save_shift,
+                                 const ops::Epilogue& ep, const Tensor& y, const Tensor& dy, bool training, Tensor& dx,
+                                 Tensor& dgamma, Tensor& dbeta, double beta) {
+  for_float_type(x.dtype(), [&](auto t) {
+    bn_epilogue_bwd_t<decltype(t)>(x, gamma, save_mean, save_invstd, save_scale, save_shift, ep, y, dy, training, dx,
+                                   dgamma, dbeta, beta);
   });
 }
 int64_t batchnorm_forward_sync(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean,

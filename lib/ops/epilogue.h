@@ -1,0 +1,25 @@
+// Epilogues: what an op runs on its own output within the same pass over the data, so that its output never goes
+// through memory. The CPU's fused chains (graph/model.h, Model::chains) give batch norm a 2×2 max pool and a relu to
+// run this way, and a 2×2 max pool a relu.
+#pragma once
+
+namespace gt::ops {
+
+/// A 2×2, stride-2, unpadded max pool, then relu: either, both or none.
+struct Epilogue {
+  bool max_pool_2x2 = false;
+  bool relu = false;
+  bool any() const { return max_pool_2x2 || relu; }
+  bool operator==(const Epilogue&) const = default;
+};
+
+}  // namespace gt::ops
+
+namespace gt::cpu {
+
+/// GPUTRAIN_CPU_FUSE: whether the CPU runs the fused chains (`auto`, `on`, unset or empty: yes; `off`: every layer
+/// alone, for comparisons); anything else is an Error naming the variable. Read once; the CLI reads it on its main
+/// thread before any model is built.
+bool env_cpu_fusion();
+
+}  // namespace gt::cpu

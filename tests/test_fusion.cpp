@@ -1,0 +1,350 @@
+// The CPU's fused chains (graph/model.h's Model::chains, ops/epilogue.h): batch norm with a 2×2 max pool and relu
+// as its epilogue, and a 2×2 max pool with relu, against the separate ops bit for bit (every output, statistic and
+// gradient) over odd sides, batches past the sums' chunk count, training and evaluation, f32 and f64, each
+// instruction-set path this CPU runs and 1 and 2 threads; and the model's side: which chains it forms, that a fused
+// model trains to the same bits as an unfused one, and that it stores fewer outputs.
+#include "config/config.h"
+#include "core/parallel.h"
+#include "core/rng.h"
+#include "core/tensor.h"
+#include "graph/model.h"
+#include "helpers.h"
+#include "ops/activation.h"
+#include "ops/batchnorm.h"
+#include "ops/cpu_isa.h"
+#include "ops/epilogue.h"
+#include "ops/pool2d.h"
+
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+using namespace gt;
+using namespace gt::test;
+
+namespace {
+
+// Values on a grid of quarters, so that pools see ties (the first maximum takes the gradient) and relu sees zeros.
+Tensor fusion_grid(const Shape& s, DType dtype, Rng& rng) {
+  Tensor t = Tensor::empty(s, dtype);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    const double v = static_cast<double>(static_cast<int>(rng.uniform(-8, 8))) * 0.25;
+    if (dtype == DType::f32)
+      t.data<float>()[i] = static_cast<float>(v);
+    else
+      t.data<double>()[i] = v;
+  }
+  return t;
+}
+
+// A tensor of `v` everywhere: garbage that every element of an output must overwrite.
+Tensor fusion_fill(const Shape& s, double v, DType dtype) {
+  Tensor t = Tensor::empty(s, dtype);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (dtype == DType::f32)
+      t.data<float>()[i] = static_cast<float>(v);
+    else
+      t.data<double>()[i] = v;
+  }
+  return t;
+}
+
+std::string fusion_bytes(const Tensor& t) { return std::string(static_cast<const char*>(t.raw()), t.bytes()); }
+
+struct BnState {
+  Tensor gamma, beta, running_mean, running_var, save_mean, save_invstd, y, dx, dgamma, dbeta;
+};
+
+// Batch norm's parameters and buffers for C channels: γ, β and running statistics away from 1 and 0.
+BnState bn_state(int64_t c, DType dtype, Rng& rng) {
+  BnState s;
+  s.gamma = fusion_grid(Shape{c}, dtype, rng);
+  s.beta = fusion_grid(Shape{c}, dtype, rng);
+  s.running_mean = fusion_grid(Shape{c}, dtype, rng);
+  s.running_var = Tensor::empty(Shape{c}, dtype);
+  for (int64_t i = 0; i < c; ++i) {
+    if (dtype == DType::f32)
+      s.running_var.data<float>()[i] = 0.5f + static_cast<float>(i);
+    else
+      s.running_var.data<double>()[i] = 0.5 + static_cast<double>(i);
+  }
+  s.save_mean = Tensor::zeros(Shape{c}, dtype);
+  s.save_invstd = Tensor::zeros(Shape{c}, dtype);
+  s.dgamma = fusion_grid(Shape{c}, dtype, rng);  // accumulated onto when beta is 1
+  s.dbeta = fusion_grid(Shape{c}, dtype, rng);
+  return s;
+}
+
+// A copy with storage of its own (the ops update the running statistics and accumulate gradients in place).
+BnState bn_copy(const BnState& s) {
+  return {s.gamma.clone(),
+          s.beta.clone(),
+          s.running_mean.clone(),
+          s.running_var.clone(),
+          s.save_mean.clone(),
+          s.save_invstd.clone(),
+          Tensor(),
+          Tensor(),
+          s.dgamma.clone(),
+          s.dbeta.clone()};
+}
+
+std::vector<std::string> bn_results(const BnState& s) {
+  std::vector<std::string> out;
+  for (const Tensor* t :
+       {&s.running_mean, &s.running_var, &s.save_mean, &s.save_invstd, &s.y, &s.dx, &s.dgamma, &s.dbeta})
+    out.push_back(t->defined() ? fusion_bytes(*t) : "");
+  return out;
+}
+
+// batch norm, then a 2×2 max pool and relu as `ep` says, one op after another (the unfused layers' ops).
+BnState bn_separate(const Tensor& x, const BnState& start, const ops::Epilogue& ep, bool training, const Tensor& dy,
+                    bool want_dx, double beta) {
+  BnState s = bn_copy(start);
+  const DType dtype = x.dtype();
+  Tensor z = Tensor::empty(x.shape(), dtype);
+  ops::batchnorm_forward(x, s.gamma, s.beta, s.running_mean, s.running_var, 0.1, 1e-5, training, s.save_mean,
+                         s.save_invstd, z);
+  const Window2d win{2, 2, 2, 2, 0, 0};
+  Tensor m = z;
+  if (ep.max_pool_2x2) {
+    m = Tensor::empty(Shape{x.dim(0), x.dim(1), x.dim(2) / 2, x.dim(3) / 2}, dtype);
+    ops::pool2d_forward(PoolKind::max, z, win, m);
+  }
+  s.y = m;
+  if (ep.relu) {
+    s.y = Tensor::empty(m.shape(), dtype);
+    ops::activation_forward(Activation::relu, m, s.y);
+  }
+  Tensor dm = dy;
+  if (ep.relu) {
+    dm = Tensor::empty(m.shape(), dtype);
+    ops::activation_backward(Activation::relu, m, s.y, dy, dm);
+  }
+  Tensor dz = dm;
+  if (ep.max_pool_2x2) {
+    dz = Tensor::empty(x.shape(), dtype);
+    ops::pool2d_backward(PoolKind::max, z, dm, win, dz);
+  }
+  s.dx = want_dx ? Tensor::empty(x.shape(), dtype) : Tensor();
+  ops::batchnorm_backward(x, s.gamma, s.save_mean, s.save_invstd, dz, training, s.dx, s.dgamma, s.dbeta, beta);
+  return s;
+}
+
+BnState bn_fused(const Tensor& x, const BnState& start, const ops::Epilogue& ep, bool training, const Tensor& dy,
+                 bool want_dx, double beta) {
+  BnState s = bn_copy(start);
+  const DType dtype = x.dtype();
+  Tensor scale = Tensor::zeros(Shape{x.dim(1)}, dtype), shift = Tensor::zeros(Shape{x.dim(1)}, dtype);
+  s.y = fusion_fill(dy.shape(), 7.0, dtype);
+  ops::batchnorm_epilogue_forward(x, s.gamma, s.beta, s.running_mean, s.running_var, 0.1, 1e-5, training, s.save_mean,
+                                  s.save_invstd, scale, shift, ep, s.y);
+  s.dx = want_dx ? fusion_fill(x.shape(), 7.0, dtype) : Tensor();
+  ops::batchnorm_epilogue_backward(x, s.gamma, s.save_mean, s.save_invstd, scale, shift, ep, s.y, dy, training, s.dx,
+                                   s.dgamma, s.dbeta, beta);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("batch norm with a pool and relu as its epilogue gives the separate ops' bits, on every path", "[cpu]") {
+  const Shape shapes[] = {
+      Shape{3, 4, 6, 6},   // even sides
+      Shape{2, 3, 5, 7},   // odd sides: a last row and column in no window
+      Shape{11, 2, 4, 4},  // more samples than the sums' 8 chunks
+      Shape{1, 5, 3, 2},   // one sample, one window row
+  };
+  const ops::Epilogue epilogues[] = {{.max_pool_2x2 = true}, {.relu = true}, {.max_pool_2x2 = true, .relu = true}};
+  for (const DType dtype : {DType::f32, DType::f64})
+    for (const Shape& shape : shapes)
+      for (const ops::Epilogue& ep : epilogues)
+        for (const bool training : {true, false}) {
+          CAPTURE(std::string(dtype_name(dtype)), shape.str(), ep.max_pool_2x2, ep.relu, training);
+          Rng rng(static_cast<uint64_t>(shape.numel()), 3);
+          const Tensor x = fusion_grid(shape, dtype, rng);
+          const BnState state = bn_state(shape[1], dtype, rng);
+          const Shape out = ep.max_pool_2x2 ? Shape{shape[0], shape[1], shape[2] / 2, shape[3] / 2} : shape;
+          const Tensor dy = fusion_grid(out, dtype, rng);
+          for (const bool want_dx : {true, false})
+            for (const double beta : {0.0, 1.0}) {
+              CAPTURE(want_dx, beta);
+              const std::vector<std::string> want = bn_results(bn_separate(x, state, ep, training, dy, want_dx, beta));
+              for (const int threads : {1, 2}) {
+                set_num_threads(threads);
+                for (const cpu::CpuIsa isa : {cpu::CpuIsa::avx512, cpu::CpuIsa::avx2, cpu::CpuIsa::baseline}) {
+                  const ForcedCpuIsa forced(isa);
+                  if (!forced.ok()) continue;
+                  CAPTURE(threads, cpu::to_string(isa));
+                  // The reference on the same path: the normalisation may fuse a multiply-add where FMA is there.
+                  const std::vector<std::string> same_path =
+                      bn_results(bn_separate(x, state, ep, training, dy, want_dx, beta));
+                  const std::vector<std::string> got = bn_results(bn_fused(x, state, ep, training, dy, want_dx, beta));
+                  REQUIRE(got.size() == same_path.size());
+                  for (size_t k = 0; k < got.size(); ++k) {
+                    CAPTURE(k);  // running mean, running var, mean, 1/σ, y, dx, dγ, dβ
+                    CHECK(got[k] == same_path[k]);
+                  }
+                  if (isa == cpu::best_cpu_isa()) CHECK(got == want);
+                }
+              }
+              set_num_threads(2);
+            }
+        }
+}
+
+TEST_CASE("a 2x2 max pool with relu as its epilogue gives the separate ops' bits", "[cpu]") {
+  for (const DType dtype : {DType::f32, DType::f64})
+    for (const Shape& shape : {Shape{2, 3, 6, 8}, Shape{3, 2, 5, 7}, Shape{1, 1, 2, 2}, Shape{4, 8, 29, 29}}) {
+      CAPTURE(std::string(dtype_name(dtype)), shape.str());
+      Rng rng(static_cast<uint64_t>(shape.numel()), 4);
+      const Tensor x = fusion_grid(shape, dtype, rng);
+      const Shape out{shape[0], shape[1], shape[2] / 2, shape[3] / 2};
+      const Tensor dy = fusion_grid(out, dtype, rng);
+      const Window2d win{2, 2, 2, 2, 0, 0};
+      for (const int threads : {1, 2}) {
+        set_num_threads(threads);
+        for (const cpu::CpuIsa isa : {cpu::CpuIsa::avx512, cpu::CpuIsa::avx2, cpu::CpuIsa::baseline}) {
+          const ForcedCpuIsa forced(isa);
+          if (!forced.ok()) continue;
+          CAPTURE(threads, cpu::to_string(isa));
+          Tensor m = Tensor::empty(out, dtype), y = Tensor::empty(out, dtype), dm = Tensor::empty(out, dtype);
+          Tensor dx = Tensor::empty(shape, dtype);
+          ops::pool2d_forward(PoolKind::max, x, win, m);
+          ops::activation_forward(Activation::relu, m, y);
+          ops::activation_backward(Activation::relu, m, y, dy, dm);
+          ops::pool2d_backward(PoolKind::max, x, dm, win, dx);
+          Tensor fy = fusion_fill(out, 7.0, dtype), fdx = fusion_fill(shape, 7.0, dtype);
+          ops::max_pool_relu_forward(x, fy);
+          ops::max_pool_relu_backward(x, fy, dy, fdx);
+          CHECK(fusion_bytes(fy) == fusion_bytes(y));
+          CHECK(fusion_bytes(fdx) == fusion_bytes(dx));
+        }
+      }
+      set_num_threads(2);
+    }
+}
+
+namespace {
+
+// Both kinds of chain, a chain that stops at a member with a second reader, a pool that is no 2×2 step, and layers
+// that take no part.
+const char* const kChainLayers = R"(layers:
+  - {type: conv2d, out_channels: 4, kernel_size: 3, padding: 1, bias: false}
+  - batchnorm2d
+  - relu
+  - {type: maxpool2d, kernel_size: 2, name: pooled}
+  - {type: conv2d, name: c2, out_channels: 4, kernel_size: 3, padding: 1}
+  - {type: maxpool2d, name: s1, kernel_size: 2, stride: 1}
+  - {type: relu, name: r1}
+  - {type: batchnorm2d, name: bn2}
+  - {type: maxpool2d, kernel_size: 2, name: p2}
+  - {type: relu, name: r2}
+  - {type: conv2d, name: c3, out_channels: 4, kernel_size: 1, inputs: p2}
+  - {type: add, inputs: [r2, c3]}
+  - {type: maxpool2d, kernel_size: 2}
+  - relu
+  - flatten
+  - {type: linear, out_features: 3}
+)";
+
+struct ChainRun {
+  std::vector<std::string> states;  // outputs, gradients, parameters and buffers after the passes, as bytes
+  int64_t planned = 0;              // buffer_plan's elements
+  Model::Chains chains;
+};
+
+// Two training passes with an SGD step between, then an evaluation forward, over 16 × 18 images (odd sides after
+// the stride-1 pool).
+ChainRun chain_run(bool fuse, DType dtype) {
+  const ConfigNode cfg = ConfigNode::load_string(kChainLayers, "chains.yaml");
+  Model m = Model::build(cfg, Shape{2, 16, 18}, dtype, Device::cpu(), 5);
+  m.set_fusion(fuse);
+  ChainRun r;
+  r.chains = m.chains();
+  for (const Model::NodeBuffers& b : m.buffer_plan(6)) r.planned += b.output + b.gradient + b.scratch;
+  m.allocate(6);
+  Rng rng(9, 9);
+  const Tensor x = fusion_grid(Shape{6, 2, 16, 18}, dtype, rng);
+  const Tensor dy = fusion_grid(Shape{6, 3}, dtype, rng);
+  for (int pass = 0; pass < 2; ++pass) {
+    r.states.push_back(fusion_bytes(m.forward(x, {true, false})));
+    m.backward(dy, {true, false});
+    for (Param* p : m.params()) {
+      r.states.push_back(fusion_bytes(p->grad));
+      for (int64_t k = 0; k < p->value.numel(); ++k) {
+        if (dtype == DType::f32)
+          p->value.data<float>()[k] -= 0.1f * p->grad.data<float>()[k];
+        else
+          p->value.data<double>()[k] -= 0.1 * p->grad.data<double>()[k];
+      }
+    }
+  }
+  r.states.push_back(fusion_bytes(m.forward(x, {false, false})));
+  for (const auto& [name, t] : m.state_tensors()) r.states.push_back(fusion_bytes(*t));
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("a model's fused chains train to the unfused model's bits and store fewer outputs", "[cpu]") {
+  for (const DType dtype : {DType::f32, DType::f64}) {
+    CAPTURE(std::string(dtype_name(dtype)));
+    const ChainRun fused = chain_run(true, dtype), apart = chain_run(false, dtype);
+    CHECK_FALSE(apart.chains.any());
+    REQUIRE(fused.chains.any());
+    // Execution order is the list's, with the first relu moved after the max pool that reads it (Model::build):
+    // 0 conv, 1 bn, 2 pool, 3 relu, 4 c2, 5 s1, 6 r1, 7 bn2, 8 p2, 9 r2, 10 c3, 11 add, 12 pool, 13 relu, 14 flatten.
+    const std::vector<int> tail = fused.chains.tail, head = fused.chains.head;
+    CHECK(tail[1] == 3);  // batch norm runs the pool and the relu
+    CHECK(head[2] == 1);
+    CHECK(head[3] == 1);
+    CHECK(tail[5] == -1);  // a stride-1 pool is no 2×2 step: its relu runs alone
+    CHECK(head[6] == -1);
+    CHECK(tail[7] == 8);  // bn2 runs its pool, whose second reader (c3) keeps the relu out
+    CHECK(head[9] == -1);
+    CHECK(tail[12] == 13);  // a 2×2 max pool runs its relu
+    CHECK(fused.chains.epilogue[1] == ops::Epilogue{.max_pool_2x2 = true, .relu = true});
+    CHECK(fused.chains.epilogue[7] == ops::Epilogue{.max_pool_2x2 = true});
+    CHECK(fused.chains.epilogue[12] == ops::Epilogue{.relu = true});
+    // Unstored, with their gradients: batch norm's and the first pool's outputs, bn2's, the last pool's.
+    CHECK(apart.planned - fused.planned == 2 * 6 * 4 * (16 * 18 + 8 * 9 + 7 * 8 + 1 * 2));
+    REQUIRE(fused.states.size() == apart.states.size());
+    for (size_t k = 0; k < fused.states.size(); ++k) {
+      CAPTURE(k);
+      CHECK(fused.states[k] == apart.states[k]);
+    }
+  }
+}
+
+TEST_CASE("fused chains stay off where the model keeps every layer apart", "[cpu]") {
+  const ConfigNode cfg = ConfigNode::load_string(R"(layers:
+  - {type: conv2d, out_channels: 4, kernel_size: 3, padding: 1}
+  - batchnorm2d
+  - relu
+  - repeat: 2
+    layers:
+      - {type: conv2d, out_channels: 4, kernel_size: 3, padding: 1}
+      - batchnorm2d
+      - relu
+  - flatten
+  - {type: linear, out_features: 3}
+)",
+                                                 "m.yaml");
+  {
+    Model m = Model::build(cfg, Shape{1, 6, 6}, DType::f32, Device::cpu(), 1);
+    CHECK(m.chains().any());
+    REQUIRE(m.set_recompute(Recompute::blocks).empty());
+    CHECK_FALSE(m.chains().any());
+  }
+  {
+    Model m = Model::build(cfg, Shape{1, 6, 6}, DType::f32, Device::cpu(), 1);
+    m.set_activation_storage(HalfFormat::bf16);
+    CHECK_FALSE(m.chains().any());
+  }
+  {
+    Model m = Model::build(cfg, Shape{1, 6, 6}, DType::f32, Device::cpu(), 1);
+    m.set_sync([](double*, size_t) {});
+    CHECK_FALSE(m.chains().any());
+  }
+}
