@@ -437,6 +437,11 @@ TEST_CASE("gputrain devices, --version and --help exit 0", "[e2e]") {
   CHECK_THAT(run_gputrain("devices", "GPUTRAIN_CPU_CONV=winograd").output,
              Catch::Contains("3x3 convolutions: Winograd F(2x2,3x3) (GPUTRAIN_CPU_CONV=winograd)"));
   refused("GPUTRAIN_CPU_CONV=fft", "GPUTRAIN_CPU_CONV=fft: expected auto, im2col or winograd");
+  // Which layer chains run fused (graph/model.h's Model::chains): on, or off by GPUTRAIN_CPU_FUSE.
+  CHECK_THAT(d.output, Catch::Contains("fused chains: batch norm -> 2x2 max pool -> relu"));
+  CHECK_THAT(run_gputrain("devices", "GPUTRAIN_CPU_FUSE=off").output,
+             Catch::Contains("fused chains: off (GPUTRAIN_CPU_FUSE=off)"));
+  refused("GPUTRAIN_CPU_FUSE=fast", "GPUTRAIN_CPU_FUSE=fast: expected auto, on or off");
   // The f32 products' kernels (ops/sgemm.h): chosen by CPUID, or by GPUTRAIN_CPU_SGEMM.
   CHECK_THAT(d.output, Catch::Contains("f32 products: gputrain AVX-512") ||
                            Catch::Contains("f32 products: gputrain AVX2+FMA") ||

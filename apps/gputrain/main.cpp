@@ -119,8 +119,9 @@ int cmd_devices() {
   const gt::CpuInfo cpu = gt::query_cpu();
   fmt::print(
       "cpu: {} — {} logical cores, {}\n     {}\n     f32 products: {}\n     bf16/fp16 instructions: {}\n"
-      "     bf16 products: {}\n     other kernels: {}\n     3x3 convolutions: {}\n",
-      cpu.model, cpu.cores, cpu.simd, cpu.blas, cpu.sgemm_path, cpu.half, cpu.bf16_path, cpu.kernel_isa, cpu.conv_algo);
+      "     bf16 products: {}\n     other kernels: {}\n     3x3 convolutions: {}\n     fused chains: {}\n",
+      cpu.model, cpu.cores, cpu.simd, cpu.blas, cpu.sgemm_path, cpu.half, cpu.bf16_path, cpu.kernel_isa, cpu.conv_algo,
+      cpu.fusion);
   const gt::CudaInfo cuda = gt::query_cuda();
   if (!cuda.built) {
     fmt::print("cuda: not available: {}\n", cuda.problem);

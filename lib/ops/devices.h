@@ -20,6 +20,7 @@ struct CpuInfo {
   std::string bf16_path;   ///< how train.precision bf16 multiplies on this CPU (ops/bf16_gemm.h's describe)
   std::string kernel_isa;  ///< the instruction set the other kernels' hot loops run (ops/cpu_isa.h)
   std::string conv_algo;   ///< how 3×3 stride-1 convolutions multiply (ops/cpu_conv.h)
+  std::string fusion;      ///< which layer chains run fused (graph/model.h's Model::chains, GPUTRAIN_CPU_FUSE)
 };
 
 /// The CPU's 16-bit float instructions (CPUID, checked at run time): F16C converts fp16 ⇄ f32 (vcvtph2ps/vcvtps2ph);

@@ -5,6 +5,7 @@
 #include "ops/bf16_gemm.h"
 #include "ops/cpu_conv.h"
 #include "ops/cpu_isa.h"
+#include "ops/epilogue.h"
 #include "ops/sgemm.h"
 
 #include <cblas.h>
@@ -61,6 +62,9 @@ CpuInfo query_cpu() {
                                cpu::kWinogradMinChannels, cpu::kWinogradMaxTiles)
                    : *conv == cpu::CpuConvAlgo::winograd ? "Winograd F(2x2,3x3) (GPUTRAIN_CPU_CONV=winograd)"
                                                          : "im2col (GPUTRAIN_CPU_CONV=im2col)";
+  info.fusion = cpu::env_cpu_fusion()
+                    ? "batch norm -> 2x2 max pool -> relu (or a part), and 2x2 max pool -> relu, in one pass each"
+                    : "off (GPUTRAIN_CPU_FUSE=off): every layer alone";
   return info;
 }
 
