@@ -33,6 +33,8 @@ class BatchNorm final : public Layer {
     m_running_var = constant_tensor(Shape{m_channels}, 1.0, dtype, device);
     m_save_mean = Tensor::zeros(Shape{m_channels}, dtype, device);
     m_save_invstd = Tensor::zeros(Shape{m_channels}, dtype, device);
+    m_save_scale = Tensor::zeros(Shape{m_channels}, dtype, device);
+    m_save_shift = Tensor::zeros(Shape{m_channels}, dtype, device);
   }
   std::vector<Param*> params() override { return {&m_gamma, &m_beta}; }
   std::vector<std::pair<std::string, Tensor*>> buffers() override {
@@ -98,18 +100,11 @@ class BatchNorm final : public Layer {
   int64_t forward_flops() const override { return 2 * m_numel; }
   int64_t param_numel() const override { return 2 * m_channels; }
   int64_t buffer_numel() const override { return 2 * m_channels; }
-  // save_mean, save_invstd; with an epilogue, save_scale and save_shift too
-  int64_t workspace_numel(int64_t) const override { return (m_epilogue.any() ? 4 : 2) * m_channels; }
+  // save_mean, save_invstd, and for an epilogue (Model::chains decides at allocate) save_scale and save_shift
+  int64_t workspace_numel(int64_t) const override { return 4 * m_channels; }
   // A pool needs [C, H, W] samples (batchnorm2d); relu goes after either.
   bool takes_epilogue(const ops::Epilogue& ep) const override { return ep.any() && (m_two_d || !ep.max_pool_2x2); }
-  void set_epilogue(const ops::Epilogue& ep) override {
-    m_epilogue = ep;
-    if (ep.any() && !m_save_scale.defined()) {
-      const AllocLabel label("batch norm's affine map for its epilogue");
-      m_save_scale = Tensor::zeros(Shape{m_channels}, m_gamma.value.dtype(), m_gamma.value.device());
-      m_save_shift = Tensor::zeros(Shape{m_channels}, m_gamma.value.dtype(), m_gamma.value.device());
-    }
-  }
+  void set_epilogue(const ops::Epilogue& ep) override { m_epilogue = ep; }
 
  private:
   bool m_two_d;
