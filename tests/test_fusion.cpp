@@ -146,6 +146,22 @@ BnState bn_fused(const Tensor& x, const BnState& start, const ops::Epilogue& ep,
   return s;
 }
 
+// Calls f(threads, isa) on 1 and 2 threads and on every instruction-set path this CPU runs, then leaves 2 threads
+// and the environment's path.
+template <class F>
+void on_every_path(F&& f) {
+  for (const int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (const cpu::CpuIsa isa : {cpu::CpuIsa::avx512, cpu::CpuIsa::avx2, cpu::CpuIsa::baseline}) {
+      const ForcedCpuIsa forced(isa);
+      if (!forced.ok()) continue;
+      CAPTURE(threads, cpu::to_string(isa));
+      f(isa);
+    }
+  }
+  set_num_threads(2);
+}
+
 }  // namespace
 
 TEST_CASE("batch norm with a pool and relu as its epilogue gives the separate ops' bits, on every path", "[cpu]") {
@@ -170,25 +186,18 @@ TEST_CASE("batch norm with a pool and relu as its epilogue gives the separate op
             for (const double beta : {0.0, 1.0}) {
               CAPTURE(want_dx, beta);
               const std::vector<std::string> want = bn_results(bn_separate(x, state, ep, training, dy, want_dx, beta));
-              for (const int threads : {1, 2}) {
-                set_num_threads(threads);
-                for (const cpu::CpuIsa isa : {cpu::CpuIsa::avx512, cpu::CpuIsa::avx2, cpu::CpuIsa::baseline}) {
-                  const ForcedCpuIsa forced(isa);
-                  if (!forced.ok()) continue;
-                  CAPTURE(threads, cpu::to_string(isa));
-                  // The reference on the same path: the normalisation may fuse a multiply-add where FMA is there.
-                  const std::vector<std::string> same_path =
-                      bn_results(bn_separate(x, state, ep, training, dy, want_dx, beta));
-                  const std::vector<std::string> got = bn_results(bn_fused(x, state, ep, training, dy, want_dx, beta));
-                  REQUIRE(got.size() == same_path.size());
-                  for (size_t k = 0; k < got.size(); ++k) {
-                    CAPTURE(k);  // running mean, running var, mean, 1/σ, y, dx, dγ, dβ
-                    CHECK(got[k] == same_path[k]);
-                  }
-                  if (isa == cpu::best_cpu_isa()) CHECK(got == want);
+              on_every_path([&](cpu::CpuIsa isa) {
+                // The reference on the same path: the normalisation may fuse a multiply-add where FMA is there.
+                const std::vector<std::string> same_path =
+                    bn_results(bn_separate(x, state, ep, training, dy, want_dx, beta));
+                const std::vector<std::string> got = bn_results(bn_fused(x, state, ep, training, dy, want_dx, beta));
+                REQUIRE(got.size() == same_path.size());
+                for (size_t k = 0; k < got.size(); ++k) {
+                  CAPTURE(k);  // running mean, running var, mean, 1/σ, y, dx, dγ, dβ
+                  CHECK(got[k] == same_path[k]);
                 }
-              }
-              set_num_threads(2);
+                if (isa == cpu::best_cpu_isa()) CHECK(got == want);
+              });
             }
         }
 }
@@ -202,26 +211,19 @@ TEST_CASE("a 2x2 max pool with relu as its epilogue gives the separate ops' bits
       const Shape out{shape[0], shape[1], shape[2] / 2, shape[3] / 2};
       const Tensor dy = fusion_grid(out, dtype, rng);
       const Window2d win{2, 2, 2, 2, 0, 0};
-      for (const int threads : {1, 2}) {
-        set_num_threads(threads);
-        for (const cpu::CpuIsa isa : {cpu::CpuIsa::avx512, cpu::CpuIsa::avx2, cpu::CpuIsa::baseline}) {
-          const ForcedCpuIsa forced(isa);
-          if (!forced.ok()) continue;
-          CAPTURE(threads, cpu::to_string(isa));
-          Tensor m = Tensor::empty(out, dtype), y = Tensor::empty(out, dtype), dm = Tensor::empty(out, dtype);
-          Tensor dx = Tensor::empty(shape, dtype);
-          ops::pool2d_forward(PoolKind::max, x, win, m);
-          ops::activation_forward(Activation::relu, m, y);
-          ops::activation_backward(Activation::relu, m, y, dy, dm);
-          ops::pool2d_backward(PoolKind::max, x, dm, win, dx);
-          Tensor fy = fusion_fill(out, 7.0, dtype), fdx = fusion_fill(shape, 7.0, dtype);
-          ops::max_pool_relu_forward(x, fy);
-          ops::max_pool_relu_backward(x, fy, dy, fdx);
-          CHECK(fusion_bytes(fy) == fusion_bytes(y));
-          CHECK(fusion_bytes(fdx) == fusion_bytes(dx));
-        }
-      }
-      set_num_threads(2);
+      on_every_path([&](cpu::CpuIsa) {
+        Tensor m = Tensor::empty(out, dtype), y = Tensor::empty(out, dtype), dm = Tensor::empty(out, dtype);
+        Tensor dx = Tensor::empty(shape, dtype);
+        ops::pool2d_forward(PoolKind::max, x, win, m);
+        ops::activation_forward(Activation::relu, m, y);
+        ops::activation_backward(Activation::relu, m, y, dy, dm);
+        ops::pool2d_backward(PoolKind::max, x, dm, win, dx);
+        Tensor fy = fusion_fill(out, 7.0, dtype), fdx = fusion_fill(shape, 7.0, dtype);
+        ops::max_pool_relu_forward(x, fy);
+        ops::max_pool_relu_backward(x, fy, dy, fdx);
+        CHECK(fusion_bytes(fy) == fusion_bytes(y));
+        CHECK(fusion_bytes(fdx) == fusion_bytes(dx));
+      });
     }
 }
 
