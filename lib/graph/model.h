@@ -244,11 +244,11 @@ class Model {
   /// The 16-bit inputs of the node whose backward runs (LayerContext::half_inputs), and set_widen_everything.
   std::vector<ops::HalfMatrix> m_half_inputs;
   bool m_widen_everything = false;
-  /// LayerContext::scratch (the largest Layer::scratch_numel at max_batch; undefined when no layer needs one) and
-  /// LayerContext::half_storage for training passes (activation_storage(), fixed at allocate).
   /// set_fusion, and the chains allocate put in force (chains()).
   bool m_fusion = cpu::env_cpu_fusion();
   Chains m_chains;
+  /// LayerContext::scratch (the largest Layer::scratch_numel at max_batch; undefined when no layer needs one) and
+  /// LayerContext::half_storage for training passes (activation_storage(), fixed at allocate).
   Tensor m_layer_scratch;
   std::optional<HalfFormat> m_layer_storage;
   int64_t m_widened = 0;
