@@ -223,6 +223,7 @@ TEST_CASE("recompute: all gives a residual conv net with batch norm and no block
   const Trained fused = run(kResLayers, Shape{2, 5, 5}, x, Recompute::none, nullptr, true);
   check_same(fused, none);
   CHECK(fused.activation_bytes < none.activation_bytes);
+  CHECK(fused.activation_bytes == static_cast<size_t>(fused.planned) * 4);  // allocate holds to buffer_plan
   CHECK(std::count(none.ready.begin(), none.ready.end(), 2) == 8);  // 4 convolutions, 3 batch norms, the linear
   // Ten outputs (eight of 4 × 5 × 5, down's 6 × 3 × 3 and the pool's 6) in three shared buffers of 4 × 5 × 5.
   const int64_t per_sample = 8 * 100 + 54 + 6 - 3 * 100;
