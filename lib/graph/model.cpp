@@ -724,12 +724,14 @@ Model::Chains Model::chains() const {
   c.tail.assign(count, -1);
   c.head.assign(count, -1);
   c.epilogue.assign(count, {});
+  c.flops.assign(count, 0);
   bool any = false;
   for (size_t i = 0; i < count; ++i) {
     const Layer& head = *m_nodes[i].layer;
     if (c.head[i] >= 0 || head.is_view()) continue;
     ops::Epilogue ep;
     size_t end = i;
+    int64_t flops = head.forward_flops();
     // Extend the chain while the node at its end has one reader, which reads nothing else and is a step that the
     // head can run after the steps taken so far (a pool before relu, each once).
     while (readers[end].size() == 1) {
@@ -743,10 +745,12 @@ Model::Chains Model::chains() const {
       ep = longer;
       end = readers[end][0];
       c.head[end] = static_cast<int>(i);
+      flops += next.layer->forward_flops();
     }
     if (end == i) continue;
     c.tail[i] = static_cast<int>(end);
     c.epilogue[i] = ep;
+    c.flops[i] = flops;
     any = true;
   }
   if (!any) return {};
@@ -913,14 +917,6 @@ void Model::recompute_segment(int s, const LayerContext& ctx) {
     n.layer->forward(ins, m_out[i], again);
   }
   m_resident = s;
-}
-
-int64_t Model::chain_flops(size_t i) const {
-  int64_t flops = m_nodes[i].layer->forward_flops();
-  if (m_chains.any() && m_chains.tail[i] >= 0)
-    for (size_t j = i + 1; j < m_nodes.size(); ++j)
-      if (m_chains.head[j] == static_cast<int>(i)) flops += m_nodes[j].layer->forward_flops();
-  return flops;
 }
 
 const Tensor& Model::run_nodes(const LayerContext& ctx, SpanTimer* profiler,

@@ -116,6 +116,7 @@ class Model {
   struct Chains {
     std::vector<int> tail, head;
     std::vector<ops::Epilogue> epilogue;
+    std::vector<int64_t> flops;  ///< a head's forward FLOPs per sample with its members' (profiler spans)
     bool any() const { return !tail.empty(); }
     /// Node i's output is never stored: a head's, or a member's before its tail.
     bool unstored(size_t i) const {
@@ -188,7 +189,9 @@ class Model {
   /// its buffer (a view layer's output is its input in the view's shape), timed into `profiler` (nullptr: not).
   const Tensor& run_nodes(const LayerContext& ctx, SpanTimer* profiler, const std::function<Tensor(size_t)>& output);
   /// Node i's forward FLOPs per sample, with those of the chain members it runs (profiler spans).
-  int64_t chain_flops(size_t i) const;
+  int64_t chain_flops(size_t i) const {
+    return m_chains.any() && m_chains.tail[i] >= 0 ? m_chains.flops[i] : m_nodes[i].layer->forward_flops();
+  }
   /// set_activation_storage's plan: per node, its working buffer (-1: the output is not kept in half); per working
   /// buffer, its elements per sample (the largest output that uses it); per node, the outputs whose last forward
   /// reader it is (packed to half right after its forward, their working buffers then free for later nodes).
