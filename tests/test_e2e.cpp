@@ -262,7 +262,10 @@ TEST_CASE("profiling (--profile) writes a Chrome trace and a per-layer table tha
   std::smatch m;
   REQUIRE(std::regex_search(table, m, std::regex(R"(20 steps: [0-9.]+ ms per step; the spans cover ([0-9.]+) %)")));
   const double cover = std::stod(m[1].str());
-  CHECK(cover > 90.0);  // the named spans account for the measured step time within 10 %
+  // The named spans account for the measured step time within 10 %: checked below on the median step of the trace,
+  // since ctest runs two tests at once and one stall of this 0.6 ms step between spans (CI, session 22: 66 % over
+  // the 20 steps) would sink the average; the table's figure is the same sum over all steps.
+  CHECK(cover > 50.0);
   CHECK(cover <= 100.5);
   // The trace is valid JSON in Chrome's trace-event format: checked with Python's own parser.
   const std::string trace = dir / "run/trace.json";
@@ -272,7 +275,10 @@ TEST_CASE("profiling (--profile) writes a Chrome trace and a per-layer table tha
       "e=[x for x in a if x['ph']=='X']; m=[x for x in a if x['ph']=='M']; "
       "assert len(e)+len(m)==len(a) and all(x['name']=='thread_name' for x in m); "
       "assert all(x['dur']>=0 and 'ts' in x and 'name' in x for x in e); "
-      "assert sum(x['cat']=='step' for x in e)==20; assert len(e)>100\" " +
+      "assert sum(x['cat']=='step' for x in e)==20; assert len(e)>100; "
+      "s=[x for x in e if x['cat']=='step']; p=[x for x in e if x['cat']!='step']; "
+      "c=sorted(sum(q['dur'] for q in p if st['ts']<=q['ts']<st['ts']+st['dur'])/st['dur'] for st in s); "
+      "assert 0.9<c[10]<=1.005, c\" " +
       trace;
   CHECK(std::system(check.c_str()) == 0);
 
