@@ -28,9 +28,10 @@ void batchnorm_epilogue_forward(const Tensor& x, const Tensor& gamma, const Tens
                                 Tensor& running_var, double momentum, double eps, bool training, Tensor& save_mean,
                                 Tensor& save_invstd, Tensor& save_scale, Tensor& save_shift, const Epilogue& ep,
                                 Tensor& y);
-/// Its backward from y and dy, the epilogue's output and its gradient: the normalised values and their gradient are
-/// computed again in cache, one sample at a time, for the per-channel sums and then for dx. The same numbers bit for
-/// bit as activation_backward, pool2d_backward and batchnorm_backward in turn.
+/// Its backward from y and dy, the epilogue's output and its gradient: the normalised values are computed again in
+/// cache, one sample at a time, and their gradient goes into dx's buffer as the per-channel sums are taken, then
+/// becomes dx in place. The same numbers bit for bit as activation_backward, pool2d_backward and batchnorm_backward
+/// in turn.
 void batchnorm_epilogue_backward(const Tensor& x, const Tensor& gamma, const Tensor& save_mean,
                                  const Tensor& save_invstd, const Tensor& save_scale, const Tensor& save_shift,
                                  const Epilogue& ep, const Tensor& y, const Tensor& dy, bool training, Tensor& dx,
