@@ -61,10 +61,10 @@ GT_INLINE void unroll(F&& f) {
   (std::make_integer_sequence<int, N>{});
 }
 
-// e^x, keeping a NaN a NaN (exp_f32 maps it to e^−87, and a NaN score must reach the loss).
+// e^x, keeping a NaN a NaN (exp_f32 maps it to e^−87, and a NaN score must reach the loss); T may be a vector of f32.
 template <class T>
 GT_INLINE T exp_keep_nan(T x) {
-  if constexpr (std::is_same_v<T, float>)
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, Vec64<float>>)
     return x != x ? x : exp_f32(x);
   else
     return std::exp(x);
@@ -242,6 +242,69 @@ GT_INLINE T row_max(const T* x, int64_t n) {
   return mx;
 }
 
+// row[j] = e^(row[j] − mx) / Σ e^(row[k] − mx) for j < n (the softmax of a row of scores whose maximum is mx);
+// returns the sum. f32 runs on 64-byte vectors up to round_up(n, 16) (row must have that many elements: the score
+// buffers' rows are kCols-padded), the lanes past n set to zero, and sums in sixteen lanes combined in a fixed order:
+// a row of gpt_bytes' T = 64 took three scalar-tailed loops and a sum in double before (about a fifth of the
+// forward kernel). f64 keeps the plain loops.
+template <class T>
+GT_INLINE double softmax_row(T* row, int64_t n, T mx) {
+  if constexpr (std::is_same_v<T, float>) {
+    constexpr int L = kLanes64<float>;
+    using V = Vec64<float>;
+    using I = Int32Of<V>;
+    I lane{};
+    for (int l = 0; l < L; ++l) lane[l] = l;
+    V acc{};
+    for (int64_t j = 0; j < n; j += L) {
+      const V e = exp_keep_nan<V>(load64(row + j) - mx);
+      const V kept = lane < static_cast<int32_t>(n - j) ? e : V{};
+      store<float>(row + j, kept);
+      acc += kept;
+    }
+    for (int w = L / 2; w >= 1; w /= 2)
+      for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
+    const float sum = acc[0], inv = 1.0f / sum;
+    for (int64_t j = 0; j < n; j += L) store<float>(row + j, load64(row + j) * inv);
+    return sum;
+  } else {
+    GT_SIMD
+    for (int64_t j = 0; j < n; ++j) row[j] = exp_keep_nan<T>(row[j] - mx);
+    const double sum = lane_sum(n, [&](int64_t j) { return static_cast<double>(row[j]); });
+    const T inv = static_cast<T>(1.0 / sum);
+    for (int64_t j = 0; j < n; ++j) row[j] *= inv;
+    return sum;
+  }
+}
+
+// The backward's row without dropout: p[j] = e^(p[j] − lse) (the probabilities again, from the scores) and
+// ds[j] = p[j]·(ds[j] − delta)·scale (dS from dP) for j < n. f32 on 64-byte vectors as softmax_row, the lanes past n
+// zeroed; the same arithmetic per element as the plain loop f64 keeps (`omp simd` made GCC's 32-byte loop with a
+// scalar tail).
+template <class T>
+GT_INLINE void softmax_grad_row(T* p, T* ds, int64_t n, T lse, T delta, T scale) {
+  if constexpr (std::is_same_v<T, float>) {
+    constexpr int L = kLanes64<float>;
+    using V = Vec64<float>;
+    using I = Int32Of<V>;
+    I lane{};
+    for (int l = 0; l < L; ++l) lane[l] = l;
+    for (int64_t j = 0; j < n; j += L) {
+      const I keep = lane < static_cast<int32_t>(n - j);
+      const V pj = exp_keep_nan<V>(load64(p + j) - lse);
+      const V dj = pj * (load64(ds + j) - delta) * scale;
+      store<float>(p + j, keep ? pj : V{});
+      store<float>(ds + j, keep ? dj : V{});
+    }
+  } else {
+    GT_SIMD
+    for (int64_t j = 0; j < n; ++j) {
+      p[j] = exp_keep_nan<T>(p[j] - lse);
+      ds[j] = p[j] * (ds[j] - delta) * scale;
+    }
+  }
+}
+
 // Calls f(j, keep) for j in [0, n), keep being dropout's decision for mask index index0 + j: one Philox block per
 // four indices, the words ops/math.h's dropout_keep reads, so the mask is dropout_keep's.
 template <class F>
@@ -321,11 +384,7 @@ GT_INLINE void attn_fwd_task(const T* q, const T* k, const T* v, int64_t ld, int
       T* row = s + r * tp;
       const int64_t last = i0 + r;  // keys 0..last are visible to query i0 + r
       const T mx = row_max(row, last + 1);
-      GT_SIMD
-      for (int64_t j = 0; j <= last; ++j) row[j] = exp_keep_nan<T>(row[j] - mx);
-      const double sum = lane_sum(last + 1, [&](int64_t j) { return static_cast<double>(row[j]); });
-      const T inv = static_cast<T>(1.0 / sum);
-      for (int64_t j = 0; j <= last; ++j) row[j] *= inv;
+      const double sum = softmax_row(row, last + 1, mx);
       std::fill(row + last + 1, row + i0 + m, T(0));
       if (lse) lse[last] = static_cast<T>(mx + std::log(sum));
       if (drop)
@@ -419,11 +478,7 @@ GT_INLINE void attn_bwd_task(const T* q, const T* k, const T* v, int64_t ld, con
           pr[j] = mij * pij;
         });
       } else {
-        GT_SIMD
-        for (int64_t j = 0; j <= last; ++j) {
-          pr[j] = exp_keep_nan<T>(pr[j] - li);
-          dr[j] = pr[j] * (dr[j] - di) * scale;  // dS
-        }
+        softmax_grad_row(pr, dr, last + 1, li, di, scale);
       }
       round_row(half, pr, last + 1);  // P (with dropout's m), the operand of Pᵀ·dout
       round_row(half, dr, last + 1);  // dS, the operand of dS·k and dSᵀ·q
