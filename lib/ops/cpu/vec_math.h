@@ -122,7 +122,7 @@ GT_INLINE F exp_f32(F x) {
 
 // Σ f(i) for i < n in double, as eight interleaved partial sums (side by side in vector registers instead of one
 // chain of n dependent additions) combined in a fixed order, so the result is the same on every run (layer norm's
-// statistics, attention's softmax sums and delta).
+// statistics, attention's delta).
 template <class F>
 GT_INLINE double lane_sum(int64_t n, F&& f) {
   double acc[8] = {};
