@@ -2,7 +2,7 @@
 # The accuracy targets on Fashion-MNIST, too slow for the test suite (about 15 min on 2 cores), which keeps a
 # one-epoch guard ("fashion_mnist_mlp reaches 80 % after one epoch"):
 #   configs/fashion_mnist_mlp.yaml: mean test accuracy of seeds 1-10 after 5 epochs >= 86.5 %, every seed >= 85.5 %
-#     (one seed swings by about ±0.6 %, as PyTorch does with the same model: README, Measured);
+#     (one seed swings by about ±0.6 %, as PyTorch does with the same model: docs/measurements.md, "Accuracy");
 #   configs/fashion_mnist_cnn.yaml: seed 1 after 5 epochs >= 89.8 % (seeds 1-4 give 90.2-90.6 %).
 # Two single-threaded runs at a time. Exits 1 when a target is missed.
 # Usage: bench/accuracy.sh [GPUTRAIN]   (default build/gputrain; run scripts/setup.sh first)
