@@ -45,6 +45,13 @@ std::pair<Tensor, Tensor> f32_f64_pair(const Shape& s, Rng& rng, double lo, doub
 
 // The largest difference between an f32 tensor and its f64 reference, relative to the reference where that is
 // above 1.
+double worst_rel(const Tensor& f, const Tensor& g) {
+  double w = 0;
+  for (int64_t i = 0; i < f.numel(); ++i)
+    w = std::max(w, std::abs(f.data<float>()[i] - g.data<double>()[i]) / std::max(1.0, std::abs(g.data<double>()[i])));
+  return w;
+}
+
 // The largest |f − g| / (rtol·|g| + atol) over the elements of an f32 tensor f and an f64 g: ≤ 1 when every element is
 // within the tolerance.
 double worst_excess(const Tensor& f, const Tensor& g, double rtol, double atol) {
@@ -53,12 +60,6 @@ double worst_excess(const Tensor& f, const Tensor& g, double rtol, double atol) 
     const double want = g.data<double>()[i];
     w = std::max(w, std::abs(f.data<float>()[i] - want) / (rtol * std::abs(want) + atol));
   }
-  return w;
-}
-double worst_rel(const Tensor& f, const Tensor& g) {
-  double w = 0;
-  for (int64_t i = 0; i < f.numel(); ++i)
-    w = std::max(w, std::abs(f.data<float>()[i] - g.data<double>()[i]) / std::max(1.0, std::abs(g.data<double>()[i])));
   return w;
 }
 

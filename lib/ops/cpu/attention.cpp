@@ -242,6 +242,13 @@ GT_INLINE T row_max(const T* x, int64_t n) {
   return mx;
 }
 
+// 0, 1, …, 15: the lane numbers of a 64-byte vector of f32, compared with what is left of a row to mask its tail.
+GT_INLINE Int32Of<Vec64<float>> lane_numbers() {
+  Int32Of<Vec64<float>> lane{};
+  for (int l = 0; l < kLanes64<float>; ++l) lane[l] = l;
+  return lane;
+}
+
 // row[j] = e^(row[j] − mx) / Σ e^(row[k] − mx) for j < n (the softmax of a row of scores whose maximum is mx);
 // returns the sum. f32 runs on 64-byte vectors up to round_up(n, 16) (row must have that many elements: the score
 // buffers' rows are kCols-padded), the lanes past n set to zero, and sums in sixteen lanes combined in a fixed order:
@@ -252,9 +259,7 @@ GT_INLINE double softmax_row(T* row, int64_t n, T mx) {
   if constexpr (std::is_same_v<T, float>) {
     constexpr int L = kLanes64<float>;
     using V = Vec64<float>;
-    using I = Int32Of<V>;
-    I lane{};
-    for (int l = 0; l < L; ++l) lane[l] = l;
+    const auto lane = lane_numbers();
     V acc{};
     for (int64_t j = 0; j < n; j += L) {
       const V e = exp_keep_nan<V>(load64(row + j) - mx);
@@ -286,11 +291,9 @@ GT_INLINE void softmax_grad_row(T* p, T* ds, int64_t n, T lse, T delta, T scale)
   if constexpr (std::is_same_v<T, float>) {
     constexpr int L = kLanes64<float>;
     using V = Vec64<float>;
-    using I = Int32Of<V>;
-    I lane{};
-    for (int l = 0; l < L; ++l) lane[l] = l;
+    const auto lane = lane_numbers();
     for (int64_t j = 0; j < n; j += L) {
-      const I keep = lane < static_cast<int32_t>(n - j);
+      const auto keep = lane < static_cast<int32_t>(n - j);
       const V pj = exp_keep_nan<V>(load64(p + j) - lse);
       const V dj = pj * (load64(ds + j) - delta) * scale;
       store<float>(p + j, keep ? pj : V{});

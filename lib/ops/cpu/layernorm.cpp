@@ -69,7 +69,7 @@ GT_INLINE double lanes_total(VD acc) {
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 // The widened lanes [8h, 8h + 8) of a vector of f32.
-GT_INLINE VD widen(VF v, int h) {
+GT_INLINE VD f64_lanes(VF v, int h) {
   VecN<float, 32> half;
   __builtin_memcpy(&half, reinterpret_cast<const float*>(&v) + h * kDl, sizeof half);
   return __builtin_convertvector(half, VD);
@@ -121,9 +121,9 @@ GT_INLINE void ln_dx_rows_vec(const float* px, const float* pg, const float* pdy
     for (; i + kFl <= d; i += kFl) {
       const VF gg = load64(g + i) * load64(pg + i), x = load64(row + i);
       for (int h = 0; h < 2; ++h) {
-        const VD gd = widen(gg, h);
+        const VD gd = f64_lanes(gg, h);
         sa += gd;
-        sb += gd * (widen(x, h) - mean) * inv;
+        sb += gd * (f64_lanes(x, h) - mean) * inv;
       }
     }
     for (int k = 0; i < d; ++i, k = (k + 1) % kDl) {
