@@ -711,11 +711,13 @@ TEST_CASE("f32 cross_entropy matches f64 and keeps NaN and infinite logits NaN",
 }
 
 // The f32 layer norm (row sums as eight interleaved partial sums, loops compiled per instruction set) against the f64
-// path, with a row length that is not a multiple of eight, rows split over two threads, offset and scaled rows (the
+// path, with row lengths below, at and past one vector, rows split over two threads, offset and scaled rows (the
 // variance from x − mean, not E[x²] − mean²), and the parameter gradients both written and accumulated (beta).
 TEST_CASE("f32 layernorm matches f64 forward and backward, written and accumulated", "[cpu]") {
   set_num_threads(2);
-  const int64_t rows = 203, d = 45;
+  // Rows shorter than one vector (7: the f32 kernel's tails alone), of exactly one (16) and of vectors plus a tail.
+  const int64_t rows = 203, d = GENERATE(7, 16, 45);
+  CAPTURE(d);
   Rng rng(5, 0);
   auto pair = [&](const Shape& s, double lo, double hi) { return f32_f64_pair(s, rng, lo, hi); };
   auto [x, xd] = pair(Shape{rows, d}, -1, 1);
