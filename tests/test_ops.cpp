@@ -18,6 +18,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -799,6 +800,40 @@ TEST_CASE("f32 causal attention matches f64, forward and backward", "[cpu]") {
   ops::attention_backward(qkv, out, lse, dout, heads, {}, delta, dqkv);
   ops::attention_backward(qkvd, outd, lsed, doutd, heads, {}, deltad, dqkvd);
   CHECK(worst_rel(dqkv, dqkvd) < 1e-4);
+}
+
+// WorkPile deals each thread the share parallel_for would give it and lets a thread with none left take another's
+// last item: one thread playing both parts shows the order, a team of threads that no item is lost or done twice.
+TEST_CASE("WorkPile: a thread takes its own items from the front, then others' from the back, each item once",
+          "[cpu]") {
+  WorkPile pile(2);
+  pile.deal(0, 2, 10);  // [0, 5)
+  pile.deal(1, 2, 10);  // [5, 10)
+  std::vector<int64_t> taken;
+  for (int i = 0; i < 6; ++i) taken.push_back(pile.take(0));
+  CHECK(taken == std::vector<int64_t>{0, 1, 2, 3, 4, 9});
+  taken.clear();
+  for (int i = 0; i < 5; ++i) taken.push_back(pile.take(1));
+  CHECK(taken == std::vector<int64_t>{5, 6, 7, 8, -1});
+  CHECK(pile.take(0) == -1);
+
+  for (const int threads : {1, 2, 3, 4})
+    for (const int64_t n : {0, 1, 3, 7, 1000}) {
+      CAPTURE(threads, n);
+      std::vector<int> count(static_cast<size_t>(n), 0);
+      WorkPile team_pile(threads);
+#pragma omp parallel num_threads(threads)
+      {
+        const int t = omp_get_thread_num(), size = omp_get_num_threads();
+        team_pile.deal(t, size, n);
+#pragma omp barrier
+        for (int64_t i = team_pile.take(t); i >= 0; i = team_pile.take(t)) {
+#pragma omp atomic
+          ++count[static_cast<size_t>(i)];
+        }
+      }
+      CHECK(std::count(count.begin(), count.end(), 1) == n);  // each taken once
+    }
 }
 
 // Threads take (batch, head) tasks as they free up (parallel_for_dynamic): each task writes only its own rows, so
