@@ -62,7 +62,7 @@ while IFS= read -r name; do
   start=$(date +%s.%N)
   timeout 300 "$tests" "$filter" > "$work/t.log" 2>&1
   rc=$?
-  dt=$(echo "$(date +%s.%N) - $start" | bc)
+  dt=$(awk -v a="$(date +%s.%N)" -v b="$start" 'BEGIN { printf "%.1f", a - b }')  # (the GPU image has no bc)
   case $rc in
     0) pass=$((pass + 1)); printf '  pass  %5.1fs  %s\n' "$dt" "$name" ;;
     77) skip=$((skip + 1)); printf '  skip         %s: %s\n' "$name" "$(grep -m1 SKIPPED "$work/t.log")" ;;
@@ -106,7 +106,7 @@ print(f'{max(peaks):.0f}' if peaks else 'n/a')")
     tail -2 "$work/torch-$model-$prec.err" | sed 's/^/        /'
   fi
   ratio=n/a
-  [[ $gt_rate =~ ^[0-9]+$ && $torch_rate =~ ^[0-9]+$ ]] && ratio=$(echo "scale=2; $gt_rate / $torch_rate" | bc)
+  [[ $gt_rate =~ ^[0-9]+$ && $torch_rate =~ ^[0-9]+$ ]] && ratio=$(awk -v a="$gt_rate" -v b="$torch_rate" 'BEGIN { printf "%.2f", a / b }')
   rows+=("$(printf '| fashion_mnist_%s %s | %s | %s | %s | %s MiB | %s MiB |' "$model" "$prec" "$gt_rate" "$torch_rate" "$ratio" "$gt_peak" "$torch_peak")")
 done
 
@@ -150,7 +150,7 @@ print(round(rate), f'{100 * sum(mfu) / len(mfu):.1f}%' if mfu else 'unknown', f'
     tail -5 "$work/torch-gpt-$prec.err" | sed 's/^/        /'
   fi
   gpt_ratio=n/a
-  [[ $gpt_rate =~ ^[0-9]+$ && $torch_gpt =~ ^[0-9]+$ ]] && gpt_ratio=$(echo "scale=2; $gpt_rate / $torch_gpt" | bc)
+  [[ $gpt_rate =~ ^[0-9]+$ && $torch_gpt =~ ^[0-9]+$ ]] && gpt_ratio=$(awk -v a="$gpt_rate" -v b="$torch_gpt" 'BEGIN { printf "%.2f", a / b }')
   gpt_rows+=("| $device $prec | $gpt_rate | $gpt_mfu | $torch_gpt | $gpt_ratio | $gpt_peak MiB |")
 done
 
