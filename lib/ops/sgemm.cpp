@@ -50,14 +50,15 @@ int openblas_core_width() {
   return 0;
 }
 
-// auto: our kernel where OpenBLAS runs a core narrower than the CPU's vectors (it fell back, as 0.3.21 does to its
-// Prescott core on this project's Intel Xeon, or OPENBLAS_CORETYPE forced it), OpenBLAS where it runs a core as wide.
-// Measured: ours level with OpenBLAS's Cooperlake core on the Xeon and ~5 % behind its Haswell core at AVX2; an
-// earlier AVX-512 kernel of ours lost up to 20 % to the Cooperlake core on the MLP's shapes on Zen 4 (README,
-// Transformers), so where OpenBLAS knows the CPU it keeps the products.
+// auto: our AVX-512 kernel wherever the CPU has AVX-512; at AVX2, ours where OpenBLAS runs a narrower core (it fell
+// back, as 0.3.21 does to its Prescott core on this project's Intel Xeon, or OPENBLAS_CORETYPE forced it), OpenBLAS
+// where it runs an AVX2 core. Measured on whole training steps (docs/measurements.md, session 25): on Zen 4, where
+// OpenBLAS runs its Cooperlake (AVX-512) core, ours trains the GPT 1.05× and the MLP 1.07× faster (10 interleaved
+// pairs each, 9 won), the CNN level; on the Xeon ours is 3–4× OpenBLAS's Prescott core. At AVX2 ours was ~5 % behind
+// OpenBLAS's Haswell core (session 18), so there OpenBLAS keeps the products.
 CpuSgemmPath best_sgemm_path() {
   const int width = openblas_core_width();
-  if (cpu_sgemm_supported(CpuSgemmPath::avx512)) return width >= 512 ? CpuSgemmPath::openblas : CpuSgemmPath::avx512;
+  if (cpu_sgemm_supported(CpuSgemmPath::avx512)) return CpuSgemmPath::avx512;
   if (cpu_sgemm_supported(CpuSgemmPath::avx2)) return width >= 256 ? CpuSgemmPath::openblas : CpuSgemmPath::avx2;
   return CpuSgemmPath::openblas;
 }
