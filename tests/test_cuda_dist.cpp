@@ -69,6 +69,7 @@ TEST_CASE("GradSync averages device gradients in device buckets on a side stream
     std::vector<std::vector<Param*>> by_node;
     for (size_t i = 0; i < sizes.size(); ++i) {
       original.push_back(seeded(Shape{sizes[i]}, 10 + i));
+      params[i].value = to_cuda(original.back());  // (buckets are cut by the values' sizes)
       params[i].grad = to_cuda(original.back());
       by_node.push_back({&params[i]});
     }

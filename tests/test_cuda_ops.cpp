@@ -774,6 +774,43 @@ TEST_CASE("CUDA sum_squares_group adds the CPU's total across chunks", "[cuda]")
   compare_groups(g, 3, 0, 0);  // and nothing written
 }
 
+TEST_CASE("CUDA loss and gradient-norm sums give the same bits on every run", "[cuda]") {
+  require_gpu();
+  // Each sums over hundreds of blocks (1024 for the element-wise sums, every chunk of the groups, rows strided over
+  // 1024 blocks for the cross-entropy), which an atomicAdd per block would add in the order they finish: bits that
+  // change from run to run, and with them a clip coefficient and the weights (seen on an H200 before the blocks'
+  // sums were added in block order). Ten runs of each must give the first run's bits.
+  const Tensor g = to_cuda(seeded(Shape{int64_t{5} << 20}, 171));
+  const int64_t batch = 50000, k = 10;
+  const Tensor logits = to_cuda(seeded(Shape{batch, k}, 172)), labels = to_cuda(labels_for(batch, k, 173));
+  const Tensor pred = to_cuda(seeded(Shape{4096, 300}, 174)), target = to_cuda(seeded(Shape{4096, 300}, 175));
+  GroupPair groups = make_groups(3, false, 176);
+  Tensor dlogits = Tensor::empty(logits.shape(), DType::f32, logits.device()), dpred;
+  auto run = [&] {
+    Tensor norm = to_cuda(host_f64({0})), rows = to_cuda(host_f64({0, 0, 0, 0, 0}));
+    Tensor group_total = to_cuda(host_f64({0})), ce = to_cuda(host_f64({0, 0})), mse = to_cuda(host_f64({0, 0}));
+    ops::sum_squares(g, norm);
+    ops::sum_squares_group(groups.cuda, 1, group_total, rows);
+    ops::cross_entropy(logits, labels, 0.1, 1.0 / batch, dlogits, ce);
+    ops::mse(pred, target, 1.0, dpred, mse);
+    std::vector<double> out;
+    for (const Tensor* t : {&norm, &rows, &group_total, &ce, &mse}) {
+      const Tensor h = to_host(*t);
+      out.insert(out.end(), h.data<double>(), h.data<double>() + h.numel());
+    }
+    return out;
+  };
+  const std::vector<double> first = run();
+  for (int i = 0; i < 10; ++i) {
+    const std::vector<double> again = run();
+    REQUIRE(again.size() == first.size());
+    for (size_t j = 0; j < first.size(); ++j) {
+      INFO("run " << i + 2 << ", sum " << j << ": " << again[j] << " against " << first[j]);
+      REQUIRE(std::memcmp(&again[j], &first[j], sizeof(double)) == 0);
+    }
+  }
+}
+
 TEST_CASE("CUDA sgd_step_group matches the CPU, plain and clipped", "[cuda]") {
   require_gpu();
   for (bool nesterov : {false, true})

@@ -24,6 +24,7 @@ struct DeviceContext {
   cudnnHandle_t cudnn = nullptr;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
+  ReduceScratch reduce;
 };
 
 std::mutex g_mutex;
@@ -38,6 +39,10 @@ DeviceContext& context(int device) {
   if (!c) {
     auto made = std::make_unique<DeviceContext>();
     GT_CHECK_CUDA(cudaStreamCreate(&made->stream));
+    ReduceScratch& r = made->reduce;
+    GT_CHECK_CUDA(cudaMalloc(&r.partials, sizeof(double) * ReduceScratch::kBlocks * ReduceScratch::kValues));
+    GT_CHECK_CUDA(cudaMalloc(&r.ticket, sizeof *r.ticket));
+    GT_CHECK_CUDA(cudaMemset(r.ticket, 0, sizeof *r.ticket));
     c = std::move(made);
   }
   return *c;
@@ -48,6 +53,8 @@ DeviceContext& context(int device) {
 cudaStream_t stream(int device) { return context(device).stream; }
 
 void* compute_stream(int device) { return stream(device); }
+
+ReduceScratch reduce_scratch(int device) { return context(device).reduce; }
 
 cublasLtHandle_t lt_handle(int device) {
   DeviceContext& c = context(device);

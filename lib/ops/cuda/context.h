@@ -23,4 +23,15 @@ cudnnHandle_t cudnn_handle(int device);
 /// since every user runs on the same stream, one call's use is over before the next one's starts.
 void* workspace(int device, size_t bytes);
 
+/// Where reductions that must give the same bits on every run (the loss and gradient-norm sums) gather their blocks'
+/// partial sums: kReduceBlocks values of each of kReduceValues sums, and the ticket counter that tells the last block
+/// (kern::add_in_block_order). One per device, made with its stream (so never inside a graph capture), kept for the
+/// process's life; the kernels on the device's stream use it one at a time, and each leaves the ticket at 0.
+struct ReduceScratch {
+  static constexpr int kBlocks = 1024, kValues = 2;
+  double* partials = nullptr;  ///< [kValues][kBlocks]
+  unsigned int* ticket = nullptr;
+};
+ReduceScratch reduce_scratch(int device);
+
 }  // namespace gt::cuda

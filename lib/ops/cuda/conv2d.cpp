@@ -65,10 +65,12 @@ std::optional<HalfFormat> half_of(ConvMath m) {
   return std::nullopt;
 }
 
-// The first algorithm of cuDNN's ranking (fastest first) that is supported, runs without tensor cores unless
-// `tensor_ops` (TF32 would round fp32 inputs to 10 mantissa bits; 16-bit operands lose nothing on them) and needs at
-// most kMaxConvWorkspace; failing that, the supported one needing the least workspace. `workspace_of` returns false
-// when cuDNN refuses the algorithm for this problem.
+// The first algorithm of cuDNN's ranking (fastest first) that is supported, deterministic, runs without tensor cores
+// unless `tensor_ops` (TF32 would round fp32 inputs to 10 mantissa bits; 16-bit operands lose nothing on them) and
+// needs at most kMaxConvWorkspace; failing that, the supported one needing the least workspace. Deterministic, as
+// PyTorch's cudnn.deterministic: backward algorithms that add partial sums with atomics (backward-filter 0 and 3,
+// backward-data 0) give other bits on every run, and a seeded run (or a captured step against an uncaptured one)
+// must give the same ones. `workspace_of` returns false when cuDNN refuses the algorithm for this problem.
 template <class Perf, class Algo, class WorkspaceOf>
 void choose(const std::vector<Perf>& ranked, const char* direction, const std::string& problem, bool tensor_ops,
             WorkspaceOf&& workspace_of, Algo& algo, size_t& ws) {
@@ -76,7 +78,7 @@ void choose(const std::vector<Perf>& ranked, const char* direction, const std::s
   size_t best_ws = std::numeric_limits<size_t>::max();
   Algo best{};
   for (const Perf& p : ranked) {
-    if (p.status != CUDNN_STATUS_SUCCESS) continue;
+    if (p.status != CUDNN_STATUS_SUCCESS || p.determinism != CUDNN_DETERMINISTIC) continue;
     if (p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION) continue;  // would convert fp32 operands to fp16
     if (p.mathType == CUDNN_TENSOR_OP_MATH && !tensor_ops) continue;
     size_t bytes = 0;

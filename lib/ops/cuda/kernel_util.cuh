@@ -3,6 +3,7 @@
 #pragma once
 
 #include "core/tensor.h"
+#include "ops/cuda/context.h"
 
 #include <cuda_runtime.h>
 
@@ -122,6 +123,33 @@ __device__ __forceinline__ T block_max(T v) {
   const T result = total;
   __syncthreads();
   return result;
+}
+
+/// Adds each block's values v[0..K) (thread 0's are used) to out[0..K) in block order: every block stores its values
+/// in the scratch, and the last block to finish sums all of them — strided over its threads, then block_sum's fixed
+/// tree — and adds the totals to out. The same bits on every run, where an atomicAdd from each block adds in whatever
+/// order the blocks finish (a grad norm a few ulp apart between runs is a clip coefficient a few ulp apart, and then
+/// weights that are). Every thread of every block must call it, once per launch; gridDim.x ≤ ReduceScratch::kBlocks,
+/// K ≤ ReduceScratch::kValues. The ticket wraps back to 0 as the last block takes it, ready for the next launch.
+template <int K>
+__device__ void add_in_block_order(const double (&v)[K], double* out, ReduceScratch scratch) {
+  static_assert(K >= 1 && K <= ReduceScratch::kValues);
+  __shared__ bool last;
+  if (threadIdx.x == 0) {
+    for (int k = 0; k < K; ++k) scratch.partials[k * ReduceScratch::kBlocks + blockIdx.x] = v[k];
+    __threadfence();  // the values are visible to every block before this block's ticket is
+    last = atomicInc(scratch.ticket, gridDim.x - 1) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;  // (the same for the whole block)
+  __threadfence();
+  for (int k = 0; k < K; ++k) {
+    double acc = 0;
+    for (unsigned b = threadIdx.x; b < gridDim.x; b += blockDim.x)
+      acc += __ldcg(scratch.partials + k * ReduceScratch::kBlocks + b);  // (from L2: not a stale L1 line)
+    acc = block_sum(acc);
+    if (threadIdx.x == 0) out[k] += acc;
+  }
 }
 
 }  // namespace gt::cuda::kern

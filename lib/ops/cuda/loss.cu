@@ -1,5 +1,6 @@
 // CUDA losses (ops/loss.h): fused softmax cross-entropy (one warp per row) and mean squared error. Both add their
-// sums into the step's f64 statistics on the device with atomicAdd, so the host never waits for a loss.
+// sums into the step's f64 statistics on the device, so the host never waits for a loss, and add the blocks' sums in
+// block order (kern::add_in_block_order), so a loss has the same bits on every run.
 #include "ops/loss.h"
 
 #include "ops/cuda/context.h"
@@ -18,7 +19,7 @@ using namespace kern;
 
 constexpr int kCeWarps = 8;  // rows per block of the cross-entropy kernel
 constexpr int kThreads = 256;
-constexpr int64_t kReduceBlocks = 1024;
+constexpr int64_t kReduceBlocks = ReduceScratch::kBlocks;
 constexpr int64_t kNoIndex = INT64_MAX;  // an argmax that any column beats
 
 // logits (batch, k), labels (batch) → stats[0] += Σ loss, stats[1] += Σ [argmax = label]; dlogits (optional).
@@ -33,105 +34,119 @@ __global__ void count_ignored_kernel(const int32_t* __restrict__ labels, int64_t
   if (threadIdx.x == 0 && n > 0) atomicAdd(ignored, n);
 }
 
+// Row b of the cross-entropy, for one warp (every lane calls it with the same b, so the shuffles see all 32 lanes):
+// its loss and hit added to loss and hit, its gradient (scaled by `scale`) written to dlogits.
+template <class T>
+__device__ void ce_row(const T* __restrict__ logits, const int32_t* __restrict__ labels, int64_t b, int64_t k,
+                       double eps, double scale, T* __restrict__ dlogits, int64_t ignore,
+                       const unsigned long long* __restrict__ ignored, int lane, double& loss, double& hit) {
+  if (ignored && labels[b] == ignore) {
+    if (dlogits)
+      for (int64_t j = lane; j < k; j += kWarp) dlogits[b * k + j] = T(0);
+    return;
+  }
+  const T* x = logits + b * k;
+  T mx = -infinity<T>();
+  int64_t arg = kNoIndex;
+  double sum_x = 0;
+  for (int64_t j = lane; j < k; j += kWarp) {
+    const T v = x[j];
+    if (v > mx || (v == mx && j < arg)) mx = v, arg = j;  // NaN: both false, skipped
+    sum_x += static_cast<double>(v);
+  }
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+    const T om = __shfl_xor_sync(kFullMask, mx, offset);
+    const int64_t oa = __shfl_xor_sync(kFullMask, arg, offset);
+    if (om > mx || (om == mx && oa < arg)) mx = om, arg = oa;
+  }
+  if (isnan(x[0])) mx = x[0], arg = 0;  // the CPU's running max starts at x[0] and a NaN never gives way
+  sum_x = warp_sum(sum_x);
+  double sum_e = 0;
+  for (int64_t j = lane; j < k; j += kWarp) sum_e += std::exp(static_cast<double>(x[j] - mx));
+  sum_e = warp_sum(sum_e);
+  const double lse = static_cast<double>(mx) + std::log(sum_e);
+  const int32_t y = labels[b];
+  const bool valid = y >= 0 && y < k;  // a label out of range makes the row's loss NaN (ops/loss.h)
+  const double xy = valid ? static_cast<double>(x[y]) : quiet_nan<double>();
+  loss += ce_row_loss(lse, xy, sum_x, k, eps);
+  hit += valid && arg == y ? 1.0 : 0.0;
+  if (dlogits) {
+    T* d = dlogits + b * k;
+    for (int64_t j = lane; j < k; j += kWarp)
+      d[j] = static_cast<T>(ce_dlogit(std::exp(static_cast<double>(x[j]) - lse), j == y, k, eps, scale));
+  }
+}
+
 // ignored == nullptr: nothing is ignored. Otherwise each counted row weighs w = samples / counted (ops/loss.h).
+// A block's warps take rows b, b + kCeWarps·gridDim.x, … (at most kReduceBlocks blocks, for the ordered sum).
 template <class T>
 __global__ void cross_entropy_kernel(const T* __restrict__ logits, const int32_t* __restrict__ labels, int64_t batch,
                                      int64_t k, double eps, double scale, T* __restrict__ dlogits,
                                      double* __restrict__ stats, int64_t samples, int64_t ignore,
-                                     const unsigned long long* __restrict__ ignored) {
+                                     const unsigned long long* __restrict__ ignored, ReduceScratch scratch) {
   const int64_t counted = ignored ? batch - static_cast<int64_t>(*ignored) : batch;
   const double w = counted > 0 ? static_cast<double>(samples) / static_cast<double>(counted) : 0.0;
   scale *= w;
   __shared__ double part_loss[kCeWarps], part_hits[kCeWarps];
   const int lane = static_cast<int>(threadIdx.x) % kWarp, warp = static_cast<int>(threadIdx.x) / kWarp;
-  const int64_t b = blockIdx.x * int64_t{kCeWarps} + warp;
   double loss = 0, hit = 0;
-  if (b < batch && ignored && labels[b] == ignore) {
-    if (dlogits)
-      for (int64_t j = lane; j < k; j += kWarp) dlogits[b * k + j] = T(0);
-  } else if (b < batch) {  // the same for the whole warp, so the shuffles below see all 32 lanes
-    const T* x = logits + b * k;
-    T mx = -infinity<T>();
-    int64_t arg = kNoIndex;
-    double sum_x = 0;
-    for (int64_t j = lane; j < k; j += kWarp) {
-      const T v = x[j];
-      if (v > mx || (v == mx && j < arg)) mx = v, arg = j;  // NaN: both false, skipped
-      sum_x += static_cast<double>(v);
-    }
-    for (int offset = kWarp / 2; offset > 0; offset /= 2) {
-      const T om = __shfl_xor_sync(kFullMask, mx, offset);
-      const int64_t oa = __shfl_xor_sync(kFullMask, arg, offset);
-      if (om > mx || (om == mx && oa < arg)) mx = om, arg = oa;
-    }
-    if (isnan(x[0])) mx = x[0], arg = 0;  // the CPU's running max starts at x[0] and a NaN never gives way
-    sum_x = warp_sum(sum_x);
-    double sum_e = 0;
-    for (int64_t j = lane; j < k; j += kWarp) sum_e += std::exp(static_cast<double>(x[j] - mx));
-    sum_e = warp_sum(sum_e);
-    const double lse = static_cast<double>(mx) + std::log(sum_e);
-    const int32_t y = labels[b];
-    const bool valid = y >= 0 && y < k;  // a label out of range makes the row's loss NaN (ops/loss.h)
-    const double xy = valid ? static_cast<double>(x[y]) : quiet_nan<double>();
-    loss = ce_row_loss(lse, xy, sum_x, k, eps);
-    hit = valid && arg == y ? 1.0 : 0.0;
-    if (dlogits) {
-      T* d = dlogits + b * k;
-      for (int64_t j = lane; j < k; j += kWarp)
-        d[j] = static_cast<T>(ce_dlogit(std::exp(static_cast<double>(x[j]) - lse), j == y, k, eps, scale));
-    }
-  }
+  for (int64_t b = blockIdx.x * int64_t{kCeWarps} + warp; b < batch; b += int64_t{gridDim.x} * kCeWarps)
+    ce_row(logits, labels, b, k, eps, scale, dlogits, ignore, ignored, lane, loss, hit);
   if (lane == 0) part_loss[warp] = loss, part_hits[warp] = hit;
   __syncthreads();
-  if (threadIdx.x != 0) return;
-  double l = 0, h = 0;
-  for (int w = 0; w < kCeWarps; ++w) l += part_loss[w], h += part_hits[w];
-  atomicAdd(stats + 0, w * l);  // (exact when w = 1)
-  atomicAdd(stats + 1, w * h);
+  double sums[2] = {0, 0};
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < kCeWarps; ++i) sums[0] += part_loss[i], sums[1] += part_hits[i];
+    sums[0] *= w;  // (exact when w = 1)
+    sums[1] *= w;
+  }
+  add_in_block_order(sums, stats, scratch);
 }
 
 // stats[0] += Σ (pred − target)² / d (Σ over the batch of each row's mean); dpred = grad_scale · (pred − target).
 template <class T>
 __global__ void mse_kernel(const T* __restrict__ pred, const T* __restrict__ target, int64_t n, int64_t d,
-                           double grad_scale, T* __restrict__ dpred, double* __restrict__ stats) {
+                           double grad_scale, T* __restrict__ dpred, double* __restrict__ stats,
+                           ReduceScratch scratch) {
   double acc = 0;
   for (int64_t i = global_index(); i < n; i += grid_stride()) {
     const double diff = static_cast<double>(pred[i]) - static_cast<double>(target[i]);
     acc += diff * diff;
     if (dpred) dpred[i] = static_cast<T>(grad_scale * diff);
   }
-  acc = block_sum(acc);
-  if (threadIdx.x == 0) atomicAdd(stats, acc / static_cast<double>(d));
+  const double sums[1] = {block_sum(acc) / static_cast<double>(d)};
+  add_in_block_order(sums, stats, scratch);
 }
 
-void launch_cross_entropy(cudaStream_t s, bool is_double, const void* logits, const int32_t* labels, int64_t batch,
-                          int64_t k, double label_smoothing, double scale, void* dlogits, double* stats,
-                          int64_t samples, int64_t ignore, unsigned long long* ignored) {
+void launch_cross_entropy(cudaStream_t s, ReduceScratch scratch, bool is_double, const void* logits,
+                          const int32_t* labels, int64_t batch, int64_t k, double label_smoothing, double scale,
+                          void* dlogits, double* stats, int64_t samples, int64_t ignore, unsigned long long* ignored) {
   if (batch == 0 || k == 0) return;
   if (ignored) {
     GT_CHECK_CUDA(cudaMemsetAsync(ignored, 0, sizeof *ignored, s));
     count_ignored_kernel<<<grid_for(batch, kThreads, kReduceBlocks), kThreads, 0, s>>>(labels, batch, ignore, ignored);
     GT_CHECK_LAUNCH();
   }
-  const auto grid = static_cast<unsigned>((batch + kCeWarps - 1) / kCeWarps);
+  const auto grid = static_cast<unsigned>(std::min<int64_t>((batch + kCeWarps - 1) / kCeWarps, kReduceBlocks));
   with_float_type(is_double, [&](auto t) {
     using T = decltype(t);
     cross_entropy_kernel<T><<<grid, kCeWarps * kWarp, 0, s>>>(static_cast<const T*>(logits), labels, batch, k,
                                                               label_smoothing, scale, static_cast<T*>(dlogits), stats,
-                                                              samples, ignore, ignored);
+                                                              samples, ignore, ignored, scratch);
   });
   GT_CHECK_LAUNCH();
 }
 
-void launch_mse(cudaStream_t s, bool is_double, const void* pred, const void* target, int64_t batch, int64_t d,
-                double scale, void* dpred, double* stats) {
+void launch_mse(cudaStream_t s, ReduceScratch scratch, bool is_double, const void* pred, const void* target,
+                int64_t batch, int64_t d, double scale, void* dpred, double* stats) {
   const int64_t n = batch * d;
   if (n == 0) return;
   const double grad_scale = scale * 2.0 / static_cast<double>(d);  // as the CPU computes it
   with_float_type(is_double, [&](auto t) {
     using T = decltype(t);
     mse_kernel<T><<<grid_for(n, kThreads, kReduceBlocks), kThreads, 0, s>>>(
-        static_cast<const T*>(pred), static_cast<const T*>(target), n, d, grad_scale, static_cast<T*>(dpred), stats);
+        static_cast<const T*>(pred), static_cast<const T*>(target), n, d, grad_scale, static_cast<T*>(dpred), stats,
+        scratch);
   });
   GT_CHECK_LAUNCH();
 }
@@ -145,14 +160,16 @@ void cross_entropy(const Tensor& logits, const Tensor& labels, double label_smoo
   auto* ignored = rows.ignore_index == ops::kNoIgnore
                       ? nullptr
                       : static_cast<unsigned long long*>(workspace(device, sizeof(unsigned long long)));
-  launch_cross_entropy(stream(device), is_f64("cross_entropy", logits), logits.raw(), labels.data<int32_t>(),
-                       logits.dim(0), logits.dim(1), label_smoothing, scale, raw_or_null(dlogits), stats.data<double>(),
-                       logits.dim(0) / rows.group, rows.ignore_index, ignored);
+  launch_cross_entropy(stream(device), reduce_scratch(device), is_f64("cross_entropy", logits), logits.raw(),
+                       labels.data<int32_t>(), logits.dim(0), logits.dim(1), label_smoothing, scale,
+                       raw_or_null(dlogits), stats.data<double>(), logits.dim(0) / rows.group, rows.ignore_index,
+                       ignored);
 }
 
 void mse(const Tensor& pred, const Tensor& target, double scale, Tensor& dpred, Tensor& stats) {
   const int64_t batch = pred.dim(0), d = pred.numel() / std::max<int64_t>(batch, 1);
-  launch_mse(stream(pred.device().index), is_f64("mse", pred), pred.raw(), target.raw(), batch, d, scale,
+  const int device = pred.device().index;
+  launch_mse(stream(device), reduce_scratch(device), is_f64("mse", pred), pred.raw(), target.raw(), batch, d, scale,
              raw_or_null(dpred), stats.data<double>());
 }
 

@@ -19,17 +19,15 @@ namespace {
 using namespace kern;
 
 constexpr int kThreads = 256;
-// A reduction into one f64 scalar: a block adds its share with one atomicAdd; this many blocks keep an H200 busy
-// without piling thousands of atomics onto one address.
-constexpr int64_t kReduceBlocks = 1024;
 
-// out[0] += Σ g² (f64).
+// out[0] += Σ g² (f64), the blocks' sums added in block order (the same bits on every run). At most
+// ReduceScratch::kBlocks blocks, enough to keep an H200 busy.
 template <class T>
-__global__ void sum_squares_kernel(const T* __restrict__ g, int64_t n, double* out) {
+__global__ void sum_squares_kernel(const T* __restrict__ g, int64_t n, double* out, ReduceScratch scratch) {
   double acc = 0;
   for (int64_t i = global_index(); i < n; i += grid_stride()) acc += static_cast<double>(g[i]) * g[i];
-  acc = block_sum(acc);
-  if (threadIdx.x == 0) atomicAdd(out, acc);
+  const double sums[1] = {block_sum(acc)};
+  add_in_block_order(sums, out, scratch);
 }
 
 // x ← x · scale[0]; the scale stays on the device, so nothing waits for the host.
@@ -46,10 +44,14 @@ struct GroupChunk {
 };
 
 /// The table the kernels take by value: device arrays ptrs[row * width + col] (null for an undefined tensor) and
-/// chunks[].
+/// chunks[] (each row's in order, row after row: row r's are chunks[row_first[r] .. row_first[r + 1])), and the
+/// scratch of the sums of squares: one per chunk and the ticket that tells the last block.
 struct GroupView {
   void** ptrs = nullptr;
   GroupChunk* chunks = nullptr;
+  int64_t* row_first = nullptr;
+  double* chunk_sums = nullptr;
+  unsigned int* ticket = nullptr;
   int32_t width = 0, rows = 0;
   int64_t num_chunks = 0;
   bool is_double = false;
@@ -77,10 +79,13 @@ __device__ double clip_coef(const double* stats, double max_norm) {
 }
 
 // One chunk at a time per block (the loop bound is the same for every thread of the block, so the barriers are
-// safe): each chunk's sum goes to the total and to its row's entry.
+// safe), each chunk's sum stored in t.chunk_sums; the last block to finish adds them up in chunk order, row by row,
+// into each row's entry and the total — the same bits on every run (atomicAdd from each block would add them in the
+// order the blocks finish).
 template <class T>
 __global__ void sum_squares_group_kernel(GroupView t, int column, double* out, double* per_row) {
   __shared__ double partial[kThreads];
+  __shared__ bool last;
   for (int64_t c = blockIdx.x; c < t.num_chunks; c += gridDim.x) {
     const GroupChunk ch = t.chunks[c];
     const T* g = static_cast<const T*>(t.ptrs[ch.row * t.width + column]);
@@ -92,12 +97,25 @@ __global__ void sum_squares_group_kernel(GroupView t, int column, double* out, d
       if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
       __syncthreads();
     }
-    if (threadIdx.x == 0) {
-      atomicAdd(out, partial[0]);
-      if (per_row) atomicAdd(per_row + ch.row, partial[0]);
-    }
+    if (threadIdx.x == 0) t.chunk_sums[c] = partial[0];
     __syncthreads();  // partial[] is reused by the next chunk
   }
+  if (threadIdx.x == 0) {
+    __threadfence();  // this block's chunk sums are visible to every block before its ticket is
+    last = atomicInc(t.ticket, gridDim.x - 1) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  double acc = 0;
+  for (int r = static_cast<int>(threadIdx.x); r < t.rows; r += static_cast<int>(blockDim.x)) {
+    double row = 0;
+    for (int64_t c = t.row_first[r]; c < t.row_first[r + 1]; ++c) row += __ldcg(t.chunk_sums + c);
+    if (per_row) per_row[r] += row;
+    acc += row;
+  }
+  acc = block_sum(acc);
+  if (threadIdx.x == 0) *out += acc;
 }
 
 template <class T, bool kMomentum, bool kNesterov>
@@ -155,11 +173,12 @@ __global__ void loss_scale_kernel(const double* stats, double* state, LossScaleH
   loss_scale_update(state, isfinite(stats[kLossSum]) && isfinite(stats[kGradSq]), h);
 }
 
-void launch_sum_squares(cudaStream_t s, bool is_double, const void* g, int64_t n, double* out) {
+void launch_sum_squares(cudaStream_t s, ReduceScratch scratch, bool is_double, const void* g, int64_t n, double* out) {
   if (n == 0) return;
   with_float_type(is_double, [&](auto t) {
     using T = decltype(t);
-    sum_squares_kernel<T><<<grid_for(n, kThreads, kReduceBlocks), kThreads, 0, s>>>(static_cast<const T*>(g), n, out);
+    sum_squares_kernel<T>
+        <<<grid_for(n, kThreads, ReduceScratch::kBlocks), kThreads, 0, s>>>(static_cast<const T*>(g), n, out, scratch);
   });
   GT_CHECK_LAUNCH();
 }
@@ -178,6 +197,9 @@ GroupTable::~GroupTable() {
   if (cudaSetDevice(device) != cudaSuccess) return;
   cudaFree(view.ptrs);
   cudaFree(view.chunks);
+  cudaFree(view.row_first);
+  cudaFree(view.chunk_sums);
+  cudaFree(view.ticket);
 }
 
 // per_row may be null.
@@ -245,16 +267,25 @@ const GroupTable& table_of(ops::TensorGroup& g) {
   t->view.is_double = first.dtype() == DType::f64;
   std::vector<void*> ptrs;
   std::vector<GroupChunk> chunks;
+  std::vector<int64_t> row_first;
   for (size_t r = 0; r < g.rows.size(); ++r) {
     for (const Tensor& x : g.rows[r]) ptrs.push_back(x.defined() ? x.raw() : nullptr);
+    row_first.push_back(static_cast<int64_t>(chunks.size()));
     const int64_t n = g.rows[r][0].numel();
     for (int64_t b = 0; b < n; b += kGroupChunk)
       chunks.push_back({static_cast<int32_t>(r), b, std::min(n, b + kGroupChunk)});
   }
+  row_first.push_back(static_cast<int64_t>(chunks.size()));
   t->view.num_chunks = static_cast<int64_t>(chunks.size());
   const cudaStream_t s = stream(t->device);
   GT_CHECK_CUDA(cudaMalloc(&t->view.ptrs, ptrs.size() * sizeof(void*)));
   GT_CHECK_CUDA(cudaMalloc(&t->view.chunks, std::max<size_t>(chunks.size(), 1) * sizeof(GroupChunk)));
+  GT_CHECK_CUDA(cudaMalloc(&t->view.row_first, row_first.size() * sizeof(int64_t)));
+  GT_CHECK_CUDA(cudaMalloc(&t->view.chunk_sums, std::max<size_t>(chunks.size(), 1) * sizeof(double)));
+  GT_CHECK_CUDA(cudaMalloc(&t->view.ticket, sizeof(unsigned int)));
+  GT_CHECK_CUDA(cudaMemsetAsync(t->view.ticket, 0, sizeof(unsigned int), s));
+  GT_CHECK_CUDA(cudaMemcpyAsync(t->view.row_first, row_first.data(), row_first.size() * sizeof(int64_t),
+                                cudaMemcpyHostToDevice, s));
   GT_CHECK_CUDA(cudaMemcpyAsync(t->view.ptrs, ptrs.data(), ptrs.size() * sizeof(void*), cudaMemcpyHostToDevice, s));
   if (!chunks.empty())
     GT_CHECK_CUDA(
@@ -267,7 +298,8 @@ const GroupTable& table_of(ops::TensorGroup& g) {
 }  // namespace
 
 void sum_squares(const Tensor& grad, Tensor& out) {
-  launch_sum_squares(stream(grad.device().index), is_f64("sum_squares", grad), grad.raw(), grad.numel(),
+  const int device = grad.device().index;
+  launch_sum_squares(stream(device), reduce_scratch(device), is_f64("sum_squares", grad), grad.raw(), grad.numel(),
                      out.data<double>());
 }
 
