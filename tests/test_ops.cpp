@@ -836,8 +836,8 @@ TEST_CASE("WorkPile: a thread takes its own items from the front, then others' f
     }
 }
 
-// Threads take (batch, head) tasks as they free up (parallel_for_dynamic): each task writes only its own rows, so
-// 1, 2 and 3 threads give the same bits, forward and backward.
+// Threads take (batch, head) tasks from their own share, then from others' (parallel_for_stealing): each task writes
+// only its own rows, so 1, 2 and 3 threads give the same bits, forward and backward.
 TEST_CASE("f32 causal attention gives the same bits on any number of threads", "[cpu]") {
   const int64_t nb = 5, t = 70, heads = 3, d = 16, c = heads * d;
   Rng rng(41, 0);

@@ -83,7 +83,7 @@ class WorkPile {
 /// another process takes fewer: for items whose results do not depend on which thread computes them, or in what
 /// order (each item writes its own outputs).
 template <class F>
-void parallel_for_dynamic(int64_t n, int64_t chunk, F&& f) {
+void parallel_for_stealing(int64_t n, int64_t chunk, F&& f) {
   if (n <= 0) return;
   chunk = std::max<int64_t>(chunk, 1);
   const int64_t chunks = (n + chunk - 1) / chunk;

@@ -586,7 +586,7 @@ void attn_fwd_t(const Tensor& qkv, int64_t heads, int64_t first, int64_t n, Tens
   const T* px = qkv.data<T>();
   const HalfFormat* ph = half ? &*half : nullptr;
   T* po = out.data<T>();
-  parallel_for_dynamic(nb * heads, attention_chunk(nb * heads), [&](int64_t u0, int64_t u1) {
+  parallel_for_stealing(nb * heads, attention_chunk(nb * heads), [&](int64_t u0, int64_t u1) {
     thread_local std::vector<T> buf;  // grown, never shrunk
     buf.resize(std::max(buf.size(), static_cast<size_t>(attn_fwd_scratch(first + n, d, ph))));
     auto head = [&](int64_t u) { return px + u / heads * t * 3 * c + u % heads * d; };  // the task's q
@@ -619,7 +619,7 @@ void attn_bwd_t(const Tensor& qkv, const Tensor& out, const Tensor& lse, const T
   const T *po = out.data<T>(), *pl = lse.data<T>(), *pdo = dout.data<T>();
   T* pdelta = delta.data<T>();
   T* pdx = dqkv.data<T>();
-  parallel_for_dynamic(nb * heads, attention_chunk(nb * heads), [&](int64_t u0, int64_t u1) {
+  parallel_for_stealing(nb * heads, attention_chunk(nb * heads), [&](int64_t u0, int64_t u1) {
     thread_local std::vector<T> buf;  // grown, never shrunk
     buf.resize(std::max(buf.size(), static_cast<size_t>(attn_bwd_scratch(t, d, ph))));
     for (int64_t u = u0; u < u1; ++u) {

@@ -1,11 +1,18 @@
-// CUDA embedding lookups (ops/embedding.h): a thread per output element; the backward pass adds repeated rows with
-// atomics.
+// CUDA embedding lookups (ops/embedding.h): a thread per output element. The backward pass adds a row's repeats in
+// token order, as the CPU does, so its bits are the CPU's and the same on every run: the tokens are sorted by row
+// (CUB's radix sort, stable), then one thread per (row, column) adds the row's tokens' gradients in order. (An
+// atomicAdd per token, as before, added them in whatever order the threads ran.)
 #include "ops/embedding.h"
 
+#include "ops/cuda/allocator.h"
 #include "ops/cuda/context.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernel_util.cuh"
 #include "ops/math.h"
+
+#include <cub/device/device_radix_sort.cuh>
+
+#include <limits>
 
 namespace gt::cuda {
 namespace {
@@ -31,17 +38,51 @@ __global__ void scale_kernel(T* __restrict__ x, int64_t n, double k) {
   for (int64_t i = global_index(); i < n; i += grid_stride()) x[i] = static_cast<T>(k * x[i]);
 }
 
-// dweight[row(idx[k]), :] += dy[k, :]; repeated rows add up with atomics (in no fixed order); invalid rows skipped.
+// keys[k] = the row of token k (vocab for an invalid index: sorted after every row and skipped), tokens[k] = k.
 template <class T>
-__global__ void embedding_bwd_kernel(const T* __restrict__ idx, const T* __restrict__ dy, int64_t n, int64_t dim,
-                                     int64_t vocab, T* __restrict__ dweight) {
-  const int64_t total = n * dim;
-  for (int64_t e = global_index(); e < total; e += grid_stride()) {
-    const int64_t k = e / dim, j = e - k * dim;
+__global__ void embedding_keys_kernel(const T* __restrict__ idx, int64_t n, int64_t vocab, int32_t* __restrict__ keys,
+                                      int32_t* __restrict__ tokens) {
+  for (int64_t k = global_index(); k < n; k += grid_stride()) {
     const int64_t row = embedding_row(idx[k], vocab);
-    if (row >= 0) atomicAdd(dweight + row * dim + j, dy[e]);
+    keys[k] = static_cast<int32_t>(row < 0 ? vocab : row);
+    tokens[k] = static_cast<int32_t>(k);
   }
 }
+
+// keys and tokens sorted by key, each key's tokens in increasing order: the thread of (i, j) where sorted position i
+// starts a key's run adds dy[token, j] of the run's tokens, in order, to dweight[key, j] (the CPU's order).
+template <class T>
+__global__ void embedding_runs_kernel(const int32_t* __restrict__ keys, const int32_t* __restrict__ tokens,
+                                      const T* __restrict__ dy, int64_t n, int64_t dim, int64_t vocab,
+                                      T* __restrict__ dweight) {
+  const int64_t total = n * dim;
+  for (int64_t e = global_index(); e < total; e += grid_stride()) {
+    const int64_t i = e / dim, j = e - i * dim;
+    const int32_t key = keys[i];
+    if (key >= vocab || (i > 0 && keys[i - 1] == key)) continue;
+    T acc = dweight[key * dim + j];
+    for (int64_t m = i; m < n && keys[m] == key; ++m) acc += dy[int64_t{tokens[m]} * dim + j];
+    dweight[key * dim + j] = acc;
+  }
+}
+
+// Device scratch from the caching allocator, given back when it goes out of scope (after the kernels that use it are
+// queued: every user of the allocator runs on the device's one stream, allocator.h).
+class Scratch {
+ public:
+  Scratch(int device, size_t bytes) : m_device(device), m_ptr(device_alloc(device, bytes)) {}
+  ~Scratch() { device_free(m_device, m_ptr); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  template <class U>
+  U* as() const {
+    return static_cast<U*>(m_ptr);
+  }
+
+ private:
+  int m_device;
+  void* m_ptr;
+};
 
 void launch_embedding_forward(cudaStream_t s, bool is_double, const void* idx, const void* weight, int64_t n,
                               int64_t vocab, int64_t dim, void* y) {
@@ -54,8 +95,9 @@ void launch_embedding_forward(cudaStream_t s, bool is_double, const void* idx, c
   GT_CHECK_LAUNCH();
 }
 
-void launch_embedding_backward(cudaStream_t s, bool is_double, const void* idx, const void* dy, int64_t n,
-                               int64_t vocab, int64_t dim, void* dweight, double beta) {
+void launch_embedding_backward(int device, bool is_double, const void* idx, const void* dy, int64_t n, int64_t vocab,
+                               int64_t dim, void* dweight, double beta) {
+  const cudaStream_t s = stream(device);
   const int64_t table = vocab * dim;
   with_float_type(is_double, [&](auto t) {
     using T = decltype(t);
@@ -67,8 +109,29 @@ void launch_embedding_backward(cudaStream_t s, bool is_double, const void* idx, 
       GT_CHECK_LAUNCH();
     }
     if (n * dim == 0) return;
-    embedding_bwd_kernel<T><<<grid_for(n * dim, kThreads), kThreads, 0, s>>>(
-        static_cast<const T*>(idx), static_cast<const T*>(dy), n, dim, vocab, dw);
+    constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
+    GT_CHECK(n <= kMax && vocab < kMax, "embedding backward on CUDA: {} tokens of a {}-row table (at most 2^31 − 1)", n,
+             vocab);
+    const int count = static_cast<int>(n);
+    int end_bit = 1;  // keys run to vocab inclusive
+    while (end_bit < 32 && (int64_t{1} << end_bit) <= vocab) ++end_bit;
+    const Scratch keys(device, sizeof(int32_t) * static_cast<size_t>(n)),
+        sorted_keys(device, sizeof(int32_t) * static_cast<size_t>(n)),
+        tokens(device, sizeof(int32_t) * static_cast<size_t>(n)),
+        sorted_tokens(device, sizeof(int32_t) * static_cast<size_t>(n));
+    embedding_keys_kernel<T><<<grid_for(n, kThreads), kThreads, 0, s>>>(static_cast<const T*>(idx), n, vocab,
+                                                                        keys.as<int32_t>(), tokens.as<int32_t>());
+    GT_CHECK_LAUNCH();
+    size_t temp_bytes = 0;
+    GT_CHECK_CUDA(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys.as<int32_t>(), sorted_keys.as<int32_t>(),
+                                                  tokens.as<int32_t>(), sorted_tokens.as<int32_t>(), count, 0, end_bit,
+                                                  s));
+    const Scratch temp(device, std::max<size_t>(temp_bytes, 1));
+    GT_CHECK_CUDA(cub::DeviceRadixSort::SortPairs(temp.as<void>(), temp_bytes, keys.as<int32_t>(),
+                                                  sorted_keys.as<int32_t>(), tokens.as<int32_t>(),
+                                                  sorted_tokens.as<int32_t>(), count, 0, end_bit, s));
+    embedding_runs_kernel<T><<<grid_for(n * dim, kThreads), kThreads, 0, s>>>(
+        sorted_keys.as<int32_t>(), sorted_tokens.as<int32_t>(), static_cast<const T*>(dy), n, dim, vocab, dw);
     GT_CHECK_LAUNCH();
   });
 }
@@ -81,7 +144,7 @@ void embedding_forward(const Tensor& idx, const Tensor& weight, Tensor& y) {
 }
 
 void embedding_backward(const Tensor& idx, const Tensor& dy, Tensor& dweight, double beta) {
-  launch_embedding_backward(stream(dweight.device().index), is_f64("embedding_backward", dweight), idx.raw(), dy.raw(),
+  launch_embedding_backward(dweight.device().index, is_f64("embedding_backward", dweight), idx.raw(), dy.raw(),
                             idx.numel(), dweight.dim(0), dweight.dim(1), dweight.raw(), beta);
 }
 
