@@ -5,7 +5,8 @@
 // not know newer ones. On this project's Intel Xeon (family 6, model 207) it falls back to its Prescott (SSE3) core:
 // 26-30 GFLOP/s on a training step's products on one thread, where its Cooperlake core, forced by
 // OPENBLAS_CORETYPE, runs 85-142 and ours 3-5× Prescott's (bench/bf16_gemm_rate.cpp prints all of them). A user's
-// OPENBLAS_CORETYPE may also force an older core. Ours take over where OpenBLAS runs narrower vectors than the CPU.
+// OPENBLAS_CORETYPE may also force an older core. Ours take over where OpenBLAS runs narrower vectors than the CPU,
+// and on every AVX-512 CPU (on Zen 4 they beat OpenBLAS's Cooperlake core on whole training steps, sgemm.cpp).
 #pragma once
 
 #include <string>
@@ -17,8 +18,8 @@ namespace gt::cpu {
 enum class CpuSgemmPath { avx512, avx2, openblas };
 
 /// The path f32 products take in this process: the best the CPU runs unless GPUTRAIN_CPU_SGEMM says avx512, avx2
-/// or openblas (auto, the default: OpenBLAS where it runs a core as wide as the CPU's vectors, our widest kernel the
-/// CPU runs where OpenBLAS fell back to a narrower one).
+/// or openblas (auto, the default: our AVX-512 kernel wherever the CPU has AVX-512; at AVX2, OpenBLAS where it runs
+/// an AVX2 core and our AVX2 kernel where it fell back to an older one).
 /// Read once; an unknown value, or a kernel this CPU cannot run, throws std::runtime_error naming it.
 CpuSgemmPath cpu_sgemm_path();
 /// Whether this CPU can run `path` (openblas: always).
