@@ -66,7 +66,13 @@ while IFS= read -r name; do
   case $rc in
     0) pass=$((pass + 1)); printf '  pass  %5.1fs  %s\n' "$dt" "$name" ;;
     77) skip=$((skip + 1)); printf '  skip         %s: %s\n' "$name" "$(grep -m1 SKIPPED "$work/t.log")" ;;
-    *) fail=$((fail + 1)); failed+=("$name"); printf '  FAIL  (exit %s) %s\n' "$rc" "$name"; tail -25 "$work/t.log" | sed 's/^/        /' ;;
+    *)
+      fail=$((fail + 1)); failed+=("$name"); printf '  FAIL  (exit %s) %s\n' "$rc" "$name"
+      # The first failed checks with their expansions and messages (a test that trains prints its run's log after
+      # them, which a tail alone would show instead), then the end of the output.
+      grep -m4 -A14 'FAILED:' "$work/t.log" | head -60 | sed 's/^/        /'
+      echo "        ... last lines:"
+      tail -12 "$work/t.log" | sed 's/^/        /' ;;
   esac
 done < <("$tests" "[cuda]" --list-test-names-only 2>/dev/null | sed 's/^ *//')
 
