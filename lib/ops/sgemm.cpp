@@ -54,12 +54,12 @@ int openblas_core_width() {
 // back, as 0.3.21 does to its Prescott core on this project's Intel Xeon, or OPENBLAS_CORETYPE forced it), OpenBLAS
 // where it runs an AVX2 core. Measured on whole training steps (docs/measurements.md, session 25): on Zen 4, where
 // OpenBLAS runs its Cooperlake (AVX-512) core, ours trains the GPT 1.05× and the MLP 1.07× faster (10 interleaved
-// pairs each, 9 won), the CNN level; on the Xeon ours is 3–4× OpenBLAS's Prescott core. At AVX2 ours was ~5 % behind
-// OpenBLAS's Haswell core (session 18), so there OpenBLAS keeps the products.
+// pairs each, 9 won), the CNN level; on the Xeon ours is 3–4× OpenBLAS's Prescott core. At AVX2 our kernel trained
+// the GPT at 0.85× of OpenBLAS's Haswell core (Zen 4 held to AVX2, 8 pairs), so there OpenBLAS keeps the products.
 CpuSgemmPath best_sgemm_path() {
-  const int width = openblas_core_width();
   if (cpu_sgemm_supported(CpuSgemmPath::avx512)) return CpuSgemmPath::avx512;
-  if (cpu_sgemm_supported(CpuSgemmPath::avx2)) return width >= 256 ? CpuSgemmPath::openblas : CpuSgemmPath::avx2;
+  if (cpu_sgemm_supported(CpuSgemmPath::avx2))
+    return openblas_core_width() >= 256 ? CpuSgemmPath::openblas : CpuSgemmPath::avx2;
   return CpuSgemmPath::openblas;
 }
 
