@@ -15,12 +15,16 @@
 #      GPUs).
 # Under 8 minutes on an H200. `--dry-run` runs the same steps here without a GPU: the tests report their skip, and
 # both trainers run a few steps on the CPU, so the script's own logic is checked before device time is spent.
+# `--only PATTERN` reruns just the [cuda] tests whose names match the Catch2 pattern (`*cross_entropy*`) and stops:
+# the rerun after a fix, in seconds of device time instead of minutes.
 #
-#   scripts/gpu_check.sh [--dry-run] [BUNDLE=gpu_bundle]
+#   scripts/gpu_check.sh [--dry-run] [--only PATTERN] [BUNDLE=gpu_bundle]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 dry=0
+only=
 if [[ ${1:-} == --dry-run ]]; then dry=1; shift; fi
+if [[ ${1:-} == --only ]]; then only=${2:?--only needs a pattern}; shift 2; fi
 bundle=${1:-gpu_bundle}
 [[ -f $bundle/programs.tar.xz ]] || { echo "gpu_check: no $bundle/programs.tar.xz: run scripts/gpu_bundle.sh first" >&2; exit 1; }
 work=$(mktemp -d)
@@ -74,7 +78,12 @@ while IFS= read -r name; do
       echo "        ... last lines:"
       tail -12 "$work/t.log" | sed 's/^/        /' ;;
   esac
-done < <("$tests" "[cuda]" --list-test-names-only 2>/dev/null | sed 's/^ *//')
+done < <("$tests" "[cuda]${only:+ $only}" --list-test-names-only 2>/dev/null | sed 's/^ *//')
+if [[ -n $only ]]; then
+  echo "[cuda] tests matching $only: $pass passed, $fail failed, $skip skipped${failed:+ — failed: ${failed[*]}}"
+  [[ $fail == 0 && $pass -gt 0 ]]
+  exit
+fi
 
 echo "== training throughput, batch 128, in each precision against PyTorch eager (AMP for bf16/fp16)"
 # gputrain's train.precision against bench/torch_reference.py --precision (bench/torch_amp.py: TF32 flags, autocast,

@@ -711,6 +711,41 @@ TEST_CASE("f32 cross_entropy matches f64 and keeps NaN and infinite logits NaN",
   }
 }
 
+// A label outside [0, K) that is not ignore_index (ops/loss.h): its row's loss is NaN, it counts no hit and its
+// gradient is the softmax alone, in f32 and f64 — no read or write outside the row (the sanitizer build checks).
+TEST_CASE("cross_entropy makes a label out of range a NaN loss without a hit or a target term", "[cpu]") {
+  const int64_t b = 4, k = 19;
+  Rng rng(23, 0);
+  Tensor x = Tensor::empty(Shape{b, k}, DType::f32), xd = Tensor::empty(Shape{b, k}, DType::f64);
+  for (int64_t i = 0; i < b * k; ++i)
+    xd.data<double>()[i] = x.data<float>()[i] = static_cast<float>(rng.uniform(-3, 3));
+  Tensor y = Tensor::empty(Shape{b}, DType::i32);
+  for (int64_t i = 0; i < b; ++i) {  // every row's label is its argmax: a hit when in range
+    int64_t arg = 0;
+    for (int64_t j = 1; j < k; ++j) arg = x.data<float>()[i * k + j] > x.data<float>()[i * k + arg] ? j : arg;
+    y.data<int32_t>()[i] = static_cast<int32_t>(arg);
+  }
+  y.data<int32_t>()[0] = -1;
+  y.data<int32_t>()[3] = static_cast<int32_t>(k);
+  for (const bool f64 : {false, true}) {
+    INFO((f64 ? "f64" : "f32"));
+    const Tensor& in = f64 ? xd : x;
+    Tensor d = Tensor::empty(in.shape(), in.dtype()), s = Tensor::zeros(Shape{2}, DType::f64);
+    ops::cross_entropy(in, y, 0.0, 0.5, d, s, {.group = 1, .ignore_index = -100});
+    CHECK(std::isnan(s.data<double>()[0]));
+    CHECK(s.data<double>()[1] == 2);  // rows 1 and 2
+    for (const int64_t row : {int64_t{0}, int64_t{3}}) {
+      double sum = 0, lo = 1;
+      for (int64_t j = 0; j < k; ++j) {
+        const double g = f64 ? d.data<double>()[row * k + j] : d.data<float>()[row * k + j];
+        sum += g, lo = std::min(lo, g);
+      }
+      CHECK(sum == Approx(0.5).epsilon(1e-6));  // 0.5 · Σ softmax, no −0.5 at a label
+      CHECK(lo > 0);
+    }
+  }
+}
+
 // The f32 layer norm (row sums as eight interleaved partial sums, loops compiled per instruction set) against the f64
 // path, with row lengths below, at and past one vector, rows split over two threads, offset and scaled rows (the
 // variance from x − mean, not E[x²] − mean²), and the parameter gradients both written and accumulated (beta).

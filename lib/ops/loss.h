@@ -24,8 +24,9 @@ struct CrossEntropyRows {
 /// correct argmax predictions to stats[1] (stats: f64, 2 entries, on the logits' device, so nothing syncs).
 /// When dlogits is defined, writes dlogits = scale · (softmax(logits) − onehot_smoothed(labels)).
 /// label_smoothing ε mixes the one-hot target with the uniform distribution as PyTorch does. A NaN logit makes its
-/// row's loss NaN (so the step's loss sum is NaN on every device). A label outside [0, K) is the caller's error: on
-/// CUDA its row's loss is NaN and the row counts no hit, so the step gate skips the step.
+/// row's loss NaN (so the step's loss sum is NaN on every device). A label outside [0, K) (other than ignore_index)
+/// is the caller's error: on every backend its row's loss is NaN, the row counts no hit and its gradient has no
+/// target term, so the step gate skips the step.
 /// With `rows`: the N rows are S = N / group samples and c rows are counted (not ignore_index); every sum and the
 /// gradient are weighted by w = S / c (0 when c = 0), so stats[0] += S · (the mean loss over the counted rows),
 /// stats[1] += S · (their accuracy) and dlogits = scale · w · (…) on counted rows, 0 on ignored ones. With group 1

@@ -67,15 +67,16 @@ GT_INLINE void ce_rows(const float* px, const int32_t* py, int64_t k, int64_t b0
     exp_shifted_f32(x, mx, e, k);
     const double sum_e = lane_sum(k, [&](int64_t j) { return static_cast<double>(e[j]); });
     const double lse = static_cast<double>(mx) + std::log(sum_e);
-    row_loss[b] = ce_row_loss(lse, static_cast<double>(x[y]), sum_x, k, eps);
+    const bool valid = y >= 0 && y < k;  // a label out of range: a NaN loss, no hit, no target term (ops/loss.h)
+    row_loss[b] = ce_row_loss(lse, valid ? static_cast<double>(x[y]) : std::nan(""), sum_x, k, eps);
     if (pd) {
       const float inv = static_cast<float>(1.0 / sum_e);
       const float g = static_cast<float>(grad_scale), off = static_cast<float>(eps / static_cast<double>(k));
       float* d = pd + b * k;
       for (int64_t j = 0; j < k; ++j) d[j] = g * (e[j] * inv - off);
-      d[y] -= static_cast<float>(grad_scale * (1 - eps));
+      if (valid) d[y] -= static_cast<float>(grad_scale * (1 - eps));
     }
-    row_hit[b] = argmax == y;
+    row_hit[b] = valid && argmax == y;
   }
 }
 GT_CPU_KERNEL(ce_rows_f32,
@@ -123,14 +124,15 @@ void cross_entropy_t(const Tensor& logits, const Tensor& labels, double eps, dou
       double sum_e = 0;
       for (int64_t j = 0; j < k; ++j) sum_e += std::exp(static_cast<double>(x[j] - mx));
       const double lse = static_cast<double>(mx) + std::log(sum_e);
-      const double xy = static_cast<double>(x[y]);
+      const bool valid = y >= 0 && y < k;
+      const double xy = valid ? static_cast<double>(x[y]) : std::nan("");
       row_loss[static_cast<size_t>(b)] = ce_row_loss(lse, xy, sum_x, k, eps);
       if (pd) {
         T* d = pd + b * k;
         for (int64_t j = 0; j < k; ++j)
           d[j] = static_cast<T>(ce_dlogit(std::exp(static_cast<double>(x[j]) - lse), j == y, k, eps, grad_scale));
       }
-      row_hit[static_cast<size_t>(b)] = argmax == y;
+      row_hit[static_cast<size_t>(b)] = valid && argmax == y;
     }
   });
   double loss = 0, hits = 0;
