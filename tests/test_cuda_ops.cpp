@@ -1,6 +1,7 @@
 // CUDA kernels of the reduction, loss, normalisation, dropout, embedding and optimizer ops against their CPU twins on
 // the same seeded inputs. Every case starts with require_gpu(): without a device it exits 77 (skipped).
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <iterator>
@@ -900,11 +901,12 @@ TEST_CASE("CUDA accumulate_step adds a finite step and counts a skipped one", "[
 
 TEST_CASE("CUDA causal attention matches the CPU forward and backward", "[cuda]") {
   require_gpu();
-  // T not a multiple of the warp; head sizes below, at and above 32 (lanes holding one to three columns).
-  const std::vector<std::pair<int64_t, int64_t>> configs{{3, 5}, {2, 32}, {1, 72}};  // {heads, head size}
-  for (auto [heads, d] : configs) {
-    INFO("heads " << heads << " d " << d);
-    const int64_t nb = 2, t = 37, c = heads * d;
+  // T not a multiple of the warp; head sizes below, at and above 32 (the warp kernels' lanes hold one to three
+  // columns; heads of up to 32 in f32 take the row kernels, whose 32-row tiles T = 37 and 100 cross: 2 and 4 tiles).
+  const std::vector<std::array<int64_t, 3>> configs{{3, 5, 37}, {2, 32, 37}, {1, 72, 37}, {2, 32, 100}, {4, 17, 100}};
+  for (auto [heads, d, t] : configs) {  // {heads, head size, T}
+    INFO("heads " << heads << " d " << d << " T " << t);
+    const int64_t nb = 2, c = heads * d;
     const Tensor qkv = seeded(Shape{nb, t, 3 * c}, 101, -1, 1), dout = seeded(Shape{nb, t, c}, 102);
     Tensor out_cpu = Tensor::empty(Shape{nb, t, c}, DType::f32);
     Tensor lse_cpu = Tensor::empty(Shape{nb, heads, t}, DType::f32);
@@ -975,7 +977,9 @@ TEST_CASE("CUDA pack_activation and unpack_activation give the CPU's 16-bit copi
 // fp32 one (q, k, v rounded by up to 2⁻⁹): more than the fp32 test's tolerance.
 TEST_CASE("CUDA causal attention in bf16 and fp16 matches the CPU's half attention", "[cuda]") {
   require_gpu();
-  const int64_t nb = 2, t = 37, heads = 3, d = 40, c = heads * d;
+  const int64_t d = GENERATE(40, 24);  // the warp kernels, then the row kernels (heads of at most 32)
+  INFO("d " << d);
+  const int64_t nb = 2, t = 37, heads = 3, c = heads * d;
   const Tensor qkv = seeded(Shape{nb, t, 3 * c}, 111, -1, 1), dout = seeded(Shape{nb, t, c}, 112, -1, 1);
   const Tensor qkv_d = to_cuda(qkv);
   Tensor out_fp32 = Tensor::empty(Shape{nb, t, c}, DType::f32),

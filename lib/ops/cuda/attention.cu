@@ -4,7 +4,12 @@
 // output has one writer and a fixed order, as on the CPU, with dot products and sums in double. Dropout draws the
 // CPU's mask (ops/math.h dropout_keep at attention_dropout_index) for each (query, key) pair it visits, in the
 // forward and again in the backward; with p = 0 nothing is drawn and the multiplier is 1 (exact).
-// Not tiled through shared memory yet: correct and deterministic first; the speed issue owns a tiled kernel.
+// Heads of at most 32 channels in f32 (the small GPTs: gpt_bytes has 4 heads of 32) take the row kernels instead:
+// one thread per row, its head's operands in registers, the other side's rows staged through shared memory 32 at a
+// time and read by every thread of the warp at once (a broadcast); no shuffles, one exp per pair unless the maximum
+// grows. The same arithmetic in the same double sums, pair by pair in the same order (only a dot product's own sum
+// is serial instead of lane-strided), so both paths meet the same [cuda] tolerances. Larger heads (GPT-2's 64) and
+// f64 keep the warp kernels (registers would spill); tiling those is the speed issue's next GPU step.
 //
 // Under a bf16/fp16 product precision (ops/precision.h) the products multiply operands rounded to the format (nearest
 // even) with the sums kept wide, as the CPU kernel does: q, k, v and dout as they are read, each probability (after
@@ -22,7 +27,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 namespace gt::cuda {
 namespace {
@@ -217,6 +224,198 @@ __global__ void attn_dkv_kernel(const T* __restrict__ qkv, const T* __restrict__
   }
 }
 
+constexpr int kRowD = 32;      // the row kernels' largest head
+constexpr int kRowBlock = 32;  // rows per block (one thread each) and rows per staged tile
+__device__ __forceinline__ int64_t lmin(int64_t a, int64_t b) { return a < b ? a : b; }
+__device__ __forceinline__ int64_t lmax(int64_t a, int64_t b) { return a > b ? a : b; }
+
+// The rows [r0, r0 + kRowBlock) of sequence b's head h, part `part` (0 q, 1 k, 2 v) of the packed qkv, rounded by R
+// and zero past the head and past T, into tile (kRowBlock × kRowD): all of the block's threads take part.
+template <class R, int kW = kRowD>
+__device__ void stage_rows(const float* qkv, const Rows& r, int64_t b, int64_t h, int64_t r0, int part,
+                           float (*tile)[kW]) {
+  for (int idx = static_cast<int>(threadIdx.x); idx < kRowBlock * kRowD; idx += kRowBlock) {
+    const int row = idx / kRowD, e = idx % kRowD;
+    const int64_t i = r0 + row;
+    tile[row][e] = i < r.t && e < r.d
+                       ? static_cast<float>(R::r(static_cast<double>(qkv[r.qkv_row(b, i) + part * r.c + h * r.d + e])))
+                       : 0.0f;
+  }
+}
+// The same for rows of an [B, T, C] tensor (dout).
+template <class R, int kW = kRowD>
+__device__ void stage_out_rows(const float* x, const Rows& r, int64_t b, int64_t h, int64_t r0, float (*tile)[kW]) {
+  for (int idx = static_cast<int>(threadIdx.x); idx < kRowBlock * kRowD; idx += kRowBlock) {
+    const int row = idx / kRowD, e = idx % kRowD;
+    const int64_t i = r0 + row;
+    tile[row][e] =
+        i < r.t && e < r.d ? static_cast<float>(R::r(static_cast<double>(x[r.out_row(b, i) + h * r.d + e]))) : 0.0f;
+  }
+}
+
+__device__ __forceinline__ double row_dot(const float* a, const float (&b)[kRowD]) {
+  double s = 0;
+#pragma unroll
+  for (int e = 0; e < kRowD; ++e) s += static_cast<double>(a[e]) * static_cast<double>(b[e]);
+  return s;
+}
+
+// The forward of attn_fwd_kernel, a thread per query row: grid (B·heads, ⌈T / kRowBlock⌉).
+template <class R>
+__global__ void __launch_bounds__(kRowBlock)
+    attn_fwd_rows_kernel(const float* __restrict__ qkv, Rows r, Drop drop, float* __restrict__ out, float* lse) {
+  __shared__ float ks[kRowBlock][kRowD], vs[kRowBlock][kRowD], qs[kRowBlock][kRowD];
+  const int64_t b = blockIdx.x / r.heads, h = blockIdx.x % r.heads, i0 = int64_t{blockIdx.y} * kRowBlock;
+  const int64_t i = i0 + threadIdx.x;
+  stage_rows<R>(qkv, r, b, h, i0, 0, qs);
+  __syncthreads();
+  float q[kRowD];
+#pragma unroll
+  for (int e = 0; e < kRowD; ++e) q[e] = qs[threadIdx.x][e];
+  const double scale = 1.0 / sqrt(static_cast<double>(r.d));
+  double acc[kRowD] = {};
+  double m = -infinity<double>(), sum = 0;
+  const int64_t last = lmin(i0 + kRowBlock, r.t);  // the block's keys: [0, last)
+  for (int64_t j0 = 0; j0 < last; j0 += kRowBlock) {
+    __syncthreads();
+    stage_rows<R>(qkv, r, b, h, j0, 1, ks);
+    stage_rows<R>(qkv, r, b, h, j0, 2, vs);
+    __syncthreads();
+    const int64_t jn = lmin(kRowBlock, i - j0 + 1);  // keys j0 … i of this tile (none when i < j0)
+    for (int jj = 0; jj < jn; ++jj) {
+      const double s = scale * row_dot(q, ks[jj]);
+      const double m_new = s > m ? s : m;
+      const double corr = s > m ? exp(m - m_new) : 1.0, e = exp(s - m_new);  // exp(0) = 1: skipped, same bits
+      sum = sum * corr + e;
+      const double ev = R::r(e * drop.mult(r, b, h, i, j0 + jj));
+#pragma unroll
+      for (int x = 0; x < kRowD; ++x) acc[x] = acc[x] * corr + ev * static_cast<double>(vs[jj][x]);
+      m = m_new;
+    }
+  }
+  if (i >= r.t) return;
+  float* o = out + r.out_row(b, i) + h * r.d;
+#pragma unroll
+  for (int x = 0; x < kRowD; ++x)
+    if (x < r.d) o[x] = static_cast<float>(acc[x] / sum);
+  if (lse) lse[(b * r.heads + h) * r.t + i] = static_cast<float>(m + log(sum));
+}
+
+// pair_grad for a thread's pair from staged rows: ds_ij / √d, and *p = R(m_ij p_ij).
+template <class R>
+__device__ __forceinline__ double row_pair_grad(const float* q, const float* k, const float* g, const float* v,
+                                                double lse_i, double delta_i, double scale, double m, double* p) {
+  double sq = 0, sg = 0;
+#pragma unroll
+  for (int e = 0; e < kRowD; ++e) sq += static_cast<double>(q[e]) * static_cast<double>(k[e]);
+  const double pij = exp(scale * sq - lse_i);
+  *p = R::r(m * pij);
+  if (m != 0) {
+#pragma unroll
+    for (int e = 0; e < kRowD; ++e) sg += static_cast<double>(g[e]) * static_cast<double>(v[e]);
+  }
+  const double dp = m != 0 ? m * sg : 0.0;
+  return R::r(pij * (dp - delta_i) * scale);
+}
+
+// dq, a thread per query row: grid (B·heads, ⌈T / kRowBlock⌉).
+template <class R>
+__global__ void __launch_bounds__(kRowBlock)
+    attn_dq_rows_kernel(const float* __restrict__ qkv, const float* __restrict__ dout, const float* __restrict__ lse,
+                        const float* __restrict__ delta, Rows r, Drop drop, float* __restrict__ dqkv) {
+  // The thread's own q and dout rows stay in shared memory, rows padded to kRowD + 1 floats so that the 32 threads
+  // reading their own rows' column e hit 32 different banks: registers are left to the double sums (no spills).
+  __shared__ float ks[kRowBlock][kRowD], vs[kRowBlock][kRowD], qo[kRowBlock][kRowD + 1], go[kRowBlock][kRowD + 1];
+  const int64_t b = blockIdx.x / r.heads, h = blockIdx.x % r.heads, i0 = int64_t{blockIdx.y} * kRowBlock;
+  const int64_t i = i0 + threadIdx.x;
+  stage_rows<R, kRowD + 1>(qkv, r, b, h, i0, 0, qo);
+  stage_out_rows<R, kRowD + 1>(dout, r, b, h, i0, go);
+  const float *q = qo[threadIdx.x], *g = go[threadIdx.x];
+  const double scale = 1.0 / sqrt(static_cast<double>(r.d));
+  const int64_t li = (b * r.heads + h) * r.t + i;
+  const double lse_i = i < r.t ? static_cast<double>(lse[li]) : 0.0;
+  const double delta_i = i < r.t ? static_cast<double>(delta[li]) : 0.0;
+  double acc[kRowD] = {};
+  const int64_t last = lmin(i0 + kRowBlock, r.t);
+  for (int64_t j0 = 0; j0 < last; j0 += kRowBlock) {
+    __syncthreads();
+    stage_rows<R>(qkv, r, b, h, j0, 1, ks);
+    stage_rows<R>(qkv, r, b, h, j0, 2, vs);
+    __syncthreads();
+    const int64_t jn = lmin(kRowBlock, i - j0 + 1);
+    for (int jj = 0; jj < jn; ++jj) {
+      double p = 0;
+      const double ds =
+          row_pair_grad<R>(q, ks[jj], g, vs[jj], lse_i, delta_i, scale, drop.mult(r, b, h, i, j0 + jj), &p);
+#pragma unroll
+      for (int x = 0; x < kRowD; ++x) acc[x] += ds * static_cast<double>(ks[jj][x]);
+    }
+  }
+  if (i >= r.t) return;
+  float* dq = dqkv + r.qkv_row(b, i) + h * r.d;
+#pragma unroll
+  for (int x = 0; x < kRowD; ++x)
+    if (x < r.d) dq[x] = static_cast<float>(acc[x]);
+}
+
+// dk and dv, a thread per key row j over the queries i ≥ j: grid (B·heads, ⌈T / kRowBlock⌉).
+template <class R>
+__global__ void __launch_bounds__(kRowBlock)
+    attn_dkv_rows_kernel(const float* __restrict__ qkv, const float* __restrict__ dout, const float* __restrict__ lse,
+                         const float* __restrict__ delta, Rows r, Drop drop, float* __restrict__ dqkv) {
+  __shared__ float qs[kRowBlock][kRowD], gs[kRowBlock][kRowD], ko[kRowBlock][kRowD + 1], vo[kRowBlock][kRowD + 1];
+  __shared__ double ls[kRowBlock], ds_[kRowBlock];
+  const int64_t b = blockIdx.x / r.heads, h = blockIdx.x % r.heads, j0b = int64_t{blockIdx.y} * kRowBlock;
+  const int64_t j = j0b + threadIdx.x;
+  stage_rows<R, kRowD + 1>(qkv, r, b, h, j0b, 1, ko);  // the thread's own k and v rows, padded as in dq
+  stage_rows<R, kRowD + 1>(qkv, r, b, h, j0b, 2, vo);
+  const float *k = ko[threadIdx.x], *v = vo[threadIdx.x];
+  const double scale = 1.0 / sqrt(static_cast<double>(r.d));
+  double ak[kRowD] = {}, av[kRowD] = {};
+  for (int64_t i0 = j0b; i0 < r.t; i0 += kRowBlock) {
+    __syncthreads();
+    stage_rows<R>(qkv, r, b, h, i0, 0, qs);
+    stage_out_rows<R>(dout, r, b, h, i0, gs);
+    {
+      const int64_t i = i0 + threadIdx.x, li = (b * r.heads + h) * r.t + i;
+      ls[threadIdx.x] = i < r.t ? static_cast<double>(lse[li]) : 0.0;
+      ds_[threadIdx.x] = i < r.t ? static_cast<double>(delta[li]) : 0.0;
+    }
+    __syncthreads();
+    if (j >= r.t) continue;
+    const int first = static_cast<int>(lmax(0, j - i0));  // queries i ≥ j
+    const int end = static_cast<int>(lmin(kRowBlock, r.t - i0));
+#pragma unroll 1
+    for (int ii = first; ii < end; ++ii) {
+      // k and v are read from shared memory in every pair: kept in registers across pairs (as the compiler would
+      // otherwise hoist them) they and the 64 double sums spill in the fp32 build.
+      asm volatile("" ::: "memory");
+      double p = 0;
+      const double dsv =
+          row_pair_grad<R>(qs[ii], k, gs[ii], v, ls[ii], ds_[ii], scale, drop.mult(r, b, h, i0 + ii, j), &p);
+#pragma unroll
+      for (int x = 0; x < kRowD; ++x) {
+        ak[x] += dsv * static_cast<double>(qs[ii][x]);
+        av[x] += p * static_cast<double>(gs[ii][x]);
+      }
+    }
+  }
+  if (j >= r.t) return;
+  float* dk = dqkv + r.qkv_row(b, j) + r.c + h * r.d;
+#pragma unroll
+  for (int x = 0; x < kRowD; ++x)
+    if (x < r.d) {
+      dk[x] = static_cast<float>(ak[x]);
+      dk[x + r.c] = static_cast<float>(av[x]);
+    }
+}
+
+// Whether the row kernels take this attention: f32 and heads of at most kRowD channels.
+bool row_kernels(const Rows& r, bool is_double) { return !is_double && r.d <= kRowD; }
+dim3 row_grid(const Rows& r) {
+  return dim3(static_cast<unsigned>(r.nb * r.heads), static_cast<unsigned>((r.t + kRowBlock - 1) / kRowBlock));
+}
+
 Rows rows_of(const Tensor& qkv, int64_t heads) {
   const int64_t c = qkv.dim(2) / 3;
   GT_CHECK(c / heads <= kMaxPerLane * kWarp, "attention on CUDA takes heads of at most {} channels, got {}",
@@ -237,6 +436,15 @@ void attention_forward(const Tensor& qkv, int64_t heads, const ops::AttentionDro
   const Rows r = rows_of(qkv, heads);
   if (r.nb * r.t == 0) return;
   const bool f64 = is_f64("attention_forward", qkv);
+  if (row_kernels(r, f64)) {
+    with_rounding(false, [&](auto round) {
+      attn_fwd_rows_kernel<decltype(round)><<<row_grid(r), kRowBlock, 0, stream(qkv.device().index)>>>(
+          static_cast<const float*>(qkv.raw()), r, drop_of<float>(dropout), static_cast<float*>(out.raw()),
+          static_cast<float*>(lse.raw()));
+    });
+    GT_CHECK_LAUNCH();
+    return;
+  }
   with_float_type(f64, [&](auto t) {
     using T = decltype(t);
     with_rounding(f64, [&](auto round) {
@@ -283,6 +491,14 @@ void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
     GT_CHECK_LAUNCH();
     with_rounding(f64, [&](auto round) {
       using R = decltype(round);
+      if constexpr (std::is_same_v<T, float>) {
+        if (row_kernels(r, f64)) {
+          attn_dq_rows_kernel<R><<<row_grid(r), kRowBlock, 0, s>>>(x, g, l, dl, r, drop, dx);
+          GT_CHECK_LAUNCH();
+          attn_dkv_rows_kernel<R><<<row_grid(r), kRowBlock, 0, s>>>(x, g, l, dl, r, drop, dx);
+          return;
+        }
+      }
       attn_dq_kernel<R, T><<<warp_blocks(r), kRowThreads, 0, s>>>(x, g, l, dl, r, drop, dx);
       GT_CHECK_LAUNCH();
       attn_dkv_kernel<R, T><<<warp_blocks(r), kRowThreads, 0, s>>>(x, g, l, dl, r, drop, dx);
