@@ -5,11 +5,12 @@
 // CPU's mask (ops/math.h dropout_keep at attention_dropout_index) for each (query, key) pair it visits, in the
 // forward and again in the backward; with p = 0 nothing is drawn and the multiplier is 1 (exact).
 // Heads of at most 32 channels in f32 (the small GPTs: gpt_bytes has 4 heads of 32) take the row kernels instead:
-// one thread per row, its head's operands in registers, the other side's rows staged through shared memory 32 at a
-// time and read by every thread of the warp at once (a broadcast); no shuffles, one exp per pair unless the maximum
-// grows. The same arithmetic in the same double sums, pair by pair in the same order (only a dot product's own sum
-// is serial instead of lane-strided), so both paths meet the same [cuda] tolerances. Larger heads (GPT-2's 64) and
-// f64 keep the warp kernels (registers would spill); tiling those is the speed issue's next GPU step.
+// one thread per row, its own row in registers (forward) or in padded shared memory (backward), the other side's
+// rows staged through shared memory 32 at a time and read by every thread of the warp at once (a broadcast); no
+// shuffles, and one exp per pair in the forward unless the maximum grows. The same arithmetic in the same double sums,
+// pair by pair in the same order (only a dot product's own sum is serial instead of lane-strided), so both paths meet
+// the same [cuda] tolerances. Larger heads (GPT-2's 64) and f64 keep the warp kernels (registers would spill); tiling
+// those is the speed issue's next GPU step.
 //
 // Under a bf16/fp16 product precision (ops/precision.h) the products multiply operands rounded to the format (nearest
 // even) with the sums kept wide, as the CPU kernel does: q, k, v and dout as they are read, each probability (after
@@ -27,7 +28,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
