@@ -8,7 +8,7 @@
 #      against PyTorch eager with TF32 flags / autocast (+ GradScaler for fp16): samples/s and peak memory;
 #   3. the GPT of configs/gpt_bytes.yaml (batch 64 × T 64, random byte tokens) trained by both on the GPU in fp32,
 #      tf32, bf16 and fp16: tokens/s, gputrain's MFU against the GPU's fp32 peak, the ratio (the fused attention
-#      kernel is among the [cuda] tests);
+#      kernel is among the [cuda] tests); then gputrain's fp32 GPT with train.cuda_graphs;
 #   4. one table: test results, samples/s of both, the ratio, peak device memory; then the MLP and CNN with
 #      train.cuda_graphs and configs/fashion_mnist_speedrun.yaml op by op and captured (samples/s, test accuracy,
 #      wall time); then the training paths (worker threads, the profiler, and dist.zero over NCCL when there are two
@@ -141,10 +141,17 @@ gpt_sets=(--set "data.train.path=$work/tok/train_*.bin" --set "data.test.path=$w
           --set "data.batch_size=$gpt_batch" --set train.eval_every=1000000 --set train.eval_tokens=64
           --set train.log_every=10)
 gpt_rows=()
-for prec in fp32 tf32 bf16 fp16; do
-  gpt_out="$work/run-gpt-$prec"
+# The last row: fp32 with train.cuda_graphs (gputrain alone, against the fp32 row's PyTorch figure): the whole GPT
+# step captured, the embedding's sorted backward (CUB) included. Not on the CPU, which refuses the key.
+gpt_runs=(fp32 tf32 bf16 fp16)
+[[ $dry == 0 ]] && gpt_runs+=(fp32+graphs)
+torch_fp32=n/a
+for run in "${gpt_runs[@]}"; do
+  prec=${run%+graphs}
+  extra=(); [[ $run == *+graphs ]] && extra=(--set +train.cuda_graphs=true)
+  gpt_out="$work/run-gpt-$run"
   if "$gt" train configs/gpt_bytes.yaml --device "$device" --precision "$prec" --max-steps "$gpt_steps" --quiet \
-       --out "$gpt_out" "${gpt_sets[@]}" > "$work/gt-gpt-$prec.log" 2>&1; then
+       --out "$gpt_out" "${gpt_sets[@]}" "${extra[@]}" > "$work/gt-gpt-$run.log" 2>&1; then
     read -r gpt_rate gpt_mfu gpt_peak < <($py -c "
 import json
 rows = [json.loads(l) for l in open('$gpt_out/metrics.jsonl') if '\"train\"' in l]
@@ -155,9 +162,11 @@ peaks = [r['device_peak_mib'] for r in rows if 'device_peak_mib' in r]
 print(round(rate), f'{100 * sum(mfu) / len(mfu):.1f}%' if mfu else 'unknown', f'{max(peaks):.0f}' if peaks else 'n/a')")
   else
     gpt_rate=failed gpt_mfu=n/a gpt_peak=n/a; hfail=$((hfail + 1))
-    tail -20 "$work/gt-gpt-$prec.log" | sed 's/^/        /'
+    tail -20 "$work/gt-gpt-$run.log" | sed 's/^/        /'
   fi
-  if t=$($py bench/torch_gpt.py --data "$work/tok/train_000000.bin" --device "$tdev" --batch "$gpt_batch" \
+  if [[ $run == *+graphs ]]; then
+    torch_gpt=$torch_fp32
+  elif t=$($py bench/torch_gpt.py --data "$work/tok/train_000000.bin" --device "$tdev" --batch "$gpt_batch" \
            --steps "$gpt_steps" --threads 4 --precision "$prec" 2>"$work/torch-gpt-$prec.err"); then
     torch_gpt=$(echo "$t" | $py -c "import json, sys; print(round(json.load(sys.stdin)['tokens_per_sec']))")
   else
@@ -166,7 +175,8 @@ print(round(rate), f'{100 * sum(mfu) / len(mfu):.1f}%' if mfu else 'unknown', f'
   fi
   gpt_ratio=n/a
   [[ $gpt_rate =~ ^[0-9]+$ && $torch_gpt =~ ^[0-9]+$ ]] && gpt_ratio=$(awk -v a="$gpt_rate" -v b="$torch_gpt" 'BEGIN { printf "%.2f", a / b }')
-  gpt_rows+=("| $device $prec | $gpt_rate | $gpt_mfu | $torch_gpt | $gpt_ratio | $gpt_peak MiB |")
+  [[ $run == fp32 ]] && torch_fp32=$torch_gpt
+  gpt_rows+=("| $device ${run/+graphs/, cuda_graphs} | $gpt_rate | $gpt_mfu | $torch_gpt | $gpt_ratio | $gpt_peak MiB |")
 done
 
 echo "== CUDA graphs (train.cuda_graphs) and the speedrun config"
