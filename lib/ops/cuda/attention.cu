@@ -410,8 +410,10 @@ __global__ void __launch_bounds__(kRowBlock)
     }
 }
 
-// Whether the row kernels take this attention: f32 and heads of at most kRowD channels.
-bool row_kernels(const Rows& r, bool is_double) { return !is_double && r.d <= kRowD; }
+// Whether the row kernels take this attention: f32, heads of at most kRowD channels, and T within the grid's y.
+bool row_kernels(const Rows& r, bool is_double) {
+  return !is_double && r.d <= kRowD && (r.t + kRowBlock - 1) / kRowBlock <= 65535;
+}
 dim3 row_grid(const Rows& r) {
   return dim3(static_cast<unsigned>(r.nb * r.heads), static_cast<unsigned>((r.t + kRowBlock - 1) / kRowBlock));
 }
