@@ -229,27 +229,28 @@ constexpr int kRowBlock = 32;  // rows per block (one thread each) and rows per 
 __device__ __forceinline__ int64_t lmin(int64_t a, int64_t b) { return a < b ? a : b; }
 __device__ __forceinline__ int64_t lmax(int64_t a, int64_t b) { return a > b ? a : b; }
 
-// Rows [r0, r0 + kRowBlock) of sequence b from `head` (a head's first column in row 0; rows `width` floats apart),
-// rounded by R and zero past the head and past T, into tile (kRowBlock × kRowD): all of the block's threads take part.
-template <class R, int kW>
-__device__ void stage(const float* head, int64_t width, const Rows& r, int64_t b, int64_t r0, float (*tile)[kW]) {
+// The rows [r0, r0 + kRowBlock) of sequence b's head h, part `part` (0 q, 1 k, 2 v) of the packed qkv, rounded by R
+// and zero past the head and past T, into tile (kRowBlock × kRowD): all of the block's threads take part.
+template <class R, int kW = kRowD>
+__device__ void stage_rows(const float* qkv, const Rows& r, int64_t b, int64_t h, int64_t r0, int part,
+                           float (*tile)[kW]) {
+  for (int idx = static_cast<int>(threadIdx.x); idx < kRowBlock * kRowD; idx += kRowBlock) {
+    const int row = idx / kRowD, e = idx % kRowD;
+    const int64_t i = r0 + row;
+    tile[row][e] = i < r.t && e < r.d
+                       ? static_cast<float>(R::r(static_cast<double>(qkv[r.qkv_row(b, i) + part * r.c + h * r.d + e])))
+                       : 0.0f;
+  }
+}
+// The same for rows of an [B, T, C] tensor (dout).
+template <class R, int kW = kRowD>
+__device__ void stage_out_rows(const float* x, const Rows& r, int64_t b, int64_t h, int64_t r0, float (*tile)[kW]) {
   for (int idx = static_cast<int>(threadIdx.x); idx < kRowBlock * kRowD; idx += kRowBlock) {
     const int row = idx / kRowD, e = idx % kRowD;
     const int64_t i = r0 + row;
     tile[row][e] =
-        i < r.t && e < r.d ? static_cast<float>(R::r(static_cast<double>(head[(b * r.t + i) * width + e]))) : 0.0f;
+        i < r.t && e < r.d ? static_cast<float>(R::r(static_cast<double>(x[r.out_row(b, i) + h * r.d + e]))) : 0.0f;
   }
-}
-// Head h's part `part` (0 q, 1 k, 2 v) of the packed qkv [B, T, 3C].
-template <class R, int kW = kRowD>
-__device__ void stage_rows(const float* qkv, const Rows& r, int64_t b, int64_t h, int64_t r0, int part,
-                           float (*tile)[kW]) {
-  stage<R>(qkv + part * r.c + h * r.d, 3 * r.c, r, b, r0, tile);
-}
-// Head h of an [B, T, C] tensor (dout).
-template <class R, int kW = kRowD>
-__device__ void stage_out_rows(const float* x, const Rows& r, int64_t b, int64_t h, int64_t r0, float (*tile)[kW]) {
-  stage<R>(x + h * r.d, r.c, r, b, r0, tile);
 }
 
 __device__ __forceinline__ double row_dot(const float* a, const float (&b)[kRowD]) {
