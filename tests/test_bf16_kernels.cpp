@@ -16,6 +16,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <tuple>
@@ -164,6 +165,45 @@ TEST_CASE("bf16 kernels: the native GEMM takes an operand already in bf16 as it 
           }
           CHECK(differ == 0);
         }
+      }
+}
+
+TEST_CASE("bf16 kernels: the native GEMM on several threads gives the one-thread product bit for bit", "[cpu]") {
+  if (bf16k_skip_without_native()) return;
+  // The shared B (a not transposed, k past one block of 256, two chunks of 64 rows of C per thread) and one block
+  // per thread (transposed a, k in one block, or too few rows): a row count off the chunks; k over several rounds of
+  // shared B (n 512: two blocks of 256 a round) and odd; columns past one block of 512 and past whole 32-column
+  // panels; f32 and bf16 B, with and without bias, beta 0 and not.
+  const std::tuple<int, int, int> shapes[] = {{300, 96, 300},   {520, 530, 1100}, {256, 40, 333},
+                                              {1024, 128, 512}, {100, 300, 70},   {129, 16, 600}};
+  uint64_t seed = 900;
+  for (const auto& [m, n, k] : shapes)
+    for (const bool ta : {false, true})
+      for (const bool tb : {false, true}) {
+        const int lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 5, ldc = n + 2;
+        const std::vector<float> a = bf16k_normals(static_cast<size_t>((ta ? k : m) * lda), ++seed),
+                                 b = bf16k_normals(static_cast<size_t>((tb ? n : k) * ldb), ++seed),
+                                 c0 = bf16k_normals(static_cast<size_t>(m * ldc), ++seed),
+                                 bias = bf16k_normals(static_cast<size_t>(n), ++seed);
+        std::vector<uint16_t> b16(b.size());
+        floats_to_bf16(b.data(), b16.data(), b.size());
+        for (const float beta : {0.0f, 0.5f})
+          for (const int threads : {2, 3}) {
+            INFO("m " << m << " n " << n << " k " << k << " ta " << ta << " tb " << tb << " beta " << beta
+                      << " threads " << threads);
+            const float* pbias = beta == 0 ? bias.data() : nullptr;
+            std::vector<float> one = c0, many = c0;
+            cpu::gemm_bf16(ta, tb, m, n, k, a.data(), lda, b.data(), ldb, beta, one.data(), ldc, pbias);
+            cpu::gemm_bf16_threads(threads, ta, tb, m, n, k, a.data(), lda, b.data(), ldb, beta, many.data(), ldc,
+                                   pbias);
+            CHECK(std::memcmp(one.data(), many.data(), sizeof(float) * one.size()) == 0);
+            if (tb) continue;  // (a 16-bit b is never transposed: a weight gradient's input)
+            std::vector<float> one16 = c0, many16 = c0;
+            cpu::gemm_bf16(ta, false, m, n, k, a.data(), lda, b16.data(), ldb, beta, one16.data(), ldc);
+            cpu::gemm_bf16_threads(threads, ta, false, m, n, k, a.data(), lda, b16.data(), ldb, beta, many16.data(),
+                                   ldc);
+            CHECK(std::memcmp(one16.data(), many16.data(), sizeof(float) * one16.size()) == 0);
+          }
       }
 }
 

@@ -14,9 +14,11 @@
 
 #include "core/env.h"
 #include "core/error.h"
+#include "core/parallel.h"
 #include "ops/devices.h"
 #include "ops/sgemm.h"
 
+#include <omp.h>
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -213,6 +215,112 @@ GT_BF16_TARGET void bf16_gemm_avx512(bool ta, bool tb, int m, int n, int k, cons
   }
 }
 
+// gemm_bf16 on `threads` OpenMP threads sharing the packed B, as the f32 kernels' gemm_packed_threads (ops/sgemm.cpp)
+// does: each thread packing all of B for its own block of C's rows packs B twice, and a static half of C each leaves
+// the faster thread waiting for the slower one at the product's end. Measured on gpt_bytes' products, 2 threads of
+// the Zen 4, operands rotated over 8 sets so that they come from L3 as in a step (`bench_step_gemm_rate
+// --bf16-threads`, medians of 31 alternating rounds, three runs): 1.07-1.14× where a is not transposed and k spans
+// two blocks or more (proj, fc dx, qkv dx: k 384-512), within ±3 % where k is one block (B is small), and 0.93-0.97×
+// for the weight gradients (a transposed, B the 1024 tokens of an activation: half of B then comes from the other
+// core's L2); gemm_bf16_threads takes it only where it won. Chunks of 128 rows ran 0.93-1.02×. For each block of
+// kBf16Nc columns,
+// a round packs as many blocks of k as fit kBf16SharedB words: the threads pack its panels together (a barrier),
+// then take items — kBf16ChunkRows rows of C over the round's k, their A packed by the thread that takes them — from
+// a WorkPile (own rows first, in order, then the other's from the far end), and a barrier before the next round
+// reuses B's buffer. The kernel, its blocks of k and their order are bf16_gemm_avx512's, so every element of C has
+// the bits the one-thread product gives it, whichever thread computed it.
+constexpr int kBf16ChunkRows = 64;
+constexpr int64_t kBf16SharedB = 128 * 1024;  // words (512 KiB): two blocks of k at 512 columns, four at 128
+
+// Panels jp0 .. jp1 of a block of op(b): k from k0, kc of it, columns j0 + 32·jp on (at most nc in all), each
+// pairs(kc)·kBf16Nr words, the first at out.
+template <class SB>
+GT_BF16_TARGET void bf16_pack_b_panels(bool tb, const SB* b, int ldb, int k0, int kc, int j0, int nc, int jp0, int jp1,
+                                       uint32_t* out) {
+  const int pairs = (kc + 1) / 2;
+  for (int jp = jp0; jp < jp1; ++jp) {
+    const int j = j0 + jp * kBf16Nr, count = std::min(kBf16Nr, nc - jp * kBf16Nr);
+    uint32_t* panel = out + int64_t{jp - jp0} * pairs * kBf16Nr;
+    if (tb)
+      bf16_pack_panels(b + int64_t{j} * ldb + k0, ldb, false, kc, count, kBf16Nr, panel);
+    else
+      bf16_pack_panels(b + int64_t{k0} * ldb + j, ldb, true, kc, count, kBf16Nr, panel);
+  }
+}
+
+// One item: C's rows i0 .. i0 + mc (≤ kBf16ChunkRows) and columns j0 .. j0 + nc over the blocks of k kb0 .. kb1,
+// from B's panels packed for the round (block kb's at b_round + (kb − kb0)·kBf16Kc/2·n_panels·kBf16Nr), A packed
+// here into the calling thread's a_pack.
+GT_BF16_TARGET void bf16_item(bool ta, int k, const float* a, int lda, const uint32_t* b_round, int n_panels, int i0,
+                              int mc, int j0, int nc, int kb0, int kb1, float beta, float* c, int ldc,
+                              const float* bias, std::vector<uint32_t>& a_pack) {
+  const int m_panels = (mc + kBf16Mr - 1) / kBf16Mr;
+  for (int kb = kb0; kb < kb1; ++kb) {
+    const int k0 = kb * kBf16Kc, kc = std::min(kBf16Kc, k - k0), pairs = (kc + 1) / 2;
+    const size_t a_need = static_cast<size_t>(m_panels) * pairs * kBf16Mr;
+    if (a_pack.size() < a_need) a_pack.resize(a_need);
+    if (ta)
+      bf16_pack_panels(a + int64_t{k0} * lda + i0, lda, true, kc, mc, kBf16Mr, a_pack.data());
+    else
+      bf16_pack_panels(a + int64_t{i0} * lda + k0, lda, false, kc, mc, kBf16Mr, a_pack.data());
+    const uint32_t* bp = b_round + int64_t{kb - kb0} * (kBf16Kc / 2) * n_panels * kBf16Nr;
+    for (int jp = 0; jp < n_panels; ++jp)
+      for (int ip = 0; ip < m_panels; ++ip) {
+        const int rows = std::min(kBf16Mr, mc - ip * kBf16Mr), cols = std::min(kBf16Nr, nc - jp * kBf16Nr);
+        bf16_kernel(pairs, a_pack.data() + int64_t{ip} * pairs * kBf16Mr, bp + int64_t{jp} * pairs * kBf16Nr,
+                    c + int64_t{i0 + ip * kBf16Mr} * ldc + j0 + jp * kBf16Nr, ldc, rows, cols, k0 == 0, k0 + kc == k,
+                    beta, bias ? bias + j0 + jp * kBf16Nr : nullptr);
+      }
+  }
+}
+
+// (Not itself GT_BF16_TARGET: the parallel region's outlined body calls the target functions above.)
+template <class SB>
+void bf16_gemm_shared_b(int threads, bool ta, bool tb, int m, int n, int k, const float* a, int lda, const SB* b,
+                        int ldb, float beta, float* c, int ldc, const float* bias) {
+  const int m_chunks = (m + kBf16ChunkRows - 1) / kBf16ChunkRows;
+  const int k_blocks = (k + kBf16Kc - 1) / kBf16Kc;
+  const int max_panels = (std::min(kBf16Nc, n) + kBf16Nr - 1) / kBf16Nr;
+  const int block_words = kBf16Kc / 2 * max_panels * kBf16Nr;
+  const int per_round = static_cast<int>(std::clamp<int64_t>(kBf16SharedB / block_words, 1, k_blocks));
+  // The round's packed B: the calling thread's (another may run products of its own meanwhile), grown, never shrunk.
+  thread_local std::vector<uint32_t> b_shared;
+  const size_t b_need = static_cast<size_t>(per_round) * static_cast<size_t>(block_words);
+  if (b_shared.size() < b_need) b_shared.resize(b_need);
+  uint32_t* const bp = b_shared.data();
+  WorkPile items(threads);
+#pragma omp parallel num_threads(threads)
+  {
+    thread_local std::vector<uint32_t> a_pack;  // this thread's block of A, grown, never shrunk
+    const int me = omp_get_thread_num(), team = omp_get_num_threads();
+    for (int j0 = 0; j0 < n; j0 += kBf16Nc) {
+      const int nc = std::min(kBf16Nc, n - j0);
+      const int n_panels = (nc + kBf16Nr - 1) / kBf16Nr;
+      for (int kb0 = 0; kb0 < k_blocks; kb0 += per_round) {
+        const int kb1 = std::min(k_blocks, kb0 + per_round);
+        items.deal(me, team, m_chunks);  // (the previous round's items are all taken: its last barrier)
+        // The round's B in jobs of (block of k, up to 4 panels): a block's panels are contiguous.
+        constexpr int kPanelsPerJob = 4;
+        const int jobs_per_block = (n_panels + kPanelsPerJob - 1) / kPanelsPerJob;
+#pragma omp for schedule(static)
+        for (int job = 0; job < (kb1 - kb0) * jobs_per_block; ++job) {
+          const int kb = kb0 + job / jobs_per_block, jp0 = job % jobs_per_block * kPanelsPerJob;
+          const int k0 = kb * kBf16Kc, kc = std::min(kBf16Kc, k - k0), pairs = (kc + 1) / 2;
+          bf16_pack_b_panels(tb, b, ldb, k0, kc, j0, nc, jp0, std::min(n_panels, jp0 + kPanelsPerJob),
+                             bp + int64_t{kb - kb0} * (kBf16Kc / 2) * n_panels * kBf16Nr +
+                                 int64_t{jp0} * pairs * kBf16Nr);
+        }  // (the loop's barrier: the round's B is whole, and every thread's items dealt, before any is taken)
+        for (int64_t item = items.take(me); item >= 0; item = items.take(me)) {
+          const int i0 = static_cast<int>(item) * kBf16ChunkRows;
+          bf16_item(ta, k, a, lda, bp, n_panels, i0, std::min(kBf16ChunkRows, m - i0), j0, nc, kb0, kb1, beta, c, ldc,
+                    bias, a_pack);
+        }
+#pragma omp barrier  // every item is done before the next round reuses B's buffer
+      }
+    }
+  }
+}
+
 #endif  // __x86_64__
 
 }  // namespace
@@ -276,7 +384,36 @@ void gemm_bf16_t(bool ta, bool tb, int m, int n, int k, const float* a, int lda,
 #endif
 }
 
+// gemm_bf16 on up to `threads` threads (ops/bf16_gemm.h).
+template <class SB>
+void gemm_bf16_threads_t(int threads, bool ta, bool tb, int m, int n, int k, const float* a, int lda, const SB* b,
+                         int ldb, float beta, float* c, int ldc, const float* bias) {
+#if defined(__x86_64__)
+  if (threads > 1 && !ta && k > kBf16Kc && m >= 2 * threads * kBf16ChunkRows) {
+    bf16_gemm_shared_b(threads, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, bias);
+    return;
+  }
+#endif
+  // C's rows r0..r1 come from rows of op(a) (columns of a when transposed), its columns c0..c1 from columns of op(b)
+  // (rows of b when transposed).
+  for_matrix_blocks(m, n, threads, [&](int r0, int r1, int c0, int c1) {
+    gemm_bf16_t(ta, tb, r1 - r0, c1 - c0, k, ta ? a + r0 : a + int64_t{r0} * lda, lda,
+                tb ? b + int64_t{c0} * ldb : b + c0, ldb, beta, c + int64_t{r0} * ldc + c0, ldc,
+                bias ? bias + c0 : nullptr);
+  });
+}
+
 }  // namespace
+
+void gemm_bf16_threads(int threads, bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b,
+                       int ldb, float beta, float* c, int ldc, const float* bias) {
+  gemm_bf16_threads_t(threads, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, bias);
+}
+
+void gemm_bf16_threads(int threads, bool ta, bool tb, int m, int n, int k, const float* a, int lda, const uint16_t* b,
+                       int ldb, float beta, float* c, int ldc) {
+  gemm_bf16_threads_t(threads, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, static_cast<const float*>(nullptr));
+}
 
 void gemm_bf16(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb, float beta,
                float* c, int ldc, const float* bias) {

@@ -49,4 +49,14 @@ void gemm_bf16(bool ta, bool tb, int m, int n, int k, const float* a, int lda, c
 void gemm_bf16(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const uint16_t* b, int ldb, float beta,
                float* c, int ldc);
 
+/// gemm_bf16 on up to `threads` OpenMP threads (1: the calling thread), every element of C with the bits the one-thread
+/// product gives it. Where op(a) is a not transposed, k spans more than one block of 256 and C has two chunks of 64
+/// rows per thread or more, the threads pack each block of B together and take C's row chunks from a shared pile as
+/// they free up; otherwise each takes one block of C's rows or columns (edges on multiples of 16) and packs what it
+/// needs.
+void gemm_bf16_threads(int threads, bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b,
+                       int ldb, float beta, float* c, int ldc, const float* bias = nullptr);
+void gemm_bf16_threads(int threads, bool ta, bool tb, int m, int n, int k, const float* a, int lda, const uint16_t* b,
+                       int ldb, float beta, float* c, int ldc);
+
 }  // namespace gt::cpu

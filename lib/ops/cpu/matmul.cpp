@@ -96,24 +96,24 @@ void gemm_t(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, doubl
   }
   T* pc = c.data<T>();
   const bool own_sgemm = std::is_same_v<T, float> && cpu_sgemm_path() != CpuSgemmPath::openblas;
-  if constexpr (std::is_same_v<T, float>)
-    if (own_sgemm && !native_bf16) {  // our kernels thread the product themselves, the bias added as they store C
+  if constexpr (std::is_same_v<T, float>) {
+    if (native_bf16) {  // the kernel adds the bias as it stores C's last sums: the same fl(Σ + bias)
+      gemm_bf16_threads(product_threads(m, n, k), ta, tb, m, n, k, pa, lda, pb, ldb, static_cast<float>(beta), pc, n,
+                        bias);
+      return;
+    }
+    if (own_sgemm) {  // our kernels thread the product themselves, the bias added as they store C
       sgemm_threads(product_threads(m, n, k), bf16_in_pack, ta, tb, m, n, k, pa, lda, pb, ldb, static_cast<float>(beta),
                     pc, n, bias);
       return;
     }
+  }
   const bool bias_first = bias && k <= kBiasFirstK;
   // C's rows r0..r1, columns c0..c1, from the rows of op(a) and the columns of op(b) they need.
   auto block = [&](int r0, int r1, int c0, int c1) {
     const T* ba = ta ? pa + r0 : pa + int64_t{r0} * lda;
     const T* bb = tb ? pb + int64_t{c0} * ldb : pb + c0;
     T* bc = pc + int64_t{r0} * n + c0;
-    if constexpr (std::is_same_v<T, float>)
-      if (native_bf16) {  // the kernel adds the bias as it stores C's last sums: the same fl(Σ + bias)
-        gemm_bf16(ta, tb, r1 - r0, c1 - c0, k, ba, lda, bb, ldb, static_cast<float>(beta), bc, n,
-                  bias ? bias + c0 : nullptr);
-        return;
-      }
     if (bias_first)
       for (int64_t r = r0; r < r1; ++r) std::copy(bias + c0, bias + c1, pc + r * n + c0);
     gemm_call<T>(ta, tb, r1 - r0, c1 - c0, k, ba, lda, bb, ldb, bias_first ? 1.0 : beta, bc, n);
@@ -123,17 +123,12 @@ void gemm_t(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, doubl
 }
 
 // c = op(a)·b + beta·c with b (k × n, not transposed) already in bf16, on the native path: gemm_bf16 packs it as it
-// is, in the blocks of C gemm_t would give the threads.
+// is, on the threads gemm_t would give the product.
 void gemm_half_b_native(const Tensor& a, bool ta, const uint16_t* b, Tensor& c, double beta) {
   const auto m = static_cast<int>(c.dim(0)), n = static_cast<int>(c.dim(1));
   const auto k = static_cast<int>(ta ? a.dim(0) : a.dim(1));
-  const auto lda = static_cast<int>(a.dim(1));
-  const float* pa = a.data<float>();
-  float* pc = c.data<float>();
-  for_c_blocks(m, n, k, [&](int r0, int r1, int c0, int c1) {
-    gemm_bf16(ta, false, r1 - r0, c1 - c0, k, ta ? pa + r0 : pa + int64_t{r0} * lda, lda, b + c0, n,
-              static_cast<float>(beta), pc + int64_t{r0} * n + c0, n);
-  });
+  gemm_bf16_threads(product_threads(m, n, k), ta, false, m, n, k, a.data<float>(), static_cast<int>(a.dim(1)), b, n,
+                    static_cast<float>(beta), c.data<float>(), n);
 }
 
 template <class T>
