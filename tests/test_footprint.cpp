@@ -93,7 +93,7 @@ void check_totals_are_row_sums(const Footprint& f) {
 }  // namespace
 
 TEST_CASE("check sizes an MLP as worked out by hand", "[cpu]") {
-  const Footprint f = plan(kMlp).f;
+  const Footprint f = plan(kMlp, {}, /*fuse=*/false).f;  // layer by layer (the fused sizes: the next test)
   const int64_t B = 32;
   REQUIRE(f.layers.size() == 3);
   REQUIRE(f.batch == B);
@@ -124,6 +124,17 @@ TEST_CASE("check sizes an MLP as worked out by hand", "[cpu]") {
   check_totals_are_row_sums(f);
   CHECK(f.total_bytes == static_cast<size_t>(3 * (100480 + 1290) * 4 + (2 * B * 128 * 4) * 2 + B * 10 * 4 +
                                              B * 784 * 4 + B * 4 + B * 10 * 4));
+}
+
+TEST_CASE("check sizes an MLP whose first dense layer runs its relu as an epilogue", "[cpu]") {
+  const Footprint apart = plan(kMlp, {}, /*fuse=*/false).f, fused = plan(kMlp).f;
+  const int64_t B = 32;
+  // The dense layer's own output and its gradient are never stored; the gradient of x·Wᵀ + b that its backward
+  // makes is the layers' shared scratch, counted in its row. The relu keeps its output and gradient.
+  CHECK(fused.layers[0].activation_bytes == static_cast<size_t>(B * 128 * 4));
+  CHECK(fused.layers[1].activation_bytes == static_cast<size_t>(2 * B * 128 * 4));
+  CHECK(fused.total_bytes + B * 128 * 4 == apart.total_bytes);
+  check_totals_are_row_sums(fused);
 }
 
 TEST_CASE("the optimizer state is what the configured optimizer keeps", "[cpu]") {

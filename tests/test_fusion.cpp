@@ -11,9 +11,13 @@
 #include "helpers.h"
 #include "ops/activation.h"
 #include "ops/batchnorm.h"
+#include "ops/bf16_gemm.h"
 #include "ops/cpu_isa.h"
 #include "ops/epilogue.h"
+#include "ops/matmul.h"
 #include "ops/pool2d.h"
+#include "ops/precision.h"
+#include "ops/sgemm.h"
 
 #include <catch2/catch.hpp>
 
@@ -348,5 +352,130 @@ TEST_CASE("fused chains stay off where the model keeps every layer apart", "[cpu
     Model m = Model::build(cfg, Shape{1, 6, 6}, DType::f32, Device::cpu(), 1);
     m.set_sync([](double*, size_t) {});
     CHECK_FALSE(m.chains().any());
+  }
+}
+
+TEST_CASE("a dense layer with relu or GELU as its epilogue gives linear_forward then the activation, bit for bit",
+          "[cpu]") {
+  // Rows enough for the f32 kernels' shared B on two threads (320 ≥ 2 · 2 · 64) and few (7); columns past a panel;
+  // k past one block (300). Every product path: OpenBLAS's, our AVX-512 and AVX2 kernels, and under bf16 the native
+  // and the conversion paths, on 1 and 2 threads; f64 through OpenBLAS. y in place of x·Wᵀ + b, or h kept apart.
+  struct Case {
+    int64_t rows, in, out;
+  };
+  const Case cases[] = {{320, 40, 72}, {7, 300, 33}, {64, 16, 130}};
+  Rng rng(41, 3);
+  for (const DType dtype : {DType::f32, DType::f64})
+    for (const Case& c : cases) {
+      const Tensor x = fusion_grid(Shape{c.rows, c.in}, dtype, rng), w = fusion_grid(Shape{c.out, c.in}, dtype, rng),
+                   b = fusion_grid(Shape{c.out}, dtype, rng);
+      auto check = [&](const std::string& where) {
+        for (const Activation act : {Activation::relu, Activation::gelu_tanh})
+          for (const bool keep_h : {false, true}) {
+            CAPTURE(where, std::string(dtype_name(dtype)), c.rows, c.in, c.out, act == Activation::relu, keep_h);
+            Tensor want_h = Tensor::empty(Shape{c.rows, c.out}, dtype),
+                   want = Tensor::empty(Shape{c.rows, c.out}, dtype);
+            ops::linear_forward(x, w, b, want_h);
+            ops::activation_forward(act, want_h, want);
+            Tensor h = keep_h ? Tensor::empty(Shape{c.rows, c.out}, dtype) : Tensor();
+            Tensor y = Tensor::empty(Shape{c.rows, c.out}, dtype);
+            ops::linear_forward_act(x, w, b, act, h, y);
+            CHECK(fusion_bytes(y) == fusion_bytes(want));
+            if (keep_h) CHECK(fusion_bytes(h) == fusion_bytes(want_h));
+          }
+      };
+      for (const int threads : {1, 2}) {
+        set_num_threads(threads);
+        if (dtype == DType::f64) {
+          check("f64, " + std::to_string(threads) + " threads");
+          continue;
+        }
+        for (const cpu::CpuSgemmPath path :
+             {cpu::CpuSgemmPath::openblas, cpu::CpuSgemmPath::avx512, cpu::CpuSgemmPath::avx2}) {
+          if (!cpu::cpu_sgemm_supported(path)) continue;
+          const ForcedSgemmPath forced(path);
+          check(cpu::describe(path) + ", " + std::to_string(threads) + " threads");
+          const ProductPrecisionScope bf16(Precision::bf16);
+          for (const cpu::CpuBf16Path bp : {cpu::CpuBf16Path::native, cpu::CpuBf16Path::conversion}) {
+            if (bp == cpu::CpuBf16Path::native && !cpu::cpu_has_native_bf16()) continue;
+            const ForcedBf16Path forced_bf16(bp);
+            check(cpu::describe(path) + ", bf16 " + cpu::describe(bp) + ", " + std::to_string(threads) + " threads");
+          }
+        }
+      }
+      set_num_threads(2);
+    }
+}
+
+namespace {
+
+// Dense layers chained with relu and GPT-2's GELU over [40, 10] inputs (320 rows at batch 8): a0 → relu, a → relu
+// whose output two layers read (b and the add s), b → GELU, and d → GELU read by an add, which passes its gradient
+// on (a chain whose output gradient is the add's, shared with its other input's); c and e are plain.
+const char* const kDenseChainLayers = R"(layers:
+  - {type: linear, name: a0, out_features: 16}
+  - {type: relu, name: r0}
+  - {type: linear, name: a, out_features: 24}
+  - {type: relu, name: ra}
+  - {type: linear, name: b, out_features: 72}
+  - {type: gelu, name: gb, approximate: tanh}
+  - {type: linear, name: c, out_features: 24}
+  - {type: add, name: s, inputs: [ra, c]}
+  - {type: linear, name: d, out_features: 24}
+  - {type: gelu, name: gd, approximate: tanh}
+  - {type: add, name: t, inputs: [gd, s]}
+  - {type: linear, name: e, out_features: 3}
+)";
+
+ChainRun dense_chain_run(bool fuse, DType dtype) {
+  const ConfigNode cfg = ConfigNode::load_string(kDenseChainLayers, "dense.yaml");
+  Model m = Model::build(cfg, Shape{40, 10}, dtype, Device::cpu(), 5);
+  m.set_fusion(fuse);
+  ChainRun r;
+  r.chains = m.chains();
+  for (const Model::NodeBuffers& b : m.buffer_plan(8)) r.planned += b.output + b.gradient + b.scratch;
+  m.allocate(8);
+  Rng rng(19, 9);
+  const Tensor x = fusion_grid(Shape{8, 40, 10}, dtype, rng);
+  const Tensor dy = fusion_grid(Shape{8, 40, 3}, dtype, rng);
+  for (int pass = 0; pass < 2; ++pass) {
+    r.states.push_back(fusion_bytes(m.forward(x, {true, false})));
+    m.backward(dy, {true, false});
+    for (Param* p : m.params()) {
+      r.states.push_back(fusion_bytes(p->grad));
+      for (int64_t k = 0; k < p->value.numel(); ++k) {
+        if (dtype == DType::f32)
+          p->value.data<float>()[k] -= 0.1f * p->grad.data<float>()[k];
+        else
+          p->value.data<double>()[k] -= 0.1 * p->grad.data<double>()[k];
+      }
+    }
+  }
+  r.states.push_back(fusion_bytes(m.forward(x, {false, false})));
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("a model's dense layers with relu or GELU fused train to the unfused model's bits", "[cpu]") {
+  for (const DType dtype : {DType::f32, DType::f64}) {
+    CAPTURE(std::string(dtype_name(dtype)));
+    const ChainRun fused = dense_chain_run(true, dtype), apart = dense_chain_run(false, dtype);
+    CHECK_FALSE(apart.chains.any());
+    REQUIRE(fused.chains.any());
+    // 0 a0, 1 r0, 2 a, 3 ra, 4 b, 5 gb, 6 c, 7 s, 8 d, 9 gd, 10 t, 11 e.
+    CHECK(fused.chains.tail[0] == 1);
+    CHECK(fused.chains.tail[2] == 3);  // (the tail's output may have any readers)
+    CHECK(fused.chains.tail[6] == -1);
+    CHECK(fused.chains.tail[4] == 5);
+    CHECK(fused.chains.tail[8] == 9);
+    CHECK(fused.chains.epilogue[0] == ops::Epilogue{.relu = true});
+    CHECK(fused.chains.epilogue[4] == ops::Epilogue{.gelu_tanh = true});
+    CHECK(fused.planned < apart.planned);
+    REQUIRE(fused.states.size() == apart.states.size());
+    for (size_t k = 0; k < fused.states.size(); ++k) {
+      CAPTURE(k);
+      CHECK(fused.states[k] == apart.states[k]);
+    }
   }
 }

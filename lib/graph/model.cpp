@@ -505,6 +505,7 @@ Model Model::build(const ConfigNode& model_cfg, const Shape& input_shape, DType 
     else
       n.grad_owner = n.inputs[0] >= 0 ? m.m_nodes[static_cast<size_t>(n.inputs[0])].grad_owner : -1;
   }
+  m.apply_epilogues();
   return m;
 }
 
@@ -522,6 +523,10 @@ std::vector<int> Model::grad_writers() const {
 
 std::string Model::set_recompute(Recompute mode) {
   GT_CHECK(m_max_batch == 0, "set_recompute after allocate: the buffers follow the mode");
+  struct Reapply {  // on every way out: the mode decides whether chains are in force
+    Model* m;
+    ~Reapply() { m->apply_epilogues(); }
+  } reapply{this};
   const size_t count = m_nodes.size();
   m_recompute = Recompute::none;
   m_slot.assign(count, -1);
@@ -609,6 +614,7 @@ void Model::set_activation_storage(std::optional<HalfFormat> format) {
   GT_CHECK(!format || m_dtype == DType::f32, "activations kept in half precision need an f32 model");
   GT_CHECK(m_max_batch == 0, "set_activation_storage after allocate: the buffers are planned already");
   m_half = format;
+  apply_epilogues();
 }
 
 std::optional<HalfFormat> Model::activation_storage() const {
@@ -713,6 +719,11 @@ Model::HalfPlan Model::half_plan() const {
   return best;
 }
 
+void Model::apply_epilogues() {
+  const Chains c = chains();
+  for (size_t i = 0; i < m_nodes.size(); ++i) m_nodes[i].layer->set_epilogue(c.any() ? c.epilogue[i] : ops::Epilogue{});
+}
+
 Model::Chains Model::chains() const {
   Chains c;
   if (!m_fusion || !m_device.is_cpu() || m_recompute != Recompute::none || m_half || m_sync) return c;
@@ -733,14 +744,17 @@ Model::Chains Model::chains() const {
     size_t end = i;
     int64_t flops = head.forward_flops();
     // Extend the chain while the node at its end has one reader, which reads nothing else and is a step that the
-    // head can run after the steps taken so far (a pool before relu, each once).
+    // head can run after the steps taken so far (a pool before relu, each once; GELU alone).
     while (readers[end].size() == 1) {
       const GraphNode& next = m_nodes[readers[end][0]];
       const ops::Epilogue step = next.layer->epilogue_step();
-      if (next.inputs.size() != 1 || !step.any() || (step.max_pool_2x2 && ep.any()) || (step.relu && ep.relu)) break;
+      if (next.inputs.size() != 1 || !step.any() || (step.max_pool_2x2 && ep.any()) || (step.relu && ep.relu) ||
+          ep.gelu_tanh || (step.gelu_tanh && ep.any()))
+        break;
       ops::Epilogue longer = ep;
       longer.max_pool_2x2 = longer.max_pool_2x2 || step.max_pool_2x2;
       longer.relu = longer.relu || step.relu;
+      longer.gelu_tanh = step.gelu_tanh;
       if (!head.takes_epilogue(longer)) break;
       ep = longer;
       end = readers[end][0];
@@ -812,6 +826,7 @@ void Model::check_batch(int64_t batch, const ConfigNode& where) const {
 void Model::allocate(int64_t max_batch) {
   GT_CHECK(m_initialised, "allocate on a model built without parameters");
   const size_t count = m_nodes.size();
+  apply_epilogues();  // (the setters did; before the scratch, whose size follows them)
   m_max_batch = max_batch;
   m_out_buf.assign(count, Tensor());
   m_grad_buf.assign(count, Tensor());
@@ -835,8 +850,6 @@ void Model::allocate(int64_t max_batch) {
   m_pool_holds.assign(m_half_plan.pool_numel.size(), -1);
   m_half_buf.assign(count, nullptr);
   m_chains = chains();
-  for (size_t i = 0; i < count; ++i)
-    m_nodes[i].layer->set_epilogue(m_chains.any() ? m_chains.epilogue[i] : ops::Epilogue{});
   for (size_t i = 0; i < count; ++i) {
     const GraphNode& n = m_nodes[i];
     if (n.layer->is_view() || m_chains.unstored(i)) continue;
@@ -868,6 +881,7 @@ void Model::set_sync(ops::SumOverRanks sum_over_ranks) {
                     "(set it false, or train on the CPU)",
                     m_device.str()));
   m_sync = std::move(sum_over_ranks);
+  apply_epilogues();
 }
 
 int64_t Model::layer_scratch_numel(int64_t batch) const {

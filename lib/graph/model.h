@@ -106,11 +106,17 @@ class Model {
   std::optional<HalfFormat> activation_storage() const;
   /// Fused chains on the CPU (before buffer_plan and allocate): where a layer's output is read by the next layer
   /// alone, and that layer is a step the first can run as an epilogue of its own pass (Layer::takes_epilogue: batch
-  /// norm followed by a 2×2 max pool, relu or both; a 2×2 max pool followed by relu), the first runs the chain's
-  /// forward and backward by itself: the outputs inside the chain and their gradients are never stored (no buffers),
-  /// and the numbers are the same bit for bit. On by default (GPUTRAIN_CPU_FUSE=off turns it off); not on a GPU, nor
-  /// with train.recompute, half activation storage or synchronised batch norm, which keep every layer apart.
-  void set_fusion(bool on) { m_fusion = on; }
+  /// norm followed by a 2×2 max pool, relu or both; a 2×2 max pool followed by relu; a dense layer followed by relu
+  /// or GPT-2's GELU), the first runs the chain's forward and backward by itself: the outputs inside the chain and
+  /// their gradients are never stored (no buffers; a dense layer keeps GELU's input as its own workspace), and the
+  /// numbers are the same bit for bit. On by default (GPUTRAIN_CPU_FUSE=off turns it off); not on a GPU, nor with
+  /// train.recompute, half activation storage or synchronised batch norm, which keep every layer apart. The layers
+  /// know their epilogues from the setting that decides them on (so that their workspace and scratch sizes, and the
+  /// footprint read from them, follow).
+  void set_fusion(bool on) {
+    m_fusion = on;
+    apply_epilogues();
+  }
   /// The chains in force: per node, the position of the last node of the chain it heads (-1: it heads none), the
   /// head of the chain it belongs to otherwise (-1: none), and a head's epilogue. Empty when none is in force.
   struct Chains {
@@ -128,6 +134,8 @@ class Model {
     bool runs(size_t i) const { return !any() || head[i] < 0; }
   };
   Chains chains() const;
+  /// Hands each layer the epilogue chains() gives it (none when no chain is in force).
+  void apply_epilogues();
   /// Tests: widen every kept output a backward could read (its inputs' sources and its own), and never hand a layer
   /// an input in 16 bits, ignoring what layers say they read (Layer::backward_reads_input and the rest); the
   /// gradients must come out the same bit for bit either way.

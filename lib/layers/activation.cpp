@@ -30,7 +30,9 @@ class ActivationLayer final : public Layer {
   bool backward_reads_output() const override { return reads_output(); }
   bool backward_takes_half_input(size_t) const override { return !reads_output(); }
   bool decodes() const override { return true; }
-  ops::Epilogue epilogue_step() const override { return {.relu = m_act == Activation::relu}; }
+  ops::Epilogue epilogue_step() const override {
+    return {.relu = m_act == Activation::relu, .gelu_tanh = m_act == Activation::gelu_tanh};
+  }
   YAML::Node resolved_args() const override {
     YAML::Node n(YAML::NodeType::Map);
     if (m_act == Activation::gelu || m_act == Activation::gelu_tanh)

@@ -1,5 +1,7 @@
 // linear: y = x·Wᵀ + b over the last dimension, through the backend GEMM.
 #include "layers/params.h"
+#include "ops/activation.h"
+#include "ops/epilogue.h"
 #include "ops/matmul.h"
 
 #include <cmath>
@@ -46,15 +48,35 @@ class Linear final : public Layer {
   // (llm.c's vocabulary padded to Vp) is used through its first out_features rows.
   void tie_weight(Param& shared) override { m_w = &shared; }
 
-  void forward(const std::vector<const Tensor*>& x, Tensor& y, const LayerContext&) override {
+  void forward(const std::vector<const Tensor*>& x, Tensor& y, const LayerContext& ctx) override {
     const Tensor x2 = as_rows(*x[0], m_in);  // (B·rows, in)
     Tensor y2 = as_rows(y, m_out);           // (B·rows, out)
-    ops::linear_forward(x2, m_w->value.narrow0(m_out), m_has_bias ? m_bias.value : Tensor(), y2);
+    const Tensor bias = m_has_bias ? m_bias.value : Tensor();
+    if (!m_epilogue.any()) {
+      ops::linear_forward(x2, m_w->value.narrow0(m_out), bias, y2);
+      return;
+    }
+    // A fused chain: y is the activation's output. GELU's backward reads its input, kept in training; relu's
+    // derivative is read off its output.
+    Tensor h;
+    if (m_epilogue.gelu_tanh && ctx.training) {
+      if (!m_h.defined() || m_h.dim(0) < x2.dim(0)) m_h = Tensor::empty(Shape{x2.dim(0), m_out}, y.dtype(), y.device());
+      h = m_h.narrow0(x2.dim(0));
+    }
+    ops::linear_forward_act(x2, m_w->value.narrow0(m_out), bias, activation(), h, y2);
   }
 
-  void backward(const std::vector<const Tensor*>& x, const Tensor&, const Tensor& dy, const std::vector<Tensor*>& dx,
+  void backward(const std::vector<const Tensor*>& x, const Tensor& y, const Tensor& dy, const std::vector<Tensor*>& dx,
                 const LayerContext& ctx) override {
-    const Tensor x2 = as_rows(*x[0], m_in), dy2 = as_rows(dy, m_out);
+    const Tensor x2 = as_rows(*x[0], m_in);
+    Tensor dy2 = as_rows(dy, m_out);
+    if (m_epilogue.any()) {  // a fused chain: dy is the activation's output gradient; this layer's own goes to scratch
+      Tensor dh = scratch(ctx, dy2.numel()).view(dy2.shape());
+      const Tensor y2 = as_rows(y, m_out);
+      // relu'(h) is h > 0, which is y > 0 (y = h there, 0 or NaN elsewhere, as h is).
+      ops::activation_backward(activation(), m_epilogue.relu ? y2 : m_h.narrow0(y2.dim(0)), y2, dy2, dh);
+      dy2 = dh;
+    }
     const double beta = ctx.accumulate_grads ? 1.0 : 0.0;
     Tensor dw = m_w->grad.narrow0(m_out);
     if (const ops::HalfMatrix* h = ctx.half_input(0))  // x kept in 16 bits: the product reads that copy
@@ -85,16 +107,40 @@ class Linear final : public Layer {
   bool decodes() const override { return m_rank > 1; }  // over the last dimension, so per position of [T, …]
   int64_t param_numel() const override { return (m_tied ? 0 : mul_sizes(m_out, m_in)) + (m_has_bias ? m_out : 0); }
   int64_t product_weight_numel() const override { return mul_sizes(m_out, m_in); }  // a tied table's first m_out rows
+  // Fused chains (Model::chains, CPU): relu or GPT-2's GELU after the product, on each block of it as it is finished.
+  bool takes_epilogue(const ops::Epilogue& ep) const override {
+    return ep == ops::Epilogue{.relu = true} || ep == ops::Epilogue{.gelu_tanh = true};
+  }
+  void set_epilogue(const ops::Epilogue& ep) override { m_epilogue = ep; }
+  // With GELU as its epilogue, the layer keeps GELU's input (x·Wᵀ + b) for the backward pass.
+  int64_t workspace_numel(int64_t batch) const override {
+    return m_epilogue.gelu_tanh ? mul_sizes(mul_sizes(batch, m_rows_per_sample), m_out) : 0;
+  }
+  // With an epilogue, the gradient of x·Wᵀ + b within backward.
+  int64_t scratch_numel(int64_t batch) const override {
+    return m_epilogue.any() ? mul_sizes(mul_sizes(batch, m_rows_per_sample), m_out) : 0;
+  }
 
  private:
   static Tensor as_rows(const Tensor& t, int64_t cols) { return t.view(Shape{t.numel() / cols, cols}); }
+  Activation activation() const { return m_epilogue.relu ? Activation::relu : Activation::gelu_tanh; }
+  // The call's scratch: the model's, or (a layer run alone) one of its own, grown to the largest call.
+  Tensor scratch(const LayerContext& ctx, int64_t numel) {
+    if (ctx.scratch) return ctx.scratch->narrow0(numel);
+    if (!m_own_scratch.defined() || m_own_scratch.numel() < numel)
+      m_own_scratch = Tensor::empty(Shape{numel}, m_w->value.dtype(), m_w->value.device());
+    return m_own_scratch.narrow0(numel);
+  }
 
   int64_t m_out, m_in = 0, m_rows_per_sample = 1;
   size_t m_rank = 0;
   bool m_has_bias, m_tied;
   double m_init_std;  ///< > 0: N(0, std) weights and zero biases; 0: torch.nn.Linear's uniform
   Param m_weight, m_bias;
-  Param* m_w = &m_weight;  // the weight in use: m_weight, or the shared one (tied_to)
+  Param* m_w = &m_weight;    // the weight in use: m_weight, or the shared one (tied_to)
+  ops::Epilogue m_epilogue;  // set_epilogue: the activation this layer runs after its product (none: the layer alone)
+  Tensor m_h;                // GELU's input, kept by a training forward with GELU as the epilogue
+  Tensor m_own_scratch;
 };
 
 }  // namespace

@@ -22,6 +22,15 @@ void activation_backward_half_x(Activation a, const HalfMatrix& x, const Tensor&
 
 }  // namespace gt::ops
 
+namespace gt::cpu {
+
+/// y[i] = f(x[i]) for i < n on the calling thread, with activation_forward's arithmetic (the same bits, wherever
+/// the span starts): fused epilogues run it on blocks of a product while they are in cache. x and y may be the same.
+void activation_span(Activation a, const float* x, float* y, int64_t n);
+void activation_span(Activation a, const double* x, double* y, int64_t n);
+
+}  // namespace gt::cpu
+
 // The backends' entry points: the ops above call them once the contract holds.
 GT_BACKEND_ENTRY_POINTS(activation_forward, activation_backward)
 // activation_backward_half_x runs on the CPU only (Model hands 16-bit inputs to CPU models alone).

@@ -1,15 +1,18 @@
 // Epilogues: what an op runs on its own output within the same pass over the data, so that its output never goes
 // through memory. The CPU's fused chains (graph/model.h, Model::chains) give batch norm a 2×2 max pool and a relu to
-// run this way, and a 2×2 max pool a relu.
+// run this way, a 2×2 max pool a relu, and a dense layer a relu or GPT-2's GELU (ops/matmul.h's
+// linear_forward_act: on each block of the product as it is finished).
 #pragma once
 
 namespace gt::ops {
 
-/// A 2×2, stride-2, unpadded max pool, then relu: either, both or none.
+/// A 2×2, stride-2, unpadded max pool, then relu: either, both or none; or GPT-2's GELU (gelu with approximate:
+/// tanh) alone.
 struct Epilogue {
   bool max_pool_2x2 = false;
   bool relu = false;
-  bool any() const { return max_pool_2x2 || relu; }
+  bool gelu_tanh = false;
+  bool any() const { return max_pool_2x2 || relu || gelu_tanh; }
   bool operator==(const Epilogue&) const = default;
 };
 

@@ -30,6 +30,20 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor
   GT_DISPATCH(op, linear_forward(x, w, bias, y));
 }
 
+void linear_forward_act(const Tensor& x, const Tensor& w, const Tensor& bias, Activation act, Tensor& h, Tensor& y) {
+  const Operands op("linear_forward_act", {&x, &w, &bias, &h, &y});
+  GT_CHECK(op.device().is_cpu(), "linear_forward_act: on the CPU only, not {}", op.device().str());
+  GT_CHECK(act == Activation::relu || act == Activation::gelu_tanh,
+           "linear_forward_act: relu or gelu_tanh, not activation {}", static_cast<int>(act));
+  GT_CHECK(x.rank() == 2 && w.rank() == 2 && y.rank() == 2 && w.dim(1) == x.dim(1) && y.dim(0) == x.dim(0) &&
+               y.dim(1) == w.dim(0),
+           "linear_forward_act {} · {}ᵀ → {}", x.shape().str(), w.shape().str(), y.shape().str());
+  GT_CHECK(!h.defined() || h.shape() == y.shape(), "linear_forward_act: h {} for y {}", h.shape().str(),
+           y.shape().str());
+  GT_CHECK(!bias.defined() || bias.numel() == y.dim(1), "bias {} for {}", bias.shape().str(), y.shape().str());
+  cpu::linear_forward_act(x, w, bias, act, h, y);
+}
+
 void sum_rows(const Tensor& dy, Tensor& db, double beta) {
   const Operands op("sum_rows", {&dy, &db});
   GT_CHECK(dy.rank() == 2 && db.numel() == dy.dim(1), "sum_rows {} into {}", dy.shape().str(), db.shape().str());

@@ -5,6 +5,7 @@
 
 #include "core/tensor.h"
 #include "ops/entry_points.h"
+#include "ops/math.h"
 
 namespace gt::ops {
 
@@ -21,9 +22,18 @@ void sum_rows(const Tensor& dy, Tensor& db, double beta);
 /// (beta 0) then add_row_bias, in fewer passes over y where the backend can.
 void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y);
 
+/// A dense layer and the activation after it in one pass (a fused chain, graph/model.h's Model::chains; CPU only):
+/// y = act(x · wᵀ + bias), with act relu or gelu_tanh, the same bits as linear_forward then activation_forward. `h`
+/// (undefined: none) receives x · wᵀ + bias, the activation's input, which gelu_tanh's backward reads; without it y
+/// holds that sum until each block of it is activated in place. The activation runs on each block of the product
+/// as our kernels finish it, while the block is in cache (elsewhere after the product).
+void linear_forward_act(const Tensor& x, const Tensor& w, const Tensor& bias, Activation act, Tensor& h, Tensor& y);
+
 }  // namespace gt::ops
 
 // The backends' entry points: the ops above call them once the contract holds.
 // CUDA: matmul through cuBLASLt in the tensors' precision (f32 without TF32, or f64), one cached plan per shape;
 // sum_rows sums in double in a fixed order.
 GT_BACKEND_ENTRY_POINTS(matmul, add_row_bias, sum_rows, linear_forward)
+// linear_forward_act runs on the CPU only (fused chains are the CPU's).
+GT_ENTRY_POINTS_IN_(cpu, linear_forward_act)

@@ -337,9 +337,10 @@ void multiply_block(int kc, ABlock a, int mc, const float* bp, int nc, float* c,
     }
 }
 
+// `done` (null: none) gets each finished block of C's rows and columns, offset by (r_off, c_off): sgemm_threads.
 template <class Isa, bool Round>
 void gemm_packed(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb, float beta,
-                 float* c, int ldc, const float* bias) {
+                 float* c, int ldc, const float* bias, const BlockDone* done = nullptr, int r_off = 0, int c_off = 0) {
   constexpr int nr = Isa::nr;
   // The packed operands, per thread: they grow to the largest block once and stay (never shrunk: resizing down and
   // up again would zero the regrown part on every call).
@@ -357,6 +358,7 @@ void gemm_packed(bool ta, bool tb, int m, int n, int k, const float* a, int lda,
         const ABlock ab = a_block<Isa, Round>(ta, a, lda, i0, mc, k0, kc, nc, a_pack);
         multiply_block<Isa>(kc, ab, mc, b_pack.data(), nc, c + int64_t{i0} * ldc + j0, ldc, k0 == 0, k0 + kc == k, beta,
                             bias ? bias + j0 : nullptr);
+        if (done && k0 + kc == k) (*done)(r_off + i0, r_off + i0 + mc, c_off + j0, c_off + j0 + nc);
       }
     }
   }
@@ -382,7 +384,7 @@ constexpr int kChunkRows = 8 * Isa::mr;  // rows of C per work item (64 for AVX-
 
 template <class Isa, bool Round>
 void gemm_packed_threads(int threads, bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b,
-                         int ldb, float beta, float* c, int ldc, const float* bias) {
+                         int ldb, float beta, float* c, int ldc, const float* bias, const BlockDone* done) {
   constexpr int nr = Isa::nr;
   const int m_chunks = (m + kChunkRows<Isa> - 1) / kChunkRows<Isa>;
   const int k_blocks = (k + kKc - 1) / kKc;
@@ -423,6 +425,7 @@ void gemm_packed_threads(int threads, bool ta, bool tb, int m, int n, int k, con
             multiply_block<Isa>(kc, ab, mc, b_panel(kb, 0), nc, c + int64_t{i0} * ldc + j0, ldc, k0 == 0, k0 + kc == k,
                                 beta, bias ? bias + j0 : nullptr);
           }
+          if (done && kb0 + rounds_blocks == k_blocks) (*done)(i0, i0 + mc, j0, j0 + nc);
         }
 #pragma omp barrier  // every item is done before the next round reuses B's buffer
       }
@@ -436,9 +439,9 @@ void gemm_packed_threads(int threads, bool ta, bool tb, int m, int n, int k, con
 // shared B cost their barriers and balanced nothing (the MLP's batch of 128 rows trained ~5 % slower).
 template <class Isa, bool Round>
 void gemm_split(int threads, bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
-                float beta, float* c, int ldc, const float* bias) {
+                float beta, float* c, int ldc, const float* bias, const BlockDone* done) {
   if (m >= 2 * threads * kChunkRows<Isa>) {
-    gemm_packed_threads<Isa, Round>(threads, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, bias);
+    gemm_packed_threads<Isa, Round>(threads, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, bias, done);
     return;
   }
   // C's rows r0..r1 come from rows of op(a) (columns of a when transposed), its columns c0..c1 from columns of op(b)
@@ -446,7 +449,7 @@ void gemm_split(int threads, bool ta, bool tb, int m, int n, int k, const float*
   for_matrix_blocks(m, n, threads, [&](int r0, int r1, int c0, int c1) {
     gemm_packed<Isa, Round>(ta, tb, r1 - r0, c1 - c0, k, ta ? a + r0 : a + int64_t{r0} * lda, lda,
                             tb ? b + int64_t{c0} * ldb : b + c0, ldb, beta, c + int64_t{r0} * ldc + c0, ldc,
-                            bias ? bias + c0 : nullptr);
+                            bias ? bias + c0 : nullptr, done, r0, c0);
   });
 }
 
@@ -537,17 +540,26 @@ void sgemm_t(bool ta, bool tb, int m, int n, int k, const float* a, int lda, con
 
 template <bool Round>
 void sgemm_threads_t(int threads, bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b,
-                     int ldb, float beta, float* c, int ldc, const float* bias) {
+                     int ldb, float beta, float* c, int ldc, const float* bias, const BlockDone* done) {
+  if (m <= 0 || n <= 0) return;
   const CpuSgemmPath path = cpu_sgemm_path();
-  if (threads <= 1 || path == CpuSgemmPath::openblas || k <= 0 || m <= 0 || n <= 0) {
+  if (path == CpuSgemmPath::openblas || k <= 0) {
     sgemm_t<Round>(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, bias);
+    if (done) (*done)(0, m, 0, n);
     return;
   }
 #if defined(__x86_64__)
+  if (threads <= 1) {
+    if (path == CpuSgemmPath::avx512)
+      gemm_packed<Avx512, Round>(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, bias, done);
+    else
+      gemm_packed<Avx2, Round>(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, bias, done);
+    return;
+  }
   if (path == CpuSgemmPath::avx512)
-    gemm_split<Avx512, Round>(threads, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, bias);
+    gemm_split<Avx512, Round>(threads, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, bias, done);
   else
-    gemm_split<Avx2, Round>(threads, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, bias);
+    gemm_split<Avx2, Round>(threads, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, bias, done);
 #endif
 }
 
@@ -559,11 +571,11 @@ void sgemm(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const
 }
 
 void sgemm_threads(int threads, bool round_bf16, bool ta, bool tb, int m, int n, int k, const float* a, int lda,
-                   const float* b, int ldb, float beta, float* c, int ldc, const float* bias) {
+                   const float* b, int ldb, float beta, float* c, int ldc, const float* bias, const BlockDone* done) {
   if (round_bf16)
-    sgemm_threads_t<true>(threads, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, bias);
+    sgemm_threads_t<true>(threads, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, bias, done);
   else
-    sgemm_threads_t<false>(threads, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, bias);
+    sgemm_threads_t<false>(threads, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, bias, done);
 }
 
 void sgemm_bf16_rounded(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb,

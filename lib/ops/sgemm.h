@@ -9,6 +9,7 @@
 // and on every AVX-512 CPU (on Zen 4 they beat OpenBLAS's Cooperlake core on whole training steps, sgemm.cpp).
 #pragma once
 
+#include <functional>
 #include <string>
 
 namespace gt::cpu {
@@ -56,7 +57,13 @@ void sgemm_bf16_rounded(bool ta, bool tb, int m, int n, int k, const float* a, i
 /// one block of c's rows or columns per thread. Every element of c gets the bits sgemm gives it. On OpenBLAS's
 /// path, or with one thread, it is sgemm on the calling thread (callers that want OpenBLAS threaded split c
 /// themselves).
+///
+/// `done` (null: none) is called with each block of c as it is finished — rows r0..r1 and columns c0..c1 of c, their
+/// final values — on the thread that finished it, while the block is still in that core's caches: a fused epilogue
+/// (ops/epilogue.h) runs there instead of in a later pass over all of c. Blocks do not overlap and cover c.
+using BlockDone = std::function<void(int r0, int r1, int c0, int c1)>;
 void sgemm_threads(int threads, bool round_bf16, bool ta, bool tb, int m, int n, int k, const float* a, int lda,
-                   const float* b, int ldb, float beta, float* c, int ldc, const float* bias = nullptr);
+                   const float* b, int ldb, float beta, float* c, int ldc, const float* bias = nullptr,
+                   const BlockDone* done = nullptr);
 
 }  // namespace gt::cpu

@@ -129,6 +129,23 @@ void activation_backward_half_x(Activation a, const ops::HalfMatrix& x, const Te
   with_activation(a, loop);
 }
 
+namespace {
+template <class T>
+void activation_span_t(Activation a, const T* x, T* y, int64_t n) {
+  if constexpr (std::is_same_v<T, float>)
+    if (a == Activation::gelu_tanh) {
+      gelu_tanh_fwd_f32(x, y, 0, n);
+      return;
+    }
+  with_activation(a, [&](auto act) {
+    for (int64_t i = 0; i < n; ++i) y[i] = act_forward<T>(act, x[i]);
+  });
+}
+}  // namespace
+
+void activation_span(Activation a, const float* x, float* y, int64_t n) { activation_span_t(a, x, y, n); }
+void activation_span(Activation a, const double* x, double* y, int64_t n) { activation_span_t(a, x, y, n); }
+
 void activation_forward(Activation a, const Tensor& x, Tensor& y) {
   for_float_type(x.dtype(), [&](auto t) { act_fwd_t<decltype(t)>(a, x, y); });
 }

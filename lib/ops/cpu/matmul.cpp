@@ -4,6 +4,7 @@
 
 #include "core/half.h"
 #include "core/parallel.h"
+#include "ops/activation.h"
 #include "ops/bf16_gemm.h"
 #include "ops/cpu/blas.h"
 #include "ops/cpu/kernel_util.h"
@@ -69,14 +70,22 @@ void for_c_blocks(int m, int n, int k, F&& block) {
   for_matrix_blocks(m, n, product_threads(m, n, k), block);
 }
 
+// A fused activation (linear_forward_act): y[r·n + j] = act(c[r·n + j]) for each finished block of C (y may be C).
+template <class T>
+struct ActOut {
+  Activation act;
+  T* y;
+};
+
 // OpenBLAS runs single-threaded (set_num_threads) and we split C into one block of rows or columns per
 // thread: on the small, skinny products of a training step this scales far better than OpenBLAS's own
 // threading, and only one thread pool (OpenMP's) competes for the cores. `bias` (null: none; c = op(a)·op(b) + bias
 // per row, beta 0 only) is added to each thread's block of C as part of the thread's work. `b_weight`: b is a weight
-// (linear_forward's w), whose half copy is made once per scope.
+// (linear_forward's w), whose half copy is made once per scope. `out` (null: none) activates each block of C as it
+// is finished where our kernels or the blocks below compute it, and after the product on the native bf16 path.
 template <class T>
 void gemm_t(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double beta, const T* bias = nullptr,
-            bool b_weight = false) {
+            bool b_weight = false, const ActOut<T>* out = nullptr) {
   const auto m = static_cast<int>(c.dim(0)), n = static_cast<int>(c.dim(1));
   const auto k = static_cast<int>(ta ? a.dim(0) : a.dim(1));
   const auto lda = static_cast<int>(a.dim(1)), ldb = static_cast<int>(b.dim(1));
@@ -95,16 +104,24 @@ void gemm_t(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, doubl
     }
   }
   T* pc = c.data<T>();
+  // C's rows r0..r1, columns c0..c1, activated into out->y.
+  auto activate = [&](int r0, int r1, int c0, int c1) {
+    for (int64_t r = r0; r < r1; ++r) activation_span(out->act, pc + r * n + c0, out->y + r * n + c0, c1 - c0);
+  };
   const bool own_sgemm = std::is_same_v<T, float> && cpu_sgemm_path() != CpuSgemmPath::openblas;
   if constexpr (std::is_same_v<T, float>) {
     if (native_bf16) {  // the kernel adds the bias as it stores C's last sums: the same fl(Σ + bias)
       gemm_bf16_threads(product_threads(m, n, k), ta, tb, m, n, k, pa, lda, pb, ldb, static_cast<float>(beta), pc, n,
                         bias);
+      if (out)
+        parallel_for(m, std::max<int64_t>(1, kGrain / n),
+                     [&](int64_t r0, int64_t r1) { activate(static_cast<int>(r0), static_cast<int>(r1), 0, n); });
       return;
     }
     if (own_sgemm) {  // our kernels thread the product themselves, the bias added as they store C
+      const BlockDone done = out ? BlockDone(activate) : BlockDone();
       sgemm_threads(product_threads(m, n, k), bf16_in_pack, ta, tb, m, n, k, pa, lda, pb, ldb, static_cast<float>(beta),
-                    pc, n, bias);
+                    pc, n, bias, out ? &done : nullptr);
       return;
     }
   }
@@ -118,6 +135,7 @@ void gemm_t(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, doubl
       for (int64_t r = r0; r < r1; ++r) std::copy(bias + c0, bias + c1, pc + r * n + c0);
     gemm_call<T>(ta, tb, r1 - r0, c1 - c0, k, ba, lda, bb, ldb, bias_first ? 1.0 : beta, bc, n);
     if (bias && !bias_first) add_bias_block(pc, n, bias, r0, r1, c0, c1);
+    if (out) activate(r0, r1, c0, c1);
   };
   for_c_blocks(m, n, k, block);
 }
@@ -181,6 +199,13 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor
   for_float_type(y.dtype(), [&](auto t) {
     using T = decltype(t);
     gemm_t<T>(x, false, w, true, y, 0.0, bias.defined() ? bias.data<T>() : nullptr, true);
+  });
+}
+void linear_forward_act(const Tensor& x, const Tensor& w, const Tensor& bias, Activation act, Tensor& h, Tensor& y) {
+  for_float_type(y.dtype(), [&](auto t) {
+    using T = decltype(t);
+    const ActOut<T> out{act, y.data<T>()};
+    gemm_t<T>(x, false, w, true, h.defined() ? h : y, 0.0, bias.defined() ? bias.data<T>() : nullptr, true, &out);
   });
 }
 void matmul_half_b(const Tensor& a, bool ta, const ops::HalfMatrix& b, Tensor& c, double beta) {
