@@ -260,19 +260,21 @@ struct ChainRun {
   Model::Chains chains;
 };
 
-// Two training passes with an SGD step between, then an evaluation forward, over 16 × 18 images (odd sides after
-// the stride-1 pool).
-ChainRun chain_run(bool fuse, DType dtype) {
-  const ConfigNode cfg = ConfigNode::load_string(kChainLayers, "chains.yaml");
-  Model m = Model::build(cfg, Shape{2, 16, 18}, dtype, Device::cpu(), 5);
+// Two training passes of `layers` with an SGD step between, then an evaluation forward, over a batch of `batch`
+// inputs of `input` and output gradients of `out` (per sample) drawn from `seed`; with the model's state tensors
+// when `states` is set.
+ChainRun model_run(const char* layers, const Shape& input, const Shape& out, int64_t batch, uint64_t seed, bool fuse,
+                   DType dtype, bool states) {
+  const ConfigNode cfg = ConfigNode::load_string(layers, "chains.yaml");
+  Model m = Model::build(cfg, input, dtype, Device::cpu(), 5);
   m.set_fusion(fuse);
   ChainRun r;
   r.chains = m.chains();
-  for (const Model::NodeBuffers& b : m.buffer_plan(6)) r.planned += b.output + b.gradient + b.scratch;
-  m.allocate(6);
-  Rng rng(9, 9);
-  const Tensor x = fusion_grid(Shape{6, 2, 16, 18}, dtype, rng);
-  const Tensor dy = fusion_grid(Shape{6, 3}, dtype, rng);
+  for (const Model::NodeBuffers& b : m.buffer_plan(batch)) r.planned += b.output + b.gradient + b.scratch;
+  m.allocate(batch);
+  Rng rng(seed, 9);
+  const Tensor x = fusion_grid(input.batched(batch), dtype, rng);
+  const Tensor dy = fusion_grid(out.batched(batch), dtype, rng);
   for (int pass = 0; pass < 2; ++pass) {
     r.states.push_back(fusion_bytes(m.forward(x, {true, false})));
     m.backward(dy, {true, false});
@@ -287,8 +289,14 @@ ChainRun chain_run(bool fuse, DType dtype) {
     }
   }
   r.states.push_back(fusion_bytes(m.forward(x, {false, false})));
-  for (const auto& [name, t] : m.state_tensors()) r.states.push_back(fusion_bytes(*t));
+  if (states)
+    for (const auto& [name, t] : m.state_tensors()) r.states.push_back(fusion_bytes(*t));
   return r;
+}
+
+// kChainLayers over 6 images of 16 × 18 (odd sides after the stride-1 pool).
+ChainRun chain_run(bool fuse, DType dtype) {
+  return model_run(kChainLayers, Shape{2, 16, 18}, Shape{3}, 6, 9, fuse, dtype, true);
 }
 
 }  // namespace
@@ -428,31 +436,7 @@ const char* const kDenseChainLayers = R"(layers:
 )";
 
 ChainRun dense_chain_run(bool fuse, DType dtype) {
-  const ConfigNode cfg = ConfigNode::load_string(kDenseChainLayers, "dense.yaml");
-  Model m = Model::build(cfg, Shape{40, 10}, dtype, Device::cpu(), 5);
-  m.set_fusion(fuse);
-  ChainRun r;
-  r.chains = m.chains();
-  for (const Model::NodeBuffers& b : m.buffer_plan(8)) r.planned += b.output + b.gradient + b.scratch;
-  m.allocate(8);
-  Rng rng(19, 9);
-  const Tensor x = fusion_grid(Shape{8, 40, 10}, dtype, rng);
-  const Tensor dy = fusion_grid(Shape{8, 40, 3}, dtype, rng);
-  for (int pass = 0; pass < 2; ++pass) {
-    r.states.push_back(fusion_bytes(m.forward(x, {true, false})));
-    m.backward(dy, {true, false});
-    for (Param* p : m.params()) {
-      r.states.push_back(fusion_bytes(p->grad));
-      for (int64_t k = 0; k < p->value.numel(); ++k) {
-        if (dtype == DType::f32)
-          p->value.data<float>()[k] -= 0.1f * p->grad.data<float>()[k];
-        else
-          p->value.data<double>()[k] -= 0.1 * p->grad.data<double>()[k];
-      }
-    }
-  }
-  r.states.push_back(fusion_bytes(m.forward(x, {false, false})));
-  return r;
+  return model_run(kDenseChainLayers, Shape{40, 10}, Shape{40, 3}, 8, 19, fuse, dtype, false);
 }
 
 }  // namespace

@@ -173,6 +173,32 @@ GT_BF16_TARGET void bf16_kernel(int pairs, const uint32_t* ap, const uint32_t* b
   store_tile<kBf16Mr>(acc, c, ldc, rows, cols, first, last, beta, bias);
 }
 
+// C's rows i0 .. i0 + mc and columns j0 .. j0 + nc over the blocks of k kb0 .. kb1, from B's panels packed for
+// them (block kb's at b_round + (kb − kb0)·kBf16Kc/2·n_panels·kBf16Nr, panel jp of it jp·pairs·kBf16Nr further on),
+// A packed here into the calling thread's a_pack: the work of one thread on its block of C, or of a shared-B item.
+GT_BF16_TARGET void bf16_item(bool ta, int k, const float* a, int lda, const uint32_t* b_round, int n_panels, int i0,
+                              int mc, int j0, int nc, int kb0, int kb1, float beta, float* c, int ldc,
+                              const float* bias, std::vector<uint32_t>& a_pack) {
+  const int m_panels = (mc + kBf16Mr - 1) / kBf16Mr;
+  for (int kb = kb0; kb < kb1; ++kb) {
+    const int k0 = kb * kBf16Kc, kc = std::min(kBf16Kc, k - k0), pairs = (kc + 1) / 2;
+    const size_t a_need = static_cast<size_t>(m_panels) * pairs * kBf16Mr;
+    if (a_pack.size() < a_need) a_pack.resize(a_need);
+    if (ta)
+      bf16_pack_panels(a + int64_t{k0} * lda + i0, lda, true, kc, mc, kBf16Mr, a_pack.data());
+    else
+      bf16_pack_panels(a + int64_t{i0} * lda + k0, lda, false, kc, mc, kBf16Mr, a_pack.data());
+    const uint32_t* bp = b_round + int64_t{kb - kb0} * (kBf16Kc / 2) * n_panels * kBf16Nr;
+    for (int jp = 0; jp < n_panels; ++jp)
+      for (int ip = 0; ip < m_panels; ++ip) {
+        const int rows = std::min(kBf16Mr, mc - ip * kBf16Mr), cols = std::min(kBf16Nr, nc - jp * kBf16Nr);
+        bf16_kernel(pairs, a_pack.data() + int64_t{ip} * pairs * kBf16Mr, bp + int64_t{jp} * pairs * kBf16Nr,
+                    c + int64_t{i0 + ip * kBf16Mr} * ldc + j0 + jp * kBf16Nr, ldc, rows, cols, k0 == 0, k0 + kc == k,
+                    beta, bias ? bias + j0 + jp * kBf16Nr : nullptr);
+      }
+  }
+}
+
 // B is f32 (rounded as it is packed) or already bf16 (SB = uint16_t).
 template <class SB>
 GT_BF16_TARGET void bf16_gemm_avx512(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const SB* b,
@@ -192,25 +218,9 @@ GT_BF16_TARGET void bf16_gemm_avx512(bool ta, bool tb, int m, int n, int k, cons
         bf16_pack_panels(b + int64_t{j0} * ldb + k0, ldb, false, kc, nc, kBf16Nr, b_pack.data());
       else
         bf16_pack_panels(b + int64_t{k0} * ldb + j0, ldb, true, kc, nc, kBf16Nr, b_pack.data());
-      for (int i0 = 0; i0 < m; i0 += kBf16Mc) {
-        const int mc = std::min(kBf16Mc, m - i0);
-        const int m_panels = (mc + kBf16Mr - 1) / kBf16Mr;
-        const size_t a_need = static_cast<size_t>(m_panels) * pairs * kBf16Mr;
-        if (a_pack.size() < a_need) a_pack.resize(a_need);
-        // op(a)(i, kk) is a[i·lda + kk], or a[kk·lda + i] when transposed.
-        if (ta)
-          bf16_pack_panels(a + int64_t{k0} * lda + i0, lda, true, kc, mc, kBf16Mr, a_pack.data());
-        else
-          bf16_pack_panels(a + int64_t{i0} * lda + k0, lda, false, kc, mc, kBf16Mr, a_pack.data());
-        for (int jp = 0; jp < n_panels; ++jp)
-          for (int ip = 0; ip < m_panels; ++ip) {
-            const int rows = std::min(kBf16Mr, mc - ip * kBf16Mr), cols = std::min(kBf16Nr, nc - jp * kBf16Nr);
-            bf16_kernel(pairs, a_pack.data() + int64_t{ip} * pairs * kBf16Mr,
-                        b_pack.data() + int64_t{jp} * pairs * kBf16Nr,
-                        c + int64_t{i0 + ip * kBf16Mr} * ldc + j0 + jp * kBf16Nr, ldc, rows, cols, k0 == 0,
-                        k0 + kc == k, beta, bias ? bias + j0 + jp * kBf16Nr : nullptr);
-          }
-      }
+      for (int i0 = 0; i0 < m; i0 += kBf16Mc)
+        bf16_item(ta, k, a, lda, b_pack.data(), n_panels, i0, std::min(kBf16Mc, m - i0), j0, nc, k0 / kBf16Kc,
+                  k0 / kBf16Kc + 1, beta, c, ldc, bias, a_pack);
     }
   }
 }
@@ -245,32 +255,6 @@ GT_BF16_TARGET void bf16_pack_b_panels(bool tb, const SB* b, int ldb, int k0, in
       bf16_pack_panels(b + int64_t{j} * ldb + k0, ldb, false, kc, count, kBf16Nr, panel);
     else
       bf16_pack_panels(b + int64_t{k0} * ldb + j, ldb, true, kc, count, kBf16Nr, panel);
-  }
-}
-
-// One item: C's rows i0 .. i0 + mc (≤ kBf16ChunkRows) and columns j0 .. j0 + nc over the blocks of k kb0 .. kb1,
-// from B's panels packed for the round (block kb's at b_round + (kb − kb0)·kBf16Kc/2·n_panels·kBf16Nr), A packed
-// here into the calling thread's a_pack.
-GT_BF16_TARGET void bf16_item(bool ta, int k, const float* a, int lda, const uint32_t* b_round, int n_panels, int i0,
-                              int mc, int j0, int nc, int kb0, int kb1, float beta, float* c, int ldc,
-                              const float* bias, std::vector<uint32_t>& a_pack) {
-  const int m_panels = (mc + kBf16Mr - 1) / kBf16Mr;
-  for (int kb = kb0; kb < kb1; ++kb) {
-    const int k0 = kb * kBf16Kc, kc = std::min(kBf16Kc, k - k0), pairs = (kc + 1) / 2;
-    const size_t a_need = static_cast<size_t>(m_panels) * pairs * kBf16Mr;
-    if (a_pack.size() < a_need) a_pack.resize(a_need);
-    if (ta)
-      bf16_pack_panels(a + int64_t{k0} * lda + i0, lda, true, kc, mc, kBf16Mr, a_pack.data());
-    else
-      bf16_pack_panels(a + int64_t{i0} * lda + k0, lda, false, kc, mc, kBf16Mr, a_pack.data());
-    const uint32_t* bp = b_round + int64_t{kb - kb0} * (kBf16Kc / 2) * n_panels * kBf16Nr;
-    for (int jp = 0; jp < n_panels; ++jp)
-      for (int ip = 0; ip < m_panels; ++ip) {
-        const int rows = std::min(kBf16Mr, mc - ip * kBf16Mr), cols = std::min(kBf16Nr, nc - jp * kBf16Nr);
-        bf16_kernel(pairs, a_pack.data() + int64_t{ip} * pairs * kBf16Mr, bp + int64_t{jp} * pairs * kBf16Nr,
-                    c + int64_t{i0 + ip * kBf16Mr} * ldc + j0 + jp * kBf16Nr, ldc, rows, cols, k0 == 0, k0 + kc == k,
-                    beta, bias ? bias + j0 + jp * kBf16Nr : nullptr);
-      }
   }
 }
 
