@@ -173,6 +173,22 @@ GT_BF16_TARGET void bf16_kernel(int pairs, const uint32_t* ap, const uint32_t* b
   store_tile<kBf16Mr>(acc, c, ldc, rows, cols, first, last, beta, bias);
 }
 
+// Panels jp0 .. jp1 of a block of op(b) (op(b)(kk, j) is b[kk·ldb + j], or b[j·ldb + kk] when transposed): k from k0,
+// kc of it, columns j0 + 32·jp on (at most nc in all), each pairs(kc)·kBf16Nr words, the first at out.
+template <class SB>
+GT_BF16_TARGET void bf16_pack_b_panels(bool tb, const SB* b, int ldb, int k0, int kc, int j0, int nc, int jp0, int jp1,
+                                       uint32_t* out) {
+  const int pairs = (kc + 1) / 2;
+  for (int jp = jp0; jp < jp1; ++jp) {
+    const int j = j0 + jp * kBf16Nr, count = std::min(kBf16Nr, nc - jp * kBf16Nr);
+    uint32_t* panel = out + int64_t{jp - jp0} * pairs * kBf16Nr;
+    if (tb)
+      bf16_pack_panels(b + int64_t{j} * ldb + k0, ldb, false, kc, count, kBf16Nr, panel);
+    else
+      bf16_pack_panels(b + int64_t{k0} * ldb + j, ldb, true, kc, count, kBf16Nr, panel);
+  }
+}
+
 // C's rows i0 .. i0 + mc and columns j0 .. j0 + nc over the blocks of k kb0 .. kb1, from B's panels packed for
 // them (block kb's at b_round + (kb − kb0)·kBf16Kc/2·n_panels·kBf16Nr, panel jp of it jp·pairs·kBf16Nr further on),
 // A packed here into the calling thread's a_pack: the work of one thread on its block of C, or of a shared-B item.
@@ -213,11 +229,7 @@ GT_BF16_TARGET void bf16_gemm_avx512(bool ta, bool tb, int m, int n, int k, cons
       // Grown, never shrunk: resizing down and up again would zero the regrown part on every call.
       const size_t b_need = static_cast<size_t>(n_panels) * pairs * kBf16Nr;
       if (b_pack.size() < b_need) b_pack.resize(b_need);
-      // op(b)(kk, j) is b[kk·ldb + j], or b[j·ldb + kk] when transposed.
-      if (tb)
-        bf16_pack_panels(b + int64_t{j0} * ldb + k0, ldb, false, kc, nc, kBf16Nr, b_pack.data());
-      else
-        bf16_pack_panels(b + int64_t{k0} * ldb + j0, ldb, true, kc, nc, kBf16Nr, b_pack.data());
+      bf16_pack_b_panels(tb, b, ldb, k0, kc, j0, nc, 0, n_panels, b_pack.data());
       for (int i0 = 0; i0 < m; i0 += kBf16Mc)
         bf16_item(ta, k, a, lda, b_pack.data(), n_panels, i0, std::min(kBf16Mc, m - i0), j0, nc, k0 / kBf16Kc,
                   k0 / kBf16Kc + 1, beta, c, ldc, bias, a_pack);
@@ -241,22 +253,6 @@ GT_BF16_TARGET void bf16_gemm_avx512(bool ta, bool tb, int m, int n, int k, cons
 // the bits the one-thread product gives it, whichever thread computed it.
 constexpr int kBf16ChunkRows = 64;
 constexpr int64_t kBf16SharedB = 128 * 1024;  // words (512 KiB): two blocks of k at 512 columns, four at 128
-
-// Panels jp0 .. jp1 of a block of op(b): k from k0, kc of it, columns j0 + 32·jp on (at most nc in all), each
-// pairs(kc)·kBf16Nr words, the first at out.
-template <class SB>
-GT_BF16_TARGET void bf16_pack_b_panels(bool tb, const SB* b, int ldb, int k0, int kc, int j0, int nc, int jp0, int jp1,
-                                       uint32_t* out) {
-  const int pairs = (kc + 1) / 2;
-  for (int jp = jp0; jp < jp1; ++jp) {
-    const int j = j0 + jp * kBf16Nr, count = std::min(kBf16Nr, nc - jp * kBf16Nr);
-    uint32_t* panel = out + int64_t{jp - jp0} * pairs * kBf16Nr;
-    if (tb)
-      bf16_pack_panels(b + int64_t{j} * ldb + k0, ldb, false, kc, count, kBf16Nr, panel);
-    else
-      bf16_pack_panels(b + int64_t{k0} * ldb + j, ldb, true, kc, count, kBf16Nr, panel);
-  }
-}
 
 // (Not itself GT_BF16_TARGET: the parallel region's outlined body calls the target functions above.)
 template <class SB>
