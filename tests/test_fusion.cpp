@@ -13,6 +13,7 @@
 #include "ops/batchnorm.h"
 #include "ops/bf16_gemm.h"
 #include "ops/cpu_isa.h"
+#include "ops/elementwise.h"
 #include "ops/epilogue.h"
 #include "ops/matmul.h"
 #include "ops/pool2d.h"
@@ -363,7 +364,7 @@ TEST_CASE("fused chains stay off where the model keeps every layer apart", "[cpu
   }
 }
 
-TEST_CASE("a dense layer with relu or GELU as its epilogue gives linear_forward then the activation, bit for bit",
+TEST_CASE("a dense layer with relu, GELU or a residual add as its epilogue gives the separate ops' bits",
           "[cpu]") {
   // Rows enough for the f32 kernels' shared B on two threads (320 ≥ 2 · 2 · 64) and few (7); columns past a panel;
   // k past one block (300). Every product path: OpenBLAS's, our AVX-512 and AVX2 kernels, and under bf16 the native
@@ -391,6 +392,20 @@ TEST_CASE("a dense layer with relu or GELU as its epilogue gives linear_forward 
             CHECK(fusion_bytes(y) == fusion_bytes(want));
             if (keep_h) CHECK(fusion_bytes(h) == fusion_bytes(want_h));
           }
+        // The residual add: linear_forward then add (the residual first, as a residual stream's add lists it).
+        CAPTURE(where, std::string(dtype_name(dtype)), c.rows, c.in, c.out);
+        const Tensor r = fusion_grid(Shape{c.rows, c.out}, dtype, rng);
+        Tensor lin = Tensor::empty(Shape{c.rows, c.out}, dtype), want = Tensor::empty(Shape{c.rows, c.out}, dtype);
+        ops::linear_forward(x, w, b, lin);
+        ops::add(r, lin, want);
+        Tensor y = fusion_fill(Shape{c.rows, c.out}, 7.0, dtype);
+        ops::linear_forward_add(x, w, b, r, y);
+        CHECK(fusion_bytes(y) == fusion_bytes(want));
+        Tensor y_nobias = fusion_fill(Shape{c.rows, c.out}, 7.0, dtype);
+        ops::linear_forward(x, w, Tensor(), lin);
+        ops::add(r, lin, want);
+        ops::linear_forward_add(x, w, Tensor(), r, y_nobias);
+        CHECK(fusion_bytes(y_nobias) == fusion_bytes(want));
       };
       for (const int threads : {1, 2}) {
         set_num_threads(threads);
@@ -418,8 +433,8 @@ TEST_CASE("a dense layer with relu or GELU as its epilogue gives linear_forward 
 namespace {
 
 // Dense layers chained with relu and GPT-2's GELU over [40, 10] inputs (320 rows at batch 8): a0 → relu, a → relu
-// whose output two layers read (b and the add s), b → GELU, and d → GELU read by an add, which passes its gradient
-// on (a chain whose output gradient is the add's, shared with its other input's); c and e are plain.
+// whose output two layers read (b and the add s), b → GELU, d → GELU read by an add, which passes its gradient on (a
+// chain whose output gradient is the add's, shared with its other input's), and c → the residual add s; e is plain.
 const char* const kDenseChainLayers = R"(layers:
   - {type: linear, name: a0, out_features: 16}
   - {type: relu, name: r0}
@@ -450,11 +465,14 @@ TEST_CASE("a model's dense layers with relu or GELU fused train to the unfused m
     // 0 a0, 1 r0, 2 a, 3 ra, 4 b, 5 gb, 6 c, 7 s, 8 d, 9 gd, 10 t, 11 e.
     CHECK(fused.chains.tail[0] == 1);
     CHECK(fused.chains.tail[2] == 3);  // (the tail's output may have any readers)
-    CHECK(fused.chains.tail[6] == -1);
+    CHECK(fused.chains.tail[6] == 7);  // c runs the add s, whose other input is the tail of a's chain
+    CHECK(fused.chains.residual[6] == 3);
     CHECK(fused.chains.tail[4] == 5);
-    CHECK(fused.chains.tail[8] == 9);
+    CHECK(fused.chains.tail[8] == 9);  // (no add after an activation: t runs alone)
+    CHECK(fused.chains.tail[11] == -1);
     CHECK(fused.chains.epilogue[0] == ops::Epilogue{.relu = true});
     CHECK(fused.chains.epilogue[4] == ops::Epilogue{.gelu_tanh = true});
+    CHECK(fused.chains.epilogue[6] == ops::Epilogue{.add = true});
     CHECK(fused.planned < apart.planned);
     REQUIRE(fused.states.size() == apart.states.size());
     for (size_t k = 0; k < fused.states.size(); ++k) {
@@ -462,4 +480,73 @@ TEST_CASE("a model's dense layers with relu or GELU fused train to the unfused m
       CHECK(fused.states[k] == apart.states[k]);
     }
   }
+}
+
+namespace {
+
+// Residual adds run by the layer before them, over [8, 16] inputs (64 rows at batch 8): p → s0 whose other input is
+// the model's; attention → s1 (other input s0); fc → GELU, then proj → s2 (its inputs listed head last); q → s3
+// cannot, as s3's other input (later) comes after q: later runs s3 instead, with q as its residual.
+const char* const kResidualLayers = R"(layers:
+  - {type: linear, name: p, out_features: 16}
+  - {type: add, name: s0, inputs: [input, p]}
+  - {type: layernorm, name: ln}
+  - {type: causal_self_attention, name: attn, heads: 2}
+  - {type: add, name: s1, inputs: [s0, attn]}
+  - {type: linear, name: fc, out_features: 32}
+  - {type: gelu, name: g, approximate: tanh}
+  - {type: linear, name: proj, out_features: 16}
+  - {type: add, name: s2, inputs: [proj, s1]}
+  - {type: linear, name: q, out_features: 16}
+  - {type: linear, name: later, out_features: 16, inputs: s2}
+  - {type: add, name: s3, inputs: [q, later]}
+  - {type: linear, name: out, out_features: 5}
+)";
+
+}  // namespace
+
+TEST_CASE("residual adds run on the product before them train and decode to the unfused model's bits", "[cpu]") {
+  for (const DType dtype : {DType::f32, DType::f64}) {
+    CAPTURE(std::string(dtype_name(dtype)));
+    const ChainRun fused = model_run(kResidualLayers, Shape{8, 16}, Shape{8, 5}, 8, 23, true, dtype, false),
+                   apart = model_run(kResidualLayers, Shape{8, 16}, Shape{8, 5}, 8, 23, false, dtype, false);
+    REQUIRE(fused.chains.any());
+    // 0 p, 1 s0, 2 ln, 3 attn, 4 s1, 5 fc, 6 g, 7 proj, 8 s2, 9 q, 10 later, 11 s3, 12 out.
+    const Model::Chains& c = fused.chains;
+    CHECK(c.tail[0] == 1);
+    CHECK(c.residual[0] == -1);
+    CHECK(c.tail[3] == 4);
+    CHECK(c.residual[3] == 1);
+    CHECK(c.tail[5] == 6);
+    CHECK(c.tail[7] == 8);
+    CHECK(c.residual[7] == 4);
+    CHECK(c.tail[9] == -1);
+    CHECK(c.tail[10] == 11);
+    CHECK(c.residual[10] == 9);
+    for (const int head : {0, 3, 7, 10}) CHECK(c.epilogue[static_cast<size_t>(head)] == ops::Epilogue{.add = true});
+    // The heads' outputs and gradients are not stored: 8 samples × 8 positions × 16 channels each.
+    CHECK(apart.planned - fused.planned == 2 * 8 * 8 * (16 * 4 + 32));
+    REQUIRE(fused.states.size() == apart.states.size());
+    for (size_t k = 0; k < fused.states.size(); ++k) {
+      CAPTURE(k);
+      CHECK(fused.states[k] == apart.states[k]);
+    }
+  }
+  // Decoding position by position runs the same chains, with the residuals' first positions.
+  const ConfigNode cfg = ConfigNode::load_string(kResidualLayers, "residual.yaml");
+  std::vector<std::string> outs[2];
+  for (const bool fuse : {false, true}) {
+    Model m = Model::build(cfg, Shape{8, 16}, DType::f32, Device::cpu(), 5);
+    m.set_fusion(fuse);
+    CHECK(m.chains().any() == fuse);
+    m.allocate(1);
+    Rng rng(29, 1);
+    const Tensor x = fusion_grid(Shape{1, 8, 16}, DType::f32, rng);
+    for (int64_t t = 0; t < 8; ++t) {
+      Tensor xt = Tensor::empty(Shape{1, 1, 16}, DType::f32);
+      std::copy_n(x.data<float>() + t * 16, 16, xt.data<float>());
+      outs[fuse].push_back(fusion_bytes(m.forward_decode(xt, t)));
+    }
+  }
+  CHECK(outs[0] == outs[1]);
 }

@@ -735,6 +735,7 @@ Model::Chains Model::chains() const {
   c.tail.assign(count, -1);
   c.head.assign(count, -1);
   c.epilogue.assign(count, {});
+  c.residual.assign(count, -1);
   c.flops.assign(count, 0);
   bool any = false;
   for (size_t i = 0; i < count; ++i) {
@@ -744,10 +745,24 @@ Model::Chains Model::chains() const {
     size_t end = i;
     int64_t flops = head.forward_flops();
     // Extend the chain while the node at its end has one reader, which reads nothing else and is a step that the
-    // head can run after the steps taken so far (a pool before relu, each once; GELU alone).
+    // head can run after the steps taken so far (a pool before relu, each once; GELU alone), or is a residual add
+    // right after the head whose other input is a stored output of an earlier node (or the model's input).
     while (readers[end].size() == 1) {
       const GraphNode& next = m_nodes[readers[end][0]];
       const ops::Epilogue step = next.layer->epilogue_step();
+      if (step.add) {
+        if (end != i || next.inputs.size() != 2) break;
+        const int other = next.inputs[next.inputs[0] == static_cast<int>(i) ? 1 : 0];
+        if (other == static_cast<int>(i) || other >= static_cast<int>(i) ||
+            (other >= 0 && c.unstored(static_cast<size_t>(other))) || !head.takes_epilogue(step))
+          break;
+        ep = step;
+        end = readers[end][0];
+        c.head[end] = static_cast<int>(i);
+        c.residual[i] = other;
+        flops += next.layer->forward_flops();
+        break;  // the add ends its chain
+      }
       if (next.inputs.size() != 1 || !step.any() || (step.max_pool_2x2 && ep.any()) || (step.relu && ep.relu) ||
           ep.gelu_tanh || (step.gelu_tanh && ep.any()))
         break;
@@ -947,6 +962,10 @@ const Tensor& Model::run_nodes(const LayerContext& ctx, SpanTimer* profiler,
       continue;
     }
     const size_t out = m_chains.writes(i);
+    if (m_chains.any() && m_chains.epilogue[i].add) {  // the residual add's other input, after the head's own
+      const int r = m_chains.residual[i];
+      ins.push_back(r < 0 ? &m_input : &m_out[static_cast<size_t>(r)]);
+    }
     m_out[out] = output(out);
     {
       SpanScope scope(profiler, n.name, n.type, "forward", chain_flops(i) * batch);
@@ -1069,8 +1088,10 @@ void Model::backward(const Tensor& dout, const LayerContext& context) {
   std::vector<std::pair<int, size_t>> pending_adds;
   for (size_t i = last + 1; i-- > 0;) {
     GraphNode& n = m_nodes[i];
-    if (n.layer->is_view() || !n.needs_grad || !m_chains.runs(i)) continue;
-    const size_t out = m_chains.writes(i);  // a chain's head back-propagates from its tail's output
+    if (n.layer->is_view() || !n.needs_grad || !m_chains.runs_backward(i)) continue;
+    // A chain's head back-propagates from its tail's output. A residual add at the tail runs its own backward first,
+    // for its other input: its head's output has no gradient buffer, so the loop below skips that input.
+    const size_t out = m_chains.writes(i);
     // train.recompute: the first node of a segment to back-propagate brings its dropped outputs back.
     if (m_recompute != Recompute::none && m_segment[i] >= 0 && m_segment[i] != m_resident &&
         m_segment_range.count(m_segment[i]))
@@ -1110,7 +1131,8 @@ void Model::backward(const Tensor& dout, const LayerContext& context) {
       if (n.tied_to >= 0) m_grad_begin(static_cast<size_t>(n.tied_to));
     }
     // Backward FLOPs: about twice the forward's for layers with parameters (input and weight gradients).
-    SpanScope scope(m_profiler, n.name, n.type, "backward", chain_flops(i) * batch * (n.param_count > 0 ? 2 : 1));
+    SpanScope scope(m_profiler, n.name, n.type, "backward",
+                    chain_backward_flops(i) * batch * (n.param_count > 0 ? 2 : 1));
     if (n.adds_param_grads) {  // a tied layer has written this node's weight gradient already
       LayerContext adding = ctx;
       adding.accumulate_grads = true;

@@ -122,6 +122,9 @@ class Model {
   struct Chains {
     std::vector<int> tail, head;
     std::vector<ops::Epilogue> epilogue;
+    /// A head whose epilogue is the residual add: the add's other input (-1: the model's input), which the head's
+    /// forward gets as a second input.
+    std::vector<int> residual;
     std::vector<int64_t> flops;  ///< a head's forward FLOPs per sample with its members' (profiler spans)
     bool any() const { return !tail.empty(); }
     /// Node i's output is never stored: a head's, or a member's before its tail.
@@ -130,8 +133,13 @@ class Model {
     }
     /// Where node i's forward writes: its tail's output when it heads a chain, else its own.
     size_t writes(size_t i) const { return any() && tail[i] >= 0 ? static_cast<size_t>(tail[i]) : i; }
-    /// Whether node i runs at all (not when its head runs it).
+    /// Whether node i's forward runs at all (not when its head runs it).
     bool runs(size_t i) const { return !any() || head[i] < 0; }
+    /// Whether node i's backward runs: a residual add that ends a chain passes its gradient to its other input (its
+    /// head back-propagates from the same gradient).
+    bool runs_backward(size_t i) const {
+      return runs(i) || epilogue[static_cast<size_t>(head[i])].add;
+    }
   };
   Chains chains() const;
   /// Hands each layer the epilogue chains() gives it (none when no chain is in force).
@@ -199,6 +207,11 @@ class Model {
   /// Node i's forward FLOPs per sample, with those of the chain members it runs (profiler spans).
   int64_t chain_flops(size_t i) const {
     return m_chains.any() && m_chains.tail[i] >= 0 ? m_chains.flops[i] : m_nodes[i].layer->forward_flops();
+  }
+  /// The same for node i's backward pass: a residual add back-propagates on its own.
+  int64_t chain_backward_flops(size_t i) const {
+    return m_chains.any() && m_chains.tail[i] >= 0 && m_chains.epilogue[i].add ? m_nodes[i].layer->forward_flops()
+                                                                                : chain_flops(i);
   }
   /// set_activation_storage's plan: per node, its working buffer (-1: the output is not kept in half); per working
   /// buffer, its elements per sample (the largest output that uses it); per node, the outputs whose last forward

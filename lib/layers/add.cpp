@@ -16,6 +16,7 @@ class Add final : public Layer {
         cfg.fail(
             fmt::format("add needs inputs of one shape, got {} and {} (inputs 0 and {})", in[0].str(), in[i].str(), i));
     m_numel = in[0].numel() * static_cast<int64_t>(in.size() - 1);
+    m_inputs = in.size();
     return in[0];
   }
   void forward(const std::vector<const Tensor*>& x, Tensor& y, const LayerContext&) override {
@@ -32,6 +33,8 @@ class Add final : public Layer {
       if (d) ops::copy_blocks(dy, *d, rows, inner, inner, 0);
   }
   bool passes_gradient() const override { return true; }
+  // A sum of two: the residual add a dense layer or attention before it can run on its product (Model::chains).
+  ops::Epilogue epilogue_step() const override { return {.add = m_inputs == 2}; }
   bool backward_reads_input(size_t) const override { return false; }
   bool backward_reads_output() const override { return false; }
   int64_t forward_flops() const override { return m_numel; }
@@ -39,6 +42,7 @@ class Add final : public Layer {
 
  private:
   int64_t m_numel = 0;
+  size_t m_inputs = 0;
 };
 
 }  // namespace

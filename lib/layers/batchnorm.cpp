@@ -104,7 +104,7 @@ class BatchNorm final : public Layer {
   int64_t workspace_numel(int64_t) const override { return 4 * m_channels; }
   // A pool needs [C, H, W] samples (batchnorm2d); relu goes after either.
   bool takes_epilogue(const ops::Epilogue& ep) const override {
-    return ep.any() && !ep.gelu_tanh && (m_two_d || !ep.max_pool_2x2);
+    return ep.any() && !ep.gelu_tanh && !ep.add && (m_two_d || !ep.max_pool_2x2);
   }
   void set_epilogue(const ops::Epilogue& ep) override { m_epilogue = ep; }
 

@@ -48,8 +48,10 @@ class CausalSelfAttention final : public Layer {
   }
 
   void forward(const std::vector<const Tensor*>& x, Tensor& y, const LayerContext& ctx) override {
+    // With the residual add as its epilogue (Model::chains), y is x[1] plus the output projection.
+    const Tensor* residual = m_epilogue_add ? x[1] : nullptr;
     if (ctx.decode) {
-      decode(*x[0], y, ctx.position);
+      decode(*x[0], residual, y, ctx.position);
       return;
     }
     const int64_t b = x[0]->dim(0);
@@ -63,7 +65,7 @@ class CausalSelfAttention final : public Layer {
     Tensor qkv2 = rows(qkv, 3 * m_dim), att2 = rows(att, m_dim), y2 = rows(y, m_dim);
     ops::linear_forward(rows(*x[0], m_dim), m_qkv_w.value, m_bias ? m_qkv_b.value : Tensor(), qkv2);
     ops::attention_forward(qkv, m_heads, dropout_of(ctx), att, lse);
-    ops::linear_forward(att2, m_proj_w.value, m_bias ? m_proj_b.value : Tensor(), y2);
+    project(att2, residual, y2);
     if (ctx.training && ctx.half_storage) {
       ops::pack_activation(m_half_format, qkv, m_qkv16->ptr);
       ops::pack_activation(m_half_format, att, m_att16->ptr);
@@ -102,6 +104,10 @@ class CausalSelfAttention final : public Layer {
 
   bool decodes() const override { return true; }
   bool backward_reads_output() const override { return false; }  // its own att, saved by forward
+  // Fused chains (Model::chains, CPU): the residual add after the layer, on each block of the output projection.
+  // The backward pass is the same: the add passes dy on.
+  bool takes_epilogue(const ops::Epilogue& ep) const override { return ep == ops::Epilogue{.add = true}; }
+  void set_epilogue(const ops::Epilogue& ep) override { m_epilogue_add = ep.add; }
   bool backward_takes_half_input(size_t k) const override { return k == 0; }
   bool keyed_by_step() const override { return m_dropout > 0; }
 
@@ -150,7 +156,7 @@ class CausalSelfAttention final : public Layer {
   // Positions [position, position + t) of one sequence: their q, k and v rows go into the cache (rows of [T, 3C],
   // the packed layout of the forward, so decoding runs the forward's kernel on the new query rows), then attend over
   // the cached positions ≤ each. The cache is the layer's own: training never touches it.
-  void decode(const Tensor& x, Tensor& y, int64_t position) {
+  void decode(const Tensor& x, const Tensor* residual, Tensor& y, int64_t position) {
     const int64_t t = x.numel() / m_dim;
     GT_CHECK(position >= 0 && position <= m_cached && t >= 1 && position + t <= m_len,
              "causal_self_attention: decoding positions [{}, {}) with {} cached, of at most {}", position, position + t,
@@ -164,7 +170,16 @@ class CausalSelfAttention final : public Layer {
     m_cached = position + t;
     Tensor att = m_cache_att.narrow0(t).view(Shape{1, t, m_dim}), att2 = m_cache_att.narrow0(t), y2 = rows(y, m_dim);
     ops::attention_decode(m_cache, m_heads, position, att);
-    ops::linear_forward(att2, m_proj_w.value, m_bias ? m_proj_b.value : Tensor(), y2);
+    project(att2, residual, y2);
+  }
+
+  // y = att · W_projᵀ + b_proj, plus the residual when it is the layer's epilogue.
+  void project(const Tensor& att2, const Tensor* residual, Tensor& y2) const {
+    const Tensor bias = m_bias ? m_proj_b.value : Tensor();
+    if (residual)
+      ops::linear_forward_add(att2, m_proj_w.value, bias, rows(*residual, m_dim), y2);
+    else
+      ops::linear_forward(att2, m_proj_w.value, bias, y2);
   }
 
   // What forward keeps for backward, grown once to the largest batch (and kept in the form the first training pass
@@ -205,6 +220,7 @@ class CausalSelfAttention final : public Layer {
 
   int64_t m_heads = 1, m_len = 0, m_dim = 0;
   bool m_bias = true;
+  bool m_epilogue_add = false;  ///< set_epilogue: the residual add runs on the output projection
   double m_dropout = 0;  ///< probability of dropping an attention probability in training
   uint64_t m_key = 0;    ///< the dropout mask's Philox key
   DType m_dtype = DType::f32;

@@ -52,7 +52,11 @@ class Linear final : public Layer {
     const Tensor x2 = as_rows(*x[0], m_in);  // (B·rows, in)
     Tensor y2 = as_rows(y, m_out);           // (B·rows, out)
     const Tensor bias = m_has_bias ? m_bias.value : Tensor();
-    if (!m_epilogue.any()) {
+    if (m_epilogue.add) {  // a fused chain: y is the residual sum of the product and x[1] (Model::chains)
+      ops::linear_forward_add(x2, m_w->value.narrow0(m_out), bias, as_rows(*x[1], m_out), y2);
+      return;
+    }
+    if (!m_epilogue.activates()) {
       ops::linear_forward(x2, m_w->value.narrow0(m_out), bias, y2);
       return;
     }
@@ -70,7 +74,9 @@ class Linear final : public Layer {
                 const LayerContext& ctx) override {
     const Tensor x2 = as_rows(*x[0], m_in);
     Tensor dy2 = as_rows(dy, m_out);
-    if (m_epilogue.any()) {  // a fused chain: dy is the activation's output gradient; this layer's own goes to scratch
+    // A fused activation: dy is the activation's output gradient; this layer's own goes to scratch. (A residual sum's
+    // gradient is the product's: the add passes it on.)
+    if (m_epilogue.activates()) {
       Tensor dh = scratch(ctx, dy2.numel()).view(dy2.shape());
       const Tensor y2 = as_rows(y, m_out);
       // relu'(h) is h > 0, which is y > 0 (y = h there, 0 or NaN elsewhere, as h is).
@@ -107,18 +113,20 @@ class Linear final : public Layer {
   bool decodes() const override { return m_rank > 1; }  // over the last dimension, so per position of [T, …]
   int64_t param_numel() const override { return (m_tied ? 0 : mul_sizes(m_out, m_in)) + (m_has_bias ? m_out : 0); }
   int64_t product_weight_numel() const override { return mul_sizes(m_out, m_in); }  // a tied table's first m_out rows
-  // Fused chains (Model::chains, CPU): relu or GPT-2's GELU after the product, on each block of it as it is finished.
+  // Fused chains (Model::chains, CPU): relu or GPT-2's GELU after the product, or the residual add, on each block of
+  // it as it is finished.
   bool takes_epilogue(const ops::Epilogue& ep) const override {
-    return ep == ops::Epilogue{.relu = true} || ep == ops::Epilogue{.gelu_tanh = true};
+    return ep == ops::Epilogue{.relu = true} || ep == ops::Epilogue{.gelu_tanh = true} ||
+           ep == ops::Epilogue{.add = true};
   }
   void set_epilogue(const ops::Epilogue& ep) override { m_epilogue = ep; }
   // With GELU as its epilogue, the layer keeps GELU's input (x·Wᵀ + b) for the backward pass.
   int64_t workspace_numel(int64_t batch) const override {
     return m_epilogue.gelu_tanh ? mul_sizes(mul_sizes(batch, m_rows_per_sample), m_out) : 0;
   }
-  // With an epilogue, the gradient of x·Wᵀ + b within backward.
+  // With an activation as its epilogue, the gradient of x·Wᵀ + b within backward.
   int64_t scratch_numel(int64_t batch) const override {
-    return m_epilogue.any() ? mul_sizes(mul_sizes(batch, m_rows_per_sample), m_out) : 0;
+    return m_epilogue.activates() ? mul_sizes(mul_sizes(batch, m_rows_per_sample), m_out) : 0;
   }
 
  private:
@@ -138,7 +146,7 @@ class Linear final : public Layer {
   double m_init_std;  ///< > 0: N(0, std) weights and zero biases; 0: torch.nn.Linear's uniform
   Param m_weight, m_bias;
   Param* m_w = &m_weight;    // the weight in use: m_weight, or the shared one (tied_to)
-  ops::Epilogue m_epilogue;  // set_epilogue: the activation this layer runs after its product (none: the layer alone)
+  ops::Epilogue m_epilogue;  // set_epilogue: what this layer runs after its product (none: the layer alone)
   Tensor m_h;                // GELU's input, kept by a training forward with GELU as the epilogue
   Tensor m_own_scratch;
 };

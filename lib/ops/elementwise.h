@@ -19,5 +19,14 @@ void split_blocks(const Tensor& whole, Tensor& part, int64_t outer, int64_t part
 
 }  // namespace gt::ops
 
+namespace gt::cpu {
+
+/// y[i] = a[i] + b[i] for i < n on the calling thread, with add's arithmetic (the same bits): fused epilogues run it
+/// on blocks of a product while they are in cache. y may be a or b.
+void add_span(const float* a, const float* b, float* y, int64_t n);
+void add_span(const double* a, const double* b, double* y, int64_t n);
+
+}  // namespace gt::cpu
+
 // The backends' entry points: the ops above call them once the contract holds.
 GT_BACKEND_ENTRY_POINTS(add, copy_blocks, split_blocks)

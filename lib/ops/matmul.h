@@ -29,11 +29,16 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor
 /// as our kernels finish it, while the block is in cache (elsewhere after the product).
 void linear_forward_act(const Tensor& x, const Tensor& w, const Tensor& bias, Activation act, Tensor& h, Tensor& y);
 
+/// A dense layer and the residual add after it in one pass (a fused chain; CPU only): y = (x · wᵀ + bias) + r, the
+/// same bits as linear_forward then add. r (y's shape) is added to each block of the product as our kernels finish
+/// it (elsewhere after the product); y must not overlap r.
+void linear_forward_add(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& r, Tensor& y);
+
 }  // namespace gt::ops
 
 // The backends' entry points: the ops above call them once the contract holds.
 // CUDA: matmul through cuBLASLt in the tensors' precision (f32 without TF32, or f64), one cached plan per shape;
 // sum_rows sums in double in a fixed order.
 GT_BACKEND_ENTRY_POINTS(matmul, add_row_bias, sum_rows, linear_forward)
-// linear_forward_act runs on the CPU only (fused chains are the CPU's).
-GT_ENTRY_POINTS_IN_(cpu, linear_forward_act)
+// linear_forward_act and linear_forward_add run on the CPU only (fused chains are the CPU's).
+GT_ENTRY_POINTS_IN_(cpu, linear_forward_act, linear_forward_add)

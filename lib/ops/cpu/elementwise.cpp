@@ -15,12 +15,12 @@ namespace {
 // y[i] = a[i] + b[i] for i in [i0, i1); y may be a or b (element i reads only element i). Compiled per instruction
 // set: as a plain template loop it ran on SSE (a residual stream's sums, ~2 % of a GPT step's samples).
 template <class T>
-GT_INLINE void add_span(const T* a, const T* b, T* y, int64_t i0, int64_t i1) {
+GT_INLINE void add_span_t(const T* a, const T* b, T* y, int64_t i0, int64_t i1) {
   GT_SIMD
   for (int64_t i = i0; i < i1; ++i) y[i] = a[i] + b[i];
 }
 GT_CPU_KERNEL(add_span_f32, (const float* a, const float* b, float* y, int64_t i0, int64_t i1), (a, b, y, i0, i1),
-              add_span)
+              add_span_t)
 
 template <class T>
 void add_t(const Tensor& a, const Tensor& b, Tensor& y) {
@@ -30,11 +30,14 @@ void add_t(const Tensor& a, const Tensor& b, Tensor& y) {
     if constexpr (std::is_same_v<T, float>)
       add_span_f32(pa, pb, py, i0, i1);
     else
-      add_span(pa, pb, py, i0, i1);
+      add_span_t(pa, pb, py, i0, i1);
   });
 }
 
 }  // namespace
+
+void add_span(const float* a, const float* b, float* y, int64_t n) { add_span_f32(a, b, y, 0, n); }
+void add_span(const double* a, const double* b, double* y, int64_t n) { add_span_t(a, b, y, 0, n); }
 
 void add(const Tensor& a, const Tensor& b, Tensor& y) {
   for_float_type(y.dtype(), [&](auto t) { add_t<decltype(t)>(a, b, y); });

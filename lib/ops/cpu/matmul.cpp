@@ -9,6 +9,7 @@
 #include "ops/cpu/blas.h"
 #include "ops/cpu/kernel_util.h"
 #include "ops/cpu/vec_math.h"
+#include "ops/elementwise.h"
 #include "ops/half_storage.h"
 #include "ops/precision.h"
 
@@ -70,18 +71,20 @@ void for_c_blocks(int m, int n, int k, F&& block) {
   for_matrix_blocks(m, n, product_threads(m, n, k), block);
 }
 
-// A fused activation (linear_forward_act): y[r·n + j] = act(c[r·n + j]) for each finished block of C (y may be C).
+// A fused epilogue for each finished block of C: an activation (linear_forward_act), y[r·n + j] = act(c[r·n + j])
+// (y may be C), or a residual sum (linear_forward_add, `residual` set), c[r·n + j] += residual[r·n + j] (y is C).
 template <class T>
 struct ActOut {
   Activation act;
   T* y;
+  const T* residual = nullptr;
 };
 
 // OpenBLAS runs single-threaded (set_num_threads) and we split C into one block of rows or columns per
 // thread: on the small, skinny products of a training step this scales far better than OpenBLAS's own
 // threading, and only one thread pool (OpenMP's) competes for the cores. `bias` (null: none; c = op(a)·op(b) + bias
 // per row, beta 0 only) is added to each thread's block of C as part of the thread's work. `b_weight`: b is a weight
-// (linear_forward's w), whose half copy is made once per scope. `out` (null: none) activates each block of C as it
+// (linear_forward's w), whose half copy is made once per scope. `out` (null: none) finishes each block of C as it
 // is finished where our kernels or the blocks below compute it, and after the product on the native bf16 path.
 template <class T>
 void gemm_t(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double beta, const T* bias = nullptr,
@@ -104,9 +107,15 @@ void gemm_t(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, doubl
     }
   }
   T* pc = c.data<T>();
-  // C's rows r0..r1, columns c0..c1, activated into out->y.
+  // C's rows r0..r1, columns c0..c1, activated into out->y, or with the residual added.
   auto activate = [&](int r0, int r1, int c0, int c1) {
-    for (int64_t r = r0; r < r1; ++r) activation_span(out->act, pc + r * n + c0, out->y + r * n + c0, c1 - c0);
+    for (int64_t r = r0; r < r1; ++r) {
+      T* row = pc + r * n + c0;
+      if (out->residual)
+        add_span(row, out->residual + r * n + c0, row, c1 - c0);
+      else
+        activation_span(out->act, row, out->y + r * n + c0, c1 - c0);
+    }
   };
   const bool own_sgemm = std::is_same_v<T, float> && cpu_sgemm_path() != CpuSgemmPath::openblas;
   if constexpr (std::is_same_v<T, float>) {
@@ -206,6 +215,13 @@ void linear_forward_act(const Tensor& x, const Tensor& w, const Tensor& bias, Ac
     using T = decltype(t);
     const ActOut<T> out{act, y.data<T>()};
     gemm_t<T>(x, false, w, true, h.defined() ? h : y, 0.0, bias.defined() ? bias.data<T>() : nullptr, true, &out);
+  });
+}
+void linear_forward_add(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& r, Tensor& y) {
+  for_float_type(y.dtype(), [&](auto t) {
+    using T = decltype(t);
+    const ActOut<T> out{Activation::relu, y.data<T>(), r.data<T>()};
+    gemm_t<T>(x, false, w, true, y, 0.0, bias.defined() ? bias.data<T>() : nullptr, true, &out);
   });
 }
 void matmul_half_b(const Tensor& a, bool ta, const ops::HalfMatrix& b, Tensor& c, double beta) {
