@@ -344,6 +344,19 @@ TEST_CASE("causal attention matches softmax(q·kᵀ/√d + mask)·v and never lo
   ops::attention_forward(later, heads, {}, out2, lse);
   for (int64_t i = 0; i < (t - 1) * c; ++i) CHECK(out2.data<double>()[i] == out.data<double>()[i]);
   CHECK(out2.data<double>()[(t - 1) * c] != out.data<double>()[(t - 1) * c]);
+  // Without lse (an evaluation's forward): the same outputs bit for bit, f64 and f32.
+  for (const DType dtype : {DType::f64, DType::f32}) {
+    Tensor x2 = qkv;
+    if (dtype == DType::f32) {
+      x2 = Tensor::empty(qkv.shape(), DType::f32);
+      for (int64_t i = 0; i < qkv.numel(); ++i) x2.data<float>()[i] = static_cast<float>(qkv.data<double>()[i]);
+    }
+    Tensor with = Tensor::empty(out.shape(), dtype), without = Tensor::empty(out.shape(), dtype),
+           l = Tensor::empty(lse.shape(), dtype), none;
+    ops::attention_forward(x2, heads, {}, with, l);
+    ops::attention_forward(x2, heads, {}, without, none);
+    CHECK(std::memcmp(with.raw(), without.raw(), with.bytes()) == 0);
+  }
 }
 
 // The f32 kernels (8 × 8 register transposes of k and v, the vectorised row maximum) against the f64 ones, which take

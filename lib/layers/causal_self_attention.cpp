@@ -61,7 +61,7 @@ class CausalSelfAttention final : public Layer {
     const bool keep_wide = ctx.training && !ctx.half_storage;
     Tensor qkv = keep_wide ? m_qkv.narrow0(b) : part(ctx, b, 0, 3 * m_dim);
     Tensor att = keep_wide ? m_att.narrow0(b) : part(ctx, b, 3 * m_dim, m_dim);
-    Tensor lse = m_lse.narrow0(b);
+    Tensor lse = ctx.training ? m_lse.narrow0(b) : Tensor();  // (only a backward reads it)
     Tensor qkv2 = rows(qkv, 3 * m_dim), att2 = rows(att, m_dim), y2 = rows(y, m_dim);
     ops::linear_forward(rows(*x[0], m_dim), m_qkv_w.value, m_bias ? m_qkv_b.value : Tensor(), qkv2);
     ops::attention_forward(qkv, m_heads, dropout_of(ctx), att, lse);
@@ -221,8 +221,8 @@ class CausalSelfAttention final : public Layer {
   int64_t m_heads = 1, m_len = 0, m_dim = 0;
   bool m_bias = true;
   bool m_epilogue_add = false;  ///< set_epilogue: the residual add runs on the output projection
-  double m_dropout = 0;  ///< probability of dropping an attention probability in training
-  uint64_t m_key = 0;    ///< the dropout mask's Philox key
+  double m_dropout = 0;         ///< probability of dropping an attention probability in training
+  uint64_t m_key = 0;           ///< the dropout mask's Philox key
   DType m_dtype = DType::f32;
   Device m_device;
   Param m_qkv_w, m_qkv_b, m_proj_w, m_proj_b;

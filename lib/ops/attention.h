@@ -25,8 +25,8 @@ struct AttentionDropout {
 /// each (llm.c's and GPT-2's c_attn layout). For each batch, head and query position i, with
 /// P_ij = softmax_j(q_i·k_j / √d) over j ≤ i and m_ij = keep_ij / (1 − p) (m_ij = 1 without dropout):
 ///   out[b, i, h·d:(h+1)·d] = Σ_{j≤i} m_ij P_ij v_j,   lse[b, h, i] = log Σ_{j≤i} exp(q_i·k_j / √d)
-/// (lse is that of the softmax before dropout). No [T, T] matrix is kept: the backward recomputes the probabilities
-/// from qkv and lse, and the mask from `dropout`.
+/// (lse is that of the softmax before dropout; undefined: not computed, as an evaluation needs none). No [T, T]
+/// matrix is kept: the backward recomputes the probabilities from qkv and lse, and the mask from `dropout`.
 void attention_forward(const Tensor& qkv, int64_t heads, const AttentionDropout& dropout, Tensor& out, Tensor& lse);
 
 /// Incremental decoding (a key/value cache): qkv [B, L, 3C] holds the packed rows of positions [0, first + n) of B

@@ -64,7 +64,8 @@ CpuInfo query_cpu() {
                                                          : "im2col (GPUTRAIN_CPU_CONV=im2col)";
   info.fusion = cpu::env_cpu_fusion()
                     ? "batch norm -> 2x2 max pool -> relu (or a part), and 2x2 max pool -> relu, in one pass each; "
-                      "dense -> relu or GELU (tanh), on each block of the product as it is finished"
+                      "dense -> relu or GELU (tanh), and dense or attention -> residual add, on each block of the "
+                      "product as it is finished"
                     : "off (GPUTRAIN_CPU_FUSE=off): every layer alone";
   return info;
 }

@@ -656,7 +656,7 @@ void attention_forward(const Tensor& qkv, int64_t heads, const ops::AttentionDro
   const ops::AttentionDropout* drop = dropout.p > 0 ? &dropout : nullptr;
   for_float_type(qkv.dtype(), [&](auto t) {
     using T = decltype(t);
-    attn_fwd_t<T>(qkv, heads, 0, qkv.dim(1), out, lse.data<T>(), drop);
+    attn_fwd_t<T>(qkv, heads, 0, qkv.dim(1), out, lse.defined() ? lse.data<T>() : nullptr, drop);
   });
 }
 

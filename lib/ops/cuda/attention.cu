@@ -442,7 +442,7 @@ void attention_forward(const Tensor& qkv, int64_t heads, const ops::AttentionDro
     with_rounding(false, [&](auto round) {
       attn_fwd_rows_kernel<decltype(round)><<<row_grid(r), kRowBlock, 0, stream(qkv.device().index)>>>(
           static_cast<const float*>(qkv.raw()), r, drop_of<float>(dropout), static_cast<float*>(out.raw()),
-          static_cast<float*>(lse.raw()));
+          lse.defined() ? static_cast<float*>(lse.raw()) : nullptr);
     });
     GT_CHECK_LAUNCH();
     return;
@@ -453,7 +453,7 @@ void attention_forward(const Tensor& qkv, int64_t heads, const ops::AttentionDro
       using R = decltype(round);
       attn_fwd_kernel<R, T><<<warp_blocks(r), kRowThreads, 0, stream(qkv.device().index)>>>(
           static_cast<const T*>(qkv.raw()), r, 0, r.t, drop_of<T>(dropout), static_cast<T*>(out.raw()),
-          static_cast<T*>(lse.raw()));
+          lse.defined() ? static_cast<T*>(lse.raw()) : nullptr);
     });
   });
   GT_CHECK_LAUNCH();
