@@ -364,8 +364,7 @@ TEST_CASE("fused chains stay off where the model keeps every layer apart", "[cpu
   }
 }
 
-TEST_CASE("a dense layer with relu, GELU or a residual add as its epilogue gives the separate ops' bits",
-          "[cpu]") {
+TEST_CASE("a dense layer with relu, GELU or a residual add as its epilogue gives the separate ops' bits", "[cpu]") {
   // Rows enough for the f32 kernels' shared B on two threads (320 ≥ 2 · 2 · 64) and few (7); columns past a panel;
   // k past one block (300). Every product path: OpenBLAS's, our AVX-512 and AVX2 kernels, and under bf16 the native
   // and the conversion paths, on 1 and 2 threads; f64 through OpenBLAS. y in place of x·Wᵀ + b, or h kept apart.

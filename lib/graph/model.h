@@ -137,9 +137,7 @@ class Model {
     bool runs(size_t i) const { return !any() || head[i] < 0; }
     /// Whether node i's backward runs: a residual add that ends a chain passes its gradient to its other input (its
     /// head back-propagates from the same gradient).
-    bool runs_backward(size_t i) const {
-      return runs(i) || epilogue[static_cast<size_t>(head[i])].add;
-    }
+    bool runs_backward(size_t i) const { return runs(i) || epilogue[static_cast<size_t>(head[i])].add; }
   };
   Chains chains() const;
   /// Hands each layer the epilogue chains() gives it (none when no chain is in force).
@@ -211,7 +209,7 @@ class Model {
   /// The same for node i's backward pass: a residual add back-propagates on its own.
   int64_t chain_backward_flops(size_t i) const {
     return m_chains.any() && m_chains.tail[i] >= 0 && m_chains.epilogue[i].add ? m_nodes[i].layer->forward_flops()
-                                                                                : chain_flops(i);
+                                                                               : chain_flops(i);
   }
   /// set_activation_storage's plan: per node, its working buffer (-1: the output is not kept in half); per working
   /// buffer, its elements per sample (the largest output that uses it); per node, the outputs whose last forward
