@@ -2,6 +2,7 @@
 // of bytes measured in the same run, and the share of training time a checkpoint takes at the default interval
 // (one per epoch). Prints one JSON line.
 // Usage: bench_checkpoint_cost CONFIG DIR [ROUNDS] [THREADS]
+#include "bench_main.h"
 #include "core/parallel.h"
 #include "core/rng.h"
 #include "graph/model.h"
@@ -53,7 +54,7 @@ double raw_write_seconds(const std::string& path, size_t bytes) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+static int run(int argc, char** argv) {
   if (argc < 3) {
     std::fprintf(stderr, "usage: %s CONFIG DIR [ROUNDS] [THREADS]\n", argv[0]);
     return 2;
@@ -120,4 +121,8 @@ int main(int argc, char** argv) {
       static_cast<long long>(steps_per_epoch), save / (save + static_cast<double>(steps_per_epoch) * step));
   fs::remove_all(dir);
   return 0;
+}
+
+int main(int argc, char** argv) {
+  return gt::bench::guarded_main("bench_checkpoint_cost", [&] { return run(argc, argv); });
 }

@@ -1,6 +1,7 @@
 // Inference throughput of a config's model on the CPU: forward passes in evaluation mode over random inputs (uniform
 // in [0, 1), or token ids uniform over the vocabulary for token data). Prints one JSON line. Usage: bench_infer_rate
 // CONFIG BATCH THREADS SECONDS
+#include "bench_main.h"
 #include "core/parallel.h"
 #include "graph/model.h"
 #include "train/experiment.h"
@@ -11,7 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-int main(int argc, char** argv) {
+static int run(int argc, char** argv) {
   if (argc < 5) {
     std::fprintf(stderr, "usage: %s CONFIG BATCH THREADS SECONDS\n", argv[0]);
     return 2;
@@ -43,4 +44,8 @@ int main(int argc, char** argv) {
   std::printf("{\"samples_per_sec\": %.1f, \"forward_flops\": %lld}\n", static_cast<double>(passes * batch) / dt,
               static_cast<long long>(model.forward_flops()));
   return 0;
+}
+
+int main(int argc, char** argv) {
+  return gt::bench::guarded_main("bench_infer_rate", [&] { return run(argc, argv); });
 }
