@@ -4,7 +4,7 @@
 // gains or loses on small products, and it moves with a shared machine's load: compare runs made back to back.
 // Usage: bench_step_gemm_rate [PRODUCT]   (one product by its name, e.g. "fc dx")
 //        bench_step_gemm_rate --a-in-place [PRODUCT]: on one thread, op(a) read in place (the default) against packed
-//        first (set_sgemm_always_pack_a), in alternating rounds, best of 30 each (only where a is not transposed).
+//        first (set_sgemm_always_pack_a), in alternating rounds, best of 30 each.
 //        bench_step_gemm_rate --bf16 [PRODUCT]: the products under train.precision bf16 (the CPU's bf16 path,
 //        ops/bf16_gemm.h: native where `gputrain devices` says so).
 //        bench_step_gemm_rate --bf16-threads [PRODUCT]: on 2 threads, the native bf16 GEMM with one block of C per
@@ -116,7 +116,7 @@ int main(int argc, char** argv) {
   else
     std::printf("%-14s %5s %5s %5s %9s %9s %8s\n", "GFLOP/s", "m", "n", "k", "1 thread", "2 threads", "speed-up");
   for (const Product& p : products) {
-    if ((!only.empty() && only != p.what) || (a_ab && p.ta)) continue;
+    if (!only.empty() && only != p.what) continue;
     const gt::Tensor a = filled(p.ta ? gt::Shape{p.k, p.m} : gt::Shape{p.m, p.k});
     const gt::Tensor b = filled(p.tb ? gt::Shape{p.n, p.k} : gt::Shape{p.k, p.n});
     gt::Tensor c = gt::Tensor::empty(gt::Shape{p.m, p.n}, gt::DType::f32);

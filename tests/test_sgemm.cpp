@@ -206,31 +206,35 @@ TEST_CASE("sgemm_threads: threads sharing B's blocks give the single-threaded pr
 
 TEST_CASE("sgemm: reading op(a)'s rows in place gives the bits of packing them first", "[cpu]") {
   // Where a is not transposed and C has at most 256 columns the kernels read a's rows where they lie; a panel's
-  // rows past m then read the last row's (never stored). Forced to pack, they must give every element the same
-  // bits: rows off the tiles' edges, lda past k, k over several blocks, one thread and shared blocks of B.
+  // rows past m then read the last row's (never stored). Where a is transposed, blocks of whole panels of rows are
+  // read where they lie too (each k's rows contiguous, lda apart), the others packed. Forced to pack, they must give
+  // every element the same bits: rows off the tiles' edges, lda past k (or m), k over several blocks, one thread
+  // and shared blocks of B; m of 48 and 240 make whole panels for both kernels (mr 8 and 6), an lda of 512 packs.
   for (const cpu::CpuSgemmPath path : {cpu::CpuSgemmPath::avx512, cpu::CpuSgemmPath::avx2}) {
     if (!sgemm_runs(path)) continue;
     const ForcedSgemmPath forced(path);
     INFO(cpu::describe(path));
-    for (const Shape3 s : {Shape3{1, 5, 3}, Shape3{13, 40, 300}, Shape3{300, 256, 129}, Shape3{261, 33, 600}}) {
-      const int lda = s.k + 7;
-      const std::vector<float> a = sgemm_normals(static_cast<size_t>(s.m) * lda, 11),
-                               b = sgemm_normals(static_cast<size_t>(s.k) * s.n, 12),
-                               bias = sgemm_normals(static_cast<size_t>(s.n), 13);
-      for (const bool tb : {false, true})
-        for (const int threads : {1, 2}) {
-          CAPTURE(s.m, s.n, s.k, tb, threads);
-          const int ldb = tb ? s.k : s.n;  // the same numbers read as k × n or n × k
-          std::vector<float> in_place(static_cast<size_t>(s.m) * s.n), packed(in_place.size());
-          cpu::sgemm_threads(threads, false, false, tb, s.m, s.n, s.k, a.data(), lda, b.data(), ldb, 0.0f,
-                             in_place.data(), s.n, bias.data());
-          cpu::set_sgemm_always_pack_a(true);
-          cpu::sgemm_threads(threads, false, false, tb, s.m, s.n, s.k, a.data(), lda, b.data(), ldb, 0.0f,
-                             packed.data(), s.n, bias.data());
-          cpu::set_sgemm_always_pack_a(false);
-          CHECK(bit_differences(packed, in_place) == 0);
-        }
-    }
+    for (const Shape3 s : {Shape3{1, 5, 3}, Shape3{13, 40, 300}, Shape3{300, 256, 129}, Shape3{261, 33, 600},
+                           Shape3{48, 64, 1024}, Shape3{240, 100, 520}, Shape3{504, 40, 70}})
+      for (const bool ta : {false, true}) {
+        const int lda = ta ? (s.m == 504 ? 512 : s.m + 5) : s.k + 7;
+        const std::vector<float> a = sgemm_normals(static_cast<size_t>(ta ? s.k : s.m) * lda, 11),
+                                 b = sgemm_normals(static_cast<size_t>(s.k) * s.n, 12),
+                                 bias = sgemm_normals(static_cast<size_t>(s.n), 13);
+        for (const bool tb : {false, true})
+          for (const int threads : {1, 2}) {
+            CAPTURE(s.m, s.n, s.k, ta, tb, threads);
+            const int ldb = tb ? s.k : s.n;  // the same numbers read as k × n or n × k
+            std::vector<float> in_place(static_cast<size_t>(s.m) * s.n), packed(in_place.size());
+            cpu::sgemm_threads(threads, false, ta, tb, s.m, s.n, s.k, a.data(), lda, b.data(), ldb, 0.0f,
+                               in_place.data(), s.n, bias.data());
+            cpu::set_sgemm_always_pack_a(true);
+            cpu::sgemm_threads(threads, false, ta, tb, s.m, s.n, s.k, a.data(), lda, b.data(), ldb, 0.0f, packed.data(),
+                               s.n, bias.data());
+            cpu::set_sgemm_always_pack_a(false);
+            CHECK(bit_differences(packed, in_place) == 0);
+          }
+      }
   }
 }
 

@@ -155,9 +155,10 @@ struct Avx512 {
   // C's rows·cols (at most mr × nr, ldc apart) from an A panel and a B panel of kc k each: the first block of k
   // writes beta·C + A·B (C unread when beta is 0), later blocks add theirs; the last one then adds bias[0 .. cols)
   // to each row when bias is not null: fl(Σ + bias), as after the product.
-  // A is a packed panel (InPlace false: element (r, p) at ap[p·mr + r]) or op(a)'s rows where they lie (at
-  // ap[r·lda + p]; rows past `rows` read the last one's, and are not stored). The FMAs run in the same order either
-  // way, so C's bits do not depend on which.
+  // A is a panel whose k are lda apart (InPlace false: element (r, p) at ap[p·lda + r] — packed, lda = mr, or a
+  // transposed a's columns where they lie) or op(a)'s rows where they lie (at ap[r·lda + p]; rows past `rows` read
+  // the last one's, and are not stored). The FMAs run in the same order either way, so C's bits do not depend on
+  // which.
   template <bool InPlace>
   GT_SGEMM_AVX512 static void kernel(int kc, const float* ap, int64_t lda, const float* bp, float* c, int ldc, int rows,
                                      int cols, bool first, bool last, float beta, const float* bias) {
@@ -171,7 +172,7 @@ struct Avx512 {
       const __m512 b0 = _mm512_loadu_ps(bp + p * nr), b1 = _mm512_loadu_ps(bp + p * nr + 16);
 #pragma GCC unroll 8
       for (int r = 0; r < mr; ++r) {
-        const __m512 a = _mm512_set1_ps(InPlace ? ar[r][p] : ar[r][p * mr]);
+        const __m512 a = _mm512_set1_ps(InPlace ? ar[r][p] : ar[r][p * lda]);
         acc[r][0] = _mm512_fmadd_ps(a, b0, acc[r][0]);
         acc[r][1] = _mm512_fmadd_ps(a, b1, acc[r][1]);
       }
@@ -222,7 +223,7 @@ struct Avx2 {
       const __m256 b0 = _mm256_loadu_ps(bp + p * nr), b1 = _mm256_loadu_ps(bp + p * nr + 8);
 #pragma GCC unroll 6
       for (int r = 0; r < mr; ++r) {
-        const __m256 a = _mm256_broadcast_ss(InPlace ? ar[r] + p : ar[r] + p * mr);
+        const __m256 a = _mm256_broadcast_ss(InPlace ? ar[r] + p : ar[r] + p * lda);
         acc[r][0] = _mm256_fmadd_ps(a, b0, acc[r][0]);
         acc[r][1] = _mm256_fmadd_ps(a, b1, acc[r][1]);
       }
@@ -300,19 +301,31 @@ void pack_b(bool tb, const float* b, int ldb, int k0, int kc, int j0, int nc, fl
 // rounds (bench_step_gemm_rate --a-in-place, GPT step shapes, AVX-512): in place 4-12 % faster at 128 columns (the
 // packing pass saved), level at 384, 4-8 % slower at 512, where each A panel is read once per panel of B (16 times)
 // and the packed copy's one contiguous stream served the kernel better than eight rows.
+// A transposed a (a weight gradient's dyᵀ) is read in place too where its block has whole panels of mr rows and C at
+// most kInPlaceCols columns: a panel's mr rows of one k are then contiguous in a, as in a packed panel, only lda
+// apart from one k to the next. Unless lda is a power of two of 512 floats or more: those strides map a panel's k
+// onto a few cache sets. Measured (bench_step_gemm_rate --a-in-place, k 1024, 128 columns, AVX-512, one thread):
+// in place 1.02-1.08x at lda 128, 256, 384, 640, 768, 2304 and 3072, but 0.84-0.92x at 512 and 1024; level at 256
+// columns, 0.98x at 512.
 constexpr int kInPlaceCols = 256;
+inline bool aliasing_stride(int lda) { return lda >= 512 && (lda & (lda - 1)) == 0; }
 struct ABlock {
   const float* p;
-  int64_t lda;
+  int64_t lda;         ///< > 0: op(a)'s rows where they lie, lda apart (Isa::kernel<true>)
+  int64_t k_step;      ///< otherwise: the distance between one k and the next within a panel (Isa::kernel<false>)
+  int64_t panel_step;  ///< from one panel of mr rows to the next
 };
 template <class Isa, bool Round>
 ABlock a_block(bool ta, const float* a, int lda, int i0, int mc, int k0, int kc, int nc, std::vector<float>& pack) {
-  if (!ta && !Round && nc <= kInPlaceCols && !g_always_pack_a.load(std::memory_order_relaxed))
-    return {a + int64_t{i0} * lda + k0, lda};
-  const size_t need = static_cast<size_t>((mc + Isa::mr - 1) / Isa::mr) * kc * Isa::mr;
+  constexpr int mr = Isa::mr;
+  const bool may = !Round && !g_always_pack_a.load(std::memory_order_relaxed);
+  if (may && !ta && nc <= kInPlaceCols) return {a + int64_t{i0} * lda + k0, lda, 1, int64_t{mr} * lda};
+  if (may && ta && mc % mr == 0 && nc <= kInPlaceCols && !aliasing_stride(lda))
+    return {a + int64_t{k0} * lda + i0, 0, lda, mr};
+  const size_t need = static_cast<size_t>((mc + mr - 1) / mr) * kc * mr;
   if (pack.size() < need) pack.resize(need);
   pack_a<Isa, Round>(ta, a, lda, i0, mc, k0, kc, pack.data());
-  return {pack.data(), 0};
+  return {pack.data(), 0, mr, int64_t{kc} * mr};
 }
 
 // C's mc × nc block at c (bias: its columns' part, or null) from a block of A (mc rows, a_block) and nc columns of
@@ -323,17 +336,16 @@ void multiply_block(int kc, ABlock a, int mc, const float* bp, int nc, float* c,
                     float beta, const float* bias) {
   constexpr int mr = Isa::mr, nr = Isa::nr;
   const int m_panels = (mc + mr - 1) / mr, n_panels = (nc + nr - 1) / nr;
-  const int64_t panel_step = a.lda > 0 ? mr * a.lda : int64_t{kc} * mr;
   for (int jp = 0; jp < n_panels; ++jp)
     for (int ip = 0; ip < m_panels; ++ip) {
       const int rows = std::min(mr, mc - ip * mr), cols = std::min(nr, nc - jp * nr);
-      const float *ap = a.p + ip * panel_step, *bpp = bp + int64_t{jp} * kc * nr;
+      const float *ap = a.p + ip * a.panel_step, *bpp = bp + int64_t{jp} * kc * nr;
       float* cp = c + int64_t{ip * mr} * ldc + jp * nr;
       const float* bias_p = bias ? bias + jp * nr : nullptr;
       if (a.lda > 0)
         Isa::template kernel<true>(kc, ap, a.lda, bpp, cp, ldc, rows, cols, first, last, beta, bias_p);
       else
-        Isa::template kernel<false>(kc, ap, 0, bpp, cp, ldc, rows, cols, first, last, beta, bias_p);
+        Isa::template kernel<false>(kc, ap, a.k_step, bpp, cp, ldc, rows, cols, first, last, beta, bias_p);
     }
 }
 
