@@ -753,8 +753,9 @@ Model::Chains Model::chains() const {
       if (step.add) {
         if (end != i || next.inputs.size() != 2) break;
         const int other = next.inputs[next.inputs[0] == static_cast<int>(i) ? 1 : 0];
-        if (other == static_cast<int>(i) || other >= static_cast<int>(i) ||
-            (other >= 0 && c.unstored(static_cast<size_t>(other))) || !head.takes_epilogue(step))
+        // (other ≥ i also refuses an add of the head's output to itself.)
+        if (other >= static_cast<int>(i) || (other >= 0 && c.unstored(static_cast<size_t>(other))) ||
+            !head.takes_epilogue(step))
           break;
         ep = step;
         end = readers[end][0];

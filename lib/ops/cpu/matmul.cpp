@@ -220,7 +220,7 @@ void linear_forward_act(const Tensor& x, const Tensor& w, const Tensor& bias, Ac
 void linear_forward_add(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& r, Tensor& y) {
   for_float_type(y.dtype(), [&](auto t) {
     using T = decltype(t);
-    const ActOut<T> out{Activation::relu, y.data<T>(), r.data<T>()};
+    const ActOut<T> out{Activation::relu, y.data<T>(), r.data<T>()};  // (no activation runs with a residual)
     gemm_t<T>(x, false, w, true, y, 0.0, bias.defined() ? bias.data<T>() : nullptr, true, &out);
   });
 }
