@@ -295,6 +295,15 @@ ChainRun model_run(const char* layers, const Shape& input, const Shape& out, int
   return r;
 }
 
+// The fused run's states against the unfused run's, each bit for bit.
+void check_same_states(const ChainRun& fused, const ChainRun& apart) {
+  REQUIRE(fused.states.size() == apart.states.size());
+  for (size_t k = 0; k < fused.states.size(); ++k) {
+    CAPTURE(k);
+    CHECK(fused.states[k] == apart.states[k]);
+  }
+}
+
 // kChainLayers over 6 images of 16 × 18 (odd sides after the stride-1 pool).
 ChainRun chain_run(bool fuse, DType dtype) {
   return model_run(kChainLayers, Shape{2, 16, 18}, Shape{3}, 6, 9, fuse, dtype, true);
@@ -324,11 +333,7 @@ TEST_CASE("a model's fused chains train to the unfused model's bits and store fe
     CHECK(fused.chains.epilogue[12] == ops::Epilogue{.relu = true});
     // Unstored, with their gradients: batch norm's and the first pool's outputs, bn2's, the last pool's.
     CHECK(apart.planned - fused.planned == 2 * 6 * 4 * (16 * 18 + 8 * 9 + 7 * 8 + 1 * 2));
-    REQUIRE(fused.states.size() == apart.states.size());
-    for (size_t k = 0; k < fused.states.size(); ++k) {
-      CAPTURE(k);
-      CHECK(fused.states[k] == apart.states[k]);
-    }
+    check_same_states(fused, apart);
   }
 }
 
@@ -473,11 +478,7 @@ TEST_CASE("a model's dense layers with relu or GELU fused train to the unfused m
     CHECK(fused.chains.epilogue[4] == ops::Epilogue{.gelu_tanh = true});
     CHECK(fused.chains.epilogue[6] == ops::Epilogue{.add = true});
     CHECK(fused.planned < apart.planned);
-    REQUIRE(fused.states.size() == apart.states.size());
-    for (size_t k = 0; k < fused.states.size(); ++k) {
-      CAPTURE(k);
-      CHECK(fused.states[k] == apart.states[k]);
-    }
+    check_same_states(fused, apart);
   }
 }
 
@@ -525,11 +526,7 @@ TEST_CASE("residual adds run on the product before them train and decode to the 
     for (const int head : {0, 3, 7, 10}) CHECK(c.epilogue[static_cast<size_t>(head)] == ops::Epilogue{.add = true});
     // The heads' outputs and gradients are not stored: 8 samples × 8 positions × 16 channels each.
     CHECK(apart.planned - fused.planned == 2 * 8 * 8 * (16 * 4 + 32));
-    REQUIRE(fused.states.size() == apart.states.size());
-    for (size_t k = 0; k < fused.states.size(); ++k) {
-      CAPTURE(k);
-      CHECK(fused.states[k] == apart.states[k]);
-    }
+    check_same_states(fused, apart);
   }
   // Decoding position by position runs the same chains, with the residuals' first positions.
   const ConfigNode cfg = ConfigNode::load_string(kResidualLayers, "residual.yaml");
