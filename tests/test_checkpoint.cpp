@@ -289,6 +289,21 @@ TEST_CASE("a signal while the run is being set up still stops it the documented 
   }
 }
 
+TEST_CASE("a SIGTERM before main, while the libraries initialise, stops a run the documented way", "[e2e]") {
+  // The preloaded library raises SIGTERM from its initialiser: after gputrain's .preinit_array, before its main.
+  TempDir dir;
+  write_text(dir / "c.yaml", resume_config(3000, 10));
+  const std::string env = std::string("LD_PRELOAD=") + GT_FAULT_LIB + " GT_FAULT_RAISE_AT_LOAD=TERM";
+  const auto r = run_gputrain("train " + (dir / "c.yaml") + " --threads 1 --out " + (dir / "run"), env);
+  INFO(r.output);
+  CHECK(r.exit_code == 75);
+  CHECK(json_string(read_text(dir / "run/summary.json"), "exit_reason") == "interrupted");
+  CHECK_THAT(r.output, Catch::Contains("SIGTERM received"));
+  // Any other command takes the signal's default action once its command line is read, as before main.
+  CHECK(run_gputrain("check " + (dir / "c.yaml"), env).exit_code == 128 + SIGTERM);
+  CHECK(run_gputrain("--version", env).exit_code == 0);  // (--version answers before the command is known)
+}
+
 TEST_CASE("a second Ctrl-C exits 130 at once and leaves the last checkpoint loadable", "[e2e]") {
   TempDir dir;
   write_text(dir / "c.yaml", resume_config(24000, 25));
@@ -382,10 +397,11 @@ TEST_CASE("corrupt checkpoints are refused by name, and auto falls back to the p
   CHECK(other.exit_code == 1);
   CHECK_THAT(other.output, Catch::Contains("does not match the model") &&
                                Catch::Contains("layers.5.weight: f32 [4, 256] in the file, f32 [3, 256] in the model"));
-  // Starting a new run in a folder that holds checkpoints would mix two runs: refused.
+  // Starting a new run in a folder that holds a run would mix two runs: refused.
   const auto clash = run_gputrain("train " + (dir / "c.yaml") + " --out " + (dir / "run"));
   CHECK(clash.exit_code == 2);
-  CHECK_THAT(clash.output, Catch::Contains("already holds a run's checkpoints"));
+  CHECK_THAT(clash.output, Catch::Contains("--out " + (dir / "run") + ": holds a") &&
+                               Catch::Contains("run (summary.json) already; --resume auto --out"));
 }
 
 TEST_CASE("a run directory is locked while a run uses it, and belongs to one run", "[e2e]") {
@@ -455,7 +471,7 @@ TEST_CASE("explicit outputs never overwrite a run's own files, and failed writes
     const auto r = run_gputrain(c.args + c.target);
     INFO(c.args << c.target << "\n" << r.output);
     CHECK(r.exit_code == 2);
-    CHECK_THAT(r.output, Catch::Contains("a file of the run directory " + run));
+    CHECK_THAT(r.output, Catch::Contains("inside " + run + ", which holds a finished run (summary.json)"));
   }
   CHECK(read_text(run + "/metrics.jsonl") == metrics);
   CHECK(read_text(run + "/checkpoints/step-10/model.safetensors") == weights);

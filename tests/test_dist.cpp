@@ -359,7 +359,7 @@ TEST_CASE("a checkpoint written by 2 ranks resumes on 1, saying that the data or
   INFO(read_text(dir / "clash.log"));
   CHECK(clash != 0);
   CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 20);
-  CHECK_THAT(read_text(dir / "clash.log"), Catch::Contains("already holds a run's checkpoints"));
+  CHECK_THAT(read_text(dir / "clash.log"), Catch::Contains("holds a finished run (summary.json) already"));
 }
 
 TEST_CASE(
@@ -458,7 +458,7 @@ TEST_CASE("over TCP, a stuck, dead or failing rank ends the other with exit 3 na
     CHECK(e0 != 0);
     CHECK(e1 == 3);
     CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 20);
-    CHECK_THAT(read_text(dir / "log0"), Catch::Contains("already holds a run's checkpoints"));
+    CHECK_THAT(read_text(dir / "log0"), Catch::Contains("run (summary.json) already"));
     CHECK_THAT(read_text(dir / "log1"), Catch::Contains("rank 1: the connection to rank 0 ended"));
   }
   SECTION("a rank that never arrives") {

@@ -193,11 +193,11 @@ TEST_CASE("gputrain import llmc then export llmc writes the same bytes, f32 and 
   CHECK_THAT(junk.output, Catch::Contains("v3/config.yaml: not an llm.c model checkpoint"));
   CHECK(gt::test::lines_of(junk.output).size() == 1);
   CHECK_FALSE(std::filesystem::exists(dir / "j"));
-  // A run directory's files are not overwritten (exit 2), as export --to and report --out refuse them.
+  // A run directory is not written into (exit 2), as export --to and report --out refuse its files.
   std::filesystem::create_directories(dir / "run/checkpoints");
   const auto into_run = run_gputrain("import llmc " + dir / "v3.bin" + " --out " + dir / "run");
   CHECK(into_run.exit_code == 2);
-  CHECK_THAT(into_run.output, Catch::Contains("a file of the run directory"));
+  CHECK_THAT(into_run.output, Catch::Contains("holds an unfinished run (checkpoints)"));
   CHECK_FALSE(std::filesystem::exists(dir / "run/model.safetensors"));
   const auto usage = run_gputrain("export " + dir / "v3");
   CHECK(usage.exit_code == 2);

@@ -310,7 +310,7 @@ TEST_CASE("gputrain sweep: a 2x2 grid on 2 parallel slots writes the table, sort
   // Again into the same folder without --resume: refused, nothing started.
   const auto again = run_gputrain("sweep " + (dir / "tiny.yaml") + " --grid optimizer.lr=0.01 --out " + (dir / "s"));
   CHECK(again.exit_code == 2);
-  CHECK_THAT(again.output, Catch::Contains("holds a sweep already"));
+  CHECK_THAT(again.output, Catch::Contains("holds a sweep (sweep.json) already; --resume continues it"));
 }
 
 TEST_CASE("gputrain sweep: a failing trial is reported at once and the others finish, and a bad value starts nothing",
@@ -328,11 +328,19 @@ TEST_CASE("gputrain sweep: a failing trial is reported at once and the others fi
   const auto jsonl = json_rows(dir / "s/sweep.jsonl");
   REQUIRE(jsonl.size() == 3);
   CHECK(jsonl.back().find("status")->string == "diverged");  // no test_loss: last
-  // A trial that cannot even start (a file where its folder goes) fails alone, reported; the next one runs.
-  fs::create_directories(dir / "c");
-  write_text(dir / "c/0-optimizer.lr=0.1", "not a folder");
+  // A trial that cannot even start (its folder cannot be written: a full disk) fails alone, reported; the next one
+  // runs. (A file put where its folder goes is refused before anything starts: the sweep's folder is not new.)
+  fs::create_directories(dir / "f");
+  write_text(dir / "f/0-optimizer.lr=0.1", "not a folder");
+  const auto foreign =
+      run_gputrain("sweep " + (dir / "tiny.yaml") + " --grid optimizer.lr=0.1,0.05 --out " + (dir / "f"));
+  CHECK(foreign.exit_code == 2);
+  CHECK_THAT(foreign.output, Catch::Contains("holds files gputrain did not write (\"0-optimizer.lr=0.1\""));
   const auto blocked =
-      run_gputrain("sweep " + (dir / "tiny.yaml") + " --grid optimizer.lr=0.1,0.05 --out " + (dir / "c"));
+      run_gputrain("sweep " + (dir / "tiny.yaml") + " --grid optimizer.lr=0.1,0.05 --out " + (dir / "c"),
+                   std::string("LD_PRELOAD=") + GT_FAULT_LIB +
+                       " GT_FAULT_MATCH=0-optimizer.lr=0.1/gputrain-output.json GT_FAULT_ACTION=enospc");
+  INFO(blocked.output);
   CHECK(blocked.exit_code == 1);
   CHECK_THAT(blocked.output, Catch::Contains("trial 0 (0-optimizer.lr=0.1) could not start: "));
   CHECK(statuses(dir / "c/sweep.json") == std::vector<std::string>{"failed", "completed"});

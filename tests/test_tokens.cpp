@@ -6,6 +6,7 @@
 #include "helpers.h"
 #include "io/safetensors.h"
 #include "ops/loss.h"
+#include "train/checkpoint.h"
 #include "train/loss.h"
 
 #include <fmt/format.h>
@@ -274,8 +275,8 @@ TEST_CASE("gputrain tokenize writes byte shards that read back as the input, spl
   CHECK(res.exit_code == 1);
   CHECK_THAT(res.output, Catch::Contains("nope.txt: no such file"));
   res = run_gputrain("tokenize " + (dir / "one.txt") + " --out " + (dir / "e") + " --shard-tokens 2147483648 2>&1");
-  CHECK(res.exit_code == 1);
-  CHECK_THAT(res.output, Catch::Contains("--shard-tokens 2147483648 is not in [1, 2147483647]"));
+  CHECK(res.exit_code == 2);  // a flag out of range is a usage error
+  CHECK_THAT(res.output, Catch::Contains("--shard-tokens 2147483648: expected a number in [1, 2147483647]"));
   CHECK(!fs::exists(dir / "e"));
   res = run_gputrain("tokenize " + (dir / "one.txt") + " --out " + (dir / "ok") + " 2>&1");
   CHECK(res.exit_code == 0);
@@ -447,6 +448,45 @@ TEST_CASE("a tiny GPT learns tokenized text: the loss falls, eval reports test_b
   CHECK(json_number(prow, "mfu").value_or(0) ==
         Approx(3 * forward * json_number(prow, "samples_per_sec").value() / 1e9).epsilon(1e-9));
   CHECK_THAT(peak.output, Catch::Matches("(.|\\n)* tok/s \\| MFU [0-9.]+% \\|(.|\\n)*"));
+}
+
+TEST_CASE("a shard cut short or rewritten in place is an error naming it, never a signal", "[cpu][data]") {
+  TempDir dir;
+  std::vector<uint16_t> tokens(4000);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>(i % 200);
+  write_text(dir / "s.bin", llmc_shard(tokens));
+  const TokenWindows w({dir / "s.bin"}, 8, 0);
+  std::vector<float> x(8);
+  std::vector<int32_t> y(8);
+  w.window(w.windows() - 1, x.data(), y.data());
+  CHECK_NOTHROW(w.check_unchanged());
+  fs::resize_file(dir / "s.bin", 1024 + 2 * 1000);  // in place: the open file shrinks under the reader
+  CHECK_THROWS_WITH(w.window(w.windows() - 1, x.data(), y.data()),
+                    Catch::Contains(dir / "s.bin: the file was cut short while this run read it (9024 bytes when "
+                                          "opened, 3024 now)"));
+  w.window(0, x.data(), y.data());  // what is still there reads
+  CHECK(y[0] == 1);
+  CHECK_THROWS_WITH(w.check_unchanged(), Catch::Contains(dir / "s.bin: the file changed size while this run read it"));
+}
+
+TEST_CASE("a shard truncated while a run trains on it ends the run with exit 1 naming it, its checkpoint kept",
+          "[e2e]") {
+  TempDir dir;
+  write_text(dir / "text.txt", generated_text(200000, 5));
+  REQUIRE(run_gputrain("tokenize " + (dir / "text.txt") + " --out " + (dir / "tok")).exit_code == 0);
+  write_text(dir / "c.yaml", gpt_config(dir.path(), 4, 50, "checkpoint: {every_steps: 20, keep: 2}\n"));
+  const std::string run = dir / "run";
+  const Background b = start_gputrain("train " + (dir / "c.yaml") + " --threads 1 --out " + run, dir / "log");
+  REQUIRE(wait_for_file(run + "/checkpoints/latest", 60));
+  fs::resize_file(dir / "tok/train_000000.bin", 1024 + 2 * 3000);
+  const int code = wait_exit(b);
+  const std::string log = read_text(dir / "log");
+  INFO(log);
+  CHECK(code == 1);
+  CHECK_THAT(log, Catch::Contains(dir / "tok/train_000000.bin: the file"));
+  CHECK(log.find("Bus error") == std::string::npos);
+  // The last periodic checkpoint is whole: a resume on the same data (re-tokenized) would start from it.
+  CHECK_NOTHROW(read_checkpoint(run + "/checkpoints/" + lines_of(read_text(run + "/checkpoints/latest")).at(0)));
 }
 
 TEST_CASE("a token run stopped by SIGTERM resumes to the uninterrupted run's weights and metrics", "[e2e]") {

@@ -1,5 +1,6 @@
 // gputrain: the command line. The only place that maps errors to exit codes.
 #include "core/json.h"
+#include "core/ownership.h"
 #include "data/inspect.h"
 #include "data/tokens.h"
 #include "dist/comm.h"
@@ -31,6 +32,7 @@
 #include <CLI/CLI.hpp>
 
 #include <charconv>
+#include <csignal>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -51,9 +53,17 @@ int exit_code_for(const gt::RunSummary& s) {
   return 0;
 }
 
+// Commands whose stdout is YAML, JSON or CSV: the log goes to stderr, warnings and errors only, so stdout is only the
+// machine output whatever the inputs are (an image folder's decode lines stay out; a bad file's warning goes to
+// stderr, and what they report holds the numbers, bad_files).
+void quiet_log_for_machine_output() {
+  gt::log_console_to_stderr();
+  spdlog::set_level(spdlog::level::warn);
+}
+
 int cmd_export(const std::string& from, const std::string& to) {
   namespace fs = std::filesystem;
-  gt::refuse_run_file("--to", to);
+  gt::refuse_output_file("--to", to, {from});
   std::string dir = from;
   if (!fs::exists(fs::path(from) / "state.json")) {  // a run directory: its newest checkpoint that verifies
     const auto found = gt::CheckpointStore(from, {}).newest_good();
@@ -61,6 +71,7 @@ int cmd_export(const std::string& from, const std::string& to) {
       throw gt::DataError(fmt::format("{}: no checkpoint that verifies (state.json) in it or its checkpoints/", from));
     dir = found->dir;
   }
+  gt::refuse_output_file("--to", to, {(fs::path(dir) / "model.safetensors").string()});
   const gt::CheckpointInfo ckpt = gt::read_checkpoint(dir);  // sizes and checksums
   const auto tensors = gt::read_safetensors((fs::path(dir) / "model.safetensors").string());
   std::vector<std::pair<std::string, const gt::Tensor*>> list;
@@ -95,6 +106,7 @@ struct RunsArgs {
 };
 
 int cmd_runs(const RunsArgs& a) {
+  if (a.json || a.csv) quiet_log_for_machine_output();
   std::vector<gt::RunInfo> runs = gt::find_runs(a.dirs);
   if (runs.empty()) {
     std::string where;
@@ -162,10 +174,6 @@ gt::Model checked_model(const gt::Experiment& exp, const gt::LoadedData& data) {
                       exp.root.has("loss") ? exp.root["loss"] : exp.root["model"]["layers"], &data.test);
   return model;
 }
-
-// Commands whose stdout is YAML or JSON: the log shares stdout, so loading the data (an image folder's decode and
-// cache lines, a bad file's warning) logs errors only; what they report holds the numbers (bad_files).
-void quiet_log_for_machine_output() { spdlog::set_level(spdlog::level::err); }
 
 // Per-rank memory at `world` ranks under each ZeRO stage, and what would fit when nothing does (`check --world-size`).
 std::vector<gt::RankShare> rank_shares_here(const gt::Experiment& exp, const gt::LoadedData& data,
@@ -388,6 +396,17 @@ int cmd_generate(ConfigArgs a, gt::GenerateOptions opts, const std::string& devi
 
 }  // namespace
 
+// SIGINT, SIGTERM and SIGUSR1 are caught before any library initialiser runs: the executable's .preinit_array runs
+// first of all, as soon as the dynamic loader has mapped and relocated the libraries (cuBLASLt's initialisers alone
+// then take tens of milliseconds). A signal from there on is remembered and ends a training run the documented way
+// (75, or 130); main gives every other command the default actions back. bench/signal_window.py measures what is left
+// of the window (docs/files.md).
+namespace {
+void catch_stop_signals_early(int, char**, char**) { gt::install_stop_handlers(); }
+}  // namespace
+__attribute__((section(".preinit_array"),
+               used)) static void (*const g_preinit_stop_handlers)(int, char**, char**) = catch_stop_signals_early;
+
 int main(int argc, char** argv) {
   gt::init_logging();
   CLI::App app{"gputrain — train neural networks from YAML experiment files on the CPU and NVIDIA GPUs.\n" +
@@ -518,6 +537,9 @@ int main(int argc, char** argv) {
       ->required();
   import_llmc->add_option("--out", import_out, "the folder to write config.yaml and model.safetensors into")
       ->required();
+  bool import_force = false;
+  import_llmc->add_flag("--force", import_force,
+                        "replace an earlier import in DIR (without --force such a folder is refused)");
 
   std::string report_dir, report_out;
   auto* report = app.add_subcommand("report",
@@ -538,6 +560,10 @@ int main(int argc, char** argv) {
   tokenize->add_option("--out", tokenize_out, "the directory to write the shards into")->required();
   tokenize->add_option("--val-fraction", val_fraction, "the last fraction of the bytes, for validation (default 0.1)");
   tokenize->add_option("--shard-tokens", shard_tokens, "tokens per shard at most (default 100000000, as llm.c)");
+  bool tokenize_force = false;
+  tokenize->add_flag("--force", tokenize_force,
+                     "replace an earlier tokenization in OUT: its shards and tokenizer.json are removed first, so no "
+                     "stale shard outlives it (without --force such a folder is refused)");
 
   RunsArgs runs_args;
   auto* runs = app.add_subcommand("runs",
@@ -651,10 +677,14 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  // A training run's SIGINT, SIGTERM and SIGUSR1 are handled from here on, before any work: one that comes while
-  // the data loads or the ranks meet still ends the run with 75 (or 130), not with the default action.
-  std::optional<gt::StopHandlers> stop_handlers;
-  if (*train || *sweep) stop_handlers.emplace();
+  // A training run (or a sweep) keeps the handlers through its set-up: a signal while the data loads or the ranks
+  // meet still ends it with 75 (or 130). Every other command gets the default actions back, and takes one that came
+  // while it was parsed the default way now.
+  if (!*train && !*sweep) {
+    const int pending = gt::stop_requested();
+    gt::remove_stop_handlers();  // the ones .preinit_array installed
+    if (pending) std::raise(pending);
+  }
   // Outside the try block: on a failure the other ranks must be ended (comm->abort) after the message is logged.
   std::unique_ptr<gt::Communicator> comm;
   auto fail = [&](int code) {
@@ -709,18 +739,25 @@ int main(int argc, char** argv) {
       return cmd_export(export_from, export_to);
     }
     if (*import_llmc) {
-      fmt::print("{}\n", gt::import_llmc(import_bin, import_out).summary);
+      const gt::LlmcImport r = gt::import_llmc(import_bin, import_out, import_force);
+      if (!r.replaced.empty())
+        fmt::print("{}: replaced the earlier import ({} files removed)\n", import_out, r.replaced.size());
+      fmt::print("{}\n", r.summary);
       return 0;
     }
     if (*generate) return cmd_generate(gen_args, gen, gen_device, gen_seed);
     if (*tokenize) {
-      const gt::TokenizeResult r = gt::tokenize_bytes(tokenize_inputs, tokenize_out, val_fraction, shard_tokens);
+      const gt::TokenizeResult r =
+          gt::tokenize_bytes(tokenize_inputs, tokenize_out, val_fraction, shard_tokens, tokenize_force);
+      if (!r.replaced.empty())
+        fmt::print("{}: replaced the earlier tokenization ({} files removed)\n", tokenize_out, r.replaced.size());
       fmt::print("{}: {} training and {} validation tokens (bytes) in {} shard(s), and tokenizer.json\n", tokenize_out,
                  r.train_tokens, r.val_tokens, r.files.size());
       return 0;
     }
     if (*report) {
-      if (!report_out.empty()) gt::refuse_run_file("--out", report_out);
+      // A run's report.html is the report's own file; anything else of a run (or of another output) is not.
+      if (!report_out.empty()) gt::refuse_output_file("--out", report_out, {}, {"report.html"});
       const gt::ReportInfo r = gt::write_report(report_dir, report_out);
       fmt::print("{}: {} train rows, {} eval rows, {} charts{}{}\n", r.path, r.train_rows, r.eval_rows, r.charts,
                  r.skipped_lines ? fmt::format(", {} unparsable lines skipped", r.skipped_lines) : std::string(),
@@ -728,6 +765,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (*eval) {
+      if (eval_json) quiet_log_for_machine_output();
       const gt::Experiment exp = gt::parse_experiment(gt::load_config(eval_args.file, eval_args.sets));
       const gt::EvalSummary r = gt::evaluate_weights(exp, checkpoint, eval_threads);
       if (eval_json) {

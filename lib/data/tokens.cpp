@@ -1,4 +1,5 @@
-// llm.c token shards: the checked reader (mapped, never copied), the windows the loader cuts from them, the atomic
+// llm.c token shards: the checked reader (positioned reads, so a shard cut short under a run is an error, never a
+// signal), the windows the loader cuts from them, the atomic
 // writer, and the byte-level tokenizer behind `gputrain tokenize`.
 #include "data/tokens.h"
 
@@ -6,11 +7,11 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "core/limits.h"
+#include "core/ownership.h"
 #include "core/parallel.h"
 
 #include <fcntl.h>
 #include <glob.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -21,6 +22,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <utility>
 
 namespace gt {
 namespace {
@@ -31,22 +34,31 @@ int32_t header_word(const uint8_t* data, int i) {
   return v;
 }
 
-// The first token at or past `vocab` in [0, n), or -1: threads scan chunks, the smallest position wins.
-int64_t first_at_or_above(const uint8_t* tokens, int64_t n, int64_t vocab) {
+// Tokens read per chunk when a shard is scanned whole (2 MiB of uint16s).
+constexpr int64_t kScanChunk = int64_t{1} << 20;
+
+// The first token at or past `limit` in `shard` (position and id), or nothing: threads read and scan chunks, the
+// smallest position wins.
+std::optional<std::pair<int64_t, uint16_t>> first_token_at_or_above(const TokenShard& shard, int64_t limit) {
+  const int64_t n = shard.size();
   std::atomic<int64_t> first{n};
-  parallel_for(n, int64_t{1} << 20, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e && i < first.load(std::memory_order_relaxed); ++i) {
-      uint16_t t;
-      std::memcpy(&t, tokens + 2 * i, 2);
-      if (t >= vocab) {
+  parallel_for((n + kScanChunk - 1) / kScanChunk, 1, [&](int64_t cb, int64_t ce) {
+    std::vector<uint16_t> buf(static_cast<size_t>(kScanChunk));
+    for (int64_t c = cb; c < ce; ++c) {
+      const int64_t begin = c * kScanChunk, count = std::min(kScanChunk, n - begin);
+      if (begin >= first.load(std::memory_order_relaxed)) return;
+      shard.read(begin, count, buf.data());
+      for (int64_t i = 0; i < count; ++i) {
+        if (buf[static_cast<size_t>(i)] < limit) continue;
         int64_t seen = first.load();
-        while (i < seen && !first.compare_exchange_weak(seen, i)) {
+        while (begin + i < seen && !first.compare_exchange_weak(seen, begin + i)) {
         }
         return;
       }
     }
   });
-  return first.load() == n ? -1 : first.load();
+  if (first.load() == n) return std::nullopt;
+  return std::make_pair(first.load(), shard.at(first.load()));
 }
 
 }  // namespace
@@ -72,41 +84,64 @@ int64_t check_token_shard(const uint8_t* data, size_t size, const std::string& p
 }
 
 TokenShard::TokenShard(const std::string& path) : m_path(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw DataError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    const int err = errno;
-    ::close(fd);
-    throw DataError(fmt::format("{}: {}", path, S_ISREG(st.st_mode) ? std::strerror(err) : "not a regular file"));
-  }
-  m_bytes = static_cast<size_t>(st.st_size);
-  if (m_bytes > 0) {
-    void* p = ::mmap(nullptr, m_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-      const int err = errno;
-      ::close(fd);
-      throw DataError(fmt::format("{}: cannot map: {}", path, std::strerror(err)));
-    }
-    m_map = static_cast<const uint8_t*>(p);
-  }
-  ::close(fd);  // the mapping stays valid
+  m_fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (m_fd < 0) throw DataError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
   try {
-    m_count = check_token_shard(m_map, m_bytes, path);
+    struct stat st {};
+    if (::fstat(m_fd, &st) != 0) throw DataError(fmt::format("{}: {}", path, std::strerror(errno)));
+    if (!S_ISREG(st.st_mode)) throw DataError(fmt::format("{}: not a regular file", path));
+    m_bytes = static_cast<size_t>(st.st_size);
+    uint8_t header[kTokenShardHeaderBytes] = {};
+    const size_t head = std::min(m_bytes, sizeof header);
+    read_bytes(0, header, head);
+    m_count = check_token_shard(header, m_bytes, path);
   } catch (...) {
-    if (m_map) ::munmap(const_cast<uint8_t*>(m_map), m_bytes);
+    ::close(m_fd);
     throw;
   }
 }
 
-TokenShard::~TokenShard() {
-  if (m_map) ::munmap(const_cast<uint8_t*>(m_map), m_bytes);
+TokenShard::~TokenShard() { ::close(m_fd); }
+
+void TokenShard::read_bytes(size_t offset, void* out, size_t bytes) const {
+  auto* p = static_cast<uint8_t*>(out);
+  while (bytes > 0) {
+    const ssize_t got = ::pread(m_fd, p, bytes, static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) throw DataError(fmt::format("{}: cannot read: {}", m_path, std::strerror(errno)));
+    if (got == 0) {
+      struct stat st {};
+      const long long now = ::fstat(m_fd, &st) == 0 ? static_cast<long long>(st.st_size) : -1;
+      throw DataError(
+          fmt::format("{}: the file was cut short while this run read it ({} bytes when opened, {} now): "
+                      "a shard was rewritten in place? Write new shards under new names",
+                      m_path, m_bytes, now));
+    }
+    p += got;
+    offset += static_cast<size_t>(got);
+    bytes -= static_cast<size_t>(got);
+  }
+}
+
+void TokenShard::read(int64_t first, int64_t n, uint16_t* out) const {
+  GT_CHECK(first >= 0 && n >= 0 && first + n <= m_count, "tokens [{}, {}) of {}", first, first + n, m_count);
+  read_bytes(kTokenShardHeaderBytes + 2 * static_cast<size_t>(first), out, 2 * static_cast<size_t>(n));
 }
 
 uint16_t TokenShard::at(int64_t i) const {
   uint16_t t;
-  std::memcpy(&t, m_map + kTokenShardHeaderBytes + 2 * static_cast<size_t>(i), 2);
+  read(i, 1, &t);
   return t;
+}
+
+void TokenShard::check_unchanged() const {
+  struct stat st {};
+  if (::fstat(m_fd, &st) != 0) throw DataError(fmt::format("{}: {}", m_path, std::strerror(errno)));
+  if (static_cast<size_t>(st.st_size) != m_bytes)
+    throw DataError(
+        fmt::format("{}: the file changed size while this run read it ({} bytes when opened, {} now): a "
+                    "shard was rewritten in place? Write new shards under new names",
+                    m_path, m_bytes, static_cast<long long>(st.st_size)));
 }
 
 TokenWindows::TokenWindows(const std::vector<std::string>& paths, int64_t block_size, int64_t vocab_size)
@@ -127,17 +162,29 @@ TokenWindows::TokenWindows(const std::vector<std::string>& paths, int64_t block_
                                 m_tokens, block_size + 1));
   // Every token is checked once here, so the embedding and the loss never meet one out of range.
   const int64_t limit = vocab_size > 0 ? vocab_size : 50257;
-  bool bytes = true;
   for (const auto& s : m_shards) {
     if (s->size() == 0) continue;
-    const int64_t bad = first_at_or_above(s->data(), s->size(), limit);
-    if (bad >= 0)
-      throw DataError(fmt::format(
-          "{}: token {} at position {} is not below the vocabulary size {}{}", s->path(), s->at(bad), bad, limit,
-          vocab_size > 0 ? " (data.vocab_size)" : " (the default for tokens past 255, GPT-2's; set data.vocab_size)"));
-    if (vocab_size == 0 && bytes) bytes = first_at_or_above(s->data(), s->size(), 256) < 0;
+    if (const auto bad = first_token_at_or_above(*s, limit))
+      throw DataError(fmt::format("{}: token {} at position {} is not below the vocabulary size {}{}", s->path(),
+                                  bad->second, bad->first, limit,
+                                  vocab_size > 0 ? " (data.vocab_size)"
+                                                 : " (the default for tokens past 255, GPT-2's; set data.vocab_size)"));
+    if (vocab_size == 0 && !m_first_past_bytes)
+      if (const auto wide = first_token_at_or_above(*s, 256))
+        m_first_past_bytes = TokenAt{s->path(), wide->first, wide->second};
   }
-  if (vocab_size == 0) m_vocab = bytes ? 256 : 50257;
+  if (vocab_size == 0) m_vocab = m_first_past_bytes ? 50257 : 256;
+}
+
+std::optional<TokenAt> TokenWindows::first_at_or_above(int64_t limit) const {
+  for (const auto& s : m_shards)
+    if (const auto found = gt::first_token_at_or_above(*s, limit))
+      return TokenAt{s->path(), found->first, found->second};
+  return std::nullopt;
+}
+
+void TokenWindows::check_unchanged() const {
+  for (const auto& s : m_shards) s->check_unchanged();
 }
 
 void TokenWindows::window(int64_t i, float* x, int32_t* y) const {
@@ -145,9 +192,12 @@ void TokenWindows::window(int64_t i, float* x, int32_t* y) const {
   const size_t s = static_cast<size_t>(it - m_first.begin()) - 1;
   const TokenShard& shard = *m_shards[s];
   const int64_t start = (i - m_first[s]) * m_block;
+  thread_local std::vector<uint16_t> tokens;  // (the loader's threads each read their own windows)
+  tokens.resize(static_cast<size_t>(m_block + 1));
+  shard.read(start, m_block + 1, tokens.data());
   for (int64_t t = 0; t < m_block; ++t) {
-    x[t] = static_cast<float>(shard.at(start + t));
-    y[t] = shard.at(start + t + 1);
+    x[t] = static_cast<float>(tokens[static_cast<size_t>(t)]);
+    y[t] = tokens[static_cast<size_t>(t + 1)];
   }
 }
 
@@ -181,14 +231,17 @@ void write_token_shard(const std::string& path, const uint16_t* tokens, size_t c
 }
 
 TokenizeResult tokenize_bytes(const std::vector<std::string>& inputs, const std::string& out_dir, double val_fraction,
-                              int64_t shard_tokens) {
+                              int64_t shard_tokens, bool force) {
   namespace fs = std::filesystem;
-  if (inputs.empty()) throw Error("tokenize: no input files");
+  // Flags first (usage errors, exit 2), then the inputs (data errors, exit 1), then the folder: nothing is written
+  // before every check has passed.
+  if (inputs.empty()) throw ConfigError("tokenize: no input files");
+  if (out_dir.empty()) throw ConfigError("tokenize --out: an empty path");
   if (!(val_fraction >= 0 && val_fraction < 1))
-    throw Error(fmt::format("tokenize: --val-fraction {} is not in [0, 1)", val_fraction));
+    throw ConfigError(fmt::format("tokenize --val-fraction {}: expected a number in [0, 1)", val_fraction));
   if (shard_tokens < 1 || shard_tokens > limits::kShardTokens.max)
-    throw Error(fmt::format("tokenize: --shard-tokens {} is not in [1, {}] ({})", shard_tokens,
-                            limits::kShardTokens.max, limits::kShardTokens.what));
+    throw ConfigError(fmt::format("tokenize --shard-tokens {}: expected a number in [1, {}] ({})", shard_tokens,
+                                  limits::kShardTokens.max, limits::kShardTokens.what));
   // Every input is opened and sized before anything is written.
   int64_t total = 0;
   for (const std::string& p : inputs) {
@@ -205,21 +258,29 @@ TokenizeResult tokenize_bytes(const std::vector<std::string>& inputs, const std:
   if (total == 0) throw DataError(fmt::format("{}: the input is empty: nothing to tokenize", inputs.front()));
   const auto val = static_cast<int64_t>(std::llround(static_cast<double>(total) * val_fraction));
   const int64_t train = total - val;
-  if (train == 0) throw DataError(fmt::format("tokenize: --val-fraction {} leaves no training tokens", val_fraction));
-  std::error_code ec;
-  fs::create_directories(out_dir, ec);
-  if (ec) throw Error(fmt::format("{}: cannot create the directory: {}", out_dir, ec.message()));
+  if (train == 0) throw ConfigError(fmt::format("tokenize --val-fraction {}: leaves no training tokens", val_fraction));
+  // The folder is this tokenization's: new or empty, or an earlier tokenization replaced whole (--force), never
+  // another command's output or a folder of other files; and an input is never inside it (it would be removed).
+  refuse_input_inside("--out", out_dir, inputs);
+  const ClaimedFolder claimed =
+      claim_output_folder("--out", out_dir, Owner::tokenization, force ? Reuse::replace : Reuse::never,
+                          "--force replaces it (its shards are removed first)");
 
   TokenizeResult r;
   r.train_tokens = train;
   r.val_tokens = val;
+  r.replaced = claimed.removed;
+  std::vector<std::string> written;  // the manifest's list: each name recorded before its file is written
   std::vector<uint16_t> buf;
   int64_t done = 0;  // tokens written so far, train then val
   int shard = 0;
   bool in_val = false;
   auto flush = [&] {
     if (buf.empty()) return;
-    const std::string path = fmt::format("{}/{}_{:06d}.bin", out_dir, in_val ? "val" : "train", shard++);
+    const std::string name = fmt::format("{}_{:06d}.bin", in_val ? "val" : "train", shard++);
+    written.push_back(name);
+    write_manifest(out_dir, Owner::tokenization, written, false);
+    const std::string path = out_dir + "/" + name;
     write_token_shard(path, buf.data(), buf.size());
     r.files.push_back(path);
     buf.clear();
@@ -255,7 +316,10 @@ TokenizeResult tokenize_bytes(const std::vector<std::string>& inputs, const std:
                                .add("val_tokens", val)
                                .add("format", "llm.c token shards (magic 20240520, version 1, uint16 tokens)")
                                .str();
+  written.push_back("tokenizer.json");
+  write_manifest(out_dir, Owner::tokenization, written, false);
   write_file_atomic(out_dir + "/tokenizer.json", json + "\n");
+  write_manifest(out_dir, Owner::tokenization, written, true);  // only now does the folder read as a tokenization
   return r;
 }
 

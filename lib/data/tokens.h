@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,25 +35,37 @@ inline constexpr size_t kTokenShardHeaderBytes = 256 * sizeof(int32_t);
 /// expected (the magic, the version, a count that matches the file's size).
 int64_t check_token_shard(const uint8_t* data, size_t size, const std::string& path);
 
-/// One shard, mapped read-only into memory (the tokens are never copied: GPT-2's data is billions of them).
+/// One shard, open for reading. Tokens are read with pread where they are needed (a window at a time): nothing is
+/// mapped, so a shard truncated or rewritten in place while a run reads it ends the run with a DataError naming the
+/// file (a short read), never with SIGBUS.
 class TokenShard : NonCopyable {
  public:
-  /// Maps and checks `path` (check_token_shard).
+  /// Opens and checks `path` (check_token_shard on its header and size).
   explicit TokenShard(const std::string& path);
   ~TokenShard();
 
   const std::string& path() const { return m_path; }
   int64_t size() const { return m_count; }
+  /// Tokens [first, first + n) into `out` (a DataError when the file is now shorter than when it was opened).
+  void read(int64_t first, int64_t n, uint16_t* out) const;
   /// Token i (i < size()).
   uint16_t at(int64_t i) const;
-  /// The tokens' bytes (little-endian uint16s; not aligned to 2 when the file is not).
-  const uint8_t* data() const { return m_map + kTokenShardHeaderBytes; }
+  /// Throws DataError when the file's size is no longer what it was when opened (checked at every epoch).
+  void check_unchanged() const;
 
  private:
+  void read_bytes(size_t offset, void* out, size_t bytes) const;
   std::string m_path;
-  const uint8_t* m_map = nullptr;
+  int m_fd = -1;
   size_t m_bytes = 0;
   int64_t m_count = 0;
+};
+
+/// Where a token is: the shard, its position there, and its id.
+struct TokenAt {
+  std::string path;
+  int64_t position = 0;
+  uint16_t id = 0;
 };
 
 /// The windows of a list of shards, as llm.c's loader takes them: window i of a shard is its tokens [i·T, i·T + T + 1)
@@ -74,8 +87,15 @@ class TokenWindows {
   void window(int64_t i, float* x, int32_t* y) const;
   /// "N shards (path, …)" for logs.
   std::string describe() const;
+  /// The first token (in shard order) whose id is `limit` or more, or nothing: for messages about one out of range.
+  std::optional<TokenAt> first_at_or_above(int64_t limit) const;
+  /// With no data.vocab_size: the token that made the vocabulary GPT-2's 50257 instead of bytes' 256.
+  const std::optional<TokenAt>& first_past_bytes() const { return m_first_past_bytes; }
+  /// Throws DataError when a shard's size changed since it was opened (the trainer asks at every epoch).
+  void check_unchanged() const;
 
  private:
+  std::optional<TokenAt> m_first_past_bytes;
   std::vector<std::unique_ptr<TokenShard>> m_shards;
   std::vector<int64_t> m_first;  ///< m_first[s]: the first window of shard s; back(): the number of windows
   int64_t m_block = 0, m_vocab = 0, m_tokens = 0;
@@ -90,12 +110,16 @@ void write_token_shard(const std::string& path, const uint16_t* tokens, size_t c
 
 /// `gputrain tokenize`: byte-level tokens (token = byte, vocabulary 256) of the files in order, the last
 /// `val_fraction` of them written to val_NNNNNN.bin and the rest to train_NNNNNN.bin under `out_dir`, shards of at
-/// most `shard_tokens` tokens, then out_dir/tokenizer.json. Returns a line for the user. Errors: Error/DataError.
+/// most `shard_tokens` tokens, then out_dir/tokenizer.json, the folder's manifest listing each file (core/ownership.h).
+/// `out_dir` must be new or empty, or an earlier tokenization, which `force` replaces (its files removed first: no
+/// stale shard outlives it); a tokenization that never finished is replaced without it. Errors: ConfigError for the
+/// flags and the folder, DataError for the inputs, Error for writing.
 struct TokenizeResult {
   int64_t train_tokens = 0, val_tokens = 0;
-  std::vector<std::string> files;  ///< the shards written, in order
+  std::vector<std::string> files;     ///< the shards written, in order
+  std::vector<std::string> replaced;  ///< the earlier tokenization's files, removed
 };
 TokenizeResult tokenize_bytes(const std::vector<std::string>& inputs, const std::string& out_dir, double val_fraction,
-                              int64_t shard_tokens);
+                              int64_t shard_tokens, bool force = false);
 
 }  // namespace gt

@@ -3,12 +3,14 @@
 
 #include "core/error.h"
 
+#include <spdlog/details/log_msg_buffer.h>
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/basic_file_sink.h>
 
 #include <atomic>
 #include <cstdio>
 #include <mutex>
+#include <vector>
 
 namespace gt {
 namespace {
@@ -42,14 +44,39 @@ class RankFilterSink final : public spdlog::sinks::sink {
 // log through it while rank 0 attaches the file (a push_back there crashed a 3-rank run under load); this sink's
 // inner one changes under its own mutex instead. Patterns set on the logger reach the file only while it is attached,
 // as when it sat in the logger's list.
+//
+// Warnings and errors logged while no file is attached (a bad image skipped while the data loads, before the run
+// directory exists) are kept, up to kKept of them, and written first into the next file attached: train.log then
+// holds every warning of the run, not only those after it was opened.
 class FileSlotSink final : public spdlog::sinks::sink {
  public:
   void attach(std::shared_ptr<spdlog::sinks::sink> inner) {
     const std::lock_guard lock(m_mutex);
     m_inner = std::move(inner);
+    if (!m_inner) {  // detached: what comes next belongs to the next file
+      m_early.clear();
+      m_dropped = 0;
+      return;
+    }
+    for (const auto& m : m_early) m_inner->log(m);
+    if (m_dropped > 0) {
+      const std::string text = fmt::format("({} more warnings before this file was opened are not kept)", m_dropped);
+      spdlog::details::log_msg note(spdlog::source_loc{}, "", spdlog::level::warn,
+                                    spdlog::string_view_t(text.data(), text.size()));
+      m_inner->log(note);
+    }
+    m_early.clear();
+    m_dropped = 0;
   }
   void log(const spdlog::details::log_msg& msg) override {
-    if (const auto inner = current()) inner->log(msg);
+    if (const auto inner = current()) return inner->log(msg);
+    if (msg.level < spdlog::level::warn || t_worker_rank != 0) return;
+    const std::lock_guard lock(m_mutex);
+    if (m_inner) return m_inner->log(msg);  // attached meanwhile
+    if (m_early.size() < kKept)
+      m_early.emplace_back(msg);
+    else
+      ++m_dropped;
   }
   void flush() override {
     if (const auto inner = current()) inner->flush();
@@ -66,8 +93,11 @@ class FileSlotSink final : public spdlog::sinks::sink {
     const std::lock_guard lock(m_mutex);
     return m_inner;
   }
+  static constexpr size_t kKept = 200;
   std::mutex m_mutex;
   std::shared_ptr<spdlog::sinks::sink> m_inner;
+  std::vector<spdlog::details::log_msg_buffer> m_early;
+  int64_t m_dropped = 0;
 };
 
 // "\r" returns to the line's start, "\033[K" (ANSI erase in line) clears from the cursor to its end.
@@ -86,6 +116,10 @@ class ConsoleSink final : public spdlog::sinks::base_sink<std::mutex> {
       write(kClearLine);
     m_live = line;
   }
+  void set_stream(std::FILE* stream) {
+    std::lock_guard lock(mutex_);
+    m_stream = stream;
+  }
   void keep(const std::optional<std::string>& line) {
     std::lock_guard lock(mutex_);
     const std::string text = line ? *line : m_live;
@@ -98,19 +132,20 @@ class ConsoleSink final : public spdlog::sinks::base_sink<std::mutex> {
     spdlog::memory_buf_t formatted;
     formatter_->format(msg, formatted);
     if (m_live.empty()) {
-      std::fwrite(formatted.data(), 1, formatted.size(), stdout);
+      std::fwrite(formatted.data(), 1, formatted.size(), m_stream);
       return;
     }
     write(kClearLine + std::string(formatted.data(), formatted.size()) + m_live);
   }
-  void flush_() override { std::fflush(stdout); }
+  void flush_() override { std::fflush(m_stream); }
 
  private:
-  static void write(const std::string& s) {
-    std::fwrite(s.data(), 1, s.size(), stdout);
-    std::fflush(stdout);  // a line without a newline stays in a line-buffered stdout otherwise
+  void write(const std::string& s) {
+    std::fwrite(s.data(), 1, s.size(), m_stream);
+    std::fflush(m_stream);  // a line without a newline stays in a line-buffered stream otherwise
   }
   std::string m_live;
+  std::FILE* m_stream = stdout;
 };
 
 std::shared_ptr<ConsoleSink> g_console;
@@ -123,6 +158,10 @@ std::atomic<bool> g_live{false};
 }  // namespace
 
 void set_thread_log_rank(int rank) { t_worker_rank = rank; }
+
+void log_console_to_stderr() {
+  if (g_console) g_console->set_stream(stderr);
+}
 
 void init_logging(bool quiet) {
   g_console = std::make_shared<ConsoleSink>();

@@ -10,6 +10,9 @@ namespace gt {
 
 /// Console logging: info and above to stdout with a time stamp; `quiet` keeps warnings and errors only.
 void init_logging(bool quiet = false);
+/// The console's log lines go to stderr from now on (they go to stdout by default): for commands whose stdout is
+/// machine output (JSON, CSV, YAML), so a parser of it never meets a warning.
+void log_console_to_stderr();
 /// For ranks other than 0: warnings and errors only, each line prefixed with "[rank R]".
 void set_log_rank(int rank);
 /// The same for the calling thread alone: the worker threads of one process driving several devices.

@@ -2,6 +2,8 @@
 #include "train/llmc.h"
 
 #include "core/atomic_file.h"
+#include "core/ownership.h"
+#include "data/tokens.h"
 #include "graph/model.h"
 #include "io/llmc.h"
 #include "io/safetensors.h"
@@ -30,14 +32,15 @@ std::string plain(const std::string& text, size_t max) {
 
 }  // namespace
 
-LlmcImport import_llmc(const std::string& bin, const std::string& out_dir) {
+LlmcImport import_llmc(const std::string& bin, const std::string& out_dir, bool force) {
   const fs::path dir = out_dir;
   LlmcImport r;
   r.config = (dir / "config.yaml").string();
   r.weights = (dir / "model.safetensors").string();
-  // The existing outputs' rule (export --to, report --out): files are replaced atomically, but never a run's own.
-  refuse_run_file("--out", r.config);
-  refuse_run_file("--out", r.weights);
+  // The folder is this import's: new or empty, or an earlier import replaced (--force); the checkpoint is never one
+  // of the files replaced.
+  check_output_folder("--out", out_dir, Owner::import, force ? Reuse::replace : Reuse::never, "--force replaces it");
+  refuse_input_inside("--out", out_dir, {bin});
   const LlmcCheckpoint c = read_llmc(bin);
   const LlmcHeader& h = c.header;
   const std::string stem = plain(fs::path(bin).stem().string(), 64);
@@ -48,9 +51,14 @@ LlmcImport import_llmc(const std::string& bin, const std::string& out_dir) {
   } catch (const ConfigError& e) {
     throw DataError(fmt::format("{}: a GPT of these sizes is more than gputrain takes: {}", bin, e.what()));
   }
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw Error(fmt::format("{}: cannot create the folder: {}", out_dir, ec.message()));
+  // Token shards hold uint16 ids: a larger vocabulary could not be trained or evaluated here (check refuses it).
+  if (h.vocab_size > limits::kTokenVocab.max)
+    throw ConfigError(fmt::format("{}: a vocabulary of {} tokens; gputrain takes at most {} ({})", bin, h.vocab_size,
+                                  limits::kTokenVocab.max, limits::kTokenVocab.what));
+  r.replaced =
+      claim_output_folder("--out", out_dir, Owner::import, force ? Reuse::replace : Reuse::never, "--force replaces it")
+          .removed;
+  write_manifest(out_dir, Owner::import, {"config.yaml", "model.safetensors"}, false);
   const auto named = llmc_to_named(c);
   std::vector<std::pair<std::string, const Tensor*>> list;
   for (const auto& [name, t] : named) {
@@ -59,6 +67,7 @@ LlmcImport import_llmc(const std::string& bin, const std::string& out_dir) {
   }
   write_safetensors(r.weights, list, {{"format", "pt"}, {"gputrain_version", GPUTRAIN_VERSION}, {"source", "llm.c"}});
   write_file_atomic(r.config, config);
+  write_manifest(out_dir, Owner::import, {"config.yaml", "model.safetensors"}, true);
   r.summary = fmt::format(
       "{}: llm.c GPT-2 (version {}, {}), {} layers, {} heads, {} channels, vocabulary {} padded to {}, {} positions, "
       "{} parameters → {}, {}",
@@ -69,7 +78,7 @@ LlmcImport import_llmc(const std::string& bin, const std::string& out_dir) {
 
 std::string export_llmc(const std::string& config, const std::vector<std::string>& sets, const std::string& checkpoint,
                         const std::string& out, bool bf16) {
-  refuse_run_file("--out", out);
+  refuse_output_file("--out", out, {config, checkpoint});
   const ConfigNode root = load_config(config, sets);
   root.require("model");
   // Only the model is needed: sequences of one token build every GPT (the sizes are in the layers' arguments), and
@@ -78,6 +87,7 @@ std::string export_llmc(const std::string& config, const std::vector<std::string
                   bf16 ? 5 : 3);  // the layout is checked before any memory is given to the parameters
   Model model = Model::build(root["model"], Shape{1}, DType::f32, Device::cpu(), 0);
   const std::string weights = weights_file(checkpoint, CheckpointConfig{});
+  refuse_output_file("--out", out, {weights});  // a folder's weights file, found only now
   load_weights(model, weights);
   const LlmcCheckpoint c = llmc_from_model(model, bf16 ? 5 : 3);
   write_llmc(out, c);

@@ -10,14 +10,16 @@ namespace gt {
 struct LlmcImport {
   std::string config, weights;  ///< the files written
   int64_t params = 0;
-  std::string summary;  ///< one line: the sizes read
+  std::string summary;                ///< one line: the sizes read
+  std::vector<std::string> replaced;  ///< an earlier import's files, removed (force)
 };
 
 /// Reads llm.c checkpoint `bin` and writes `out_dir`/config.yaml (the GPT, token data with placeholder paths,
-/// train_gpt2.c's optimizer) and `out_dir`/model.safetensors, each atomically; `out_dir` is created when missing.
-/// A file that is not a valid checkpoint is a DataError naming it; a run directory's files are not overwritten
-/// (ConfigError).
-LlmcImport import_llmc(const std::string& bin, const std::string& out_dir);
+/// train_gpt2.c's optimizer) and `out_dir`/model.safetensors, each atomically, with the folder's manifest
+/// (core/ownership.h). `out_dir` must be new or empty, or an earlier import, which `force` replaces; anything else
+/// (another command's output, other files) is a ConfigError, as is a vocabulary past uint16 token ids. A file that is
+/// not a valid checkpoint is a DataError naming it.
+LlmcImport import_llmc(const std::string& bin, const std::string& out_dir, bool force = false);
 
 /// Writes the weights `checkpoint` names (as `gputrain eval --checkpoint` takes them) of the GPT in `config` as an
 /// llm.c checkpoint `out` (version 3, or 5 with bf16), atomically. Only the config's model section is read. A model

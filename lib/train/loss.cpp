@@ -102,6 +102,16 @@ void check_loss_fits(const LossConfig& loss, const Shape& output, const Dataset&
                             d->labels_source, y[i], i, classes, classes - 1, output.str(), where.where()));
       }
     }
+    // Token data without data.vocab_size: a single token past 255 makes the vocabulary GPT-2's, so a byte model's
+    // output no longer fits. Name that token and where it is, not only the shapes.
+    if (data.tokens && data.tokens->first_past_bytes() && output.rank() == 2 && output[1] != data.num_classes) {
+      const TokenAt& at = *data.tokens->first_past_bytes();
+      where.fail(fmt::format(
+          "the model's output {} has {} classes, but the data's vocabulary is {}: with no data.vocab_size, {} holds "
+          "token {} at position {} (past 255), which makes it GPT-2's; set data.vocab_size, or write byte tokens "
+          "only",
+          output.str(), output[1], data.num_classes, at.path, at.id, at.position));
+    }
     const Shape target = data.target_shape();
     if (target.rank() == 1) {  // sequences: a class per token
       const int64_t t = target[0];

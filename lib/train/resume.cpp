@@ -1,6 +1,7 @@
 // Resume planning: the checkpoint a run continues from, the progress it restores, and the weights `eval` loads.
 #include "train/resume.h"
 
+#include "core/ownership.h"
 #include "graph/model.h"
 #include "log/logging.h"
 #include "optim/optimizer.h"
@@ -52,14 +53,12 @@ CheckpointInfo require_newest_good_of_run(const std::string& run_dir, const Chec
 ResumePlan plan_resume(const Experiment& exp, const std::string& out_dir, const std::string& resume) {
   ResumePlan plan;
   plan.run_dir = out_dir;
-  if (resume.empty()) {
-    if (!plan.run_dir.empty() && !CheckpointStore(plan.run_dir, exp.checkpoint).list().empty())
-      throw ConfigError(
-          fmt::format("--out {}: this folder already holds a run's checkpoints; continue it with "
-                      "--resume auto, or choose another --out",
-                      plan.run_dir));
-    return plan;
-  }
+  // --out names a folder this run may write: new or empty, a run's (continued only with --resume), never another
+  // command's output or a folder of files gputrain did not write. Checked before anything is loaded.
+  if (!out_dir.empty())
+    check_output_folder("--out", out_dir, Owner::run, resume.empty() ? Reuse::never : Reuse::resume,
+                        fmt::format("--resume auto --out {} continues it, or choose another --out", out_dir));
+  if (resume.empty()) return plan;
   if (resume == "auto") {
     if (plan.run_dir.empty()) plan.run_dir = newest_run_with_checkpoints(exp);
     if (!plan.run_dir.empty()) plan.from = newest_good_of_run(plan.run_dir, exp.checkpoint);

@@ -4,6 +4,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/json.h"
+#include "core/ownership.h"
 #include "graph/model.h"
 #include "io/safetensors.h"
 #include "log/logging.h"
@@ -34,7 +35,7 @@ const char* exit_reason_name(ExitReason reason) {
   return "completed";
 }
 
-std::string make_run_dir(const std::string& name, const std::string& requested) {
+std::string make_run_dir(const std::string& name, const std::string& requested, bool resume) {
   fs::path dir;
   if (!requested.empty()) {
     dir = requested;
@@ -45,12 +46,14 @@ std::string make_run_dir(const std::string& name, const std::string& requested) 
     char stamp[32];
     std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
     dir = fs::path("runs") / name / stamp;
-    for (int i = 1; fs::exists(dir); ++i) dir = fs::path("runs") / name / fmt::format("{}-{}", stamp, i);
+    std::error_code ec;
+    for (int i = 1; fs::exists(fs::symlink_status(dir, ec)); ++i)
+      dir = fs::path("runs") / name / fmt::format("{}-{}", stamp, i);
   }
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw Error(fmt::format("{}: cannot create the run directory: {}", dir.string(), ec.message()));
+  claim_output_folder("--out", dir.string(), Owner::run, resume ? Reuse::resume : Reuse::never,
+                      fmt::format("--resume auto --out {} continues it, or choose another --out", dir.string()));
   // Check writability now, not after an hour of training; the probe goes whether or not the write worked.
+  std::error_code ec;
   const fs::path probe = dir / ".write-test";
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw Error(fmt::format("{}: the run directory is not writable: {}", dir.string(), std::strerror(errno)));
@@ -94,48 +97,12 @@ void RunDirLock::acquire(const std::string& dir) {
   m_dir = dir;
 }
 
-bool holds_run_data(const std::string& dir) {
-  std::error_code ec;
-  const fs::path d = dir;
-  for (const char* f : {"config.resolved.yaml", "metrics.jsonl", "summary.json"})
-    if (fs::exists(d / f, ec)) return true;
-  return fs::is_directory(d / "checkpoints", ec);
-}
-
-std::string run_file_owner(const std::string& path) {
-  std::error_code ec;
-  const fs::path p = fs::weakly_canonical(fs::absolute(path, ec), ec);
-  if (ec) return "";
-  // The run's own files, by name, beside its checkpoints/ folder.
-  static const char* kOwn[] = {"config.resolved.yaml", "metrics.jsonl", "summary.json", "train.log",
-                               "model.safetensors",    "trace.json",    "profile.txt",  ".lock",
-                               "overrides.json"};
-  for (fs::path dir = p.parent_path(); !dir.empty(); dir = dir.parent_path()) {
-    if (holds_run_data(dir.string())) {
-      const fs::path rel = p.lexically_relative(dir);
-      if (rel.empty()) continue;
-      const std::string first = rel.begin()->string(), name = rel.filename().string();
-      const bool top = std::distance(rel.begin(), rel.end()) == 1;
-      if (first == "checkpoints" || (top && (std::find_if(std::begin(kOwn), std::end(kOwn),
-                                                          [&](const char* f) { return name == f; }) != std::end(kOwn) ||
-                                             name.rfind("events.out.tfevents.", 0) == 0)))
-        return dir.string();
-    }
-    if (dir == dir.root_path()) break;
-  }
-  return "";
-}
+bool holds_run_data(const std::string& dir) { return holds_run_files(dir); }
 
 std::string overrides_json(const std::vector<std::string>& overrides) {
   std::string list;
   for (const std::string& o : overrides) list += (list.empty() ? "" : ", ") + json_quote(o);
   return fmt::format("{{\"overrides\": [{}]}}\n", list);
-}
-
-void refuse_run_file(const std::string& flag, const std::string& path) {
-  if (const std::string run = run_file_owner(path); !run.empty())
-    throw ConfigError(
-        fmt::format("{} {}: a file of the run directory {}; it is not overwritten: write elsewhere", flag, path, run));
 }
 
 void summarize(RunSummary& sum, const TrainProgress& p, double wall_seconds) {

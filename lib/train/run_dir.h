@@ -33,9 +33,11 @@ struct RunSummary {
   int64_t overflow_skips = 0;        ///< and the steps its overflows skipped
 };
 
-/// Creates the run directory: `requested`, or runs/<name>/<YYYYmmdd-HHMMSS>[-i] when it is "". Throws gt::Error when
-/// it cannot be created or written (checked now, not after an hour of training). Returns its path.
-std::string make_run_dir(const std::string& name, const std::string& requested);
+/// Claims the run directory (core/ownership.h): `requested`, or runs/<name>/<YYYYmmdd-HHMMSS>[-i] when it is "". A
+/// folder that holds a run is taken only when `resume`; another command's output, or a folder of files gputrain did
+/// not write, never (ConfigError). Throws gt::Error when it cannot be created or written (checked now, not after an
+/// hour of training). Returns its path.
+std::string make_run_dir(const std::string& name, const std::string& requested, bool resume);
 
 /// An exclusive lock on a run directory for as long as this exists: a flock on <dir>/.lock, which records the
 /// holder's pid, so that two runs never write one directory at once (their metrics rows and checkpoints would mix).
@@ -57,13 +59,6 @@ class RunDirLock : NonCopyable {
 
 /// Whether `dir` holds a run's data (config.resolved.yaml, metrics.jsonl, summary.json or checkpoints/).
 bool holds_run_data(const std::string& dir);
-
-/// When `path` is one of a run directory's own files (metrics.jsonl, summary.json, train.log, model.safetensors,
-/// anything under checkpoints/, …), that run directory; else "". `report.html` is not one: reports are rewritten.
-std::string run_file_owner(const std::string& path);
-
-/// Throws ConfigError when `path`, an output that `flag` names, is one of a run's own files (run_file_owner).
-void refuse_run_file(const std::string& flag, const std::string& path);
 
 /// overrides.json's text, `{"overrides": ["optimizer.lr=0.1", "train.max_steps=300"]}`: the overrides a run was
 /// started with (`--set` values and the flags that stand for one), in the order given.

@@ -1,6 +1,7 @@
 // Setting a run up: device, data, model, ranks, resume plan and optimizer, in the order their checks must come.
 #include "train/setup.h"
 
+#include "core/ownership.h"
 #include "core/parallel.h"
 #include "dist/comm.h"
 #include "dist/zero.h"
@@ -182,9 +183,13 @@ RunSetup::RunSetup(const Experiment& exp, const RunOptions& opts, const WorkerPl
   }
   // Rank 0 picks the checkpoint and the run directory; the others load the same one (a shared file system).
   if (lead) {
-    // Locked before it is looked at, so that a second run in the same folder stops here, naming the first.
+    // A run's folder is locked before it is looked at, so that a second run in it stops here, naming the first; a
+    // folder that is not a run's is not touched (plan_resume refuses it, naming what it holds).
     std::error_code ec;
-    if (!opts.out_dir.empty() && fs::is_directory(opts.out_dir, ec)) run_lock.acquire(opts.out_dir);
+    if (!opts.out_dir.empty()) {
+      const FolderOwnership o = folder_ownership(opts.out_dir);
+      if (o.state == FolderOwnership::State::owned && o.owner == Owner::run) run_lock.acquire(opts.out_dir);
+    }
     plan = plan_resume(exp, opts.out_dir, opts.resume);
     if (!plan.run_dir.empty() && fs::is_directory(plan.run_dir, ec)) run_lock.acquire(plan.run_dir);
   }

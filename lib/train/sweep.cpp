@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "core/json_read.h"
+#include "core/ownership.h"
 #include "core/quote.h"
 #include "log/report.h"
 #include "train/run_dir.h"
@@ -652,7 +653,8 @@ void SweepRunner::start(size_t i, int slot) {
   }
   fs::create_directories(dir, ec);
   if (ec) throw Error(fmt::format("{}: cannot create the trial's folder: {}", dir.string(), ec.message()));
-  m_files[i] = {};  // its metrics.jsonl is cut back or new
+  if (!resume) write_manifest(dir.string(), Owner::run, {}, true);  // a run's folder, for the trial's train to take
+  m_files[i] = {};                                                  // its metrics.jsonl is cut back or new
 
   std::vector<std::string> args = trial_train_args(m_plan, t, m_opts.out);
   args.insert(args.begin(), m_opts.exe);
@@ -941,6 +943,9 @@ SweepResult run_sweep(
   const fs::path json_path = fs::path(opts.out) / "sweep.json";
   std::error_code ec;
   std::vector<TrialState> states;
+  // Before anything else: a folder that is not this sweep's to write is refused first.
+  check_output_folder("--out", opts.out, Owner::sweep, opts.resume ? Reuse::resume : Reuse::never,
+                      "--resume continues it, or choose another --out");
   if (opts.resume) {
     const auto text = read_tail(json_path, size_t{16} << 20);
     if (!text)
@@ -966,9 +971,6 @@ SweepResult run_sweep(
     }
     plan = std::move(stored);
     states = std::move(loaded.second);
-  } else if (fs::exists(json_path, ec)) {
-    throw ConfigError(
-        fmt::format("sweep: {} holds a sweep already: --resume continues it, or choose another --out", opts.out));
   }
   // Every trial's config is checked before any starts: a typo in one value must not launch the others.
   for (const SweepTrial& t : plan.trials) {
@@ -980,8 +982,8 @@ SweepResult run_sweep(
       throw Error(e.kind(), fmt::format("trial {} ({}): {}", t.index, t.name, e.what()));
     }
   }
-  fs::create_directories(opts.out, ec);
-  if (ec) throw Error(fmt::format("{}: cannot create the sweep's folder: {}", opts.out, ec.message()));
+  claim_output_folder("--out", opts.out, Owner::sweep, opts.resume ? Reuse::resume : Reuse::never,
+                      "--resume continues it, or choose another --out");
   SweepOptions o = opts;
   if (o.exe.empty()) o.exe = "/proc/self/exe";
   // /proc/self/exe read now: the trials run this binary, even if the file is replaced meanwhile (a rebuild).
@@ -998,8 +1000,7 @@ SweepResult run_sweep(
 
 std::string write_slurm_script(const SweepPlan& plan, const std::string& out, int parallel, const std::string& exe) {
   std::error_code ec;
-  fs::create_directories(out, ec);
-  if (ec) throw Error(fmt::format("{}: cannot create the sweep's folder: {}", out, ec.message()));
+  claim_output_folder("--out", out, Owner::sweep, Reuse::never, "choose another --out");
   const std::string abs_out = fs::absolute(out, ec).lexically_normal().string();
   std::string cases;
   for (const SweepTrial& t : plan.trials) {

@@ -124,6 +124,9 @@ RunSummary TrainLoop::run() {
 }
 
 EpochEnd TrainLoop::run_epoch() {
+  // Shards read all along (tokens) must still be the files opened: one rewritten in place is refused here, by name.
+  for (const Dataset* d : {&m_setup.train(), &m_setup.test()})
+    if (d->tokens) d->tokens->check_unchanged();
   m_loader.start_epoch(m_p.epoch, m_p.micro_done * m_plan.batch * m_setup.world);
   m_clock.restart();
   m_bar.start_epoch(m_p);
@@ -430,7 +433,7 @@ RunSummary train_worker(const Experiment& exp, const RunOptions& opts, const Wor
   RunSetup setup(exp, opts, where);
   RunSummary sum;
   if (setup.lead) {
-    sum.run_dir = make_run_dir(exp.name, setup.plan.run_dir);
+    sum.run_dir = make_run_dir(exp.name, setup.plan.run_dir, !opts.resume.empty());
     setup.run_lock.acquire(sum.run_dir);  // (a new folder: locked now that it exists)
   }
   if (setup.world > 1) broadcast_string(*setup.comm, sum.run_dir, "the run directory");

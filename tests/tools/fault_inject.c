@@ -8,6 +8,9 @@
  *                    full:   the disk fills up after GT_FAULT_BYTES (default 0) more bytes of that file: the write
  *                            that crosses the limit is short, later ones fail with ENOSPC
  *
+ *   GT_FAULT_RAISE_AT_LOAD=TERM  raises SIGTERM from this library's initialiser: after the program's
+ *                                .preinit_array, before its main, while the other libraries initialise
+ *
  * It wraps open/open64/openat and write through dlsym(RTLD_NEXT), so the program runs its real code paths. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -132,4 +135,9 @@ int close(int fd) {
   if (!real) real = (close_t)dlsym(RTLD_NEXT, "close");
   if (fd >= 0 && fd == g_doomed_fd) g_doomed_fd = -1;
   return real(fd);
+}
+
+__attribute__((constructor)) static void raise_at_load(void) {
+  const char* sig = getenv("GT_FAULT_RAISE_AT_LOAD");
+  if (sig && strcmp(sig, "TERM") == 0) raise(SIGTERM);
 }
