@@ -1,5 +1,6 @@
 // data.format: images — PNG and JPEG folders written here from the first Fashion-MNIST images (and generated
 // patterns), decoded against the IDX tensor, bad files, class lists, data.normalize, data.cache and config errors.
+#include "core/json_read.h"
 #include "data/images.h"
 #include "data/settings.h"
 #include "helpers.h"
@@ -10,6 +11,8 @@
 #include <omp.h>
 #include <png.h>
 #include <sys/stat.h>
+#include <yaml-cpp/yaml.h>
+#include <zlib.h>
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -17,6 +20,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <thread>
 
@@ -411,8 +415,7 @@ TEST_CASE("data.image and the folders: config errors name the key and the line",
   CHECK(test::run_gputrain(fmt::format("check {} 2>&1", dir / "bad.yaml")).exit_code == 2);
 }
 
-TEST_CASE("data.cache: written once, memory-mapped while the key matches, rewritten when stale",
-          "[data][images][cpu]") {
+TEST_CASE("data.cache: written once, read back while the key matches, rewritten when stale", "[data][images][cpu]") {
   TempDir dir;
   const FashionFolders f = write_fashion(dir, 150);
   const std::string cache = dir / "decoded.cache";
@@ -452,7 +455,7 @@ TEST_CASE("data.cache: written once, memory-mapped while the key matches, rewrit
   out = inspect();
   CHECK(out.find("it was made with other options") != std::string::npos);
 
-  // In process: the mapped tensors equal the decoded ones; a damaged cache is decoded again, not trusted.
+  // In process: the cached tensors equal the decoded ones; a damaged cache is decoded again, not trusted.
   ImageFolderOptions o = grey28();
   o.cache = dir / "inproc.cache";
   Dataset a, at, b, bt, c, ct;
@@ -464,8 +467,62 @@ TEST_CASE("data.cache: written once, memory-mapped while the key matches, rewrit
   CHECK(std::memcmp(at.targets.raw(), bt.targets.raw(), at.targets.bytes()) == 0);
   CHECK(bt.class_names == at.class_names);
   fs::resize_file(o.cache, fs::file_size(o.cache) / 2);
-  read_image_folders(f.png, f.jpg, o, c, ct);
+  {
+    const test::ExpectWarnings damaged("is damaged (its contents do not match their checksum");
+    read_image_folders(f.png, f.jpg, o, c, ct);
+  }
   CHECK(std::memcmp(a.inputs.raw(), c.inputs.raw(), a.inputs.bytes()) == 0);
+}
+
+TEST_CASE("data.cache: a flipped bit or a NaN in the cache is caught, warned once, and decoded again",
+          "[data][images][cpu]") {
+  TempDir dir;
+  const FashionFolders f = write_fashion(dir, 60);
+  ImageFolderOptions o = grey28();
+  o.cache = dir / "c.cache";
+  Dataset a, at;
+  read_image_folders(f.png, f.jpg, o, a, at);
+  const std::string good = test::read_text(o.cache);
+  // The payload (each split's labels and inputs, 64-byte aligned) ends the file; the header holds its CRC-32 after
+  // the magic, the version, the options string and the digest.
+  auto a64 = [](size_t n) { return (n + 63) / 64 * 64; };
+  const size_t payload =
+      good.size() - a64(a.targets.bytes()) - a64(a.inputs.bytes()) - a64(at.targets.bytes()) - a64(at.inputs.bytes());
+  uint64_t options_bytes = 0;
+  std::memcpy(&options_bytes, good.data() + 16, 8);
+  const size_t crc_at = 24 + options_bytes + 8;
+  const size_t first_input = payload + a64(a.targets.bytes());
+  auto expect_decoded_again = [&](const std::string& bytes, const std::string& why) {
+    test::write_text(o.cache, bytes);
+    Dataset b, bt;
+    {
+      const test::ExpectWarnings warned("the cache " + o.cache + " is damaged (" + why);
+      read_image_folders(f.png, f.jpg, o, b, bt);
+      CHECK(warned.count() == 1);
+    }
+    CHECK(std::memcmp(a.inputs.raw(), b.inputs.raw(), a.inputs.bytes()) == 0);
+    CHECK(test::read_text(o.cache) == good);  // rewritten whole
+  };
+  // One bit of one pixel: the checksum no longer matches.
+  std::string flipped = good;
+  flipped[first_input + 4 * 300 + 2] ^= 0x10;
+  expect_decoded_again(flipped, "its contents do not match their checksum");
+  // A NaN written with a checksum to match: the values are checked as decoded ones are.
+  std::string nan = good;
+  const float q = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(nan.data() + first_input + 4 * 7, &q, 4);
+  const auto crc =
+      static_cast<uint64_t>(crc32_z(0, reinterpret_cast<const Bytef*>(nan.data()) + payload, nan.size() - payload));
+  std::memcpy(nan.data() + crc_at, &crc, 8);
+  expect_decoded_again(nan, o.cache + ": value nan at sample 0 (element 7 of it) is not finite");
+  // data.cache naming a file that is not a cache: refused before anything is written, the file kept.
+  test::write_text(dir / "notes.txt", "not a cache");
+  test::write_text(dir / "c.yaml", images_config(f.png, "  cache: " + (dir / "notes.txt") + "\n", f.jpg));
+  const auto r = test::run_gputrain("check " + (dir / "c.yaml"));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.output, Catch::Contains("data.cache: " + (dir / "notes.txt") +
+                                       " exists and is not a gputrain image cache; it is not overwritten"));
+  CHECK(test::read_text(dir / "notes.txt") == "not a cache");
 }
 
 // Every rank of a data-parallel run decodes the folders and writes the cache: writers at once (threads here, as the
@@ -501,4 +558,68 @@ TEST_CASE("data.cache: several writers at once all succeed and leave one good ca
   const auto r = test::run_gputrain(fmt::format("data inspect {} 2>&1", dir / "c.yaml"));
   INFO(r.output);
   CHECK(r.output.find("images: 120 from cache " + o.cache) != std::string::npos);
+}
+
+// Every machine output (JSON, JSON lines, CSV, YAML) read by a strict parser while bad input makes warnings: the
+// warnings go to stderr, and stdout is nothing but the output.
+TEST_CASE("machine output stays parsable while bad inputs make warnings, and train.log keeps those warnings",
+          "[e2e][images]") {
+  TempDir dir;
+  const FashionFolders f = write_fashion(dir, 60);
+  test::write_text(f.png + "/3/broken.png", "\x89PNG\r\n\x1a\n not really");
+  // A class whose every file is bad: its folder has one, broken.
+  fs::create_directories(dir / "odd/x");
+  fs::create_directories(dir / "odd/y");
+  for (const auto& e : fs::directory_iterator(f.png + "/0")) fs::copy(e.path(), dir / "odd/x" / e.path().filename());
+  test::write_text(dir / "odd/y/broken.png", "not an image");
+  test::write_text(dir / "c.yaml", images_config(f.png, "", f.jpg));
+  REQUIRE(
+      test::run_gputrain("train " + (dir / "c.yaml") + " --quiet --max-steps 2 --out " + (dir / "runs/a")).exit_code ==
+      0);
+  REQUIRE(test::run_gputrain("train " + (dir / "c.yaml") + " --quiet --max-steps 3 --out " + (dir / "runs/b") +
+                             " --set optimizer.lr=0.05")
+              .exit_code == 0);
+  // The skipped file's warning came before train.log existed; it is in train.log all the same.
+  CHECK_THAT(test::read_text(dir / "runs/a/train.log"),
+             Catch::Contains("[warning] images: skipped a bad file: " + f.png + "/3/broken.png"));
+  fs::create_directories(dir / "runs/c");
+  test::write_text(dir / "runs/c/summary.json", "{\"name\": \"cut sh");  // an unreadable run among good ones
+  test::write_text(dir / "runs/c/config.resolved.yaml", "name: x\n");
+  const std::string bin = test::gputrain_binary();
+  auto stdout_of = [&](const std::string& args) {
+    const auto r = test::run_shell(bin + " " + args + " 2>" + (dir / "err.txt"));
+    INFO(args << "\n" << r.output << "\nstderr: " << test::read_text(dir / "err.txt"));
+    CHECK(r.exit_code == 0);
+    return r.output;
+  };
+  auto warned = [&](const std::string& text) { CHECK_THAT(test::read_text(dir / "err.txt"), Catch::Contains(text)); };
+  for (const std::string& args : {"check --json " + (dir / "c.yaml"), "data inspect --json " + (dir / "c.yaml"),
+                                  "eval --json " + (dir / "c.yaml") + " --checkpoint " + (dir / "runs/a")}) {
+    CHECK_NOTHROW(json_read_object(stdout_of(args)));
+    warned("skipped a bad file");
+  }
+  const YAML::Node printed = YAML::Load(stdout_of("config print " + (dir / "c.yaml")));
+  CHECK(printed.IsMap());
+  CHECK(printed["data"]["format"].as<std::string>() == "images");
+  warned("skipped a bad file");
+  const std::vector<std::string> jsonl = test::lines_of(stdout_of("runs --json " + (dir / "runs")));
+  CHECK(jsonl.size() == 3);
+  for (const std::string& row : jsonl) CHECK_NOTHROW(json_read_object(row));
+  warned("runs/c: summary.json");
+  const std::vector<std::string> csv = test::lines_of(stdout_of("runs --csv " + (dir / "runs")));
+  REQUIRE(csv.size() == 4);
+  const auto columns = std::count(csv[0].begin(), csv[0].end(), ',');
+  for (const std::string& row : csv) CHECK(std::count(row.begin(), row.end(), ',') == columns);
+  warned("runs/c: summary.json");
+  CHECK_NOTHROW(json_read_object(stdout_of("config schema")));
+  // The class with no readable file: named, in train.log too.
+  std::string odd_config = images_config(dir / "odd");
+  odd_config.replace(odd_config.find("out_features: 10"), 16, "out_features: 2");
+  test::write_text(dir / "odd.yaml", odd_config);
+  const auto odd = test::run_gputrain("train " + (dir / "odd.yaml") + " --max-steps 1 --out " + (dir / "odd_run"));
+  INFO(odd.output);
+  CHECK(odd.exit_code == 0);
+  const std::string want = "images: in " + (dir / "odd") + ", every file of class y (1 file) was bad";
+  CHECK_THAT(odd.output, Catch::Contains(want));
+  CHECK_THAT(test::read_text(dir / "odd_run/train.log"), Catch::Contains(want));
 }

@@ -11,9 +11,9 @@
 #include <jpeglib.h>
 #include <png.h>
 #include <spdlog/spdlog.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -22,6 +22,7 @@
 #include <csetjmp>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <optional>
 #include <thread>
@@ -316,11 +317,24 @@ Decoded decode_folder(const Listing& l, const ImageFolderOptions& opts) {
   }
   if (kept == 0)
     throw DataError(fmt::format("{}: none of its {} image files could be read (first: {})", l.dir, n, first_bad));
-  if (d.bad_files > 0)
+  if (d.bad_files > 0) {
     spdlog::warn("images: skipped a bad file: {}{}; data.on_bad_file: error stops at one instead", first_bad,
                  d.bad_files > 1
                      ? fmt::format(" ({} more bad files in {} skipped, not logged each)", d.bad_files - 1, l.dir)
                      : std::string());
+    // A class left with no sample still has its output: the model is trained never to predict it, silently.
+    std::vector<int64_t> files(l.classes.size(), 0), good(l.classes.size(), 0);
+    for (const ImageFile& f : l.files) ++files[static_cast<size_t>(f.label)];
+    for (const int32_t y : labels) ++good[static_cast<size_t>(y)];
+    std::string empty;
+    for (size_t c = 0; c < l.classes.size(); ++c)
+      if (files[c] > 0 && good[c] == 0)
+        empty += fmt::format("{}{} ({} file{})", empty.empty() ? "" : ", ", l.classes[c], files[c],
+                             files[c] == 1 ? "" : "s");
+    if (!empty.empty())
+      spdlog::warn("images: in {}, every file of class {} was bad: the class has no samples to learn from", l.dir,
+                   empty);
+  }
   d.inputs = kept == n ? x : x.narrow0(kept).clone();
   d.targets = Tensor::empty(Shape{kept}, DType::i32);
   std::copy(labels.begin(), labels.end(), d.targets.data<int32_t>());
@@ -340,11 +354,18 @@ Dataset make_dataset(const Listing& l, Decoded d) {
   return ds;
 }
 
-// ---- The cache: a header (magic, version, the key, each split's N, C, H, W, bad files and class names), then
-// each split's labels and inputs at 64-byte boundaries; memory-mapped copy-on-write, so normalize can write to it.
+// ---- The cache: a header (magic, version, the key, the CRC-32 of the payload, each split's N, C, H, W, bad files
+// and class names), then the payload: each split's labels and inputs at 64-byte boundaries. It is read whole into
+// memory (normalize writes to it; a file cut short under a run is a short read, not a signal), and checked as
+// decoded data is: the checksum, the labels, every value finite.
 
 constexpr char kCacheMagic[8] = {'G', 'T', 'I', 'M', 'G', 'C', 'A', 'C'};
-constexpr uint64_t kCacheVersion = 1;
+constexpr uint64_t kCacheVersion = 2;  // 2: the payload's CRC-32 in the header
+
+uint32_t payload_crc(const uint8_t* data, size_t bytes) {
+  uLong crc = crc32_z(0, nullptr, 0);
+  return static_cast<uint32_t>(crc32_z(crc, data, bytes));
+}
 
 // FNV-1a over what names the source: each split's folder, its files' paths, sizes and modification times.
 uint64_t source_digest(const std::vector<const Listing*>& listings) {
@@ -413,10 +434,19 @@ struct SplitHeader {
 
 void write_cache(const std::string& path, const std::string& options, uint64_t digest,
                  const std::vector<const Dataset*>& splits) {
+  static const char zeros[64] = {};
+  // The payload's checksum first (the header holds it), over the same bytes in the same order as written below.
+  uLong crc = crc32_z(0, nullptr, 0);
+  for (const Dataset* d : splits)
+    for (const Tensor* t : {&d->targets, &d->inputs}) {
+      crc = crc32_z(crc, static_cast<const Bytef*>(t->raw()), t->bytes());
+      crc = crc32_z(crc, reinterpret_cast<const Bytef*>(zeros), align64(t->bytes()) - t->bytes());
+    }
   std::string header(kCacheMagic, sizeof kCacheMagic);
   put_u64(header, kCacheVersion);
   put_str(header, options);
   put_u64(header, digest);
+  put_u64(header, static_cast<uint32_t>(crc));
   put_u64(header, splits.size());
   for (const Dataset* d : splits) {
     for (int64_t v : {d->inputs.dim(0), d->inputs.dim(1), d->inputs.dim(2), d->inputs.dim(3), d->bad_files})
@@ -424,7 +454,6 @@ void write_cache(const std::string& path, const std::string& options, uint64_t d
     put_u64(header, d->class_names.size());
     for (const std::string& c : d->class_names) put_str(header, c);
   }
-  static const char zeros[64] = {};
   // Every rank of a data-parallel run decodes the same folders and writes the same bytes here, processes and the
   // threads of one: a temporary of its own each, so no writer truncates another's, and whichever rename lands last
   // leaves the same file.
@@ -439,11 +468,29 @@ void write_cache(const std::string& path, const std::string& options, uint64_t d
   f.commit();
 }
 
-// The cached splits, or the reason the cache cannot serve (missing, unreadable, stale).
+// The cached splits, or the reason the cache cannot serve (missing, unreadable, stale, damaged).
 struct CacheRead {
   std::vector<Dataset> splits;
   std::string why_not;
+  bool damaged = false;  ///< a cache of this build's format whose contents do not check: warned, not just logged
 };
+
+// The whole file into CPU storage, or the reason it could not be read.
+std::shared_ptr<Storage> read_whole(int fd, size_t bytes, std::string& why_not) {
+  auto storage = allocate_storage(std::max<size_t>(bytes, 1), Device::cpu());
+  auto* p = static_cast<uint8_t*>(storage->ptr);
+  for (size_t done = 0; done < bytes;) {
+    const ssize_t got = ::pread(fd, p + done, bytes - done, static_cast<off_t>(done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      why_not =
+          got < 0 ? fmt::format("it cannot be read: {}", std::strerror(errno)) : "it was cut short while being read";
+      return nullptr;
+    }
+    done += static_cast<size_t>(got);
+  }
+  return storage;
+}
 
 CacheRead read_cache(const std::string& path, const std::string& options, uint64_t digest,
                      const std::vector<const Listing*>& listings) {
@@ -460,20 +507,13 @@ CacheRead read_cache(const std::string& path, const std::string& options, uint64
     return r;
   }
   const auto bytes = static_cast<size_t>(st.st_size);
-  void* map = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+  const std::shared_ptr<Storage> storage = read_whole(fd, bytes, r.why_not);
   ::close(fd);
-  if (map == MAP_FAILED) {
-    r.why_not = fmt::format("it cannot be memory-mapped: {}", std::strerror(errno));
-    return r;
-  }
-  auto storage = std::make_shared<Storage>();
-  storage->ptr = map;
-  storage->bytes = bytes;
-  storage->device = Device::cpu();
-  storage->release = [bytes](void* p) { ::munmap(p, bytes); };
-  CacheReader in{static_cast<const uint8_t*>(map), bytes};
+  if (!storage) return r;
+  const auto* data = static_cast<const uint8_t*>(storage->ptr);
+  CacheReader in{data, bytes};
   in.pos = sizeof kCacheMagic;
-  if (std::memcmp(map, kCacheMagic, sizeof kCacheMagic) != 0) {
+  if (std::memcmp(data, kCacheMagic, sizeof kCacheMagic) != 0) {
     r.why_not = "it is not a gputrain image cache (wrong magic)";
     return r;
   }
@@ -491,6 +531,8 @@ CacheRead read_cache(const std::string& path, const std::string& options, uint64
     r.why_not = "files in the folders were added, removed, changed or touched since it was written";
     return r;
   }
+  r.damaged = true;  // from here on, a reason not to use it means the file is not what this build wrote
+  const uint64_t crc = in.u64();
   const uint64_t count = in.u64();
   std::vector<SplitHeader> heads;
   for (uint64_t s = 0; in.ok && s < count && s < 2; ++s) {
@@ -504,7 +546,12 @@ CacheRead read_cache(const std::string& path, const std::string& options, uint64
     r.why_not = "its header is cut short or damaged";
     return r;
   }
-  size_t pos = align64(in.pos);
+  const size_t payload = align64(in.pos);
+  if (payload > bytes || payload_crc(data + payload, bytes - payload) != crc) {
+    r.why_not = "its contents do not match their checksum (the file was changed or damaged)";
+    return r;
+  }
+  size_t pos = payload;
   for (size_t s = 0; s < heads.size(); ++s) {
     const SplitHeader& h = heads[s];
     const Listing& l = *listings[s];
@@ -530,6 +577,12 @@ CacheRead read_cache(const std::string& path, const std::string& options, uint64
         r.why_not = "its labels are damaged";
         return r;
       }
+    try {  // as every reader checks its decoded values: a NaN or Inf would train to nothing, silently
+      check_finite(ds.inputs, path, 1.0f);
+    } catch (const DataError& e) {
+      r.why_not = e.what();
+      return r;
+    }
     ds.num_classes = static_cast<int64_t>(h.classes.size());
     ds.class_names = h.classes;
     ds.bad_files = h.bad_files;
@@ -658,9 +711,16 @@ void read_image_folders(const std::string& train_dir, const std::string& test_di
       train = std::move(cached.splits.at(0));
       if (test_list) test = std::move(cached.splits.at(1));
       spdlog::info("images: {} from cache {}", train.size() + test.size(), opts.cache);
+      if (train.bad_files + test.bad_files > 0)  // said at every run, as a decode would say it
+        spdlog::warn("images: {} bad files were skipped when the cache {} was made (decode without it to see them)",
+                     train.bad_files + test.bad_files, opts.cache);
       return;
     }
-    spdlog::info("images: decoding, not reading the cache {}: {}", opts.cache, cached.why_not);
+    if (cached.damaged)
+      spdlog::warn("images: the cache {} is damaged ({}); decoding the folders again and rewriting it", opts.cache,
+                   cached.why_not);
+    else
+      spdlog::info("images: decoding, not reading the cache {}: {}", opts.cache, cached.why_not);
   }
   train = make_dataset(train_list, decode_folder(train_list, opts));
   if (test_list) test = make_dataset(*test_list, decode_folder(*test_list, opts));
@@ -678,6 +738,12 @@ void read_image_folders(const std::string& train_dir, const std::string& test_di
   } catch (const Error& e) {
     spdlog::warn("images: could not write the cache: {}; the next run decodes again", e.what());
   }
+}
+
+bool is_image_cache(const std::string& path) {
+  char magic[sizeof kCacheMagic] = {};
+  std::ifstream in(path, std::ios::binary);
+  return in.read(magic, sizeof magic) && std::memcmp(magic, kCacheMagic, sizeof magic) == 0;
 }
 
 void normalize_inputs(Dataset& data, const NormalizeSpec& spec) {

@@ -1,5 +1,5 @@
 // Image folders (`data.format: images`): PNG and JPEG files under DIR/<class>/, decoded with libpng and
-// libjpeg-turbo into [N, C, H, W] f32 samples, the memory-mapped cache of a decoded set (`data.cache`), and the
+// libjpeg-turbo into [N, C, H, W] f32 samples, the checksummed cache of a decoded set (`data.cache`), and the
 // per-channel normalisation of image samples (`data.normalize`).
 #pragma once
 
@@ -62,9 +62,14 @@ struct ImageFolderOptions {
 /// classes and files in name order, labels the class's index. The test folder's classes must be the training
 /// folder's. Decodes on every thread; bad files are skipped (one warning per folder, the rest counted in
 /// Dataset::bad_files) or, under bad_file_error, a DataError naming the file. With a cache, a file whose key matches
-/// the folders and options is memory-mapped instead of decoding, and anything else is decoded and (re)written.
+/// the folders and options is read instead of decoding, once its checksum, labels and values check; anything else is
+/// decoded and (re)written, with a warning when the cache was damaged (a checksum, a NaN or Inf, a cut).
 void read_image_folders(const std::string& train_dir, const std::string& test_dir, const ImageFolderOptions& opts,
                         Dataset& train, Dataset& test);
+
+/// Whether `path` is a file gputrain's image cache wrote (its magic), of any format version: the only kind of file
+/// data.cache may replace.
+bool is_image_cache(const std::string& path);
 
 /// Applies `spec` to the inputs [N, C, ...] of `data` (once, at load time). A channel count other than the
 /// number of means is a ConfigError naming spec.where.

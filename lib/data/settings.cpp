@@ -4,6 +4,7 @@
 #include "config/choice.h"
 #include "config/schema.h"
 #include "data/batch_stager.h"
+#include "data/images.h"
 
 #include <unistd.h>
 
@@ -67,10 +68,10 @@ std::vector<KeySpec> split_keys(const SectionSpec& split, bool train_required = 
 }
 
 const KeySpec kScaleKey{.name = "scale",
-                     .kind = KeyKind::number,
-                     .fallback = "1",
-                     .doc = "inputs are multiplied by it (1/255 = 0.00392156862745098); a 32-bit float",
-                     .extra_json = R"("minimum": -3.4028234663852886e38, "maximum": 3.4028234663852886e38)"};
+                        .kind = KeyKind::number,
+                        .fallback = "1",
+                        .doc = "inputs are multiplied by it (1/255 = 0.00392156862745098); a 32-bit float",
+                        .extra_json = R"("minimum": -3.4028234663852886e38, "maximum": 3.4028234663852886e38)"};
 
 void read_scale(const ConfigNode& d, DataConfig& out) {
   out.scale = get_double(d, kScaleKey);
@@ -446,6 +447,11 @@ void parse_images(const ConfigNode& d, DataConfig& out) {
     out.cache = cache.as_string();
     if (out.cache.empty()) cache.fail("expected a file path, got an empty string (null: no cache)");
     if (std::filesystem::is_directory(out.cache)) cache.fail(fmt::format("{} is a folder, not a file", out.cache));
+    // The cache is rewritten whenever it is stale: only a file the cache itself wrote may be there.
+    std::error_code ec;
+    if (std::filesystem::exists(std::filesystem::symlink_status(out.cache, ec)) && !is_image_cache(out.cache))
+      cache.fail(fmt::format("{} exists and is not a gputrain image cache; it is not overwritten: name a new file",
+                             out.cache));
   }
 }
 
@@ -561,7 +567,7 @@ const std::vector<DataFormatSpec>& data_formats() {
          .kind = KeyKind::string,
          .nullable = true,
          .fallback = "null",
-         .doc = "a file for the decoded set, memory-mapped by later runs while the files and options match"}},
+         .doc = "a file for the decoded set (checksummed), read by later runs while the files and options match"}},
        parse_images,
        write_images,
        load_images},
