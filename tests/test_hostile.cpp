@@ -8,6 +8,7 @@
 #include "data/dataset.h"
 #include "helpers.h"
 
+#include <fmt/format.h>
 #include <catch2/catch.hpp>
 
 #include <sys/stat.h>
@@ -15,6 +16,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 using namespace gt;
 using namespace gt::test;
@@ -98,4 +100,30 @@ TEST_CASE("a data file the user cannot read says permission denied, not file not
   INFO(r.output);
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.output, Catch::Contains("data.train.path: cannot read " + (dir / "locked.csv") + ": Permission denied"));
+}
+
+TEST_CASE("an NPY input truncated while a run maps it ends the run with exit 1 naming it, not Bus error", "[e2e]") {
+  TempDir dir;
+  const int64_t n = 100000, features = 16;
+  std::vector<float> x(static_cast<size_t>(n * features));
+  std::vector<int64_t> y(static_cast<size_t>(n));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 97) / 97.0f;
+  for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<int64_t>(i % 3);
+  write_npy(dir / "x.npy", "<f4", fmt::format("({}, {})", n, features), x.data(), x.size() * 4);
+  write_npy(dir / "y.npy", "<i8", fmt::format("({},)", n), y.data(), y.size() * 8);
+  write_text(dir / "c.yaml", "name: npy\nseed: 1\ndevice: cpu\ndata:\n  format: npy\n  train: {inputs: " +
+                                 (dir / "x.npy") + ", targets: " + (dir / "y.npy") +
+                                 "}\n  batch_size: 64\nmodel: {layers: [{type: linear, out_features: 3}]}\n"
+                                 "loss: cross_entropy\noptimizer: {type: sgd, lr: 0.01}\ntrain: {epochs: 50}\n"
+                                 "checkpoint: {every_steps: 50}\n");
+  const std::string run = dir / "run";
+  const Background b =
+      start_gputrain("train " + (dir / "c.yaml") + " --threads 1 --no-progress --out " + run, dir / "log");
+  REQUIRE(wait_for_file(run + "/checkpoints/latest", 60));
+  ::truncate((dir / "x.npy").c_str(), 4096);
+  const int code = wait_exit(b);
+  const std::string log = read_text(dir / "log");
+  INFO(log);
+  CHECK(code == 1);
+  CHECK_THAT(log, Catch::Contains("error: " + (dir / "x.npy") + ": the file was cut short while this run read it"));
 }

@@ -1,4 +1,5 @@
 // CSV and NPY data files.
+#include "core/map_guard.h"
 #include "core/quote.h"
 #include "data/dataset.h"
 
@@ -320,7 +321,11 @@ std::shared_ptr<const MappedInputs> map_npy_inputs(const std::string& path, floa
   auto map = std::make_shared<Storage>();
   map->ptr = p;
   map->bytes = size;
-  map->release = [size](void* q) { ::munmap(q, size); };
+  map->release = [size](void* q) {
+    unguard_mapping(q);
+    ::munmap(q, size);
+  };
+  guard_mapping(p, size, path);  // a file cut short under the run: exit 1 naming it, not "Bus error"
   auto m = std::make_shared<MappedInputs>();
   m->data = static_cast<const uint8_t*>(p) + layout.offset;
   m->map = std::move(map);
