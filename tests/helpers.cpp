@@ -81,7 +81,7 @@ int wait_exit(const Background& b) {
 
 std::string metrics_without_timing(const std::string& run) {
   static const std::regex timing(
-      R"re(, "(samples_per_sec|data_wait_ms|elapsed_s|device_[a-z_]+|host_[a-z_]+|gpu[0-9]+_[a-z_]+)": ("[^"]*"|[^,}]*))re");
+      R"re(, "(samples_per_sec|data_wait_ms|train_s|eval_s|checkpoint_s|elapsed_s|device_[a-z_]+|host_[a-z_]+|gpu[0-9]+_[a-z_]+)": ("[^"]*"|[^,}]*))re");
   return std::regex_replace(read_text(run + "/metrics.jsonl"), timing, "");
 }
 

@@ -701,3 +701,49 @@ optimizer: {{type: sgd, lr: 0.1}}
   CHECK_THAT(bad.output, Catch::Contains("data.scale"));
   CHECK(run_gputrain("data inspect").exit_code == 2);
 }
+
+TEST_CASE("window rates add up: samples over the training time of the window, across epoch boundaries", "[e2e]") {
+  // 4 steps an epoch, a row every 30 steps: each window spans 7 or 8 epoch boundaries, evaluations and checkpoints.
+  TempDir dir;
+  std::string cfg = kTinyConfig;
+  const auto swap = [&cfg](const std::string& from, const std::string& to) {
+    cfg.replace(cfg.find(from), from.size(), to);
+  };
+  swap("train: {epochs: 1, log_every: 1}", "train: {epochs: 30, log_every: 30}");
+  swap("samples: 256", "samples: 128");
+  write_text(dir / "c.yaml", cfg + "checkpoint: {every_steps: 40}\n");
+  const auto r = run_gputrain("train " + (dir / "c.yaml") + " --threads 1 --no-progress --out " + (dir / "run"));
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  int64_t last_step = 0;
+  double last_elapsed = 0, samples = 0, train_seconds = 0;
+  int rows = 0;
+  for (const std::string& line : lines_of(read_text(dir / "run/metrics.jsonl"))) {
+    const gt::JsonValue row = gt::json_read_object(line);
+    if (row.find("type")->string != "train") continue;
+    ++rows;
+    const int64_t step = *row.find("step")->integer;
+    const double window = static_cast<double>((step - last_step) * 32);  // the window's samples
+    for (const char* key : {"samples_per_sec", "elapsed_s", "train_s", "eval_s", "checkpoint_s"})
+      REQUIRE(row.find(key) != nullptr);
+    const double rate = row.find("samples_per_sec")->number, elapsed = row.find("elapsed_s")->number;
+    const double train_s = row.find("train_s")->number, eval_s = row.find("eval_s")->number,
+                 checkpoint_s = row.find("checkpoint_s")->number;
+    INFO("row at step " << step << ": " << line);
+    CHECK(window / rate == Approx(train_s).epsilon(1e-9));  // the rate is the window's samples over its time
+    // The window's training, evaluation and checkpoint time fit in the wall time since the previous row.
+    CHECK(train_s + eval_s + checkpoint_s <= elapsed - last_elapsed + 1e-3);
+    CHECK(eval_s > 0);  // an evaluation at every epoch's end, inside every window
+    samples += window;
+    train_seconds += train_s;
+    last_step = step;
+    last_elapsed = elapsed;
+  }
+  CHECK(last_step == 120);
+  CHECK(rows == 4);  // steps 30, 60, 90, 120
+  // The run's rate (summary.json, the done line) is the windows' samples over their summed time (and the few
+  // microseconds the clock runs after the last row).
+  const double done = *json_number(read_text(dir / "run/summary.json"), "samples_per_sec");
+  CHECK(done == Approx(samples / train_seconds).epsilon(1e-3));
+  CHECK_THAT(r.output, Catch::Contains(fmt::format("done: 120 steps, {:.0f} samples/s", done)));
+}

@@ -298,6 +298,7 @@ CheckpointInfo parse_state_json(const std::string& text, const std::string& sour
   p.epoch_loss = r.number("progress/epoch_loss");
   p.window_loss = r.number("progress/window_loss");
   p.window_hits = r.number("progress/window_hits");
+  p.window_loss_carried = r.optional_number("progress/window_loss_carried").value_or(0);  // absent before 2026-12-04
   p.final_train_loss = r.number("progress/final_train_loss");
   p.grad_norm = r.number("progress/grad_norm");
   p.train_seconds = r.number("progress/train_seconds");
@@ -618,6 +619,7 @@ std::string CheckpointStore::save(Model& model, Optimizer& optimizer, OptimizerT
                                                 .add("epoch_loss", p.epoch_loss)
                                                 .add("window_loss", p.window_loss)
                                                 .add("window_hits", p.window_hits)
+                                                .add("window_loss_carried", p.window_loss_carried)
                                                 .add("final_train_loss", p.final_train_loss)
                                                 .add("grad_norm", p.grad_norm)
                                                 .add("train_seconds", p.train_seconds)

@@ -28,6 +28,9 @@ struct TrainProgress {
   int64_t train_samples = 0, epoch_samples = 0, window_samples = 0;
   double epoch_loss = 0;                    ///< loss summed over the epoch's closed log windows
   double window_loss = 0, window_hits = 0;  ///< the open log window's sums (the loss statistics)
+  /// The open window's loss sum from epochs that already ended (in their epoch_loss already): a log window spans
+  /// epoch boundaries, so its rate counts every sample of its time.
+  double window_loss_carried = 0;
   double final_train_loss = 0, grad_norm = 0, train_seconds = 0;
   double lr_scale = 1;  ///< learning-rate multiplier (halved by each non-finite rollback)
   int64_t last_eval_step = -1, skips_in_row = 0, optimizer_steps = 0;

@@ -145,6 +145,9 @@ void RunReporter::log_train(const TrainProgress& p, int64_t total_steps, const L
                        .add("grad_norm", p.grad_norm)
                        .add("samples_per_sec", w.samples_per_sec)
                        .add("data_wait_ms", w.data_wait_ms)
+                       .add("train_s", w.train_s)
+                       .add("eval_s", w.eval_s)
+                       .add("checkpoint_s", w.checkpoint_s)
                        .add("elapsed_s", seconds_since(m_wall_start));
   if (p.loss_scale > 0) row.add("loss_scale", p.loss_scale).add("overflow_skips", p.overflow_skips);
   if (m_tokens_per_sample > 0) row.add("tokens_per_sec", tokens_per_sec);

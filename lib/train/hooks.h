@@ -53,9 +53,11 @@ class TrainClock {
 struct LogWindow {
   double loss = 0;             ///< mean over the window's samples
   double lr = 0;               ///< of its last step
-  double samples_per_sec = 0;  ///< over its training time
+  double samples_per_sec = 0;  ///< its samples (across epoch boundaries) over its training time
   double data_wait_ms = 0;     ///< per step: the host's time getting its batches ready (gather, scale, augment, copy)
-  bool skipped = false;        ///< its last step was skipped
+  double train_s = 0;          ///< its training time: the rate's denominator
+  double eval_s = 0, checkpoint_s = 0;  ///< wall time in evaluations and checkpoint writes since the last row
+  bool skipped = false;                 ///< its last step was skipped
 };
 
 /// Where the run's numbers go: the periodic step line (train.log, and the console unless the progress bar stands for

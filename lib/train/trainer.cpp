@@ -107,6 +107,10 @@ class TrainLoop {
   bool m_any_stop = false;    ///< several ranks: some rank was asked to stop (learnt with the step's sums)
   int64_t m_wait_steps = 0;   ///< steps since the last log window (the data wait's denominator)
   bool m_wait_noted = false;  ///< the data-wait line is logged once a run
+  /// Wall seconds since the last log window in evaluations and in checkpoint writes: outside the training clock,
+  /// named in the next train row so that the rows' times add up to elapsed_s.
+  double m_eval_s = 0, m_checkpoint_s = 0;
+  void evaluate();
 };
 
 RunSummary TrainLoop::run() {
@@ -207,7 +211,7 @@ void TrainLoop::after_step(const StepDone& done, bool last) {
   m_bar.after_step(p, p.micro_done == m_plan.micro_per_epoch || last);
   if (m_evaluator.due_after_step(p, last)) {
     m_clock.stop();
-    m_evaluator.run(p, m_reporter.metrics());
+    evaluate();
     m_clock.restart();
   }
   const bool epoch_checkpoint_next = p.micro_done == m_plan.micro_per_epoch && m_exp.checkpoint.every_epochs > 0 &&
@@ -233,14 +237,16 @@ bool TrainLoop::stop_after_step() {
 // The end of an epoch (or of the run, at max_steps inside one); false when the run ends here.
 bool TrainLoop::end_epoch() {
   TrainProgress& p = m_p;
-  // The log window's remainder joins the epoch's loss.
-  if (p.window_samples > 0)
-    close_window();
-  else
-    m_clock.stop();
-  p.window_samples = 0;
+  // The open log window's loss from this epoch joins the epoch's loss; the window itself stays open across the
+  // boundary (its samples and its time go on together, so its rate is samples over the time that made them).
+  if (p.window_samples > 0) {
+    m_step.read_window(p);  // waits for the device
+    p.epoch_loss += p.window_loss - p.window_loss_carried;
+    p.window_loss_carried = p.window_loss;
+  }
+  m_clock.stop();
   p.final_train_loss = p.epoch_loss / static_cast<double>(std::max<int64_t>(p.epoch_samples, 1));
-  if (m_evaluator.due_at_epoch_end(p)) m_evaluator.run(p, m_reporter.metrics());
+  if (m_evaluator.due_at_epoch_end(p)) evaluate();
   p.epochs_done = p.epoch + 1;
   m_checkpoints.mark_dirty();
   if (p.micro_done < m_plan.micro_per_epoch) return false;  // max_steps ended the run: a resume continues the epoch
@@ -348,8 +354,8 @@ double TrainLoop::close_window() {
   m_step.read_window(m_p);  // waits for the device, so the window's time includes its work
   m_clock.stop();
   const double loss_sum = m_p.window_loss;
-  m_p.epoch_loss += loss_sum;
-  m_p.window_loss = m_p.window_hits = 0;
+  m_p.epoch_loss += loss_sum - m_p.window_loss_carried;  // (the part from ended epochs is in theirs)
+  m_p.window_loss = m_p.window_hits = m_p.window_loss_carried = 0;
   m_step.clear_window();
   return loss_sum;
 }
@@ -364,6 +370,10 @@ void TrainLoop::log_window(const StepDone& done) {
   const double wait_s = m_step.take_data_wait_seconds();
   const int64_t steps = std::max<int64_t>(m_wait_steps, 1);
   w.data_wait_ms = 1e3 * wait_s / static_cast<double>(steps);
+  w.train_s = m_clock.window_seconds();
+  w.eval_s = m_eval_s;
+  w.checkpoint_s = m_checkpoint_s;
+  m_eval_s = m_checkpoint_s = 0;
   note_data_wait(wait_s, m_clock.window_seconds(), steps);
   m_wait_steps = 0;
   m_reporter.log_train(m_p, m_plan.total_steps, w);
@@ -401,8 +411,16 @@ void TrainLoop::note_data_wait(double wait_s, double window_s, int64_t steps) {
 }
 
 void TrainLoop::save_checkpoint() {
+  const auto start = RunClock::now();
   m_step.read_window(m_p);
   m_checkpoints.save(m_p, m_reporter.metrics().bytes());
+  m_checkpoint_s += seconds_since(start);
+}
+
+void TrainLoop::evaluate() {
+  const auto start = RunClock::now();
+  m_evaluator.run(m_p, m_reporter.metrics());
+  m_eval_s += seconds_since(start);
 }
 
 // The last checkpoint, the final weights and summary.json (a diverged run leaves its last good checkpoint as it is).
