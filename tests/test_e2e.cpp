@@ -490,7 +490,7 @@ TEST_CASE("bad configs and usage exit 2 with one error line, bad data exits 1", 
   expect("check " + (dir / "good.yaml") + " --set train.nope.deeper=1", 2,
          "the config has no key train.nope; write +train.nope.deeper=1 to add it");
   expect("train " + (dir / "missing.yaml"), 2, "cannot open config file");
-  expect("train", 2, "error:");
+  expect("train", 2, "a config is needed");
   expect("frobnicate", 2, "error:");
   expect("train " + (dir / "good.yaml") + " --device cuda:0", 1, "device cuda:0");
 
@@ -746,4 +746,59 @@ TEST_CASE("window rates add up: samples over the training time of the window, ac
   const double done = *json_number(read_text(dir / "run/summary.json"), "samples_per_sec");
   CHECK(done == Approx(samples / train_seconds).epsilon(1e-3));
   CHECK_THAT(r.output, Catch::Contains(fmt::format("done: 120 steps, {:.0f} samples/s", done)));
+}
+
+TEST_CASE("the command line takes what people type: bare overrides, --config, a run directory, flags that win",
+          "[e2e]") {
+  TempDir dir;
+  std::string cfg = kTinyConfig;
+  cfg.replace(cfg.find("train: {epochs: 1, log_every: 1}"), 32, "train: {epochs: 2, log_every: 100}");
+  write_text(dir / "c.yaml", cfg);
+  // Hydra's bare KEY=VALUE after the config, with its prefixes, and --config FILE.
+  auto r = run_gputrain("train " + (dir / "c.yaml") + " optimizer.lr=0.05 ++train.log_every=2 '~seed'" +
+                        " --quiet --out " + (dir / "a"));
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK(read_text(dir / "a/overrides.json") ==
+        "{\"overrides\": [\"optimizer.lr=0.05\", \"++train.log_every=2\", \"~seed\"]}\n");
+  CHECK_THAT(read_text(dir / "a/config.resolved.yaml"), Catch::Contains("lr: 0.05"));
+  r = run_gputrain("train --config " + (dir / "c.yaml") + " optimizer.lr=0.2 --quiet --out " + (dir / "b"));
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(read_text(dir / "b/config.resolved.yaml"), Catch::Contains("lr: 0.2"));
+  // What does not parse says what would.
+  r = run_gputrain("train " + (dir / "c.yaml") + " --optimizer.lr=0.02");
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.output, Catch::Contains("an override is --set optimizer.lr=0.02 (or optimizer.lr=0.02 after CONFIG)"));
+  r = run_gputrain("train " + (dir / "c.yaml") + " --set optimizer.lr 0.02");
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.output, Catch::Contains("--set optimizer.lr 0.02: write --set optimizer.lr=0.02"));
+  r = run_gputrain("train " + (dir / "c.yaml") + " " + (dir / "c.yaml"));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.output, Catch::Contains("not an override") && Catch::Contains("only one config may be given"));
+  // A run directory stands for its config and, for eval, generate and export llmc, its weights.
+  r = run_gputrain("eval " + (dir / "a") + " --json");
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK(json_number(r.output, "test_loss").has_value());
+  r = run_gputrain("eval " + (dir / "c.yaml"));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.output, Catch::Contains("--checkpoint PATH is needed (the weights), or give a run directory as CONFIG"));
+  CHECK(run_gputrain("check " + (dir / "a")).exit_code == 0);
+  // --max-steps trains that many steps even past the config's epochs (2 of 8 steps), and says which limit ends it.
+  r = run_gputrain("train " + (dir / "c.yaml") + " --max-steps 30 --no-progress --out " + (dir / "m"));
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("steps: 30 (train.max_steps; train.epochs lifted)"));
+  CHECK(json_number(read_text(dir / "m/summary.json"), "steps") == 30);
+  r = run_gputrain("train " + (dir / "c.yaml") + " --max-steps 30 --epochs 2 --no-progress --out " + (dir / "n"));
+  CHECK_THAT(r.output, Catch::Contains("steps: 16 — train.epochs ends the run first (train.epochs 2 × 8 steps = 16, "
+                                       "train.max_steps 30)"));
+  CHECK(json_number(read_text(dir / "n/summary.json"), "steps") == 16);
+  // Bare gputrain: the help and examples, exit 0; numeric flags are typed in --help.
+  r = run_gputrain("");
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("Examples:") && Catch::Contains("gputrain train configs/"));
+  r = run_gputrain("train --help");
+  CHECK_THAT(r.output,
+             Catch::Contains("--max-steps N") && Catch::Contains("--epochs N") && Catch::Contains("--seed N"));
 }

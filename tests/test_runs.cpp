@@ -67,10 +67,11 @@ TEST_CASE("gputrain runs compares run directories: differing overrides, status, 
   const auto cells = table_cells(text.output);
   REQUIRE(cells.size() == 4);
   const auto& header = cells[0];
-  // Only what differs between the runs: the batch size, the learning rate and max_steps, not the layers or the seed.
-  CHECK(header == std::vector<std::string>{"run", "data.batch_size", "optimizer.lr", "train.max_steps", "status",
-                                           "steps", "wall_s", "final_train_loss", "test_loss", "test_accuracy",
-                                           "samples_per_sec"});
+  // Only what differs between the runs: the batch size, the learning rate and max_steps (with the epochs --max-steps
+  // lifts), not the layers or the seed.
+  CHECK(header == std::vector<std::string>{"run", "data.batch_size", "optimizer.lr", "train.epochs", "train.max_steps",
+                                           "status", "steps", "wall_s", "final_train_loss", "test_loss",
+                                           "test_accuracy", "samples_per_sec"});
   const size_t lr = column_of(header, "optimizer.lr"), status = column_of(header, "status"),
                steps = column_of(header, "steps");
   CHECK(cells[1][0] == "a");
@@ -116,7 +117,7 @@ TEST_CASE("gputrain runs compares run directories: differing overrides, status, 
     std::vector<std::string> overrides;
     for (const auto& v : o.find("overrides")->items) overrides.push_back(v.string);
     CHECK(overrides == (name == "c" ? std::vector<std::string>{"data.batch_size=16", "optimizer.lr=" + lrs.at(name)}
-                                    : std::vector<std::string>{"optimizer.lr=" + lrs.at(name),
+                                    : std::vector<std::string>{"optimizer.lr=" + lrs.at(name), "train.epochs=1048576",
                                                                "train.max_steps=" + extra.at(name).substr(12)}));
     CHECK(o.find("status")->string == (name == "c" ? "completed" : "max_steps"));
     CHECK(o.find("steps")->integer == (name == "a" ? 3 : name == "b" ? 2 : 16));
@@ -132,17 +133,18 @@ TEST_CASE("gputrain runs compares run directories: differing overrides, status, 
   REQUIRE(csv.exit_code == 0);
   const auto csv_lines = lines_of(csv.output);
   REQUIRE(csv_lines.size() == 4);
-  CHECK(csv_lines[0].rfind("run,data.batch_size,optimizer.lr,train.max_steps,status,steps,wall_s,final_train_loss,",
-                           0) == 0);
-  CHECK(csv_lines[1].rfind("b,32,0.01,2,max_steps,2,", 0) == 0);
-  CHECK(csv_lines[3].rfind("c,16,0.1,0,completed,16,", 0) == 0);
+  CHECK(csv_lines[0].rfind(
+            "run,data.batch_size,optimizer.lr,train.epochs,train.max_steps,status,steps,wall_s,final_train_loss,", 0) ==
+        0);
+  CHECK(csv_lines[1].rfind("b,32,0.01,1048576,2,max_steps,2,", 0) == 0);
+  CHECK(csv_lines[3].rfind("c,16,0.1,1,0,completed,16,", 0) == 0);
   auto csv_field = [&](size_t line, size_t column) {
     std::stringstream in(csv_lines[line]);
     std::string field;
     for (size_t i = 0; i <= column; ++i) std::getline(in, field, ',');
     return field;
   };
-  for (size_t i = 1; i < 4; ++i) CHECK(std::stod(csv_field(i, 8)) == test_loss[csv_field(i, 0)]);  // in full
+  for (size_t i = 1; i < 4; ++i) CHECK(std::stod(csv_field(i, 9)) == test_loss[csv_field(i, 0)]);  // in full
 
   // A run dir given itself is one row (no column differs); runs/<name>/<time>/ is found one level down.
   const auto one = table_cells(run_gputrain("runs " + (dir / "sweep/a")).output);

@@ -547,3 +547,39 @@ TEST_CASE("a token run on device: [cpu, cpu] with batch B trains like one worker
   CHECK(json_number(read_text(dir / "one/summary.json"), "test_loss") ==
         Approx(*json_number(read_text(dir / "two/summary.json"), "test_loss")).epsilon(1e-4));
 }
+
+TEST_CASE("a run directory is all eval, generate and check need: no training data, any folder", "[e2e]") {
+  TempDir dir;
+  write_text(dir / "text.txt", generated_text(12000, 6));
+  REQUIRE(run_gputrain("tokenize " + (dir / "text.txt") + " --out " + (dir / "tok")).exit_code == 0);
+  // Relative data paths, trained from the config's folder.
+  std::string cfg = gpt_config(".", 4, 1);
+  write_text(dir / "c.yaml", cfg);
+  const auto t = run_shell("cd " + dir.path() + " && " + gputrain_binary() + " train c.yaml --quiet --max-steps 6 " +
+                           "--out run 2>&1");
+  INFO(t.output);
+  REQUIRE(t.exit_code == 0);
+  CHECK_THAT(read_text(dir / "run/config.resolved.yaml"), Catch::Contains("path: " + (dir / "tok/train_*.bin")));
+  // From another folder: eval and generate take the run directory alone.
+  const auto e = run_shell("cd / && " + gputrain_binary() + " eval " + (dir / "run") + " --json 2>&1");
+  INFO(e.output);
+  CHECK(e.exit_code == 0);
+  CHECK(json_number(e.output, "test_loss").has_value());
+  // With the training shards gone, generate still runs (it reads none) and check sizes the GPT from its config.
+  for (const auto& f : fs::directory_iterator(dir / "tok")) fs::remove(f.path());
+  const auto g = run_gputrain("generate " + (dir / "run") + " --tokens 5 --prompt ab");
+  INFO(g.output);
+  CHECK(g.exit_code == 0);
+  CHECK_THAT(g.output, Catch::Contains("generated 5 tokens"));
+  const auto c = run_gputrain("check " + (dir / "c.yaml") + " --set data.train.path=" + (dir / "tok/train_*.bin") +
+                              " --set data.test.path=" + (dir / "tok/val_*.bin"));
+  INFO(c.output);
+  CHECK(c.exit_code == 0);
+  CHECK_THAT(c.output,
+             Catch::Contains("sized from the config (windows of 16 tokens, vocabulary 256, the model's output"));
+  CHECK_THAT(c.output, Catch::Contains("valid, sized from the config"));
+  // Training still needs its data, and says which key names it.
+  const auto r = run_gputrain("train " + (dir / "run") + " --out " + (dir / "again"));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.output, Catch::Contains("data.train.path: no file matches " + (dir / "tok/train_*.bin")));
+}

@@ -1,6 +1,8 @@
 // gputrain: the command line. The only place that maps errors to exit codes.
 #include "core/json.h"
+#include "core/limits.h"
 #include "core/ownership.h"
+#include "core/quote.h"
 #include "data/inspect.h"
 #include "data/tokens.h"
 #include "dist/comm.h"
@@ -85,13 +87,55 @@ int cmd_export(const std::string& from, const std::string& to) {
   return 0;
 }
 
+// The config a command reads, as people type it: CONFIG (an experiment file, or a run directory, whose
+// config.resolved.yaml is read) or --config FILE, then overrides as --set KEY=VALUE or bare KEY=VALUE words (Hydra's
+// way; +KEY=, ++KEY= and ~KEY too). resolve() turns the words into `file`, `sets` and `run_dir`.
 struct ConfigArgs {
+  std::vector<std::string> words;  ///< the positional words: CONFIG (unless --config), then overrides
+  std::string flag_file;           ///< --config FILE
   std::string file;
   std::vector<std::string> sets;
+  std::string run_dir;  ///< CONFIG named a run directory: its weights are the default --checkpoint
+  void resolve();
 };
 
+bool is_override_word(const std::string& w) { return !w.empty() && (w[0] == '~' || w.find('=') != std::string::npos); }
+
+void ConfigArgs::resolve() {
+  namespace fs = std::filesystem;
+  size_t first = 0;
+  if (!flag_file.empty()) {
+    file = flag_file;
+  } else if (!words.empty() && !is_override_word(words[0])) {
+    file = words[0];
+    first = 1;
+  } else {
+    throw gt::ConfigError("a config is needed: CONFIG (an experiment file or a run directory) or --config FILE");
+  }
+  for (size_t i = first; i < words.size(); ++i) {
+    // `--set KEY VALUE`: the value arrived as a word of its own.
+    for (const std::string& s : sets)
+      if (!is_override_word(s) && !is_override_word(words[i]))
+        throw gt::ConfigError(fmt::format("--set {} {}: write --set {}={}", s, words[i], s, words[i]));
+    if (!is_override_word(words[i]))
+      throw gt::ConfigError(fmt::format("{}: not an override (KEY=VALUE, +KEY=VALUE, ++KEY=VALUE or ~KEY){}",
+                                        gt::quote_value(words[i]),
+                                        i == first && first == 0 ? "" : "; only one config may be given"));
+    sets.push_back(words[i]);  // after the --set values, in the order typed
+  }
+  std::error_code ec;
+  if (fs::is_directory(file, ec) && fs::exists(fs::path(file) / "config.resolved.yaml", ec)) {
+    run_dir = file;
+    file = (fs::path(file) / "config.resolved.yaml").string();
+  }
+}
+
 void add_config_args(CLI::App* cmd, ConfigArgs& a) {
-  cmd->add_option("config", a.file, "experiment YAML file")->required();
+  cmd->add_option("config", a.words,
+                  "CONFIG: an experiment YAML file, or a run directory (its config.resolved.yaml), then overrides "
+                  "KEY=VALUE as --set takes them")
+      ->type_name("CONFIG [KEY=VALUE...]");
+  cmd->add_option("--config", a.flag_file, "the experiment file (instead of the first word)")->type_name("FILE");
   cmd->add_option("--set", a.sets,
                   "override a key: --set optimizer.lr=0.1 --set model.layers[1].out_features=1024; +KEY=VALUE adds a "
                   "key the config lacks, ++KEY=VALUE sets it either way, ~KEY removes one")
@@ -203,12 +247,43 @@ std::vector<gt::RankShare> rank_shares_here(const gt::Experiment& exp, const gt:
   return shares;
 }
 
+// Token data whose shards are not here: the shapes come from the config (a window of data.block_size tokens; the
+// vocabulary from data.vocab_size, else the model's output), so a GPT is sized before its data is downloaded.
+// Empty when the shards are there, or the format's shapes come from its files.
+std::optional<gt::LoadedData> token_shapes_without_shards(const gt::Experiment& exp) {
+  if (exp.data.format != gt::DataFormat::tokens) return std::nullopt;
+  for (const std::string& glob : {exp.data.train_tokens, exp.data.test_tokens})
+    if (!glob.empty() && gt::glob_files(glob).empty()) {
+      const int64_t t = exp.data.block_size;
+      int64_t vocab = exp.data.vocab_size;
+      if (vocab == 0) {
+        const gt::Model m = gt::Model::build(exp.root["model"], gt::Shape{t}, gt::DType::f32, gt::Device::cpu(),
+                                             exp.seed, /*init_params=*/false);
+        vocab = m.output_shape().rank() == 2 ? m.output_shape()[1] : 0;
+      }
+      gt::LoadedData d;
+      d.train.inputs = gt::Tensor::empty(gt::Shape{0, t}, gt::DType::f32);
+      d.train.targets = gt::Tensor::empty(gt::Shape{0, t}, gt::DType::i32);
+      d.train.num_classes = vocab;
+      d.train.source = "the config (no shard matches " + glob + ")";
+      spdlog::warn("check: no shard matches {}: sized from the config (windows of {} tokens, vocabulary {}{})", glob, t,
+                   vocab, exp.data.vocab_size ? "" : ", the model's output: data.vocab_size is unset");
+      return d;
+    }
+  return std::nullopt;
+}
+
 int cmd_check(const ConfigArgs& a, bool json, int64_t world) {
   if (json) quiet_log_for_machine_output();
-  const gt::Experiment exp = gt::parse_experiment(gt::load_config(a.file, a.sets));
-  const gt::LoadedData data = gt::load_data(exp);
+  const gt::ConfigNode root = gt::load_config(a.file, a.sets);
+  // Token configs are sized without their shards; other formats' shapes come from their files, checked as usual.
+  gt::Experiment exp = gt::parse_experiment_without_data_files(root);
+  std::optional<gt::LoadedData> shapes = token_shapes_without_shards(exp);
+  if (!shapes) exp = gt::parse_experiment(root);
+  const gt::LoadedData data = shapes ? std::move(*shapes) : gt::load_data(exp);
   const gt::Model model = checked_model(exp, data);
-  const gt::Footprint f = gt::training_footprint(exp, model, data.train);
+  gt::Footprint f = gt::training_footprint(exp, model, data.train);
+  if (shapes) f.tokens_per_sample = exp.data.block_size;
   // A device list holds one replica per device: each GPU must fit one; CPU workers share the host's memory.
   const size_t replicas_here = !exp.devices.empty() && exp.devices[0] == "cpu" ? exp.devices.size() : size_t{1};
   const gt::MemoryFit fit =
@@ -228,9 +303,13 @@ int cmd_check(const ConfigArgs& a, bool json, int64_t world) {
     fmt::print("{}\n", out.str());
     return 0;
   }
-  fmt::print("{}: valid. {} training samples{}; batch {}\n\n{}", a.file, data.train.size(),
-             data.test.size() ? fmt::format(", {} test samples", data.test.size()) : std::string(), exp.data.batch_size,
-             gt::footprint_report(f, fit, model.edges()));
+  if (shapes)
+    fmt::print("{}: valid, sized from the config: {}; batch {}\n\n{}", a.file, data.train.source, exp.data.batch_size,
+               gt::footprint_report(f, fit, model.edges()));
+  else
+    fmt::print("{}: valid. {} training samples{}; batch {}\n\n{}", a.file, data.train.size(),
+               data.test.size() ? fmt::format(", {} test samples", data.test.size()) : std::string(),
+               exp.data.batch_size, gt::footprint_report(f, fit, model.edges()));
   if (world > 0) fmt::print("{}{}", gt::rank_shares_report(shares, world, exp.dist.zero), advice);
   if (exp.train.cuda_graphs) {
     const int64_t dropped = data.train.size() % exp.data.batch_size;
@@ -250,7 +329,7 @@ int cmd_config_print(const ConfigArgs& a) {
   quiet_log_for_machine_output();
   const gt::Experiment exp = gt::parse_experiment(gt::load_config(a.file, a.sets));
   const gt::Model model = checked_model(exp, gt::load_data(exp));
-  fmt::print("{}", gt::resolved_config_text(exp, model.resolved_layers()));
+  fmt::print("{}", gt::run_config_text(gt::resolved_config_text(exp, model.resolved_layers())));
   return 0;
 }
 
@@ -379,7 +458,8 @@ int cmd_generate(ConfigArgs a, gt::GenerateOptions opts, const std::string& devi
   if (!device.empty()) a.sets.push_back("device=" + device);
   gt::ConfigNode root = gt::load_config(a.file, a.sets);
   if (!seed.empty()) root = gt::apply_override(root, "seed=" + seed);  // checked as the config's seed is
-  const gt::Experiment exp = gt::parse_experiment(root);
+  // Generation reads no data file (a token model's shapes are in the config): their paths are not checked.
+  const gt::Experiment exp = gt::parse_experiment_without_data_files(root);
   opts.sampling.seed = exp.seed;
   const gt::GenerateSummary r = gt::generate_text(exp, opts, [](const std::string& piece) {
     std::fwrite(piece.data(), 1, piece.size(), stdout);
@@ -428,9 +508,13 @@ int main(int argc, char** argv) {
                    "this config's name), or start fresh if there is none; PATH: a checkpoint or run directory")
       ->type_name("auto|PATH");
   train->add_option("--device", device, "auto | cpu | cuda | cuda:N (overrides device:)");
-  train->add_option("--epochs", epochs, "overrides train.epochs");
-  train->add_option("--max-steps", max_steps, "stop after N steps (overrides train.max_steps)");
-  train->add_option("--seed", seed, "overrides seed");
+  train->add_option("--epochs", epochs, "overrides train.epochs")->type_name("N");
+  train
+      ->add_option("--max-steps", max_steps,
+                   "train N steps: sets train.max_steps and, without --epochs, lifts train.epochs (with both, the "
+                   "first limit reached ends the run)")
+      ->type_name("N");
+  train->add_option("--seed", seed, "overrides seed")->type_name("N");
   train->add_option("--precision", precision, "fp32 | tf32 | bf16 | fp16 (overrides train.precision)");
   train->add_option("--threads", run.threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 4096));
   train->add_flag("--quiet", quiet, "log warnings and errors only");
@@ -464,8 +548,7 @@ int main(int argc, char** argv) {
   add_config_args(eval, eval_args);
   eval->add_option("--checkpoint", checkpoint,
                    "weights: a .safetensors file, a checkpoint folder, or a run directory (its final weights, else its "
-                   "newest good checkpoint)")
-      ->required();
+                   "newest good checkpoint); default: the run directory given as CONFIG");
   eval->add_flag("--json", eval_json, "print one JSON object instead of a line");
   eval->add_option("--threads", eval_threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 4096));
 
@@ -476,10 +559,9 @@ int main(int argc, char** argv) {
                                       "sample tokens from a token model's saved weights (text for a byte vocabulary), "
                                       "with a key/value cache");
   add_config_args(generate, gen_args);
-  generate
-      ->add_option("--checkpoint", gen.checkpoint,
-                   "weights: a .safetensors file, a checkpoint folder, or a run directory (as eval takes them)")
-      ->required();
+  generate->add_option("--checkpoint", gen.checkpoint,
+                       "weights: a .safetensors file, a checkpoint folder, or a run directory (as eval takes them); "
+                       "default: the run directory given as CONFIG");
   generate
       ->add_option_function<std::string>(
           "--prompt",
@@ -519,10 +601,9 @@ int main(int argc, char** argv) {
   auto* export_llmc = exporter->add_subcommand(
       "llmc", "write a GPT's weights as an llm.c checkpoint (train_gpt2.c's model file) that llm.c continues from");
   add_config_args(export_llmc, export_llmc_args);
-  export_llmc
-      ->add_option("--checkpoint", export_llmc_weights,
-                   "weights: a .safetensors file, a checkpoint folder, or a run directory (as eval takes them)")
-      ->required();
+  export_llmc->add_option("--checkpoint", export_llmc_weights,
+                          "weights: a .safetensors file, a checkpoint folder, or a run directory (as eval takes them); "
+                          "default: the run directory given as CONFIG");
   export_llmc->add_option("--out", export_llmc_out, "the llm.c checkpoint file to write (MODEL.bin)")->required();
   export_llmc->add_flag("--bf16", export_bf16,
                         "bf16 parameters (llm.c version 5, rounded to nearest even); default f32 (version 3)");
@@ -669,11 +750,28 @@ int main(int argc, char** argv) {
   auto* devices = app.add_subcommand("devices", "list compute devices and the CUDA library versions found");
   auto* layers = app.add_subcommand("layers", "print the layer reference (Markdown), generated from the registry");
 
+  if (argc == 1) {  // bare `gputrain`: what it is and how to start, not an error
+    std::cout << app.help() << "\nExamples:\n"
+              << "  gputrain train configs/fashion_mnist_mlp.yaml optimizer.lr=0.05 --epochs 3\n"
+              << "  gputrain check configs/gpt2_124m.yaml --json\n"
+              << "  gputrain generate runs/gpt_bytes/20261204-101500 --prompt 'Once upon a time'\n";
+    return 0;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
-    std::cerr << "error: " << e.what() << "\nRun with --help for usage.\n";
+    std::cerr << "error: " << e.what() << "\n";
+    // An override written as a flag (Lightning's --optimizer.lr=0.02): say how gputrain takes it.
+    for (int i = 1; i < argc; ++i) {
+      const std::string_view w = argv[i];
+      const size_t eq = w.find('=');
+      if (w.rfind("--", 0) == 0 && w.find('.') < eq && eq != std::string_view::npos) {
+        std::cerr << "an override is --set " << w.substr(2) << " (or " << w.substr(2) << " after CONFIG)\n";
+        return 2;
+      }
+    }
+    std::cerr << "Run with --help for usage.\n";
     return 2;
   }
 
@@ -695,6 +793,22 @@ int main(int argc, char** argv) {
     gt::cpu::env_cpu_isa();  // GPUTRAIN_CPU_ISA, read (or refused) here on the main thread, before any kernel runs
     gt::cpu::env_cpu_conv_algo();  // GPUTRAIN_CPU_CONV, likewise
     gt::cpu::env_cpu_fusion();     // GPUTRAIN_CPU_FUSE, likewise
+    // CONFIG, --config and bare overrides become the file and the --set list of the command that runs.
+    for (auto [cmd, args] : {std::pair{train, &train_args}, std::pair{check, &check_args}, std::pair{eval, &eval_args},
+                             std::pair{generate, &gen_args}, std::pair{export_llmc, &export_llmc_args},
+                             std::pair{config_print, &config_print_args}, std::pair{sweep, &sweep_args.config},
+                             std::pair{data_inspect, &inspect_args}})
+      if (*cmd) args->resolve();
+    // Weights default to the run directory named as CONFIG.
+    auto weights_or_run = [](std::string& weights, const ConfigArgs& a) {
+      if (!weights.empty()) return;
+      if (a.run_dir.empty())
+        throw gt::ConfigError("--checkpoint PATH is needed (the weights), or give a run directory as CONFIG");
+      weights = a.run_dir;
+    };
+    if (*eval) weights_or_run(checkpoint, eval_args);
+    if (*generate) weights_or_run(gen.checkpoint, gen_args);
+    if (*export_llmc) weights_or_run(export_llmc_weights, export_llmc_args);
     if (*devices) return cmd_devices();
     if (*runs) return cmd_runs(runs_args);
     if (*sweep) return cmd_sweep(sweep_args);
@@ -796,6 +910,10 @@ int main(int argc, char** argv) {
       root = gt::apply_override(root, fmt::format("train.{}={}", key, v));
     };
     run.overrides = train_args.sets;  // (device= is among them)
+    // --max-steps N trains N steps: without --epochs it lifts the config's epochs (to the most there may be), so
+    // that the flag, not the file, decides where the run ends. With both flags, the first limit reached ends it.
+    const bool lift_epochs = !max_steps.empty() && epochs.empty() && max_steps != "0";
+    if (lift_epochs) epochs = std::to_string(gt::limits::kEpochs.max);
     if (!epochs.empty()) set_train("epochs", epochs);
     if (!max_steps.empty()) set_train("max_steps", max_steps);
     if (!precision.empty()) set_train("precision", precision);

@@ -23,9 +23,10 @@ namespace {
 
 // A data file that can be read; otherwise the message says what the path is instead (missing, a directory, a
 // device, unreadable), since "file not found" for a directory sends the user looking in the wrong place.
-std::string existing_file(const ConfigNode& n) {
+std::string existing_file(const ConfigNode& n, bool check = true) {
   namespace fs = std::filesystem;
   const std::string path = n.as_string();
+  if (!check) return path;  // a command that reads no data file (generate, check of token data)
   std::error_code ec;
   const fs::file_status st = fs::status(path, ec);
   if (!fs::exists(st)) {
@@ -147,7 +148,7 @@ void parse_file_pairs(const ConfigNode& d, DataConfig& out, const SectionSpec& s
     s.expect_keys(key_names(keys));
     s.require(first);
     s.require(second);
-    const std::string a = existing_file(s[first]), b = existing_file(s[second]);
+    const std::string a = existing_file(s[first], out.check_files), b = existing_file(s[second], out.check_files);
     (std::string(split_name) == "train" ? out.train_images : out.test_images) = a;
     (std::string(split_name) == "train" ? out.train_labels : out.test_labels) = b;
   }
@@ -199,8 +200,9 @@ void for_each_split_path(const ConfigNode& d, const std::function<void(bool trai
 
 void parse_csv(const ConfigNode& d, DataConfig& out) {
   d.require("train");
-  for_each_split_path(
-      d, [&](bool train, const ConfigNode& path) { (train ? out.train_csv : out.test_csv) = existing_file(path); });
+  for_each_split_path(d, [&](bool train, const ConfigNode& path) {
+    (train ? out.train_csv : out.test_csv) = existing_file(path, out.check_files);
+  });
   if (d.has("label")) out.csv.label = d["label"].as_string();
   const std::vector<KeySpec>& keys = data_format(DataFormat::csv).keys;
   const KeySpec &header = key_spec(keys, "header"), &targets = key_spec(keys, "targets");
@@ -315,13 +317,13 @@ void parse_tokens(const ConfigNode& d, DataConfig& out) {
   d.require("block_size");
   for_each_split_path(d, [&](bool train, const ConfigNode& path) {
     const std::string pattern = path.as_string();
-    const std::vector<std::string> files = glob_files(pattern);
+    const std::vector<std::string> files = out.check_files ? glob_files(pattern) : std::vector<std::string>{""};
     if (files.empty()) {
       if (pattern.find_first_of("*?[") == std::string::npos) existing_file(path);  // says what the path is
       path.fail(fmt::format("no file matches {}", pattern));
     }
     for (const std::string& f : files)
-      if (!std::filesystem::is_regular_file(f))
+      if (out.check_files && !std::filesystem::is_regular_file(f))
         path.fail(fmt::format("{} (matched by {}) is not a regular file", f, pattern));
     (train ? out.train_tokens : out.test_tokens) = pattern;
   });
@@ -363,9 +365,10 @@ void load_tokens(const DataConfig& c, uint64_t, Dataset& train, Dataset& test) {
 }
 
 // images: folders DIR/<class>/<file>.png|.jpg|.jpeg (data/images.h).
-std::string existing_dir(const ConfigNode& n) {
+std::string existing_dir(const ConfigNode& n, bool check = true) {
   namespace fs = std::filesystem;
   const std::string path = n.as_string();
+  if (!check) return path;
   std::error_code ec;
   const fs::file_status st = fs::status(path, ec);
   if (!fs::exists(st)) n.fail(fmt::format("folder not found: {}", path));
@@ -414,8 +417,8 @@ std::pair<int64_t, int64_t> read_pair(const ConfigNode& n) {
 void parse_images(const ConfigNode& d, DataConfig& out) {
   d.require("train");
   d.require("image");
-  out.train_dir = existing_dir(d["train"]);
-  if (d.has("test")) out.test_dir = existing_dir(d["test"]);
+  out.train_dir = existing_dir(d["train"], out.check_files);
+  if (d.has("test")) out.test_dir = existing_dir(d["test"], out.check_files);
   const ConfigNode img = d["image"];
   const std::vector<KeySpec>& ik = section_keys(image_section());
   img.expect_keys(key_names(ik));

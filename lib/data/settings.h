@@ -19,6 +19,9 @@ enum class DataFormat { idx, csv, npy, synthetic, tokens, images };
 const std::string& to_string(DataFormat format);
 
 struct DataConfig {
+  /// Whether parsing checks that the data files exist (the default): off for commands that read none (generate),
+  /// which then fail, naming the key, only if they do read one.
+  bool check_files = true;
   DataFormat format = DataFormat::idx;
   std::string train_images, train_labels, test_images, test_labels;  ///< idx; npy inputs and targets
   std::string train_csv, test_csv;                                   ///< csv

@@ -6,6 +6,7 @@
 #include "graph/model.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 
 namespace gt {
@@ -133,7 +134,15 @@ ConfigNode load_config(const std::string& file, const std::vector<std::string>& 
   return root;
 }
 
-Experiment parse_experiment(const ConfigNode& root) {
+namespace {
+Experiment parse(const ConfigNode& root, bool check_data_files);
+}  // namespace
+
+Experiment parse_experiment(const ConfigNode& root) { return parse(root, true); }
+Experiment parse_experiment_without_data_files(const ConfigNode& root) { return parse(root, false); }
+
+namespace {
+Experiment parse(const ConfigNode& root, bool check_data_files) {
   if (!root.is_map()) root.fail("expected a map of settings at the top of the file");
   // A section's key written at the top level is a common slip: point at where it belongs.
   static const std::map<std::string, std::string> nested = {
@@ -157,6 +166,7 @@ Experiment parse_experiment(const ConfigNode& root) {
     exp.device = root["device"].is_sequence() ? YAML::Dump(root["device"].yaml()) : root["device"].as_string();
   }
   root.require("data");
+  exp.data.check_files = check_data_files;
   parse_data(root["data"], exp.data);
   root.require("model");
   if (root.has("loss")) parse_loss(root["loss"], exp.loss);
@@ -170,6 +180,7 @@ Experiment parse_experiment(const ConfigNode& root) {
   check_cuda_graphs(exp);
   return exp;
 }
+}  // namespace
 
 YAML::Node resolved_config(const Experiment& e, const YAML::Node& layers) {
   YAML::Node n(YAML::NodeType::Map);
@@ -191,6 +202,30 @@ YAML::Node resolved_config(const Experiment& e, const YAML::Node& layers) {
 std::string resolved_config_text(const Experiment& exp, const YAML::Node& resolved_layers) {
   YAML::Emitter em;
   em << resolved_config(exp, resolved_layers);
+  return std::string(em.c_str()) + "\n";
+}
+
+std::string run_config_text(const std::string& resolved) {
+  namespace fs = std::filesystem;
+  YAML::Node n = YAML::Load(resolved);
+  YAML::Node data = n["data"];
+  const auto absolute = [](YAML::Node v) {
+    if (!v.IsScalar()) return;
+    const std::string path = v.as<std::string>();
+    std::error_code ec;
+    if (!path.empty() && path[0] != '/') v = fs::absolute(path, ec).lexically_normal().string();
+  };
+  if (data.IsMap() && data["format"].as<std::string>("") != "synthetic") {
+    for (const char* split : {"train", "test"}) {
+      YAML::Node s = data[split];
+      if (s.IsScalar()) absolute(s);
+      if (s.IsMap())
+        for (auto kv : s) absolute(kv.second);
+    }
+    if (data["cache"].IsScalar()) absolute(data["cache"]);
+  }
+  YAML::Emitter em;
+  em << n;
   return std::string(em.c_str()) + "\n";
 }
 

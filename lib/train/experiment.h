@@ -40,9 +40,15 @@ const SectionSpec& experiment_section();
 ConfigNode load_config(const std::string& file, const std::vector<std::string>& overrides);
 /// Validates and reads every section except the layers (built by Model::build); throws ConfigError.
 Experiment parse_experiment(const ConfigNode& root);
+/// The same, without checking that the data files exist: for commands that read no data file (generate; check of
+/// a token config, whose shapes come from the config).
+Experiment parse_experiment_without_data_files(const ConfigNode& root);
 /// The experiment after defaults, with the model's resolved layers, as YAML (config.resolved.yaml).
 YAML::Node resolved_config(const Experiment& exp, const YAML::Node& resolved_layers);
 /// The same as the text config.resolved.yaml holds (and `gputrain config print` prints).
 std::string resolved_config_text(const Experiment& exp, const YAML::Node& resolved_layers);
+/// `resolved` as a run directory keeps it (config.resolved.yaml): its data paths made absolute, so that the commands
+/// that take the run directory (eval, generate, export, train --resume) find the data from any folder.
+std::string run_config_text(const std::string& resolved);
 
 }  // namespace gt

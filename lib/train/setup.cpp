@@ -1,6 +1,8 @@
 // Setting a run up: device, data, model, ranks, resume plan and optimizer, in the order their checks must come.
 #include "train/setup.h"
 
+#include "core/checked.h"
+#include "core/limits.h"
 #include "core/ownership.h"
 #include "core/parallel.h"
 #include "dist/comm.h"
@@ -269,6 +271,14 @@ void log_run_start(const Experiment& exp, const RunSetup& setup, const StepPlan&
                               "number of full batches)",
                               train.size() - plan.micro_per_epoch * batch * world)
                 : std::string());
+  // Which limit ends the run, when both could: the steps of train.epochs, or train.max_steps.
+  const int64_t epoch_steps = checked_mul(plan.per_epoch, plan.epochs).value_or(INT64_MAX);
+  if (exp.train.max_steps > 0 && exp.train.epochs == limits::kEpochs.max)
+    spdlog::info("steps: {} (train.max_steps; train.epochs lifted)", plan.total_steps);
+  else if (exp.train.max_steps > 0)
+    spdlog::info("steps: {} — {} ends the run first (train.epochs {} × {} steps = {}, train.max_steps {})",
+                 plan.total_steps, epoch_steps <= exp.train.max_steps ? "train.epochs" : "train.max_steps", plan.epochs,
+                 plan.per_epoch, epoch_steps, exp.train.max_steps);
   if (train.tokens)  // a sample is a window: say what it is cut from
     spdlog::info("tokens: {} in {} (windows of {} + 1, vocabulary {}){}", train.tokens->tokens(),
                  train.tokens->describe(), train.tokens->block_size(), train.tokens->vocab_size(),

@@ -460,7 +460,7 @@ RunSummary train_worker(const Experiment& exp, const RunOptions& opts, const Wor
   const fs::path dir = sum.run_dir;
   const RunLogFile log_file(setup.lead ? (dir / "train.log").string() : std::string());
   if (setup.lead) {
-    write_file_atomic((dir / "config.resolved.yaml").string(), setup.resolved_config);
+    write_file_atomic((dir / "config.resolved.yaml").string(), run_config_text(setup.resolved_config));
     write_file_atomic((dir / "overrides.json").string(), overrides_json(opts.overrides));
   }
   RunReporter reporter(exp, setup, sum.run_dir, where.threaded, where.process_gpus, wall_start);
