@@ -157,8 +157,21 @@ ConfigNode ConfigNode::operator[](std::string_view key) const {
   const std::string child_path = m_path.empty() ? k : m_path + "." + k;
   if (!m_node.IsMap()) return ConfigNode(YAML::Node(YAML::NodeType::Undefined), child_path, m_source, m_mark);
   YAML::Node child = m_node[k];
-  const bool present = child.IsDefined() && !child.IsNull();
-  return ConfigNode(child, child_path, m_source, present ? child.Mark() : m_mark);
+  if (!child.IsDefined()) return ConfigNode(child, child_path, m_source, m_mark);
+  // A key given null (`lr: ~`) is there to be named: its value's position, or the key's for an empty value (`lr:`
+  // at the end of a line, which yaml-cpp places at the next token, on a later line).
+  YAML::Mark mark = child.Mark();
+  if (child.IsNull())
+    for (const auto& kv : m_node)
+      if (kv.first.IsScalar() && kv.first.Scalar() == k && (mark.is_null() || mark.line != kv.first.Mark().line))
+        mark = kv.first.Mark();
+  return ConfigNode(child, child_path, m_source, mark.is_null() ? m_mark : mark);
+}
+
+bool ConfigNode::null_at(std::string_view key) const {
+  if (!m_node.IsMap()) return false;
+  const YAML::Node child = m_node[std::string(key)];
+  return child.IsDefined() && child.IsNull();
 }
 
 ConfigNode ConfigNode::at(size_t index) const {
@@ -220,11 +233,12 @@ void ConfigNode::expect_keys(const std::vector<std::string>& allowed) const {
 
 void ConfigNode::require(std::string_view key) const {
   if (!m_node.IsMap()) fail("expected a map, got " + describe_value());
-  if (!has(key)) (*this)[key].fail("is required");
+  if (!has(key)) (*this)[key].fail(null_at(key) ? "is required, got null" : "is required");
 }
 
 std::string ConfigNode::describe_value() const {
-  if (!m_node.IsDefined() || m_node.IsNull()) return "nothing";
+  if (!m_node.IsDefined()) return "nothing";
+  if (m_node.IsNull()) return "null";
   if (m_node.IsMap()) return "a map";
   if (m_node.IsSequence()) return "a list";
   return quoted(m_node.Scalar());
