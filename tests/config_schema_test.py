@@ -155,11 +155,14 @@ broken = [
                                                     {"type": "linear", "out_features": 2}]),
     ("an empty layer list", "model.layers", []),
     ("a run name with a slash", "name", "a/b"),
-    # null is no default (leave the key out for that), to both.
+    # null is no default (leave the key out for that), and a quoted number is a string, to both.
     ("null for a key with a default", "optimizer.momentum", None),
     ("null for a required key", "optimizer.lr", None),
     ("null for a section", "train", None),
     ("null for a layer argument", "model.layers.0.bias", None),
+    ("a quoted number", "optimizer.lr", "0.1"),
+    ("a quoted integer", "train.epochs", "3"),
+    ("a quoted boolean", "data.shuffle", "false"),
 ]
 with tempfile.TemporaryDirectory() as tmp:
     for i, (what, path, value) in enumerate(broken):

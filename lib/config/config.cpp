@@ -107,6 +107,52 @@ ConfigNode parse(const std::string& text, const std::string& name) {
 
 std::string quoted(const std::string& s) { return quote_value(s); }
 
+// A scalar written in quotes: yaml-cpp tags it "!" ("?" for a plain one; "" for one made in code, as a resolved
+// config's values are). YAML reads it as a string, whatever it looks like.
+bool quoted_scalar(const YAML::Node& n) { return n.Tag() == "!"; }
+
+// A number as YAML 1.2 writes one in decimal: [-+]? (digits (. digits?)? | . digits) ([eE] [-+]? digits)?; an
+// integer is [-+]? digits. An integer form with a leading zero (010) is refused: YAML 1.1 readers such as PyYAML
+// take it for octal 8, YAML 1.2 ones for 10.
+bool decimal_number(std::string_view s, bool integer) {
+  const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  size_t i = 0;
+  if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
+  const size_t int_start = i;
+  while (i < s.size() && digit(s[i])) ++i;
+  const size_t int_digits = i - int_start;
+  size_t frac_digits = 0;
+  bool fraction = false, exponent = false;
+  if (!integer && i < s.size() && s[i] == '.') {
+    fraction = true;
+    for (++i; i < s.size() && digit(s[i]); ++i) ++frac_digits;
+  }
+  if (int_digits + frac_digits == 0) return false;
+  if (!integer && i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+    exponent = true;
+    ++i;
+    if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
+    const size_t exp_start = i;
+    while (i < s.size() && digit(s[i])) ++i;
+    if (i == exp_start) return false;
+  }
+  if (i != s.size()) return false;
+  return fraction || exponent || int_digits < 2 || s[int_start] != '0';
+}
+
+// What to write instead of a number YAML reads in another form: " (write it in decimal digits)" for 0x10, 0o17,
+// 0b101, 1_000; a note on the leading zero of 010; "" otherwise (a word, 2.5 for an integer: the message says
+// enough).
+std::string not_decimal_hint(std::string_view s) {
+  const size_t i = !s.empty() && (s[0] == '+' || s[0] == '-') ? 1 : 0;
+  const bool prefixed = s.size() > i + 1 && s[i] == '0' && std::strchr("xXoObB", s[i + 1]) != nullptr;
+  if (prefixed || s.find('_') != std::string_view::npos) return " (write it in decimal digits)";
+  const bool integer_form = s.find_first_of(".eE") == std::string_view::npos;
+  if (integer_form && s.size() > i + 1 && s[i] == '0' && s.find_first_not_of("0123456789", i) == std::string_view::npos)
+    return fmt::format(" (write it without the leading zero: YAML 1.1 reads {} as octal)", s);
+  return "";
+}
+
 }  // namespace
 
 ConfigNode ConfigNode::load_file(const std::string& file) {
@@ -253,12 +299,15 @@ int64_t ConfigNode::as_int(int64_t min, int64_t max) const {
   const char* what = min == 1 ? "a positive integer" : min == 0 ? "a non-negative integer" : "an integer";
   if (!m_node.IsScalar()) fail(std::string("expected ") + what + ", got " + describe_value());
   const std::string& s = m_node.Scalar();
+  if (quoted_scalar(m_node))
+    fail(std::string("expected ") + what + ", got the quoted string " + quoted(s) + " (write numbers without quotes)");
   errno = 0;
   char* end = nullptr;
   const long long v = std::strtoll(s.c_str(), &end, 10);
-  // The whole scalar, not just up to a NUL byte (YAML writes one as "\0").
-  if (s.empty() || end != s.c_str() + s.size() || errno == ERANGE)
-    fail(std::string("expected ") + what + ", got " + quoted(s));
+  // The whole scalar, not just up to a NUL byte (YAML writes one as "\0"), and in decimal digits only (strtoll also
+  // takes leading blanks; a leading zero is octal to YAML 1.1).
+  if (!decimal_number(s, /*integer=*/true) || end != s.c_str() + s.size() || errno == ERANGE)
+    fail(std::string("expected ") + what + ", got " + quoted(s) + not_decimal_hint(s));
   if (v < min || v > max) {
     if (max == INT64_MAX)
       fail(fmt::format("expected {}, got {}", min <= 1 && min >= 0 ? what : fmt::format("an integer ≥ {}", min), v));
@@ -270,9 +319,15 @@ int64_t ConfigNode::as_int(int64_t min, int64_t max) const {
 double ConfigNode::as_double() const {
   if (!m_node.IsScalar()) fail("expected a number, got " + describe_value());
   const std::string& s = m_node.Scalar();
+  if (quoted_scalar(m_node))
+    fail("expected a finite number, got the quoted string " + quoted(s) + " (write numbers without quotes)");
   char* end = nullptr;
   const double v = std::strtod(s.c_str(), &end);
-  if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v)) fail("expected a finite number, got " + quoted(s));
+  const bool parsed = !s.empty() && end == s.c_str() + s.size();
+  if (parsed && !std::isfinite(v)) fail("expected a finite number, got " + quoted(s));
+  // strtod also reads hexadecimal (0x10, 0x1p-3), inf and nan, and skips leading blanks.
+  if (!parsed || !decimal_number(s, /*integer=*/false))
+    fail("expected a finite number, got " + quoted(s) + not_decimal_hint(s));
   return v;
 }
 
@@ -289,6 +344,8 @@ double ConfigNode::as_double(double min, double max, bool min_inclusive) const {
 bool ConfigNode::as_bool() const {
   if (m_node.IsScalar()) {
     const std::string& s = m_node.Scalar();
+    if (quoted_scalar(m_node))
+      fail("expected true or false, got the quoted string " + quoted(s) + " (write it without quotes)");
     if (s == "true" || s == "True" || s == "yes" || s == "on") return true;
     if (s == "false" || s == "False" || s == "no" || s == "off") return false;
   }

@@ -65,7 +65,8 @@ class ConfigNode {
   /// Fails when a required key is missing (or null).
   void require(std::string_view key) const;
 
-  // Typed reads: each fails with "expected …, got …" naming this node.
+  // Typed reads: each fails with "expected …, got …" naming this node. A number is a plain scalar in decimal digits
+  // (a quoted one is a string to YAML; 0x10, 0o17, 1_000 and a leading zero are refused), true or false one too.
   std::string as_string() const;
   int64_t as_int(int64_t min = INT64_MIN, int64_t max = INT64_MAX) const;
   double as_double() const;
