@@ -93,6 +93,8 @@ variants = [
     ["+train.nonfinite=rollback", "+checkpoint={keep_best: test_loss, every_steps: 10}"],
     ["+logging={level: debug, every_steps: 2}", "+dist={sync_batchnorm: true}"],
     ["device=[cpu, cpu]"],
+    # the keys whose null means something take it
+    ["+checkpoint={keep_best: null}", "train.loss_scale=null", "+data.test_samples=4"],
     ["data.input_shape=[1, 4, 4]", "+data.augment={random_crop: {padding: 1}, hflip: true}",
      "model.layers=[flatten, {type: linear, out_features: 2}]"],
     ["model.layers=[{repeat: 2, name: h, layers: [{type: linear, out_features: 10}, relu]}, "
@@ -153,6 +155,14 @@ broken = [
                                                     {"type": "linear", "out_features": 2}]),
     ("an empty layer list", "model.layers", []),
     ("a run name with a slash", "name", "a/b"),
+    # null is no default (leave the key out for that), and a quoted number is a string, to both.
+    ("null for a key with a default", "optimizer.momentum", None),
+    ("null for a required key", "optimizer.lr", None),
+    ("null for a section", "train", None),
+    ("null for a layer argument", "model.layers.0.bias", None),
+    ("a quoted number", "optimizer.lr", "0.1"),
+    ("a quoted integer", "train.epochs", "3"),
+    ("a quoted boolean", "data.shuffle", "false"),
 ]
 with tempfile.TemporaryDirectory() as tmp:
     for i, (what, path, value) in enumerate(broken):

@@ -171,6 +171,11 @@ TEST_CASE("launchers are recognised from their environment variables alone", "[c
   refused({{"RANK", "1"}, {"WORLD_SIZE", "2"}}, "MASTER_ADDR");
   refused({{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "2"}}, "OMPI_COMM_WORLD_RANK=2 is not below");
   refused({{"PMI_RANK", "x"}, {"PMI_SIZE", "2"}}, "PMI_RANK=x is not an integer");
+  // A number past int is out of range, not "not an integer"; the message gives the range.
+  refused({{"RANK", "0"}, {"WORLD_SIZE", "99999999999"}, {"MASTER_ADDR", "a"}, {"MASTER_PORT", "1"}},
+          "WORLD_SIZE=99999999999 is out of range: expected an integer in [1, 2147483647]");
+  refused({{"PMI_RANK", "-1"}, {"PMI_SIZE", "2"}},
+          "PMI_RANK=-1 is out of range: expected an integer in [0, 2147483647]");
   refused({{"OMPI_COMM_WORLD_RANK", "0"},
            {"OMPI_COMM_WORLD_SIZE", "2"},
            {"RANK", "1"},
@@ -178,6 +183,60 @@ TEST_CASE("launchers are recognised from their environment variables alone", "[c
            {"MASTER_ADDR", "a"},
            {"MASTER_PORT", "1"}},
           "openmpi (OMPI_COMM_WORLD_RANK=0, OMPI_COMM_WORLD_SIZE=2) and torchrun (RANK=1, WORLD_SIZE=2) disagree");
+}
+
+TEST_CASE("an MPI world that is not the launcher's is explained: whose variables, what is missing, what to run",
+          "[cpu][dist]") {
+  const auto env_of = [](std::map<std::string, std::string> vars) {
+    return [vars](const char* name) -> const char* {
+      auto it = vars.find(name);
+      return it == vars.end() ? nullptr : it->second.c_str();
+    };
+  };
+  const gt::LaunchInfo ompi = detect({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}});
+  CHECK(gt::mpi_launch_problem(ompi, 0, 1, env_of({})) ==
+        "Open MPI's variables (OMPI_COMM_WORLD_RANK=0, OMPI_COMM_WORLD_SIZE=2) say rank 0 of 2, but MPI_Init made a "
+        "world of 1: no process manager to join (PMIX_NAMESPACE, PMI_FD and PMI_PORT are unset); start the ranks "
+        "with mpirun -np 2");
+  const gt::LaunchInfo slurm =
+      detect({{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "1"}, {"SLURM_STEP_ID", "0"}});
+  CHECK_THAT(gt::mpi_launch_problem(slurm, 0, 1, env_of({})),
+             Catch::StartsWith("Slurm's step variables (SLURM_PROCID=1, SLURM_NTASKS=4) say rank 1 of 4, but MPI_Init "
+                               "made a world of 1: no process manager") &&
+                 Catch::EndsWith("launch with srun --mpi=pmix (srun --mpi=list shows what this Slurm offers), or "
+                                 "with mpirun inside the allocation"));
+  // A process manager was there, but the library did not join it: another MPI than the launcher's.
+  const gt::LaunchInfo pmi = detect({{"PMI_RANK", "1"}, {"PMI_SIZE", "2"}});
+  CHECK_THAT(gt::mpi_launch_problem(pmi, 0, 2, env_of({{"PMI_FD", "5"}})),
+             Catch::Contains("say rank 1 of 2, but MPI_Init made this process rank 0 of 2: the MPI library did not "
+                             "join the job PMI_FD names"));
+}
+
+TEST_CASE("launcher variables without the launcher that sets them end with exit 3, naming them and what is missing",
+          "[e2e][dist]") {
+  // OMPI_COMM_WORLD_* copied into an environment by hand (no mpirun), or srun's step variables where srun gave MPI
+  // no process manager: MPI_Init makes a world of 1 (or there is no MPI in the build), and the run cannot work.
+  TempDir dir;
+  write_text(dir / "c.yaml", dp_config("{type: sgd, lr: 0.05}", 16, 1));
+  struct Case {
+    const char* env;
+    const char* variables;
+  };
+  for (const Case& c :
+       {Case{"OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_LOCAL_RANK=0",
+             "Open MPI's variables (OMPI_COMM_WORLD_RANK=0, OMPI_COMM_WORLD_SIZE=2) say rank 0 of 2, but "},
+        Case{"SLURM_PROCID=1 SLURM_NTASKS=2 SLURM_LOCALID=1 SLURM_STEP_ID=0",
+             "Slurm's step variables (SLURM_PROCID=1, SLURM_NTASKS=2) say rank 1 of 2, but "}}) {
+    INFO(c.env);
+    const auto r = run_gputrain("train " + (dir / "c.yaml") + " --threads 1 --max-steps 1 --out " + (dir / "run"),
+                                std::string("env -u PMIX_NAMESPACE -u PMI_FD -u PMI_PORT ") + c.env);
+    INFO(r.output);
+    CHECK(r.exit_code == 3);
+    const std::vector<std::string> lines = lines_of(r.output);
+    REQUIRE(!lines.empty());
+    CHECK_THAT(lines.back(), Catch::Contains(c.variables));
+    CHECK_FALSE(fs::exists(dir / "run"));
+  }
 }
 
 TEST_CASE("mpirun -np 2 with batch B per rank trains to the parameters of one process with batch 2B", "[e2e][dist]") {

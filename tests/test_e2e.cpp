@@ -3,6 +3,7 @@
 #include "core/rng.h"
 #include "data/tokens.h"
 #include "helpers.h"
+#include "io/safetensors.h"
 #include "ops/cpu_isa.h"
 
 #include <fmt/format.h>
@@ -147,6 +148,66 @@ TEST_CASE("gputrain eval reproduces a run's test metrics from its model.safetens
   CHECK(bad.exit_code == 1);
   CHECK_THAT(bad.output, Catch::Contains("does not match the model (3 differences)") &&
                              Catch::Contains("layers.0.weight: f32 [64, 20] in the file, f32 [32, 20] in the model"));
+}
+
+TEST_CASE("eval and generate refuse weights with NaN or Inf, naming the tensor and its first bad element", "[e2e]") {
+  // Logits of NaN weights are NaN: the loss came out null and the accuracy a number (argmax of NaN picks class 0),
+  // as if the weights had been evaluated. Weights like these come from a diverged run or a corrupt file.
+  TempDir dir;
+  write_text(dir / "c.yaml", R"(name: nan
+device: cpu
+data: {format: synthetic, samples: 8, test_samples: 8, input_shape: [2], targets: {classes: 2}, batch_size: 4}
+model: {layers: [{type: linear, out_features: 2}]}
+optimizer: {type: sgd, lr: 0.1}
+)");
+  gt::Tensor w = gt::Tensor::zeros(gt::Shape{2, 2}, gt::DType::f32),
+             b = gt::Tensor::zeros(gt::Shape{2}, gt::DType::f32);
+  gt::write_safetensors(dir / "good.safetensors", {{"layers.0.weight", &w}, {"layers.0.bias", &b}});
+  w.data<float>()[2] = std::nanf("");
+  w.data<float>()[3] = std::nanf("");
+  gt::write_safetensors(dir / "nan.safetensors", {{"layers.0.weight", &w}, {"layers.0.bias", &b}});
+  w.data<float>()[2] = w.data<float>()[3] = 0;
+  b.data<float>()[1] = -INFINITY;
+  gt::write_safetensors(dir / "inf.safetensors", {{"layers.0.weight", &w}, {"layers.0.bias", &b}});
+
+  REQUIRE(run_gputrain("eval " + (dir / "c.yaml") + " --checkpoint " + (dir / "good.safetensors")).exit_code == 0);
+  for (const std::string json : {"", " --json"}) {
+    const auto nan = run_gputrain("eval " + (dir / "c.yaml") + " --checkpoint " + (dir / "nan.safetensors") + json);
+    INFO(nan.output);
+    CHECK(nan.exit_code == 1);
+    CHECK(lines_of(nan.output).size() == 1);
+    CHECK_THAT(nan.output, Catch::Contains(dir / "nan.safetensors: tensor \"layers.0.weight\" [2, 2] holds 2 "
+                                                 "non-finite values, the first nan at [1, 0]"));
+    CHECK_THAT(nan.output, !Catch::Contains("test_accuracy"));
+  }
+  const auto inf = run_gputrain("eval " + (dir / "c.yaml") + " --checkpoint " + (dir / "inf.safetensors"));
+  INFO(inf.output);
+  CHECK(inf.exit_code == 1);
+  CHECK_THAT(inf.output,
+             Catch::Contains("tensor \"layers.0.bias\" [2] holds 1 non-finite value, the first -inf at [1]"));
+
+  // generate loads weights the same way: a token model [4] -> [4, 256] with one NaN in its embedding table.
+  std::vector<uint16_t> tokens(64);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>(97 + i % 26);
+  gt::write_token_shard(dir / "t.bin", tokens.data(), tokens.size());
+  write_text(dir / "gpt.yaml", "name: g\ndevice: cpu\ndata: {format: tokens, train: {path: " + (dir / "t.bin") +
+                                   "}, block_size: 4, batch_size: 1}\n"
+                                   "model: {layers: [{type: embedding, num_embeddings: 256, embedding_dim: 4}, "
+                                   "{type: linear, out_features: 256}]}\noptimizer: {type: sgd, lr: 0.1}\n");
+  gt::Tensor emb = gt::Tensor::zeros(gt::Shape{256, 4}, gt::DType::f32),
+             lw = gt::Tensor::zeros(gt::Shape{256, 4}, gt::DType::f32),
+             lb = gt::Tensor::zeros(gt::Shape{256}, gt::DType::f32);
+  emb.data<float>()[4 * 97 + 1] = std::nanf("");
+  gt::write_safetensors(dir / "gpt.safetensors",
+                        {{"layers.0.weight", &emb}, {"layers.1.weight", &lw}, {"layers.1.bias", &lb}});
+  const auto gen =
+      run_gputrain("generate " + (dir / "gpt.yaml") + " --checkpoint " + (dir / "gpt.safetensors") + " --tokens 4");
+  INFO(gen.output);
+  CHECK(gen.exit_code == 1);
+  CHECK_THAT(
+      gen.output,
+      Catch::Contains(
+          "gpt.safetensors: tensor \"layers.0.weight\" [256, 4] holds 1 non-finite value, the first nan at [97, 1]"));
 }
 
 TEST_CASE("the same config and seed give bit-identical losses", "[e2e]") {

@@ -197,7 +197,11 @@ TEST_CASE("malformed configs and data files fail with one line naming the key or
     const std::string run_dir = out / c.name;
     if (args.rfind("train", 0) == 0 && args.find("--out") == std::string::npos) args += " --out " + run_dir;
     const std::string want = replace_all(c.want, "{dir}", dir.path());
-    const CommandResult r = run_gputrain(args);
+    // Each case runs in an empty working folder of its own: a failing one must not write there either (a run
+    // directory under runs/, a sweep's folder under sweeps/, where an empty --out once sent them).
+    const fs::path cwd = out / (c.name + ".cwd");
+    fs::create_directories(cwd);
+    const CommandResult r = run_gputrain(args, "cd '" + cwd.string() + "' &&");
     const std::vector<std::string> lines = all_lines(r.output);
     INFO("cases.txt:" << c.line << ": " << c.name << "\ngputrain " << args << "\nexit " << r.exit_code << ":\n"
                       << r.output);
@@ -212,6 +216,7 @@ TEST_CASE("malformed configs and data files fail with one line naming the key or
       CHECK((lines.size() == 1 || (lines.size() == 2 && lines[1] == "Run with --help for usage.")));
       CHECK_THAT(r.output, !Catch::Contains("unexpected failure") && !Catch::Contains("yaml-cpp"));
       CHECK_FALSE(fs::exists(run_dir));
+      CHECK(fs::is_empty(cwd));
     }
   }
 }

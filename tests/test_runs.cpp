@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <map>
@@ -176,6 +177,32 @@ TEST_CASE("gputrain runs compares run directories: differing overrides, status, 
   CHECK(by_name["c"][steps] == "-");
   CHECK(by_name["a"][status] == "failed");
   CHECK(by_name["a"][steps] == "3");  // from metrics.jsonl's last train row
+}
+
+TEST_CASE("gputrain runs lists a run whose summary.json is a directory or a FIFO as unreadable, not failed", "[e2e]") {
+  // "failed" says the run ended without writing summary.json; here one is there, but not a file that can be read.
+  TempDir dir;
+  for (const std::string name : {"dir", "fifo", "killed"}) {
+    fs::create_directories(dir / ("runs/" + name));
+    write_text(dir / ("runs/" + name + "/metrics.jsonl"),
+               "{\"type\": \"train\", \"step\": 3, \"loss\": 0.5, \"elapsed_s\": 1}\n");
+  }
+  fs::create_directories(dir / "runs/dir/summary.json");
+  REQUIRE(mkfifo((dir / "runs/fifo/summary.json").c_str(), 0600) == 0);  // (a FIFO would block a plain open)
+  const auto r = run_gputrain("runs " + (dir / "runs") + " --csv");
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains(dir / "runs/dir: summary.json: not a regular file (a directory)"));
+  CHECK_THAT(r.output, Catch::Contains(dir / "runs/fifo: summary.json: not a regular file (a FIFO)"));
+  std::map<std::string, std::string> status;
+  for (const auto& line : lines_of(r.output)) {
+    const size_t comma = line.find(',');
+    if (comma != std::string::npos)
+      status[line.substr(0, comma)] = line.substr(comma + 1, line.find(',', comma + 1) - comma - 1);
+  }
+  CHECK(status["dir"] == "unreadable");
+  CHECK(status["fifo"] == "unreadable");
+  CHECK(status["killed"] == "failed");  // no summary.json at all
 }
 
 TEST_CASE("gputrain runs: no run is exit 1, usage errors are exit 2", "[e2e]") {

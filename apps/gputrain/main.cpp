@@ -6,6 +6,7 @@
 #include "data/inspect.h"
 #include "data/tokens.h"
 #include "dist/comm.h"
+#include "flag_checks.h"
 #include "graph/model.h"
 #include "io/safetensors.h"
 #include "layers/layer.h"
@@ -134,8 +135,11 @@ void add_config_args(CLI::App* cmd, ConfigArgs& a) {
   cmd->add_option("config", a.words,
                   "CONFIG: an experiment YAML file, or a run directory (its config.resolved.yaml), then overrides "
                   "KEY=VALUE as --set takes them")
-      ->type_name("CONFIG [KEY=VALUE...]");
-  cmd->add_option("--config", a.flag_file, "the experiment file (instead of the first word)")->type_name("FILE");
+      ->type_name("CONFIG [KEY=VALUE...]")
+      ->check(gt::cli::non_empty("an experiment YAML file or a run directory"));
+  cmd->add_option("--config", a.flag_file, "the experiment file (instead of the first word)")
+      ->type_name("FILE")
+      ->check(gt::cli::non_empty("an experiment YAML file"));
   cmd->add_option("--set", a.sets,
                   "override a key: --set optimizer.lr=0.1 --set model.layers[1].out_features=1024; +KEY=VALUE adds a "
                   "key the config lacks, ++KEY=VALUE sets it either way, ~KEY removes one")
@@ -501,12 +505,14 @@ int main(int argc, char** argv) {
   bool quiet = false;
   auto* train = app.add_subcommand("train", "train a model from an experiment file");
   add_config_args(train, train_args);
-  train->add_option("--out", run.out_dir, "run directory (default runs/<name>/<YYYYmmdd-HHMMSS>)");
+  train->add_option("--out", run.out_dir, "run directory (default runs/<name>/<YYYYmmdd-HHMMSS>)")
+      ->check(gt::cli::non_empty("a run directory"));
   train
       ->add_option("--resume", run.resume,
                    "auto: continue from the newest checkpoint that verifies in --out (default: the newest run of "
                    "this config's name), or start fresh if there is none; PATH: a checkpoint or run directory")
-      ->type_name("auto|PATH");
+      ->type_name("auto|PATH")
+      ->check(gt::cli::non_empty("auto or a checkpoint or run directory"));
   train->add_option("--device", device, "auto | cpu | cuda | cuda:N (overrides device:)");
   train->add_option("--epochs", epochs, "overrides train.epochs")->type_name("N");
   train
@@ -548,7 +554,8 @@ int main(int argc, char** argv) {
   add_config_args(eval, eval_args);
   eval->add_option("--checkpoint", checkpoint,
                    "weights: a .safetensors file, a checkpoint folder, or a run directory (its final weights, else its "
-                   "newest good checkpoint); default: the run directory given as CONFIG");
+                   "newest good checkpoint); default: the run directory given as CONFIG")
+      ->check(gt::cli::non_empty("weights: a .safetensors file, a checkpoint folder or a run directory"));
   eval->add_flag("--json", eval_json, "print one JSON object instead of a line");
   eval->add_option("--threads", eval_threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 4096));
 
@@ -559,9 +566,11 @@ int main(int argc, char** argv) {
                                       "sample tokens from a token model's saved weights (text for a byte vocabulary), "
                                       "with a key/value cache");
   add_config_args(generate, gen_args);
-  generate->add_option("--checkpoint", gen.checkpoint,
-                       "weights: a .safetensors file, a checkpoint folder, or a run directory (as eval takes them); "
-                       "default: the run directory given as CONFIG");
+  generate
+      ->add_option("--checkpoint", gen.checkpoint,
+                   "weights: a .safetensors file, a checkpoint folder, or a run directory (as eval takes them); "
+                   "default: the run directory given as CONFIG")
+      ->check(gt::cli::non_empty("weights: a .safetensors file, a checkpoint folder or a run directory"));
   generate
       ->add_option_function<std::string>(
           "--prompt",
@@ -592,8 +601,10 @@ int main(int argc, char** argv) {
                                       "write a checkpoint's weights alone, as one safetensors file (or, with `export "
                                       "llmc`, a GPT's as an llm.c checkpoint)");
   // Not marked required: `export llmc …` has neither; without a subcommand both are checked below (exit 2).
-  exporter->add_option("checkpoint", export_from, "a checkpoint folder (checkpoints/step-N) or a run directory");
-  exporter->add_option("--to", export_to, "the safetensors file to write");
+  exporter->add_option("checkpoint", export_from, "a checkpoint folder (checkpoints/step-N) or a run directory")
+      ->check(gt::cli::non_empty("a checkpoint folder or a run directory"));
+  exporter->add_option("--to", export_to, "the safetensors file to write")
+      ->check(gt::cli::non_empty("a safetensors file to write"));
   exporter->require_subcommand(0, 1);
   ConfigArgs export_llmc_args;
   std::string export_llmc_weights, export_llmc_out;
@@ -601,10 +612,14 @@ int main(int argc, char** argv) {
   auto* export_llmc = exporter->add_subcommand(
       "llmc", "write a GPT's weights as an llm.c checkpoint (train_gpt2.c's model file) that llm.c continues from");
   add_config_args(export_llmc, export_llmc_args);
-  export_llmc->add_option("--checkpoint", export_llmc_weights,
-                          "weights: a .safetensors file, a checkpoint folder, or a run directory (as eval takes them); "
-                          "default: the run directory given as CONFIG");
-  export_llmc->add_option("--out", export_llmc_out, "the llm.c checkpoint file to write (MODEL.bin)")->required();
+  export_llmc
+      ->add_option("--checkpoint", export_llmc_weights,
+                   "weights: a .safetensors file, a checkpoint folder, or a run directory (as eval takes them); "
+                   "default: the run directory given as CONFIG")
+      ->check(gt::cli::non_empty("weights: a .safetensors file, a checkpoint folder or a run directory"));
+  export_llmc->add_option("--out", export_llmc_out, "the llm.c checkpoint file to write (MODEL.bin)")
+      ->required()
+      ->check(gt::cli::non_empty("the llm.c checkpoint file to write"));
   export_llmc->add_flag("--bf16", export_bf16,
                         "bf16 parameters (llm.c version 5, rounded to nearest even); default f32 (version 3)");
 
@@ -615,9 +630,11 @@ int main(int argc, char** argv) {
       "llmc",
       "read an llm.c GPT-2 checkpoint (version 3 f32 or 5 bf16) into DIR/config.yaml and DIR/model.safetensors");
   import_llmc->add_option("model", import_bin, "llm.c's model file (gpt2_124M.bin, a model_*.bin checkpoint)")
-      ->required();
+      ->required()
+      ->check(gt::cli::non_empty("llm.c's model file"));
   import_llmc->add_option("--out", import_out, "the folder to write config.yaml and model.safetensors into")
-      ->required();
+      ->required()
+      ->check(gt::cli::non_empty("the folder to write the model into"));
   bool import_force = false;
   import_llmc->add_flag("--force", import_force,
                         "replace an earlier import in DIR (without --force such a folder is refused)");
@@ -626,8 +643,11 @@ int main(int argc, char** argv) {
   auto* report = app.add_subcommand("report",
                                     "write report.html (charts, summary, config) of a run directory, "
                                     "finished or still running");
-  report->add_option("run_dir", report_dir, "the run directory")->required();
-  report->add_option("--out", report_out, "the HTML file to write (default RUN_DIR/report.html)");
+  report->add_option("run_dir", report_dir, "the run directory")
+      ->required()
+      ->check(gt::cli::non_empty("a run directory"));
+  report->add_option("--out", report_out, "the HTML file to write (default RUN_DIR/report.html)")
+      ->check(gt::cli::non_empty("the HTML file to write"));
 
   std::vector<std::string> tokenize_inputs;
   std::string tokenize_out;
@@ -652,7 +672,8 @@ int main(int argc, char** argv) {
                                   "ended, steps, wall time and final metrics");
   runs->add_option("dirs", runs_args.dirs,
                    "run directories, or folders holding them (directly or one level down, as runs/<name>/<time>/)")
-      ->required();
+      ->required()
+      ->check(gt::cli::non_empty("run directories or folders holding them"));
   runs->add_option("--sort", runs_args.sort, "sort by a column (a metric, a config key, status, steps, wall_s, run)")
       ->type_name("KEY");
   runs->add_flag("--desc", runs_args.desc, "sort descending (missing values stay last)");
@@ -721,7 +742,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1000000));
   sweep->add_option("--eta", sweep_args.eta, "asha's reduction factor: the top 1/eta of a rung go on (3)")
       ->check(CLI::Range(1.5, 1000.0));
-  sweep->add_option("--out", sweep_args.out, "the sweep's folder (default sweeps/<config>-<YYYYmmdd-HHMMSS>)");
+  sweep->add_option("--out", sweep_args.out, "the sweep's folder (default sweeps/<config>-<YYYYmmdd-HHMMSS>)")
+      ->check(gt::cli::non_empty("the sweep's folder"));
   sweep->add_flag("--resume", sweep_args.resume,
                   "continue the sweep in --out: skip completed trials, resume interrupted ones from their "
                   "checkpoints, re-run failed ones");

@@ -42,8 +42,8 @@ struct TreeCheck {
       }
     }
     if (!assignment.empty())
-      throw ConfigError(
-          fmt::format("--set {}: the value is not valid YAML: the quoted string is never closed", assignment));
+      throw ConfigError(fmt::format("--set {}: the value is not valid YAML: the quoted string is never closed",
+                                    quote_if_needed(assignment)));
     throw ConfigError(fmt::format("{}:{}:{}: invalid YAML: the quoted string is never closed", source->file,
                                   n.Mark().line + 1, n.Mark().column + 1));
   }
@@ -52,9 +52,10 @@ struct TreeCheck {
     // An alias inside its own anchor (`&a [*a]`) makes the tree a cycle: the depth bound stops the walk long before
     // the stack would overflow (a config nests a handful of levels).
     if (depth > 256) {
-      const std::string why = "the YAML nests deeper than 256 levels once its aliases are followed (an alias inside "
-                              "its own anchor?)";
-      if (!assignment.empty()) throw ConfigError(fmt::format("--set {}: {}", assignment, why));
+      const std::string why =
+          "the YAML nests deeper than 256 levels once its aliases are followed (an alias inside "
+          "its own anchor?)";
+      if (!assignment.empty()) throw ConfigError(fmt::format("--set {}: {}", quote_if_needed(assignment), why));
       throw ConfigError(fmt::format("{}: {}", source->file, why));
     }
     // An alias stands for its anchor's whole subtree; nested ones multiply (9 levels of 10 make 10^9 nodes from
@@ -64,7 +65,7 @@ struct TreeCheck {
           "the YAML expands to more than {} nodes once its aliases are followed (a "
           "config has a few hundred; nested aliases multiply)",
           limits::kConfigNodes);
-      if (!assignment.empty()) throw ConfigError(fmt::format("--set {}: {}", assignment, why));
+      if (!assignment.empty()) throw ConfigError(fmt::format("--set {}: {}", quote_if_needed(assignment), why));
       throw ConfigError(fmt::format("{}: {}", source->file, why));
     }
     if (n.IsScalar()) return quote(n);
@@ -106,6 +107,52 @@ ConfigNode parse(const std::string& text, const std::string& name) {
 
 std::string quoted(const std::string& s) { return quote_value(s); }
 
+// A scalar written in quotes: yaml-cpp tags it "!" ("?" for a plain one; "" for one made in code, as a resolved
+// config's values are). YAML reads it as a string, whatever it looks like.
+bool quoted_scalar(const YAML::Node& n) { return n.Tag() == "!"; }
+
+// A number as YAML 1.2 writes one in decimal: [-+]? (digits (. digits?)? | . digits) ([eE] [-+]? digits)?; an
+// integer is [-+]? digits. An integer form with a leading zero (010) is refused: YAML 1.1 readers such as PyYAML
+// take it for octal 8, YAML 1.2 ones for 10.
+bool decimal_number(std::string_view s, bool integer) {
+  const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  size_t i = 0;
+  if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
+  const size_t int_start = i;
+  while (i < s.size() && digit(s[i])) ++i;
+  const size_t int_digits = i - int_start;
+  size_t frac_digits = 0;
+  bool fraction = false, exponent = false;
+  if (!integer && i < s.size() && s[i] == '.') {
+    fraction = true;
+    for (++i; i < s.size() && digit(s[i]); ++i) ++frac_digits;
+  }
+  if (int_digits + frac_digits == 0) return false;
+  if (!integer && i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+    exponent = true;
+    ++i;
+    if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
+    const size_t exp_start = i;
+    while (i < s.size() && digit(s[i])) ++i;
+    if (i == exp_start) return false;
+  }
+  if (i != s.size()) return false;
+  return fraction || exponent || int_digits < 2 || s[int_start] != '0';
+}
+
+// What to write instead of a number YAML reads in another form: " (write it in decimal digits)" for 0x10, 0o17,
+// 0b101, 1_000; a note on the leading zero of 010; "" otherwise (a word, 2.5 for an integer: the message says
+// enough).
+std::string not_decimal_hint(std::string_view s) {
+  const size_t i = !s.empty() && (s[0] == '+' || s[0] == '-') ? 1 : 0;
+  const bool prefixed = s.size() > i + 1 && s[i] == '0' && std::strchr("xXoObB", s[i + 1]) != nullptr;
+  if (prefixed || s.find('_') != std::string_view::npos) return " (write it in decimal digits)";
+  const bool integer_form = s.find_first_of(".eE") == std::string_view::npos;
+  if (integer_form && s.size() > i + 1 && s[i] == '0' && s.find_first_not_of("0123456789", i) == std::string_view::npos)
+    return fmt::format(" (write it without the leading zero: YAML 1.1 reads {} as octal)", s);
+  return "";
+}
+
 }  // namespace
 
 ConfigNode ConfigNode::load_file(const std::string& file) {
@@ -140,14 +187,15 @@ std::string ConfigNode::where() const {
   for (auto it = m_source->overrides.rbegin(); it != m_source->overrides.rend(); ++it) {
     const std::string& path = it->first;
     if (m_path == path || (m_path.rfind(path, 0) == 0 && (m_path[path.size()] == '.' || m_path[path.size()] == '[')))
-      return "(--set " + it->second + ")";
+      return "(--set " + quote_if_needed(it->second) + ")";
   }
   if (m_mark.is_null()) return "(" + m_source->file + ")";
   return fmt::format("({}:{}:{})", m_source->file, m_mark.line + 1, m_mark.column + 1);
 }
 
 void ConfigNode::fail(const std::string& message) const {
-  throw ConfigError(fmt::format("{}: {} {}", m_path.empty() ? "config" : m_path, message, where()));
+  // The path holds keys as the YAML or a --set spelled them: a control byte in one is shown escaped.
+  throw ConfigError(fmt::format("{}: {} {}", m_path.empty() ? "config" : quote_if_needed(m_path), message, where()));
 }
 
 ConfigNode ConfigNode::operator[](std::string_view key) const {
@@ -155,8 +203,21 @@ ConfigNode ConfigNode::operator[](std::string_view key) const {
   const std::string child_path = m_path.empty() ? k : m_path + "." + k;
   if (!m_node.IsMap()) return ConfigNode(YAML::Node(YAML::NodeType::Undefined), child_path, m_source, m_mark);
   YAML::Node child = m_node[k];
-  const bool present = child.IsDefined() && !child.IsNull();
-  return ConfigNode(child, child_path, m_source, present ? child.Mark() : m_mark);
+  if (!child.IsDefined()) return ConfigNode(child, child_path, m_source, m_mark);
+  // A key given null (`lr: ~`) is there to be named: its value's position, or the key's for an empty value (`lr:`
+  // at the end of a line, which yaml-cpp places at the next token, on a later line).
+  YAML::Mark mark = child.Mark();
+  if (child.IsNull())
+    for (const auto& kv : m_node)
+      if (kv.first.IsScalar() && kv.first.Scalar() == k && (mark.is_null() || mark.line != kv.first.Mark().line))
+        mark = kv.first.Mark();
+  return ConfigNode(child, child_path, m_source, mark.is_null() ? m_mark : mark);
+}
+
+bool ConfigNode::null_at(std::string_view key) const {
+  if (!m_node.IsMap()) return false;
+  const YAML::Node child = m_node[std::string(key)];
+  return child.IsDefined() && child.IsNull();
 }
 
 ConfigNode ConfigNode::at(size_t index) const {
@@ -218,11 +279,12 @@ void ConfigNode::expect_keys(const std::vector<std::string>& allowed) const {
 
 void ConfigNode::require(std::string_view key) const {
   if (!m_node.IsMap()) fail("expected a map, got " + describe_value());
-  if (!has(key)) (*this)[key].fail("is required");
+  if (!has(key)) (*this)[key].fail(null_at(key) ? "is required, got null" : "is required");
 }
 
 std::string ConfigNode::describe_value() const {
-  if (!m_node.IsDefined() || m_node.IsNull()) return "nothing";
+  if (!m_node.IsDefined()) return "nothing";
+  if (m_node.IsNull()) return "null";
   if (m_node.IsMap()) return "a map";
   if (m_node.IsSequence()) return "a list";
   return quoted(m_node.Scalar());
@@ -237,12 +299,15 @@ int64_t ConfigNode::as_int(int64_t min, int64_t max) const {
   const char* what = min == 1 ? "a positive integer" : min == 0 ? "a non-negative integer" : "an integer";
   if (!m_node.IsScalar()) fail(std::string("expected ") + what + ", got " + describe_value());
   const std::string& s = m_node.Scalar();
+  if (quoted_scalar(m_node))
+    fail(std::string("expected ") + what + ", got the quoted string " + quoted(s) + " (write numbers without quotes)");
   errno = 0;
   char* end = nullptr;
   const long long v = std::strtoll(s.c_str(), &end, 10);
-  // The whole scalar, not just up to a NUL byte (YAML writes one as "\0").
-  if (s.empty() || end != s.c_str() + s.size() || errno == ERANGE)
-    fail(std::string("expected ") + what + ", got " + quoted(s));
+  // The whole scalar, not just up to a NUL byte (YAML writes one as "\0"), and in decimal digits only (strtoll also
+  // takes leading blanks; a leading zero is octal to YAML 1.1).
+  if (!decimal_number(s, /*integer=*/true) || end != s.c_str() + s.size() || errno == ERANGE)
+    fail(std::string("expected ") + what + ", got " + quoted(s) + not_decimal_hint(s));
   if (v < min || v > max) {
     if (max == INT64_MAX)
       fail(fmt::format("expected {}, got {}", min <= 1 && min >= 0 ? what : fmt::format("an integer ≥ {}", min), v));
@@ -254,9 +319,15 @@ int64_t ConfigNode::as_int(int64_t min, int64_t max) const {
 double ConfigNode::as_double() const {
   if (!m_node.IsScalar()) fail("expected a number, got " + describe_value());
   const std::string& s = m_node.Scalar();
+  if (quoted_scalar(m_node))
+    fail("expected a finite number, got the quoted string " + quoted(s) + " (write numbers without quotes)");
   char* end = nullptr;
   const double v = std::strtod(s.c_str(), &end);
-  if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(v)) fail("expected a finite number, got " + quoted(s));
+  const bool parsed = !s.empty() && end == s.c_str() + s.size();
+  if (parsed && !std::isfinite(v)) fail("expected a finite number, got " + quoted(s));
+  // strtod also reads hexadecimal (0x10, 0x1p-3), inf and nan, and skips leading blanks.
+  if (!parsed || !decimal_number(s, /*integer=*/false))
+    fail("expected a finite number, got " + quoted(s) + not_decimal_hint(s));
   return v;
 }
 
@@ -273,6 +344,8 @@ double ConfigNode::as_double(double min, double max, bool min_inclusive) const {
 bool ConfigNode::as_bool() const {
   if (m_node.IsScalar()) {
     const std::string& s = m_node.Scalar();
+    if (quoted_scalar(m_node))
+      fail("expected true or false, got the quoted string " + quoted(s) + " (write it without quotes)");
     if (s == "true" || s == "True" || s == "yes" || s == "on") return true;
     if (s == "false" || s == "False" || s == "no" || s == "off") return false;
   }
@@ -353,7 +426,7 @@ std::vector<PathStep> parse_path(const std::string& path, const std::string& ass
   std::vector<PathStep> steps;
   size_t i = 0;
   auto bad = [&](const std::string& why) -> void {
-    throw ConfigError(fmt::format("--set {}: {} (write key.sub[2].name=value)", assignment, why));
+    throw ConfigError(fmt::format("--set {}: {} (write key.sub[2].name=value)", quote_if_needed(assignment), why));
   };
   while (i < path.size()) {
     if (path[i] == '[') {
@@ -361,7 +434,7 @@ std::vector<PathStep> parse_path(const std::string& path, const std::string& ass
       if (close == std::string::npos) bad("unclosed '['");
       const std::string digits = path.substr(i + 1, close - i - 1);
       if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos)
-        bad("list index \"" + digits + "\" is not a non-negative integer");
+        bad("list index " + quote_value(digits) + " is not a non-negative integer");
       // std::stoul would throw std::out_of_range (not a ConfigError) for [99999999999999999999].
       size_t index = 0;
       if (std::from_chars(digits.data(), digits.data() + digits.size(), index).ec != std::errc())
@@ -400,10 +473,13 @@ ConfigNode apply_override(const ConfigNode& root, const std::string& assignment)
   } else if (assignment.rfind('~', 0) == 0) {
     mode = Mode::remove, skip = 1;
   }
+  // The assignment and the key paths cut from it, as messages show them (escaped when they hold a control byte).
+  const std::string shown = quote_if_needed(assignment);
+  const auto q = [](const std::string& s) { return quote_if_needed(s); };
   const size_t eq = assignment.find('=');
   if (eq == std::string::npos && mode != Mode::remove)
     throw ConfigError(
-        fmt::format("--set {}: expected KEY=VALUE (or +KEY=VALUE to add a key, ~KEY to remove one)", assignment));
+        fmt::format("--set {}: expected KEY=VALUE (or +KEY=VALUE to add a key, ~KEY to remove one)", shown));
   const std::string path = assignment.substr(skip, eq == std::string::npos ? std::string::npos : eq - skip);
   const std::optional<std::string> text =
       eq == std::string::npos ? std::nullopt : std::optional<std::string>(assignment.substr(eq + 1));
@@ -418,7 +494,7 @@ ConfigNode apply_override(const ConfigNode& root, const std::string& assignment)
     try {
       value = YAML::Load(*text);
     } catch (const YAML::Exception& e) {
-      throw ConfigError(fmt::format("--set {}: the value is not valid YAML: {}", assignment, e.msg));
+      throw ConfigError(fmt::format("--set {}: the value is not valid YAML: {}", shown, e.msg));
     }
     auto override_source = std::make_shared<ConfigSource>();
     override_source->overrides.emplace_back(norm, assignment);  // so that messages point at the --set
@@ -441,8 +517,8 @@ ConfigNode apply_override(const ConfigNode& root, const std::string& assignment)
       // a section then fails validation with a did-you-mean. Deeper keys must exist, or be added with +.
       if (missing && mode != Mode::remove && (s == 0 || creates)) {
         if (steps[s + 1].key.empty())
-          throw ConfigError(fmt::format("--set {}: the config has no list {}{}", assignment,
-                                        walked.empty() ? st.key : walked + "." + st.key,
+          throw ConfigError(fmt::format("--set {}: the config has no list {}{}", shown,
+                                        q(walked.empty() ? st.key : walked + "." + st.key),
                                         creates ? "; + adds maps on the way, not lists" : ""));
         node[st.key] = YAML::Node(YAML::NodeType::Map);
         if (created.empty()) created = walked.empty() ? st.key : walked + "." + st.key;
@@ -451,16 +527,17 @@ ConfigNode apply_override(const ConfigNode& root, const std::string& assignment)
         const std::string key = walked.empty() ? st.key : walked + "." + st.key;
         if (mode == Mode::set && node.IsMap())
           throw ConfigError(
-              fmt::format("--set {}: the config has no key {}; write {} to add it", assignment, key, as_add));
-        throw ConfigError(fmt::format("--set {}: the config has no key {}{}", assignment, key,
-                                      node.IsMap() || walked.empty() ? "" : fmt::format(" ({} is not a map)", walked)));
+              fmt::format("--set {}: the config has no key {}; write {} to add it", shown, q(key), q(as_add)));
+        throw ConfigError(
+            fmt::format("--set {}: the config has no key {}{}", shown, q(key),
+                        node.IsMap() || walked.empty() ? "" : fmt::format(" ({} is not a map)", q(walked))));
       }
       walked += (walked.empty() ? "" : ".") + st.key;
       next = node[st.key];
     } else {
       if (!node.IsSequence() || st.index >= node.size())
-        throw ConfigError(fmt::format("--set {}: {} has no item [{}]{}", assignment,
-                                      walked.empty() ? "the config" : walked, st.index,
+        throw ConfigError(fmt::format("--set {}: {} has no item [{}]{}", shown,
+                                      walked.empty() ? "the config" : q(walked), st.index,
                                       node.IsSequence() ? fmt::format(" (it has {})", node.size()) : " (not a list)"));
       walked += fmt::format("[{}]", st.index);
       next = node[st.index];
@@ -468,23 +545,24 @@ ConfigNode apply_override(const ConfigNode& root, const std::string& assignment)
     node.reset(next);
   }
   const PathStep& last = steps.back();
-  const std::string where = walked.empty() ? "the config" : walked;
+  const std::string where = walked.empty() ? "the config" : q(walked);
   if (!last.key.empty()) {
     if (!node.IsMap() && !(node.IsNull() && !walked.empty() && mode != Mode::remove))
-      throw ConfigError(fmt::format("--set {}: {} is not a map", assignment, where));
+      throw ConfigError(fmt::format("--set {}: {} is not a map", shown, where));
     const bool present = node.IsMap() && node[last.key].IsDefined() && !node[last.key].IsNull();
     if (mode == Mode::remove) {
       if (!present)
-        throw ConfigError(fmt::format("--set {}: the config has no key {}; nothing to remove", assignment, norm));
+        throw ConfigError(fmt::format("--set {}: the config has no key {}; nothing to remove", shown, q(norm)));
       if (text && YAML::Dump(node[last.key]) != YAML::Dump(value))
-        throw ConfigError(fmt::format("--set {}: {} is {}, not {}; write ~{} to remove it whatever it is", assignment,
-                                      norm, quote_value(YAML::Dump(node[last.key])), quote_value(*text), path));
+        throw ConfigError(fmt::format("--set {}: {} is {}, not {}; write {} to remove it whatever it is", shown,
+                                      q(norm), quote_value(YAML::Dump(node[last.key])), quote_value(*text),
+                                      q("~" + path)));
       node.remove(last.key);
       return root.with_override(norm, assignment);  // a missing required key then points at the --set
     }
     if (mode == Mode::add && present)
-      throw ConfigError(fmt::format("--set {}: {} is already set (to {}); write {} to replace it", assignment, norm,
-                                    quote_value(YAML::Dump(node[last.key])), as_set));
+      throw ConfigError(fmt::format("--set {}: {} is already set (to {}); write {} to replace it", shown, q(norm),
+                                    quote_value(YAML::Dump(node[last.key])), q(as_set)));
     node[last.key] = value;
   } else {
     const size_t size = node.IsSequence() ? node.size() : 0;
@@ -492,16 +570,17 @@ ConfigNode apply_override(const ConfigNode& root, const std::string& assignment)
     const bool append = creates && node.IsSequence() && last.index == size;
     if (!node.IsSequence() || (last.index >= size && !append)) {
       const std::string hint = node.IsSequence() && last.index == size && mode == Mode::set
-                                   ? fmt::format("; write {} to append", as_add)
+                                   ? fmt::format("; write {} to append", q(as_add))
                                : node.IsSequence() ? fmt::format(" (it has {})", size)
                                                    : " (not a list)";
-      throw ConfigError(fmt::format("--set {}: {} has no item [{}]{}{}", assignment, where, last.index, hint,
+      throw ConfigError(fmt::format("--set {}: {} has no item [{}]{}{}", shown, where, last.index, hint,
                                     mode == Mode::remove ? "; nothing to remove" : ""));
     }
     if (mode == Mode::remove) {
       if (text && YAML::Dump(node[last.index]) != YAML::Dump(value))
-        throw ConfigError(fmt::format("--set {}: {} is {}, not {}; write ~{} to remove it whatever it is", assignment,
-                                      norm, quote_value(YAML::Dump(node[last.index])), quote_value(*text), path));
+        throw ConfigError(fmt::format("--set {}: {} is {}, not {}; write {} to remove it whatever it is", shown,
+                                      q(norm), quote_value(YAML::Dump(node[last.index])), quote_value(*text),
+                                      q("~" + path)));
       // The items after it move up: a message about one of them must not point at this --set, so none is recorded.
       YAML::Node rest(YAML::NodeType::Sequence);
       for (size_t i = 0; i < size; ++i)
@@ -510,8 +589,8 @@ ConfigNode apply_override(const ConfigNode& root, const std::string& assignment)
       return root;
     }
     if (mode == Mode::add && !append)
-      throw ConfigError(fmt::format("--set {}: {} is already set (to {}); write {} to replace it", assignment, norm,
-                                    quote_value(YAML::Dump(node[last.index])), as_set));
+      throw ConfigError(fmt::format("--set {}: {} is already set (to {}); write {} to replace it", shown, q(norm),
+                                    quote_value(YAML::Dump(node[last.index])), q(as_set)));
     if (append)
       node.push_back(value);
     else

@@ -54,15 +54,19 @@ class ConfigNode {
   ConfigNode at(size_t index) const;
   size_t size() const { return m_node.size(); }
   bool has(std::string_view key) const;
+  /// Whether the key is there with a null value (`key: ~`, `key: null`, `key:`), which has() and defined() count as
+  /// absent.
+  bool null_at(std::string_view key) const;
   std::vector<std::string> keys() const;
 
   /// Fails unless this is a map whose keys all appear in `allowed`; names the first unknown key, offers the
   /// closest allowed one ("did you mean") and lists them all.
   void expect_keys(const std::vector<std::string>& allowed) const;
-  /// Fails when a required key is missing.
+  /// Fails when a required key is missing (or null).
   void require(std::string_view key) const;
 
-  // Typed reads: each fails with "expected …, got …" naming this node.
+  // Typed reads: each fails with "expected …, got …" naming this node. A number is a plain scalar in decimal digits
+  // (a quoted one is a string to YAML; 0x10, 0o17, 1_000 and a leading zero are refused), true or false one too.
   std::string as_string() const;
   int64_t as_int(int64_t min = INT64_MIN, int64_t max = INT64_MAX) const;
   double as_double() const;

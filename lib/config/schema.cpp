@@ -89,6 +89,51 @@ double get_double(const ConfigNode& section, const KeySpec& key) {
   return n.defined() ? read_double(n, key) : fallback_number(key);
 }
 
+std::string expected_words(const KeySpec& key) {
+  const auto integer_words = [&key]() -> std::string {
+    if (key.min == 1) return "a positive integer";
+    if (key.min == 0) return "a non-negative integer";
+    return key.min > -1e300 ? fmt::format("an integer ≥ {}", to_int(key.min)) : "an integer";
+  };
+  switch (key.kind) {
+    case KeyKind::integer:
+      return key.max < 1e300 ? fmt::format("an integer in [{}, {}]", to_int(key.min), to_int(key.max))
+                             : integer_words();
+    case KeyKind::size: return integer_words();
+    case KeyKind::number:
+      if (key.max < 1e300 && key.min > -1e300)
+        return fmt::format("a number in {}{}, {}]", key.min_exclusive ? "(" : "[", key.min, key.max);
+      if (key.min > -1e300) return fmt::format("a number {} {}", key.min_exclusive ? ">" : "≥", key.min);
+      return "a number";
+    case KeyKind::boolean: return "true or false";
+    case KeyKind::string: return "a string";
+    case KeyKind::choice: {
+      std::string list;
+      for (const std::string& c : key.choices) list += (list.empty() ? "" : ", ") + c;
+      return "one of: " + list;
+    }
+    case KeyKind::list: return "a list";
+    case KeyKind::map: return "a map";
+    case KeyKind::any_of: {
+      std::string words;
+      for (const KeySpec& alt : key.items) words += (words.empty() ? "" : " or ") + expected_words(alt);
+      return words.empty() ? "a value" : words;
+    }
+    case KeyKind::custom: return "a value";
+  }
+  return "a value";
+}
+
+void expect_keys(const ConfigNode& section, const std::vector<KeySpec>& keys) {
+  section.expect_keys(key_names(keys));
+  // null is no default: `momentum: ~` (or `momentum:`) would read as the key left out, silently. Only the keys whose
+  // null means something (none; a value found from the data) take it.
+  for (const KeySpec& k : keys)
+    if (!k.nullable && section.null_at(k.name))
+      section[k.name].fail(fmt::format("expected {}, got null{}", expected_words(k),
+                                       k.required ? "" : " (leave the key out for its default)"));
+}
+
 bool get_bool(const ConfigNode& section, const KeySpec& key) {
   const ConfigNode n = section[key.name];
   if (n.defined()) return n.as_bool();

@@ -69,8 +69,13 @@ SectionSpec plain_section(std::vector<KeySpec> keys, std::string doc = "", std::
 /// The key lists concatenated, in order (a variant's common keys and its own).
 std::vector<KeySpec> concat_keys(std::initializer_list<std::vector<KeySpec>> parts);
 
-/// The names of `keys` in order: what expect_keys takes.
+/// The names of `keys` in order: what ConfigNode::expect_keys takes.
 std::vector<std::string> key_names(const std::vector<KeySpec>& keys);
+/// ConfigNode::expect_keys(key_names(keys)), and a key given null (`key: ~`, `key: null`, `key:`) refused unless its
+/// entry is nullable: "expected a number in [0, 1], got null (leave the key out for its default)".
+void expect_keys(const ConfigNode& section, const std::vector<KeySpec>& keys);
+/// What a value of the entry is, as messages say it: "a positive integer", "a number > 0", "one of: sgd, adam".
+std::string expected_words(const KeySpec& key);
 /// The key list of the variant serving discriminator value `value` ("" for a plain section).
 const std::vector<KeySpec>& section_keys(const SectionSpec& section, const std::string& value = "");
 /// The entry `name` of `keys`; a miss is a bug in the table (throws gt::Error).

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <string>
 #include <string_view>
 
@@ -34,6 +35,17 @@ inline std::string quote_value(std::string_view s, size_t max_chars = static_cas
   }
   out += shown < s.size() ? fmt::format("…\" ({} bytes)", s.size()) : std::string("\"");
   return out;
+}
+
+/// `s` as it is when every byte prints (UTF-8 does; a tab, newline or other control byte does not), else
+/// quote_value(s): text a user typed (a --set, a key path) goes into a message as typed where that is safe,
+/// "(--set optimizer.lr=abc)", and escaped where it would split or garble the line, "(--set "optimizer.lr=abc\nx")".
+inline std::string quote_if_needed(std::string_view s) {
+  const bool plain = std::none_of(s.begin(), s.end(), [](char ch) {
+    const auto c = static_cast<unsigned char>(ch);
+    return c < 0x20 || c == 0x7f;
+  });
+  return plain ? std::string(s) : quote_value(s);
 }
 
 }  // namespace gt

@@ -65,7 +65,11 @@ const SectionSpec& path_split() {
 std::vector<KeySpec> split_keys(const SectionSpec& split, bool train_required = true) {
   return {
       {.name = "train", .kind = KeyKind::map, .required = train_required, .section = &split, .doc = "the training set"},
-      {.name = "test", .kind = KeyKind::map, .section = &split, .doc = "the test set (optional)"}};
+      {.name = "test",
+       .kind = KeyKind::map,
+       .nullable = true,
+       .section = &split,
+       .doc = "the test set (optional; null: none, as --set data.test=null drops a config's)"}};
 }
 
 const KeySpec kScaleKey{.name = "scale",
@@ -115,7 +119,7 @@ std::vector<double> read_numbers(const ConfigNode& n, bool positive) {
 void parse_normalize(const ConfigNode& d, DataConfig& out, int64_t channels) {
   if (!d.has("normalize")) return;
   const ConfigNode n = d["normalize"];
-  n.expect_keys(key_names(section_keys(normalize_section())));
+  expect_keys(n, section_keys(normalize_section()));
   n.require("mean");
   n.require("std");
   out.normalize.mean = read_numbers(n["mean"], false);
@@ -145,7 +149,7 @@ void parse_file_pairs(const ConfigNode& d, DataConfig& out, const SectionSpec& s
   for (const char* split_name : {"train", "test"}) {
     const ConfigNode s = d[split_name];
     if (!s.defined()) continue;
-    s.expect_keys(key_names(keys));
+    expect_keys(s, keys);
     s.require(first);
     s.require(second);
     const std::string a = existing_file(s[first], out.check_files), b = existing_file(s[second], out.check_files);
@@ -192,7 +196,7 @@ void for_each_split_path(const ConfigNode& d, const std::function<void(bool trai
   for (const char* split : {"train", "test"}) {
     const ConfigNode s = d[split];
     if (!s.defined()) continue;
-    s.expect_keys(key_names(section_keys(path_split())));
+    expect_keys(s, section_keys(path_split()));
     s.require("path");
     read(std::string(split) == "train", s["path"]);
   }
@@ -281,7 +285,7 @@ void parse_synthetic(const ConfigNode& d, DataConfig& out) {
                  d["test_samples"], out.synthetic.test_samples);
   const ConfigNode t = d["targets"];
   const std::vector<KeySpec>& tk = section_keys(synthetic_targets());
-  t.expect_keys(key_names(tk));
+  expect_keys(t, tk);
   if (t.has("classes") == t.has("shape")) t.fail("give exactly one of `classes: K` or `shape: [..]`");
   if (t.has("classes")) {
     out.synthetic.classes = read_size(t["classes"], key_spec(tk, "classes"));
@@ -421,7 +425,7 @@ void parse_images(const ConfigNode& d, DataConfig& out) {
   if (d.has("test")) out.test_dir = existing_dir(d["test"], out.check_files);
   const ConfigNode img = d["image"];
   const std::vector<KeySpec>& ik = section_keys(image_section());
-  img.expect_keys(key_names(ik));
+  expect_keys(img, ik);
   img.require("size");
   ImageSpec& spec = out.image;
   std::tie(spec.height, spec.width) = read_pair(img["size"]);
@@ -557,7 +561,10 @@ const std::vector<DataFormatSpec>& data_formats() {
          .kind = KeyKind::string,
          .required = true,
          .doc = "a folder DIR/<class>/<file>.png|.jpg|.jpeg; classes (labels) in name order"},
-        {.name = "test", .kind = KeyKind::string, .doc = "a folder like train's, with the same class folders"},
+        {.name = "test",
+         .kind = KeyKind::string,
+         .nullable = true,
+         .doc = "a folder like train's, with the same class folders (null: none)"},
         {.name = "image", .kind = KeyKind::map, .required = true, .section = &image_section()},
         kScaleKey,
         kNormalize,
@@ -693,17 +700,17 @@ void parse_data(const ConfigNode& d, DataConfig& out) {
   out.format = parse_choice(d["format"], data_formats());
   const DataFormatSpec& f = data_format(out.format);
   const std::vector<KeySpec>& keys = section_keys(data_section(), f.name);
-  d.expect_keys(key_names(keys));
+  expect_keys(d, keys);
   f.parse(d, out);
   out.batch_size = get_size(d, key_spec(keys, "batch_size"));
   out.shuffle = get_bool(d, key_spec(keys, "shuffle"));
   if (d.has("augment")) {
     const ConfigNode a = d["augment"];
     const std::vector<KeySpec>& ak = section_keys(augment_section());
-    a.expect_keys(key_names(ak));
+    expect_keys(a, ak);
     if (a.has("random_crop")) {
       const std::vector<KeySpec>& ck = section_keys(random_crop_section());
-      a["random_crop"].expect_keys(key_names(ck));
+      expect_keys(a["random_crop"], ck);
       a["random_crop"].require("padding");
       out.augment.crop_padding = read_size(a["random_crop"]["padding"], key_spec(ck, "padding"));
     }
@@ -712,7 +719,7 @@ void parse_data(const ConfigNode& d, DataConfig& out) {
   if (d.has("tta")) {
     const ConfigNode t = d["tta"];
     const std::vector<KeySpec>& tk = section_keys(tta_section());
-    t.expect_keys(key_names(tk));
+    expect_keys(t, tk);
     out.tta_hflip = get_bool(t, key_spec(tk, "hflip"));
   }
   out.workers = get_int(d, key_spec(keys, "workers"));

@@ -50,10 +50,10 @@ std::unique_ptr<Communicator> make_nccl_comm(Communicator&, int, double) {
 #ifndef GT_WITH_MPI
 bool mpi_available() { return false; }
 std::unique_ptr<Communicator> make_mpi_comm(const LaunchInfo& launch, double) {
-  throw Error(
-      fmt::format("{} started {} ranks, but this gputrain was built without MPI (install libopenmpi-dev and "
-                  "rebuild, or launch with torchrun, which needs no MPI)",
-                  launch.launcher, launch.world));
+  throw Error(ErrorKind::distributed,
+              fmt::format("{}, but this gputrain was built without MPI (install libopenmpi-dev and rebuild, or "
+                          "launch with torchrun, which needs no MPI)",
+                          launch_claim(launch)));
 }
 #endif
 

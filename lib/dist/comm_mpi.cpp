@@ -12,6 +12,8 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -22,6 +24,10 @@ namespace {
 class MpiComm final : public Communicator {
  public:
   MpiComm(const LaunchInfo& launch, double timeout_s) : m_timeout(timeout_s) {
+    // The process manager's variables as the launcher left them: a singleton MPI_Init sets PMIX_NAMESPACE itself.
+    std::map<std::string, std::string> before;
+    for (const char* name : {"PMIX_NAMESPACE", "PMI_FD", "PMI_PORT"})
+      if (const char* v = std::getenv(name)) before[name] = v;
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) {
@@ -33,11 +39,13 @@ class MpiComm final : public Communicator {
     }
     MPI_Comm_rank(MPI_COMM_WORLD, &m_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &m_size);
+    // Launcher variables without the launcher's process manager (copied by hand, srun without --mpi=pmix): MPI
+    // made a world of this process alone, and the run cannot work.
     if (m_rank != launch.rank || m_size != launch.world)
-      throw Error(
-          fmt::format("MPI says rank {} of {}, but the launcher's variables say rank {} of {} ({}): was "
-                      "gputrain started by {} without MPI?",
-                      m_rank, m_size, launch.rank, launch.world, launch.source, launch.launcher));
+      throw Error(ErrorKind::distributed, mpi_launch_problem(launch, m_rank, m_size, [&before](const char* name) {
+                    const auto it = before.find(name);
+                    return it == before.end() ? nullptr : it->second.c_str();
+                  }));
     m_watchdog = std::thread([this] { watchdog(); });
   }
   // Reached on success only: a failing rank calls abort() instead, since MPI_Finalize waits for the other ranks.

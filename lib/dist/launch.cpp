@@ -6,6 +6,7 @@
 
 #include <charconv>
 #include <cstdlib>
+#include <limits>
 #include <vector>
 
 namespace gt {
@@ -30,9 +31,22 @@ int parse_int(const char* name, const char* value, int min) {
   int v = 0;
   const char* end = value + std::char_traits<char>::length(value);
   const auto [p, ec] = std::from_chars(value, end, v);
-  if (ec != std::errc() || p != end || v < min)
-    throw ConfigError(fmt::format("launcher environment: {}={} is not an integer ≥ {}", name, value, min));
+  // from_chars reads the digits of 99999999999 and says they do not fit an int: that is a range, not a syntax error.
+  if ((ec == std::errc() || ec == std::errc::result_out_of_range) && p == end && (ec != std::errc() || v < min))
+    throw ConfigError(fmt::format("launcher environment: {}={} is out of range: expected an integer in [{}, {}]", name,
+                                  value, min, std::numeric_limits<int>::max()));
+  if (ec != std::errc() || p != end)
+    throw ConfigError(fmt::format("launcher environment: {}={} is not an integer", name, value));
   return v;
+}
+
+// The launcher's variables as a message names them.
+std::string variables_of(const std::string& launcher) {
+  if (launcher == "openmpi") return "Open MPI's variables";
+  if (launcher == "pmi") return "PMI's variables";
+  if (launcher == "slurm") return "Slurm's step variables";
+  if (launcher == "torchrun") return "torchrun's variables";
+  return launcher + "'s variables";
 }
 
 }  // namespace
@@ -80,6 +94,39 @@ LaunchInfo detect_launch(const std::function<const char*(const char*)>& env) {
 
 LaunchInfo detect_launch() {
   return detect_launch([](const char* name) { return std::getenv(name); });
+}
+
+std::string launch_claim(const LaunchInfo& launch) {
+  return fmt::format("{} ({}) say rank {} of {}", variables_of(launch.launcher), launch.source, launch.rank,
+                     launch.world);
+}
+
+std::string mpi_launch_problem(const LaunchInfo& launch, int mpi_rank, int mpi_world,
+                               const std::function<const char*(const char*)>& env) {
+  // An MPI library joins its job through the process manager the launcher runs: PMIx (Open MPI's mpirun, srun
+  // --mpi=pmix) or PMI-1/2 (MPICH's hydra, srun --mpi=pmi2). Without one, MPI_Init makes a world of this process.
+  std::string joined;
+  for (const char* name : {"PMIX_NAMESPACE", "PMI_FD", "PMI_PORT"})
+    if (env(name) && joined.empty()) joined = name;
+  const std::string made = mpi_world == launch.world
+                               ? fmt::format("MPI_Init made this process rank {} of {}", mpi_rank, mpi_world)
+                               : fmt::format("MPI_Init made a world of {}", mpi_world);
+  const std::string missing =
+      joined.empty() ? "no process manager to join (PMIX_NAMESPACE, PMI_FD and PMI_PORT are unset)"
+                     : fmt::format(
+                           "the MPI library did not join the job {} names (is gputrain built against another "
+                           "MPI than the launcher's?)",
+                           joined);
+  std::string fix;
+  if (launch.launcher == "openmpi")
+    fix = fmt::format("start the ranks with mpirun -np {}", launch.world);
+  else if (launch.launcher == "slurm")
+    fix =
+        "launch with srun --mpi=pmix (srun --mpi=list shows what this Slurm offers), or with mpirun inside the "
+        "allocation";
+  else
+    fix = "start the ranks with the mpirun of the MPI gputrain was built with";
+  return fmt::format("{}, but {}: {}; {}", launch_claim(launch), made, missing, fix);
 }
 
 }  // namespace gt

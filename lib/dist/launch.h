@@ -16,9 +16,19 @@ struct LaunchInfo {
 };
 
 /// Looks variables up through `env` (nullptr when unset). Throws ConfigError naming the variables when they are
-/// partial (RANK without WORLD_SIZE), malformed, out of range, or when two launchers' variables disagree.
+/// partial (RANK without WORLD_SIZE), malformed, out of range (the message gives the range), or when two launchers'
+/// variables disagree.
 LaunchInfo detect_launch(const std::function<const char*(const char*)>& env);
 /// The same, from the process environment.
 LaunchInfo detect_launch();
+
+/// "Open MPI's variables (OMPI_COMM_WORLD_RANK=0, OMPI_COMM_WORLD_SIZE=2) say rank 0 of 2": how a message about a
+/// launch that cannot work starts.
+std::string launch_claim(const LaunchInfo& launch);
+/// The message (exit 3) for an MPI_Init that put this process at `mpi_rank` of `mpi_world` where the launcher's
+/// variables say otherwise: what is missing (no PMIx or PMI variables to join a job by, looked up through `env`, or
+/// a job the library did not join) and how this launcher starts ranks that MPI sees.
+std::string mpi_launch_problem(const LaunchInfo& launch, int mpi_rank, int mpi_world,
+                               const std::function<const char*(const char*)>& env);
 
 }  // namespace gt

@@ -41,7 +41,7 @@ const SectionSpec& dist_section() {
 
 void parse_dist(const ConfigNode& n, DistConfig& out) {
   const std::vector<KeySpec>& keys = section_keys(dist_section());
-  n.expect_keys(key_names(keys));
+  expect_keys(n, keys);
   out.sync_batchnorm = get_bool(n, key_spec(keys, "sync_batchnorm"));
   // Synchronised batch norm all-reduces on the training thread during backward; the gradient buckets' all-reduces
   // on the communication thread would then race it for the same communicator (and their order could differ

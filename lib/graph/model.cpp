@@ -160,7 +160,7 @@ void read_layer_list(const ConfigNode& layers, const std::vector<std::string>& s
 void read_block(const ConfigNode& cfg, const std::string& name, const std::vector<std::string>& scopes,
                 std::vector<Pending>& pending, std::map<std::string, int>& by_name) {
   const std::vector<KeySpec>& keys = section_keys(repeat_block_section());
-  cfg.expect_keys(key_names(keys));
+  expect_keys(cfg, keys);
   cfg.require("layers");
   const KeySpec& repeat = key_spec(keys, "repeat");
   const int64_t times = cfg["repeat"].as_int(static_cast<int64_t>(repeat.min), static_cast<int64_t>(repeat.max));
@@ -208,10 +208,10 @@ void read_layer_list(const ConfigNode& layers, const std::vector<std::string>& s
       at.fail(fmt::format("unknown layer type \"{}\"{}; known types: {}", p.type,
                           hint.empty() ? "" : " (did you mean \"" + hint + "\"?)", join_names(registry_types())));
     }
-    std::vector<std::string> allowed = key_names(layer_common_keys());
-    for (const auto& a : p.spec->args) allowed.push_back(a.name);
+    std::vector<KeySpec> keys = layer_common_keys();
+    for (const auto& a : p.spec->args) keys.push_back(layer_arg_key(a));
     if (cfg.is_map()) {
-      cfg.expect_keys(allowed);
+      expect_keys(cfg, keys);
       if (cfg.has("name")) {
         const std::string name = cfg["name"].as_string();
         if (name.empty() || name == "input") cfg["name"].fail("`input` and \"\" are reserved names");
@@ -416,7 +416,7 @@ std::string layer_json_schema() {
 
 Model Model::build(const ConfigNode& model_cfg, const Shape& input_shape, DType dtype, Device device, uint64_t seed,
                    bool init_params) {
-  model_cfg.expect_keys(key_names(section_keys(model_section())));
+  expect_keys(model_cfg, section_keys(model_section()));
   model_cfg.require("layers");
   const ConfigNode layers = model_cfg["layers"];
   if (!layers.is_sequence() || layers.size() == 0) layers.fail("expected a non-empty list of layers");

@@ -74,7 +74,7 @@ const SectionSpec& logging_section() {
 void parse_logging(const ConfigNode& n, LoggingConfig& out, int64_t& log_every) {
   const std::vector<KeySpec>& keys = section_keys(logging_section());
   auto key = [&](const char* name) -> const KeySpec& { return key_spec(keys, name); };
-  n.expect_keys(key_names(keys));
+  expect_keys(n, keys);
   if (n.has("every_steps")) log_every = read_size(n["every_steps"], key("every_steps"));
   out.tensorboard = get_bool(n, key("tensorboard"));
   out.jsonl = get_bool(n, key("jsonl"));

@@ -179,7 +179,7 @@ void parse_optimizer(const ConfigNode& n, OptimizerConfig& out) {
   out.type = parse_choice(n["type"], kOptimizerTypes);
   const std::vector<KeySpec>& keys = section_keys(optimizer_section(), to_string(out.type));
   auto key = [&](const char* name) -> const KeySpec& { return key_spec(keys, name); };
-  n.expect_keys(key_names(keys));
+  expect_keys(n, keys);
   n.require("lr");
   out.lr = read_double(n["lr"], key("lr"));
   if (out.type == OptimizerType::sgd) {
@@ -211,7 +211,7 @@ void parse_scheduler(const ConfigNode& n, SchedulerConfig& out) {
   n.require("type");
   out.type = parse_choice(n["type"], kScheduleTypes);
   const std::vector<KeySpec>& keys = section_keys(scheduler_section(), to_string(out.type));
-  n.expect_keys(key_names(keys));
+  expect_keys(n, keys);
   // Each key is read whatever the type (its default stays when the type has no such key); the entry is the type's
   // own where it has one.
   auto key = [&](const char* name) -> const KeySpec& {

@@ -344,7 +344,34 @@ CheckpointInfo read_checkpoint(const std::string& dir) {
   return c;
 }
 
-void load_named_tensors(const std::vector<std::pair<std::string, Tensor*>>& wanted, const std::string& path) {
+namespace {
+
+// The first NaN or Inf of a float tensor on the host, and how many there are: "holds 2 non-finite values, the first
+// nan at [1, 0]"; "" when every value is finite (or the tensor holds integers).
+template <class T>
+std::string non_finite_values(const Tensor& t) {
+  const T* v = t.data<T>();
+  const int64_t n = t.numel();
+  int64_t first = -1, count = 0;
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(v[i])) {
+      if (first < 0) first = i;
+      ++count;
+    }
+  if (count == 0) return "";
+  std::string index;  // the flat position as one index per dimension, the last one varying fastest
+  for (size_t d = t.rank(), rest = static_cast<size_t>(first); d-- > 0;) {
+    index = std::to_string(rest % static_cast<size_t>(t.dim(d))) + (index.empty() ? "" : ", ") + index;
+    rest /= static_cast<size_t>(t.dim(d));
+  }
+  return fmt::format("holds {} non-finite value{}, the first {} at [{}]", count, count == 1 ? "" : "s",
+                     static_cast<double>(v[first]), index);
+}
+
+}  // namespace
+
+void load_named_tensors(const std::vector<std::pair<std::string, Tensor*>>& wanted, const std::string& path,
+                        bool finite_only) {
   const auto file = read_safetensors(path);
   std::map<std::string, const Tensor*> in_file;
   for (const auto& [name, t] : file) in_file[name] = &t;
@@ -368,6 +395,15 @@ void load_named_tensors(const std::vector<std::pair<std::string, Tensor*>>& want
     for (size_t i = 0; i < problems.size() && i < 20; ++i) list += "; " + problems[i];
     throw DataError(fmt::format("{}: does not match the model ({} difference{}){}{}", path, problems.size(),
                                 problems.size() == 1 ? "" : "s", list, problems.size() > 20 ? "; …" : ""));
+  }
+  for (size_t i = 0; finite_only && i < wanted.size(); ++i) {
+    const Tensor& t = *sources[i];
+    const std::string bad = t.dtype() == DType::f32   ? non_finite_values<float>(t)
+                            : t.dtype() == DType::f64 ? non_finite_values<double>(t)
+                                                      : std::string();
+    if (!bad.empty())
+      throw DataError(fmt::format("{}: tensor \"{}\" {} {}: weights of a diverged run, or a corrupt file?", path,
+                                  wanted[i].first, t.shape().str(), bad));
   }
   for (size_t i = 0; i < wanted.size(); ++i) wanted[i].second->copy_from(*sources[i]);
 }

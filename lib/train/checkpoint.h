@@ -109,8 +109,10 @@ void load_state_ranges(const CheckpointInfo& ckpt, const std::vector<StateRange>
                        const std::vector<int64_t>& param_sizes);
 
 /// Copies the tensors of a safetensors file into `wanted` by name; any difference (missing, unexpected, other shape
-/// or dtype) is a DataError listing them all.
-void load_named_tensors(const std::vector<std::pair<std::string, Tensor*>>& wanted, const std::string& path);
+/// or dtype) is a DataError listing them all. With `finite_only`, a float tensor holding NaN or Inf is a DataError
+/// too, naming the tensor and its first such element, before anything is copied.
+void load_named_tensors(const std::vector<std::pair<std::string, Tensor*>>& wanted, const std::string& path,
+                        bool finite_only = false);
 
 /// The checkpoints of one run directory.
 class CheckpointStore {

@@ -133,7 +133,7 @@ EvalSummary evaluate_weights(const Experiment& exp, const std::string& weights_p
   model.check_batch(exp.data.batch_size, exp.root["data"]["batch_size"]);
   check_loss_fits(exp.loss, model.output_shape(), data.train, exp.root.has("loss") ? exp.root["loss"] : exp.root,
                   &data.test);
-  load_weights(model, weights_file(weights_path, exp.checkpoint));
+  load_finite_weights(model, weights_file(weights_path, exp.checkpoint));
   const int64_t batch = exp.data.batch_size;
   model.allocate(batch);
   Tensor x = Tensor::empty(data.test.input_shape().batched(batch), DType::f32, device);

@@ -155,7 +155,7 @@ Experiment parse(const ConfigNode& root, bool check_data_files) {
     if (auto it = nested.find(key); it != nested.end())
       root[key].fail(fmt::format("unknown key (did you mean \"{}\"?)", it->second));
   const std::vector<KeySpec>& keys = section_keys(experiment_section());
-  root.expect_keys(key_names(keys));
+  expect_keys(root, keys);
   Experiment exp;
   exp.root = root;
   exp.name = root.get_string("name", key_spec(keys, "name").fallback);

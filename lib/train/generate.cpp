@@ -197,7 +197,7 @@ GenerateSummary generate_text(const Experiment& exp, const GenerateOptions& opts
   Model model = Model::build(exp.root["model"], input_shape_of(exp), DType::f32, device, exp.seed);
   const std::string why = token_model_problem(model);
   if (!why.empty()) exp.root["model"]["layers"].fail("generate needs a token model: " + why);
-  load_weights(model, weights_file(opts.checkpoint, exp.checkpoint));
+  load_finite_weights(model, weights_file(opts.checkpoint, exp.checkpoint));
   model.allocate(1);
 
   GenerateSummary r;

@@ -60,7 +60,7 @@ void parse_loss(const ConfigNode& n, LossConfig& out) {
     return;
   }
   const std::vector<KeySpec>& keys = section_keys(loss_section());
-  n.expect_keys(key_names(keys));
+  expect_keys(n, keys);
   n.require("type");
   out.type = parse_choice(n["type"], kLossTypes);
   out.label_smoothing = get_double(n, key_spec(keys, "label_smoothing"));

@@ -137,6 +137,10 @@ std::string config_differences(const std::string& a, const std::string& b) {
 
 void load_weights(Model& model, const std::string& path) { load_named_tensors(model.state_tensors(), path); }
 
+void load_finite_weights(Model& model, const std::string& path) {
+  load_named_tensors(model.state_tensors(), path, /*finite_only=*/true);
+}
+
 std::string weights_file(const std::string& path, const CheckpointConfig& cfg) {
   // A checkpoint's weights are read only once the checkpoint verifies, as --resume and export read them: a flipped
   // bit would otherwise be evaluated as if it were the trained model.

@@ -47,6 +47,10 @@ std::string config_differences(const std::string& a, const std::string& b);
 /// Copies the tensors of a safetensors file into the model's parameters and buffers. A file that does not match
 /// (a missing or unexpected name, a different shape or dtype) is refused with every difference listed.
 void load_weights(Model& model, const std::string& path);
+/// load_weights for `eval` and `generate`: a tensor holding NaN or Inf is refused too (DataError naming the file,
+/// the tensor and its first such element), since nothing computed from it means anything: the loss would be NaN
+/// beside an accuracy that argmax over NaN logits makes up.
+void load_finite_weights(Model& model, const std::string& path);
 
 /// The weights file `path` names (`gputrain eval --checkpoint`): a safetensors file as it is, a checkpoint folder's
 /// model.safetensors, or a run directory's final weights, else its newest good checkpoint's. A checkpoint's weights

@@ -48,6 +48,16 @@ std::optional<std::string> read_bounded(const fs::path& p, size_t limit, bool* t
   return text;
 }
 
+// What a file that is not a regular one is, for a message.
+const char* file_kind(const fs::file_status& st) {
+  if (fs::is_directory(st)) return "directory";
+  if (fs::is_fifo(st)) return "FIFO";
+  if (fs::is_socket(st)) return "socket";
+  if (fs::is_character_file(st)) return "character device";
+  if (fs::is_block_file(st)) return "block device";
+  return "special file";
+}
+
 // Whether the process that last locked the run directory is a live gputrain (the .lock keeps its pid after it
 // ends; the name check keeps a reused pid from reading as a running run where /proc tells).
 bool lock_holder_alive(const fs::path& dir) {
@@ -246,8 +256,17 @@ void read_run(RunInfo& run) {
   const fs::path dir = run.dir;
   bool truncated = false;
   const bool running = lock_holder_alive(dir);
+  std::error_code ec;
+  const fs::file_status summary_status = fs::status(dir / "summary.json", ec);
   if (const auto summary = read_bounded(dir / "summary.json", kMaxFileBytes, &truncated); summary && !running) {
     read_summary(run, *summary, truncated);
+  } else if (!running && fs::exists(summary_status)) {
+    // A summary.json that is there but cannot be read (a directory, a FIFO, no permission) is no sign that the run
+    // failed: it is unreadable, as a corrupt one is.
+    run.status = "unreadable";
+    run.problem = fs::is_regular_file(summary_status)
+                      ? "summary.json: cannot be opened for reading"
+                      : fmt::format("summary.json: not a regular file (a {})", file_kind(summary_status));
   } else {
     // No summary yet (or one left by an earlier start of a run now resumed): how far metrics.jsonl got.
     run.status = running ? "running" : "failed";
@@ -268,7 +287,6 @@ void read_run(RunInfo& run) {
       if (run.problem.empty()) run.problem = fmt::format("overrides.json: {}", e.what());
     }
   }
-  std::error_code ec;
   const fs::path cfg = dir / "config.resolved.yaml";
   if (fs::exists(cfg, ec)) {
     try {

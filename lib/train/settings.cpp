@@ -238,7 +238,7 @@ const std::string& to_string(Recompute mode) { return choice_name(kRecomputeMode
 void parse_train(const ConfigNode& n, TrainConfig& out) {
   const std::vector<KeySpec>& keys = section_keys(train_section());
   auto key = [&](const char* name) -> const KeySpec& { return key_spec(keys, name); };
-  n.expect_keys(key_names(keys));
+  expect_keys(n, keys);
   out.eval_tokens = get_size(n, key("eval_tokens"));
   out.cuda_graphs = get_bool(n, key("cuda_graphs"));
   if (n.has("nonfinite")) out.nonfinite = parse_choice(n["nonfinite"], kNonfinitePolicies);
@@ -252,7 +252,7 @@ void parse_train(const ConfigNode& n, TrainConfig& out) {
       out.loss_scale.hyper.dynamic = false;
     } else {
       const std::vector<KeySpec>& lk = section_keys(loss_scale_section());
-      ls.expect_keys(key_names(lk));
+      expect_keys(ls, lk);
       out.loss_scale.init = get_double(ls, key_spec(lk, "init"));
       out.loss_scale.hyper.growth_factor = get_double(ls, key_spec(lk, "growth_factor"));
       out.loss_scale.hyper.backoff_factor = get_double(ls, key_spec(lk, "backoff_factor"));
@@ -264,7 +264,7 @@ void parse_train(const ConfigNode& n, TrainConfig& out) {
   if (n.has("profile")) {
     const ConfigNode p = n["profile"];
     const std::vector<KeySpec>& pk = section_keys(profile_section());
-    p.expect_keys(key_names(pk));
+    expect_keys(p, pk);
     out.profile_start = get_size(p, key_spec(pk, "start_step"));
     out.profile_steps = get_size(p, key_spec(pk, "steps"));
   }
@@ -279,7 +279,7 @@ void parse_train(const ConfigNode& n, TrainConfig& out) {
   if (n.has("grad_clip")) {
     const ConfigNode g = n["grad_clip"];
     const std::vector<KeySpec>& gk = section_keys(grad_clip_section());
-    g.expect_keys(key_names(gk));
+    expect_keys(g, gk);
     g.require("max_norm");
     out.grad_clip = read_double(g["max_norm"], key_spec(gk, "max_norm"));
   }
@@ -287,7 +287,7 @@ void parse_train(const ConfigNode& n, TrainConfig& out) {
 
 void parse_checkpoint(const ConfigNode& n, CheckpointConfig& out) {
   const std::vector<KeySpec>& keys = section_keys(checkpoint_section());
-  n.expect_keys(key_names(keys));
+  expect_keys(n, keys);
   out.every_steps = get_size(n, key_spec(keys, "every_steps"));
   out.every_epochs = get_size(n, key_spec(keys, "every_epochs"));
   out.keep = get_size(n, key_spec(keys, "keep"));
