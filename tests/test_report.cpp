@@ -7,7 +7,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <regex>
+#include <vector>
 
+#include <png.h>
 #include <sys/wait.h>
 
 using namespace gt::test;
@@ -78,16 +80,18 @@ TEST_CASE("a run writes report.html with a chart per metric, a point per row, an
   CHECK(train_rows == 14);  // 40 steps: every 3rd and the last
   CHECK(eval_rows == 4);
 
-  CHECK(occurrences(html, "<svg") == 5);  // train loss, test loss, test accuracy, lr, samples/s (no device memory)
-  for (const char* tag : {"train/loss", "train/lr", "train/samples_per_sec"}) {
-    INFO(tag);
-    CHECK(polyline_points(chart(html, tag)) == std::vector<size_t>{train_rows});
-  }
-  for (const char* tag : {"test/loss", "test/accuracy"}) {
-    INFO(tag);
-    CHECK(polyline_points(chart(html, tag)) == std::vector<size_t>{eval_rows});
-  }
+  // Train and test loss share a chart; the constant learning rate is a value in the table, not a flat chart.
+  CHECK(occurrences(html, "<svg") == 3);  // loss, test accuracy, samples/s (no device memory)
+  CHECK(polyline_points(chart(html, "loss")) == std::vector<size_t>{train_rows, eval_rows});
+  CHECK(polyline_points(chart(html, "train/samples_per_sec")) == std::vector<size_t>{train_rows});
+  CHECK(polyline_points(chart(html, "test/accuracy")) == std::vector<size_t>{eval_rows});
+  CHECK(chart(html, "train/lr").empty());
   CHECK(chart(html, "train/device_mem").empty());
+  CHECK(html.find("<tr><td>lr</td><td>0.1 (constant over the run)</td></tr>") != std::string::npos);
+  // Axes have round ticks and gridlines; numbers are in their shortest form everywhere (config, summary, ticks).
+  CHECK(occurrences(chart(html, "loss"), "<line class=\"grid\"") >= 6);
+  CHECK(html.find("0.10000000000000001") == std::string::npos);
+  CHECK(html.find("lr: 0.1\n") != std::string::npos);
   CHECK(html.find("Finished: <b>completed</b>") != std::string::npos);
   CHECK(html.find("<td>final_train_loss</td>") != std::string::npos);
   CHECK(html.find("<pre class=\"config\">") != std::string::npos);
@@ -118,7 +122,7 @@ TEST_CASE("gputrain report: a running or stopped run, garbage lines, HTML in val
   const std::string html = read_text(dir / "run/report.html");
   CHECK(html.find("the run is running or stopped") != std::string::npos);
   CHECK(html.find("2 unparsable lines of metrics.jsonl skipped") != std::string::npos);
-  CHECK(polyline_points(chart(html, "train/loss")) == std::vector<size_t>{2});  // the null loss is no point
+  CHECK(polyline_points(chart(html, "loss")) == std::vector<size_t>{2});  // the null loss is no point
   CHECK(polyline_points(chart(html, "train/lr")) == std::vector<size_t>{3});
   CHECK(html.find("<b>&x</b>") == std::string::npos);
   CHECK(html.find("&lt;b&gt;&amp;x&lt;/b&gt;") != std::string::npos);
@@ -144,9 +148,33 @@ TEST_CASE("headless Chromium renders report.html with every chart's SVG in the D
       run_shell("timeout 120 chromium --headless --disable-gpu --no-sandbox --user-data-dir=" + (dir / "profile") +
                 " --dump-dom file://" + (dir / "run/report.html") + " 2>/dev/null");
   REQUIRE(dom.exit_code == 0);
-  CHECK(occurrences(dom.output, "<svg") == 5);
-  CHECK(occurrences(dom.output, "<polyline") == 5);
+  CHECK(occurrences(dom.output, "<svg") == 3);
+  CHECK(occurrences(dom.output, "<polyline") == 4);
   const std::string metrics = read_text(dir / "run/metrics.jsonl");
-  CHECK(polyline_points(chart(dom.output, "train/loss")) == std::vector<size_t>{rows_of_type(metrics, "train")});
+  CHECK(polyline_points(chart(dom.output, "loss")) ==
+        std::vector<size_t>{rows_of_type(metrics, "train"), rows_of_type(metrics, "eval")});
   CHECK(dom.output.find("<pre class=\"config\">") != std::string::npos);
+  // A screenshot of a wide window: the charts fill its width (three across), not a fixed 640 pixels each.
+  const auto shot = run_shell(
+      "timeout 120 chromium --headless --disable-gpu --no-sandbox --hide-scrollbars "
+      "--user-data-dir=" +
+      (dir / "profile") + " --window-size=1900,900 --screenshot=" + (dir / "shot.png") + " file://" +
+      (dir / "run/report.html") + " 2>/dev/null");
+  REQUIRE(shot.exit_code == 0);
+  png_image img{};
+  img.version = PNG_IMAGE_VERSION;
+  REQUIRE(png_image_begin_read_from_file(&img, (dir / "shot.png").c_str()) != 0);
+  img.format = PNG_FORMAT_GRAY;
+  std::vector<uint8_t> px(PNG_IMAGE_SIZE(img));
+  REQUIRE(png_image_finish_read(&img, nullptr, px.data(), 0, nullptr) != 0);
+  REQUIRE(img.width == 1900);
+  // Columns with drawing (anything not white) in the band where the first row of charts is.
+  auto drawn = [&](uint32_t x) {
+    for (uint32_t y = 150; y < std::min<uint32_t>(img.height, 600); ++y)
+      if (px[y * img.width + x] < 200) return true;
+    return false;
+  };
+  int right = 0;
+  for (uint32_t x = 1750; x < 1860; ++x) right += drawn(x);
+  CHECK(right > 0);  // the third chart's frame and gridlines reach the right edge
 }

@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <map>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -203,6 +204,26 @@ TEST_CASE("gputrain runs lists a run whose summary.json is a directory or a FIFO
   CHECK(status["dir"] == "unreadable");
   CHECK(status["fifo"] == "unreadable");
   CHECK(status["killed"] == "failed");  // no summary.json at all
+}
+
+TEST_CASE("gputrain runs folds runs of different models into one model column", "[e2e]") {
+  TempDir dir;
+  write_text(dir / "tiny.yaml", kTinyConfig);
+  REQUIRE(run_gputrain("train " + (dir / "tiny.yaml") + " --quiet --max-steps 1 --out " + (dir / "r/a")).exit_code ==
+          0);
+  REQUIRE(run_gputrain("train " + (dir / "tiny.yaml") +
+                       " --quiet --max-steps 1 --set model.layers[0].out_features=32 '+model.layers[3]=relu' --out " +
+                       (dir / "r/b"))
+              .exit_code == 0);
+  const auto r = run_gputrain("runs " + (dir / "r") + " --csv");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const auto lines = lines_of(r.output);
+  REQUIRE(lines.size() == 3);
+  CHECK(lines[0].rfind("run,model,status,", 0) == 0);  // no model.layers[...] column
+  CHECK(lines[0].find("model.layers") == std::string::npos);
+  CHECK(std::regex_search(lines[1], std::regex("^a,[0-9a-f]{8} \\(3 layers\\),")));
+  CHECK(std::regex_search(lines[2], std::regex("^b,[0-9a-f]{8} \\(4 layers\\),")));
 }
 
 TEST_CASE("gputrain runs: no run is exit 1, usage errors are exit 2", "[e2e]") {

@@ -307,6 +307,14 @@ TEST_CASE("gputrain sweep: a 2x2 grid on 2 parallel slots writes the table, sort
   const std::string html = read_text(dir / "s/report.html");
   CHECK_THAT(html, Catch::Contains("data-key=\"optimizer.lr\"") && Catch::Contains("data-key=\"data.batch_size\""));
   CHECK(html.find("<script") == std::string::npos);
+  // And every trial's loss curve on one chart, coloured by the first swept key (its 4 trials: 4 lines).
+  const size_t curves = html.find("data-tag=\"trial_loss\"");
+  REQUIRE(curves != std::string::npos);
+  const std::string svg = html.substr(curves, html.find("</svg>", curves) - curves);
+  size_t lines = 0;
+  for (size_t at = svg.find("<polyline"); at != std::string::npos; at = svg.find("<polyline", at + 1)) ++lines;
+  CHECK(lines == 4);
+  CHECK_THAT(svg, Catch::Contains("colour: optimizer.lr from 0.01 (dark) to"));
   // Again into the same folder without --resume: refused, nothing started.
   const auto again = run_gputrain("sweep " + (dir / "tiny.yaml") + " --grid optimizer.lr=0.01 --out " + (dir / "s"));
   CHECK(again.exit_code == 2);

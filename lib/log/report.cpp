@@ -4,6 +4,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/json_read.h"
+#include "log/chart.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -42,69 +43,6 @@ std::optional<std::string> read_file(const fs::path& p) {
   return s.str();
 }
 
-struct Series {
-  std::string label, color;
-  std::vector<std::pair<double, double>> points;  // (step, value), finite only
-};
-
-// One chart: an <svg> with a <polyline> per series, axes with their ranges, and a legend.
-std::string svg_chart(const std::string& id, const std::string& title, const std::vector<Series>& series) {
-  constexpr double W = 640, H = 260, L = 70, R = 20, T = 30, B = 40;
-  double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
-  for (const auto& s : series)
-    for (const auto& [x, y] : s.points) {
-      x0 = std::min(x0, x), x1 = std::max(x1, x), y0 = std::min(y0, y), y1 = std::max(y1, y);
-    }
-  if (x1 <= x0) x0 -= 1, x1 += 1;  // one point (or one step): centre it
-  if (y1 <= y0) {
-    const double pad = std::max(std::abs(y0) * 0.05, 1e-12);
-    y0 -= pad, y1 += pad;
-  }
-  auto px = [&](double x) { return L + (x - x0) / (x1 - x0) * (W - L - R); };
-  auto py = [&](double y) { return T + (y1 - y) / (y1 - y0) * (H - T - B); };
-  std::string out = fmt::format(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\" data-tag=\"{}\" width=\"{}\" height=\"{}\" "
-      "viewBox=\"0 0 {} {}\" role=\"img\" aria-label=\"{}\">\n",
-      id, W, H, W, H, html_escape(title));
-  out += fmt::format("<text x=\"{}\" y=\"18\" class=\"title\">{}</text>\n", L, html_escape(title));
-  out +=
-      fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" class=\"frame\"/>\n", L, T, W - L - R, H - T - B);
-  out += fmt::format("<text x=\"{}\" y=\"{}\" class=\"tick\" text-anchor=\"end\">{:.4g}</text>\n", L - 6, T + 4, y1);
-  out += fmt::format("<text x=\"{}\" y=\"{}\" class=\"tick\" text-anchor=\"end\">{:.4g}</text>\n", L - 6, H - B, y0);
-  out += fmt::format("<text x=\"{}\" y=\"{}\" class=\"tick\">{:.0f}</text>\n", L, H - B + 16, x0);
-  out +=
-      fmt::format("<text x=\"{}\" y=\"{}\" class=\"tick\" text-anchor=\"end\">{:.0f}</text>\n", W - R, H - B + 16, x1);
-  out += fmt::format("<text x=\"{}\" y=\"{}\" class=\"tick\" text-anchor=\"middle\">step</text>\n", (L + W - R) / 2,
-                     H - 8);
-  double legend_x = W - R;
-  for (auto it = series.rbegin(); it != series.rend(); ++it) {
-    out += fmt::format("<text x=\"{}\" y=\"18\" class=\"tick\" text-anchor=\"end\" fill=\"{}\">{}</text>\n", legend_x,
-                       it->color, html_escape(it->label));
-    legend_x -= 10.0 + 7.0 * static_cast<double>(it->label.size());
-  }
-  for (const auto& s : series) {
-    std::string pts;
-    for (const auto& [x, y] : s.points) pts += fmt::format("{}{:.2f},{:.2f}", pts.empty() ? "" : " ", px(x), py(y));
-    out += fmt::format(
-        "<polyline class=\"series\" data-label=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\" "
-        "points=\"{}\"/>\n",
-        html_escape(s.label), s.color, pts);
-    if (s.points.size() == 1)  // a lone point draws no line: mark it
-      out += fmt::format("<circle cx=\"{:.2f}\" cy=\"{:.2f}\" r=\"3\" fill=\"{}\"/>\n", px(s.points[0].first),
-                         py(s.points[0].second), s.color);
-  }
-  return out + "</svg>\n";
-}
-
-constexpr const char* kStyle = R"(body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1400px}
-h1{font-size:1.4em}h2{font-size:1.1em;margin-top:1.5em}
-table{border-collapse:collapse}td{padding:2px 12px 2px 0}td:first-child{color:#666}
-.charts{display:flex;flex-wrap:wrap;gap:12px}
-.chart{background:#fff;border:1px solid #ddd}.chart .title{font-weight:600;font-size:13px}
-.chart .tick{font-size:11px;fill:#555}.chart .frame{fill:none;stroke:#bbb}
-pre{background:#f6f6f6;padding:1em;overflow:auto;font-size:12px}.note{color:#a60}
-)";
-
 }  // namespace
 
 std::string html_escape(const std::string& s) {
@@ -123,7 +61,7 @@ std::string html_escape(const std::string& s) {
   return out;
 }
 
-const char* report_style() { return kStyle; }
+const char* report_style() { return chart_style(); }
 
 ReportInfo write_report(const std::string& run_dir, const std::string& out_path) {
   std::error_code ec;
@@ -134,10 +72,10 @@ ReportInfo write_report(const std::string& run_dir, const std::string& out_path)
   info.path = out_path.empty() ? (dir / "report.html").string() : out_path;
 
   // Rows of metrics.jsonl. A run being written may end in half a line: it counts as skipped, like garbage.
-  std::map<std::string, Series> series;
+  std::map<std::string, ChartSeries> series;
   auto add = [&](const std::string& key, const char* label, const char* color, double step, const JsonValue* f) {
     if (!f || !f->is_number() || !std::isfinite(f->number)) return;
-    Series& s = series[key];
+    ChartSeries& s = series[key];
     s.label = label;
     s.color = color;
     s.points.emplace_back(step, f->number);
@@ -157,7 +95,7 @@ ReportInfo write_report(const std::string& run_dir, const std::string& out_path)
       const double s = step->number;
       if (type->is_string() && type->string == "train") {
         ++info.train_rows;
-        add("train/loss", "loss", "#1f77b4", s, row->find("loss"));
+        add("train/loss", "train loss", "#1f77b4", s, row->find("loss"));
         add("train/lr", "lr", "#2ca02c", s, row->find("lr"));
         add("train/samples_per_sec", "samples/s", "#9467bd", s, row->find("samples_per_sec"));
         add("train/device_mem_mib", "in use", "#8c564b", s, row->find("device_mem_mib"));
@@ -179,19 +117,28 @@ ReportInfo write_report(const std::string& run_dir, const std::string& out_path)
   if (summary)
     if (const JsonValue* n = summary->find("name"); n && !n->is_number()) name = shown(*n);
 
+  // A series that never changes (a constant learning rate) is one number in the table, not a flat chart.
+  std::vector<std::pair<std::string, double>> constant;
+  for (auto it = series.begin(); it != series.end();) {
+    const auto& pts = it->second.points;
+    const bool flat = pts.size() > 1 && std::all_of(pts.begin(), pts.end(),
+                                                    [&](const auto& p) { return p.second == pts.front().second; });
+    if (!flat) {
+      ++it;
+      continue;
+    }
+    constant.emplace_back(it->second.label, pts.front().second);
+    it = series.erase(it);
+  }
+
   std::string html = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
   html += fmt::format("<title>gputrain report: {}</title>\n<style>\n{}</style>\n</head>\n<body>\n", html_escape(name),
-                      kStyle);
+                      chart_style());
   html +=
       fmt::format("<h1>gputrain run: {}</h1>\n<p>{}</p>\n", html_escape(name), html_escape(fs::absolute(dir).string()));
   if (summary) {
     const JsonValue* why = summary->find("exit_reason");
     html += fmt::format("<p>Finished: <b>{}</b>.</p>\n", html_escape(why ? shown(*why) : "unknown"));
-    html += "<h2>Summary</h2>\n<table class=\"summary\">\n";
-    for (const auto& [k, v] : summary->members)
-      html += fmt::format("<tr><td>{}</td><td>{}</td></tr>\n", html_escape(k),
-                          v.is_number() ? fmt::format("{:.6g}", v.number) : html_escape(shown(v)));
-    html += "</table>\n";
   } else {
     html += fmt::format("<p class=\"note\">No {}summary.json: the run is running or stopped.</p>\n",
                         summary_text ? "readable " : "");
@@ -204,20 +151,31 @@ ReportInfo write_report(const std::string& run_dir, const std::string& out_path)
                         info.skipped_lines == 1 ? "" : "s");
   html += "<div class=\"charts\">\n";
   auto chart = [&](const std::string& id, const std::string& title, std::vector<std::string> keys) {
-    std::vector<Series> drawn;
+    std::vector<ChartSeries> drawn;
     for (const auto& k : keys)
       if (auto it = series.find(k); it != series.end() && !it->second.points.empty()) drawn.push_back(it->second);
     if (drawn.empty()) return;
-    html += svg_chart(id, title, drawn);
+    html += svg_line_chart(id, title, "step", drawn);
     ++info.charts;
   };
-  chart("train/loss", "train loss", {"train/loss"});
-  chart("test/loss", "test loss", {"test/loss"});
+  // Train and test loss on one chart: where they part is where the model starts to overfit.
+  chart("loss", "loss", {"train/loss", "test/loss"});
   chart("test/accuracy", "test accuracy", {"test/accuracy"});
   chart("train/lr", "learning rate", {"train/lr"});
   chart("train/samples_per_sec", "samples/s", {"train/samples_per_sec"});
   chart("train/device_mem", "device memory (MiB)", {"train/device_mem_mib", "train/device_peak_mib"});
   html += "</div>\n";
+
+  if (summary || !constant.empty()) {
+    html += "<h2>Summary</h2>\n<table class=\"summary\">\n";
+    if (summary)
+      for (const auto& [k, v] : summary->members)
+        html += fmt::format("<tr><td>{}</td><td>{}</td></tr>\n", html_escape(k),
+                            v.is_number() ? shortest(v.number) : html_escape(shown(v)));
+    for (const auto& [label, v] : constant)
+      html += fmt::format("<tr><td>{}</td><td>{} (constant over the run)</td></tr>\n", html_escape(label), shortest(v));
+    html += "</table>\n";
+  }
 
   html += "<h2>config.resolved.yaml</h2>\n";
   if (const auto cfg = read_file(dir / "config.resolved.yaml"))
@@ -229,6 +187,24 @@ ReportInfo write_report(const std::string& run_dir, const std::string& out_path)
   // Written beside the target and renamed over it, so a browser reloading it never sees half a page.
   write_file_atomic(info.path, html);
   return info;
+}
+
+std::vector<std::pair<double, double>> read_metric_curve(const std::string& run_dir, const std::string& type,
+                                                         const std::string& field) {
+  std::vector<std::pair<double, double>> points;
+  const std::optional<std::string> text = read_file(fs::path(run_dir) / "metrics.jsonl");
+  if (!text) return points;
+  std::istringstream in(*text);
+  for (std::string line; std::getline(in, line);) {
+    const auto row = read_object(line);
+    const JsonValue* t = row ? row->find("type") : nullptr;
+    const JsonValue* step = row ? row->find("step") : nullptr;
+    const JsonValue* v = row ? row->find(field) : nullptr;
+    if (t && t->is_string() && t->string == type && step && step->is_number() && v && v->is_number() &&
+        std::isfinite(v->number))
+      points.emplace_back(step->number, v->number);
+  }
+  return points;
 }
 
 void write_report_logged(const std::string& run_dir) {

@@ -3,6 +3,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace gt {
 
@@ -24,6 +26,11 @@ ReportInfo write_report(const std::string& run_dir, const std::string& out = "")
 std::string html_escape(const std::string& s);
 /// The reports' style sheet (an inline <style>'s text): `gputrain sweep`'s report.html looks like a run's.
 const char* report_style();
+
+/// The (step, value) points of `field` in the `type` rows ("train", "eval") of <run_dir>/metrics.jsonl, finite
+/// values only; none when the file is missing. Lines that do not parse are skipped.
+std::vector<std::pair<double, double>> read_metric_curve(const std::string& run_dir, const std::string& type,
+                                                         const std::string& field);
 
 /// write_report for the end of a run: a failure is logged as a warning, never thrown.
 void write_report_logged(const std::string& run_dir);

@@ -6,6 +6,8 @@
 #include "graph/model.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 
@@ -199,9 +201,35 @@ YAML::Node resolved_config(const Experiment& e, const YAML::Node& layers) {
   return n;
 }
 
+namespace {
+
+// yaml-cpp writes a double with 17 significant digits (0.050000000000000003): each such scalar becomes its shortest
+// form that reads back as the same double (0.05).
+void shorten_floats(YAML::Node n) {
+  if (n.IsMap()) {
+    for (auto kv : n) shorten_floats(kv.second);
+  } else if (n.IsSequence()) {
+    for (auto v : n) shorten_floats(v);
+  } else if (n.IsScalar()) {
+    const std::string s = n.Scalar();
+    if (s.size() < 16 || s.find_first_not_of("0123456789+-.eE") != std::string::npos) return;
+    char* end = nullptr;
+    const double v = std::strtod(s.c_str(), &end);
+    if (*end != '\0' || !std::isfinite(v)) return;
+    std::string t = fmt::format("{}", v);
+    // YAML 1.1 readers (PyYAML) take a float only with a dot: 1e-05 is written 1.0e-05, as a float reads back.
+    if (const size_t e = t.find('e'); e != std::string::npos && t.find('.') == std::string::npos) t.insert(e, ".0");
+    if (t.size() < s.size() && std::strtod(t.c_str(), nullptr) == v) n = t;
+  }
+}
+
+}  // namespace
+
 std::string resolved_config_text(const Experiment& exp, const YAML::Node& resolved_layers) {
+  YAML::Node n = resolved_config(exp, resolved_layers);
+  shorten_floats(n);
   YAML::Emitter em;
-  em << resolved_config(exp, resolved_layers);
+  em << n;
   return std::string(em.c_str()) + "\n";
 }
 

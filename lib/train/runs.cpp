@@ -302,6 +302,23 @@ void read_run(RunInfo& run) {
   }
 }
 
+namespace {
+
+// "3f9a1c2e (12 layers)": FNV-1a over the model section's keys and values, and how many layers it lists.
+std::string model_digest(const std::vector<std::pair<std::string, std::string>>& config) {
+  uint64_t h = 1469598103934665603ull;
+  std::set<std::string> layers;
+  for (const auto& [k, v] : config) {
+    if (k != "model" && k.rfind("model.", 0) != 0) continue;
+    for (const std::string* s : {&k, &v})
+      for (const char c : *s + '\n') h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ull;
+    if (k.rfind("model.layers[", 0) == 0) layers.insert(k.substr(0, k.find(']') + 1));
+  }
+  return fmt::format("{:08x} ({} layers)", static_cast<uint32_t>(h ^ (h >> 32)), layers.size());
+}
+
+}  // namespace
+
 RunsTable runs_table(const std::vector<RunInfo>& runs) {
   RunsTable t;
   // Config keys in the order first seen; a key differs when the runs with a config do not all have one value for it
@@ -324,6 +341,16 @@ RunsTable runs_table(const std::vector<RunInfo>& runs) {
     auto& column = values[k];
     column.resize(with_config);
     if (std::adjacent_find(column.begin(), column.end(), std::not_equal_to<>()) != column.end()) differing.push_back(k);
+  }
+  // Models that differ are one column, not one per differing layer key (runs of different models would otherwise
+  // print thousands of columns): a short hash of the whole model section and its layer count.
+  const auto is_model_key = [](const std::string& k) { return k == "model" || k.rfind("model.", 0) == 0; };
+  const auto first_model = std::find_if(differing.begin(), differing.end(), is_model_key);
+  const bool fold_model = first_model != differing.end();
+  if (fold_model) {
+    const auto at = first_model - differing.begin();
+    differing.erase(std::remove_if(differing.begin(), differing.end(), is_model_key), differing.end());
+    differing.insert(differing.begin() + at, "model");
   }
   // The final losses and accuracy first, then the rest of summary.json's numbers in the order first seen.
   std::vector<std::string> metrics;
@@ -363,6 +390,10 @@ RunsTable runs_table(const std::vector<RunInfo>& runs) {
     std::vector<RunCell> row;
     row.push_back({RunCell::Kind::text, r.label, 0});
     for (const std::string& k : differing) {
+      if (fold_model && k == "model") {
+        row.push_back(r.has_config ? RunCell{RunCell::Kind::text, model_digest(r.config), 0} : RunCell{});
+        continue;
+      }
       const auto it = std::find_if(r.config.begin(), r.config.end(), [&](const auto& kv) { return kv.first == k; });
       row.push_back(it == r.config.end() ? RunCell{} : config_cell(it->second));
     }

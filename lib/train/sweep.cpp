@@ -8,6 +8,7 @@
 #include "core/json_read.h"
 #include "core/ownership.h"
 #include "core/quote.h"
+#include "log/chart.h"
 #include "log/report.h"
 #include "train/run_dir.h"
 #include "train/runs.h"
@@ -352,7 +353,8 @@ SweepPlan plan_sweep(const std::string& config, const std::vector<std::string>& 
       std::string bare = a.key;
       while (!bare.empty() && bare[0] == '+') bare.erase(0, 1);
       if (!keys.insert(bare).second)
-        throw ConfigError(fmt::format("sweep: the key {} is swept twice ({})", bare, a.spec));
+        throw ConfigError(
+            fmt::format("sweep: the key {} is swept twice ({})", quote_if_needed(bare), quote_if_needed(a.spec)));
     }
   int64_t points = 1;
   for (const SweepAxis& a : grid) {
@@ -1042,7 +1044,7 @@ namespace {
 // categories in the order first seen. Stopped trials are drawn hollow.
 std::string svg_scatter(const std::string& key, bool log_axis, const std::vector<std::string>& xs,
                         const std::vector<double>& ys, const std::vector<bool>& hollow, const std::string& metric) {
-  constexpr double W = 420, H = 260, L = 70, R = 20, T = 30, B = 44;
+  constexpr double W = 640, H = 300, L = 58, R = 16, T = 30, B = 44;  // as the line charts: one grid of charts
   bool numeric = true;
   for (const std::string& x : xs) numeric = numeric && finite_number(x) && (!log_axis || *finite_number(x) > 0);
   std::vector<std::string> categories;
@@ -1074,16 +1076,20 @@ std::string svg_scatter(const std::string& key, bool log_axis, const std::vector
   auto py = [&](double y) { return T + (y1 - y) / (y1 - y0) * (H - T - B); };
   const std::string title = fmt::format("{} against {}", metric, key);
   std::string out = fmt::format(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\" data-key=\"{}\" width=\"{}\" height=\"{}\" "
-      "viewBox=\"0 0 {} {}\" role=\"img\" aria-label=\"{}\">\n",
-      html_escape(key), W, H, W, H, html_escape(title));
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\" data-key=\"{}\" viewBox=\"0 0 {} {}\" "
+      "preserveAspectRatio=\"xMidYMid meet\" role=\"img\" aria-label=\"{}\">\n",
+      html_escape(key), W, H, html_escape(title));
   out += fmt::format("<text x=\"{}\" y=\"18\" class=\"title\">{}</text>\n", L, html_escape(title));
+  const ChartAxis ya = nice_axis(ylo, yhi, 5);  // ticks and gridlines at round values inside the frame
+  for (const double t : ya.ticks) {
+    if (t < y0 || t > y1) continue;
+    out +=
+        fmt::format("<line class=\"grid\" x1=\"{}\" y1=\"{:.2f}\" x2=\"{}\" y2=\"{:.2f}\"/>\n", L, py(t), W - R, py(t));
+    out += fmt::format("<text x=\"{}\" y=\"{:.2f}\" class=\"tick\" text-anchor=\"end\">{}</text>\n", L - 6, py(t) + 4,
+                       tick_label(t, ya.step));
+  }
   out +=
       fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" class=\"frame\"/>\n", L, T, W - L - R, H - T - B);
-  out += fmt::format("<text x=\"{:.2f}\" y=\"{:.2f}\" class=\"tick\" text-anchor=\"end\">{:.4g}</text>\n", L - 6,
-                     py(yhi) + 4, yhi);
-  out += fmt::format("<text x=\"{:.2f}\" y=\"{:.2f}\" class=\"tick\" text-anchor=\"end\">{:.4g}</text>\n", L - 6,
-                     py(ylo) + 4, ylo);
   auto x_label = [&](double x) {
     return log_axis ? fmt::format("{:.3g}", std::pow(10.0, x)) : fmt::format("{:.4g}", x);
   };
@@ -1146,11 +1152,54 @@ std::string write_sweep_report(const std::string& out, const SweepPlan& plan, co
     }
     html += svg_scatter(axes[a]->key, log_axis, xs, ys, hollow, metric_name);
   }
+  // Every trial's training loss over its steps, coloured by its value of the first swept key: how the curves part
+  // as the key changes, which the end metric alone does not show.
+  if (!axes.empty()) {
+    const SweepAxis& first = *axes.front();
+    std::vector<double> rank;  // each trial's colour position in [0, 1]
+    std::vector<std::string> values;
+    for (const SweepTrial& t : plan.trials) values.push_back(t.values.empty() ? "" : t.values.front().second);
+    bool numeric = true;
+    for (const std::string& v : values) numeric = numeric && finite_number(v).has_value();
+    const bool log_scale = numeric && first.kind == SweepAxis::Kind::log_uniform;
+    std::vector<double> key;
+    std::vector<std::string> seen;
+    for (const std::string& v : values) {
+      if (numeric) {
+        key.push_back(log_scale && *finite_number(v) > 0 ? std::log10(*finite_number(v)) : *finite_number(v));
+      } else {
+        auto it = std::find(seen.begin(), seen.end(), v);
+        if (it == seen.end()) it = seen.insert(seen.end(), v);
+        key.push_back(static_cast<double>(it - seen.begin()));
+      }
+    }
+    // Colours by the rank of the value among the distinct ones, so that a grid's values spread over the scale.
+    std::vector<double> distinct = key;
+    std::sort(distinct.begin(), distinct.end());
+    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+    const double lo = distinct.empty() ? 0 : distinct.front(), hi = distinct.empty() ? 0 : distinct.back();
+    std::vector<ChartSeries> curves;
+    std::string lo_value, hi_value;
+    for (size_t i = 0; i < plan.trials.size(); ++i) {
+      ChartSeries s;
+      s.label = plan.trials[i].name;
+      const auto r = std::lower_bound(distinct.begin(), distinct.end(), key[i]) - distinct.begin();
+      const double t = distinct.size() > 1 ? static_cast<double>(r) / static_cast<double>(distinct.size() - 1) : 0.5;
+      s.color = scale_color(t);
+      s.points = read_metric_curve((fs::path(out) / plan.trials[i].name).string(), "train", "loss");
+      if (key[i] == lo) lo_value = values[i];
+      if (key[i] == hi) hi_value = values[i];
+      if (!s.points.empty()) curves.push_back(std::move(s));
+    }
+    if (!curves.empty())
+      html += svg_line_chart("trial_loss", "train loss of each trial", "step", curves, 0,
+                             fmt::format("colour: {} from {} (dark) to {} (yellow)", first.key, lo_value, hi_value));
+  }
   html += "</div>\n<h2>Trials</h2>\n<table>\n";
   for (size_t i = 0; i < plan.trials.size(); ++i)
     html += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td></tr>\n", html_escape(plan.trials[i].name),
                         trial_status_name(i < states.size() ? states[i].status : TrialStatus::pending),
-                        i < metric.size() && metric[i] ? fmt::format("{:.6g}", *metric[i]) : "-");
+                        i < metric.size() && metric[i] ? shortest(*metric[i]) : "-");
   html += "</table>\n</body>\n</html>\n";
   const std::string path = (fs::path(out) / "report.html").string();
   write_file_atomic(path, html);
