@@ -461,6 +461,53 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("a Slurm step without PMI meets over TCP at its first node, with a port from the job and step",
+          "[cpu][dist]") {
+  CHECK(gt::first_slurm_host("node07") == "node07");
+  CHECK(gt::first_slurm_host("node[07-12,15],gpu3") == "node07");
+  CHECK(gt::first_slurm_host("gpu3,node[07-12]") == "gpu3");
+  CHECK(gt::first_slurm_host("rack[2-3]-n[001-004]") == "rack2-n[001-004]");  // (Slurm puts one range per name)
+  const auto step = [](const std::map<std::string, std::string>& extra) {
+    std::map<std::string, std::string> v{{"SLURM_PROCID", "1"},      {"SLURM_NTASKS", "4"},
+                                         {"SLURM_LOCALID", "1"},     {"SLURM_STEP_ID", "2"},
+                                         {"SLURM_JOB_ID", "123456"}, {"SLURM_STEP_NODELIST", "n[03-04]"}};
+    v.insert(extra.begin(), extra.end());
+    return v;
+  };
+  const gt::LaunchInfo plain = detect(step({}));
+  CHECK(plain.launcher == "slurm");
+  CHECK(plain.tcp);
+  CHECK(plain.master_addr == "n03");
+  CHECK(plain.master_port == 15000 + (123456 + 7919 * 2) % 20000 * 2);
+  // srun --mpi=pmix (or pmi2) gives MPI its process manager: MPI_Init joins the job as before.
+  CHECK_FALSE(detect(step({{"PMIX_NAMESPACE", "slurm.pmix.123456.2"}})).tcp);
+  CHECK_FALSE(detect(step({{"PMI_FD", "7"}})).tcp);
+}
+
+TEST_CASE("2 ranks that plain srun starts (no PMI) train over TCP like 1 process with batch 2B", "[e2e][dist]") {
+  TempDir dir;
+  write_text(dir / "two.yaml", dp_config("{type: sgd, lr: 0.05, momentum: 0.9}", 16, 1));
+  write_text(dir / "one.yaml", dp_config("{type: sgd, lr: 0.05, momentum: 0.9}", 32, 1));
+  const std::string args = "train " + (dir / "two.yaml") + " --threads 1 --out " + (dir / "two");
+  // What plain `srun -n 2` (MpiDefault=none) puts in each task's environment, and no PMI variable.
+  const int job = 3000 + static_cast<int>(getpid() % 5000) * 3;
+  auto rank = [&](int r) {
+    return start_gputrain(args, dir / fmt::format("log{}", r),
+                          fmt::format("SLURM_JOB_ID={} SLURM_STEP_ID=0 SLURM_PROCID={} SLURM_NTASKS=2 SLURM_LOCALID={} "
+                                      "SLURM_STEP_NODELIST=localhost",
+                                      job, r, r));
+  };
+  const auto r0 = rank(0), r1 = rank(1);
+  const int e0 = wait_exit(r0), e1 = wait_exit(r1);
+  const std::string log = read_text(dir / "log0");
+  INFO(log + read_text(dir / "log1"));
+  REQUIRE(e0 == 0);
+  REQUIRE(e1 == 0);
+  CHECK_THAT(log, Catch::Contains("rank 0 of 2 (local rank 0, tcp)"));
+  REQUIRE(run_gputrain("train " + (dir / "one.yaml") + " --quiet --threads 1 --out " + (dir / "one")).exit_code == 0);
+  CHECK(max_relative_difference(dir / "one/model.safetensors", dir / "two/model.safetensors") < 1e-5);
+}
+
 TEST_CASE("over TCP, a stuck, dead or failing rank ends the other with exit 3 naming it", "[e2e][dist]") {
   TempDir dir;
   std::string cfg = dp_config("{type: sgd, lr: 0.05}", 16, 1);

@@ -34,8 +34,9 @@ std::unique_ptr<Communicator> make_local_comm() { return std::make_unique<LocalC
 
 std::unique_ptr<Communicator> make_communicator(const LaunchInfo& launch, double timeout_s) {
   if (launch.world == 1) return make_local_comm();
-  // torchrun sets no MPI variables, so MPI_Init would make a world of one: its ranks meet over TCP instead.
-  if (launch.launcher == "torchrun") return make_tcp_comm(launch, timeout_s);
+  // torchrun sets no MPI variables, and a Slurm step without PMI/PMIx gives Open MPI nothing to join: MPI_Init
+  // would make a world of one, so their ranks meet over TCP instead.
+  if (launch.tcp) return make_tcp_comm(launch, timeout_s);
   return make_mpi_comm(launch, timeout_s);
 }
 

@@ -71,7 +71,26 @@ LaunchInfo detect_launch(const std::function<const char*(const char*)>& env) {
       throw ConfigError(fmt::format("launcher environment: {}={} is not below {}={}", g.rank, r, g.world, w));
     info.local_rank = env(g.local) ? parse_int(g.local, env(g.local), 0) : info.rank;
     info.source = fmt::format("{}={}, {}={}", g.rank, r, g.world, w);
+    if (info.launcher == "slurm" && info.world > 1 && !env("PMIX_NAMESPACE") && !env("PMI_FD") && !env("PMI_PORT")) {
+      // srun gave no process manager that Open MPI's MPI_Init could join (--mpi=none, a cluster's default): meet
+      // over TCP instead, as Lightning does under Slurm. Rank 0 runs on the step's first node; the port comes from
+      // the job and step ids, so concurrent steps of one node differ.
+      // (Without the node list or the job id, which srun always sets, MPI is tried, and its failure says what to
+      // add.)
+      const char* nodes = env("SLURM_STEP_NODELIST") ? env("SLURM_STEP_NODELIST") : env("SLURM_NODELIST");
+      const char* job = env("SLURM_JOB_ID");
+      if (nodes && job) info.tcp = true;
+    }
+    if (info.tcp && info.launcher == "slurm") {
+      const char* nodes = env("SLURM_STEP_NODELIST") ? env("SLURM_STEP_NODELIST") : env("SLURM_NODELIST");
+      const char* job = env("SLURM_JOB_ID");
+      info.master_addr = first_slurm_host(nodes);
+      const int64_t id =
+          parse_int("SLURM_JOB_ID", job, 0) + 7919LL * parse_int("SLURM_STEP_ID", env("SLURM_STEP_ID"), 0);
+      info.master_port = 15000 + static_cast<int>(id % 20000) * 2;  // rank 0 listens one above it
+    }
     if (info.launcher == "torchrun") {
+      info.tcp = true;
       const char* addr = env("MASTER_ADDR");
       const char* port = env("MASTER_PORT");
       if (info.world > 1 && (!addr || !port))
@@ -90,6 +109,22 @@ LaunchInfo detect_launch(const std::function<const char*(const char*)>& env) {
                       "the world size",
                       found[0].launcher, found[0].source, found[i].launcher, found[i].source));
   return found[0];
+}
+
+std::string first_slurm_host(const std::string& hostlist) {
+  // The first entry (commas inside brackets do not separate entries), then its first bracketed value.
+  size_t end = 0;
+  for (int depth = 0; end < hostlist.size(); ++end) {
+    if (hostlist[end] == '[') ++depth;
+    if (hostlist[end] == ']') --depth;
+    if (hostlist[end] == ',' && depth == 0) break;
+  }
+  const std::string first = hostlist.substr(0, end);
+  const size_t open = first.find('['), close = first.find(']');
+  if (open == std::string::npos || close == std::string::npos || close < open) return first;
+  const std::string range = first.substr(open + 1, close - open - 1);
+  const std::string value = range.substr(0, range.find_first_of(",-"));
+  return first.substr(0, open) + value + first.substr(close + 1);
 }
 
 LaunchInfo detect_launch() {

@@ -13,7 +13,13 @@ struct LaunchInfo {
   std::string master_addr;  ///< torchrun
   int master_port = 0;
   std::string source;  ///< the variables it was read from, for the log
+  /// The ranks meet over TCP at master_addr:master_port (torchrun; a Slurm step that gives Open MPI no PMI/PMIx:
+  /// srun without --mpi=pmix where the cluster's MpiDefault is none) instead of through MPI_Init.
+  bool tcp = false;
 };
+
+/// The first host of a Slurm hostlist ("node[07-12,15],gpu3" → "node07").
+std::string first_slurm_host(const std::string& hostlist);
 
 /// Looks variables up through `env` (nullptr when unset). Throws ConfigError naming the variables when they are
 /// partial (RANK without WORLD_SIZE), malformed, out of range (the message gives the range), or when two launchers'
