@@ -14,6 +14,7 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -94,6 +95,7 @@ TEST_CASE("a resumed run ends bit-identical to an uninterrupted one, from any ch
       for (int64_t s : checkpoint_steps(run))
         if (s > cut) fs::remove_all(run + fmt::format("/checkpoints/step-{}", s));
       fs::remove(run + "/model.safetensors");
+      fs::remove(run + "/summary.json");  // a run cut short there: it never wrote one (a finished run is not resumed)
       const auto r = run_gputrain("train " + (dir / "c.yaml") + " --threads 2 --resume auto --out " + run);
       INFO(r.output);
       REQUIRE(r.exit_code == 0);
@@ -190,8 +192,10 @@ TEST_CASE("state.json is checksummed: one flipped bit in a counter is refused, a
   CHECK_THROWS_WITH(gt::check_state_checksum(good.substr(0, good.rfind(", \"state_crc32\"")) + "}\n", "s.json"),
                     Catch::Contains("s.json: has no state_crc32"));
 
-  // --resume auto skips the damaged newest checkpoint, says why, and continues from the one before.
+  // --resume auto skips the damaged newest checkpoint, says why, and continues from the one before (of a run cut
+  // short: a finished one, with its summary.json, is not resumed in place).
   flip_bit_after(dir / "run/checkpoints/step-20/state.json", "\"epoch\": ", 1);
+  fs::remove(dir / "run/summary.json");
   const auto r = run_gputrain("train " + (dir / "c.yaml") + " --epochs 3 --resume auto --out " + (dir / "run"));
   INFO(r.output);
   CHECK(r.exit_code == 0);
@@ -372,7 +376,8 @@ TEST_CASE("corrupt checkpoints are refused by name, and auto falls back to the p
   write_text(dir / "c.yaml", resume_config(600, 5));
   REQUIRE(run_gputrain("train " + (dir / "c.yaml") + " --quiet --epochs 2 --out " + (dir / "run")).exit_code == 0);
   REQUIRE(checkpoint_steps(dir / "run") == std::vector<int64_t>{5, 10, 15, 20});
-  {  // flip one byte in the middle of the newest checkpoint's weights
+  fs::remove(dir / "run/summary.json");  // as a run cut short leaves it: a finished run is not resumed in place
+  {                                      // flip one byte in the middle of the newest checkpoint's weights
     std::fstream f(dir / "run/checkpoints/step-20/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(-7, std::ios::end);
     f.put('\x5a');
@@ -391,6 +396,7 @@ TEST_CASE("corrupt checkpoints are refused by name, and auto falls back to the p
                            Catch::Contains("the config differs from the checkpoint's in: train"));
 
   // A checkpoint of another model is refused with the differences listed.
+  fs::remove(dir / "run/summary.json");
   const auto other = run_gputrain(
       "train " + (dir / "c.yaml") +
       " --set model.layers[5].out_features=3 --set data.targets.classes=3 --resume auto --out " + (dir / "run"));
@@ -401,7 +407,7 @@ TEST_CASE("corrupt checkpoints are refused by name, and auto falls back to the p
   const auto clash = run_gputrain("train " + (dir / "c.yaml") + " --out " + (dir / "run"));
   CHECK(clash.exit_code == 2);
   CHECK_THAT(clash.output, Catch::Contains("--out " + (dir / "run") + ": holds a") &&
-                               Catch::Contains("run (summary.json) already; --resume auto --out"));
+                               Catch::Contains(") already; --resume auto --out"));
 }
 
 TEST_CASE("a run directory is locked while a run uses it, and belongs to one run", "[e2e]") {
@@ -786,4 +792,61 @@ TEST_CASE("bad --resume paths, broken state.json and incomplete checkpoints fail
     CHECK_FALSE(fs::exists(dir / "w.safetensors"));
   }
   CHECK(run_gputrain("train " + (dir / "c.yaml") + " --resume " + (dir / "nowhere")).exit_code == 2);
+}
+
+TEST_CASE("resume never writes into a finished run, and an interrupted one prints the command that resumes it",
+          "[e2e]") {
+  TempDir dir;
+  write_text(dir / "c.yaml", resume_config(600, 5));
+  auto snapshot = [](const std::string& d) {
+    std::map<std::string, std::string> files;
+    for (const auto& e : fs::recursive_directory_iterator(d))
+      if (e.is_regular_file()) files[e.path().string()] = read_text(e.path().string());
+    return files;
+  };
+  // A finished run in runs/<name>/ (the default place), then --resume auto with other flags, from the same folder.
+  const std::string cd = "cd " + dir.path() + " && " + gputrain_binary() + " ";
+  REQUIRE(run_shell(cd + "train c.yaml --quiet --threads 1 2>&1").exit_code == 0);
+  std::vector<std::string> runs;
+  for (const auto& e : fs::directory_iterator(dir / "runs/resume")) runs.push_back(e.path().string());
+  REQUIRE(runs.size() == 1);
+  const std::string done = runs[0];
+  const auto before = snapshot(done);
+  auto r = run_shell(cd + "train c.yaml --epochs 1 --resume auto --threads 1 2>&1");
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("the newest run, runs/resume/") && Catch::Contains("is complete (completed): "
+                                                                                          "starting a new run"));
+  CHECK(snapshot(done) == before);  // summary.json and config.resolved.yaml as they were
+  // --resume naming it: refused (exit 2); --resume auto --out it: nothing to do (exit 0), nothing written.
+  r = run_gputrain("train " + (dir / "c.yaml") + " --resume " + done);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.output, Catch::Contains("is complete (completed); --resume " + done + " --out NEW_DIR continues it"));
+  r = run_gputrain("train " + (dir / "c.yaml") + " --resume auto --out " + done);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("the run is complete (completed); nothing to resume, nothing written"));
+  CHECK(snapshot(done) == before);
+  // --resume RUN --out NEW continues it, optimizer state and all, with its metrics carried over.
+  r = run_gputrain("train " + (dir / "c.yaml") + " --epochs 4 --quiet --resume " + done + " --out " + (dir / "more"));
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK(snapshot(done) == before);
+  const std::string old_metrics = read_text(done + "/metrics.jsonl");
+  CHECK(read_text(dir / "more/metrics.jsonl").substr(0, old_metrics.size()) == old_metrics);
+  CHECK(json_number(read_text(dir / "more/summary.json"), "steps") >
+        json_number(read_text(done + "/summary.json"), "steps"));
+  // An interrupted run says how to resume it; that command, typed from anywhere, finishes it like an unbroken run.
+  write_text(dir / "long.yaml", resume_config(24000, 25));
+  const std::string run = dir / "run";
+  const Background b = start_gputrain("train " + (dir / "long.yaml") + " --threads 1 --out " + run, dir / "log");
+  REQUIRE(wait_for_file(run + "/checkpoints/latest", 60));
+  kill(b.pid, SIGTERM);
+  REQUIRE(wait_exit(b) == 75);
+  const std::string log = read_text(dir / "log");
+  const std::string want = "gputrain train " + run + " --resume auto --out " + run;
+  CHECK_THAT(log, Catch::Contains("interrupted (resume with: " + want + ")"));
+  r = run_shell("cd / && " + gputrain_binary() + want.substr(8) + " --quiet --threads 1 2>&1");
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK(json_string(read_text(run + "/summary.json"), "exit_reason") == "completed");
 }

@@ -411,6 +411,32 @@ TEST_CASE("configs/fashion_mnist_cnn.yaml, fashion_mnist_resnet.yaml and fashion
 
 // The documented commands: tokenize the fortunes text, train a few steps, sample. The shipped config reads
 // data/fortunes relative to the working directory, so the test runs gputrain from a scratch directory.
+TEST_CASE("configs/image_folder.yaml trains on an image folder written from Fashion-MNIST, as its header says",
+          "[e2e]") {
+  TempDir dir;
+  // The config's own recipe, smaller: scripts/fashion_folder.py, then train from the folder the paths are relative to.
+  const auto w = run_shell("/usr/bin/python3 " + source_path("scripts/fashion_folder.py") + " " +
+                           (dir / "data/fashion_folder") + " --per-class 60 2>&1");
+  INFO(w.output);
+  REQUIRE(w.exit_code == 0);
+  CHECK_THAT(w.output, Catch::Contains("600 training and 100 test images in 10 class folders"));
+  const std::string cfg = source_path("configs/image_folder.yaml");
+  const std::string in_dir = "cd " + dir.path() + " && " + gputrain_binary() + " ";
+  const auto c = run_shell(in_dir + "check " + cfg + " 2>&1");
+  INFO(c.output);
+  CHECK(c.exit_code == 0);
+  CHECK_THAT(c.output, Catch::Contains("images: 700 decoded from"));
+  CHECK(fs::exists(dir / "data/fashion_folder/decoded.cache"));
+  // Training reads the cache check wrote, and learns (10 classes: chance is 0.1).
+  const auto r = run_shell(in_dir + "train " + cfg + " --threads 2 --epochs 4 --no-progress --out run 2>&1");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("images: 700 from cache"));
+  const auto acc = json_number(read_text(dir / "run/summary.json"), "test_accuracy");
+  REQUIRE(acc.has_value());
+  CHECK(*acc > 0.5);
+}
+
 TEST_CASE("configs/gpt_bytes.yaml tokenizes, trains and generates as the README shows", "[e2e]") {
   TempDir dir;
   REQUIRE(fs::is_directory("/usr/share/games/fortunes"));  // Debian's fortunes, installed by scripts/setup.sh

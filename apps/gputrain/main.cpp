@@ -387,29 +387,32 @@ int cmd_sweep(const SweepArgs& a) {
       int v = -1;
       const auto [end, ec] = std::from_chars(d.data(), d.data() + d.size(), v);
       if (ec != std::errc() || end != d.data() + d.size() || v < 0 || v > 1023)
-        throw gt::ConfigError(fmt::format("--devices {}: {} is not a device number (0, 1, …)", a.devices, d));
+        throw gt::ConfigError(fmt::format("--devices {}: {} is not a device number (0, 1, …)",
+                                          gt::quote_if_needed(a.devices), gt::quote_if_needed(d)));
       if (std::find(opts.devices.begin(), opts.devices.end(), v) != opts.devices.end())
-        throw gt::ConfigError(fmt::format("--devices {}: device {} is listed twice", a.devices, v));
+        throw gt::ConfigError(
+            fmt::format("--devices {}: device {} is listed twice", gt::quote_if_needed(a.devices), v));
       opts.devices.push_back(v);
     }
   }
   opts.parallel = a.parallel;
   opts.metric = a.metric;
   if (!a.mode.empty() && a.mode != "min" && a.mode != "max")
-    throw gt::ConfigError(fmt::format("--mode {}: expected min or max", a.mode));
+    throw gt::ConfigError(fmt::format("--mode {}: expected min or max", gt::quote_if_needed(a.mode)));
   opts.maximize = a.mode.empty() ? a.metric.find("accuracy") != std::string::npos : a.mode == "max";
   if (a.early_stop == "median")
     opts.early_stop.rule = gt::EarlyStopRule::median;
   else if (a.early_stop == "asha")
     opts.early_stop.rule = gt::EarlyStopRule::asha;
   else if (!a.early_stop.empty())
-    throw gt::ConfigError(fmt::format("--early-stop {}: expected median or asha", a.early_stop));
+    throw gt::ConfigError(fmt::format("--early-stop {}: expected median or asha", gt::quote_if_needed(a.early_stop)));
   opts.early_stop.maximize = opts.maximize;
   opts.early_stop.grace = a.grace;
   opts.early_stop.eta = a.eta;
   opts.resume = a.resume;
   if (a.resume && a.out.empty()) throw gt::ConfigError("sweep --resume: name the sweep's folder with --out DIR");
-  if (!a.emit.empty() && a.emit != "slurm") throw gt::ConfigError(fmt::format("--emit {}: expected slurm", a.emit));
+  if (!a.emit.empty() && a.emit != "slurm")
+    throw gt::ConfigError(fmt::format("--emit {}: expected slurm", gt::quote_if_needed(a.emit)));
   opts.out = a.out;
   if (opts.out.empty()) {
     const std::time_t now = std::time(nullptr);
@@ -681,8 +684,9 @@ int main(int argc, char** argv) {
   runs->add_flag("--csv", runs_args.csv, "CSV with a header line, instead of the table")->excludes(runs_json);
   runs->footer(
       "Status: completed, max_steps, interrupted, diverged (summary.json's exit_reason); running (no summary.json, "
-      "its process alive); failed (no summary.json, no process: an error or a kill ended it); unreadable (a corrupt "
-      "summary.json). Exit codes: 0 listed; 1 no run found; 2 usage error (a bad flag, a missing folder, an unknown "
+      "its process alive); failed (no summary.json, no process: an error or a kill ended it); unreadable (a "
+      "summary.json that cannot be read: corrupt, cut short, or not a regular file). Warnings go to stderr. Exit "
+      "codes: 0 listed; 1 no run found; 2 usage error (a bad flag, a missing folder, an unknown "
       "--sort column).");
 
   auto* config_cmd =
@@ -960,6 +964,7 @@ int main(int argc, char** argv) {
     comm = gt::make_communicator(launch, exp.dist.timeout_s);
     run.comm = comm.get();
     run.local_rank = launch.local_rank;
+    run.launched = launch.launcher != "none";
     return exit_code_for(gt::run_training(exp, run));
   } catch (const gt::Error& e) {
     spdlog::error("{}", e.what());

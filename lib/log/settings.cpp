@@ -25,7 +25,18 @@ const std::array<LevelRow, 4>& log_levels() {
   return table;
 }
 
+const std::array<Choice<ProgressBarMode>, 3>& progress_modes() {
+  static const std::array<Choice<ProgressBarMode>, 3> table{{
+      {ProgressBarMode::automatic, "auto"},
+      {ProgressBarMode::always, "true"},
+      {ProgressBarMode::never, "false"},
+  }};
+  return table;
+}
+
 }  // namespace
+
+const std::string& to_string(ProgressBarMode mode) { return choice_name(progress_modes(), mode); }
 
 const std::string& to_string(LogLevel level) { return choice_name(log_levels(), level); }
 spdlog::level::level_enum spdlog_level(LogLevel level) { return choice_row(log_levels(), level).spdlog; }
@@ -63,9 +74,11 @@ const SectionSpec& logging_section() {
            .fallback = "1",
            .doc = "seconds between GPU samples"},
           {.name = "progress",
-           .kind = KeyKind::boolean,
-           .fallback = "true",
-           .doc = "the live progress bar when stdout is a terminal"},
+           .kind = KeyKind::choice,
+           .choices = {"auto", "true", "false"},
+           .fallback = "auto",
+           .doc = "the live progress bar instead of step lines: auto on a terminal and not under mpirun, srun or "
+                  "torchrun; true always; false never"},
       },
       "what a run logs and writes");
   return s;
@@ -82,7 +95,7 @@ void parse_logging(const ConfigNode& n, LoggingConfig& out, int64_t& log_every) 
   if (n.has("level")) out.level = parse_choice(n["level"], log_levels());
   out.gpu_metrics = get_bool(n, key("gpu_metrics"));
   out.interval_s = get_double(n, key("interval_s"));
-  out.progress = get_bool(n, key("progress"));
+  if (n.has("progress")) out.progress = parse_choice(n["progress"], progress_modes());
 }
 
 YAML::Node to_yaml(const LoggingConfig& c) {
@@ -93,7 +106,10 @@ YAML::Node to_yaml(const LoggingConfig& c) {
   n["level"] = to_string(c.level);
   n["gpu_metrics"] = c.gpu_metrics;
   n["interval_s"] = c.interval_s;
-  n["progress"] = c.progress;
+  if (c.progress == ProgressBarMode::automatic)
+    n["progress"] = "auto";
+  else
+    n["progress"] = c.progress == ProgressBarMode::always;
   return n;
 }
 

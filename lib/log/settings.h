@@ -14,6 +14,9 @@ namespace gt {
 
 /// The lowest level the console and train.log show.
 enum class LogLevel { debug, info, warn, error };
+/// logging.progress: the live bar `automatic`ally (a terminal, and not under a launcher), `always` or `never`.
+enum class ProgressBarMode { automatic, always, never };
+const std::string& to_string(ProgressBarMode mode);
 const std::string& to_string(LogLevel level);
 /// The spdlog level of `level`.
 spdlog::level::level_enum spdlog_level(LogLevel level);
@@ -25,7 +28,9 @@ struct LoggingConfig {
   LogLevel level = LogLevel::info;  ///< the console and train.log
   bool gpu_metrics = true;          ///< sample GPU utilisation and memory (NVML) while training
   double interval_s = 1.0;          ///< seconds between GPU samples
-  bool progress = true;             ///< a live progress bar on a terminal instead of the periodic step lines
+  /// A live progress bar instead of the periodic step lines on the console: auto draws it on a terminal, and not
+  /// under mpirun, srun or torchrun (Open MPI gives ranks a pseudo-terminal even when its output is piped).
+  ProgressBarMode progress = ProgressBarMode::automatic;
 };
 
 /// Reads the `logging:` section; throws ConfigError naming the key. logging.every_steps is train.log_every under

@@ -20,14 +20,30 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The newest runs/<name>/* folder that holds checkpoints, or "".
-std::string newest_run_with_checkpoints(const Experiment& exp) {
+// The run --resume auto continues without --out: the newest runs/<name>/* with checkpoints that no process is
+// using, when it is unfinished; "" (a new run) when there is none or the newest has ended for good (said).
+std::string newest_unfinished_run(const Experiment& exp, bool& said) {
   std::error_code ec;
   std::vector<std::string> runs;
   for (const auto& e : fs::directory_iterator(fs::path("runs") / exp.name, ec))
     if (e.is_directory() && fs::exists(e.path() / "checkpoints")) runs.push_back(e.path().string());
-  std::sort(runs.begin(), runs.end());  // names are time stamps
-  return runs.empty() ? std::string() : runs.back();
+  std::sort(runs.rbegin(), runs.rend());  // names are time stamps: newest first
+  for (const std::string& run : runs) {
+    if (run_is_alive(run)) {
+      spdlog::info("--resume auto: {} is in use by a running process; looking at older runs", run);
+      continue;
+    }
+    if (run_is_complete(run)) {
+      spdlog::info(
+          "--resume auto: the newest run, {}, is complete ({}): starting a new run (--resume {} --out DIR "
+          "continues it into a new folder)",
+          run, run_exit_reason(run), run);
+      said = true;
+      return "";
+    }
+    return run;
+  }
+  return "";
 }
 
 }  // namespace
@@ -57,21 +73,33 @@ ResumePlan plan_resume(const Experiment& exp, const std::string& out_dir, const 
   // command's output or a folder of files gputrain did not write. Checked before anything is loaded.
   if (!out_dir.empty())
     check_output_folder("--out", out_dir, Owner::run, resume.empty() ? Reuse::never : Reuse::resume,
-                        fmt::format("--resume auto --out {} continues it, or choose another --out", out_dir));
+                        run_folder_hint(out_dir));
   if (resume.empty()) return plan;
   if (resume == "auto") {
-    if (plan.run_dir.empty()) plan.run_dir = newest_run_with_checkpoints(exp);
+    // A complete run is never written into (run_training stops before this for --out DIR).
+    if (!plan.run_dir.empty() && run_is_complete(plan.run_dir))
+      throw ConfigError(fmt::format("--out {}: the run is complete ({}); nothing to resume", plan.run_dir,
+                                    run_exit_reason(plan.run_dir)));
+    bool said = false;
+    if (plan.run_dir.empty()) plan.run_dir = newest_unfinished_run(exp, said);
     if (!plan.run_dir.empty()) plan.from = newest_good_of_run(plan.run_dir, exp.checkpoint);
-    if (!plan.from)
+    if (!plan.from && !said)
       spdlog::info("--resume auto: no checkpoint{}; starting from step 0",
                    plan.run_dir.empty() ? fmt::format(" under runs/{}", exp.name) : " in " + plan.run_dir);
     return plan;
   }
   const fs::path p = resume;
-  // A run directory belongs to one run: --out may name the run being resumed, or a folder without a run in it.
+  // A run directory belongs to one run: --out may name the run being resumed, or a folder without a run in it. A
+  // complete run is continued only into a new folder: its record (config, summary) is never rewritten.
   auto refuse_other_run = [&](const fs::path& from_run) {
     std::error_code ec;
-    if (out_dir.empty() || !holds_run_data(out_dir) || fs::equivalent(out_dir, from_run, ec)) return;
+    const bool same = out_dir.empty() || fs::equivalent(out_dir, from_run, ec);
+    if (same && run_is_complete(from_run.string()))
+      throw ConfigError(
+          fmt::format("--resume {}: the run {} is complete ({}); --resume {} --out NEW_DIR continues "
+                      "it, with its optimizer state, into a new folder",
+                      resume, from_run.string(), run_exit_reason(from_run.string()), resume));
+    if (same || !holds_run_data(out_dir)) return;
     throw ConfigError(
         fmt::format("--out {}: holds another run than the one --resume {} continues (its metrics and "
                     "checkpoints would mix); leave out --out to continue that run in its own folder, "

@@ -4,6 +4,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/json.h"
+#include "core/json_read.h"
 #include "core/ownership.h"
 #include "graph/model.h"
 #include "io/safetensors.h"
@@ -51,7 +52,7 @@ std::string make_run_dir(const std::string& name, const std::string& requested, 
       dir = fs::path("runs") / name / fmt::format("{}-{}", stamp, i);
   }
   claim_output_folder("--out", dir.string(), Owner::run, resume ? Reuse::resume : Reuse::never,
-                      fmt::format("--resume auto --out {} continues it, or choose another --out", dir.string()));
+                      run_folder_hint(dir.string()));
   // Check writability now, not after an hour of training; the probe goes whether or not the write worked.
   std::error_code ec;
   const fs::path probe = dir / ".write-test";
@@ -98,6 +99,64 @@ void RunDirLock::acquire(const std::string& dir) {
 }
 
 bool holds_run_data(const std::string& dir) { return holds_run_files(dir); }
+
+std::string run_exit_reason(const std::string& dir) {
+  std::error_code ec;
+  const fs::path path = fs::path(dir) / "summary.json";
+  if (!fs::is_regular_file(path, ec) || fs::file_size(path, ec) > (size_t{1} << 20)) return "";
+  std::ifstream in(path, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  try {
+    const JsonValue v = json_read_object(text);
+    const JsonValue* reason = v.find("exit_reason");
+    return reason && reason->is_string() ? reason->string : "";
+  } catch (const DataError&) {
+    return "";
+  }
+}
+
+bool run_is_complete(const std::string& dir) {
+  const std::string reason = run_exit_reason(dir);
+  return reason == exit_reason_name(ExitReason::completed) || reason == exit_reason_name(ExitReason::diverged);
+}
+
+bool run_is_alive(const std::string& dir) {
+  const std::string path = (fs::path(dir) / ".lock").string();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool held = ::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  ::close(fd);  // (a shared lock taken here goes with the descriptor)
+  return held;
+}
+
+std::string run_folder_hint(const std::string& dir) {
+  if (run_is_complete(dir))
+    return fmt::format(
+        "it is complete: --resume {} --out NEW_DIR continues it into a new folder, or choose another "
+        "--out",
+        dir);
+  return fmt::format("--resume auto --out {} continues it, or choose another --out", dir);
+}
+
+std::string resume_command(const std::string& dir) {
+  // The run directory stands for its config (config.resolved.yaml) and names where to go on: absolute, so that the
+  // command works from any folder, and quoted for a shell.
+  std::error_code ec;
+  std::string q = fs::absolute(dir, ec).lexically_normal().string();
+  const std::string path = q;
+  if (q.empty() || q.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._/-=+,:@%") !=
+                       std::string::npos) {
+    q.assign(1, '\'');
+    for (const char c : path) {
+      if (c == '\'')
+        q.append("'\\''");
+      else
+        q.push_back(c);
+    }
+    q.push_back('\'');
+  }
+  return fmt::format("gputrain train {0} --resume auto --out {0}", q);
+}
 
 std::string overrides_json(const std::vector<std::string>& overrides) {
   std::string list;

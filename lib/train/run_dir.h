@@ -60,6 +60,20 @@ class RunDirLock : NonCopyable {
 /// Whether `dir` holds a run's data (config.resolved.yaml, metrics.jsonl, summary.json or checkpoints/).
 bool holds_run_data(const std::string& dir);
 
+/// summary.json's exit_reason in `dir`, or "" when there is no readable one (running, killed, never started).
+std::string run_exit_reason(const std::string& dir);
+/// Whether the run in `dir` has ended for good: summary.json says completed (every epoch) or diverged. An
+/// interrupted run (exit 75) is there to be resumed, and one that stopped at train.max_steps may go on in place
+/// under a further limit (llm.c's way of extending a run); with nothing left to train, a resume writes nothing.
+bool run_is_complete(const std::string& dir);
+/// Whether a live process holds the run directory's lock (a run is using it now).
+bool run_is_alive(const std::string& dir);
+/// The command that continues the run in `dir` where it stopped (printed when a run is interrupted).
+std::string resume_command(const std::string& dir);
+/// What a refusal to start a new run in `dir` (a run's folder) suggests: --resume for an unfinished run, a new
+/// folder for a complete one.
+std::string run_folder_hint(const std::string& dir);
+
 /// overrides.json's text, `{"overrides": ["optimizer.lr=0.1", "train.max_steps=300"]}`: the overrides a run was
 /// started with (`--set` values and the flags that stand for one), in the order given.
 std::string overrides_json(const std::vector<std::string>& overrides);

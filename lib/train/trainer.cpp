@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <thread>
 
@@ -437,7 +438,9 @@ RunSummary TrainLoop::finish() {
   if (m_setup.lead && m_exp.logging.report) write_report_logged(m_sum.run_dir);
   if (diverged) return m_sum;
   spdlog::info("{}: {} steps, {:.0f} samples/s, final train loss {}{} → {}",
-               m_sum.exit_reason == ExitReason::interrupted ? "interrupted (resume with --resume auto)" : "done",
+               m_sum.exit_reason == ExitReason::interrupted
+                   ? fmt::format("interrupted (resume with: {})", resume_command(m_sum.run_dir))
+                   : "done",
                m_sum.steps, m_sum.samples_per_sec,
                m_sum.final_train_loss ? fmt::format("{:.4f}", *m_sum.final_train_loss) : "n/a (no epoch ended)",
                m_sum.test_accuracy ? fmt::format(", test accuracy {:.4f}", *m_sum.test_accuracy) : std::string(),
@@ -445,16 +448,53 @@ RunSummary TrainLoop::finish() {
   return m_sum;
 }
 
+// A run continued into a new folder (--resume RUN --out NEW) starts its metrics.jsonl with the rows the checkpoint
+// had, so that its record (charts, runs) covers the whole run; the earlier folder is left as it was.
+void carry_metrics(const CheckpointInfo& from, const std::string& run_dir) {
+  std::error_code ec;
+  const fs::path source = fs::path(from.dir).parent_path().parent_path() / "metrics.jsonl";
+  const fs::path target = fs::path(run_dir) / "metrics.jsonl";
+  if (fs::equivalent(source.parent_path(), run_dir, ec) || fs::exists(target, ec) || !fs::exists(source, ec)) return;
+  std::ifstream in(source, std::ios::binary);
+  std::string rows(static_cast<size_t>(from.progress.metrics_bytes), '\0');
+  in.read(rows.data(), static_cast<std::streamsize>(rows.size()));
+  rows.resize(static_cast<size_t>(in.gcount()));
+  write_file_atomic(target.string(), rows);
+  spdlog::info("continuing {} in {}: its metrics up to step {} are copied first", source.parent_path().string(),
+               run_dir, from.progress.step);
+}
+
 // One worker: its parts built in order (the run directory only once the set-up found nothing wrong), then the loop.
 RunSummary train_worker(const Experiment& exp, const RunOptions& opts, const WorkerPlacement& where) {
   const auto wall_start = RunClock::now();
   RunSetup setup(exp, opts, where);
   RunSummary sum;
+  // The batches and steps first (nothing written yet): a resume with nothing left to train (a run that stopped at
+  // train.max_steps, resumed with the same limit) ends here, its files untouched.
+  Loader loader(setup.train(), setup.batch, exp.data.shuffle, exp.seed, exp.data.augment);
+  loader.shard(setup.comm->rank(), setup.world);
+  const StepPlan plan = plan_steps(exp, loader, setup.train(), setup.world);
+  if (setup.plan.from && (setup.progress.step >= plan.total_steps || setup.progress.epoch >= plan.epochs)) {
+    const std::string where_now =
+        fmt::format("{}: at step {} of {} (train.max_steps {}, train.epochs {})", setup.plan.run_dir,
+                    setup.progress.step, plan.total_steps, exp.train.max_steps, exp.train.epochs);
+    if (opts.resume != "auto")
+      throw ConfigError(
+          fmt::format("--resume {}: nothing left to train, {}: raise --max-steps or --epochs, or "
+                      "continue it into a new folder with --out",
+                      opts.resume, where_now));
+    spdlog::info("{}; nothing left to train, nothing written", where_now);
+    sum.run_dir = setup.plan.run_dir;
+    sum.exit_reason = exp.train.max_steps > 0 && setup.progress.step >= exp.train.max_steps ? ExitReason::max_steps
+                                                                                            : ExitReason::completed;
+    return sum;
+  }
   if (setup.lead) {
     sum.run_dir = make_run_dir(exp.name, setup.plan.run_dir, !opts.resume.empty());
     setup.run_lock.acquire(sum.run_dir);  // (a new folder: locked now that it exists)
   }
   if (setup.world > 1) broadcast_string(*setup.comm, sum.run_dir, "the run directory");
+  if (setup.lead && setup.plan.from) carry_metrics(*setup.plan.from, sum.run_dir);
   sum.device = setup.device.str();
   if (exp.data.format == DataFormat::images) sum.bad_files = setup.train().bad_files + setup.test().bad_files;
   const fs::path dir = sum.run_dir;
@@ -465,9 +505,6 @@ RunSummary train_worker(const Experiment& exp, const RunOptions& opts, const Wor
   }
   RunReporter reporter(exp, setup, sum.run_dir, where.threaded, where.process_gpus, wall_start);
   CheckpointHook checkpoints(exp, setup, sum.run_dir);
-  Loader loader(setup.train(), setup.batch, exp.data.shuffle, exp.seed, exp.data.augment);
-  loader.shard(setup.comm->rank(), setup.world);
-  const StepPlan plan = plan_steps(exp, loader, setup.train(), setup.world);
   log_run_start(exp, setup, plan, sum.run_dir, opts.local_rank);
   reporter.continue_metrics(setup.plan.from ? &setup.progress : nullptr);
   if (setup.plan.from) log_resume(*setup.plan.from, setup.progress, setup.resolved_config, setup.world, plan.batch);
@@ -476,10 +513,13 @@ RunSummary train_worker(const Experiment& exp, const RunOptions& opts, const Wor
   StepLoop step(exp, setup, plan, profiler);
   profiler.set_device(setup.device);
   setup.model.set_profiler(&profiler);
-  // The live progress display (rank 0, stdout a terminal) stands for the periodic step lines on the console;
-  // train.log still gets them.
-  const bool progress_bar = setup.lead && opts.progress && exp.logging.progress &&
-                            spdlog::should_log(spdlog::level::info) && console_is_live();
+  // The live progress display (rank 0) stands for the periodic step lines on the console; train.log still gets
+  // them. auto: on a terminal, not under a launcher (whose ranks' output is usually collected, even through a
+  // pseudo-terminal); true: always; false or --no-progress: never.
+  const ProgressBarMode mode = exp.logging.progress;
+  const bool progress_bar = setup.lead && opts.progress && mode != ProgressBarMode::never &&
+                            spdlog::should_log(spdlog::level::info) &&
+                            (mode == ProgressBarMode::always || (console_is_live() && !opts.launched));
   TrainLoop loop(exp,
                  {.setup = setup,
                   .summary = sum,
@@ -522,6 +562,15 @@ RunSummary run_workers(const Experiment& exp, const RunOptions& opts) {
 }  // namespace
 
 RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
+  // --resume auto --out DIR of a run that has ended for good: nothing to do, and nothing is written (a scheduler's
+  // requeue of a finished task ends at once).
+  if (opts.resume == "auto" && !opts.out_dir.empty() && run_is_complete(opts.out_dir)) {
+    spdlog::info("{}: the run is complete ({}); nothing to resume, nothing written", opts.out_dir,
+                 run_exit_reason(opts.out_dir));
+    RunSummary done;
+    done.run_dir = opts.out_dir;
+    return done;
+  }
   if (exp.data.format == DataFormat::tokens && exp.data.train_tokens.empty())
     exp.root["data"].fail("tokens: training needs data.train: {path: GLOB} (this config names test shards only)");
   // From before any work (data, model, run directory) to the end: a signal at any moment stops the run the

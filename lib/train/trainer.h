@@ -17,7 +17,8 @@ struct RunOptions {
   std::string resume;   ///< "" | auto (the newest good checkpoint, else a fresh start) | a checkpoint or run folder
   Communicator* comm = nullptr;  ///< data-parallel ranks; nullptr: one process
   int local_rank = 0;
-  bool progress = true;  ///< a live progress bar when stdout is a terminal (false: --no-progress)
+  bool progress = true;   ///< a live progress bar when stdout is a terminal (false: --no-progress)
+  bool launched = false;  ///< started by mpirun, srun or torchrun (logging.progress: auto draws no bar then)
   /// The overrides the run was started with (`--set` and the flags that stand for one), as given: written to the
   /// run directory's overrides.json, so `gputrain runs` and `gputrain sweep` can show them.
   std::vector<std::string> overrides;
