@@ -1,7 +1,9 @@
-// Fuzz target: run-directory resolution — which run owns a path (`report --out`, `export --to` refuse a run's own
-// files) and which weights `eval --checkpoint PATH` reads — over a fixed tree with a run directory in it. The input
-// is a path inside that tree (`..` may leave it); anything refused must be a gt::Error.
+// Fuzz target: output ownership and run-directory resolution — what owns a path (core/ownership.h: `report --out`,
+// `export --to` refuse other commands' outputs; `train --out` a folder it may not take) and which weights
+// `eval --checkpoint PATH` reads — over a fixed tree with a run directory and a tokenization in it. The input is a
+// path inside that tree (`..` may leave it); anything refused must be a gt::Error, and nothing is written.
 #include "core/error.h"
+#include "core/ownership.h"
 #include "train/resume.h"
 #include "train/run_dir.h"
 
@@ -33,6 +35,9 @@ class Tree {
                           "checkpoints/step-1/optimizer.safetensors"})
       std::ofstream(run / f) << "x";
     std::ofstream(fs::path(m_root) / "loose/w.safetensors") << "x";
+    fs::create_directories(fs::path(m_root) / "tok");
+    std::ofstream(fs::path(m_root) / "tok/train_000000.bin") << "x";
+    gt::write_manifest((fs::path(m_root) / "tok").string(), gt::Owner::tokenization, {"train_000000.bin"}, true);
   }
   ~Tree() {
     std::error_code ec;
@@ -51,11 +56,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string input(reinterpret_cast<const char*>(data), size);
   if (input.find('\0') != std::string::npos || size > 4096) return 0;  // not a path a shell can pass
   const std::string path = tree.root() + "/" + input;
-  (void)gt::run_file_owner(path);
+  (void)gt::folder_ownership(path);
   (void)gt::holds_run_data(path);
   try {
-    gt::refuse_run_file("--out", path);
+    gt::refuse_output_file("--out", path, {tree.root() + "/loose/w.safetensors"}, {"report.html"});
   } catch (const gt::Error&) {
+  }
+  for (const gt::Owner owner : {gt::Owner::run, gt::Owner::sweep, gt::Owner::tokenization, gt::Owner::import}) {
+    try {
+      (void)gt::check_output_folder("--out", path, owner, gt::Reuse::replace);  // checks only: writes nothing
+    } catch (const gt::Error&) {
+    }
   }
   try {
     (void)gt::weights_file(path, gt::CheckpointConfig{});

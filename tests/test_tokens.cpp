@@ -565,8 +565,16 @@ TEST_CASE("a run directory is all eval, generate and check need: no training dat
   INFO(e.output);
   CHECK(e.exit_code == 0);
   CHECK(json_number(e.output, "test_loss").has_value());
-  // With the training shards gone, generate still runs (it reads none) and check sizes the GPT from its config.
+  // With the training shards gone, eval runs on the test shards, generate still runs (it reads none) and check sizes
+  // the GPT from its config.
+  fs::copy(dir / "tok/val_000000.bin", dir / "val.bin");
   for (const auto& f : fs::directory_iterator(dir / "tok")) fs::remove(f.path());
+  fs::create_directories(dir / "tok");
+  fs::copy(dir / "val.bin", dir / "tok/val_000000.bin");  // the test shard back, the training shards still gone
+  const auto ev = run_gputrain("eval " + (dir / "run") + " --json");
+  INFO(ev.output);
+  CHECK(ev.exit_code == 0);
+  CHECK_THAT(ev.output, Catch::Contains("no shard matches " + (dir / "tok/train_*.bin")));
   const auto g = run_gputrain("generate " + (dir / "run") + " --tokens 5 --prompt ab");
   INFO(g.output);
   CHECK(g.exit_code == 0);

@@ -906,7 +906,18 @@ int main(int argc, char** argv) {
     }
     if (*eval) {
       if (eval_json) quiet_log_for_machine_output();
-      const gt::Experiment exp = gt::parse_experiment(gt::load_config(eval_args.file, eval_args.sets));
+      const gt::ConfigNode root = gt::load_config(eval_args.file, eval_args.sets);
+      // Evaluation reads the test set: a token config whose training shards are gone (a run directory copied
+      // without them) is evaluated on its test shards alone; other formats are checked as training checks them.
+      gt::Experiment exp = gt::parse_experiment_without_data_files(root);
+      if (exp.data.format == gt::DataFormat::tokens && !exp.data.test_tokens.empty() &&
+          gt::glob_files(exp.data.train_tokens).empty()) {
+        spdlog::warn("eval: no shard matches {}: the test shards alone give the shapes and the vocabulary",
+                     exp.data.train_tokens);
+        exp.data.train_tokens.clear();
+      } else {
+        exp = gt::parse_experiment(root);
+      }
       const gt::EvalSummary r = gt::evaluate_weights(exp, checkpoint, eval_threads);
       if (eval_json) {
         fmt::print("{}\n", gt::JsonObject()
