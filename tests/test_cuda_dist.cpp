@@ -2,9 +2,9 @@
 // that plays a second rank), the NCCL communicator of one rank, and ZeRO 1/2 on device parameters (two worker-thread
 // ranks on one GPU, and NCCL of one rank with GradSync's reduce-scatter). Skipped (exit 77) without a GPU.
 #include "cuda_helpers.h"
-#include "dist/comm.h"
-#include "dist/grad_sync.h"
-#include "dist/zero.h"
+#include "parallel/comm.h"
+#include "parallel/grad_sync.h"
+#include "parallel/zero.h"
 #include "ops/cuda_context.h"
 #include "optim/optimizer.h"
 #include "train/checkpoint.h"

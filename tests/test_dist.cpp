@@ -3,9 +3,9 @@
 // batch.
 #include "core/error.h"
 #include "core/rng.h"
-#include "dist/comm.h"
-#include "dist/launch.h"
-#include "dist/zero.h"
+#include "parallel/comm.h"
+#include "parallel/launch.h"
+#include "parallel/zero.h"
 #include "graph/model.h"
 #include "helpers.h"
 #include "io/safetensors.h"

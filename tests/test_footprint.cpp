@@ -2,9 +2,9 @@
 // allocating and running a model really allocates, the fit verdict, and the command's text and JSON.
 #include "core/tensor.h"
 #include "data/dataset.h"
-#include "dist/comm.h"
-#include "dist/grad_sync.h"
-#include "dist/zero.h"
+#include "parallel/comm.h"
+#include "parallel/grad_sync.h"
+#include "parallel/zero.h"
 #include "graph/model.h"
 #include "helpers.h"
 #include "layer_cases.h"

@@ -21,12 +21,12 @@ namespace {
 
 // The levels, lowest first. They follow what the includes show rather than the order folders are listed in:
 // config/ needs only core/ and is read by layers (a layer's config node), so it sits beside ops/ on level 1, under
-// layers/. The level-4 folders are the services the trainer combines; among them data/ and dist/ time spans with
-// profile/ and dist/ logs through log/, which is allowed one way (a cycle between them fails). train/ puts them
+// layers/. The level-4 folders are the services the trainer combines; among them data/ and parallel/ time spans with
+// profile/ and parallel/ logs through log/, which is allowed one way (a cycle between them fails). train/ puts them
 // together, and apps/ is the command line on top.
 const std::map<std::string, int> kLevels = {
     {"core", 0}, {"ops", 1}, {"config", 1}, {"layers", 2},  {"graph", 3}, {"optim", 4}, {"data", 4},
-    {"dist", 4}, {"log", 4}, {"io", 4},     {"profile", 4}, {"train", 5}, {"apps", 6},
+    {"parallel", 4}, {"log", 4}, {"io", 4}, {"profile", 4}, {"train", 5}, {"apps", 6},
 };
 
 /// An include that breaks the rule and stays, with why. Each entry must still exist (the test fails otherwise), so

@@ -1,8 +1,8 @@
 // The parts of a training run on their own: the non-finite verdict, a step on the CPU, step planning, the batch
 // stager, device resolution and the worker-thread harness.
 #include "data/batch_stager.h"
-#include "dist/comm.h"
-#include "dist/workers.h"
+#include "parallel/comm.h"
+#include "parallel/workers.h"
 #include "graph/model.h"
 #include "ops/devices.h"
 #include "ops/math.h"

@@ -5,7 +5,7 @@
 #include "core/json.h"
 #include "core/parallel.h"
 #include "data/batch_stager.h"
-#include "dist/comm.h"
+#include "parallel/comm.h"
 #include "graph/model.h"
 #include "log/logging.h"
 #include "log/metrics.h"

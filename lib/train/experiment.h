@@ -4,7 +4,7 @@
 
 #include "config/config.h"
 #include "data/settings.h"
-#include "dist/settings.h"
+#include "parallel/settings.h"
 #include "log/settings.h"
 #include "optim/settings.h"
 #include "train/loss.h"

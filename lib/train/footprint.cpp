@@ -3,7 +3,7 @@
 
 #include "core/json.h"
 #include "data/dataset.h"
-#include "dist/grad_sync.h"
+#include "parallel/grad_sync.h"
 #include "graph/model.h"
 #include "ops/bf16_gemm.h"
 #include "ops/devices.h"

@@ -95,7 +95,7 @@ MemoryFit fit_on_this_machine(size_t needed, const std::string& requested);
 /// What one rank of a data-parallel run at `world` ranks holds under a ZeRO stage (dist.zero): stage 0 keeps every
 /// tensor on every rank; stages 1 and 2 split the optimizer state into `world` shards of ⌈parameters / world⌉
 /// elements (the run pads each gradient bucket to a multiple of the ranks, so a rank may hold up to world − 1 more
-/// per bucket). Stage 2 also splits the gradients (GradSync with chunks, dist/grad_sync.h): a rank keeps its averaged
+/// per bucket). Stage 2 also splits the gradients (GradSync with chunks, parallel/grad_sync.h): a rank keeps its averaged
 /// chunk of every bucket (⌈bucket / world⌉ elements each), and a bucket is whole only while the backward pass writes
 /// it, until its reduce-scatter: counted are the chunks plus the two largest buckets (padded to a multiple of the
 /// ranks; at most two are whole at once), or plus every bucket with train.accumulate > 1 (the micro-batches before

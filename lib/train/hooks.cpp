@@ -4,7 +4,7 @@
 #include "core/atomic_file.h"
 #include "core/backend.h"
 #include "core/json.h"
-#include "dist/zero.h"
+#include "parallel/zero.h"
 #include "graph/model.h"
 #include "log/logging.h"
 #include "ops/devices.h"

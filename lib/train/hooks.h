@@ -2,7 +2,7 @@
 // and metrics rows, the progress bar, checkpoints, and the profile.
 #pragma once
 
-#include "dist/comm.h"
+#include "parallel/comm.h"
 #include "log/gpu_monitor.h"
 #include "log/metrics.h"
 #include "log/progress.h"

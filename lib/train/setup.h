@@ -4,7 +4,7 @@
 
 #include "core/noncopyable.h"
 #include "data/dataset.h"
-#include "dist/comm.h"
+#include "parallel/comm.h"
 #include "graph/model.h"
 #include "optim/optimizer.h"
 #include "train/resume.h"

@@ -2,7 +2,7 @@
 // verdict the host reads back.
 #include "train/step.h"
 
-#include "dist/zero.h"
+#include "parallel/zero.h"
 #include "graph/model.h"
 #include "log/logging.h"
 #include "ops/math.h"

@@ -4,8 +4,8 @@
 
 #include "core/atomic_file.h"
 #include "core/json.h"
-#include "dist/comm.h"
-#include "dist/workers.h"
+#include "parallel/comm.h"
+#include "parallel/workers.h"
 #include "graph/model.h"
 #include "log/logging.h"
 #include "log/progress.h"

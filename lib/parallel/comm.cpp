@@ -1,5 +1,5 @@
 // What the communicators share: the words of a collective that timed out.
-#include "dist/comm.h"
+#include "parallel/comm.h"
 
 #include <fmt/format.h>
 

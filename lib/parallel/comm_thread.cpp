@@ -2,7 +2,7 @@
 // barrier. Sums are taken in rank order by every rank alike, so every replica gets bit-identical results, and the
 // same ones whatever the thread timing.
 #include "core/error.h"
-#include "dist/comm.h"
+#include "parallel/comm.h"
 
 #include <chrono>
 #include <condition_variable>

@@ -1,6 +1,6 @@
 // The one-rank communicator, and the choice of communicator for a launch.
 #include "core/error.h"
-#include "dist/comm.h"
+#include "parallel/comm.h"
 
 #include <cstring>
 

@@ -4,8 +4,8 @@
 // connection ends makes this rank log which rank it waited for and exit 3; closing its own sockets then ends the
 // ranks that wait on it in turn.
 #include "core/error.h"
-#include "dist/comm.h"
-#include "dist/tcp_store.h"
+#include "parallel/comm.h"
+#include "parallel/tcp_store.h"
 #include "log/logging.h"
 
 #include <unistd.h>

@@ -1,6 +1,6 @@
 // TCP rendezvous: a hello of magic, rank and world size from each rank to rank 0, and rank 0's answer once every rank
 // has arrived, so that no rank starts a collective while another is still missing.
-#include "dist/tcp_store.h"
+#include "parallel/tcp_store.h"
 
 #include "core/error.h"
 

@@ -4,7 +4,7 @@
 // an error NCCL reports, makes it log which collective it waited in, abort the NCCL communicator (its kernels stop
 // spinning) and end the run through the bootstrap, exit 3.
 #include "core/error.h"
-#include "dist/comm.h"
+#include "parallel/comm.h"
 #include "log/logging.h"
 #include "ops/cuda_context.h"
 

@@ -1,5 +1,5 @@
 // Reading and writing back the dist section; each unknown key or bad value names its path.
-#include "dist/settings.h"
+#include "parallel/settings.h"
 
 namespace gt {
 

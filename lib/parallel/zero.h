@@ -2,8 +2,8 @@
 // only that shard, and the new weights are all-gathered after every step.
 #pragma once
 
-#include "dist/comm.h"
-#include "dist/grad_sync.h"
+#include "parallel/comm.h"
+#include "parallel/grad_sync.h"
 #include "optim/optimizer.h"
 
 #include <memory>

@@ -2,7 +2,7 @@
 // failure ends them all.
 #pragma once
 
-#include "dist/comm.h"
+#include "parallel/comm.h"
 
 #include <functional>
 #include <memory>

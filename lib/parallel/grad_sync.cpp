@@ -1,5 +1,5 @@
 // Bucketed gradient averaging on a communication thread, or on a CUDA side stream for device communicators.
-#include "dist/grad_sync.h"
+#include "parallel/grad_sync.h"
 
 #include "core/error.h"
 #include "ops/optim.h"

@@ -1,7 +1,7 @@
 // The MPI communicator. A watchdog thread turns a collective that outlives dist.timeout_s (a rank died or hangs)
 // into a message and exit 3 instead of a silent hang; MPI_Abort then ends the other ranks.
 #include "core/error.h"
-#include "dist/comm.h"
+#include "parallel/comm.h"
 #include "log/logging.h"
 
 // The C API only: Open MPI and MPICH would otherwise pull in their deprecated C++ bindings.

@@ -6,7 +6,7 @@
 #pragma once
 
 #include "core/noncopyable.h"
-#include "dist/comm.h"
+#include "parallel/comm.h"
 #include "layers/layer.h"
 #include "ops/stream.h"
 
@@ -25,7 +25,7 @@ class Profiler;
 
 /// How GradSync groups the parameters into buckets: buckets[b] holds the parameters of consecutive nodes, from the
 /// last node to the first (the order backward finishes them); node_bucket[i] is node i's bucket, -1 without
-/// parameters. ZeRO (dist/zero.h) shards by the same buckets, so that a bucket's reduce-scatter hands each rank
+/// parameters. ZeRO (parallel/zero.h) shards by the same buckets, so that a bucket's reduce-scatter hands each rank
 /// exactly the gradients it updates.
 struct BucketPlan {
   std::vector<std::vector<Param*>> buckets;

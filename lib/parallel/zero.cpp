@@ -1,6 +1,6 @@
 // The sharded optimizer of ZeRO stages 1 and 2: a plain optimizer over views of this rank's slices of the
 // parameters, the all-gather of the new weights, and the unsharded state for checkpoints.
-#include "dist/zero.h"
+#include "parallel/zero.h"
 
 #include "core/error.h"
 #include "ops/elementwise.h"

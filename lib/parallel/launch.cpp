@@ -1,6 +1,6 @@
 // Launcher detection. Each launcher's variables are read as a group; a group that is partly set is an error, and
 // when several groups are set (mpirun inside a Slurm allocation, say) they must agree on rank and world size.
-#include "dist/launch.h"
+#include "parallel/launch.h"
 
 #include "core/error.h"
 

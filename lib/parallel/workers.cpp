@@ -1,5 +1,5 @@
 // The worker-thread harness: one thread per device, failures carried to the other workers and back to the caller.
-#include "dist/workers.h"
+#include "parallel/workers.h"
 
 #include "log/logging.h"
 

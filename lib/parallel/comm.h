@@ -4,7 +4,7 @@
 #pragma once
 
 #include "core/error.h"
-#include "dist/launch.h"
+#include "parallel/launch.h"
 
 #include <cstddef>
 #include <memory>
@@ -40,7 +40,7 @@ class Communicator {
   virtual void allreduce_sum(double* data, size_t n, const char* what) = 0;
   /// Every rank contributes `n` values from `send`; every rank receives all size()·n values in `recv`, rank r's at
   /// [r·n, (r+1)·n). Every rank calls it with the same n. `send` and `recv` must not overlap. Callers whose data does
-  /// not divide by the rank count pad it (dist/zero.h pads each gradient bucket to a multiple of the rank count).
+  /// not divide by the rank count pad it (parallel/zero.h pads each gradient bucket to a multiple of the rank count).
   virtual void allgather(const float* send, float* recv, size_t n, const char* what) = 0;
   virtual void allgather(const double* send, double* recv, size_t n, const char* what) = 0;
   /// Sums size()·n values from `send` over all ranks; rank r receives elements [r·n, (r+1)·n) of the sum in `recv`
