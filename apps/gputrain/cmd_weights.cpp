@@ -1,0 +1,244 @@
+// gputrain eval, generate, export, export llmc and import llmc: what is done with trained weights.
+#include "cli.h"
+
+#include "core/json.h"
+#include "core/ownership.h"
+#include "data/tokens.h"
+#include "io/safetensors.h"
+#include "train/checkpoint.h"
+#include "train/evaluation.h"
+#include "train/generate.h"
+#include "train/llmc.h"
+#include "train/setup.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+namespace gt::cli {
+namespace {
+
+struct EvalArgs {
+  ConfigArgs config;
+  std::string checkpoint;
+  bool json = false;
+  int threads = 0;
+};
+
+int eval(EvalArgs& a) {
+  a.config.resolve();
+  const std::string checkpoint = a.config.weights_or_run(a.checkpoint);
+  if (a.json) quiet_log_for_machine_output();
+  const ConfigNode root = load_config(a.config.file, a.config.sets);
+  // Evaluation reads the test set: a token config whose training shards are gone (a run directory copied without
+  // them) is evaluated on its test shards alone; other formats are checked as training checks them.
+  Experiment exp = parse_experiment_without_data_files(root);
+  if (exp.data.format == DataFormat::tokens && !exp.data.test_tokens.empty() &&
+      glob_files(exp.data.train_tokens).empty()) {
+    spdlog::warn("eval: no shard matches {}: the test shards alone give the shapes and the vocabulary",
+                 exp.data.train_tokens);
+    exp.data.train_tokens.clear();
+  } else {
+    exp = parse_experiment(root);
+  }
+  const EvalSummary r = evaluate_weights(exp, checkpoint, a.threads);
+  if (a.json) {
+    fmt::print("{}\n", JsonObject()
+                           .add("checkpoint", checkpoint)
+                           .add("samples", r.samples)
+                           .add("test_loss", r.loss)
+                           .add("test_accuracy", r.accuracy)
+                           .add("test_bpb", r.bpb)
+                           .add("tokens", r.tokens)
+                           .str());
+  } else {
+    fmt::print("{}: test_loss {:.4f} | test_accuracy {}{} ({} samples{})\n", checkpoint, r.loss,
+               r.accuracy ? fmt::format("{:.4f}", *r.accuracy) : "n/a",
+               r.bpb ? fmt::format(" | test_bpb {:.4f}", *r.bpb) : "", r.samples,
+               r.tokens ? fmt::format(", {} tokens", r.tokens) : "");
+  }
+  return 0;
+}
+
+struct GenerateArgs {
+  ConfigArgs config;
+  GenerateOptions gen;
+  std::string device, seed;
+};
+
+int generate(GenerateArgs& a) {
+  a.config.resolve();
+  GenerateOptions opts = a.gen;
+  opts.checkpoint = a.config.weights_or_run(opts.checkpoint);
+  if (!a.device.empty()) a.config.sets.push_back("device=" + a.device);
+  ConfigNode root = load_config(a.config.file, a.config.sets);
+  if (!a.seed.empty()) root = apply_override(root, "seed=" + a.seed);  // checked as the config's seed is
+  // Generation reads no data file (a token model's shapes are in the config): their paths are not checked.
+  const Experiment exp = parse_experiment_without_data_files(root);
+  opts.sampling.seed = exp.seed;
+  const GenerateSummary r = generate_text(exp, opts, [](const std::string& piece) {
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+  });
+  if (r.bytes && isatty(fileno(stdout))) std::fputc('\n', stdout);  // a terminal's prompt on a line of its own
+  std::fflush(stdout);
+  fmt::print(stderr, "generated {} tokens after a prompt of {} in {:.2f} s ({:.1f} tokens/s); window {} positions{}\n",
+             r.new_tokens, r.prompt_tokens, r.seconds,
+             r.seconds > 0 ? static_cast<double>(r.new_tokens) / r.seconds : 0.0, r.window,
+             r.slides ? fmt::format(", slid {} times", r.slides) : std::string());
+  return 0;
+}
+
+struct ExportArgs {
+  std::string from, to;
+};
+
+int export_weights(const ExportArgs& a) {
+  namespace fs = std::filesystem;
+  if (a.from.empty() || a.to.empty())
+    throw ConfigError(
+        "export needs CHECKPOINT and --to FILE (or: export llmc CONFIG --checkpoint PATH --out MODEL.bin)");
+  refuse_output_file("--to", a.to, {a.from});
+  std::string dir = a.from;
+  if (!fs::exists(fs::path(a.from) / "state.json")) {  // a run directory: its newest checkpoint that verifies
+    const auto found = CheckpointStore(a.from, {}).newest_good();
+    if (!found)
+      throw DataError(fmt::format("{}: no checkpoint that verifies (state.json) in it or its checkpoints/", a.from));
+    dir = found->dir;
+  }
+  refuse_output_file("--to", a.to, {(fs::path(dir) / "model.safetensors").string()});
+  const CheckpointInfo ckpt = read_checkpoint(dir);  // sizes and checksums
+  const auto tensors = read_safetensors((fs::path(dir) / "model.safetensors").string());
+  std::vector<std::pair<std::string, const Tensor*>> list;
+  for (const auto& [name, t] : tensors) list.emplace_back(name, &t);
+  write_safetensors(a.to, list,
+                    {{"format", "pt"},
+                     {"gputrain_version", GPUTRAIN_VERSION},
+                     {"step", std::to_string(ckpt.progress.step)},
+                     {"gputrain_config", ckpt.config}});
+  fmt::print("{}: {} tensors of step {} → {}\n", dir, list.size(), ckpt.progress.step, a.to);
+  return 0;
+}
+
+struct ExportLlmcArgs {
+  ConfigArgs config;
+  std::string weights, out;
+  bool bf16 = false;
+};
+
+struct ImportLlmcArgs {
+  std::string bin, out;
+  bool force = false;
+};
+
+int import_model(const ImportLlmcArgs& a) {
+  const LlmcImport r = import_llmc(a.bin, a.out, a.force);
+  if (!r.replaced.empty()) fmt::print("{}: replaced the earlier import ({} files removed)\n", a.out, r.replaced.size());
+  fmt::print("{}\n", r.summary);
+  return 0;
+}
+
+constexpr const char* kWeightsHelp =
+    "weights: a .safetensors file, a checkpoint folder, or a run directory (its final weights, else its newest good "
+    "checkpoint); default: the run directory given as CONFIG";
+
+void add_eval_generate(CLI::App& app, Commands& commands) {
+  auto e = std::make_shared<EvalArgs>();
+  CLI::App* eval_cmd =
+      commands.add(app, "eval", "test-set loss and accuracy of saved weights (a run's model.safetensors)",
+                   [e](Context&) { return eval(*e); });
+  add_config_args(eval_cmd, e->config);
+  eval_cmd->add_option("--checkpoint", e->checkpoint, kWeightsHelp)
+      ->check(non_empty("weights: a .safetensors file, a checkpoint folder or a run directory"));
+  eval_cmd->add_flag("--json", e->json, "print one JSON object instead of a line");
+  eval_cmd->add_option("--threads", e->threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 4096));
+
+  auto g = std::make_shared<GenerateArgs>();
+  CLI::App* gen = commands.add(
+      app, "generate",
+      "sample tokens from a token model's saved weights (text for a byte vocabulary), with a key/value cache",
+      [g](Context&) { return generate(*g); });
+  add_config_args(gen, g->config);
+  gen->add_option("--checkpoint", g->gen.checkpoint, kWeightsHelp)
+      ->check(non_empty("weights: a .safetensors file, a checkpoint folder or a run directory"));
+  gen->add_option_function<std::string>(
+         "--prompt",
+         [g](const std::string& p) {
+           g->gen.prompt = p;
+           g->gen.has_prompt = true;
+         },
+         "the start: text (UTF-8 bytes) for a byte model (256 classes), else token ids separated by commas or "
+         "spaces (default: a newline; <|endoftext|> 50256 for GPT-2 vocabularies, else token 0)")
+      ->type_name("TEXT");
+  gen->add_option("--tokens", g->gen.tokens, "new tokens to sample (default 256)")->check(CLI::Range(0, 1000000000));
+  gen->add_option("--temperature", g->gen.sampling.temperature, "softmax temperature; 0 = greedy argmax (default 1)")
+      ->check(CLI::Range(0.0, 1000.0));
+  gen->add_option("--top-k", g->gen.sampling.top_k, "sample among the K most likely tokens only (default 0: all)")
+      ->check(CLI::Range(0, 1000000000));
+  gen->add_option("--seed", g->seed, "the draws' seed (default: the config's seed)")->type_name("N");
+  gen->add_option("--device", g->device, "auto | cpu | cuda | cuda:N (overrides device:)");
+  gen->add_option("--threads", g->gen.threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 4096));
+  gen->footer(
+      "Prints the prompt, then each token as it is drawn: raw bytes for a byte model, ids otherwise. The context is "
+      "the model's T positions (its input [T]): past T the window slides, keeping the newest T/2 tokens. A line with "
+      "the rate goes to stderr. " +
+      std::string(kExitCodes));
+}
+
+void add_export_import(CLI::App& app, Commands& commands) {
+  auto x = std::make_shared<ExportArgs>();
+  CLI::App* exporter = commands.add(app, "export",
+                                    "write a checkpoint's weights alone, as one safetensors file (or, with `export "
+                                    "llmc`, a GPT's as an llm.c checkpoint)",
+                                    [x](Context&) { return export_weights(*x); });
+  // Not marked required: `export llmc …` has neither; without a subcommand both are checked when it runs (exit 2).
+  exporter->add_option("checkpoint", x->from, "a checkpoint folder (checkpoints/step-N) or a run directory")
+      ->check(non_empty("a checkpoint folder or a run directory"));
+  exporter->add_option("--to", x->to, "the safetensors file to write")->check(non_empty("a safetensors file to write"));
+  exporter->require_subcommand(0, 1);
+  auto l = std::make_shared<ExportLlmcArgs>();
+  CLI::App* llmc =
+      commands.add(*exporter, "llmc",
+                   "write a GPT's weights as an llm.c checkpoint (train_gpt2.c's model file) that llm.c continues from",
+                   [l](Context&) {
+                     l->config.resolve();
+                     fmt::print("{}\n", export_llmc(l->config.file, l->config.sets,
+                                                    l->config.weights_or_run(l->weights), l->out, l->bf16));
+                     return 0;
+                   });
+  add_config_args(llmc, l->config);
+  llmc->add_option("--checkpoint", l->weights, kWeightsHelp)
+      ->check(non_empty("weights: a .safetensors file, a checkpoint folder or a run directory"));
+  llmc->add_option("--out", l->out, "the llm.c checkpoint file to write (MODEL.bin)")
+      ->required()
+      ->check(non_empty("the llm.c checkpoint file to write"));
+  llmc->add_flag("--bf16", l->bf16,
+                 "bf16 parameters (llm.c version 5, rounded to nearest even); default f32 (version 3)");
+
+  CLI::App* importer = commands.group(app, "import", "convert a model from another tool into an experiment folder");
+  auto i = std::make_shared<ImportLlmcArgs>();
+  CLI::App* imp = commands.add(
+      *importer, "llmc",
+      "read an llm.c GPT-2 checkpoint (version 3 f32 or 5 bf16) into DIR/config.yaml and DIR/model.safetensors",
+      [i](Context&) { return import_model(*i); });
+  imp->add_option("model", i->bin, "llm.c's model file (gpt2_124M.bin, a model_*.bin checkpoint)")
+      ->required()
+      ->check(non_empty("llm.c's model file"));
+  imp->add_option("--out", i->out, "the folder to write config.yaml and model.safetensors into")
+      ->required()
+      ->check(non_empty("the folder to write the model into"));
+  imp->add_flag("--force", i->force, "replace an earlier import in DIR (without --force such a folder is refused)");
+}
+
+}  // namespace
+
+void add_weights_commands(CLI::App& app, Commands& commands) {
+  add_eval_generate(app, commands);
+  add_export_import(app, commands);
+}
+
+}  // namespace gt::cli
