@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -20,6 +21,15 @@
 
 namespace gt {
 namespace {
+
+const std::array<Choice<AutoSwitch>, 3>& auto_switches() {
+  static const std::array<Choice<AutoSwitch>, 3> table{{
+      {AutoSwitch::automatic, "auto"},
+      {AutoSwitch::on, "true"},
+      {AutoSwitch::off, "false"},
+  }};
+  return table;
+}
 
 // A data file that can be read; otherwise the message says what the path is instead (missing, a directory, a
 // device, unreadable), since "file not found" for a directory sends the user looking in the wrong place.
@@ -694,6 +704,7 @@ const SectionSpec& data_section() {
   return s;
 }
 const std::string& to_string(DataFormat format) { return data_format(format).name; }
+const std::string& to_string(AutoSwitch value) { return choice_name(auto_switches(), value); }
 
 void parse_data(const ConfigNode& d, DataConfig& out) {
   d.require("format");
@@ -724,13 +735,11 @@ void parse_data(const ConfigNode& d, DataConfig& out) {
   }
   out.workers = get_int(d, key_spec(keys, "workers"));
   out.prefetch = get_int(d, key_spec(keys, "prefetch"));
-  const KeySpec& pin = key_spec(keys, "pin_memory");
-  out.pin_memory = d.get_choice(pin.name, pin.fallback, pin.choices);
-  const KeySpec& resident = key_spec(keys, "device_resident");
-  out.device_resident = d.get_choice(resident.name, resident.fallback, resident.choices);
+  if (d.has("pin_memory")) out.pin_memory = parse_choice(d["pin_memory"], auto_switches());
+  if (d.has("device_resident")) out.device_resident = parse_choice(d["device_resident"], auto_switches());
   // What makes per-sample work on the host is known here; what the files hold (NPY inputs converted per batch) is
   // judged when the data is loaded (BatchStager).
-  if (out.device_resident == "true") {
+  if (out.device_resident == AutoSwitch::on) {
     if (out.augment.any())
       d["device_resident"].fail(
           "true, but data.augment draws crops and flips per sample on the host; use auto or false");
@@ -750,8 +759,8 @@ YAML::Node to_yaml(const DataConfig& c) {
   if (c.tta_hflip) d["tta"]["hflip"] = true;
   d["workers"] = c.workers;
   d["prefetch"] = c.prefetch;
-  d["pin_memory"] = c.pin_memory;
-  d["device_resident"] = c.device_resident;
+  d["pin_memory"] = to_string(c.pin_memory);
+  d["device_resident"] = to_string(c.device_resident);
   return d;
 }
 

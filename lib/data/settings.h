@@ -18,6 +18,10 @@ namespace gt {
 enum class DataFormat { idx, csv, npy, synthetic, tokens, images };
 const std::string& to_string(DataFormat format);
 
+/// A setting of auto | true | false (data.pin_memory, data.device_resident).
+enum class AutoSwitch { automatic, on, off };
+const std::string& to_string(AutoSwitch value);
+
 struct DataConfig {
   /// Whether parsing checks that the data files exist (the default): off for commands that read none (generate),
   /// which then fail, naming the key, only if they do read one.
@@ -38,12 +42,12 @@ struct DataConfig {
   NormalizeSpec normalize;                ///< idx and images: data.normalize
   int64_t batch_size = 64;
   bool shuffle = true;
-  AugmentConfig augment;            ///< training set only
-  bool tta_hflip = false;           ///< data.tta.hflip: evaluations average the logits of each image and its mirror
-  int64_t workers = 0;              ///< loader threads for the training set (0: the trainer's thread)
-  int64_t prefetch = 2;             ///< with workers: batches prepared ahead
-  std::string pin_memory = "auto";  ///< auto | true | false: page-locked staging on a GPU (auto: on)
-  std::string device_resident = "auto";  ///< auto | true | false: the training set held and gathered on the device
+  AugmentConfig augment;   ///< training set only
+  bool tta_hflip = false;  ///< data.tta.hflip: evaluations average the logits of each image and its mirror
+  int64_t workers = 0;     ///< loader threads for the training set (0: the trainer's thread)
+  int64_t prefetch = 2;    ///< with workers: batches prepared ahead
+  AutoSwitch pin_memory = AutoSwitch::automatic;       ///< page-locked staging on a GPU (auto: on)
+  AutoSwitch device_resident = AutoSwitch::automatic;  ///< the training set held and gathered on the device
 };
 
 /// What one data.format reads and makes.

@@ -5,7 +5,6 @@
 #include "core/json.h"
 #include "core/parallel.h"
 #include "data/batch_stager.h"
-#include "parallel/comm.h"
 #include "graph/model.h"
 #include "log/logging.h"
 #include "log/metrics.h"
@@ -13,6 +12,7 @@
 #include "ops/elementwise.h"
 #include "ops/optim.h"
 #include "ops/precision.h"
+#include "parallel/comm.h"
 #include "train/loss.h"
 #include "train/resume.h"
 #include "train/setup.h"
@@ -54,7 +54,7 @@ EvalResult evaluate(Model& model, const Experiment& exp, const Dataset& test, Te
   const ProductPrecisionScope autocast(exp.train.precision);  // the test set is seen as the training step sees it
   Tensor none;
   // On the trainer's thread (evaluations are short and rare); pinned as the training batches are.
-  BatchStager stager(test, x.dim(0), x.device(), {.pinned = exp.data.pin_memory != "false"});
+  BatchStager stager(test, x.dim(0), x.device(), {.pinned = exp.data.pin_memory != AutoSwitch::off});
   const int64_t size = loader.size();
   for (int64_t k = 0; k * x.dim(0) < size; ++k) {
     if (k % comm.size() != comm.rank()) {  // another rank's batch

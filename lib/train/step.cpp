@@ -2,13 +2,13 @@
 // verdict the host reads back.
 #include "train/step.h"
 
-#include "parallel/zero.h"
 #include "graph/model.h"
 #include "log/logging.h"
 #include "ops/math.h"
 #include "ops/optim.h"
 #include "ops/precision.h"
 #include "optim/optimizer.h"
+#include "parallel/zero.h"
 #include "profile/profiler.h"
 #include "train/loss.h"
 #include "train/setup.h"
@@ -110,10 +110,10 @@ StepLoop::StepLoop(const Experiment& exp, RunSetup& setup, const StepPlan& plan,
       m_stager(setup.train(), plan.batch, setup.device,
                {.workers = static_cast<int>(exp.data.workers),
                 .prefetch = static_cast<int>(exp.data.prefetch),
-                .pinned = exp.data.pin_memory != "false",
-                .resident = exp.data.device_resident == "true"    ? Residency::on
-                            : exp.data.device_resident == "false" ? Residency::off
-                                                                  : Residency::automatic,
+                .pinned = exp.data.pin_memory != AutoSwitch::off,
+                .resident = exp.data.device_resident == AutoSwitch::on    ? Residency::on
+                            : exp.data.device_resident == AutoSwitch::off ? Residency::off
+                                                                          : Residency::automatic,
                 .augmented = exp.data.augment.any()}),
       m_verdict(param_names(setup.model)) {
   // On GPUs the gradients, the initial state and the step's device-side sums travel through NCCL (RunSetup made it),

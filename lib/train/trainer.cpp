@@ -4,14 +4,14 @@
 
 #include "core/atomic_file.h"
 #include "core/json.h"
-#include "parallel/comm.h"
-#include "parallel/workers.h"
 #include "graph/model.h"
 #include "log/logging.h"
 #include "log/progress.h"
 #include "log/report.h"
 #include "ops/devices.h"
 #include "optim/optimizer.h"
+#include "parallel/comm.h"
+#include "parallel/workers.h"
 #include "profile/profiler.h"
 #include "train/evaluation.h"
 #include "train/hooks.h"
@@ -401,7 +401,7 @@ void TrainLoop::note_data_wait(double wait_s, double window_s, int64_t steps) {
                           : fmt::format("; more data.workers than {} prepare them faster (on free cores)", workers);
   if (aug.any()) made_of += "; data.augment is the part of it the config can make cheaper";
   if (m_setup.device.is_cuda() && !aug.any() && m_exp.data.format != DataFormat::tokens &&
-      m_exp.data.device_resident == "false")
+      m_exp.data.device_resident == AutoSwitch::off)
     made_of += "; data.device_resident: auto keeps a training set that fits on the device and gathers it there";
   const double step_ms = 1e3 * window_s / static_cast<double>(steps);
   spdlog::info("data wait: {:.0f}% of the step time ({:.3g} ms of {:.3g} ms per step, up to step {}) goes to {}: {}",
