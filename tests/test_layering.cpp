@@ -1,5 +1,5 @@
-// Dependencies point one way (docs/DESIGN.md, "Layers one way"): every #include "folder/…" in lib/ and apps/ names
-// a folder at the including file's level or below, and folders of one level do not include each other in a cycle.
+// Dependencies point one way (README.md, "How it works"): every #include "folder/…" in lib/ and apps/ names a
+// folder below the including file's level, or one of its level that kSameLevel lists (without a cycle).
 #include "helpers.h"
 
 #include <catch2/catch.hpp>
