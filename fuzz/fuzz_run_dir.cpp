@@ -57,7 +57,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (input.find('\0') != std::string::npos || size > 4096) return 0;  // not a path a shell can pass
   const std::string path = tree.root() + "/" + input;
   (void)gt::folder_ownership(path);
-  (void)gt::holds_run_data(path);
+  (void)gt::holds_run_files(path);
   try {
     gt::refuse_output_file("--out", path, {tree.root() + "/loose/w.safetensors"}, {"report.html"});
   } catch (const gt::Error&) {

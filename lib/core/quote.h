@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -46,6 +47,30 @@ inline std::string quote_if_needed(std::string_view s) {
     return c < 0x20 || c == 0x7f;
   });
   return plain ? std::string(s) : quote_value(s);
+}
+
+/// `s` as one word for a POSIX shell: as it is when it holds only characters no shell treats specially, else in
+/// single quotes (a ' inside as '\''). For the commands gputrain prints to be run again.
+inline std::string shell_quote(std::string_view s) {
+  if (!s.empty() && s.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-/=,:+@%") ==
+                        std::string_view::npos)
+    return std::string(s);
+  std::string out(1, '\'');
+  for (const char c : s) {
+    if (c == '\'')
+      out.append("'\\''");
+    else
+      out.push_back(c);
+  }
+  out.push_back('\'');
+  return out;
+}
+
+/// FNV-1a, 32 bits: a short, stable fingerprint of a text (a trial's folder name, a model section), not a checksum.
+inline uint32_t fnv1a(std::string_view s) {
+  uint32_t h = 2166136261u;
+  for (const char c : s) h = (h ^ static_cast<unsigned char>(c)) * 16777619u;
+  return h;
 }
 
 }  // namespace gt

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cmath>
@@ -37,28 +38,35 @@ int32_t header_word(const uint8_t* data, int i) {
 // Tokens read per chunk when a shard is scanned whole (2 MiB of uint16s).
 constexpr int64_t kScanChunk = int64_t{1} << 20;
 
-// The first token at or past `limit` in `shard` (position and id), or nothing: threads read and scan chunks, the
-// smallest position wins.
-std::optional<std::pair<int64_t, uint16_t>> first_token_at_or_above(const TokenShard& shard, int64_t limit) {
+// The first token at or past each limit in `shard` (positions; n when there is none), in one pass over the file:
+// threads read and scan chunks, the smallest position wins. A chunk stops once it has found both, or starts past
+// what others found.
+std::array<int64_t, 2> first_tokens_at_or_above(const TokenShard& shard, std::array<int64_t, 2> bounds) {
   const int64_t n = shard.size();
-  std::atomic<int64_t> first{n};
+  std::array<std::atomic<int64_t>, 2> first{n, n};
+  auto lower = [](std::atomic<int64_t>& f, int64_t at) {
+    int64_t seen = f.load();
+    while (at < seen && !f.compare_exchange_weak(seen, at)) {
+    }
+  };
   parallel_for((n + kScanChunk - 1) / kScanChunk, 1, [&](int64_t cb, int64_t ce) {
     std::vector<uint16_t> buf(static_cast<size_t>(kScanChunk));
     for (int64_t c = cb; c < ce; ++c) {
       const int64_t begin = c * kScanChunk, count = std::min(kScanChunk, n - begin);
-      if (begin >= first.load(std::memory_order_relaxed)) return;
-      shard.read(begin, count, buf.data());
-      for (int64_t i = 0; i < count; ++i) {
-        if (buf[static_cast<size_t>(i)] < limit) continue;
-        int64_t seen = first.load();
-        while (begin + i < seen && !first.compare_exchange_weak(seen, begin + i)) {
-        }
+      if (begin >= first[0].load(std::memory_order_relaxed) && begin >= first[1].load(std::memory_order_relaxed))
         return;
-      }
+      shard.read(begin, count, buf.data());
+      std::array<bool, 2> found{false, false};
+      for (int64_t i = 0; i < count && !(found[0] && found[1]); ++i)
+        for (size_t k = 0; k < 2; ++k)
+          if (!found[k] && buf[static_cast<size_t>(i)] >= bounds[k]) {
+            found[k] = true;
+            lower(first[k], begin + i);
+          }
+      if (found[0] && found[1]) return;
     }
   });
-  if (first.load() == n) return std::nullopt;
-  return std::make_pair(first.load(), shard.at(first.load()));
+  return {first[0].load(), first[1].load()};
 }
 
 }  // namespace
@@ -161,25 +169,25 @@ TokenWindows::TokenWindows(const std::vector<std::string>& paths, int64_t block_
     throw DataError(fmt::format("{}: {} tokens, not one window of block_size + 1 = {} tokens in any shard", describe(),
                                 m_tokens, block_size + 1));
   // Every token is checked once here, so the embedding and the loss never meet one out of range.
+  // With no vocab_size the same pass finds the first token past 255, which makes the vocabulary GPT-2's.
   const int64_t limit = vocab_size > 0 ? vocab_size : 50257;
   for (const auto& s : m_shards) {
     if (s->size() == 0) continue;
-    if (const auto bad = first_token_at_or_above(*s, limit))
-      throw DataError(fmt::format("{}: token {} at position {} is not below the vocabulary size {}{}", s->path(),
-                                  bad->second, bad->first, limit,
-                                  vocab_size > 0 ? " (data.vocab_size)"
-                                                 : " (the default for tokens past 255, GPT-2's; set data.vocab_size)"));
-    if (vocab_size == 0 && !m_first_past_bytes)
-      if (const auto wide = first_token_at_or_above(*s, 256))
-        m_first_past_bytes = TokenAt{s->path(), wide->first, wide->second};
+    const bool want_wide = vocab_size == 0 && !m_first_past_bytes;
+    const auto [bad, wide] = first_tokens_at_or_above(*s, {limit, want_wide ? 256 : limit});
+    if (bad < s->size())
+      throw DataError(fmt::format(
+          "{}: token {} at position {} is not below the vocabulary size {}{}", s->path(), s->at(bad), bad, limit,
+          vocab_size > 0 ? " (data.vocab_size)" : " (the default for tokens past 255, GPT-2's; set data.vocab_size)"));
+    if (want_wide && wide < s->size()) m_first_past_bytes = TokenAt{s->path(), wide, s->at(wide)};
   }
   if (vocab_size == 0) m_vocab = m_first_past_bytes ? 50257 : 256;
 }
 
 std::optional<TokenAt> TokenWindows::first_at_or_above(int64_t limit) const {
   for (const auto& s : m_shards)
-    if (const auto found = gt::first_token_at_or_above(*s, limit))
-      return TokenAt{s->path(), found->first, found->second};
+    if (const int64_t at = first_tokens_at_or_above(*s, {limit, limit})[0]; at < s->size())
+      return TokenAt{s->path(), at, s->at(at)};
   return std::nullopt;
 }
 

@@ -99,7 +99,7 @@ ResumePlan plan_resume(const Experiment& exp, const std::string& out_dir, const 
           fmt::format("--resume {}: the run {} is complete ({}); --resume {} --out NEW_DIR continues "
                       "it, with its optimizer state, into a new folder",
                       resume, from_run.string(), run_exit_reason(from_run.string()), resume));
-    if (same || !holds_run_data(out_dir)) return;
+    if (same || !holds_run_files(out_dir)) return;
     throw ConfigError(
         fmt::format("--out {}: holds another run than the one --resume {} continues (its metrics and "
                     "checkpoints would mix); leave out --out to continue that run in its own folder, "

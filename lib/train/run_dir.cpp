@@ -6,6 +6,7 @@
 #include "core/json.h"
 #include "core/json_read.h"
 #include "core/ownership.h"
+#include "core/quote.h"
 #include "graph/model.h"
 #include "io/safetensors.h"
 #include "log/logging.h"
@@ -98,8 +99,6 @@ void RunDirLock::acquire(const std::string& dir) {
   m_dir = dir;
 }
 
-bool holds_run_data(const std::string& dir) { return holds_run_files(dir); }
-
 std::string run_exit_reason(const std::string& dir) {
   std::error_code ec;
   const fs::path path = fs::path(dir) / "summary.json";
@@ -140,21 +139,9 @@ std::string run_folder_hint(const std::string& dir) {
 
 std::string resume_command(const std::string& dir) {
   // The run directory stands for its config (config.resolved.yaml) and names where to go on: absolute, so that the
-  // command works from any folder, and quoted for a shell.
+  // command works from any folder.
   std::error_code ec;
-  std::string q = fs::absolute(dir, ec).lexically_normal().string();
-  const std::string path = q;
-  if (q.empty() || q.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._/-=+,:@%") !=
-                       std::string::npos) {
-    q.assign(1, '\'');
-    for (const char c : path) {
-      if (c == '\'')
-        q.append("'\\''");
-      else
-        q.push_back(c);
-    }
-    q.push_back('\'');
-  }
+  const std::string q = shell_quote(fs::absolute(dir, ec).lexically_normal().string());
   return fmt::format("gputrain train {0} --resume auto --out {0}", q);
 }
 

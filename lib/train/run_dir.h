@@ -57,8 +57,6 @@ class RunDirLock : NonCopyable {
   std::string m_dir;
 };
 
-/// Whether `dir` holds a run's data (config.resolved.yaml, metrics.jsonl, summary.json or checkpoints/).
-bool holds_run_data(const std::string& dir);
 
 /// summary.json's exit_reason in `dir`, or "" when there is no readable one (running, killed, never started).
 std::string run_exit_reason(const std::string& dir);

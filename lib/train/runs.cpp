@@ -3,8 +3,10 @@
 
 #include "config/config.h"
 #include "core/error.h"
+#include "core/ownership.h"
 #include "core/json.h"
 #include "core/json_read.h"
+#include "core/quote.h"
 #include "train/run_dir.h"
 
 #include <fmt/format.h>
@@ -56,19 +58,6 @@ const char* file_kind(const fs::file_status& st) {
   if (fs::is_character_file(st)) return "character device";
   if (fs::is_block_file(st)) return "block device";
   return "special file";
-}
-
-// Whether the process that last locked the run directory is a live gputrain (the .lock keeps its pid after it
-// ends; the name check keeps a reused pid from reading as a running run where /proc tells).
-bool lock_holder_alive(const fs::path& dir) {
-  const auto text = read_bounded(dir / ".lock", 32);
-  if (!text) return false;
-  long pid = 0;
-  const auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), pid);
-  if (ec != std::errc() || end == text->data() || pid <= 0) return false;
-  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno != EPERM) return false;
-  if (const auto comm = read_bounded(fmt::format("/proc/{}/comm", pid), 64)) return comm->rfind("gputrain", 0) == 0;
-  return true;
 }
 
 void flatten(const YAML::Node& n, const std::string& path, std::vector<std::pair<std::string, std::string>>& out) {
@@ -214,7 +203,7 @@ std::vector<RunInfo> find_runs(const std::vector<std::string>& paths) {
     std::error_code ec;
     if (!fs::is_directory(path, ec))
       throw ConfigError(fmt::format("{}: {}", path, fs::exists(path, ec) ? "not a folder" : "no such folder"));
-    if (holds_run_data(path)) {
+    if (holds_run_files(path)) {
       RunInfo r;
       r.dir = path;
       const fs::path whole = fs::absolute(path, ec).lexically_normal();
@@ -235,11 +224,11 @@ std::vector<RunInfo> find_runs(const std::vector<std::string>& paths) {
     };
     for (const fs::path& child : subfolders(path)) {
       std::vector<fs::path> found;
-      if (holds_run_data(child.string())) {
+      if (holds_run_files(child.string())) {
         found.push_back(child);
       } else {
         for (const fs::path& grandchild : subfolders(child))
-          if (holds_run_data(grandchild.string())) found.push_back(grandchild);
+          if (holds_run_files(grandchild.string())) found.push_back(grandchild);
       }
       for (const fs::path& f : found) {
         RunInfo r;
@@ -255,7 +244,7 @@ std::vector<RunInfo> find_runs(const std::vector<std::string>& paths) {
 void read_run(RunInfo& run) {
   const fs::path dir = run.dir;
   bool truncated = false;
-  const bool running = lock_holder_alive(dir);
+  const bool running = run_is_alive(dir.string());
   std::error_code ec;
   const fs::file_status summary_status = fs::status(dir / "summary.json", ec);
   if (const auto summary = read_bounded(dir / "summary.json", kMaxFileBytes, &truncated); summary && !running) {
@@ -306,15 +295,14 @@ namespace {
 
 // "3f9a1c2e (12 layers)": FNV-1a over the model section's keys and values, and how many layers it lists.
 std::string model_digest(const std::vector<std::pair<std::string, std::string>>& config) {
-  uint64_t h = 1469598103934665603ull;
+  std::string model;
   std::set<std::string> layers;
   for (const auto& [k, v] : config) {
     if (k != "model" && k.rfind("model.", 0) != 0) continue;
-    for (const std::string* s : {&k, &v})
-      for (const char c : *s + '\n') h = (h ^ static_cast<uint8_t>(c)) * 1099511628211ull;
+    model += k + '\n' + v + '\n';
     if (k.rfind("model.layers[", 0) == 0) layers.insert(k.substr(0, k.find(']') + 1));
   }
-  return fmt::format("{:08x} ({} layers)", static_cast<uint32_t>(h ^ (h >> 32)), layers.size());
+  return fmt::format("{:08x} ({} layers)", fnv1a(model), layers.size());
 }
 
 }  // namespace

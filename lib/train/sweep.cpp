@@ -135,12 +135,6 @@ std::string draw_value(const SweepAxis& a, double u) {
   return fmt::format("{:.4g}", v);
 }
 
-uint32_t fnv1a(const std::string& s) {
-  uint32_t h = 2166136261u;
-  for (const char c : s) h = (h ^ static_cast<unsigned char>(c)) * 16777619u;
-  return h;
-}
-
 const char* kind_name(SweepAxis::Kind k) {
   switch (k) {
     case SweepAxis::Kind::grid: return "grid";
@@ -257,15 +251,6 @@ std::string now_stamp() {
 }
 
 // Shell single quotes (for the Slurm script).
-std::string shell_quote(const std::string& s) {
-  if (!s.empty() && s.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-/=,:+@%") ==
-                        std::string::npos)
-    return s;
-  std::string out = "'";
-  for (const char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
 }  // namespace
 
 SweepAxis parse_grid_axis(const std::string& spec) {
@@ -1113,6 +1098,46 @@ std::string svg_scatter(const std::string& key, bool log_axis, const std::vector
   return out + "</svg>\n";
 }
 
+// Every trial's training loss over its steps on one chart, coloured by the rank of its value of `axis` among the
+// distinct ones (numbers by value, other values in the order first seen), so that a grid's values spread over the
+// colour scale: how the curves part as the key changes, which the end metric alone does not show. "" when no trial
+// has logged a row.
+std::string trial_curves_chart(const std::string& out, const SweepPlan& plan, const SweepAxis& axis) {
+  std::vector<std::string> values, seen;
+  for (const SweepTrial& t : plan.trials) values.push_back(t.values.empty() ? "" : t.values.front().second);
+  const bool numeric =
+      std::all_of(values.begin(), values.end(), [](const std::string& v) { return finite_number(v).has_value(); });
+  std::vector<double> key;
+  for (const std::string& v : values) {
+    if (numeric) {
+      key.push_back(*finite_number(v));
+      continue;
+    }
+    auto it = std::find(seen.begin(), seen.end(), v);
+    if (it == seen.end()) it = seen.insert(seen.end(), v);
+    key.push_back(static_cast<double>(it - seen.begin()));
+  }
+  std::vector<double> distinct = key;
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+  std::vector<ChartSeries> curves;
+  std::string lo_value, hi_value;
+  for (size_t i = 0; i < plan.trials.size(); ++i) {
+    const auto r = std::lower_bound(distinct.begin(), distinct.end(), key[i]) - distinct.begin();
+    if (r == 0) lo_value = values[i];
+    if (r + 1 == static_cast<std::ptrdiff_t>(distinct.size())) hi_value = values[i];
+    ChartSeries s;
+    s.label = plan.trials[i].name;
+    s.color =
+        scale_color(distinct.size() > 1 ? static_cast<double>(r) / static_cast<double>(distinct.size() - 1) : 0.5);
+    s.points = read_metric_curve((fs::path(out) / plan.trials[i].name).string(), "train", "loss");
+    if (!s.points.empty()) curves.push_back(std::move(s));
+  }
+  if (curves.empty()) return "";
+  return svg_line_chart("trial_loss", "train loss of each trial", "step", curves, 0,
+                        fmt::format("colour: {} from {} (dark) to {} (yellow)", axis.key, lo_value, hi_value));
+}
+
 }  // namespace
 
 std::string write_sweep_report(const std::string& out, const SweepPlan& plan, const std::vector<TrialState>& states,
@@ -1152,49 +1177,7 @@ std::string write_sweep_report(const std::string& out, const SweepPlan& plan, co
     }
     html += svg_scatter(axes[a]->key, log_axis, xs, ys, hollow, metric_name);
   }
-  // Every trial's training loss over its steps, coloured by its value of the first swept key: how the curves part
-  // as the key changes, which the end metric alone does not show.
-  if (!axes.empty()) {
-    const SweepAxis& first = *axes.front();
-    std::vector<double> rank;  // each trial's colour position in [0, 1]
-    std::vector<std::string> values;
-    for (const SweepTrial& t : plan.trials) values.push_back(t.values.empty() ? "" : t.values.front().second);
-    bool numeric = true;
-    for (const std::string& v : values) numeric = numeric && finite_number(v).has_value();
-    const bool log_scale = numeric && first.kind == SweepAxis::Kind::log_uniform;
-    std::vector<double> key;
-    std::vector<std::string> seen;
-    for (const std::string& v : values) {
-      if (numeric) {
-        key.push_back(log_scale && *finite_number(v) > 0 ? std::log10(*finite_number(v)) : *finite_number(v));
-      } else {
-        auto it = std::find(seen.begin(), seen.end(), v);
-        if (it == seen.end()) it = seen.insert(seen.end(), v);
-        key.push_back(static_cast<double>(it - seen.begin()));
-      }
-    }
-    // Colours by the rank of the value among the distinct ones, so that a grid's values spread over the scale.
-    std::vector<double> distinct = key;
-    std::sort(distinct.begin(), distinct.end());
-    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
-    const double lo = distinct.empty() ? 0 : distinct.front(), hi = distinct.empty() ? 0 : distinct.back();
-    std::vector<ChartSeries> curves;
-    std::string lo_value, hi_value;
-    for (size_t i = 0; i < plan.trials.size(); ++i) {
-      ChartSeries s;
-      s.label = plan.trials[i].name;
-      const auto r = std::lower_bound(distinct.begin(), distinct.end(), key[i]) - distinct.begin();
-      const double t = distinct.size() > 1 ? static_cast<double>(r) / static_cast<double>(distinct.size() - 1) : 0.5;
-      s.color = scale_color(t);
-      s.points = read_metric_curve((fs::path(out) / plan.trials[i].name).string(), "train", "loss");
-      if (key[i] == lo) lo_value = values[i];
-      if (key[i] == hi) hi_value = values[i];
-      if (!s.points.empty()) curves.push_back(std::move(s));
-    }
-    if (!curves.empty())
-      html += svg_line_chart("trial_loss", "train loss of each trial", "step", curves, 0,
-                             fmt::format("colour: {} from {} (dark) to {} (yellow)", first.key, lo_value, hi_value));
-  }
+  if (!axes.empty()) html += trial_curves_chart(out, plan, *axes.front());
   html += "</div>\n<h2>Trials</h2>\n<table>\n";
   for (size_t i = 0; i < plan.trials.size(); ++i)
     html += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td></tr>\n", html_escape(plan.trials[i].name),
