@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The README's first-hour paths, run as a newcomer types them (from the repository root, the default folders),
-# each shortened by a step limit: train; interrupt and resume with the command the run prints; a GPT on your own
-# text (tokenize, train, eval, generate from the run directory); a sweep and `gputrain runs`; an image folder; a
-# 2-rank run under mpirun. Run by ctest (`newcomer_paths`); it must stay under 3 minutes.
+# The first-hour paths of README.md ("Your first hour"), run as a newcomer types them (from the repository root,
+# the default folders), each shortened by a step limit: train; interrupt and resume with the command the run prints;
+# a GPT on your own text (tokenize, train, eval, generate from the run directory); a sweep and `gputrain runs`; an
+# image folder; a 2-rank run under mpirun. Run by ctest (`newcomer_paths`); it must stay under 3 minutes.
 # Usage: tests/newcomer_paths.sh BUILD/gputrain SOURCE_DIR
 set -euo pipefail
 gt=$(realpath "$1")

@@ -27,7 +27,7 @@ enum class KeyKind {
   custom,   ///< what extra_json says alone (the layer list, whose items come from the layer registry)
 };
 
-/// One key of a section: its name, what it holds, its bounds and its default as the README and the schema show them.
+/// One key of a section: its name, what it holds, its bounds and its default as the reference and the schema show them.
 struct KeySpec {
   std::string name = "";
   KeyKind kind = KeyKind::string;
