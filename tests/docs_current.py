@@ -6,10 +6,13 @@
   2. a `gputrain ...` command in a fenced shell block does not parse: each is run with GPUTRAIN_PARSE_ONLY=1, which
      parses the command line (and a config's words) and runs nothing, so placeholders such as config.yaml are fine;
   3. the README is over 300 lines, or a page other than docs/gpu.md says what has or has not run on a GPU (that is
-     said once, with dates, in docs/gpu.md).
+     said once, with dates, in docs/gpu.md);
+  4. `gputrain config reference` lacks a row for a key that `gputrain config schema` lists (both are generated from
+     the same tables, so a key missing from one is a bug in its generator).
 
 Usage: docs_current.py GPUTRAIN_BINARY SOURCE_DIR
 """
+import json
 import os
 import re
 import shlex
@@ -72,6 +75,31 @@ def check_generated(binary, path, lines, failures):
                 f"{path}:{begin + 1}: the {name} block differs from `gputrain {' '.join(GENERATED[name])}`; "
                 "run scripts/update_docs.sh"
             )
+
+
+def schema_keys(node, out):
+    """Every key name the JSON Schema's objects list (properties, the variants' then branches, alternatives), the
+    layer list's $defs left out: the layer reference covers those."""
+    if isinstance(node, dict):
+        for name, sub in node.get("properties", {}).items():
+            out.add(name)
+            schema_keys(sub, out)
+        for k, v in node.items():
+            if k not in ("properties", "$defs"):
+                schema_keys(v, out)
+    elif isinstance(node, list):
+        for v in node:
+            schema_keys(v, out)
+    return out
+
+
+def check_reference_covers_schema(binary, failures):
+    """The Markdown reference and the JSON Schema come from the same tables: a key in one is a row in the other."""
+    schema = json.loads(subprocess.run([binary, "config", "schema"], capture_output=True, text=True, check=True).stdout)
+    reference = subprocess.run([binary, "config", "reference"], capture_output=True, text=True, check=True).stdout
+    rows = set(re.findall(r"^\| `([^`]+)` \|", reference, re.M))
+    for key in sorted(schema_keys(schema, set()) - rows):
+        failures.append(f"`gputrain config reference` has no row for the schema's key {key!r}")
 
 
 def shell_lines(lines):
@@ -172,6 +200,7 @@ def main():
     binary, src = os.path.abspath(sys.argv[1]), sys.argv[2]
     os.chdir(src)
     failures, checked = [], 0
+    check_reference_covers_schema(binary, failures)
     for path in doc_files(src):
         with open(path, encoding="utf-8") as f:
             lines = f.readlines()
