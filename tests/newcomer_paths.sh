@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The README's first-hour paths, run as a newcomer types them (from the repository root, the default folders),
-# each shortened by a step limit: train; interrupt and resume with the command the run prints; a GPT on your own
-# text (tokenize, train, eval, generate from the run directory); a sweep and `gputrain runs`; an image folder; a
-# 2-rank run under mpirun. Run by ctest (`newcomer_paths`); it must stay under 3 minutes.
+# The first-hour paths of README.md ("Your first hour"), run as a newcomer types them (from the repository root,
+# the default folders), each shortened by a step limit: check; train; interrupt and resume with the command the run
+# prints; a GPT on your own text (tokenize, train, eval, generate from the run directory); a sweep and `gputrain
+# runs`; an image folder; a 2-rank run under mpirun. Run by ctest (`newcomer_paths`); it must stay under 3 minutes.
 # Usage: tests/newcomer_paths.sh BUILD/gputrain SOURCE_DIR
 set -euo pipefail
 gt=$(realpath "$1")
@@ -20,6 +20,10 @@ fail() {
   echo "newcomer_paths: $*" >&2
   exit 1
 }
+
+step "check"
+build/gputrain check configs/fashion_mnist_cnn.yaml > check.log 2>&1 || fail "check: $(tail -3 check.log)"
+grep -q '^fits on ' check.log || fail "check printed no fits line: $(tail -3 check.log)"
 
 step "train"
 build/gputrain train configs/fashion_mnist_mlp.yaml --max-steps 60 --no-progress > train.log 2>&1 || fail "train: $(tail -3 train.log)"

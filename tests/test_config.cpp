@@ -379,9 +379,9 @@ TEST_CASE("did-you-mean picks close names only", "[config][cpu]") {
   CHECK(edit_distance("kitten", "sitting") == 3);
 }
 
-TEST_CASE("the README's layer reference is the one the registry generates", "[config][cpu]") {
-  // scripts/update_readme.sh rewrites the block between the markers from `gputrain layers`.
-  std::ifstream in(std::string(GT_SOURCE_DIR) + "/README.md");
+TEST_CASE("docs/configuration.md's layer reference is the one the registry generates", "[config][cpu]") {
+  // scripts/update_docs.sh rewrites the block between the markers from `gputrain layers`.
+  std::ifstream in(std::string(GT_SOURCE_DIR) + "/docs/configuration.md");
   REQUIRE(in);
   std::stringstream ss;
   ss << in.rdbuf();

@@ -2,12 +2,14 @@
 // without training.
 #include "cli.h"
 
+#include "config/schema.h"
 #include "core/json.h"
 #include "data/tokens.h"
 #include "graph/model.h"
 #include "layers/layer.h"
 #include "ops/devices.h"
 #include "train/config_schema.h"
+#include "train/experiment.h"
 #include "train/footprint.h"
 #include "train/setup.h"
 #include "train/step.h"
@@ -199,6 +201,13 @@ void add_inspect_commands(CLI::App& app, Commands& commands) {
                "them; editors complete and check a config that starts with `# yaml-language-server: $schema=FILE`",
                [](Context&) {
                  fmt::print("{}", config_json_schema());
+                 return 0;
+               });
+  commands.add(*config, "reference",
+               "print the config reference (Markdown): a table per section and variant with every key's type, "
+               "default, range or choices and description, generated from the same tables",
+               [](Context&) {
+                 fmt::print("{}", section_markdown(experiment_section()));
                  return 0;
                });
   auto p = std::make_shared<ConfigArgs>();

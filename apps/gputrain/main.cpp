@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include <csignal>
+#include <cstdlib>
 #include <iostream>
 #include <string_view>
 
@@ -40,6 +41,28 @@ int usage_error(const CLI::ParseError& e, int argc, char** argv) {
   }
   std::cerr << "Run with --help for usage.\n";
   return 2;
+}
+
+// GPUTRAIN_PARSE_ONLY=1: the command line is parsed (and a config's words resolved: CONFIG, then overrides) but nothing
+// runs; the command path is printed. tests/docs_current.py checks every command the docs show this way.
+int parse_only(const gt::cli::Command& command) {
+  std::string path;
+  for (const CLI::App* a = command.app; a->get_parent(); a = a->get_parent()) path = " " + a->get_name() + path;
+  if (const CLI::Option* words = command.app->get_option_no_throw("config")) {
+    gt::cli::ConfigArgs args;
+    args.words = words->results();
+    if (const CLI::Option* flag = command.app->get_option_no_throw("--config"); flag && flag->count())
+      args.flag_file = flag->results().front();
+    if (const CLI::Option* sets = command.app->get_option_no_throw("--set")) args.sets = sets->results();
+    args.resolve();
+  }
+  std::cout << "gputrain" << path << "\n";
+  return 0;
+}
+
+bool parse_only_requested() {
+  const char* v = std::getenv("GPUTRAIN_PARSE_ONLY");
+  return v && std::string_view(v) == "1";
 }
 
 int exit_code_of(const gt::Error& e) {
@@ -83,6 +106,14 @@ int main(int argc, char** argv) {
   if (!command) {  // only a group was parsed: CLI11 requires one of its subcommands, so this is not reached
     std::cerr << "error: no command to run\nRun with --help for usage.\n";
     return 2;
+  }
+  if (parse_only_requested()) {
+    try {
+      return parse_only(*command);
+    } catch (const gt::Error& e) {
+      std::cerr << "error: " << e.what() << "\n";
+      return exit_code_of(e);
+    }
   }
   // A training run (or a sweep) keeps the handlers through its set-up: a signal while the data loads or the ranks
   // meet still ends it with 75 (or 130). Every other command gets the default actions back, and takes one that came

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <set>
 
 namespace gt {
 
@@ -289,5 +290,129 @@ ojson section_schema(const SectionSpec& section) {
 
 std::string key_json_schema(const KeySpec& key) { return key_schema(key).dump(); }
 std::string section_json_schema(const SectionSpec& section) { return section_schema(section).dump(); }
+
+namespace {
+
+// The Markdown reference: the key tables as they are, a table per map reached through them, depth first.
+
+const char* kind_word(KeyKind kind) {
+  switch (kind) {
+    case KeyKind::integer:
+    case KeyKind::size: return "integer";
+    case KeyKind::number: return "number";
+    case KeyKind::boolean: return "boolean";
+    case KeyKind::string: return "string";
+    case KeyKind::choice: return "choice";
+    case KeyKind::list: return "list";
+    case KeyKind::map: return "map";
+    case KeyKind::any_of: return "one of";
+    case KeyKind::custom: return "custom";
+  }
+  return "value";
+}
+
+// A table cell: one line, no column break.
+std::string cell(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '|')
+      out += "\\|";
+    else if (c == '\n')
+      out += ' ';
+    else
+      out += c;
+  }
+  return out;
+}
+
+std::string range_words(const KeySpec& key) {
+  switch (key.kind) {
+    case KeyKind::string:
+      if (!key.pattern.empty()) return fmt::format("matches `{}`", key.pattern);
+      return key.max_length > 0 ? fmt::format("at most {} characters", key.max_length) : "";
+    case KeyKind::list: {
+      const std::string item = key.items.empty() ? "" : range_words(key.items.front());
+      std::string words = item.empty() ? "a list" : "a list, each item " + item;
+      if (key.max_items > 0 && key.min_items == key.max_items) return words + fmt::format(", {} items", key.max_items);
+      if (key.max_items > 0) return words + fmt::format(", {} to {} items", key.min_items, key.max_items);
+      if (key.min_items > 0) return words + fmt::format(", at least {}", key.min_items);
+      return words;
+    }
+    case KeyKind::map: return "a map (its table below)";
+    case KeyKind::any_of: {
+      std::string words;
+      for (const KeySpec& alt : key.items) words += (words.empty() ? "" : "; or ") + range_words(alt);
+      return words;
+    }
+    case KeyKind::custom: return "";
+    default: return expected_words(key);
+  }
+}
+
+// A map reached from a table: its path, and the variants of the tables above it that reach it ("format: idx").
+struct Nested {
+  std::string path;
+  const SectionSpec* section;
+  std::vector<std::string> within;
+};
+
+// The maps a key's value may be: itself, a list's item, one of its alternatives. A map that another variant of the
+// same table reached already gets this variant added to its `within`.
+void nested_sections(const KeySpec& key, const std::string& path, const std::string& within, std::vector<Nested>& out) {
+  if (key.kind == KeyKind::map && key.section) {
+    auto seen = std::find_if(out.begin(), out.end(), [&](const Nested& n) { return n.section == key.section; });
+    if (seen == out.end()) seen = out.insert(out.end(), Nested{path, key.section, {}});
+    if (("`, `" + seen->path + "`, `").find("`, `" + path + "`, `") == std::string::npos)
+      seen->path += "`, `" + path;  // data.train and data.test: one table, both names in its heading
+    if (!within.empty() && std::find(seen->within.begin(), seen->within.end(), within) == seen->within.end())
+      seen->within.push_back(within);
+  }
+  if (key.kind == KeyKind::list || key.kind == KeyKind::any_of)
+    for (const KeySpec& item : key.items)
+      nested_sections(item, key.kind == KeyKind::list ? path + "[]" : path, within, out);
+}
+
+void keys_markdown(const std::vector<KeySpec>& keys, std::string& out) {
+  out += "| key | type | default | range / choices | description |\n|---|---|---|---|---|\n";
+  for (const KeySpec& k : keys) {
+    std::string fallback = k.required ? "required" : k.fallback.empty() ? "" : "`" + k.fallback + "`";
+    if (k.nullable && k.fallback != "null") fallback += fallback.empty() ? "null allowed" : " (null allowed)";
+    const std::string doc = !k.doc.empty() || k.kind != KeyKind::map || !k.section ? k.doc : k.section->doc;
+    out += fmt::format("| `{}` | {} | {} | {} | {} |\n", k.name, kind_word(k.kind), cell(fallback),
+                       cell(range_words(k)), cell(doc));
+  }
+}
+
+void section_markdown_to(const Nested& at, std::set<const SectionSpec*>& done, std::string& out) {
+  if (!done.insert(at.section).second) return;  // a section reached twice (a repeat block's layers) is one table
+  const SectionSpec& s = *at.section;
+  std::string within;
+  for (const std::string& w : at.within) within += (within.empty() ? " — in " : ", ") + w;
+  std::vector<Nested> below;
+  for (const auto& v : s.variants) {
+    std::string when;
+    for (const auto& w : v.when) when += (when.empty() ? "" : ", ") + w;
+    if (!when.empty()) when = "`" + s.discriminator + ": " + when + "`";
+    out += fmt::format("### {}{}{}\n\n", at.path.empty() ? "Top level" : "`" + at.path + "`",
+                       when.empty() ? "" : " — " + when, within);
+    if (!s.doc.empty()) out += cell(s.doc) + ".\n\n";
+    keys_markdown(v.keys, out);
+    out += "\n";
+    for (const KeySpec& k : v.keys) nested_sections(k, at.path.empty() ? k.name : at.path + "." + k.name, when, below);
+  }
+  for (Nested& n : below) {
+    if (n.within.size() == s.variants.size()) n.within.clear();  // reached from every variant: it is the section's
+    section_markdown_to(n, done, out);
+  }
+}
+
+}  // namespace
+
+std::string section_markdown(const SectionSpec& section, const std::string& name) {
+  std::string out;
+  std::set<const SectionSpec*> done;
+  section_markdown_to({name, &section, {}}, done, out);
+  return out;
+}
 
 }  // namespace gt

@@ -1,5 +1,6 @@
 // The config language as data: one table of keys per section, which the section's parser reads its key names,
-// bounds and defaults from, and which `gputrain config schema` writes out as a JSON Schema, so the two cannot drift.
+// bounds and defaults from, and which `gputrain config schema` writes out as a JSON Schema (`gputrain config
+// reference` as Markdown), so they cannot drift.
 #pragma once
 
 #include "config/config.h"
@@ -26,7 +27,7 @@ enum class KeyKind {
   custom,   ///< what extra_json says alone (the layer list, whose items come from the layer registry)
 };
 
-/// One key of a section: its name, what it holds, its bounds and its default as the README and the schema show them.
+/// One key of a section: its name, what it holds, its bounds and its default as the reference and the schema show them.
 struct KeySpec {
   std::string name = "";
   KeyKind kind = KeyKind::string;
@@ -94,5 +95,10 @@ double read_double(const ConfigNode& n, const KeySpec& key);
 /// descriptions, `additionalProperties: false`, and an if/then per variant.
 std::string key_json_schema(const KeySpec& key);
 std::string section_json_schema(const SectionSpec& section);
+
+/// The reference of a section in Markdown (`gputrain config reference`): a table per map, depth first, one per
+/// variant (`optimizer` with type: sgd, …), columns key, type, default, range or choices, description. `name` is the
+/// section's path ("" for the top level of an experiment file).
+std::string section_markdown(const SectionSpec& section, const std::string& name = "");
 
 }  // namespace gt
