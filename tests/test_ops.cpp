@@ -6,7 +6,7 @@
 #include "ops/attention.h"
 #include "ops/batchnorm.h"
 #include "ops/conv2d.h"
-#include "ops/cpu_isa.h"
+#include "ops/cpu/isa.h"
 #include "ops/dropout.h"
 #include "ops/embedding.h"
 #include "ops/families.h"

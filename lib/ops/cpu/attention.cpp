@@ -536,7 +536,7 @@ GT_ATTN_WIDE_TARGET void attn_bwd_task_f32_wide(GT_ATTN_BWD_PARAMS) { attn_bwd_t
 
 std::atomic<bool> g_attention_narrow{false};  // force_attention_narrow
 
-// Whether the f32 tasks take the Wide blocks: the kernels run AVX-512 (ops/cpu_isa.h: the CPU has x86-64-v4's
+// Whether the f32 tasks take the Wide blocks: the kernels run AVX-512 (ops/cpu/isa.h: the CPU has x86-64-v4's
 // subsets and no test forced a narrower path) and no test asked for the Narrow ones.
 bool attention_wide() { return cpu_isa() == CpuIsa::avx512 && !g_attention_narrow.load(std::memory_order_relaxed); }
 

@@ -1,17 +1,17 @@
 // CPU convolution (ops/conv2d.h), threaded over the batch: im2col + GEMM per sample, or Winograd's F(2×2, 3×3) for
-// the 3×3 stride-1 windows it applies to (ops/cpu_conv.h says which runs). Under a half product precision
+// the 3×3 stride-1 windows it applies to (ops/cpu/conv_algo.h says which runs). Under a half product precision
 // (ops/precision.h) the im2col GEMMs multiply rounded operands with f32 accumulation, as ops/cpu/matmul.cpp's do.
 #include "ops/conv2d.h"
 
 #include "core/env.h"
 #include "core/parallel.h"
-#include "ops/bf16_gemm.h"
+#include "ops/cpu/bf16_gemm.h"
 #include "ops/cpu/blas.h"
+#include "ops/cpu/conv_algo.h"
 #include "ops/cpu/kernel_util.h"
+#include "ops/cpu/sgemm.h"
 #include "ops/cpu/vec_math.h"
-#include "ops/cpu_conv.h"
 #include "ops/precision.h"
-#include "ops/sgemm.h"
 
 #include <algorithm>
 #include <atomic>
@@ -220,8 +220,8 @@ std::vector<T>& scratch(size_t n) {
 // f64), or rounded to bf16/fp16: w through the scope's rounded weights (once per step), x and dy into the calling
 // thread's scratch before the batch fans out. im2col only copies x's values (and zeros, which stay zero), so rounding
 // x first rounds every column it builds. The bias and db stay fp32 (db sums the unrounded dy).
-// On the native bf16 path (ops/bf16_gemm.h) the operands stay as they are: gemm_bf16 rounds them while it packs, and
-// so do our f32 kernels on the conversion path (bf16_in_pack: sgemm_bf16_rounded, ops/sgemm.h).
+// On the native bf16 path (ops/cpu/bf16_gemm.h) the operands stay as they are: gemm_bf16 rounds them while it packs,
+// and so do our f32 kernels on the conversion path (bf16_in_pack: sgemm_bf16_rounded, ops/cpu/sgemm.h).
 template <class T>
 struct ConvOperands {
   const T *x = nullptr, *w = nullptr, *dy = nullptr;
@@ -256,7 +256,7 @@ void conv_gemm(const ConvOperands<T>& in, bool ta, bool tb, int m, int n, int k,
   gemm_raw<T>(ta, tb, m, n, k, T(1), a, lda, b, ldb, beta, c, ldc);
 }
 
-// ---- Winograd F(2×2, 3×3) (ops/cpu_conv.h) ----
+// ---- Winograd F(2×2, 3×3) (ops/cpu/conv_algo.h) ----
 // Output tile (ty, tx) is y[2ty … 2ty+1][2tx … 2tx+1]; it reads the 4×4 input patch whose corner is (2ty − ph,
 // 2tx − pw). In a "padded" row, column p holds input column p − pw (zero outside the image), so tile tx's patch is
 // padded columns 2tx … 2tx+3: the even ones 2tx and 2tx+2, the odd ones 2tx+1 and 2tx+3.
