@@ -39,6 +39,8 @@ bool install_device_hooks(const DeviceHooks& h) {
   return true;
 }
 
+DeviceHooks device_hooks() { return hooks(); }
+
 void* backend_alloc(Device device, size_t bytes) { return hooks().alloc(device, bytes); }
 void backend_free(Device device, void* ptr) { hooks().free(device, ptr); }
 void backend_memset_zero(Device device, void* ptr, size_t bytes) { hooks().memset_zero(device, ptr, bytes); }

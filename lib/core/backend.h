@@ -29,6 +29,8 @@ struct DeviceHooks {
 /// Makes `hooks` the device backend for every later call (at static initialisation, before any tensor exists);
 /// returns true, so that it can initialise a variable.
 bool install_device_hooks(const DeviceHooks& hooks);
+/// The hooks in use (a test that installs its own restores these after).
+DeviceHooks device_hooks();
 
 void* backend_alloc(Device device, size_t bytes);
 void backend_free(Device device, void* ptr);
