@@ -10,12 +10,14 @@
 
 namespace gt::image_detail {
 
+/// One file of a folder: its path, its class's index, and its size and modification time (the cache's key).
 struct ImageFile {
   std::string path;
   int32_t label = 0;
   int64_t bytes = 0, mtime_ns = 0;
 };
 
+/// A folder DIR/<class>/<file>: its classes and files in name order.
 struct Listing {
   std::string dir;
   std::vector<std::string> classes;

@@ -2,6 +2,7 @@
 // (checkpoint_read.cpp): the format's names and versions, and the checksums. Not for use outside lib/train.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -16,8 +17,8 @@ inline constexpr int64_t kFormatVersion = 2, kShardedFormatVersion = 3;
 inline constexpr const char* kModelFile = "model.safetensors";
 inline constexpr const char* kOptimizerFile = "optimizer.safetensors";
 inline constexpr const char* kStateFile = "state.json";
-inline constexpr size_t kStateLimit = size_t{64}
-                                      << 20;  // state.json holds the resolved config: kilobytes, not megabytes
+// state.json holds the resolved config: kilobytes, not megabytes.
+inline constexpr size_t kStateLimit = size_t{64} << 20;
 // state.json ends with this field; its value is the CRC-32 of the text before it with the object closed there
 // ("…}"), so one flipped bit anywhere in the counters is caught like one in the tensor files.
 inline constexpr std::string_view kStateCrcField = ", \"state_crc32\": \"";
