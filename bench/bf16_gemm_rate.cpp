@@ -1,14 +1,14 @@
-// GFLOP/s of one thread's f32 products on each path (ops/sgemm.h: OpenBLAS's SGEMM with the core it picked, our
-// AVX-512 and AVX2+FMA kernels where the CPU runs them) against the CPU's two bf16 paths (ops/bf16_gemm.h) at the
+// GFLOP/s of one thread's f32 products on each path (ops/cpu/sgemm.h: OpenBLAS's SGEMM with the core it picked, our
+// AVX-512 and AVX2+FMA kernels where the CPU runs them) against the CPU's two bf16 paths (ops/cpu/bf16_gemm.h) at the
 // products of a training step: the native AVX-512 BF16 GEMM (where the CPU has it) and the conversion path (both
 // operands rounded to bf16 in f32, then the default f32 path; a weight's rounding is paid once per step in training,
 // here on every call, so this is that path's worst case). Ratios are against the best f32 path. Timed in process CPU
 // time, the best of 5 rounds of at least 0.2 s each, so a machine shared with other jobs moves it less than wall time
 // would. Usage: bench_bf16_gemm_rate
 #include "core/half.h"
-#include "ops/bf16_gemm.h"
+#include "ops/cpu/bf16_gemm.h"
 #include "ops/cpu/blas.h"
-#include "ops/sgemm.h"
+#include "ops/cpu/sgemm.h"
 
 #include <cblas.h>
 

@@ -1,4 +1,4 @@
-// The CPU convolution's algorithms side by side (ops/cpu_conv.h): im2col + GEMM against Winograd's F(2×2, 3×3), at
+// The CPU convolution's algorithms side by side (ops/cpu/conv_algo.h): im2col + GEMM against Winograd's F(2×2, 3×3), at
 // the 3×3 layers of this project's image configs (batch 128), forward and backward (dx, dw, db) apart. Each repetition
 // runs one algorithm then the other, so the machine's drift hits both alike; medians of wall-clock time.
 // Prints one JSON line per layer: microseconds per call and the ratio im2col / Winograd (above 1: Winograd faster).
@@ -6,7 +6,7 @@
 #include "core/parallel.h"
 #include "core/tensor.h"
 #include "ops/conv2d.h"
-#include "ops/cpu_conv.h"
+#include "ops/cpu/conv_algo.h"
 #include "ops/math.h"
 
 #include "seeded.h"

@@ -1,11 +1,11 @@
 // The machine's single-precision GEMM rate, the yardstick that the side-by-side benchmarks (bench/side_by_side.py)
 // share each engine's achieved GFLOP/s against: the better of OpenBLAS's own sgemm (threaded by OpenBLAS, with the
-// core it picked) and gputrain's f32 kernels (ops/sgemm.h; C split into one block of rows per thread, as gputrain's
+// core it picked) and gputrain's f32 kernels (ops/cpu/sgemm.h; C split into one block of rows per thread, as gputrain's
 // products do), both printed. At n = 2048 (the default) the O(n²) packing is small beside the O(n³) arithmetic and
 // the rate is on its plateau: 1024³ ran ~7 % slower on OpenBLAS, 4096³ the same within noise at 8× the time. Best of 3
 // calls after a warm-up call each. Prints one JSON line.
 // Usage: bench_gemm_rate [THREADS [N]]
-#include "ops/sgemm.h"
+#include "ops/cpu/sgemm.h"
 
 #include <cblas.h>
 

@@ -6,17 +6,17 @@
 //        bench_step_gemm_rate --a-in-place [PRODUCT]: on one thread, op(a) read in place (the default) against packed
 //        first (set_sgemm_always_pack_a), in alternating rounds, best of 30 each.
 //        bench_step_gemm_rate --bf16 [PRODUCT]: the products under train.precision bf16 (the CPU's bf16 path,
-//        ops/bf16_gemm.h: native where `gputrain devices` says so).
+//        ops/cpu/bf16_gemm.h: native where `gputrain devices` says so).
 //        bench_step_gemm_rate --bf16-threads [PRODUCT]: on 2 threads, the native bf16 GEMM with one block of C per
 //        thread (each packing its own B) against gemm_bf16_threads (B packed once, shared; rows taken from a pile),
 //        operands rotated over 8 sets so that they come from L3 or memory as in a step; alternating rounds, the median
 //        of 31 rounds each.
 #include "core/parallel.h"
 #include "core/tensor.h"
-#include "ops/bf16_gemm.h"
+#include "ops/cpu/bf16_gemm.h"
+#include "ops/cpu/sgemm.h"
 #include "ops/matmul.h"
 #include "ops/precision.h"
-#include "ops/sgemm.h"
 
 #include <algorithm>
 #include <chrono>

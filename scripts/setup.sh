@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 
 packages=(
   build-essential cmake pkg-config
+  universal-ctags  # scripts/check_sizes.sh (ctest source_sizes) finds functions and their lengths with it
   libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev catch2
   libopenblas-dev zlib1g-dev
   libpng-dev libjpeg-dev  # data.format: images decodes PNG (libpng) and JPEG (libjpeg-turbo) folders

@@ -1,10 +1,10 @@
 // Test helpers: running the gputrain binary, temporary folders, reading small JSON fields.
 #pragma once
 
-#include "ops/bf16_gemm.h"
-#include "ops/cpu_conv.h"
-#include "ops/cpu_isa.h"
-#include "ops/sgemm.h"
+#include "ops/cpu/bf16_gemm.h"
+#include "ops/cpu/conv_algo.h"
+#include "ops/cpu/isa.h"
+#include "ops/cpu/sgemm.h"
 
 #include <cstdint>
 #include <optional>
@@ -95,8 +95,8 @@ class ExpectWarnings {
 /// The fastest experiment file that has a test set: 8 steps an epoch of a 195-parameter MLP on synthetic data.
 extern const char* const kTinyConfig;
 
-/// Makes the process's bf16 products take `path` (ops/bf16_gemm.h; native only where the CPU has it) while it lives,
-/// then returns them to the environment's choice.
+/// Makes the process's bf16 products take `path` (ops/cpu/bf16_gemm.h; native only where the CPU has it) while it
+/// lives, then returns them to the environment's choice.
 class ForcedBf16Path {
  public:
   explicit ForcedBf16Path(cpu::CpuBf16Path path) { cpu::force_cpu_bf16_path(path); }
@@ -105,7 +105,7 @@ class ForcedBf16Path {
   ForcedBf16Path& operator=(const ForcedBf16Path&) = delete;
 };
 
-/// Makes the process's f32 products take `path` (ops/sgemm.h; where the CPU runs it) while it lives, then returns
+/// Makes the process's f32 products take `path` (ops/cpu/sgemm.h; where the CPU runs it) while it lives, then returns
 /// them to the environment's choice.
 class ForcedSgemmPath {
  public:
@@ -115,7 +115,7 @@ class ForcedSgemmPath {
   ForcedSgemmPath& operator=(const ForcedSgemmPath&) = delete;
 };
 
-/// Makes the CPU's convolutions take `algo` where it applies (ops/cpu_conv.h) while it lives.
+/// Makes the CPU's convolutions take `algo` where it applies (ops/cpu/conv_algo.h) while it lives.
 class ForcedConvAlgo {
  public:
   explicit ForcedConvAlgo(cpu::CpuConvAlgo algo) { cpu::force_cpu_conv_algo(algo); }
@@ -124,7 +124,7 @@ class ForcedConvAlgo {
   ForcedConvAlgo& operator=(const ForcedConvAlgo&) = delete;
 };
 
-/// Makes the CPU kernels' loops take `isa` (ops/cpu_isa.h) while it lives, if this CPU runs it (ok() says whether
+/// Makes the CPU kernels' loops take `isa` (ops/cpu/isa.h) while it lives, if this CPU runs it (ok() says whether
 /// it took), then returns them to the environment's choice.
 class ForcedCpuIsa {
  public:

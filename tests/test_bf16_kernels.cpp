@@ -1,12 +1,12 @@
-// The CPU's two bf16 paths (ops/bf16_gemm.h): the native AVX-512 BF16 GEMM against exact products of the rounded
+// The CPU's two bf16 paths (ops/cpu/bf16_gemm.h): the native AVX-512 BF16 GEMM against exact products of the rounded
 // operands, against fp32, and against the conversion path (SGEMM on rounded operands), directly and through the
 // dense, convolution and training code. The native tests skip, saying so, on a CPU without avx512_bf16.
 #include "core/half.h"
 #include "core/rng.h"
 #include "core/tensor.h"
 #include "helpers.h"
-#include "ops/bf16_gemm.h"
 #include "ops/conv2d.h"
+#include "ops/cpu/bf16_gemm.h"
 #include "ops/cpu/blas.h"
 #include "ops/matmul.h"
 #include "ops/precision.h"

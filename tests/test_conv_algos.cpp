@@ -1,5 +1,5 @@
-// The CPU convolution's algorithms (ops/cpu_conv.h): Winograd's F(2×2, 3×3) against the definition written as loops
-// in double, forward and all three gradients, over the shapes its tiling has edges for (odd sides, every padding
+// The CPU convolution's algorithms (ops/cpu/conv_algo.h): Winograd's F(2×2, 3×3) against the definition written as
+// loops in double, forward and all three gradients, over the shapes its tiling has edges for (odd sides, every padding
 // from none to two, one-pixel and one-column images, groups of images with a partial last one, 1 and 2 threads),
 // on every instruction-set path this CPU runs; and which algorithm auto picks. im2col's own check is test_ops.cpp's.
 #include "core/parallel.h"
@@ -7,11 +7,11 @@
 #include "core/tensor.h"
 #include "helpers.h"
 #include "ops/conv2d.h"
-#include "ops/cpu_conv.h"
-#include "ops/cpu_isa.h"
+#include "ops/cpu/conv_algo.h"
+#include "ops/cpu/isa.h"
+#include "ops/cpu/sgemm.h"
 #include "ops/math.h"
 #include "ops/precision.h"
-#include "ops/sgemm.h"
 
 #include <catch2/catch.hpp>
 

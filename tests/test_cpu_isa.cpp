@@ -1,4 +1,4 @@
-// The CPU kernels' hot loops compiled per instruction set (GT_CPU_KERNEL, ops/cpu_isa.h): every path this CPU runs
+// The CPU kernels' hot loops compiled per instruction set (GT_CPU_KERNEL, ops/cpu/isa.h): every path this CPU runs
 // below its widest gives the widest path's results, through the public ops, for every kernel family that has such
 // loops — AVX2 bit for bit with AVX-512 (both contract a·b + c into FMAs the same way, and every sum has the same
 // explicit partial sums on every path), the baseline (no FMA) within a stated tolerance. The widest path's accuracy is
@@ -12,7 +12,7 @@
 #include "ops/attention.h"
 #include "ops/batchnorm.h"
 #include "ops/conv2d.h"
-#include "ops/cpu_isa.h"
+#include "ops/cpu/isa.h"
 #include "ops/elementwise.h"
 #include "ops/layernorm.h"
 #include "ops/loss.h"

@@ -4,7 +4,7 @@
 #include "data/tokens.h"
 #include "helpers.h"
 #include "io/safetensors.h"
-#include "ops/cpu_isa.h"
+#include "ops/cpu/isa.h"
 
 #include <fmt/format.h>
 
@@ -508,7 +508,7 @@ TEST_CASE("gputrain devices, --version and --help exit 0", "[e2e]") {
   const auto convert = run_gputrain("devices", "GPUTRAIN_CPU_BF16=convert");
   CHECK_THAT(convert.output, Catch::Contains("bf16 products: conversion"));
   refused("GPUTRAIN_CPU_BF16=fastest", "GPUTRAIN_CPU_BF16=fastest: expected auto, native or convert");
-  // The other kernels' hot loops (ops/cpu_isa.h): the widest instruction set the CPU has.
+  // The other kernels' hot loops (ops/cpu/isa.h): the widest instruction set the CPU has.
   const char* isa_line[] = {"other kernels: baseline x86-64", "other kernels: AVX2+FMA (x86-64-v3)",
                             "other kernels: AVX-512 (x86-64-v4)"};
   CHECK_THAT(d.output, Catch::Contains(isa_line[static_cast<int>(gt::cpu::best_cpu_isa())]));
@@ -522,7 +522,7 @@ TEST_CASE("gputrain devices, --version and --help exit 0", "[e2e]") {
   refused("GPUTRAIN_CPU_ISA=sse9", "GPUTRAIN_CPU_ISA=sse9: expected auto, avx512, avx2 or baseline");
   // A value with control bytes is quoted and escaped, the message still one line (core/env.h).
   refused("GPUTRAIN_CPU_ISA=\"$(printf 'a\\nb')\"", "GPUTRAIN_CPU_ISA=\"a\\nb\": expected auto");
-  // How 3x3 convolutions multiply on the CPU (ops/cpu_conv.h): auto, or GPUTRAIN_CPU_CONV's choice.
+  // How 3x3 convolutions multiply on the CPU (ops/cpu/conv_algo.h): auto, or GPUTRAIN_CPU_CONV's choice.
   CHECK_THAT(d.output,
              Catch::Contains("3x3 convolutions: Winograd F(2x2,3x3) for 3x3 stride-1 layers of 16+ channels"));
   CHECK_THAT(run_gputrain("devices", "GPUTRAIN_CPU_CONV=im2col").output,
@@ -535,7 +535,7 @@ TEST_CASE("gputrain devices, --version and --help exit 0", "[e2e]") {
   CHECK_THAT(run_gputrain("devices", "GPUTRAIN_CPU_FUSE=off").output,
              Catch::Contains("fused chains: off (GPUTRAIN_CPU_FUSE=off)"));
   refused("GPUTRAIN_CPU_FUSE=fast", "GPUTRAIN_CPU_FUSE=fast: expected auto, on or off");
-  // The f32 products' kernels (ops/sgemm.h): chosen by CPUID, or by GPUTRAIN_CPU_SGEMM.
+  // The f32 products' kernels (ops/cpu/sgemm.h): chosen by CPUID, or by GPUTRAIN_CPU_SGEMM.
   CHECK_THAT(d.output, Catch::Contains("f32 products: gputrain AVX-512") ||
                            Catch::Contains("f32 products: gputrain AVX2+FMA") ||
                            Catch::Contains("f32 products: OpenBLAS"));

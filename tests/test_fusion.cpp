@@ -11,14 +11,14 @@
 #include "helpers.h"
 #include "ops/activation.h"
 #include "ops/batchnorm.h"
-#include "ops/bf16_gemm.h"
-#include "ops/cpu_isa.h"
+#include "ops/cpu/bf16_gemm.h"
+#include "ops/cpu/isa.h"
+#include "ops/cpu/sgemm.h"
 #include "ops/elementwise.h"
 #include "ops/epilogue.h"
 #include "ops/matmul.h"
 #include "ops/pool2d.h"
 #include "ops/precision.h"
-#include "ops/sgemm.h"
 
 #include <catch2/catch.hpp>
 

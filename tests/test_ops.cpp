@@ -6,9 +6,10 @@
 #include "ops/attention.h"
 #include "ops/batchnorm.h"
 #include "ops/conv2d.h"
-#include "ops/cpu_isa.h"
+#include "ops/cpu/isa.h"
 #include "ops/dropout.h"
 #include "ops/embedding.h"
+#include "ops/families.h"
 #include "ops/layernorm.h"
 #include "ops/loss.h"
 #include "ops/math.h"
@@ -22,7 +23,11 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <iterator>
+#include <set>
+#include <string>
 #include <vector>
 
 using namespace gt;
@@ -1110,5 +1115,33 @@ TEST_CASE("conv2d forward and backward match direct loops on every im2col path",
       CHECK(worst_abs(dw, want_dw) < 4 * tol);  // summed over the batch too
       CHECK(worst_abs(db, want_db) < 4 * tol);
     }
+  }
+}
+
+TEST_CASE("ops/families.h lists every op family, and each has its contract, dispatch, CPU and CUDA files", "[cpu]") {
+  namespace fs = std::filesystem;
+  std::set<std::string> listed;
+  std::string previous;
+  for (const ops::OpFamily& f : ops::kOpFamilies) {
+    const std::string name(f.name);
+    INFO("family " << name);
+    CHECK(name > previous);  // name order, no repeats
+    CHECK(!f.about.empty());
+    previous = name;
+    listed.insert(name);
+    for (const std::string& rel :
+         {"lib/ops/" + name + ".h", "lib/ops/" + name + ".cpp", "lib/ops/cpu/" + name + ".cpp"})
+      CHECK(fs::exists(test::source_path(rel)));
+    CHECK((fs::exists(test::source_path("lib/ops/cuda/" + name + ".cu")) ||
+           fs::exists(test::source_path("lib/ops/cuda/" + name + ".cpp"))));
+  }
+  // A header that declares backend entry points is a family's contract, so it must be listed.
+  for (const auto& entry : fs::directory_iterator(test::source_path("lib/ops"))) {
+    if (entry.path().extension() != ".h" || entry.path().filename() == "entry_points.h") continue;
+    std::ifstream in(entry.path());
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (text.find("\nGT_BACKEND_ENTRY_POINTS(") == std::string::npos) continue;
+    INFO(entry.path().string() << " declares backend entry points");
+    CHECK(listed.count(entry.path().stem().string()) == 1);
   }
 }

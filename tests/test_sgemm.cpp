@@ -1,12 +1,11 @@
-// The CPU's f32 products (ops/sgemm.h): each path this CPU runs (our AVX-512 and AVX2+FMA kernels, OpenBLAS) against
-// sums in double, around the kernels' tiles and blocks, with both layouts of each operand, beta, the bias epilogue
-// and leading dimensions past the rows; and our kernels' promise that splitting C between threads, or threading one
-// product (sgemm_threads), changes no bit.
-// A path this CPU cannot run is skipped, saying so.
+// The CPU's f32 products (ops/cpu/sgemm.h): each path this CPU runs (our AVX-512 and AVX2+FMA kernels, OpenBLAS)
+// against sums in double, around the kernels' tiles and blocks, with both layouts of each operand, beta, the bias
+// epilogue and leading dimensions past the rows; and our kernels' promise that splitting C between threads, or
+// threading one product (sgemm_threads), changes no bit. A path this CPU cannot run is skipped, saying so.
 #include "core/half.h"
 #include "core/rng.h"
 #include "helpers.h"
-#include "ops/sgemm.h"
+#include "ops/cpu/sgemm.h"
 
 #include <catch2/catch.hpp>
 
@@ -254,8 +253,8 @@ TEST_CASE("sgemm: k of zero leaves beta·C plus the bias, on every path", "[cpu]
 
 TEST_CASE("sgemm: rounding to bf16 while packing gives the bits of a product of rounded copies, on every path",
           "[cpu]") {
-  // The conversion path of a bf16 product (ops/bf16_gemm.h) on our kernels: the same numbers as rounding copies with
-  // round_to_half first — with ties, a NaN (quieted), infinities and f32 subnormals among the operands.
+  // The conversion path of a bf16 product (ops/cpu/bf16_gemm.h) on our kernels: the same numbers as rounding copies
+  // with round_to_half first — with ties, a NaN (quieted), infinities and f32 subnormals among the operands.
   const std::tuple<int, int, int> shapes[] = {{1, 1, 1}, {7, 33, 31}, {9, 17, 257}, {130, 40, 64}};
   uint64_t seed = 900;
   for (const cpu::CpuSgemmPath path : kSgemmPaths) {

@@ -3,8 +3,8 @@
 #include "cli.h"
 
 #include "log/logging.h"
-#include "ops/cpu_conv.h"
-#include "ops/cpu_isa.h"
+#include "ops/cpu/conv_algo.h"
+#include "ops/cpu/isa.h"
 #include "ops/epilogue.h"
 #include "train/signals.h"
 

@@ -1,6 +1,10 @@
-// The device memory hooks that Tensor storage calls for non-CPU devices. Core declares them; the device backend
-// defines them (ops/cuda/backend.cpp, or ops/no_cuda.cpp in a build without CUDA, where each says so), so core
-// needs nothing from the layers above it.
+// Tensor storage on devices other than the CPU. Core cannot call up into ops/, so the device side is a table of
+// functions that core owns (DeviceHooks) and a device backend fills: ops/cuda/backend.cpp installs CUDA's at static
+// initialisation. Its object is linked wherever CUDA runs (ops/cuda/context.cpp, which every CUDA op's stream comes
+// from, refers to it), so the installation cannot be dropped by the linker as an unreferenced registrar would be.
+// Until a backend is installed (a build without CUDA) any device but the CPU is refused with a message saying the
+// build has no CUDA, and pinned memory is plain host memory. The report of a device's memory (device_memory_stats)
+// is not core's business: it is ops/device_memory.h.
 #pragma once
 
 #include "core/device.h"
@@ -10,6 +14,23 @@
 #include <string>
 
 namespace gt {
+
+/// What Tensor storage needs from the backend of a device that is not the CPU; every member is set.
+struct DeviceHooks {
+  void* (*alloc)(Device device, size_t bytes);
+  void (*free)(Device device, void* ptr);
+  void (*memset_zero)(Device device, void* ptr, size_t bytes);
+  void (*copy)(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
+  void (*copy_async)(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
+  void* (*allocate_pinned)(size_t bytes);
+  void (*free_pinned)(void* ptr);
+};
+
+/// Makes `hooks` the device backend for every later call (at static initialisation, before any tensor exists);
+/// returns true, so that it can initialise a variable.
+bool install_device_hooks(const DeviceHooks& hooks);
+/// The hooks in use (a test that installs its own restores these after).
+DeviceHooks device_hooks();
 
 void* backend_alloc(Device device, size_t bytes);
 void backend_free(Device device, void* ptr);
@@ -22,15 +43,6 @@ void backend_copy_async(void* dst, Device dst_device, const void* src, Device sr
 /// Page-locked host memory (asynchronous copies read it directly); plain host memory in a build without CUDA.
 void* allocate_pinned(size_t bytes);
 void free_pinned(void* ptr);
-
-/// What the caching allocator of a device holds (all zero for the CPU).
-struct DeviceMemoryStats {
-  size_t in_use = 0, peak = 0, reserved = 0, allocations = 0;
-};
-DeviceMemoryStats device_memory_stats(Device device);
-/// Bytes a device could still hand out: the driver's free memory plus what the caching allocator holds unused (0 for
-/// the CPU and in a build without CUDA).
-size_t device_free_bytes(Device device);
 
 /// Names what is being allocated, for out-of-memory messages ("activations of conv1"), on this thread while the
 /// label lives.

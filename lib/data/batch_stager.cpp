@@ -3,6 +3,7 @@
 #include "data/batch_stager.h"
 
 #include "core/backend.h"
+#include "ops/device_memory.h"
 #include "core/error.h"
 #include "ops/gather.h"
 #include "profile/profiler.h"

@@ -1,34 +1,27 @@
-// Image folders: listing DIR/<class>/<file>, decoding PNG (libpng's simplified API) and JPEG (libjpeg-turbo) with
-// error handlers that return here instead of exiting, resizing and cropping into [C, H, W] samples, and the
-// memory-mapped cache of the decoded set.
+// Image folders: listing DIR/<class>/<file>, decoding every file on every thread (image_decode.cpp), resizing and
+// cropping into [C, H, W] samples, the cache of the decoded set (image_cache.cpp), and normalisation.
 #include "data/images.h"
+#include "data/image_cache.h"
 
-#include "core/atomic_file.h"
 #include "core/checked.h"
 #include "core/limits.h"
 
 #include <fcntl.h>
-#include <jpeglib.h>
-#include <png.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
-#include <csetjmp>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <functional>
 #include <optional>
-#include <thread>
 
 namespace gt {
 namespace fs = std::filesystem;
+using namespace image_detail;
 
 std::string ImageSpec::key() const {
   return fmt::format("size {}x{} channels {} resize {}x{} center_crop {}x{}", height, width, channels, resize_h,
@@ -36,135 +29,6 @@ std::string ImageSpec::key() const {
 }
 
 namespace {
-
-// ---- PNG: the simplified API keeps its own setjmp and reports failure in image.message; it never prints.
-
-DecodedImage decode_png(const uint8_t* data, size_t size, int64_t channels, const std::string& name,
-                        int64_t max_pixels) {
-  png_image image;
-  std::memset(&image, 0, sizeof image);
-  image.version = PNG_IMAGE_VERSION;
-  if (!png_image_begin_read_from_memory(&image, data, size))
-    throw DataError(fmt::format("{}: not a readable PNG: {}", name, image.message));
-  struct Free {
-    png_image* p;
-    ~Free() { png_image_free(p); }
-  } free_on_exit{&image};
-  const std::optional<int64_t> pixels = checked_mul(int64_t{image.width}, int64_t{image.height});
-  if (!pixels || *pixels > max_pixels || *pixels == 0)
-    throw DataError(
-        fmt::format("{}: a PNG of {} × {} pixels (at most {} are read)", name, image.width, image.height, max_pixels));
-  image.format = channels == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
-  DecodedImage out;
-  out.height = image.height;
-  out.width = image.width;
-  out.channels = channels;
-  // Zeroed: a file with alpha is composited onto this buffer (black), the same on every run.
-  out.pixels.assign(PNG_IMAGE_SIZE(image), 0);
-  if (!png_image_finish_read(&image, nullptr, out.pixels.data(), 0, nullptr))
-    throw DataError(fmt::format("{}: corrupt PNG: {}", name, image.message));
-  return out;
-}
-
-// ---- JPEG: libjpeg's default error_exit calls exit(); this one longjmps back into jpeg_decode_into. A warning
-// (corrupt or missing data, which libjpeg would paper over with grey) counts as an error too.
-
-struct JpegFailure {
-  jpeg_error_mgr mgr;  // first: libjpeg hands back a pointer to it
-  std::jmp_buf jump;
-  char message[JMSG_LENGTH_MAX];
-};
-
-[[noreturn]] void jpeg_fail(j_common_ptr cinfo) {
-  auto* f = reinterpret_cast<JpegFailure*>(cinfo->err);
-  (*cinfo->err->format_message)(cinfo, f->message);
-  std::longjmp(f->jump, 1);
-}
-
-void jpeg_emit(j_common_ptr cinfo, int level) {
-  if (level < 0) jpeg_fail(cinfo);  // a warning: the data is corrupt
-}
-
-void jpeg_quiet(j_common_ptr) {}
-
-// A progressive JPEG of thousands of scans takes seconds per file (libjpeg-turbo's own fuzzers cap scans too).
-struct JpegProgress {
-  jpeg_progress_mgr mgr;  // first
-  JpegFailure* failure;
-};
-constexpr int kMaxJpegScans = 500;
-
-void jpeg_progress(j_common_ptr cinfo) {
-  auto* p = reinterpret_cast<JpegProgress*>(cinfo->progress);
-  if (cinfo->is_decompressor && reinterpret_cast<j_decompress_ptr>(cinfo)->input_scan_number > kMaxJpegScans) {
-    std::snprintf(p->failure->message, sizeof p->failure->message, "more than %d scans", kMaxJpegScans);
-    std::longjmp(p->failure->jump, 1);
-  }
-}
-
-struct JpegJob {
-  jpeg_decompress_struct cinfo;
-  JpegFailure failure;
-  JpegProgress progress;
-  const uint8_t* data;
-  size_t size;
-  int64_t channels, max_pixels;
-  DecodedImage out;
-  bool too_big = false;
-};
-
-// Everything between setjmp and a longjmp lives in *job (no local is left to be clobbered); false on failure.
-bool jpeg_decode_into(JpegJob* job) {
-  if (setjmp(job->failure.jump)) return false;
-  jpeg_create_decompress(&job->cinfo);
-  jpeg_mem_src(&job->cinfo, job->data, static_cast<unsigned long>(job->size));
-  job->cinfo.progress = &job->progress.mgr;
-  jpeg_read_header(&job->cinfo, TRUE);
-  const std::optional<int64_t> pixels = checked_mul(int64_t{job->cinfo.image_width}, int64_t{job->cinfo.image_height});
-  if (!pixels || *pixels > job->max_pixels || *pixels == 0) {
-    job->too_big = true;
-    return false;
-  }
-  job->cinfo.out_color_space = job->channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
-  jpeg_start_decompress(&job->cinfo);
-  DecodedImage& out = job->out;
-  out.height = job->cinfo.output_height;
-  out.width = job->cinfo.output_width;
-  out.channels = job->cinfo.output_components;
-  const size_t stride = static_cast<size_t>(out.width * out.channels);
-  out.pixels.assign(stride * static_cast<size_t>(out.height), 0);
-  while (job->cinfo.output_scanline < job->cinfo.output_height) {
-    JSAMPROW row = out.pixels.data() + stride * job->cinfo.output_scanline;
-    jpeg_read_scanlines(&job->cinfo, &row, 1);
-  }
-  jpeg_finish_decompress(&job->cinfo);
-  return true;
-}
-
-DecodedImage decode_jpeg(const uint8_t* data, size_t size, int64_t channels, const std::string& name,
-                         int64_t max_pixels) {
-  auto job = std::make_unique<JpegJob>();
-  std::memset(&job->cinfo, 0, sizeof job->cinfo);
-  job->cinfo.err = jpeg_std_error(&job->failure.mgr);
-  job->failure.mgr.error_exit = jpeg_fail;
-  job->failure.mgr.emit_message = jpeg_emit;
-  job->failure.mgr.output_message = jpeg_quiet;
-  job->failure.message[0] = '\0';
-  job->progress.mgr.progress_monitor = jpeg_progress;
-  job->progress.failure = &job->failure;
-  job->data = data;
-  job->size = size;
-  job->channels = channels;
-  job->max_pixels = max_pixels;
-  const bool ok = jpeg_decode_into(job.get());
-  const int64_t width = job->cinfo.image_width, height = job->cinfo.image_height;
-  jpeg_destroy_decompress(&job->cinfo);
-  if (job->too_big)
-    throw DataError(fmt::format("{}: a JPEG of {} × {} pixels (at most {} are read)", name, width, height, max_pixels));
-  if (!ok) throw DataError(fmt::format("{}: corrupt JPEG: {}", name, job->failure.message));
-  if (job->out.channels != channels) throw DataError(fmt::format("{}: a JPEG of {} channels", name, job->out.channels));
-  return std::move(job->out);
-}
 
 // ---- Listing.
 
@@ -174,18 +38,6 @@ bool image_extension(const fs::path& p) {
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return ext == ".png" || ext == ".jpg" || ext == ".jpeg";
 }
-
-struct ImageFile {
-  std::string path;
-  int32_t label = 0;
-  int64_t bytes = 0, mtime_ns = 0;
-};
-
-struct Listing {
-  std::string dir;
-  std::vector<std::string> classes;
-  std::vector<ImageFile> files;
-};
 
 std::vector<fs::path> sorted_entries(const fs::path& dir) {
   std::error_code ec;
@@ -354,265 +206,14 @@ Dataset make_dataset(const Listing& l, Decoded d) {
   return ds;
 }
 
-// ---- The cache: a header (magic, version, the key, the CRC-32 of the payload, each split's N, C, H, W, bad files
-// and class names), then the payload: each split's labels and inputs at 64-byte boundaries. It is read whole into
-// memory (normalize writes to it; a file cut short under a run is a short read, not a signal), and checked as
-// decoded data is: the checksum, the labels, every value finite.
+}  // namespace
 
-constexpr char kCacheMagic[8] = {'G', 'T', 'I', 'M', 'G', 'C', 'A', 'C'};
-constexpr uint64_t kCacheVersion = 2;  // 2: the payload's CRC-32 in the header
-
-uint32_t payload_crc(const uint8_t* data, size_t bytes) {
-  uLong crc = crc32_z(0, nullptr, 0);
-  return static_cast<uint32_t>(crc32_z(crc, data, bytes));
-}
-
-// FNV-1a over what names the source: each split's folder, its files' paths, sizes and modification times.
-uint64_t source_digest(const std::vector<const Listing*>& listings) {
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&h](const void* p, size_t n) {
-    const auto* b = static_cast<const uint8_t*>(p);
-    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
-  };
-  for (const Listing* l : listings) {
-    mix(l->dir.data(), l->dir.size() + 1);
-    for (const ImageFile& f : l->files) {
-      mix(f.path.data(), f.path.size() + 1);
-      mix(&f.bytes, sizeof f.bytes);
-      mix(&f.mtime_ns, sizeof f.mtime_ns);
-    }
-  }
-  return h;
-}
-
-std::string options_key(const ImageFolderOptions& opts, const std::string& train_dir, const std::string& test_dir) {
-  uint32_t scale_bits = 0;
-  std::memcpy(&scale_bits, &opts.scale, sizeof scale_bits);
-  return fmt::format("{}; scale bits {:08x}; train {}; test {}; libpng {}; libjpeg {}", opts.image.key(), scale_bits,
-                     train_dir, test_dir, PNG_LIBPNG_VER_STRING, JPEG_LIB_VERSION);
-}
-
-size_t align64(size_t n) { return (n + 63) / 64 * 64; }
-
-void put_u64(std::string& s, uint64_t v) { s.append(reinterpret_cast<const char*>(&v), sizeof v); }
-void put_str(std::string& s, const std::string& v) {
-  put_u64(s, v.size());
-  s += v;
-}
-
-// Reads the header; every read is bounds-checked (the file may be cut short, or not a cache at all).
-struct CacheReader {
-  const uint8_t* p;
-  size_t size, pos = 0;
-  bool ok = true;
-  uint64_t u64() {
-    uint64_t v = 0;
-    if (size - pos < sizeof v) {
-      ok = false;
-      return 0;
-    }
-    std::memcpy(&v, p + pos, sizeof v);
-    pos += sizeof v;
-    return v;
-  }
-  std::string str() {
-    const uint64_t n = u64();
-    if (!ok || n > size - pos) {
-      ok = false;
-      return {};
-    }
-    std::string s(reinterpret_cast<const char*>(p + pos), n);
-    pos += n;
-    return s;
-  }
-};
-
-struct SplitHeader {
-  int64_t n = 0, c = 0, h = 0, w = 0, bad_files = 0;
-  std::vector<std::string> classes;
-};
-
-void write_cache(const std::string& path, const std::string& options, uint64_t digest,
-                 const std::vector<const Dataset*>& splits) {
-  static const char zeros[64] = {};
-  // The payload's checksum first (the header holds it), over the same bytes in the same order as written below.
-  uLong crc = crc32_z(0, nullptr, 0);
-  for (const Dataset* d : splits)
-    for (const Tensor* t : {&d->targets, &d->inputs}) {
-      crc = crc32_z(crc, static_cast<const Bytef*>(t->raw()), t->bytes());
-      crc = crc32_z(crc, reinterpret_cast<const Bytef*>(zeros), align64(t->bytes()) - t->bytes());
-    }
-  std::string header(kCacheMagic, sizeof kCacheMagic);
-  put_u64(header, kCacheVersion);
-  put_str(header, options);
-  put_u64(header, digest);
-  put_u64(header, static_cast<uint32_t>(crc));
-  put_u64(header, splits.size());
-  for (const Dataset* d : splits) {
-    for (int64_t v : {d->inputs.dim(0), d->inputs.dim(1), d->inputs.dim(2), d->inputs.dim(3), d->bad_files})
-      put_u64(header, static_cast<uint64_t>(v));
-    put_u64(header, d->class_names.size());
-    for (const std::string& c : d->class_names) put_str(header, c);
-  }
-  // Every rank of a data-parallel run decodes the same folders and writes the same bytes here, processes and the
-  // threads of one: a temporary of its own each, so no writer truncates another's, and whichever rename lands last
-  // leaves the same file.
-  AtomicFile f(path, fmt::format(".{}-{}.tmp", ::getpid(), std::hash<std::thread::id>{}(std::this_thread::get_id())));
-  f.write(header);
-  f.write(zeros, align64(header.size()) - header.size());
-  for (const Dataset* d : splits)
-    for (const Tensor* t : {&d->targets, &d->inputs}) {
-      f.write(t->raw(), t->bytes());
-      f.write(zeros, align64(t->bytes()) - t->bytes());
-    }
-  f.commit();
-}
-
-// The cached splits, or the reason the cache cannot serve (missing, unreadable, stale, damaged).
-struct CacheRead {
-  std::vector<Dataset> splits;
-  std::string why_not;
-  bool damaged = false;  ///< a cache of this build's format whose contents do not check: warned, not just logged
-};
-
-// The whole file into CPU storage, or the reason it could not be read.
-std::shared_ptr<Storage> read_whole(int fd, size_t bytes, std::string& why_not) {
-  auto storage = allocate_storage(std::max<size_t>(bytes, 1), Device::cpu());
-  auto* p = static_cast<uint8_t*>(storage->ptr);
-  for (size_t done = 0; done < bytes;) {
-    const ssize_t got = ::pread(fd, p + done, bytes - done, static_cast<off_t>(done));
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) {
-      why_not =
-          got < 0 ? fmt::format("it cannot be read: {}", std::strerror(errno)) : "it was cut short while being read";
-      return nullptr;
-    }
-    done += static_cast<size_t>(got);
-  }
-  return storage;
-}
-
-CacheRead read_cache(const std::string& path, const std::string& options, uint64_t digest,
-                     const std::vector<const Listing*>& listings) {
-  CacheRead r;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    r.why_not = errno == ENOENT ? "there is none yet" : fmt::format("it cannot be opened: {}", std::strerror(errno));
-    return r;
-  }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < static_cast<off_t>(sizeof kCacheMagic)) {
-    ::close(fd);
-    r.why_not = "it is not a cache file (too short or not a regular file)";
-    return r;
-  }
-  const auto bytes = static_cast<size_t>(st.st_size);
-  const std::shared_ptr<Storage> storage = read_whole(fd, bytes, r.why_not);
-  ::close(fd);
-  if (!storage) return r;
-  const auto* data = static_cast<const uint8_t*>(storage->ptr);
-  CacheReader in{data, bytes};
-  in.pos = sizeof kCacheMagic;
-  if (std::memcmp(data, kCacheMagic, sizeof kCacheMagic) != 0) {
-    r.why_not = "it is not a gputrain image cache (wrong magic)";
-    return r;
-  }
-  if (const uint64_t v = in.u64(); v != kCacheVersion) {
-    r.why_not = fmt::format("it has format version {}, this build writes {}", v, kCacheVersion);
-    return r;
-  }
-  const std::string cached_options = in.str();
-  const uint64_t cached_digest = in.u64();
-  if (in.ok && cached_options != options) {
-    r.why_not = fmt::format("it was made with other options ({}; now {})", cached_options, options);
-    return r;
-  }
-  if (in.ok && cached_digest != digest) {
-    r.why_not = "files in the folders were added, removed, changed or touched since it was written";
-    return r;
-  }
-  r.damaged = true;  // from here on, a reason not to use it means the file is not what this build wrote
-  const uint64_t crc = in.u64();
-  const uint64_t count = in.u64();
-  std::vector<SplitHeader> heads;
-  for (uint64_t s = 0; in.ok && s < count && s < 2; ++s) {
-    SplitHeader h;
-    for (int64_t* v : {&h.n, &h.c, &h.h, &h.w, &h.bad_files}) *v = static_cast<int64_t>(in.u64());
-    const uint64_t classes = in.u64();
-    for (uint64_t c = 0; in.ok && c < classes; ++c) h.classes.push_back(in.str());
-    heads.push_back(std::move(h));
-  }
-  if (!in.ok || count != listings.size()) {
-    r.why_not = "its header is cut short or damaged";
-    return r;
-  }
-  const size_t payload = align64(in.pos);
-  if (payload > bytes || payload_crc(data + payload, bytes - payload) != crc) {
-    r.why_not = "its contents do not match their checksum (the file was changed or damaged)";
-    return r;
-  }
-  size_t pos = payload;
-  for (size_t s = 0; s < heads.size(); ++s) {
-    const SplitHeader& h = heads[s];
-    const Listing& l = *listings[s];
-    const std::optional<int64_t> values = checked_mul(checked_mul(checked_mul(h.n, h.c), h.h), h.w);
-    if (!values || *values > limits::kElements.max || h.n <= 0 || h.classes != l.classes) {
-      r.why_not = "its header is damaged";
-      return r;
-    }
-    const size_t label_bytes = static_cast<size_t>(h.n) * sizeof(int32_t);
-    const size_t input_bytes = static_cast<size_t>(*values) * sizeof(float);
-    if (pos > bytes || align64(label_bytes) > bytes - pos || input_bytes > bytes - pos - align64(label_bytes)) {
-      r.why_not = "it is cut short";
-      return r;
-    }
-    Dataset ds;
-    ds.targets = Tensor::over_storage(storage, pos, Shape{h.n}, DType::i32);
-    pos += align64(label_bytes);
-    ds.inputs = Tensor::over_storage(storage, pos, Shape{h.n, h.c, h.h, h.w}, DType::f32);
-    pos += align64(input_bytes);
-    const int32_t* y = ds.targets.data<int32_t>();
-    for (int64_t i = 0; i < h.n; ++i)
-      if (y[i] < 0 || y[i] >= static_cast<int64_t>(h.classes.size())) {
-        r.why_not = "its labels are damaged";
-        return r;
-      }
-    try {  // as every reader checks its decoded values: a NaN or Inf would train to nothing, silently
-      check_finite(ds.inputs, path, 1.0f);
-    } catch (const DataError& e) {
-      r.why_not = e.what();
-      return r;
-    }
-    ds.num_classes = static_cast<int64_t>(h.classes.size());
-    ds.class_names = h.classes;
-    ds.bad_files = h.bad_files;
-    ds.source = l.dir;
-    ds.labels_source = l.dir;
-    r.splits.push_back(std::move(ds));
-  }
-  return r;
-}
-
-std::string class_list_text(const std::vector<std::string>& classes) {
+std::string image_detail::class_list_text(const std::vector<std::string>& classes) {
   constexpr size_t kShown = 12;
   std::string out = "[";
   for (size_t i = 0; i < std::min(classes.size(), kShown); ++i) out += (i ? ", " : "") + classes[i];
   if (classes.size() > kShown) out += fmt::format(", … {} in all", classes.size());
   return out + "]";
-}
-
-}  // namespace
-
-DecodedImage decode_image(const uint8_t* data, size_t size, int64_t channels, const std::string& name,
-                          int64_t max_pixels) {
-  GT_CHECK(channels == 1 || channels == 3, "channels {}", channels);
-  static constexpr uint8_t kPng[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
-  if (size == 0) throw DataError(fmt::format("{}: an empty file", name));
-  if (size >= sizeof kPng && std::memcmp(data, kPng, sizeof kPng) == 0)
-    return decode_png(data, size, channels, name, max_pixels);
-  if (size >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF)
-    return decode_jpeg(data, size, channels, name, max_pixels);
-  throw DataError(fmt::format("{}: neither a PNG nor a JPEG (its first bytes are not either signature)", name));
 }
 
 void image_to_sample(const DecodedImage& img, const ImageSpec& spec, float scale, const std::string& name, float* out) {
@@ -738,12 +339,6 @@ void read_image_folders(const std::string& train_dir, const std::string& test_di
   } catch (const Error& e) {
     spdlog::warn("images: could not write the cache: {}; the next run decodes again", e.what());
   }
-}
-
-bool is_image_cache(const std::string& path) {
-  char magic[sizeof kCacheMagic] = {};
-  std::ifstream in(path, std::ios::binary);
-  return in.read(magic, sizeof magic) && std::memcmp(magic, kCacheMagic, sizeof magic) == 0;
 }
 
 void normalize_inputs(Dataset& data, const NormalizeSpec& spec) {

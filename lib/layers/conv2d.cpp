@@ -1,4 +1,5 @@
-// conv2d: 2-D convolution over [C, H, W] samples (on the CPU: Winograd F(2×2, 3×3) or im2col + GEMM, ops/cpu_conv.h).
+// conv2d: 2-D convolution over [C, H, W] samples (on the CPU: Winograd F(2×2, 3×3) or im2col + GEMM,
+// ops/cpu/conv_algo.h).
 #include "ops/conv2d.h"
 #include "layers/params.h"
 

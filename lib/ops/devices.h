@@ -15,11 +15,11 @@ struct CpuInfo {
   int cores = 0;           ///< logical CPUs available to this process
   std::string simd;        ///< best vector extension the CPU reports (avx512f, avx2, sse4.2, …)
   std::string blas;        ///< BLAS library and its configuration
-  std::string sgemm_path;  ///< which kernels multiply f32 matrices (ops/sgemm.h's describe)
+  std::string sgemm_path;  ///< which kernels multiply f32 matrices (ops/cpu/sgemm.h's describe)
   std::string half;        ///< the bf16/fp16 instruction sets the CPU has and lacks, as `gputrain devices` prints them
-  std::string bf16_path;   ///< how train.precision bf16 multiplies on this CPU (ops/bf16_gemm.h's describe)
-  std::string kernel_isa;  ///< the instruction set the other kernels' hot loops run (ops/cpu_isa.h)
-  std::string conv_algo;   ///< how 3×3 stride-1 convolutions multiply (ops/cpu_conv.h)
+  std::string bf16_path;   ///< how train.precision bf16 multiplies on this CPU (ops/cpu/bf16_gemm.h's describe)
+  std::string kernel_isa;  ///< the instruction set the other kernels' hot loops run (ops/cpu/isa.h)
+  std::string conv_algo;   ///< how 3×3 stride-1 convolutions multiply (ops/cpu/conv_algo.h)
   std::string fusion;      ///< which layer chains run fused (graph/model.h's Model::chains, GPUTRAIN_CPU_FUSE)
 };
 

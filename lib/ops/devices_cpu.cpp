@@ -2,11 +2,11 @@
 #include "ops/devices.h"
 
 #include "core/half.h"
-#include "ops/bf16_gemm.h"
-#include "ops/cpu_conv.h"
-#include "ops/cpu_isa.h"
+#include "ops/cpu/bf16_gemm.h"
+#include "ops/cpu/conv_algo.h"
+#include "ops/cpu/isa.h"
+#include "ops/cpu/sgemm.h"
 #include "ops/epilogue.h"
-#include "ops/sgemm.h"
 
 #include <cblas.h>
 #include <fmt/format.h>

@@ -27,7 +27,7 @@ struct HalfMatrix {
 /// c = op(a) · b + beta · c for f32 a and c on the CPU: what matmul(a, ta, b widened, false, c, beta) gives, bit for
 /// bit, under any product precision. A dense layer's weight gradient (dW = dyᵀ·x) reads its input this way when the
 /// model kept it in 16 bits (Layer::backward_takes_half_input), so that the input need not be widened first: the
-/// native bf16 products (ops/bf16_gemm.h) pack b's bf16 elements as they are; other paths widen b into scratch.
+/// native bf16 products (ops/cpu/bf16_gemm.h) pack b's bf16 elements as they are; other paths widen b into scratch.
 void matmul_half_b(const Tensor& a, bool trans_a, const HalfMatrix& b, Tensor& c, double beta);
 
 }  // namespace gt::ops

@@ -1,12 +1,10 @@
-// What stands in for ops/cuda/ in a build without the CUDA backend: the device memory hooks of core/backend.h and
-// the stream classes of ops/stream.h say for any device but the CPU that CUDA is not built in; pinned memory is
-// plain host memory; the device report has no devices.
-#include "core/backend.h"
+// What stands in for ops/cuda/ in a build without the CUDA backend: the stream classes of ops/stream.h say for any
+// device but the CPU that CUDA is not built in (core/backend.h's device hooks do so by themselves until a backend
+// installs its own); the device report has no devices and the memory report is zero.
 #include "core/error.h"
+#include "ops/device_memory.h"
 #include "ops/devices.h"
 #include "ops/stream.h"
-
-#include <cstdlib>
 
 namespace gt {
 namespace {
@@ -15,17 +13,6 @@ namespace {
 }
 }  // namespace
 
-void* backend_alloc(Device, size_t) { no_cuda(); }
-void backend_free(Device, void*) {}
-void backend_memset_zero(Device, void*, size_t) { no_cuda(); }
-void backend_copy(void*, Device, const void*, Device, size_t) { no_cuda(); }
-void backend_copy_async(void*, Device, const void*, Device, size_t) { no_cuda(); }
-void* allocate_pinned(size_t bytes) {
-  void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
-  if (!p) throw Error(fmt::format("out of host memory allocating {} bytes", bytes));
-  return p;
-}
-void free_pinned(void* ptr) { std::free(ptr); }
 DeviceMemoryStats device_memory_stats(Device) { return {}; }
 size_t device_free_bytes(Device) { return 0; }
 StreamEvent::~StreamEvent() = default;

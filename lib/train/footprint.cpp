@@ -3,11 +3,11 @@
 
 #include "core/json.h"
 #include "data/dataset.h"
-#include "parallel/grad_sync.h"
 #include "graph/model.h"
-#include "ops/bf16_gemm.h"
+#include "ops/cpu/bf16_gemm.h"
 #include "ops/devices.h"
 #include "optim/optimizer.h"
+#include "parallel/grad_sync.h"
 
 #include <algorithm>
 #include <fstream>
@@ -108,7 +108,7 @@ Footprint training_footprint(const Experiment& exp, const Model& model, const Da
   // bf16/fp16: one copy of each weight a product reads, made once per step (f32 models only: f64 products are never
   // rounded) — on the CPU rounded f32 values (ops/precision.h), on CUDA 16-bit elements (ops/cuda/half_scratch.h),
   // except for bf16 on the CPU where the kernels round the weights while they pack them (the native bf16 kernel, and
-  // our f32 kernels on the conversion path: ops/bf16_gemm.h's cpu_bf16_rounds_in_pack). CUDA's other operands go
+  // our f32 kernels on the conversion path: ops/cpu/bf16_gemm.h's cpu_bf16_rounds_in_pack). CUDA's other operands go
   // through scratch freed when queued, the size of one operand at a time.
   f.precision = exp.train.precision;
   f.bf16_in_pack = f.precision == Precision::bf16 && model.device().is_cpu() && cpu::cpu_bf16_rounds_in_pack();

@@ -58,7 +58,7 @@ struct Footprint {
   std::optional<HalfFormat> activation_storage;
   size_t half_weight_bytes = 0;
   /// bf16 products on the CPU that round the weights as their kernels pack them, keeping no rounded copies
-  /// (ops/bf16_gemm.h's cpu_bf16_rounds_in_pack).
+  /// (ops/cpu/bf16_gemm.h's cpu_bf16_rounds_in_pack).
   bool bf16_in_pack = false;
   bool on_cuda = false;  ///< the model's device is a GPU (its half products keep no weight copies either)
   size_t total_bytes = 0;

@@ -2,7 +2,7 @@
 #include "train/hooks.h"
 
 #include "core/atomic_file.h"
-#include "core/backend.h"
+#include "ops/device_memory.h"
 #include "core/json.h"
 #include "parallel/zero.h"
 #include "graph/model.h"

@@ -1,4 +1,4 @@
-// What the AVX-512 GEMMs (ops/bf16_gemm.cpp, ops/sgemm.cpp) share: a 16 × 16 transpose of 32-bit elements in
+// What the AVX-512 GEMMs (ops/cpu/bf16_gemm.cpp, ops/cpu/sgemm.cpp) share: a 16 × 16 transpose of 32-bit elements in
 // registers for their packers, and the store of a micro-kernel's tile of C. Only for functions compiled for AVX-512
 // (their target includes avx512f), called where CPUID says so.
 #pragma once

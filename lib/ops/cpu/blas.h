@@ -1,7 +1,7 @@
 // Single-threaded GEMM on raw row-major pointers, for f32 and f64 (kernels that thread over other axes call it).
 #pragma once
 
-#include "ops/sgemm.h"
+#include "ops/cpu/sgemm.h"
 
 #include <cblas.h>
 
@@ -10,7 +10,7 @@
 namespace gt::cpu {
 
 /// c = alpha · op(a) · op(b) + beta · c, row-major, on the calling thread: f32 with alpha 1 on the CPU's f32 path
-/// (ops/sgemm.h), the rest through OpenBLAS.
+/// (ops/cpu/sgemm.h), the rest through OpenBLAS.
 template <class T>
 inline void gemm_raw(bool ta, bool tb, int m, int n, int k, T alpha, const T* a, int lda, const T* b, int ldb, T beta,
                      T* c, int ldc) {

@@ -5,7 +5,7 @@
 #include "core/half.h"
 #include "core/parallel.h"
 #include "ops/activation.h"
-#include "ops/bf16_gemm.h"
+#include "ops/cpu/bf16_gemm.h"
 #include "ops/cpu/blas.h"
 #include "ops/cpu/kernel_util.h"
 #include "ops/cpu/vec_math.h"
@@ -35,9 +35,9 @@ void add_bias_block(T* y, int64_t n, const T* bias, int64_t r0, int64_t r1, int6
   }
 }
 
-// On OpenBLAS's path (ops/sgemm.h), the bias of linear_forward enters a block of C before the product when it sums all
-// of k in one pass over C (k ≤ kBiasFirstK): C starts as the bias, and beta = 1 makes the kernel add the product to it,
-// fl(bias + Σ), the same number as fl(Σ + bias) after a product into a zeroed C (beta = 0). That skips OpenBLAS's
+// On OpenBLAS's path (ops/cpu/sgemm.h), the bias of linear_forward enters a block of C before the product when it sums
+// all of k in one pass over C (k ≤ kBiasFirstK): C starts as the bias, and beta = 1 makes the kernel add the product to
+// it, fl(bias + Σ), the same number as fl(Σ + bias) after a product into a zeroed C (beta = 0). That skips OpenBLAS's
 // zeroing pass and our pass over C for the bias (measured: ~0.15-0.3 ms of CPU per call at gpt_bytes' 1024 × 128 →
 // 128..512 products, caches cold). Past one pass (its kernels take 256 to 512 of k at a time; OpenBLAS 0.3.21's Zen one
 // 320) the bias would be summed with the first part of k only, so larger k adds the bias after the product. (Sole

@@ -2,7 +2,7 @@
 // libm call per element does not). Files that use it are compiled with -fno-trapping-math (lib/CMakeLists.txt).
 #pragma once
 
-#include "ops/cpu_isa.h"
+#include "ops/cpu/isa.h"
 
 #include <bit>
 #include <cstdint>
@@ -11,7 +11,7 @@
 // GT_CPU_KERNEL(name, (params), (args), callee): a hot loop compiled for AVX-512 (x86-64-v4), AVX2 with FMA
 // (x86-64-v3) and the baseline — the rest of the build targets the baseline — as void name##_v4, name##_v3 and
 // name##_base, each calling callee(args) with callee inlined (GT_INLINE: a template, compiled again in each), and
-// void name(params), which runs the one ops/cpu_isa.h's cpu_isa() names: the widest this CPU has, or the one a test
+// void name(params), which runs the one ops/cpu/isa.h's cpu_isa() names: the widest this CPU has, or the one a test
 // forced, so every path below a CPU's own is tested on it too. callee may be a template-id with commas.
 #if defined(__x86_64__)
 #define GT_CPU_KERNEL(name, params, args, ...)                                          \

@@ -1,6 +1,8 @@
-// The device memory hooks of core/backend.h for builds with the CUDA backend: the caching allocator, copies and
-// memsets queued on the device's stream, page-locked host memory.
+// The device hooks of core/backend.h for builds with the CUDA backend (the caching allocator, copies and memsets
+// queued on the device's stream, page-locked host memory), installed at static initialisation; and the device memory
+// report of ops/device_memory.h.
 #include "core/backend.h"
+#include "ops/device_memory.h"
 
 #include "core/error.h"
 #include "ops/cuda/allocator.h"
@@ -10,16 +12,17 @@
 #include <cstdlib>
 
 namespace gt {
+namespace {
 
-void* backend_alloc(Device device, size_t bytes) { return cuda::device_alloc(device.index, bytes); }
+void* cuda_alloc(Device device, size_t bytes) { return cuda::device_alloc(device.index, bytes); }
 
-void backend_free(Device device, void* ptr) { cuda::device_free(device.index, ptr); }
+void cuda_free(Device device, void* ptr) { cuda::device_free(device.index, ptr); }
 
-void backend_memset_zero(Device device, void* ptr, size_t bytes) {
+void cuda_memset_zero(Device device, void* ptr, size_t bytes) {
   GT_CHECK_CUDA(cudaMemsetAsync(ptr, 0, bytes, cuda::stream(device.index)));
 }
 
-void backend_copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
+void cuda_copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
   // Between two devices, the source's queued work must be done before the destination's stream reads it.
   if (src_device.is_cuda() && dst_device.is_cuda() && src_device.index != dst_device.index)
     GT_CHECK_CUDA(cudaStreamSynchronize(cuda::stream(src_device.index)));
@@ -30,12 +33,12 @@ void backend_copy(void* dst, Device dst_device, const void* src, Device src_devi
   if (dst_device.is_cpu() || src_device.is_cpu()) GT_CHECK_CUDA(cudaStreamSynchronize(s));
 }
 
-void backend_copy_async(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
+void cuda_copy_async(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
   const Device active = dst_device.is_cuda() ? dst_device : src_device;
   GT_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cuda::stream(active.index)));
 }
 
-void* allocate_pinned(size_t bytes) {
+void* cuda_allocate_pinned(size_t bytes) {
   void* p = nullptr;
   // Without a usable device (a CUDA build on a machine with no GPU) page-locking fails: plain memory then.
   if (cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault) == cudaSuccess) return p;
@@ -45,7 +48,7 @@ void* allocate_pinned(size_t bytes) {
   return p;
 }
 
-void free_pinned(void* ptr) {
+void cuda_free_pinned(void* ptr) {
   cudaPointerAttributes attr{};
   if (cudaPointerGetAttributes(&attr, ptr) == cudaSuccess && attr.type == cudaMemoryTypeHost)
     cudaFreeHost(ptr);
@@ -54,6 +57,13 @@ void free_pinned(void* ptr) {
     std::free(ptr);
   }
 }
+
+}  // namespace
+
+namespace cuda {
+const bool g_device_hooks_installed = install_device_hooks(DeviceHooks{
+    cuda_alloc, cuda_free, cuda_memset_zero, cuda_copy, cuda_copy_async, cuda_allocate_pinned, cuda_free_pinned});
+}  // namespace cuda
 
 DeviceMemoryStats device_memory_stats(Device device) {
   if (!device.is_cuda()) return {};

@@ -32,6 +32,7 @@ std::array<std::unique_ptr<DeviceContext>, kMaxDevices> g_contexts;
 
 // The device's context with its stream made; `device` is current on return.
 DeviceContext& context(int device) {
+  GT_CHECK(g_device_hooks_installed, "the CUDA device hooks of core/backend.h are not installed");
   GT_CHECK(device >= 0 && device < kMaxDevices, "CUDA device index {}", device);
   GT_CHECK_CUDA(cudaSetDevice(device));
   std::lock_guard lock(g_mutex);

@@ -14,6 +14,10 @@
 
 namespace gt::cuda {
 
+/// Set by ops/cuda/backend.cpp when it installs the CUDA device hooks of core/backend.h (at static initialisation).
+/// Each device's context checks it, which keeps backend.cpp linked into every program that runs CUDA.
+extern const bool g_device_hooks_installed;
+
 /// The stream of `device`, created on first use (and makes `device` current for the calling thread).
 cudaStream_t stream(int device);
 cublasLtHandle_t lt_handle(int device);

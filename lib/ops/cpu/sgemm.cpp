@@ -1,11 +1,11 @@
-// Our own f32 GEMM for AVX-512 and AVX2+FMA, and the run-time choice between them and OpenBLAS (ops/sgemm.h).
+// Our own f32 GEMM for AVX-512 and AVX2+FMA, and the run-time choice between them and OpenBLAS (ops/cpu/sgemm.h).
 //
-// The blocking is the GotoBLAS one the bf16 kernel (ops/bf16_gemm.cpp) uses: a block of B (kKc × kNc) is packed into
-// panels of Nr columns, a block of A (Mc × kKc) into panels of Mr rows, and a micro-kernel keeps an Mr × Nr tile of
-// C in registers while it walks k through one A panel (in L2) and one B panel (AVX-512: 32 KiB at kKc 256, in L1).
+// The blocking is the GotoBLAS one the bf16 kernel (ops/cpu/bf16_gemm.cpp) uses: a block of B (kKc × kNc) is packed
+// into panels of Nr columns, a block of A (Mc × kKc) into panels of Mr rows, and a micro-kernel keeps an Mr × Nr tile
+// of C in registers while it walks k through one A panel (in L2) and one B panel (AVX-512: 32 KiB at kKc 256, in L1).
 // Only the functions marked GT_SGEMM_AVX512 / GT_SGEMM_AVX2 use those instructions; they are called only where
 // CPUID says the CPU has them, and the rest of the binary stays baseline x86-64.
-#include "ops/sgemm.h"
+#include "ops/cpu/sgemm.h"
 
 #include "core/env.h"
 #include "core/error.h"

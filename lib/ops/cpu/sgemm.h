@@ -45,7 +45,7 @@ void sgemm(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const
            float* c, int ldc, const float* bias = nullptr);
 
 /// The same product with every element of a and b rounded to bf16 first (nearest even, as float_to_bf16: a NaN
-/// quieted, subnormals kept): the conversion path of a bf16 product (ops/bf16_gemm.h). Our kernels round the
+/// quieted, subnormals kept): the conversion path of a bf16 product (ops/cpu/bf16_gemm.h). Our kernels round the
 /// elements as they pack them; OpenBLAS's path rounds into copies first. Either way the same bits as sgemm on
 /// copies rounded by round_to_half.
 void sgemm_bf16_rounded(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb,

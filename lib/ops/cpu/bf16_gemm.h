@@ -8,7 +8,7 @@
 namespace gt::cpu {
 
 /// How a bf16 product runs on the CPU. native: gemm_bf16 below (vdpbf16ps); conversion: operands rounded to bf16
-/// and multiplied by the f32 path (ops/sgemm.h: our kernels round them as they pack them, OpenBLAS's path takes
+/// and multiplied by the f32 path (ops/cpu/sgemm.h: our kernels round them as they pack them, OpenBLAS's path takes
 /// rounded copies). Both sum exact products of bf16 values in f32.
 enum class CpuBf16Path { native, conversion };
 
@@ -24,7 +24,7 @@ CpuBf16Path cpu_bf16_path();
 /// f32's rate (80-85 against 165-170 GFLOP/s on one core), so there the conversion path runs at f32's speed instead.
 bool cpu_native_bf16_pays();
 /// Whether bf16 products round their operands as the kernels pack them, keeping no rounded copies: on the native
-/// path, and on the conversion path when the f32 products run on our kernels (ops/sgemm.h).
+/// path, and on the conversion path when the f32 products run on our kernels (ops/cpu/sgemm.h).
 bool cpu_bf16_rounds_in_pack();
 /// Whether this CPU can run the native path at all (avx512_bf16 and AVX-512 state enabled).
 bool cpu_has_native_bf16();

@@ -1,5 +1,5 @@
-// Which instruction set the CPU kernels' hot loops run (ops/cpu_isa.h).
-#include "ops/cpu_isa.h"
+// Which instruction set the CPU kernels' hot loops run (ops/cpu/isa.h).
+#include "ops/cpu/isa.h"
 
 #include "core/env.h"
 #include "core/error.h"

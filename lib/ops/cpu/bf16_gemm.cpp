@@ -1,4 +1,4 @@
-// The native AVX-512 BF16 GEMM and the choice of the CPU's bf16 path (ops/bf16_gemm.h).
+// The native AVX-512 BF16 GEMM and the choice of the CPU's bf16 path (ops/cpu/bf16_gemm.h).
 //
 // Why our own kernel rather than oneDNN 2.6's dnnl_gemm_bf16bf16f32: measured single-threaded on this project's Zen 4
 // at the products of a training step (MLP 128 × 784 → 256, GPT 768 × 128 → 128/384/512, 768 × 512 → 128, the
@@ -10,13 +10,13 @@
 //
 // Only the functions marked GT_BF16_TARGET use AVX-512 instructions; the rest of this file, and of the binary, stays
 // baseline x86-64, and gemm_bf16 is only called where CPUID says the CPU has avx512_bf16.
-#include "ops/bf16_gemm.h"
+#include "ops/cpu/bf16_gemm.h"
 
 #include "core/env.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "ops/cpu/sgemm.h"
 #include "ops/devices.h"
-#include "ops/sgemm.h"
 
 #include <omp.h>
 #include <algorithm>
@@ -237,10 +237,10 @@ GT_BF16_TARGET void bf16_gemm_avx512(bool ta, bool tb, int m, int n, int k, cons
   }
 }
 
-// gemm_bf16 on `threads` OpenMP threads sharing the packed B, as the f32 kernels' gemm_packed_threads (ops/sgemm.cpp)
-// does: each thread packing all of B for its own block of C's rows packs B twice, and a static half of C each leaves
-// the faster thread waiting for the slower one at the product's end. Measured on gpt_bytes' products, 2 threads of
-// the Zen 4, operands rotated over 8 sets so that they come from L3 as in a step (`bench_step_gemm_rate
+// gemm_bf16 on `threads` OpenMP threads sharing the packed B, as the f32 kernels' gemm_packed_threads
+// (ops/cpu/sgemm.cpp) does: each thread packing all of B for its own block of C's rows packs B twice, and a static half
+// of C each leaves the faster thread waiting for the slower one at the product's end. Measured on gpt_bytes' products,
+// 2 threads of the Zen 4, operands rotated over 8 sets so that they come from L3 as in a step (`bench_step_gemm_rate
 // --bf16-threads`, medians of 31 alternating rounds, three runs): 1.07-1.14× where a is not transposed and k spans
 // two blocks or more (proj, fc dx, qkv dx: k 384-512), within ±3 % where k is one block (B is small), and 0.93-0.97×
 // for the weight gradients (a transposed, B the 1024 tokens of an activation: half of B then comes from the other
@@ -364,7 +364,7 @@ void gemm_bf16_t(bool ta, bool tb, int m, int n, int k, const float* a, int lda,
 #endif
 }
 
-// gemm_bf16 on up to `threads` threads (ops/bf16_gemm.h).
+// gemm_bf16 on up to `threads` threads (ops/cpu/bf16_gemm.h).
 template <class SB>
 void gemm_bf16_threads_t(int threads, bool ta, bool tb, int m, int n, int k, const float* a, int lda, const SB* b,
                          int ldb, float beta, float* c, int ldc, const float* bias) {
