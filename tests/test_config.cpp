@@ -49,7 +49,7 @@ std::string with(const std::string& from, const std::string& to) {
 void validate(const ConfigNode& root) {
   const Experiment exp = parse_experiment(root);
   const LoadedData data = load_data(exp);
-  const Model model = Model::build(exp.root["model"], data.train.input_shape(), DType::f32, Device::cpu(), exp.seed);
+  const Model model = Model::build(exp.model, data.train.input_shape(), DType::f32, Device::cpu(), exp.seed);
   check_loss_fits(exp.loss, model.output_shape(), data.train, exp.root.has("loss") ? exp.root["loss"] : exp.root);
 }
 
@@ -209,7 +209,8 @@ TEST_CASE("graph errors name the layer", "[config][cpu]") {
         "    - {type: relu, name: r}\n"
         "    - {type: add, name: res, inputs: [a, r]}\n");
     validate(y);
-    const Model m = Model::build(ConfigNode::load_string(y, "t.yaml")["model"], Shape{4}, DType::f32, Device::cpu(), 1);
+    const Model m = Model::build(parse_model_spec(ConfigNode::load_string(y, "t.yaml")["model"]), Shape{4}, DType::f32,
+                                 Device::cpu(), 1);
     CHECK_THAT(m.summary_table(2), Catch::Contains("res ← a + r"));
   }
 }
@@ -226,12 +227,12 @@ TEST_CASE("config overrides (--set) reach nested keys and list items", "[config]
   }
   SECTION("list index") {
     const ConfigNode root = apply_override(base, "model.layers[0].out_features=11");
-    const Model m = Model::build(root["model"], Shape{4}, DType::f32, Device::cpu(), 1);
+    const Model m = Model::build(parse_model_spec(root["model"]), Shape{4}, DType::f32, Device::cpu(), 1);
     CHECK(m.nodes()[0].out_shape == Shape{11});
   }
   SECTION("replace a whole list item with a flow map") {
     const ConfigNode root = apply_override(base, "model.layers[1]={type: linear, out_features: 5}");
-    const Model m = Model::build(root["model"], Shape{4}, DType::f32, Device::cpu(), 1);
+    const Model m = Model::build(parse_model_spec(root["model"]), Shape{4}, DType::f32, Device::cpu(), 1);
     CHECK(m.nodes()[1].type == "linear");
   }
   SECTION("a path that does not exist names it") {
@@ -290,7 +291,7 @@ TEST_CASE("config overrides: +key adds a key the config lacks, ~key removes one,
                       "--set +optimizer.lr=0.5: optimizer.lr is already set (to \"0.1\"); write optimizer.lr=0.5 to "
                       "replace it");
     const ConfigNode root = apply_override(base(), "+model.layers[3]={type: linear, out_features: 2}");
-    const Model m = Model::build(root["model"], Shape{4}, DType::f32, Device::cpu(), 1);
+    const Model m = Model::build(parse_model_spec(root["model"]), Shape{4}, DType::f32, Device::cpu(), 1);
     REQUIRE(m.nodes().size() == 4);
     CHECK(m.output_shape() == Shape{2});
     CHECK_THROWS_WITH(apply_override(base(), "+model.layers[5]=relu"), Catch::Contains("has no item [5] (it has 3)"));
@@ -416,7 +417,8 @@ TEST_CASE("repeat: blocks expand to scoped layers, `input` inside a block is the
   }
   by_hand += "    - {type: linear, out_features: 3, name: layers.2}\n";
   auto build = [](const std::string& y) {
-    return Model::build(ConfigNode::load_string(y, "t.yaml")["model"], Shape{5}, DType::f64, Device::cpu(), 7);
+    return Model::build(parse_model_spec(ConfigNode::load_string(y, "t.yaml")["model"]), Shape{5}, DType::f64,
+                        Device::cpu(), 7);
   };
   Model a = build(repeated), b = build(by_hand);
   CHECK(YAML::Dump(a.resolved_layers()) == YAML::Dump(b.resolved_layers()));

@@ -129,7 +129,7 @@ EvalSummary evaluate_weights(const Experiment& exp, const std::string& weights_p
   const LoadedData data = load_data(exp);
   if (data.test.size() == 0) exp.root["data"].fail("eval needs a test set (data.test, or test_samples for synthetic)");
   check_tta(exp, data.train.input_shape());
-  Model model = Model::build(exp.root["model"], data.train.input_shape(), DType::f32, device, exp.seed);
+  Model model = Model::build(exp.model, data.train.input_shape(), DType::f32, device, exp.seed);
   model.check_batch(exp.data.batch_size, exp.root["data"]["batch_size"]);
   check_loss_fits(exp.loss, model.output_shape(), data.train, exp.root.has("loss") ? exp.root["loss"] : exp.root,
                   &data.test);

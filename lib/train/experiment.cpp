@@ -180,6 +180,7 @@ Experiment parse(const ConfigNode& root, bool check_data_files) {
   if (root.has("dist")) parse_dist(root["dist"], exp.dist);
   if (root.has("logging")) parse_logging(root["logging"], exp.logging, exp.train.log_every);
   check_cuda_graphs(exp);
+  exp.model = parse_model_spec(root["model"]);
   return exp;
 }
 }  // namespace

@@ -5,11 +5,11 @@
 #include "core/limits.h"
 #include "core/ownership.h"
 #include "core/parallel.h"
-#include "parallel/comm.h"
-#include "parallel/zero.h"
 #include "log/logging.h"
 #include "ops/bf16_gemm.h"
 #include "ops/devices.h"
+#include "parallel/comm.h"
+#include "parallel/zero.h"
 #include "train/evaluation.h"
 #include "train/loss.h"
 
@@ -159,7 +159,7 @@ RunSetup::RunSetup(const Experiment& exp, const RunOptions& opts, const WorkerPl
   // Everything that can be wrong with the config is found before the run directory exists.
   if (!where.data) m_own_data = load_data(exp);
   m_data = where.data ? where.data : &*m_own_data;
-  model = Model::build(exp.root["model"], train().input_shape(), DType::f32, device, exp.seed);
+  model = Model::build(exp.model, train().input_shape(), DType::f32, device, exp.seed);
   model.check_batch(exp.data.batch_size, exp.root["data"]["batch_size"]);
   apply_recompute(exp, model);
   const ConfigNode loss_where = exp.root.has("loss") ? exp.root["loss"] : exp.root["model"]["layers"];
