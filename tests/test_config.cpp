@@ -50,7 +50,7 @@ void validate(const ConfigNode& root) {
   const Experiment exp = parse_experiment(root);
   const LoadedData data = load_data(exp);
   const Model model = Model::build(exp.model, data.train.input_shape(), DType::f32, Device::cpu(), exp.seed);
-  check_loss_fits(exp.loss, model.output_shape(), data.train, exp.root.has("loss") ? exp.root["loss"] : exp.root);
+  check_loss_fits(exp.loss, model.output_shape(), data.train, exp.at.loss);
 }
 
 void validate(const std::string& yaml) { validate(ConfigNode::load_string(yaml, "t.yaml")); }
@@ -213,6 +213,34 @@ TEST_CASE("graph errors name the layer", "[config][cpu]") {
                                  Device::cpu(), 1);
     CHECK_THAT(m.summary_table(2), Catch::Contains("res ← a + r"));
   }
+}
+
+TEST_CASE("model: is parsed with the experiment, into layers wired by position, and errors at load", "[config][cpu]") {
+  // A wiring error is the experiment's, before data or model are touched: as for any other section.
+  const std::string bad = with("    - relu\n", "    - {type: relu, inputs: nowhere}\n");
+  CHECK_THROWS_WITH(parse_experiment(ConfigNode::load_string(bad, "t.yaml")),
+                    Catch::StartsWith("model.layers[1].inputs: no layer is named \"nowhere\"") &&
+                        Catch::EndsWith(position_of(bad, "nowhere")));
+  const std::string y =
+      with("    - {type: linear, out_features: 8}\n    - relu\n    - {type: linear, out_features: 3}\n",
+           "    - {type: linear, name: a, out_features: 3}\n    - {type: relu, name: r}\n"
+           "    - {type: add, name: res, inputs: [r, a]}\n");
+  const Experiment exp = parse_experiment(ConfigNode::load_string(y, "t.yaml"));
+  const ModelSpec& spec = exp.model;
+  REQUIRE(spec.layers.size() == 3);
+  CHECK(spec.layers[2].name == "res");
+  CHECK(spec.layers[2].type == "add");
+  CHECK(spec.layers[0].inputs == std::vector<int>{-1});
+  CHECK(spec.layers[2].inputs == std::vector<int>{1, 0});
+  CHECK(spec.order == std::vector<int>{0, 1, 2});
+  CHECK(spec.users[0] == std::vector<int>{1, 2});
+  CHECK(spec.where.path() == "model.layers");
+  // What later checks fail on carries its key path: a missing key names its section's position.
+  CHECK(exp.at.batch_size.path() == "data.batch_size");
+  CHECK(exp.at.loss.path() == "loss");
+  CHECK_THAT(exp.at.cuda_graphs.where(), Catch::Equals(position_of(y, "{epochs: 1}")));
+  const Experiment no_loss = parse_experiment(ConfigNode::load_string(with("loss: cross_entropy\n", ""), "t.yaml"));
+  CHECK(no_loss.at.loss.path() == "model.layers");
 }
 
 TEST_CASE("config overrides (--set) reach nested keys and list items", "[config][cpu]") {

@@ -8,6 +8,8 @@
 #include <map>
 #include <set>
 
+#include <fmt/ranges.h>
+
 namespace gt {
 
 namespace {
@@ -137,12 +139,6 @@ KeySpec layer_arg_key(const LayerArg& a) {
   return k;
 }
 
-std::string join_names(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
-  return s;
-}
-
 }  // namespace
 
 namespace {
@@ -201,7 +197,7 @@ void read_layer_list(const ConfigNode& layers, const std::vector<std::string>& s
       const ConfigNode at = cfg.is_map() ? cfg["type"] : cfg;
       const std::string hint = closest_match(p.type, registry_types());
       at.fail(fmt::format("unknown layer type \"{}\"{}; known types: {}", p.type,
-                          hint.empty() ? "" : " (did you mean \"" + hint + "\"?)", join_names(registry_types())));
+                          hint.empty() ? "" : " (did you mean \"" + hint + "\"?)", fmt::join(registry_types(), ", ")));
     }
     std::vector<KeySpec> keys = layer_common_keys();
     for (const auto& a : p.spec->args) keys.push_back(layer_arg_key(a));
@@ -406,7 +402,7 @@ ModelSpec parse_model_spec(const ConfigNode& model_cfg) {
   for (const Pending& p : pending) listed_inputs.push_back(p.inputs);
   relu_after_max_pool(pending);
   ModelSpec spec;
-  spec.where = model_cfg;
+  spec.where = layers;
   spec.order = execution_order(pending, spec.users);
   resolve_ties(pending, by_name);
   for (size_t i = 0; i < pending.size(); ++i) {

@@ -26,7 +26,7 @@ struct ModelLayer {
 };
 
 struct ModelSpec {
-  ConfigNode where;                     ///< the `model:` section (a message about the whole model names its layers)
+  ConfigNode where;                     ///< the `model.layers` list (a message about the model as a whole names it)
   std::vector<ModelLayer> layers;       ///< in config-list order, `repeat:` blocks expanded in place
   std::vector<int> order;               ///< the execution order: list positions, every input before its reader
   std::vector<std::vector<int>> users;  ///< per layer, the list positions of the layers that read it

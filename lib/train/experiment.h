@@ -32,7 +32,14 @@ struct Experiment {
   DistConfig dist;
   LoggingConfig logging;
   ModelSpec model;  ///< the layers, for Model::build
-  ConfigNode root;  ///< the whole config after overrides
+  /// Where the keys that checks after parsing fail on were written (the data against the model, a checkpoint
+  /// against the run, the device found): their nodes, for the key path and position of the message. A key that
+  /// is not written names its section's position.
+  struct Positions {
+    ConfigNode data, batch_size, augment, tta;
+    ConfigNode accumulate, recompute, cuda_graphs;
+    ConfigNode loss;  ///< the loss: section; where there is none, model.layers (a loss that does not fit the model)
+  } at;
 };
 
 /// The top level's keys: name, seed, device and each section's table (experiment_section's JSON Schema is the

@@ -84,10 +84,10 @@ std::string export_llmc(const std::string& config, const std::vector<std::string
   root.require("model");
   // Only the model is needed: sequences of one token build every GPT (the sizes are in the layers' arguments), and
   // no data file has to exist where the weights are converted.
-  llmc_gpt_header(
-      Model::build(parse_model_spec(root["model"]), Shape{1}, DType::f32, Device::cpu(), 0, /*init_params=*/false),
-      bf16 ? 5 : 3);  // the layout is checked before any memory is given to the parameters
-  Model model = Model::build(parse_model_spec(root["model"]), Shape{1}, DType::f32, Device::cpu(), 0);
+  const ModelSpec spec = parse_model_spec(root["model"]);
+  // The layout is checked before any memory is given to the parameters.
+  llmc_gpt_header(Model::build(spec, Shape{1}, DType::f32, Device::cpu(), 0, /*init_params=*/false), bf16 ? 5 : 3);
+  Model model = Model::build(spec, Shape{1}, DType::f32, Device::cpu(), 0);
   const std::string weights = weights_file(checkpoint, CheckpointConfig{});
   refuse_output_file("--out", out, {weights});  // a folder's weights file, found only now
   load_weights(model, weights);
