@@ -20,10 +20,6 @@ std::vector<std::string> registry_types() {
   return v;
 }
 
-}  // namespace
-
-namespace {
-
 // One layer as written in the config, before ordering.
 struct Pending {
   ConfigNode cfg;
@@ -138,10 +134,6 @@ KeySpec layer_arg_key(const LayerArg& a) {
     k.doc += (k.doc.empty() ? "" : "; ") + std::string("default ") + f;
   return k;
 }
-
-}  // namespace
-
-namespace {
 
 // 1. Every layer's type, name and input names as the config writes them, `repeat:` blocks expanded in place: the
 //    block's layers N times, named "<block>.<k>.<name>" (unnamed ones "<block>.<k>.<index>").
@@ -343,7 +335,7 @@ std::vector<int> execution_order(const std::vector<Pending>& pending, std::vecto
   return order;
 }
 
-// 5. `tied_to:` names the layer whose weight this one uses (Model::build checks its order and shape).
+// 4. `tied_to:` names the layer whose weight this one uses (Model::build checks its order and shape).
 void resolve_ties(std::vector<Pending>& pending, const std::map<std::string, int>& by_name) {
   for (Pending& p : pending) {
     if (!p.cfg.is_map() || !p.cfg.has("tied_to")) continue;
