@@ -65,8 +65,7 @@ static int run(int argc, char** argv) {
   gt::set_num_threads(argc > 4 ? std::atoi(argv[4]) : 2);
   const gt::Experiment exp = gt::parse_experiment(gt::load_config(argv[1], {}));
   const gt::LoadedData data = gt::load_data(exp);
-  gt::Model model =
-      gt::Model::build(exp.root["model"], data.train.input_shape(), gt::DType::f32, gt::Device::cpu(), exp.seed);
+  gt::Model model = gt::Model::build(exp.model, data.train.input_shape(), gt::DType::f32, gt::Device::cpu(), exp.seed);
   const int64_t batch = exp.data.batch_size;
   model.allocate(batch);
   auto optimizer = gt::make_optimizer(exp.optimizer, model.params());

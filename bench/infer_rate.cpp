@@ -22,7 +22,7 @@ static int run(int argc, char** argv) {
   const double seconds = std::atof(argv[4]);
   const gt::Experiment exp = gt::parse_experiment(gt::load_config(argv[1], {}));
   const gt::LoadedData data = gt::load_data(exp);
-  gt::Model model = gt::Model::build(exp.root["model"], data.train.input_shape(), gt::DType::f32, gt::Device::cpu(), 1);
+  gt::Model model = gt::Model::build(exp.model, data.train.input_shape(), gt::DType::f32, gt::Device::cpu(), 1);
   model.allocate(batch);
   gt::Tensor x = gt::Tensor::empty(data.train.input_shape().batched(batch), gt::DType::f32);
   gt::Rng rng(1, 1);

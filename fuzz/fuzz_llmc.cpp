@@ -20,7 +20,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const gt::LlmcHeader& h = c.header;
   std::optional<gt::Model> built;
   try {  // sizes past gputrain's limits (core/limits.h) are a ConfigError here, which `import llmc` reports
-    built.emplace(gt::Model::build(gt::ConfigNode::load_string(gt::llmc_model_yaml(h), "fuzz"),
+    built.emplace(gt::Model::build(gt::parse_model_spec(gt::ConfigNode::load_string(gt::llmc_model_yaml(h), "fuzz")),
                                    gt::Shape{h.max_seq_len}, gt::DType::f32, gt::Device::cpu(), 0, false));
   } catch (const gt::ConfigError&) {
     return 0;

@@ -32,8 +32,8 @@ inline void check_size_products(const Experiment& exp) {
   require_fits(checked_mul(input.checked_numel(), d.synthetic.test_samples), limits::kElements.max);
   // The model as `gputrain check` builds it (shapes only); a config it accepts must count within 64 bits.
   try {
-    const Model m = Model::build(exp.root["model"], input, DType::f32, Device::cpu(), exp.seed, false);
-    m.check_batch(d.batch_size, exp.root["data"]["batch_size"]);
+    const Model m = Model::build(exp.model, input, DType::f32, Device::cpu(), exp.seed, false);
+    m.check_batch(d.batch_size, exp.at.batch_size);
     std::optional<int64_t> params = 0, flops = 0;
     for (const GraphNode& n : m.nodes()) {
       require_fits(checked_mul(n.out_shape.checked_numel(), d.batch_size), limits::kElements.max);

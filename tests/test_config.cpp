@@ -49,8 +49,8 @@ std::string with(const std::string& from, const std::string& to) {
 void validate(const ConfigNode& root) {
   const Experiment exp = parse_experiment(root);
   const LoadedData data = load_data(exp);
-  const Model model = Model::build(exp.root["model"], data.train.input_shape(), DType::f32, Device::cpu(), exp.seed);
-  check_loss_fits(exp.loss, model.output_shape(), data.train, exp.root.has("loss") ? exp.root["loss"] : exp.root);
+  const Model model = Model::build(exp.model, data.train.input_shape(), DType::f32, Device::cpu(), exp.seed);
+  check_loss_fits(exp.loss, model.output_shape(), data.train, exp.at.loss);
 }
 
 void validate(const std::string& yaml) { validate(ConfigNode::load_string(yaml, "t.yaml")); }
@@ -209,9 +209,38 @@ TEST_CASE("graph errors name the layer", "[config][cpu]") {
         "    - {type: relu, name: r}\n"
         "    - {type: add, name: res, inputs: [a, r]}\n");
     validate(y);
-    const Model m = Model::build(ConfigNode::load_string(y, "t.yaml")["model"], Shape{4}, DType::f32, Device::cpu(), 1);
+    const Model m = Model::build(parse_model_spec(ConfigNode::load_string(y, "t.yaml")["model"]), Shape{4}, DType::f32,
+                                 Device::cpu(), 1);
     CHECK_THAT(m.summary_table(2), Catch::Contains("res ← a + r"));
   }
+}
+
+TEST_CASE("model: is parsed with the experiment, into layers wired by position, and errors at load", "[config][cpu]") {
+  // A wiring error is the experiment's, before data or model are touched: as for any other section.
+  const std::string bad = with("    - relu\n", "    - {type: relu, inputs: nowhere}\n");
+  CHECK_THROWS_WITH(parse_experiment(ConfigNode::load_string(bad, "t.yaml")),
+                    Catch::StartsWith("model.layers[1].inputs: no layer is named \"nowhere\"") &&
+                        Catch::EndsWith(position_of(bad, "nowhere")));
+  const std::string y =
+      with("    - {type: linear, out_features: 8}\n    - relu\n    - {type: linear, out_features: 3}\n",
+           "    - {type: linear, name: a, out_features: 3}\n    - {type: relu, name: r}\n"
+           "    - {type: add, name: res, inputs: [r, a]}\n");
+  const Experiment exp = parse_experiment(ConfigNode::load_string(y, "t.yaml"));
+  const ModelSpec& spec = exp.model;
+  REQUIRE(spec.layers.size() == 3);
+  CHECK(spec.layers[2].name == "res");
+  CHECK(spec.layers[2].type == "add");
+  CHECK(spec.layers[0].inputs == std::vector<int>{-1});
+  CHECK(spec.layers[2].inputs == std::vector<int>{1, 0});
+  CHECK(spec.order == std::vector<int>{0, 1, 2});
+  CHECK(spec.users[0] == std::vector<int>{1, 2});
+  CHECK(spec.where.path() == "model.layers");
+  // What later checks fail on carries its key path: a missing key names its section's position.
+  CHECK(exp.at.batch_size.path() == "data.batch_size");
+  CHECK(exp.at.loss.path() == "loss");
+  CHECK_THAT(exp.at.cuda_graphs.where(), Catch::Equals(position_of(y, "{epochs: 1}")));
+  const Experiment no_loss = parse_experiment(ConfigNode::load_string(with("loss: cross_entropy\n", ""), "t.yaml"));
+  CHECK(no_loss.at.loss.path() == "model.layers");
 }
 
 TEST_CASE("config overrides (--set) reach nested keys and list items", "[config][cpu]") {
@@ -226,12 +255,12 @@ TEST_CASE("config overrides (--set) reach nested keys and list items", "[config]
   }
   SECTION("list index") {
     const ConfigNode root = apply_override(base, "model.layers[0].out_features=11");
-    const Model m = Model::build(root["model"], Shape{4}, DType::f32, Device::cpu(), 1);
+    const Model m = Model::build(parse_model_spec(root["model"]), Shape{4}, DType::f32, Device::cpu(), 1);
     CHECK(m.nodes()[0].out_shape == Shape{11});
   }
   SECTION("replace a whole list item with a flow map") {
     const ConfigNode root = apply_override(base, "model.layers[1]={type: linear, out_features: 5}");
-    const Model m = Model::build(root["model"], Shape{4}, DType::f32, Device::cpu(), 1);
+    const Model m = Model::build(parse_model_spec(root["model"]), Shape{4}, DType::f32, Device::cpu(), 1);
     CHECK(m.nodes()[1].type == "linear");
   }
   SECTION("a path that does not exist names it") {
@@ -290,7 +319,7 @@ TEST_CASE("config overrides: +key adds a key the config lacks, ~key removes one,
                       "--set +optimizer.lr=0.5: optimizer.lr is already set (to \"0.1\"); write optimizer.lr=0.5 to "
                       "replace it");
     const ConfigNode root = apply_override(base(), "+model.layers[3]={type: linear, out_features: 2}");
-    const Model m = Model::build(root["model"], Shape{4}, DType::f32, Device::cpu(), 1);
+    const Model m = Model::build(parse_model_spec(root["model"]), Shape{4}, DType::f32, Device::cpu(), 1);
     REQUIRE(m.nodes().size() == 4);
     CHECK(m.output_shape() == Shape{2});
     CHECK_THROWS_WITH(apply_override(base(), "+model.layers[5]=relu"), Catch::Contains("has no item [5] (it has 3)"));
@@ -416,7 +445,8 @@ TEST_CASE("repeat: blocks expand to scoped layers, `input` inside a block is the
   }
   by_hand += "    - {type: linear, out_features: 3, name: layers.2}\n";
   auto build = [](const std::string& y) {
-    return Model::build(ConfigNode::load_string(y, "t.yaml")["model"], Shape{5}, DType::f64, Device::cpu(), 7);
+    return Model::build(parse_model_spec(ConfigNode::load_string(y, "t.yaml")["model"]), Shape{5}, DType::f64,
+                        Device::cpu(), 7);
   };
   Model a = build(repeated), b = build(by_hand);
   CHECK(YAML::Dump(a.resolved_layers()) == YAML::Dump(b.resolved_layers()));

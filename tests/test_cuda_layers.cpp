@@ -114,8 +114,8 @@ TEST_CASE("every layer's CUDA forward and backward match the CPU in double", "[c
 TEST_CASE("CUDA key/value-cache decoding of a GPT matches the CPU in double", "[cuda]") {
   require_gpu();
   const ConfigNode cfg = ConfigNode::load_string(gt::test::gpt_layers(13, 64, 12, 2, 2, 96), "gpt.yaml");
-  Model cpu = Model::build(cfg, Shape{12}, DType::f64, Device::cpu(), 3);
-  Model gpu = Model::build(cfg, Shape{12}, DType::f64, Device::cuda(0), 3);
+  Model cpu = Model::build(parse_model_spec(cfg), Shape{12}, DType::f64, Device::cpu(), 3);
+  Model gpu = Model::build(parse_model_spec(cfg), Shape{12}, DType::f64, Device::cuda(0), 3);
   cpu.allocate(1);
   gpu.allocate(1);
   const std::vector<double> ids{1, 5, 12, 0, 7, 7, 3, 9, 11, 2, 4, 6};

@@ -3,14 +3,14 @@
 // batch.
 #include "core/error.h"
 #include "core/rng.h"
-#include "parallel/comm.h"
-#include "parallel/launch.h"
-#include "parallel/zero.h"
 #include "graph/model.h"
 #include "helpers.h"
 #include "io/safetensors.h"
 #include "ops/batchnorm.h"
 #include "optim/optimizer.h"
+#include "parallel/comm.h"
+#include "parallel/launch.h"
+#include "parallel/zero.h"
 #include "train/checkpoint.h"
 
 #include <fmt/format.h>
@@ -783,11 +783,13 @@ TEST_CASE("synchronised batch norm is refused for a model on a GPU, naming dist.
       gt::ConfigNode::load_string("model: {layers: [batchnorm1d, {type: linear, out_features: 2}]}\n", "t.yaml");
   auto comm = gt::make_local_comm();
   // Shapes only: nothing is allocated on the device, so this runs without one.
-  gt::Model gpu = gt::Model::build(root["model"], gt::Shape{4}, gt::DType::f32, gt::Device::cuda(0), 1, false);
+  gt::Model gpu = gt::Model::build(gt::parse_model_spec(root["model"]), gt::Shape{4}, gt::DType::f32,
+                                   gt::Device::cuda(0), 1, false);
   const gt::ops::SumOverRanks sum = [&comm](double* data, size_t n) { comm->allreduce_sum(data, n, "test"); };
   CHECK_THROWS_WITH(gpu.set_sync(sum),
                     Catch::Contains("dist.sync_batchnorm: synchronised batch norm on GPUs is not built"));
-  gt::Model cpu = gt::Model::build(root["model"], gt::Shape{4}, gt::DType::f32, gt::Device::cpu(), 1);
+  gt::Model cpu =
+      gt::Model::build(gt::parse_model_spec(root["model"]), gt::Shape{4}, gt::DType::f32, gt::Device::cpu(), 1);
   CHECK_NOTHROW(cpu.set_sync(sum));
 }
 

@@ -2,14 +2,14 @@
 // allocating and running a model really allocates, the fit verdict, and the command's text and JSON.
 #include "core/tensor.h"
 #include "data/dataset.h"
-#include "parallel/comm.h"
-#include "parallel/grad_sync.h"
-#include "parallel/zero.h"
 #include "graph/model.h"
 #include "helpers.h"
 #include "layer_cases.h"
 #include "ops/precision.h"
 #include "optim/optimizer.h"
+#include "parallel/comm.h"
+#include "parallel/grad_sync.h"
+#include "parallel/zero.h"
 #include "train/experiment.h"
 #include "train/footprint.h"
 #include "train/setup.h"
@@ -42,7 +42,7 @@ Planned plan(const std::string& yaml, const std::vector<std::string>& sets = {},
   for (const auto& s : sets) root = apply_override(root, s);
   Planned p{parse_experiment(root), {}, {}};
   p.data = load_data(p.exp);
-  Model model = Model::build(p.exp.root["model"], p.data.train.input_shape(), DType::f32, Device::cpu(), p.exp.seed,
+  Model model = Model::build(p.exp.model, p.data.train.input_shape(), DType::f32, Device::cpu(), p.exp.seed,
                              /*init_params=*/false);
   model.set_fusion(fuse);
   apply_recompute(p.exp, model);
@@ -260,7 +260,7 @@ optimizer: {type: sgd, lr: 0.1, momentum: 0.9}
       // Batch norm's saved statistics come with its parameters, layer norm's with the first forward: the sum is
       // what counts.
       const size_t start = host_storage_bytes();
-      Model model = Model::build(p.exp.root["model"], p.data.train.input_shape(), DType::f32, Device::cpu(), 1);
+      Model model = Model::build(p.exp.model, p.data.train.input_shape(), DType::f32, Device::cpu(), 1);
       CHECK(model.param_count() == f.params);
       apply_recompute(p.exp, model);  // and under bf16/fp16 the 16-bit activations, as a run sets them
       CHECK(model.activation_storage() == half_format(p.exp.train.precision));
@@ -325,7 +325,7 @@ optimizer: {type: sgd, lr: 0.1}
     const Footprint& f = p.f;
     Tensor x = Tensor::zeros(p.data.train.input_shape().batched(f.batch), DType::f32);
     const size_t start = host_storage_bytes();
-    Model model = Model::build(p.exp.root["model"], p.data.train.input_shape(), DType::f32, Device::cpu(), 1);
+    Model model = Model::build(p.exp.model, p.data.train.input_shape(), DType::f32, Device::cpu(), 1);
     apply_recompute(p.exp, model);
     model.allocate(f.batch);
     CHECK(model.layer_scratch_numel(f.batch) == scratch);
@@ -373,7 +373,7 @@ train: {recompute: blocks}
   CHECK(none.activation_bytes - f.activation_bytes == static_cast<size_t>(3 * 6 * 4 * 8 * 8) * 4);
   Tensor x = Tensor::zeros(p.data.train.input_shape().batched(f.batch), DType::f32);
   const size_t start = host_storage_bytes();
-  Model model = Model::build(p.exp.root["model"], p.data.train.input_shape(), DType::f32, Device::cpu(), 1);
+  Model model = Model::build(p.exp.model, p.data.train.input_shape(), DType::f32, Device::cpu(), 1);
   REQUIRE(model.set_recompute(Recompute::blocks).empty());
   model.allocate(f.batch);
   model.forward(x, {true, false});
@@ -411,7 +411,7 @@ train: {recompute: all}
   CHECK(none.activation_bytes - f.activation_bytes == static_cast<size_t>(3 * 6 * 4 * 8 * 8) * 4);
   Tensor x = Tensor::zeros(p.data.train.input_shape().batched(f.batch), DType::f32);
   const size_t start = host_storage_bytes();
-  Model model = Model::build(p.exp.root["model"], p.data.train.input_shape(), DType::f32, Device::cpu(), 1);
+  Model model = Model::build(p.exp.model, p.data.train.input_shape(), DType::f32, Device::cpu(), 1);
   REQUIRE(model.set_recompute(Recompute::all).empty());
   model.allocate(f.batch);
   model.forward(x, {true, false});
@@ -489,7 +489,7 @@ optimizer: {type: sgd, lr: 0.1}
       CHECK(json_string(json, "activation_dtype") == "f32");
       // What a step holds: the copies a forward and backward make in the step's scope (the empty scope before it
       // frees the copies earlier tests left on this thread: none was read in it).
-      Model model = Model::build(p.exp.root["model"], p.data.train.input_shape(), DType::f32, Device::cpu(), 1);
+      Model model = Model::build(p.exp.model, p.data.train.input_shape(), DType::f32, Device::cpu(), 1);
       model.allocate(f.batch);
       const Tensor x = Tensor::zeros(p.data.train.input_shape().batched(f.batch), DType::f32);
       const Tensor dout = Tensor::zeros(model.output_shape().batched(f.batch), DType::f32);
@@ -533,7 +533,7 @@ optimizer: {type: sgd, lr: 0.1}
       const MemoryFit fit = judge_fit(p.f.total_bytes, Device::cpu(), p.f.total_bytes);
       CHECK_THAT(footprint_report(p.f, fit, ""),
                  Catch::Contains("half weights") && Catch::Contains("rounded to bf16 as the kernels pack them"));
-      Model model = Model::build(p.exp.root["model"], p.data.train.input_shape(), DType::f32, Device::cpu(), 1);
+      Model model = Model::build(p.exp.model, p.data.train.input_shape(), DType::f32, Device::cpu(), 1);
       model.allocate(p.f.batch);
       const Tensor x = Tensor::zeros(p.data.train.input_shape().batched(p.f.batch), DType::f32);
       const Tensor dout = Tensor::zeros(model.output_shape().batched(p.f.batch), DType::f32);
@@ -550,7 +550,8 @@ TEST_CASE("a model built without parameters allocates nothing", "[cpu]") {
   // 10^11 parameters: what `gputrain check` sizes without building.
   const ConfigNode cfg = ConfigNode::load_string("layers: [{type: linear, out_features: 1000000}]", "t.yaml");
   const size_t before = host_storage_bytes();
-  const Model m = Model::build(cfg, Shape{100000}, DType::f32, Device::cpu(), 1, /*init_params=*/false);
+  const Model m =
+      Model::build(parse_model_spec(cfg), Shape{100000}, DType::f32, Device::cpu(), 1, /*init_params=*/false);
   CHECK(host_storage_bytes() == before);
   CHECK(m.param_count() == int64_t{100000} * 1000000 + 1000000);
 }
@@ -727,7 +728,7 @@ TEST_CASE("under dist.zero 2 ranks allocate the gradients check counts, and keep
             double d = 0;
             comm.allreduce_sum(&d, 1, "a barrier");
           };
-          Model model = Model::build(p.exp.root["model"], p.data.train.input_shape(), DType::f32, Device::cpu(), 1);
+          Model model = Model::build(p.exp.model, p.data.train.input_shape(), DType::f32, Device::cpu(), 1);
           model.allocate(f.batch);
           Tensor x = Tensor::zeros(p.data.train.input_shape().batched(f.batch), DType::f32);
           Tensor dout = Tensor::zeros(model.output_shape().batched(f.batch), DType::f32);

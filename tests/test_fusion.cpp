@@ -267,7 +267,7 @@ struct ChainRun {
 ChainRun model_run(const char* layers, const Shape& input, const Shape& out, int64_t batch, uint64_t seed, bool fuse,
                    DType dtype, bool states) {
   const ConfigNode cfg = ConfigNode::load_string(layers, "chains.yaml");
-  Model m = Model::build(cfg, input, dtype, Device::cpu(), 5);
+  Model m = Model::build(parse_model_spec(cfg), input, dtype, Device::cpu(), 5);
   m.set_fusion(fuse);
   ChainRun r;
   r.chains = m.chains();
@@ -352,18 +352,18 @@ TEST_CASE("fused chains stay off where the model keeps every layer apart", "[cpu
 )",
                                                  "m.yaml");
   {
-    Model m = Model::build(cfg, Shape{1, 6, 6}, DType::f32, Device::cpu(), 1);
+    Model m = Model::build(parse_model_spec(cfg), Shape{1, 6, 6}, DType::f32, Device::cpu(), 1);
     CHECK(m.chains().any());
     REQUIRE(m.set_recompute(Recompute::blocks).empty());
     CHECK_FALSE(m.chains().any());
   }
   {
-    Model m = Model::build(cfg, Shape{1, 6, 6}, DType::f32, Device::cpu(), 1);
+    Model m = Model::build(parse_model_spec(cfg), Shape{1, 6, 6}, DType::f32, Device::cpu(), 1);
     m.set_activation_storage(HalfFormat::bf16);
     CHECK_FALSE(m.chains().any());
   }
   {
-    Model m = Model::build(cfg, Shape{1, 6, 6}, DType::f32, Device::cpu(), 1);
+    Model m = Model::build(parse_model_spec(cfg), Shape{1, 6, 6}, DType::f32, Device::cpu(), 1);
     m.set_sync([](double*, size_t) {});
     CHECK_FALSE(m.chains().any());
   }
@@ -532,7 +532,7 @@ TEST_CASE("residual adds run on the product before them train and decode to the 
   const ConfigNode cfg = ConfigNode::load_string(kResidualLayers, "residual.yaml");
   std::vector<std::string> outs[2];
   for (const bool fuse : {false, true}) {
-    Model m = Model::build(cfg, Shape{8, 16}, DType::f32, Device::cpu(), 5);
+    Model m = Model::build(parse_model_spec(cfg), Shape{8, 16}, DType::f32, Device::cpu(), 5);
     m.set_fusion(fuse);
     CHECK(m.chains().any() == fuse);
     m.allocate(1);

@@ -24,7 +24,7 @@ std::string tiny_gpt(int64_t v, int64_t t) { return gt::test::gpt_layers(v, 8, t
 // logits of a few units), so that biases and layer norm scales take part too.
 Model random_gpt(int64_t v, int64_t t, DType dtype, uint64_t seed) {
   const ConfigNode cfg = ConfigNode::load_string(tiny_gpt(v, t), "gpt.yaml");
-  Model m = Model::build(cfg, Shape{t}, dtype, Device::cpu(), seed);
+  Model m = Model::build(parse_model_spec(cfg), Shape{t}, dtype, Device::cpu(), seed);
   Rng rng(seed, 99);
   for (auto& [name, p] : m.named_params()) {
     Tensor host = Tensor::empty(p->value.shape(), DType::f64);
@@ -147,18 +147,18 @@ TEST_CASE("models that mix positions other than through attention cannot be deco
   - {type: linear, out_features: 5}
 )",
                                                   "flat.yaml");
-  const Model a = Model::build(flat, Shape{4}, DType::f32, Device::cpu(), 1);
+  const Model a = Model::build(parse_model_spec(flat), Shape{4}, DType::f32, Device::cpu(), 1);
   CHECK_THAT(a.decode_unsupported(), Catch::Contains("flatten"));
   CHECK_THAT(token_model_problem(a), Catch::Contains("not logits [T, V]"));
   const ConfigNode dense = ConfigNode::load_string("layers:\n  - {type: linear, out_features: 4}\n", "dense.yaml");
-  const Model b = Model::build(dense, Shape{4}, DType::f32, Device::cpu(), 1);
+  const Model b = Model::build(parse_model_spec(dense), Shape{4}, DType::f32, Device::cpu(), 1);
   CHECK_THAT(b.decode_unsupported(), Catch::Contains("does not compute position by position"));
   const ConfigNode untied = ConfigNode::load_string(R"(layers:
   - {type: embedding, num_embeddings: 5, embedding_dim: 3}
   - {type: linear, out_features: 7}
 )",
                                                     "untied.yaml");
-  const Model c = Model::build(untied, Shape{4}, DType::f32, Device::cpu(), 1);
+  const Model c = Model::build(parse_model_spec(untied), Shape{4}, DType::f32, Device::cpu(), 1);
   CHECK(c.decode_unsupported().empty());
   CHECK_THAT(token_model_problem(c), Catch::Contains("could not be fed back"));
 }

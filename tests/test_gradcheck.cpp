@@ -194,7 +194,7 @@ TEST_CASE("a branching model's parameter gradients match central differences", "
   - {type: linear, out_features: 3}
 )",
                                                  "dag.yaml");
-  Model m = Model::build(cfg, Shape{1, 3, 3}, DType::f64, Device::cpu(), 5);
+  Model m = Model::build(parse_model_spec(cfg), Shape{1, 3, 3}, DType::f64, Device::cpu(), 5);
   m.allocate(2);
   Rng rng(8, 8);
   Tensor x = random_tensor(Shape{2, 1, 3, 3}, rng);
@@ -219,7 +219,7 @@ TEST_CASE("adds that share their gradient with their inputs give the gradients o
   - {type: linear, out_features: 2}
 )",
                                                  "residual.yaml");
-  Model m = Model::build(cfg, Shape{3}, DType::f64, Device::cpu(), 6);
+  Model m = Model::build(parse_model_spec(cfg), Shape{3}, DType::f64, Device::cpu(), 6);
   m.allocate(2);
   Rng rng(9, 9);
   Tensor x = random_tensor(Shape{2, 3}, rng);
@@ -241,7 +241,7 @@ TEST_CASE("a linear tied to an embedding gets the sum of both uses' gradients", 
                                                              out),
                                                  "tied.yaml");
   INFO("out_features " << out);
-  Model m = Model::build(cfg, Shape{4}, DType::f64, Device::cpu(), 5);
+  Model m = Model::build(parse_model_spec(cfg), Shape{4}, DType::f64, Device::cpu(), 5);
   const auto named = m.named_params();
   REQUIRE(named.size() == 3);  // wte.weight, ln.weight, ln.bias: the head has no weight of its own
   CHECK(named[0].first == "wte.weight");
@@ -278,7 +278,8 @@ TEST_CASE("a linear tied to an embedding gets the sum of both uses' gradients", 
 TEST_CASE("tied_to errors name the key", "[config][cpu]") {
   auto error = [](const std::string& layers) {
     try {
-      Model::build(ConfigNode::load_string("layers:\n" + layers, "t.yaml"), Shape{4}, DType::f32, Device::cpu(), 1);
+      Model::build(parse_model_spec(ConfigNode::load_string("layers:\n" + layers, "t.yaml")), Shape{4}, DType::f32,
+                   Device::cpu(), 1);
     } catch (const ConfigError& e) {
       return std::string(e.what());
     }
@@ -363,7 +364,7 @@ TEST_CASE("init_std and proj_init_std draw N(0, std) weights and zero biases", "
   - {type: linear, name: plain, out_features: 8}
 )",
                                                  "init.yaml");
-  Model m = Model::build(cfg, Shape{16}, DType::f64, Device::cpu(), 3);
+  Model m = Model::build(parse_model_spec(cfg), Shape{16}, DType::f64, Device::cpu(), 3);
   auto stats = [&](const std::string& name) {
     for (const auto& [n, p] : m.named_params())
       if (n == name) {
@@ -389,9 +390,9 @@ TEST_CASE("init_std and proj_init_std draw N(0, std) weights and zero biases", "
   CHECK(YAML::Dump(m.resolved_layers()).find("init_std: 0.01") != std::string::npos);
 }
 
-// Model::build runs a relu whose only reader is a max pool after the pool (model.cpp, relu_after_max_pool). The model
-// must still compute relu-then-pool: its output and every gradient equal that chain run op by op, bit for bit, in f32,
-// on a conv output with ties (channels of constant value, negative and positive), and the output with a NaN in the
+// Model::build runs a relu whose only reader is a max pool after the pool (model_spec.cpp, relu_after_max_pool). The
+// model must still compute relu-then-pool: its output and every gradient equal that chain run op by op, bit for bit, in
+// f32, on a conv output with ties (channels of constant value, negative and positive), and the output with a NaN in the
 // input; the config's wiring is what resolved_layers gives back; a relu with a second reader stays where it is.
 TEST_CASE("a relu before a max pool runs after it with the outputs and gradients of relu then pool",
           "[gradcheck][cpu]") {
@@ -401,12 +402,14 @@ TEST_CASE("a relu before a max pool runs after it with the outputs and gradients
   - {type: maxpool2d, kernel_size: 2}
   - flatten
 )";
-  Model m = Model::build(ConfigNode::load_string(yaml, "t.yaml"), Shape{2, 6, 6}, DType::f32, Device::cpu(), 3);
+  Model m = Model::build(parse_model_spec(ConfigNode::load_string(yaml, "t.yaml")), Shape{2, 6, 6}, DType::f32,
+                         Device::cpu(), 3);
   REQUIRE(m.nodes().size() == 4);
   CHECK(m.nodes()[1].type == "maxpool2d");  // executed before the relu
   CHECK(m.nodes()[2].type == "relu");
   CHECK(YAML::Dump(m.resolved_layers()) ==
-        YAML::Dump(Model::build(ConfigNode::load_string(yaml, "t.yaml"), Shape{2, 6, 6}, DType::f32, Device::cpu(), 3)
+        YAML::Dump(Model::build(parse_model_spec(ConfigNode::load_string(yaml, "t.yaml")), Shape{2, 6, 6}, DType::f32,
+                                Device::cpu(), 3)
                        .resolved_layers()));
   CHECK(YAML::Dump(m.resolved_layers()).find("inputs") == std::string::npos);  // the config's plain sequence
 
@@ -466,7 +469,7 @@ TEST_CASE("a relu before a max pool runs after it with the outputs and gradients
   CHECK(nan_outputs > 0);
 
   // A relu read by a second layer too is not moved.
-  Model kept = Model::build(ConfigNode::load_string(R"(layers:
+  Model kept = Model::build(parse_model_spec(ConfigNode::load_string(R"(layers:
   - {type: conv2d, out_channels: 2, kernel_size: 3, padding: 1}
   - {type: relu, name: act}
   - {type: maxpool2d, kernel_size: 2}
@@ -474,7 +477,7 @@ TEST_CASE("a relu before a max pool runs after it with the outputs and gradients
   - {type: flatten, name: b, inputs: act}
   - {type: concat, inputs: [a, b]}
 )",
-                                                    "t.yaml"),
+                                                                     "t.yaml")),
                             Shape{1, 4, 4}, DType::f32, Device::cpu(), 3);
   CHECK(kept.nodes()[1].type == "relu");
   CHECK(kept.nodes()[2].type == "maxpool2d");

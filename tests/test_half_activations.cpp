@@ -86,7 +86,7 @@ Pass run(const std::string& layers, const Shape& input, const Tensor& x, const T
          std::optional<HalfFormat> storage, Precision products, Recompute mode = Recompute::none,
          bool widen_everything = false) {
   const ConfigNode cfg = ConfigNode::load_string(layers, "m.yaml");
-  Model m = Model::build(cfg, input, DType::f32, Device::cpu(), 5);
+  Model m = Model::build(parse_model_spec(cfg), input, DType::f32, Device::cpu(), 5);
   // Layer by layer in fp32 too: half storage keeps every layer apart (Model::chains), so the plans compare alike.
   m.set_fusion(false);
   REQUIRE(m.set_recompute(mode).empty());

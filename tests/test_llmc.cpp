@@ -156,7 +156,7 @@ TEST_CASE("gputrain import llmc then export llmc writes the same bytes, f32 and 
     // The config's model builds and takes the weights (its data section waits for the tokens format).
     const ConfigNode cfg = ConfigNode::load_file(out + "/config.yaml");
     CHECK(cfg["data"]["block_size"].as_int() == 8);
-    Model m = Model::build(cfg["model"], Shape{8}, DType::f32, Device::cpu(), 0);
+    Model m = Model::build(parse_model_spec(cfg["model"]), Shape{8}, DType::f32, Device::cpu(), 0);
     load_weights(m, out + "/model.safetensors");
     CHECK(m.param_count() == 7744);
     const auto named = m.named_params();
@@ -218,7 +218,7 @@ TEST_CASE("a GPT imported from llm.c's format computes PyTorch's logits and grad
   REQUIRE(imp.exit_code == 0);
 
   const ConfigNode cfg = ConfigNode::load_file(dir / "imp/config.yaml");
-  Model m = Model::build(cfg["model"], Shape{T}, DType::f32, Device::cpu(), 0);
+  Model m = Model::build(parse_model_spec(cfg["model"]), Shape{T}, DType::f32, Device::cpu(), 0);
   load_weights(m, dir / "imp/model.safetensors");
   m.allocate(B);
   const auto tokens = read_raw<int32_t>(dir / "tokens.i32"), targets = read_raw<int32_t>(dir / "targets.i32");

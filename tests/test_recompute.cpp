@@ -112,7 +112,7 @@ struct Trained {
 Trained run(const char* layers, const Shape& input, const Tensor& x, Recompute mode, SpanTimer* profiler = nullptr,
             bool fuse = false) {
   const ConfigNode cfg = ConfigNode::load_string(layers, "m.yaml");
-  Model m = Model::build(cfg, input, DType::f32, Device::cpu(), 11);
+  Model m = Model::build(parse_model_spec(cfg), input, DType::f32, Device::cpu(), 11);
   m.set_fusion(fuse);
   REQUIRE(m.set_recompute(mode).empty());
   m.set_profiler(profiler);
@@ -224,7 +224,7 @@ TEST_CASE("recompute: all gives a residual conv net with batch norm and no block
   check_same(fused, none);
   CHECK(fused.activation_bytes < none.activation_bytes);
   CHECK(fused.activation_bytes == static_cast<size_t>(fused.planned) * 4);  // allocate holds to buffer_plan
-  CHECK(std::count(none.ready.begin(), none.ready.end(), 2) == 8);  // 4 convolutions, 3 batch norms, the linear
+  CHECK(std::count(none.ready.begin(), none.ready.end(), 2) == 8);          // 4 convolutions, 3 batch norms, the linear
   // Ten outputs (eight of 4 × 5 × 5, down's 6 × 3 × 3 and the pool's 6) in three shared buffers of 4 × 5 × 5.
   const int64_t per_sample = 8 * 100 + 54 + 6 - 3 * 100;
   CHECK(none.planned - all.planned == 4 * per_sample);
@@ -273,13 +273,14 @@ TEST_CASE("recompute: all is refused only where nothing would be recomputed", "[
   for (const char* layers : {"layers: [{type: linear, out_features: 3}, relu]",
                              "layers: [{type: linear, out_features: 3}, relu, {type: linear, out_features: 2}]"}) {
     INFO(layers);
-    Model m = Model::build(ConfigNode::load_string(layers, "m.yaml"), Shape{4}, DType::f32, Device::cpu(), 1, false);
+    Model m = Model::build(parse_model_spec(ConfigNode::load_string(layers, "m.yaml")), Shape{4}, DType::f32,
+                           Device::cpu(), 1, false);
     CHECK_THAT(m.set_recompute(Recompute::all), Catch::Contains("nothing would be recomputed"));
     CHECK(m.recompute() == Recompute::none);
   }
   Model four = Model::build(
-      ConfigNode::load_string("layers: [{type: linear, out_features: 3}, relu, {type: linear, out_features: 2}, relu]",
-                              "m.yaml"),
+      parse_model_spec(ConfigNode::load_string(
+          "layers: [{type: linear, out_features: 3}, relu, {type: linear, out_features: 2}, relu]", "m.yaml")),
       Shape{4}, DType::f32, Device::cpu(), 1, false);
   CHECK(four.set_recompute(Recompute::all).empty());
   CHECK(four.recompute() == Recompute::all);
@@ -287,7 +288,7 @@ TEST_CASE("recompute: all is refused only where nothing would be recomputed", "[
 
 TEST_CASE("recompute: blocks needs a repeat: block whose outputs stay inside", "[cpu]") {
   const ConfigNode plain = ConfigNode::load_string("layers: [{type: linear, out_features: 3}, relu]", "m.yaml");
-  Model m = Model::build(plain, Shape{4}, DType::f32, Device::cpu(), 1, false);
+  Model m = Model::build(parse_model_spec(plain), Shape{4}, DType::f32, Device::cpu(), 1, false);
   CHECK_THAT(m.set_recompute(Recompute::blocks), Catch::Contains("no repeat: block"));
   CHECK(m.set_recompute(Recompute::none).empty());
   // A block of one layer: its output is the block's output, read outside — nothing to drop.
@@ -295,7 +296,7 @@ TEST_CASE("recompute: blocks needs a repeat: block whose outputs stay inside", "
       "layers: [{type: linear, out_features: 3}, {repeat: 2, name: h, layers: [relu]}, {type: linear, "
       "out_features: 2}]",
       "m.yaml");
-  Model m1 = Model::build(one, Shape{4}, DType::f32, Device::cpu(), 1, false);
+  Model m1 = Model::build(parse_model_spec(one), Shape{4}, DType::f32, Device::cpu(), 1, false);
   CHECK_THAT(m1.set_recompute(Recompute::blocks), Catch::Contains("nothing would be recomputed"));
 }
 

@@ -1,11 +1,11 @@
 // The parts of a training run on their own: the non-finite verdict, a step on the CPU, step planning, the batch
 // stager, device resolution and the worker-thread harness.
 #include "data/batch_stager.h"
-#include "parallel/comm.h"
-#include "parallel/workers.h"
 #include "graph/model.h"
 #include "ops/devices.h"
 #include "ops/math.h"
+#include "parallel/comm.h"
+#include "parallel/workers.h"
 #include "profile/profiler.h"
 #include "train/evaluation.h"
 #include "train/setup.h"
@@ -307,7 +307,7 @@ TEST_CASE("data.tta.hflip scores the mean logits of each test image and its mirr
   REQUIRE(exp.data.tta_hflip);
   ConfigNode flat = ConfigNode::load_string("{layers: [flatten, {type: linear, out_features: 3}]}", "model.yaml");
   const LoadedData data = load_data(exp);
-  Model model = Model::build(flat, data.train.input_shape(), DType::f32, Device::cpu(), exp.seed);
+  Model model = Model::build(parse_model_spec(flat), data.train.input_shape(), DType::f32, Device::cpu(), exp.seed);
   model.allocate(3);
   const std::vector<Param*> params = model.params();
   REQUIRE(params.size() == 2);

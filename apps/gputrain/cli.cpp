@@ -99,13 +99,12 @@ void quiet_log_for_machine_output() {
 }
 
 Model checked_model(const Experiment& exp, const LoadedData& data) {
-  Model model = Model::build(exp.root["model"], data.train.input_shape(), DType::f32, Device::cpu(), exp.seed,
+  Model model = Model::build(exp.model, data.train.input_shape(), DType::f32, Device::cpu(), exp.seed,
                              /*init_params=*/false);
-  model.check_batch(exp.data.batch_size, exp.root["data"]["batch_size"]);
+  model.check_batch(exp.data.batch_size, exp.at.batch_size);
   apply_recompute(exp, model);
   check_graph_layers(exp, model);
-  check_loss_fits(exp.loss, model.output_shape(), data.train,
-                  exp.root.has("loss") ? exp.root["loss"] : exp.root["model"]["layers"], &data.test);
+  check_loss_fits(exp.loss, model.output_shape(), data.train, exp.at.loss, &data.test);
   return model;
 }
 

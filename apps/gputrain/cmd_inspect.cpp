@@ -39,7 +39,7 @@ std::vector<RankShare> rank_shares_here(const Experiment& exp, const LoadedData&
     e.train.recompute = mode;
     e.data.batch_size = batch;
     e.train.accumulate = accumulate;
-    Model m = Model::build(e.root["model"], data.train.input_shape(), DType::f32, Device::cpu(), e.seed,
+    Model m = Model::build(e.model, data.train.input_shape(), DType::f32, Device::cpu(), e.seed,
                            /*init_params=*/false);
     if (!m.set_recompute(mode).empty()) return std::nullopt;
     m.set_activation_storage(half_format(e.train.precision));
@@ -60,8 +60,7 @@ std::optional<LoadedData> token_shapes_without_shards(const Experiment& exp) {
       const int64_t t = exp.data.block_size;
       int64_t vocab = exp.data.vocab_size;
       if (vocab == 0) {
-        const Model m =
-            Model::build(exp.root["model"], Shape{t}, DType::f32, Device::cpu(), exp.seed, /*init_params=*/false);
+        const Model m = Model::build(exp.model, Shape{t}, DType::f32, Device::cpu(), exp.seed, /*init_params=*/false);
         vocab = m.output_shape().rank() == 2 ? m.output_shape()[1] : 0;
       }
       LoadedData d;

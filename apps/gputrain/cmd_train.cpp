@@ -83,7 +83,7 @@ class TrialChecker {
  public:
   void operator()(const std::string& file, const std::vector<std::string>& sets) {
     const Experiment exp = parse_experiment(load_config(file, sets));
-    const std::string key = fmt::format("{}\n{}", exp.seed, YAML::Dump(exp.root["data"].yaml()));
+    const std::string key = fmt::format("{}\n{}", exp.seed, YAML::Dump(to_yaml(exp.data)));
     auto it = m_data.find(key);
     if (it == m_data.end()) it = m_data.emplace(key, load_data(exp)).first;
     checked_model(exp, it->second);

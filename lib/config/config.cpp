@@ -12,6 +12,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <fmt/ranges.h>
+
 namespace gt {
 
 ConfigNode::ConfigNode(YAML::Node node, std::string path, std::shared_ptr<const ConfigSource> source, YAML::Mark mark)
@@ -41,33 +43,29 @@ struct TreeCheck {
         ++i;  // '' is a quote inside a single-quoted string
       }
     }
-    if (!assignment.empty())
-      throw ConfigError(fmt::format("--set {}: the value is not valid YAML: the quoted string is never closed",
-                                    quote_if_needed(assignment)));
+    if (!assignment.empty()) refuse("the value is not valid YAML: the quoted string is never closed");
     throw ConfigError(fmt::format("{}:{}:{}: invalid YAML: the quoted string is never closed", source->file,
                                   n.Mark().line + 1, n.Mark().column + 1));
+  }
+
+  // Throws `why`, naming the `--set` the text came from, or the file.
+  [[noreturn]] void refuse(const std::string& why) const {
+    if (!assignment.empty()) throw ConfigError(fmt::format("--set {}: {}", quote_if_needed(assignment), why));
+    throw ConfigError(fmt::format("{}: {}", source->file, why));
   }
 
   void check(const YAML::Node& n, const std::string& path, int depth = 0) const {
     // An alias inside its own anchor (`&a [*a]`) makes the tree a cycle: the depth bound stops the walk long before
     // the stack would overflow (a config nests a handful of levels).
-    if (depth > 256) {
-      const std::string why =
-          "the YAML nests deeper than 256 levels once its aliases are followed (an alias inside "
-          "its own anchor?)";
-      if (!assignment.empty()) throw ConfigError(fmt::format("--set {}: {}", quote_if_needed(assignment), why));
-      throw ConfigError(fmt::format("{}: {}", source->file, why));
-    }
+    if (depth > 256)
+      refuse("the YAML nests deeper than 256 levels once its aliases are followed (an alias inside its own anchor?)");
     // An alias stands for its anchor's whole subtree; nested ones multiply (9 levels of 10 make 10^9 nodes from
     // 1 KiB of text), and every later walk of the tree would pay it. Counting visits bounds this walk and them.
-    if (++nodes > limits::kConfigNodes) {
-      const std::string why = fmt::format(
-          "the YAML expands to more than {} nodes once its aliases are followed (a "
-          "config has a few hundred; nested aliases multiply)",
-          limits::kConfigNodes);
-      if (!assignment.empty()) throw ConfigError(fmt::format("--set {}: {}", quote_if_needed(assignment), why));
-      throw ConfigError(fmt::format("{}: {}", source->file, why));
-    }
+    if (++nodes > limits::kConfigNodes)
+      refuse(
+          fmt::format("the YAML expands to more than {} nodes once its aliases are followed (a config has a few "
+                      "hundred; nested aliases multiply)",
+                      limits::kConfigNodes));
     if (n.IsScalar()) return quote(n);
     if (n.IsSequence()) {
       for (size_t i = 0; i < n.size(); ++i) check(n[i], fmt::format("{}[{}]", path, i), depth + 1);
@@ -104,8 +102,6 @@ ConfigNode parse(const std::string& text, const std::string& name) {
     throw ConfigError(fmt::format("{}:{}:{}: invalid YAML: {}", name, e.mark.line + 1, e.mark.column + 1, e.msg));
   }
 }
-
-std::string quoted(const std::string& s) { return quote_value(s); }
 
 // A scalar written in quotes: yaml-cpp tags it "!" ("?" for a plain one; "" for one made in code, as a resolved
 // config's values are). YAML reads it as a string, whatever it looks like.
@@ -203,7 +199,7 @@ ConfigNode ConfigNode::operator[](std::string_view key) const {
   const std::string child_path = m_path.empty() ? k : m_path + "." + k;
   if (!m_node.IsMap()) return ConfigNode(YAML::Node(YAML::NodeType::Undefined), child_path, m_source, m_mark);
   YAML::Node child = m_node[k];
-  if (!child.IsDefined()) return ConfigNode(child, child_path, m_source, m_mark);
+  if (!child.IsDefined()) return ConfigNode(YAML::Node(YAML::NodeType::Undefined), child_path, m_source, m_mark);
   // A key given null (`lr: ~`) is there to be named: its value's position, or the key's for an empty value (`lr:`
   // at the end of a line, which yaml-cpp places at the next token, on a later line).
   YAML::Mark mark = child.Mark();
@@ -256,14 +252,6 @@ std::string closest_match(std::string_view word, const std::vector<std::string>&
   return best;
 }
 
-namespace {
-std::string join(const std::vector<std::string>& v) {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i];
-  return s;
-}
-}  // namespace
-
 void ConfigNode::expect_keys(const std::vector<std::string>& allowed) const {
   if (!defined()) return;
   if (!m_node.IsMap()) fail("expected a map, got " + describe_value());
@@ -273,7 +261,7 @@ void ConfigNode::expect_keys(const std::vector<std::string>& allowed) const {
     const ConfigNode bad(kv.first, m_path.empty() ? key : m_path + "." + key, m_source, kv.first.Mark());
     const std::string hint = closest_match(key, allowed);
     bad.fail(fmt::format("unknown key{}; valid keys: {}", hint.empty() ? "" : " (did you mean \"" + hint + "\"?)",
-                         join(allowed)));
+                         fmt::join(allowed, ", ")));
   }
 }
 
@@ -287,7 +275,7 @@ std::string ConfigNode::describe_value() const {
   if (m_node.IsNull()) return "null";
   if (m_node.IsMap()) return "a map";
   if (m_node.IsSequence()) return "a list";
-  return quoted(m_node.Scalar());
+  return quote_value(m_node.Scalar());
 }
 
 std::string ConfigNode::as_string() const {
@@ -300,14 +288,15 @@ int64_t ConfigNode::as_int(int64_t min, int64_t max) const {
   if (!m_node.IsScalar()) fail(std::string("expected ") + what + ", got " + describe_value());
   const std::string& s = m_node.Scalar();
   if (quoted_scalar(m_node))
-    fail(std::string("expected ") + what + ", got the quoted string " + quoted(s) + " (write numbers without quotes)");
+    fail(std::string("expected ") + what + ", got the quoted string " + quote_value(s) +
+         " (write numbers without quotes)");
   errno = 0;
   char* end = nullptr;
   const long long v = std::strtoll(s.c_str(), &end, 10);
   // The whole scalar, not just up to a NUL byte (YAML writes one as "\0"), and in decimal digits only (strtoll also
   // takes leading blanks; a leading zero is octal to YAML 1.1).
   if (!decimal_number(s, /*integer=*/true) || end != s.c_str() + s.size() || errno == ERANGE)
-    fail(std::string("expected ") + what + ", got " + quoted(s) + not_decimal_hint(s));
+    fail(std::string("expected ") + what + ", got " + quote_value(s) + not_decimal_hint(s));
   if (v < min || v > max) {
     if (max == INT64_MAX)
       fail(fmt::format("expected {}, got {}", min <= 1 && min >= 0 ? what : fmt::format("an integer ≥ {}", min), v));
@@ -320,14 +309,14 @@ double ConfigNode::as_double() const {
   if (!m_node.IsScalar()) fail("expected a number, got " + describe_value());
   const std::string& s = m_node.Scalar();
   if (quoted_scalar(m_node))
-    fail("expected a finite number, got the quoted string " + quoted(s) + " (write numbers without quotes)");
+    fail("expected a finite number, got the quoted string " + quote_value(s) + " (write numbers without quotes)");
   char* end = nullptr;
   const double v = std::strtod(s.c_str(), &end);
   const bool parsed = !s.empty() && end == s.c_str() + s.size();
-  if (parsed && !std::isfinite(v)) fail("expected a finite number, got " + quoted(s));
+  if (parsed && !std::isfinite(v)) fail("expected a finite number, got " + quote_value(s));
   // strtod also reads hexadecimal (0x10, 0x1p-3), inf and nan, and skips leading blanks.
   if (!parsed || !decimal_number(s, /*integer=*/false))
-    fail("expected a finite number, got " + quoted(s) + not_decimal_hint(s));
+    fail("expected a finite number, got " + quote_value(s) + not_decimal_hint(s));
   return v;
 }
 
@@ -345,7 +334,7 @@ bool ConfigNode::as_bool() const {
   if (m_node.IsScalar()) {
     const std::string& s = m_node.Scalar();
     if (quoted_scalar(m_node))
-      fail("expected true or false, got the quoted string " + quoted(s) + " (write it without quotes)");
+      fail("expected true or false, got the quoted string " + quote_value(s) + " (write it without quotes)");
     if (s == "true" || s == "True" || s == "yes" || s == "on") return true;
     if (s == "false" || s == "False" || s == "no" || s == "off") return false;
   }
@@ -356,8 +345,8 @@ std::string ConfigNode::as_choice(const std::vector<std::string>& choices) const
   const std::string s = as_string();
   if (std::find(choices.begin(), choices.end(), s) != choices.end()) return s;
   const std::string hint = closest_match(s, choices);
-  fail(fmt::format("unknown value {}{}; choose one of: {}", quoted(s),
-                   hint.empty() ? "" : " (did you mean \"" + hint + "\"?)", join(choices)));
+  fail(fmt::format("unknown value {}{}; choose one of: {}", quote_value(s),
+                   hint.empty() ? "" : " (did you mean \"" + hint + "\"?)", fmt::join(choices, ", ")));
 }
 
 std::vector<int64_t> ConfigNode::as_int_list(int64_t min) const {

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <new>
 #include <optional>
 #include <set>
 #include <string>
@@ -31,6 +32,19 @@ class ConfigNode {
  public:
   ConfigNode() : ConfigNode(YAML::Node(), "", std::make_shared<ConfigSource>(), YAML::Mark()) {}
   ConfigNode(YAML::Node node, std::string path, std::shared_ptr<const ConfigSource> source, YAML::Mark mark);
+  ConfigNode(const ConfigNode&) = default;
+  ConfigNode(ConfigNode&&) = default;
+  /// Makes this handle refer to `other`'s node. (YAML::Node's own assignment writes into the node it refers to,
+  /// which would change the tree, and throws for the node of a missing key: positions are kept and copied here.)
+  ConfigNode& operator=(const ConfigNode& other) {
+    if (this == &other) return *this;
+    m_node.~Node();
+    new (&m_node) YAML::Node(other.m_node);
+    m_path = other.m_path;
+    m_source = other.m_source;
+    m_mark = other.m_mark;
+    return *this;
+  }
 
   /// Loads a YAML file; syntax errors become ConfigErrors with the position.
   static ConfigNode load_file(const std::string& file);

@@ -1,14 +1,10 @@
-// Building the layer graph from config, and running it forward and backward over preallocated buffers.
+// Building the layer graph from a ModelSpec, and running it forward and backward over preallocated buffers.
 #include "graph/model.h"
 
-#include "config/schema.h"
 #include "core/backend.h"
 
 #include <algorithm>
-#include <cmath>
-#include <map>
 #include <optional>
-#include <set>
 
 #include "ops/elementwise.h"
 #include "ops/half_storage.h"
@@ -18,428 +14,49 @@ namespace gt {
 
 namespace {
 
-std::vector<std::string> registry_types() {
-  std::vector<std::string> v;
-  for (const auto& s : layer_registry()) v.push_back(s.type);
-  return v;
-}
-
-}  // namespace
-
-namespace {
-
-// One layer as written in the config, before ordering.
-struct Pending {
-  ConfigNode cfg;
-  std::string type, name;
-  const LayerSpec* spec = nullptr;
-  std::vector<std::string> input_names;
-  std::vector<int> inputs;  // positions in the expanded list; -1 = model input
-  // Inside `repeat:` blocks: the name prefixes that `inputs:` are looked up under, innermost first ("h.1.", then ""
-  // for the top level), and what `input` means there: the layer before this iteration of the innermost block.
-  std::vector<std::string> scopes{""};
-  int block_input = -1;
-  int block = -1;  // one pass of a top-level `repeat:` block (an id, shared by its layers); -1: outside any
-};
-
-// A model of at most this many layers once `repeat:` blocks are expanded (GPT-2 XL has ~50 per block × 48 blocks).
-constexpr int64_t kMaxLayers = 100000;
-
-// An item of a layer list, in the JSON Schema: its definition is layer_json_schema(), under $defs.
-const KeySpec kLayerItem{.name = "layer", .kind = KeyKind::custom, .extra_json = R"("$ref": "#/$defs/layer")"};
-
-KeySpec layer_list_key(const char* doc) {
-  return {.name = "layers", .kind = KeyKind::list, .required = true, .min_items = 1, .items = {kLayerItem}, .doc = doc};
-}
-
-// The keys every layer map has besides its type's arguments.
-const std::vector<KeySpec>& layer_common_keys() {
-  static const std::vector<KeySpec> keys{
-      {.name = "type",
-       .kind = KeyKind::choice,
-       .required = true,
-       .choices = registry_types(),
-       .doc = "the layer type (gputrain layers lists them)"},
-      {.name = "name",
-       .kind = KeyKind::string,
-       .pattern = "^(?!input$).+$",
-       .doc = "default layers.<index>; `input` and \"\" are reserved"},
-      {.name = "inputs",
-       .kind = KeyKind::any_of,
-       .items = {{.name = "name", .kind = KeyKind::string},
-                 {.name = "names",
-                  .kind = KeyKind::list,
-                  .min_items = 1,
-                  .items = {{.name = "name", .kind = KeyKind::string}}}},
-       .doc = "names of the layers it reads, or `input`; default: the layer listed before it"},
-  };
-  return keys;
-}
-
-const SectionSpec& repeat_block_section() {
-  static const SectionSpec s =
-      plain_section({{.name = "repeat",
-                      .kind = KeyKind::integer,
-                      .required = true,
-                      .min = 1,
-                      .max = kMaxLayers,
-                      .doc = "how many times the block's layers stand in the list"},
-                     {.name = "name",
-                      .kind = KeyKind::string,
-                      .pattern = "^(?!input$).+$",
-                      .doc = "the block's name: its layers are named <name>.<k>.<layer name>"},
-                     layer_list_key("the block's layers; `input` inside is the block's input")},
-                    "a block of layers repeated: {repeat: N, name: h, layers: [...]}");
-  return s;
-}
-
-// A layer argument's entry, from the registry's type words ("int", "int or [h, w]", …): each word the registry uses
-// has a kind here, and a new one fails the schema's test until it has.
-KeySpec layer_arg_key(const LayerArg& a) {
-  KeySpec k{.name = a.name, .required = a.required, .doc = a.doc};
-  if (a.type == "int") {
-    k.kind = KeyKind::integer;
-  } else if (a.type == "float") {
-    k.kind = KeyKind::number;
-  } else if (a.type == "bool") {
-    k.kind = KeyKind::boolean;
-  } else if (a.type == "layer name") {
-    k.kind = KeyKind::string;
-  } else if (a.type == "int or [h, w]") {
-    k.kind = KeyKind::any_of;
-    k.items = {{.name = "both", .kind = KeyKind::integer},
-               {.name = "h_w",
-                .kind = KeyKind::list,
-                .min_items = 2,
-                .max_items = 2,
-                .items = {{.name = "side", .kind = KeyKind::integer}}}};
-  } else if (a.type.find(" or ") != std::string::npos && a.type.find_first_of("[]") == std::string::npos) {
-    k.kind = KeyKind::choice;  // "none or tanh"
-    for (size_t at = 0; at != std::string::npos;) {
-      const size_t next = a.type.find(" or ", at);
-      k.choices.push_back(a.type.substr(at, next == std::string::npos ? std::string::npos : next - at));
-      at = next == std::string::npos ? next : next + 4;
-    }
-  } else {
-    throw Error(
-        fmt::format("layer argument {} has type \"{}\", which the config schema does not know", a.name, a.type));
-  }
-  // A default that is a value of the kind goes to the schema's default; one that names something ("kernel_size",
-  // "none": off) to the description.
-  const std::string& f = a.fallback;
-  char* end = nullptr;
-  const bool number = !f.empty() && (std::strtod(f.c_str(), &end), *end == '\0');
-  const bool fits =
-      (k.kind == KeyKind::number && number) ||
-      (k.kind == KeyKind::integer && number && f.find_first_not_of("-0123456789") == std::string::npos) ||
-      (k.kind == KeyKind::boolean && (f == "true" || f == "false")) ||
-      (k.kind == KeyKind::choice && std::find(k.choices.begin(), k.choices.end(), f) != k.choices.end()) ||
-      (k.kind == KeyKind::any_of && number);
-  if (fits)
-    k.fallback = f;
-  else if (!f.empty())
-    k.doc += (k.doc.empty() ? "" : "; ") + std::string("default ") + f;
-  return k;
-}
-
-std::string join_names(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
-  return s;
-}
-
-}  // namespace
-
-namespace {
-
-// 1. Every layer's type, name and input names as the config writes them, `repeat:` blocks expanded in place: the
-//    block's layers N times, named "<block>.<k>.<name>" (unnamed ones "<block>.<k>.<index>").
-void read_layer_list(const ConfigNode& layers, const std::vector<std::string>& scopes, std::vector<Pending>& pending,
-                     std::map<std::string, int>& by_name);
-
-void read_block(const ConfigNode& cfg, const std::string& name, const std::vector<std::string>& scopes,
-                std::vector<Pending>& pending, std::map<std::string, int>& by_name) {
-  const std::vector<KeySpec>& keys = section_keys(repeat_block_section());
-  expect_keys(cfg, keys);
-  cfg.require("layers");
-  const KeySpec& repeat = key_spec(keys, "repeat");
-  const int64_t times = cfg["repeat"].as_int(static_cast<int64_t>(repeat.min), static_cast<int64_t>(repeat.max));
-  const ConfigNode inner = cfg["layers"];
-  if (!inner.is_sequence() || inner.size() == 0) inner.fail("expected a non-empty list of layers");
-  for (int64_t k = 0; k < times; ++k) {
-    std::vector<std::string> inner_scopes{scopes.front() + name + "." + std::to_string(k) + "."};
-    inner_scopes.insert(inner_scopes.end(), scopes.begin(), scopes.end());
-    const size_t first = pending.size();
-    read_layer_list(inner, inner_scopes, pending, by_name);
-    for (size_t j = first; j < pending.size(); ++j) {
-      if (pending[j].scopes.front() == inner_scopes.front()) pending[j].block_input = static_cast<int>(first) - 1;
-      if (scopes.size() == 1) pending[j].block = static_cast<int>(first);  // a top-level block: the whole pass
-    }
-  }
-}
-
-void read_layer_list(const ConfigNode& layers, const std::vector<std::string>& scopes, std::vector<Pending>& pending,
-                     std::map<std::string, int>& by_name) {
-  const std::string& prefix = scopes.front();
-  for (size_t i = 0; i < layers.size(); ++i) {
-    const ConfigNode cfg = layers.at(i);
-    const std::string default_name = prefix.empty() ? fmt::format("layers.{}", i) : prefix + std::to_string(i);
-    if (cfg.is_map() && cfg.has("repeat")) {
-      std::string name = cfg.has("name") ? cfg["name"].as_string() : default_name;
-      if (name.empty() || name == "input") cfg["name"].fail("`input` and \"\" are reserved names");
-      read_block(cfg, name, scopes, pending, by_name);
-      continue;
-    }
-    if (static_cast<int64_t>(pending.size()) >= kMaxLayers)
-      cfg.fail(fmt::format("the model has more than {} layers once repeat: blocks are expanded", kMaxLayers));
-    Pending p{cfg, "", default_name, nullptr, {}, {}, scopes, -1, -1};
-    if (cfg.is_scalar()) {
-      p.type = cfg.as_string();
-    } else if (cfg.is_map()) {
-      cfg.require("type");
-      p.type = cfg["type"].as_string();
-    } else {
-      cfg.fail("expected a layer type name or a map with `type:`");
-    }
-    p.spec = find_layer(p.type);
-    if (!p.spec) {
-      const ConfigNode at = cfg.is_map() ? cfg["type"] : cfg;
-      const std::string hint = closest_match(p.type, registry_types());
-      at.fail(fmt::format("unknown layer type \"{}\"{}; known types: {}", p.type,
-                          hint.empty() ? "" : " (did you mean \"" + hint + "\"?)", join_names(registry_types())));
-    }
-    std::vector<KeySpec> keys = layer_common_keys();
-    for (const auto& a : p.spec->args) keys.push_back(layer_arg_key(a));
-    if (cfg.is_map()) {
-      expect_keys(cfg, keys);
-      if (cfg.has("name")) {
-        const std::string name = cfg["name"].as_string();
-        if (name.empty() || name == "input") cfg["name"].fail("`input` and \"\" are reserved names");
-        p.name = prefix + name;
-      }
-      if (cfg.has("inputs")) {
-        const ConfigNode in = cfg["inputs"];
-        if (in.is_scalar()) {
-          p.input_names.push_back(in.as_string());
-        } else if (in.is_sequence() && in.size() > 0) {
-          for (size_t k = 0; k < in.size(); ++k) p.input_names.push_back(in.at(k).as_string());
-        } else {
-          in.fail("expected a layer name or a non-empty list of names");
-        }
-      }
-    } else {
-      for (const auto& a : p.spec->args)
-        if (a.required)
-          cfg.fail(fmt::format("layer {} needs `{}`; write {{type: {}, {}: …}}", p.type, a.name, p.type, a.name));
-    }
-    const auto [at, fresh] = by_name.emplace(p.name, static_cast<int>(pending.size()));
-    if (!fresh)
-      (cfg.is_map() && cfg.has("name") ? cfg["name"] : cfg)
-          .fail(fmt::format("the name \"{}\" is already used by {}", p.name,
-                            pending[static_cast<size_t>(at->second)].cfg.path()));
-    pending.push_back(std::move(p));
-  }
-}
-
-std::vector<Pending> read_layers(const ConfigNode& layers, std::map<std::string, int>& by_name) {
-  std::vector<Pending> pending;
-  read_layer_list(layers, {""}, pending, by_name);
-  return pending;
-}
-
-// 2. Input names resolved to list positions; the default input is the layer listed before (the model input for the
-//    first).
-void resolve_inputs(std::vector<Pending>& pending, const std::map<std::string, int>& by_name) {
-  std::vector<std::string> known{"input"};
-  for (const auto& p : pending) known.push_back(p.name);
-  for (size_t i = 0; i < pending.size(); ++i) {
-    Pending& p = pending[i];
-    if (p.input_names.empty()) p.input_names.push_back(i == 0 ? "input" : pending[i - 1].name);
-    const ConfigNode where = p.cfg.is_map() && p.cfg.has("inputs") ? p.cfg["inputs"] : p.cfg;
-    for (const auto& n : p.input_names) {
-      if (n == "input") {  // the model input, or inside a repeat: block the input of the block
-        p.inputs.push_back(p.block_input);
-        continue;
-      }
-      auto it = by_name.end();
-      for (size_t s = 0; s < p.scopes.size() && it == by_name.end(); ++s) it = by_name.find(p.scopes[s] + n);
-      if (it == by_name.end()) {
-        const std::string hint = closest_match(n, known);
-        where.fail(
-            fmt::format("no layer is named \"{}\"{}", n, hint.empty() ? "" : " (did you mean \"" + hint + "\"?)"));
-      }
-      if (it->second == static_cast<int>(i)) where.fail(fmt::format("layer \"{}\" takes its own output", n));
-      p.inputs.push_back(it->second);
-    }
-    const auto count = static_cast<int>(p.inputs.size());
-    if (count < p.spec->min_inputs || (p.spec->max_inputs > 0 && count > p.spec->max_inputs))
-      where.fail(fmt::format("{} takes {} input{}, got {}", p.type,
-                             p.spec->max_inputs == 0 ? fmt::format("{} or more", p.spec->min_inputs)
-                                                     : std::to_string(p.spec->max_inputs),
-                             p.spec->max_inputs == 1 ? "" : "s", count));
-  }
-}
-
-// Names the cycle among the layers Kahn's algorithm could not order (waiting[i] > 0), as a config error.
-[[noreturn]] void fail_cycle(const std::vector<Pending>& pending, const std::vector<int>& waiting) {
-  // Walk back along unfinished inputs from the first stuck layer until a layer repeats: that is the cycle.
-  int at = 0;
-  while (waiting[static_cast<size_t>(at)] == 0) ++at;
-  std::vector<int> path;
-  while (std::find(path.begin(), path.end(), at) == path.end()) {
-    path.push_back(at);
-    for (int j : pending[static_cast<size_t>(at)].inputs)
-      if (j >= 0 && waiting[static_cast<size_t>(j)] > 0) {
-        at = j;
-        break;
-      }
-  }
-  std::string cycle = pending[static_cast<size_t>(at)].name;
-  for (auto it = std::find(path.begin(), path.end(), at) + 1; it != path.end(); ++it)
-    cycle = pending[static_cast<size_t>(*it)].name + " → " + cycle;
-  pending[static_cast<size_t>(at)].cfg.fail("the layers form a cycle: " + pending[static_cast<size_t>(at)].name +
-                                            " → " + cycle);
-}
-
-// 2b. A relu whose only reader is a max pool runs after the pool instead: max(relu(x)) = relu(max(x)) (relu is
-//     monotone; relu keeps NaN and the pool passes it on, so a NaN gives NaN either way), and the gradients are the
-//     same bit for bit (the pool routes each output's gradient to the window's first maximum, which is the first
-//     maximum of relu(x) wherever the maximum is positive; where it is not, the relu zeroes the gradient either
-//     way). On a 2×2 pool the relu then touches a quarter of the values, forward and backward. Not where the
-//     relu's output has another reader or the pool is the model output. The nodes keep the config's wiring for
-//     resolved_layers (GraphNode::listed_inputs).
-void relu_after_max_pool(std::vector<Pending>& pending) {
-  std::vector<int> readers(pending.size(), 0);
-  for (const Pending& p : pending)
-    for (int j : p.inputs)
-      if (j >= 0) ++readers[static_cast<size_t>(j)];
-  for (size_t p = 0; p + 1 < pending.size(); ++p) {  // the last layer is the model output
-    Pending& pool = pending[p];
-    if (pool.type != "maxpool2d" || pool.inputs.size() != 1 || pool.inputs[0] < 0) continue;
-    const auto r = static_cast<size_t>(pool.inputs[0]);
-    Pending& relu = pending[r];
-    if (relu.type != "relu" || relu.inputs.size() != 1 || readers[r] != 1) continue;
-    // x → relu → pool → users becomes x → pool → relu → users.
-    for (Pending& user : pending)
-      for (int& j : user.inputs)
-        if (j == static_cast<int>(p)) j = static_cast<int>(r);
-    pool.inputs[0] = relu.inputs[0];
-    relu.inputs[0] = static_cast<int>(p);
-    readers[r] = readers[p];  // the relu now has the pool's readers, the pool the relu alone
-    readers[p] = 1;
-  }
-}
-
-// 3. The execution order (Kahn's algorithm, taking the earliest listed ready layer first) and each layer's users;
-//    what cannot be ordered is a cycle.
-std::vector<int> execution_order(const std::vector<Pending>& pending, std::vector<std::vector<int>>& users) {
-  std::vector<int> order, waiting(pending.size(), 0);
-  users.assign(pending.size(), {});
-  for (size_t i = 0; i < pending.size(); ++i)
-    for (int j : pending[i].inputs)
-      if (j >= 0) ++waiting[i], users[static_cast<size_t>(j)].push_back(static_cast<int>(i));
-  std::set<int> ready;
-  for (size_t i = 0; i < pending.size(); ++i)
-    if (waiting[i] == 0) ready.insert(static_cast<int>(i));
-  while (!ready.empty()) {
-    const int i = *ready.begin();
-    ready.erase(ready.begin());
-    order.push_back(i);
-    for (int u : users[static_cast<size_t>(i)])
-      if (--waiting[static_cast<size_t>(u)] == 0) ready.insert(u);
-  }
-  if (order.size() != pending.size()) fail_cycle(pending, waiting);
-  return order;
-}
-
-// 5. `tied_to:` — a layer that uses another's weight: the owner must run first (so the tied layer's backward writes
-//    the shared gradient and the owner's adds to it) and offer a weight of the shape the tied layer needs.
-void tie_weights(const std::vector<Pending>& pending, const std::map<std::string, int>& by_name,
-                 const std::vector<int>& position, std::vector<GraphNode>& nodes) {
-  for (size_t i = 0; i < pending.size(); ++i) {
-    const Pending& p = pending[i];
-    if (!p.cfg.is_map() || !p.cfg.has("tied_to")) continue;
+// `tied_to:` (resolved by parse_model_spec): the owner must run first (so the tied layer's backward writes the shared
+// gradient and the owner's adds to it) and offer a weight of the shape the tied layer needs.
+void tie_weights(const ModelSpec& spec, const std::vector<int>& position, std::vector<GraphNode>& nodes) {
+  for (size_t i = 0; i < spec.layers.size(); ++i) {
+    const ModelLayer& p = spec.layers[i];
+    if (p.tied_to < 0) continue;
     const ConfigNode at = p.cfg["tied_to"];
     const std::string target = at.as_string();
-    auto it = by_name.end();
-    for (size_t s = 0; s < p.scopes.size() && it == by_name.end(); ++s) it = by_name.find(p.scopes[s] + target);
-    if (it == by_name.end()) at.fail(fmt::format("no layer is named \"{}\"", target));
     GraphNode& node = nodes[static_cast<size_t>(position[i])];
-    GraphNode& owner = nodes[static_cast<size_t>(position[static_cast<size_t>(it->second)])];
+    GraphNode& owner = nodes[static_cast<size_t>(position[static_cast<size_t>(p.tied_to)])];
     const Shape need = node.layer->tied_weight_shape(), offered = owner.layer->shared_weight_shape();
     if (offered.rank() == 0)
       at.fail(fmt::format("\"{}\" is a {}, which has no weight to share (an embedding has)", target, owner.type));
-    if (position[static_cast<size_t>(it->second)] > position[i])
+    if (position[static_cast<size_t>(p.tied_to)] > position[i])
       at.fail(fmt::format("\"{}\" must run before \"{}\", which uses its weight", target, p.name));
     // The tied layer may use a prefix of the owner's rows (llm.c's padded vocabulary: logits over the first V rows).
     if (need.rank() != 2 || offered.rank() != 2 || need[1] != offered[1] || need[0] > offered[0])
       at.fail(fmt::format("\"{}\" has a weight of {}, but this layer needs {} (at most its {} rows)", target,
                           offered.str(), need.str(), offered.rank() ? offered[0] : 0));
-    node.tied_to = position[static_cast<size_t>(it->second)];
+    node.tied_to = position[static_cast<size_t>(p.tied_to)];
     owner.adds_param_grads = true;
   }
 }
 
 }  // namespace
 
-const SectionSpec& model_section() {
-  static const SectionSpec s = plain_section({layer_list_key(
-      "a bare type name for a layer without arguments (relu), a map with type: and its arguments, or a repeat: "
-      "block")});
-  return s;
-}
-
-std::string layer_json_schema() {
-  // The three forms a list item takes: a bare type (of a layer with no required argument), a repeat block, or a
-  // map with `type:` whose other keys are that type's arguments (one if/then per type).
-  SectionSpec typed;
-  typed.discriminator = "type";
-  typed.doc = "a layer: type and its arguments";
-  std::vector<std::string> bare;
-  for (const LayerSpec& s : layer_registry()) {
-    std::vector<KeySpec> keys = layer_common_keys();
-    for (const LayerArg& a : s.args) keys.push_back(layer_arg_key(a));
-    typed.variants.push_back({{s.type}, keys});
-    if (std::none_of(s.args.begin(), s.args.end(), [](const LayerArg& a) { return a.required; }))
-      bare.push_back(s.type);
-  }
-  const KeySpec item{.name = "layer",
-                     .kind = KeyKind::any_of,
-                     .items = {{.name = "type",
-                                .kind = KeyKind::choice,
-                                .choices = bare,
-                                .doc = "a layer without arguments, by its type alone"},
-                               {.name = "block", .kind = KeyKind::map, .section = &repeat_block_section()},
-                               {.name = "layer", .kind = KeyKind::map, .section = &typed}}};
-  return key_json_schema(item);
-}
-
-Model Model::build(const ConfigNode& model_cfg, const Shape& input_shape, DType dtype, Device device, uint64_t seed,
+Model Model::build(const ModelSpec& spec, const Shape& input_shape, DType dtype, Device device, uint64_t seed,
                    bool init_params) {
-  expect_keys(model_cfg, section_keys(model_section()));
-  model_cfg.require("layers");
-  const ConfigNode layers = model_cfg["layers"];
-  if (!layers.is_sequence() || layers.size() == 0) layers.fail("expected a non-empty list of layers");
-  std::map<std::string, int> by_name;
-  std::vector<Pending> pending = read_layers(layers, by_name);
-  resolve_inputs(pending, by_name);
-  std::vector<std::vector<int>> listed_inputs;
-  for (const Pending& p : pending) listed_inputs.push_back(p.inputs);
-  relu_after_max_pool(pending);
-  std::vector<std::vector<int>> users;
-  const std::vector<int> order = execution_order(pending, users);
-
-  // 4. Build in execution order: shapes flow forward. Parameters are initialised in config-list order, so that a
-  //    branch added later never changes the initial weights of the layers listed before it.
+  GT_CHECK(!spec.layers.empty(), "Model::build of a model spec without layers (parse_model_spec makes one)");
+  const std::vector<ModelLayer>& layers = spec.layers;
+  const std::vector<int>& order = spec.order;
+  const std::vector<std::vector<int>>& users = spec.users;
+  // Build in execution order: shapes flow forward. Parameters are initialised in config-list order, so that a branch
+  // added later never changes the initial weights of the layers listed before it.
   Model m;
   m.m_input_shape = input_shape;
   m.m_dtype = dtype;
   m.m_device = device;
-  std::vector<int> position(pending.size());
+  std::vector<int> position(layers.size());
   for (size_t k = 0; k < order.size(); ++k) position[static_cast<size_t>(order[k])] = static_cast<int>(k);
-  const int output = static_cast<int>(pending.size()) - 1;
+  const int output = static_cast<int>(layers.size()) - 1;
   for (int i : order) {
-    Pending& p = pending[static_cast<size_t>(i)];
+    const ModelLayer& p = layers[static_cast<size_t>(i)];
     GraphNode node;
     node.name = p.name;
     node.index = static_cast<size_t>(i);
@@ -451,8 +68,7 @@ Model Model::build(const ConfigNode& model_cfg, const Shape& input_shape, DType 
       node.inputs.push_back(j < 0 ? -1 : position[static_cast<size_t>(j)]);
       in_shapes.push_back(j < 0 ? input_shape : m.m_nodes[static_cast<size_t>(node.inputs.back())].out_shape);
     }
-    for (int j : listed_inputs[static_cast<size_t>(i)])
-      node.listed_inputs.push_back(j < 0 ? -1 : position[static_cast<size_t>(j)]);
+    for (int j : p.listed_inputs) node.listed_inputs.push_back(j < 0 ? -1 : position[static_cast<size_t>(j)]);
     // Sizes from the config are bounded one by one (core/limits.h); their products are checked here, so that a
     // layer too large to hold is a config error naming it, not a wrapped-around count later.
     try {
@@ -472,11 +88,11 @@ Model Model::build(const ConfigNode& model_cfg, const Shape& input_shape, DType 
     m.m_nodes.push_back(std::move(node));
   }
   if (position[static_cast<size_t>(output)] != static_cast<int>(m.m_nodes.size()) - 1)
-    pending[static_cast<size_t>(output)].cfg.fail(
+    layers[static_cast<size_t>(output)].cfg.fail(
         "the last layer listed is the model output, so no layer may take it as input");
-  tie_weights(pending, by_name, position, m.m_nodes);
+  tie_weights(spec, position, m.m_nodes);
   Rng init_rng(seed, /*stream=*/0x1A17);  // its own stream: data and shuffling never change the initial weights
-  std::vector<GraphNode*> by_index(pending.size());
+  std::vector<GraphNode*> by_index(layers.size());
   for (auto& n : m.m_nodes) by_index[n.index] = &n;
   m.m_initialised = init_params;
   for (GraphNode* n : by_index) {
@@ -519,304 +135,6 @@ std::vector<int> Model::grad_writers() const {
         ++writers[static_cast<size_t>(m_nodes[static_cast<size_t>(j)].grad_owner)];
   }
   return writers;
-}
-
-std::string Model::set_recompute(Recompute mode) {
-  GT_CHECK(m_max_batch == 0, "set_recompute after allocate: the buffers follow the mode");
-  struct Reapply {  // on every way out: the mode decides whether chains are in force
-    Model* m;
-    ~Reapply() { m->apply_epilogues(); }
-  } reapply{this};
-  const size_t count = m_nodes.size();
-  m_recompute = Recompute::none;
-  m_slot.assign(count, -1);
-  m_segment.assign(count, -1);
-  m_segment_range.clear();
-  m_slot_numel.clear();
-  m_resident = -1;
-  if (mode == Recompute::none) return "";
-  // Each pass of a top-level block is a segment when its layers run one after another (a layer outside that the
-  // block's layers wait for, placed between them, would read shared buffers another segment has overwritten).
-  std::map<int, std::vector<size_t>> passes;
-  for (size_t i = 0; i < count; ++i)
-    if (m_nodes[i].block >= 0) passes[m_nodes[i].block].push_back(i);
-  if (mode == Recompute::blocks && passes.empty())
-    return "the model has no repeat: block, whose passes recompute: use none (or all, which cuts any model into "
-           "segments)";
-  for (const auto& [b, at] : passes)
-    if (at.back() - at.front() + 1 == at.size())
-      for (size_t i : at) m_segment[i] = b;
-  // Under all, every run of other nodes is cut into ⌈r / ⌈√n⌉⌉ segments of about equal length (r nodes in the run,
-  // n in the model): checkpoint_sequential's rule (Chen et al. 2016, "Training deep nets with sublinear memory
-  // cost"), which keeps about √n outputs at segment boundaries and about √n in the shared buffers. Block pass ids
-  // are positions in the expanded config list, below n, so these ids, from n, are apart. A last run of at most ⌈√n⌉
-  // nodes right after a pass (a transformer's final norm and head) joins that pass: the last segment is the one not
-  // run again, and a segment of its own there would make the backward pass recompute the whole last pass to save
-  // the head's few outputs.
-  const size_t run_limit = static_cast<size_t>(std::ceil(std::sqrt(static_cast<double>(count))));
-  if (mode == Recompute::all) {
-    for (size_t i = 0; i < count;) {
-      size_t end = i;
-      while (end < count && m_segment[end] < 0) ++end;
-      const size_t run = end - i, pieces = (run + run_limit - 1) / run_limit;
-      if (end == count && i > 0 && m_segment[i - 1] >= 0 && run <= run_limit) {
-        for (size_t k = i; k < end; ++k) m_segment[k] = m_segment[i - 1];
-        break;
-      }
-      for (size_t k = 0; k < run; ++k) m_segment[i + k] = static_cast<int>(count + i + k * pieces / run);
-      i = std::max(end, i + 1);
-    }
-  }
-  // The node whose buffer holds each node's output (a view reads its source's).
-  std::vector<int> source(count, -1);
-  for (size_t i = 0; i < count; ++i)
-    source[i] = !m_nodes[i].layer->is_view() ? static_cast<int>(i)
-                : m_nodes[i].inputs[0] >= 0  ? source[static_cast<size_t>(m_nodes[i].inputs[0])]
-                                             : -1;
-  std::vector<bool> read_outside(count, false);
-  for (size_t i = 0; i < count; ++i)
-    for (int j : m_nodes[i].inputs) {
-      if (j < 0 || source[static_cast<size_t>(j)] < 0) continue;
-      const size_t src = static_cast<size_t>(source[static_cast<size_t>(j)]);
-      if (m_segment[src] < 0 || m_segment[src] != m_segment[i]) read_outside[src] = true;
-    }
-  read_outside.back() = true;  // the model output goes to the loss (a view's through its source)
-  if (source.back() >= 0) read_outside[static_cast<size_t>(source.back())] = true;
-  std::map<int, std::vector<size_t>> segments;
-  for (size_t i = 0; i < count; ++i)
-    if (m_segment[i] >= 0) segments[m_segment[i]].push_back(i);
-  for (const auto& [s, at] : segments) {
-    bool any = false;
-    for (size_t i : at) {
-      if (m_nodes[i].layer->is_view() || read_outside[i]) continue;
-      const size_t p = i - at.front();
-      if (m_slot_numel.size() <= p) m_slot_numel.resize(p + 1, 0);
-      m_slot_numel[p] = std::max(m_slot_numel[p], m_nodes[i].out_shape.numel());
-      m_slot[i] = static_cast<int>(p);
-      any = true;
-    }
-    if (any) m_segment_range[s] = {at.front(), at.back()};
-  }
-  if (mode == Recompute::blocks && m_segment_range.empty())
-    return "no repeat: block of the model has a layer whose output is used only inside its block, and whose layers "
-           "run one after another: nothing would be recomputed (use none)";
-  // The last segment is never run again, so with one segment there is nothing to share a buffer with.
-  if (mode == Recompute::all && m_segment_range.size() < 2)
-    return fmt::format(
-        "cut into segments (the passes of repeat: blocks, the other layers in runs of at most {}), the model has {} "
-        "segment{} with a layer whose output is used only inside it: nothing would be recomputed (use none)",
-        run_limit, m_segment_range.size(), m_segment_range.size() == 1 ? "" : "s");
-  m_recompute = mode;
-  return "";
-}
-
-void Model::set_activation_storage(std::optional<HalfFormat> format) {
-  GT_CHECK(!format || m_dtype == DType::f32, "activations kept in half precision need an f32 model");
-  GT_CHECK(m_max_batch == 0, "set_activation_storage after allocate: the buffers are planned already");
-  m_half = format;
-  apply_epilogues();
-}
-
-std::optional<HalfFormat> Model::activation_storage() const {
-  if (!m_half) return std::nullopt;
-  const HalfPlan plan = half_plan();
-  const bool any = std::any_of(plan.pool.begin(), plan.pool.end(), [](int b) { return b >= 0; });
-  return any ? m_half : std::nullopt;
-}
-
-Model::HalfPlan Model::half_plan() const {
-  const size_t count = m_nodes.size();
-  HalfPlan plan;
-  plan.pool.assign(count, -1);
-  plan.pack_after.assign(count, {});
-  if (!m_half) return plan;
-  // The node whose buffer each output is (a view's is its source's; -1: the model input), and the last node whose
-  // forward reads it (through views too; a node nothing reads is its own last reader).
-  std::vector<int> source(count);
-  std::vector<size_t> last_read(count);
-  std::vector<bool> keep_f32(count, false);
-  for (size_t i = 0; i < count; ++i) {
-    const GraphNode& n = m_nodes[i];
-    source[i] =
-        n.layer->is_view() ? (n.inputs[0] < 0 ? -1 : source[static_cast<size_t>(n.inputs[0])]) : static_cast<int>(i);
-    last_read[i] = i;
-    if (n.layer->is_view()) continue;
-    const bool recomputed = !m_slot.empty() && m_slot[i] >= 0;
-    keep_f32[i] = keep_f32[i] || recomputed;
-    for (int j : n.inputs) {
-      const int r = j < 0 ? -1 : source[static_cast<size_t>(j)];
-      if (r < 0) continue;
-      last_read[static_cast<size_t>(r)] = i;
-      if (recomputed || n.layer->reads_exact_inputs()) keep_f32[static_cast<size_t>(r)] = true;
-    }
-  }
-  if (source[count - 1] >= 0) keep_f32[static_cast<size_t>(source[count - 1])] = true;  // the loss reads it
-  // Working buffers by the forward pass's lives, for the outputs of at most `limit` elements per sample: node i
-  // takes a free one (the smallest that fits, else the largest, grown) and gives back those of the outputs it reads
-  // last after its forward, so the inputs and the output of a node always have buffers of their own, in the backward
-  // pass too. Returns the plan and its bytes per sample (16-bit copies, working buffers, the f32 outputs).
-  auto plan_for = [&](int64_t limit, int64_t& bytes) {
-    HalfPlan p;
-    p.pool.assign(count, -1);
-    p.pack_after.assign(count, {});
-    bytes = 0;
-    std::vector<std::vector<int>> last_read_by(count);
-    for (size_t i = 0; i < count; ++i) {
-      const GraphNode& n = m_nodes[i];
-      if (n.layer->is_view() || (!m_slot.empty() && m_slot[i] >= 0)) continue;  // recomputed: counted by neither
-      const bool half = !keep_f32[i] && n.out_shape.numel() <= limit;
-      bytes += n.out_shape.numel() * (half ? 2 : 4);
-      if (half)
-        last_read_by[last_read[i]].push_back(static_cast<int>(i));
-      else
-        p.pool[i] = -2;  // f32, for the loop below
-    }
-    std::vector<int> free_list;
-    for (size_t i = 0; i < count; ++i) {
-      const GraphNode& n = m_nodes[i];
-      if (!n.layer->is_view() && !keep_f32[i] && p.pool[i] == -1) {
-        const int64_t need = n.out_shape.numel();
-        int pick = -1;
-        for (int b : free_list) {
-          const int64_t have = p.pool_numel[static_cast<size_t>(b)];
-          const int64_t best = pick < 0 ? 0 : p.pool_numel[static_cast<size_t>(pick)];
-          if (pick < 0 || (have >= need && (best < need || have < best)) || (best < need && have > best)) pick = b;
-        }
-        if (pick < 0) {
-          pick = static_cast<int>(p.pool_numel.size());
-          p.pool_numel.push_back(need);
-        } else {
-          free_list.erase(std::find(free_list.begin(), free_list.end(), pick));
-          p.pool_numel[static_cast<size_t>(pick)] = std::max(p.pool_numel[static_cast<size_t>(pick)], need);
-        }
-        p.pool[i] = pick;
-      }
-      for (int r : last_read_by[i]) {
-        free_list.push_back(p.pool[static_cast<size_t>(r)]);
-        p.pack_after[i].push_back(r);
-      }
-    }
-    for (int& b : p.pool) b = std::max(b, -1);
-    for (int64_t numel : p.pool_numel) bytes += 4 * numel;
-    return p;
-  };
-  // A shallow net holds as much in its working buffers (two or three of its largest outputs in f32) as the 16-bit
-  // copies save: the largest outputs then pay to stay f32. Tried: every size of output as the largest kept in half
-  // (the 32 largest sizes), and none; the fewest bytes wins, none on a tie.
-  std::vector<int64_t> sizes;
-  for (size_t i = 0; i < count; ++i)
-    if (!m_nodes[i].layer->is_view() && !keep_f32[i]) sizes.push_back(m_nodes[i].out_shape.numel());
-  std::sort(sizes.begin(), sizes.end(), std::greater<>());
-  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
-  if (sizes.size() > 32) sizes.resize(32);
-  int64_t best_bytes = 0;
-  HalfPlan best = plan_for(0, best_bytes);
-  for (int64_t limit : sizes) {
-    int64_t bytes = 0;
-    HalfPlan p = plan_for(limit, bytes);
-    if (bytes < best_bytes) best_bytes = bytes, best = std::move(p);
-  }
-  return best;
-}
-
-void Model::apply_epilogues() {
-  const Chains c = chains();
-  for (size_t i = 0; i < m_nodes.size(); ++i) m_nodes[i].layer->set_epilogue(c.any() ? c.epilogue[i] : ops::Epilogue{});
-}
-
-Model::Chains Model::chains() const {
-  Chains c;
-  if (!m_fusion || !m_device.is_cpu() || m_recompute != Recompute::none || m_half || m_sync) return c;
-  const size_t count = m_nodes.size();
-  std::vector<std::vector<size_t>> readers(count);
-  for (size_t i = 0; i < count; ++i)
-    for (int j : m_nodes[i].inputs)
-      if (j >= 0) readers[static_cast<size_t>(j)].push_back(i);
-  c.tail.assign(count, -1);
-  c.head.assign(count, -1);
-  c.epilogue.assign(count, {});
-  c.residual.assign(count, -1);
-  c.flops.assign(count, 0);
-  bool any = false;
-  for (size_t i = 0; i < count; ++i) {
-    const Layer& head = *m_nodes[i].layer;
-    if (c.head[i] >= 0 || head.is_view()) continue;
-    ops::Epilogue ep;
-    size_t end = i;
-    int64_t flops = head.forward_flops();
-    // Extend the chain while the node at its end has one reader, which reads nothing else and is a step that the
-    // head can run after the steps taken so far (a pool before relu, each once; GELU alone), or is a residual add
-    // right after the head whose other input is a stored output of an earlier node (or the model's input).
-    while (readers[end].size() == 1) {
-      const GraphNode& next = m_nodes[readers[end][0]];
-      const ops::Epilogue step = next.layer->epilogue_step();
-      if (step.add) {
-        if (end != i || next.inputs.size() != 2) break;
-        const int other = next.inputs[next.inputs[0] == static_cast<int>(i) ? 1 : 0];
-        // (other ≥ i also refuses an add of the head's output to itself.)
-        if (other >= static_cast<int>(i) || (other >= 0 && c.unstored(static_cast<size_t>(other))) ||
-            !head.takes_epilogue(step))
-          break;
-        ep = step;
-        end = readers[end][0];
-        c.head[end] = static_cast<int>(i);
-        c.residual[i] = other;
-        flops += next.layer->forward_flops();
-        break;  // the add ends its chain
-      }
-      if (next.inputs.size() != 1 || !step.any() || (step.max_pool_2x2 && ep.any()) || (step.relu && ep.relu) ||
-          ep.gelu_tanh || (step.gelu_tanh && ep.any()))
-        break;
-      ops::Epilogue longer = ep;
-      longer.max_pool_2x2 = longer.max_pool_2x2 || step.max_pool_2x2;
-      longer.relu = longer.relu || step.relu;
-      longer.gelu_tanh = step.gelu_tanh;
-      if (!head.takes_epilogue(longer)) break;
-      ep = longer;
-      end = readers[end][0];
-      c.head[end] = static_cast<int>(i);
-      flops += next.layer->forward_flops();
-    }
-    if (end == i) continue;
-    c.tail[i] = static_cast<int>(end);
-    c.epilogue[i] = ep;
-    c.flops[i] = flops;
-    any = true;
-  }
-  if (!any) return {};
-  return c;
-}
-
-std::vector<Model::NodeBuffers> Model::buffer_plan(int64_t max_batch) const {
-  const size_t count = m_nodes.size();
-  const std::vector<int> writers = grad_writers();
-  std::vector<NodeBuffers> plan(count);
-  std::vector<bool> slot_given(m_slot_numel.size(), false);
-  const HalfPlan half = half_plan();
-  std::vector<bool> pool_given(half.pool_numel.size(), false);
-  const Chains chain = chains();
-  for (size_t i = 0; i < count; ++i) {
-    const GraphNode& n = m_nodes[i];
-    if (n.layer->is_view()) continue;  // bound to its input at run time
-    if (chain.unstored(i)) continue;   // inside a fused chain: neither it nor its gradient is stored
-    const int64_t rows = n.out_shape.batched(max_batch).numel();
-    plan[i].output = rows;
-    if (half.pool[i] >= 0) {  // kept in 16 bits; a working buffer, given to the first node that uses it
-      const auto b = static_cast<size_t>(half.pool[i]);
-      plan[i].output = pool_given[b] ? 0 : mul_sizes(half.pool_numel[b], max_batch, "elements");
-      plan[i].half = rows;
-      pool_given[b] = true;
-    }
-    if (!m_slot.empty() && m_slot[i] >= 0) {  // a shared buffer, given to the first node at its position
-      const size_t p = static_cast<size_t>(m_slot[i]);
-      plan[i].output = slot_given[p] ? 0 : mul_sizes(m_slot_numel[p], max_batch, "elements");
-      slot_given[p] = true;
-    }
-    // The last node's gradient comes from the loss; the others need a buffer only when something before learns.
-    if (n.needs_grad && i + 1 < count) plan[i].gradient = rows;
-    if (writers[i] > 1) plan[i].scratch = rows;
-  }
-  return plan;
 }
 
 void Model::check_batch(int64_t batch, const ConfigNode& where) const {

@@ -4,6 +4,7 @@
 #include "config/config.h"
 #include "core/half.h"
 #include "core/span_timer.h"
+#include "graph/model_spec.h"
 #include "layers/layer.h"
 #include "ops/epilogue.h"
 #include "ops/half_storage.h"
@@ -42,20 +43,13 @@ enum class Recompute {
   all,     ///< as blocks, with every other layer in segments of about √n: any model (Model::set_recompute)
 };
 
-struct SectionSpec;
-/// The `model:` section's keys (its `layers:` list).
-const SectionSpec& model_section();
-/// The JSON Schema of one item of a layer list, generated from the layer registry: a bare type, a `repeat:` block or
-/// a map of `type:` and that type's arguments (the schema's $defs/layer, which layer lists refer to).
-std::string layer_json_schema();
-
 class Model {
  public:
-  /// Builds the layers listed under `model.layers` for per-sample inputs of `input_shape`. Every problem
-  /// (unknown type or key, bad argument, shapes that do not fit) is a ConfigError naming the layer's path.
+  /// Builds the layers of `spec` (parse_model_spec's) for per-sample inputs of `input_shape`. Every problem the
+  /// parse could not see (a bad argument, shapes that do not fit) is a ConfigError naming the layer's path.
   /// With `init_params` false no parameter is created (shapes, counts and FLOPs only): `gputrain check` sizes
   /// models that would not fit in memory this way; such a model cannot be allocated or run.
-  static Model build(const ConfigNode& model_cfg, const Shape& input_shape, DType dtype, Device device, uint64_t seed,
+  static Model build(const ModelSpec& spec, const Shape& input_shape, DType dtype, Device device, uint64_t seed,
                      bool init_params = true);
 
   /// The elements allocate(max_batch) gives node i: its output, the gradient of its output (when something

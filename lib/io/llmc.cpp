@@ -318,8 +318,8 @@ LlmcHeader llmc_gpt_header(const Model& model, int32_t version) {
         fmt::format("it has {} causal_self_attention layers, llm.c's GPT-2 1 to {}", h.num_layers, kLlmcMaxLayers);
   } else {
     try {
-      want = Model::build(ConfigNode::load_string(llmc_model_yaml(h), "llm.c's GPT-2"), Shape{1}, DType::f32,
-                          Device::cpu(), 0, /*init_params=*/false)
+      want = Model::build(parse_model_spec(ConfigNode::load_string(llmc_model_yaml(h), "llm.c's GPT-2")), Shape{1},
+                          DType::f32, Device::cpu(), 0, /*init_params=*/false)
                  .resolved_layers();
     } catch (const ConfigError& e) {
       why_not = fmt::format("its sizes make no llm.c GPT-2 ({})", e.what());

@@ -24,7 +24,7 @@ namespace gt {
 
 void check_tta(const Experiment& exp, const Shape& sample) {
   if (exp.data.tta_hflip && sample.rank() != 3)
-    exp.root["data"]["tta"].fail(
+    exp.at.tta.fail(
         fmt::format("test-time flips work on [channels, height, width] images; the samples are {}", sample.str()));
 }
 
@@ -127,12 +127,11 @@ EvalSummary evaluate_weights(const Experiment& exp, const std::string& weights_p
   std::string reason;
   const Device device = resolve_device(exp.devices.empty() ? exp.device : exp.devices[0], reason);
   const LoadedData data = load_data(exp);
-  if (data.test.size() == 0) exp.root["data"].fail("eval needs a test set (data.test, or test_samples for synthetic)");
+  if (data.test.size() == 0) exp.at.data.fail("eval needs a test set (data.test, or test_samples for synthetic)");
   check_tta(exp, data.train.input_shape());
-  Model model = Model::build(exp.root["model"], data.train.input_shape(), DType::f32, device, exp.seed);
-  model.check_batch(exp.data.batch_size, exp.root["data"]["batch_size"]);
-  check_loss_fits(exp.loss, model.output_shape(), data.train, exp.root.has("loss") ? exp.root["loss"] : exp.root,
-                  &data.test);
+  Model model = Model::build(exp.model, data.train.input_shape(), DType::f32, device, exp.seed);
+  model.check_batch(exp.data.batch_size, exp.at.batch_size);
+  check_loss_fits(exp.loss, model.output_shape(), data.train, exp.at.loss, &data.test);
   load_finite_weights(model, weights_file(weights_path, exp.checkpoint));
   const int64_t batch = exp.data.batch_size;
   model.allocate(batch);

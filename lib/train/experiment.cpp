@@ -65,7 +65,7 @@ void check_run_name(const ConfigNode& n, const std::string& name) {
 // refused when the run starts: StepLoop.)
 void check_cuda_graphs(const Experiment& exp) {
   if (!exp.train.cuda_graphs) return;
-  const ConfigNode key = exp.root["train"]["cuda_graphs"];
+  const ConfigNode& key = exp.at.cuda_graphs;
   const bool all_cpu =
       exp.devices.empty() ? exp.device == "cpu" : std::count(exp.devices.begin(), exp.devices.end(), "cpu") > 0;
   if (all_cpu) key.fail("CUDA graphs need a GPU, and device is cpu (set device: cuda, or cuda_graphs: false)");
@@ -159,7 +159,6 @@ Experiment parse(const ConfigNode& root, bool check_data_files) {
   const std::vector<KeySpec>& keys = section_keys(experiment_section());
   expect_keys(root, keys);
   Experiment exp;
-  exp.root = root;
   exp.name = root.get_string("name", key_spec(keys, "name").fallback);
   check_run_name(root["name"], exp.name);
   exp.seed = static_cast<uint64_t>(get_int(root, key_spec(keys, "seed")));
@@ -179,7 +178,17 @@ Experiment parse(const ConfigNode& root, bool check_data_files) {
   if (root.has("checkpoint")) parse_checkpoint(root["checkpoint"], exp.checkpoint);
   if (root.has("dist")) parse_dist(root["dist"], exp.dist);
   if (root.has("logging")) parse_logging(root["logging"], exp.logging, exp.train.log_every);
+  const ConfigNode data = root["data"], train = root["train"];
+  exp.at.data = data;
+  exp.at.batch_size = data["batch_size"];
+  exp.at.augment = data["augment"];
+  exp.at.tta = data["tta"];
+  exp.at.accumulate = train["accumulate"];
+  exp.at.recompute = train["recompute"];
+  exp.at.cuda_graphs = train["cuda_graphs"];
   check_cuda_graphs(exp);
+  exp.model = parse_model_spec(root["model"]);
+  exp.at.loss = root.has("loss") ? root["loss"] : exp.model.where;
   return exp;
 }
 }  // namespace

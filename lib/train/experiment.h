@@ -4,9 +4,10 @@
 
 #include "config/config.h"
 #include "data/settings.h"
-#include "parallel/settings.h"
+#include "graph/model_spec.h"
 #include "log/settings.h"
 #include "optim/settings.h"
+#include "parallel/settings.h"
 #include "train/loss.h"
 #include "train/settings.h"
 
@@ -30,7 +31,15 @@ struct Experiment {
   CheckpointConfig checkpoint;
   DistConfig dist;
   LoggingConfig logging;
-  ConfigNode root;  ///< the whole config after overrides: the model is built from root["model"]
+  ModelSpec model;  ///< the layers, for Model::build
+  /// Where the keys that checks after parsing fail on were written (the data against the model, a checkpoint
+  /// against the run, the device found): their nodes, for the key path and position of the message. A key that
+  /// is not written names its section's position.
+  struct Positions {
+    ConfigNode data, batch_size, augment, tta;
+    ConfigNode accumulate, recompute, cuda_graphs;
+    ConfigNode loss;  ///< the loss: section; where there is none, model.layers (a loss that does not fit the model)
+  } at;
 };
 
 /// The top level's keys: name, seed, device and each section's table (experiment_section's JSON Schema is the
@@ -38,7 +47,8 @@ struct Experiment {
 const SectionSpec& experiment_section();
 /// Loads a config file and applies `--set` overrides in order.
 ConfigNode load_config(const std::string& file, const std::vector<std::string>& overrides);
-/// Validates and reads every section except the layers (built by Model::build); throws ConfigError.
+/// Validates and reads every section, the model's layers too (their arguments are read by Model::build); throws
+/// ConfigError.
 Experiment parse_experiment(const ConfigNode& root);
 /// The same, without checking that the data files exist: for commands that read no data file (generate; check of
 /// a token config, whose shapes come from the config).

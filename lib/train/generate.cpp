@@ -194,9 +194,9 @@ GenerateSummary generate_text(const Experiment& exp, const GenerateOptions& opts
   set_num_threads(opts.threads > 0 ? opts.threads : static_cast<int>(std::thread::hardware_concurrency()));
   std::string reason;
   const Device device = resolve_device(exp.devices.empty() ? exp.device : exp.devices[0], reason);
-  Model model = Model::build(exp.root["model"], input_shape_of(exp), DType::f32, device, exp.seed);
+  Model model = Model::build(exp.model, input_shape_of(exp), DType::f32, device, exp.seed);
   const std::string why = token_model_problem(model);
-  if (!why.empty()) exp.root["model"]["layers"].fail("generate needs a token model: " + why);
+  if (!why.empty()) exp.model.where.fail("generate needs a token model: " + why);
   load_finite_weights(model, weights_file(opts.checkpoint, exp.checkpoint));
   model.allocate(1);
 

@@ -47,7 +47,8 @@ LlmcImport import_llmc(const std::string& bin, const std::string& out_dir, bool 
   const std::string config = llmc_config_yaml(h, "llmc_" + stem, plain(fs::path(bin).filename().string(), 120));
   try {  // the GPT as `gputrain check` would size it: a checkpoint within llm.c's limits may still exceed gputrain's
     const ConfigNode root = ConfigNode::load_string(config, r.config);
-    Model::build(root["model"], Shape{h.max_seq_len}, DType::f32, Device::cpu(), 0, /*init_params=*/false);
+    Model::build(parse_model_spec(root["model"]), Shape{h.max_seq_len}, DType::f32, Device::cpu(), 0,
+                 /*init_params=*/false);
   } catch (const ConfigError& e) {
     throw DataError(fmt::format("{}: a GPT of these sizes is more than gputrain takes: {}", bin, e.what()));
   }
@@ -83,9 +84,10 @@ std::string export_llmc(const std::string& config, const std::vector<std::string
   root.require("model");
   // Only the model is needed: sequences of one token build every GPT (the sizes are in the layers' arguments), and
   // no data file has to exist where the weights are converted.
-  llmc_gpt_header(Model::build(root["model"], Shape{1}, DType::f32, Device::cpu(), 0, /*init_params=*/false),
-                  bf16 ? 5 : 3);  // the layout is checked before any memory is given to the parameters
-  Model model = Model::build(root["model"], Shape{1}, DType::f32, Device::cpu(), 0);
+  const ModelSpec spec = parse_model_spec(root["model"]);
+  // The layout is checked before any memory is given to the parameters.
+  llmc_gpt_header(Model::build(spec, Shape{1}, DType::f32, Device::cpu(), 0, /*init_params=*/false), bf16 ? 5 : 3);
+  Model model = Model::build(spec, Shape{1}, DType::f32, Device::cpu(), 0);
   const std::string weights = weights_file(checkpoint, CheckpointConfig{});
   refuse_output_file("--out", out, {weights});  // a folder's weights file, found only now
   load_weights(model, weights);

@@ -108,16 +108,13 @@ void check_same_batches(const Experiment& exp, const CheckpointInfo& from) {
                     "batches, so the run cannot continue exactly; resume with {}, or start a new run",
                     now, from.dir, then, then));
   };
-  if (from.batch_size != exp.data.batch_size)
-    refuse(exp.root["data"]["batch_size"], exp.data.batch_size, from.batch_size);
-  if (from.accumulate != exp.train.accumulate)
-    refuse(exp.root["train"]["accumulate"], exp.train.accumulate, from.accumulate);
+  if (from.batch_size != exp.data.batch_size) refuse(exp.at.batch_size, exp.data.batch_size, from.batch_size);
+  if (from.accumulate != exp.train.accumulate) refuse(exp.at.accumulate, exp.train.accumulate, from.accumulate);
 }
 
 void apply_recompute(const Experiment& exp, Model& model) {
   const std::string why = model.set_recompute(exp.train.recompute);
-  if (!why.empty())
-    exp.root["train"]["recompute"].fail(fmt::format("is {}, but {}", to_string(exp.train.recompute), why));
+  if (!why.empty()) exp.at.recompute.fail(fmt::format("is {}, but {}", to_string(exp.train.recompute), why));
   // bf16/fp16 keep the activations for backward in half (f32 models, on the CPU and on CUDA).
   if (model.dtype() == DType::f32) model.set_activation_storage(half_format(exp.train.precision));
 }
@@ -129,7 +126,7 @@ namespace {
 void check_cuda_graphs_run(const Experiment& exp, Device device, const std::string& device_reason, int world,
                            const Model& model) {
   if (!exp.train.cuda_graphs) return;
-  const ConfigNode key = exp.root["train"]["cuda_graphs"];
+  const ConfigNode& key = exp.at.cuda_graphs;
   if (!device.is_cuda())
     key.fail(fmt::format("CUDA graphs need a GPU, and this run is on {} ({})", device.str(), device_reason));
   if (world > 1)
@@ -146,7 +143,7 @@ void check_graph_layers(const Experiment& exp, const Model& model) {
   if (!exp.train.cuda_graphs) return;
   for (const GraphNode& node : model.nodes())
     if (node.layer->keyed_by_step())
-      exp.root["train"]["cuda_graphs"].fail(
+      exp.at.cuda_graphs.fail(
           fmt::format("layer {} ({}) draws its dropout masks from the step number the host passes each step, which "
                       "a captured graph would freeze: set its dropout to 0, or cuda_graphs: false",
                       node.name, node.type));
@@ -159,13 +156,12 @@ RunSetup::RunSetup(const Experiment& exp, const RunOptions& opts, const WorkerPl
   // Everything that can be wrong with the config is found before the run directory exists.
   if (!where.data) m_own_data = load_data(exp);
   m_data = where.data ? where.data : &*m_own_data;
-  model = Model::build(exp.root["model"], train().input_shape(), DType::f32, device, exp.seed);
-  model.check_batch(exp.data.batch_size, exp.root["data"]["batch_size"]);
+  model = Model::build(exp.model, train().input_shape(), DType::f32, device, exp.seed);
+  model.check_batch(exp.data.batch_size, exp.at.batch_size);
   apply_recompute(exp, model);
-  const ConfigNode loss_where = exp.root.has("loss") ? exp.root["loss"] : exp.root["model"]["layers"];
-  check_loss_fits(exp.loss, model.output_shape(), train(), loss_where, &test());
+  check_loss_fits(exp.loss, model.output_shape(), train(), exp.at.loss, &test());
   if (exp.data.augment.any() && train().input_shape().rank() != 3)
-    exp.root["data"]["augment"].fail(
+    exp.at.augment.fail(
         fmt::format("augmentation works on [channels, height, width] images; the "
                     "samples are {}",
                     train().input_shape().str()));

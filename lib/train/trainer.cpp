@@ -572,7 +572,7 @@ RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
     return done;
   }
   if (exp.data.format == DataFormat::tokens && exp.data.train_tokens.empty())
-    exp.root["data"].fail("tokens: training needs data.train: {path: GLOB} (this config names test shards only)");
+    exp.at.data.fail("tokens: training needs data.train: {path: GLOB} (this config names test shards only)");
   // From before any work (data, model, run directory) to the end: a signal at any moment stops the run the
   // documented way, never by the default action. (`gputrain train` holds them from its start already.)
   const StopHandlers handlers;
