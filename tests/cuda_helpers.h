@@ -33,21 +33,14 @@ class ScopedEnvVar {
  public:
   ScopedEnvVar(const char* name, const char* value) : m_name(name) {
     if (const char* old = std::getenv(name)) m_old = old;
-    if (value)
-      setenv(name, value, 1);
-    else
-      unsetenv(name);
+    put(name, value);
   }
-  ~ScopedEnvVar() {
-    if (m_old)
-      setenv(m_name.c_str(), m_old->c_str(), 1);
-    else
-      unsetenv(m_name.c_str());
-  }
+  ~ScopedEnvVar() { put(m_name.c_str(), m_old ? m_old->c_str() : nullptr); }
   ScopedEnvVar(const ScopedEnvVar&) = delete;
   ScopedEnvVar& operator=(const ScopedEnvVar&) = delete;
 
  private:
+  static void put(const char* name, const char* value) { value ? setenv(name, value, 1) : unsetenv(name); }
   std::string m_name;
   std::optional<std::string> m_old;
 };

@@ -202,14 +202,8 @@ std::shared_ptr<fe::graph::Graph> describe(const Problem& p, int sm = 0) {
   return g;
 }
 
-const char* kind_name(Kind k) {
-  switch (k) {
-    case Kind::forward_train: return "forward";
-    case Kind::forward_eval: return "evaluation forward";
-    case Kind::backward: return "backward";
-  }
-  return "?";
-}
+// By CudnnAttentionKind.
+constexpr const char* kKindNames[] = {"forward", "evaluation forward", "backward"};
 
 // Builds the problem's graph on `device`'s handle; a step cuDNN refuses leaves the graph null and says why.
 std::unique_ptr<AttentionGraph> build(int device, const Problem& p) {
@@ -218,8 +212,8 @@ std::unique_ptr<AttentionGraph> build(int device, const Problem& p) {
   cudnnHandle_t handle = cudnn_handle(device);  // makes `device` current: check_support reads its SM version
   const auto refused = [&](const char* step, fe::error_t e) {
     made->refusal = fmt::format("cuDNN {} refuses the {} {} graph for B {} T {} heads {} head size {} ({}: {})",
-                                cudnnGetVersion(), p.format == HalfFormat::bf16 ? "bf16" : "fp16", kind_name(p.kind),
-                                p.b, p.t, p.h, p.d, step, e.get_message());
+                                cudnnGetVersion(), p.format == HalfFormat::bf16 ? "bf16" : "fp16",
+                                kKindNames[static_cast<int>(p.kind)], p.b, p.t, p.h, p.d, step, e.get_message());
     return std::move(made);
   };
   if (fe::error_t e = g->validate(); e.is_bad()) return refused("validate", e);
