@@ -139,6 +139,9 @@ struct AttentionGraph {
   std::shared_ptr<fe::graph::Graph> graph;
   std::string refusal;
   int64_t workspace = 0;
+  // execute() is const but fills the graph's own pointer table: two threads driving one device (worker ranks that
+  // share a GPU) take turns. It only queues work, so the turn is short.
+  mutable std::mutex running;
 };
 
 // t as a [B, H, T, d] view of the head columns of rows `row` elements apart (3C in qkv, C in out): where the view
@@ -261,6 +264,7 @@ std::optional<Problem> problem_of(const Tensor& qkv, int64_t heads, const ops::A
 }
 
 void run(const AttentionGraph& g, int device, std::unordered_map<int64_t, void*>& pointers) {
+  const std::lock_guard lock(g.running);
   void* ws = g.workspace > 0 ? workspace(device, static_cast<size_t>(g.workspace)) : nullptr;
   if (fe::error_t e = g.graph->execute(cudnn_handle(device), pointers, ws); e.is_bad())
     throw Error(fmt::format("cuDNN flash attention failed to run: {}", e.get_message()));
