@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check (issue 4): on a machine with an NVIDIA GPU, CUDA 13 and PyTorch (no package registry), from a bundle
 # made here by scripts/gpu_bundle.sh:
-#   1. every [cuda] test case, one process each (a crash in one cannot hide the others), with its outcome;
+#   1. every [cuda] test case, one process each (a crash in one cannot hide the others), with its outcome and the
+#      `rate:` lines it prints (cuDNN's flash attention at GPT-2's shape: TFLOP/s forward and backward);
 #   2. fashion_mnist_mlp and fashion_mnist_cnn trained by gputrain on the GPU and by PyTorch eager on the GPU (same
 #      model, batch 128, SGD momentum 0.9, fp32 with PyTorch's default math modes), samples/s of the training loop;
 #   2b. both in tf32, bf16 and fp16 (train.precision: cuBLASLt and cuDNN with 16-bit operands and fp32 compute)
@@ -68,7 +69,8 @@ while IFS= read -r name; do
   rc=$?
   dt=$(awk -v a="$(date +%s.%N)" -v b="$start" 'BEGIN { printf "%.1f", a - b }')  # (the GPU image has no bc)
   case $rc in
-    0) pass=$((pass + 1)); printf '  pass  %5.1fs  %s\n' "$dt" "$name" ;;
+    0) pass=$((pass + 1)); printf '  pass  %5.1fs  %s\n' "$dt" "$name"
+       grep '^rate: ' "$work/t.log" | sed 's/^/        /' ;;  # a case that times something prints its rate
     77) skip=$((skip + 1)); printf '  skip         %s: %s\n' "$name" "$(grep -m1 SKIPPED "$work/t.log")" ;;
     *)
       fail=$((fail + 1)); failed+=("$name"); printf '  FAIL  (exit %s) %s\n' "$rc" "$name"

@@ -44,6 +44,35 @@ if ! "$python" -c 'import tensorboard' 2>/dev/null; then
   "$python" -m pip install --quiet tensorboard
 fi
 
+# The cuDNN frontend (header-only C++, NVIDIA's graph API over cuDNN's backend): lib/ops/cuda/attention_cudnn.cpp
+# builds cuDNN's fused flash attention with it. Its headers come from the PyPI wheel, pinned, into .cache/ (never into
+# git); CMake finds them there (CUDNN_FRONTEND_INCLUDE_DIR). The wheel is chosen for one fixed interpreter and
+# platform so that every machine unpacks the same file (the headers are the same in all of them); a present header
+# of the pinned version skips the download. Without them the build still succeeds, with the CUDA attention kernels
+# only.
+frontend_version=1.32.0
+frontend_dir=.cache/cudnn-frontend
+if ! grep -qs "^$frontend_version\$" "$frontend_dir/VERSION"; then
+  echo "setup: fetching the cuDNN frontend $frontend_version headers into $frontend_dir"
+  rm -rf "$frontend_dir"
+  mkdir -p "$frontend_dir/wheel"
+  if "$python" -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.11 --implementation cp \
+       --abi cp311 --platform manylinux_2_28_x86_64 -d "$frontend_dir/wheel" "nvidia-cudnn-frontend==$frontend_version"; then
+    "$python" - "$frontend_dir" <<'PY'
+import glob, sys, zipfile
+root = sys.argv[1]
+(wheel,) = glob.glob(f"{root}/wheel/*.whl")
+with zipfile.ZipFile(wheel) as z:
+    z.extractall(root, [n for n in z.namelist() if n.startswith("include/")])
+PY
+    rm -rf "$frontend_dir/wheel"
+    if [[ -f $frontend_dir/include/cudnn_frontend.h ]]; then echo "$frontend_version" > "$frontend_dir/VERSION"; fi
+  else
+    echo "setup: could not download nvidia-cudnn-frontend $frontend_version: CUDA attention keeps its own kernels" >&2
+    rm -rf "$frontend_dir"
+  fi
+fi
+
 build_type=${GPUTRAIN_BUILD_TYPE:-Release}
 cmake -S . -B build -DCMAKE_BUILD_TYPE="$build_type" ${GPUTRAIN_CMAKE_ARGS:-}
 cmake --build build -j "$(nproc)"

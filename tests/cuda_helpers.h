@@ -12,6 +12,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
+#include <string>
 #include <type_traits>
 
 namespace gt::test {
@@ -24,6 +26,24 @@ inline void require_gpu() {
     std::exit(77);
   }
 }
+
+/// The environment variable `name` set to `value` (unset for nullptr) while the object lives, then as it was: the
+/// choices the CUDA ops read per call (GPUTRAIN_CUDNN_ATTENTION).
+class ScopedEnvVar {
+ public:
+  ScopedEnvVar(const char* name, const char* value) : m_name(name) {
+    if (const char* old = std::getenv(name)) m_old = old;
+    put(name, value);
+  }
+  ~ScopedEnvVar() { put(m_name.c_str(), m_old ? m_old->c_str() : nullptr); }
+  ScopedEnvVar(const ScopedEnvVar&) = delete;
+  ScopedEnvVar& operator=(const ScopedEnvVar&) = delete;
+
+ private:
+  static void put(const char* name, const char* value) { value ? setenv(name, value, 1) : unsetenv(name); }
+  std::string m_name;
+  std::optional<std::string> m_old;
+};
 
 inline constexpr int64_t kGuard = 64;        ///< sentinel elements on each side of a CUDA output
 inline constexpr float kSentinel = 1234.5f;  ///< a value no kernel here produces by accident

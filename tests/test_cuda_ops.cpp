@@ -977,6 +977,7 @@ TEST_CASE("CUDA pack_activation and unpack_activation give the CPU's 16-bit copi
 // fp32 one (q, k, v rounded by up to 2⁻⁹): more than the fp32 test's tolerance.
 TEST_CASE("CUDA causal attention in bf16 and fp16 matches the CPU's half attention", "[cuda]") {
   require_gpu();
+  const ScopedEnvVar own_kernels("GPUTRAIN_CUDNN_ATTENTION", "0");  // cuDNN's: test_cuda_attention.cpp
   const int64_t d = GENERATE(40, 24);  // the warp kernels, then the row kernels (heads of at most 32)
   INFO("d " << d);
   const int64_t nb = 2, t = 37, heads = 3, c = heads * d;

@@ -9,8 +9,9 @@
 // rows staged through shared memory 32 at a time and read by every thread of the warp at once (a broadcast); no
 // shuffles, and one exp per pair in the forward unless the maximum grows. The same arithmetic in the same double sums,
 // pair by pair in the same order (only a dot product's own sum is serial instead of lane-strided), so both paths meet
-// the same [cuda] tolerances. Larger heads (GPT-2's 64) and f64 keep the warp kernels (registers would spill); tiling
-// those is the speed issue's next GPU step.
+// the same [cuda] tolerances. Larger heads (GPT-2's 64) and f64 keep the warp kernels (registers would spill).
+// Under bf16/fp16 cuDNN's fused flash attention (attention_cudnn.cpp) takes the calls it can first; these kernels run
+// the rest (fp32, f64, dropout, heads cuDNN does not take, GPUTRAIN_CUDNN_ATTENTION=0) and decoding.
 //
 // Under a bf16/fp16 product precision (ops/precision.h) the products multiply operands rounded to the format (nearest
 // even) with the sums kept wide, as the CPU kernel does: q, k, v and dout as they are read, each probability (after
@@ -19,6 +20,7 @@
 // probability: the two differ by the rounding of a rescaling, within the [cuda] tests' tolerance.
 #include "ops/attention.h"
 
+#include "ops/cuda/attention_cudnn.h"
 #include "ops/cuda/context.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernel_util.cuh"
@@ -438,6 +440,7 @@ void attention_forward(const Tensor& qkv, int64_t heads, const ops::AttentionDro
   const Rows r = rows_of(qkv, heads);
   if (r.nb * r.t == 0) return;
   const bool f64 = is_f64("attention_forward", qkv);
+  if (cudnn_attention_forward(qkv, heads, dropout, out, lse)) return;  // bf16/fp16 where cuDNN can
   if (row_kernels(r, f64)) {
     with_rounding(false, [&](auto round) {
       attn_fwd_rows_kernel<decltype(round)><<<row_grid(r), kRowBlock, 0, stream(qkv.device().index)>>>(
@@ -482,6 +485,7 @@ void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
   if (r.nb * r.t == 0) return;
   cudaStream_t s = stream(qkv.device().index);
   const bool f64 = is_f64("attention_backward", qkv);
+  if (cudnn_attention_backward(qkv, out, lse, dout, heads, dropout, dqkv)) return;
   with_float_type(f64, [&](auto t) {
     using T = decltype(t);
     const T *x = static_cast<const T*>(qkv.raw()), *o = static_cast<const T*>(out.raw()),

@@ -89,7 +89,7 @@ void* workspace(int device, size_t bytes) {
 namespace dnn {
 namespace {
 
-std::atomic<int64_t> g_plan_counts[4];
+std::atomic<int64_t> g_plan_counts[5];
 
 }  // namespace
 
@@ -99,7 +99,8 @@ void count_plan(PlanFamily family) { ++g_plan_counts[static_cast<int>(family)]; 
 
 DnnPlanCounts dnn_plan_counts() {
   using dnn::g_plan_counts;
-  return {g_plan_counts[0].load(), g_plan_counts[1].load(), g_plan_counts[2].load(), g_plan_counts[3].load()};
+  return {g_plan_counts[0].load(), g_plan_counts[1].load(), g_plan_counts[2].load(), g_plan_counts[3].load(),
+          g_plan_counts[4].load()};
 }
 
 }  // namespace gt::cuda

@@ -1,6 +1,6 @@
-// What the cuBLASLt- and cuDNN-backed ops (matmul.cu, conv2d.cpp, pool2d.cpp, batchnorm.cu) share: owned library
-// descriptors, host scalars of the type the libraries read, the dtype mapping, 32-bit dimension checks and the
-// per-shape plan cache.
+// What the cuBLASLt- and cuDNN-backed ops (matmul.cu, conv2d.cpp, pool2d.cpp, batchnorm.cu, attention_cudnn.cpp) share:
+// owned library descriptors, host scalars of the type the libraries read, the dtype mapping, 32-bit dimension checks
+// and the per-shape plan cache.
 #pragma once
 
 #include "core/error.h"
@@ -87,7 +87,7 @@ inline void set_4d(TensorDesc& d, cudnnDataType_t type, int64_t n, int64_t c, in
 }
 
 /// The op families whose plans are counted (dnn_plan_counts).
-enum class PlanFamily { matmul, conv, pool, batchnorm };
+enum class PlanFamily { matmul, conv, pool, batchnorm, attention };
 void count_plan(PlanFamily family);
 
 /// Plans by shape key, made once by `make` on the first call with a key and kept for the process. Lookups take a
@@ -117,7 +117,7 @@ namespace gt::cuda {
 /// How many plans each op family has made (a plan is made on a cache miss: a shape not seen before). Tests use it
 /// to check that a second call with the same shape reuses the plan.
 struct DnnPlanCounts {
-  int64_t matmul = 0, conv = 0, pool = 0, batchnorm = 0;
+  int64_t matmul = 0, conv = 0, pool = 0, batchnorm = 0, attention = 0;
 };
 DnnPlanCounts dnn_plan_counts();
 
