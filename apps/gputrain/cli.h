@@ -8,7 +8,10 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <memory>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace gt {
@@ -46,6 +49,24 @@ class Commands {
  public:
   CLI::App* add(CLI::App& parent, const std::string& name, const std::string& help, std::function<int(Context&)> run,
                 bool training = false);
+  /// A command whose flags fill an Args that `run` reads (`run(args)` or `run(args, context)`):
+  /// `auto [cmd, args] = commands.add_with<CheckArgs>(app, "check", "…", check);` then `cmd->add_option(…, args->x)`.
+  /// The Args lives as long as the command.
+  template <class Args, class Run>
+  std::pair<CLI::App*, Args*> add_with(CLI::App& parent, const std::string& name, const std::string& help, Run run,
+                                       bool training = false) {
+    auto args = std::make_shared<Args>();
+    CLI::App* app = add(
+        parent, name, help,
+        [args, run](Context& ctx) {
+          if constexpr (std::is_invocable_v<Run, Args&, Context&>)
+            return run(*args, ctx);
+          else
+            return run(*args);
+        },
+        training);
+    return {app, args.get()};
+  }
   CLI::App* group(CLI::App& parent, const std::string& name, const std::string& help);
   /// The parsed command deepest in the tree (`export llmc` over `export`); null before a successful parse.
   const Command* parsed() const;

@@ -58,22 +58,21 @@ int tokenize(const TokenizeArgs& a) {
 
 void add_data_commands(CLI::App& app, Commands& commands) {
   CLI::App* data = commands.group(app, "data", "look at the data a config names");
-  auto i = std::make_shared<InspectArgs>();
-  CLI::App* inspect_cmd =
-      commands.add(*data, "inspect",
-                   "per split (train, test): samples, shapes, value range, mean and std per channel, samples per "
-                   "class; token data: token count, distinct tokens, id range. Reads the data as training does (exit "
-                   "2 on a config error)",
-                   [i](Context&) { return inspect(*i); });
+  auto [inspect_cmd, i] = commands.add_with<InspectArgs>(
+      *data, "inspect",
+      "per split (train, test): samples, shapes, value range, mean and std per channel, samples per "
+      "class; token data: token count, distinct tokens, id range. Reads the data as training does (exit "
+      "2 on a config error)",
+      inspect);
   add_config_args(inspect_cmd, i->config);
   inspect_cmd->add_flag("--json", i->json, "print one JSON object {\"config\", \"splits\": [...]}");
 
-  auto t = std::make_shared<TokenizeArgs>();
-  CLI::App* tok = commands.add(app, "tokenize",
-                               "byte-level tokens (vocabulary 256) of text files as llm.c token shards: "
-                               "OUT/train_000000.bin …, OUT/val_000000.bin … and OUT/tokenizer.json, for data.format: "
-                               "tokens",
-                               [t](Context&) { return tokenize(*t); });
+  auto [tok, t] = commands.add_with<TokenizeArgs>(
+      app, "tokenize",
+      "byte-level tokens (vocabulary 256) of text files as llm.c token shards: "
+      "OUT/train_000000.bin …, OUT/val_000000.bin … and OUT/tokenizer.json, for data.format: "
+      "tokens",
+      tokenize);
   tok->add_option("files", t->inputs, "text files, concatenated in this order")->required();
   tok->add_option("--out", t->out, "the directory to write the shards into")->required();
   tok->add_option("--val-fraction", t->val_fraction, "the last fraction of the bytes, for validation (default 0.1)");

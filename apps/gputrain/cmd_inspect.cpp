@@ -180,11 +180,11 @@ int devices() {
 }  // namespace
 
 void add_inspect_commands(CLI::App& app, Commands& commands) {
-  auto c = std::make_shared<CheckArgs>();
-  CLI::App* check_cmd = commands.add(app, "check",
-                                     "validate an experiment file and print, without training, each layer's FLOPs "
-                                     "and memory, the totals, and whether they fit the device",
-                                     [c](Context&) { return check(*c); });
+  auto [check_cmd, c] =
+      commands.add_with<CheckArgs>(app, "check",
+                                   "validate an experiment file and print, without training, each layer's FLOPs "
+                                   "and memory, the totals, and whether they fit the device",
+                                   check);
   add_config_args(check_cmd, c->config);
   check_cmd->add_flag("--json", c->json, "print one JSON object (layers, totals, fits) instead of the table");
   check_cmd
@@ -209,12 +209,12 @@ void add_inspect_commands(CLI::App& app, Commands& commands) {
                  fmt::print("{}", section_markdown(experiment_section()));
                  return 0;
                });
-  auto p = std::make_shared<ConfigArgs>();
-  CLI::App* print = commands.add(*config, "print",
-                                 "print CONFIG after its --set overrides with every default filled in, as "
-                                 "config.resolved.yaml holds it; validated as check validates it (exit 2 on a config "
-                                 "error)",
-                                 [p](Context&) { return config_print(*p); });
+  auto [print, p] = commands.add_with<ConfigArgs>(
+      *config, "print",
+      "print CONFIG after its --set overrides with every default filled in, as "
+      "config.resolved.yaml holds it; validated as check validates it (exit 2 on a config "
+      "error)",
+      config_print);
   add_config_args(print, *p);
 
   commands.add(app, "devices", "list compute devices and the CUDA library versions found",

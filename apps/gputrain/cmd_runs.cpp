@@ -59,11 +59,11 @@ int report(const ReportArgs& a) {
 }  // namespace
 
 void add_runs_commands(CLI::App& app, Commands& commands) {
-  auto r = std::make_shared<RunsArgs>();
-  CLI::App* runs_cmd = commands.add(app, "runs",
-                                    "compare run directories: one row per run with the config keys that differ, how "
-                                    "it ended, steps, wall time and final metrics",
-                                    [r](Context&) { return runs(*r); });
+  auto [runs_cmd, r] =
+      commands.add_with<RunsArgs>(app, "runs",
+                                  "compare run directories: one row per run with the config keys that differ, how "
+                                  "it ended, steps, wall time and final metrics",
+                                  runs);
   runs_cmd
       ->add_option("dirs", r->dirs,
                    "run directories, or folders holding them (directly or one level down, as runs/<name>/<time>/)")
@@ -80,10 +80,9 @@ void add_runs_commands(CLI::App& app, Commands& commands) {
       "summary.json that cannot be read: corrupt, cut short, or not a regular file). Warnings go to stderr. Exit "
       "codes: 0 listed; 1 no run found; 2 usage error (a bad flag, a missing folder, an unknown --sort column).");
 
-  auto p = std::make_shared<ReportArgs>();
-  CLI::App* report_cmd = commands.add(
+  auto [report_cmd, p] = commands.add_with<ReportArgs>(
       app, "report", "write report.html (charts, summary, config) of a run directory, finished or still running",
-      [p](Context&) { return report(*p); });
+      report);
   report_cmd->add_option("run_dir", p->dir, "the run directory")->required()->check(non_empty("a run directory"));
   report_cmd->add_option("--out", p->out, "the HTML file to write (default RUN_DIR/report.html)")
       ->check(non_empty("the HTML file to write"));

@@ -204,10 +204,8 @@ int sweep(SweepArgs& a) {
 }
 
 void add_train(CLI::App& app, Commands& commands) {
-  auto a = std::make_shared<TrainArgs>();
-  CLI::App* train = commands.add(
-      app, "train", "train a model from an experiment file", [a](Context& ctx) { return cli::train(*a, ctx); },
-      /*training=*/true);
+  auto [train, a] = commands.add_with<TrainArgs>(app, "train", "train a model from an experiment file", cli::train,
+                                                 /*training=*/true);
   add_config_args(train, a->config);
   train->add_option("--out", a->run.out_dir, "run directory (default runs/<name>/<YYYYmmdd-HHMMSS>)")
       ->check(non_empty("a run directory"));
@@ -237,12 +235,11 @@ void add_train(CLI::App& app, Commands& commands) {
 }
 
 void add_sweep(CLI::App& app, Commands& commands) {
-  auto a = std::make_shared<SweepArgs>();
-  CLI::App* sweep = commands.add(
+  auto [sweep, a] = commands.add_with<SweepArgs>(
       app, "sweep",
       "run a hyperparameter sweep: one `gputrain train` child process per trial, N at once on the CPU or one per GPU; "
       "resumable; a table sorted by the metric at the end",
-      [a](Context&) { return cli::sweep(*a); }, /*training=*/true);
+      cli::sweep, /*training=*/true);
   add_config_args(sweep, a->config);
   sweep->add_option("--grid", a->grid, "a swept key and its values: every combination of the --grid axes runs")
       ->type_name("KEY=V1,V2,…")

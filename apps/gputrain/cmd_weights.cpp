@@ -147,21 +147,18 @@ constexpr const char* kWeightsHelp =
     "checkpoint); default: the run directory given as CONFIG";
 
 void add_eval_generate(CLI::App& app, Commands& commands) {
-  auto e = std::make_shared<EvalArgs>();
-  CLI::App* eval_cmd =
-      commands.add(app, "eval", "test-set loss and accuracy of saved weights (a run's model.safetensors)",
-                   [e](Context&) { return eval(*e); });
+  auto [eval_cmd, e] = commands.add_with<EvalArgs>(
+      app, "eval", "test-set loss and accuracy of saved weights (a run's model.safetensors)", eval);
   add_config_args(eval_cmd, e->config);
   eval_cmd->add_option("--checkpoint", e->checkpoint, kWeightsHelp)
       ->check(non_empty("weights: a .safetensors file, a checkpoint folder or a run directory"));
   eval_cmd->add_flag("--json", e->json, "print one JSON object instead of a line");
   eval_cmd->add_option("--threads", e->threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 4096));
 
-  auto g = std::make_shared<GenerateArgs>();
-  CLI::App* gen = commands.add(
+  auto [gen, g] = commands.add_with<GenerateArgs>(
       app, "generate",
       "sample tokens from a token model's saved weights (text for a byte vocabulary), with a key/value cache",
-      [g](Context&) { return generate(*g); });
+      generate);
   add_config_args(gen, g->config);
   gen->add_option("--checkpoint", g->gen.checkpoint, kWeightsHelp)
       ->check(non_empty("weights: a .safetensors file, a checkpoint folder or a run directory"));
@@ -190,26 +187,25 @@ void add_eval_generate(CLI::App& app, Commands& commands) {
 }
 
 void add_export_import(CLI::App& app, Commands& commands) {
-  auto x = std::make_shared<ExportArgs>();
-  CLI::App* exporter = commands.add(app, "export",
+  auto [exporter, x] =
+      commands.add_with<ExportArgs>(app, "export",
                                     "write a checkpoint's weights alone, as one safetensors file (or, with `export "
                                     "llmc`, a GPT's as an llm.c checkpoint)",
-                                    [x](Context&) { return export_weights(*x); });
+                                    export_weights);
   // Not marked required: `export llmc …` has neither; without a subcommand both are checked when it runs (exit 2).
   exporter->add_option("checkpoint", x->from, "a checkpoint folder (checkpoints/step-N) or a run directory")
       ->check(non_empty("a checkpoint folder or a run directory"));
   exporter->add_option("--to", x->to, "the safetensors file to write")->check(non_empty("a safetensors file to write"));
   exporter->require_subcommand(0, 1);
-  auto l = std::make_shared<ExportLlmcArgs>();
-  CLI::App* llmc =
-      commands.add(*exporter, "llmc",
-                   "write a GPT's weights as an llm.c checkpoint (train_gpt2.c's model file) that llm.c continues from",
-                   [l](Context&) {
-                     l->config.resolve();
-                     fmt::print("{}\n", export_llmc(l->config.file, l->config.sets,
-                                                    l->config.weights_or_run(l->weights), l->out, l->bf16));
-                     return 0;
-                   });
+  auto [llmc, l] = commands.add_with<ExportLlmcArgs>(
+      *exporter, "llmc",
+      "write a GPT's weights as an llm.c checkpoint (train_gpt2.c's model file) that llm.c continues from",
+      [](ExportLlmcArgs& a) {
+        a.config.resolve();
+        fmt::print("{}\n",
+                   export_llmc(a.config.file, a.config.sets, a.config.weights_or_run(a.weights), a.out, a.bf16));
+        return 0;
+      });
   add_config_args(llmc, l->config);
   llmc->add_option("--checkpoint", l->weights, kWeightsHelp)
       ->check(non_empty("weights: a .safetensors file, a checkpoint folder or a run directory"));
@@ -220,11 +216,10 @@ void add_export_import(CLI::App& app, Commands& commands) {
                  "bf16 parameters (llm.c version 5, rounded to nearest even); default f32 (version 3)");
 
   CLI::App* importer = commands.group(app, "import", "convert a model from another tool into an experiment folder");
-  auto i = std::make_shared<ImportLlmcArgs>();
-  CLI::App* imp = commands.add(
+  auto [imp, i] = commands.add_with<ImportLlmcArgs>(
       *importer, "llmc",
       "read an llm.c GPT-2 checkpoint (version 3 f32 or 5 bf16) into DIR/config.yaml and DIR/model.safetensors",
-      [i](Context&) { return import_model(*i); });
+      import_model);
   imp->add_option("model", i->bin, "llm.c's model file (gpt2_124M.bin, a model_*.bin checkpoint)")
       ->required()
       ->check(non_empty("llm.c's model file"));
