@@ -14,7 +14,7 @@
     bf16-convert` adds bf16 forced onto the conversion path (GPUTRAIN_CPU_BF16=convert) as a third column.
 (b) Activation memory of each config in each precision from `gputrain check --json`: totals.activation_bytes
     (outputs, their gradients, what layers keep) and activation_dtype (what the outputs kept for backward are stored
-    in; a shallow net keeps f32, see README "Mixed precision"), and total_bytes.
+    in; a shallow net keeps f32, see docs/mixed-precision.md), and total_bytes.
 (c) Test accuracy of the CNN config after --accuracy-steps steps per seed in each precision (the same seeds, so the
     same initial weights and batches).
 

@@ -19,7 +19,7 @@ packages=(
   python3-pil  # fuzz/make_corpus.py's JPEG seeds; bench/image_decode.py's PyTorch + PIL reference
   python3-jsonschema  # tests/config_schema_test.py validates configs against `gputrain config schema`
   chromium  # tests/test_report.cpp renders report.html headless
-  jq  # the README's shell-loop sweep collects summary.json with it
+  jq  # docs/sweeps.md's shell loop collects summary.json with it
   slurmd slurmctld slurm-client munge  # tests/slurm_local.sh: srun under a local Slurm
   clang libclang-rt-14-dev libomp-14-dev  # scripts/sanitize.sh: ASan/UBSan, libFuzzer, OpenMP for clang
 )

@@ -1,4 +1,4 @@
-// Dependencies point one way (README.md, "How it works"): every #include "folder/…" in lib/ and apps/ names a
+// Dependencies point one way (docs/design.md): every #include "folder/…" in lib/ and apps/ names a
 // folder below the including file's level, or one of its level that kSameLevel lists (without a cycle).
 #include "helpers.h"
 

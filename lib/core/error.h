@@ -8,7 +8,7 @@
 
 namespace gt {
 
-/// What went wrong, in the terms `main` maps to exit codes (README: "Exit codes").
+/// What went wrong, in the terms `main` maps to exit codes (README.md: "Exit codes").
 enum class ErrorKind {
   runtime,      ///< exit 1: anything at run time (I/O, numerics, a device failing)
   config,       ///< exit 2: a bad config file, override or command line

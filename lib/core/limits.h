@@ -1,5 +1,5 @@
 // The largest sizes gputrain takes, in one place: every size a user can write is checked against one of these, so
-// that no product of sizes (elements, bytes, FLOPs, steps) can wrap around in 64 bits. The README's section "What
+// that no product of sizes (elements, bytes, FLOPs, steps) can wrap around in 64 bits. docs/runs.md's section "What
 // gputrain refuses, and how it fails" lists them; change both together.
 #pragma once
 

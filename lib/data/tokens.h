@@ -17,7 +17,7 @@
 
 namespace gt {
 
-// The token limits sit beside the format they bound (the README's limits table lists them with core/limits.h's).
+// The token limits sit beside the format they bound (docs/runs.md's limits table lists them with core/limits.h's).
 namespace limits {
 /// Tokens in one llm.c shard: its header's count is an int32.
 inline constexpr SizeLimit kShardTokens{(int64_t{1} << 31) - 1, "the most tokens one llm.c shard holds"};

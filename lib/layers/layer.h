@@ -174,7 +174,7 @@ struct LayerSpec {
 const std::vector<LayerSpec>& layer_registry();
 /// The entry for `type`, or nullptr.
 const LayerSpec* find_layer(std::string_view type);
-/// The config reference in Markdown, generated from the registry (README "Layers").
+/// The config reference in Markdown, generated from the registry (docs/configuration.md, "Layers").
 std::string layer_reference_markdown();
 
 }  // namespace gt

@@ -16,7 +16,7 @@ class Model;
 /// Why a run ended (summary.json's exit_reason; `gputrain train` exits 0, 0, 75 and 4).
 enum class ExitReason { completed, max_steps, interrupted, diverged };
 
-/// "completed", "max_steps", "interrupted" or "diverged": the word summary.json and the README use.
+/// "completed", "max_steps", "interrupted" or "diverged": the word summary.json and docs/runs.md use.
 const char* exit_reason_name(ExitReason reason);
 
 /// What summary.json holds (and `gputrain train` returns).

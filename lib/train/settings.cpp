@@ -192,8 +192,8 @@ const SectionSpec& train_section() {
                   "update into one CUDA graph and replay it every step (the batch, learning rate and step count are "
                   "written to device memory before each launch); an epoch's last partial batch is dropped (static "
                   "shapes). Refused on the CPU, with several ranks or devices, train.accumulate above 1, "
-                  "train.profile and dropout (its masks are keyed by the step on the host). Ran on an H200 "
-                  "(README's GPU status)"},
+                  "train.profile and dropout (its masks are keyed by the step on the host). What of it has run on a GPU: "
+                  "docs/gpu.md"},
       },
       "the training loop");
   return s;
