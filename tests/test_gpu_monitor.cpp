@@ -413,7 +413,7 @@ logging: {interval_s: 0.02}
   CHECK(off.output.find("| host rss") == std::string::npos);
 }
 
-TEST_CASE("the MFU's peak comes from the GPU's name, and an unknown GPU has none", "[cpu]") {
+TEST_CASE("the MFU's peak comes from the GPU's name and the run's precision, and an unknown GPU has none", "[cpu]") {
   CHECK(gt::known_peak("NVIDIA H100 80GB HBM3")->fp32 == 67);
   CHECK(gt::known_peak("NVIDIA H100 PCIe")->fp32 == 51);
   CHECK(gt::known_peak("NVIDIA H200")->bf16 == 989);
@@ -421,6 +421,13 @@ TEST_CASE("the MFU's peak comes from the GPU's name, and an unknown GPU has none
   CHECK(gt::known_peak("NVIDIA A10G")->bf16 == 70);  // not the A10's row
   CHECK(gt::known_peak("NVIDIA L40S")->fp32 == 91.6);
   CHECK(gt::known_peak("NVIDIA L4")->fp32 == 30.3);
+  // The MFU divides by the peak of the run's precision: a bf16 GPT on an H200 is not measured against fp32's 67.
+  CHECK(gt::known_peak("NVIDIA H200")->at(gt::Precision::fp32) == 67);
+  CHECK(gt::known_peak("NVIDIA H200")->at(gt::Precision::tf32) == 494.7);
+  CHECK(gt::known_peak("NVIDIA H200")->at(gt::Precision::bf16) == 989);
+  CHECK(gt::known_peak("NVIDIA H200")->at(gt::Precision::fp16) == 989);
+  CHECK(gt::known_peak("NVIDIA A100-SXM4-40GB")->at(gt::Precision::tf32) == 156);
+  CHECK(gt::known_peak("Tesla V100-SXM2-16GB")->at(gt::Precision::bf16) == 0);  // no bf16 tensor cores: no MFU
   CHECK_FALSE(gt::known_peak("NVIDIA Frobnicator 9000").has_value());
   CHECK_FALSE(gt::known_peak("").has_value());
 }

@@ -26,17 +26,33 @@ std::string visible_note() {
 
 }  // namespace
 
+double PeakTflops::at(Precision p) const {
+  switch (p) {
+    case Precision::fp32: return fp32;
+    case Precision::tf32: return tf32;
+    case Precision::bf16:
+    case Precision::fp16: return bf16;
+  }
+  return 0;
+}
+
 std::optional<PeakTflops> known_peak(const std::string& name) {
   struct Row {
     const char* pattern;  ///< a substring of the driver's name; the first row that matches wins
     PeakTflops peak;
   };
+  // fp32, tf32, bf16 dense TFLOP/s. Sources, NVIDIA's product data sheets: H100 and H200 (the SXM rows; the H200
+  // has the H100 SXM's compute), H100 PCIe and NVL, A100 (SXM and PCIe share the tensor-core rates; A800 is an A100
+  // with a narrower NVLink), L40S, L40, L4, A10, RTX A6000, V100, T4, and the GeForce RTX 4090 and 3090 whitepapers
+  // (Ada and Ampere GA102; tensor rates with fp32 accumulation for bf16 on the 4090, fp16 accumulation on the 3090,
+  // the only rate its sheet gives). A10G: AWS's G5 page gives fp32 and half the A10's tensor rates.
   static const Row table[] = {
-      {"GH200", {67, 989}},     {"H200", {67, 989}},   {"H100 PCIe", {51, 756}}, {"H100 NVL", {60, 835}},
-      {"H100", {67, 989}},      {"A100", {19.5, 312}}, {"A800", {19.5, 312}},    {"L40S", {91.6, 362}},
-      {"L40", {90.5, 181}},     {"L4", {30.3, 121}},   {"A10G", {31.2, 70}},     {"A10", {31.2, 125}},
-      {"A6000", {38.7, 155}},   {"V100", {15.7, 0}},   {"T4", {8.1, 0}},         {"RTX 4090", {82.6, 165}},
-      {"RTX 3090", {35.6, 71}},
+      {"GH200", {67, 494.7, 989}},     {"H200", {67, 494.7, 989}},     {"H100 PCIe", {51, 378, 756}},
+      {"H100 NVL", {60, 417.5, 835}},  {"H100", {67, 494.7, 989}},     {"A100", {19.5, 156, 312}},
+      {"A800", {19.5, 156, 312}},      {"L40S", {91.6, 183, 362}},     {"L40", {90.5, 90.5, 181}},
+      {"L4", {30.3, 60, 121}},         {"A10G", {31.2, 35, 70}},       {"A10", {31.2, 62.5, 125}},
+      {"A6000", {38.7, 77.4, 155}},    {"V100", {15.7, 0, 0}},         {"T4", {8.1, 0, 0}},
+      {"RTX 4090", {82.6, 82.6, 165}}, {"RTX 3090", {35.6, 35.6, 71}},
   };
   for (const Row& r : table)
     if (name.find(r.pattern) != std::string::npos) return r.peak;

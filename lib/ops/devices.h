@@ -2,6 +2,7 @@
 #pragma once
 
 #include "core/device.h"
+#include "ops/precision.h"
 
 #include <cstddef>
 #include <optional>
@@ -62,9 +63,13 @@ Device resolve_device(const std::string& requested, std::string& reason);
 
 /// Dense peak arithmetic rate of one GPU model in TFLOP/s, from the vendor's data sheets (boost clock, SXM where a
 /// model has several forms and the name does not say): fp32 on the CUDA cores (what gputrain's fp32 training runs
-/// on: no TF32) and bf16 on the tensor cores without sparsity.
+/// on), tf32 and bf16 on the tensor cores without sparsity (the data sheets' starred figures are twice these). 0
+/// where the GPU has no such tensor-core format (V100 and T4: no bf16 or tf32).
 struct PeakTflops {
-  double fp32 = 0, bf16 = 0;
+  double fp32 = 0, tf32 = 0, bf16 = 0;
+  /// The peak a run's matrix products meet at `train.precision`: fp32, tf32, or bf16 for bf16 and fp16 (every GPU
+  /// in the table multiplies fp16 with fp32 sums at its bf16 rate). 0 when the GPU has none.
+  double at(Precision p) const;
 };
 /// The peak of the GPU that `name` (as the driver reports it, "NVIDIA H100 80GB HBM3") describes; nullopt for a
 /// model the table does not know, so that nobody is shown a percentage of a guessed peak.

@@ -2,13 +2,13 @@
 #include "train/hooks.h"
 
 #include "core/atomic_file.h"
-#include "ops/device_memory.h"
 #include "core/json.h"
-#include "parallel/zero.h"
 #include "graph/model.h"
 #include "log/logging.h"
+#include "ops/device_memory.h"
 #include "ops/devices.h"
 #include "optim/optimizer.h"
+#include "parallel/zero.h"
 #include "profile/profiler.h"
 #include "train/setup.h"
 
@@ -99,7 +99,8 @@ RunReporter::RunReporter(const Experiment& exp, const RunSetup& setup, const std
   if (peak <= 0 && m_device.is_cuda()) {
     const CudaInfo cuda = query_cuda();
     if (m_device.index < static_cast<int>(cuda.devices.size()))
-      if (const auto known = known_peak(cuda.devices[static_cast<size_t>(m_device.index)].name)) peak = known->fp32;
+      if (const auto known = known_peak(cuda.devices[static_cast<size_t>(m_device.index)].name))
+        peak = known->at(exp.train.precision);
   }
   m_peak_flops = peak * 1e12 * setup.world;
 }

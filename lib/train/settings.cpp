@@ -178,7 +178,8 @@ const SectionSpec& train_section() {
            .min = 0,
            .max = 1e9,
            .fallback = "0",
-           .doc = "one device's peak TFLOP/s for the MFU; 0: the known GPUs' table"},
+           .doc = "one device's peak TFLOP/s for the MFU; 0: the known GPUs' table, its column chosen by "
+                  "train.precision (fp32, tf32, or the 16-bit tensor-core rate for bf16 and fp16)"},
           {.name = "eval_tokens",
            .kind = KeyKind::size,
            .min = 0,
