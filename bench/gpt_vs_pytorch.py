@@ -9,7 +9,7 @@ engine's share of it.
 
 References: Debian's torch 1.13 (/usr/bin/python3) and the current torch from PyPI in bench/.venv (made by
 bench/torch_venv.sh; skipped with a note when absent), each at 1 and 2 threads; the ratio is gputrain's over the
-fastest of those rows (each PyTorch at its best thread count, as issue 19's targets define it). Each round measures
+fastest of those rows (each PyTorch at its best thread count, as the speed targets below define it). Each round measures
 the peak (side_by_side.py says what and why) and then runs every engine once, starting one engine later each round;
 each figure is the median of its rounds (this shared machine drifts by ±30 % between minutes). All engines are timed
 the same way: 5 warm-up steps, then --steps steps (gputrain's from the training clock of its metrics.jsonl rows).
@@ -38,7 +38,7 @@ from side_by_side import GPUTRAIN, ROOT, Report, Row, check_json_path, rotated, 
 
 CONFIG = os.path.join(ROOT, "configs", "gpt_bytes.yaml")
 T, BATCH, WARMUP = 64, 16, 5
-# issue 19: training >= 1.5x the fastest PyTorch at >= 60 % of the peak; inference >= 2x.
+# The speed targets: training >= 1.5x the fastest PyTorch at >= 60 % of the peak; inference >= 2x.
 TARGETS = {"train": (1.5, 0.6), "infer": (2.0, None)}
 BUILD = os.path.dirname(GPUTRAIN)
 

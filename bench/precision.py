@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""train.precision on this machine's CPU: fp32 against bf16 (issue 15), interleaved for several rounds; prints medians.
+"""train.precision on this machine's CPU: fp32 against bf16, interleaved for several rounds; prints medians.
 
     /usr/bin/python3 bench/precision.py [--rounds 3] [--max-steps 40] [--threads 2] [--accuracy-steps 400]
                                         [--seeds 1 2] [--precisions fp32 bf16 [bf16-convert]] [--json out.json]

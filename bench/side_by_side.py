@@ -114,7 +114,7 @@ def rotated(items, r):
 
 
 class Report:
-    """The table of one benchmark run: its rows by mode, the peak's rounds, notes, and issue 19's targets per mode
+    """The table of one benchmark run: its rows by mode, the peak's rounds, notes, and the speed targets per mode
     (mode: (ratio to the fastest PyTorch, share of the peak or None))."""
 
     def __init__(self, bench, title, rounds, modes, targets):
@@ -137,7 +137,7 @@ class Report:
 
     def entries(self):
         """The table as dicts: the median rate, achieved GFLOP/s, its share of the peak, and the rate over the fastest
-        PyTorch's of the same mode (gputrain's row: the ratio of issue 19's targets; the fastest PyTorch's: 1)."""
+        PyTorch's of the same mode (gputrain's row: the ratio of the speed targets; the fastest PyTorch's: 1)."""
         out = []
         for r in self.rows:
             gflops = r.rate() * r.flops * 1e-9

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 19's Fashion-MNIST speedrun: trains configs/fashion_mnist_speedrun.yaml once per seed and reports each
+"""The Fashion-MNIST speedrun: trains configs/fashion_mnist_speedrun.yaml once per seed and reports each
 seed's test accuracy and wall time, their mean and spread, against the target (>= 93.0 % mean test accuracy in
 <= 3 minutes of wall time on 2 cores).
 

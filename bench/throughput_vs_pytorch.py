@@ -8,7 +8,7 @@ with the machine's measured SGEMM peak and each engine's share of it.
 gputrain runs with 2 threads; PyTorch with 1 and 2 threads in each version found: Debian's python3-torch 1.13
 (/usr/bin/python3) and the current one from PyPI in bench/.venv (made by bench/torch_venv.sh; skipped with a note
 when absent). The ratio is gputrain's over the fastest of all PyTorch rows, each PyTorch at its best thread count, as
-issue 19's targets define it. Training throughput counts the training loop only (gputrain's summary.json; for
+the speed targets below define it. Training throughput counts the training loop only (gputrain's summary.json; for
 PyTorch, data already in memory). Each round measures the peak (side_by_side.py says what and why) and then runs
 every engine once, starting one engine later each round; each figure is the median of its rounds: this shared
 machine's speed drifts by ±30 % between minutes, and a median is not moved by one lucky or unlucky round.
@@ -28,7 +28,7 @@ import tempfile
 from side_by_side import BUILD, GPUTRAIN, ROOT, Report, Row, check_json_path, rotated, sgemm_peak, torch_pythons
 
 CONFIGS = {"mlp": "configs/fashion_mnist_mlp.yaml", "cnn": "configs/fashion_mnist_cnn.yaml"}
-# Issue 19: training ≥ 2× (MLP) and ≥ 1.5× (CNN) the fastest PyTorch at ≥ 60 % (MLP) and ≥ 40 % (CNN) of the peak;
+# The speed targets: training ≥ 2× (MLP) and ≥ 1.5× (CNN) the fastest PyTorch at ≥ 60 % (MLP) and ≥ 40 % (CNN) of the peak;
 # inference ≥ 2× for each.
 TARGETS = {"mlp": {"train": (2.0, 0.6), "infer": (2.0, None)}, "cnn": {"train": (1.5, 0.4), "infer": (2.0, None)}}
 TORCH_THREADS = (1, 2)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check (issue 4): on a machine with an NVIDIA GPU, CUDA 13 and PyTorch (no package registry), from a bundle
+# The GPU check: on a machine with an NVIDIA GPU, CUDA 13 and PyTorch (no package registry), from a bundle
 # made here by scripts/gpu_bundle.sh:
 #   1. every [cuda] test case, one process each (a crash in one cannot hide the others), with its outcome and the
 #      `rate:` lines it prints (cuDNN's flash attention at GPT-2's shape: TFLOP/s forward and backward);
@@ -8,8 +8,8 @@
 #   2b. both in tf32, bf16 and fp16 (train.precision: cuBLASLt and cuDNN with 16-bit operands and fp32 compute)
 #      against PyTorch eager with TF32 flags / autocast (+ GradScaler for fp16): samples/s and peak memory;
 #   3. the GPT of configs/gpt_bytes.yaml (batch 64 × T 64, random byte tokens) trained by both on the GPU in fp32,
-#      tf32, bf16 and fp16: tokens/s, gputrain's MFU against the GPU's fp32 peak, the ratio (the fused attention
-#      kernel is among the [cuda] tests); then gputrain's fp32 GPT with train.cuda_graphs;
+#      tf32, bf16 and fp16: tokens/s, gputrain's MFU against the GPU's peak at each precision, the ratio (the fused
+#      attention kernel is among the [cuda] tests); then gputrain's fp32 GPT with train.cuda_graphs;
 #   4. one table: test results, samples/s of both, the ratio, peak device memory; then the MLP and CNN with
 #      train.cuda_graphs and configs/fashion_mnist_speedrun.yaml op by op and captured (samples/s, test accuracy,
 #      wall time); then the training paths (worker threads, the profiler, and dist.zero over NCCL when there are two

@@ -324,7 +324,7 @@ TEST_CASE("profiling (--profile) writes a Chrome trace and a per-layer table tha
   REQUIRE(std::regex_search(table, m, std::regex(R"(20 steps: [0-9.]+ ms per step; the spans cover ([0-9.]+) %)")));
   const double cover = std::stod(m[1].str());
   // The named spans account for the measured step time within 10 %: checked below on the median step of the trace,
-  // since ctest runs two tests at once and one stall of this 0.6 ms step between spans (CI, session 22: 66 % over
+  // since ctest runs two tests at once and one stall of this 0.6 ms step between spans (seen once in CI: 66 % over
   // the 20 steps) would sink the average; the table's figure is the same sum over all steps.
   CHECK(cover > 50.0);
   CHECK(cover <= 100.5);

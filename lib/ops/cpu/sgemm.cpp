@@ -52,7 +52,7 @@ int openblas_core_width() {
 
 // auto: our AVX-512 kernel wherever the CPU has AVX-512; at AVX2, ours where OpenBLAS runs a narrower core (it fell
 // back, as 0.3.21 does to its Prescott core on this project's Intel Xeon, or OPENBLAS_CORETYPE forced it), OpenBLAS
-// where it runs an AVX2 core. Measured on whole training steps (docs/measurements.md, session 25): on Zen 4, where
+// where it runs an AVX2 core. Measured on whole training steps (docs/measurements.md): on Zen 4, where
 // OpenBLAS runs its Cooperlake (AVX-512) core, ours trains the GPT 1.05× and the MLP 1.07× faster (10 interleaved
 // pairs each, 9 won), the CNN level; on the Xeon ours is 3–4× OpenBLAS's Prescott core. At AVX2 our kernel trained
 // the GPT at 0.85× of OpenBLAS's Haswell core (Zen 4 held to AVX2, 8 pairs), so there OpenBLAS keeps the products.
