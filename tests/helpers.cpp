@@ -259,6 +259,19 @@ optimizer: {type: sgd, lr: 0.1}
 train: {epochs: 1, log_every: 1}
 )";
 
+Dataset synthetic_images(int64_t samples) {
+  SyntheticSpec spec;
+  spec.samples = samples;
+  spec.input_shape = {1, 6, 6};
+  spec.classes = 3;
+  return make_synthetic(spec, 5, 0);
+}
+
+std::string batch_bytes(const Tensor& x, const Tensor& y, int64_t n) {
+  std::string b(static_cast<const char*>(x.raw()), x.narrow0(n).bytes());
+  return b.append(static_cast<const char*>(y.raw()), y.narrow0(n).bytes());
+}
+
 int bit_differences(const std::vector<float>& a, const std::vector<float>& b) {
   int differ = 0;
   for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)

@@ -1,6 +1,7 @@
 // Test helpers: running the gputrain binary, temporary folders, reading small JSON fields.
 #pragma once
 
+#include "data/dataset.h"
 #include "ops/cpu/bf16_gemm.h"
 #include "ops/cpu/conv_algo.h"
 #include "ops/cpu/isa.h"
@@ -145,6 +146,13 @@ std::string metrics_without_timing(const std::string& run);
 /// How many elements of a and b (the same length) differ in their bits: 0 when a product or kernel promises the same
 /// bits on two paths.
 int bit_differences(const std::vector<float>& a, const std::vector<float>& b);
+
+/// `samples` synthetic 1x6x6 images of 3 classes (seed 5, the training split): small enough for a loader's batches
+/// to be compared byte for byte.
+Dataset synthetic_images(int64_t samples);
+
+/// The first `n` rows of a batch as bytes, inputs `x` then targets `y`: two batches are the same when these are.
+std::string batch_bytes(const Tensor& x, const Tensor& y, int64_t n);
 
 /// For tests/main.cpp: adds the sink to spdlog's default logger, once.
 void install_warning_sink();
