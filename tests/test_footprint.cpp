@@ -90,6 +90,27 @@ void check_totals_are_row_sums(const Footprint& f) {
                              f.batch_bytes + f.half_weight_bytes);
 }
 
+// `yaml`, a run of 6 images of 3x8x8 through 4-channel convolutions whose train.recompute is `mode`, keeps 3 of its
+// 6x4x8x8 activations fewer than with recompute none; a model built from it allocates what its footprint says, and
+// the report names the mode (`mode_name`, as written in the file).
+void check_recomputed(const char* yaml, Recompute mode, const std::string& mode_name) {
+  const Planned p = plan(yaml);
+  const Footprint none = plan(yaml, {"train.recompute=none"}, /*fuse=*/false).f;  // recompute runs unfused too
+  const Footprint& f = p.f;
+  CHECK(f.recompute == mode);
+  CHECK(none.activation_bytes - f.activation_bytes == static_cast<size_t>(3 * 6 * 4 * 8 * 8) * 4);
+  Tensor x = Tensor::zeros(p.data.train.input_shape().batched(f.batch), DType::f32);
+  const size_t start = host_storage_bytes();
+  Model model = Model::build(p.exp.model, p.data.train.input_shape(), DType::f32, Device::cpu(), 1);
+  REQUIRE(model.set_recompute(mode).empty());
+  model.allocate(f.batch);
+  model.forward(x, {true, false});
+  CHECK(host_storage_bytes() - start == f.param_bytes + f.grad_bytes + f.buffer_bytes + f.activation_bytes);
+  CHECK_THAT(footprint_report(f, judge_fit(f.total_bytes, Device::cpu(), f.total_bytes), ""),
+             Catch::Contains("train.recompute: " + mode_name));
+  check_totals_are_row_sums(f);
+}
+
 }  // namespace
 
 TEST_CASE("check sizes an MLP as worked out by hand", "[cpu]") {
@@ -366,22 +387,7 @@ model:
 optimizer: {type: sgd, lr: 0.1}
 train: {recompute: blocks}
 )";
-  const Planned p = plan(yaml);
-  const Footprint none = plan(yaml, {"train.recompute=none"}, /*fuse=*/false).f;  // recompute runs unfused too
-  const Footprint& f = p.f;
-  CHECK(f.recompute == Recompute::blocks);
-  CHECK(none.activation_bytes - f.activation_bytes == static_cast<size_t>(3 * 6 * 4 * 8 * 8) * 4);
-  Tensor x = Tensor::zeros(p.data.train.input_shape().batched(f.batch), DType::f32);
-  const size_t start = host_storage_bytes();
-  Model model = Model::build(p.exp.model, p.data.train.input_shape(), DType::f32, Device::cpu(), 1);
-  REQUIRE(model.set_recompute(Recompute::blocks).empty());
-  model.allocate(f.batch);
-  model.forward(x, {true, false});
-  CHECK(host_storage_bytes() - start == f.param_bytes + f.grad_bytes + f.buffer_bytes + f.activation_bytes);
-  // The report says what the activations are under recompute.
-  CHECK_THAT(footprint_report(f, judge_fit(f.total_bytes, Device::cpu(), f.total_bytes), ""),
-             Catch::Contains("train.recompute: blocks"));
-  check_totals_are_row_sums(f);
+  check_recomputed(yaml, Recompute::blocks, "blocks");
 }
 
 TEST_CASE("with train.recompute: all a model with no block allocates what its footprint says, and less", "[cpu]") {
@@ -404,21 +410,7 @@ model:
 optimizer: {type: sgd, lr: 0.1}
 train: {recompute: all}
 )";
-  const Planned p = plan(yaml);
-  const Footprint none = plan(yaml, {"train.recompute=none"}, /*fuse=*/false).f;  // recompute runs unfused too
-  const Footprint& f = p.f;
-  CHECK(f.recompute == Recompute::all);
-  CHECK(none.activation_bytes - f.activation_bytes == static_cast<size_t>(3 * 6 * 4 * 8 * 8) * 4);
-  Tensor x = Tensor::zeros(p.data.train.input_shape().batched(f.batch), DType::f32);
-  const size_t start = host_storage_bytes();
-  Model model = Model::build(p.exp.model, p.data.train.input_shape(), DType::f32, Device::cpu(), 1);
-  REQUIRE(model.set_recompute(Recompute::all).empty());
-  model.allocate(f.batch);
-  model.forward(x, {true, false});
-  CHECK(host_storage_bytes() - start == f.param_bytes + f.grad_bytes + f.buffer_bytes + f.activation_bytes);
-  CHECK_THAT(footprint_report(f, judge_fit(f.total_bytes, Device::cpu(), f.total_bytes), ""),
-             Catch::Contains("train.recompute: all"));
-  check_totals_are_row_sums(f);
+  check_recomputed(yaml, Recompute::all, "all");
   // blocks is refused here (no repeat: block), at the key.
   CHECK_THROWS_WITH(plan(yaml, {"train.recompute=blocks"}),
                     Catch::Contains("train.recompute") && Catch::Contains("no repeat: block"));
