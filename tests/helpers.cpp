@@ -1,6 +1,7 @@
 // Test helpers: process runner, temp dirs, tiny JSON field readers, the expected-warning guard.
 #include "helpers.h"
 
+#include <fmt/format.h>
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/spdlog.h>
 #include <catch2/catch.hpp>
@@ -237,6 +238,25 @@ void install_warning_sink() {
 std::vector<std::string> take_unexpected_warnings() {
   std::lock_guard lock(g_warn_mutex);
   return std::exchange(g_unexpected, {});
+}
+
+std::string synthetic_data(const SyntheticMlp& s) {
+  return fmt::format(
+      "data:\n  format: synthetic\n  samples: {}\n{}  input_shape: [{}]\n  targets: {{classes: {}}}\n"
+      "  batch_size: {}\n",
+      s.samples, s.test_samples > 0 ? fmt::format("  test_samples: {}\n", s.test_samples) : "", s.features, s.classes,
+      s.batch);
+}
+
+std::string synthetic_mlp(const SyntheticMlp& s) {
+  return synthetic_data(s) + fmt::format(R"(model:
+  layers:
+    - {{type: linear, out_features: {}}}
+    - relu
+    - {{type: linear, out_features: {}}}
+loss: cross_entropy
+)",
+                                         s.hidden, s.classes);
 }
 
 const char* const kTinyConfig = R"(name: tiny

@@ -93,6 +93,18 @@ class ExpectWarnings {
   std::string m_substring;
 };
 
+/// A synthetic classification problem and the MLP that learns it, for experiment files: `samples` of `features`
+/// inputs (and `test_samples` to test on, none when 0) in `classes` classes, batches of `batch`, one relu hidden layer
+/// of `hidden`.
+struct SyntheticMlp {
+  int64_t samples = 0, test_samples = 0, features = 0, classes = 0, batch = 0, hidden = 0;
+};
+/// Its `data:` section, in the block style experiment files use.
+std::string synthetic_data(const SyntheticMlp& s);
+/// Its `data:` and `model:` sections and `loss: cross_entropy`: what an experiment file holds between its name, seed
+/// and device and its optimizer and train sections.
+std::string synthetic_mlp(const SyntheticMlp& s);
+
 /// The fastest experiment file that has a test set: 8 steps an epoch of a 195-parameter MLP on synthetic data.
 extern const char* const kTinyConfig;
 
