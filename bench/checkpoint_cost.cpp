@@ -7,6 +7,7 @@
 #include "core/rng.h"
 #include "graph/model.h"
 #include "optim/optimizer.h"
+#include "timing.h"
 #include "train/checkpoint.h"
 #include "train/experiment.h"
 #include "train/loss.h"
@@ -15,7 +16,6 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -24,13 +24,9 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using gt::bench::Clock;
+using gt::bench::median;
+using gt::bench::since;
 
 // The reference: one file of `bytes` written and fsync'ed, as fast as the disk takes it.
 double raw_write_seconds(const std::string& path, size_t bytes) {

@@ -8,6 +8,7 @@
 #include "log/gpu_monitor.h"
 #include "log/logging.h"
 #include "ops/matmul.h"
+#include "timing.h"
 
 #include <algorithm>
 #include <chrono>
@@ -19,13 +20,9 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using gt::bench::Clock;
+using gt::bench::median;
+using gt::bench::since;
 
 double process_cpu_s() {
   timespec ts{};

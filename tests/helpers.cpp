@@ -1,6 +1,7 @@
 // Test helpers: process runner, temp dirs, tiny JSON field readers, the expected-warning guard.
 #include "helpers.h"
 
+#include <fmt/format.h>
 #include <spdlog/sinks/base_sink.h>
 #include <spdlog/spdlog.h>
 #include <catch2/catch.hpp>
@@ -239,6 +240,25 @@ std::vector<std::string> take_unexpected_warnings() {
   return std::exchange(g_unexpected, {});
 }
 
+std::string synthetic_data(const SyntheticMlp& s) {
+  return fmt::format(
+      "data:\n  format: synthetic\n  samples: {}\n{}  input_shape: [{}]\n  targets: {{classes: {}}}\n"
+      "  batch_size: {}\n",
+      s.samples, s.test_samples > 0 ? fmt::format("  test_samples: {}\n", s.test_samples) : "", s.features, s.classes,
+      s.batch);
+}
+
+std::string synthetic_mlp(const SyntheticMlp& s) {
+  return synthetic_data(s) + fmt::format(R"(model:
+  layers:
+    - {{type: linear, out_features: {}}}
+    - relu
+    - {{type: linear, out_features: {}}}
+loss: cross_entropy
+)",
+                                         s.hidden, s.classes);
+}
+
 const char* const kTinyConfig = R"(name: tiny
 seed: 3
 device: cpu
@@ -258,6 +278,19 @@ loss: cross_entropy
 optimizer: {type: sgd, lr: 0.1}
 train: {epochs: 1, log_every: 1}
 )";
+
+Dataset synthetic_images(int64_t samples) {
+  SyntheticSpec spec;
+  spec.samples = samples;
+  spec.input_shape = {1, 6, 6};
+  spec.classes = 3;
+  return make_synthetic(spec, 5, 0);
+}
+
+std::string batch_bytes(const Tensor& x, const Tensor& y, int64_t n) {
+  std::string b(static_cast<const char*>(x.raw()), x.narrow0(n).bytes());
+  return b.append(static_cast<const char*>(y.raw()), y.narrow0(n).bytes());
+}
 
 int bit_differences(const std::vector<float>& a, const std::vector<float>& b) {
   int differ = 0;

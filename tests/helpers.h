@@ -1,6 +1,7 @@
 // Test helpers: running the gputrain binary, temporary folders, reading small JSON fields.
 #pragma once
 
+#include "data/dataset.h"
 #include "ops/cpu/bf16_gemm.h"
 #include "ops/cpu/conv_algo.h"
 #include "ops/cpu/isa.h"
@@ -92,6 +93,18 @@ class ExpectWarnings {
   std::string m_substring;
 };
 
+/// A synthetic classification problem and the MLP that learns it, for experiment files: `samples` of `features`
+/// inputs (and `test_samples` to test on, none when 0) in `classes` classes, batches of `batch`, one relu hidden layer
+/// of `hidden`.
+struct SyntheticMlp {
+  int64_t samples = 0, test_samples = 0, features = 0, classes = 0, batch = 0, hidden = 0;
+};
+/// Its `data:` section, in the block style experiment files use.
+std::string synthetic_data(const SyntheticMlp& s);
+/// Its `data:` and `model:` sections and `loss: cross_entropy`: what an experiment file holds between its name, seed
+/// and device and its optimizer and train sections.
+std::string synthetic_mlp(const SyntheticMlp& s);
+
 /// The fastest experiment file that has a test set: 8 steps an epoch of a 195-parameter MLP on synthetic data.
 extern const char* const kTinyConfig;
 
@@ -145,6 +158,13 @@ std::string metrics_without_timing(const std::string& run);
 /// How many elements of a and b (the same length) differ in their bits: 0 when a product or kernel promises the same
 /// bits on two paths.
 int bit_differences(const std::vector<float>& a, const std::vector<float>& b);
+
+/// `samples` synthetic 1x6x6 images of 3 classes (seed 5, the training split): small enough for a loader's batches
+/// to be compared byte for byte.
+Dataset synthetic_images(int64_t samples);
+
+/// The first `n` rows of a batch as bytes, inputs `x` then targets `y`: two batches are the same when these are.
+std::string batch_bytes(const Tensor& x, const Tensor& y, int64_t n);
 
 /// For tests/main.cpp: adds the sink to spdlog's default logger, once.
 void install_warning_sink();

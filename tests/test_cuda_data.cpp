@@ -22,19 +22,6 @@ namespace {
 
 using Batches = std::vector<std::string>;
 
-Dataset images(int64_t samples) {
-  SyntheticSpec spec;
-  spec.samples = samples;
-  spec.input_shape = {1, 6, 6};
-  spec.classes = 3;
-  return make_synthetic(spec, 5, 0);
-}
-
-std::string bytes_of(const Tensor& x, const Tensor& y, int64_t n) {
-  std::string b(static_cast<const char*>(x.raw()), x.narrow0(n).bytes());
-  return b.append(static_cast<const char*>(y.raw()), y.narrow0(n).bytes());
-}
-
 // Every batch of `epochs` epochs as the CPU loader makes them.
 Batches cpu_batches(const Dataset& ds, int64_t batch, int64_t epochs, AugmentConfig augment = {}) {
   Loader loader(ds, batch, /*shuffle=*/true, 9, augment);
@@ -43,7 +30,7 @@ Batches cpu_batches(const Dataset& ds, int64_t batch, int64_t epochs, AugmentCon
   Batches out;
   for (int64_t e = 0; e < epochs; ++e) {
     loader.start_epoch(e);
-    for (int64_t n; (n = loader.next(x, y)) > 0;) out.push_back(bytes_of(x, y, n));
+    for (int64_t n; (n = loader.next(x, y)) > 0;) out.push_back(batch_bytes(x, y, n));
   }
   return out;
 }
@@ -75,7 +62,7 @@ Batches gpu_batches(const Dataset& ds, int64_t batch, int64_t epochs, StagingCon
     Tensor hx = Tensor::empty(kx.shape(), DType::f32), hy = Tensor::empty(ky.shape(), ky.dtype());
     hx.copy_from(kx);
     hy.copy_from(ky);
-    out.push_back(bytes_of(hx, hy, hx.dim(0)));
+    out.push_back(batch_bytes(hx, hy, hx.dim(0)));
   }
   return out;
 }
@@ -102,7 +89,7 @@ train: {epochs: 2, log_every: 5}
 
 TEST_CASE("pinned batches copied on the copy stream are the CPU loader's, with 0 and 2 loader threads", "[cuda]") {
   require_gpu();
-  const Dataset ds = images(203);  // batches of 8: the last of each epoch holds 3
+  const Dataset ds = synthetic_images(203);  // batches of 8: the last of each epoch holds 3
   const AugmentConfig augment{.crop_padding = 1, .hflip = true};
   const Batches want = cpu_batches(ds, 8, 2, augment);
   REQUIRE(want.size() == 52);
@@ -117,7 +104,7 @@ TEST_CASE("pinned batches copied on the copy stream are the CPU loader's, with 0
 TEST_CASE("gather_rows on CUDA matches the CPU's and zeroes the row of an index outside the rows", "[cuda]") {
   require_gpu();
   const Device gpu = Device::cuda(0);
-  const Dataset ds = images(40);
+  const Dataset ds = synthetic_images(40);
   Tensor order = Tensor::empty(Shape{7}, DType::i32);
   const int32_t idx[7] = {39, 0, 5, 5, 17, 40, -1};
   for (int i = 0; i < 7; ++i) order.data<int32_t>()[i] = idx[i];
@@ -139,7 +126,7 @@ TEST_CASE("gather_rows on CUDA matches the CPU's and zeroes the row of an index 
 
 TEST_CASE("a device-resident training set gathers the staged batches, across epochs and a resume", "[cuda]") {
   require_gpu();
-  const Dataset ds = images(203);
+  const Dataset ds = synthetic_images(203);
   const Batches want = cpu_batches(ds, 8, 3);
   for (Residency r : {Residency::on, Residency::automatic}) {
     const StagingConfig config{.workers = 2, .resident = r};
@@ -160,7 +147,7 @@ TEST_CASE("a device-resident training set gathers the staged batches, across epo
     const int64_t n = stager.next(loader, x, y);
     hx.copy_from(x);
     hy.copy_from(y);
-    return bytes_of(hx, hy, n);
+    return batch_bytes(hx, hy, n);
   };
   loader.start_epoch(1, 16);
   CHECK(next() == want[26 + 2]);
@@ -174,7 +161,7 @@ TEST_CASE("a device-resident training set gathers the staged batches, across epo
 TEST_CASE("data.device_resident auto stages a data set over its fraction of free memory, and true refuses host work",
           "[cuda]") {
   require_gpu();
-  const Dataset ds = images(203);
+  const Dataset ds = synthetic_images(203);
   const Batches want = cpu_batches(ds, 8, 2);
   const StagingConfig over{.resident = Residency::automatic, .resident_fraction = 1e-12};
   {

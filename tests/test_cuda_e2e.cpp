@@ -17,16 +17,10 @@ using namespace gt::test;
 namespace {
 
 // A 4-class synthetic problem with dropout, batch norm and Adam: every kind of op a step runs.
-const char* kCudaE2eConfig = R"(name: cuda_e2e
-seed: 5
-data:
-  format: synthetic
-  samples: 4096
-  test_samples: 1024
-  input_shape: [20]
-  targets: {classes: 4}
-  batch_size: 64
-model:
+const std::string kCudaE2eConfig =
+    "name: cuda_e2e\nseed: 5\n" +
+    synthetic_data({.samples = 4096, .test_samples = 1024, .features = 20, .classes = 4, .batch = 64}) +
+    R"(model:
   layers:
     - {type: linear, out_features: 64}
     - {type: batchnorm1d}

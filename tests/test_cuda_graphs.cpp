@@ -23,16 +23,10 @@ namespace {
 
 // 1024 samples in batches of 64: 16 full batches an epoch, so the captured run (which drops a partial last batch)
 // and the op-by-op one take the same steps. The cosine schedule with warm-up changes the learning rate every step.
-const char* kGraphsMlp = R"(name: graphs_mlp
-seed: 11
-data:
-  format: synthetic
-  samples: 1024
-  test_samples: 256
-  input_shape: [24]
-  targets: {classes: 5}
-  batch_size: 64
-model:
+const std::string kGraphsMlp =
+    "name: graphs_mlp\nseed: 11\n" +
+    synthetic_data({.samples = 1024, .test_samples = 256, .features = 24, .classes = 5, .batch = 64}) +
+    R"(model:
   layers:
     - {type: linear, out_features: 64}
     - {type: batchnorm1d}

@@ -58,19 +58,6 @@ Tensor host_f64(std::initializer_list<double> values) {
   return t;
 }
 
-/// Bit-for-bit equal values (NaN matching NaN): for ops whose CUDA arithmetic is the CPU's, operation for operation.
-void check_exact(const Tensor& cuda_host, const Tensor& cpu) {
-  REQUIRE(cuda_host.numel() == cpu.numel());
-  for (int64_t i = 0; i < cpu.numel(); ++i) {
-    const double a = at(cuda_host, i), b = at(cpu, i);
-    INFO("element " << i << ": cuda " << a << " cpu " << b);
-    if (std::isnan(b))
-      REQUIRE(std::isnan(a));
-    else
-      REQUIRE(a == b);
-  }
-}
-
 /// Like check_close, but a NaN or an infinity on the CPU must be the same on CUDA.
 void check_close_nonfinite(const Tensor& cuda_host, const Tensor& cpu, double atol, double rtol) {
   REQUIRE(cuda_host.numel() == cpu.numel());
@@ -85,6 +72,10 @@ void check_close_nonfinite(const Tensor& cuda_host, const Tensor& cpu, double at
       REQUIRE(std::abs(a - b) <= atol + rtol * std::abs(b));
   }
 }
+
+/// Bit-for-bit equal values (NaN matching NaN): for ops whose CUDA arithmetic is the CPU's, operation for operation.
+/// No tolerance leaves |Δ| ≤ 0, so a finite value must be the CPU's as an infinity must.
+void check_exact(const Tensor& cuda_host, const Tensor& cpu) { check_close_nonfinite(cuda_host, cpu, 0, 0); }
 
 /// Sums compared element by element: |Δ| ≤ rtol·|cpu| + atol_per_unit·magnitude[i], where magnitude[i] = Σ|terms|
 /// of that sum (the scale a reordered or differently rounded sum's error grows with).
@@ -259,21 +250,18 @@ double compare_cross_entropy(const Tensor& logits, const Tensor& labels, double 
   Guarded64 stats = guarded_copy64(host_f64({10, 3}));
   const Tensor logits_d = to_cuda(logits), labels_d = to_cuda(labels);
   Tensor host_stats, host_d;
-  if (f64) {
-    Guarded64 d(logits.shape());
+  // dlogits into a guarded buffer of the logits' type (Guarded or Guarded64).
+  const auto run = [&](const auto& d) {
     Tensor dd = with_grad ? d.inner : Tensor{};
     ops::cross_entropy(logits_d, labels_d, eps, scale, dd, stats.inner, rows);
     host_d = d.host_checked(true);
     if (!with_grad)  // an undefined dlogits: nothing written
-      for (int64_t i = 0; i < host_d.numel(); ++i) REQUIRE(host_d.data<double>()[i] == kSentinel);
-  } else {
-    Guarded d(logits.shape());
-    Tensor dd = with_grad ? d.inner : Tensor{};
-    ops::cross_entropy(logits_d, labels_d, eps, scale, dd, stats.inner, rows);
-    host_d = d.host_checked(true);
-    if (!with_grad)  // an undefined dlogits: nothing written
-      for (int64_t i = 0; i < host_d.numel(); ++i) REQUIRE(host_d.data<float>()[i] == kSentinel);
-  }
+      for (int64_t i = 0; i < host_d.numel(); ++i) REQUIRE(at(host_d, i) == kSentinel);
+  };
+  if (f64)
+    run(Guarded64(logits.shape()));
+  else
+    run(Guarded(logits.shape()));
   host_stats = stats.host_checked(true);
   const double* s = host_stats.data<double>();
   const double* c = stats_cpu.data<double>();

@@ -23,23 +23,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const char* kSynthetic = R"(name: synth
-seed: 7
-device: cpu
-data:
-  format: synthetic
-  samples: 4000
-  test_samples: 1000
-  input_shape: [20]
-  targets: {classes: 4}
-  batch_size: 64
-model:
-  layers:
-    - {type: linear, out_features: 64}
-    - relu
-    - {type: linear, out_features: 4}
-loss: cross_entropy
-optimizer: {type: sgd, lr: 0.05, momentum: 0.9}
+const std::string kSynthetic =
+    "name: synth\nseed: 7\ndevice: cpu\n" +
+    synthetic_mlp({.samples = 4000, .test_samples = 1000, .features = 20, .classes = 4, .batch = 64, .hidden = 64}) +
+    R"(optimizer: {type: sgd, lr: 0.05, momentum: 0.9}
 train: {epochs: 8, log_every: 20}
 )";
 

@@ -50,22 +50,9 @@ Planned plan(const std::string& yaml, const std::vector<std::string>& sets = {},
   return p;
 }
 
-const char* kMlp = R"(name: mlp
-seed: 1
-device: cpu
-data:
-  format: synthetic
-  samples: 64
-  input_shape: [784]
-  targets: {classes: 10}
-  batch_size: 32
-model:
-  layers:
-    - {type: linear, out_features: 128}
-    - relu
-    - {type: linear, out_features: 10}
-loss: cross_entropy
-optimizer: {type: sgd, lr: 0.1, momentum: 0.9}
+const std::string kMlp = "name: mlp\nseed: 1\ndevice: cpu\n" +
+                         synthetic_mlp({.samples = 64, .features = 784, .classes = 10, .batch = 32, .hidden = 128}) +
+                         R"(optimizer: {type: sgd, lr: 0.1, momentum: 0.9}
 )";
 
 void check_totals_are_row_sums(const Footprint& f) {
@@ -88,6 +75,44 @@ void check_totals_are_row_sums(const Footprint& f) {
   CHECK(f.grad_bytes == f.param_bytes);
   CHECK(f.total_bytes == f.param_bytes + f.grad_bytes + f.optimizer_bytes + f.buffer_bytes + f.activation_bytes +
                              f.batch_bytes + f.half_weight_bytes);
+}
+
+// A run of 6 images of 3x8x8 through a 4-channel convolution, then `layers`, then flatten and a linear head of 4,
+// with train.recompute `mode`.
+std::string recomputed_config(const std::string& layers, const std::string& mode) {
+  return R"(name: recomputed
+device: cpu
+data: {format: synthetic, samples: 16, input_shape: [3, 8, 8], targets: {classes: 4}, batch_size: 6}
+model:
+  layers:
+    - {type: conv2d, out_channels: 4, kernel_size: 3, padding: 1}
+)" + layers +
+         R"(    - flatten
+    - {type: linear, out_features: 4}
+optimizer: {type: sgd, lr: 0.1}
+train: {recompute: )" +
+         mode + "}\n";
+}
+
+// `yaml`, a recomputed_config of 4-channel convolutions whose train.recompute is `mode`, keeps 3 of its
+// 6x4x8x8 activations fewer than with recompute none; a model built from it allocates what its footprint says, and
+// the report names the mode (`mode_name`, as written in the file).
+void check_recomputed(const std::string& yaml, Recompute mode, const std::string& mode_name) {
+  const Planned p = plan(yaml);
+  const Footprint none = plan(yaml, {"train.recompute=none"}, /*fuse=*/false).f;  // recompute runs unfused too
+  const Footprint& f = p.f;
+  CHECK(f.recompute == mode);
+  CHECK(none.activation_bytes - f.activation_bytes == static_cast<size_t>(3 * 6 * 4 * 8 * 8) * 4);
+  Tensor x = Tensor::zeros(p.data.train.input_shape().batched(f.batch), DType::f32);
+  const size_t start = host_storage_bytes();
+  Model model = Model::build(p.exp.model, p.data.train.input_shape(), DType::f32, Device::cpu(), 1);
+  REQUIRE(model.set_recompute(mode).empty());
+  model.allocate(f.batch);
+  model.forward(x, {true, false});
+  CHECK(host_storage_bytes() - start == f.param_bytes + f.grad_bytes + f.buffer_bytes + f.activation_bytes);
+  CHECK_THAT(footprint_report(f, judge_fit(f.total_bytes, Device::cpu(), f.total_bytes), ""),
+             Catch::Contains("train.recompute: " + mode_name));
+  check_totals_are_row_sums(f);
 }
 
 }  // namespace
@@ -348,77 +373,30 @@ optimizer: {type: sgd, lr: 0.1}
 TEST_CASE("with train.recompute: blocks a built model allocates what its footprint says, and less", "[cpu]") {
   // Two residual blocks: conv, batch norm and relu of each share one set of buffers; the blocks' adds, read by the
   // next block and the head, keep their own.
-  const char* yaml = R"(name: recomputed
-device: cpu
-data: {format: synthetic, samples: 16, input_shape: [3, 8, 8], targets: {classes: 4}, batch_size: 6}
-model:
-  layers:
-    - {type: conv2d, out_channels: 4, kernel_size: 3, padding: 1}
-    - repeat: 2
+  const std::string yaml = recomputed_config(R"(    - repeat: 2
       name: res
       layers:
         - {type: conv2d, name: c, out_channels: 4, kernel_size: 3, padding: 1}
         - {type: batchnorm2d, name: bn}
         - {type: relu, name: r}
         - {type: add, inputs: [input, r]}
-    - flatten
-    - {type: linear, out_features: 4}
-optimizer: {type: sgd, lr: 0.1}
-train: {recompute: blocks}
-)";
-  const Planned p = plan(yaml);
-  const Footprint none = plan(yaml, {"train.recompute=none"}, /*fuse=*/false).f;  // recompute runs unfused too
-  const Footprint& f = p.f;
-  CHECK(f.recompute == Recompute::blocks);
-  CHECK(none.activation_bytes - f.activation_bytes == static_cast<size_t>(3 * 6 * 4 * 8 * 8) * 4);
-  Tensor x = Tensor::zeros(p.data.train.input_shape().batched(f.batch), DType::f32);
-  const size_t start = host_storage_bytes();
-  Model model = Model::build(p.exp.model, p.data.train.input_shape(), DType::f32, Device::cpu(), 1);
-  REQUIRE(model.set_recompute(Recompute::blocks).empty());
-  model.allocate(f.batch);
-  model.forward(x, {true, false});
-  CHECK(host_storage_bytes() - start == f.param_bytes + f.grad_bytes + f.buffer_bytes + f.activation_bytes);
-  // The report says what the activations are under recompute.
-  CHECK_THAT(footprint_report(f, judge_fit(f.total_bytes, Device::cpu(), f.total_bytes), ""),
-             Catch::Contains("train.recompute: blocks"));
-  check_totals_are_row_sums(f);
+)",
+                                             "blocks");
+  check_recomputed(yaml, Recompute::blocks, "blocks");
 }
 
 TEST_CASE("with train.recompute: all a model with no block allocates what its footprint says, and less", "[cpu]") {
   // 9 nodes in segments of 3: [conv bn r] [c bn r2] [add flatten linear]. r and r2 are read by the add in the last
   // segment and keep their outputs; the other convolutions, batch norms and the add share two buffers.
-  const char* yaml = R"(name: recomputed
-device: cpu
-data: {format: synthetic, samples: 16, input_shape: [3, 8, 8], targets: {classes: 4}, batch_size: 6}
-model:
-  layers:
-    - {type: conv2d, out_channels: 4, kernel_size: 3, padding: 1}
-    - batchnorm2d
+  const std::string yaml = recomputed_config(R"(    - batchnorm2d
     - {type: relu, name: r}
     - {type: conv2d, name: c, out_channels: 4, kernel_size: 3, padding: 1}
     - batchnorm2d
     - {type: relu, name: r2}
     - {type: add, inputs: [r, r2]}
-    - flatten
-    - {type: linear, out_features: 4}
-optimizer: {type: sgd, lr: 0.1}
-train: {recompute: all}
-)";
-  const Planned p = plan(yaml);
-  const Footprint none = plan(yaml, {"train.recompute=none"}, /*fuse=*/false).f;  // recompute runs unfused too
-  const Footprint& f = p.f;
-  CHECK(f.recompute == Recompute::all);
-  CHECK(none.activation_bytes - f.activation_bytes == static_cast<size_t>(3 * 6 * 4 * 8 * 8) * 4);
-  Tensor x = Tensor::zeros(p.data.train.input_shape().batched(f.batch), DType::f32);
-  const size_t start = host_storage_bytes();
-  Model model = Model::build(p.exp.model, p.data.train.input_shape(), DType::f32, Device::cpu(), 1);
-  REQUIRE(model.set_recompute(Recompute::all).empty());
-  model.allocate(f.batch);
-  model.forward(x, {true, false});
-  CHECK(host_storage_bytes() - start == f.param_bytes + f.grad_bytes + f.buffer_bytes + f.activation_bytes);
-  CHECK_THAT(footprint_report(f, judge_fit(f.total_bytes, Device::cpu(), f.total_bytes), ""),
-             Catch::Contains("train.recompute: all"));
-  check_totals_are_row_sums(f);
+)",
+                                             "all");
+  check_recomputed(yaml, Recompute::all, "all");
   // blocks is refused here (no repeat: block), at the key.
   CHECK_THROWS_WITH(plan(yaml, {"train.recompute=blocks"}),
                     Catch::Contains("train.recompute") && Catch::Contains("no repeat: block"));
@@ -590,22 +568,10 @@ TEST_CASE("the fit verdict keeps a margin on a GPU and none on the CPU", "[cpu]"
 
 namespace {
 
-const char* kCheckConfig = R"(name: synth
-seed: 7
-device: cpu
-data:
-  format: synthetic
-  samples: 8
-  input_shape: [100000]
-  targets: {classes: 4}
-  batch_size: 2
-model:
-  layers:
-    - {type: linear, out_features: 16}
-    - relu
-    - {type: linear, out_features: 4}
-loss: cross_entropy
-optimizer: {type: sgd, lr: 0.05, momentum: 0.9}
+const std::string kCheckConfig =
+    "name: synth\nseed: 7\ndevice: cpu\n" +
+    synthetic_mlp({.samples = 8, .features = 100000, .classes = 4, .batch = 2, .hidden = 16}) +
+    R"(optimizer: {type: sgd, lr: 0.05, momentum: 0.9}
 )";
 
 // Runs `gputrain <args>` with stdout alone into a file; the exit code.

@@ -517,23 +517,10 @@ TEST_CASE("precision: attention's four products in bf16/fp16 multiply rounded q,
 
 namespace {
 
-const char* kMlp = R"(name: mlp
-seed: 11
-device: cpu
-data:
-  format: synthetic
-  samples: 4000
-  test_samples: 1000
-  input_shape: [20]
-  targets: {classes: 4}
-  batch_size: 64
-model:
-  layers:
-    - {type: linear, out_features: 64}
-    - relu
-    - {type: linear, out_features: 4}
-loss: cross_entropy
-optimizer: {type: sgd, lr: 0.05, momentum: 0.9}
+const std::string kMlp =
+    "name: mlp\nseed: 11\ndevice: cpu\n" +
+    synthetic_mlp({.samples = 4000, .test_samples = 1000, .features = 20, .classes = 4, .batch = 64, .hidden = 64}) +
+    R"(optimizer: {type: sgd, lr: 0.05, momentum: 0.9}
 train: {epochs: 3, log_every: 20}
 )";
 

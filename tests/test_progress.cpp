@@ -55,23 +55,10 @@ ProgressState running() {
   return s;
 }
 
-const char* kBarConfig = R"(name: bar
-seed: 3
-device: cpu
-data:
-  format: synthetic
-  samples: 4000
-  test_samples: 500
-  input_shape: [20]
-  targets: {classes: 4}
-  batch_size: 32
-model:
-  layers:
-    - {type: linear, out_features: 32}
-    - relu
-    - {type: linear, out_features: 4}
-loss: cross_entropy
-optimizer: {type: sgd, lr: 0.05, momentum: 0.9}
+const std::string kBarConfig =
+    "name: bar\nseed: 3\ndevice: cpu\n" +
+    synthetic_mlp({.samples = 4000, .test_samples = 500, .features = 20, .classes = 4, .batch = 32, .hidden = 32}) +
+    R"(optimizer: {type: sgd, lr: 0.05, momentum: 0.9}
 train: {epochs: 2, log_every: 20, eval_every: 50}
 )";
 

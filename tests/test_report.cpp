@@ -17,23 +17,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const char* kReportConfig = R"(name: rep
-seed: 5
-device: cpu
-data:
-  format: synthetic
-  samples: 640
-  test_samples: 128
-  input_shape: [8]
-  targets: {classes: 2}
-  batch_size: 32
-model:
-  layers:
-    - {type: linear, out_features: 8}
-    - relu
-    - {type: linear, out_features: 2}
-loss: cross_entropy
-optimizer: {type: sgd, lr: 0.1}
+const std::string kReportConfig =
+    "name: rep\nseed: 5\ndevice: cpu\n" +
+    synthetic_mlp({.samples = 640, .test_samples = 128, .features = 8, .classes = 2, .batch = 32, .hidden = 8}) +
+    R"(optimizer: {type: sgd, lr: 0.1}
 train: {epochs: 2, log_every: 3, eval_every: 10}
 )";
 

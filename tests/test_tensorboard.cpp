@@ -33,23 +33,10 @@ std::vector<std::string> events_files(const std::string& dir) {
   return out;
 }
 
-const char* kTbConfig = R"(name: tb
-seed: 3
-device: cpu
-data:
-  format: synthetic
-  samples: 960
-  test_samples: 256
-  input_shape: [12]
-  targets: {classes: 3}
-  batch_size: 32
-model:
-  layers:
-    - {type: linear, out_features: 16}
-    - relu
-    - {type: linear, out_features: 3}
-loss: cross_entropy
-optimizer: {type: sgd, lr: 0.1, momentum: 0.9}
+const std::string kTbConfig =
+    "name: tb\nseed: 3\ndevice: cpu\n" +
+    synthetic_mlp({.samples = 960, .test_samples = 256, .features = 12, .classes = 3, .batch = 32, .hidden = 16}) +
+    R"(optimizer: {type: sgd, lr: 0.1, momentum: 0.9}
 scheduler: {type: cosine}
 train: {epochs: 2, log_every: 100, eval_every: 10}
 logging: {every_steps: 4}

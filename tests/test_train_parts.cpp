@@ -2,6 +2,7 @@
 // stager, device resolution and the worker-thread harness.
 #include "data/batch_stager.h"
 #include "graph/model.h"
+#include "helpers.h"
 #include "ops/devices.h"
 #include "ops/math.h"
 #include "parallel/comm.h"
@@ -20,24 +21,13 @@
 #include <stdexcept>
 
 using namespace gt;
+using gt::test::synthetic_mlp;
 
 namespace {
 
-const char* kPartsConfig = R"(name: parts
-seed: 5
-data:
-  format: synthetic
-  samples: 10
-  input_shape: [3]
-  targets: {classes: 2}
-  batch_size: 3
-model:
-  layers:
-    - {type: linear, out_features: 4}
-    - relu
-    - {type: linear, out_features: 2}
-loss: cross_entropy
-optimizer: {type: sgd, lr: 0.1}
+const std::string kPartsConfig = "name: parts\nseed: 5\n" +
+                                 synthetic_mlp({.samples = 10, .features = 3, .classes = 2, .batch = 3, .hidden = 4}) +
+                                 R"(optimizer: {type: sgd, lr: 0.1}
 train: {epochs: 3, accumulate: 2}
 )";
 

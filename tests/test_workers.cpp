@@ -33,21 +33,9 @@ Batches epochs_of(Loader& loader, int64_t epochs, const Dataset& ds, Take take) 
   Batches out;
   for (int64_t e = 0; e < epochs; ++e) {
     loader.start_epoch(e);
-    for (int64_t n; (n = take(loader, x, y)) > 0;) {
-      std::string b(static_cast<const char*>(x.raw()), x.narrow0(n).bytes());
-      b.append(static_cast<const char*>(y.raw()), y.narrow0(n).bytes());
-      out.push_back(std::move(b));
-    }
+    for (int64_t n; (n = take(loader, x, y)) > 0;) out.push_back(batch_bytes(x, y, n));
   }
   return out;
-}
-
-Dataset images(int64_t samples) {
-  SyntheticSpec spec;
-  spec.samples = samples;
-  spec.input_shape = {1, 6, 6};
-  spec.classes = 3;
-  return make_synthetic(spec, 5, 0);
 }
 
 const AugmentConfig kAugment{.crop_padding = 2, .hflip = true};
@@ -92,7 +80,7 @@ Tensor order_tensor(const std::vector<int64_t>& order) {
 }  // namespace
 
 TEST_CASE("loader threads hand over the trainer thread's batches, for any number of threads and slots", "[data][cpu]") {
-  const Dataset ds = images(23);  // batches of 5: the last of each epoch holds 3
+  const Dataset ds = synthetic_images(23);  // batches of 5: the last of each epoch holds 3
   Loader ref(ds, 5, /*shuffle=*/true, 9, kAugment);
   const Batches want = epochs_of(ref, 3, ds, [](Loader& l, Tensor& x, Tensor& y) { return l.next(x, y); });
   REQUIRE(want.size() == 15);
@@ -110,7 +98,7 @@ TEST_CASE("loader threads hand over the trainer thread's batches, for any number
 }
 
 TEST_CASE("loader threads restart where the loader is: a resume mid-epoch, a repeated epoch", "[data][cpu]") {
-  const Dataset ds = images(23);
+  const Dataset ds = synthetic_images(23);
   Loader ref(ds, 5, true, 9, kAugment);
   const Batches want = epochs_of(ref, 3, ds, [](Loader& l, Tensor& x, Tensor& y) { return l.next(x, y); });
   Loader loader(ds, 5, true, 9, kAugment);
@@ -355,7 +343,7 @@ logging: {{tensorboard: false, report: false}}
 }
 
 TEST_CASE("gather_rows by the loader's order gives the loader's batches, epoch after epoch", "[data][cpu]") {
-  const Dataset ds = images(23);
+  const Dataset ds = synthetic_images(23);
   Loader ref(ds, 5, /*shuffle=*/true, 9);
   const Batches want = epochs_of(ref, 3, ds, [](Loader& l, Tensor& x, Tensor& y) { return l.next(x, y); });
   REQUIRE(want.size() == 15);
@@ -379,7 +367,7 @@ TEST_CASE("gather_rows by the loader's order gives the loader's batches, epoch a
 
 TEST_CASE("data.device_resident on the CPU: the step's thread gathers the same batches, and true refuses host work",
           "[data][cpu]") {
-  const Dataset ds = images(23);
+  const Dataset ds = synthetic_images(23);
   CHECK(BatchStager::resident_obstacle(ds, false).empty());
   CHECK_THAT(BatchStager::resident_obstacle(ds, true), Catch::Contains("data.augment"));
   Loader ref(ds, 5, true, 9);

@@ -62,6 +62,31 @@ class Communicator {
   virtual void abort(int exit_code) = 0;
 };
 
+/// A communicator whose collectives are one template over the element type: `Impl` defines allreduce, gather and
+/// reduce_scatter for T = float and double (private ones befriend this class), and this writes the six overrides
+/// that forward to them.
+template <class Impl>
+class TypedCommunicator : public Communicator {
+ public:
+  void allreduce_sum(float* data, size_t n, const char* what) final { impl().allreduce(data, n, what); }
+  void allreduce_sum(double* data, size_t n, const char* what) final { impl().allreduce(data, n, what); }
+  void allgather(const float* send, float* recv, size_t n, const char* what) final {
+    impl().gather(send, recv, n, what);
+  }
+  void allgather(const double* send, double* recv, size_t n, const char* what) final {
+    impl().gather(send, recv, n, what);
+  }
+  void reduce_scatter_sum(const float* send, float* recv, size_t n, const char* what) final {
+    impl().reduce_scatter(send, recv, n, what);
+  }
+  void reduce_scatter_sum(const double* send, double* recv, size_t n, const char* what) final {
+    impl().reduce_scatter(send, recv, n, what);
+  }
+
+ private:
+  Impl& impl() { return static_cast<Impl&>(*this); }
+};
+
 /// One rank: every collective is the identity.
 std::unique_ptr<Communicator> make_local_comm();
 

@@ -4,9 +4,9 @@
 // connection ends makes this rank log which rank it waited for and exit 3; closing its own sockets then ends the
 // ranks that wait on it in turn.
 #include "core/error.h"
+#include "log/logging.h"
 #include "parallel/comm.h"
 #include "parallel/tcp_store.h"
-#include "log/logging.h"
 
 #include <unistd.h>
 
@@ -19,7 +19,7 @@
 namespace gt {
 namespace {
 
-class TcpComm final : public Communicator {
+class TcpComm final : public TypedCommunicator<TcpComm> {
  public:
   TcpComm(const LaunchInfo& launch, double timeout_s)
       : m_rank(launch.rank), m_size(launch.world), m_timeout(timeout_s) {
@@ -35,18 +35,6 @@ class TcpComm final : public Communicator {
   int rank() const override { return m_rank; }
   int size() const override { return m_size; }
   std::string name() const override { return "tcp"; }
-
-  void allreduce_sum(float* data, size_t n, const char* what) override { allreduce(data, n, what); }
-  void allreduce_sum(double* data, size_t n, const char* what) override { allreduce(data, n, what); }
-
-  void allgather(const float* send, float* recv, size_t n, const char* what) override { gather(send, recv, n, what); }
-  void allgather(const double* send, double* recv, size_t n, const char* what) override { gather(send, recv, n, what); }
-  void reduce_scatter_sum(const float* send, float* recv, size_t n, const char* what) override {
-    reduce_scatter(send, recv, n, what);
-  }
-  void reduce_scatter_sum(const double* send, double* recv, size_t n, const char* what) override {
-    reduce_scatter(send, recv, n, what);
-  }
 
   void broadcast(void* data, size_t bytes, int root, const char* what) override {
     const std::lock_guard<std::mutex> lock(m_mutex);
@@ -69,6 +57,8 @@ class TcpComm final : public Communicator {
   }
 
  private:
+  friend class TypedCommunicator<TcpComm>;
+
   template <typename T>
   void allreduce(T* data, size_t n, const char* what) {
     const std::lock_guard<std::mutex> lock(m_mutex);

@@ -83,22 +83,12 @@ class ThreadGroup {
   uint64_t m_generation = 0;
 };
 
-class ThreadComm final : public Communicator {
+class ThreadComm final : public TypedCommunicator<ThreadComm> {
  public:
   ThreadComm(std::shared_ptr<ThreadGroup> group, int rank) : m_group(std::move(group)), m_rank(rank) {}
   int rank() const override { return m_rank; }
   int size() const override { return m_group->size(); }
   std::string name() const override { return "threads"; }
-  void allreduce_sum(float* data, size_t n, const char* what) override { reduce(data, n, what); }
-  void allreduce_sum(double* data, size_t n, const char* what) override { reduce(data, n, what); }
-  void allgather(const float* send, float* recv, size_t n, const char* what) override { gather(send, recv, n, what); }
-  void allgather(const double* send, double* recv, size_t n, const char* what) override { gather(send, recv, n, what); }
-  void reduce_scatter_sum(const float* send, float* recv, size_t n, const char* what) override {
-    reduce_scatter(send, recv, n, what);
-  }
-  void reduce_scatter_sum(const double* send, double* recv, size_t n, const char* what) override {
-    reduce_scatter(send, recv, n, what);
-  }
   void broadcast(void* data, size_t bytes, int root, const char* what) override {
     ThreadGroup& g = *m_group;
     g.publish(m_rank, data);
@@ -110,10 +100,12 @@ class ThreadComm final : public Communicator {
   void abort(int) override { m_group->abort(m_rank); }
 
  private:
+  friend class TypedCommunicator<ThreadComm>;
+
   // Each rank sums its slice of the vector over all ranks (in rank order) into the scratch buffer, then every rank
   // copies the whole result: the work is split, the order of additions is fixed.
   template <class T>
-  void reduce(T* data, size_t n, const char* what) {
+  void allreduce(T* data, size_t n, const char* what) {
     ThreadGroup& g = *m_group;
     const auto world = static_cast<size_t>(g.size());
     T* sum = g.scratch<T>(n);
@@ -141,7 +133,7 @@ class ThreadComm final : public Communicator {
     g.barrier(m_rank, "allgather", what);  // every send buffer stays untouched until all copies are done
   }
 
-  // Rank r sums chunk r over all ranks in rank order, as reduce() sums each element: the same bits as allreduce_sum.
+  // Rank r sums chunk r over all ranks in rank order, as allreduce() sums each element: the same bits as allreduce_sum.
   template <class T>
   void reduce_scatter(const T* send, T* recv, size_t n, const char* what) {
     ThreadGroup& g = *m_group;
