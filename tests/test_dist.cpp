@@ -122,6 +122,19 @@ int find_rank_pid(int rank, const std::string& marker) {
   return -1;
 }
 
+// The pid of rank `rank` of the job whose command line holds `marker`, looked for until `seconds` have passed (a
+// loaded machine may take seconds to show a process's environment); -1 when it never shows. On -1 the job's log is
+// part of the failure, so that a rank that ended early says why.
+int wait_for_rank_pid(int rank, const std::string& marker, const std::string& log, double seconds = 60) {
+  const auto t0 = std::chrono::steady_clock::now();
+  while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < seconds) {
+    if (const int pid = find_rank_pid(rank, marker); pid > 0) return pid;
+    usleep(10000);
+  }
+  UNSCOPED_INFO("rank " << rank << " not found; the job's log:\n" << read_text(log));
+  return -1;
+}
+
 // A MASTER_PORT for this test process: ranks of concurrent test processes must not meet on one port. gputrain
 // listens on MASTER_PORT + 1 (torchrun's agent holds MASTER_PORT), so slots are two ports apart; all stay below Linux's
 // ephemeral range (32768 on), where an outgoing connection could hold the port.
@@ -297,8 +310,7 @@ TEST_CASE("SIGTERM to one rank stops all at one step with a checkpoint, and a st
   SECTION("a stopped rank") {
     const pid_t job = start_two_ranks(dir / "c.yaml", dir / "stuck", dir / "log");
     REQUIRE(wait_for_file(dir / "stuck/metrics.jsonl", 60));
-    int victim = -1;
-    for (int i = 0; i < 500 && victim < 0; ++i, usleep(10000)) victim = find_rank_pid(1, dir / "c.yaml");
+    const int victim = wait_for_rank_pid(1, dir / "c.yaml", dir / "log");
     REQUIRE(victim > 0);
     const auto t0 = std::chrono::steady_clock::now();
     kill(victim, SIGSTOP);  // alive but not answering
@@ -317,8 +329,7 @@ TEST_CASE("SIGTERM to one rank stops all at one step with a checkpoint, and a st
   SECTION("a rank that dies") {
     const pid_t job = start_two_ranks(dir / "c.yaml", dir / "dead", dir / "log");
     REQUIRE(wait_for_file(dir / "dead/metrics.jsonl", 60));
-    int victim = -1;
-    for (int i = 0; i < 500 && victim < 0; ++i, usleep(10000)) victim = find_rank_pid(1, dir / "c.yaml");
+    const int victim = wait_for_rank_pid(1, dir / "c.yaml", dir / "log");
     REQUIRE(victim > 0);
     const auto t0 = std::chrono::steady_clock::now();
     kill(victim, SIGKILL);
@@ -374,8 +385,7 @@ TEST_CASE("SIGTERM to one rank stops all at one step with a checkpoint, and a st
   SECTION("SIGTERM to one rank stops both at the same step") {
     const pid_t job = start_two_ranks(dir / "c.yaml", dir / "term", dir / "log");
     REQUIRE(wait_for_file(dir / "term/checkpoints/latest", 60));
-    int victim = -1;
-    for (int i = 0; i < 500 && victim < 0; ++i, usleep(10000)) victim = find_rank_pid(1, dir / "c.yaml");
+    const int victim = wait_for_rank_pid(1, dir / "c.yaml", dir / "log");
     REQUIRE(victim > 0);
     kill(victim, SIGTERM);  // the stop flag travels with the step's all-reduce: rank 0 stops at the same step
     int status = 0;
