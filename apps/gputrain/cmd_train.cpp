@@ -227,7 +227,7 @@ void add_train(CLI::App& app, Commands& commands) {
   train->add_option("--threads", a->run.threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 4096));
   train->add_flag("--quiet", a->quiet, "log warnings and errors only");
   train->add_flag_callback(
-      "--no-progress", [a] { a->run.progress = false; },
+      "--no-progress", [args = a] { args->run.progress = false; },
       "periodic log lines instead of the live progress bar on a terminal");
   train->add_flag("--profile", a->profile,
                   "profile steps 5-24 (or train.profile: {start_step, steps}): trace.json and a per-layer table");

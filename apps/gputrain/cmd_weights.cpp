@@ -164,9 +164,9 @@ void add_eval_generate(CLI::App& app, Commands& commands) {
       ->check(non_empty("weights: a .safetensors file, a checkpoint folder or a run directory"));
   gen->add_option_function<std::string>(
          "--prompt",
-         [g](const std::string& p) {
-           g->gen.prompt = p;
-           g->gen.has_prompt = true;
+         [args = g](const std::string& p) {
+           args->gen.prompt = p;
+           args->gen.has_prompt = true;
          },
          "the start: text (UTF-8 bytes) for a byte model (256 classes), else token ids separated by commas or "
          "spaces (default: a newline; <|endoftext|> 50256 for GPT-2 vocabularies, else token 0)")
