@@ -139,6 +139,12 @@ TEST_CASE("init_map renames, init_strict false lists missing and unexpected once
         CHECK_THAT(l, Catch::Contains("f32 [3, 16] in") && Catch::Contains("f32 [5, 16] in the model"));
       }
     CHECK(lines == 1);
+    // A pattern that matches no tensor (the head is layers.2, relu at layers.1 has none) is refused, naming them.
+    const auto typo = tiny_run(
+        dir, "typo", "--set +train.init_from=" + (dir / "src") + five + " --set '+train.init_skip=[layers.1.*]'");
+    CHECK(typo.exit_code == 2);
+    CHECK_THAT(typo.output,
+               Catch::Contains("init_skip: layers.1.* matches none of the model's tensors (layers.0.weight"));
     // init_skip: the head is the fresh run's (same seed, no init_from), the rest the source's.
     REQUIRE(tiny_run(dir, "fresh5", five).exit_code == 0);
     const auto s = tiny_run(

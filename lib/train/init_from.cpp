@@ -81,6 +81,12 @@ bool skipped(const std::string& name, const Targets& t, const std::vector<std::s
   return false;
 }
 
+std::vector<std::string> tensor_names(Model& model) {
+  std::vector<std::string> out;
+  for (const auto& [name, tensor] : model.state_tensors()) out.push_back(name);
+  return out;
+}
+
 }  // namespace
 
 std::string init_weights_file(const Experiment& exp) {
@@ -108,6 +114,13 @@ InitWeights load_init_weights(const Experiment& exp, const std::string& file, Mo
       continue;
     }
     if (target == name || !chosen.count(target)) chosen[target] = &tensor;  // the owner's own name wins
+  }
+  for (const std::string& p : c.init_skip) {  // a pattern that matches nothing would load the head it meant to skip
+    bool any = false;
+    for (const auto& [name, tensor] : targets.by_name) any = any || skipped(name, targets, {p});
+    if (!any)
+      exp.at.init_from.fail(fmt::format("init_skip: {} matches none of the model's tensors ({})", quote_if_needed(p),
+                                        joined(tensor_names(model))));
   }
   for (auto& [name, tensor] : model.state_tensors()) {
     if (skipped(name, targets, c.init_skip)) {
