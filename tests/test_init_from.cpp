@@ -5,6 +5,7 @@
 #include "helpers.h"
 #include "io/llmc.h"
 #include "io/safetensors.h"
+#include "llmc_cases.h"
 #include "train/experiment.h"
 #include "train/init_from.h"
 
@@ -195,23 +196,9 @@ TEST_CASE("a run started with init_from resumes bit-exact with its source delete
 
 TEST_CASE("init_from reads an llm.c checkpoint, its tied head one tensor with the token table", "[e2e]") {
   TempDir dir;
-  LlmcHeader h;
-  h.max_seq_len = 8;
-  h.vocab_size = 60;
-  h.num_layers = 2;
-  h.num_heads = 2;
-  h.channels = 16;
-  h.padded_vocab_size = 64;
-  LlmcCheckpoint c;
-  c.header = h;
-  Rng rng(5, 3);
-  for (const auto& [name, shape] : llmc_tensor_shapes(h)) {
-    Tensor t = Tensor::empty(shape, DType::f32);
-    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = static_cast<float>(rng.normal());
-    c.tensors.emplace_back(name, std::move(t));
-  }
+  const LlmcHeader h = tiny_llmc(3);
+  write_llmc(dir / "orig.bin", random_checkpoint(h, 5));
   // llm.c's file as `gputrain export llmc` writes it, from the folder `import llmc` made of another one.
-  write_llmc(dir / "orig.bin", c);
   const auto imp = run_gputrain("import llmc " + (dir / "orig.bin") + " --out " + (dir / "imported"));
   INFO(imp.output);
   REQUIRE(imp.exit_code == 0);
