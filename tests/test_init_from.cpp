@@ -81,6 +81,11 @@ TEST_CASE("init_from starts a new run at a safetensors file's, a run's or a chec
     CHECK(json_string(summary, "init_fnv1a").value_or("").size() == 8);
     CHECK_THAT(json_string(summary, "init_from").value_or(""), Catch::EndsWith(".safetensors"));
   }
+  // Two ranks (worker threads): rank 0 picks the file, both load it, and they start together from its weights.
+  const auto ranks = tiny_run(dir, "ranks", "--set +train.init_from=" + (dir / "src") + " --set 'device=[cpu, cpu]'");
+  INFO(ranks.output);
+  REQUIRE(ranks.exit_code == 0);
+  CHECK(weights_of(dir / "ranks/model.safetensors") == trained);
   // A run directory without final weights: its newest checkpoint that verifies (step-8, the epoch's end).
   fs::copy(dir / "src", dir / "cut", fs::copy_options::recursive);
   fs::remove(dir / "cut/model.safetensors");
