@@ -4,6 +4,7 @@
 #include "graph/model.h"
 #include "helpers.h"
 #include "io/llmc.h"
+#include "llmc_cases.h"
 #include "ops/loss.h"
 #include "train/llmc.h"
 #include "train/resume.h"
@@ -18,10 +19,12 @@
 
 using namespace gt;
 using gt::test::json_number;
+using gt::test::random_checkpoint;
 using gt::test::read_text;
 using gt::test::run_gputrain;
 using gt::test::source_path;
 using gt::test::TempDir;
+using gt::test::tiny_llmc;
 
 namespace {
 
@@ -29,31 +32,6 @@ std::vector<uint8_t> header_bytes(const std::vector<int32_t>& fields) {
   std::vector<uint8_t> h(kLlmcHeaderBytes, 0);
   std::memcpy(h.data(), fields.data(), fields.size() * 4);
   return h;
-}
-
-/// The tiny GPT of the PyTorch test: 2 layers, 2 heads, 16 channels, vocabulary 60 padded to 64, 8 positions.
-LlmcHeader tiny(int32_t version) {
-  LlmcHeader h;
-  h.version = version;
-  h.max_seq_len = 8;
-  h.vocab_size = 60;
-  h.num_layers = 2;
-  h.num_heads = 2;
-  h.channels = 16;
-  h.padded_vocab_size = 64;
-  return h;
-}
-
-LlmcCheckpoint random_checkpoint(const LlmcHeader& h, uint64_t seed) {
-  LlmcCheckpoint c;
-  c.header = h;
-  Rng rng(seed, 3);
-  for (const auto& [name, shape] : llmc_tensor_shapes(h)) {
-    Tensor t = Tensor::empty(shape, DType::f32);
-    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = static_cast<float>(rng.normal());
-    c.tensors.emplace_back(name, std::move(t));
-  }
-  return c;
 }
 
 std::string error_of(const std::vector<uint8_t>& header, uint64_t file_bytes) {
@@ -77,7 +55,7 @@ std::vector<T> read_raw(const std::string& path) {
 }  // namespace
 
 TEST_CASE("llm.c checkpoint headers are validated, naming the file and what was expected", "[cpu][data]") {
-  // tiny(3): 7744 parameters (the PyTorch test's model) after the 1024-byte header.
+  // tiny_llmc(3): 7744 parameters (the PyTorch test's model) after the 1024-byte header.
   const std::vector<int32_t> good = {20240326, 3, 8, 60, 2, 2, 16, 64};
   const uint64_t size = kLlmcHeaderBytes + 7744 * 4;
   const LlmcHeader h = parse_llmc_header(header_bytes(good).data(), size, "m.bin");
@@ -111,7 +89,7 @@ TEST_CASE("read_llmc refuses files that are not checkpoints with one line naming
   TempDir dir;
   CHECK_THROWS_WITH(read_llmc(dir / "missing.bin"), Catch::StartsWith(dir / "missing.bin: cannot open"));
   CHECK_THROWS_WITH(read_llmc(dir.path()), Catch::Contains("a folder, not a checkpoint file"));
-  write_llmc(dir / "m.bin", random_checkpoint(tiny(3), 1));
+  write_llmc(dir / "m.bin", random_checkpoint(tiny_llmc(3), 1));
   std::filesystem::resize_file(dir / "m.bin", kLlmcHeaderBytes + 7744 * 4 - 2);
   CHECK_THROWS_AS(read_llmc(dir / "m.bin"), DataError);
 }
@@ -147,7 +125,7 @@ TEST_CASE("gputrain import llmc then export llmc writes the same bytes, f32 and 
   for (const int32_t version : {3, 5}) {
     INFO("version " << version);
     const std::string bin = dir / fmt::format("v{}.bin", version), out = dir / fmt::format("v{}", version);
-    write_llmc(bin, random_checkpoint(tiny(version), 7));
+    write_llmc(bin, random_checkpoint(tiny_llmc(version), 7));
     const auto imp = run_gputrain("import llmc " + bin + " --out " + out);
     INFO(imp.output);
     REQUIRE(imp.exit_code == 0);

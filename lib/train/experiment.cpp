@@ -186,6 +186,7 @@ Experiment parse(const ConfigNode& root, bool check_data_files) {
   exp.at.accumulate = train["accumulate"];
   exp.at.recompute = train["recompute"];
   exp.at.cuda_graphs = train["cuda_graphs"];
+  exp.at.init_from = train["init_from"];
   check_cuda_graphs(exp);
   exp.model = parse_model_spec(root["model"]);
   exp.at.loss = root.has("loss") ? root["loss"] : exp.model.where;

@@ -169,7 +169,7 @@ void load_finite_weights(Model& model, const std::string& path) {
   load_named_tensors(model.state_tensors(), path, /*finite_only=*/true);
 }
 
-std::string weights_file(const std::string& path, const CheckpointConfig& cfg) {
+std::string weights_file(const std::string& path, const CheckpointConfig& cfg, const std::string& what) {
   // A checkpoint's weights are read only once the checkpoint verifies, as --resume and export read them: a flipped
   // bit would otherwise be evaluated as if it were the trained model.
   const fs::path p = path;
@@ -184,7 +184,7 @@ std::string weights_file(const std::string& path, const CheckpointConfig& cfg) {
   if (fs::is_directory(p / "checkpoints", ec)) {
     return (fs::path(require_newest_good_of_run(path, cfg).dir) / "model.safetensors").string();
   }
-  throw ConfigError(fmt::format("--checkpoint {}: a folder without model.safetensors or checkpoints/", path));
+  throw ConfigError(fmt::format("{} {}: a folder without model.safetensors or checkpoints/", what, path));
 }
 
 }  // namespace gt

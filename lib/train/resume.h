@@ -55,7 +55,8 @@ void load_finite_weights(Model& model, const std::string& path);
 /// The weights file `path` names (`gputrain eval --checkpoint`): a safetensors file as it is, a checkpoint folder's
 /// model.safetensors, or a run directory's final weights, else its newest good checkpoint's. A checkpoint's weights
 /// (its folder, or the model.safetensors in it) are verified first (DataError when they do not). Throws ConfigError
-/// for a folder that holds neither.
-std::string weights_file(const std::string& path, const CheckpointConfig& cfg);
+/// for a folder that holds neither, naming the path as `what` ("--checkpoint", "train.init_from").
+std::string weights_file(const std::string& path, const CheckpointConfig& cfg,
+                         const std::string& what = "--checkpoint");
 
 }  // namespace gt

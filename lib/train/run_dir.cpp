@@ -181,6 +181,7 @@ void write_summary(const std::string& dir, const std::string& name, const RunSum
   if (sum.test_bpb) summary.add("test_bpb", sum.test_bpb);
   if (sum.bad_files) summary.add("bad_files", *sum.bad_files);
   if (sum.loss_scale) summary.add("loss_scale", sum.loss_scale).add("overflow_skips", sum.overflow_skips);
+  if (!sum.init_from.empty()) summary.add("init_from", sum.init_from).add("init_fnv1a", sum.init_fnv1a);
   write_file_atomic((fs::path(dir) / "summary.json").string(), summary.str() + "\n");
 }
 

@@ -27,10 +27,11 @@ struct RunSummary {
   double samples_per_sec = 0, wall_seconds = 0;
   std::optional<double> final_train_loss;  ///< the last finished epoch's mean loss; none before one ends
   std::optional<double> test_loss, test_accuracy;
-  std::optional<double> test_bpb;    ///< byte tokens: test_loss in bits per byte
-  std::optional<int64_t> bad_files;  ///< image folders: files skipped as corrupt or unreadable
-  std::optional<double> loss_scale;  ///< a loss-scaled run's scale at the end
-  int64_t overflow_skips = 0;        ///< and the steps its overflows skipped
+  std::optional<double> test_bpb;     ///< byte tokens: test_loss in bits per byte
+  std::optional<int64_t> bad_files;   ///< image folders: files skipped as corrupt or unreadable
+  std::optional<double> loss_scale;   ///< a loss-scaled run's scale at the end
+  int64_t overflow_skips = 0;         ///< and the steps its overflows skipped
+  std::string init_from, init_fnv1a;  ///< train.init_from: the weights file a new run started from, its bytes' hash
 };
 
 /// Claims the run directory (core/ownership.h): `requested`, or runs/<name>/<YYYYmmdd-HHMMSS>[-i] when it is "". A
@@ -56,7 +57,6 @@ class RunDirLock : NonCopyable {
   int m_fd = -1;
   std::string m_dir;
 };
-
 
 /// summary.json's exit_reason in `dir`, or "" when there is no readable one (running, killed, never started).
 std::string run_exit_reason(const std::string& dir);

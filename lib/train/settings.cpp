@@ -99,6 +99,25 @@ const SectionSpec& loss_scale_section() {
   return s;
 }
 
+// train.init_from and the keys that shape it.
+void parse_init_keys(const ConfigNode& n, TrainConfig& out) {
+  if (n.has("init_from") && !n["init_from"].yaml().IsNull()) {
+    out.init_from = n["init_from"].as_string();
+    if (out.init_from.empty()) n["init_from"].fail("expected a path to weights, got an empty string");
+  }
+  out.init_strict = get_bool(n, key_spec(section_keys(train_section()), "init_strict"));
+  if (n.has("init_map")) {
+    const ConfigNode m = n["init_map"];
+    if (!m.is_map()) m.fail("expected a map {old_prefix: new_prefix}");
+    for (const std::string& from : m.keys()) out.init_map.emplace_back(from, m[from].as_string());
+  }
+  if (n.has("init_skip")) {
+    const ConfigNode s = n["init_skip"];
+    if (!s.is_sequence()) s.fail("expected a list of name patterns");
+    for (size_t i = 0; i < s.size(); ++i) out.init_skip.push_back(s.at(i).as_string());
+  }
+}
+
 }  // namespace
 
 const SectionSpec& train_section() {
@@ -189,12 +208,37 @@ const SectionSpec& train_section() {
           {.name = "cuda_graphs",
            .kind = KeyKind::boolean,
            .fallback = "false",
-           .doc = "GPU, one device: after 3 warm-up steps capture forward, loss, backward, the gradient norm and the "
-                  "update into one CUDA graph and replay it every step (the batch, learning rate and step count are "
-                  "written to device memory before each launch); an epoch's last partial batch is dropped (static "
-                  "shapes). Refused on the CPU, with several ranks or devices, train.accumulate above 1, "
-                  "train.profile and dropout (its masks are keyed by the step on the host). What of it has run on a GPU: "
-                  "docs/gpu.md"},
+           .doc =
+               "GPU, one device: after 3 warm-up steps capture forward, loss, backward, the gradient norm and the "
+               "update into one CUDA graph and replay it every step (the batch, learning rate and step count are "
+               "written to device memory before each launch); an epoch's last partial batch is dropped (static "
+               "shapes). Refused on the CPU, with several ranks or devices, train.accumulate above 1, "
+               "train.profile and dropout (its masks are keyed by the step on the host). What of it has run on a GPU: "
+               "docs/gpu.md"},
+          {.name = "init_from",
+           .kind = KeyKind::string,
+           .nullable = true,
+           .fallback = "null",
+           .doc = "start a new run from these weights: a safetensors file, a run directory (its model.safetensors, "
+                  "else its newest checkpoint that verifies), a checkpoint folder, an llm.c .bin or an `import llmc` "
+                  "folder. Weights only: the optimizer, schedule and step count start afresh; --resume never reads "
+                  "them again (docs/runs.md)"},
+          {.name = "init_map",
+           .kind = KeyKind::custom,
+           .fallback = "{}",
+           .doc = "rename the source's tensors by prefix before matching, {old_prefix: new_prefix}; the first "
+                  "prefix that matches a name renames it",
+           .extra_json = R"("type": "object", "additionalProperties": {"type": "string"})"},
+          {.name = "init_skip",
+           .kind = KeyKind::list,
+           .items = {{.name = "pattern", .kind = KeyKind::string}},
+           .fallback = "[]",
+           .doc = "globs over the model's tensor names (layers.7.*) that keep their fresh initialisation"},
+          {.name = "init_strict",
+           .kind = KeyKind::boolean,
+           .fallback = "true",
+           .doc = "refuse model tensors the source lacks and source tensors the model lacks (false: load the rest, "
+                  "listing both once); other shapes are always refused"},
       },
       "the training loop");
   return s;
@@ -242,6 +286,7 @@ void parse_train(const ConfigNode& n, TrainConfig& out) {
   expect_keys(n, keys);
   out.eval_tokens = get_size(n, key("eval_tokens"));
   out.cuda_graphs = get_bool(n, key("cuda_graphs"));
+  parse_init_keys(n, out);
   if (n.has("nonfinite")) out.nonfinite = parse_choice(n["nonfinite"], kNonfinitePolicies);
   if (n.has("precision")) out.precision = parse_choice(n["precision"], kPrecisions);
   if (n.has("recompute")) out.recompute = parse_choice(n["recompute"], kRecomputeModes);
@@ -328,6 +373,14 @@ YAML::Node to_yaml(const TrainConfig& c) {
   if (c.peak_tflops > 0) n["peak_tflops"] = c.peak_tflops;
   n["eval_tokens"] = c.eval_tokens;
   n["cuda_graphs"] = c.cuda_graphs;
+  if (c.init_from.empty()) return n;  // (the configs of runs that start afresh read as they did before the keys)
+  n["init_from"] = c.init_from;
+  YAML::Node map(YAML::NodeType::Map), skip(YAML::NodeType::Sequence);
+  for (const auto& [from, to] : c.init_map) map[from] = to;
+  for (const std::string& p : c.init_skip) skip.push_back(p);
+  n["init_map"] = map;
+  n["init_skip"] = skip;
+  n["init_strict"] = c.init_strict;
   return n;
 }
 

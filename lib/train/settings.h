@@ -11,6 +11,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace gt {
 
@@ -49,6 +51,11 @@ struct TrainConfig {
   int64_t eval_tokens = 0;
   /// train.cuda_graphs: the step after warm-up is captured into one CUDA graph and replayed (train/step.h).
   bool cuda_graphs = false;
+  /// train.init_from: the weights a new run starts from ("" = its own initialisation); a resume never reads them.
+  std::string init_from;
+  std::vector<std::pair<std::string, std::string>> init_map;  ///< source name prefixes renamed, in the config's order
+  std::vector<std::string> init_skip;  ///< globs over the model's names that keep their fresh initialisation
+  bool init_strict = true;             ///< missing and unexpected tensors stop the run
 };
 
 /// The test metric whose best checkpoint is kept besides the newest ones (checkpoint.keep_best).

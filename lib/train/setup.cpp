@@ -196,6 +196,14 @@ RunSetup::RunSetup(const Experiment& exp, const RunOptions& opts, const WorkerPl
     broadcast_string(*comm, from, "the checkpoint to resume from");
     if (!lead && !from.empty()) plan.from = read_checkpoint(from);
   }
+  // train.init_from: a new run's weights, before the optimizer copies anything of them (its master weights) and the
+  // first step's broadcast; rank 0 picks the file, as it picks a checkpoint, and every rank loads it. A resume's
+  // checkpoint holds the weights: the file may be gone by then.
+  if (!plan.from && !exp.train.init_from.empty()) {
+    std::string file = lead ? init_weights_file(exp) : std::string();
+    if (world > 1) broadcast_string(*comm, file, "train.init_from's weights");
+    init = load_init_weights(exp, file, model);
+  }
   batch = exp.data.batch_size;
   model.allocate(batch);
   // On GPUs the device buffers travel through NCCL, bootstrapped over the host communicator (MPI, TCP or the worker
@@ -286,7 +294,8 @@ void log_run_start(const Experiment& exp, const RunSetup& setup, const StepPlan&
   spdlog::info("model: {} layers, {} parameters; loss {}; optimizer {} lr {}; schedule {}", setup.model.nodes().size(),
                setup.model.param_count(), to_string(exp.loss.type), to_string(exp.optimizer.type), exp.optimizer.lr,
                to_string(exp.scheduler.type));
-  if (setup.lead) log_precision(exp.train.precision, setup.device);  // the ranks share the config: one line is enough
+  if (setup.lead) log_precision(exp.train.precision, setup.device);
+  if (setup.lead) log_init_weights(setup.init);  // the ranks share the config: one line is enough
 }
 
 void log_precision(Precision precision, Device device) {

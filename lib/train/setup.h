@@ -4,9 +4,10 @@
 
 #include "core/noncopyable.h"
 #include "data/dataset.h"
-#include "parallel/comm.h"
 #include "graph/model.h"
 #include "optim/optimizer.h"
+#include "parallel/comm.h"
+#include "train/init_from.h"
 #include "train/resume.h"
 #include "train/run_dir.h"
 #include "train/trainer.h"
@@ -82,6 +83,7 @@ class RunSetup : NonCopyable {
   std::unique_ptr<Communicator> nccl;
   std::unique_ptr<Optimizer> optimizer;
   TrainProgress progress;  ///< where the run starts: the checkpoint's, else step 0
+  InitWeights init;        ///< train.init_from's weights, loaded into a new run (a resume reads its checkpoint's)
 
  private:
   std::optional<LoadedData> m_own_data;

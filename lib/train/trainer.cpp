@@ -502,6 +502,7 @@ RunSummary train_worker(const Experiment& exp, const RunOptions& opts, const Wor
   if (setup.lead) {
     write_file_atomic((dir / "config.resolved.yaml").string(), run_config_text(setup.resolved_config));
     write_file_atomic((dir / "overrides.json").string(), overrides_json(opts.overrides));
+    record_init_weights(sum.run_dir, setup.init, sum);
   }
   RunReporter reporter(exp, setup, sum.run_dir, where.threaded, where.process_gpus, wall_start);
   CheckpointHook checkpoints(exp, setup, sum.run_dir);
