@@ -81,6 +81,15 @@ TEST_CASE("init_from starts a new run at a safetensors file's, a run's or a chec
     CHECK(json_string(summary, "init_fnv1a").value_or("").size() == 8);
     CHECK_THAT(json_string(summary, "init_from").value_or(""), Catch::EndsWith(".safetensors"));
   }
+  // A path relative to where gputrain runs is kept absolute in the run's config, so that the run directory works as a
+  // CONFIG from any folder.
+  const auto rel =
+      run_shell(fmt::format("cd {} && {} train t.yaml --quiet --threads 2 --out rel --set optimizer.lr=1e-30 "
+                            "--set +train.init_from=w.safetensors 2>&1",
+                            std::string(dir / ""), gputrain_binary()));
+  INFO(rel.output);
+  REQUIRE(rel.exit_code == 0);
+  CHECK_THAT(read_text(dir / "rel/config.resolved.yaml"), Catch::Contains("init_from: " + (dir / "w.safetensors")));
   // Two ranks (worker threads): rank 0 picks the file, both load it, and they start together from its weights.
   const auto ranks = tiny_run(dir, "ranks", "--set +train.init_from=" + (dir / "src") + " --set 'device=[cpu, cpu]'");
   INFO(ranks.output);

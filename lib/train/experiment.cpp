@@ -262,6 +262,7 @@ std::string run_config_text(const std::string& resolved) {
     }
     if (data["cache"].IsScalar()) absolute(data["cache"]);
   }
+  if (YAML::Node train = n["train"]; train.IsMap() && train["init_from"]) absolute(train["init_from"]);
   YAML::Emitter em;
   em << n;
   return std::string(em.c_str()) + "\n";

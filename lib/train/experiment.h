@@ -58,8 +58,8 @@ Experiment parse_experiment_without_data_files(const ConfigNode& root);
 YAML::Node resolved_config(const Experiment& exp, const YAML::Node& resolved_layers);
 /// The same as the text config.resolved.yaml holds (and `gputrain config print` prints).
 std::string resolved_config_text(const Experiment& exp, const YAML::Node& resolved_layers);
-/// `resolved` as a run directory keeps it (config.resolved.yaml): its data paths made absolute, so that the commands
-/// that take the run directory (eval, generate, export, train --resume) find the data from any folder.
+/// `resolved` as a run directory keeps it (config.resolved.yaml): its data paths and train.init_from made absolute, so
+/// that the commands that take the run directory (eval, generate, export, train) find them from any folder.
 std::string run_config_text(const std::string& resolved);
 
 }  // namespace gt
