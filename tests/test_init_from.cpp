@@ -263,3 +263,22 @@ TEST_CASE("init_from reads an llm.c checkpoint, its tied head one tensor with th
       if (name == "wpe.weight") CHECK(values(*loaded[name]) == values(t));  // the rest still loads
   }
 }
+
+TEST_CASE("check finds init_from's weights as train does, and a missing path is exit 2 at the key", "[e2e]") {
+  TempDir dir;
+  train_source(dir);
+  const auto ok = run_gputrain(fmt::format("check {} --set +train.init_from={}", dir / "t.yaml", dir / "src"));
+  INFO(ok.output);
+  CHECK(ok.exit_code == 0);
+  const auto missing = run_gputrain(fmt::format("check {} --set +train.init_from={}", dir / "t.yaml", dir / "gone"));
+  INFO(missing.output);
+  CHECK(missing.exit_code == 2);
+  CHECK_THAT(missing.output, Catch::Contains("train.init_from") && Catch::Contains("gone: no such file or folder"));
+  // A run directory with nothing that verifies is refused by check as by train, not found out when the run starts.
+  fs::create_directories(dir / "empty_run");
+  const auto empty = run_gputrain(fmt::format("check {} --set +train.init_from={}", dir / "t.yaml", dir / "empty_run"));
+  INFO(empty.output);
+  CHECK(empty.exit_code != 0);
+  const auto train_empty = tiny_run(dir, "from_empty", "--set +train.init_from=" + (dir / "empty_run"));
+  CHECK(train_empty.exit_code == empty.exit_code);
+}

@@ -11,6 +11,7 @@
 #include "train/config_schema.h"
 #include "train/experiment.h"
 #include "train/footprint.h"
+#include "train/init_from.h"
 #include "train/setup.h"
 #include "train/step.h"
 
@@ -91,6 +92,9 @@ int check(CheckArgs& a) {
   if (!shapes) exp = parse_experiment(root);
   const LoadedData data = shapes ? std::move(*shapes) : load_data(exp);
   const Model model = checked_model(exp, data);
+  // The weights a run would start from are found as train finds them (a missing path is exit 2 at the key); their
+  // shapes are matched when the run loads them, as check creates no parameters.
+  if (!exp.train.init_from.empty()) init_weights_file(exp);
   Footprint f = training_footprint(exp, model, data.train);
   if (shapes) f.tokens_per_sample = exp.data.block_size;
   // A device list holds one replica per device: each GPU must fit one; CPU workers share the host's memory.
