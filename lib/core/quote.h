@@ -67,8 +67,8 @@ inline std::string shell_quote(std::string_view s) {
 }
 
 /// FNV-1a, 32 bits: a short, stable fingerprint of a text (a trial's folder name, a model section), not a checksum.
-inline uint32_t fnv1a(std::string_view s) {
-  uint32_t h = 2166136261u;
+/// FNV-1a of `s`; `h` continues a hash over earlier bytes, so a file hashed a chunk at a time hashes as a whole.
+inline uint32_t fnv1a(std::string_view s, uint32_t h = 2166136261u) {
   for (const char c : s) h = (h ^ static_cast<unsigned char>(c)) * 16777619u;
   return h;
 }

@@ -32,12 +32,30 @@ std::string read_bytes(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-// llm.c's checkpoints start with their magic number; safetensors files with their header's length.
-bool is_llmc(const std::string& bytes) {
-  int32_t magic = 0;
-  if (bytes.size() < sizeof magic) return false;
-  std::memcpy(&magic, bytes.data(), sizeof magic);
-  return magic == kLlmcMagic;
+// The file's FNV-1a, read a chunk at a time (the weights are not held twice), and whether it starts with llm.c's
+// magic number (a safetensors file starts with its header's length).
+struct FileFacts {
+  uint32_t fnv1a = 0;
+  bool llmc = false;
+};
+
+FileFacts file_facts(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw DataError(fmt::format("cannot read {}", path));
+  FileFacts f{.fnv1a = fnv1a({})};
+  std::string chunk(size_t{1} << 20, '\0');
+  for (bool first = true; in.read(chunk.data(), static_cast<std::streamsize>(chunk.size())) || in.gcount() > 0;
+       first = false) {
+    const std::string_view got(chunk.data(), static_cast<size_t>(in.gcount()));
+    int32_t magic = 0;
+    if (first && got.size() >= sizeof magic) {
+      std::memcpy(&magic, got.data(), sizeof magic);
+      f.llmc = magic == kLlmcMagic;
+    }
+    f.fnv1a = fnv1a(got, f.fnv1a);
+  }
+  if (in.bad()) throw DataError(fmt::format("cannot read {}", path));
+  return f;
 }
 
 std::string joined(const std::vector<std::string>& names) {
@@ -98,10 +116,10 @@ std::string init_weights_file(const Experiment& exp) {
 
 InitWeights load_init_weights(const Experiment& exp, const std::string& file, Model& model) {
   const TrainConfig& c = exp.train;
-  const std::string bytes = read_bytes(file);
-  InitWeights out{.file = fs::absolute(file).string(), .fnv1a = fmt::format("{:08x}", fnv1a(bytes))};
+  const FileFacts facts = file_facts(file);
+  InitWeights out{.file = fs::absolute(file).string(), .fnv1a = fmt::format("{:08x}", facts.fnv1a)};
   const std::vector<std::pair<std::string, Tensor>> source =
-      is_llmc(bytes) ? llmc_to_named(read_llmc(file)) : read_safetensors(file);
+      facts.llmc ? llmc_to_named(read_llmc(file)) : read_safetensors(file);
   const Targets targets = model_targets(model);
   // Each model tensor's source: under its own name, or (a tied weight) under a tied layer's.
   std::map<std::string, const Tensor*> chosen;
