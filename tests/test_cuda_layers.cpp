@@ -55,6 +55,13 @@ Side make_side(const LayerSpec& spec, const ConfigNode& cfg, const std::vector<S
   s.layer->infer_shape(shapes, cfg);
   Rng rng(42, 7);
   s.layer->init_params(rng, DType::f64, d);
+  s.layer->init_lora(rng, DType::f64, d);
+  for (Param* p : s.layer->params())  // a fresh adapter's B is zero, which would hide A's gradient: the same values
+    if (p->name.find("lora_B") != std::string::npos) {
+      Tensor host = Tensor::empty(p->value.shape(), DType::f64);
+      for (int64_t i = 0; i < host.numel(); ++i) host.data<double>()[i] = 0.1 * static_cast<double>(i % 5 - 2);
+      p->value.copy_from(host);
+    }
   for (size_t k = 0; k < in.size(); ++k) {
     Tensor x = Tensor::empty(in[k].batched(batch), DType::f64, d);
     x.copy_from(host_x[k]);

@@ -243,6 +243,7 @@ TEST_CASE("every layer's shape-only sizes are what it allocates", "[cpu]") {
     const size_t before = host_storage_bytes();
     Rng rng(1, 2);
     layer->init_params(rng, DType::f64, Device::cpu());
+    layer->init_lora(rng, DType::f64, Device::cpu());
     layer->forward(xp, y, {true, false});
     CHECK(layer->workspace(batch, false).wide == layer->workspace_numel(batch));
     CHECK(layer->workspace(batch, false).half == 0);

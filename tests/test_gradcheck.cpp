@@ -54,7 +54,11 @@ const std::multimap<std::string, GradCase>& layer_cases() {
       {"layernorm", {"layernorm", Shape{2, 6}}},
       {"linear", {"{type: linear, out_features: 3}", Shape{5}}},
       {"linear", {"{type: linear, out_features: 4, bias: false}", Shape{6}}},
-      {"linear", {"{type: linear, out_features: 2}", Shape{3, 4}}},                         // over the last dimension
+      {"linear", {"{type: linear, out_features: 2}", Shape{3, 4}}},  // over the last dimension
+      // LoRA adapters (their B drawn, not zero, so that A's gradient is not zero too): the base path plus α/r·x·Aᵀ·Bᵀ.
+      {"linear", {"{type: linear, out_features: 3, lora: {rank: 2, alpha: 6}}", Shape{5}}},
+      {"linear", {"{type: linear, out_features: 4, lora: {rank: 3, dropout: 0.3}}", Shape{2, 5}}},
+      {"causal_self_attention", {"{type: causal_self_attention, heads: 2, lora: {rank: 2, alpha: 3}}", Shape{4, 6}}},
       {"positional_embedding", {"{type: positional_embedding, max_len: 5}", Shape{3, 4}}},  // T < max_len
       {"positional_embedding", {"{type: positional_embedding, max_len: 2}", Shape{2, 3}}},
       {"relu", {"relu", Shape{9}}},
@@ -119,6 +123,9 @@ void gradcheck_layer(const std::string& type, const GradCase& c) {
   const Shape out_shape = layer->infer_shape(in_shapes, cfg);
   Rng rng(42, 7);
   layer->init_params(rng, DType::f64, Device::cpu());
+  layer->init_lora(rng, DType::f64, Device::cpu());
+  for (Param* p : layer->params())  // a fresh adapter's B is zero, which would hide A's gradient
+    if (p->name.find("lora_B") != std::string::npos) p->value.copy_from(random_tensor(p->value.shape(), rng));
 
   const int64_t batch = 3;
   std::vector<Tensor> xs, dxs;

@@ -102,6 +102,7 @@ Model checked_model(const Experiment& exp, const LoadedData& data) {
   Model model = Model::build(exp.model, data.train.input_shape(), DType::f32, Device::cpu(), exp.seed,
                              /*init_params=*/false);
   model.check_batch(exp.data.batch_size, exp.at.batch_size);
+  apply_freeze(exp, model);
   apply_recompute(exp, model);
   check_graph_layers(exp, model);
   check_loss_fits(exp.loss, model.output_shape(), data.train, exp.at.loss, &data.test);

@@ -95,6 +95,7 @@ int generate(GenerateArgs& a) {
 
 struct ExportArgs {
   std::string from, to;
+  bool merge_lora = false;
 };
 
 int export_weights(const ExportArgs& a) {
@@ -112,7 +113,9 @@ int export_weights(const ExportArgs& a) {
   }
   refuse_output_file("--to", a.to, {(fs::path(dir) / "model.safetensors").string()});
   const CheckpointInfo ckpt = read_checkpoint(dir);  // sizes and checksums
-  const auto tensors = read_safetensors((fs::path(dir) / "model.safetensors").string());
+  const std::string weights = (fs::path(dir) / "model.safetensors").string();
+  // --merge-lora: the model the checkpoint's own config builds, its adapters folded into the weights.
+  const auto tensors = a.merge_lora ? merged_lora_weights(ckpt.config, weights) : read_safetensors(weights);
   std::vector<std::pair<std::string, const Tensor*>> list;
   for (const auto& [name, t] : tensors) list.emplace_back(name, &t);
   write_safetensors(a.to, list,
@@ -120,7 +123,8 @@ int export_weights(const ExportArgs& a) {
                      {"gputrain_version", GPUTRAIN_VERSION},
                      {"step", std::to_string(ckpt.progress.step)},
                      {"gputrain_config", ckpt.config}});
-  fmt::print("{}: {} tensors of step {} → {}\n", dir, list.size(), ckpt.progress.step, a.to);
+  fmt::print("{}: {} tensors of step {}{} → {}\n", dir, list.size(), ckpt.progress.step,
+             a.merge_lora ? ", LoRA adapters merged" : "", a.to);
   return 0;
 }
 
@@ -128,6 +132,7 @@ struct ExportLlmcArgs {
   ConfigArgs config;
   std::string weights, out;
   bool bf16 = false;
+  bool merge_lora = false;
 };
 
 struct ImportLlmcArgs {
@@ -196,14 +201,16 @@ void add_export_import(CLI::App& app, Commands& commands) {
   exporter->add_option("checkpoint", x->from, "a checkpoint folder (checkpoints/step-N) or a run directory")
       ->check(non_empty("a checkpoint folder or a run directory"));
   exporter->add_option("--to", x->to, "the safetensors file to write")->check(non_empty("a safetensors file to write"));
+  exporter->add_flag("--merge-lora", x->merge_lora,
+                     "fold each LoRA adapter into its weight (W + α/r · B·A) and write the plain model's tensors");
   exporter->require_subcommand(0, 1);
   auto [llmc, l] = commands.add_with<ExportLlmcArgs>(
       *exporter, "llmc",
       "write a GPT's weights as an llm.c checkpoint (train_gpt2.c's model file) that llm.c continues from",
       [](ExportLlmcArgs& a) {
         a.config.resolve();
-        fmt::print("{}\n",
-                   export_llmc(a.config.file, a.config.sets, a.config.weights_or_run(a.weights), a.out, a.bf16));
+        fmt::print("{}\n", export_llmc(a.config.file, a.config.sets, a.config.weights_or_run(a.weights), a.out, a.bf16,
+                                       a.merge_lora));
         return 0;
       });
   add_config_args(llmc, l->config);
@@ -214,6 +221,9 @@ void add_export_import(CLI::App& app, Commands& commands) {
       ->check(non_empty("the llm.c checkpoint file to write"));
   llmc->add_flag("--bf16", l->bf16,
                  "bf16 parameters (llm.c version 5, rounded to nearest even); default f32 (version 3)");
+  llmc->add_flag("--merge-lora", l->merge_lora,
+                 "fold the config's LoRA adapters into the weights (llm.c's format holds none; a model with adapters "
+                 "needs it)");
 
   CLI::App* importer = commands.group(app, "import", "convert a model from another tool into an experiment folder");
   auto [imp, i] = commands.add_with<ImportLlmcArgs>(

@@ -95,34 +95,54 @@ Model Model::build(const ModelSpec& spec, const Shape& input_shape, DType dtype,
   std::vector<GraphNode*> by_index(layers.size());
   for (auto& n : m.m_nodes) by_index[n.index] = &n;
   m.m_initialised = init_params;
+  if (spec.lora) m.add_lora(*spec.lora);
   for (GraphNode* n : by_index) {
     n->param_count = n->layer->param_numel();
     if (!init_params) continue;
     const AllocLabel label("the parameters of " + n->name);
     n->layer->init_params(init_rng, dtype, device);
-    int64_t made = 0;
-    for (Param* p : n->layer->params()) made += p->value.numel();
-    // The shape-only count sizes models in `gputrain check`: a layer whose two counts disagree would mislead it.
-    GT_CHECK(made == n->param_count, "{} ({}): init_params made {} parameters, param_numel() says {}", n->name, n->type,
-             made, n->param_count);
+  }
+  if (init_params) {  // the adapters from a stream of their own: the base weights are the plain model's
+    Rng lora_rng(seed, /*stream=*/0x10AA);
+    for (GraphNode* n : by_index) n->layer->init_lora(lora_rng, dtype, device);
+  }
+  for (GraphNode* n : by_index) {
+    if (!init_params) continue;
+    // The shapes-only list sizes models in `gputrain check` and names what train.freeze matches there: a layer whose
+    // two lists disagree would mislead both.
+    const auto shapes = n->layer->param_shapes();
+    const std::vector<Param*> made = n->layer->params();
+    GT_CHECK(made.size() == shapes.size(), "{} ({}): init_params made {} parameters, param_shapes() lists {}", n->name,
+             n->type, made.size(), shapes.size());
+    for (size_t k = 0; k < made.size(); ++k)
+      GT_CHECK(made[k]->name == shapes[k].first && made[k]->value.shape() == shapes[k].second,
+               "{} ({}): init_params made {} {}, param_shapes() says {} {}", n->name, n->type, made[k]->name,
+               made[k]->value.shape().str(), shapes[k].first, shapes[k].second.str());
   }
   for (GraphNode& n : m.m_nodes) {
     if (n.tied_to < 0 || !init_params) continue;
     for (Param* p : m.m_nodes[static_cast<size_t>(n.tied_to)].layer->params())
       if (p->name == "weight") n.layer->tie_weight(*p);
   }
-  for (size_t k = 0; k < m.m_nodes.size(); ++k) {
-    GraphNode& n = m.m_nodes[k];
-    n.needs_grad = n.param_count > 0 || n.tied_to >= 0;  // a tied layer writes its owner's weight gradient
+  for (GraphNode& n : m.m_nodes) n.trainable = n.param_count;
+  m.update_grad_flow();
+  m.apply_epilogues();
+  return m;
+}
+
+void Model::update_grad_flow() {
+  for (size_t k = 0; k < m_nodes.size(); ++k) {
+    GraphNode& n = m_nodes[k];
+    // A tied layer writes its owner's weight gradient, when that weight learns.
+    const bool tied_learns = n.tied_to >= 0 && !weight_frozen(m_nodes[static_cast<size_t>(n.tied_to)]);
+    n.needs_grad = n.trainable > 0 || tied_learns;
     for (int j : n.inputs)
-      if (j >= 0 && m.m_nodes[static_cast<size_t>(j)].needs_grad) n.needs_grad = true;
+      if (j >= 0 && m_nodes[static_cast<size_t>(j)].needs_grad) n.needs_grad = true;
     if (!n.layer->is_view())
       n.grad_owner = static_cast<int>(k);
     else
-      n.grad_owner = n.inputs[0] >= 0 ? m.m_nodes[static_cast<size_t>(n.inputs[0])].grad_owner : -1;
+      n.grad_owner = n.inputs[0] >= 0 ? m_nodes[static_cast<size_t>(n.inputs[0])].grad_owner : -1;
   }
-  m.apply_epilogues();
-  return m;
 }
 
 std::vector<int> Model::grad_writers() const {
@@ -446,12 +466,13 @@ void Model::backward(const Tensor& dout, const LayerContext& context) {
       dins[k] = &dx_views[k];
     }
     if (m_grad_begin) {
-      if (n.param_count > 0) m_grad_begin(i);
-      if (n.tied_to >= 0) m_grad_begin(static_cast<size_t>(n.tied_to));
+      if (n.trainable > 0) m_grad_begin(i);
+      if (n.tied_to >= 0 && !weight_frozen(m_nodes[static_cast<size_t>(n.tied_to)]))
+        m_grad_begin(static_cast<size_t>(n.tied_to));
     }
     // Backward FLOPs: about twice the forward's for layers with parameters (input and weight gradients).
     SpanScope scope(m_profiler, n.name, n.type, "backward",
-                    chain_backward_flops(i) * batch * (n.param_count > 0 ? 2 : 1));
+                    chain_backward_flops(i) * batch * (n.trainable > 0 ? 2 : 1));
     if (n.adds_param_grads) {  // a tied layer has written this node's weight gradient already
       LayerContext adding = ctx;
       adding.accumulate_grads = true;
@@ -459,7 +480,7 @@ void Model::backward(const Tensor& dout, const LayerContext& context) {
     } else {
       n.layer->backward(ins, m_out[out], m_grad[out], dins, ctx);
     }
-    if (m_grad_ready && n.param_count > 0) m_grad_ready(i);
+    if (m_grad_ready && n.trainable > 0) m_grad_ready(i);
     for (const auto& [owner, k] : pending_adds) {
       Tensor& g = m_grad[static_cast<size_t>(owner)];
       ops::add(g, dx_views[k].view(g.shape()), g);
@@ -477,26 +498,6 @@ std::string Model::edges() const {
       from += (from.empty() ? "" : " + ") + (j < 0 ? std::string("input") : m_nodes[static_cast<size_t>(j)].name);
     out += fmt::format("  {} ← {}\n", n.name, from);
   }
-  return out;
-}
-
-std::vector<Param*> Model::params() {
-  std::vector<Param*> out;
-  for (auto& n : m_nodes)
-    for (Param* p : n.layer->params()) out.push_back(p);
-  return out;
-}
-
-std::vector<std::vector<Param*>> Model::params_by_node() {
-  std::vector<std::vector<Param*>> out;
-  for (auto& n : m_nodes) out.push_back(n.layer->params());
-  return out;
-}
-
-std::vector<std::pair<std::string, Param*>> Model::named_params() {
-  std::vector<std::pair<std::string, Param*>> out;
-  for (auto& n : m_nodes)
-    for (Param* p : n.layer->params()) out.emplace_back(n.name + "." + p->name, p);
   return out;
 }
 

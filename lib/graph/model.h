@@ -31,6 +31,10 @@ struct GraphNode {
   Shape out_shape;          ///< per sample
   bool needs_grad = false;  ///< some parameter at or before this node learns, so ∂L/∂output is needed
   int64_t param_count = 0;
+  /// Elements of its parameters that learn: param_count less what train.freeze froze (Model::set_frozen).
+  int64_t trainable = 0;
+  /// Per parameter (Layer::param_shapes' order): frozen by train.freeze. Empty until set_frozen.
+  std::vector<bool> frozen;
   int tied_to = -1;               ///< `tied_to:`: the node position of the layer whose weight this one uses
   bool adds_param_grads = false;  ///< its weight is shared with a later layer, whose backward writes first
   int block = -1;                 ///< the pass of a top-level `repeat:` block it belongs to (an id); -1: none
@@ -158,8 +162,26 @@ class Model {
   /// Back-propagates dout (B, output shape) from the last forward pass into the parameter gradients.
   void backward(const Tensor& dout, const LayerContext& ctx);
 
+  /// train.freeze (after build, before buffer_plan and allocate): a parameter whose full name ("layers.1.weight",
+  /// "blocks.0.attn.qkv.weight"; a tied layer's "<name>.weight" also names its owner's weight, the one tensor both
+  /// use) matches one of the globs `patterns` (fnmatch) and none of `except` stops learning. It keeps its values,
+  /// has no gradient buffer (Param::frozen; a built model frees its gradient), and is no longer among params():
+  /// the optimizer, gradient clipping, data-parallel averaging and ZeRO never see it. Nodes before which nothing
+  /// learns any more run no backward pass and get no gradient buffers (PyTorch's requires_grad_(False) does the
+  /// same). Applies afresh on each call (an empty `patterns` unfreezes all). Returns how many parameters each
+  /// pattern matched (a tied weight counts once).
+  std::vector<int64_t> set_frozen(const std::vector<std::string>& patterns,
+                                  const std::vector<std::string>& except = {});
+  /// Folds every LoRA adapter into its weight and drops it (`gputrain export --merge-lora`; a host f32 model): the
+  /// model then computes what it computed with them, as a plain model.
+  void merge_lora();
+  /// Whether some layer has a LoRA adapter (train.lora or a layer's `lora:`).
+  bool has_lora() const;
+  /// Elements of the parameters that learn (all of them unless set_frozen froze some).
+  int64_t trainable_count() const;
+  /// The parameters that learn (all, unless set_frozen froze some), in execution order.
   std::vector<Param*> params();
-  /// Parameters with their full names ("layers.1.weight").
+  /// params() with their full names ("layers.1.weight").
   std::vector<std::pair<std::string, Param*>> named_params();
   /// Every parameter and buffer (batch-norm running statistics) by name, in config-list order: what a saved
   /// model holds ("layers.1.weight", "layers.2.running_mean").
@@ -185,7 +207,7 @@ class Model {
   /// over (a host collective, called once per batch norm layer in each pass, so every rank must run the same passes).
   /// Empty: per process. Throws gt::Error for a model on a GPU, where it is not built.
   void set_sync(ops::SumOverRanks sum_over_ranks);
-  /// Node i's parameters (empty for layers without any).
+  /// Node i's parameters that learn (empty for layers without any).
   std::vector<std::vector<Param*>> params_by_node();
   /// The edges of the graph, one line per node with inputs other than its predecessor ("" for a chain).
   std::string edges() const;
@@ -219,6 +241,14 @@ class Model {
   void widen_for_backward(size_t i);
   /// What forward and backward add to the caller's context: the rank sum, the layers' scratch, their half storage.
   void set_layer_context(LayerContext& ctx);
+  /// Which nodes need ∂L/∂output (GraphNode::needs_grad: something at or before them learns) and which node's buffer
+  /// holds it (grad_owner), from the nodes' trainable counts.
+  void update_grad_flow();
+  /// train.lora, in build between the shapes and the parameters: an adapter on each product whose weight's full name
+  /// a target matches; a target that matches none is a ConfigError at train.lora.
+  void add_lora(const LoraPlan& plan);
+  /// Whether set_frozen froze the parameter named "weight" of `n` (the one a tied layer shares).
+  static bool weight_frozen(const GraphNode& n);
   /// How many (consumer, input) pairs write the gradient buffer of each node in the backward pass.
   std::vector<int> grad_writers() const;
   /// train.recompute: runs the forward pass of segment `s`'s recomputed nodes again, into their shared buffers.

@@ -98,6 +98,12 @@ KeySpec layer_arg_key(const LayerArg& a) {
     k.kind = KeyKind::boolean;
   } else if (a.type == "layer name") {
     k.kind = KeyKind::string;
+  } else if (a.type == "{rank, alpha, dropout}") {  // LoRA's settings (layers/lora.h reads them)
+    k.kind = KeyKind::custom;
+    k.extra_json =
+        R"("type": "object", "required": ["rank"], "additionalProperties": false, "properties": {"rank": )"
+        R"({"type": "integer", "minimum": 1}, "alpha": {"type": "number", "minimum": 0}, "dropout": {"type": )"
+        R"("number", "minimum": 0, "exclusiveMaximum": 1}})";
   } else if (a.type == "int or [h, w]") {
     k.kind = KeyKind::any_of;
     k.items = {{.name = "both", .kind = KeyKind::integer},
@@ -403,6 +409,48 @@ ModelSpec parse_model_spec(const ConfigNode& model_cfg) {
                            std::move(listed_inputs[i]), p.block, p.tied_to});
   }
   return spec;
+}
+
+}  // namespace gt
+
+namespace gt {
+
+std::optional<LoraPlan> parse_lora_plan(const ConfigNode& n) {
+  if (!n.defined()) return std::nullopt;
+  if (!n.is_map())
+    n.fail("expected a map {targets: [patterns], rank: r, alpha: a, dropout: p, also_train: [patterns]}");
+  n.expect_keys({"targets", "rank", "alpha", "dropout", "also_train"});
+  n.require("targets");
+  LoraPlan p;
+  p.at = n;
+  auto patterns = [](const ConfigNode& list, std::vector<std::string>& out) {
+    if (!list.is_sequence()) list.fail("expected a list of name patterns");
+    for (size_t i = 0; i < list.size(); ++i) {
+      out.push_back(list.at(i).as_string());
+      if (out.back().empty()) list.at(i).fail("expected a pattern, got an empty string");
+    }
+  };
+  patterns(n["targets"], p.targets);
+  if (p.targets.empty()) n["targets"].fail("expected at least one pattern (the weights whose products get adapters)");
+  if (n.has("also_train")) patterns(n["also_train"], p.also_train);
+  // rank, alpha and dropout as a layer's `lora:` reads them (rank 8 and alpha = rank by default, PEFT's).
+  p.cfg.rank = n.has("rank") ? n["rank"].as_int(1, 1 << 16) : 8;
+  p.cfg.alpha = n.get_double("alpha", static_cast<double>(p.cfg.rank), 0.0, 1e6);
+  p.cfg.dropout = n.get_double("dropout", 0.0, 0.0, 1.0);
+  if (p.cfg.dropout >= 1.0) n["dropout"].fail("expected a probability below 1");
+  return p;
+}
+
+YAML::Node to_yaml(const LoraPlan& p) {
+  YAML::Node n(YAML::NodeType::Map), targets(YAML::NodeType::Sequence), also(YAML::NodeType::Sequence);
+  for (const std::string& t : p.targets) targets.push_back(t);
+  for (const std::string& t : p.also_train) also.push_back(t);
+  n["targets"] = targets;
+  n["rank"] = p.cfg.rank;
+  n["alpha"] = p.cfg.alpha;
+  n["dropout"] = p.cfg.dropout;
+  n["also_train"] = also;
+  return n;
 }
 
 }  // namespace gt

@@ -4,6 +4,7 @@
 #include "config/config.h"
 #include "layers/layer.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,8 +26,22 @@ struct ModelLayer {
   int tied_to = -1;  ///< `tied_to:`: the list position of the layer whose weight it uses; -1: none
 };
 
+/// train.lora: adapters on the products whose weights the globs `targets` name ("h.*.attn.qkv.weight",
+/// "*.fc.weight"), and every other parameter frozen except those `also_train` names (PEFT's modules_to_save).
+struct LoraPlan {
+  std::vector<std::string> targets, also_train;
+  LoraConfig cfg;
+  ConfigNode at;  ///< the train.lora node: a target that matches no product fails here
+};
+
+/// Reads train.lora (`{targets: [...], rank, alpha, dropout, also_train: [...]}`); nullopt where it is absent or null.
+std::optional<LoraPlan> parse_lora_plan(const ConfigNode& n);
+/// The same as config.resolved.yaml writes it.
+YAML::Node to_yaml(const LoraPlan& p);
+
 struct ModelSpec {
   ConfigNode where;                     ///< the `model.layers` list (a message about the model as a whole names it)
+  std::optional<LoraPlan> lora;         ///< train.lora (parse_experiment sets it), applied by Model::build
   std::vector<ModelLayer> layers;       ///< in config-list order, `repeat:` blocks expanded in place
   std::vector<int> order;               ///< the execution order: list positions, every input before its reader
   std::vector<std::vector<int>> users;  ///< per layer, the list positions of the layers that read it

@@ -76,20 +76,22 @@ class BatchNorm final : public Layer {
   void backward(const std::vector<const Tensor*>& x, const Tensor& y, const Tensor& dy, const std::vector<Tensor*>& dx,
                 const LayerContext& ctx) override {
     Tensor none;
+    Tensor& dgamma = grad_or_discard(m_gamma, m_discard[0]);
+    Tensor& dbeta = grad_or_discard(m_beta, m_discard[1]);
     if (m_epilogue.any()) {
       ops::batchnorm_epilogue_backward(*x[0], m_gamma.value, m_save_mean, m_save_invstd, m_save_scale, m_save_shift,
-                                       m_epilogue, y, dy, ctx.training, dx[0] ? *dx[0] : none, m_gamma.grad,
-                                       m_beta.grad, ctx.accumulate_grads ? 1.0 : 0.0);
+                                       m_epilogue, y, dy, ctx.training, dx[0] ? *dx[0] : none, dgamma, dbeta,
+                                       ctx.accumulate_grads ? 1.0 : 0.0);
       return;
     }
     if (m_synced && ctx.training && ctx.sum_over_ranks != nullptr) {
       ops::batchnorm_backward_sync(*x[0], m_gamma.value, m_save_mean, m_save_invstd, dy, m_global_count,
-                                   dx[0] ? *dx[0] : none, m_gamma.grad, m_beta.grad, ctx.accumulate_grads ? 1.0 : 0.0,
+                                   dx[0] ? *dx[0] : none, dgamma, dbeta, ctx.accumulate_grads ? 1.0 : 0.0,
                                    *ctx.sum_over_ranks);
       return;
     }
     ops::batchnorm_backward(*x[0], m_gamma.value, m_save_mean, m_save_invstd, dy, ctx.training, dx[0] ? *dx[0] : none,
-                            m_gamma.grad, m_beta.grad, ctx.accumulate_grads ? 1.0 : 0.0);
+                            dgamma, dbeta, ctx.accumulate_grads ? 1.0 : 0.0);
   }
   YAML::Node resolved_args() const override {
     YAML::Node n(YAML::NodeType::Map);
@@ -98,7 +100,9 @@ class BatchNorm final : public Layer {
     return n;
   }
   int64_t forward_flops() const override { return 2 * m_numel; }
-  int64_t param_numel() const override { return 2 * m_channels; }
+  std::vector<std::pair<std::string, Shape>> param_shapes() const override {
+    return {{"weight", Shape{m_channels}}, {"bias", Shape{m_channels}}};
+  }
   int64_t buffer_numel() const override { return 2 * m_channels; }
   // save_mean, save_invstd, and for an epilogue (Model::chains decides at allocate) save_scale and save_shift
   int64_t workspace_numel(int64_t) const override { return 4 * m_channels; }
@@ -116,6 +120,7 @@ class BatchNorm final : public Layer {
   Tensor m_running_mean, m_running_var, m_save_mean, m_save_invstd;
   ops::Epilogue m_epilogue;           // set_epilogue: what runs in the forward's pass after the normalisation
   Tensor m_save_scale, m_save_shift;  // its per-channel affine map, which the backward recomputes the values with
+  Tensor m_discard[2];                // grad_or_discard's, for a frozen weight or bias
   Tensor m_sink_mean, m_sink_var;     // train.recompute: where a recomputing call's running-statistics update goes
   bool m_synced = false;              // the last forward normalised over the ranks (its backward must too)
   int64_t m_global_count = 0;         // values per channel in that forward, over all ranks

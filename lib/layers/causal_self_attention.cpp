@@ -1,4 +1,5 @@
 // causal_self_attention: GPT-2's attention block — qkv projection, causal multi-head attention, output projection.
+#include "layers/lora.h"
 #include "layers/params.h"
 #include "ops/attention.h"
 #include "ops/matmul.h"
@@ -18,6 +19,7 @@ class CausalSelfAttention final : public Layer {
     m_proj_init_std = cfg.get_double("proj_init_std", 0.02, 0.0, 1e6);
     m_dropout = cfg.get_double("dropout", 0.0, 0.0, 1.0);
     if (m_dropout >= 1.0) cfg["dropout"].fail("expected a probability below 1");
+    if (cfg.has("lora")) m_lora_arg = parse_lora(cfg["lora"]);
   }
 
   Shape infer_shape(const std::vector<Shape>& in, const ConfigNode& cfg) override {
@@ -25,6 +27,10 @@ class CausalSelfAttention final : public Layer {
     m_len = in[0][0];
     m_dim = in[0][1];
     if (m_dim % m_heads != 0) cfg["heads"].fail(fmt::format("{} channels do not split into {} heads", m_dim, m_heads));
+    if (m_lora_arg.on()) {
+      add_lora("qkv.weight", m_lora_arg);
+      add_lora("proj.weight", m_lora_arg);
+    }
     return in[0];
   }
 
@@ -43,8 +49,26 @@ class CausalSelfAttention final : public Layer {
     m_device = device;
   }
   std::vector<Param*> params() override {
-    if (m_bias) return {&m_qkv_w, &m_qkv_b, &m_proj_w, &m_proj_b};
-    return {&m_qkv_w, &m_proj_w};
+    std::vector<Param*> out{&m_qkv_w, &m_qkv_b, &m_proj_w, &m_proj_b};
+    if (!m_bias) out = {&m_qkv_w, &m_proj_w};
+    m_lora_qkv.append_params(out);
+    m_lora_proj.append_params(out);
+    return out;
+  }
+  // LoRA on either projection (PEFT's c_attn and c_proj).
+  std::vector<std::string> lora_targets() const override { return {"qkv.weight", "proj.weight"}; }
+  void add_lora(const std::string& target, const LoraConfig& cfg) override {
+    if (target == "qkv.weight") m_lora_qkv.configure(cfg, m_dim, 3 * m_dim, "qkv.");
+    if (target == "proj.weight") m_lora_proj.configure(cfg, m_dim, m_dim, "proj.");
+  }
+  void init_lora(Rng& rng, DType dtype, Device device) override {
+    m_lora_qkv.init(rng, dtype, device);
+    m_lora_proj.init(rng, dtype, device);
+  }
+  void merge_lora() override {
+    if (m_lora_qkv.on()) m_lora_qkv.merge_into(m_qkv_w.value);
+    if (m_lora_proj.on()) m_lora_proj.merge_into(m_proj_w.value);
+    m_lora_qkv = m_lora_proj = LoraAdapter();
   }
 
   void forward(const std::vector<const Tensor*>& x, Tensor& y, const LayerContext& ctx) override {
@@ -64,8 +88,9 @@ class CausalSelfAttention final : public Layer {
     Tensor lse = ctx.training ? m_lse.narrow0(b) : Tensor();  // (only a backward reads it)
     Tensor qkv2 = rows(qkv, 3 * m_dim), att2 = rows(att, m_dim), y2 = rows(y, m_dim);
     ops::linear_forward(rows(*x[0], m_dim), m_qkv_w.value, m_bias ? m_qkv_b.value : Tensor(), qkv2);
+    if (m_lora_qkv.on()) m_lora_qkv.forward(rows(*x[0], m_dim), qkv2, ctx);
     ops::attention_forward(qkv, m_heads, dropout_of(ctx), att, lse);
-    project(att2, residual, y2);
+    project(att2, residual, y2, ctx);
     if (ctx.training && ctx.half_storage) {
       ops::pack_activation(m_half_format, qkv, m_qkv16->ptr);
       ops::pack_activation(m_half_format, att, m_att16->ptr);
@@ -87,19 +112,22 @@ class CausalSelfAttention final : public Layer {
     Tensor delta = scratch(ctx).slice0(b * m_len * 8 * m_dim, b * m_len * m_heads).view(Shape{b, m_heads, m_len});
     const Tensor dy2 = rows(dy, m_dim), att2 = rows(att, m_dim), x2 = rows(*x[0], m_dim);
     Tensor datt2 = rows(datt, m_dim), dqkv2 = rows(dqkv, 3 * m_dim);
-    ops::matmul(dy2, true, att2, false, m_proj_w.grad, beta);  // dW_proj = dyᵀ·att
-    if (m_bias) ops::sum_rows(dy2, m_proj_b.grad, beta);
+    // (train.freeze: a frozen parameter gets no gradient)
+    if (m_proj_w.trains()) ops::matmul(dy2, true, att2, false, m_proj_w.grad, beta);  // dW_proj = dyᵀ·att
+    if (m_bias && m_proj_b.trains()) ops::sum_rows(dy2, m_proj_b.grad, beta);
     ops::matmul(dy2, false, m_proj_w.value, false, datt2, 0.0);  // datt = dy·W_proj
+    if (m_lora_proj.on()) m_lora_proj.backward(att2, nullptr, dy2, &datt2, ctx);
     ops::attention_backward(qkv, att, lse, datt, m_heads, dropout_of(ctx), delta, dqkv);
-    if (const ops::HalfMatrix* h = ctx.half_input(0))  // x kept in 16 bits: the product reads that copy
-      ops::matmul_half_b(dqkv2, true, {h->data, h->format, x2.dim(0), x2.dim(1)}, m_qkv_w.grad, beta);
-    else
-      ops::matmul(dqkv2, true, x2, false, m_qkv_w.grad, beta);  // dW_qkv = dqkvᵀ·x
-    if (m_bias) ops::sum_rows(dqkv2, m_qkv_b.grad, beta);
-    if (dx[0]) {
-      Tensor dx2 = rows(*dx[0], m_dim);
-      ops::matmul(dqkv2, false, m_qkv_w.value, false, dx2, 0.0);  // dx = dqkv·W_qkv
+    if (m_qkv_w.trains()) {
+      if (const ops::HalfMatrix* h = ctx.half_input(0))  // x kept in 16 bits: the product reads that copy
+        ops::matmul_half_b(dqkv2, true, {h->data, h->format, x2.dim(0), x2.dim(1)}, m_qkv_w.grad, beta);
+      else
+        ops::matmul(dqkv2, true, x2, false, m_qkv_w.grad, beta);  // dW_qkv = dqkvᵀ·x
     }
+    if (m_bias && m_qkv_b.trains()) ops::sum_rows(dqkv2, m_qkv_b.grad, beta);
+    Tensor dx2 = dx[0] ? rows(*dx[0], m_dim) : Tensor();
+    if (dx[0]) ops::matmul(dqkv2, false, m_qkv_w.value, false, dx2, 0.0);  // dx = dqkv·W_qkv
+    if (m_lora_qkv.on()) m_lora_qkv.backward(x2, ctx.half_input(0), dqkv2, dx[0] ? &dx2 : nullptr, ctx);
   }
 
   bool decodes() const override { return true; }
@@ -117,6 +145,7 @@ class CausalSelfAttention final : public Layer {
     n["bias"] = m_bias;
     n["proj_init_std"] = m_proj_init_std;
     n["dropout"] = m_dropout;
+    if (m_lora_arg.on()) n["lora"] = lora_yaml(m_lora_arg);
     return n;
   }
   // The two projections (3C² and C² multiply-adds per token) and q·kᵀ and p·v over the causal half (i + 1 keys for
@@ -125,9 +154,18 @@ class CausalSelfAttention final : public Layer {
     // Checked: a long sequence of wide rows multiplies past 64 bits before its weights or outputs do.
     const int64_t proj = mul_sizes(mul_sizes(4 * m_len, m_dim), m_dim);
     const int64_t scores = mul_sizes(mul_sizes(m_len, m_len + 1), m_dim);
-    return mul_sizes(2, checked_add(proj, scores).value_or(-1), "attention FLOPs");
+    return mul_sizes(2, checked_add(proj, scores).value_or(-1), "attention FLOPs") + m_lora_qkv.forward_flops(m_len) +
+           m_lora_proj.forward_flops(m_len);
   }
-  int64_t param_numel() const override { return mul_sizes(4 * m_dim, m_dim) + (m_bias ? 4 * m_dim : 0); }
+  std::vector<std::pair<std::string, Shape>> param_shapes() const override {
+    std::vector<std::pair<std::string, Shape>> out{{"qkv.weight", Shape{3 * m_dim, m_dim}}};
+    if (m_bias) out.emplace_back("qkv.bias", Shape{3 * m_dim});
+    out.emplace_back("proj.weight", Shape{m_dim, m_dim});
+    if (m_bias) out.emplace_back("proj.bias", Shape{m_dim});
+    m_lora_qkv.append_shapes(out);
+    m_lora_proj.append_shapes(out);
+    return out;
+  }
   int64_t product_weight_numel() const override { return mul_sizes(4 * m_dim, m_dim); }  // qkv and proj
   // Kept from forward to backward: lse (one per head and token), and q, k, v and the output (4C per token) in f32, or
   // in 16 bits under half storage.
@@ -135,7 +173,10 @@ class CausalSelfAttention final : public Layer {
   Workspace workspace(int64_t batch, bool half) const override {
     const int64_t lse = mul_sizes(mul_sizes(batch, m_len), m_heads),
                   saved = mul_sizes(mul_sizes(batch, m_len), 4 * m_dim);
-    return half ? Workspace{lse, saved} : Workspace{checked_add(lse, saved).value_or(-1), 0};
+    const int64_t lora = checked_add(m_lora_qkv.kept_numel(batch * m_len), m_lora_proj.kept_numel(batch * m_len))
+                             .value_or(-1);  // the adapters' (f32 either way)
+    return half ? Workspace{checked_add(lse, lora).value_or(-1), saved}
+                : Workspace{checked_add(checked_add(lse, saved), lora).value_or(-1), 0};
   }
   // Within a call: q, k, v and the output in f32 (an evaluation's, or widened from 16 bits), their gradients (4C per
   // token) and delta (one per head and token).
@@ -167,19 +208,23 @@ class CausalSelfAttention final : public Layer {
     }
     Tensor qkv = m_cache.view(Shape{m_len, 3 * m_dim}).slice0(position, t);
     ops::linear_forward(rows(x, m_dim), m_qkv_w.value, m_bias ? m_qkv_b.value : Tensor(), qkv);
+    LayerContext eval;
+    eval.training = false;
+    if (m_lora_qkv.on()) m_lora_qkv.forward(rows(x, m_dim), qkv, eval);
     m_cached = position + t;
     Tensor att = m_cache_att.narrow0(t).view(Shape{1, t, m_dim}), att2 = m_cache_att.narrow0(t), y2 = rows(y, m_dim);
     ops::attention_decode(m_cache, m_heads, position, att);
-    project(att2, residual, y2);
+    project(att2, residual, y2, eval);
   }
 
-  // y = att · W_projᵀ + b_proj, plus the residual when it is the layer's epilogue.
-  void project(const Tensor& att2, const Tensor* residual, Tensor& y2) const {
+  // y = att · W_projᵀ + b_proj (+ the adapter's path), plus the residual when it is the layer's epilogue.
+  void project(const Tensor& att2, const Tensor* residual, Tensor& y2, const LayerContext& ctx) {
     const Tensor bias = m_bias ? m_proj_b.value : Tensor();
     if (residual)
       ops::linear_forward_add(att2, m_proj_w.value, bias, rows(*residual, m_dim), y2);
     else
       ops::linear_forward(att2, m_proj_w.value, bias, y2);
+    if (m_lora_proj.on()) m_lora_proj.forward(att2, y2, ctx);
   }
 
   // What forward keeps for backward, grown once to the largest batch (and kept in the form the first training pass
@@ -226,6 +271,8 @@ class CausalSelfAttention final : public Layer {
   DType m_dtype = DType::f32;
   Device m_device;
   Param m_qkv_w, m_qkv_b, m_proj_w, m_proj_b;
+  LoraConfig m_lora_arg;                        // the layer's own `lora:` (train.lora's come through add_lora)
+  LoraAdapter m_lora_qkv, m_lora_proj;          // on x·W_qkvᵀ and att·W_projᵀ
   Tensor m_qkv, m_att, m_lse;                   // kept: q, k, v and the output in f32 (without 16-bit storage)
   std::shared_ptr<Storage> m_qkv16, m_att16;    // kept: the same in 16 bits (LayerContext::half_storage)
   HalfFormat m_half_format = HalfFormat::bf16;  // theirs

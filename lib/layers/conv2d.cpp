@@ -59,7 +59,7 @@ class Conv2d final : public Layer {
 
   void backward(const std::vector<const Tensor*>& x, const Tensor&, const Tensor& dy, const std::vector<Tensor*>& dx,
                 const LayerContext& ctx) override {
-    Tensor none;
+    Tensor none;  // (a frozen parameter's grad is undefined: the op computes no gradient for it)
     ops::conv2d_backward(*x[0], m_weight.value, dy, m_win, m_groups, dx[0] ? *dx[0] : none, m_weight.grad, m_bias.grad,
                          ctx.accumulate_grads ? 1.0 : 0.0);
   }
@@ -79,11 +79,13 @@ class Conv2d final : public Layer {
   int64_t forward_flops() const override {
     return mul_sizes(mul_sizes(mul_sizes(mul_sizes(2 * m_out, m_out_hw), m_in_c / m_groups), m_win.kh), m_win.kw);
   }
-  int64_t param_numel() const override {
-    return mul_sizes(mul_sizes(mul_sizes(m_out, m_in_c / m_groups), m_kernel.first), m_kernel.second) +
-           (m_has_bias ? m_out : 0);
+  std::vector<std::pair<std::string, Shape>> param_shapes() const override {
+    std::vector<std::pair<std::string, Shape>> out{
+        {"weight", Shape{m_out, m_in_c / m_groups, m_kernel.first, m_kernel.second}}};
+    if (m_has_bias) out.emplace_back("bias", Shape{m_out});
+    return out;
   }
-  int64_t product_weight_numel() const override { return param_numel() - (m_has_bias ? m_out : 0); }
+  int64_t product_weight_numel() const override { return param_shapes()[0].second.numel(); }
 
  private:
   int64_t m_out, m_groups, m_in_c = 0, m_out_hw = 0;

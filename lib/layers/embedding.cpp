@@ -24,7 +24,9 @@ class Embedding final : public Layer {
     m_weight = normal_param("weight", Shape{m_vocab, m_dim}, rng, m_init_std, dtype, device);  // torch: N(0, 1)
   }
   std::vector<Param*> params() override { return {&m_weight}; }
-  int64_t param_numel() const override { return mul_sizes(m_vocab, m_dim); }
+  std::vector<std::pair<std::string, Shape>> param_shapes() const override {
+    return {{"weight", Shape{m_vocab, m_dim}}};
+  }
   Shape shared_weight_shape() const override { return Shape{m_vocab, m_dim}; }
   bool decodes() const override { return true; }  // a row per index
   void forward(const std::vector<const Tensor*>& x, Tensor& y, const LayerContext&) override {
@@ -32,7 +34,7 @@ class Embedding final : public Layer {
   }
   void backward(const std::vector<const Tensor*>& x, const Tensor&, const Tensor& dy, const std::vector<Tensor*>& dx,
                 const LayerContext& ctx) override {
-    ops::embedding_backward(*x[0], dy, m_weight.grad, ctx.accumulate_grads ? 1.0 : 0.0);
+    if (m_weight.trains()) ops::embedding_backward(*x[0], dy, m_weight.grad, ctx.accumulate_grads ? 1.0 : 0.0);
     if (dx[0]) dx[0]->zero_();  // indices are not differentiable
   }
   bool reads_exact_inputs() const override { return true; }  // token ids: bf16 holds integers only up to 256

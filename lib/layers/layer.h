@@ -22,7 +22,21 @@ namespace gt {
 struct Param {
   std::string name;  ///< "weight", "bias"; the model prefixes the layer path ("layers.1.weight")
   Tensor value;
-  Tensor grad;
+  Tensor grad;  ///< undefined while `frozen`
+  /// train.freeze (Model::set_frozen): the parameter keeps its values. It has no gradient buffer, and a layer's
+  /// backward computes no gradient for it (the input's gradient it still computes when asked).
+  bool frozen = false;
+  /// Whether backward computes this parameter's gradient.
+  bool trains() const { return !frozen; }
+};
+
+/// A LoRA adapter's settings (layers/lora.h): a layer's `lora: {rank, alpha, dropout}` or train.lora's.
+struct LoraConfig {
+  int64_t rank = 0;  ///< 0: no adapter
+  double alpha = 0;  ///< the path is scaled by alpha / rank
+  double dropout = 0;
+  bool on() const { return rank > 0; }
+  double scale() const { return alpha / static_cast<double>(rank); }
 };
 
 /// What a forward or backward call may need to know besides its tensors.
@@ -109,8 +123,11 @@ class Layer {
 
   // What the layer allocates, known from the shapes alone (after infer_shape, before init_params), so that
   // `gputrain check` can size a model without building it. Model::build checks param_numel against init_params.
-  /// Elements of the parameters init_params creates (each has a gradient as large).
-  virtual int64_t param_numel() const { return 0; }
+  /// The parameters init_params creates, by name and shape, in params()' order: known from the shapes alone, so that
+  /// `gputrain check` can count (and train.freeze match) the parameters of a model it does not build.
+  virtual std::vector<std::pair<std::string, Shape>> param_shapes() const { return {}; }
+  /// Elements of the parameters init_params creates (each has a gradient as large unless frozen).
+  int64_t param_numel() const;
   /// Weight tying (`tied_to:`, GPT-2's lm head reading the token embedding). A layer another may share its `weight`
   /// with returns that weight's shape here (after infer_shape); others return an empty Shape.
   virtual Shape shared_weight_shape() const { return Shape(); }
@@ -118,6 +135,18 @@ class Layer {
   /// lists and counts no weight of its own, and receives the owner's parameter through tie_weight after init_params.
   virtual Shape tied_weight_shape() const { return Shape(); }
   virtual void tie_weight(Param& /*shared*/) {}
+  /// LoRA (layers/lora.h): the weights whose products this layer can give a low-rank adapter, by parameter name
+  /// ("weight"; attention's "qkv.weight" and "proj.weight"), after infer_shape. None by default.
+  virtual std::vector<std::string> lora_targets() const { return {}; }
+  /// Gives the product of `target` (one of lora_targets) an adapter, after infer_shape and before init_params: its
+  /// tensors then appear in param_shapes and params as "<target's prefix>lora_A" and "lora_B".
+  virtual void add_lora(const std::string& /*target*/, const LoraConfig& /*cfg*/) {}
+  /// Draws the adapters' initial values, after init_params, from a stream of their own (so that the base weights
+  /// are those of the model without adapters).
+  virtual void init_lora(Rng& /*rng*/, DType /*dtype*/, Device /*device*/) {}
+  /// Folds each adapter into its weight (W += α/r · B·A) and drops it (`gputrain export --merge-lora`; a host f32
+  /// model).
+  virtual void merge_lora() {}
   /// Elements of the buffers saved with the model (batch-norm running statistics).
   virtual int64_t buffer_numel() const { return 0; }
   /// Elements of the weights the layer's matrix products read (its own or a tied one): under train.precision bf16 or

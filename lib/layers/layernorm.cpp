@@ -36,8 +36,9 @@ class LayerNorm final : public Layer {
   void backward(const std::vector<const Tensor*>& x, const Tensor&, const Tensor& dy, const std::vector<Tensor*>& dx,
                 const LayerContext& ctx) override {
     Tensor none;
-    ops::layernorm_backward(*x[0], m_gamma.value, m_save_mean, m_save_invstd, dy, dx[0] ? *dx[0] : none, m_gamma.grad,
-                            m_beta.grad, ctx.accumulate_grads ? 1.0 : 0.0);
+    ops::layernorm_backward(*x[0], m_gamma.value, m_save_mean, m_save_invstd, dy, dx[0] ? *dx[0] : none,
+                            grad_or_discard(m_gamma, m_discard[0]), grad_or_discard(m_beta, m_discard[1]),
+                            ctx.accumulate_grads ? 1.0 : 0.0);
   }
   YAML::Node resolved_args() const override {
     YAML::Node n(YAML::NodeType::Map);
@@ -45,7 +46,9 @@ class LayerNorm final : public Layer {
     return n;
   }
   int64_t forward_flops() const override { return 5 * m_dim * m_rows_per_sample; }
-  int64_t param_numel() const override { return 2 * m_dim; }
+  std::vector<std::pair<std::string, Shape>> param_shapes() const override {
+    return {{"weight", Shape{m_dim}}, {"bias", Shape{m_dim}}};
+  }
   bool backward_reads_output() const override { return false; }  // x and the saved statistics
   bool decodes() const override { return m_rank > 1; }           // over the last dimension, so per position of [T, …]
   // save_mean and save_invstd: one per row, allocated by the first forward of the largest batch.
@@ -59,6 +62,7 @@ class LayerNorm final : public Layer {
   Device m_device;
   Param m_gamma, m_beta;
   Tensor m_save_mean, m_save_invstd;
+  Tensor m_discard[2];  // grad_or_discard's, for a frozen weight or bias
 };
 
 }  // namespace

@@ -3,6 +3,22 @@
 
 namespace gt {
 
+int64_t Layer::param_numel() const {
+  int64_t total = 0;
+  for (const auto& [name, shape] : param_shapes()) {
+    const std::optional<int64_t> sum = checked_add(total, shape.numel());
+    if (!sum) throw SizeOverflow("the parameter count does not fit in 64 bits");
+    total = *sum;
+  }
+  return total;
+}
+
+Tensor& grad_or_discard(Param& p, Tensor& discard) {
+  if (p.trains()) return p.grad;
+  if (!discard.defined()) discard = Tensor::empty(p.value.shape(), p.value.dtype(), p.value.device());
+  return discard;
+}
+
 Tensor constant_tensor(const Shape& shape, double value, DType dtype, Device device) {
   Tensor host = Tensor::empty(shape, dtype);
   for (int64_t i = 0; i < shape.numel(); ++i) {

@@ -12,6 +12,10 @@ Param uniform_param(const char* name, const Shape& shape, Rng& rng, double bound
 Param normal_param(const char* name, const Shape& shape, Rng& rng, double std, DType dtype, Device device);
 /// A parameter filled with `value` (batch-norm scale 1, shift 0) with a zeroed gradient.
 Param constant_param(const char* name, const Shape& shape, double value, DType dtype, Device device);
+/// Where a backward writes `p`'s gradient: p.grad, or for a frozen parameter (train.freeze) `discard`, made once as
+/// large as p, for the normalisations' ops, which compute the per-channel scale and shift gradients in the same pass
+/// as the input's (a few elements per channel, thrown away).
+Tensor& grad_or_discard(Param& p, Tensor& discard);
 /// A tensor filled with `value` (running statistics).
 Tensor constant_tensor(const Shape& shape, double value, DType dtype, Device device);
 

@@ -26,7 +26,9 @@ class PositionalEmbedding final : public Layer {
     m_weight = normal_param("weight", Shape{m_max_len, m_dim}, rng, 0.02, dtype, device);  // GPT-2's and llm.c's wpe
   }
   std::vector<Param*> params() override { return {&m_weight}; }
-  int64_t param_numel() const override { return mul_sizes(m_max_len, m_dim); }
+  std::vector<std::pair<std::string, Shape>> param_shapes() const override {
+    return {{"weight", Shape{m_max_len, m_dim}}};
+  }
   void forward(const std::vector<const Tensor*>& x, Tensor& y, const LayerContext& ctx) override {
     y.copy_from(*x[0]);
     if (ctx.decode) {  // positions [position, position + t) of one sequence: those rows of the table
@@ -43,8 +45,10 @@ class PositionalEmbedding final : public Layer {
   bool decodes() const override { return true; }
   void backward(const std::vector<const Tensor*>&, const Tensor&, const Tensor& dy, const std::vector<Tensor*>& dx,
                 const LayerContext& ctx) override {
-    Tensor grad = used(m_weight.grad);  // rows past T get no gradient: they stay as zeroed at creation
-    ops::sum_rows(dy.view(Shape{dy.shape()[0], m_len * m_dim}), grad, ctx.accumulate_grads ? 1.0 : 0.0);
+    if (m_weight.trains()) {
+      Tensor grad = used(m_weight.grad);  // rows past T get no gradient: they stay as zeroed at creation
+      ops::sum_rows(dy.view(Shape{dy.shape()[0], m_len * m_dim}), grad, ctx.accumulate_grads ? 1.0 : 0.0);
+    }
     if (dx[0]) dx[0]->copy_from(dy);
   }
   int64_t forward_flops() const override { return m_len * m_dim; }

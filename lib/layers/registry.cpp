@@ -59,6 +59,10 @@ const std::vector<LayerSpec>& layer_registry() {
         {"dropout", "float", "0",
          "drop probability in [0, 1) for the attention probabilities in training (nanoGPT's attn_dropout, PyTorch's "
          "scaled_dot_product_attention dropout_p); masks from Philox keyed by the layer and the step",
+         false},
+        {"lora", "{rank, alpha, dropout}", "none",
+         "LoRA adapters on both projections, qkv and proj, {rank: r, alpha: a, dropout: p} (train.lora can choose "
+         "one: *.attn.qkv.weight)",
          false}},
        make_causal_self_attention},
       {"concat",
@@ -114,6 +118,11 @@ const std::vector<LayerSpec>& layer_registry() {
         {"init_std", "float", "none",
          "N(0, std) weights and zero biases instead of torch.nn.Linear's uniform (GPT-2: 0.02, its residual "
          "projections 0.02 / √(2 · layers))",
+         false},
+        {"lora", "{rank, alpha, dropout}", "none",
+         "a LoRA adapter on the product, {rank: r, alpha: a, dropout: p} (alpha defaults to r): lora_A [r, in] "
+         "U(±1/√in), lora_B [out, r] zero, output + α/r · dropout(x)·Aᵀ·Bᵀ (train.lora adds them by name and "
+         "freezes the rest; docs/runs.md)",
          false}},
        make_linear},
       {"maxpool2d", "Max pooling over [C, H, W]; the gradient goes to the first maximum of each window.", pool_args,

@@ -18,7 +18,8 @@ void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Win
 void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Window2d& win, int64_t groups,
                      Tensor& dx, Tensor& dw, Tensor& db, double beta) {
   const Operands op("conv2d_backward", {&x, &w, &dy, &dx, &dw, &db});
-  GT_CHECK(dw.shape() == w.shape() && (!dx.defined() || dx.shape() == x.shape()), "conv2d_backward shapes");
+  GT_CHECK((!dw.defined() || dw.shape() == w.shape()) && (!dx.defined() || dx.shape() == x.shape()),
+           "conv2d_backward shapes");
   GT_DISPATCH(op, conv2d_backward(x, w, dy, win, groups, dx, dw, db, beta));
 }
 

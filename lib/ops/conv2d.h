@@ -10,7 +10,8 @@ namespace gt::ops {
 
 /// 2-D convolution: x (B, C, H, W), w (O, C/groups, kh, kw), optional bias b (O) → y (B, O, oh, ow).
 void conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const Window2d& win, int64_t groups, Tensor& y);
-/// Gradients of conv2d: dx (if defined) = ∂L/∂x; dw = ∂L/∂w + beta·dw; db (if defined) likewise.
+/// Gradients of conv2d: dx (if defined) = ∂L/∂x; dw (if defined: not for a frozen weight) = ∂L/∂w + beta·dw; db (if
+/// defined) likewise.
 void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const Window2d& win, int64_t groups,
                      Tensor& dx, Tensor& dw, Tensor& db, double beta);
 

@@ -6,6 +6,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/json.h"
+#include "core/quote.h"
 #include "graph/model.h"
 #include "io/safetensors.h"
 #include "log/logging.h"
@@ -97,6 +98,12 @@ CheckpointInfo::File write_shard_file(const std::string& path, const std::string
   return {name, bytes, hex32(crc)};
 }
 
+std::string trained_params_hash(Model& model) {
+  uint32_t h = fnv1a("");
+  for (const auto& [name, p] : model.named_params()) h = fnv1a(name + '\n', h);
+  return hex32(h);
+}
+
 std::string config_hash(const std::string& resolved_config) { return hex32(crc_of(resolved_config)); }
 
 std::string seal_state_json(const std::string& object) {
@@ -175,7 +182,11 @@ std::string CheckpointStore::save(Model& model, Optimizer& optimizer, OptimizerT
       const FileSum s = file_sum((tmp / f).string());
       files.add(f, JsonObject().add("bytes", static_cast<int64_t>(s.bytes)).add("crc32", hex32(s.crc)));
     }
-    JsonObject opt = JsonObject().add("type", type).add("steps_taken", optimizer.steps_taken());
+    JsonObject opt = JsonObject()
+                         .add("type", type)
+                         .add("steps_taken", optimizer.steps_taken())
+                         .add("trained_params", static_cast<int64_t>(model.params().size()))
+                         .add("trained_params_fnv1a", trained_params_hash(model));
     if (shards) {
       std::vector<JsonObject> buffers, buckets, shard_files;
       for (const std::string& b : shards->buffers) buffers.push_back(JsonObject().add("name", b));

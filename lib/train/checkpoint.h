@@ -45,10 +45,18 @@ struct TrainProgress {
 };
 
 /// A checkpoint read back from disk and verified (state.json parsed, every file's size and checksum checked).
+/// FNV-1a of the names of the parameters that learn, in order, 8 hex digits: a checkpoint's optimizer state is
+/// theirs, so a resume must train the same ones.
+std::string trained_params_hash(Model& model);
+
 struct CheckpointInfo {
   std::string dir;
   TrainProgress progress;
   std::string gputrain_version, config_hash, config, optimizer_type;
+  /// The parameters the optimizer state belongs to (those that learn: train.freeze and LoRA decide): their count and
+  /// trained_params_hash's of their names. Absent (−1, "") in checkpoints written before 2026-12-05.
+  int64_t trained_params = -1;
+  std::string trained_params_fnv1a;
   int64_t world_size = 1;
   int64_t batch_size = 1, accumulate = 1;  ///< the batch shape `progress.micro_done` counts in (per rank)
   /// What state.json records of model.safetensors and optimizer.safetensors: name, size, CRC-32 (8 hex digits).

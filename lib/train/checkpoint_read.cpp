@@ -181,6 +181,10 @@ CheckpointInfo parse_state_json(const std::string& text, const std::string& sour
   c.config_hash = r.str("config_hash");
   c.config = r.str("config");
   c.optimizer_type = r.str("optimizer/type");
+  if (r.node("optimizer/trained_params", false)) {  // written since 2026-12-05
+    c.trained_params = r.integer("optimizer/trained_params");
+    c.trained_params_fnv1a = r.str("optimizer/trained_params_fnv1a");
+  }
   TrainProgress& p = c.progress;
   p.step = r.integer("step");
   p.epoch = r.integer("epoch");

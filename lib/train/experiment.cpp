@@ -187,8 +187,10 @@ Experiment parse(const ConfigNode& root, bool check_data_files) {
   exp.at.recompute = train["recompute"];
   exp.at.cuda_graphs = train["cuda_graphs"];
   exp.at.init_from = train["init_from"];
+  exp.at.freeze = train["freeze"];
   check_cuda_graphs(exp);
   exp.model = parse_model_spec(root["model"]);
+  exp.model.lora = parse_lora_plan(train["lora"]);
   exp.at.loss = root.has("loss") ? root["loss"] : exp.model.where;
   return exp;
 }
@@ -205,6 +207,7 @@ YAML::Node resolved_config(const Experiment& e, const YAML::Node& layers) {
   n["optimizer"] = to_yaml(e.optimizer);
   n["scheduler"] = to_yaml(e.scheduler);
   n["train"] = to_yaml(e.train);
+  if (e.model.lora) n["train"]["lora"] = to_yaml(*e.model.lora);
   n["checkpoint"] = to_yaml(e.checkpoint);
   n["dist"] = to_yaml(e.dist);
   n["logging"] = to_yaml(e.logging);

@@ -39,6 +39,7 @@ struct Experiment {
     ConfigNode data, batch_size, augment, tta;
     ConfigNode accumulate, recompute, cuda_graphs;
     ConfigNode init_from;  ///< the weights a new run starts from: what does not fit them fails here
+    ConfigNode freeze;     ///< train.freeze: a pattern that matches no parameter fails here
     ConfigNode loss;  ///< the loss: section; where there is none, model.layers (a loss that does not fit the model)
   } at;
 };

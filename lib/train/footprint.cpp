@@ -66,10 +66,11 @@ Footprint training_footprint(const Experiment& exp, const Model& model, const Da
     r.type = n.type;
     r.output = n.out_shape.batched(f.batch);
     r.params = n.param_count;
+    r.trainable = n.trainable;
     r.forward_flops = mul_sizes(n.layer->forward_flops(), f.batch, "FLOPs");  // check_batch bounds it
     // As Model::backward counts them for the profiler; nodes it skips (views, nothing learns before them) cost 0.
     const bool runs_backward = !n.layer->is_view() && n.needs_grad;
-    r.backward_flops = runs_backward ? r.forward_flops * (n.param_count > 0 ? 2 : 1) : 0;
+    r.backward_flops = runs_backward ? r.forward_flops * (n.trainable > 0 ? 2 : 1) : 0;
     r.param_bytes = bytes_of(n.param_count, f.dtype);
     r.buffer_bytes = bytes_of(n.layer->buffer_numel(), f.dtype);
     const Layer::Workspace kept = n.layer->workspace(f.batch, f.activation_storage.has_value());
@@ -81,6 +82,7 @@ Footprint training_footprint(const Experiment& exp, const Model& model, const Da
                  f.dtype) +
         static_cast<size_t>(plan[i].half + kept.half) * sizeof(uint16_t);
     f.params += r.params;
+    f.trainable += r.trainable;
     f.forward_flops += r.forward_flops;
     f.backward_flops += r.backward_flops;
     f.param_bytes += r.param_bytes;
@@ -88,9 +90,9 @@ Footprint training_footprint(const Experiment& exp, const Model& model, const Da
     f.activation_bytes += r.activation_bytes;
     f.layers.push_back(std::move(r));
   }
-  f.grad_bytes = f.param_bytes;  // every parameter has a gradient of its own size
+  f.grad_bytes = bytes_of(f.trainable, f.dtype);  // every parameter that learns has a gradient of its own size
   std::vector<int64_t> per_node;
-  for (const GraphNode& n : nodes) per_node.push_back(n.param_count);
+  for (const GraphNode& n : nodes) per_node.push_back(n.trainable);
   f.grad_buckets = bucket_sizes(per_node, exp.dist.bucket_mb);
 
   // The optimizer's state per parameter element, from the optimizer the config builds: momentum 1, Adam 2,
@@ -99,7 +101,7 @@ Footprint training_footprint(const Experiment& exp, const Model& model, const Da
   const std::unique_ptr<Optimizer> opt = make_optimizer(exp.optimizer, {&probe});
   for (const auto& [name, t] : opt->state()) f.optimizer_state_per_param += t->numel();
   f.optimizer = to_string(exp.optimizer.type);
-  f.optimizer_bytes = f.param_bytes * static_cast<size_t>(f.optimizer_state_per_param);
+  f.optimizer_bytes = f.grad_bytes * static_cast<size_t>(f.optimizer_state_per_param);
 
   // The step's own tensors (trainer): x as f32, y as the data set stores targets, and the loss's ∂L/∂output.
   f.batch_bytes = bytes_of(train.input_shape().batched(f.batch).numel(), DType::f32) +
@@ -197,8 +199,8 @@ size_t zero2_grad_bytes(const Footprint& f, int64_t world, bool device_buckets) 
 
 std::vector<RankShare> rank_shares(const Footprint& f, int64_t world, const std::function<MemoryFit(size_t)>& judge) {
   GT_CHECK(world >= 1, "rank_shares at {} ranks", world);
-  // One shard of a flat buffer of every parameter element, padded to a multiple of the ranks.
-  const size_t shard = static_cast<size_t>((f.params + world - 1) / world) * dtype_size(f.dtype);
+  // One shard of a flat buffer of every parameter element that learns, padded to a multiple of the ranks.
+  const size_t shard = static_cast<size_t>((f.trainable + world - 1) / world) * dtype_size(f.dtype);
   const size_t whole = f.buffer_bytes + f.activation_bytes + f.batch_bytes + f.half_weight_bytes;
   const bool device_buckets = judge(0).device.rfind("cuda", 0) == 0;
   std::vector<RankShare> out;
@@ -368,6 +370,15 @@ std::string footprint_report(const Footprint& f, const MemoryFit& fit, const std
   out += fmt::format("total: {} layers, {} parameters ({:.2f} MB as {}), {:.3f} MFLOP forward per sample\n",
                      f.layers.size(), f.params, static_cast<double>(f.param_bytes) * 1e-6, dtype_name(f.dtype),
                      static_cast<double>(f.forward_flops) * 1e-6 / static_cast<double>(f.batch));
+  if (f.trainable < f.params) {
+    const size_t saved =
+        bytes_of(f.params - f.trainable, f.dtype) * static_cast<size_t>(1 + f.optimizer_state_per_param);
+    out += fmt::format(
+        "trainable: {} of {} parameters ({:.2f} %); the frozen ones keep no gradient or optimizer "
+        "state: {} less\n",
+        f.trainable, f.params, 100.0 * static_cast<double>(f.trainable) / static_cast<double>(f.params),
+        format_bytes(saved));
+  }
   if (f.tokens_per_sample > 0) {
     // Training counts 3 × the forward (6N plus the attention), as the MFU of the step lines does.
     const double per_token = static_cast<double>(f.forward_flops) / static_cast<double>(f.batch * f.tokens_per_sample);
@@ -433,6 +444,7 @@ JsonObject footprint_json(const Footprint& f, const MemoryFit& fit) {
                          .add("activation_bytes", n(r.activation_bytes)));
   JsonObject totals;
   totals.add("params", f.params)
+      .add("trainable_params", f.trainable)
       .add("forward_flops", f.forward_flops)
       .add("backward_flops", f.backward_flops)
       .add("param_bytes", n(f.param_bytes))

@@ -25,6 +25,7 @@ struct LayerFootprint {
   std::string name, type;
   Shape output;  ///< batched
   int64_t params = 0;
+  int64_t trainable = 0;        ///< of params, those that learn (train.freeze)
   int64_t forward_flops = 0;    ///< the whole batch
   int64_t backward_flops = 0;   ///< 2 × forward with parameters, 1 × without, 0 when backward skips the node
   size_t param_bytes = 0;       ///< parameter values (the gradients, as large, are counted in the totals)
@@ -42,6 +43,7 @@ struct Footprint {
   Shape input;                            ///< the model input, batched
   std::vector<LayerFootprint> layers;
   int64_t params = 0, forward_flops = 0, backward_flops = 0;
+  int64_t trainable = 0;                  ///< parameters that learn: gradients and optimizer state exist for these only
   std::string optimizer;                  ///< "sgd", "adam", …
   int64_t optimizer_state_per_param = 0;  ///< state elements per parameter element (sgd with momentum 1, adam 2)
   size_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0, buffer_bytes = 0, activation_bytes = 0;
@@ -95,10 +97,10 @@ MemoryFit fit_on_this_machine(size_t needed, const std::string& requested);
 /// What one rank of a data-parallel run at `world` ranks holds under a ZeRO stage (dist.zero): stage 0 keeps every
 /// tensor on every rank; stages 1 and 2 split the optimizer state into `world` shards of ⌈parameters / world⌉
 /// elements (the run pads each gradient bucket to a multiple of the ranks, so a rank may hold up to world − 1 more
-/// per bucket). Stage 2 also splits the gradients (GradSync with chunks, parallel/grad_sync.h): a rank keeps its averaged
-/// chunk of every bucket (⌈bucket / world⌉ elements each), and a bucket is whole only while the backward pass writes
-/// it, until its reduce-scatter: counted are the chunks plus the two largest buckets (padded to a multiple of the
-/// ranks; at most two are whole at once), or plus every bucket with train.accumulate > 1 (the micro-batches before
+/// per bucket). Stage 2 also splits the gradients (GradSync with chunks, parallel/grad_sync.h): a rank keeps its
+/// averaged chunk of every bucket (⌈bucket / world⌉ elements each), and a bucket is whole only while the backward pass
+/// writes it, until its reduce-scatter: counted are the chunks plus the two largest buckets (padded to a multiple of
+/// the ranks; at most two are whole at once), or plus every bucket with train.accumulate > 1 (the micro-batches before
 /// the last keep what they write). At one rank nothing is split. The weights stay whole (stage 3 would split them).
 /// train.precision keeps fp32 weights (its half formats only round the products' operands), so there is no separate
 /// master copy to split.

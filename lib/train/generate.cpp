@@ -140,13 +140,6 @@ namespace {
 // GPT-2's <|endoftext|>, where llm.c starts its samples.
 constexpr int64_t kGpt2EndOfText = 50256;
 
-// The per-sample input [T] the model is built for. Synthetic data says it without making the samples.
-Shape input_shape_of(const Experiment& exp) {
-  if (exp.data.format == DataFormat::synthetic) return Shape(exp.data.synthetic.input_shape);
-  if (exp.data.format == DataFormat::tokens) return Shape{exp.data.block_size};  // no shard needs to be read
-  return load_data(exp).train.input_shape();
-}
-
 std::vector<int64_t> parse_prompt(const GenerateOptions& opts, bool bytes, int64_t vocab) {
   std::vector<int64_t> ids;
   if (!opts.has_prompt) {
@@ -194,7 +187,7 @@ GenerateSummary generate_text(const Experiment& exp, const GenerateOptions& opts
   set_num_threads(opts.threads > 0 ? opts.threads : static_cast<int>(std::thread::hardware_concurrency()));
   std::string reason;
   const Device device = resolve_device(exp.devices.empty() ? exp.device : exp.devices[0], reason);
-  Model model = Model::build(exp.model, input_shape_of(exp), DType::f32, device, exp.seed);
+  Model model = Model::build(exp.model, model_input_shape(exp), DType::f32, device, exp.seed);
   const std::string why = token_model_problem(model);
   if (!why.empty()) exp.model.where.fail("generate needs a token model: " + why);
   load_finite_weights(model, weights_file(opts.checkpoint, exp.checkpoint));

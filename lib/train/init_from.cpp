@@ -9,6 +9,7 @@
 #include "graph/model.h"
 #include "io/llmc.h"
 #include "io/safetensors.h"
+#include "layers/lora.h"
 #include "train/resume.h"
 
 #include <fmt/format.h>
@@ -146,6 +147,10 @@ InitWeights load_init_weights(const Experiment& exp, const std::string& file, Mo
       continue;
     }
     auto it = chosen.find(name);
+    if (it == chosen.end() && is_lora_tensor(name)) {  // an adapter the source has not: new, as LoRA starts them
+      ++out.fresh_adapters;
+      continue;
+    }
     if (it == chosen.end()) {
       out.missing.push_back(name);
       continue;
@@ -178,6 +183,10 @@ void log_init_weights(const InitWeights& init) {
   spdlog::info("init_from {} (fnv1a {}): {} tensors loaded; optimizer, schedule and step count start afresh", init.file,
                init.fnv1a, init.loaded);
   if (!init.skipped.empty()) spdlog::info("init_from: fresh (init_skip): {}", joined(init.skipped));
+  if (init.fresh_adapters > 0)
+    spdlog::info(
+        "init_from: {} LoRA adapter tensors start fresh (A drawn, B zero: the loaded model's output as it was)",
+        init.fresh_adapters);
   if (!init.missing.empty()) spdlog::warn("init_from: missing from the file, fresh: {}", joined(init.missing));
   if (!init.unexpected.empty()) spdlog::warn("init_from: in the file, not in the model: {}", joined(init.unexpected));
 }

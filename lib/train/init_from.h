@@ -15,9 +15,10 @@ class Model;
 
 /// What was loaded, for the log and summary.json: the file, its bytes' FNV-1a, and the model's tensors by outcome.
 struct InitWeights {
-  std::string file;    ///< the file read ("" when the run starts from its own initialisation)
-  std::string fnv1a;   ///< of the file's bytes, 8 hex digits
-  int64_t loaded = 0;  ///< model tensors copied from the file
+  std::string file;            ///< the file read ("" when the run starts from its own initialisation)
+  std::string fnv1a;           ///< of the file's bytes, 8 hex digits
+  int64_t loaded = 0;          ///< model tensors copied from the file
+  int64_t fresh_adapters = 0;  ///< LoRA adapter tensors the file lacks, which keep their initialisation
   std::vector<std::string> skipped = {}, missing = {}, unexpected = {};  ///< init_skip's; not in the file; only in it
 };
 

@@ -12,6 +12,7 @@
 #include "train/resume.h"
 #include "train/run_dir.h"
 #include "train/settings.h"
+#include "train/setup.h"
 
 #include <cctype>
 #include <filesystem>
@@ -78,19 +79,29 @@ LlmcImport import_llmc(const std::string& bin, const std::string& out_dir, bool 
 }
 
 std::string export_llmc(const std::string& config, const std::vector<std::string>& sets, const std::string& checkpoint,
-                        const std::string& out, bool bf16) {
+                        const std::string& out, bool bf16, bool merge_lora) {
   refuse_output_file("--out", out, {config, checkpoint});
   const ConfigNode root = load_config(config, sets);
   root.require("model");
-  // Only the model is needed: sequences of one token build every GPT (the sizes are in the layers' arguments), and
-  // no data file has to exist where the weights are converted.
-  const ModelSpec spec = parse_model_spec(root["model"]);
+  // Only the model is needed (and train.lora, whose adapters the weights hold): sequences of one token build every
+  // GPT (the sizes are in the layers' arguments), and no data file has to exist where the weights are converted.
+  ModelSpec spec = parse_model_spec(root["model"]);
+  if (root.has("train")) spec.lora = parse_lora_plan(root["train"]["lora"]);
+  ModelSpec plain_spec = spec;  // the layout llm.c holds: the adapters folded in
+  plain_spec.lora.reset();
   // The layout is checked before any memory is given to the parameters.
-  llmc_gpt_header(Model::build(spec, Shape{1}, DType::f32, Device::cpu(), 0, /*init_params=*/false), bf16 ? 5 : 3);
+  llmc_gpt_header(Model::build(plain_spec, Shape{1}, DType::f32, Device::cpu(), 0, /*init_params=*/false),
+                  bf16 ? 5 : 3);
   Model model = Model::build(spec, Shape{1}, DType::f32, Device::cpu(), 0);
+  if (model.has_lora() && !merge_lora)
+    throw ConfigError(
+        fmt::format("{}: the model has LoRA adapters, which llm.c's format does not hold: --merge-lora "
+                    "folds them into the weights",
+                    config));
   const std::string weights = weights_file(checkpoint, CheckpointConfig{});
   refuse_output_file("--out", out, {weights});  // a folder's weights file, found only now
   load_weights(model, weights);
+  model.merge_lora();
   const LlmcCheckpoint c = llmc_from_model(model, bf16 ? 5 : 3);
   write_llmc(out, c);
   const LlmcHeader& h = c.header;
@@ -99,6 +110,22 @@ std::string export_llmc(const std::string& config, const std::vector<std::string
       "(llm.c version {}, {})",
       weights, h.num_layers, h.num_heads, h.channels, h.vocab_size, h.padded_vocab_size, h.max_seq_len, out, h.version,
       bf16 ? "bf16" : "f32");
+}
+
+std::vector<std::pair<std::string, Tensor>> merged_lora_weights(const std::string& resolved_config,
+                                                                const std::string& weights) {
+  const Experiment exp = parse_experiment_without_data_files(ConfigNode::load_string(resolved_config, weights));
+  Model model = Model::build(exp.model, model_input_shape(exp), DType::f32, Device::cpu(), exp.seed);
+  if (!model.has_lora())
+    throw ConfigError(
+        fmt::format("--merge-lora: {} holds no LoRA adapters (its run's config has neither train.lora "
+                    "nor a layer's lora:)",
+                    weights));
+  load_weights(model, weights);
+  model.merge_lora();
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const auto& [name, t] : model.state_tensors()) out.emplace_back(name, *t);
+  return out;
 }
 
 }  // namespace gt

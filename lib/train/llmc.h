@@ -2,7 +2,10 @@
 // back (io/llmc.h has the format and the layer mapping).
 #pragma once
 
+#include "core/tensor.h"
+
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace gt {
@@ -22,9 +25,17 @@ struct LlmcImport {
 LlmcImport import_llmc(const std::string& bin, const std::string& out_dir, bool force = false);
 
 /// Writes the weights `checkpoint` names (as `gputrain eval --checkpoint` takes them) of the GPT in `config` as an
-/// llm.c checkpoint `out` (version 3, or 5 with bf16), atomically. Only the config's model section is read. A model
-/// that is not llm.c's GPT-2 layout is a ConfigError naming the first layer that differs. Returns one summary line.
+/// llm.c checkpoint `out` (version 3, or 5 with bf16), atomically. Only the config's model section is read, and
+/// train.lora: a model with LoRA adapters is written with them folded in when `merge_lora` (llm.c's format holds
+/// none), and refused otherwise. A model that is not llm.c's GPT-2 layout is a ConfigError naming the first layer that
+/// differs. Returns one summary line.
 std::string export_llmc(const std::string& config, const std::vector<std::string>& sets, const std::string& checkpoint,
-                        const std::string& out, bool bf16);
+                        const std::string& out, bool bf16, bool merge_lora = false);
+
+/// The weights file `weights` of a run whose config.resolved.yaml is `resolved_config`, with every LoRA adapter
+/// folded into its weight (W + α/r · B·A, in f64 and rounded once) and dropped: the tensors of the plain model, which
+/// computes what the adapted one computed. A ConfigError when the model has no adapter.
+std::vector<std::pair<std::string, Tensor>> merged_lora_weights(const std::string& resolved_config,
+                                                                const std::string& weights);
 
 }  // namespace gt

@@ -128,6 +128,15 @@ TrainProgress resume_progress(const CheckpointInfo& from, Model& model, Optimize
   if (from.optimizer_type != to_string(optimizer_type))  // state.json names it
     throw DataError(fmt::format("{}: written by optimizer {}, but the config asks for {}", from.dir,
                                 from.optimizer_type, to_string(optimizer_type)));
+  // The optimizer state is the trained parameters' by position: another train.freeze (or LoRA) would pair it with
+  // other tensors.
+  if (from.trained_params >= 0 && (from.trained_params != static_cast<int64_t>(model.params().size()) ||
+                                   from.trained_params_fnv1a != trained_params_hash(model)))
+    throw DataError(
+        fmt::format("{}: its optimizer state is for {} trained parameters, and this run trains {} (or "
+                    "other ones): train.freeze or LoRA differ from the run that wrote it; resume with "
+                    "the same, or start a new run with train.init_from",
+                    from.dir, from.trained_params, model.params().size()));
   load_checkpoint(from, model, optimizer);
   TrainProgress p = from.progress;
   // The position counts global batches of the writer's world size: keep the sample position.

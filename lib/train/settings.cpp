@@ -116,6 +116,14 @@ void parse_init_keys(const ConfigNode& n, TrainConfig& out) {
     if (!s.is_sequence()) s.fail("expected a list of name patterns");
     for (size_t i = 0; i < s.size(); ++i) out.init_skip.push_back(s.at(i).as_string());
   }
+  if (n.has("freeze")) {
+    const ConfigNode s = n["freeze"];
+    if (!s.is_sequence()) s.fail("expected a list of parameter name patterns");
+    for (size_t i = 0; i < s.size(); ++i) {
+      out.freeze.push_back(s.at(i).as_string());
+      if (out.freeze.back().empty()) s.at(i).fail("expected a pattern, got an empty string");
+    }
+  }
 }
 
 }  // namespace
@@ -234,6 +242,21 @@ const SectionSpec& train_section() {
            .items = {{.name = "pattern", .kind = KeyKind::string}},
            .fallback = "[]",
            .doc = "globs over the model's tensor names (layers.7.*) that keep their fresh initialisation"},
+          {.name = "freeze",
+           .kind = KeyKind::list,
+           .items = {{.name = "pattern", .kind = KeyKind::string}},
+           .fallback = "[]",
+           .doc = "globs over the parameter names (layers.0.*, blocks.*.attn.*; `gputrain check` lists them) whose "
+                  "parameters keep their values: no gradient, no optimizer state, no averaging across ranks, and "
+                  "no backward pass through the layers before which nothing learns"},
+          {.name = "lora",
+           .kind = KeyKind::custom,
+           .nullable = true,
+           .fallback = "null",
+           .doc = "LoRA: {targets: [weight globs], rank: 8, alpha: rank, dropout: 0, also_train: [globs]}: adapters on "
+                  "the products of the dense and attention weights the targets name (*.attn.qkv.weight, *.fc.weight), "
+                  "and every other parameter frozen but those also_train names (docs/runs.md)",
+           .extra_json = R"("type": ["object", "null"])"},
           {.name = "init_strict",
            .kind = KeyKind::boolean,
            .fallback = "true",
@@ -373,6 +396,11 @@ YAML::Node to_yaml(const TrainConfig& c) {
   if (c.peak_tflops > 0) n["peak_tflops"] = c.peak_tflops;
   n["eval_tokens"] = c.eval_tokens;
   n["cuda_graphs"] = c.cuda_graphs;
+  if (!c.freeze.empty()) {  // (the configs of runs that freeze nothing read as they did before the key)
+    YAML::Node freeze(YAML::NodeType::Sequence);
+    for (const std::string& p : c.freeze) freeze.push_back(p);
+    n["freeze"] = freeze;
+  }
   if (c.init_from.empty()) return n;  // (the configs of runs that start afresh read as they did before the keys)
   n["init_from"] = c.init_from;
   YAML::Node map(YAML::NodeType::Map), skip(YAML::NodeType::Sequence);

@@ -56,6 +56,8 @@ struct TrainConfig {
   std::vector<std::pair<std::string, std::string>> init_map;  ///< source name prefixes renamed, in the config's order
   std::vector<std::string> init_skip;  ///< globs over the model's names that keep their fresh initialisation
   bool init_strict = true;             ///< missing and unexpected tensors stop the run
+  /// train.freeze: globs over the parameter names whose parameters keep their values (Model::set_frozen).
+  std::vector<std::string> freeze;
 };
 
 /// The test metric whose best checkpoint is kept besides the newest ones (checkpoint.keep_best).

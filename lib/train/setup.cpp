@@ -5,6 +5,7 @@
 #include "core/limits.h"
 #include "core/ownership.h"
 #include "core/parallel.h"
+#include "core/quote.h"
 #include "log/logging.h"
 #include "ops/cpu/bf16_gemm.h"
 #include "ops/devices.h"
@@ -112,6 +113,38 @@ void check_same_batches(const Experiment& exp, const CheckpointInfo& from) {
   if (from.accumulate != exp.train.accumulate) refuse(exp.at.accumulate, exp.train.accumulate, from.accumulate);
 }
 
+Shape model_input_shape(const Experiment& exp) {
+  if (exp.data.format == DataFormat::synthetic) return Shape(exp.data.synthetic.input_shape);
+  if (exp.data.format == DataFormat::tokens) return Shape{exp.data.block_size};  // no shard needs to be read
+  return load_data(exp).train.input_shape();
+}
+
+void apply_freeze(const Experiment& exp, Model& model) {
+  std::vector<std::string> patterns = exp.train.freeze;
+  if (model.has_lora()) {
+    // Only the adapters learn, and what also_train names (a new head): every other parameter is frozen.
+    std::vector<std::string> except = {"*lora_A", "*lora_B"};
+    if (exp.model.lora)
+      except.insert(except.end(), exp.model.lora->also_train.begin(), exp.model.lora->also_train.end());
+    std::vector<std::string> all = {"*"};
+    all.insert(all.end(), patterns.begin(), patterns.end());
+    model.set_frozen(all, except);
+    return;
+  }
+  if (patterns.empty()) return;
+  const std::vector<int64_t> hits = model.set_frozen(patterns);
+  std::string example;  // the first parameter's name, to show how they are spelt
+  for (const GraphNode& n : model.nodes())
+    if (example.empty() && !n.layer->param_shapes().empty()) example = n.name + "." + n.layer->param_shapes()[0].first;
+  for (size_t i = 0; i < patterns.size(); ++i)
+    if (hits[i] == 0)
+      exp.at.freeze.at(i).fail(
+          fmt::format("{} matches none of the model's parameters (named like {}; `gputrain check` lists them)",
+                      quote_if_needed(patterns[i]), example));
+  if (model.trainable_count() == 0)
+    exp.at.freeze.fail("freezes every parameter: nothing would learn (evaluate the weights with `gputrain eval`)");
+}
+
 void apply_recompute(const Experiment& exp, Model& model) {
   const std::string why = model.set_recompute(exp.train.recompute);
   if (!why.empty()) exp.at.recompute.fail(fmt::format("is {}, but {}", to_string(exp.train.recompute), why));
@@ -158,6 +191,7 @@ RunSetup::RunSetup(const Experiment& exp, const RunOptions& opts, const WorkerPl
   m_data = where.data ? where.data : &*m_own_data;
   model = Model::build(exp.model, train().input_shape(), DType::f32, device, exp.seed);
   model.check_batch(exp.data.batch_size, exp.at.batch_size);
+  apply_freeze(exp, model);
   apply_recompute(exp, model);
   check_loss_fits(exp.loss, model.output_shape(), train(), exp.at.loss, &test());
   if (exp.data.augment.any() && train().input_shape().rank() != 3)
@@ -291,9 +325,13 @@ void log_run_start(const Experiment& exp, const RunSetup& setup, const StepPlan&
                                                ? fmt::format(", evaluated up to {} tokens", exp.train.eval_tokens)
                                                : std::string())
                              : std::string());
-  spdlog::info("model: {} layers, {} parameters; loss {}; optimizer {} lr {}; schedule {}", setup.model.nodes().size(),
-               setup.model.param_count(), to_string(exp.loss.type), to_string(exp.optimizer.type), exp.optimizer.lr,
-               to_string(exp.scheduler.type));
+  const int64_t trainable = setup.model.trainable_count(), total = setup.model.param_count();
+  spdlog::info(
+      "model: {} layers, {} parameters{}; loss {}; optimizer {} lr {}; schedule {}", setup.model.nodes().size(), total,
+      trainable < total ? fmt::format(" ({} trainable{})", trainable,
+                                      setup.model.has_lora() ? ": the LoRA adapters" : ", train.freeze")
+                        : std::string(),
+      to_string(exp.loss.type), to_string(exp.optimizer.type), exp.optimizer.lr, to_string(exp.scheduler.type));
   if (setup.lead) log_precision(exp.train.precision, setup.device);
   if (setup.lead) log_init_weights(setup.init);  // the ranks share the config: one line is enough
 }

@@ -25,6 +25,9 @@ struct LoadedData {
 };
 /// Loads them; a test split whose samples do not match the training samples' shapes is a DataError.
 LoadedData load_data(const Experiment& exp);
+/// The per-sample input the model is built for: synthetic data and token windows say it without reading a file;
+/// other formats load the data.
+Shape model_input_shape(const Experiment& exp);
 
 /// How one worker is placed: its device, and what the workers of one process share.
 struct WorkerPlacement {
@@ -34,6 +37,9 @@ struct WorkerPlacement {
   bool threaded = false;             ///< one of several worker threads (the harness owns the signal handlers)
 };
 
+/// train.freeze on `model` (Model::set_frozen), before apply_recompute: a pattern that matches no parameter, or
+/// patterns that leave none to learn, are a ConfigError at train.freeze.
+void apply_freeze(const Experiment& exp, Model& model);
 /// Sets train.recompute on `model` (Model::set_recompute); a mode the model cannot honour is a ConfigError at
 /// train.recompute that says why. Under train.precision bf16/fp16 it also keeps the activations for backward in that
 /// format (Model::set_activation_storage; f32 models): both decide what allocate allocates.

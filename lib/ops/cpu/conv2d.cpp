@@ -271,8 +271,9 @@ void conv_bwd_t(const Tensor& x, const Tensor& w, const Tensor& dy, const Window
   const Geometry g{cin / groups, x.dim(2), x.dim(3), dy.dim(2), dy.dim(3), win};
   const int64_t og = cout / groups, wsize = w.numel();
   T* pdx = dx.defined() ? dx.data<T>() : nullptr;
+  const bool want_dw = dw.defined();  // not for a frozen weight (train.freeze): the input's gradient only
   if constexpr (std::is_same_v<T, float>)
-    if (use_winograd(x, w, win, groups))
+    if (want_dw && use_winograd(x, w, win, groups))
       return wino_backward(Wino(g, cout), batch, x.data<float>(), w.data<float>(), dy.data<float>(), pdx,
                            dw.data<float>(), db.defined() ? db.data<float>() : nullptr, static_cast<float>(beta));
   const ConvOperands<T> in(x, w, &dy, pdx != nullptr);
@@ -285,7 +286,7 @@ void conv_bwd_t(const Tensor& x, const Tensor& w, const Tensor& dy, const Window
   const int chunks = batch_chunks(batch, [&](int c, int64_t b0, int64_t b1) {
     std::vector<T>& gw = part_w[static_cast<size_t>(c)];
     std::vector<T>& gb = part_b[static_cast<size_t>(c)];
-    gw.assign(static_cast<size_t>(wsize), T(0));
+    if (want_dw) gw.assign(static_cast<size_t>(wsize), T(0));
     if (want_db) gb.assign(static_cast<size_t>(cout), T(0));
     const size_t col_n = static_cast<size_t>(g.rows() * g.cols());
     std::vector<T>& buf = scratch<T>(g.is_identity() ? col_n : 2 * col_n);
@@ -297,11 +298,13 @@ void conv_bwd_t(const Tensor& x, const Tensor& w, const Tensor& dy, const Window
         const T* xs = px + (n * cin + grp * g.c) * g.h * g.w;
         const T* dys = pdy + (n * cout + grp * og) * g.cols();
         const T* dys_sum = pdy_sum + (n * cout + grp * og) * g.cols();
-        if (col) im2col_t<T>(g, xs, col);
-        // dW_g (og, C·kh·kw) += dy (og, oh·ow) · colᵀ
-        conv_gemm<T>(in, false, true, static_cast<int>(og), static_cast<int>(g.rows()), static_cast<int>(g.cols()), dys,
-                     static_cast<int>(g.cols()), col ? col : xs, static_cast<int>(g.cols()), T(1),
-                     gw.data() + grp * og * g.rows(), static_cast<int>(g.rows()));
+        if (want_dw) {
+          if (col) im2col_t<T>(g, xs, col);
+          // dW_g (og, C·kh·kw) += dy (og, oh·ow) · colᵀ
+          conv_gemm<T>(in, false, true, static_cast<int>(og), static_cast<int>(g.rows()), static_cast<int>(g.cols()),
+                       dys, static_cast<int>(g.cols()), col ? col : xs, static_cast<int>(g.cols()), T(1),
+                       gw.data() + grp * og * g.rows(), static_cast<int>(g.rows()));
+        }
         if (want_db) {
           if constexpr (std::is_same_v<T, float>)
             add_row_sums_f32(dys_sum, og, g.cols(), gb.data() + grp * og);
@@ -319,7 +322,7 @@ void conv_bwd_t(const Tensor& x, const Tensor& w, const Tensor& dy, const Window
       }
     }
   });
-  add_chunk_partials(part_w, chunks, beta, dw.data<T>(), wsize);
+  if (want_dw) add_chunk_partials(part_w, chunks, beta, dw.data<T>(), wsize);
   if (want_db) add_chunk_partials(part_b, chunks, beta, db.data<T>(), cout);
 }
 

@@ -288,7 +288,7 @@ void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const W
   const HostScalar one(1.0, f64), zero(0.0, f64), acc(beta, f64);
   const cudnnHandle_t handle = cudnn_handle(device);
   // One workspace request for both calls: they run one after the other on the stream.
-  const size_t ws_bytes = std::max(dx.defined() ? plan.bwd_data_ws : 0, plan.bwd_filter_ws);
+  const size_t ws_bytes = std::max(dx.defined() ? plan.bwd_data_ws : 0, dw.defined() ? plan.bwd_filter_ws : 0);
   void* ws = ws_bytes ? workspace(device, ws_bytes) : nullptr;
   const ConvOperand dyo(dy, half), xo(x, half);
   if (dx.defined()) {
@@ -300,12 +300,14 @@ void conv2d_backward(const Tensor& x, const Tensor& w, const Tensor& dy, const W
     dxr.finish(0.0f);
   }
   // dw = ∂L/∂w + beta·dw: cuDNN's output blend (with beta = 0 the old dw is not read), or under a half plan the
-  // widening's, which reads the f32 dw rather than a 16-bit copy of it.
-  const ConvResult dwr(dw, half);
-  GT_CHECK_CUDNN(cudnnConvolutionBackwardFilter(handle, one.ptr(), plan.x.get(), xo.get(), plan.y.get(), dyo.get(),
-                                                plan.conv.get(), plan.bwd_filter, ws, plan.bwd_filter_ws,
-                                                half ? zero.ptr() : acc.ptr(), plan.w.get(), dwr.get()));
-  dwr.finish(static_cast<float>(beta));
+  // widening's, which reads the f32 dw rather than a 16-bit copy of it. None for a frozen weight (train.freeze).
+  if (dw.defined()) {
+    const ConvResult dwr(dw, half);
+    GT_CHECK_CUDNN(cudnnConvolutionBackwardFilter(handle, one.ptr(), plan.x.get(), xo.get(), plan.y.get(), dyo.get(),
+                                                  plan.conv.get(), plan.bwd_filter, ws, plan.bwd_filter_ws,
+                                                  half ? zero.ptr() : acc.ptr(), plan.w.get(), dwr.get()));
+    dwr.finish(static_cast<float>(beta));
+  }
   // db from the unrounded dy, in its own type.
   if (db.defined())
     GT_CHECK_CUDNN(cudnnConvolutionBackwardBias(handle, one.ptr(), plan.y_of_tensor(), dy.raw(), acc.ptr(),
