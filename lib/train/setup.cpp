@@ -209,18 +209,22 @@ RunSetup::RunSetup(const Experiment& exp, const RunOptions& opts, const WorkerPl
   // On GPUs the device buffers travel through NCCL, bootstrapped over the host communicator (MPI, TCP or the worker
   // threads'), which keeps the host-side collectives. Made here, before the optimizer: dist.zero's collectives use it.
   if (world > 1 && device.is_cuda()) nccl = make_nccl_comm(*comm, device.index, exp.dist.timeout_s);
+  // optimizer.param_groups: each parameter's group, by its full name (a pattern that matches none fails here, exit 2).
+  std::vector<std::string> names;
+  for (const auto& [name, param] : model.named_params()) names.push_back(name);
+  const std::vector<int> groups = param_group_of(exp.optimizer, names);
   if (exp.dist.zero > 0 && world > 1) {
     // The sharded update, the gradient reduce-scatter and the weight all-gather: on host buffers over the host
     // communicator, on device buffers over NCCL (queued on the compute stream, no host sync).
     auto zero = std::make_unique<ZeroOptimizer>(exp.optimizer, model.params(),
                                                 plan_buckets(model.params_by_node(), exp.dist.bucket_mb),
-                                                nccl ? *nccl : *comm, exp.dist.zero);
+                                                nccl ? *nccl : *comm, exp.dist.zero, groups);
     spdlog::info("dist.zero {}: optimizer state {:.2f} MB on rank 0 instead of {:.2f} MB", exp.dist.zero,
                  static_cast<double>(zero->shard_state_elements()) * 4e-6,
                  static_cast<double>(zero->full_state_elements()) * 4e-6);
     optimizer = std::move(zero);
   } else {
-    optimizer = make_optimizer(exp.optimizer, model.params());
+    optimizer = make_optimizer(exp.optimizer, model.params(), groups);
   }
   // Loaded (and refused when it does not fit) before the run directory is touched.
   if (plan.from) check_same_batches(exp, *plan.from);
