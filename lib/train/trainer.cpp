@@ -156,9 +156,8 @@ StepDone TrainLoop::step() {
   static const std::string kOptimizer = "optimizer";
   TrainProgress& p = m_p;
   const int64_t micros = std::min(m_plan.accumulate, m_plan.micro_per_epoch - p.micro_done);
-  // Each parameter group's rate; the default group's is the one logged.
   const std::vector<double> lrs = group_lrs(m_exp.optimizer, m_exp.scheduler, p.step, m_plan.total_steps, p.lr_scale);
-  const double lr = lrs[0];
+  const double lr = lrs[0];  // the default parameter group's, which the log shows
   if (m_exp.train.profile_steps > 0 && p.step + 1 == m_exp.train.profile_start) m_profiler.enable(true);
   m_profiler.begin_step();
   int64_t samples = 0;
