@@ -300,7 +300,7 @@ TEST_CASE("a run with a param group at lr 0 keeps its weights bit for bit and wr
       fmt::format("train {} --quiet --threads 2 --out {} --set optimizer.lr=1e-30", dir / "t.yaml", dir / "fresh"));
   INFO(fresh.output);
   REQUIRE(fresh.exit_code == 0);
-  const auto r = run_gputrain(fmt::format("train {} --quiet --threads 2 --out {}", dir / "g.yaml", dir / "run"));
+  const auto r = run_gputrain(fmt::format("train {} --threads 2 --no-progress --out {}", dir / "g.yaml", dir / "run"));
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   auto weights = [](const std::string& path) {
@@ -318,6 +318,12 @@ TEST_CASE("a run with a param group at lr 0 keeps its weights bit for bit and wr
   // config.resolved.yaml keeps the groups with the keys they gave, and runs again as a config.
   const std::string resolved = read_text(dir / "run/config.resolved.yaml");
   CHECK_THAT(resolved, Catch::Contains("param_groups") && Catch::Contains("layers.0.*"));
+  // The log says what each group holds: layers.0's bias is the first group's, which matches it first.
+  const std::string log = read_text(dir / "run/train.log");
+  CHECK_THAT(
+      log, Catch::Contains("optimizer group 0 [the rest]: lr 0.01, weight_decay 0.1, 1 parameters (48 elements)") &&
+               Catch::Contains("optimizer group 1 [layers.0.*]: lr 0, weight_decay 0.1, 2 parameters (144 elements)") &&
+               Catch::Contains("optimizer group 2 [*.bias]: lr 0.01, weight_decay 0, 1 parameters (3 elements)"));
   const auto again = run_gputrain(fmt::format("check {}", dir / "run/config.resolved.yaml"));
   INFO(again.output);
   CHECK(again.exit_code == 0);

@@ -259,6 +259,25 @@ std::vector<int> param_group_of(const OptimizerConfig& cfg, const std::vector<st
   return out;
 }
 
+std::vector<std::string> describe_param_groups(const OptimizerConfig& cfg, const std::vector<int>& groups,
+                                               const std::vector<int64_t>& numels) {
+  std::vector<std::string> out;
+  if (cfg.param_groups.empty()) return out;
+  for (size_t g = 0; g < cfg.groups(); ++g) {
+    int64_t params = 0, elements = 0;
+    for (size_t i = 0; i < groups.size() && i < numels.size(); ++i)
+      if (static_cast<size_t>(groups[i]) == g) ++params, elements += numels[i];
+    std::string patterns = "the rest";
+    if (g > 0) {
+      patterns.clear();
+      for (const std::string& p : cfg.param_groups[g - 1].params) patterns += (patterns.empty() ? "" : ", ") + p;
+    }
+    out.push_back(fmt::format("optimizer group {} [{}]: lr {}, weight_decay {}, {} parameters ({} elements)", g,
+                              patterns, cfg.group_lr(g), cfg.group_weight_decay(g), params, elements));
+  }
+  return out;
+}
+
 void parse_optimizer(const ConfigNode& n, OptimizerConfig& out) {
   n.require("type");
   out.type = parse_choice(n["type"], kOptimizerTypes);

@@ -76,6 +76,11 @@ void parse_scheduler(const ConfigNode& n, SchedulerConfig& out);
 /// cfg.param_groups[g - 1], the first whose patterns match the name. Throws ConfigError naming
 /// optimizer.param_groups[i].params when one of its patterns matches none of `names`.
 std::vector<int> param_group_of(const OptimizerConfig& cfg, const std::vector<std::string>& names);
+/// One line per parameter group when there are groups besides the default one (none otherwise): its patterns, base
+/// learning rate and weight decay, and how many of the parameters (`groups` from param_group_of, `numels` their
+/// sizes) and elements it holds. For the run's log.
+std::vector<std::string> describe_param_groups(const OptimizerConfig& cfg, const std::vector<int>& groups,
+                                               const std::vector<int64_t>& numels);
 /// The section after defaults, as config.resolved.yaml writes it (the keys its type reads).
 YAML::Node to_yaml(const OptimizerConfig& c);
 YAML::Node to_yaml(const SchedulerConfig& c);

@@ -211,8 +211,10 @@ RunSetup::RunSetup(const Experiment& exp, const RunOptions& opts, const WorkerPl
   if (world > 1 && device.is_cuda()) nccl = make_nccl_comm(*comm, device.index, exp.dist.timeout_s);
   // optimizer.param_groups: each parameter's group, by its full name (a pattern that matches none fails here, exit 2).
   std::vector<std::string> names;
-  for (const auto& [name, param] : model.named_params()) names.push_back(name);
+  std::vector<int64_t> numels;
+  for (const auto& [name, param] : model.named_params()) names.push_back(name), numels.push_back(param->value.numel());
   const std::vector<int> groups = param_group_of(exp.optimizer, names);
+  param_group_lines = describe_param_groups(exp.optimizer, groups, numels);
   if (exp.dist.zero > 0 && world > 1) {
     // The sharded update, the gradient reduce-scatter and the weight all-gather: on host buffers over the host
     // communicator, on device buffers over NCCL (queued on the compute stream, no host sync).
@@ -298,6 +300,8 @@ void log_run_start(const Experiment& exp, const RunSetup& setup, const StepPlan&
   spdlog::info("model: {} layers, {} parameters; loss {}; optimizer {} lr {}; schedule {}", setup.model.nodes().size(),
                setup.model.param_count(), to_string(exp.loss.type), to_string(exp.optimizer.type), exp.optimizer.lr,
                to_string(exp.scheduler.type));
+  if (setup.lead)
+    for (const std::string& line : setup.param_group_lines) spdlog::info("{}", line);
   if (setup.lead) log_precision(exp.train.precision, setup.device);
   if (setup.lead) log_init_weights(setup.init);  // the ranks share the config: one line is enough
 }
