@@ -52,7 +52,7 @@ struct RateTable {
 // Group g's rate from the device block (graph mode) or the argument. The argument's entry is picked by a loop over
 // constant indices, which reads the kernel's parameter space directly (an indexed read would copy the table into
 // each thread's local memory first).
-__device__ ops::GroupRate group_rate(const RateTable& arg, const ops::GroupRate* on_device, int32_t g) {
+__device__ __forceinline__ ops::GroupRate group_rate(const RateTable& arg, const ops::GroupRate* on_device, int32_t g) {
   if (on_device) return on_device[g];
   ops::GroupRate r = arg.rate[0];
 #pragma unroll
