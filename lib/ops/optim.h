@@ -57,7 +57,7 @@ void sum_squares_group(TensorGroup& group, size_t column, Tensor& out, Tensor& p
 /// max_norm > 0 each gradient is used multiplied by min(1, max_norm / (√stats[kGradSq] + 1e-6))
 /// (torch.nn.utils.clip_grad_norm_'s coefficient). Both backends scale each gradient as they read it and leave the
 /// gradients as they were. `rates` (at most kMaxGroupRates): row r is updated with h's lr and weight_decay replaced
-/// by rates[group.row_group[r]]'s; empty: every row with h's own (then row_group must be empty).
+/// by rates[group.row_group[r]]'s; empty: every row with h's own (then row_group holds only 0s, if anything).
 void sgd_step_group(const SgdHyper& h, TensorGroup& group, const Tensor& stats, double max_norm,
                     std::span<const GroupRate> rates = {});
 /// One Adam/AdamW step over rows (param, grad, m, v, vmax — undefined unless amsgrad), gated, clipped and grouped
