@@ -83,6 +83,8 @@ variants = [
     ["optimizer={type: adam, lr: 1e-3}"],
     ["optimizer={type: adamw, lr: 3e-4, betas: [0.9, 0.95], amsgrad: true}"],
     ["optimizer={type: sgd, lr: 0.1, momentum: 0.9, nesterov: true}"],
+    ["optimizer={type: adamw, lr: 3e-4, param_groups: [{params: ['*.bias'], weight_decay: 0}, "
+     "{params: ['layers.*'], lr: 1e-3}]}"],
     ["+scheduler={type: step, step_size: 2, warmup_steps: 3}"],
     ["+scheduler={type: multistep, milestones: [2, 5]}"],
     ["+scheduler={type: exponential, gamma: 0.9}"],
@@ -146,6 +148,9 @@ broken = [
     ("missing data format", "data.format", DELETE),
     ("a key of another optimizer type", "optimizer", {"type": "adam", "lr": 0.1, "momentum": 0.9}),
     ("a schedule without its required key", "scheduler", {"type": "step"}),
+    ("a param group without params", "optimizer.param_groups", [{"lr": 0.1}]),
+    ("a param group with another key", "optimizer.param_groups", [{"params": ["*"], "momentum": 0.9}]),
+    ("a param group's negative rate", "optimizer.param_groups", [{"params": ["*"], "lr": -1}]),
     ("synthetic targets with classes and shape", "data.targets", {"classes": 3, "shape": [2]}),
     ("unknown layer type", "model.layers.0.type", "linaer"),
     ("unknown layer argument", "model.layers.0.out_feature", 2),

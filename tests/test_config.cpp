@@ -554,6 +554,8 @@ TEST_CASE("the config schema is JSON whose keys are the ones the parsers accept,
       {"+data.targets.zzz=1", variant_of(data, "format", "synthetic")->find("properties")->find("targets")},
       {"+train.grad_clip={max_norm: 1, zzz: 1}", sections.find("train")->find("properties")->find("grad_clip")},
       {"+model.zzz=1", sections.find("model")},
+      {"optimizer={type: sgd, lr: 1, param_groups: [{params: ['*'], zzz: 1}]}",
+       variant_of(optimizer, "type", "sgd")->find("properties")->find("param_groups")->find("items")},
   };
   for (const char* type : {"constant", "step", "multistep", "exponential", "cosine", "linear", "onecycle"}) {
     INFO("scheduler " << type);

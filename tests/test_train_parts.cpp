@@ -175,7 +175,7 @@ TEST_CASE(
   CHECK_FALSE(sums.any_stop);
   step.queue_grad_norm();
   CHECK_FALSE(step.verdict().take());  // nothing queued until the update
-  step.update(0.1, 0.0, 1, sums.samples);
+  step.update(std::vector{0.1}, 0.0, 1, sums.samples);
   const auto r = step.verdict().take();
   REQUIRE(r);
   CHECK(r->finite());
@@ -196,7 +196,7 @@ TEST_CASE(
   const int64_t n = step.forward_backward(loader, 1, plan.accumulate);
   CHECK(n == 4);  // the epoch's last two micro-batches: 3 + 1
   step.queue_grad_norm();
-  step.update(0.1, 0.0, 2, step.sum_over_ranks(n).samples);
+  step.update(std::vector{0.1}, 0.0, 2, step.sum_over_ranks(n).samples);
   const auto bad = step.verdict().take();
   REQUIRE(bad);
   CHECK_FALSE(bad->finite());

@@ -4,6 +4,8 @@
 
 #include "ops/dispatch.h"
 
+#include <algorithm>
+
 namespace gt::ops {
 namespace {
 
@@ -23,6 +25,16 @@ Operands group_operands(const char* op, const TensorGroup& g, size_t width) {
     }
   }
   return Operands(op, d);
+}
+
+// Each row's group has a rate; with no rates, no row names a group.
+void check_rates(const char* op, const TensorGroup& g, std::span<const GroupRate> rates) {
+  GT_CHECK(rates.size() <= kMaxGroupRates, "{}: {} groups, at most {}", op, rates.size(), kMaxGroupRates);
+  GT_CHECK(g.row_group.empty() || g.row_group.size() == g.rows.size(), "{}: {} row groups for {} rows", op,
+           g.row_group.size(), g.rows.size());
+  for (const int32_t r : g.row_group)
+    GT_CHECK(r >= 0 && static_cast<size_t>(r) < std::max<size_t>(rates.size(), 1), "{}: row group {} of {}", op, r,
+             rates.size());
 }
 
 void check_stats(const Operands& op, const Tensor& stats) {
@@ -54,22 +66,26 @@ void sum_squares_group(TensorGroup& g, size_t column, Tensor& out, Tensor& per_r
   GT_DISPATCH(op, sum_squares_group(g, column, out, per_row));
 }
 
-void sgd_step_group(const SgdHyper& h, TensorGroup& g, const Tensor& stats, double max_norm) {
+void sgd_step_group(const SgdHyper& h, TensorGroup& g, const Tensor& stats, double max_norm,
+                    std::span<const GroupRate> rates) {
   const Operands op = group_operands("sgd_step_group", g, 3);
   check_stats(op, stats);
+  check_rates("sgd_step_group", g, rates);
   // The CUDA kernel picks the momentum update from h.momentum (as torch.optim.SGD does) and the CPU from the buffer,
   // so the two must agree: a buffer exactly when momentum is on (the Sgd optimizer makes them so).
   for (const auto& row : g.rows)
     GT_CHECK(row[2].defined() == (h.momentum != 0), "sgd_step_group: a momentum buffer per row iff momentum != 0");
-  GT_DISPATCH(op, sgd_step_group(h, g, stats, max_norm));
+  GT_DISPATCH(op, sgd_step_group(h, g, stats, max_norm, rates));
 }
 
-void adam_step_group(const AdamHyper& h, bool amsgrad, TensorGroup& g, const Tensor& stats, double max_norm) {
+void adam_step_group(const AdamHyper& h, bool amsgrad, TensorGroup& g, const Tensor& stats, double max_norm,
+                     std::span<const GroupRate> rates) {
   const Operands op = group_operands("adam_step_group", g, 5);
   check_stats(op, stats);
+  check_rates("adam_step_group", g, rates);
   for (const auto& row : g.rows)
     GT_CHECK(!amsgrad || row[4].defined(), "adam_step_group: amsgrad needs the vmax column");
-  GT_DISPATCH(op, adam_step_group(h, amsgrad, g, stats, max_norm));
+  GT_DISPATCH(op, adam_step_group(h, amsgrad, g, stats, max_norm, rates));
 }
 
 void accumulate_step(const Tensor& stats, Tensor& window) {

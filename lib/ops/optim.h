@@ -7,7 +7,10 @@
 #include "ops/entry_points.h"
 #include "ops/math.h"
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 namespace gt::ops {
@@ -24,12 +27,27 @@ void scale_by(Tensor& x, const Tensor& scale);
 /// backend keeps its table of pointers and sizes in `device_table` from the first use on.
 struct TensorGroup {
   std::vector<std::vector<Tensor>> rows;
+  /// Each row's parameter group (optimizer.param_groups), whose learning rate and weight decay update it: an index
+  /// into the step's rates. Empty: every row is in group 0. Fixed from the first CUDA use on, as the rows are.
+  std::vector<int32_t> row_group;
   std::shared_ptr<void> device_table;
-  /// CUDA graphs (train.cuda_graphs): when defined, the CUDA step kernels read their SgdHyper or AdamHyper from
-  /// this device memory instead of the argument (the same values, written there before the step), so that a
-  /// replayed launch uses each step's own learning rate and bias corrections. The CPU never uses it.
+  /// CUDA graphs (train.cuda_graphs): when defined, the CUDA step kernels read their SgdHyper or AdamHyper, and
+  /// the groups' rates, from this device memory instead of the arguments (the same values, written there before
+  /// the step; layout below), so that a replayed launch uses each step's own learning rates and bias corrections.
+  /// The CPU never uses it.
   Tensor hyper;
 };
+
+/// One parameter group's learning rate and weight decay at a step: they replace the step's SgdHyper or AdamHyper
+/// lr and weight_decay for the rows of that group.
+struct GroupRate {
+  double lr, weight_decay;
+};
+/// The most groups one step takes (the CUDA kernels take their rates by value).
+inline constexpr size_t kMaxGroupRates = 32;
+/// TensorGroup::hyper's layout: the SgdHyper or AdamHyper at byte 0, GroupRate[groups] from this byte on.
+inline constexpr size_t kHyperRatesOffset = 256;
+inline constexpr int64_t kHyperDoubles = (kHyperRatesOffset + kMaxGroupRates * sizeof(GroupRate)) / sizeof(double);
 
 /// Adds Σ_rows Σ rows[r][column]² to out[0] and, when per_row (f64[rows]) is defined, each row's own sum to
 /// per_row[r] (which parameter went non-finite); f64 on the group's device.
@@ -38,10 +56,14 @@ void sum_squares_group(TensorGroup& group, size_t column, Tensor& out, Tensor& p
 /// the step's statistics: nothing changes unless stats[kLossSum] and stats[kGradSq] are finite, and when
 /// max_norm > 0 each gradient is used multiplied by min(1, max_norm / (√stats[kGradSq] + 1e-6))
 /// (torch.nn.utils.clip_grad_norm_'s coefficient). Both backends scale each gradient as they read it and leave the
-/// gradients as they were.
-void sgd_step_group(const SgdHyper& h, TensorGroup& group, const Tensor& stats, double max_norm);
-/// One Adam/AdamW step over rows (param, grad, m, v, vmax — undefined unless amsgrad), gated and clipped as above.
-void adam_step_group(const AdamHyper& h, bool amsgrad, TensorGroup& group, const Tensor& stats, double max_norm);
+/// gradients as they were. `rates` (at most kMaxGroupRates): row r is updated with h's lr and weight_decay replaced
+/// by rates[group.row_group[r]]'s; empty: every row with h's own (then row_group holds only 0s, if anything).
+void sgd_step_group(const SgdHyper& h, TensorGroup& group, const Tensor& stats, double max_norm,
+                    std::span<const GroupRate> rates = {});
+/// One Adam/AdamW step over rows (param, grad, m, v, vmax — undefined unless amsgrad), gated, clipped and grouped
+/// as above.
+void adam_step_group(const AdamHyper& h, bool amsgrad, TensorGroup& group, const Tensor& stats, double max_norm,
+                     std::span<const GroupRate> rates = {});
 /// window[0] += stats[kLossSum] and window[1] += stats[kHits] when the step's loss and gradient norm are finite;
 /// window[2] += 1 (a skipped step) otherwise. window: f64[3] on the same device.
 void accumulate_step(const Tensor& stats, Tensor& window);

@@ -9,7 +9,8 @@ namespace {
 
 class Adam final : public Optimizer {
  public:
-  Adam(const OptimizerConfig& cfg, const std::vector<Param*>& params) : Optimizer(params), m_cfg(cfg) {
+  Adam(const OptimizerConfig& cfg, const std::vector<Param*>& params, const std::vector<int>& groups)
+      : Optimizer(cfg, params, groups), m_cfg(cfg) {
     for (Param* p : params) {
       const auto& v = p->value;
       m_m.push_back(Tensor::zeros(v.shape(), v.dtype(), v.device()));
@@ -19,14 +20,15 @@ class Adam final : public Optimizer {
     }
   }
 
-  void step(double lr, const Tensor& stats, double max_norm) override {
-    const AdamHyper h = hyper(lr);
-    put_hyper(h);
-    if (!m_group.rows.empty()) ops::adam_step_group(h, m_cfg.amsgrad, m_group, stats, max_norm);
+  void step(std::span<const double> lrs, const Tensor& stats, double max_norm) override {
+    const AdamHyper h = hyper(lrs[0]);
+    const std::vector<ops::GroupRate> rates = group_rates(lrs);
+    put_hyper(h, rates);
+    if (!m_group.rows.empty()) ops::adam_step_group(h, m_cfg.amsgrad, m_group, stats, max_norm, rates);
     ++m_steps;
   }
 
-  void stage_hyper(double lr) override { put_hyper(hyper(lr)); }
+  void stage_hyper(std::span<const double> lrs) override { put_hyper(hyper(lrs[0]), group_rates(lrs)); }
 
   std::vector<std::pair<std::string, Tensor*>> state() override {
     std::vector<std::pair<std::string, Tensor*>> out;
@@ -57,8 +59,9 @@ class Adam final : public Optimizer {
 
 }  // namespace
 
-std::unique_ptr<Optimizer> make_adam(const OptimizerConfig& cfg, const std::vector<Param*>& params) {
-  return std::make_unique<Adam>(cfg, params);
+std::unique_ptr<Optimizer> make_adam(const OptimizerConfig& cfg, const std::vector<Param*>& params,
+                                     const std::vector<int>& groups) {
+  return std::make_unique<Adam>(cfg, params, groups);
 }
 
 }  // namespace gt

@@ -50,4 +50,20 @@ double scheduled_lr(const SchedulerConfig& s, double lr, int64_t t, int64_t tota
   return v;
 }
 
+std::vector<double> group_lrs(const OptimizerConfig& o, const SchedulerConfig& s, int64_t t, int64_t total_steps,
+                              double lr_scale) {
+  std::vector<double> out{scheduled_lr(s, o.lr, t, total_steps) * lr_scale};
+  for (size_t g = 1; g < o.groups(); ++g) {
+    const double lr = o.group_lr(g);
+    if (s.type == ScheduleType::onecycle && s.max_lr > 0) {  // the peak scaled as the group's base rate is
+      SchedulerConfig scaled = s;
+      scaled.max_lr = s.max_lr * (lr / o.lr);
+      out.push_back(scheduled_lr(scaled, lr, t, total_steps) * lr_scale);
+    } else {
+      out.push_back(scheduled_lr(s, lr, t, total_steps) * lr_scale);
+    }
+  }
+  return out;
+}
+
 }  // namespace gt

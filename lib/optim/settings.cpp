@@ -4,6 +4,9 @@
 #include "config/choice.h"
 #include "config/schema.h"
 
+#include <fmt/format.h>
+#include <fnmatch.h>
+
 #include <algorithm>
 
 namespace gt {
@@ -30,7 +33,38 @@ KeySpec weight_decay_key(const char* fallback) {
           .doc = "L2 penalty (adam) or decoupled decay (adamw)"};
 }
 
+// optimizer.param_groups: a list of groups, each its own learning rate and weight decay.
+KeySpec param_groups_key() {
+  return {.name = "param_groups",
+          .kind = KeyKind::list,
+          .max_items = static_cast<int64_t>(kMaxParamGroups - 1),
+          .items = {{.name = "group", .kind = KeyKind::map, .section = &param_group_section()}},
+          .fallback = "[]",
+          .doc =
+              "groups of parameters by name, each with its own lr and weight_decay; the first group whose "
+              "patterns match a parameter takes it, the top-level values serve the rest"};
+}
+
 }  // namespace
+
+const SectionSpec& param_group_section() {
+  static const SectionSpec s = plain_section(
+      {
+          {.name = "params",
+           .kind = KeyKind::list,
+           .required = true,
+           .min_items = 1,
+           .items = {{.name = "pattern", .kind = KeyKind::string}},
+           .doc = "globs (fnmatch) over the parameters' full names: layers.7.*, *.bias; each must match one"},
+          {.name = "lr",
+           .kind = KeyKind::number,
+           .min = 0,
+           .doc = "the group's learning rate, scheduled as the top-level one (default: optimizer.lr)"},
+          {.name = "weight_decay", .kind = KeyKind::number, .min = 0, .doc = "default: optimizer.weight_decay"},
+      },
+      "one parameter group (torch.optim's param_groups)");
+  return s;
+}
 
 const SectionSpec& optimizer_section() {
   static const SectionSpec s = [] {
@@ -77,9 +111,10 @@ const SectionSpec& optimizer_section() {
     SectionSpec t;
     t.discriminator = "type";
     t.doc = "the optimizer (torch.optim's exact update rules)";
-    t.variants = {{{"sgd"}, concat_keys({head, sgd})},
-                  {{"adam"}, concat_keys({head, adam("0")})},
-                  {{"adamw"}, concat_keys({head, adam("0.01")})}};
+    const std::vector<KeySpec> groups{param_groups_key()};
+    t.variants = {{{"sgd"}, concat_keys({head, sgd, groups})},
+                  {{"adam"}, concat_keys({head, adam("0"), groups})},
+                  {{"adamw"}, concat_keys({head, adam("0.01"), groups})}};
     return t;
   }();
   return s;
@@ -174,6 +209,75 @@ const SectionSpec& scheduler_section() {
 const std::string& to_string(OptimizerType type) { return choice_name(kOptimizerTypes, type); }
 const std::string& to_string(ScheduleType type) { return choice_name(kScheduleTypes, type); }
 
+namespace {
+
+void parse_param_groups(const ConfigNode& n, const KeySpec& key, OptimizerConfig& out) {
+  if (!n.is_sequence()) n.fail("expected a list of groups, each {params: [patterns], lr, weight_decay}");
+  if (n.size() > static_cast<size_t>(key.max_items))
+    n.fail(fmt::format("at most {} groups (besides the default one), got {}", key.max_items, n.size()));
+  const std::vector<KeySpec>& keys = section_keys(param_group_section());
+  for (size_t i = 0; i < n.size(); ++i) {
+    const ConfigNode g = n.at(i);
+    if (!g.is_map()) g.fail("expected a map {params: [patterns], lr, weight_decay}");
+    expect_keys(g, keys);
+    g.require("params");
+    ParamGroupConfig group;
+    group.at = g["params"];
+    if (!group.at.is_sequence() || group.at.size() == 0) group.at.fail("expected a list of name patterns");
+    for (size_t j = 0; j < group.at.size(); ++j) group.params.push_back(group.at.at(j).as_string());
+    if (g.has("lr")) group.lr = read_double(g["lr"], key_spec(keys, "lr"));
+    if (g.has("weight_decay")) group.weight_decay = read_double(g["weight_decay"], key_spec(keys, "weight_decay"));
+    out.param_groups.push_back(std::move(group));
+  }
+}
+
+}  // namespace
+
+std::vector<int> param_group_of(const OptimizerConfig& cfg, const std::vector<std::string>& names) {
+  auto matches = [&](const std::string& pattern, size_t i) {
+    return fnmatch(pattern.c_str(), names[i].c_str(), 0) == 0;
+  };
+  for (const ParamGroupConfig& group : cfg.param_groups)
+    for (const std::string& pattern : group.params) {
+      bool any = false;
+      for (size_t i = 0; i < names.size() && !any; ++i) any = matches(pattern, i);
+      if (any) continue;
+      std::string some;
+      for (size_t i = 0; i < names.size() && i < 6; ++i) some += (i ? ", " : "") + names[i];
+      if (names.size() > 6) some += ", …";
+      group.at.fail(fmt::format("{} matches none of the trainable parameters ({})", pattern,
+                                names.empty() ? std::string("there are none") : some));
+    }
+  std::vector<int> out(names.size(), 0);
+  for (size_t i = 0; i < names.size(); ++i)
+    for (size_t g = 0; g < cfg.param_groups.size() && out[i] == 0; ++g)
+      for (const std::string& pattern : cfg.param_groups[g].params)
+        if (matches(pattern, i)) {
+          out[i] = static_cast<int>(g + 1);
+          break;
+        }
+  return out;
+}
+
+std::vector<std::string> describe_param_groups(const OptimizerConfig& cfg, const std::vector<int>& groups,
+                                               const std::vector<int64_t>& numels) {
+  std::vector<std::string> out;
+  if (cfg.param_groups.empty()) return out;
+  for (size_t g = 0; g < cfg.groups(); ++g) {
+    int64_t params = 0, elements = 0;
+    for (size_t i = 0; i < groups.size() && i < numels.size(); ++i)
+      if (static_cast<size_t>(groups[i]) == g) ++params, elements += numels[i];
+    std::string patterns = "the rest";
+    if (g > 0) {
+      patterns.clear();
+      for (const std::string& p : cfg.param_groups[g - 1].params) patterns += (patterns.empty() ? "" : ", ") + p;
+    }
+    out.push_back(fmt::format("optimizer group {} [{}]: lr {}, weight_decay {}, {} parameters ({} elements)", g,
+                              patterns, cfg.group_lr(g), cfg.group_weight_decay(g), params, elements));
+  }
+  return out;
+}
+
 void parse_optimizer(const ConfigNode& n, OptimizerConfig& out) {
   n.require("type");
   out.type = parse_choice(n["type"], kOptimizerTypes);
@@ -182,6 +286,7 @@ void parse_optimizer(const ConfigNode& n, OptimizerConfig& out) {
   expect_keys(n, keys);
   n.require("lr");
   out.lr = read_double(n["lr"], key("lr"));
+  if (n.has("param_groups")) parse_param_groups(n["param_groups"], key("param_groups"), out);
   if (out.type == OptimizerType::sgd) {
     out.momentum = get_double(n, key("momentum"));
     out.dampening = get_double(n, key("dampening"));
@@ -269,6 +374,15 @@ YAML::Node to_yaml(const OptimizerConfig& c) {
     o["amsgrad"] = c.amsgrad;
   }
   o["weight_decay"] = c.weight_decay;
+  // Only the keys a group gave: the others follow the top-level values, also when a later run overrides them.
+  for (const ParamGroupConfig& g : c.param_groups) {
+    YAML::Node y(YAML::NodeType::Map);
+    y["params"] = g.params;
+    y["params"].SetStyle(YAML::EmitterStyle::Flow);
+    if (g.lr) y["lr"] = *g.lr;
+    if (g.weight_decay) y["weight_decay"] = *g.weight_decay;
+    o["param_groups"].push_back(y);
+  }
   return o;
 }
 

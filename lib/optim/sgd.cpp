@@ -4,12 +4,17 @@
 
 #include "core/backend.h"
 
+#include <array>
+#include <cstddef>
+#include <cstring>
+
 namespace gt {
 namespace {
 
 class Sgd final : public Optimizer {
  public:
-  Sgd(const OptimizerConfig& cfg, const std::vector<Param*>& params) : Optimizer(params), m_cfg(cfg) {
+  Sgd(const OptimizerConfig& cfg, const std::vector<Param*>& params, const std::vector<int>& groups)
+      : Optimizer(cfg, params, groups), m_cfg(cfg) {
     for (Param* p : params) {
       m_momentum.push_back(cfg.momentum != 0 ? Tensor::zeros(p->value.shape(), p->value.dtype(), p->value.device())
                                              : Tensor());
@@ -17,14 +22,15 @@ class Sgd final : public Optimizer {
     }
   }
 
-  void step(double lr, const Tensor& stats, double max_norm) override {
-    const SgdHyper h = hyper(lr);
-    put_hyper(h);
-    if (!m_group.rows.empty()) ops::sgd_step_group(h, m_group, stats, max_norm);
+  void step(std::span<const double> lrs, const Tensor& stats, double max_norm) override {
+    const SgdHyper h = hyper(lrs[0]);
+    const std::vector<ops::GroupRate> rates = group_rates(lrs);
+    put_hyper(h, rates);
+    if (!m_group.rows.empty()) ops::sgd_step_group(h, m_group, stats, max_norm, rates);
     ++m_steps;
   }
 
-  void stage_hyper(double lr) override { put_hyper(hyper(lr)); }
+  void stage_hyper(std::span<const double> lrs) override { put_hyper(hyper(lrs[0]), group_rates(lrs)); }
 
   std::vector<std::pair<std::string, Tensor*>> state() override {
     std::vector<std::pair<std::string, Tensor*>> out;
@@ -44,6 +50,32 @@ class Sgd final : public Optimizer {
 
 }  // namespace
 
+Optimizer::Optimizer(const OptimizerConfig& cfg, const std::vector<Param*>& params, const std::vector<int>& groups)
+    : m_param_group(groups) {
+  static_assert(kMaxParamGroups == ops::kMaxGroupRates);
+  if (!params.empty()) m_device = params[0]->value.device();
+  for (size_t g = 0; g < cfg.groups(); ++g) m_base.push_back({cfg.group_lr(g), cfg.group_weight_decay(g)});
+  GT_CHECK(groups.empty() || groups.size() == params.size(), "{} parameter groups for {} parameters", groups.size(),
+           params.size());
+  for (const int g : groups) GT_CHECK(g >= 0 && static_cast<size_t>(g) < m_base.size(), "parameter group {}", g);
+  if (m_param_group.empty()) m_param_group.assign(params.size(), 0);
+  // Without param_groups every row is in group 0: the group table stays empty.
+  if (m_base.size() > 1) m_group.row_group.assign(m_param_group.begin(), m_param_group.end());
+}
+
+std::vector<ops::GroupRate> Optimizer::group_rates(std::span<const double> lrs) const {
+  GT_CHECK(lrs.size() == m_base.size(), "{} learning rates for {} parameter groups", lrs.size(), m_base.size());
+  std::vector<ops::GroupRate> out(m_base.size());
+  for (size_t g = 0; g < out.size(); ++g) out[g] = {lrs[g], m_base[g].weight_decay};
+  return out;
+}
+
+std::vector<double> Optimizer::rates_at(double lr) const {
+  std::vector<double> out{lr};
+  for (size_t g = 1; g < m_base.size(); ++g) out.push_back(m_base[g].lr * (lr / m_base[0].lr));
+  return out;
+}
+
 void Optimizer::step(double lr) {
   if (!m_always_ok.defined()) m_always_ok = Tensor::zeros(Shape{kStepStats}, DType::f64, m_device);
   step(lr, m_always_ok, 0);
@@ -51,15 +83,19 @@ void Optimizer::step(double lr) {
 
 void Optimizer::hyper_on_device() {
   if (m_device.is_cpu() || m_group.hyper.defined()) return;
-  // Room for either optimizer's hyperparameters (a few doubles and flags).
-  static_assert(sizeof(AdamHyper) <= 256 && sizeof(SgdHyper) <= 256);
-  m_group.hyper = Tensor::zeros(Shape{32}, DType::f64, m_device);
+  // Room for either optimizer's hyperparameters (a few doubles and flags), then the groups' rates.
+  m_group.hyper = Tensor::zeros(Shape{ops::kHyperDoubles}, DType::f64, m_device);
 }
 
-void Optimizer::write_hyper_bytes(const void* h, size_t bytes) {
+void Optimizer::write_hyper_bytes(const void* h, size_t bytes, std::span<const ops::GroupRate> rates) {
+  // One copy of the block ops/optim.h lays out: the hyperparameters, then the rates.
+  std::array<std::byte, ops::kHyperDoubles * sizeof(double)> block{};
+  std::memcpy(block.data(), h, bytes);
+  std::memcpy(block.data() + ops::kHyperRatesOffset, rates.data(), rates.size_bytes());
   // From pageable host memory: the copy has taken the bytes when it returns (CUDA stages such a copy at once), so
-  // `h` may live on the caller's stack; on the device it runs in stream order before the update that reads it.
-  backend_copy_async(m_group.hyper.raw(), m_device, h, Device::cpu(), bytes);
+  // the block may live on the stack; on the device it runs in stream order before the update that reads it.
+  backend_copy_async(m_group.hyper.raw(), m_device, block.data(), Device::cpu(),
+                     ops::kHyperRatesOffset + rates.size_bytes());
 }
 
 std::vector<StateRange> Optimizer::state_ranges() {
@@ -71,9 +107,10 @@ std::vector<StateRange> Optimizer::state_ranges() {
   return out;
 }
 
-std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& cfg, const std::vector<Param*>& params) {
-  if (cfg.type == OptimizerType::sgd) return std::make_unique<Sgd>(cfg, params);
-  return make_adam(cfg, params);  // adam, adamw
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& cfg, const std::vector<Param*>& params,
+                                          const std::vector<int>& groups) {
+  if (cfg.type == OptimizerType::sgd) return std::make_unique<Sgd>(cfg, params, groups);
+  return make_adam(cfg, params, groups);  // adam, adamw
 }
 
 }  // namespace gt

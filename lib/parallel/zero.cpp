@@ -11,8 +11,8 @@
 namespace gt {
 
 ZeroOptimizer::ZeroOptimizer(const OptimizerConfig& cfg, const std::vector<Param*>& params, const BucketPlan& plan,
-                             Communicator& comm, int stage)
-    : Optimizer(params),
+                             Communicator& comm, int stage, const std::vector<int>& groups)
+    : Optimizer(cfg, params, groups),
       m_comm(comm),
       m_stage(stage),
       m_device(params.empty() ? Device::cpu() : params[0]->value.device()),
@@ -64,11 +64,15 @@ ZeroOptimizer::ZeroOptimizer(const OptimizerConfig& cfg, const std::vector<Param
     m_buckets.push_back(std::move(out));
   }
   std::vector<Param*> rows;
-  for (Param& p : m_slice_params) rows.push_back(&p);
-  m_inner = make_optimizer(cfg, rows);
+  std::vector<int> row_groups;  // each slice in its parameter's group
+  for (size_t j = 0; j < m_slice_params.size(); ++j) {
+    rows.push_back(&m_slice_params[j]);
+    row_groups.push_back(param_groups()[m_slices[j].param]);
+  }
+  m_inner = make_optimizer(cfg, rows, row_groups);
   // The names of one parameter's state buffers, from an optimizer over a one-element stand-in.
   Param one{"x", Tensor::zeros(Shape{1}, DType::f32), Tensor::zeros(Shape{1}, DType::f32)};
-  for (const auto& [name, t] : make_optimizer(cfg, {&one})->state())
+  for (const auto& [name, t] : make_optimizer(cfg, {&one}, {0})->state())
     m_buffers.push_back(name.substr(name.find('.') + 1));
   const auto send = static_cast<int64_t>(max_chunk), recv = static_cast<int64_t>(max_chunk * world);
   m_send = Tensor::zeros(Shape{send}, DType::f32, m_device);
@@ -121,9 +125,9 @@ void ZeroOptimizer::gather(const char* what, Mine mine, Whole whole) {
   }
 }
 
-void ZeroOptimizer::step(double lr, const Tensor& stats, double max_norm) {
+void ZeroOptimizer::step(std::span<const double> lrs, const Tensor& stats, double max_norm) {
   m_inner->set_steps_taken(m_steps);  // undo_step and set_steps_taken reach this one: Adam's bias correction
-  m_inner->step(lr, stats, max_norm);
+  m_inner->step(lrs, stats, max_norm);
   ++m_steps;
   gather(
       "the updated weights", [&](size_t j) -> Tensor& { return m_slice_params[j].value; },

@@ -2,9 +2,9 @@
 // only that shard, and the new weights are all-gathered after every step.
 #pragma once
 
+#include "optim/optimizer.h"
 #include "parallel/comm.h"
 #include "parallel/grad_sync.h"
-#include "optim/optimizer.h"
 
 #include <memory>
 #include <string>
@@ -13,7 +13,8 @@
 
 namespace gt {
 
-/// An optimizer over the shard of `params` (the model's, in Model::params() order) that this rank of `comm` owns:
+/// An optimizer over the shard of `params` (the model's, in Model::params() order; parameter i in group groups[i],
+/// which each of its slices keeps: empty, all in the default group) that this rank of `comm` owns:
 /// chunk r of every bucket of `plan` (zero_chunk), the cut GradSync's reduce-scatter hands out. The update is
 /// elementwise, so each element gets exactly the value the unsharded optimizer would give it. `stage` 1: the
 /// gradients are all-reduced whole and the norm is taken over them as without ZeRO; 2: this rank holds only its shard
@@ -32,16 +33,17 @@ namespace gt {
 class ZeroOptimizer final : public Optimizer {
  public:
   ZeroOptimizer(const OptimizerConfig& cfg, const std::vector<Param*>& params, const BucketPlan& plan,
-                Communicator& comm, int stage);
+                Communicator& comm, int stage, const std::vector<int>& groups = {});
 
+  using Optimizer::stage_hyper;
   using Optimizer::step;
-  void step(double lr, const Tensor& stats, double max_norm) override;
+  void step(std::span<const double> lrs, const Tensor& stats, double max_norm) override;
   // (train.cuda_graphs refuses several ranks; these keep the inner optimizer's hyperparameters where step puts them.)
   void hyper_on_device() override { m_inner->hyper_on_device(); }
   void set_capturing(bool on) override { m_inner->set_capturing(on); }
-  void stage_hyper(double lr) override {
+  void stage_hyper(std::span<const double> lrs) override {
     m_inner->set_steps_taken(m_steps);
-    m_inner->stage_hyper(lr);
+    m_inner->stage_hyper(lrs);
   }
   void grad_norm_sq(Tensor& out, Tensor& per_param) override;
   std::vector<std::pair<std::string, Tensor*>> state() override;

@@ -243,18 +243,24 @@ RunSetup::RunSetup(const Experiment& exp, const RunOptions& opts, const WorkerPl
   // On GPUs the device buffers travel through NCCL, bootstrapped over the host communicator (MPI, TCP or the worker
   // threads'), which keeps the host-side collectives. Made here, before the optimizer: dist.zero's collectives use it.
   if (world > 1 && device.is_cuda()) nccl = make_nccl_comm(*comm, device.index, exp.dist.timeout_s);
+  // optimizer.param_groups: each parameter's group, by its full name (a pattern that matches none fails here, exit 2).
+  std::vector<std::string> names;
+  std::vector<int64_t> numels;
+  for (const auto& [name, param] : model.named_params()) names.push_back(name), numels.push_back(param->value.numel());
+  const std::vector<int> groups = param_group_of(exp.optimizer, names);
+  param_group_lines = describe_param_groups(exp.optimizer, groups, numels);
   if (exp.dist.zero > 0 && world > 1) {
     // The sharded update, the gradient reduce-scatter and the weight all-gather: on host buffers over the host
     // communicator, on device buffers over NCCL (queued on the compute stream, no host sync).
     auto zero = std::make_unique<ZeroOptimizer>(exp.optimizer, model.params(),
                                                 plan_buckets(model.params_by_node(), exp.dist.bucket_mb),
-                                                nccl ? *nccl : *comm, exp.dist.zero);
+                                                nccl ? *nccl : *comm, exp.dist.zero, groups);
     spdlog::info("dist.zero {}: optimizer state {:.2f} MB on rank 0 instead of {:.2f} MB", exp.dist.zero,
                  static_cast<double>(zero->shard_state_elements()) * 4e-6,
                  static_cast<double>(zero->full_state_elements()) * 4e-6);
     optimizer = std::move(zero);
   } else {
-    optimizer = make_optimizer(exp.optimizer, model.params());
+    optimizer = make_optimizer(exp.optimizer, model.params(), groups);
   }
   // Loaded (and refused when it does not fit) before the run directory is touched.
   if (plan.from) check_same_batches(exp, *plan.from);
@@ -332,6 +338,8 @@ void log_run_start(const Experiment& exp, const RunSetup& setup, const StepPlan&
                                       setup.model.has_lora() ? ": the LoRA adapters" : ", train.freeze")
                         : std::string(),
       to_string(exp.loss.type), to_string(exp.optimizer.type), exp.optimizer.lr, to_string(exp.scheduler.type));
+  if (setup.lead)
+    for (const std::string& line : setup.param_group_lines) spdlog::info("{}", line);
   if (setup.lead) log_precision(exp.train.precision, setup.device);
   if (setup.lead) log_init_weights(setup.init);  // the ranks share the config: one line is enough
 }

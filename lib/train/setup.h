@@ -90,6 +90,7 @@ class RunSetup : NonCopyable {
   std::unique_ptr<Optimizer> optimizer;
   TrainProgress progress;  ///< where the run starts: the checkpoint's, else step 0
   InitWeights init;        ///< train.init_from's weights, loaded into a new run (a resume reads its checkpoint's)
+  std::vector<std::string> param_group_lines;  ///< optimizer.param_groups: what each group holds, for the log
 
  private:
   std::optional<LoadedData> m_own_data;

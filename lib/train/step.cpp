@@ -215,19 +215,19 @@ int64_t StepLoop::stage_batch(Loader& loader) {
   return n;
 }
 
-void StepLoop::graph_step(double lr, double max_norm, int64_t step, int64_t samples) {
+void StepLoop::graph_step(std::span<const double> lrs, double max_norm, int64_t step, int64_t samples) {
   if (!m_graph->ready()) {
-    capture_step(lr, max_norm, step, samples);
+    capture_step(lrs, max_norm, step, samples);
   } else {
-    m_optimizer.stage_step(lr);  // the hyperparameters the replayed update reads, queued before it
+    m_optimizer.stage_step(lrs);  // the hyperparameters the replayed update reads, queued before it
     m_graph->launch();
   }
   ++m_steps_run;
 }
 
-void StepLoop::capture_step(double lr, double max_norm, int64_t step, int64_t samples) {
+void StepLoop::capture_step(std::span<const double> lrs, double max_norm, int64_t step, int64_t samples) {
   // Before the capture: the update's hyperparameters (the capture records the update that reads them).
-  m_optimizer.stage_hyper(lr);
+  m_optimizer.stage_hyper(lrs);
   CaptureSpans spans;
   m_graph->begin_capture();
   m_model.set_profiler(&spans);
@@ -241,7 +241,7 @@ void StepLoop::capture_step(double lr, double max_norm, int64_t step, int64_t sa
     spans.set("the gradient norm");
     queue_grad_norm();
     spans.set("the optimizer update");
-    m_optimizer.step(lr, m_stats, max_norm);
+    m_optimizer.step(lrs, m_stats, max_norm);
     spans.set("the log window's sums");
     ops::accumulate_step(m_stats, m_window);
     spans.set("the loss scaler's update");
@@ -297,9 +297,9 @@ void StepLoop::queue_grad_norm() {
   m_optimizer.grad_norm_sq(m_grad_sq, m_param_sq);
 }
 
-void StepLoop::update(double lr, double max_norm, int64_t step, int64_t samples) {
+void StepLoop::update(std::span<const double> lrs, double max_norm, int64_t step, int64_t samples) {
   ++m_steps_run;
-  m_optimizer.step(lr, m_stats, max_norm);
+  m_optimizer.step(lrs, m_stats, max_norm);
   ops::accumulate_step(m_stats, m_window);
   if (m_scaling) ops::update_loss_scale(m_stats, m_scale_state, m_scale_hyper);
   m_verdict.queue(m_stats, m_param_sq, m_device, step, samples);

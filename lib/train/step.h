@@ -5,15 +5,16 @@
 #include "core/noncopyable.h"
 #include "core/span_timer.h"
 #include "data/batch_stager.h"
+#include "ops/stream.h"
 #include "parallel/comm.h"
 #include "parallel/grad_sync.h"
-#include "ops/stream.h"
 #include "train/checkpoint.h"
 #include "train/experiment.h"
 
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -97,9 +98,10 @@ class StepLoop : NonCopyable {
   RankSums sum_over_ranks(int64_t samples);
   /// Queues the squared gradient norms, the global one into the statistics and each parameter's own.
   void queue_grad_norm();
-  /// Queues the update at `lr` (gated and clipped to `max_norm` by the statistics on the device), adds the
-  /// statistics to the log window, and queues their copy to the host as step `step`'s (1-based).
-  void update(double lr, double max_norm, int64_t step, int64_t samples);
+  /// Queues the update at the parameter groups' rates `lrs` (group_lrs; gated and clipped to `max_norm` by the
+  /// statistics on the device), adds the statistics to the log window, and queues their copy to the host as step
+  /// `step`'s (1-based).
+  void update(std::span<const double> lrs, double max_norm, int64_t step, int64_t samples);
   DeferredVerdict& verdict() { return m_verdict; }
 
   /// train.cuda_graphs: whether this step runs as a CUDA graph (captured now, or replayed) rather than op by op: after
@@ -109,12 +111,12 @@ class StepLoop : NonCopyable {
   /// A graph step's batch: the loader's next one copied into x and y, queued before the launch (its copy is no part
   /// of the graph). Returns its samples: always the full batch (the last partial one of an epoch is dropped).
   int64_t stage_batch(Loader& loader);
-  /// A graph step (step `step`, 0-based, at `lr`, clipped to `max_norm`) on the staged batch: the first one
-  /// captures forward, loss, backward, the gradient norm, the gated update, the log window's and the loss scaler's
-  /// updates into one graph and launches it; the later ones write the step's hyperparameters to the device and
+  /// A graph step (step `step`, 0-based, at the groups' rates `lrs`, clipped to `max_norm`) on the staged batch: the
+  /// first one captures forward, loss, backward, the gradient norm, the gated update, the log window's and the loss
+  /// scaler's updates into one graph and launches it; the later ones write the step's hyperparameters to the device and
   /// launch it again. A capture that fails throws gt::Error naming the operation that broke it. The statistics'
   /// copy to the host is queue_verdict's, once the host has taken the previous step's.
-  void graph_step(double lr, double max_norm, int64_t step, int64_t samples);
+  void graph_step(std::span<const double> lrs, double max_norm, int64_t step, int64_t samples);
   /// Queues the copy of the statistics to the host as step `step`'s (1-based), as update() does.
   void queue_verdict(int64_t step, int64_t samples) { m_verdict.queue(m_stats, m_param_sq, m_device, step, samples); }
   /// Drops the captured graph: the next steps warm up and capture again (after a rollback reloaded the state).
@@ -143,7 +145,7 @@ class StepLoop : NonCopyable {
   /// the spans (the profiler, or what names the operation a capture is in).
   void micro_step(int64_t step, int64_t k, int64_t n, int64_t micros, SpanTimer* timer);
   /// graph_step's first: the capture, then the launch.
-  void capture_step(double lr, double max_norm, int64_t step, int64_t samples);
+  void capture_step(std::span<const double> lrs, double max_norm, int64_t step, int64_t samples);
 
   Model& m_model;
   Optimizer& m_optimizer;

@@ -156,7 +156,8 @@ StepDone TrainLoop::step() {
   static const std::string kOptimizer = "optimizer";
   TrainProgress& p = m_p;
   const int64_t micros = std::min(m_plan.accumulate, m_plan.micro_per_epoch - p.micro_done);
-  const double lr = scheduled_lr(m_exp.scheduler, m_exp.optimizer.lr, p.step, m_plan.total_steps) * p.lr_scale;
+  const std::vector<double> lrs = group_lrs(m_exp.optimizer, m_exp.scheduler, p.step, m_plan.total_steps, p.lr_scale);
+  const double lr = lrs[0];  // the default parameter group's, which the log shows
   if (m_exp.train.profile_steps > 0 && p.step + 1 == m_exp.train.profile_start) m_profiler.enable(true);
   m_profiler.begin_step();
   int64_t samples = 0;
@@ -171,7 +172,7 @@ StepDone TrainLoop::step() {
     const bool skips = m_exp.train.nonfinite == NonFinitePolicy::skip || m_exp.train.loss_scaling();
     StepOutcome before = skips ? resolve() : StepOutcome::ok;
     if (before == StepOutcome::diverged || before == StepOutcome::rolled_back) return {before, lr};
-    m_step.graph_step(lr, m_exp.train.grad_clip, p.step, samples);
+    m_step.graph_step(lrs, m_exp.train.grad_clip, p.step, samples);
     if (!skips) before = resolve();
     if (before == StepOutcome::diverged || before == StepOutcome::rolled_back) return {before, lr};
     m_step.queue_verdict(p.step + 1, samples);
@@ -186,7 +187,7 @@ StepDone TrainLoop::step() {
     // The previous step's outcome, now that this one's work is queued (a skip of it needs nothing more here).
     const StepOutcome before = m_gpu ? resolve() : StepOutcome::ok;
     if (before == StepOutcome::diverged || before == StepOutcome::rolled_back) return {before, lr};
-    m_step.update(lr, m_exp.train.grad_clip, p.step + 1, samples);
+    m_step.update(lrs, m_exp.train.grad_clip, p.step + 1, samples);
   }
   m_profiler.end_step();
   ++p.step;

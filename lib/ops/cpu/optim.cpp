@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 #include <type_traits>
 #include <vector>
 
@@ -46,10 +47,22 @@ T clipped(T g, double coef) {
     return g;
 }
 
+// Row r's hyperparameters: h with its group's rate and weight decay (h itself without rates).
+template <class Hyper>
+Hyper row_hyper(const Hyper& h, const ops::TensorGroup& group, std::span<const ops::GroupRate> rates, size_t r) {
+  if (rates.empty()) return h;
+  const ops::GroupRate& g = rates[group.row_group.empty() ? 0 : static_cast<size_t>(group.row_group[r])];
+  Hyper out = h;
+  out.lr = g.lr;
+  out.weight_decay = g.weight_decay;
+  return out;
+}
+
 template <class T>
-void sgd_group_t(const SgdHyper& h, ops::TensorGroup& group, double coef) {
+void sgd_group_t(const SgdHyper& hyper, ops::TensorGroup& group, double coef, std::span<const ops::GroupRate> rates) {
   auto run = [&](auto has_momentum, auto nesterov, auto clip) {
     for_group(group, [&](size_t r, int64_t i0, int64_t i1) {
+      const SgdHyper h = row_hyper(hyper, group, rates, r);
       auto& row = group.rows[r];
       T* __restrict p = row[0].data<T>();
       const T* __restrict g = row[1].data<T>();
@@ -69,7 +82,7 @@ void sgd_group_t(const SgdHyper& h, ops::TensorGroup& group, double coef) {
   };
   if (!momentum)
     with_clip(std::false_type{}, std::false_type{});
-  else if (h.nesterov)
+  else if (hyper.nesterov)
     with_clip(std::true_type{}, std::true_type{});
   else
     with_clip(std::true_type{}, std::false_type{});
@@ -91,9 +104,11 @@ GT_CPU_KERNEL(adam_span_f32,
               (h, p, g, m, v, i0, i1, coef), adam_span)
 
 template <class T>
-void adam_group_t(const AdamHyper& h, bool amsgrad, ops::TensorGroup& group, double coef) {
+void adam_group_t(const AdamHyper& hyper, bool amsgrad, ops::TensorGroup& group, double coef,
+                  std::span<const ops::GroupRate> rates) {
   auto run = [&](auto ams, auto clip) {
     for_group(group, [&](size_t r, int64_t i0, int64_t i1) {
+      const AdamHyper h = row_hyper(hyper, group, rates, r);
       auto& row = group.rows[r];
       if constexpr (std::is_same_v<T, float> && !decltype(ams)::value) {
         adam_span_f32(h, row[0].data<float>(), row[1].data<float>(), row[2].data<float>(), row[3].data<float>(), i0, i1,
@@ -202,15 +217,18 @@ void sum_squares_group(ops::TensorGroup& g, size_t column, Tensor& out, Tensor& 
   }
 }
 
-void sgd_step_group(const SgdHyper& h, ops::TensorGroup& g, const Tensor& stats, double max_norm) {
-  if (!step_ok(stats) || g.rows.empty()) return;
-  for_float_type(g.rows[0][0].dtype(), [&](auto t) { sgd_group_t<decltype(t)>(h, g, clip_coef(stats, max_norm)); });
-}
-
-void adam_step_group(const AdamHyper& h, bool amsgrad, ops::TensorGroup& g, const Tensor& stats, double max_norm) {
+void sgd_step_group(const SgdHyper& h, ops::TensorGroup& g, const Tensor& stats, double max_norm,
+                    std::span<const ops::GroupRate> rates) {
   if (!step_ok(stats) || g.rows.empty()) return;
   for_float_type(g.rows[0][0].dtype(),
-                 [&](auto t) { adam_group_t<decltype(t)>(h, amsgrad, g, clip_coef(stats, max_norm)); });
+                 [&](auto t) { sgd_group_t<decltype(t)>(h, g, clip_coef(stats, max_norm), rates); });
+}
+
+void adam_step_group(const AdamHyper& h, bool amsgrad, ops::TensorGroup& g, const Tensor& stats, double max_norm,
+                     std::span<const ops::GroupRate> rates) {
+  if (!step_ok(stats) || g.rows.empty()) return;
+  for_float_type(g.rows[0][0].dtype(),
+                 [&](auto t) { adam_group_t<decltype(t)>(h, amsgrad, g, clip_coef(stats, max_norm), rates); });
 }
 
 void accumulate_step(const Tensor& stats, Tensor& window) {

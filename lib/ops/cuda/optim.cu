@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <span>
 #include <vector>
 
 namespace gt::cuda {
@@ -37,11 +38,28 @@ __global__ void scale_by_kernel(T* __restrict__ x, int64_t n, const double* __re
   for (int64_t i = global_index(); i < n; i += grid_stride()) x[i] = static_cast<T>(x[i] * k);
 }
 
-/// A slice of one row's elements that one thread block updates.
+/// A slice of one row's elements that one thread block updates, and the row's parameter group.
 struct GroupChunk {
-  int32_t row;
+  int32_t row, group;
   int64_t begin, end;
 };
+
+/// The groups' rates as a kernel argument (by value: no copy to the device per step).
+struct RateTable {
+  ops::GroupRate rate[ops::kMaxGroupRates];
+};
+
+// Group g's rate from the device block (graph mode) or the argument. The argument's entry is picked by a loop over
+// constant indices, which reads the kernel's parameter space directly (an indexed read would copy the table into
+// each thread's local memory first).
+__device__ __forceinline__ ops::GroupRate group_rate(const RateTable& arg, const ops::GroupRate* on_device, int32_t g) {
+  if (on_device) return on_device[g];
+  ops::GroupRate r = arg.rate[0];
+#pragma unroll
+  for (int k = 1; k < static_cast<int>(ops::kMaxGroupRates); ++k)
+    if (k == g) r = arg.rate[k];
+  return r;
+}
 
 /// The table the kernels take by value: device arrays ptrs[row * width + col] (null for an undefined tensor) and
 /// chunks[] (each row's in order, row after row: row r's are chunks[row_first[r] .. row_first[r + 1])), and the
@@ -118,14 +136,25 @@ __global__ void sum_squares_group_kernel(GroupView t, int column, double* out, d
   if (threadIdx.x == 0) *out += acc;
 }
 
+// On the device (graph mode) the block holds the hyperparameters at byte 0 and the rates at kHyperRatesOffset.
+__device__ const ops::GroupRate* device_rates(const void* on_device) {
+  return on_device
+             ? reinterpret_cast<const ops::GroupRate*>(static_cast<const char*>(on_device) + ops::kHyperRatesOffset)
+             : nullptr;
+}
+
 template <class T, bool kMomentum, bool kNesterov>
-__global__ void sgd_group_kernel(SgdHyper arg, const SgdHyper* on_device, GroupView t, const double* stats,
-                                 double max_norm) {
+__global__ void sgd_group_kernel(SgdHyper arg, RateTable rates, const SgdHyper* on_device, GroupView t,
+                                 const double* stats, double max_norm) {
   if (!step_ok(stats)) return;
-  const SgdHyper h = on_device ? *on_device : arg;
+  SgdHyper h = on_device ? *on_device : arg;
+  const ops::GroupRate* dr = device_rates(on_device);
   const double coef = clip_coef(stats, max_norm);
   for (int64_t c = blockIdx.x; c < t.num_chunks; c += gridDim.x) {
     const GroupChunk ch = t.chunks[c];
+    const ops::GroupRate r = group_rate(rates, dr, ch.group);
+    h.lr = r.lr;
+    h.weight_decay = r.weight_decay;
     void** row = t.ptrs + ch.row * t.width;
     T* p = static_cast<T*>(row[0]);
     const T* g = static_cast<const T*>(row[1]);
@@ -139,13 +168,17 @@ __global__ void sgd_group_kernel(SgdHyper arg, const SgdHyper* on_device, GroupV
 }
 
 template <class T, bool kAmsgrad>
-__global__ void adam_group_kernel(AdamHyper arg, const AdamHyper* on_device, GroupView t, const double* stats,
-                                  double max_norm) {
+__global__ void adam_group_kernel(AdamHyper arg, RateTable rates, const AdamHyper* on_device, GroupView t,
+                                  const double* stats, double max_norm) {
   if (!step_ok(stats)) return;
-  const AdamHyper h = on_device ? *on_device : arg;
+  AdamHyper h = on_device ? *on_device : arg;
+  const ops::GroupRate* dr = device_rates(on_device);
   const double coef = clip_coef(stats, max_norm);
   for (int64_t c = blockIdx.x; c < t.num_chunks; c += gridDim.x) {
     const GroupChunk ch = t.chunks[c];
+    const ops::GroupRate r = group_rate(rates, dr, ch.group);
+    h.lr = r.lr;
+    h.weight_decay = r.weight_decay;
     void** row = t.ptrs + ch.row * t.width;
     T* p = static_cast<T*>(row[0]);
     const T* g = static_cast<const T*>(row[1]);
@@ -214,18 +247,18 @@ void launch_sum_squares_group(cudaStream_t s, const GroupTable& t, int column, d
 
 // `dh`: the hyperparameters in device memory (graph mode), or null; h's flags pick the kernel either way (they do not
 // change between steps).
-void launch_sgd_group(cudaStream_t s, const SgdHyper& h, const SgdHyper* dh, const GroupTable& t, const double* stats,
-                      double max_norm) {
+void launch_sgd_group(cudaStream_t s, const SgdHyper& h, const RateTable& rates, const SgdHyper* dh,
+                      const GroupTable& t, const double* stats, double max_norm) {
   if (t.view.num_chunks == 0) return;
   const bool momentum = h.momentum != 0;
   auto go = [&](auto zero) {
     using T = decltype(zero);
     if (!momentum)
-      sgd_group_kernel<T, false, false><<<group_grid(t), kThreads, 0, s>>>(h, dh, t.view, stats, max_norm);
+      sgd_group_kernel<T, false, false><<<group_grid(t), kThreads, 0, s>>>(h, rates, dh, t.view, stats, max_norm);
     else if (h.nesterov)
-      sgd_group_kernel<T, true, true><<<group_grid(t), kThreads, 0, s>>>(h, dh, t.view, stats, max_norm);
+      sgd_group_kernel<T, true, true><<<group_grid(t), kThreads, 0, s>>>(h, rates, dh, t.view, stats, max_norm);
     else
-      sgd_group_kernel<T, true, false><<<group_grid(t), kThreads, 0, s>>>(h, dh, t.view, stats, max_norm);
+      sgd_group_kernel<T, true, false><<<group_grid(t), kThreads, 0, s>>>(h, rates, dh, t.view, stats, max_norm);
   };
   if (t.view.is_double)
     go(double{});
@@ -234,15 +267,15 @@ void launch_sgd_group(cudaStream_t s, const SgdHyper& h, const SgdHyper* dh, con
   GT_CHECK_LAUNCH();
 }
 
-void launch_adam_group(cudaStream_t s, const AdamHyper& h, const AdamHyper* dh, bool amsgrad, const GroupTable& t,
-                       const double* stats, double max_norm) {
+void launch_adam_group(cudaStream_t s, const AdamHyper& h, const RateTable& rates, const AdamHyper* dh, bool amsgrad,
+                       const GroupTable& t, const double* stats, double max_norm) {
   if (t.view.num_chunks == 0) return;
   auto go = [&](auto zero) {
     using T = decltype(zero);
     if (amsgrad)
-      adam_group_kernel<T, true><<<group_grid(t), kThreads, 0, s>>>(h, dh, t.view, stats, max_norm);
+      adam_group_kernel<T, true><<<group_grid(t), kThreads, 0, s>>>(h, rates, dh, t.view, stats, max_norm);
     else
-      adam_group_kernel<T, false><<<group_grid(t), kThreads, 0, s>>>(h, dh, t.view, stats, max_norm);
+      adam_group_kernel<T, false><<<group_grid(t), kThreads, 0, s>>>(h, rates, dh, t.view, stats, max_norm);
   };
   if (t.view.is_double)
     go(double{});
@@ -272,8 +305,9 @@ const GroupTable& table_of(ops::TensorGroup& g) {
     for (const Tensor& x : g.rows[r]) ptrs.push_back(x.defined() ? x.raw() : nullptr);
     row_first.push_back(static_cast<int64_t>(chunks.size()));
     const int64_t n = g.rows[r][0].numel();
+    const int32_t group = g.row_group.empty() ? 0 : g.row_group[r];
     for (int64_t b = 0; b < n; b += kGroupChunk)
-      chunks.push_back({static_cast<int32_t>(r), b, std::min(n, b + kGroupChunk)});
+      chunks.push_back({static_cast<int32_t>(r), group, b, std::min(n, b + kGroupChunk)});
   }
   row_first.push_back(static_cast<int64_t>(chunks.size()));
   t->view.num_chunks = static_cast<int64_t>(chunks.size());
@@ -313,16 +347,31 @@ void sum_squares_group(ops::TensorGroup& g, size_t column, Tensor& out, Tensor& 
                            per_row.defined() ? per_row.data<double>() : nullptr);
 }
 
-void sgd_step_group(const SgdHyper& h, ops::TensorGroup& g, const Tensor& stats, double max_norm) {
-  const GroupTable& t = table_of(g);
-  const auto* dh = g.hyper.defined() ? static_cast<const SgdHyper*>(g.hyper.raw()) : nullptr;
-  launch_sgd_group(stream(t.device), h, dh, t, stats.data<double>(), max_norm);
+namespace {
+
+// The kernels' rate table: `rates`, or h's own rate for group 0 when there are none.
+template <class Hyper>
+RateTable rate_table(const Hyper& h, std::span<const ops::GroupRate> rates) {
+  RateTable out{};
+  out.rate[0] = {h.lr, h.weight_decay};
+  std::copy(rates.begin(), rates.end(), out.rate);
+  return out;
 }
 
-void adam_step_group(const AdamHyper& h, bool amsgrad, ops::TensorGroup& g, const Tensor& stats, double max_norm) {
+}  // namespace
+
+void sgd_step_group(const SgdHyper& h, ops::TensorGroup& g, const Tensor& stats, double max_norm,
+                    std::span<const ops::GroupRate> rates) {
+  const GroupTable& t = table_of(g);
+  const auto* dh = g.hyper.defined() ? static_cast<const SgdHyper*>(g.hyper.raw()) : nullptr;
+  launch_sgd_group(stream(t.device), h, rate_table(h, rates), dh, t, stats.data<double>(), max_norm);
+}
+
+void adam_step_group(const AdamHyper& h, bool amsgrad, ops::TensorGroup& g, const Tensor& stats, double max_norm,
+                     std::span<const ops::GroupRate> rates) {
   const GroupTable& t = table_of(g);
   const auto* dh = g.hyper.defined() ? static_cast<const AdamHyper*>(g.hyper.raw()) : nullptr;
-  launch_adam_group(stream(t.device), h, dh, amsgrad, t, stats.data<double>(), max_norm);
+  launch_adam_group(stream(t.device), h, rate_table(h, rates), dh, amsgrad, t, stats.data<double>(), max_norm);
 }
 
 void accumulate_step(const Tensor& stats, Tensor& window) {
