@@ -21,13 +21,14 @@ namespace fs = std::filesystem;
 namespace {
 
 // The levels, lowest first: each folder's level is one more than the highest level it includes from, as the
-// includes are today (a folder moved up a level when it starts to include from its own). config/ needs only core/;
+// includes are today (a folder moved up a level when it starts to include from its own). config/ and text/ (the
+// tokenizers) need only core/;
 // layers/, log/ and profile/ need ops/ and config/; data/ (time spans through profile/), graph/ (layers) and optim/
 // (parameters) sit on those; io/ reads and writes a graph's tensors and parallel/ synchronises an optimizer's; train/
 // puts them together, and apps/ is the command line on top.
 const std::map<std::string, int> kLevels = {
-    {"core", 0},  {"ops", 1},   {"config", 1}, {"layers", 2},   {"log", 2},   {"profile", 2}, {"data", 3},
-    {"graph", 3}, {"optim", 3}, {"io", 4},     {"parallel", 4}, {"train", 5}, {"apps", 6},
+    {"core", 0}, {"text", 1},  {"ops", 1},   {"config", 1}, {"layers", 2},   {"log", 2},   {"profile", 2},
+    {"data", 3}, {"graph", 3}, {"optim", 3}, {"io", 4},     {"parallel", 4}, {"train", 5}, {"apps", 6},
 };
 
 /// Includes between two folders of one level, each allowed edge listed (from, to): none today. An unlisted one
