@@ -329,7 +329,15 @@ LlmcHeader llmc_gpt_header(const Model& model, int32_t version) {
     std::vector<const GraphNode*> listed(model.nodes().size());
     for (const GraphNode& n : model.nodes()) listed[n.index] = &n;
     for (size_t i = 0; i < have.size() && i < want.size() && why_not.empty(); ++i) {
-      const std::string a = YAML::Dump(have[i]), b = YAML::Dump(want[i]);
+      // What only shapes a fresh model or training (initialisation, dropout) is not part of the layout: a model
+      // trained from another initialisation holds the same tensors.
+      auto layout = [](const YAML::Node& layer) {
+        YAML::Node n = YAML::Clone(layer);
+        if (n.IsMap())
+          for (const char* k : {"init_std", "proj_init_std", "dropout"}) n.remove(k);
+        return YAML::Dump(n);
+      };
+      const std::string a = layout(have[i]), b = layout(want[i]);
       if (a != b) why_not = fmt::format("its layer {} is {}, where llm.c's GPT-2 has {}", listed[i]->name, a, b);
     }
     if (why_not.empty() && have.size() != want.size())
