@@ -221,6 +221,19 @@ TEST_CASE("train.freeze errors name the key", "[freeze]") {
   const auto all = run_gputrain(fmt::format("check {} --set '+train.freeze=[\"*\"]'", dir / "c.yaml"));
   CHECK(all.exit_code == 2);
   CHECK_THAT(all.output, Catch::Contains("freezes every parameter"));
+  // optimizer.param_groups are matched against what learns, in check as in train.
+  const auto groups = run_gputrain(fmt::format(
+      "check {} --set '+train.freeze=[layers.0.*]' --set '+optimizer.param_groups=[{{params: [layers.6.*], lr: 1}}]'",
+      dir / "c.yaml"));
+  CHECK(groups.exit_code == 0);
+  CHECK_THAT(groups.output, Catch::Contains("optimizer group 1 [layers.6.*]: lr 1, weight_decay 0, 2 parameters (51 "
+                                            "elements)") &&
+                                Catch::Contains("optimizer group 0 [the rest]: lr 0.1, weight_decay 0, 4 parameters"));
+  const auto frozen_group = run_gputrain(fmt::format(
+      "check {} --set '+train.freeze=[layers.0.*]' --set '+optimizer.param_groups=[{{params: [layers.0.*], lr: 1}}]'",
+      dir / "c.yaml"));
+  CHECK(frozen_group.exit_code == 2);
+  CHECK_THAT(frozen_group.output, Catch::Contains("optimizer.param_groups[0].params"));
   const auto bad = run_gputrain(fmt::format("check {} --set +train.freeze=layers", dir / "c.yaml"));
   CHECK(bad.exit_code == 2);
   CHECK_THAT(bad.output, Catch::Contains("train.freeze"));

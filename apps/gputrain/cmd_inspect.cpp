@@ -8,6 +8,7 @@
 #include "graph/model.h"
 #include "layers/layer.h"
 #include "ops/devices.h"
+#include "optim/settings.h"
 #include "train/config_schema.h"
 #include "train/experiment.h"
 #include "train/footprint.h"
@@ -92,6 +93,14 @@ int check(CheckArgs& a) {
   if (!shapes) exp = parse_experiment(root);
   const LoadedData data = shapes ? std::move(*shapes) : load_data(exp);
   const Model model = checked_model(exp, data);
+  // optimizer.param_groups matched as the run will match them (a pattern that matches none is exit 2 here).
+  std::vector<std::string> names;
+  std::vector<int64_t> numels;
+  for (const auto& [name, numel] : model.trainable_sizes()) names.push_back(name), numels.push_back(numel);
+  const std::vector<std::string> group_lines =
+      exp.optimizer.param_groups.empty()
+          ? std::vector<std::string>()
+          : describe_param_groups(exp.optimizer, param_group_of(exp.optimizer, names), numels);
   // The weights a run would start from are found as train finds them (a missing path is exit 2 at the key); their
   // shapes are matched when the run loads them, as check creates no parameters.
   if (!exp.train.init_from.empty()) init_weights_file(exp);
@@ -123,6 +132,7 @@ int check(CheckArgs& a) {
     fmt::print("{}: valid. {} training samples{}; batch {}\n\n{}", a.config.file, data.train.size(),
                data.test.size() ? fmt::format(", {} test samples", data.test.size()) : std::string(),
                exp.data.batch_size, footprint_report(f, fit, model.edges()));
+  for (const std::string& line : group_lines) fmt::print("{}\n", line);
   if (a.world > 0) fmt::print("{}{}", rank_shares_report(shares, a.world, exp.dist.zero), advice);
   if (exp.train.cuda_graphs) {
     const int64_t dropped = data.train.size() % exp.data.batch_size;

@@ -177,6 +177,9 @@ class Model {
   void merge_lora();
   /// Whether some layer has a LoRA adapter (train.lora or a layer's `lora:`).
   bool has_lora() const;
+  /// The parameters that learn by full name and element count, in params()' order, known from the shapes alone (a
+  /// model built without parameters has them too: `gputrain check` matches optimizer.param_groups against them).
+  std::vector<std::pair<std::string, int64_t>> trainable_sizes() const;
   /// Elements of the parameters that learn (all of them unless set_frozen froze some).
   int64_t trainable_count() const;
   /// The parameters that learn (all, unless set_frozen froze some), in execution order.

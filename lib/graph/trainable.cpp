@@ -109,6 +109,16 @@ std::vector<int64_t> Model::set_frozen(const std::vector<std::string>& patterns,
   return hits;
 }
 
+std::vector<std::pair<std::string, int64_t>> Model::trainable_sizes() const {
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (const GraphNode& n : m_nodes) {
+    const auto shapes = n.layer->param_shapes();
+    for (size_t k = 0; k < shapes.size(); ++k)
+      if (n.frozen.empty() || !n.frozen[k]) out.emplace_back(n.name + "." + shapes[k].first, shapes[k].second.numel());
+  }
+  return out;
+}
+
 int64_t Model::trainable_count() const {
   int64_t total = 0;
   for (const GraphNode& n : m_nodes) total += n.trainable;
