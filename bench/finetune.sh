@@ -24,7 +24,7 @@ json() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(d.ge
 "$B" tokenize $(find /usr/share/common-licenses -type f | sort) --out "$OUT/licenses" >&2
 fortunes=(--set "data.train.path=$OUT/fortunes/train_*.bin" --set "data.test.path=$OUT/fortunes/val_*.bin")
 licenses=(--set "data.train.path=$OUT/licenses/train_*.bin" --set "data.test.path=$OUT/licenses/val_*.bin"
-  --set train.max_steps="$FT_STEPS" --set train.eval_every=0 --set train.eval_tokens=0)
+  --set train.max_steps="$FT_STEPS" --set train.eval_tokens=0)
 run() { "$B" train configs/gpt_bytes.yaml --quiet --threads "$THREADS" "$@"; }
 
 log "pretraining on fortunes: $PRE_STEPS steps"

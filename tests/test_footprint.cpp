@@ -45,6 +45,7 @@ Planned plan(const std::string& yaml, const std::vector<std::string>& sets = {},
   Model model = Model::build(p.exp.model, p.data.train.input_shape(), DType::f32, Device::cpu(), p.exp.seed,
                              /*init_params=*/false);
   model.set_fusion(fuse);
+  apply_freeze(p.exp, model);
   apply_recompute(p.exp, model);
   p.f = training_footprint(p.exp, model, p.data.train);
   return p;
@@ -320,6 +321,51 @@ optimizer: {type: sgd, lr: 0.1, momentum: 0.9}
       CHECK(f.optimizer_bytes > 0);
       check_totals_are_row_sums(f);
     }
+}
+
+TEST_CASE("a frozen model and a LoRA model allocate the gradients and optimizer state their footprints say", "[cpu]") {
+  const char* yaml = R"(name: tuned
+device: cpu
+data: {format: synthetic, samples: 32, input_shape: [3, 8, 8], targets: {classes: 4}, batch_size: 6}
+model:
+  layers:
+    - {type: conv2d, name: stem, out_channels: 4, kernel_size: 3, padding: 1}
+    - {type: batchnorm2d, name: bn}
+    - relu
+    - flatten
+    - {type: linear, name: fc, out_features: 32}
+    - {type: layernorm, name: ln}
+    - {type: linear, name: head, out_features: 4}
+loss: cross_entropy
+optimizer: {type: adam, lr: 0.001}
+)";
+  const std::vector<std::vector<std::string>> variants = {
+      {},
+      {"+train.freeze=[stem.*, bn.weight]"},
+      {"+train.lora={targets: [fc.weight, head.weight], rank: 2}"},
+      {"+train.lora={targets: [fc.weight], rank: 3, dropout: 0.1, also_train: [head.*]}"},
+  };
+  size_t full_grads = 0;
+  for (const auto& sets : variants) {
+    INFO((sets.empty() ? std::string("plain") : sets[0]));
+    const Planned p = plan(yaml, sets);
+    const Footprint& f = p.f;
+    Tensor x = Tensor::zeros(p.data.train.input_shape().batched(f.batch), DType::f32);
+    const size_t start = host_storage_bytes();
+    Model model = Model::build(p.exp.model, p.data.train.input_shape(), DType::f32, Device::cpu(), 1);
+    apply_freeze(p.exp, model);
+    apply_recompute(p.exp, model);
+    CHECK(model.trainable_count() == f.trainable);
+    model.allocate(f.batch);
+    model.forward(x, {true, false});
+    CHECK(host_storage_bytes() - start == f.param_bytes + f.grad_bytes + f.buffer_bytes + f.activation_bytes);
+    const size_t allocated = host_storage_bytes();
+    const auto opt = make_optimizer(p.exp.optimizer, model.params());
+    CHECK(host_storage_bytes() - allocated == f.optimizer_bytes);
+    CHECK(f.grad_bytes == static_cast<size_t>(f.trainable) * 4);
+    if (sets.empty()) full_grads = f.grad_bytes;
+    if (!sets.empty()) CHECK(f.grad_bytes < full_grads);
+  }
 }
 
 TEST_CASE("a model with attention allocates what its footprint says, its q, k, v and output in 16 bits under bf16/fp16",

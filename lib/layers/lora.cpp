@@ -5,7 +5,6 @@
 #include "ops/dropout.h"
 #include "ops/elementwise.h"
 #include "ops/matmul.h"
-#include "ops/optim.h"
 
 #include <cmath>
 
@@ -52,7 +51,6 @@ void LoraAdapter::init(Rng& rng, DType dtype, Device device) {
   m_a =
       uniform_param(a.c_str(), Shape{m_cfg.rank, m_in}, rng, 1.0 / std::sqrt(static_cast<double>(m_in)), dtype, device);
   m_b = constant_param(b.c_str(), Shape{m_out, m_cfg.rank}, 0.0, dtype, device);
-  m_scale = constant_tensor(Shape{1}, m_cfg.scale(), DType::f64, device);
   if (m_cfg.dropout > 0) m_key = rng.next_u64();
 }
 
@@ -89,7 +87,7 @@ void LoraAdapter::forward(const Tensor& x, Tensor& y, const LayerContext& ctx) {
   if (drop) ops::dropout(x, m_cfg.dropout, m_key, ctx.step, xd);
   Tensor u = m_u.narrow0(n);
   ops::matmul(xd, false, m_a.value, true, u, 0.0);  // u = dropout(x)·Aᵀ (n, r)
-  ops::scale_by(u, m_scale);                        // · α/r
+  ops::scale(u, m_cfg.scale());                     // · α/r
   ops::matmul(u, false, m_b.value, true, y, 1.0);   // y += u·Bᵀ
 }
 
@@ -102,7 +100,7 @@ void LoraAdapter::backward(const Tensor& x, const ops::HalfMatrix* hx, const Ten
   if (m_b.trains()) ops::matmul(dy, true, u, false, m_b.grad, beta);  // dB = dyᵀ·u (out, r)
   Tensor g = m_g.narrow0(n);
   ops::matmul(dy, false, m_b.value, false, g, 0.0);  // g = (α/r) · dy·B (n, r)
-  ops::scale_by(g, m_scale);
+  ops::scale(g, m_cfg.scale());
   if (m_a.trains()) {  // dA = gᵀ·dropout(x) (r, in)
     if (drop)
       ops::matmul(g, true, m_xd.narrow0(n), false, m_a.grad, beta);
@@ -142,8 +140,8 @@ void LoraAdapter::merge_into(Tensor& w) const {
 }
 
 int64_t LoraAdapter::kept_numel(int64_t rows) const {
-  if (!on()) return 0;  // (+ 1: the scale, 8 bytes, which ops::scale_by reads on the device)
-  return mul_sizes(rows, 2 * m_cfg.rank + (m_cfg.dropout > 0 ? 2 * m_in : 0)) + 1;
+  if (!on()) return 0;
+  return mul_sizes(rows, 2 * m_cfg.rank + (m_cfg.dropout > 0 ? 2 * m_in : 0));
 }
 
 int64_t LoraAdapter::forward_flops(int64_t rows) const {

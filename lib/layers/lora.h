@@ -45,7 +45,7 @@ class LoraAdapter {
   void merge_into(Tensor& w) const;
 
   /// What forward keeps for backward for `rows` rows and what a call needs besides (u and its gradient, dropout's
-  /// two copies of x), and the scale: elements.
+  /// two copies of x): elements.
   int64_t kept_numel(int64_t rows) const;
   int64_t forward_flops(int64_t rows) const;
 
@@ -56,7 +56,6 @@ class LoraAdapter {
   int64_t m_in = 0, m_out = 0;
   std::string m_prefix;
   Param m_a, m_b;
-  Tensor m_scale;  // α/r as one f64 element on the parameters' device, for ops::scale_by
   uint64_t m_key = 0;
   Tensor m_u, m_g, m_xd, m_tmp;  // per row: u and its gradient (r each), dropout(x) and dropout's dx share (in each)
 };

@@ -3,6 +3,8 @@
 
 #include "ops/dispatch.h"
 
+#include <cmath>
+
 namespace gt::ops {
 
 void add(const Tensor& a, const Tensor& b, Tensor& y) {
@@ -10,6 +12,12 @@ void add(const Tensor& a, const Tensor& b, Tensor& y) {
   GT_CHECK(a.numel() == y.numel() && b.numel() == y.numel(), "add {} + {} → {}", a.shape().str(), b.shape().str(),
            y.shape().str());
   GT_DISPATCH(op, add(a, b, y));
+}
+
+void scale(Tensor& x, double s) {
+  const Operands op("scale", {&x});
+  GT_CHECK(std::isfinite(s), "scale by {}", s);
+  GT_DISPATCH(op, scale(x, s));
 }
 
 void copy_blocks(const Tensor& src, Tensor& dst, int64_t outer, int64_t src_inner, int64_t dst_inner,

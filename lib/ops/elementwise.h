@@ -1,4 +1,4 @@
-// Element-wise sums and the block copies behind concatenation: add, copy_blocks, split_blocks. ops/elementwise.cpp
+// Element-wise sums and scaling, and the block copies behind concatenation: add, scale, copy_blocks, split_blocks. ops/elementwise.cpp
 // checks the contract; ops/cpu/elementwise.cpp and ops/cuda/elementwise.cu implement it.
 #pragma once
 
@@ -9,6 +9,8 @@ namespace gt::ops {
 
 /// y = a + b, element-wise (y may be a or b).
 void add(const Tensor& a, const Tensor& b, Tensor& y);
+/// x ← s · x, element-wise, s rounded to x's type first (LoRA's α/r).
+void scale(Tensor& x, double s);
 /// Block copy for concatenation: for each of `outer` blocks, copies src's `src_inner` contiguous elements into dst
 /// at offset `dst_offset` of dst's block of `dst_inner` elements.
 void copy_blocks(const Tensor& src, Tensor& dst, int64_t outer, int64_t src_inner, int64_t dst_inner,
@@ -29,4 +31,4 @@ void add_span(const double* a, const double* b, double* y, int64_t n);
 }  // namespace gt::cpu
 
 // The backends' entry points: the ops above call them once the contract holds.
-GT_BACKEND_ENTRY_POINTS(add, copy_blocks, split_blocks)
+GT_BACKEND_ENTRY_POINTS(add, scale, copy_blocks, split_blocks)

@@ -15,7 +15,7 @@
   X(batchnorm, "batch normalisation, plain and synchronised over the ranks")                    \
   X(conv2d, "2-D convolution (cross-correlation), groups and dilation included")                \
   X(dropout, "dropout with a mask regenerated from a Philox draw")                              \
-  X(elementwise, "add, the concat block copies")                                                \
+  X(elementwise, "add, scale, the concat block copies")                                         \
   X(embedding, "embedding lookups: rows of a table picked by index values")                     \
   X(gather, "rows by an index list: device-resident batches")                                   \
   X(half_storage, "the 16-bit copies of activations kept for backward under bf16/fp16")         \

@@ -43,6 +43,18 @@ void add(const Tensor& a, const Tensor& b, Tensor& y) {
   for_float_type(y.dtype(), [&](auto t) { add_t<decltype(t)>(a, b, y); });
 }
 
+void scale(Tensor& x, double s) {
+  for_float_type(x.dtype(), [&](auto t) {
+    using T = decltype(t);
+    T* p = x.data<T>();
+    const T f = static_cast<T>(s);
+    parallel_for(x.numel(), kGrain, [&](int64_t i0, int64_t i1) {
+      GT_SIMD
+      for (int64_t i = i0; i < i1; ++i) p[i] *= f;
+    });
+  });
+}
+
 namespace {
 
 // For o in [0, outer): copy `run` elements from src[o·src_stride + src_off] to dst[o·dst_stride + dst_off].

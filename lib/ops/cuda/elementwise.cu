@@ -18,6 +18,11 @@ __global__ void add_kernel(const T* a, const T* b, T* y, int64_t n) {
   for (int64_t i = global_index(); i < n; i += grid_stride()) y[i] = a[i] + b[i];
 }
 
+template <class T>
+__global__ void scale_kernel(T* x, T s, int64_t n) {
+  for (int64_t i = global_index(); i < n; i += grid_stride()) x[i] *= s;
+}
+
 // For o in [0, outer): dst[o·dst_stride + dst_off + j] = src[o·src_stride + src_off + j], j in [0, run).
 template <class E>
 __global__ void strided_copy_kernel(const E* __restrict__ src, E* __restrict__ dst, int64_t outer, int64_t run,
@@ -63,6 +68,17 @@ void launch_strided_copy(cudaStream_t s, size_t elem_size, const void* src, void
 
 void add(const Tensor& a, const Tensor& b, Tensor& y) {
   launch_add(stream(y.device().index), is_f64("add", y), a.raw(), b.raw(), y.raw(), y.numel());
+}
+
+void scale(Tensor& x, double s) {
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  with_float_type(is_f64("scale", x), [&](auto t) {
+    using T = decltype(t);
+    scale_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream(x.device().index)>>>(static_cast<T*>(x.raw()),
+                                                                                      static_cast<T>(s), n);
+  });
+  GT_CHECK_LAUNCH();
 }
 
 void copy_blocks(const Tensor& src, Tensor& dst, int64_t outer, int64_t src_inner, int64_t dst_inner,
