@@ -66,4 +66,5 @@ echo
 echo "A sample of the fully fine-tuned model:"
 "$B" generate configs/gpt_bytes.yaml --checkpoint "$OUT/full" --prompt "This License " --tokens 200 --seed 1 2>/dev/null
 echo
-grep -h "trainable" "$OUT"/lora/train.log "$OUT"/cnn_head/train.log | sed 's/^/  /'
+"$B" check configs/gpt_bytes.yaml "${licenses[@]}" --set "+train.lora=$lora" | grep "^trainable"
+"$B" check configs/fashion_mnist_cnn.yaml --set '+train.freeze=[layers.0.*, layers.3.*, layers.7.*]' | grep "^trainable"
