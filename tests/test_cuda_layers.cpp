@@ -138,3 +138,45 @@ TEST_CASE("CUDA key/value-cache decoding of a GPT matches the CPU in double", "[
   step(0, 4);
   for (int64_t p = 4; p < 12; ++p) step(p, 1);
 }
+
+TEST_CASE("a model with frozen layers in the middle gets the CPU's gradients on CUDA", "[cuda]") {
+  require_gpu();
+  // The frozen convolution, batch norm scale and dense weight still pass the input gradient on (cuDNN's filter
+  // gradient is skipped; batch norm writes its scale's into a discarded buffer).
+  const char* layers = R"(layers:
+  - {type: conv2d, out_channels: 4, kernel_size: 3, padding: 1}
+  - {type: batchnorm2d}
+  - relu
+  - {type: conv2d, out_channels: 4, kernel_size: 3, padding: 1}
+  - flatten
+  - {type: linear, out_features: 12, lora: {rank: 2}}
+  - {type: layernorm}
+  - tanh
+  - {type: linear, out_features: 3}
+)";
+  const ConfigNode cfg = ConfigNode::load_string(layers, "m.yaml");
+  const std::vector<std::string> frozen = {"layers.3.*", "layers.1.weight", "layers.5.weight", "layers.6.bias"};
+  Model cpu = Model::build(parse_model_spec(cfg), Shape{2, 5, 5}, DType::f64, Device::cpu(), 3);
+  Model gpu = Model::build(parse_model_spec(cfg), Shape{2, 5, 5}, DType::f64, Device::cuda(0), 3);
+  CHECK(cpu.set_frozen(frozen) == gpu.set_frozen(frozen));
+  for (auto* m : {&cpu, &gpu})  // the adapter's B not zero, the same values on both
+    for (auto& [name, p] : m->named_params())
+      if (name.find("lora_B") != std::string::npos) {
+        Tensor host = Tensor::empty(p->value.shape(), DType::f64);
+        for (int64_t i = 0; i < host.numel(); ++i) host.data<double>()[i] = 0.1 * static_cast<double>(i % 5 - 2);
+        p->value.copy_from(host);
+      }
+  cpu.allocate(4);
+  gpu.allocate(4);
+  Rng rng(2, 2);
+  const Tensor x = random_f64(Shape{4, 2, 5, 5}, rng, 0);
+  const Tensor dy = random_f64(Shape{4, 3}, rng, 0);
+  const LayerContext ctx;
+  check_same(gpu.forward(to_cuda(x), ctx), cpu.forward(x, ctx), "y");
+  cpu.backward(dy, ctx);
+  gpu.backward(to_cuda(dy), ctx);
+  const auto pc = cpu.named_params(), pg = gpu.named_params();
+  REQUIRE(pc.size() == pg.size());
+  REQUIRE(pc.size() == 9);
+  for (size_t k = 0; k < pc.size(); ++k) check_same(pg[k].second->grad, pc[k].second->grad, pc[k].first + ".grad");
+}
