@@ -17,15 +17,24 @@
 # Under 8 minutes on an H200. `--dry-run` runs the same steps here without a GPU: the tests report their skip, and
 # both trainers run a few steps on the CPU, so the script's own logic is checked before device time is spent.
 # `--only PATTERN` reruns just the [cuda] tests whose names match the Catch2 pattern (`*cross_entropy*`) and stops:
-# the rerun after a fix, in seconds of device time instead of minutes.
+# the rerun after a fix, in seconds of device time instead of minutes. GPT-2 124M (configs/gpt2_124m.yaml, batch
+# 16 × 1024, random tokens of GPT-2's vocabulary) runs first, in bf16 and fp32 against PyTorch eager: tokens/s, MFU
+# and peak memory, about a minute and a half; `--gpt2` runs only that and stops.
 #
-#   scripts/gpu_check.sh [--dry-run] [--only PATTERN] [BUNDLE=gpu_bundle]
+#   scripts/gpu_check.sh [--dry-run] [--only PATTERN | --gpt2] [BUNDLE=gpu_bundle]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 dry=0
 only=
-if [[ ${1:-} == --dry-run ]]; then dry=1; shift; fi
-if [[ ${1:-} == --only ]]; then only=${2:?--only needs a pattern}; shift 2; fi
+gpt2_only=0
+while [[ ${1:-} == --* ]]; do
+  case $1 in
+    --dry-run) dry=1; shift ;;
+    --only) only=${2:?--only needs a pattern}; shift 2 ;;
+    --gpt2) gpt2_only=1; shift ;;
+    *) echo "gpu_check: unknown option $1" >&2; exit 2 ;;
+  esac
+done
 bundle=${1:-gpu_bundle}
 [[ -f $bundle/programs.tar.xz ]] || { echo "gpu_check: no $bundle/programs.tar.xz: run scripts/gpu_bundle.sh first" >&2; exit 1; }
 work=$(mktemp -d)
@@ -55,6 +64,57 @@ data="$PWD/$bundle/data"
 echo "== devices"
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 "$gt" devices || { echo "gpu_check: gputrain does not start (missing libraries?)"; ldd "$gt" | grep "not found"; exit 1; }
+
+if [[ -z $only ]]; then
+  echo "== GPT-2 124M (configs/gpt2_124m.yaml, random tokens of GPT-2's vocabulary) against PyTorch eager"
+  $py - "$work/tok2" <<'PY'
+import os, sys, numpy as np
+d = sys.argv[1]; os.makedirs(d, exist_ok=True)
+n = 4_000_000
+for name in ("train_000000.bin", "val_000000.bin"):
+    header = np.zeros(256, dtype="<i4"); header[:3] = (20240520, 1, n)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(header.tobytes()); f.write(np.random.default_rng(2).integers(0, 50257, n).astype("<u2").tobytes())
+PY
+  # The dry run: a CPU, one window of 128 positions, 2 steps; on the GPU llm.c's micro-batch, 16 × 1024.
+  if [[ $dry == 1 ]]; then g2dev=cpu; g2batch=1; g2block=128; g2steps=3; else g2dev=cuda; g2batch=16; g2block=1024; g2steps=40; fi
+  gpt2_rows=()
+  for prec in bf16 fp32; do
+    g2out="$work/run-gpt2-$prec"
+    if "$gt" train configs/gpt2_124m.yaml --device "$g2dev" --precision "$prec" --max-steps "$g2steps" --quiet \
+         --out "$g2out" --set "data.train.path=$work/tok2/train_*.bin" --set "data.test.path=$work/tok2/val_*.bin" \
+         --set "data.batch_size=$g2batch" --set "data.block_size=$g2block" --set train.accumulate=1 \
+         --set train.eval_every=1000000 --set train.eval_tokens=$g2block --set train.log_every=1 \
+         --set scheduler.warmup_steps=0 > "$work/gt-gpt2-$prec.log" 2>&1; then
+      read -r g2rate g2mfu g2peak < <($py -c "
+import json
+rows = [json.loads(l) for l in open('$g2out/metrics.jsonl') if '\"train\"' in l]
+last = rows[len(rows) // 2:]  # the second half: past start-up
+rate = sum(r['tokens_per_sec'] for r in last) / len(last)
+mfu = [r['mfu'] for r in last if 'mfu' in r]
+peaks = [r['device_peak_mib'] for r in rows if 'device_peak_mib' in r]
+print(round(rate), f'{100 * sum(mfu) / len(mfu):.1f}%' if mfu else 'unknown', f'{max(peaks):.0f}' if peaks else 'n/a')")
+    else
+      g2rate=failed g2mfu=n/a g2peak=n/a
+      tail -20 "$work/gt-gpt2-$prec.log" | sed 's/^/        /'
+    fi
+    if t=$($py bench/torch_gpt.py --data "$work/tok2/train_000000.bin" --device "$g2dev" --vocab 50257 --layers 12 \
+             --heads 12 --channels 768 --block "$g2block" --batch "$g2batch" --steps "$g2steps" --warmup 2 \
+             --threads 4 --precision "$prec" 2>"$work/torch-gpt2-$prec.err"); then
+      g2torch=$(echo "$t" | $py -c "import json, sys; print(round(json.load(sys.stdin)['tokens_per_sec']))")
+    else
+      g2torch=failed
+      tail -5 "$work/torch-gpt2-$prec.err" | sed 's/^/        /'
+    fi
+    g2ratio=n/a
+    [[ $g2rate =~ ^[0-9]+$ && $g2torch =~ ^[0-9]+$ ]] && g2ratio=$(awk -v a="$g2rate" -v b="$g2torch" 'BEGIN { printf "%.2f", a / b }')
+    gpt2_rows+=("| GPT-2 124M $g2dev $prec, $g2batch × $g2block | $g2rate | $g2mfu | $g2torch | $g2ratio | $g2peak MiB |")
+  done
+  echo "| run | gputrain tokens/s | MFU | PyTorch eager tokens/s | ratio | gputrain peak mem |"
+  echo "|---|---|---|---|---|---|"
+  printf '%s\n' "${gpt2_rows[@]}"
+  [[ $gpt2_only == 1 ]] && exit 0
+fi
 
 echo "== [cuda] tests"
 pass=0 fail=0 skip=0
