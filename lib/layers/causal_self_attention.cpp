@@ -134,10 +134,16 @@ class CausalSelfAttention final : public Layer {
   bool backward_reads_output() const override { return false; }  // its own att, saved by forward
   // Fused chains (Model::chains, CPU): the residual add after the layer, on each block of the output projection.
   // The backward pass is the same: the add passes dy on.
-  bool takes_epilogue(const ops::Epilogue& ep) const override { return ep == ops::Epilogue{.add = true}; }
+  // (Not with an adapter on the output projection: its path must join the product before the residual does, as the
+  // layers one after another add them.)
+  bool takes_epilogue(const ops::Epilogue& ep) const override {
+    return ep == ops::Epilogue{.add = true} && !m_lora_proj.on();
+  }
   void set_epilogue(const ops::Epilogue& ep) override { m_epilogue_add = ep.add; }
   bool backward_takes_half_input(size_t k) const override { return k == 0; }
-  bool keyed_by_step() const override { return m_dropout > 0; }
+  bool keyed_by_step() const override {
+    return m_dropout > 0 || m_lora_qkv.config().dropout > 0 || m_lora_proj.config().dropout > 0;
+  }
 
   YAML::Node resolved_args() const override {
     YAML::Node n(YAML::NodeType::Map);

@@ -134,6 +134,7 @@ class Linear final : public Layer {
     return mul_sizes(mul_sizes(2 * m_rows_per_sample, m_in), m_out) + m_lora.forward_flops(m_rows_per_sample);
   }
   bool backward_reads_output() const override { return false; }
+  bool keyed_by_step() const override { return m_lora.config().dropout > 0; }  // the adapter's dropout masks
   bool backward_takes_half_input(size_t k) const override { return k == 0; }
   bool decodes() const override { return m_rank > 1; }  // over the last dimension, so per position of [T, …]
   std::vector<std::pair<std::string, Shape>> param_shapes() const override {
