@@ -4,6 +4,7 @@
 #include "graph/model.h"
 #include "helpers.h"
 #include "io/safetensors.h"
+#include "parallel/grad_sync.h"
 
 #include <fmt/format.h>
 #include <catch2/catch.hpp>
@@ -11,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -92,6 +94,29 @@ TEST_CASE("frozen parameters have no gradient, and the others get the gradients 
   // A pattern that matches nothing says so.
   pass({"layers.9.*"}, &hits);
   CHECK(hits == std::vector<int64_t>{0});
+}
+
+TEST_CASE("frozen parameters get no gradient bucket, and ZeRO shards only what learns", "[freeze]") {
+  Model m = Model::build(parse_model_spec(ConfigNode::load_string(kLayers, "m.yaml")), Shape{2, 5, 5}, DType::f32,
+                         Device::cpu(), 4);
+  m.set_frozen({"layers.0.*", "layers.5.weight"});
+  std::set<const Param*> frozen;
+  for (const GraphNode& n : m.nodes())
+    for (Param* p : n.layer->params())
+      if (!p->trains()) frozen.insert(p);
+  REQUIRE(frozen.size() == 3);
+  const BucketPlan plan = plan_buckets(m.params_by_node(), 0.0001);  // a bucket per node that learns
+  size_t in_buckets = 0;
+  for (const auto& bucket : plan.buckets)
+    for (const Param* p : bucket) {
+      CHECK(frozen.count(p) == 0);
+      ++in_buckets;
+    }
+  CHECK(in_buckets == m.params().size());
+  CHECK(plan.node_bucket[0] == -1);  // the frozen convolution's node has nothing to average
+  std::vector<int64_t> sizes;
+  for (const auto& [name, numel] : m.trainable_sizes()) sizes.push_back(numel);
+  CHECK(static_cast<int64_t>(sizes.size()) == static_cast<int64_t>(m.params().size()));
 }
 
 TEST_CASE("freezing either name of a tied weight freezes the one tensor", "[freeze]") {
