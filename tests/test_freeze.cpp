@@ -23,7 +23,7 @@ namespace {
 
 // Every kind of layer with parameters that a CNN or a GPT uses, so that each one's frozen backward runs with an input
 // gradient still wanted (the first layer learns) and without.
-const char* const kLayers = R"(layers:
+const char* const kFreezeLayers = R"(layers:
   - {type: conv2d, out_channels: 4, kernel_size: 3, padding: 1}
   - {type: batchnorm2d}
   - relu
@@ -35,22 +35,22 @@ const char* const kLayers = R"(layers:
   - {type: linear, out_features: 3}
 )";
 
-std::string bytes_of(const Tensor& t) { return std::string(static_cast<const char*>(t.raw()), t.bytes()); }
+std::string freeze_bytes(const Tensor& t) { return std::string(static_cast<const char*>(t.raw()), t.bytes()); }
 
-struct Pass {
+struct FreezePass {
   std::map<std::string, std::string> grads;  // the gradients of the parameters that learn, by name
   std::vector<bool> needs_grad;
   std::vector<int> ready;  // grad-ready hook calls per node
 };
 
-// One forward and backward pass of kLayers over a fixed batch, with `frozen` frozen.
-Pass pass(const std::vector<std::string>& frozen, std::vector<int64_t>* hits = nullptr) {
-  Model m = Model::build(parse_model_spec(ConfigNode::load_string(kLayers, "m.yaml")), Shape{2, 5, 5}, DType::f32,
+// One forward and backward pass of kFreezeLayers over a fixed batch, with `frozen` frozen.
+FreezePass freeze_pass(const std::vector<std::string>& frozen, std::vector<int64_t>* hits = nullptr) {
+  Model m = Model::build(parse_model_spec(ConfigNode::load_string(kFreezeLayers, "m.yaml")), Shape{2, 5, 5}, DType::f32,
                          Device::cpu(), 4);
   const std::vector<int64_t> h = m.set_frozen(frozen);
   if (hits) *hits = h;
   m.allocate(6);
-  Pass out;
+  FreezePass out;
   out.ready.assign(m.nodes().size(), 0);
   m.set_grad_ready_hook([&](size_t i) { ++out.ready[i]; });
   Tensor x = Tensor::empty(Shape{6, 2, 5, 5}, DType::f32);
@@ -60,7 +60,7 @@ Pass pass(const std::vector<std::string>& frozen, std::vector<int64_t>* hits = n
   Tensor dy = Tensor::empty(y.shape(), DType::f32);
   for (int64_t k = 0; k < dy.numel(); ++k) dy.data<float>()[k] = static_cast<float>((k % 7) - 3) * 0.01f;
   m.backward(dy, ctx);
-  for (const auto& [name, p] : m.named_params()) out.grads[name] = bytes_of(p->grad);
+  for (const auto& [name, p] : m.named_params()) out.grads[name] = freeze_bytes(p->grad);
   for (const GraphNode& n : m.nodes()) out.needs_grad.push_back(n.needs_grad);
   return out;
 }
@@ -69,12 +69,12 @@ Pass pass(const std::vector<std::string>& frozen, std::vector<int64_t>* hits = n
 
 TEST_CASE("frozen parameters have no gradient, and the others get the gradients they get unfrozen, bit for bit",
           "[freeze]") {
-  const Pass all = pass({});
+  const FreezePass all = freeze_pass({});
   REQUIRE(all.grads.size() == 12);
   // Frozen in the middle (the second convolution, the batch norm's scale, a dense layer): the input gradient still
   // flows through them to the first convolution.
   std::vector<int64_t> hits;
-  const Pass mid = pass({"layers.3.*", "layers.1.weight", "layers.5.weight", "layers.6.bias"}, &hits);
+  const FreezePass mid = freeze_pass({"layers.3.*", "layers.1.weight", "layers.5.weight", "layers.6.bias"}, &hits);
   CHECK(hits == std::vector<int64_t>{2, 1, 1, 1});
   CHECK(mid.grads.size() == 7);
   for (const char* gone : {"layers.3.weight", "layers.3.bias", "layers.1.weight", "layers.5.weight", "layers.6.bias"})
@@ -87,17 +87,17 @@ TEST_CASE("frozen parameters have no gradient, and the others get the gradients 
   CHECK(mid.ready[3] == 0);  // no parameter of it learns: nothing to average
   CHECK(mid.ready[0] == 1);
   // The body frozen: nothing before the head learns, so no backward runs there and no gradient buffer exists.
-  const Pass head = pass({"layers.[0-6].*"});
+  const FreezePass head = freeze_pass({"layers.[0-6].*"});
   CHECK(head.grads.size() == 2);
   for (const auto& [name, g] : head.grads) CHECK(g == all.grads.at(name));
   CHECK(head.needs_grad == std::vector<bool>{false, false, false, false, false, false, false, false, true});
   // A pattern that matches nothing says so.
-  pass({"layers.9.*"}, &hits);
+  freeze_pass({"layers.9.*"}, &hits);
   CHECK(hits == std::vector<int64_t>{0});
 }
 
 TEST_CASE("frozen parameters get no gradient bucket, and ZeRO shards only what learns", "[freeze]") {
-  Model m = Model::build(parse_model_spec(ConfigNode::load_string(kLayers, "m.yaml")), Shape{2, 5, 5}, DType::f32,
+  Model m = Model::build(parse_model_spec(ConfigNode::load_string(kFreezeLayers, "m.yaml")), Shape{2, 5, 5}, DType::f32,
                          Device::cpu(), 4);
   m.set_frozen({"layers.0.*", "layers.5.weight"});
   std::set<const Param*> frozen;
@@ -146,16 +146,16 @@ TEST_CASE("freezing either name of a tied weight freezes the one tensor", "[free
 
 namespace {
 
-using Weights = std::map<std::string, std::string>;
+using FreezeWeights = std::map<std::string, std::string>;
 
-Weights weights_of(const std::string& path) {
-  Weights out;
-  for (const auto& [name, t] : read_safetensors(path)) out[name] = bytes_of(t);
+FreezeWeights freeze_weights(const std::string& path) {
+  FreezeWeights out;
+  for (const auto& [name, t] : read_safetensors(path)) out[name] = freeze_bytes(t);
   return out;
 }
 
 // The largest |a − b| / max(|a|, 1e-3) over the f32 elements of two files of the same tensors.
-double largest_difference(const std::string& a_path, const std::string& b_path) {
+double freeze_largest_difference(const std::string& a_path, const std::string& b_path) {
   const auto a = read_safetensors(a_path), b = read_safetensors(b_path);
   REQUIRE(a.size() == b.size());
   double worst = 0;
@@ -167,7 +167,7 @@ double largest_difference(const std::string& a_path, const std::string& b_path) 
   return worst;
 }
 
-const char* const kConfig = R"(name: frozen
+const char* const kFreezeConfig = R"(name: frozen
 seed: 5
 device: cpu
 data:
@@ -197,16 +197,16 @@ checkpoint: {every_steps: 8}
 TEST_CASE("a run with train.freeze keeps the frozen tensors bit for bit and keeps optimizer state for the others only",
           "[e2e][freeze]") {
   TempDir dir;
-  write_text(dir / "c.yaml", kConfig);
+  write_text(dir / "c.yaml", kFreezeConfig);
   REQUIRE(run_gputrain(fmt::format("train {} --quiet --threads 2 --out {}", dir / "c.yaml", dir / "src")).exit_code ==
           0);
-  const Weights src = weights_of(dir / "src/model.safetensors");
+  const FreezeWeights src = freeze_weights(dir / "src/model.safetensors");
   const std::string sets =
       fmt::format("--set +train.init_from={} --set '+train.freeze=[layers.0.*, layers.4.weight]'", dir / "src");
   const auto run = run_gputrain(fmt::format("train {} --threads 2 --out {} {}", dir / "c.yaml", dir / "ft", sets));
   INFO(run.output);
   REQUIRE(run.exit_code == 0);
-  const Weights ft = weights_of(dir / "ft/model.safetensors");
+  const FreezeWeights ft = freeze_weights(dir / "ft/model.safetensors");
   for (const auto& [name, bytes] : src) {
     INFO(name);
     const bool frozen = name.rfind("layers.0.", 0) == 0 || name == "layers.4.weight";
@@ -239,7 +239,7 @@ TEST_CASE("a run with train.freeze keeps the frozen tensors bit for bit and keep
 
 TEST_CASE("train.freeze errors name the key", "[freeze]") {
   TempDir dir;
-  write_text(dir / "c.yaml", kConfig);
+  write_text(dir / "c.yaml", kFreezeConfig);
   const auto none = run_gputrain(fmt::format("check {} --set '+train.freeze=[layers.0.*, blocks.*]'", dir / "c.yaml"));
   CHECK(none.exit_code == 2);
   CHECK_THAT(none.output, Catch::Contains("train.freeze[1]") && Catch::Contains("matches none of the model's"));
@@ -267,10 +267,10 @@ TEST_CASE("train.freeze errors name the key", "[freeze]") {
 TEST_CASE("train.freeze under data parallelism and dist.zero 1 and 2: frozen tensors get no bucket and stay put",
           "[e2e][dist][freeze]") {
   TempDir dir;
-  std::string config = kConfig;
+  std::string config = kFreezeConfig;
   config.replace(config.find("{type: sgd, lr: 0.1, momentum: 0.9}"), 35, "{type: adamw, lr: 0.01}");
   write_text(dir / "c.yaml", config);
-  std::vector<Weights> out;
+  std::vector<FreezeWeights> out;
   for (int z = 0; z <= 2; ++z) {
     const auto r = run_gputrain(fmt::format(
         "train {} --device '[cpu, cpu]' --threads 2 --out {} --set '+train.freeze=[layers.0.*]' --set dist.zero={} "
@@ -278,19 +278,19 @@ TEST_CASE("train.freeze under data parallelism and dist.zero 1 and 2: frozen ten
         dir / "c.yaml", dir / fmt::format("z{}", z), z));
     INFO(r.output);
     REQUIRE(r.exit_code == 0);
-    out.push_back(weights_of(dir / fmt::format("z{}/model.safetensors", z)));
+    out.push_back(freeze_weights(dir / fmt::format("z{}/model.safetensors", z)));
   }
   // The same bits as the initialisation for the frozen convolution: a fresh model of the same seed.
   const auto init = run_gputrain(
       fmt::format("train {} --quiet --threads 2 --out {} --set optimizer.lr=1e-30", dir / "c.yaml", dir / "init"));
   REQUIRE(init.exit_code == 0);
-  const Weights fresh = weights_of(dir / "init/model.safetensors");
-  for (const Weights& w : out) {
+  const FreezeWeights fresh = freeze_weights(dir / "init/model.safetensors");
+  for (const FreezeWeights& w : out) {
     CHECK(w.at("layers.0.weight") == fresh.at("layers.0.weight"));
     CHECK(w.at("layers.0.bias") == fresh.at("layers.0.bias"));
     CHECK(w.at("layers.6.weight") != fresh.at("layers.6.weight"));
   }
   // Stage 1 updates as zero 0 does; stage 2 sums the norm in another order (see the dist.zero tests).
   CHECK(out[1] == out[0]);
-  CHECK(largest_difference(dir / "z0/model.safetensors", dir / "z2/model.safetensors") < 1e-5);
+  CHECK(freeze_largest_difference(dir / "z0/model.safetensors", dir / "z2/model.safetensors") < 1e-5);
 }

@@ -23,7 +23,7 @@ using namespace gt::test;
 namespace {
 
 // A two-block GPT's layers (no tied head), with or without train.lora's plan on every product it can adapt.
-const char* const kGpt = R"(layers:
+const char* const kLoraGpt = R"(layers:
   - {type: embedding, name: wte, num_embeddings: 32, embedding_dim: 16}
   - {type: positional_embedding, name: wpe, max_len: 8}
   - repeat: 2
@@ -41,8 +41,8 @@ const char* const kGpt = R"(layers:
   - {type: linear, name: lm_head, out_features: 32, bias: false}
 )";
 
-Model gpt(DType dtype, bool lora, double b_value = 0) {
-  ModelSpec spec = parse_model_spec(ConfigNode::load_string(kGpt, "m.yaml"));
+Model lora_gpt(DType dtype, bool lora, double b_value = 0) {
+  ModelSpec spec = parse_model_spec(ConfigNode::load_string(kLoraGpt, "m.yaml"));
   if (lora)
     spec.lora = parse_lora_plan(
         ConfigNode::load_string("{targets: ['*.attn.*', '*.fc.weight', lm_head.weight], rank: 3, alpha: 5}", "l.yaml"));
@@ -60,7 +60,7 @@ Model gpt(DType dtype, bool lora, double b_value = 0) {
   return m;
 }
 
-Tensor tokens(DType dtype) {
+Tensor lora_tokens(DType dtype) {
   Tensor x = Tensor::empty(Shape{2, 8}, dtype);
   for (int64_t i = 0; i < x.numel(); ++i) {
     const double v = static_cast<double>((i * 11 + 3) % 32);
@@ -72,9 +72,9 @@ Tensor tokens(DType dtype) {
   return x;
 }
 
-std::string bytes_of(const Tensor& t) { return std::string(static_cast<const char*>(t.raw()), t.bytes()); }
+std::string lora_bytes(const Tensor& t) { return std::string(static_cast<const char*>(t.raw()), t.bytes()); }
 
-double largest_difference(const Tensor& a, const Tensor& b) {
+double lora_largest_difference(const Tensor& a, const Tensor& b) {
   double worst = 0;
   for (int64_t i = 0; i < a.numel(); ++i)
     worst = std::max(worst, std::abs(static_cast<double>(a.data<float>()[i]) - b.data<float>()[i]));
@@ -84,9 +84,9 @@ double largest_difference(const Tensor& a, const Tensor& b) {
 }  // namespace
 
 TEST_CASE("fresh LoRA adapters leave the model as it was, and the base weights are the plain model's", "[lora]") {
-  Model plain = gpt(DType::f32, false), adapted = gpt(DType::f32, true);
+  Model plain = lora_gpt(DType::f32, false), adapted = lora_gpt(DType::f32, true);
   std::map<std::string, std::string> base;
-  for (auto& [name, t] : plain.state_tensors()) base[name] = bytes_of(*t);
+  for (auto& [name, t] : plain.state_tensors()) base[name] = lora_bytes(*t);
   size_t adapters = 0;
   for (auto& [name, t] : adapted.state_tensors()) {
     if (name.find("lora_") != std::string::npos) {
@@ -94,15 +94,15 @@ TEST_CASE("fresh LoRA adapters leave the model as it was, and the base weights a
       continue;
     }
     INFO(name);
-    CHECK(base.at(name) == bytes_of(*t));
+    CHECK(base.at(name) == lora_bytes(*t));
   }
   CHECK(adapters == 2 * (2 * 3 + 1));  // A and B on qkv, proj and fc in each block, and on the head
   plain.allocate(2);
   adapted.allocate(2);
   LayerContext ctx;
   ctx.training = false;
-  const Tensor x = tokens(DType::f32);
-  CHECK(bytes_of(plain.forward(x, ctx)) == bytes_of(adapted.forward(x, ctx)));
+  const Tensor x = lora_tokens(DType::f32);
+  CHECK(lora_bytes(plain.forward(x, ctx)) == lora_bytes(adapted.forward(x, ctx)));
 }
 
 TEST_CASE("LoRA's gradients are the dense reference's, projected: dA = (α/r)·Bᵀ·dW, dB = (α/r)·dW·Aᵀ", "[lora]") {
@@ -157,13 +157,13 @@ TEST_CASE("LoRA's gradients are the dense reference's, projected: dA = (α/r)·B
       CHECK(db.data<double>()[o * 2 + k] == Approx(want).margin(1e-12));
     }
   // The base weight and bias are still trained as a dense layer's unless frozen (train.lora freezes them).
-  CHECK(bytes_of(p.at("layers.0.bias")->grad) == bytes_of(d.at("layers.0.bias")->grad));
+  CHECK(lora_bytes(p.at("layers.0.bias")->grad) == lora_bytes(d.at("layers.0.bias")->grad));
 }
 
 TEST_CASE("a merged model computes what the adapted one did, and decoding with adapters matches the forward pass",
           "[lora]") {
-  Model adapted = gpt(DType::f32, true, 0.05);
-  Model merged = gpt(DType::f32, true, 0.05);
+  Model adapted = lora_gpt(DType::f32, true, 0.05);
+  Model merged = lora_gpt(DType::f32, true, 0.05);
   merged.merge_lora();
   CHECK_FALSE(merged.has_lora());
   for (auto& [name, t] : merged.state_tensors()) CHECK(name.find("lora_") == std::string::npos);
@@ -171,12 +171,12 @@ TEST_CASE("a merged model computes what the adapted one did, and decoding with a
   merged.allocate(2);
   LayerContext ctx;
   ctx.training = false;
-  const Tensor x = tokens(DType::f32);
+  const Tensor x = lora_tokens(DType::f32);
   const Tensor want = adapted.forward(x, ctx).clone();
   const Tensor got = merged.forward(x, ctx).clone();
   // Folded in f64 and rounded once: the logits (of order 1) differ by float rounding only; an adapter left out or
   // scaled wrongly moves them by ≥ 1e-2.
-  CHECK(largest_difference(want, got) < 2e-5);
+  CHECK(lora_largest_difference(want, got) < 2e-5);
   // Generation's incremental pass (the key/value cache) runs the adapters on the new positions alone.
   Tensor one = Tensor::empty(Shape{1, 8}, DType::f32);
   for (int64_t i = 0; i < 8; ++i) one.data<float>()[i] = x.data<float>()[i];
@@ -191,23 +191,22 @@ TEST_CASE("a merged model computes what the adapted one did, and decoding with a
   }
 }
 
-TEST_CASE("adapters keep fused chains and recompute exact: the same bits as the layers one after another",
-          "[lora]") {
+TEST_CASE("adapters keep fused chains and recompute exact: the same bits as the layers one after another", "[lora]") {
   // An adapter's path joins its product before any epilogue (the residual add after attention's projection, GELU
   // after a dense layer), so a layer with one takes no epilogue.
   std::vector<std::string> runs;
   for (int mode = 0; mode < 3; ++mode) {
-    Model m = gpt(DType::f32, true, 0.05);
+    Model m = lora_gpt(DType::f32, true, 0.05);
     m.set_fusion(mode == 1);
     if (mode == 2) REQUIRE(m.set_recompute(Recompute::all).empty());
     m.allocate(2);
     LayerContext ctx;
-    const Tensor& y = m.forward(tokens(DType::f32), ctx);
+    const Tensor& y = m.forward(lora_tokens(DType::f32), ctx);
     Tensor dy = Tensor::empty(y.shape(), DType::f32);
     for (int64_t i = 0; i < dy.numel(); ++i) dy.data<float>()[i] = 0.01f * static_cast<float>(i % 9 - 4);
-    std::string bits = bytes_of(y);
+    std::string bits = lora_bytes(y);
     m.backward(dy, ctx);
-    for (const auto& [name, p] : m.named_params()) bits += bytes_of(p->grad);
+    for (const auto& [name, p] : m.named_params()) bits += lora_bytes(p->grad);
     runs.push_back(bits);
   }
   CHECK(runs[1] == runs[0]);
@@ -227,7 +226,7 @@ TEST_CASE("an adapter on a tied head is not folded into the table the embedding 
 
 namespace {
 
-std::string gpt_config(const std::string& tok, const std::string& extra) {
+std::string lora_gpt_config(const std::string& tok, const std::string& extra) {
   return fmt::format(R"(name: lora
 seed: 3
 device: cpu
@@ -256,9 +255,9 @@ checkpoint: {{every_steps: 6}}
                      tok, extra);
 }
 
-std::map<std::string, std::string> weights_of(const std::string& path) {
+std::map<std::string, std::string> lora_weights(const std::string& path) {
   std::map<std::string, std::string> out;
-  for (const auto& [name, t] : read_safetensors(path)) out[name] = bytes_of(t);
+  for (const auto& [name, t] : read_safetensors(path)) out[name] = lora_bytes(t);
   return out;
 }
 
@@ -273,13 +272,13 @@ TEST_CASE(
   for (int i = 0; i < 300; ++i) text += fmt::format("line {} of a small text, said {} times. ", i, i % 7);
   write_text(dir / "text.txt", text);
   REQUIRE(run_gputrain(fmt::format("tokenize {} --out {}", dir / "text.txt", dir / "tok")).exit_code == 0);
-  write_text(dir / "base.yaml", gpt_config(dir / "tok", ""));
+  write_text(dir / "base.yaml", lora_gpt_config(dir / "tok", ""));
   REQUIRE(
       run_gputrain(fmt::format("train {} --quiet --threads 2 --out {}", dir / "base.yaml", dir / "base")).exit_code ==
       0);
   const std::string lora = fmt::format(
       ", init_from: {}, lora: {{targets: ['*.attn.qkv.weight', '*.fc.weight'], rank: 4, alpha: 8}}", dir / "base");
-  write_text(dir / "lora.yaml", gpt_config(dir / "tok", lora));
+  write_text(dir / "lora.yaml", lora_gpt_config(dir / "tok", lora));
   const auto check = run_gputrain(fmt::format("check {}", dir / "lora.yaml"));
   INFO(check.output);
   REQUIRE(check.exit_code == 0);
@@ -291,8 +290,8 @@ TEST_CASE(
   REQUIRE(run.exit_code == 0);
   CHECK_THAT(run.output, Catch::Contains(fmt::format("({} trainable: the LoRA adapters)", adapters)));
   // The base weights are the source's, bit for bit; the adapters moved.
-  const auto src = weights_of(dir / "base/model.safetensors");
-  const auto out = weights_of(dir / "run/model.safetensors");
+  const auto src = lora_weights(dir / "base/model.safetensors");
+  const auto out = lora_weights(dir / "run/model.safetensors");
   for (const auto& [name, bytes] : src) {
     INFO(name);
     CHECK(out.at(name) == bytes);
@@ -307,14 +306,14 @@ TEST_CASE(
                                                 dir / "run/checkpoints/step-6", dir / "resumed"));
   INFO(resumed.output);
   REQUIRE(resumed.exit_code == 0);
-  CHECK(weights_of(dir / "resumed/model.safetensors") == out);
+  CHECK(lora_weights(dir / "resumed/model.safetensors") == out);
   std::filesystem::rename(dir / "base-moved", dir / "base");
   // export --merge-lora: plain weights, which the plain config evaluates to the adapted run's loss.
   const auto merged =
       run_gputrain(fmt::format("export {} --to {} --merge-lora", dir / "run", dir / "merged.safetensors"));
   INFO(merged.output);
   REQUIRE(merged.exit_code == 0);
-  const auto plain = weights_of(dir / "merged.safetensors");
+  const auto plain = lora_weights(dir / "merged.safetensors");
   CHECK(plain.size() == src.size());
   CHECK(plain.at("h.0.fc.weight") != src.at("h.0.fc.weight"));
   CHECK(plain.at("h.0.proj.weight") == src.at("h.0.proj.weight"));
