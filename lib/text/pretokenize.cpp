@@ -1,0 +1,167 @@
+// PCRE2 behind text/pretokenize.h, and Split's behaviors as Hugging Face `tokenizers` defines them (each match or
+// gap becomes a piece, is dropped, or joins its neighbour; empty pieces are dropped).
+#include "text/pretokenize.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include "core/error.h"
+
+#include <fmt/format.h>
+#include <pcre2.h>
+
+namespace gt {
+namespace {
+
+/// Bounds on one search, so that a pattern from a file cannot backtrack for ever.
+constexpr uint32_t kMatchLimit = 10'000'000;
+constexpr uint32_t kDepthLimit = 100'000;
+
+/// Per-thread search state: match data and the JIT's stack are not shareable between threads.
+struct MatchState {
+  pcre2_match_data* data = nullptr;
+  pcre2_match_context* context = nullptr;
+  pcre2_jit_stack* stack = nullptr;
+  MatchState() {
+    data = pcre2_match_data_create(1, nullptr);
+    context = pcre2_match_context_create(nullptr);
+    stack = pcre2_jit_stack_create(32 * 1024, 4 * 1024 * 1024, nullptr);
+    if (!data || !context || !stack) throw Error("pre-tokenizer: out of memory for PCRE2's match state");
+    pcre2_set_match_limit(context, kMatchLimit);
+    pcre2_set_depth_limit(context, kDepthLimit);
+    pcre2_jit_stack_assign(context, nullptr, stack);
+  }
+  ~MatchState() {
+    pcre2_jit_stack_free(stack);
+    pcre2_match_context_free(context);
+    pcre2_match_data_free(data);
+  }
+  MatchState(const MatchState&) = delete;
+  MatchState& operator=(const MatchState&) = delete;
+};
+
+MatchState& match_state() {
+  thread_local MatchState state;
+  return state;
+}
+
+/// The length of the character at s[i] (1 for a byte that does not start valid UTF-8).
+size_t char_length(std::string_view s, size_t i) {
+  const auto c = static_cast<uint8_t>(s[i]);
+  const size_t n = c < 0xc0 ? 1 : c < 0xe0 ? 2 : c < 0xf0 ? 3 : 4;
+  if (i + n > s.size()) return 1;
+  for (size_t k = 1; k < n; ++k)
+    if ((static_cast<uint8_t>(s[i + k]) & 0xc0) != 0x80) return 1;
+  return n;
+}
+
+}  // namespace
+
+Pattern::Pattern(const std::string& pattern, bool literal, const std::string& where) {
+  int error = 0;
+  PCRE2_SIZE offset = 0;
+  const uint32_t options = PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | (literal ? PCRE2_LITERAL : 0u);
+  pcre2_code* code =
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &error, &offset, nullptr);
+  if (!code) {
+    PCRE2_UCHAR message[256];
+    pcre2_get_error_message(error, message, sizeof message);
+    throw ConfigError(fmt::format("{}: the pattern does not compile at offset {}: {}", where, offset,
+                                  reinterpret_cast<const char*>(message)));
+  }
+  pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);  // without the JIT (a failure here), the interpreter matches
+  m_code = code;
+}
+
+Pattern::~Pattern() { pcre2_code_free(static_cast<pcre2_code*>(m_code)); }
+
+void Pattern::find_all(std::string_view text, std::vector<std::pair<size_t, size_t>>& out) const {
+  MatchState& state = match_state();
+  auto* code = static_cast<pcre2_code*>(m_code);
+  const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+  size_t at = 0;
+  while (at < text.size()) {
+    const int rc = pcre2_match(code, subject, text.size(), at, 0, state.data, state.context);
+    if (rc == PCRE2_ERROR_NOMATCH) return;
+    if (rc < 0) {
+      PCRE2_UCHAR message[256];
+      pcre2_get_error_message(rc, message, sizeof message);
+      throw DataError(fmt::format("pre-tokenizer: searching {} bytes of text failed: {}", text.size(),
+                                  reinterpret_cast<const char*>(message)));
+    }
+    const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(state.data);
+    const size_t begin = ov[0], end = ov[1];
+    if (end > begin) {
+      out.emplace_back(begin, end);
+      at = end;
+    } else {  // an empty match: search again from the next character, as the Rust tokenizers do
+      if (begin >= text.size()) return;
+      at = begin + char_length(text, begin);
+    }
+  }
+}
+
+void split_pieces(size_t text_size, const std::vector<std::pair<size_t, size_t>>& matches, SplitBehavior behavior,
+                  bool invert, std::vector<std::pair<size_t, size_t>>& out) {
+  // Matches and the gaps between them, in order, each marked; `invert` swaps the marks.
+  struct Part {
+    size_t begin, end;
+    bool match;
+  };
+  std::vector<Part> parts;
+  parts.reserve(matches.size() * 2 + 1);
+  size_t prev = 0;
+  for (const auto& [b, e] : matches) {
+    if (b > prev) parts.push_back({prev, b, invert});
+    parts.push_back({b, e, !invert});
+    prev = e;
+  }
+  if (prev < text_size) parts.push_back({prev, text_size, invert});
+  std::vector<std::pair<size_t, size_t>> merged;
+  switch (behavior) {
+    case SplitBehavior::removed:
+      for (const Part& p : parts)
+        if (!p.match) merged.emplace_back(p.begin, p.end);
+      break;
+    case SplitBehavior::isolated:
+      for (const Part& p : parts) merged.emplace_back(p.begin, p.end);
+      break;
+    case SplitBehavior::merged_with_previous: {  // a match joins the gap before it
+      bool previous_match = false;
+      for (const Part& p : parts) {
+        if (p.match && !previous_match && !merged.empty())
+          merged.back().second = p.end;
+        else
+          merged.emplace_back(p.begin, p.end);
+        previous_match = p.match;
+      }
+      break;
+    }
+    case SplitBehavior::merged_with_next: {  // a match joins the gap after it
+      bool next_match = false;
+      std::vector<std::pair<size_t, size_t>> reversed;
+      for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
+        if (it->match && !next_match && !reversed.empty())
+          reversed.back().first = it->begin;
+        else
+          reversed.emplace_back(it->begin, it->end);
+        next_match = it->match;
+      }
+      merged.assign(reversed.rbegin(), reversed.rend());
+      break;
+    }
+    case SplitBehavior::contiguous: {  // runs of matches, and of gaps, each become one piece
+      bool previous_match = false;
+      for (const Part& p : parts) {
+        if (p.match == previous_match && !merged.empty())
+          merged.back().second = p.end;
+        else
+          merged.emplace_back(p.begin, p.end);
+        previous_match = p.match;
+      }
+      break;
+    }
+  }
+  for (const auto& piece : merged)
+    if (piece.second > piece.first) out.push_back(piece);
+}
+
+}  // namespace gt
