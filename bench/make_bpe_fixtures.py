@@ -8,12 +8,16 @@ gputrain's encoder with these ids exactly; they cannot run either library themse
   gpt2_style:   ByteLevel pre-tokenizer (GPT-2's regex), ByteLevel decoder, <|endoftext|>, merges as [a, b] pairs.
   llama3_style: NFC, then Split(Llama 3's regex, Isolated) and ByteLevel(use_regex: false), ignore_merges, Llama 3's
                 special tokens, merges as "a b" strings.
+  options_style: NFC, two Splits (MergedWithNext; a String pattern, inverted, Contiguous) and ByteLevel with
+                add_prefix_space; an added token with lstrip and rstrip, another with single_word and normalized.
+                tiktoken has no such options: only `tokenizers`' ids are written for it.
 
 Run in the venv (bench/torch_venv.sh --tokenizers): `$(bench/torch_venv.sh --tokenizers) bench/make_bpe_fixtures.py`.
-The corpus is Debian's fortunes plus gputrain's own lib/text and lib/core sources and the strings below, so a rerun
-on another commit may train other merges; the test reads whatever is committed."""
+The corpus is Debian's fortunes and the strings below (repeated), so a rerun trains the same merges as long as the
+fortunes package and tokenizers' trainer stay the same; the test reads whatever is committed."""
 import json
 import pathlib
+import random
 import unicodedata
 
 import tiktoken
@@ -64,15 +68,18 @@ SAMPLES = MIXED + [
 ]
 
 
+# Random strings over the characters the options above look at (spaces, digits, 'e', the added tokens' text).
+_rng = random.Random(20261205)
+_PARTS = list("the r12 \n\t<>|xmask_é😀") + ["<|x|>", "<mask>", " \u0301", "\u3000"]
+SAMPLES += ["".join(_rng.choice(_PARTS) for _ in range(_rng.randint(1, 30))) for _ in range(30)]
+
+
 def corpus():
     texts = []
     fortunes = pathlib.Path("/usr/share/games/fortunes")
     for f in sorted(fortunes.iterdir()):
         if f.suffix == "" and f.is_file():
             texts.append(f.read_text(errors="replace"))
-    for folder in ("lib/text", "lib/core"):
-        for f in sorted((root / folder).glob("*.*")):
-            texts.append(f.read_text())
     texts += MIXED * 50
     return texts
 
@@ -98,6 +105,22 @@ def llama3_style(spec):
         {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}
     spec["model"]["ignore_merges"] = True
     spec["model"]["merges"] = [" ".join(m) if isinstance(m, list) else m for m in spec["model"]["merges"]]
+    return spec
+
+
+def options_style(spec):
+    spec = json.loads(json.dumps(spec))
+    first = len(spec["model"]["vocab"])
+    spec["added_tokens"] += [
+        {"id": first, "content": "<|x|>", "single_word": False, "lstrip": True, "rstrip": True, "normalized": False,
+         "special": True},
+        {"id": first + 1, "content": "<mask>", "single_word": True, "lstrip": False, "rstrip": False,
+         "normalized": True, "special": False}]
+    spec["normalizer"] = {"type": "Sequence", "normalizers": [{"type": "NFC"}]}
+    spec["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": r"\p{N}{1,3}|\s+"}, "behavior": "MergedWithNext", "invert": False},
+        {"type": "Split", "pattern": {"String": "e"}, "behavior": "Contiguous", "invert": True},
+        {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True}]}
     return spec
 
 
@@ -136,14 +159,21 @@ def splits():
 def main():
     out_dir.mkdir(parents=True, exist_ok=True)
     gpt2 = train()
-    specs = {"gpt2_style": (gpt2, GPT2_PATTERN, False), "llama3_style": (llama3_style(gpt2), LLAMA3_PATTERN, True)}
+    specs = {"gpt2_style": (gpt2, GPT2_PATTERN, False), "llama3_style": (llama3_style(gpt2), LLAMA3_PATTERN, True),
+             "options_style": (options_style(gpt2), None, True)}
     expected = {"samples": SAMPLES, "splits": splits()}
     for name, (spec, pattern, nfc) in specs.items():
         text = json.dumps(spec, ensure_ascii=False, indent=None)
         (out_dir / f"{name}.tokenizer.json").write_text(text)
         hf = Tokenizer.from_str(text)
-        enc = tiktoken_of(spec, name, pattern)
         hf_ids = [hf.encode(s, add_special_tokens=False).ids for s in SAMPLES]
+        # What tokenizers decodes the ids to, where that is not the sample itself (NFC changed it): {index: text}.
+        decoded = {str(i): d for i, d in enumerate(hf.decode(ids, skip_special_tokens=False) for ids in hf_ids)
+                   if d != SAMPLES[i]}
+        expected[name] = {"tokenizers": hf_ids, "decoded": decoded}
+        if pattern is None:
+            continue
+        enc = tiktoken_of(spec, name, pattern)
         tk_ids = [enc.encode(unicodedata.normalize("NFC", s) if nfc else s, allowed_special="all") for s in SAMPLES]
         same = sum(a == b for a, b in zip(hf_ids, tk_ids))
         print(f"{name}: tokenizers and tiktoken agree on {same} of {len(SAMPLES)} samples")
@@ -151,7 +181,7 @@ def main():
             if a != b:
                 print(f"  differ on {s[:40]!r}: {a[:12]} vs {b[:12]}")
             assert hf.decode(a, skip_special_tokens=False) == (unicodedata.normalize("NFC", s) if nfc else s)
-        expected[name] = {"tokenizers": hf_ids, "tiktoken": tk_ids}
+        expected[name]["tiktoken"] = tk_ids
     (out_dir / "expected.json").write_text(json.dumps(expected, ensure_ascii=True, separators=(",", ":")) + "\n")
     for f in sorted(out_dir.iterdir()):
         print(f"{f.relative_to(root)}: {f.stat().st_size} bytes")

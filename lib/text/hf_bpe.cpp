@@ -140,7 +140,7 @@ HfBpe::HfBpe(HfBpeSpec spec, const std::string& name)
   }
 }
 
-/// Whether the character that ends `s` (or starts it, `at_end` false) is a letter, digit or underscore.
+/// Whether the character that ends `s` (or starts it, `at_end` false) is a word character (text/nfc.h).
 bool word_char_at(std::string_view s, bool at_end) {
   if (s.empty()) return false;
   size_t i = 0;
@@ -150,7 +150,7 @@ bool word_char_at(std::string_view s, bool at_end) {
   }
   uint32_t cp = 0;
   if (!byte_level::utf8_char(s, i, cp)) return false;
-  return cp == '_' || is_alphanumeric(cp);
+  return cp == '_' || is_word_char(cp);
 }
 
 template <class Plain>

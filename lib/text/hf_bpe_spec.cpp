@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-#include <limits>
+#include <algorithm>
 #include <unordered_map>
 
 namespace gt {
@@ -40,9 +40,11 @@ class Reader {
     if (v->type != JsonValue::Type::boolean) fail(where + "." + key, "must be true or false");
     return v->boolean;
   }
-  uint32_t id(const JsonValue& v, const std::string& where) const {
-    if (!v.integer || *v.integer < 0 || *v.integer >= kMaxId)
-      fail(where, fmt::format("must be an id from 0 to {}", kMaxId - 1));
+  /// An id below `limit`: the number of tokens the file names, so that a larger one would leave ids without a token.
+  uint32_t id(const JsonValue& v, const std::string& where, int64_t limit) const {
+    if (!v.integer || *v.integer < 0) fail(where, "must be an id (a whole number from 0)");
+    if (*v.integer >= std::min(limit, kMaxId))
+      fail(where, fmt::format("id {} is past the vocabulary: the file names {} tokens", *v.integer, limit));
     return static_cast<uint32_t>(*v.integer);
   }
   /// A key that must be absent, null or the given "off" value.
@@ -145,13 +147,13 @@ void read_decoder(const Reader& r, const JsonValue* d) {
   if (type != "ByteLevel") r.fail("decoder.type", fmt::format("\"{}\" is not supported (ByteLevel is)", type));
 }
 
-void read_vocab(const Reader& r, const JsonValue& model, HfBpeSpec& spec,
+void read_vocab(const Reader& r, const JsonValue& model, int64_t limit, HfBpeSpec& spec,
                 std::unordered_map<std::string, uint32_t>& ids) {
   const JsonValue* vocab = model.find("vocab");
   if (!vocab || !vocab->is_object()) r.fail("model.vocab", "must be an object of token: id");
   ids.reserve(vocab->members.size());
   for (const JsonMember& m : vocab->members) {
-    const uint32_t id = r.id(m.value, "model.vocab[\"" + m.key + "\"]");
+    const uint32_t id = r.id(m.value, "model.vocab[\"" + m.key + "\"]", limit);
     if (id >= spec.vocab.size()) spec.vocab.resize(id + 1), spec.in_vocab.resize(id + 1);
     if (spec.in_vocab[id])
       r.fail("model.vocab", fmt::format("id {} is given to both \"{}\" and \"{}\"", id, spec.vocab[id], m.key));
@@ -189,7 +191,7 @@ void read_merges(const Reader& r, const JsonValue& model, HfBpeSpec& spec,
   }
 }
 
-void read_added(const Reader& r, const JsonValue& root, HfBpeSpec& spec) {
+void read_added(const Reader& r, const JsonValue& root, int64_t limit, HfBpeSpec& spec) {
   const JsonValue* added = root.find("added_tokens");
   if (!added || added->is_null()) return;
   if (!added->is_array()) r.fail("added_tokens", "must be a list");
@@ -200,7 +202,7 @@ void read_added(const Reader& r, const JsonValue& root, HfBpeSpec& spec) {
     const JsonValue* id = a.find("id");
     if (!id) r.fail(where + ".id", "is missing");
     AddedTokenSpec t;
-    t.id = r.id(*id, where + ".id");
+    t.id = r.id(*id, where + ".id", limit);
     t.content = r.string(a, "content", where);
     if (t.content.empty()) r.fail(where + ".content", "is empty");
     t.special = r.flag(a, "special", false, where);
@@ -212,7 +214,7 @@ void read_added(const Reader& r, const JsonValue& root, HfBpeSpec& spec) {
   }
 }
 
-void read_model(const Reader& r, const JsonValue& model, HfBpeSpec& spec) {
+void read_model(const Reader& r, const JsonValue& model, int64_t limit, HfBpeSpec& spec) {
   r.object(model, "model");
   const JsonValue* type = model.find("type");
   if (!type || !type->is_string() || type->string != "BPE")
@@ -224,7 +226,7 @@ void read_model(const Reader& r, const JsonValue& model, HfBpeSpec& spec) {
   spec.fuse_unk = r.flag(model, "fuse_unk", false, "model");
   spec.ignore_merges = r.flag(model, "ignore_merges", false, "model");
   std::unordered_map<std::string, uint32_t> ids;
-  read_vocab(r, model, spec, ids);
+  read_vocab(r, model, limit, spec, ids);
   read_merges(r, model, spec, ids);
   if (const JsonValue* unk = model.find("unk_token"); unk && !unk->is_null()) {
     const auto it = unk->is_string() ? ids.find(unk->string) : ids.end();
@@ -248,11 +250,14 @@ HfBpeSpec read_hf_bpe_spec(const std::string& json_text, const std::string& name
   HfBpeSpec spec;
   const JsonValue* model = root.find("model");
   if (!model) r.fail("model", "is missing");
-  read_model(r, *model, spec);
+  // Every id must be below the number of tokens named (the vocabulary's and the added ones), or some id has none.
+  const JsonValue *vocab = model->find("vocab"), *added = root.find("added_tokens");
+  const auto limit = static_cast<int64_t>((vocab ? vocab->members.size() : 0) + (added ? added->items.size() : 0));
+  read_model(r, *model, limit, spec);
   read_normalizer(r, root.find("normalizer"), spec);
   read_pre_tokenizer(r, root.find("pre_tokenizer"), spec);
   read_decoder(r, root.find("decoder"));
-  read_added(r, root, spec);
+  read_added(r, root, limit, spec);
   size_t size = spec.vocab.size();
   for (const AddedTokenSpec& a : spec.added) size = std::max<size_t>(size, a.id + size_t{1});
   spec.vocab.resize(size), spec.in_vocab.resize(size);

@@ -47,16 +47,24 @@ std::string nfc(std::string_view text) {
   return out;
 }
 
-bool is_alphanumeric(uint32_t c) {
+bool is_word_char(uint32_t c) {
+  if (c == 0x200c || c == 0x200d) return true;  // Join_Control
+  // The symbols Unicode counts as Alphabetic (Other_Alphabetic): circled and squared Latin letters.
+  if ((c >= 0x24b6 && c <= 0x24e9) || (c >= 0x1f130 && c <= 0x1f149) || (c >= 0x1f150 && c <= 0x1f169) ||
+      (c >= 0x1f170 && c <= 0x1f189))
+    return true;
   switch (utf8proc_category(static_cast<utf8proc_int32_t>(c))) {
     case UTF8PROC_CATEGORY_LU:
     case UTF8PROC_CATEGORY_LL:
     case UTF8PROC_CATEGORY_LT:
     case UTF8PROC_CATEGORY_LM:
     case UTF8PROC_CATEGORY_LO:
+    case UTF8PROC_CATEGORY_MN:
+    case UTF8PROC_CATEGORY_MC:
+    case UTF8PROC_CATEGORY_ME:
     case UTF8PROC_CATEGORY_ND:
     case UTF8PROC_CATEGORY_NL:
-    case UTF8PROC_CATEGORY_NO: return true;
+    case UTF8PROC_CATEGORY_PC: return true;
     default: return false;
   }
 }

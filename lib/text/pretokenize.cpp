@@ -12,7 +12,7 @@ namespace gt {
 namespace {
 
 /// Bounds on one search, so that a pattern from a file cannot backtrack for ever.
-constexpr uint32_t kMatchLimit = 10'000'000;
+constexpr uint32_t kMatchLimit = 1'000'000;
 constexpr uint32_t kDepthLimit = 100'000;
 
 /// Per-thread search state: match data and the JIT's stack are not shareable between threads.
@@ -58,7 +58,8 @@ size_t char_length(std::string_view s, size_t i) {
 Pattern::Pattern(const std::string& pattern, bool literal, const std::string& where) {
   int error = 0;
   PCRE2_SIZE offset = 0;
-  const uint32_t options = PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | (literal ? PCRE2_LITERAL : 0u);
+  // PCRE2 takes no UCP with LITERAL (a literal has no classes for it to change).
+  const uint32_t options = PCRE2_UTF | PCRE2_MATCH_INVALID_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
   pcre2_code* code =
       pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &error, &offset, nullptr);
   if (!code) {
