@@ -20,29 +20,31 @@ using namespace gt::test;
 
 namespace {
 
-const std::string kDir = "tests/reference/bpe/";
+const std::string kBpeDir = "tests/reference/bpe/";
 
-const JsonValue& expected() {
-  static const JsonValue v = json_read(read_text(source_path(kDir + "expected.json")));
+const JsonValue& bpe_expected() {
+  static const JsonValue v = json_read(read_text(source_path(kBpeDir + "expected.json")));
   return v;
 }
 
-std::vector<std::string> samples() {
+std::vector<std::string> bpe_samples() {
   std::vector<std::string> out;
-  for (const JsonValue& s : expected().find("samples")->items) out.push_back(s.string);
+  for (const JsonValue& s : bpe_expected().find("samples")->items) out.push_back(s.string);
   return out;
 }
 
-std::vector<uint32_t> ids_of(const JsonValue& list) {
+std::vector<uint32_t> bpe_ids_of(const JsonValue& list) {
   std::vector<uint32_t> out;
   for (const JsonValue& v : list.items) out.push_back(static_cast<uint32_t>(*v.integer));
   return out;
 }
 
-std::string fixture_text(const std::string& name) { return read_text(source_path(kDir + name + ".tokenizer.json")); }
+std::string bpe_fixture_text(const std::string& name) {
+  return read_text(source_path(kBpeDir + name + ".tokenizer.json"));
+}
 
 /// A ConfigError from loading `text` as a file, with its message.
-std::string load_error(const TempDir& dir, const std::string& text) {
+std::string bpe_load_error(const TempDir& dir, const std::string& text) {
   const std::string path = dir / "tokenizer.json";
   write_text(path, text);
   try {
@@ -57,7 +59,7 @@ std::string load_error(const TempDir& dir, const std::string& text) {
   return "";
 }
 
-std::string replaced(std::string text, const std::string& from, const std::string& to) {
+std::string bpe_replaced(std::string text, const std::string& from, const std::string& to) {
   const size_t at = text.find(from);
   REQUIRE(at != std::string::npos);
   return text.replace(at, from.size(), to);
@@ -66,19 +68,19 @@ std::string replaced(std::string text, const std::string& from, const std::strin
 }  // namespace
 
 TEST_CASE("tokenizer.json: ids equal tokenizers' and tiktoken's, and decoding gives the text back", "[cpu][text]") {
-  const std::vector<std::string> texts = samples();
+  const std::vector<std::string> texts = bpe_samples();
   for (const std::string name : {"gpt2_style", "llama3_style", "options_style"}) {
     INFO(name);
-    const auto tok = load_hf_tokenizer(source_path(kDir + name + ".tokenizer.json"));
+    const auto tok = load_hf_tokenizer(source_path(kBpeDir + name + ".tokenizer.json"));
     CHECK(tok->kind() == "byte-level BPE (tokenizer.json)");
-    const JsonValue& want = *expected().find(name);
+    const JsonValue& want = *bpe_expected().find(name);
     const JsonValue* tiktoken = want.find("tiktoken");  // options_style has options tiktoken lacks
     REQUIRE(want.find("tokenizers")->items.size() == texts.size());
     for (size_t i = 0; i < texts.size(); ++i) {
       INFO("sample " << i << ": " << texts[i]);
       const std::vector<uint32_t> ids = tok->encode(texts[i]);
-      CHECK(ids == ids_of(want.find("tokenizers")->items[i]));
-      if (tiktoken) CHECK(ids == ids_of(tiktoken->items[i]));
+      CHECK(ids == bpe_ids_of(want.find("tokenizers")->items[i]));
+      if (tiktoken) CHECK(ids == bpe_ids_of(tiktoken->items[i]));
       // tokenizers' own decoding of the ids, written down where it is not the sample (NFC, prefix spaces, stripped
       // white space around added tokens).
       const JsonValue* decoded = want.find("decoded")->find(std::to_string(i));
@@ -89,7 +91,7 @@ TEST_CASE("tokenizer.json: ids equal tokenizers' and tiktoken's, and decoding gi
 }
 
 TEST_CASE("tokenizer.json: special tokens are found first and never split", "[cpu][text]") {
-  const auto gpt2 = load_hf_tokenizer(source_path(kDir + "gpt2_style.tokenizer.json"));
+  const auto gpt2 = load_hf_tokenizer(source_path(kBpeDir + "gpt2_style.tokenizer.json"));
   REQUIRE(gpt2->end_of_text());
   const uint32_t eot = *gpt2->end_of_text();
   CHECK(gpt2->token_bytes(eot) == "<|endoftext|>");
@@ -99,7 +101,7 @@ TEST_CASE("tokenizer.json: special tokens are found first and never split", "[cp
     CHECK(std::count(ids.begin(), ids.end(), eot) == 1);
     CHECK(gpt2->decode(ids) == around + "<|endoftext|>" + around);
   }
-  const auto llama = load_hf_tokenizer(source_path(kDir + "llama3_style.tokenizer.json"));
+  const auto llama = load_hf_tokenizer(source_path(kBpeDir + "llama3_style.tokenizer.json"));
   // The vocabulary it was trained with keeps <|endoftext|> (as a plain token), the first name looked for.
   REQUIRE(llama->end_of_text());
   CHECK(llama->token_bytes(*llama->end_of_text()) == "<|endoftext|>");
@@ -116,7 +118,7 @@ TEST_CASE("tokenizer.json: special tokens are found first and never split", "[cp
 }
 
 TEST_CASE("tokenizer.json: any bytes, valid UTF-8 or not, come back from decode, on several threads", "[cpu][text]") {
-  const auto tok = load_hf_tokenizer(source_path(kDir + "gpt2_style.tokenizer.json"));
+  const auto tok = load_hf_tokenizer(source_path(kBpeDir + "gpt2_style.tokenizer.json"));
   const auto check = [&](unsigned seed, std::vector<int>& failures) {
     std::mt19937 rng(seed);
     for (int n = 0; n < 200; ++n) {
@@ -135,7 +137,7 @@ TEST_CASE("tokenizer.json: any bytes, valid UTF-8 or not, come back from decode,
 }
 
 TEST_CASE("tokenizer.json: Split's behaviors make the pieces tokenizers makes", "[cpu][text]") {
-  for (const JsonValue& c : expected().find("splits")->items) {
+  for (const JsonValue& c : bpe_expected().find("splits")->items) {
     const std::string text = c.find("text")->string, behavior = c.find("behavior")->string;
     INFO(c.find("pattern")->string << " on " << text << ", " << behavior << ", invert " << c.find("invert")->boolean);
     const Pattern pattern(c.find("pattern")->string, false, "test");
@@ -157,35 +159,39 @@ TEST_CASE("tokenizer.json: Split's behaviors make the pieces tokenizers makes", 
 
 TEST_CASE("tokenizer.json: malformed files are ConfigErrors naming the file and what", "[cpu][text]") {
   const TempDir dir;
-  const std::string gpt2 = fixture_text("gpt2_style"), llama = fixture_text("llama3_style");
-  CHECK(load_error(dir, gpt2.substr(0, gpt2.size() / 2)).find("not a tokenizer.json") != std::string::npos);
-  CHECK(load_error(dir, "").find("not a tokenizer.json") != std::string::npos);
-  CHECK(load_error(dir, replaced(gpt2, "\"type\": \"ByteLevel\", \"add_prefix_space\"",
-                                 "\"type\": \"Whitespace\", \"add_prefix_space\""))
+  const std::string gpt2 = bpe_fixture_text("gpt2_style"), llama = bpe_fixture_text("llama3_style");
+  CHECK(bpe_load_error(dir, gpt2.substr(0, gpt2.size() / 2)).find("not a tokenizer.json") != std::string::npos);
+  CHECK(bpe_load_error(dir, "").find("not a tokenizer.json") != std::string::npos);
+  CHECK(bpe_load_error(dir, bpe_replaced(gpt2, "\"type\": \"ByteLevel\", \"add_prefix_space\"",
+                                         "\"type\": \"Whitespace\", \"add_prefix_space\""))
             .find("\"Whitespace\" is not supported") != std::string::npos);
-  CHECK(load_error(dir, replaced(llama, "\"normalizer\": {\"type\": \"NFC\"}", "\"normalizer\": {\"type\": \"NFKC\"}"))
+  CHECK(bpe_load_error(
+            dir, bpe_replaced(llama, "\"normalizer\": {\"type\": \"NFC\"}", "\"normalizer\": {\"type\": \"NFKC\"}"))
             .find("\"NFKC\" is not supported") != std::string::npos);
-  CHECK(load_error(dir, replaced(gpt2, "\"type\": \"BPE\"", "\"type\": \"WordPiece\"")).find("model.type") !=
+  CHECK(bpe_load_error(dir, bpe_replaced(gpt2, "\"type\": \"BPE\"", "\"type\": \"WordPiece\"")).find("model.type") !=
         std::string::npos);
   // A merge naming a token the vocabulary lacks, in both forms.
-  CHECK(load_error(dir, replaced(gpt2, "\"merges\": [[\"", "\"merges\": [[\"\xe2\x82\xac\xe2\x82\xac\", \"a\"], [\""))
+  CHECK(bpe_load_error(
+            dir, bpe_replaced(gpt2, "\"merges\": [[\"", "\"merges\": [[\"\xe2\x82\xac\xe2\x82\xac\", \"a\"], [\""))
             .find("which model.vocab lacks") != std::string::npos);
-  CHECK(load_error(dir, replaced(llama, "\"merges\": [\"", "\"merges\": [\"zzqq ")).find("model.merges[0]") !=
+  CHECK(bpe_load_error(dir, bpe_replaced(llama, "\"merges\": [\"", "\"merges\": [\"zzqq ")).find("model.merges[0]") !=
         std::string::npos);
   // An added token past the vocabulary, or one that leaves an id without a token.
-  CHECK(load_error(dir, replaced(gpt2, "{\"id\": 0,", "{\"id\": 99999,")).find("past the vocabulary") !=
+  CHECK(bpe_load_error(dir, bpe_replaced(gpt2, "{\"id\": 0,", "{\"id\": 99999,")).find("past the vocabulary") !=
         std::string::npos);
-  CHECK(load_error(dir, replaced(gpt2, "\"!\": 1,", "\"!\": 640,")).find("id 1 has no token") != std::string::npos);
-  CHECK(load_error(dir, replaced(llama, "\"Regex\": \"", "\"Regex\": \"(")).find("does not compile") !=
+  CHECK(bpe_load_error(dir, bpe_replaced(gpt2, "\"!\": 1,", "\"!\": 640,")).find("id 1 has no token") !=
         std::string::npos);
-  CHECK(load_error(dir, replaced(gpt2, "\"dropout\": null", "\"dropout\": 0.1")).find("dropout") != std::string::npos);
+  CHECK(bpe_load_error(dir, bpe_replaced(llama, "\"Regex\": \"", "\"Regex\": \"(")).find("does not compile") !=
+        std::string::npos);
+  CHECK(bpe_load_error(dir, bpe_replaced(gpt2, "\"dropout\": null", "\"dropout\": 0.1")).find("dropout") !=
+        std::string::npos);
   CHECK_THROWS_AS(load_hf_tokenizer(dir / "missing.json"), ConfigError);
 }
 
 namespace {
 
 /// A tokenizer file as llm.c's dev/data scripts write it: 256 uint32 of header, then length-prefixed tokens.
-std::string llmc_file(uint32_t version, const std::vector<std::string>& tokens, uint32_t eot) {
+std::string llmc_tokenizer_file(uint32_t version, const std::vector<std::string>& tokens, uint32_t eot) {
   std::vector<uint32_t> header(256, 0);
   header[0] = 20240328, header[1] = version, header[2] = static_cast<uint32_t>(tokens.size()), header[3] = eot;
   std::string out(1024, '\0');
@@ -198,21 +204,21 @@ std::string llmc_file(uint32_t version, const std::vector<std::string>& tokens, 
 
 TEST_CASE("llm.c gpt2_tokenizer.bin decodes the ids of the same vocabulary", "[cpu][text]") {
   const TempDir dir;
-  const auto hf = load_hf_tokenizer(source_path(kDir + "gpt2_style.tokenizer.json"));
+  const auto hf = load_hf_tokenizer(source_path(kBpeDir + "gpt2_style.tokenizer.json"));
   std::vector<std::string> tokens;
   for (uint32_t id = 0; id < hf->vocab_size(); ++id) tokens.push_back(hf->token_bytes(id));
-  write_text(dir / "v2.bin", llmc_file(2, tokens, *hf->end_of_text()));
+  write_text(dir / "v2.bin", llmc_tokenizer_file(2, tokens, *hf->end_of_text()));
   const auto llmc = load_llmc_tokenizer(dir / "v2.bin");
   CHECK(llmc->vocab_size() == hf->vocab_size());
   CHECK(llmc->end_of_text() == hf->end_of_text());
-  for (const std::string& s : samples()) CHECK(llmc->decode(hf->encode(s)) == s);
+  for (const std::string& s : bpe_samples()) CHECK(llmc->decode(hf->encode(s)) == s);
   CHECK_THROWS_AS(llmc->encode("text"), ConfigError);
   CHECK_THROWS_AS(llmc->token_bytes(llmc->vocab_size()), DataError);
 
   // Version 1 is GPT-2's vocabulary: 50257 tokens, end-of-text 50256 whatever the header's fourth word says.
   std::vector<std::string> gpt2(50257, "x");
   gpt2[50256] = "<|endoftext|>";
-  write_text(dir / "v1.bin", llmc_file(1, gpt2, 0));
+  write_text(dir / "v1.bin", llmc_tokenizer_file(1, gpt2, 0));
   CHECK(load_llmc_tokenizer(dir / "v1.bin")->end_of_text() == 50256u);
 
   const auto refused = [&](const std::string& bytes, const std::string& what) {
@@ -225,15 +231,15 @@ TEST_CASE("llm.c gpt2_tokenizer.bin decodes the ids of the same vocabulary", "[c
       CHECK(std::string(e.what()).find(what) != std::string::npos);
     }
   };
-  const std::string good = llmc_file(2, tokens, 0);
+  const std::string good = llmc_tokenizer_file(2, tokens, 0);
   refused(good.substr(0, good.size() - 1), "cut short");
   refused(good + "x", "after the last token");
   refused(good.substr(0, 100), "header");
-  refused(llmc_file(3, tokens, 0), "version 3");
-  refused(llmc_file(1, tokens, 0), "version 1 is GPT-2's");
-  refused(llmc_file(2, tokens, static_cast<uint32_t>(tokens.size())), "end-of-text id");
+  refused(llmc_tokenizer_file(3, tokens, 0), "version 3");
+  refused(llmc_tokenizer_file(1, tokens, 0), "version 1 is GPT-2's");
+  refused(llmc_tokenizer_file(2, tokens, static_cast<uint32_t>(tokens.size())), "end-of-text id");
   std::string magic = good;
   magic[0] ^= 1;
   refused(magic, "magic");
-  refused(llmc_file(2, {"a", "", "b"}, 0), "length 0");
+  refused(llmc_tokenizer_file(2, {"a", "", "b"}, 0), "length 0");
 }

@@ -14,9 +14,9 @@
 namespace gt {
 namespace {
 
-constexpr uint32_t kMagic = 20240328;
-constexpr uint32_t kGpt2Vocab = 50257, kGpt2EndOfText = 50256;  // what version 1 implies
-constexpr uint32_t kMaxVocab = uint32_t{1} << 24;
+constexpr uint32_t kTokenizerMagic = 20240328;
+constexpr uint32_t kTokenizerGpt2Vocab = 50257, kTokenizerGpt2Eot = 50256;  // what version 1 implies
+constexpr uint32_t kTokenizerMaxVocab = uint32_t{1} << 24;
 
 class LlmcTokenizer final : public Tokenizer {
  public:
@@ -43,7 +43,7 @@ class LlmcTokenizer final : public Tokenizer {
   std::optional<uint32_t> m_eot;
 };
 
-uint32_t le32(const unsigned char* p) { return p[0] | p[1] << 8 | p[2] << 16 | uint32_t{p[3]} << 24; }
+uint32_t tokenizer_le32(const unsigned char* p) { return p[0] | p[1] << 8 | p[2] << 16 | uint32_t{p[3]} << 24; }
 
 }  // namespace
 
@@ -55,13 +55,14 @@ std::unique_ptr<Tokenizer> load_llmc_tokenizer(const std::string& path) {
     return ConfigError(fmt::format("{}: not an llm.c tokenizer file: {}", path, what));
   };
   if (bytes.size() < 1024) throw fail(fmt::format("{} bytes, less than its 1024-byte header", bytes.size()));
-  if (le32(bytes.data()) != kMagic) throw fail(fmt::format("magic {} (expected {})", le32(bytes.data()), kMagic));
-  const uint32_t version = le32(bytes.data() + 4), vocab = le32(bytes.data() + 8);
+  if (tokenizer_le32(bytes.data()) != kTokenizerMagic)
+    throw fail(fmt::format("magic {} (expected {})", tokenizer_le32(bytes.data()), kTokenizerMagic));
+  const uint32_t version = tokenizer_le32(bytes.data() + 4), vocab = tokenizer_le32(bytes.data() + 8);
   if (version != 1 && version != 2) throw fail(fmt::format("version {} (1 and 2 are known)", version));
-  if (vocab == 0 || vocab > kMaxVocab) throw fail(fmt::format("vocabulary size {}", vocab));
-  if (version == 1 && vocab != kGpt2Vocab)
-    throw fail(fmt::format("version 1 is GPT-2's {} tokens, but the header says {}", kGpt2Vocab, vocab));
-  const uint32_t eot = version == 1 ? kGpt2EndOfText : le32(bytes.data() + 12);
+  if (vocab == 0 || vocab > kTokenizerMaxVocab) throw fail(fmt::format("vocabulary size {}", vocab));
+  if (version == 1 && vocab != kTokenizerGpt2Vocab)
+    throw fail(fmt::format("version 1 is GPT-2's {} tokens, but the header says {}", kTokenizerGpt2Vocab, vocab));
+  const uint32_t eot = version == 1 ? kTokenizerGpt2Eot : tokenizer_le32(bytes.data() + 12);
   if (eot >= vocab) throw fail(fmt::format("end-of-text id {} is past the {} tokens", eot, vocab));
   std::vector<std::string> tokens;
   tokens.reserve(vocab);

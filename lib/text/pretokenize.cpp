@@ -8,11 +8,16 @@
 #include <fmt/format.h>
 #include <pcre2.h>
 
+#include <algorithm>
+#include <cstdint>
+
 namespace gt {
 namespace {
 
-/// Bounds on one search, so that a pattern from a file cannot backtrack for ever.
+/// Bounds on one search, so that a pattern from a file cannot backtrack for ever: at least this many steps, more for
+/// long text (Llama 3's `\s*[\r\n]+` backtracks over a whole run of spaces before `\s+(?!\S)` takes it).
 constexpr uint32_t kMatchLimit = 1'000'000;
+constexpr uint64_t kMatchStepsPerByte = 16;
 constexpr uint32_t kDepthLimit = 100'000;
 
 /// Per-thread search state: match data and the JIT's stack are not shareable between threads.
@@ -25,7 +30,6 @@ struct MatchState {
     context = pcre2_match_context_create(nullptr);
     stack = pcre2_jit_stack_create(32 * 1024, 4 * 1024 * 1024, nullptr);
     if (!data || !context || !stack) throw Error("pre-tokenizer: out of memory for PCRE2's match state");
-    pcre2_set_match_limit(context, kMatchLimit);
     pcre2_set_depth_limit(context, kDepthLimit);
     pcre2_jit_stack_assign(context, nullptr, stack);
   }
@@ -78,6 +82,8 @@ void Pattern::find_all(std::string_view text, std::vector<std::pair<size_t, size
   MatchState& state = match_state();
   auto* code = static_cast<pcre2_code*>(m_code);
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+  const uint64_t limit = std::max<uint64_t>(kMatchLimit, kMatchStepsPerByte * text.size());
+  pcre2_set_match_limit(state.context, static_cast<uint32_t>(std::min<uint64_t>(limit, UINT32_MAX)));
   size_t at = 0;
   while (at < text.size()) {
     const int rc = pcre2_match(code, subject, text.size(), at, 0, state.data, state.context);
