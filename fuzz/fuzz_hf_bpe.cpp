@@ -3,10 +3,12 @@
 // split_two), the file and the text. Every tokenizer it accepts must encode without crashing or running away (the
 // patterns' backtracking is bounded), give ids inside its vocabulary that decode, and give the same ids again from
 // its word cache.
+#include "core/error.h"
 #include "fuzz_input.h"
 #include "text/hf_bpe.h"
 
 #include <memory>
+#include <vector>
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static gt::fuzz::ScratchFile file("tokenizer.json");
