@@ -168,6 +168,8 @@ TEST_CASE("tokenizer.json: malformed files are ConfigErrors naming the file and 
   CHECK(bpe_load_error(
             dir, bpe_replaced(llama, "\"normalizer\": {\"type\": \"NFC\"}", "\"normalizer\": {\"type\": \"NFKC\"}"))
             .find("\"NFKC\" is not supported") != std::string::npos);
+  CHECK(bpe_load_error(dir, bpe_replaced(llama, "\"pretokenizers\": [", "\"pretokenizers\": [], \"x\": ["))
+            .find("empty Sequence") != std::string::npos);
   CHECK(bpe_load_error(dir, bpe_replaced(gpt2, "\"type\": \"BPE\"", "\"type\": \"WordPiece\"")).find("model.type") !=
         std::string::npos);
   // A merge naming a token the vocabulary lacks, in both forms.

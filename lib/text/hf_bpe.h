@@ -14,7 +14,9 @@ namespace gt {
 /// the ByteLevel decoder, added and special tokens (matched before everything else, never split) and an NFC
 /// normalizer or none. Anything else (other models, normalizers or pre-tokenizers, JSON cut short, merges naming
 /// tokens the vocabulary lacks, ids past it) is a ConfigError naming the file and what is wrong. Encoding is safe
-/// from several threads at once; each thread keeps its own cache of the words it has seen.
+/// from several threads at once; each thread keeps its own cache of the words it has seen. The post-processor is not
+/// applied: encode() gives the text's own ids, as `tokenizers`' encode(text, add_special_tokens=False) does, without
+/// the beginning-of-text id Llama 3's template puts first.
 std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& path);
 
 /// The same from the text of a tokenizer.json; `name` stands for the file in messages.

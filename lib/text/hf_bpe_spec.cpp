@@ -133,6 +133,7 @@ void read_pre_tokenizer(const Reader& r, const JsonValue* p, HfBpeSpec& spec) {
   } else {
     spec.pre_tokenizer.push_back(read_step(r, *p, "pre_tokenizer"));
   }
+  if (spec.pre_tokenizer.empty()) r.fail("pre_tokenizer", "is an empty Sequence (a byte-level BPE needs ByteLevel)");
   for (size_t i = 0; i < spec.pre_tokenizer.size(); ++i) {
     const bool last = i + 1 == spec.pre_tokenizer.size();
     if ((spec.pre_tokenizer[i].kind == PreTokenizerStep::Kind::byte_level) != last)
