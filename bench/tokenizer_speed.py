@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import pathlib
+import shutil
 import statistics
 import subprocess
 import sys
@@ -82,6 +83,13 @@ def main():
     if not binary.exists():
         sys.exit(f"{binary} is missing: cmake --build build --target bench_tokenizer_speed")
     work = pathlib.Path(tempfile.mkdtemp(prefix="gt_tokspeed_"))
+    try:
+        run(work)
+    finally:
+        shutil.rmtree(work)
+
+
+def run(work):
     text = fortunes_text()
     (work / "text.txt").write_text(text)
     docs = documents(text)
