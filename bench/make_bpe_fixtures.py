@@ -65,6 +65,7 @@ SAMPLES = MIXED + [
     "mixed: naïve café 😀 int x = 42; // ok?!",
     "Ǆǅǆ ǰ ſ ß ﬁ K Å",
     "The\u200bzero\u200cwidth\u200djoiners\ufeffbom",
+    "a\u180eb c \u180e\u180e d\u0085e\u000bf",  # U+180E is not White_Space (PCRE2's \s has it)
 ]
 
 

@@ -57,6 +57,58 @@ size_t char_length(std::string_view s, size_t i) {
   return n;
 }
 
+/// Unicode's White_Space, which `\s` means in the Rust regex engines of `tokenizers` and tiktoken; PCRE2's `\s`
+/// adds U+180E (\h keeps the Mongolian vowel separator, which Unicode 6.3 took out of White_Space).
+constexpr const char* kWhiteSpace =
+    R"(\t-\r\x{20}\x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}\x{205f}\x{3000})";
+
+/// `pattern` with `\s` and `\S` spelled as White_Space (inside a character class `\s` becomes the ranges; `\S`
+/// there, which a class cannot spell, stays as it is). Escapes, \Q…\E and POSIX classes are stepped over.
+std::string white_space_as_unicode(const std::string& pattern) {
+  std::string out;
+  bool in_class = false;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const char c = pattern[i];
+    if (c == '\\' && i + 1 < pattern.size()) {
+      const char e = pattern[i + 1];
+      if (e == 'Q') {  // a literal run up to \E, copied as it is
+        const size_t end = pattern.find("\\E", i + 2);
+        const size_t stop = end == std::string::npos ? pattern.size() : end + 2;
+        out.append(pattern, i, stop - i);
+        i = stop - 1;
+        continue;
+      }
+      if (e == 's')
+        out += in_class ? std::string(kWhiteSpace) : std::string("[") + kWhiteSpace + "]";
+      else if (e == 'S' && !in_class)
+        out += std::string("[^") + kWhiteSpace + "]";
+      else
+        out.append(pattern, i, 2);
+      ++i;
+      continue;
+    }
+    if (!in_class && c == '[') {
+      in_class = true;
+      out += c;
+      // A ']' first in the class (after any '^') is a literal.
+      if (i + 1 < pattern.size() && pattern[i + 1] == '^') out += pattern[++i];
+      if (i + 1 < pattern.size() && pattern[i + 1] == ']') out += pattern[++i];
+      continue;
+    }
+    if (in_class && c == '[' && i + 1 < pattern.size() && pattern[i + 1] == ':') {  // [:alpha:]
+      const size_t end = pattern.find(":]", i + 2);
+      if (end != std::string::npos) {
+        out.append(pattern, i, end + 2 - i);
+        i = end + 1;
+        continue;
+      }
+    }
+    if (in_class && c == ']') in_class = false;
+    out += c;
+  }
+  return out;
+}
+
 }  // namespace
 
 Pattern::Pattern(const std::string& pattern, bool literal, const std::string& where) {
@@ -64,8 +116,9 @@ Pattern::Pattern(const std::string& pattern, bool literal, const std::string& wh
   PCRE2_SIZE offset = 0;
   // PCRE2 takes no UCP with LITERAL (a literal has no classes for it to change).
   const uint32_t options = PCRE2_UTF | PCRE2_MATCH_INVALID_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
+  const std::string spelled = literal ? pattern : white_space_as_unicode(pattern);
   pcre2_code* code =
-      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &error, &offset, nullptr);
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(spelled.data()), spelled.size(), options, &error, &offset, nullptr);
   if (!code) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error, message, sizeof message);
