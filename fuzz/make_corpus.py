@@ -188,6 +188,42 @@ put("fuzz_image", "png_grey_alpha_crop", bytes([7]) + png(9, 9, 4, 8, [bytes((r 
 put("fuzz_image", "png_16bit", bytes([1]) + png(2, 2, 2, 16, [bytes(range(12)), bytes(range(12, 24))]))
 put("fuzz_image", "png_palette", bytes([1]) + png(3, 2, 3, 8, [bytes([0, 1, 2]), bytes([2, 1, 0])],
                                                   [(b"PLTE", bytes([255, 0, 0, 0, 255, 0, 0, 0, 255]))]))
+# Byte-level BPE tokenizer.json files, then the text to encode: the test fixtures and two tiny ones (GPT-2's byte
+# alphabet and a few merges) with every pre-tokenizer, behavior and added-token option.
+def byte_alphabet():
+    keep = [b for b in range(256) if 0x21 <= b <= 0x7e or 0xa1 <= b <= 0xac or b >= 0xae]
+    other = [b for b in range(256) if b not in keep]
+    return {b: chr(b) if b in keep else chr(256 + other.index(b)) for b in range(256)}
+
+
+def tiny_bpe(pre_tokenizer, normalizer=None, added=(), merges_as_pairs=False):
+    vocab = {c: i for i, c in enumerate(byte_alphabet().values())}
+    merges = [("t", "h"), ("th", "e"), ("\u0120", "th"), ("e", "r"), ("1", "2")]
+    for a, b in merges:
+        vocab.setdefault(a + b, len(vocab))
+    tokens = [{"id": len(vocab) + i, "content": c, "single_word": bool(sw), "lstrip": bool(ls), "rstrip": bool(rs),
+               "normalized": bool(n), "special": bool(sp)} for i, (c, sw, ls, rs, n, sp) in enumerate(added)]
+    return json.dumps({"version": "1.0", "added_tokens": tokens, "normalizer": normalizer,
+                       "pre_tokenizer": pre_tokenizer, "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+                       "model": {"type": "BPE", "vocab": vocab, "ignore_merges": not merges_as_pairs,
+                                 "merges": [list(m) if merges_as_pairs else " ".join(m) for m in merges]}})
+
+
+text = "the other 12 ther<|x|>  <mask> 😀 e\u0301\n\n".encode()
+byte_level = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True}
+put("fuzz_hf_bpe", "tiny_byte_level", two(tiny_bpe(byte_level, added=[("<|x|>", 0, 0, 0, 0, 1)], merges_as_pairs=True)
+                                          .encode(), text))
+put("fuzz_hf_bpe", "tiny_split", two(tiny_bpe(
+    {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": "\\p{N}{1,3}|\\s+"}, "behavior": "MergedWithNext", "invert": False},
+        {"type": "Split", "pattern": {"String": "e"}, "behavior": "Contiguous", "invert": True},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]},
+    normalizer={"type": "NFC"},
+    added=[("<|x|>", 0, 1, 1, 0, 1), ("<mask>", 1, 0, 0, 1, 0)]).encode(), text))
+for name in ("gpt2_style", "llama3_style"):
+    fixture = (root.parent / "tests" / "reference" / "bpe" / f"{name}.tokenizer.json").read_bytes()
+    put("fuzz_hf_bpe", name, two(fixture, "Hello<|endoftext|> world, it's 2026!\n\tcafé 😀".encode()))
+
 try:
     import io
     from PIL import Image

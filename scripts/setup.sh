@@ -12,6 +12,7 @@ packages=(
   libopenblas-dev zlib1g-dev
   libpng-dev libjpeg-dev  # data.format: images decodes PNG (libpng) and JPEG (libjpeg-turbo) folders
   nlohmann-json3-dev  # lib/core/json_read.cpp
+  libpcre2-dev libutf8proc-dev  # lib/text/: tokenizer.json's pre-tokenizer patterns (PCRE2) and NFC (utf8proc)
   libopenmpi-dev openmpi-bin
   dataset-fashion-mnist
   fortunes  # English text for configs/gpt_bytes.yaml (/usr/share/games/fortunes)
