@@ -12,6 +12,8 @@ packages=(
   libopenblas-dev zlib1g-dev
   libpng-dev libjpeg-dev  # data.format: images decodes PNG (libpng) and JPEG (libjpeg-turbo) folders
   nlohmann-json3-dev  # lib/core/json_read.cpp
+  libsentencepiece-dev  # lib/text/sentencepiece.cpp: subword vocabularies (gputrain tokenize --vocab-size)
+  python3-sentencepiece  # tests/test_tokenizers.cpp compares ids with Debian's Python binding
   libopenmpi-dev openmpi-bin
   dataset-fashion-mnist
   fortunes  # English text for configs/gpt_bytes.yaml (/usr/share/games/fortunes)
