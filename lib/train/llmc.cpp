@@ -53,7 +53,8 @@ LlmcImport import_llmc(const std::string& bin, const std::string& out_dir, bool 
   } catch (const ConfigError& e) {
     throw DataError(fmt::format("{}: a GPT of these sizes is more than gputrain takes: {}", bin, e.what()));
   }
-  // Token shards hold uint16 ids: a larger vocabulary could not be trained or evaluated here (check refuses it).
+  // Ids travel to the embedding as floats, exact to 2^24: a larger vocabulary could not be trained here (check refuses
+  // it).
   if (h.vocab_size > limits::kTokenVocab.max)
     throw ConfigError(fmt::format("{}: a vocabulary of {} tokens; gputrain takes at most {} ({})", bin, h.vocab_size,
                                   limits::kTokenVocab.max, limits::kTokenVocab.what));
