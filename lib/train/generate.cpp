@@ -210,6 +210,7 @@ class TextOut {
     if (!m_stop.empty())
       if (const size_t at = m_held.find(m_stop); at != std::string::npos) {
         emit(at);
+        m_held.clear();  // the stop string and what came with it are not printed
         return false;
       }
     size_t n = m_held.size() - std::min(m_held.size(), m_stop.empty() ? 0 : m_stop.size() - 1);

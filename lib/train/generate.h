@@ -16,8 +16,8 @@ namespace gt {
 struct SamplingConfig {
   double temperature = 1.0;  ///< 0: greedy (argmax); else logits are divided by it before the softmax
   int64_t top_k = 0;         ///< draw among the k most likely tokens only; 0 (or ≥ V): among all
-  double top_p = 1.0;        ///< then among the most likely tokens whose probabilities sum to p at least (nucleus)
   uint64_t seed = 0;         ///< the draws' stream: a fixed seed gives the same tokens
+  double top_p = 1.0;        ///< then among the most likely tokens whose probabilities sum to p at least (nucleus)
 };
 
 /// The next token from one row of logits [V]: at temperature 0 the argmax (the lowest index among equal maxima),
