@@ -176,7 +176,7 @@ TEST_CASE("tokenize --vocab-size trains a SentencePiece model whose ids are pyth
   }
 }
 
-TEST_CASE("subword shards are the same at 1 and 2 threads; --doc-sep starts documents", "[tokens]") {
+TEST_CASE("subword shards are the same at 1 and 2 threads, and --doc-sep starts documents", "[tokens]") {
   TempDir dir;
   std::string text;
   for (int i = 0; i < 200; ++i) text += corpus_doc(i) + "%\n";

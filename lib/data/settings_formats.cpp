@@ -343,15 +343,13 @@ void parse_tokenizer(const ConfigNode& d, DataConfig& out) {
     where = d[!out.train_tokens.empty() ? "train" : "test"]["path"];
   }
   if (out.tokenizer.empty() || !out.check_files) return;
-  std::unique_ptr<Tokenizer> tok;
+  // An explicit data.vocab_size below the tokenizer's is a promise that the ids stay below it: every token is
+  // checked against it when the shards load.
   try {
-    tok = load_tokenizer(out.tokenizer);
+    load_tokenizer(out.tokenizer);
   } catch (const ConfigError& e) {
     where.fail(given.defined() ? e.what() : fmt::format("the tokenizer beside the shards: {}", e.what()));
   }
-  if (out.vocab_size > 0 && out.vocab_size < static_cast<int64_t>(tok->vocab_size()))
-    d["vocab_size"].fail(fmt::format("{} is smaller than the vocabulary of the tokenizer {} ({} tokens)",
-                                     out.vocab_size, out.tokenizer, tok->vocab_size()));
 }
 
 void parse_tokens(const ConfigNode& d, DataConfig& out) {

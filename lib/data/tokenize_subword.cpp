@@ -27,7 +27,9 @@ constexpr size_t kBatchBytes = size_t{32} << 20;  // pieces encoded together (on
 
 // The first position at or after `from` where a piece may start: a lone space (a non-space before it and after
 // it). Pieces of the models trained here never span one (split_by_whitespace; runs of spaces are pieces of their
-// own), so a document encodes to the same ids whole or cut there. npos when there is none (yet) in `text`.
+// own), so a BPE model encodes a document to the same ids whole or cut there (a unigram model's Viterbi search may
+// break a tie between equally likely segmentations otherwise, its sums of scores being rounded differently). npos when
+// there is none (yet) in `text`.
 size_t next_cut(std::string_view text, size_t from) {
   for (size_t i = std::max<size_t>(from, 1); i + 1 < text.size(); ++i)
     if (text[i] == ' ' && text[i - 1] != ' ' && text[i + 1] != ' ') return i;

@@ -138,10 +138,11 @@ TokenizeResult tokenize_bytes(const std::vector<std::string>& inputs, const std:
 /// `gputrain tokenize --vocab-size N` or `--tokenizer PATH.model`: subword tokens of a SentencePiece model, trained
 /// here on a sample of the inputs or given. Documents (each input file, or each piece of one between --doc-sep
 /// strings, which are dropped) are encoded each after the model's end-of-text id (</s>); a document is cut into
-/// pieces of about 64 KiB before a lone space (where no piece of the models trained here spans) and the pieces are
-/// encoded on every thread, so the shards are the same for any thread count. The validation part starts at the first
-/// cut after the last `val_fraction` of the input bytes begins. Ids go to uint16 shards, or uint32 ones (magic
-/// 20240801) for vocabularies over 65,536; out_dir/tokenizer.model is the model.
+/// pieces of about 64 KiB before a lone space (where no piece of the models trained here spans: a BPE model's ids
+/// are those of the whole document, a unigram model may break a tie between equally likely segmentations otherwise)
+/// and the pieces are encoded on every thread, so the shards are the same for any thread count. The validation part
+/// starts at the first cut after the last `val_fraction` of the input bytes begins. Ids go to uint16 shards, or uint32
+/// ones (magic 20240801) for vocabularies over 65,536; out_dir/tokenizer.model is the model.
 struct SubwordOptions {
   int64_t vocab_size = 0;     ///< train a vocabulary of this many pieces (0: none, `tokenizer` is given)
   std::string tokenizer;      ///< a SentencePiece .model to encode with

@@ -261,13 +261,7 @@ GenerateSummary generate_text(const Experiment& exp, const GenerateOptions& opts
   GenerateSummary r;
   r.tokenizer = tokenizer_file(exp, opts, opts.checkpoint.empty() ? weights : opts.checkpoint);
   std::unique_ptr<Tokenizer> tok;
-  if (!r.tokenizer.empty()) {
-    tok = load_tokenizer(r.tokenizer);
-    if (static_cast<int64_t>(tok->vocab_size()) > model.output_shape()[1])
-      throw ConfigError(fmt::format("{}: a vocabulary of {} tokens, larger than the model's {} (its output {})",
-                                    r.tokenizer, tok->vocab_size(), model.output_shape()[1],
-                                    model.output_shape().str()));
-  }
+  if (!r.tokenizer.empty()) tok = load_tokenizer(r.tokenizer);
   load_finite_weights(model, weights);
   model.allocate(1);
 
@@ -302,7 +296,10 @@ GenerateSummary generate_text(const Experiment& exp, const GenerateOptions& opts
       r.stopped = "end-of-text";
       break;
     }
-    const std::string piece = tok       ? tok->token_bytes(static_cast<uint32_t>(id))
+    // A model's padded rows past the tokenizer's vocabulary (GPT-2's 50304 of 50257) stand for no text.
+    const bool known = tok && id < static_cast<int64_t>(tok->vocab_size());
+    const std::string piece = known     ? tok->token_bytes(static_cast<uint32_t>(id))
+                              : tok     ? std::string()
                               : r.bytes ? std::string(1, static_cast<char>(id))
                                         : fmt::format(" {}", id);
     if (!text.add(piece)) {
