@@ -13,6 +13,8 @@ packages=(
   libpng-dev libjpeg-dev  # data.format: images decodes PNG (libpng) and JPEG (libjpeg-turbo) folders
   nlohmann-json3-dev  # lib/core/json_read.cpp
   libpcre2-dev libutf8proc-dev  # lib/text/: tokenizer.json's pre-tokenizer patterns (PCRE2) and NFC (utf8proc)
+  libsentencepiece-dev  # lib/text/sentencepiece.cpp: subword vocabularies (gputrain tokenize --vocab-size)
+  python3-sentencepiece  # tests/test_tokenizers.cpp compares ids with Debian's Python binding
   libopenmpi-dev openmpi-bin
   dataset-fashion-mnist
   fortunes  # English text for configs/gpt_bytes.yaml (/usr/share/games/fortunes)

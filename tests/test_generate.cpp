@@ -227,6 +227,26 @@ TEST_CASE("the sampler: argmax, top-k, temperature and the draw's frequencies", 
   }
 }
 
+TEST_CASE("the sampler's top-p keeps the most likely tokens until their share reaches p", "[cpu][generate]") {
+  Rng rng(2, 1);
+  // Probabilities 0.5, 0.3, 0.15, 0.05 (listed out of order): p = 0.45 keeps the first alone, p = 0.7 the first two,
+  // and among those two the draw goes 5 : 3.
+  const std::vector<double> logits = {std::log(0.15), std::log(0.5), std::log(0.05), std::log(0.3)};
+  int first = 0;
+  const int n = 8000;
+  for (int k = 0; k < n; ++k) {
+    CHECK(sample_token(logits, {1.0, 0, 0, 0.45}, rng) == 1);
+    const int64_t t = sample_token(logits, {1.0, 0, 0, 0.7}, rng);
+    CHECK((t == 1 || t == 3));
+    first += t == 1;
+  }
+  CHECK(static_cast<double>(first) / n == Approx(0.625).margin(0.02));
+  // p = 1 leaves every token in: the least likely is drawn too.
+  bool least = false;
+  for (int k = 0; k < 2000 && !least; ++k) least = sample_token(logits, {1.0, 0, 0, 1.0}, rng) == 2;
+  CHECK(least);
+}
+
 TEST_CASE("gputrain generate prints bytes for a byte model, seeded, and greedy as the model says", "[e2e][generate]") {
   TempDir dir;
   const int64_t t = 16;

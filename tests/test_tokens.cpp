@@ -260,7 +260,7 @@ TEST_CASE("gputrain tokenize writes byte shards that read back as the input, spl
   std::vector<uint16_t> first;
   for (size_t i = 0; i < 300; ++i) first.push_back(static_cast<uint8_t>(all[i]));
   CHECK(read_bytes(dir / "out/train_000000.bin") == llmc_shard(first));
-  const std::string tok = read_text(dir / "out/tokenizer.json");
+  const std::string tok = read_text(dir / "out/gputrain_tokenizer.json");
   CHECK(json_string(tok, "type") == "bytes");
   CHECK(json_number(tok, "vocab_size") == 256);
   for (const auto& e : fs::directory_iterator(dir / "out")) CHECK(e.path().extension() != ".tmp");

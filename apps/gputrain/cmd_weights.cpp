@@ -84,12 +84,14 @@ int generate(GenerateArgs& a) {
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
   });
-  if (r.bytes && isatty(fileno(stdout))) std::fputc('\n', stdout);  // a terminal's prompt on a line of its own
+  if (r.text && isatty(fileno(stdout))) std::fputc('\n', stdout);  // a terminal's prompt on a line of its own
   std::fflush(stdout);
-  fmt::print(stderr, "generated {} tokens after a prompt of {} in {:.2f} s ({:.1f} tokens/s); window {} positions{}\n",
-             r.new_tokens, r.prompt_tokens, r.seconds,
-             r.seconds > 0 ? static_cast<double>(r.new_tokens) / r.seconds : 0.0, r.window,
-             r.slides ? fmt::format(", slid {} times", r.slides) : std::string());
+  fmt::print(
+      stderr, "generated {} tokens after a prompt of {} in {:.2f} s ({:.1f} tokens/s); window {} positions{}{}{}\n",
+      r.new_tokens, r.prompt_tokens, r.seconds, r.seconds > 0 ? static_cast<double>(r.new_tokens) / r.seconds : 0.0,
+      r.window, r.slides ? fmt::format(", slid {} times", r.slides) : std::string(),
+      r.tokenizer.empty() ? std::string() : fmt::format("; tokenizer {}", r.tokenizer),
+      r.stopped.empty() ? std::string() : fmt::format("; stopped at {}", r.stopped));
   return 0;
 }
 
@@ -173,19 +175,29 @@ void add_eval_generate(CLI::App& app, Commands& commands) {
            args->gen.prompt = p;
            args->gen.has_prompt = true;
          },
-         "the start: text (UTF-8 bytes) for a byte model (256 classes), else token ids separated by commas or "
-         "spaces (default: a newline; <|endoftext|> 50256 for GPT-2 vocabularies, else token 0)")
+         "the start: text, encoded with the tokenizer (after its end-of-text id) or as bytes for a byte model; "
+         "without a tokenizer token ids separated by commas or spaces (default: the end-of-text id alone; a "
+         "newline for bytes; <|endoftext|> 50256 for GPT-2 vocabularies, else token 0)")
       ->type_name("TEXT");
   gen->add_option("--tokens", g->gen.tokens, "new tokens to sample (default 256)")->check(CLI::Range(0, 1000000000));
   gen->add_option("--temperature", g->gen.sampling.temperature, "softmax temperature; 0 = greedy argmax (default 1)")
       ->check(CLI::Range(0.0, 1000.0));
   gen->add_option("--top-k", g->gen.sampling.top_k, "sample among the K most likely tokens only (default 0: all)")
       ->check(CLI::Range(0, 1000000000));
+  gen->add_option("--top-p", g->gen.sampling.top_p,
+                  "sample among the most likely tokens whose probabilities reach P in sum (default 1: all)")
+      ->check(CLI::Range(0.0, 1.0));
+  gen->add_option("--stop", g->gen.stop, "stop where the new text contains STRING (not printed)")->type_name("STRING");
+  gen->add_flag("!--ignore-eot", g->gen.stop_at_end,
+                "go on past the end-of-text id (printed as its text) up to --tokens; by default it stops there");
+  gen->add_option("--tokenizer", g->gen.tokenizer,
+                  "the tokenizer file (default: data.tokenizer, else the run's copy, else the one beside the shards)");
   gen->add_option("--seed", g->seed, "the draws' seed (default: the config's seed)")->type_name("N");
   gen->add_option("--device", g->device, "auto | cpu | cuda | cuda:N (overrides device:)");
   gen->add_option("--threads", g->gen.threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 4096));
   gen->footer(
-      "Prints the prompt, then each token as it is drawn: raw bytes for a byte model, ids otherwise. The context is "
+      "Prints the prompt, then each token as it is drawn: text with a tokenizer (a UTF-8 character split over "
+      "tokens waits for its last byte) or for a byte model, ids otherwise. The context is "
       "the model's T positions (its input [T]): past T the window slides, keeping the newest T/2 tokens. A line with "
       "the rate goes to stderr. " +
       std::string(kExitCodes));

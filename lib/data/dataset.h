@@ -4,6 +4,7 @@
 #include "config/config.h"
 #include "core/tensor.h"
 #include "data/tokens.h"
+#include "text/tokenizer.h"
 
 #include <algorithm>
 #include <memory>
@@ -39,6 +40,10 @@ struct Dataset {
   std::string source;         ///< where it came from, for logs
   std::string labels_source;  ///< the file the class labels came from ("" when made, not read), for messages
   std::shared_ptr<const TokenWindows> tokens;
+  /// Token data: the tokenizer of its ids (data.tokenizer, or the one beside the shards), when there is one; eval's
+  /// bits per byte count the bytes of its tokens, and generate prints text with it.
+  std::shared_ptr<const Tokenizer> tokenizer;
+  std::string tokenizer_path;
   /// Inputs read from a mapped NPY file as the loader needs them. `inputs` then views the mapped values when they
   /// need no conversion (float32, scale 1, the data 64-byte aligned in the file), and is empty otherwise.
   std::shared_ptr<const MappedInputs> mapped;
@@ -57,6 +62,8 @@ struct Dataset {
   DType target_dtype() const { return tokens ? DType::i32 : targets.dtype(); }
   /// Byte tokens (a vocabulary of 256): evaluations report bits per byte besides the loss.
   bool byte_tokens() const { return tokens && tokens->vocab_size() == 256; }
+  /// Token data whose tokens' bytes are known: a tokenizer, or bytes; evaluations then report bits per byte.
+  bool bytes_known() const { return tokens && (tokenizer || (byte_tokens() && tokenizer_path.empty())); }
 };
 
 /// Refuses a value that is NaN or infinite (after scaling by `scale`, which the message names when it is not 1) with

@@ -18,14 +18,14 @@ namespace {
 DataStats inspect_tokens(const TokenWindows& w, const std::string& glob, DataStats s) {
   s.tokens = true;
   s.vocab_size = w.vocab_size();
-  std::vector<int64_t> seen(static_cast<size_t>(limits::kTokenVocab.max), 0);
-  std::vector<uint16_t> chunk(size_t{1} << 20);
+  std::vector<int64_t> seen(static_cast<size_t>(w.vocab_size()), 0);  // every token is below it (TokenWindows checks)
+  std::vector<uint32_t> chunk(size_t{1} << 20);
   for (const std::string& path : glob_files(glob)) {
     const TokenShard shard(path);
     for (int64_t i = 0; i < shard.size(); i += static_cast<int64_t>(chunk.size())) {
       const int64_t n = std::min(static_cast<int64_t>(chunk.size()), shard.size() - i);
       shard.read(i, n, chunk.data());
-      for (int64_t k = 0; k < n; ++k) ++seen[chunk[static_cast<size_t>(k)]];
+      for (int64_t k = 0; k < n; ++k) ++seen.at(chunk[static_cast<size_t>(k)]);
     }
     s.token_count += shard.size();
   }

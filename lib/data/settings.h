@@ -35,6 +35,8 @@ struct DataConfig {
   std::string train_tokens, test_tokens;  ///< tokens: globs of llm.c shards
   int64_t block_size = 0;                 ///< tokens: T, the positions of one window's input
   int64_t vocab_size = 0;                 ///< tokens: 0 = the default (data/tokens.h)
+  std::string tokenizer;                  ///< tokens: the tokenizer file (data.tokenizer, or found beside the shards)
+  bool tokenizer_given = false;           ///< tokens: data.tokenizer was in the config (else found, or none)
   std::string train_dir, test_dir;        ///< images: DIR/<class>/<file>.png|.jpg|.jpeg
   ImageSpec image;                        ///< images: data.image
   bool bad_file_error = false;            ///< images: data.on_bad_file: error

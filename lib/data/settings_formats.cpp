@@ -5,6 +5,7 @@
 #include "config/schema.h"
 #include "data/batch_stager.h"
 #include "data/images.h"
+#include "text/load.h"
 
 #include <unistd.h>
 
@@ -326,6 +327,31 @@ void load_synthetic(const DataConfig& c, uint64_t seed, Dataset& train, Dataset&
 }
 
 // tokens: llm.c shards named by globs; the pattern is kept (what the resolved config writes) and must match a file.
+// data.tokenizer, or the tokenizer file beside the shards (the folder of the training shards, else the test
+// shards'): read whole, so that a bad file is a config error naming the key (or the path it was found beside).
+void parse_tokenizer(const ConfigNode& d, DataConfig& out) {
+  const ConfigNode given = d["tokenizer"];
+  ConfigNode where = given;
+  if (given.defined()) {
+    out.tokenizer = existing_file(given, out.check_files);
+    out.tokenizer_given = true;
+  } else {
+    const std::string pattern = !out.train_tokens.empty() ? out.train_tokens : out.test_tokens;
+    const std::vector<std::string> files = out.check_files ? glob_files(pattern) : std::vector<std::string>{};
+    const std::string dir = std::filesystem::path(files.empty() ? pattern : files.front()).parent_path().string();
+    out.tokenizer = tokenizer_file_in(dir.empty() ? "." : dir);
+    where = d[!out.train_tokens.empty() ? "train" : "test"]["path"];
+  }
+  if (out.tokenizer.empty() || !out.check_files) return;
+  // An explicit data.vocab_size below the tokenizer's is a promise that the ids stay below it: every token is
+  // checked against it when the shards load.
+  try {
+    load_tokenizer(out.tokenizer);
+  } catch (const ConfigError& e) {
+    where.fail(given.defined() ? e.what() : fmt::format("the tokenizer beside the shards: {}", e.what()));
+  }
+}
+
 void parse_tokens(const ConfigNode& d, DataConfig& out) {
   if (!d.has("test")) d.require("train");  // test shards alone serve eval (an imported model), not training
   d.require("block_size");
@@ -343,8 +369,9 @@ void parse_tokens(const ConfigNode& d, DataConfig& out) {
   });
   const std::vector<KeySpec>& keys = data_format(DataFormat::tokens).keys;
   out.block_size = read_size(d["block_size"], key_spec(keys, "block_size"));
-  const ConfigNode vocab = d["vocab_size"];  // null: from the data
+  const ConfigNode vocab = d["vocab_size"];  // null: from the tokenizer, else from the data
   out.vocab_size = vocab.defined() ? read_size(vocab, key_spec(keys, "vocab_size")) : 0;
+  parse_tokenizer(d, out);
 }
 
 void write_tokens(const DataConfig& c, YAML::Node& d) {
@@ -355,12 +382,19 @@ void write_tokens(const DataConfig& c, YAML::Node& d) {
     d["vocab_size"] = c.vocab_size;
   else
     d["vocab_size"] = YAML::Node();  // null: from the data (256 for bytes, else GPT-2's 50257)
+  if (c.tokenizer_given) d["tokenizer"] = c.tokenizer;
 }
 
-Dataset token_dataset(const std::string& pattern, int64_t block_size, int64_t vocab_size) {
+Dataset token_dataset(const std::string& pattern, int64_t block_size, int64_t vocab_size,
+                      const std::string& tokenizer) {
   const std::vector<std::string> files = glob_files(pattern);
   if (files.empty()) throw DataError(fmt::format("{}: no file matches", pattern));
   Dataset ds;
+  if (!tokenizer.empty()) {
+    ds.tokenizer = load_tokenizer(tokenizer);
+    ds.tokenizer_path = tokenizer;
+    if (vocab_size == 0) vocab_size = ds.tokenizer->vocab_size();  // the tokenizer's, not a guess from the ids
+  }
   ds.tokens = std::make_shared<const TokenWindows>(files, block_size, vocab_size);
   ds.num_classes = ds.tokens->vocab_size();
   ds.source = ds.tokens->describe();
@@ -369,13 +403,14 @@ Dataset token_dataset(const std::string& pattern, int64_t block_size, int64_t vo
 
 void load_tokens(const DataConfig& c, uint64_t, Dataset& train, Dataset& test) {
   if (c.train_tokens.empty()) {  // test shards only: they give the shapes too; training refuses such a config
-    test = token_dataset(c.test_tokens, c.block_size, c.vocab_size);
+    test = token_dataset(c.test_tokens, c.block_size, c.vocab_size, c.tokenizer);
     train = test;
     return;
   }
-  train = token_dataset(c.train_tokens, c.block_size, c.vocab_size);
+  train = token_dataset(c.train_tokens, c.block_size, c.vocab_size, c.tokenizer);
   // The test shards are held to the training data's vocabulary, so both agree with the model's output.
-  if (!c.test_tokens.empty()) test = token_dataset(c.test_tokens, c.block_size, train.tokens->vocab_size());
+  if (!c.test_tokens.empty())
+    test = token_dataset(c.test_tokens, c.block_size, train.tokens->vocab_size(), c.tokenizer);
 }
 
 }  // namespace
@@ -435,7 +470,12 @@ std::vector<DataFormatSpec> data_rows::tensor_format_rows() {
                       .min = 2,
                       .limit = &limits::kTokenVocab,
                       .fallback = "null",
-                      .doc = "every token is below it; null: 256 for byte data, else GPT-2's 50257"}}}),
+                      .doc = "every token is below it; null: the tokenizer's vocabulary, else 256 for byte data, "
+                             "else GPT-2's 50257"},
+                     {.name = "tokenizer",
+                      .kind = KeyKind::string,
+                      .doc = "the tokenizer of the ids (a SentencePiece .model or gputrain_tokenizer.json); default: "
+                             "the one gputrain tokenize wrote beside the shards, if any"}}}),
        parse_tokens, write_tokens, load_tokens, R"("anyOf": [{"required": ["train"]}, {"required": ["test"]}])"},
   };
 }

@@ -9,6 +9,7 @@
 #include "core/limits.h"
 #include "core/ownership.h"
 #include "core/parallel.h"
+#include "text/byte_tokenizer.h"
 
 #include <fcntl.h>
 #include <glob.h>
@@ -50,7 +51,7 @@ std::array<int64_t, 2> first_tokens_at_or_above(const TokenShard& shard, std::ar
     }
   };
   parallel_for((n + kScanChunk - 1) / kScanChunk, 1, [&](int64_t cb, int64_t ce) {
-    std::vector<uint16_t> buf(static_cast<size_t>(kScanChunk));
+    std::vector<uint32_t> buf(static_cast<size_t>(kScanChunk));
     for (int64_t c = cb; c < ce; ++c) {
       const int64_t begin = c * kScanChunk, count = std::min(kScanChunk, n - begin);
       if (begin >= first[0].load(std::memory_order_relaxed) && begin >= first[1].load(std::memory_order_relaxed))
@@ -71,23 +72,28 @@ std::array<int64_t, 2> first_tokens_at_or_above(const TokenShard& shard, std::ar
 
 }  // namespace
 
-int64_t check_token_shard(const uint8_t* data, size_t size, const std::string& path) {
+int64_t check_token_shard(const uint8_t* data, size_t size, const std::string& path, int* width) {
   if (size < kTokenShardHeaderBytes)
     throw DataError(fmt::format("{}: {} bytes: not an llm.c token shard (expected a header of {} bytes, 256 int32s)",
                                 path, size, kTokenShardHeaderBytes));
   const int32_t magic = header_word(data, 0), version = header_word(data, 1), count = header_word(data, 2);
-  if (magic != kTokenShardMagic)
-    throw DataError(fmt::format("{}: not an llm.c token shard: magic {}, expected {}{}", path, magic, kTokenShardMagic,
+  if (magic != kTokenShardMagic && magic != kTokenShardMagic32)
+    throw DataError(fmt::format("{}: not an llm.c token shard: magic {}, expected {} (uint16 tokens) or {} (uint32){}",
+                                path, magic, kTokenShardMagic, kTokenShardMagic32,
                                 magic == 20240326 ? " (20240326 is an llm.c model checkpoint, not data)" : ""));
-  if (version != kTokenShardVersion)
-    throw DataError(fmt::format("{}: llm.c token shard version {}, expected {} (uint16 tokens)", path, version,
-                                kTokenShardVersion));
+  const bool wide = magic == kTokenShardMagic32;
+  const int32_t want = wide ? kTokenShardVersion32 : kTokenShardVersion;
+  if (version != want)
+    throw DataError(fmt::format("{}: llm.c token shard version {}, expected {} (magic {}: {} tokens)", path, version,
+                                want, magic, wide ? "uint32" : "uint16"));
   if (count < 0) throw DataError(fmt::format("{}: the header's token count is {}, expected ≥ 0", path, count));
-  const size_t expected = kTokenShardHeaderBytes + 2 * static_cast<size_t>(count);
+  const size_t bytes = wide ? 4 : 2;
+  const size_t expected = kTokenShardHeaderBytes + bytes * static_cast<size_t>(count);
   if (size != expected)
-    throw DataError(fmt::format("{}: the file has {} bytes, expected {} (a {}-byte header and {} uint16 tokens){}",
-                                path, size, expected, kTokenShardHeaderBytes, count,
+    throw DataError(fmt::format("{}: the file has {} bytes, expected {} (a {}-byte header and {} {} tokens){}", path,
+                                size, expected, kTokenShardHeaderBytes, count, wide ? "uint32" : "uint16",
                                 size < expected ? ": truncated" : ": data after the last token"));
+  if (width) *width = static_cast<int>(bytes);
   return count;
 }
 
@@ -102,7 +108,7 @@ TokenShard::TokenShard(const std::string& path) : m_path(path) {
     uint8_t header[kTokenShardHeaderBytes] = {};
     const size_t head = std::min(m_bytes, sizeof header);
     read_bytes(0, header, head);
-    m_count = check_token_shard(header, m_bytes, path);
+    m_count = check_token_shard(header, m_bytes, path, &m_width);
   } catch (...) {
     ::close(m_fd);
     throw;
@@ -131,13 +137,22 @@ void TokenShard::read_bytes(size_t offset, void* out, size_t bytes) const {
   }
 }
 
-void TokenShard::read(int64_t first, int64_t n, uint16_t* out) const {
+void TokenShard::read(int64_t first, int64_t n, uint32_t* out) const {
   GT_CHECK(first >= 0 && n >= 0 && first + n <= m_count, "tokens [{}, {}) of {}", first, first + n, m_count);
-  read_bytes(kTokenShardHeaderBytes + 2 * static_cast<size_t>(first), out, 2 * static_cast<size_t>(n));
+  const auto w = static_cast<size_t>(m_width);
+  read_bytes(kTokenShardHeaderBytes + w * static_cast<size_t>(first), out, w * static_cast<size_t>(n));
+  if (w == 2) {  // widened in place, from the back: token i's two bytes sit at 2i, below its four at 4i
+    const auto* bytes = reinterpret_cast<const uint8_t*>(out);
+    for (int64_t i = n - 1; i >= 0; --i) {
+      uint16_t v;
+      std::memcpy(&v, bytes + 2 * i, 2);
+      out[i] = v;
+    }
+  }
 }
 
-uint16_t TokenShard::at(int64_t i) const {
-  uint16_t t;
+uint32_t TokenShard::at(int64_t i) const {
+  uint32_t t;
   read(i, 1, &t);
   return t;
 }
@@ -200,12 +215,12 @@ void TokenWindows::window(int64_t i, float* x, int32_t* y) const {
   const size_t s = static_cast<size_t>(it - m_first.begin()) - 1;
   const TokenShard& shard = *m_shards[s];
   const int64_t start = (i - m_first[s]) * m_block;
-  thread_local std::vector<uint16_t> tokens;  // (the loader's threads each read their own windows)
+  thread_local std::vector<uint32_t> tokens;  // (the loader's threads each read their own windows)
   tokens.resize(static_cast<size_t>(m_block + 1));
   shard.read(start, m_block + 1, tokens.data());
   for (int64_t t = 0; t < m_block; ++t) {
     x[t] = static_cast<float>(tokens[static_cast<size_t>(t)]);
-    y[t] = tokens[static_cast<size_t>(t + 1)];
+    y[t] = static_cast<int32_t>(tokens[static_cast<size_t>(t + 1)]);
   }
 }
 
@@ -224,32 +239,34 @@ std::vector<std::string> glob_files(const std::string& pattern) {
   return out;
 }
 
-void write_token_shard(const std::string& path, const uint16_t* tokens, size_t count) {
+namespace {
+
+void write_shard(const std::string& path, const void* tokens, size_t count, bool wide) {
   if (count > static_cast<size_t>(limits::kShardTokens.max))
     throw Error(
         fmt::format("{}: {} tokens, more than one llm.c shard holds ({})", path, count, limits::kShardTokens.max));
   int32_t header[256] = {};
-  header[0] = kTokenShardMagic;
-  header[1] = kTokenShardVersion;
+  header[0] = wide ? kTokenShardMagic32 : kTokenShardMagic;
+  header[1] = wide ? kTokenShardVersion32 : kTokenShardVersion;
   header[2] = static_cast<int32_t>(count);
   AtomicFile file(path);
   file.write(header, sizeof header);
-  file.write(tokens, 2 * count);
+  file.write(tokens, (wide ? 4 : 2) * count);
   file.commit();
 }
 
-TokenizeResult tokenize_bytes(const std::vector<std::string>& inputs, const std::string& out_dir, double val_fraction,
-                              int64_t shard_tokens, bool force) {
+}  // namespace
+
+void write_token_shard(const std::string& path, const uint16_t* tokens, size_t count) {
+  write_shard(path, tokens, count, false);
+}
+
+void write_token_shard(const std::string& path, const uint32_t* tokens, size_t count) {
+  write_shard(path, tokens, count, true);
+}
+
+int64_t check_tokenize_inputs(const std::vector<std::string>& inputs) {
   namespace fs = std::filesystem;
-  // Flags first (usage errors, exit 2), then the inputs (data errors, exit 1), then the folder: nothing is written
-  // before every check has passed.
-  if (inputs.empty()) throw ConfigError("tokenize: no input files");
-  if (out_dir.empty()) throw ConfigError("tokenize --out: an empty path");
-  if (!(val_fraction >= 0 && val_fraction < 1))
-    throw ConfigError(fmt::format("tokenize --val-fraction {}: expected a number in [0, 1)", val_fraction));
-  if (shard_tokens < 1 || shard_tokens > limits::kShardTokens.max)
-    throw ConfigError(fmt::format("tokenize --shard-tokens {}: expected a number in [1, {}] ({})", shard_tokens,
-                                  limits::kShardTokens.max, limits::kShardTokens.what));
   // Every input is opened and sized before anything is written.
   int64_t total = 0;
   for (const std::string& p : inputs) {
@@ -264,6 +281,21 @@ TokenizeResult tokenize_bytes(const std::vector<std::string>& inputs, const std:
       throw DataError(fmt::format("{}: the inputs exceed {} bytes ({})", p, limits::kTokens.max, limits::kTokens.what));
   }
   if (total == 0) throw DataError(fmt::format("{}: the input is empty: nothing to tokenize", inputs.front()));
+  return total;
+}
+
+TokenizeResult tokenize_bytes(const std::vector<std::string>& inputs, const std::string& out_dir, double val_fraction,
+                              int64_t shard_tokens, bool force) {
+  // Flags first (usage errors, exit 2), then the inputs (data errors, exit 1), then the folder: nothing is written
+  // before every check has passed.
+  if (inputs.empty()) throw ConfigError("tokenize: no input files");
+  if (out_dir.empty()) throw ConfigError("tokenize --out: an empty path");
+  if (!(val_fraction >= 0 && val_fraction < 1))
+    throw ConfigError(fmt::format("tokenize --val-fraction {}: expected a number in [0, 1)", val_fraction));
+  if (shard_tokens < 1 || shard_tokens > limits::kShardTokens.max)
+    throw ConfigError(fmt::format("tokenize --shard-tokens {}: expected a number in [1, {}] ({})", shard_tokens,
+                                  limits::kShardTokens.max, limits::kShardTokens.what));
+  const int64_t total = check_tokenize_inputs(inputs);
   const auto val = static_cast<int64_t>(std::llround(static_cast<double>(total) * val_fraction));
   const int64_t train = total - val;
   if (train == 0) throw ConfigError(fmt::format("tokenize --val-fraction {}: leaves no training tokens", val_fraction));
@@ -324,9 +356,9 @@ TokenizeResult tokenize_bytes(const std::vector<std::string>& inputs, const std:
                                .add("val_tokens", val)
                                .add("format", "llm.c token shards (magic 20240520, version 1, uint16 tokens)")
                                .str();
-  written.push_back("tokenizer.json");
+  written.push_back(kByteDescriptorName);
   write_manifest(out_dir, Owner::tokenization, written, false);
-  write_file_atomic(out_dir + "/tokenizer.json", json + "\n");
+  write_file_atomic(out_dir + "/" + kByteDescriptorName, json + "\n");
   write_manifest(out_dir, Owner::tokenization, written, true);  // only now does the folder read as a tokenization
   return r;
 }

@@ -28,6 +28,34 @@ void check_tta(const Experiment& exp, const Shape& sample) {
         fmt::format("test-time flips work on [channels, height, width] images; the samples are {}", sample.str()));
 }
 
+std::optional<double> bits_per_byte(const Dataset& test, const Experiment& exp, double loss) {
+  if (!test.bytes_known()) return std::nullopt;
+  if (!test.tokenizer) return loss / std::log(2.0);  // a byte is a token
+  const int64_t t = test.tokens->block_size();
+  int64_t windows = test.size();
+  if (exp.train.eval_tokens > 0) windows = std::min(windows, (exp.train.eval_tokens + t - 1) / t);
+  // The UTF-8 bytes of every target evaluated (the end-of-text id stands for no text: none).
+  const Tokenizer& tok = *test.tokenizer;
+  std::vector<int64_t> bytes_of(static_cast<size_t>(tok.vocab_size()));
+  for (uint32_t id = 0; id < tok.vocab_size(); ++id)
+    bytes_of[id] = id == tok.end_of_text() ? 0 : static_cast<int64_t>(tok.token_bytes(id).size());
+  std::vector<int64_t> per_window(static_cast<size_t>(windows), 0);
+  parallel_for(windows, 64, [&](int64_t b, int64_t e) {
+    std::vector<float> x(static_cast<size_t>(t));
+    std::vector<int32_t> y(static_cast<size_t>(t));
+    for (int64_t i = b; i < e; ++i) {
+      test.tokens->window(i, x.data(), y.data());
+      for (const int32_t id : y)
+        per_window[static_cast<size_t>(i)] +=
+            static_cast<size_t>(id) < bytes_of.size() ? bytes_of[static_cast<size_t>(id)] : 0;
+    }
+  });
+  int64_t bytes = 0;
+  for (const int64_t b : per_window) bytes += b;
+  if (bytes == 0) return std::nullopt;
+  return loss * static_cast<double>(windows * t) / (std::log(2.0) * static_cast<double>(bytes));
+}
+
 EvalResult evaluate(Model& model, const Experiment& exp, const Dataset& test, Tensor& x, Tensor& y, Tensor& stats,
                     Communicator& comm) {
   Loader loader(test, x.dim(0), /*shuffle=*/false, exp.seed);
@@ -83,7 +111,7 @@ EvalResult evaluate(Model& model, const Experiment& exp, const Dataset& test, Te
   r.samples = size;
   r.loss = s[0] / static_cast<double>(size);
   if (test.num_classes > 0) r.accuracy = s[1] / static_cast<double>(size);
-  if (test.byte_tokens()) r.bpb = r.loss / std::log(2.0);
+  r.bpb = bits_per_byte(test, exp, r.loss);
   return r;
 }
 

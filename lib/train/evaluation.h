@@ -19,9 +19,14 @@ class Model;
 struct EvalResult {
   double loss = 0;                 ///< mean over the test samples
   std::optional<double> accuracy;  ///< classification only
-  std::optional<double> bpb;       ///< byte tokens: the loss in bits per byte (loss / ln 2)
+  std::optional<double> bpb;       ///< token data with known bytes: the loss in bits per byte (bits_per_byte)
   int64_t samples = 0;             ///< evaluated (token data: windows, limited by train.eval_tokens)
 };
+
+/// A mean loss (nats per target token) over the windows evaluate() takes of `test`, in bits per byte of text: the
+/// loss of all the targets over their UTF-8 bytes (the tokenizer's token_bytes; the end-of-text id counts none), so
+/// that models of different vocabularies compare. Bytes: loss / ln 2. Nothing when the tokens' bytes are unknown.
+std::optional<double> bits_per_byte(const Dataset& test, const Experiment& exp, double loss);
 
 /// Test-set metrics of `model` in evaluation mode, through the batch tensors x and y (on the model's device; their
 /// first dimension is the batch) and `stats` (f64[2] there). With several ranks each evaluates every world-th batch

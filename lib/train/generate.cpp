@@ -3,13 +3,16 @@
 
 #include "core/parallel.h"
 #include "ops/devices.h"
+#include "text/load.h"
 #include "train/resume.h"
+#include "train/run_dir.h"
 #include "train/setup.h"
 
 #include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <thread>
 
@@ -33,10 +36,21 @@ int64_t sample_token(const std::vector<double>& logits, const SamplingConfig& s,
   }
   double mx = -std::numeric_limits<double>::infinity();
   for (int64_t i : cand) mx = std::max(mx, logits[static_cast<size_t>(i)]);
+  auto weight = [&](int64_t i) { return std::exp((logits[static_cast<size_t>(i)] - mx) / s.temperature); };
+  if (s.top_p < 1) {  // the nucleus: the most likely first, until their share reaches top_p
+    double all = 0;
+    for (int64_t i : cand) all += weight(i);
+    std::sort(cand.begin(), cand.end(), more_likely);
+    double acc = 0;
+    size_t keep = 0;
+    while (keep < cand.size() && (keep == 0 || acc < s.top_p * all)) acc += weight(cand[keep++]);
+    cand.resize(keep);
+    std::sort(cand.begin(), cand.end());
+  }
   std::vector<double> w(cand.size());
   double total = 0;
   for (size_t k = 0; k < cand.size(); ++k) {
-    w[k] = std::exp((logits[static_cast<size_t>(cand[k])] - mx) / s.temperature);
+    w[k] = weight(cand[k]);
     total += w[k];
   }
   const double u = static_cast<double>(rng.next_u64() >> 11) * (1.0 / 9007199254740992.0) * total;
@@ -175,6 +189,57 @@ std::vector<int64_t> parse_prompt(const GenerateOptions& opts, bool bytes, int64
   return ids;
 }
 
+// Which tokenizer turns the ids into text: --tokenizer, data.tokenizer, the run's copy, the one beside the shards.
+std::string tokenizer_file(const Experiment& exp, const GenerateOptions& opts, const std::string& weights) {
+  if (!opts.tokenizer.empty()) return opts.tokenizer;
+  if (exp.data.tokenizer_given) return exp.data.tokenizer;
+  if (std::string f = run_tokenizer_file(weights); !f.empty()) return f;
+  if (exp.data.tokenizer.empty()) return "";
+  std::error_code ec;  // found by the config's pattern, before any file was looked at: there still?
+  return std::filesystem::is_regular_file(exp.data.tokenizer, ec) ? exp.data.tokenizer : "";
+}
+
+// Bytes on their way out: what would end inside a UTF-8 sequence, or could be the start of the stop string, waits
+// for the next token.
+class TextOut {
+ public:
+  TextOut(const std::function<void(const std::string&)>& out, std::string stop) : m_out(out), m_stop(std::move(stop)) {}
+  /// Adds bytes; false when the stop string is now complete (the text before it is out).
+  bool add(const std::string& bytes) {
+    m_held += bytes;
+    if (!m_stop.empty())
+      if (const size_t at = m_held.find(m_stop); at != std::string::npos) {
+        emit(at);
+        m_held.clear();  // the stop string and what came with it are not printed
+        return false;
+      }
+    size_t n = m_held.size() - std::min(m_held.size(), m_stop.empty() ? 0 : m_stop.size() - 1);
+    n = complete_prefix(n);
+    emit(n);
+    return true;
+  }
+  void flush() { emit(m_held.size()); }
+
+ private:
+  // The longest prefix of m_held's first n bytes that ends between UTF-8 characters (at most 3 bytes shorter).
+  size_t complete_prefix(size_t n) const {
+    for (size_t back = 1; back <= 4 && back <= n; ++back) {
+      const auto c = static_cast<uint8_t>(m_held[n - back]);
+      if ((c & 0xC0) == 0x80) continue;  // a continuation byte: look further back for its lead
+      const size_t len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
+      return len > back ? n - back : n;
+    }
+    return n;  // not UTF-8 (five continuation bytes): out as it is
+  }
+  void emit(size_t n) {
+    if (n == 0) return;
+    m_out(m_held.substr(0, n));
+    m_held.erase(0, n);
+  }
+  const std::function<void(const std::string&)>& m_out;
+  std::string m_stop, m_held;
+};
+
 }  // namespace
 
 GenerateSummary generate_text(const Experiment& exp, const GenerateOptions& opts,
@@ -184,35 +249,67 @@ GenerateSummary generate_text(const Experiment& exp, const GenerateOptions& opts
     throw ConfigError(fmt::format("--temperature: expected a finite number ≥ 0, got {}", opts.sampling.temperature));
   if (opts.sampling.top_k < 0)
     throw ConfigError(fmt::format("--top-k: expected 0 or more, got {}", opts.sampling.top_k));
+  if (!(opts.sampling.top_p > 0 && opts.sampling.top_p <= 1))
+    throw ConfigError(fmt::format("--top-p: expected a number in (0, 1], got {}", opts.sampling.top_p));
   set_num_threads(opts.threads > 0 ? opts.threads : static_cast<int>(std::thread::hardware_concurrency()));
   std::string reason;
   const Device device = resolve_device(exp.devices.empty() ? exp.device : exp.devices[0], reason);
   Model model = Model::build(exp.model, model_input_shape(exp), DType::f32, device, exp.seed);
   const std::string why = token_model_problem(model);
   if (!why.empty()) exp.model.where.fail("generate needs a token model: " + why);
-  load_finite_weights(model, weights_file(opts.checkpoint, exp.checkpoint));
+  const std::string weights = weights_file(opts.checkpoint, exp.checkpoint);
+  GenerateSummary r;
+  r.tokenizer = tokenizer_file(exp, opts, opts.checkpoint.empty() ? weights : opts.checkpoint);
+  std::unique_ptr<Tokenizer> tok;
+  if (!r.tokenizer.empty()) tok = load_tokenizer(r.tokenizer);
+  load_finite_weights(model, weights);
   model.allocate(1);
 
-  GenerateSummary r;
   Generator gen(model, opts.sampling);
   r.window = gen.window();
   r.vocab = gen.vocab();
-  r.bytes = r.vocab == 256;
-  const std::vector<int64_t> prompt = parse_prompt(opts, r.bytes, r.vocab);
+  r.bytes = r.vocab == 256 && (!tok || tok->kind() == "bytes");
+  r.text = tok || r.bytes;
+  // The end-of-text id, or -1 (none, or no tokenizer).
+  const int64_t eot = tok && tok->end_of_text() ? static_cast<int64_t>(*tok->end_of_text()) : -1;
+  std::vector<int64_t> prompt;
+  if (tok) {  // the text after an end-of-text id, as the documents of the training data start
+    if (eot >= 0) prompt.push_back(eot);
+    for (const uint32_t id : tok->encode(opts.has_prompt ? opts.prompt : std::string(eot >= 0 ? "" : "\n")))
+      prompt.push_back(id);
+    if (prompt.empty()) throw ConfigError("--prompt: empty, and the tokenizer has no end-of-text id to start from");
+  } else {
+    prompt = parse_prompt(opts, r.bytes, r.vocab);
+  }
   r.prompt_tokens = static_cast<int64_t>(prompt.size());
-  auto show = [&](int64_t token, bool first) {
-    if (r.bytes)
-      out(std::string(1, static_cast<char>(static_cast<unsigned char>(token))));
-    else
-      out(fmt::format("{}{}", first ? "" : " ", token));
-  };
-  for (size_t k = 0; k < prompt.size(); ++k) show(prompt[k], k == 0);
+  TextOut text(out, opts.stop);
+  if (tok && opts.has_prompt) out(opts.prompt);
+  if (!tok)
+    for (size_t k = 0; k < prompt.size(); ++k)
+      out(r.bytes ? std::string(1, static_cast<char>(prompt[k])) : fmt::format("{}{}", k ? " " : "", prompt[k]));
   const auto t0 = std::chrono::steady_clock::now();
   gen.start(prompt);
-  for (int64_t k = 0; k < opts.tokens; ++k) show(gen.next(), false);
+  for (int64_t k = 0; k < opts.tokens; ++k) {
+    const int64_t id = gen.next();
+    ++r.new_tokens;
+    if (opts.stop_at_end && id == eot) {
+      r.stopped = "end-of-text";
+      break;
+    }
+    // A model's padded rows past the tokenizer's vocabulary (GPT-2's 50304 of 50257) stand for no text.
+    const bool known = tok && id < static_cast<int64_t>(tok->vocab_size());
+    const std::string piece = known     ? tok->token_bytes(static_cast<uint32_t>(id))
+                              : tok     ? std::string()
+                              : r.bytes ? std::string(1, static_cast<char>(id))
+                                        : fmt::format(" {}", id);
+    if (!text.add(piece)) {
+      r.stopped = "--stop";
+      break;
+    }
+  }
+  text.flush();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (!r.bytes) out("\n");
-  r.new_tokens = opts.tokens;
+  if (!r.text) out("\n");
   r.slides = gen.slides();
   return r;
 }

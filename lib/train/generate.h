@@ -17,11 +17,14 @@ struct SamplingConfig {
   double temperature = 1.0;  ///< 0: greedy (argmax); else logits are divided by it before the softmax
   int64_t top_k = 0;         ///< draw among the k most likely tokens only; 0 (or ≥ V): among all
   uint64_t seed = 0;         ///< the draws' stream: a fixed seed gives the same tokens
+  double top_p = 1.0;        ///< then among the most likely tokens whose probabilities sum to p at least (nucleus)
 };
 
 /// The next token from one row of logits [V]: at temperature 0 the argmax (the lowest index among equal maxima),
 /// else a draw from softmax(logits / temperature) restricted to the top_k largest (ties to the lower index), with
-/// 53-bit uniforms from `rng`. Non-finite logits are never chosen; throws gt::Error when none is finite.
+/// 53-bit uniforms from `rng`; with top_p < 1 only the most likely of those whose probabilities (after the
+/// temperature) first reach top_p in sum take part. Non-finite logits are never chosen; throws gt::Error when none is
+/// finite.
 int64_t sample_token(const std::vector<double>& logits, const SamplingConfig& s, Rng& rng);
 
 /// Why generate cannot sample from `model` ("" when it can): it must read a sequence [T] of token ids through
@@ -71,17 +74,23 @@ class Generator {
 /// What `gputrain generate` was asked for besides the config.
 struct GenerateOptions {
   std::string checkpoint;  ///< weights: as `gputrain eval` takes them
-  std::string prompt;      ///< bytes for a byte model, token ids (comma or space separated) otherwise
+  std::string prompt;      ///< text for a model with a tokenizer (or bytes), token ids (comma or space separated) else
   bool has_prompt = false;
-  int64_t tokens = 256;  ///< new tokens to produce
+  std::string tokenizer;    ///< the tokenizer file ("": data.tokenizer, the run's copy, the one beside the shards)
+  bool stop_at_end = true;  ///< stop at the end-of-text id (not printed)
+  std::string stop;         ///< stop where the new text contains this (not printed)
+  int64_t tokens = 256;     ///< new tokens to produce
   SamplingConfig sampling;
   int threads = 0;  ///< CPU threads (0: all cores)
 };
 
 struct GenerateSummary {
   int64_t prompt_tokens = 0, new_tokens = 0, window = 0, vocab = 0, slides = 0;
-  double seconds = 0;  ///< the generation proper: prefill and sampling, not loading
-  bool bytes = false;  ///< a byte model (V = 256): text, not ids
+  double seconds = 0;     ///< the generation proper: prefill and sampling, not loading
+  bool bytes = false;     ///< a byte model (V = 256): text, not ids
+  bool text = false;      ///< text was printed (a tokenizer, or bytes), not ids
+  std::string tokenizer;  ///< its file, or "" (bytes without one, or ids)
+  std::string stopped;    ///< why it stopped before --tokens: "end-of-text", "--stop", or ""
 };
 
 /// Loads the experiment's model with the weights opts.checkpoint names, runs opts.prompt through it and writes the

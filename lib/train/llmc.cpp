@@ -53,10 +53,12 @@ LlmcImport import_llmc(const std::string& bin, const std::string& out_dir, bool 
   } catch (const ConfigError& e) {
     throw DataError(fmt::format("{}: a GPT of these sizes is more than gputrain takes: {}", bin, e.what()));
   }
-  // Token shards hold uint16 ids: a larger vocabulary could not be trained or evaluated here (check refuses it).
-  if (h.vocab_size > limits::kTokenVocab.max)
-    throw ConfigError(fmt::format("{}: a vocabulary of {} tokens; gputrain takes at most {} ({})", bin, h.vocab_size,
-                                  limits::kTokenVocab.max, limits::kTokenVocab.what));
+  // llm.c's GPT-2 checkpoints go with its GPT-2 data, uint16 token shards: a larger vocabulary has no data here.
+  if (h.vocab_size > limits::kUint16Vocab)
+    throw ConfigError(
+        fmt::format("{}: a vocabulary of {} tokens; gputrain takes at most {} (llm.c's GPT-2 data holds "
+                    "uint16 tokens)",
+                    bin, h.vocab_size, limits::kUint16Vocab));
   r.replaced =
       claim_output_folder("--out", out_dir, Owner::import, force ? Reuse::replace : Reuse::never, "--force replaces it")
           .removed;

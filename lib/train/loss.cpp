@@ -102,6 +102,14 @@ void check_loss_fits(const LossConfig& loss, const Shape& output, const Dataset&
                             d->labels_source, y[i], i, classes, classes - 1, output.str(), where.where()));
       }
     }
+    // A tokenizer whose ids the model cannot all predict (nor embed): named, with both sizes. (An explicit
+    // data.vocab_size below the tokenizer's vouches that the data's ids stay below it: the shards are checked.)
+    const int64_t tokenizer_vocab = data.tokenizer ? data.tokenizer->vocab_size() : 0;
+    if (output.rank() == 2 && output[1] < tokenizer_vocab && data.num_classes >= tokenizer_vocab)
+      where.fail(fmt::format(
+          "the tokenizer {} has a vocabulary of {} tokens, larger than the model's output {} ({} "
+          "classes): size the embedding and the last layer to {}",
+          data.tokenizer_path, data.tokenizer->vocab_size(), output.str(), output[1], data.tokenizer->vocab_size()));
     // Token data without data.vocab_size: a single token past 255 makes the vocabulary GPT-2's, so a byte model's
     // output no longer fits. Name that token and where it is, not only the shapes.
     if (data.tokens && data.tokens->first_past_bytes() && output.rank() == 2 && output[1] != data.num_classes) {

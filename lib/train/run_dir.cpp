@@ -10,6 +10,7 @@
 #include "graph/model.h"
 #include "io/safetensors.h"
 #include "log/logging.h"
+#include "text/byte_tokenizer.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -201,6 +202,40 @@ RunLogFile::RunLogFile(const std::string& path) {
 
 RunLogFile::~RunLogFile() {
   if (m_attached) remove_log_file();
+}
+
+void copy_tokenizer(const Dataset& data, const std::string& dir) {
+  if (!data.tokenizer) return;
+  std::ifstream in(data.tokenizer_path, std::ios::binary);
+  if (!in) throw DataError(fmt::format("{}: cannot open: {}", data.tokenizer_path, std::strerror(errno)));
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string kind = data.tokenizer->kind();
+  // Each kind under the name its own tools give it (Hugging Face's tokenizer.json, llm.c's gpt2_tokenizer.bin).
+  const std::string name = kind.rfind("sentencepiece", 0) == 0                ? "tokenizer.model"
+                           : kind == "bytes"                                  ? std::string(kByteDescriptorName)
+                           : kind.find("tokenizer.json") != std::string::npos ? "tokenizer.json"
+                           : kind.rfind("llm.c", 0) == 0                      ? "gpt2_tokenizer.bin"
+                                                         : fs::path(data.tokenizer_path).filename().string();
+  write_file_atomic((fs::path(dir) / name).string(), bytes);
+}
+
+void write_overrides_and_tokenizer(const std::string& dir, const std::vector<std::string>& overrides,
+                                   const Dataset& data) {
+  write_file_atomic((fs::path(dir) / "overrides.json").string(), overrides_json(overrides));
+  copy_tokenizer(data, dir);
+}
+
+std::string run_tokenizer_file(const std::string& weights) {
+  // A run directory, its model.safetensors, a checkpoint folder (run/checkpoints/step_N) or a file in one.
+  fs::path p = weights;
+  for (int up = 0; up < 4 && !p.empty(); ++up, p = p.parent_path()) {
+    std::error_code ec;
+    if (!fs::is_directory(p, ec) || !holds_run_files(p.string())) continue;
+    for (const char* name : {"tokenizer.model", kByteDescriptorName, "tokenizer.json", "gpt2_tokenizer.bin"})
+      if (fs::is_regular_file(p / name, ec)) return (p / name).string();
+    return "";
+  }
+  return "";
 }
 
 }  // namespace gt

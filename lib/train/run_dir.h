@@ -3,6 +3,7 @@
 #pragma once
 
 #include "core/noncopyable.h"
+#include "data/dataset.h"
 #include "train/checkpoint.h"
 
 #include <optional>
@@ -39,6 +40,17 @@ struct RunSummary {
 /// not write, never (ConfigError). Throws gt::Error when it cannot be created or written (checked now, not after an
 /// hour of training). Returns its path.
 std::string make_run_dir(const std::string& name, const std::string& requested, bool resume);
+
+/// The run's copy of its data's tokenizer (written atomically), so that eval and generate find it when the shards
+/// have moved: tokenizer.model for a SentencePiece model, gputrain_tokenizer.json for bytes. Nothing without one.
+void copy_tokenizer(const Dataset& data, const std::string& dir);
+/// A new run's overrides.json (overrides_json) and its copy of the tokenizer (copy_tokenizer).
+void write_overrides_and_tokenizer(const std::string& dir, const std::vector<std::string>& overrides,
+                                   const Dataset& data);
+
+/// The tokenizer file of the run that `weights` (a run directory, its model.safetensors, or one of its checkpoints)
+/// belongs to, or "" when it has none.
+std::string run_tokenizer_file(const std::string& weights);
 
 /// An exclusive lock on a run directory for as long as this exists: a flock on <dir>/.lock, which records the
 /// holder's pid, so that two runs never write one directory at once (their metrics rows and checkpoints would mix).

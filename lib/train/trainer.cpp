@@ -434,7 +434,7 @@ RunSummary TrainLoop::finish() {
   // The final weights are written before summary.json, so that a summary always means the weights are there.
   if (!diverged && m_setup.lead) write_final_weights(m_sum.run_dir, m_setup.model, m_exp.name, m_p.step);
   summarize(m_sum, m_p, seconds_since(m_wall_start));
-  if (m_setup.test().byte_tokens() && m_sum.test_loss) m_sum.test_bpb = *m_sum.test_loss / std::log(2.0);
+  if (m_sum.test_loss) m_sum.test_bpb = bits_per_byte(m_setup.test(), m_exp, *m_sum.test_loss);
   if (m_setup.lead) write_summary(m_sum.run_dir, m_exp.name, m_sum, m_setup.world, m_setup.threads);
   if (m_setup.lead && m_exp.logging.report) write_report_logged(m_sum.run_dir);
   if (diverged) return m_sum;
@@ -502,7 +502,7 @@ RunSummary train_worker(const Experiment& exp, const RunOptions& opts, const Wor
   const RunLogFile log_file(setup.lead ? (dir / "train.log").string() : std::string());
   if (setup.lead) {
     write_file_atomic((dir / "config.resolved.yaml").string(), run_config_text(setup.resolved_config));
-    write_file_atomic((dir / "overrides.json").string(), overrides_json(opts.overrides));
+    write_overrides_and_tokenizer(sum.run_dir, opts.overrides, setup.train().tokenizer ? setup.train() : setup.test());
     record_init_weights(sum.run_dir, setup.init, sum);
   }
   RunReporter reporter(exp, setup, sum.run_dir, where.threaded, where.process_gpus, wall_start);
