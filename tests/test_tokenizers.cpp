@@ -277,9 +277,12 @@ TEST_CASE("byte tokenizations: gputrain_tokenizer.json now, and folders with the
   const std::unique_ptr<Tokenizer> tok = load_tokenizer(dir / "old/tokenizer.json");
   CHECK(tok->kind() == "bytes");
   CHECK(tok->decode(tok->encode("héllo")) == "héllo");
-  // A Hugging Face tokenizer.json is recognised, and refused for now.
+  // A Hugging Face tokenizer.json is recognised by its content and read by the byte-level BPE reader, which names
+  // what it lacks.
   write_text(dir / "hf.json", R"({"version": "1.0", "model": {"type": "BPE", "vocab": {}, "merges": []}})");
-  CHECK_THROWS_WITH(load_tokenizer(dir / "hf.json"), Catch::Contains("a Hugging Face tokenizer.json is not read yet"));
+  CHECK_THROWS_WITH(load_tokenizer(dir / "hf.json"), Catch::Contains("hf.json: pre_tokenizer"));
+  CHECK(load_tokenizer(source_path("tests/reference/bpe/gpt2_style.tokenizer.json"))->kind() ==
+        "byte-level BPE (tokenizer.json)");
   // A run on the old folder trains, eval reports bits per byte, and tokenize --force replaces the folder.
   write_text(dir / "c.yaml", "name: b\ndevice: cpu\ndata: {format: tokens, train: {path: " + (dir / "old/train_*.bin") +
                                  "}, test: {path: " + (dir / "old/val_*.bin") +
