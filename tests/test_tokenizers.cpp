@@ -5,6 +5,8 @@
 #include "core/parallel.h"
 #include "data/tokens.h"
 #include "helpers.h"
+#include "io/llmc.h"
+#include "llmc_cases.h"
 #include "text/byte_tokenizer.h"
 #include "text/load.h"
 #include "text/sentencepiece.h"
@@ -486,4 +488,46 @@ TEST_CASE("tokenize --tokenizer with a tokenizer.json gives each document's own 
   llmc.tokenizer = dir / "gpt2_tokenizer.bin";
   CHECK_THROWS_WITH(tokenize_subword({dir / "a.txt"}, dir / "llmc", 0.1, 1 << 20, false, llmc),
                     Catch::Contains("gpt2_tokenizer.bin") && Catch::Contains("llm.c"));
+}
+
+TEST_CASE("import llmc --tokenizer keeps llm.c's gpt2_tokenizer.bin with the model, and generate prints its text",
+          "[tokens][text]") {
+  TempDir dir;
+  const LlmcHeader h = tiny_llmc(3);  // vocabulary 60
+  write_llmc(dir / "model.bin", random_checkpoint(h, 5));
+  // llm.c's layout, version 2: 256 uint32 of header (magic, version, vocabulary, end-of-text id), then each token's
+  // length and bytes. Token i is the letter 'a' + i % 26 and, from 26 on, a space before it.
+  std::string bin(1024, '\0');
+  const uint32_t header[4] = {20240328, 2, 60, 59};
+  std::memcpy(bin.data(), header, sizeof header);
+  for (int i = 0; i < 60; ++i) {
+    const std::string piece = std::string(i >= 26 ? " " : "") + static_cast<char>('a' + i % 26);
+    bin += static_cast<char>(piece.size()) + piece;
+  }
+  write_text(dir / "gpt2_tokenizer.bin", bin);
+  const auto imp = run_gputrain(fmt::format("import llmc {} --out {} --tokenizer {}", dir / "model.bin", dir / "imp",
+                                            dir / "gpt2_tokenizer.bin"));
+  INFO(imp.output);
+  REQUIRE(imp.exit_code == 0);
+  CHECK(slurp(dir / "imp/gpt2_tokenizer.bin") == bin);
+  CHECK_THAT(slurp(dir / "imp/config.yaml"), Catch::Contains("tokenizer: " + (dir / "imp/gpt2_tokenizer.bin")));
+  // The prompt is ids (the file cannot encode); what comes out is text: letters and spaces only.
+  const auto gen = run_gputrain(fmt::format("generate {} --checkpoint {} --prompt 0,27 --tokens 12 --seed 3",
+                                            dir / "imp/config.yaml", dir / "imp"));
+  INFO(gen.output);
+  REQUIRE(gen.exit_code == 0);
+  const std::string text = gen.output.substr(0, gen.output.find("generated "));
+  CHECK(text.rfind("a b", 0) == 0);
+  CHECK(text.find_first_not_of("abcdefghijklmnopqrstuvwxyz \n") == std::string::npos);
+  // A tokenizer with more tokens than the model's vocabulary is refused before the folder is written.
+  const uint32_t big[4] = {20240328, 2, 61, 60};
+  std::string bigger = bin;
+  std::memcpy(bigger.data(), big, sizeof big);
+  bigger += std::string(1, '\1') + "z";
+  write_text(dir / "big.bin", bigger);
+  const auto refused = run_gputrain(
+      fmt::format("import llmc {} --out {} --tokenizer {}", dir / "model.bin", dir / "imp2", dir / "big.bin"));
+  CHECK(refused.exit_code == 2);
+  CHECK_THAT(refused.output, Catch::Contains("more than the model's vocabulary of 60"));
+  CHECK_FALSE(std::filesystem::exists(dir / "imp2/config.yaml"));
 }

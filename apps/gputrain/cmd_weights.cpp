@@ -138,12 +138,12 @@ struct ExportLlmcArgs {
 };
 
 struct ImportLlmcArgs {
-  std::string bin, out;
+  std::string bin, out, tokenizer;
   bool force = false;
 };
 
 int import_model(const ImportLlmcArgs& a) {
-  const LlmcImport r = import_llmc(a.bin, a.out, a.force);
+  const LlmcImport r = import_llmc(a.bin, a.out, a.force, a.tokenizer);
   if (!r.replaced.empty()) fmt::print("{}: replaced the earlier import ({} files removed)\n", a.out, r.replaced.size());
   fmt::print("{}\n", r.summary);
   return 0;
@@ -249,6 +249,9 @@ void add_export_import(CLI::App& app, Commands& commands) {
       ->required()
       ->check(non_empty("the folder to write the model into"));
   imp->add_flag("--force", i->force, "replace an earlier import in DIR (without --force such a folder is refused)");
+  imp->add_option("--tokenizer", i->tokenizer,
+                  "the model's tokenizer (llm.c's gpt2_tokenizer.bin, a tokenizer.json or a SentencePiece .model): "
+                  "kept in DIR and named by data.tokenizer, so that generate prints text");
 }
 
 }  // namespace

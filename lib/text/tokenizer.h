@@ -21,6 +21,8 @@ class Tokenizer {
   /// Ids of `text` (UTF-8 bytes as they are; a tokenizer that cannot encode, as one read for decoding only, throws
   /// ConfigError saying so).
   virtual std::vector<uint32_t> encode(std::string_view text) const = 0;
+  /// Whether encode works (llm.c's gpt2_tokenizer.bin holds the pieces only: it decodes).
+  virtual bool encodes() const { return true; }
   /// The bytes of the token `id` stands for (a piece of UTF-8 that may split a character; special tokens give their
   /// text). Throws DataError for an id past vocab_size().
   virtual std::string token_bytes(uint32_t id) const = 0;

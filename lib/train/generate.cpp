@@ -273,7 +273,8 @@ GenerateSummary generate_text(const Experiment& exp, const GenerateOptions& opts
   // The end-of-text id, or -1 (none, or no tokenizer).
   const int64_t eot = tok && tok->end_of_text() ? static_cast<int64_t>(*tok->end_of_text()) : -1;
   std::vector<int64_t> prompt;
-  if (tok) {  // the text after an end-of-text id, as the documents of the training data start
+  const bool encodes = tok && tok->encodes();  // (llm.c's gpt2_tokenizer.bin only decodes: the prompt is ids then)
+  if (encodes) {  // the text after an end-of-text id, as the documents of the training data start
     if (eot >= 0) prompt.push_back(eot);
     for (const uint32_t id : tok->encode(opts.has_prompt ? opts.prompt : std::string(eot >= 0 ? "" : "\n")))
       prompt.push_back(id);
@@ -283,7 +284,11 @@ GenerateSummary generate_text(const Experiment& exp, const GenerateOptions& opts
   }
   r.prompt_tokens = static_cast<int64_t>(prompt.size());
   TextOut text(out, opts.stop);
-  if (tok && opts.has_prompt) out(opts.prompt);
+  if (encodes && opts.has_prompt) out(opts.prompt);
+  if (tok && !encodes) {
+    std::vector<uint32_t> ids(prompt.begin(), prompt.end());
+    out(tok->decode(ids));
+  }
   if (!tok)
     for (size_t k = 0; k < prompt.size(); ++k)
       out(r.bytes ? std::string(1, static_cast<char>(prompt[k])) : fmt::format("{}{}", k ? " " : "", prompt[k]));

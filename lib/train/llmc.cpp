@@ -7,6 +7,7 @@
 #include "graph/model.h"
 #include "io/llmc.h"
 #include "io/safetensors.h"
+#include "text/load.h"
 #include "train/checkpoint.h"
 #include "train/experiment.h"
 #include "train/resume.h"
@@ -16,6 +17,8 @@
 
 #include <cctype>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 namespace gt {
 namespace fs = std::filesystem;
@@ -33,7 +36,7 @@ std::string plain(const std::string& text, size_t max) {
 
 }  // namespace
 
-LlmcImport import_llmc(const std::string& bin, const std::string& out_dir, bool force) {
+LlmcImport import_llmc(const std::string& bin, const std::string& out_dir, bool force, const std::string& tokenizer) {
   const fs::path dir = out_dir;
   LlmcImport r;
   r.config = (dir / "config.yaml").string();
@@ -42,10 +45,28 @@ LlmcImport import_llmc(const std::string& bin, const std::string& out_dir, bool 
   // of the files replaced.
   check_output_folder("--out", out_dir, Owner::import, force ? Reuse::replace : Reuse::never, "--force replaces it");
   refuse_input_inside("--out", out_dir, {bin});
+  if (!tokenizer.empty()) refuse_input_inside("--out", out_dir, {tokenizer});
   const LlmcCheckpoint c = read_llmc(bin);
   const LlmcHeader& h = c.header;
   const std::string stem = plain(fs::path(bin).stem().string(), 64);
-  const std::string config = llmc_config_yaml(h, "llmc_" + stem, plain(fs::path(bin).filename().string(), 120));
+  std::string config = llmc_config_yaml(h, "llmc_" + stem, plain(fs::path(bin).filename().string(), 120));
+  // The tokenizer: loaded (a bad file stops here, before the folder is touched), then kept under its own tools' name.
+  std::string tok_name;
+  if (!tokenizer.empty()) {
+    const std::unique_ptr<Tokenizer> tok = load_tokenizer(tokenizer);
+    if (tok->vocab_size() > static_cast<uint32_t>(h.vocab_size))
+      throw ConfigError(fmt::format("--tokenizer {}: {} tokens, more than the model's vocabulary of {}", tokenizer,
+                                    tok->vocab_size(), h.vocab_size));
+    const std::string kind = tok->kind();
+    tok_name = kind.find("tokenizer.json") != std::string::npos ? "tokenizer.json"
+               : kind.rfind("llm.c", 0) == 0                    ? "gpt2_tokenizer.bin"
+               : kind == "bytes"                                ? "gputrain_tokenizer.json"
+                                                                : "tokenizer.model";
+    const std::string line = fmt::format("  vocab_size: {}\n", h.vocab_size);
+    config.insert(config.find(line) + line.size(),
+                  fmt::format("  tokenizer: {}  # the tokenizer given to import\n",
+                              fs::absolute(dir / tok_name).lexically_normal().string()));
+  }
   try {  // the GPT as `gputrain check` would size it: a checkpoint within llm.c's limits may still exceed gputrain's
     const ConfigNode root = ConfigNode::load_string(config, r.config);
     Model::build(parse_model_spec(root["model"]), Shape{h.max_seq_len}, DType::f32, Device::cpu(), 0,
@@ -62,7 +83,14 @@ LlmcImport import_llmc(const std::string& bin, const std::string& out_dir, bool 
   r.replaced =
       claim_output_folder("--out", out_dir, Owner::import, force ? Reuse::replace : Reuse::never, "--force replaces it")
           .removed;
-  write_manifest(out_dir, Owner::import, {"config.yaml", "model.safetensors"}, false);
+  std::vector<std::string> files{"config.yaml", "model.safetensors"};
+  if (!tok_name.empty()) files.push_back(tok_name);
+  write_manifest(out_dir, Owner::import, files, false);
+  if (!tok_name.empty()) {
+    std::ifstream in(tokenizer, std::ios::binary);
+    write_file_atomic((dir / tok_name).string(),
+                      std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()));
+  }
   const auto named = llmc_to_named(c);
   std::vector<std::pair<std::string, const Tensor*>> list;
   for (const auto& [name, t] : named) {
@@ -71,7 +99,7 @@ LlmcImport import_llmc(const std::string& bin, const std::string& out_dir, bool 
   }
   write_safetensors(r.weights, list, {{"format", "pt"}, {"gputrain_version", GPUTRAIN_VERSION}, {"source", "llm.c"}});
   write_file_atomic(r.config, config);
-  write_manifest(out_dir, Owner::import, {"config.yaml", "model.safetensors"}, true);
+  write_manifest(out_dir, Owner::import, files, true);
   r.summary = fmt::format(
       "{}: llm.c GPT-2 (version {}, {}), {} layers, {} heads, {} channels, vocabulary {} padded to {}, {} positions, "
       "{} parameters → {}, {}",

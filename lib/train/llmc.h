@@ -21,8 +21,12 @@ struct LlmcImport {
 /// train_gpt2.c's optimizer) and `out_dir`/model.safetensors, each atomically, with the folder's manifest
 /// (core/ownership.h). `out_dir` must be new or empty, or an earlier import, which `force` replaces; anything else
 /// (another command's output, other files) is a ConfigError, as is a vocabulary past uint16 token ids. A file that is
-/// not a valid checkpoint is a DataError naming it.
-LlmcImport import_llmc(const std::string& bin, const std::string& out_dir, bool force = false);
+/// not a valid checkpoint is a DataError naming it. `tokenizer` (a gpt2_tokenizer.bin, a tokenizer.json or a
+/// SentencePiece model; "" for none) is copied into the folder under its own name and named by the config's
+/// data.tokenizer, so that `generate` prints text; one that does not load, or has more tokens than the model's
+/// vocabulary, is a ConfigError.
+LlmcImport import_llmc(const std::string& bin, const std::string& out_dir, bool force = false,
+                       const std::string& tokenizer = "");
 
 /// Writes the weights `checkpoint` names (as `gputrain eval --checkpoint` takes them) of the GPT in `config` as an
 /// llm.c checkpoint `out` (version 3, or 5 with bf16), atomically. Only the config's model section is read, and
