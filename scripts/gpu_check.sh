@@ -61,21 +61,27 @@ tests="$work/gputrain_tests"
 export GT_GPUTRAIN="$gt"  # the end-to-end [cuda] tests run this binary, not the path it was built at
 data="$PWD/$bundle/data"
 
+# random_shards DIR VOCAB TOKENS SEED: DIR/train_000000.bin and DIR/val_000000.bin, llm.c uint16 shards of TOKENS
+# uniformly random ids below VOCAB.
+random_shards() {
+  $py - "$@" <<'PY'
+import os, sys, numpy as np
+d, vocab, n, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+os.makedirs(d, exist_ok=True)
+for name in ("train_000000.bin", "val_000000.bin"):
+    header = np.zeros(256, dtype="<i4"); header[:3] = (20240520, 1, n)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(header.tobytes()); f.write(np.random.default_rng(seed).integers(0, vocab, n).astype("<u2").tobytes())
+PY
+}
+
 echo "== devices"
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 "$gt" devices || { echo "gpu_check: gputrain does not start (missing libraries?)"; ldd "$gt" | grep "not found"; exit 1; }
 
 if [[ -z $only ]]; then
   echo "== GPT-2 124M (configs/gpt2_124m.yaml, random tokens of GPT-2's vocabulary) against PyTorch eager"
-  $py - "$work/tok2" <<'PY'
-import os, sys, numpy as np
-d = sys.argv[1]; os.makedirs(d, exist_ok=True)
-n = 4_000_000
-for name in ("train_000000.bin", "val_000000.bin"):
-    header = np.zeros(256, dtype="<i4"); header[:3] = (20240520, 1, n)
-    with open(os.path.join(d, name), "wb") as f:
-        f.write(header.tobytes()); f.write(np.random.default_rng(2).integers(0, 50257, n).astype("<u2").tobytes())
-PY
+  random_shards "$work/tok2" 50257 4000000 2
   # The dry run: a CPU, one window of 128 positions, 2 steps; on the GPU llm.c's micro-batch, 16 × 1024.
   if [[ $dry == 1 ]]; then g2dev=cpu; g2batch=1; g2block=128; g2steps=3; else g2dev=cuda; g2batch=16; g2block=1024; g2steps=40; fi
   gpt2_rows=()
@@ -189,15 +195,7 @@ done
 
 echo "== GPT training throughput (configs/gpt_bytes.yaml's model, random byte tokens)"
 # Both engines on the same GPT and shape: batch 64 × T 64 on the GPU (16 × 64 and a few steps in a dry run).
-$py - "$work/tok" <<'PY'
-import os, sys, numpy as np
-d = sys.argv[1]; os.makedirs(d, exist_ok=True)
-n = 2_000_000
-for name in ("train_000000.bin", "val_000000.bin"):
-    header = np.zeros(256, dtype="<i4"); header[:3] = (20240520, 1, n)
-    with open(os.path.join(d, name), "wb") as f:
-        f.write(header.tobytes()); f.write(np.random.default_rng(1).integers(0, 256, n).astype("<u2").tobytes())
-PY
+random_shards "$work/tok" 256 2000000 1
 if [[ $dry == 1 ]]; then gpt_batch=16; gpt_steps=5; else gpt_batch=64; gpt_steps=300; fi
 gpt_sets=(--set "data.train.path=$work/tok/train_*.bin" --set "data.test.path=$work/tok/val_*.bin"
           --set "data.batch_size=$gpt_batch" --set train.eval_every=1000000 --set train.eval_tokens=64

@@ -6,6 +6,7 @@
 #include "core/ownership.h"
 #include "core/parallel.h"
 #include "data/tokens.h"
+#include "text/byte_tokenizer.h"
 #include "text/load.h"
 #include "text/sentencepiece.h"
 
@@ -161,16 +162,15 @@ TokenizeResult tokenize_subword(const std::vector<std::string>& inputs, const st
   std::string tok_name = "tokenizer.model", tok_bytes;
   if (!o.tokenizer.empty()) {
     tok = load_tokenizer(o.tokenizer);
-    const std::string kind = tok->kind();
-    if (kind.find("tokenizer.json") != std::string::npos) {
-      tok_name = "tokenizer.json";
-      std::ifstream in(o.tokenizer, std::ios::binary);
-      tok_bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    } else if (kind.rfind("sentencepiece", 0) != 0) {
+    tok_name = tok->file_name();
+    if (!tok->encodes() || tok_name == kByteDescriptorName)
       throw ConfigError(
           fmt::format("tokenize --tokenizer {}: a {} tokenizer; tokenize encodes with SentencePiece models and "
                       "tokenizer.json byte-level BPE (without --tokenizer: bytes)",
-                      o.tokenizer, kind));
+                      o.tokenizer, tok->kind()));
+    if (!dynamic_cast<const SentencePieceTokenizer*>(tok.get())) {  // kept as given (a model is re-serialised below)
+      std::ifstream in(o.tokenizer, std::ios::binary);
+      tok_bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
     }
   }
   const int64_t total = check_tokenize_inputs(inputs);

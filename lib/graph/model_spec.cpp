@@ -3,6 +3,7 @@
 #include "graph/model_spec.h"
 
 #include "config/schema.h"
+#include "layers/lora.h"
 
 #include <algorithm>
 #include <map>
@@ -433,22 +434,17 @@ std::optional<LoraPlan> parse_lora_plan(const ConfigNode& n) {
   patterns(n["targets"], p.targets);
   if (p.targets.empty()) n["targets"].fail("expected at least one pattern (the weights whose products get adapters)");
   if (n.has("also_train")) patterns(n["also_train"], p.also_train);
-  // rank, alpha and dropout as a layer's `lora:` reads them (rank 8 and alpha = rank by default, PEFT's).
-  p.cfg.rank = n.has("rank") ? n["rank"].as_int(1, 1 << 16) : 8;
-  p.cfg.alpha = n.get_double("alpha", static_cast<double>(p.cfg.rank), 0.0, 1e6);
-  p.cfg.dropout = n.get_double("dropout", 0.0, 0.0, 1.0);
-  if (p.cfg.dropout >= 1.0) n["dropout"].fail("expected a probability below 1");
+  p.cfg = read_lora_settings(n, 8);  // as a layer's `lora:` reads them; rank 8 by default, PEFT's
   return p;
 }
 
 YAML::Node to_yaml(const LoraPlan& p) {
-  YAML::Node n(YAML::NodeType::Map), targets(YAML::NodeType::Sequence), also(YAML::NodeType::Sequence);
+  YAML::Node targets(YAML::NodeType::Sequence), also(YAML::NodeType::Sequence);
   for (const std::string& t : p.targets) targets.push_back(t);
   for (const std::string& t : p.also_train) also.push_back(t);
+  YAML::Node n(YAML::NodeType::Map);
   n["targets"] = targets;
-  n["rank"] = p.cfg.rank;
-  n["alpha"] = p.cfg.alpha;
-  n["dropout"] = p.cfg.dropout;
+  for (const auto& kv : lora_yaml(p.cfg)) n[kv.first.as<std::string>()] = kv.second;
   n["also_train"] = also;
   return n;
 }

@@ -10,16 +10,20 @@
 
 namespace gt {
 
-LoraConfig parse_lora(const ConfigNode& n) {
-  if (!n.is_map()) n.fail("expected a map {rank: r, alpha: a, dropout: p}");
-  n.expect_keys({"rank", "alpha", "dropout"});
-  n.require("rank");
+LoraConfig read_lora_settings(const ConfigNode& n, int64_t default_rank) {
   LoraConfig c;
-  c.rank = n["rank"].as_int(1, 1 << 16);
+  c.rank = n.has("rank") ? n["rank"].as_int(1, 1 << 16) : default_rank;
   c.alpha = n.get_double("alpha", static_cast<double>(c.rank), 0.0, 1e6);
   c.dropout = n.get_double("dropout", 0.0, 0.0, 1.0);
   if (c.dropout >= 1.0) n["dropout"].fail("expected a probability below 1");
   return c;
+}
+
+LoraConfig parse_lora(const ConfigNode& n) {
+  if (!n.is_map()) n.fail("expected a map {rank: r, alpha: a, dropout: p}");
+  n.expect_keys({"rank", "alpha", "dropout"});
+  n.require("rank");
+  return read_lora_settings(n, 0);
 }
 
 YAML::Node lora_yaml(const LoraConfig& c) {

@@ -17,6 +17,9 @@ namespace gt {
 /// Reads `{rank: r, alpha: a, dropout: p}` (alpha defaults to r, PEFT's scale of 1; dropout to 0); ConfigError
 /// naming the key otherwise.
 LoraConfig parse_lora(const ConfigNode& n);
+/// rank (default `default_rank`), alpha (default the rank) and dropout of a map whose keys were checked: parse_lora's
+/// and train.lora's shared part.
+LoraConfig read_lora_settings(const ConfigNode& n, int64_t default_rank);
 /// The same as config.resolved.yaml writes it.
 YAML::Node lora_yaml(const LoraConfig& c);
 /// Whether `name` is an adapter's tensor: its product's prefix and "lora_A" or "lora_B" ("h.0.fc.lora_A").

@@ -14,6 +14,7 @@ inline constexpr const char* kOldByteDescriptorName = "tokenizer.json";
 class ByteTokenizer final : public Tokenizer {
  public:
   std::string kind() const override { return "bytes"; }
+  std::string file_name() const override { return kByteDescriptorName; }
   std::vector<uint32_t> encode(std::string_view text) const override;
   std::string token_bytes(uint32_t id) const override;
   uint32_t vocab_size() const override { return 256; }

@@ -64,6 +64,7 @@ class HfBpe final : public Tokenizer {
  public:
   HfBpe(HfBpeSpec spec, const std::string& name);
   std::string kind() const override { return "byte-level BPE (tokenizer.json)"; }
+  std::string file_name() const override { return "tokenizer.json"; }
   std::vector<uint32_t> encode(std::string_view text) const override;
   std::string token_bytes(uint32_t id) const override {
     if (id >= m_bytes.size())

@@ -23,6 +23,7 @@ class LlmcTokenizer final : public Tokenizer {
   LlmcTokenizer(std::string path, std::vector<std::string> tokens, std::optional<uint32_t> eot)
       : m_path(std::move(path)), m_tokens(std::move(tokens)), m_eot(eot) {}
   std::string kind() const override { return "llm.c gpt2_tokenizer.bin (decoding only)"; }
+  std::string file_name() const override { return "gpt2_tokenizer.bin"; }
   bool encodes() const override { return false; }
   std::vector<uint32_t> encode(std::string_view) const override {
     throw ConfigError(

@@ -25,6 +25,7 @@ class SentencePieceTokenizer final : public Tokenizer {
   ~SentencePieceTokenizer() override;
 
   std::string kind() const override;
+  std::string file_name() const override { return "tokenizer.model"; }
   std::vector<uint32_t> encode(std::string_view text) const override;
   /// A piece's text with its ▁ as spaces; a byte piece (<0xE2>) its byte; <unk> " ⁇ " (as SentencePiece decodes
   /// it); a control symbol its name.

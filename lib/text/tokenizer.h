@@ -18,6 +18,9 @@ class Tokenizer {
   virtual ~Tokenizer() = default;
   /// What it is, for messages and logs: "bytes", "sentencepiece bpe", "byte-level BPE (tokenizer.json)", …
   virtual std::string kind() const = 0;
+  /// The name its own tools give its file (tokenizer.model, tokenizer.json, gpt2_tokenizer.bin, gputrain's byte
+  /// descriptor): what a tokenization folder, a run directory or an import keeps a copy under.
+  virtual std::string file_name() const = 0;
   /// Ids of `text` (UTF-8 bytes as they are; a tokenizer that cannot encode, as one read for decoding only, throws
   /// ConfigError saying so).
   virtual std::vector<uint32_t> encode(std::string_view text) const = 0;

@@ -57,11 +57,7 @@ LlmcImport import_llmc(const std::string& bin, const std::string& out_dir, bool 
     if (tok->vocab_size() > static_cast<uint32_t>(h.vocab_size))
       throw ConfigError(fmt::format("--tokenizer {}: {} tokens, more than the model's vocabulary of {}", tokenizer,
                                     tok->vocab_size(), h.vocab_size));
-    const std::string kind = tok->kind();
-    tok_name = kind.find("tokenizer.json") != std::string::npos ? "tokenizer.json"
-               : kind.rfind("llm.c", 0) == 0                    ? "gpt2_tokenizer.bin"
-               : kind == "bytes"                                ? "gputrain_tokenizer.json"
-                                                                : "tokenizer.model";
+    tok_name = tok->file_name();
     const std::string line = fmt::format("  vocab_size: {}\n", h.vocab_size);
     config.insert(config.find(line) + line.size(),
                   fmt::format("  tokenizer: {}  # the tokenizer given to import\n",

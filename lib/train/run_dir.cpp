@@ -209,13 +209,7 @@ void copy_tokenizer(const Dataset& data, const std::string& dir) {
   std::ifstream in(data.tokenizer_path, std::ios::binary);
   if (!in) throw DataError(fmt::format("{}: cannot open: {}", data.tokenizer_path, std::strerror(errno)));
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const std::string kind = data.tokenizer->kind();
-  // Each kind under the name its own tools give it (Hugging Face's tokenizer.json, llm.c's gpt2_tokenizer.bin).
-  const std::string name = kind.rfind("sentencepiece", 0) == 0                ? "tokenizer.model"
-                           : kind == "bytes"                                  ? std::string(kByteDescriptorName)
-                           : kind.find("tokenizer.json") != std::string::npos ? "tokenizer.json"
-                           : kind.rfind("llm.c", 0) == 0                      ? "gpt2_tokenizer.bin"
-                                                         : fs::path(data.tokenizer_path).filename().string();
+  const std::string name = data.tokenizer->file_name();  // under its own tools' name
   write_file_atomic((fs::path(dir) / name).string(), bytes);
 }
 
