@@ -1297,10 +1297,15 @@ TEST_CASE("dist.zero keeps 1/N of the optimizer state on each rank and updates a
   }
 }
 
-TEST_CASE("dist.zero outside 0..2 is a config error naming the key", "[cpu][dist]") {
+TEST_CASE("dist.zero outside 0..3 and an unknown dist.shard_unit are config errors naming the key", "[cpu][dist]") {
   TempDir dir;
-  write_text(dir / "c.yaml", zero_config(3));
+  write_text(dir / "c.yaml", zero_config(4));
   const auto run = run_gputrain("train " + (dir / "c.yaml") + " --out " + (dir / "run") + " 2>&1");
   CHECK(run.exit_code == 2);
   CHECK_THAT(run.output, Catch::Contains("dist.zero") && Catch::Contains("c.yaml:17:"));
+  write_text(dir / "u.yaml", zero_config(3, 16, ", shard_unit: layer"));
+  const auto unit = run_gputrain("train " + (dir / "u.yaml") + " --out " + (dir / "run") + " 2>&1");
+  CHECK(unit.exit_code == 2);
+  CHECK_THAT(unit.output,
+             Catch::Contains("dist.shard_unit") && Catch::Contains("u.yaml:17:") && Catch::Contains("block, bucket"));
 }

@@ -281,6 +281,7 @@ void Model::recompute_segment(int s, const LayerContext& ctx) {
     ins.clear();
     for (int j : n.inputs) ins.push_back(j < 0 ? &m_input : &m_out[static_cast<size_t>(j)]);
     m_out[i] = m_out_buf[i].narrow0(batch);
+    use_params(i);
     SpanScope scope(m_profiler, n.name, n.type, "recompute", n.layer->forward_flops() * batch);
     n.layer->forward(ins, m_out[i], again);
   }
@@ -306,6 +307,7 @@ const Tensor& Model::run_nodes(const LayerContext& ctx, SpanTimer* profiler,
       ins.push_back(r < 0 ? &m_input : &m_out[static_cast<size_t>(r)]);
     }
     m_out[out] = output(out);
+    use_params(i);
     {
       SpanScope scope(profiler, n.name, n.type, "forward", chain_flops(i) * batch);
       n.layer->forward(ins, m_out[out], ctx);
@@ -465,6 +467,7 @@ void Model::backward(const Tensor& dout, const LayerContext& context) {
       }
       dins[k] = &dx_views[k];
     }
+    use_params(i);
     if (m_grad_begin) {
       if (n.trainable > 0) m_grad_begin(i);
       if (n.tied_to >= 0 && !weight_frozen(m_nodes[static_cast<size_t>(n.tied_to)]))

@@ -206,6 +206,10 @@ class Model {
   /// Called with a node's index right before a backward writes its parameter gradients: before the node's own
   /// backward, and before that of a layer tied to its weight (dist.zero 2 allocates the gradients there).
   void set_grad_begin_hook(std::function<void(size_t)> hook) { m_grad_begin = std::move(hook); }
+  /// Called with a node's index right before a forward, a recomputed forward or a backward reads its parameters (for a
+  /// tied layer, with its owner's index too): dist.zero 3 gathers the node's unit of parameters there
+  /// (ZeroOptimizer::use_node). Empty: nothing is called.
+  void set_param_use_hook(std::function<void(size_t)> hook) { m_param_use = std::move(hook); }
   /// dist.sync_batchnorm: batch norm layers normalise training batches over the ranks that `sum_over_ranks` sums
   /// over (a host collective, called once per batch norm layer in each pass, so every rank must run the same passes).
   /// Empty: per process. Throws gt::Error for a model on a GPU, where it is not built.
@@ -254,6 +258,12 @@ class Model {
   static bool weight_frozen(const GraphNode& n);
   /// How many (consumer, input) pairs write the gradient buffer of each node in the backward pass.
   std::vector<int> grad_writers() const;
+  /// Calls the parameter-use hook for node i and the owner of the weight it is tied to (set_param_use_hook).
+  void use_params(size_t i) {
+    if (!m_param_use) return;
+    m_param_use(i);
+    if (m_nodes[i].tied_to >= 0) m_param_use(static_cast<size_t>(m_nodes[i].tied_to));
+  }
   /// train.recompute: runs the forward pass of segment `s`'s recomputed nodes again, into their shared buffers.
   void recompute_segment(int s, const LayerContext& ctx);
 
@@ -268,7 +278,7 @@ class Model {
   std::vector<int> m_grad_writers;            // grad_writers(), once the graph is built
   bool m_initialised = false;                 // build() created the parameters
   Tensor m_input;                             // the last forward's input
-  std::function<void(size_t)> m_grad_ready, m_grad_begin;
+  std::function<void(size_t)> m_grad_ready, m_grad_begin, m_param_use;
   SpanTimer* m_profiler = nullptr;
   ops::SumOverRanks m_sync;
   bool m_decodes = false;  // forward_decode found decode_unsupported() empty once

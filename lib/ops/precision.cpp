@@ -46,6 +46,9 @@ ProductPrecisionScope::~ProductPrecisionScope() {
 Precision product_precision() { return t_precision; }
 uint64_t product_scope() { return t_generation; }
 uint64_t product_scopes_started() { return t_scopes; }
+void renew_product_scope() {
+  if (t_generation != 0) t_generation = ++t_scopes;
+}
 
 void round_operand(HalfFormat format, const float* in, float* out, int64_t n) {
   parallel_for(n, kRoundGrain,

@@ -52,6 +52,11 @@ Precision product_precision();
 /// and how many have started on the thread so far.
 uint64_t product_scope();
 uint64_t product_scopes_started();
+/// Inside a scope: the weights its products read may have moved or changed (dist.zero 3 gathers a unit of
+/// parameters into memory another unit's weights held a moment ago), so the innermost scope takes a new number and
+/// the weight copies made so far in it are not handed out again (they are remade at their next use). Outside any
+/// scope nothing is cached, and this does nothing.
+void renew_product_scope();
 
 /// Copies of weights valid for one scope, keyed by the weight's first element: the bookkeeping of the CPU's rounded
 /// weights (half_weight below: `Values` f32 values) and of CUDA's 16-bit device copies (ops/cuda/half_scratch.h).

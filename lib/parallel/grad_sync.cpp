@@ -44,17 +44,28 @@ std::vector<int> bucket_of_nodes(const std::vector<int64_t>& params_per_node, do
   return out;
 }
 
-}  // namespace
-
-BucketPlan plan_buckets(const std::vector<std::vector<Param*>>& params_by_node, double bucket_mb) {
-  std::vector<int64_t> counts;
-  for (const auto& params : params_by_node) {
-    int64_t n = 0;
-    for (Param* p : params) n += p->value.numel();
-    counts.push_back(params.empty() ? -1 : n);
+// Each node's unit from its parameter count and block (plan_units' cut), or bucket_of_nodes' cut without blocks.
+std::vector<int> unit_of_nodes(const std::vector<int64_t>& params_per_node, const std::vector<int>& node_block,
+                               double bucket_mb) {
+  GT_CHECK(node_block.size() == params_per_node.size(), "{} block ids for {} nodes", node_block.size(),
+           params_per_node.size());
+  if (std::none_of(node_block.begin(), node_block.end(), [](int b) { return b >= 0; }))
+    return bucket_of_nodes(params_per_node, bucket_mb);
+  std::vector<int> out(params_per_node.size(), -1);
+  int units = 0, key = 0;
+  for (size_t i = params_per_node.size(); i-- > 0;) {
+    if (params_per_node[i] < 0) continue;
+    if (units == 0 || node_block[i] != key) ++units;
+    key = node_block[i];
+    out[i] = units - 1;
   }
+  return out;
+}
+
+// The plan of a cut: each node's parameters, in the order backward finishes them, in its bucket.
+BucketPlan plan_of(const std::vector<std::vector<Param*>>& params_by_node, std::vector<int> node_bucket) {
   BucketPlan plan;
-  plan.node_bucket = bucket_of_nodes(counts, bucket_mb);
+  plan.node_bucket = std::move(node_bucket);
   for (size_t i = params_by_node.size(); i-- > 0;) {
     const int b = plan.node_bucket[i];
     if (b < 0) continue;
@@ -64,10 +75,18 @@ BucketPlan plan_buckets(const std::vector<std::vector<Param*>>& params_by_node, 
   return plan;
 }
 
-std::vector<int64_t> bucket_sizes(const std::vector<int64_t>& params_per_node, double bucket_mb) {
-  std::vector<int64_t> counts;  // a node without parameter elements has no bucket here (nor a gradient to count)
-  for (int64_t n : params_per_node) counts.push_back(n > 0 ? n : -1);
-  const std::vector<int> node_bucket = bucket_of_nodes(counts, bucket_mb);
+std::vector<int64_t> counts_of(const std::vector<std::vector<Param*>>& params_by_node) {
+  std::vector<int64_t> counts;
+  for (const auto& params : params_by_node) {
+    int64_t n = 0;
+    for (Param* p : params) n += p->value.numel();
+    counts.push_back(params.empty() ? -1 : n);
+  }
+  return counts;
+}
+
+// The elements of each bucket of a cut.
+std::vector<int64_t> sizes_of(const std::vector<int64_t>& params_per_node, const std::vector<int>& node_bucket) {
   std::vector<int64_t> out;
   for (size_t i = 0; i < node_bucket.size(); ++i) {
     if (node_bucket[i] < 0) continue;
@@ -78,10 +97,35 @@ std::vector<int64_t> bucket_sizes(const std::vector<int64_t>& params_per_node, d
   return out;
 }
 
-GradSync::GradSync(Communicator& comm, const std::vector<std::vector<Param*>>& params_by_node, double bucket_mb,
-                   bool overlap, std::vector<Tensor> chunks)
+// A node without parameter elements has no bucket in a count-only cut (nor a gradient to count).
+std::vector<int64_t> positive_counts(const std::vector<int64_t>& params_per_node) {
+  std::vector<int64_t> counts;
+  for (int64_t n : params_per_node) counts.push_back(n > 0 ? n : -1);
+  return counts;
+}
+
+}  // namespace
+
+BucketPlan plan_units(const std::vector<std::vector<Param*>>& params_by_node, const std::vector<int>& node_block,
+                      double bucket_mb) {
+  return plan_of(params_by_node, unit_of_nodes(counts_of(params_by_node), node_block, bucket_mb));
+}
+
+std::vector<int64_t> unit_sizes(const std::vector<int64_t>& params_per_node, const std::vector<int>& node_block,
+                                double bucket_mb) {
+  return sizes_of(params_per_node, unit_of_nodes(positive_counts(params_per_node), node_block, bucket_mb));
+}
+
+BucketPlan plan_buckets(const std::vector<std::vector<Param*>>& params_by_node, double bucket_mb) {
+  return plan_of(params_by_node, bucket_of_nodes(counts_of(params_by_node), bucket_mb));
+}
+
+std::vector<int64_t> bucket_sizes(const std::vector<int64_t>& params_per_node, double bucket_mb) {
+  return sizes_of(params_per_node, bucket_of_nodes(positive_counts(params_per_node), bucket_mb));
+}
+
+GradSync::GradSync(Communicator& comm, BucketPlan plan, bool overlap, std::vector<Tensor> chunks)
     : m_comm(comm), m_chunks(std::move(chunks)), m_overlap(overlap), m_device(comm.device_buffers()) {
-  BucketPlan plan = plan_buckets(params_by_node, bucket_mb);
   m_bucket_of_node = std::move(plan.node_bucket);
   std::optional<Device> device;
   for (auto& params : plan.buckets) {

@@ -6,9 +6,9 @@
 #pragma once
 
 #include "core/noncopyable.h"
-#include "parallel/comm.h"
 #include "layers/layer.h"
 #include "ops/stream.h"
+#include "parallel/comm.h"
 
 #include <condition_variable>
 #include <cstdint>
@@ -35,6 +35,16 @@ BucketPlan plan_buckets(const std::vector<std::vector<Param*>>& params_by_node, 
 /// The elements of each bucket plan_buckets makes, from each node's parameter count alone (the same cut): `gputrain
 /// check` sizes ZeRO-2's gradient buckets with it without building the parameters.
 std::vector<int64_t> bucket_sizes(const std::vector<int64_t>& params_per_node, double bucket_mb);
+
+/// dist.zero 3's units (dist.shard_unit: block): the nodes with parameters cut where `node_block` (each node's pass of
+/// a top-level `repeat:` block, -1 outside any) changes, from the last node to the first: a transformer's blocks one
+/// unit each, and the runs of nodes between them (the embeddings, the head) one each. Gathered, used and freed as
+/// one (parallel/zero.h). With no block at all it is plan_buckets' cut.
+BucketPlan plan_units(const std::vector<std::vector<Param*>>& params_by_node, const std::vector<int>& node_block,
+                      double bucket_mb);
+/// The elements of each unit plan_units makes, from the counts alone (bucket_sizes' counterpart).
+std::vector<int64_t> unit_sizes(const std::vector<int64_t>& params_per_node, const std::vector<int>& node_block,
+                                double bucket_mb);
 
 /// ZeRO's cut of a bucket of `elems` gradient elements over `world` ranks: padded to chunk · world elements, rank r
 /// owning [r · chunk, min((r + 1) · chunk, elems)).
@@ -63,7 +73,10 @@ class GradSync : NonCopyable {
   /// reduce-scattered as soon as it is complete, on the calling thread); the unarmed passes before it
   /// (train.accumulate) keep every bucket they write whole until the armed pass reduce-scatters it.
   GradSync(Communicator& comm, const std::vector<std::vector<Param*>>& params_by_node, double bucket_mb,
-           bool overlap = true, std::vector<Tensor> chunks = {});
+           bool overlap = true, std::vector<Tensor> chunks = {})
+      : GradSync(comm, plan_buckets(params_by_node, bucket_mb), overlap, std::move(chunks)) {}
+  /// The same over buckets cut beforehand (dist.zero 3's units: plan_units).
+  GradSync(Communicator& comm, BucketPlan plan, bool overlap = true, std::vector<Tensor> chunks = {});
   ~GradSync();
 
   /// Times every bucket's all-reduce (on the communication thread's lane) and the wait for them in finish().

@@ -25,11 +25,20 @@ const SectionSpec& dist_section() {
           {.name = "zero",
            .kind = KeyKind::integer,
            .min = 0,
-           .max = 2,
+           .max = 3,
            .fallback = "0",
            .doc = "ZeRO stage: 0 every rank keeps the whole optimizer state; 1 each rank keeps and updates its "
                   "1/N shard of it and the new weights are all-gathered; 2 also reduce-scatters the gradients "
-                  "instead of all-reducing them (CPU ranks: threads, MPI, TCP; GPU ranks: NCCL)"},
+                  "instead of all-reducing them; 3 also keeps only its 1/N of the weights, each unit of them "
+                  "(dist.shard_unit) all-gathered right before a pass uses it and freed after (CPU ranks: threads, "
+                  "MPI, TCP; GPU ranks: NCCL)"},
+          {.name = "shard_unit",
+           .kind = KeyKind::choice,
+           .choices = {"block", "bucket"},
+           .fallback = "block",
+           .doc = "dist.zero 3's unit of parameters gathered at once: block, each pass of a top-level repeat: "
+                  "block and each run of layers between them (the bucket cut for a model without blocks); bucket, "
+                  "the gradient buckets of dist.bucket_mb"},
           {.name = "sync_batchnorm",
            .kind = KeyKind::boolean,
            .fallback = "false",
@@ -54,6 +63,7 @@ void parse_dist(const ConfigNode& n, DistConfig& out) {
   out.bucket_mb = get_double(n, key_spec(keys, "bucket_mb"));
   out.timeout_s = get_double(n, key_spec(keys, "timeout_s"));
   out.zero = static_cast<int>(get_int(n, key_spec(keys, "zero")));
+  out.shard_unit = n.get_choice("shard_unit", "block", {"block", "bucket"});
 }
 
 YAML::Node to_yaml(const DistConfig& c) {
@@ -62,6 +72,7 @@ YAML::Node to_yaml(const DistConfig& c) {
   n["timeout_s"] = c.timeout_s;
   n["overlap"] = c.overlap;
   n["zero"] = c.zero;
+  n["shard_unit"] = c.shard_unit;
   n["sync_batchnorm"] = c.sync_batchnorm;
   return n;
 }

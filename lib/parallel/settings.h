@@ -10,10 +10,13 @@ namespace gt {
 
 /// Data-parallel settings (used when a launcher starts several ranks).
 struct DistConfig {
-  double bucket_mb = 25;        ///< gradient bucket size for the overlapped all-reduce
-  double timeout_s = 300;       ///< a collective waiting longer than this ends the run with exit 3
-  bool overlap = true;          ///< all-reduce gradient buckets on a thread during backward
-  int zero = 0;                 ///< ZeRO stage: 1 shards the optimizer state, 2 also the averaged gradients
+  double bucket_mb = 25;   ///< gradient bucket size for the overlapped all-reduce
+  double timeout_s = 300;  ///< a collective waiting longer than this ends the run with exit 3
+  bool overlap = true;     ///< all-reduce gradient buckets on a thread during backward
+  int zero = 0;  ///< ZeRO stage: 1 shards the optimizer state, 2 also the averaged gradients, 3 also the weights
+  /// dist.zero 3's unit of gathered parameters: "block" (each pass of a top-level `repeat:` block, and the runs of
+  /// layers between them; the bucket_mb cut for a model without blocks) or "bucket" (the bucket_mb cut).
+  std::string shard_unit = "block";
   bool sync_batchnorm = false;  ///< batch norm statistics over the global batch (one all-reduce per layer and pass)
 };
 

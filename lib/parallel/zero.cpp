@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "ops/elementwise.h"
+#include "ops/precision.h"
 
 #include <algorithm>
 #include <map>
@@ -27,6 +28,7 @@ ZeroOptimizer::ZeroOptimizer(const OptimizerConfig& cfg, const std::vector<Param
              "dist.zero shards f32 parameters on one device ({}: {} on {})", params[i]->name,
              dtype_name(params[i]->value.dtype()), params[i]->value.device().str());
     index[params[i]] = i;
+    m_shapes.push_back(params[i]->value.shape());
     // Stage 1's norm: over the whole gradients. (Stage 2 keeps no reference to them: GradSync frees them.)
     if (stage < 2) m_group.rows.push_back({params[i]->value, params[i]->grad});
   }
@@ -44,6 +46,8 @@ ZeroOptimizer::ZeroOptimizer(const OptimizerConfig& cfg, const std::vector<Param
     max_chunk = std::max(max_chunk, out.chunk);
     if (m_stage >= 2)
       m_grad_chunks.push_back(Tensor::zeros(Shape{static_cast<int64_t>(out.chunk)}, DType::f32, m_device));
+    if (m_stage >= 3)  // (filled by shard_values: the weights may still change before the first step)
+      m_value_shards.push_back(Tensor::zeros(Shape{static_cast<int64_t>(out.chunk)}, DType::f32, m_device));
     const size_t begin = out.chunk * rank, end = std::min(begin + out.chunk, n);
     out.first_slice = m_slices.size();
     size_t offset = 0;
@@ -54,14 +58,20 @@ ZeroOptimizer::ZeroOptimizer(const OptimizerConfig& cfg, const std::vector<Param
         const auto off = static_cast<int64_t>(lo - offset), count = static_cast<int64_t>(hi - lo);
         m_slices.push_back({b, index.at(p), off, count, lo - begin});
         const Shape flat{p->value.numel()};
-        m_slice_params.push_back({p->name, p->value.view(flat).slice0(off, count),
-                                  m_stage >= 2 ? m_grad_chunks[b].slice0(static_cast<int64_t>(lo - begin), count)
-                                               : p->grad.view(flat).slice0(off, count)});
+        const auto at = static_cast<int64_t>(lo - begin);
+        m_slice_params.push_back(
+            {p->name, m_stage >= 3 ? m_value_shards[b].slice0(at, count) : p->value.view(flat).slice0(off, count),
+             m_stage >= 2 ? m_grad_chunks[b].slice0(static_cast<int64_t>(lo - begin), count)
+                          : p->grad.view(flat).slice0(off, count)});
       }
       offset += pn;
     }
     out.end_slice = m_slices.size();
     m_buckets.push_back(std::move(out));
+  }
+  if (m_stage >= 3) {
+    m_node_unit = plan.node_bucket;
+    m_gathered.resize(m_buckets.size());
   }
   std::vector<Param*> rows;
   std::vector<int> row_groups;  // each slice in its parameter's group
@@ -126,9 +136,11 @@ void ZeroOptimizer::gather(const char* what, Mine mine, Whole whole) {
 }
 
 void ZeroOptimizer::step(std::span<const double> lrs, const Tensor& stats, double max_norm) {
-  m_inner->set_steps_taken(m_steps);  // undo_step and set_steps_taken reach this one: Adam's bias correction
+  m_inner->set_steps_taken(m_steps);   // undo_step and set_steps_taken reach this one: Adam's bias correction
+  if (m_stage >= 3) release_values();  // (the training step has freed them: a gathered copy would go stale)
   m_inner->step(lrs, stats, max_norm);
   ++m_steps;
+  if (m_stage >= 3) return;  // the next pass gathers the new weights as it needs them
   gather(
       "the updated weights", [&](size_t j) -> Tensor& { return m_slice_params[j].value; },
       [&](size_t i) -> Tensor& { return m_params[i]->value; });
@@ -184,13 +196,80 @@ void ZeroOptimizer::device_norm_sums(Tensor& out, Tensor& per_param) {
   }
 }
 
+void ZeroOptimizer::shard_values() {
+  if (m_stage < 3) return;
+  for (size_t j = 0; j < m_slices.size(); ++j) {
+    const Slice& s = m_slices[j];
+    const Tensor& whole = m_params[s.param]->value;
+    GT_CHECK(whole.defined(), "dist.zero 3: {} is not whole when its shard is taken", m_params[s.param]->name);
+    m_slice_params[j].value.copy_from(whole.view(Shape{whole.numel()}).slice0(s.offset, s.count));
+  }
+  for (Param* p : m_params) p->value = Tensor();
+  std::fill(m_gathered.begin(), m_gathered.end(), Tensor());
+  m_recent.clear();
+  m_all_whole = false;
+}
+
+void ZeroOptimizer::gather_unit(size_t b) {
+  const size_t chunk = m_buckets[b].chunk;
+  const auto n = static_cast<int64_t>(chunk * static_cast<size_t>(m_comm.size()));
+  // Mapped on the host, so that its pages go back to the system when it is freed (as GradSync's buckets).
+  m_gathered[b] =
+      m_device.is_cpu() ? Tensor::mapped_zeros(Shape{n}, DType::f32) : Tensor::empty(Shape{n}, DType::f32, m_device);
+  allgather(m_value_shards[b], m_gathered[b], chunk, "a unit of the weights");
+  // The new weights may sit where another unit's were a moment ago: rounded copies of those must not be used.
+  renew_product_scope();
+  int64_t offset = 0;
+  for (size_t i : m_buckets[b].params) {
+    m_params[i]->value = m_gathered[b].slice0(offset, m_shapes[i].numel()).view(m_shapes[i]);
+    offset += m_shapes[i].numel();
+  }
+}
+
+void ZeroOptimizer::release_unit(size_t b) {
+  for (size_t i : m_buckets[b].params) m_params[i]->value = Tensor();
+  m_gathered[b] = Tensor();
+}
+
+void ZeroOptimizer::use_node(size_t node) {
+  if (m_stage < 3 || m_all_whole || node >= m_node_unit.size() || m_node_unit[node] < 0) return;
+  const auto u = static_cast<size_t>(m_node_unit[node]);
+  const auto it = std::find(m_recent.begin(), m_recent.end(), u);
+  if (it != m_recent.end()) {  // whole already: now the one used last
+    m_recent.erase(it);
+    m_recent.push_back(u);
+    return;
+  }
+  // The one used longest ago goes first, so that no more than kResidentUnits are ever whole at once.
+  if (m_recent.size() >= kResidentUnits) {
+    release_unit(m_recent.front());
+    m_recent.erase(m_recent.begin());
+  }
+  gather_unit(u);
+  m_recent.push_back(u);
+}
+
+void ZeroOptimizer::gather_values() {
+  if (m_stage < 3 || m_all_whole) return;
+  for (size_t b = 0; b < m_buckets.size(); ++b)
+    if (!m_gathered[b].defined()) gather_unit(b);
+  m_recent.clear();
+  m_all_whole = true;
+}
+
+void ZeroOptimizer::release_values() {
+  if (m_stage < 3) return;
+  for (size_t b = 0; b < m_buckets.size(); ++b)
+    if (m_gathered[b].defined()) release_unit(b);
+  m_recent.clear();
+  m_all_whole = false;
+}
+
 std::vector<std::pair<std::string, Tensor*>> ZeroOptimizer::state() {
   if (m_full.empty())
     for (size_t i = 0; i < m_params.size(); ++i)
-      for (const std::string& buffer : m_buffers) {
-        const Tensor& v = m_params[i]->value;
-        m_full.emplace_back(std::to_string(i) + "." + buffer, Tensor::zeros(v.shape(), v.dtype(), v.device()));
-      }
+      for (const std::string& buffer : m_buffers)
+        m_full.emplace_back(std::to_string(i) + "." + buffer, Tensor::zeros(m_shapes[i], DType::f32, m_device));
   std::vector<std::pair<std::string, Tensor*>> out;
   for (auto& [name, t] : m_full) out.emplace_back(name, &t);
   return out;
@@ -262,7 +341,7 @@ int64_t ZeroOptimizer::shard_state_elements() {
 
 int64_t ZeroOptimizer::full_state_elements() const {
   int64_t n = 0;
-  for (const Param* p : m_params) n += p->value.numel();
+  for (const Shape& shape : m_shapes) n += shape.numel();
   return n * static_cast<int64_t>(m_buffers.size());
 }
 

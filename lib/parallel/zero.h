@@ -1,5 +1,6 @@
-// ZeRO stages 1 and 2 (dist.zero): each rank keeps optimizer state for its shard of the parameters alone, updates
-// only that shard, and the new weights are all-gathered after every step.
+// ZeRO stages 1 to 3 (dist.zero): each rank keeps optimizer state for its shard of the parameters alone and updates
+// only that shard; stages 1 and 2 all-gather the new weights after every step, stage 3 keeps only its shard of them
+// and gathers each unit of parameters right before a pass uses it.
 #pragma once
 
 #include "optim/optimizer.h"
@@ -23,6 +24,18 @@ namespace gt {
 /// Checkpoints: each rank writes its own shard (shard_pieces(), train/checkpoint.h), and a load of a sharded
 /// checkpoint fills state_ranges() from the byte ranges it needs; a zero 0 checkpoint is loaded whole into state()
 /// and shard_state() keeps this rank's part. So a checkpoint resumes at any world size and stage.
+///
+/// Stage 3 (as stage 2, and): the buckets of `plan` are the units of parameters (plan_units), and this rank holds
+/// only its chunk of each unit's weights (value_shards(), the update's master weights). Once shard_values() has run,
+/// a sharded parameter's value is undefined except while its unit is gathered: use_node(i), called by the model
+/// right before node i's forward, recomputed forward or backward reads its parameters, all-gathers node i's unit into
+/// a buffer of its own (chunk · ranks elements; the parameters' values become views of it), and keeps at most
+/// kResidentUnits units whole, the ones used last: the unit before goes as a pass moves on to the next, and the last
+/// ones of the forward pass are still there when the backward pass starts. release_values() frees every gathered
+/// unit (after each backward pass: the update changes the shards). gather_values() makes every parameter whole for
+/// what reads the weights outside a training pass (an evaluation, a checkpoint's model file, the final weights),
+/// until release_values(). Every collective runs on the calling thread, in the same order on every rank (the passes
+/// are the same): the training thread, which also reduce-scatters the gradient buckets (GradSync without overlap).
 ///
 /// Devices: the parameters may live on the CPU or on one CUDA device; every buffer here (state, gradient chunks,
 /// the all-gather's buffers, the partial norms) lives beside them, and the copies between them are the device's.
@@ -64,6 +77,23 @@ class ZeroOptimizer final : public Optimizer {
   /// GradSync's reduce-scatter writes and the update reads (views of them are the shard's gradients). Empty at stage 1.
   const std::vector<Tensor>& grad_chunks() const { return m_grad_chunks; }
 
+  /// Stage 3: copies the whole parameters' values into this rank's shards and frees them (the model's initial or
+  /// loaded weights, which every rank holds at that moment).
+  void shard_values();
+  /// Stage 3: node `node`'s unit whole (all-gathered unless it is already), the others as above. Nothing at stages
+  /// 1 and 2, for a node without sharded parameters, and while gather_values() holds everything whole.
+  void use_node(size_t node);
+  /// Stage 3: every unit whole until release_values().
+  void gather_values();
+  /// Stage 3: every gathered unit freed (the shards stay).
+  void release_values();
+  /// Stage 3: this rank's chunk of each unit's weights (zero_chunk elements, padding last). Empty at stages 1 and 2.
+  const std::vector<Tensor>& value_shards() const { return m_value_shards; }
+  /// Units a stage 3 pass keeps whole at most (use_node): a node's own and a tied layer's owner.
+  static constexpr size_t kResidentUnits = 2;
+  /// Elements of parameter i (Model::params() order), whether or not its value is whole now.
+  int64_t param_numel(size_t i) const { return m_shapes[i].numel(); }
+
   /// The state elements this rank holds between checkpoints (about 1/N of the unsharded optimizer's).
   int64_t shard_state_elements();
   /// The state elements of the unsharded optimizer (what zero 0 holds on every rank).
@@ -90,12 +120,16 @@ class ZeroOptimizer final : public Optimizer {
   void device_norm_sums(Tensor& out, Tensor& per_param);
   /// Runs the all-gather of `n` elements of `send` into `recv` (n per rank), staged through the host when needed.
   void allgather(const Tensor& send, Tensor& recv, size_t n, const char* what);
+  /// Stage 3: gathers unit b into a buffer of its own and points its parameters' values at it; frees it again.
+  void gather_unit(size_t b);
+  void release_unit(size_t b);
 
   Communicator& m_comm;
   int m_stage;
   Device m_device;        ///< the parameters' device
   bool m_staged = false;  ///< device parameters over a host communicator: collectives on host copies
   std::vector<Param*> m_params;
+  std::vector<Shape> m_shapes;  ///< the parameters' shapes (stage 3 frees their values)
   std::vector<Bucket> m_buckets;
   std::vector<Slice> m_slices;
   std::vector<Param> m_slice_params;  ///< views of the parameters' values and gradients (stage 2: of the chunks)
@@ -107,6 +141,31 @@ class ZeroOptimizer final : public Optimizer {
   Tensor m_host_send, m_host_recv;                     ///< m_staged: their host copies
   Tensor m_total, m_per_slice;                         ///< stage 2: this rank's partial squared norms
   Tensor m_sums;  ///< stage 2 on a device: each parameter's partial sum, then the total (f64, summed over ranks)
+  // Stage 3: the value shards, each node's unit (-1: none), the gathered units' buffers (undefined: not gathered),
+  // the gathered ones from least to most recently used, and whether gather_values() holds them all.
+  std::vector<Tensor> m_value_shards;
+  std::vector<int> m_node_unit;
+  std::vector<Tensor> m_gathered;
+  std::vector<size_t> m_recent;
+  bool m_all_whole = false;
+};
+
+/// dist.zero 3: every parameter whole while it lives (ZeroOptimizer::gather_values, then release_values), for what
+/// reads the weights outside a training pass. A collective: every rank makes one at the same point. Nothing for any
+/// other optimizer.
+class WholeWeights {
+ public:
+  explicit WholeWeights(Optimizer& optimizer) : m_zero(dynamic_cast<ZeroOptimizer*>(&optimizer)) {
+    if (m_zero) m_zero->gather_values();
+  }
+  ~WholeWeights() {
+    if (m_zero) m_zero->release_values();
+  }
+  WholeWeights(const WholeWeights&) = delete;
+  WholeWeights& operator=(const WholeWeights&) = delete;
+
+ private:
+  ZeroOptimizer* m_zero;
 };
 
 }  // namespace gt

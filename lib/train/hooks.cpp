@@ -275,13 +275,12 @@ void CheckpointHook::save_sharded(ZeroOptimizer& zero, TrainProgress& p) {
   shards.buffers = zero.buffers();
   const auto chunks = zero.bucket_chunks();
   const auto buckets = zero.bucket_params();
-  const auto params = m_model.params();
   for (size_t b = 0; b < buckets.size(); ++b) {
     CheckpointInfo::Shards::Bucket out;
     out.chunk = static_cast<int64_t>(chunks[b]);
     for (size_t i : buckets[b]) {
       out.params.push_back(static_cast<int64_t>(i));
-      out.sizes.push_back(params[i]->value.numel());
+      out.sizes.push_back(zero.param_numel(i));
     }
     shards.buckets.push_back(std::move(out));
   }
@@ -297,7 +296,10 @@ void CheckpointHook::save_sharded(ZeroOptimizer& zero, TrainProgress& p) {
 std::string CheckpointHook::roll_back(TrainProgress& p) {
   const CheckpointInfo back = require_newest_good_of_run(m_run_dir, m_cfg);
   const double lr_scale = p.lr_scale * 0.5;
+  auto* zero = dynamic_cast<ZeroOptimizer*>(&m_optimizer);
+  if (zero) zero->gather_values();  // dist.zero 3: loaded whole, then each rank keeps its shard again
   load_checkpoint(back, m_model, m_optimizer);
+  if (zero) zero->shard_values();
   p = back.progress;
   p.lr_scale = lr_scale;
   if (m_lead) m_store.remove_after(p.step);  // the newer ones lead to the divergence

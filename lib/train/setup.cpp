@@ -99,6 +99,13 @@ void check_ranks_agree(Communicator& comm, const std::string& text) {
                           comm.rank(), in_layout ? "model (parameter layout)" : "config", line, la, lb));
 }
 
+BucketPlan zero_plan(Model& model, const DistConfig& dist) {
+  if (dist.zero < 3 || dist.shard_unit == "bucket") return plan_buckets(model.params_by_node(), dist.bucket_mb);
+  std::vector<int> blocks;
+  for (const GraphNode& n : model.nodes()) blocks.push_back(n.block);
+  return plan_units(model.params_by_node(), blocks, dist.bucket_mb);
+}
+
 void check_same_batches(const Experiment& exp, const CheckpointInfo& from) {
   // The position is a count of micro-batches, and the step count, the schedule, every_steps and max_steps all count
   // optimizer steps: under another batch size or accumulation they would name other samples (batch 64 after 16 ends
@@ -252,8 +259,7 @@ RunSetup::RunSetup(const Experiment& exp, const RunOptions& opts, const WorkerPl
   if (exp.dist.zero > 0 && world > 1) {
     // The sharded update, the gradient reduce-scatter and the weight all-gather: on host buffers over the host
     // communicator, on device buffers over NCCL (queued on the compute stream, no host sync).
-    auto zero = std::make_unique<ZeroOptimizer>(exp.optimizer, model.params(),
-                                                plan_buckets(model.params_by_node(), exp.dist.bucket_mb),
+    auto zero = std::make_unique<ZeroOptimizer>(exp.optimizer, model.params(), zero_plan(model, exp.dist),
                                                 nccl ? *nccl : *comm, exp.dist.zero, groups);
     spdlog::info("dist.zero {}: optimizer state {:.2f} MB on rank 0 instead of {:.2f} MB", exp.dist.zero,
                  static_cast<double>(zero->shard_state_elements()) * 4e-6,

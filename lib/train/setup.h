@@ -7,6 +7,8 @@
 #include "graph/model.h"
 #include "optim/optimizer.h"
 #include "parallel/comm.h"
+#include "parallel/grad_sync.h"
+#include "parallel/settings.h"
 #include "train/init_from.h"
 #include "train/resume.h"
 #include "train/run_dir.h"
@@ -58,6 +60,10 @@ std::string rank_agreement_text(const std::string& resolved_config, Model& model
 /// by line against rank 0's. Throws a distributed Error (exit 3) on every rank when any differs; a differing rank
 /// names the first differing line.
 void check_ranks_agree(Communicator& comm, const std::string& text);
+
+/// How dist.zero shards `model`'s parameters: the gradient buckets of dist.bucket_mb, or under dist.zero 3 with
+/// dist.shard_unit block, its units (plan_units). The optimizer and the gradient sync cut by the same plan.
+BucketPlan zero_plan(Model& model, const DistConfig& dist);
 
 /// Throws ConfigError (at data.batch_size or train.accumulate) when `from` was written with other batches than the
 /// experiment's: a resume must continue the same sequence of samples and steps.

@@ -130,18 +130,30 @@ StepLoop::StepLoop(const Experiment& exp, RunSetup& setup, const StepPlan& plan,
   }
   if (m_world > 1) {
     // dist.zero 2: the gradients are reduce-scattered into the optimizer's chunks, and exist whole only in backward.
-    if (const auto* zero = dynamic_cast<const ZeroOptimizer*>(&m_optimizer); zero && zero->stage() >= 2)
-      m_grad_chunks = zero->grad_chunks();
-    m_grad_sync.emplace(device_comm, m_model.params_by_node(), exp.dist.bucket_mb, exp.dist.overlap, m_grad_chunks);
+    m_zero = dynamic_cast<ZeroOptimizer*>(&m_optimizer);
+    if (m_zero && m_zero->stage() >= 2) m_grad_chunks = m_zero->grad_chunks();
+    // dist.zero 3 gathers weights on the training thread between the layers, so the gradient buckets are
+    // reduce-scattered there too: the ranks' collectives then come in one order.
+    const bool stage3 = m_zero && m_zero->stage() >= 3, overlap = exp.dist.overlap && !stage3;
+    m_grad_sync.emplace(
+        device_comm, m_zero ? zero_plan(m_model, exp.dist) : plan_buckets(m_model.params_by_node(), exp.dist.bucket_mb),
+        overlap, m_grad_chunks);
     if (m_optimizer.sharded())
       spdlog::info("dist.zero {}: optimizer state sharded over {} ranks{}", exp.dist.zero, m_world,
-                   exp.dist.zero >= 2 ? ", gradients reduce-scattered" : "");
-    spdlog::info("gradients: {:.2f} MB {} per step in {} bucket(s) of up to {} MB, {}",
+                   stage3               ? ", gradients reduce-scattered, weights gathered unit by unit"
+                   : exp.dist.zero >= 2 ? ", gradients reduce-scattered"
+                                        : "");
+    spdlog::info("gradients: {:.2f} MB {} per step in {} {}{}, {}",
                  static_cast<double>(m_grad_sync->bytes_per_step()) / 1e6,
                  m_optimizer.sharded() && exp.dist.zero >= 2 ? "reduce-scattered" : "all-reduced",
-                 m_grad_sync->buckets(), exp.dist.bucket_mb,
-                 exp.dist.overlap ? "overlapping backward" : "after backward (dist.overlap: false)");
+                 m_grad_sync->buckets(), stage3 ? "unit(s)" : "bucket(s)",
+                 stage3 && exp.dist.shard_unit == "block" ? "" : fmt::format(" of up to {} MB", exp.dist.bucket_mb),
+                 overlap  ? "overlapping backward"
+                 : stage3 ? "as backward completes them (dist.zero 3)"
+                          : "after backward (dist.overlap: false)");
     m_grad_sync->set_profiler(&profiler);
+    // The initial weights are the same on every rank now: each keeps its shard of them alone.
+    if (stage3) m_zero->shard_values();
   }
   const Dataset& train = setup.train();
   m_x = Tensor::empty(train.input_shape().batched(plan.batch), DType::f32, m_device);
@@ -168,11 +180,13 @@ StepLoop::StepLoop(const Experiment& exp, RunSetup& setup, const StepPlan& plan,
   // Last, so that a constructor that throws leaves no hook into this object behind.
   if (m_grad_sync) m_model.set_grad_ready_hook([this](size_t node) { m_grad_sync->node_done(node); });
   if (!m_grad_chunks.empty()) m_model.set_grad_begin_hook([this](size_t node) { m_grad_sync->node_begin(node); });
+  if (m_zero && m_zero->stage() >= 3) m_model.set_param_use_hook([this](size_t node) { m_zero->use_node(node); });
 }
 
 StepLoop::~StepLoop() {
   m_model.set_grad_ready_hook(nullptr);
   m_model.set_grad_begin_hook(nullptr);
+  m_model.set_param_use_hook(nullptr);
 }
 
 int64_t StepLoop::forward_backward(Loader& loader, int64_t step, int64_t micros) {
@@ -187,6 +201,7 @@ int64_t StepLoop::forward_backward(Loader& loader, int64_t step, int64_t micros)
     samples += n;
   }
   if (m_grad_sync) m_grad_sync->finish();
+  if (m_zero) m_zero->release_values();  // dist.zero 3: the units still whole from the backward pass
   return samples;
 }
 

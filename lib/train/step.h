@@ -26,6 +26,7 @@ class Optimizer;
 class Profiler;
 class RunSetup;
 struct StepPlan;
+class ZeroOptimizer;
 
 /// What a step came to, as the host learns it.
 enum class StepOutcome {
@@ -160,6 +161,7 @@ class StepLoop : NonCopyable {
   LossScaleHyper m_scale_hyper;
   Communicator* m_nccl = nullptr;  ///< CUDA ranks: RunSetup's NCCL communicator, which outlives this loop
   std::optional<GradSync> m_grad_sync;
+  ZeroOptimizer* m_zero = nullptr;  ///< the optimizer, when dist.zero shards it over several ranks
   Tensor m_x, m_y, m_dout;
   /// The step's statistics (StepStat: loss sum, hits, squared gradient norm) and the log window's sums (loss sum,
   /// hits, skipped steps) stay on the device: the optimizer reads them there to skip a non-finite step or clip, and

@@ -12,6 +12,7 @@
 #include "optim/optimizer.h"
 #include "parallel/comm.h"
 #include "parallel/workers.h"
+#include "parallel/zero.h"
 #include "profile/profiler.h"
 #include "train/evaluation.h"
 #include "train/hooks.h"
@@ -415,12 +416,14 @@ void TrainLoop::note_data_wait(double wait_s, double window_s, int64_t steps) {
 void TrainLoop::save_checkpoint() {
   const auto start = RunClock::now();
   m_step.read_window(m_p);
+  const WholeWeights whole(*m_setup.optimizer);  // dist.zero 3: the model file holds the whole weights
   m_checkpoints.save(m_p, m_reporter.metrics().bytes());
   m_checkpoint_s += seconds_since(start);
 }
 
 void TrainLoop::evaluate() {
   const auto start = RunClock::now();
+  const WholeWeights whole(*m_setup.optimizer);  // (ranks evaluate different numbers of batches)
   m_evaluator.run(m_p, m_reporter.metrics());
   m_eval_s += seconds_since(start);
 }
@@ -432,7 +435,10 @@ RunSummary TrainLoop::finish() {
   const bool diverged = m_sum.exit_reason == ExitReason::diverged;
   if (!diverged && m_checkpoints.dirty()) save_checkpoint();  // the final one (or the one an interruption resumes from)
   // The final weights are written before summary.json, so that a summary always means the weights are there.
-  if (!diverged && m_setup.lead) write_final_weights(m_sum.run_dir, m_setup.model, m_exp.name, m_p.step);
+  if (!diverged) {
+    const WholeWeights whole(*m_setup.optimizer);
+    if (m_setup.lead) write_final_weights(m_sum.run_dir, m_setup.model, m_exp.name, m_p.step);
+  }
   summarize(m_sum, m_p, seconds_since(m_wall_start));
   if (m_sum.test_loss) m_sum.test_bpb = bits_per_byte(m_setup.test(), m_exp, *m_sum.test_loss);
   if (m_setup.lead) write_summary(m_sum.run_dir, m_exp.name, m_sum, m_setup.world, m_setup.threads);
