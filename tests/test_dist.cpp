@@ -3,6 +3,7 @@
 // batch.
 #include "core/error.h"
 #include "core/rng.h"
+#include "dist_helpers.h"
 #include "graph/model.h"
 #include "helpers.h"
 #include "io/safetensors.h"
@@ -10,7 +11,6 @@
 #include "optim/optimizer.h"
 #include "parallel/comm.h"
 #include "parallel/launch.h"
-#include "parallel/zero.h"
 #include "train/checkpoint.h"
 
 #include <fmt/format.h>
@@ -44,14 +44,6 @@ gt::LaunchInfo detect(const std::map<std::string, std::string>& vars) {
   });
 }
 
-// mpirun as CI runs it: as root (allowed explicitly), never more slots than cores asked.
-std::string mpirun(int ranks) {
-  return fmt::format(
-      "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
-      "mpirun -np {} ",
-      ranks);
-}
-
 std::string dp_config(const std::string& optimizer, int64_t batch, int64_t accumulate) {
   return fmt::format(R"(name: dp
 seed: 9
@@ -70,24 +62,6 @@ optimizer: {}
 train: {{epochs: 2, log_every: 8, accumulate: {}}}
 )",
                      batch, optimizer, accumulate);
-}
-
-// ‖a − b‖ / ‖a‖ over each tensor of two safetensors files: the largest.
-double max_relative_difference(const std::string& a_path, const std::string& b_path) {
-  const auto a = gt::read_safetensors(a_path), b = gt::read_safetensors(b_path);
-  REQUIRE(a.size() == b.size());
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    REQUIRE(a[i].first == b[i].first);
-    double diff = 0, norm = 0;
-    for (int64_t k = 0; k < a[i].second.numel(); ++k) {
-      const double x = a[i].second.data<float>()[k], y = b[i].second.data<float>()[k];
-      diff += (x - y) * (x - y);
-      norm += x * x;
-    }
-    worst = std::max(worst, std::sqrt(diff / std::max(norm, 1e-30)));
-  }
-  return worst;
 }
 
 // Starts `mpirun -np 2 gputrain train CONFIG --threads 1 --out OUT` in the background, output to LOG; its pid is
@@ -133,18 +107,6 @@ int wait_for_rank_pid(int rank, const std::string& marker, const std::string& lo
   }
   UNSCOPED_INFO("rank " << rank << " not found; the job's log:\n" << read_text(log));
   return -1;
-}
-
-// A MASTER_PORT for this test process: ranks of concurrent test processes must not meet on one port. gputrain
-// listens on MASTER_PORT + 1 (torchrun's agent holds MASTER_PORT), so slots are two ports apart; all stay below Linux's
-// ephemeral range (32768 on), where an outgoing connection could hold the port.
-int tcp_test_port(int slot) { return 20000 + static_cast<int>(getpid() % 1500) * 8 + slot * 2; }
-
-// Starts rank `rank` of `world` with torchrun's variables, as torchrun would, without torchrun.
-Background start_tcp_rank(int rank, int world, int port, const std::string& args, const std::string& log) {
-  return start_gputrain(
-      args, log,
-      fmt::format("RANK={} WORLD_SIZE={} LOCAL_RANK={} MASTER_ADDR=127.0.0.1 MASTER_PORT={}", rank, world, rank, port));
 }
 
 bool have_torchrun() { return std::system("command -v torchrun > /dev/null 2>&1") == 0; }
@@ -978,334 +940,4 @@ TEST_CASE("ranks started with different models or configs exit 3 at once, naming
     CHECK_THAT(log, Catch::Contains("rank 1: started with another config than rank 0; the first difference"));
     CHECK_THAT(log, !Catch::Contains("MPI_ERR_TRUNCATE"));
   }
-}
-
-namespace {
-
-// dp_config's model under AdamW with clipping, its parameters in buckets of 500 floats, so that buckets, ranks' chunks
-// and parameters all cut each other. `batch` per rank; `zero` and `extra` go into the dist section.
-std::string zero_config(int zero, int64_t batch = 16, const std::string& extra = "") {
-  return fmt::format(R"(name: zero
-seed: 9
-device: cpu
-data: {{format: synthetic, samples: 2048, test_samples: 256, input_shape: [1, 6, 6], targets: {{classes: 3}},
-        batch_size: {}}}
-model:
-  layers:
-    - {{type: conv2d, out_channels: 4, kernel_size: 3, padding: 1}}
-    - relu
-    - flatten
-    - {{type: linear, out_features: 16}}
-    - tanh
-    - {{type: linear, out_features: 3}}
-optimizer: {{type: adamw, lr: 0.003, weight_decay: 0.01}}
-train: {{epochs: 1, log_every: 4, grad_clip: {{max_norm: 0.5}}}}
-checkpoint: {{every_steps: 16}}
-dist: {{zero: {}, bucket_mb: 0.002{}}}
-)",
-                     batch, zero, extra);
-}
-
-// (loss, grad_norm) of every train line of a run's metrics.jsonl.
-std::vector<std::pair<double, double>> train_curve(const std::string& run) {
-  std::vector<std::pair<double, double>> out;
-  for (const std::string& line : lines_of(read_text(run + "/metrics.jsonl")))
-    if (line.find("\"type\": \"train\"") != std::string::npos)
-      out.emplace_back(json_number(line, "loss").value_or(-1), json_number(line, "grad_norm").value_or(-1));
-  return out;
-}
-
-// A sharded checkpoint's optimizer state assembled whole through load_state_ranges, next to zero 0's
-// optimizer.safetensors of the same model: true when every buffer holds the same bits.
-bool same_state_as(const std::string& sharded, const std::string& whole_file) {
-  const gt::CheckpointInfo ckpt = gt::read_checkpoint(sharded);
-  if (!ckpt.shards) return false;
-  const auto whole = gt::read_safetensors(whole_file);
-  std::vector<gt::StateRange> ranges;
-  std::map<size_t, int64_t> sizes;
-  for (const auto& [name, t] : whole) {
-    const size_t dot = name.find('.');
-    const size_t i = std::stoul(name.substr(0, dot));
-    sizes[i] = t.numel();
-    ranges.push_back({i, name.substr(dot + 1), 0, gt::Tensor::zeros(gt::Shape{t.numel()}, gt::DType::f32)});
-  }
-  std::vector<int64_t> param_sizes;
-  for (const auto& [i, n] : sizes) param_sizes.push_back(n);
-  gt::load_state_ranges(ckpt, ranges, param_sizes);
-  size_t k = 0;
-  for (const auto& [name, t] : whole) {
-    if (std::memcmp(ranges[k].dst.data<float>(), t.data<float>(), static_cast<size_t>(t.numel()) * 4) != 0)
-      return false;
-    ++k;
-  }
-  return !whole.empty();
-}
-
-}  // namespace
-
-TEST_CASE("dist.zero 1 and 2 over 2 worker threads, under mpirun and over TCP end where zero 0 ends", "[e2e][dist]") {
-  TempDir dir;
-  for (int z = 0; z <= 2; ++z) {
-    write_text(dir / fmt::format("z{}.yaml", z), zero_config(z));
-    const auto run = run_gputrain(fmt::format("train {} --device '[cpu, cpu]' --threads 2 --out {}",
-                                              dir / fmt::format("z{}.yaml", z), dir / fmt::format("z{}", z)));
-    INFO(run.output);
-    REQUIRE(run.exit_code == 0);
-    if (z == 2)
-      CHECK_THAT(run.output, Catch::Contains("dist.zero 2: optimizer state sharded over 2 ranks, gradients "
-                                             "reduce-scattered") &&
-                                 Catch::Contains("reduce-scattered per step in 3 bucket(s)"));
-  }
-  const auto base = train_curve(dir / "z0");
-  REQUIRE(base.size() == 16);  // 64 steps, a line every 4
-  // Stage 1 all-reduces as zero 0 does and updates each element as it would: the same bits everywhere, the
-  // checkpoint's optimizer state (two shard files, assembled) included.
-  CHECK(train_curve(dir / "z1") == base);
-  CHECK(max_relative_difference(dir / "z0/model.safetensors", dir / "z1/model.safetensors") == 0);
-  CHECK(fs::exists(dir / "z1/checkpoints/step-64/optimizer.shard-1-of-2.bin"));
-  CHECK_FALSE(fs::exists(dir / "z1/checkpoints/step-64/optimizer.safetensors"));
-  CHECK(same_state_as(dir / "z1/checkpoints/step-64", dir / "z0/checkpoints/step-64/optimizer.safetensors"));
-  // Stage 2 sums the squared gradient norm as the ranks' partial sums (another order of f64 additions): the norm
-  // may differ in its last bits, and through the clipping coefficient the weights by a float rounding. Tolerance:
-  // 1e-12 relative on the norm, 1e-6 on losses and weights (a real error, a missing or doubled shard, is ≥ 1e-2).
-  auto close = [](const std::vector<std::pair<double, double>>& a, const std::vector<std::pair<double, double>>& b) {
-    if (a.size() != b.size()) return false;
-    for (size_t i = 0; i < a.size(); ++i)
-      if (std::abs(a[i].first - b[i].first) > 1e-6 * std::abs(b[i].first) ||
-          std::abs(a[i].second - b[i].second) > 1e-12 * std::abs(b[i].second))
-        return false;
-    return true;
-  };
-  CHECK(close(train_curve(dir / "z2"), base));
-  CHECK(max_relative_difference(dir / "z0/model.safetensors", dir / "z2/model.safetensors") < 1e-6);
-  // Processes under mpirun: MPI_Reduce_scatter_block and MPI_Allgather; two ranks' sums commute, so the same bits.
-  for (int z : {1, 2}) {
-    const auto mpi = std::system((mpirun(2) + GT_BINARY + " train " + (dir / fmt::format("z{}.yaml", z)) +
-                                  " --quiet --threads 1 --out " + (dir / fmt::format("mpi{}", z)) + " > /dev/null 2>&1")
-                                     .c_str());
-    REQUIRE(mpi == 0);
-    CHECK(close(train_curve(dir / fmt::format("mpi{}", z)), base));
-    CHECK(max_relative_difference(dir / "z0/model.safetensors", dir / fmt::format("mpi{}/model.safetensors", z)) <
-          1e-6);
-  }  // TCP under torchrun's variables: rank 0 gathers and sums in rank order.
-  const std::string args = "train " + (dir / "z2.yaml") + " --threads 1 --out " + (dir / "tcp2");
-  const auto r0 = start_tcp_rank(0, 2, tcp_test_port(2), args, dir / "log0");
-  const auto r1 = start_tcp_rank(1, 2, tcp_test_port(2), args, dir / "log1");
-  const int e0 = wait_exit(r0), e1 = wait_exit(r1);
-  INFO(read_text(dir / "log0") + read_text(dir / "log1"));
-  REQUIRE(e0 == 0);
-  REQUIRE(e1 == 0);
-  CHECK_THAT(read_text(dir / "log0"), Catch::Contains("rank 0 of 2 (local rank 0, tcp)"));
-  CHECK(close(train_curve(dir / "tcp2"), base));
-  CHECK(max_relative_difference(dir / "z0/model.safetensors", dir / "tcp2/model.safetensors") < 1e-6);
-}
-
-TEST_CASE(
-    "dist.zero 2 with accumulation, without overlap, with a loss scale and with a tied weight ends where zero 0 "
-    "ends",
-    "[e2e][dist]") {
-  // Each changes when a bucket's gradients exist under stage 2 (allocated at the first write, kept across
-  // micro-batches, reduce-scattered on the calling thread, unscaled in the chunks, written first by a tied layer).
-  TempDir dir;
-  for (int z : {0, 2}) write_text(dir / fmt::format("z{}.yaml", z), zero_config(z));
-  // A small GPT whose head reads the embedding's weight: the tied layer writes the last bucket first.
-  write_text(dir / "tokens.txt", std::string(4000, 'a') + "the quick brown fox jumps over the lazy dog. ");
-  REQUIRE(run_gputrain(fmt::format("tokenize {} --out {}", dir / "tokens.txt", dir / "tok")).exit_code == 0);
-  for (int z : {0, 2})
-    write_text(dir / fmt::format("gpt{}.yaml", z), fmt::format(R"(name: tied
-seed: 3
-device: cpu
-data: {{format: tokens, train: {{path: {}/train_*.bin}}, block_size: 16, batch_size: 4}}
-model:
-  layers:
-    - {{type: embedding, name: wte, num_embeddings: 256, embedding_dim: 32}}
-    - {{type: positional_embedding, name: wpe, max_len: 16}}
-    - {{type: layernorm}}
-    - {{type: causal_self_attention, heads: 2}}
-    - {{type: layernorm}}
-    - {{type: linear, name: lm_head, tied_to: wte, bias: false, out_features: 256}}
-optimizer: {{type: adamw, lr: 0.003}}
-train: {{epochs: 1, max_steps: 12, log_every: 2, grad_clip: {{max_norm: 1.0}}}}
-dist: {{zero: {}, bucket_mb: 0.01}}
-)",
-                                                               dir / "tok", z));
-  const std::vector<std::pair<std::string, std::string>> variants = {
-      {"z{}.yaml", "--set train.accumulate=2"},
-      {"z{}.yaml", "--set dist.overlap=false"},
-      {"z{}.yaml", "--set +train.loss_scale=1024"},
-      {"gpt{}.yaml", ""},
-  };
-  for (size_t v = 0; v < variants.size(); ++v) {
-    const auto& [config, more] = variants[v];
-    INFO(config << " " << more);
-    for (int z : {0, 2}) {
-      const auto run = run_gputrain(fmt::format("train {} --device '[cpu, cpu]' --threads 2 --out {} {}",
-                                                dir / fmt::format(fmt::runtime(config), z),
-                                                dir / fmt::format("v{}z{}", v, z), more));
-      INFO(run.output);
-      REQUIRE(run.exit_code == 0);
-    }
-    const auto base = train_curve(dir / fmt::format("v{}z0", v)), two = train_curve(dir / fmt::format("v{}z2", v));
-    REQUIRE(base.size() >= 4);
-    REQUIRE(two.size() == base.size());
-    for (size_t i = 0; i < base.size(); ++i) {  // the tolerances of the test above
-      CHECK(std::abs(two[i].first - base[i].first) <= 1e-6 * std::abs(base[i].first));
-      CHECK(std::abs(two[i].second - base[i].second) <= 1e-12 * std::abs(base[i].second));
-    }
-    CHECK(max_relative_difference(dir / fmt::format("v{}z0/model.safetensors", v),
-                                  dir / fmt::format("v{}z2/model.safetensors", v)) < 1e-6);
-  }
-}
-
-TEST_CASE("a dist.zero 2 checkpoint of 2 ranks resumes at 2, 1 and 3 ranks, re-sharded", "[e2e][dist]") {
-  TempDir dir;
-  for (int z : {0, 2}) write_text(dir / fmt::format("z{}.yaml", z), zero_config(z));
-  auto train = [&](int z, int ranks, const std::string& out, const std::string& more) {
-    const std::string devices = ranks == 1 ? "cpu" : ranks == 2 ? "'[cpu, cpu]'" : "'[cpu, cpu, cpu]'";
-    const auto run = run_gputrain(fmt::format("train {} --device {} --threads {} --out {} {}",
-                                              dir / fmt::format("z{}.yaml", z), devices, ranks, dir / out, more));
-    INFO(run.output);
-    REQUIRE(run.exit_code == 0);
-    return run.output;
-  };
-  train(2, 2, "whole", "");  // uninterrupted
-  for (int z : {0, 2}) {
-    const std::string run = fmt::format("r{}", z);
-    train(z, 2, run, "--max-steps 24");
-    for (const char* copy : {"one", "three"}) fs::copy(dir / run, dir / (run + copy), fs::copy_options::recursive);
-  }
-  // The shards, put together, hold what zero 0 writes, bit for bit.
-  CHECK(same_state_as(dir / "r2/checkpoints/step-24", dir / "r0/checkpoints/step-24/optimizer.safetensors"));
-  // At 2 ranks it ends where the uninterrupted run ends.
-  train(2, 2, "r2", "--resume auto");
-  CHECK(max_relative_difference(dir / "whole/model.safetensors", dir / "r2/model.safetensors") == 0);
-  CHECK(train_curve(dir / "r2") == train_curve(dir / "whole"));
-  // At 1 and 3 ranks the data order differs from there on (as for any change of world size): each ends where the
-  // zero 0 checkpoint resumed the same way ends, zero 2 re-sharded over 3 ranks (chunks of 3 instead of 2).
-  for (const char* copy : {"one", "three"}) {
-    const int ranks = std::string(copy) == "one" ? 1 : 3;
-    for (int z : {0, 2}) {
-      const std::string out = train(z, ranks, fmt::format("r{}{}", z, copy), "--resume auto");
-      CHECK_THAT(out, Catch::Contains("resuming from"));
-    }
-    CHECK(max_relative_difference(dir / fmt::format("r0{}/model.safetensors", copy),
-                                  dir / fmt::format("r2{}/model.safetensors", copy)) < 1e-6);
-  }
-}
-
-TEST_CASE("a dist.zero checkpoint with a shard file missing or cut short is refused by name, and auto falls back",
-          "[e2e][dist]") {
-  TempDir dir;
-  write_text(dir / "z1.yaml", zero_config(1));
-  const std::string devices = "--device '[cpu, cpu]' --threads 2";
-  REQUIRE(run_gputrain(fmt::format("train {} {} --max-steps 32 --out {}", dir / "z1.yaml", devices, dir / "run"))
-              .exit_code == 0);
-  const std::string step32 = dir / "run/checkpoints/step-32", shard = step32 + "/optimizer.shard-1-of-2.bin";
-  REQUIRE(fs::exists(shard));
-  const std::string keep = read_text(shard);
-  REQUIRE(keep.size() > 8);
-  for (const char* damage : {"missing", "truncated"}) {
-    if (std::string(damage) == "missing")
-      fs::remove(shard);
-    else
-      write_text(shard, keep.substr(0, keep.size() - 8));
-    const auto r = run_gputrain(fmt::format("train {} {} --resume {}", dir / "z1.yaml", devices, step32));
-    INFO(r.output);
-    CHECK(r.exit_code == 1);
-    CHECK_THAT(r.output, Catch::Contains(shard + ": ") &&
-                             Catch::Contains(std::string(damage) == "missing" ? "cannot open" : "truncated"));
-  }
-  // --resume auto skips it, naming the file, and goes on from step 16 (zero 0 at 1 rank: one chunk).
-  write_text(dir / "z0.yaml", zero_config(0));
-  const auto r = run_gputrain(fmt::format("train {} --resume auto --out {}", dir / "z0.yaml", dir / "run"));
-  INFO(r.output);
-  CHECK(r.exit_code == 0);
-  CHECK_THAT(r.output, Catch::Contains("skipping checkpoint " + step32) && Catch::Contains(shard) &&
-                           Catch::Contains("falling back to checkpoint " + (dir / "run/checkpoints/step-16")));
-}
-
-TEST_CASE("dist.zero keeps 1/N of the optimizer state on each rank and updates as the unsharded optimizer does",
-          "[cpu][dist]") {
-  // Three parameters of 7, 15 and 4 elements; node 0 holds the first, node 1 the others.
-  auto make_params = [] {
-    std::vector<gt::Param> p;
-    for (int64_t n : {7, 15, 4}) {
-      gt::Param q{"p" + std::to_string(p.size()), gt::Tensor::zeros(gt::Shape{n}, gt::DType::f32),
-                  gt::Tensor::zeros(gt::Shape{n}, gt::DType::f32)};
-      for (int64_t k = 0; k < n; ++k) {
-        q.value.data<float>()[k] = 0.1f * static_cast<float>(k) - 0.3f;
-        q.grad.data<float>()[k] = std::sin(static_cast<float>(k + n));
-      }
-      p.push_back(std::move(q));
-    }
-    return p;
-  };
-  gt::OptimizerConfig cfg;
-  cfg.type = gt::OptimizerType::adamw;
-  cfg.lr = 0.01;
-  cfg.weight_decay = 0.1;
-  cfg.amsgrad = true;  // three state buffers per element
-  std::vector<gt::Param> plain_params = make_params();
-  std::vector<gt::Param*> plain_ptrs;
-  for (auto& p : plain_params) plain_ptrs.push_back(&p);
-  auto plain = gt::make_optimizer(cfg, plain_ptrs);
-  plain->step(0.01);
-  plain->step(0.01);
-  for (double bucket_mb : {1.0, 4e-5}) {  // one bucket of 26 elements; or one per node (7, then 19)
-    constexpr int kRanks = 3;
-    auto comms = gt::make_thread_comms(kRanks, 30.0);
-    std::vector<std::vector<gt::Param>> replicas(kRanks);
-    std::vector<int64_t> held(kRanks);
-    std::vector<std::vector<std::vector<float>>> state(kRanks);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < kRanks; ++r)
-      threads.emplace_back([&, r] {
-        auto& mine = replicas[static_cast<size_t>(r)];
-        mine = make_params();
-        const std::vector<std::vector<gt::Param*>> by_node = {{&mine[0]}, {&mine[1], &mine[2]}};
-        gt::ZeroOptimizer zero(cfg, {&mine[0], &mine[1], &mine[2]}, gt::plan_buckets(by_node, bucket_mb),
-                               *comms[static_cast<size_t>(r)], 1);
-        zero.step(0.01);
-        zero.step(0.01);
-        held[static_cast<size_t>(r)] = zero.shard_state_elements();
-        zero.gather_state();
-        for (auto& [name, t] : zero.state())
-          state[static_cast<size_t>(r)].emplace_back(t->data<float>(), t->data<float>() + t->numel());
-        zero.shard_state();
-      });
-    for (auto& t : threads) t.join();
-    INFO("bucket_mb " << bucket_mb);
-    const auto plain_state = plain->state();
-    int64_t total = 0;
-    for (int r = 0; r < kRanks; ++r) {
-      const auto ur = static_cast<size_t>(r);
-      // One bucket: chunks of 9, 9, 8; two: (3, 3, 1) + (7, 7, 5) → 10, 10, 6. Times 3 buffers.
-      const int64_t expect = bucket_mb > 1e-3 ? (r < 2 ? 27 : 24) : (r < 2 ? 30 : 18);
-      CHECK(held[ur] == expect);
-      total += held[ur];
-      for (size_t i = 0; i < 3; ++i) {
-        const gt::Tensor &a = replicas[ur][i].value, &b = plain_params[i].value;
-        CHECK(std::equal(a.data<float>(), a.data<float>() + a.numel(), b.data<float>()));
-      }
-      REQUIRE(state[ur].size() == plain_state.size());
-      for (size_t i = 0; i < plain_state.size(); ++i)
-        CHECK(state[ur][i] ==
-              std::vector<float>(plain_state[i].second->data<float>(),
-                                 plain_state[i].second->data<float>() + plain_state[i].second->numel()));
-    }
-    CHECK(total == 3 * 26);
-  }
-}
-
-TEST_CASE("dist.zero outside 0..3 and an unknown dist.shard_unit are config errors naming the key", "[cpu][dist]") {
-  TempDir dir;
-  write_text(dir / "c.yaml", zero_config(4));
-  const auto run = run_gputrain("train " + (dir / "c.yaml") + " --out " + (dir / "run") + " 2>&1");
-  CHECK(run.exit_code == 2);
-  CHECK_THAT(run.output, Catch::Contains("dist.zero") && Catch::Contains("c.yaml:17:"));
-  write_text(dir / "u.yaml", zero_config(3, 16, ", shard_unit: layer"));
-  const auto unit = run_gputrain("train " + (dir / "u.yaml") + " --out " + (dir / "run") + " 2>&1");
-  CHECK(unit.exit_code == 2);
-  CHECK_THAT(unit.output,
-             Catch::Contains("dist.shard_unit") && Catch::Contains("u.yaml:17:") && Catch::Contains("block, bucket"));
 }

@@ -143,14 +143,17 @@ StepLoop::StepLoop(const Experiment& exp, RunSetup& setup, const StepPlan& plan,
                    stage3               ? ", gradients reduce-scattered, weights gathered unit by unit"
                    : exp.dist.zero >= 2 ? ", gradients reduce-scattered"
                                         : "");
-    spdlog::info("gradients: {:.2f} MB {} per step in {} {}{}, {}",
-                 static_cast<double>(m_grad_sync->bytes_per_step()) / 1e6,
-                 m_optimizer.sharded() && exp.dist.zero >= 2 ? "reduce-scattered" : "all-reduced",
-                 m_grad_sync->buckets(), stage3 ? "unit(s)" : "bucket(s)",
-                 stage3 && exp.dist.shard_unit == "block" ? "" : fmt::format(" of up to {} MB", exp.dist.bucket_mb),
-                 overlap  ? "overlapping backward"
-                 : stage3 ? "as backward completes them (dist.zero 3)"
-                          : "after backward (dist.overlap: false)");
+    bool blocks = false;  // dist.zero 3 cuts at the blocks where there are any (zero_plan)
+    for (const GraphNode& n : m_model.nodes()) blocks = blocks || n.block >= 0;
+    spdlog::info(
+        "gradients: {:.2f} MB {} per step in {} {}, {}", static_cast<double>(m_grad_sync->bytes_per_step()) / 1e6,
+        m_optimizer.sharded() && exp.dist.zero >= 2 ? "reduce-scattered" : "all-reduced", m_grad_sync->buckets(),
+        stage3 && blocks && exp.dist.shard_unit == "block"
+            ? "unit(s): each pass of a repeat: block, and the layers between"
+            : fmt::format("{} of up to {} MB", stage3 ? "unit(s)" : "bucket(s)", exp.dist.bucket_mb),
+        overlap  ? "overlapping backward"
+        : stage3 ? "as backward completes them (dist.zero 3)"
+                 : "after backward (dist.overlap: false)");
     m_grad_sync->set_profiler(&profiler);
     // The initial weights are the same on every rank now: each keeps its shard of them alone.
     if (stage3) m_zero->shard_values();
