@@ -413,8 +413,8 @@ TEST_CASE("a LoRA run over 2 ranks under dist.zero 0 to 3: the base weights stay
   }
   CHECK(out[1] == out[0]);  // stage 1 updates as zero 0 does
   // Stage 2 sums the gradient norm in another order (see the dist.zero tests): close, not the same bits. Stage 3
-  // shards the adapters and the trained weights (the frozen base stays whole on every rank) over the same buckets
-  // as stage 2: the same bits as stage 2.
+  // shards the frozen base too, and its buckets of 0.001 MB hold one layer's parameters that learn each, as stage
+  // 2's do: the same bits as stage 2.
   CHECK(out[3] == out[2]);
   for (const auto& [name, bytes] : out[0]) {
     INFO(name);

@@ -261,6 +261,9 @@ dist: {{zero: {}, bucket_mb: 0.01}}
       {"blocks{}.yaml", "", ""},
       {"blocks{}.yaml", bf16, ""},
       {"blocks{}.yaml", bf16, copies},
+      // Frozen weights are sharded and gathered with their unit: the embeddings' and block 0's units hold no
+      // parameter that learns (their buckets are empty), the tied head reads the frozen table.
+      {"blocks{}.yaml", "--set '+train.freeze=[wte.*, wpe.*, h.0.*]'", ""},
   };
   for (size_t v = 0; v < variants.size(); ++v) {
     const auto& [config, more, env] = variants[v];
@@ -282,6 +285,16 @@ dist: {{zero: {}, bucket_mb: 0.01}}
       CHECK(close_curves(train_curve(dir / fmt::format("v{}z{}", v, z)), base));
       CHECK(max_relative_difference(dir / fmt::format("v{}z0/model.safetensors", v),
                                     dir / fmt::format("v{}z{}/model.safetensors", v, z)) < 1e-6);
+    }
+    if (more.find("freeze") != std::string::npos) {  // a checkpoint with units of frozen weights alone resumes
+      const std::string run = dir / fmt::format("v{}z3", v);
+      REQUIRE(fs::exists(run + "/checkpoints/step-12"));
+      const auto again = run_gputrain(
+          fmt::format("train {} --device '[cpu, cpu, cpu]' --threads 3 --out {} --resume auto --max-steps 14 {}",
+                      dir / "blocks3.yaml", run, more));
+      INFO(again.output);
+      CHECK(again.exit_code == 0);
+      CHECK_THAT(again.output, Catch::Contains("resuming from"));
     }
   }
 }
@@ -521,7 +534,7 @@ TEST_CASE("stage 3's units are a GPT's blocks, and a pass keeps at most two of t
   gt::Model probe = block_gpt(kBlocks);
   std::vector<int> blocks;
   for (const gt::GraphNode& n : probe.nodes()) blocks.push_back(n.block);
-  const gt::BucketPlan plan = gt::plan_units(probe.params_by_node(), blocks, 25);
+  const gt::BucketPlan plan = gt::plan_units(probe.all_params_by_node(), blocks, 25);
   // ln_f (the head has no weight of its own), the three blocks from the last, then the embeddings.
   REQUIRE(plan.buckets.size() == 5);
   CHECK(plan.buckets[0].size() == 2);   // ln_f's weight and bias
@@ -537,8 +550,8 @@ TEST_CASE("stage 3's units are a GPT's blocks, and a pass keeps at most two of t
       model.allocate(2);
       gt::OptimizerConfig opt;
       opt.type = gt::OptimizerType::adamw;
-      gt::ZeroOptimizer zero(opt, model.params(), gt::plan_units(model.params_by_node(), blocks, 25), comm, 3);
-      gt::GradSync sync(comm, gt::plan_units(model.params_by_node(), blocks, 25), false, zero.grad_chunks());
+      gt::ZeroOptimizer zero(opt, model.params(), gt::plan_units(model.all_params_by_node(), blocks, 25), comm, 3);
+      gt::GradSync sync(comm, gt::plan_units(model.all_params_by_node(), blocks, 25), false, zero.grad_chunks());
       zero.shard_values();
       size_t& peak = most[static_cast<size_t>(r)];
       model.set_param_use_hook([&](size_t node) {
@@ -570,4 +583,44 @@ TEST_CASE("stage 3's units are a GPT's blocks, and a pass keeps at most two of t
     CHECK(after[static_cast<size_t>(r)] == 0);
     CHECK(gathers[static_cast<size_t>(r)] > 0);
   }
+}
+
+TEST_CASE("stage 3 shards frozen weights with their unit: gone after shard_values, the same bits when gathered",
+          "[cpu][dist]") {
+  constexpr int kRanks = 3;  // chunks that cut parameters, with padding
+  auto comms = gt::make_thread_comms(kRanks, 30.0);
+  std::vector<int> ok(kRanks, 0);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r)
+    threads.emplace_back([&, r] {
+      gt::Model model = block_gpt(2);
+      model.set_frozen({"wte.weight", "h.0.*"});
+      std::vector<int> blocks;
+      for (const gt::GraphNode& n : model.nodes()) blocks.push_back(n.block);
+      const gt::BucketPlan plan = gt::plan_units(model.all_params_by_node(), blocks, 25);
+      size_t frozen = 0, empty = 0;
+      for (size_t u = 0; u < plan.buckets.size(); ++u) {
+        frozen += plan.frozen[u].size();
+        empty += plan.buckets[u].empty() ? 1 : 0;
+      }
+      std::map<std::string, std::vector<float>> before;
+      for (const auto& [name, t] : model.state_tensors())
+        before[name].assign(t->data<float>(), t->data<float>() + t->numel());
+      gt::OptimizerConfig opt;
+      opt.type = gt::OptimizerType::adamw;
+      gt::ZeroOptimizer zero(opt, model.params(), plan, *comms[static_cast<size_t>(r)], 3);
+      zero.shard_values();
+      bool gone = true, same = true, gone_again = true;
+      for (const auto& [name, t] : model.state_tensors()) gone = gone && !t->defined();
+      zero.gather_values();
+      for (const auto& [name, t] : model.state_tensors())
+        same = same && t->defined() &&
+               std::vector<float>(t->data<float>(), t->data<float>() + t->numel()) == before.at(name);
+      zero.release_values();
+      for (const auto& [name, t] : model.state_tensors()) gone_again = gone_again && !t->defined();
+      // wte, and block 0's 12 parameters; block 0's unit learns nothing, nor does the embeddings' but for wpe.
+      ok[static_cast<size_t>(r)] = frozen == 13 && empty == 1 && gone && same && gone_again;
+    });
+  for (auto& t : threads) t.join();
+  CHECK(ok == std::vector<int>(kRanks, 1));
 }

@@ -216,6 +216,8 @@ class Model {
   void set_sync(ops::SumOverRanks sum_over_ranks);
   /// Node i's parameters that learn (empty for layers without any).
   std::vector<std::vector<Param*>> params_by_node();
+  /// Node i's parameters, frozen ones too (dist.zero 3 shards them all).
+  std::vector<std::vector<Param*>> all_params_by_node();
   /// The edges of the graph, one line per node with inputs other than its predecessor ("" for a chain).
   std::string edges() const;
   /// The table `gputrain check` prints: layer, type, output shape, parameters, and totals.

@@ -143,6 +143,12 @@ std::vector<std::vector<Param*>> Model::params_by_node() {
   return out;
 }
 
+std::vector<std::vector<Param*>> Model::all_params_by_node() {
+  std::vector<std::vector<Param*>> out;
+  for (auto& n : m_nodes) out.push_back(n.layer->params());
+  return out;
+}
+
 std::vector<std::pair<std::string, Param*>> Model::named_params() {
   std::vector<std::pair<std::string, Param*>> out;
   for (auto& n : m_nodes)

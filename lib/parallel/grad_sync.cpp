@@ -108,7 +108,21 @@ std::vector<int64_t> positive_counts(const std::vector<int64_t>& params_per_node
 
 BucketPlan plan_units(const std::vector<std::vector<Param*>>& params_by_node, const std::vector<int>& node_block,
                       double bucket_mb) {
-  return plan_of(params_by_node, unit_of_nodes(counts_of(params_by_node), node_block, bucket_mb));
+  BucketPlan plan;
+  plan.node_unit = unit_of_nodes(counts_of(params_by_node), node_block, bucket_mb);
+  const auto units = static_cast<size_t>(*std::max_element(plan.node_unit.begin(), plan.node_unit.end()) + 1);
+  plan.buckets.resize(units);
+  plan.frozen.resize(units);
+  plan.node_bucket.assign(params_by_node.size(), -1);
+  for (size_t i = params_by_node.size(); i-- > 0;) {
+    const int u = plan.node_unit[i];
+    if (u < 0) continue;
+    for (Param* p : params_by_node[i]) {
+      (p->trains() ? plan.buckets : plan.frozen)[static_cast<size_t>(u)].push_back(p);
+      if (p->trains()) plan.node_bucket[i] = u;  // its backward writes into the bucket, and says when it is done
+    }
+  }
+  return plan;
 }
 
 std::vector<int64_t> unit_sizes(const std::vector<int64_t>& params_per_node, const std::vector<int>& node_block,
@@ -143,6 +157,7 @@ GradSync::GradSync(Communicator& comm, BucketPlan plan, bool overlap, std::vecto
   }
   for (size_t i = 0; i < m_bucket_of_node.size(); ++i)
     if (m_bucket_of_node[i] >= 0) ++m_buckets[static_cast<size_t>(m_bucket_of_node[i])].nodes;
+  for (const Bucket& b : m_buckets) m_active += b.nodes > 0 ? 1 : 0;
   GT_CHECK(m_chunks.empty() || m_chunks.size() == m_buckets.size(), "{} gradient chunks for {} buckets",
            m_chunks.size(), m_buckets.size());
   for (size_t k = 0; k < m_buckets.size(); ++k) {
@@ -268,14 +283,14 @@ void GradSync::finish() {
     return;
   }
   if (!m_overlap && !m_chunks.empty()) {  // reduce-scattered in node_done
-    GT_CHECK(m_launched == m_buckets.size(), "{} of {} gradient buckets were complete after backward", m_launched,
-             m_buckets.size());
+    GT_CHECK(m_launched == m_active, "{} of {} gradient buckets were complete after backward", m_launched, m_active);
     m_launched = 0;
     return;
   }
   if (!m_overlap) {
     const auto t0 = std::chrono::steady_clock::now();
     for (size_t b = 0; b < m_buckets.size(); ++b) {
+      if (m_buckets[b].nodes == 0) continue;  // no gradient in it
       const auto b0 = std::chrono::steady_clock::now();
       reduce(b);
       if (m_profiler)
@@ -287,11 +302,10 @@ void GradSync::finish() {
     m_comm_seconds += dt;
     return;
   }
-  GT_CHECK(m_launched == m_buckets.size(), "{} of {} gradient buckets were complete after backward", m_launched,
-           m_buckets.size());
+  GT_CHECK(m_launched == m_active, "{} of {} gradient buckets were complete after backward", m_launched, m_active);
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_lock<std::mutex> lock(m_mutex);
-  m_cv.wait(lock, [this] { return m_done == m_buckets.size(); });
+  m_cv.wait(lock, [this] { return m_done == m_active; });
   m_done = m_launched = 0;
   if (m_profiler)
     m_profiler->record(kAllReduce, kWaitType, "wait", t0, std::chrono::steady_clock::now(), 0, Profiler::kMain);
@@ -360,9 +374,9 @@ void GradSync::launch_device(size_t b) {
 
 void GradSync::finish_device() {
   if (!m_overlap)
-    for (size_t b = 0; b < m_buckets.size(); ++b) launch_device(b);
-  GT_CHECK(m_launched == m_buckets.size(), "{} of {} gradient buckets were complete after backward", m_launched,
-           m_buckets.size());
+    for (size_t b = 0; b < m_buckets.size(); ++b)
+      if (m_buckets[b].nodes > 0) launch_device(b);
+  GT_CHECK(m_launched == m_active, "{} of {} gradient buckets were complete after backward", m_launched, m_active);
   m_launched = 0;
   // From here the compute stream (the optimizer step) runs after every bucket's all-reduce; the host goes on.
   if (m_side) m_side->join_compute();

@@ -30,19 +30,28 @@ class Profiler;
 struct BucketPlan {
   std::vector<std::vector<Param*>> buckets;
   std::vector<int> node_bucket;
+  /// dist.zero 3 (plan_units): the units of weights, numbered as the buckets. node_unit[i] is the unit of node i's
+  /// parameters, frozen ones too (-1: it has none), and frozen[u] unit u's frozen parameters (train.freeze), which
+  /// are sharded and gathered with the unit but have no gradient: a unit of frozen parameters alone has an empty
+  /// bucket. Empty at the other stages.
+  std::vector<int> node_unit;
+  std::vector<std::vector<Param*>> frozen;
 };
 BucketPlan plan_buckets(const std::vector<std::vector<Param*>>& params_by_node, double bucket_mb);
 /// The elements of each bucket plan_buckets makes, from each node's parameter count alone (the same cut): `gputrain
 /// check` sizes ZeRO-2's gradient buckets with it without building the parameters.
 std::vector<int64_t> bucket_sizes(const std::vector<int64_t>& params_per_node, double bucket_mb);
 
-/// dist.zero 3's units (dist.shard_unit: block): the nodes with parameters cut where `node_block` (each node's pass of
-/// a top-level `repeat:` block, -1 outside any) changes, from the last node to the first: a transformer's blocks one
-/// unit each, and the runs of nodes between them (the embeddings, the head) one each. Gathered, used and freed as
-/// one (parallel/zero.h). With no block at all it is plan_buckets' cut.
+/// dist.zero 3's units over `params_by_node` (every parameter of each node, frozen ones too: Model::
+/// all_params_by_node): with dist.shard_unit block, the nodes with parameters cut where `node_block` (each node's
+/// pass of a top-level `repeat:` block, -1 outside any) changes, from the last node to the first: a transformer's
+/// blocks one unit each, and the runs of nodes between them (the embeddings, the head) one each. With no block at all
+/// (or `node_block` all -1: shard_unit bucket) plan_buckets' cut of the same counts. Gathered, used and freed as one
+/// (parallel/zero.h); the buckets hold each unit's parameters that learn, BucketPlan::frozen the others.
 BucketPlan plan_units(const std::vector<std::vector<Param*>>& params_by_node, const std::vector<int>& node_block,
                       double bucket_mb);
-/// The elements of each unit plan_units makes, from the counts alone (bucket_sizes' counterpart).
+/// The elements of each unit plan_units makes, from each node's parameter count alone, frozen ones included
+/// (bucket_sizes' counterpart).
 std::vector<int64_t> unit_sizes(const std::vector<int64_t>& params_per_node, const std::vector<int>& node_block,
                                 double bucket_mb);
 
@@ -118,6 +127,7 @@ class GradSync : NonCopyable {
   Communicator& m_comm;
   std::vector<Bucket> m_buckets;
   std::vector<int> m_bucket_of_node;  ///< -1: no parameters
+  size_t m_active = 0;                ///< buckets with a gradient (a unit of frozen weights alone has none)
   std::vector<Tensor> m_chunks;       ///< dist.zero 2: this rank's averaged chunk of each bucket
   bool m_armed = false, m_overlap = true;
   bool m_device = false;               ///< the communicator takes device buffers

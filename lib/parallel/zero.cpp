@@ -70,8 +70,22 @@ ZeroOptimizer::ZeroOptimizer(const OptimizerConfig& cfg, const std::vector<Param
     m_buckets.push_back(std::move(out));
   }
   if (m_stage >= 3) {
-    m_node_unit = plan.node_bucket;
+    GT_CHECK(plan.node_unit.size() >= plan.node_bucket.size() && plan.frozen.size() == plan.buckets.size(),
+             "dist.zero 3 shards by units (plan_units)");
+    m_node_unit = plan.node_unit;
     m_gathered.resize(m_buckets.size());
+    m_frozen = plan.frozen;
+    m_frozen_gathered.resize(m_buckets.size());
+    for (const auto& frozen : m_frozen) {
+      int64_t n = 0;
+      m_frozen_shapes.emplace_back();
+      for (const Param* p : frozen) {
+        n += p->value.numel();
+        m_frozen_shapes.back().push_back(p->value.shape());
+      }
+      const auto chunk = static_cast<int64_t>(zero_chunk(static_cast<size_t>(n), static_cast<int>(world)));
+      m_frozen_shards.push_back(Tensor::zeros(Shape{chunk}, DType::f32, m_device));
+    }
   }
   std::vector<Param*> rows;
   std::vector<int> row_groups;  // each slice in its parameter's group
@@ -101,7 +115,8 @@ ZeroOptimizer::ZeroOptimizer(const OptimizerConfig& cfg, const std::vector<Param
 }
 
 void ZeroOptimizer::allgather(const Tensor& send, Tensor& recv, size_t n, const char* what) {
-  if (!m_staged) {  // both on the host, or both on the device with NCCL (queued on the compute stream, in order)
+  if (n == 0) return;  // a unit without parameters that learn (or without frozen ones)
+  if (!m_staged) {     // both on the host, or both on the device with NCCL (queued on the compute stream, in order)
     m_comm.allgather(send.data<float>(), recv.data<float>(), n, what);
     return;
   }
@@ -204,10 +219,23 @@ void ZeroOptimizer::shard_values() {
     GT_CHECK(whole.defined(), "dist.zero 3: {} is not whole when its shard is taken", m_params[s.param]->name);
     m_slice_params[j].value.copy_from(whole.view(Shape{whole.numel()}).slice0(s.offset, s.count));
   }
+  // A unit's frozen parameters: this rank's range of their flat concatenation, as the chunk of a bucket.
+  const auto rank = static_cast<int64_t>(m_comm.rank());
+  for (size_t u = 0; u < m_frozen.size(); ++u) {
+    const int64_t chunk = m_frozen_shards[u].numel(), begin = chunk * rank, end = begin + chunk;
+    int64_t offset = 0;
+    for (Param* p : m_frozen[u]) {
+      GT_CHECK(p->value.defined(), "dist.zero 3: {} is not whole when its shard is taken", p->name);
+      const int64_t n = p->value.numel(), lo = std::max(offset, begin), hi = std::min(offset + n, end);
+      if (lo < hi)
+        m_frozen_shards[u].slice0(lo - begin, hi - lo).copy_from(p->value.view(Shape{n}).slice0(lo - offset, hi - lo));
+      offset += n;
+    }
+  }
+  release_values();
   for (Param* p : m_params) p->value = Tensor();
-  std::fill(m_gathered.begin(), m_gathered.end(), Tensor());
-  m_recent.clear();
-  m_all_whole = false;
+  for (const auto& frozen : m_frozen)
+    for (Param* p : frozen) p->value = Tensor();
 }
 
 void ZeroOptimizer::gather_unit(size_t b) {
@@ -224,11 +252,26 @@ void ZeroOptimizer::gather_unit(size_t b) {
     m_params[i]->value = m_gathered[b].slice0(offset, m_shapes[i].numel()).view(m_shapes[i]);
     offset += m_shapes[i].numel();
   }
+  if (m_frozen[b].empty()) return;
+  const Tensor& shard = m_frozen_shards[b];
+  const int64_t all = shard.numel() * m_comm.size();
+  Tensor& frozen = m_frozen_gathered[b];
+  frozen = m_device.is_cpu() ? Tensor::mapped_zeros(Shape{all}, DType::f32)
+                             : Tensor::empty(Shape{all}, DType::f32, m_device);
+  allgather(shard, frozen, static_cast<size_t>(shard.numel()), "a unit of the frozen weights");
+  offset = 0;
+  for (size_t k = 0; k < m_frozen[b].size(); ++k) {
+    const Shape& shape = m_frozen_shapes[b][k];
+    m_frozen[b][k]->value = frozen.slice0(offset, shape.numel()).view(shape);
+    offset += shape.numel();
+  }
 }
 
 void ZeroOptimizer::release_unit(size_t b) {
   for (size_t i : m_buckets[b].params) m_params[i]->value = Tensor();
+  for (Param* p : m_frozen[b]) p->value = Tensor();
   m_gathered[b] = Tensor();
+  m_frozen_gathered[b] = Tensor();
 }
 
 void ZeroOptimizer::use_node(size_t node) {

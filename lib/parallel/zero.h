@@ -78,7 +78,7 @@ class ZeroOptimizer final : public Optimizer {
   const std::vector<Tensor>& grad_chunks() const { return m_grad_chunks; }
 
   /// Stage 3: copies the whole parameters' values into this rank's shards and frees them (the model's initial or
-  /// loaded weights, which every rank holds at that moment).
+  /// loaded weights, which every rank holds at that moment), frozen ones too.
   void shard_values();
   /// Stage 3: node `node`'s unit whole (all-gathered unless it is already), the others as above. Nothing at stages
   /// 1 and 2, for a node without sharded parameters, and while gather_values() holds everything whole.
@@ -142,10 +142,14 @@ class ZeroOptimizer final : public Optimizer {
   Tensor m_total, m_per_slice;                         ///< stage 2: this rank's partial squared norms
   Tensor m_sums;  ///< stage 2 on a device: each parameter's partial sum, then the total (f64, summed over ranks)
   // Stage 3: the value shards, each node's unit (-1: none), the gathered units' buffers (undefined: not gathered),
-  // the gathered ones from least to most recently used, and whether gather_values() holds them all.
+  // the gathered ones from least to most recently used, and whether gather_values() holds them all. A unit's frozen
+  // parameters (BucketPlan::frozen) have shards and gathered buffers of their own, cut the same way.
   std::vector<Tensor> m_value_shards;
   std::vector<int> m_node_unit;
   std::vector<Tensor> m_gathered;
+  std::vector<std::vector<Param*>> m_frozen;
+  std::vector<std::vector<Shape>> m_frozen_shapes;
+  std::vector<Tensor> m_frozen_shards, m_frozen_gathered;
   std::vector<size_t> m_recent;
   bool m_all_whole = false;
 };

@@ -100,10 +100,10 @@ void check_ranks_agree(Communicator& comm, const std::string& text) {
 }
 
 BucketPlan zero_plan(Model& model, const DistConfig& dist) {
-  if (dist.zero < 3 || dist.shard_unit == "bucket") return plan_buckets(model.params_by_node(), dist.bucket_mb);
-  std::vector<int> blocks;
-  for (const GraphNode& n : model.nodes()) blocks.push_back(n.block);
-  return plan_units(model.params_by_node(), blocks, dist.bucket_mb);
+  if (dist.zero < 3) return plan_buckets(model.params_by_node(), dist.bucket_mb);
+  std::vector<int> blocks;  // (all -1 for shard_unit bucket: plan_units then cuts by dist.bucket_mb)
+  for (const GraphNode& n : model.nodes()) blocks.push_back(dist.shard_unit == "block" ? n.block : -1);
+  return plan_units(model.all_params_by_node(), blocks, dist.bucket_mb);
 }
 
 void check_same_batches(const Experiment& exp, const CheckpointInfo& from) {
