@@ -2,11 +2,12 @@
 // that plays a second rank), the NCCL communicator of one rank, and ZeRO 1/2 on device parameters (two worker-thread
 // ranks on one GPU, and NCCL of one rank with GradSync's reduce-scatter). Skipped (exit 77) without a GPU.
 #include "cuda_helpers.h"
+#include "ops/cuda_context.h"
+#include "optim/offload.h"
+#include "optim/optimizer.h"
 #include "parallel/comm.h"
 #include "parallel/grad_sync.h"
 #include "parallel/zero.h"
-#include "ops/cuda_context.h"
-#include "optim/optimizer.h"
 #include "train/checkpoint.h"
 
 #include <cuda_runtime.h>
@@ -204,94 +205,108 @@ void check_same(const Tensor& a_dev, const Tensor& b_dev, double tol) {
 
 }  // namespace
 
-TEST_CASE("ZeRO 1 and 2 on device parameters of two worker-thread ranks on one GPU match the unsharded optimizer",
-          "[cuda]") {
+TEST_CASE(
+    "ZeRO 1, 2 and 3, with and without dist.offload, on device parameters of two worker-thread ranks on one GPU "
+    "match the unsharded optimizer",
+    "[cuda]") {
   require_gpu();
   // NCCL refuses two ranks on one device, so the two ranks here are worker threads over the thread communicator,
   // which the optimizer reaches through host copies of its device chunks (its staged path). What it checks is the
   // device side that NCCL ranks run too: the slices and chunks on the GPU, the device copies in and out of the
   // all-gather, the partial norms summed on the device, the state gathered for a checkpoint and its shard files.
   // Stage 1 must be bit for bit; stage 2's norm adds the ranks' partial sums in another order (relative 1e-12), and
-  // the clipping coefficient it gives moves the weights by a few ulps at most (1e-6 relative).
+  // the clipping coefficient it gives moves the weights by a few ulps at most (1e-6 relative). Stage 3 keeps its
+  // shard of the weights alone (gathered here to compute the gradients and compare). dist.offload updates the shard
+  // on the host with the CPU's kernels, whose rounding may differ from the GPU's by an ulp (1e-6 relative).
   const OptimizerConfig cfg = adamw_amsgrad();
   constexpr int kSteps = 3;
-  for (int stage : {1, 2})
-    for (double bucket_mb : {1.0, 100.0}) {
-      INFO("stage " << stage << ", bucket_mb " << bucket_mb);
-      std::vector<Param> plain = device_params();
-      std::vector<Param*> plain_ptrs;
-      for (Param& p : plain) plain_ptrs.push_back(&p);
-      auto ref = make_optimizer(cfg, plain_ptrs);
-      std::vector<double> ref_norms;
-      for (int step = 0; step < kSteps; ++step) {
-        set_grads(plain, step);
-        ref_norms.push_back(norm_and_step(*ref, 3));
-      }
-      auto comms = make_thread_comms(2, 60.0);
-      std::vector<std::vector<Param>> replicas(2);
-      std::vector<std::vector<double>> norms(2);
-      std::vector<std::vector<Tensor>> state(2);
-      std::vector<CheckpointInfo::File> device_file(2), host_file(2);
-      std::vector<std::string> errors(2);
-      const auto dir = std::filesystem::temp_directory_path() / ("gt_zero_cuda_" + std::to_string(::getpid()));
-      std::filesystem::create_directories(dir);
-      std::vector<std::thread> threads;
-      for (int r = 0; r < 2; ++r)
-        threads.emplace_back([&, r] {
-          const auto ur = static_cast<size_t>(r);
-          try {
-            auto& mine = replicas[ur];
-            mine = device_params();
-            const std::vector<std::vector<Param*>> by_node = {{&mine[0]}, {&mine[1]}, {&mine[2]}};
-            ZeroOptimizer zero(cfg, {&mine[0], &mine[1], &mine[2]}, plan_buckets(by_node, bucket_mb), *comms[ur],
-                               stage);
-            for (int step = 0; step < kSteps; ++step) {
-              const std::vector<Tensor> grads = set_grads(mine, step);
-              if (stage >= 2) fill_chunks(zero, grads, r);
-              norms[ur].push_back(norm_and_step(zero, 3));
-            }
-            // The shard file of device pieces equals the one of their host copies.
-            std::vector<Tensor> copies;
-            std::vector<const Tensor*> pieces = zero.shard_pieces(), host_pieces;
-            for (const Tensor* t : pieces) {
-              if (!t->device().is_cuda()) throw Error("a shard piece is not on the GPU");  // (Catch2 wants one thread)
-              copies.push_back(to_host(*t));
-            }
-            for (const Tensor& t : copies) host_pieces.push_back(&t);
-            const std::string name = "r" + std::to_string(r);
-            device_file[ur] = write_shard_file((dir / (name + ".dev")).string(), name, pieces);
-            host_file[ur] = write_shard_file((dir / (name + ".host")).string(), name, host_pieces);
-            zero.gather_state();
-            for (auto& [n, t] : zero.state()) state[ur].push_back(to_host(*t));
-            zero.shard_state();
-          } catch (const std::exception& e) {
-            errors[ur] = e.what();
-            comms[ur]->abort(3);
-          }
-        });
-      for (auto& t : threads) t.join();
-      std::filesystem::remove_all(dir);
-      for (int r = 0; r < 2; ++r) {
-        const auto ur = static_cast<size_t>(r);
-        INFO("rank " << r);
-        REQUIRE(errors[ur].empty());
+  for (int stage : {1, 2, 3})
+    for (bool offload : {false, true})
+      for (double bucket_mb : {1.0, 100.0}) {
+        INFO("stage " << stage << ", bucket_mb " << bucket_mb << ", offload " << offload);
+        const double tol = stage == 1 && !offload ? 0 : 1e-6;
+        std::vector<Param> plain = device_params();
+        std::vector<Param*> plain_ptrs;
+        for (Param& p : plain) plain_ptrs.push_back(&p);
+        auto ref = make_optimizer(cfg, plain_ptrs);
+        std::vector<double> ref_norms;
         for (int step = 0; step < kSteps; ++step) {
-          const double got = norms[ur][static_cast<size_t>(step)], want = ref_norms[static_cast<size_t>(step)];
-          if (stage == 1)
-            CHECK(got == want);
-          else
-            CHECK(std::abs(got - want) <= 1e-12 * want);
+          set_grads(plain, step);
+          ref_norms.push_back(norm_and_step(*ref, 3));
         }
-        for (size_t i = 0; i < 3; ++i) check_same(replicas[ur][i].value, plain[i].value, stage == 1 ? 0 : 1e-6);
-        const auto ref_state = ref->state();
-        REQUIRE(state[ur].size() == ref_state.size());
-        for (size_t i = 0; i < ref_state.size(); ++i)
-          check_same(to_cuda(state[ur][i]), *ref_state[i].second, stage == 1 ? 0 : 1e-6);
-        CHECK(device_file[ur].bytes > 0);
-        CHECK(device_file[ur].bytes == host_file[ur].bytes);
-        CHECK(device_file[ur].crc32 == host_file[ur].crc32);
+        auto comms = make_thread_comms(2, 60.0);
+        std::vector<std::vector<Param>> replicas(2);
+        std::vector<std::vector<double>> norms(2);
+        std::vector<std::vector<Tensor>> state(2);
+        std::vector<CheckpointInfo::File> device_file(2), host_file(2);
+        std::vector<std::string> errors(2);
+        const auto dir = std::filesystem::temp_directory_path() / ("gt_zero_cuda_" + std::to_string(::getpid()));
+        std::filesystem::create_directories(dir);
+        std::vector<std::thread> threads;
+        for (int r = 0; r < 2; ++r)
+          threads.emplace_back([&, r] {
+            const auto ur = static_cast<size_t>(r);
+            try {
+              auto& mine = replicas[ur];
+              mine = device_params();
+              const std::vector<std::vector<Param*>> by_node = {{&mine[0]}, {&mine[1]}, {&mine[2]}};
+              const BucketPlan plan =
+                  stage >= 3 ? plan_units(by_node, {-1, -1, -1}, bucket_mb) : plan_buckets(by_node, bucket_mb);
+              ZeroOptimizer zero(cfg, {&mine[0], &mine[1], &mine[2]}, plan, *comms[ur], stage, {}, offload);
+              zero.take_weights();  // stage 3: the shards; offload: the host masters
+              for (int step = 0; step < kSteps; ++step) {
+                zero.gather_values();  // (nothing below stage 3)
+                if (stage >= 3 && !mine[1].value.device().is_cuda()) throw Error("a gathered weight is not on the GPU");
+                const std::vector<Tensor> grads = set_grads(mine, step);
+                zero.release_values();
+                if (stage >= 3 && mine[1].value.defined()) throw Error("stage 3 kept a whole weight");
+                if (stage >= 2) fill_chunks(zero, grads, r);
+                norms[ur].push_back(norm_and_step(zero, 3));
+              }
+              zero.gather_values();
+              for (Param& p : mine) p.value = to_cuda(to_host(p.value));  // kept past the optimizer's release
+              // The shard file of device pieces equals the one of their host copies (offloaded: host pieces).
+              std::vector<Tensor> copies;
+              std::vector<const Tensor*> pieces = zero.shard_pieces(), host_pieces;
+              for (const Tensor* t : pieces) {
+                if (t->device().is_cuda() == offload)
+                  throw Error("a shard piece is not where its optimizer keeps it");  // (Catch2 wants one thread)
+                copies.push_back(to_host(*t));
+              }
+              for (const Tensor& t : copies) host_pieces.push_back(&t);
+              const std::string name = "r" + std::to_string(r);
+              device_file[ur] = write_shard_file((dir / (name + ".dev")).string(), name, pieces);
+              host_file[ur] = write_shard_file((dir / (name + ".host")).string(), name, host_pieces);
+              zero.gather_state();
+              for (auto& [n, t] : zero.state()) state[ur].push_back(to_host(*t));
+              zero.shard_state();
+            } catch (const std::exception& e) {
+              errors[ur] = e.what();
+              comms[ur]->abort(3);
+            }
+          });
+        for (auto& t : threads) t.join();
+        std::filesystem::remove_all(dir);
+        for (int r = 0; r < 2; ++r) {
+          const auto ur = static_cast<size_t>(r);
+          INFO("rank " << r);
+          REQUIRE(errors[ur].empty());
+          for (int step = 0; step < kSteps; ++step) {
+            const double got = norms[ur][static_cast<size_t>(step)], want = ref_norms[static_cast<size_t>(step)];
+            if (stage == 1)
+              CHECK(got == want);
+            else
+              CHECK(std::abs(got - want) <= 1e-12 * want);
+          }
+          for (size_t i = 0; i < 3; ++i) check_same(replicas[ur][i].value, plain[i].value, tol);
+          const auto ref_state = ref->state();
+          REQUIRE(state[ur].size() == ref_state.size());
+          for (size_t i = 0; i < ref_state.size(); ++i) check_same(to_cuda(state[ur][i]), *ref_state[i].second, tol);
+          CHECK(device_file[ur].bytes > 0);
+          CHECK(device_file[ur].bytes == host_file[ur].bytes);
+          CHECK(device_file[ur].crc32 == host_file[ur].crc32);
+        }
       }
-    }
 }
 
 TEST_CASE(
@@ -338,4 +353,34 @@ TEST_CASE(
       }
       for (size_t i = 0; i < 3; ++i) check_same(mine[i].value, plain[i].value, stage == 1 ? 0 : 1e-6);
     }
+}
+
+TEST_CASE("dist.offload on one GPU: the weights stay on the device, the update runs on the host as the CPU's does",
+          "[cuda]") {
+  require_gpu();
+  // The offloaded optimizer and a plain one on host copies of the same weights, fed the same gradients: the update
+  // is the CPU's on the same values, so the same bits (unclipped: the norm is summed on the GPU and only gates).
+  const OptimizerConfig cfg = adamw_amsgrad();
+  std::vector<Param> dev = device_params(), host;
+  for (const Param& p : dev) host.push_back({p.name, to_host(p.value), Tensor::zeros(p.value.shape(), DType::f32)});
+  std::vector<Param*> dev_ptrs, host_ptrs;
+  for (Param& p : dev) dev_ptrs.push_back(&p);
+  for (Param& p : host) host_ptrs.push_back(&p);
+  OffloadOptimizer offload(cfg, dev_ptrs);
+  auto plain = make_optimizer(cfg, host_ptrs);
+  for (const auto& [name, t] : offload.state()) CHECK(t->device().is_cpu());
+  for (int step = 0; step < 3; ++step) {
+    const std::vector<Tensor> grads = set_grads(dev, step);
+    for (size_t i = 0; i < host.size(); ++i) host[i].grad.copy_from(grads[i]);
+    Tensor stats = Tensor::zeros(Shape{kStepStats}, DType::f64, Device::cuda(0)), per;
+    Tensor grad_sq = stats.slice0(kGradSq, 1);
+    offload.grad_norm_sq(grad_sq, per);
+    offload.step(0.01, stats, 0.0);
+    plain->step(0.01, Tensor::zeros(Shape{kStepStats}, DType::f64), 0.0);
+    CHECK(to_host(stats).data<double>()[kGradSq] > 0);
+  }
+  for (size_t i = 0; i < dev.size(); ++i) {
+    CHECK(dev[i].value.device().is_cuda());
+    check_same(dev[i].value, to_cuda(host[i].value), 0);
+  }
 }

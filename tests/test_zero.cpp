@@ -450,6 +450,14 @@ TEST_CASE("dist.zero outside 0..3 and an unknown dist.shard_unit are config erro
   CHECK(unit.exit_code == 2);
   CHECK_THAT(unit.output,
              Catch::Contains("dist.shard_unit") && Catch::Contains("u.yaml:17:") && Catch::Contains("block, bucket"));
+  // A captured CUDA step cannot run the host's update (the config is refused before any device is looked for).
+  std::string graphs = zero_config(0, 16, ", offload: optimizer");
+  graphs.replace(graphs.find("device: cpu"), 11, "device: cuda");
+  graphs.replace(graphs.find("train: {"), 8, "train: {cuda_graphs: true, ");
+  write_text(dir / "g.yaml", graphs);
+  const auto offload = run_gputrain("train " + (dir / "g.yaml") + " --out " + (dir / "run") + " 2>&1");
+  CHECK(offload.exit_code == 2);
+  CHECK_THAT(offload.output, Catch::Contains("train.cuda_graphs") && Catch::Contains("dist.offload: optimizer"));
 }
 
 TEST_CASE(
@@ -623,4 +631,43 @@ TEST_CASE("stage 3 shards frozen weights with their unit: gone after shard_value
     });
   for (auto& t : threads) t.join();
   CHECK(ok == std::vector<int>(kRanks, 1));
+}
+
+TEST_CASE("dist.offload: optimizer on the CPU path gives the same bits under zero 0 to 3, and resumes where it ends",
+          "[e2e][dist]") {
+  // On the CPU the "device" is the host: the offloaded optimizer keeps its own master weights and state, copies the
+  // gradients in and the new weights out, and updates with the same kernels, so every bit must agree with the
+  // optimizer that updates the parameters in place; the masters must follow a checkpoint's weights on resume.
+  TempDir dir;
+  for (int z = 0; z <= 3; ++z) {
+    write_text(dir / fmt::format("z{}.yaml", z), zero_config(z));
+    for (const char* offload : {"none", "optimizer"}) {
+      const auto run =
+          run_gputrain(fmt::format("train {} --device '[cpu, cpu]' --threads 2 --out {} --max-steps 24 --set "
+                                   "dist.offload={}",
+                                   dir / fmt::format("z{}.yaml", z), dir / fmt::format("z{}{}", z, offload), offload));
+      INFO(run.output);
+      REQUIRE(run.exit_code == 0);
+      if (z == 0 && std::string(offload) == "optimizer")
+        CHECK_THAT(run.output, Catch::Contains("dist.offload: optimizer state and master weights in"));
+    }
+    INFO("zero " << z);
+    CHECK(train_curve(dir / fmt::format("z{}optimizer", z)) == train_curve(dir / fmt::format("z{}none", z)));
+    CHECK(max_relative_difference(dir / fmt::format("z{}none/model.safetensors", z),
+                                  dir / fmt::format("z{}optimizer/model.safetensors", z)) == 0);
+  }
+  // One process: resumed from step 24 with offload, it ends where the run without offload ends uninterrupted.
+  for (const char* offload : {"none", "optimizer"}) {
+    const std::string args = fmt::format("train {} --threads 2 --set dist.offload={}", dir / "z0.yaml", offload);
+    REQUIRE(run_gputrain(args + " --out " + (dir / fmt::format("one{}", offload))).exit_code == 0);
+  }
+  REQUIRE(run_gputrain(fmt::format("train {} --threads 2 --set dist.offload=optimizer --max-steps 24 --out {}",
+                                   dir / "z0.yaml", dir / "cut"))
+              .exit_code == 0);
+  const auto resumed = run_gputrain(fmt::format(
+      "train {} --threads 2 --set dist.offload=optimizer --resume auto --out {}", dir / "z0.yaml", dir / "cut"));
+  INFO(resumed.output);
+  REQUIRE(resumed.exit_code == 0);
+  CHECK(max_relative_difference(dir / "onenone/model.safetensors", dir / "oneoptimizer/model.safetensors") == 0);
+  CHECK(max_relative_difference(dir / "onenone/model.safetensors", dir / "cut/model.safetensors") == 0);
 }

@@ -82,6 +82,10 @@ class Optimizer {
   virtual std::vector<StateRange> state_ranges();
   /// Sharded: keeps this rank's shard of state()'s buffers (after a load or a gather) and frees them.
   virtual void shard_state() {}
+  /// The parameters' values were set from outside (a checkpoint's load, the first step's broadcast from rank 0): the
+  /// copies of them an optimizer keeps (dist.offload's host masters, dist.zero 3's shards) are taken again. Nothing
+  /// for an optimizer that keeps none.
+  virtual void take_weights() {}
 
  protected:
   /// An optimizer of `params`, on the first one's device, parameter i in group groups[i] of cfg's (all in the

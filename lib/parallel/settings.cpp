@@ -39,6 +39,13 @@ const SectionSpec& dist_section() {
            .doc = "dist.zero 3's unit of parameters gathered at once: block, each pass of a top-level repeat: "
                   "block and each run of layers between them (the bucket cut for a model without blocks); bucket, "
                   "the gradient buckets of dist.bucket_mb"},
+          {.name = "offload",
+           .kind = KeyKind::choice,
+           .choices = {"none", "optimizer"},
+           .fallback = "none",
+           .doc = "optimizer: keep the optimizer state and fp32 master weights in page-locked host memory and run "
+                  "the update on the CPU (ZeRO-Offload), so a GPU holds only the weights and gradients; with "
+                  "dist.zero each rank offloads its shard; on the CPU it changes nothing but adds copies"},
           {.name = "sync_batchnorm",
            .kind = KeyKind::boolean,
            .fallback = "false",
@@ -64,6 +71,7 @@ void parse_dist(const ConfigNode& n, DistConfig& out) {
   out.timeout_s = get_double(n, key_spec(keys, "timeout_s"));
   out.zero = static_cast<int>(get_int(n, key_spec(keys, "zero")));
   out.shard_unit = n.get_choice("shard_unit", "block", {"block", "bucket"});
+  out.offload = n.get_choice("offload", "none", {"none", "optimizer"});
 }
 
 YAML::Node to_yaml(const DistConfig& c) {
@@ -73,6 +81,7 @@ YAML::Node to_yaml(const DistConfig& c) {
   n["overlap"] = c.overlap;
   n["zero"] = c.zero;
   n["shard_unit"] = c.shard_unit;
+  n["offload"] = c.offload;
   n["sync_batchnorm"] = c.sync_batchnorm;
   return n;
 }

@@ -17,6 +17,9 @@ struct DistConfig {
   /// dist.zero 3's unit of gathered parameters: "block" (each pass of a top-level `repeat:` block, and the runs of
   /// layers between them; the bucket_mb cut for a model without blocks) or "bucket" (the bucket_mb cut).
   std::string shard_unit = "block";
+  /// "optimizer": the optimizer state and the master weights in page-locked host memory, the update on the CPU
+  /// (optim/offload.h); "none": where the parameters are.
+  std::string offload = "none";
   bool sync_batchnorm = false;  ///< batch norm statistics over the global batch (one all-reduce per layer and pass)
 };
 

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "ops/elementwise.h"
 #include "ops/precision.h"
+#include "optim/offload.h"
 
 #include <algorithm>
 #include <map>
@@ -12,7 +13,7 @@
 namespace gt {
 
 ZeroOptimizer::ZeroOptimizer(const OptimizerConfig& cfg, const std::vector<Param*>& params, const BucketPlan& plan,
-                             Communicator& comm, int stage, const std::vector<int>& groups)
+                             Communicator& comm, int stage, const std::vector<int>& groups, bool offload)
     : Optimizer(cfg, params, groups),
       m_comm(comm),
       m_stage(stage),
@@ -85,6 +86,7 @@ ZeroOptimizer::ZeroOptimizer(const OptimizerConfig& cfg, const std::vector<Param
       }
       const auto chunk = static_cast<int64_t>(zero_chunk(static_cast<size_t>(n), static_cast<int>(world)));
       m_frozen_shards.push_back(Tensor::zeros(Shape{chunk}, DType::f32, m_device));
+      max_chunk = std::max(max_chunk, static_cast<size_t>(chunk));  // (the host copies of a staged all-gather)
     }
   }
   std::vector<Param*> rows;
@@ -93,14 +95,17 @@ ZeroOptimizer::ZeroOptimizer(const OptimizerConfig& cfg, const std::vector<Param
     rows.push_back(&m_slice_params[j]);
     row_groups.push_back(param_groups()[m_slices[j].param]);
   }
-  m_inner = make_optimizer(cfg, rows, row_groups);
+  m_inner = offload ? std::make_unique<OffloadOptimizer>(cfg, rows, row_groups) : make_optimizer(cfg, rows, row_groups);
   // The names of one parameter's state buffers, from an optimizer over a one-element stand-in.
   Param one{"x", Tensor::zeros(Shape{1}, DType::f32), Tensor::zeros(Shape{1}, DType::f32)};
   for (const auto& [name, t] : make_optimizer(cfg, {&one}, {0})->state())
     m_buffers.push_back(name.substr(name.find('.') + 1));
   const auto send = static_cast<int64_t>(max_chunk), recv = static_cast<int64_t>(max_chunk * world);
-  m_send = Tensor::zeros(Shape{send}, DType::f32, m_device);
-  m_recv = Tensor::zeros(Shape{recv}, DType::f32, m_device);
+  m_max_chunk = max_chunk;
+  if (m_stage < 3) {  // stage 3 gathers no weights after the step: a checkpoint's state gather makes its own
+    m_send = Tensor::zeros(Shape{send}, DType::f32, m_device);
+    m_recv = Tensor::zeros(Shape{recv}, DType::f32, m_device);
+  }
   if (m_staged) {
     m_host_send = Tensor::zeros(Shape{send}, DType::f32);
     m_host_recv = Tensor::zeros(Shape{recv}, DType::f32);
@@ -130,6 +135,11 @@ void ZeroOptimizer::allgather(const Tensor& send, Tensor& recv, size_t n, const 
 template <class Mine, class Whole>
 void ZeroOptimizer::gather(const char* what, Mine mine, Whole whole) {
   const auto world = static_cast<int64_t>(m_comm.size());
+  const bool own = !m_send.defined();  // stage 3: buffers for this gather only
+  if (own) {
+    m_send = Tensor::zeros(Shape{static_cast<int64_t>(m_max_chunk)}, DType::f32, m_device);
+    m_recv = Tensor::zeros(Shape{static_cast<int64_t>(m_max_chunk) * world}, DType::f32, m_device);
+  }
   for (const Bucket& b : m_buckets) {
     const auto chunk = static_cast<int64_t>(b.chunk);
     // Host copies on the CPU, device copies queued on the compute stream otherwise (copy_from matches by count).
@@ -148,6 +158,7 @@ void ZeroOptimizer::gather(const char* what, Mine mine, Whole whole) {
       offset += t.numel();
     }
   }
+  if (own) m_send = m_recv = Tensor();
 }
 
 void ZeroOptimizer::step(std::span<const double> lrs, const Tensor& stats, double max_norm) {

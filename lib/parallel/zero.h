@@ -45,8 +45,10 @@ namespace gt {
 /// correct, but a sync per collective, so the training run uses NCCL on GPUs (train/setup.cpp).
 class ZeroOptimizer final : public Optimizer {
  public:
+  /// `offload` (dist.offload: optimizer): the update of this rank's slices runs on the host (OffloadOptimizer), the
+  /// state and masters of the shard kept there.
   ZeroOptimizer(const OptimizerConfig& cfg, const std::vector<Param*>& params, const BucketPlan& plan,
-                Communicator& comm, int stage, const std::vector<int>& groups = {});
+                Communicator& comm, int stage, const std::vector<int>& groups = {}, bool offload = false);
 
   using Optimizer::stage_hyper;
   using Optimizer::step;
@@ -80,6 +82,11 @@ class ZeroOptimizer final : public Optimizer {
   /// Stage 3: copies the whole parameters' values into this rank's shards and frees them (the model's initial or
   /// loaded weights, which every rank holds at that moment), frozen ones too.
   void shard_values();
+  /// shard_values, then the inner optimizer's copies (dist.offload's masters) taken from the slices it updates.
+  void take_weights() override {
+    shard_values();
+    m_inner->take_weights();
+  }
   /// Stage 3: node `node`'s unit whole (all-gathered unless it is already), the others as above. Nothing at stages
   /// 1 and 2, for a node without sharded parameters, and while gather_values() holds everything whole.
   void use_node(size_t node);
@@ -137,9 +144,10 @@ class ZeroOptimizer final : public Optimizer {
   std::unique_ptr<Optimizer> m_inner;
   std::vector<std::string> m_buffers;                  ///< the state buffers of one parameter: "exp_avg", …
   std::vector<std::pair<std::string, Tensor>> m_full;  ///< state(): the unsharded buffers, while needed
-  Tensor m_send, m_recv;                               ///< one chunk, and every rank's chunk of a bucket (m_device)
-  Tensor m_host_send, m_host_recv;                     ///< m_staged: their host copies
-  Tensor m_total, m_per_slice;                         ///< stage 2: this rank's partial squared norms
+  Tensor m_send, m_recv;   ///< one chunk, and every rank's chunk of a bucket (m_device; stage 3: while gathering)
+  size_t m_max_chunk = 0;  ///< the largest chunk (stage 3: of a unit's weights, frozen ones too)
+  Tensor m_host_send, m_host_recv;  ///< m_staged: their host copies
+  Tensor m_total, m_per_slice;      ///< stage 2: this rank's partial squared norms
   Tensor m_sums;  ///< stage 2 on a device: each parameter's partial sum, then the total (f64, summed over ranks)
   // Stage 3: the value shards, each node's unit (-1: none), the gathered units' buffers (undefined: not gathered),
   // the gathered ones from least to most recently used, and whether gather_values() holds them all. A unit's frozen

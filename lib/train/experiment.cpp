@@ -83,6 +83,8 @@ void check_cuda_graphs(const Experiment& exp) {
     key.fail(
         "train.profile times each layer from the host, which a captured step cannot do (profile without "
         "cuda_graphs)");
+  if (exp.dist.offload == "optimizer")
+    key.fail("dist.offload: optimizer updates the weights on the host, which a captured step cannot do");
 }
 
 }  // namespace

@@ -296,10 +296,9 @@ void CheckpointHook::save_sharded(ZeroOptimizer& zero, TrainProgress& p) {
 std::string CheckpointHook::roll_back(TrainProgress& p) {
   const CheckpointInfo back = require_newest_good_of_run(m_run_dir, m_cfg);
   const double lr_scale = p.lr_scale * 0.5;
-  auto* zero = dynamic_cast<ZeroOptimizer*>(&m_optimizer);
-  if (zero) zero->gather_values();  // dist.zero 3: loaded whole, then each rank keeps its shard again
+  if (auto* zero = dynamic_cast<ZeroOptimizer*>(&m_optimizer)) zero->gather_values();  // dist.zero 3: loaded whole
   load_checkpoint(back, m_model, m_optimizer);
-  if (zero) zero->shard_values();
+  m_optimizer.take_weights();  // dist.zero 3's shards, dist.offload's masters
   p = back.progress;
   p.lr_scale = lr_scale;
   if (m_lead) m_store.remove_after(p.step);  // the newer ones lead to the divergence

@@ -9,6 +9,7 @@
 #include "log/logging.h"
 #include "ops/cpu/bf16_gemm.h"
 #include "ops/devices.h"
+#include "optim/offload.h"
 #include "parallel/comm.h"
 #include "parallel/zero.h"
 #include "train/evaluation.h"
@@ -256,18 +257,24 @@ RunSetup::RunSetup(const Experiment& exp, const RunOptions& opts, const WorkerPl
   for (const auto& [name, param] : model.named_params()) names.push_back(name), numels.push_back(param->value.numel());
   const std::vector<int> groups = param_group_of(exp.optimizer, names);
   param_group_lines = describe_param_groups(exp.optimizer, groups, numels);
+  const bool offload = exp.dist.offload == "optimizer";
   if (exp.dist.zero > 0 && world > 1) {
     // The sharded update, the gradient reduce-scatter and the weight all-gather: on host buffers over the host
     // communicator, on device buffers over NCCL (queued on the compute stream, no host sync).
     auto zero = std::make_unique<ZeroOptimizer>(exp.optimizer, model.params(), zero_plan(model, exp.dist),
-                                                nccl ? *nccl : *comm, exp.dist.zero, groups);
+                                                nccl ? *nccl : *comm, exp.dist.zero, groups, offload);
     spdlog::info("dist.zero {}: optimizer state {:.2f} MB on rank 0 instead of {:.2f} MB", exp.dist.zero,
                  static_cast<double>(zero->shard_state_elements()) * 4e-6,
                  static_cast<double>(zero->full_state_elements()) * 4e-6);
     optimizer = std::move(zero);
+  } else if (offload) {
+    optimizer = std::make_unique<OffloadOptimizer>(exp.optimizer, model.params(), groups);
   } else {
     optimizer = make_optimizer(exp.optimizer, model.params(), groups);
   }
+  if (const auto* host = dynamic_cast<const OffloadOptimizer*>(optimizer.get()))
+    spdlog::info("dist.offload: optimizer state and master weights in {:.2f} MB of host memory, updated on the CPU",
+                 static_cast<double>(host->host_bytes()) / 1e6);
   // Loaded (and refused when it does not fit) before the run directory is touched.
   if (plan.from) check_same_batches(exp, *plan.from);
   if (plan.from) progress = resume_progress(*plan.from, model, *optimizer, exp.optimizer.type, world);

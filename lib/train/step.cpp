@@ -155,9 +155,10 @@ StepLoop::StepLoop(const Experiment& exp, RunSetup& setup, const StepPlan& plan,
         : stage3 ? "as backward completes them (dist.zero 3)"
                  : "after backward (dist.overlap: false)");
     m_grad_sync->set_profiler(&profiler);
-    // The initial weights are the same on every rank now: each keeps its shard of them alone.
-    if (stage3) m_zero->shard_values();
   }
+  // The initial weights are the same on every rank now: dist.zero 3 keeps its shard of them alone, dist.offload its
+  // host masters of them.
+  m_optimizer.take_weights();
   const Dataset& train = setup.train();
   m_x = Tensor::empty(train.input_shape().batched(plan.batch), DType::f32, m_device);
   m_y = Tensor::empty(train.target_shape().batched(plan.batch), train.target_dtype(), m_device);
