@@ -123,6 +123,7 @@ std::vector<RankShare> rank_shares(const Footprint& f, int64_t world, const std:
   }
   return out;
 }
+
 std::string rank_shares_report(const std::vector<RankShare>& shares, int64_t world, int configured_stage) {
   std::string out = fmt::format("\nper rank at {} rank{} (data parallel; dist.zero stages side by side):\n", world,
                                 world == 1 ? "" : "s");
