@@ -22,6 +22,7 @@
 
 #include <cstdlib>
 #include <optional>
+#include <sstream>
 #include <thread>
 
 using namespace gt;
@@ -45,6 +46,30 @@ Planned plan(const std::string& yaml, const std::vector<std::string>& sets = {},
   Model model = Model::build(p.exp.model, p.data.train.input_shape(), DType::f32, Device::cpu(), p.exp.seed,
                              /*init_params=*/false);
   model.set_fusion(fuse);
+  apply_freeze(p.exp, model);
+  apply_recompute(p.exp, model);
+  p.f = training_footprint(p.exp, model, p.data.train);
+  return p;
+}
+
+// A small GPT (configs/gpt_bytes.yaml's layers at toy sizes: a vocabulary of 32, 16 channels, 12 positions, a
+// `repeat: 3` block of 2 heads and a 64-wide MLP, a tied head) on windows of 12 tokens, sized as `gputrain check`
+// sizes a token config whose shards are not there, under dist.zero 3 at its default unit (block).
+Planned plan_gpt(const std::vector<std::string>& sets = {}) {
+  std::string layers;  // indented under model:
+  std::istringstream in(gpt_layers(32, 16, 12, 3, 2, 64));
+  for (std::string line; std::getline(in, line);) layers += "  " + line + "\n";
+  ConfigNode root = ConfigNode::load_string(
+      "name: gpt\nseed: 1\ndevice: cpu\ndata: {format: tokens, train: {path: none/train_*.bin}, block_size: 12, "
+      "batch_size: 4}\nmodel:\n" +
+          layers + "optimizer: {type: adamw, lr: 0.001}\ndist: {zero: 3}\n",
+      "gpt.yaml");
+  for (const auto& s : sets) root = apply_override(root, s);
+  Planned p{parse_experiment_without_data_files(root), {}, {}};
+  p.data.train.inputs = Tensor::empty(Shape{0, 12}, DType::f32);
+  p.data.train.targets = Tensor::empty(Shape{0, 12}, DType::i32);
+  p.data.train.num_classes = 32;
+  Model model = Model::build(p.exp.model, Shape{12}, DType::f32, Device::cpu(), p.exp.seed, /*init_params=*/false);
   apply_freeze(p.exp, model);
   apply_recompute(p.exp, model);
   p.f = training_footprint(p.exp, model, p.data.train);
@@ -675,17 +700,27 @@ TEST_CASE("gputrain check prints the dry run and says whether it fits", "[e2e]")
                      (dir / "small.json"))
                         .c_str()) == 0);
 
-  // --world-size: the three ZeRO stages per rank, the configured one (dist.zero, 0 by default) as per_rank_bytes;
+  // --world-size: the four ZeRO stages per rank, the configured one (dist.zero, 0 by default) as per_rank_bytes;
   // one rank at stage 0 holds what the plain check says.
   REQUIRE(run_to_file("check " + (dir / "c.yaml") + " --json --world-size 4", dir / "ranks.json") == 0);
   CHECK(std::system(("python3 -c \"import json,sys; j=json.load(open(sys.argv[1])); s=j['zero_stages']; "
-                     "assert j['world_size'] == 4 and [x['stage'] for x in s] == [0, 1, 2] and j['zero_stage'] == 0; "
+                     "assert j['world_size'] == 4 and [x['stage'] for x in s] == [0, 1, 2, 3]; "
+                     "assert j['zero_stage'] == 0; "
                      "assert j['per_rank_bytes'] == s[0]['per_rank_bytes'] == j['totals']['total_bytes']; "
-                     "assert s[1]['per_rank_bytes'] < s[0]['per_rank_bytes']; "
+                     // Buckets of 68 and 1600016 gradients (the first capped at 1 MB): chunks of 17 and 400004 of
+                     // momentum, and the all-gather's buffers for the larger (a chunk, and 4 of them): more than
+                     // stage 1 saves with one bucket this large.
+                     "assert s[1]['optimizer_bytes'] == 4 * (17 + 400004); "
+                     "assert s[1]['gather_bytes'] == 4 * 5 * 400004; "
+                     "assert s[1]['per_rank_bytes'] == s[0]['per_rank_bytes'] - s[0]['optimizer_bytes'] + "
+                     "s[1]['optimizer_bytes'] + s[1]['gather_bytes']; "
                      "assert s[2]['optimizer_bytes'] == s[1]['optimizer_bytes']; "
-                     // Buckets of 68 and 1600016 gradients (the first capped at 1 MB): chunks of 17 and 400004,
-                     // and both buckets whole at once during backward.
+                     // Stage 2: the chunks and both buckets whole at once during backward (overlap).
                      "assert s[2]['grad_bytes'] == 4 * (17 + 400004 + 68 + 1600016); "
+                     // Stage 3: no repeat: block, so the units are the buckets: the weights' chunks and both units
+                     // whole in a pass; the gradients' chunks and one bucket at a time (no overlap thread).
+                     "assert s[3]['param_bytes'] == s[3]['whole_weight_bytes'] == 4 * (17 + 400004 + 68 + 1600016); "
+                     "assert s[3]['grad_bytes'] == 4 * (17 + 400004 + 1600016); "
                      "assert s[2]['fits'] is True and j['advice'] == ''\" " +
                      (dir / "ranks.json"))
                         .c_str()) == 0);
@@ -694,10 +729,18 @@ TEST_CASE("gputrain check prints the dry run and says whether it fits", "[e2e]")
                      "assert j['zero_stage'] == 1 and j['per_rank_bytes'] == s[1]['per_rank_bytes']\" " +
                      (dir / "z1.json"))
                         .c_str()) == 0);
-  const auto ranks = run_gputrain("check " + (dir / "c.yaml") + " --world-size 2");
+  // dist.zero 3 configured: its column is the one reported (it once read past the three stages sized).
+  REQUIRE(run_to_file("check " + (dir / "c.yaml") + " --json --world-size 4 --set dist.zero=3", dir / "z3.json") == 0);
+  CHECK(std::system(("python3 -c \"import json,sys; j=json.load(open(sys.argv[1])); s=j['zero_stages']; "
+                     "assert j['zero_stage'] == 3 and j['per_rank_bytes'] == s[3]['per_rank_bytes']\" " +
+                     (dir / "z3.json"))
+                        .c_str()) == 0);
+  const auto ranks = run_gputrain("check " + (dir / "c.yaml") + " --world-size 2 --set dist.zero=3");
   INFO(ranks.output);
   CHECK(ranks.exit_code == 0);
-  CHECK_THAT(ranks.output, Catch::Contains("per rank at 2 ranks") && Catch::Contains("zero 2"));
+  CHECK_THAT(ranks.output, Catch::Contains("per rank at 2 ranks") && Catch::Contains("zero 2") &&
+                               Catch::Contains("zero 3*") && Catch::Contains("gather buffers") &&
+                               Catch::Contains("make every unit whole for a moment"));
   CHECK(run_gputrain("check " + (dir / "c.yaml") + " --world-size 0").exit_code == 2);
 
   // A device this machine may lack: still exit 0, with a yes/no when it is here and the reason when it is not.
@@ -804,7 +847,8 @@ TEST_CASE("under dist.zero 2 ranks allocate the gradients check counts, and keep
     }
 }
 
-TEST_CASE("check --world-size splits optimizer state over the ranks (zero 1 and 2) and gradients (zero 2)", "[cpu]") {
+TEST_CASE("check --world-size splits optimizer state over the ranks (zero 1 to 3) and gradients (zero 2 and 3)",
+          "[cpu]") {
   const Footprint f = plan(kMlp, {"optimizer={type: adam, lr: 0.001}"}).f;
   const auto judge = [](size_t limit) {
     return [limit](size_t bytes) { return judge_fit(bytes, Device::cpu(), limit); };
@@ -817,17 +861,30 @@ TEST_CASE("check --world-size splits optimizer state over the ranks (zero 1 and 
   // Four ranks: 101770 parameters make shards of ⌈101770 / 4⌉ = 25443 elements; Adam keeps two states per element.
   REQUIRE(f.params == 101770);
   const std::vector<RankShare> four = rank_shares(f, 4, judge(size_t{1} << 40));
-  REQUIRE(four.size() == 3);
+  REQUIRE(four.size() == 4);
   const size_t shard = 25443 * 4, whole = f.param_bytes + f.buffer_bytes + f.activation_bytes + f.batch_bytes;
   CHECK(four[0].total_bytes == f.total_bytes);
+  CHECK(four[0].gather_bytes == 0);
   CHECK(four[1].optimizer_bytes == 2 * shard);
-  CHECK(four[1].total_bytes == whole + f.grad_bytes + 2 * shard);
+  // ZeroOptimizer's all-gather buffers: one chunk to send, every rank's chunk of the bucket to receive.
+  CHECK(four[1].gather_bytes == (25443 + 4 * 25443) * 4);
+  CHECK(four[1].total_bytes == whole + f.grad_bytes + 2 * shard + four[1].gather_bytes);
   // Stage 2: one bucket (101770 elements fit the first bucket's 1 MB): its chunk of 25443, and the bucket whole
   // (padded to 4 · 25443) while backward writes it. More than stage 1 then; smaller buckets make it less.
   REQUIRE(f.grad_buckets == std::vector<int64_t>{101770});
   CHECK(four[2].grad_bytes == (25443 + 4 * 25443) * 4);
   CHECK(four[2].optimizer_bytes == 2 * shard);
-  CHECK(four[2].total_bytes == whole + four[2].grad_bytes + 2 * shard);
+  CHECK(four[2].total_bytes == whole + four[2].grad_bytes + 2 * shard + four[2].gather_bytes);
+  // Stage 3: the MLP has no repeat: block, so its one unit is the bucket: a chunk of the weights kept, the unit
+  // whole (padded) while a pass runs, and as stage 2's gradients; all of it whole only for a moment.
+  REQUIRE(f.shard_units == f.grad_buckets);
+  CHECK(four[3].param_bytes == (25443 + 4 * 25443) * 4);
+  CHECK(four[3].whole_weight_bytes == (25443 + 4 * 25443) * 4);
+  CHECK(four[3].grad_bytes == four[2].grad_bytes);
+  CHECK(four[3].optimizer_bytes == 2 * shard);
+  CHECK(four[3].gather_bytes == four[1].gather_bytes);
+  CHECK(four[3].total_bytes ==
+        whole - f.param_bytes + four[3].param_bytes + four[3].grad_bytes + 2 * shard + four[3].gather_bytes);
   // With 0.1 MB buckets (25000 elements): 1290 first, then the 100480 of the first layer alone (one node, one
   // bucket). Chunks of 323 and 25120; the two buckets whole at once (1292 + 100480) during backward, and also with
   // train.accumulate, where the micro-batches before the last keep what they write.
@@ -856,7 +913,8 @@ TEST_CASE("check --world-size splits optimizer state over the ranks (zero 1 and 
 
   // Nothing fits at 4 ranks: a halved micro-batch with twice the accumulation would (the activations halve), and
   // so would more ranks; the MLP has no block to recompute, and too few layers for all (both refused, so not offered).
-  const size_t limit = four[1].total_bytes - 1;  // stage 1 holds the least here
+  REQUIRE(four[1].total_bytes < four[3].total_bytes);  // one unit: stage 3 holds no less than stage 1
+  const size_t limit = four[1].total_bytes - 1;        // stage 1 holds the least here
   std::vector<std::string> asked;
   const FootprintWith with = [&](Recompute mode, int64_t batch, int64_t accumulate) -> std::optional<Footprint> {
     asked.push_back(fmt::format("{} {} {}", to_string(mode), batch, accumulate));
@@ -874,4 +932,223 @@ TEST_CASE("check --world-size splits optimizer state over the ranks (zero 1 and 
   CHECK(asked == std::vector<std::string>{"blocks 32 1", "all 32 1", "none 16 2"});
   // When a stage fits there is nothing to advise.
   CHECK(fit_advice(f, 4, judge(four[1].total_bytes), with).empty());
+}
+
+TEST_CASE("check --world-size sizes dist.zero 3 by its units: a GPT's blocks, embeddings and head, by hand", "[cpu]") {
+  const auto judge = [](size_t bytes) { return judge_fit(bytes, Device::cpu(), size_t{1} << 40); };
+  const Planned p = plan_gpt();
+  const Footprint& f = p.f;
+  // Per block: two layer norms of 16 + 16, attention's qkv 16·48 + 48 and proj 16·16 + 16, fc 16·64 + 64, proj
+  // 64·16 + 16 = 3280; the embeddings 32·16 + 12·16 = 704, ln_f 32; the tied head has none of its own. From the last
+  // node to the first: ln_f, the blocks h.2, h.1, h.0, the embeddings.
+  REQUIRE(f.trainable == 32 + 3 * 3280 + 704);
+  REQUIRE(f.shard_units == std::vector<int64_t>{32, 3280, 3280, 3280, 704});
+  const std::vector<RankShare> two = rank_shares(f, 2, judge);
+  REQUIRE(two.size() == 4);
+  const RankShare& z3 = two[3];
+  // Chunks of 16, 1640 (three times) and 352: 5288 per rank of the weights, the gradients and each AdamW buffer.
+  const size_t chunks = 16 + 3 * 1640 + 352;
+  // Weights: the chunks, and two blocks whole during a pass (consecutive blocks are the two largest units).
+  CHECK(z3.param_bytes == (chunks + 2 * 3280) * 4);
+  // Gradients: the chunks, the embeddings' bucket (the tied head writes it first, and it stays whole until the
+  // embedding's own backward at the end) and one block's at a time.
+  CHECK(z3.grad_bytes == (chunks + 704 + 3280) * 4);
+  CHECK(z3.optimizer_bytes == chunks * 2 * 4);
+  CHECK(z3.gather_bytes == 1640 * 3 * 4);  // the largest chunk, and both ranks' chunks of it
+  CHECK(z3.half_weight_bytes == 0);
+  CHECK(z3.whole_weight_bytes == (chunks + f.trainable) * 4);  // evaluation, checkpoints: every unit whole
+  CHECK(z3.total_bytes == z3.param_bytes + z3.grad_bytes + z3.optimizer_bytes + z3.gather_bytes + f.buffer_bytes +
+                              f.activation_bytes + f.batch_bytes);
+  // Stage 3 holds the least of the four here: its weights are less than whole, its gradients less than stage 2's.
+  for (size_t s = 0; s < 3; ++s) CHECK(z3.total_bytes < two[s].total_bytes);
+  // With train.accumulate every unit's bucket is whole from the first micro-batch to the last one's backward.
+  const RankShare acc = rank_shares(plan_gpt({"train.accumulate=2"}).f, 2, judge)[3];
+  CHECK(acc.grad_bytes == (chunks + static_cast<size_t>(f.trainable)) * 4);
+  // dist.shard_unit: bucket shards by the gradient buckets (here a 1 MB first bucket takes every parameter).
+  const Footprint buckets = plan_gpt({"dist.shard_unit=bucket"}).f;
+  REQUIRE(buckets.shard_units == buckets.grad_buckets);
+  REQUIRE(buckets.shard_units == std::vector<int64_t>{f.trainable});
+  CHECK(rank_shares(buckets, 2, judge)[3].param_bytes == (5288 + 10576) * 4);
+  // A frozen weight is in no unit and stays whole: wpe's 12·16 leave the embeddings' unit (512 left, chunk 256).
+  const Footprint frozen = plan_gpt({"+train.freeze=[wpe.*]"}).f;
+  REQUIRE(frozen.shard_units == std::vector<int64_t>{32, 3280, 3280, 3280, 512});
+  CHECK(rank_shares(frozen, 2, judge)[3].param_bytes == (16 + 3 * 1640 + 256 + 2 * 3280 + 192) * 4);
+  // At one rank nothing is sharded: every stage is the plain check's.
+  for (const RankShare& r : rank_shares(f, 1, judge)) CHECK(r.total_bytes == f.total_bytes);
+
+  // fp16 (rounded copies on the CPU, 4 bytes an element): per block attention's 4·16·16, fc's and proj's 16·64; the
+  // head's copy of the 32·16 table. Stage 3 keeps at most two units' copies: two blocks'. With wte frozen the
+  // head's copy is of a weight in no unit, counted whole.
+  const Footprint half = plan_gpt({"train.precision=fp16"}).f;
+  REQUIRE(half.half_weight_bytes == (3 * 3 * 1024 + 512) * 4);
+  const std::vector<RankShare> half_two = rank_shares(half, 2, judge);
+  for (size_t s = 0; s < 3; ++s) CHECK(half_two[s].half_weight_bytes == half.half_weight_bytes);
+  CHECK(half_two[3].half_weight_bytes == 2 * 3 * 1024 * 4);
+  // (The rest is as under fp32: stage 3 saves the same, and the copies it does not keep.)
+  CHECK(half_two[0].total_bytes - half_two[3].total_bytes ==
+        two[0].total_bytes - z3.total_bytes + half.half_weight_bytes - half_two[3].half_weight_bytes);
+  const Footprint half_frozen = plan_gpt({"train.precision=fp16", "+train.freeze=[wte.*]"}).f;
+  CHECK(rank_shares(half_frozen, 2, judge)[3].half_weight_bytes == (2 * 3 * 1024 + 512) * 4);
+
+  // What fits is said with stage 3 where only it fits: at 2 ranks with z3's bytes nothing is to be advised; a byte
+  // less and 4 ranks would, at stage 3 alone (its 36816 + 26512 + 21152 + 16400 bytes beside stage 1's 158640).
+  const auto under = [](size_t limit) {
+    return [limit](size_t bytes) { return judge_fit(bytes, Device::cpu(), limit); };
+  };
+  const FootprintWith with = [](Recompute mode, int64_t batch, int64_t accumulate) -> std::optional<Footprint> {
+    return plan_gpt({fmt::format("train.recompute={}", to_string(mode)), fmt::format("data.batch_size={}", batch),
+                     fmt::format("train.accumulate={}", accumulate)})
+        .f;
+  };
+  CHECK(fit_advice(f, 2, under(z3.total_bytes), with).empty());
+  const std::string advice = fit_advice(f, 2, under(z3.total_bytes - 1), with);
+  CHECK_THAT(advice, Catch::StartsWith("nothing fits; what would:") && Catch::Contains("  4 ranks, with zero 3 ("));
+
+  // The report's four columns, the configured one marked, and the JSON's configured stage 3.
+  const std::string report = rank_shares_report(two, 2, 3);
+  CHECK_THAT(report, Catch::Contains("zero 0 ") && Catch::Contains("zero 3*") && Catch::Contains("gather buffers") &&
+                         Catch::Contains("make every unit whole for a moment"));
+  JsonObject out;
+  add_rank_shares_json(out, two, 2, 3);
+  CHECK(json_number(out.str(), "per_rank_bytes") == static_cast<double>(z3.total_bytes));
+  CHECK(out.str().find("\"whole_weight_bytes\"") != std::string::npos);
+}
+
+TEST_CASE("under dist.zero 3 ranks allocate the weights and gradients check counts, and keep only their chunks",
+          "[cpu][dist]") {
+  // Two thread ranks in this process, each with the GPT of plan_gpt, ZeroOptimizer at stage 3 and GradSync over
+  // zero_plan's units, wired as StepLoop wires them: the parameter-use hook gathers a unit, the gradient hooks
+  // allocate and reduce-scatter the buckets on the training thread, and the units are released after finish. The
+  // process's storage counters see both ranks, which hold the same sizes (rank 1's optimizer state aside).
+  // Under fp16 the products read rounded copies of the weights (f32 on the CPU), which stage 3 keeps for at most
+  // two units, the copies of those gathered one after the other.
+  constexpr int kRanks = 2;
+  for (const char* precision : {"fp32", "fp16"})
+    for (const int64_t accumulate : {1, 2}) {
+      INFO(precision << ", accumulate " << accumulate);
+      const Planned p =
+          plan_gpt({fmt::format("train.accumulate={}", accumulate), fmt::format("train.precision={}", precision)});
+      const Precision products = p.exp.train.precision;
+      const Footprint& f = p.f;
+      const RankShare share =
+          rank_shares(f, kRanks, [](size_t b) { return judge_fit(b, Device::cpu(), size_t{1} << 40); })[3];
+      std::vector<size_t> unit_chunks;
+      size_t chunk_bytes = 0;
+      for (int64_t n : f.shard_units) {
+        unit_chunks.push_back(zero_chunk(static_cast<size_t>(n), kRanks));
+        chunk_bytes += unit_chunks.back() * 4;
+      }
+      // Beyond its chunks, what check says a rank holds in a pass: the units whole (weights), the buckets whole.
+      const size_t in_pass = share.param_bytes - chunk_bytes + share.grad_bytes - chunk_bytes;
+      auto comms = make_thread_comms(kRanks, 30.0);
+      size_t built = 0, sharded = 0, peak = 0, after = 0, transient = 0;
+      std::vector<size_t> shards(kRanks), chunks(kRanks), state(kRanks), defined(kRanks), copies(kRanks),
+          params(kRanks);
+      std::vector<std::vector<size_t>> planned(kRanks);
+      std::vector<std::thread> threads;
+      for (int r = 0; r < kRanks; ++r)
+        threads.emplace_back([&, r] {
+          const auto me = static_cast<size_t>(r);
+          Communicator& comm = *comms[me];
+          auto barrier = [&comm] {
+            double d = 0;
+            comm.allreduce_sum(&d, 1, "a barrier");
+          };
+          Model model = Model::build(p.exp.model, Shape{12}, DType::f32, Device::cpu(), 1);
+          model.allocate(f.batch);
+          Tensor x = Tensor::zeros(Shape{f.batch, 12}, DType::f32);
+          for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(i * 5 % 32);
+          const Tensor dout = Tensor::zeros(model.output_shape().batched(f.batch), DType::f32);
+          // A plain pass first, so that whatever a layer allocates on its first call is there before counting.
+          model.forward(x, {true, false});
+          model.backward(dout, {true, false});
+          barrier();
+          // Another on rank 0 alone: what a pass allocates and frees within itself (the layers' temporaries).
+          if (r == 0) {
+            const size_t before = host_storage_bytes();
+            reset_host_storage_peak();
+            const ProductPrecisionScope plain(products);
+            model.forward(x, {true, false});
+            model.backward(dout, {true, false});
+            transient = host_storage_peak_bytes() - before;
+            built = host_storage_bytes();
+          }
+          barrier();
+          {
+            ZeroOptimizer zero(p.exp.optimizer, model.params(), zero_plan(model, p.exp.dist), comm, 3);
+            GradSync sync(comm, zero_plan(model, p.exp.dist), /*overlap=*/false, zero.grad_chunks());
+            zero.shard_values();  // as StepLoop: the weights every rank holds now, sharded
+            planned[me] = zero.bucket_chunks();
+            params[me] = model.params().size();
+            for (const Tensor& t : zero.value_shards()) shards[me] += static_cast<size_t>(t.bytes());
+            for (const Tensor& t : zero.grad_chunks()) chunks[me] += static_cast<size_t>(t.bytes());
+            state[me] = static_cast<size_t>(zero.shard_state_elements()) * 4;
+            barrier();
+            if (r == 0) {
+              sharded = host_storage_bytes();
+              reset_host_storage_peak();
+            }
+            barrier();
+            // The rounded copies this rank's thread holds, before each node reads its weights (after the one before
+            // has made its copies).
+            model.set_param_use_hook([&zero, &copies, me](size_t i) {
+              copies[me] = std::max(copies[me], half_weight_cache_stats().bytes);
+              zero.use_node(i);
+            });
+            model.set_grad_begin_hook([&sync](size_t i) { sync.node_begin(i); });
+            model.set_grad_ready_hook([&sync](size_t i) { sync.node_done(i); });
+            { const ProductPrecisionScope before(products); }  // frees what the plain passes left
+            const ProductPrecisionScope step(products);
+            for (int64_t k = 0; k < accumulate; ++k) {
+              const LayerContext ctx{.training = true, .accumulate_grads = k > 0, .step = static_cast<uint64_t>(k)};
+              model.forward(x, ctx);
+              if (k == accumulate - 1) sync.arm();
+              model.backward(dout, ctx);
+            }
+            sync.finish();
+            zero.release_values();
+            barrier();
+            if (r == 0) {
+              peak = host_storage_peak_bytes();
+              after = host_storage_bytes();
+            }
+            for (Param* q : model.params()) defined[me] += (q->value.defined() ? 1 : 0) + (q->grad.defined() ? 1 : 0);
+            model.set_param_use_hook(nullptr);
+            model.set_grad_begin_hook(nullptr);
+            model.set_grad_ready_hook(nullptr);
+            barrier();
+          }
+        });
+      for (auto& t : threads) t.join();
+      INFO("a plain pass's temporaries: " << transient << " bytes");
+      for (size_t r = 0; r < kRanks; ++r) {
+        CHECK(planned[r] == unit_chunks);  // check cuts the units as the run does
+        CHECK(shards[r] == chunk_bytes);
+        CHECK(chunks[r] == chunk_bytes);
+        CHECK(defined[r] == 0);  // outside a pass no weight and no gradient is whole
+      }
+      // The optimizer state: rank 0 holds its whole chunk of every unit, as check counts; the last rank's may be
+      // shorter.
+      CHECK(state[0] == share.optimizer_bytes);
+      CHECK(state[1] <= state[0]);
+      // Sharding frees the whole weights and gradients, and keeps the chunks, the state and the all-gather buffers
+      // (besides them only ZeroOptimizer's partial norms: an f64 total, and one per slice of a parameter in a rank's
+      // chunk, at most a parameter and a unit boundary each).
+      const auto whole = static_cast<int64_t>(kRanks * (f.param_bytes + f.grad_bytes));
+      const auto kept = static_cast<int64_t>(kRanks * (2 * chunk_bytes + share.gather_bytes) + state[0] + state[1]);
+      const int64_t rest = static_cast<int64_t>(sharded) - static_cast<int64_t>(built) + whole - kept;
+      CHECK(rest >= 0);
+      CHECK(rest <= static_cast<int64_t>(kRanks * 8 * (1 + params[0] + f.shard_units.size())));
+      // The step frees every unit and bucket it gathered or wrote.
+      CHECK(after == sharded);
+      // The pass's peak beyond the chunks, over both ranks: both hold check's figure at once (inside the collective
+      // that ends a block's backward, or, with accumulation, the all-gather of the second block in the forward pass,
+      // two blocks' weights and the buckets whole then), plus at most a plain pass's temporaries each.
+      CHECK(peak - sharded >= kRanks * in_pass);
+      CHECK(peak - sharded <= kRanks * (in_pass + transient));
+      CHECK(in_pass == (accumulate > 1 ? 2 * 3280 + 32 + 3 * 3280 + 704 : 2 * 3280 + 704 + 3280) * 4);
+      // The copies: two blocks' (attention's 4·16·16, fc's and proj's 16·64 each) once the second block's are made.
+      for (size_t r = 0; r < kRanks; ++r) CHECK(copies[r] == share.half_weight_bytes);
+      CHECK(share.half_weight_bytes == (products == Precision::fp16 ? 2 * 3 * 1024 * 4 : 0));
+    }
 }

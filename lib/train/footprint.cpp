@@ -38,6 +38,47 @@ std::optional<size_t> host_memory_available() {
   return std::nullopt;
 }
 
+// Each node's unit (an index into `units`, -1 without trainable parameters): the units are runs of consecutive nodes
+// with parameters that learn, from the last node to the first, so each node joins the run until it has its size.
+std::vector<int> unit_of_nodes(const std::vector<int64_t>& trainable, const std::vector<int64_t>& units) {
+  std::vector<int> out(trainable.size(), -1);
+  size_t u = 0;
+  int64_t filled = 0;
+  for (size_t i = trainable.size(); i-- > 0;) {
+    if (trainable[i] <= 0) continue;
+    GT_CHECK(u < units.size(), "node {} past the last of {} units", i, units.size());
+    out[i] = static_cast<int>(u);
+    filled += trainable[i];
+    if (filled == units[u]) ++u, filled = 0;
+  }
+  return out;
+}
+
+// The units whose gradient buckets a stage-3 backward holds whole together (GradSync with chunks, without overlap):
+// a node's bucket from the node's grad-begin hook to the reduce-scatter after its unit's last node; a tied layer
+// begins its owner's bucket before its own backward (Model::backward), which stays whole until the owner's.
+std::vector<std::vector<size_t>> grads_whole_together(const Model& model, const std::vector<int>& unit, size_t units) {
+  const auto& nodes = model.nodes();
+  std::vector<size_t> nodes_in(units, 0), done(units, 0);
+  for (int u : unit)
+    if (u >= 0) ++nodes_in[static_cast<size_t>(u)];
+  std::vector<size_t> whole;
+  std::vector<std::vector<size_t>> out;
+  auto begin = [&](int u) {
+    if (u >= 0 && std::find(whole.begin(), whole.end(), static_cast<size_t>(u)) == whole.end())
+      whole.push_back(static_cast<size_t>(u));
+  };
+  for (size_t i = nodes.size(); i-- > 0;) {
+    begin(unit[i]);
+    if (nodes[i].tied_to >= 0) begin(unit[static_cast<size_t>(nodes[i].tied_to)]);
+    if (!whole.empty()) out.push_back(whole);
+    if (unit[i] < 0) continue;
+    const auto u = static_cast<size_t>(unit[i]);
+    if (++done[u] == nodes_in[u]) std::erase(whole, u);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string activation_dtype(const Footprint& f) {
@@ -92,8 +133,13 @@ Footprint training_footprint(const Experiment& exp, const Model& model, const Da
   }
   f.grad_bytes = bytes_of(f.trainable, f.dtype);  // every parameter that learns has a gradient of its own size
   std::vector<int64_t> per_node;
-  for (const GraphNode& n : nodes) per_node.push_back(n.trainable);
+  std::vector<int> blocks;
+  for (const GraphNode& n : nodes) per_node.push_back(n.trainable), blocks.push_back(n.block);
   f.grad_buckets = bucket_sizes(per_node, exp.dist.bucket_mb);
+  // dist.zero 3 cuts its units as train/setup.cpp's zero_plan does.
+  f.shard_units = exp.dist.shard_unit == "bucket" ? f.grad_buckets : unit_sizes(per_node, blocks, exp.dist.bucket_mb);
+  const std::vector<int> unit = unit_of_nodes(per_node, f.shard_units);
+  f.shard_unit_grads_whole = grads_whole_together(model, unit, f.shard_units.size());
 
   // The optimizer's state per parameter element, from the optimizer the config builds: momentum 1, Adam 2,
   // AMSGrad 3, plain SGD 0.
@@ -115,10 +161,22 @@ Footprint training_footprint(const Experiment& exp, const Model& model, const Da
   f.precision = exp.train.precision;
   f.bf16_in_pack = f.precision == Precision::bf16 && model.device().is_cpu() && cpu::cpu_bf16_rounds_in_pack();
   f.on_cuda = model.device().is_cuda();
+  // Stage 3 keeps the copies of a unit's weights apart from those of the weights in no unit (frozen ones, whole on
+  // every rank; a layer with a frozen weight is counted there as a whole, the weight its products read being frozen).
+  f.shard_unit_half_bytes.assign(f.shard_units.size(), 0);
   if (half_format(f.precision) && f.dtype == DType::f32 && !f.bf16_in_pack)
-    for (const GraphNode& n : nodes)
-      f.half_weight_bytes += f.on_cuda ? n.layer->product_weight_numel() * 2  // bf16 and fp16: 2 bytes each
-                                       : bytes_of(n.layer->product_weight_numel(), DType::f32);
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      const int64_t numel = nodes[i].layer->product_weight_numel();
+      const size_t bytes = f.on_cuda ? static_cast<size_t>(numel) * 2  // bf16 and fp16: 2 bytes each
+                                     : bytes_of(numel, DType::f32);
+      f.half_weight_bytes += bytes;
+      const GraphNode& owner = nodes[nodes[i].tied_to >= 0 ? static_cast<size_t>(nodes[i].tied_to) : i];
+      const int u = unit[nodes[i].tied_to >= 0 ? static_cast<size_t>(nodes[i].tied_to) : i];
+      if (u >= 0 && owner.trainable == owner.param_count)
+        f.shard_unit_half_bytes[static_cast<size_t>(u)] += bytes;
+      else
+        f.unsharded_half_bytes += bytes;
+    }
   f.total_bytes = f.param_bytes + f.grad_bytes + f.optimizer_bytes + f.buffer_bytes + f.activation_bytes +
                   f.batch_bytes + f.half_weight_bytes;
   return f;
@@ -174,159 +232,6 @@ MemoryFit fit_on_this_machine(size_t needed, const std::string& requested) {
     return m;
   }
   return judge_fit(needed, device, *available);
-}
-
-namespace {
-
-// Stage 2's gradients on one rank (see RankShare): its chunk of every bucket, and the buckets whole at once — every
-// bucket on a GPU, where GradSync's device buckets are the gradients' storage for the whole run (a bucket is not
-// freed after its reduce-scatter there: the side stream may still read it), two on the host without accumulation.
-size_t zero2_grad_bytes(const Footprint& f, int64_t world, bool device_buckets) {
-  size_t chunks = 0;
-  std::vector<size_t> whole;
-  for (int64_t n : f.grad_buckets) {
-    const size_t chunk = zero_chunk(static_cast<size_t>(n), static_cast<int>(world));
-    chunks += chunk;
-    whole.push_back(chunk * static_cast<size_t>(world));
-  }
-  std::sort(whole.begin(), whole.end(), std::greater<>());
-  const size_t at_once = f.accumulate > 1 || device_buckets ? whole.size() : std::min<size_t>(2, whole.size());
-  const size_t held = chunks + std::accumulate(whole.begin(), whole.begin() + static_cast<long>(at_once), size_t{0});
-  return held * dtype_size(f.dtype);
-}
-
-}  // namespace
-
-std::vector<RankShare> rank_shares(const Footprint& f, int64_t world, const std::function<MemoryFit(size_t)>& judge) {
-  GT_CHECK(world >= 1, "rank_shares at {} ranks", world);
-  // One shard of a flat buffer of every parameter element that learns, padded to a multiple of the ranks.
-  const size_t shard = static_cast<size_t>((f.trainable + world - 1) / world) * dtype_size(f.dtype);
-  const size_t whole = f.buffer_bytes + f.activation_bytes + f.batch_bytes + f.half_weight_bytes;
-  const bool device_buckets = judge(0).device.rfind("cuda", 0) == 0;
-  std::vector<RankShare> out;
-  for (int stage = 0; stage <= 2; ++stage) {
-    RankShare r;
-    r.zero_stage = stage;
-    r.param_bytes = f.param_bytes;
-    r.grad_bytes = stage >= 2 && world > 1 ? zero2_grad_bytes(f, world, device_buckets) : f.grad_bytes;
-    r.optimizer_bytes =
-        stage >= 1 && world > 1 ? shard * static_cast<size_t>(f.optimizer_state_per_param) : f.optimizer_bytes;
-    r.total_bytes = r.param_bytes + r.grad_bytes + r.optimizer_bytes + whole;
-    r.fit = judge(r.total_bytes);
-    out.push_back(std::move(r));
-  }
-  return out;
-}
-
-std::string rank_shares_report(const std::vector<RankShare>& shares, int64_t world, int configured_stage) {
-  std::string out = fmt::format("\nper rank at {} rank{} (data parallel; dist.zero stages side by side):\n", world,
-                                world == 1 ? "" : "s");
-  out += fmt::format("  {:<16}", "");
-  for (const RankShare& r : shares)
-    out += fmt::format(" {:>12}", fmt::format("zero {}{}", r.zero_stage, r.zero_stage == configured_stage ? "*" : ""));
-  out += "\n";
-  auto row = [&](const char* what, size_t RankShare::*field) {
-    out += fmt::format("  {:<16}", what);
-    for (const RankShare& r : shares) out += fmt::format(" {:>12}", format_bytes(r.*field));
-    out += "\n";
-  };
-  row("parameters", &RankShare::param_bytes);
-  row("gradients", &RankShare::grad_bytes);
-  row("optimizer state", &RankShare::optimizer_bytes);
-  row("total", &RankShare::total_bytes);
-  out += fmt::format("  {:<16}", "fits");
-  for (const RankShare& r : shares) out += fmt::format(" {:>12}", !r.fit.fits ? "unknown" : *r.fit.fits ? "yes" : "no");
-  out += "\n";
-  out += fmt::format(
-      "  (* dist.zero: {}, the configured stage; stage 2's gradients: this rank's chunks and the buckets the backward "
-      "pass holds whole at once)\n",
-      configured_stage);
-  if (!shares.empty()) {
-    const MemoryFit& fit = shares.front().fit;
-    out += fit.fits ? fmt::format("  (one rank on {}: {} {}; ranks sharing a host share its memory)\n", fit.device,
-                                  format_bytes(fit.usable), fit.device == "cpu" ? "available" : "usable")
-                    : fmt::format("  (fits on {}: unknown: {})\n", fit.device, fit.basis);
-  }
-  return out;
-}
-
-std::string fit_advice(const Footprint& f, int64_t world, const std::function<MemoryFit(size_t)>& judge,
-                       const FootprintWith& footprint_with) {
-  // The least a rank can hold under the stages here is stage 2's; what fits there is said with the stage.
-  auto best = [&](const Footprint& g, int64_t ranks) -> std::optional<int> {
-    for (const RankShare& r : rank_shares(g, ranks, judge))
-      if (r.fit.fits && *r.fit.fits) return r.zero_stage;
-    return std::nullopt;
-  };
-  const std::vector<RankShare> now = rank_shares(f, world, judge);
-  if (!now.back().fit.fits || best(f, world)) return "";  // fits, or unknown
-  std::string out = "nothing fits; what would:\n";
-  bool any = false;
-  // blocks first (it recomputes less); all when blocks is refused or does not fit (it drops at least as much).
-  for (const Recompute mode : {Recompute::blocks, Recompute::all}) {
-    if (f.recompute != Recompute::none && mode <= f.recompute) continue;
-    if (const std::optional<Footprint> g = footprint_with(mode, f.batch, f.accumulate)) {
-      const std::optional<int> stage = best(*g, world);
-      out += stage ? fmt::format("  train.recompute: {}, with zero {} ({} per rank)\n", to_string(mode), *stage,
-                                 format_bytes(rank_shares(*g, world, judge)[static_cast<size_t>(*stage)].total_bytes))
-                   : fmt::format("  train.recompute: {} alone does not ({} per rank at zero 2)\n", to_string(mode),
-                                 format_bytes(rank_shares(*g, world, judge).back().total_bytes));
-      any = any || stage.has_value();
-      if (stage) break;
-    }
-  }
-  for (int64_t batch = f.batch, accumulate = f.accumulate; batch % 2 == 0;) {
-    batch /= 2;
-    accumulate *= 2;
-    const std::optional<Footprint> g = footprint_with(f.recompute, batch, accumulate);
-    if (!g) break;
-    if (const std::optional<int> stage = best(*g, world)) {
-      out += fmt::format(
-          "  data.batch_size: {} with train.accumulate: {} (the same {} samples per step), with zero {} ({} per "
-          "rank)\n",
-          batch, accumulate, f.batch * f.accumulate, *stage,
-          format_bytes(rank_shares(*g, world, judge)[static_cast<size_t>(*stage)].total_bytes));
-      any = true;
-      break;
-    }
-  }
-  for (int64_t ranks = world * 2; ranks <= 4096; ranks *= 2) {
-    if (const std::optional<int> stage = best(f, ranks)) {
-      out += fmt::format("  {} ranks, with zero {} ({} per rank)\n", ranks, *stage,
-                         format_bytes(rank_shares(f, ranks, judge)[static_cast<size_t>(*stage)].total_bytes));
-      any = true;
-      break;
-    }
-  }
-  if (!any)
-    out += fmt::format(
-        "  none of recompute, a smaller micro-batch or up to 4096 ranks: what every rank holds whole (weights, "
-        "activations, batch) is {} already\n",
-        format_bytes(f.param_bytes + f.buffer_bytes + f.activation_bytes + f.batch_bytes));
-  return out;
-}
-
-void add_rank_shares_json(JsonObject& out, const std::vector<RankShare>& shares, int64_t world, int configured_stage) {
-  auto n = [](size_t v) { return static_cast<int64_t>(v); };
-  std::vector<JsonObject> stages;
-  for (const RankShare& r : shares) {
-    JsonObject s;
-    s.add("stage", static_cast<int64_t>(r.zero_stage))
-        .add("param_bytes", n(r.param_bytes))
-        .add("grad_bytes", n(r.grad_bytes))
-        .add("optimizer_bytes", n(r.optimizer_bytes))
-        .add("per_rank_bytes", n(r.total_bytes));
-    if (r.fit.fits)
-      s.add_bool("fits", *r.fit.fits);
-    else
-      s.add_null("fits");
-    stages.push_back(std::move(s));
-  }
-  const RankShare& configured = shares.at(static_cast<size_t>(configured_stage));
-  out.add("world_size", world)
-      .add("zero_stage", static_cast<int64_t>(configured_stage))
-      .add("per_rank_bytes", n(configured.total_bytes))
-      .add("zero_stages", stages);
 }
 
 std::string format_bytes(size_t bytes) {

@@ -51,6 +51,14 @@ struct Footprint {
   /// Elements of each gradient bucket data-parallel training makes (dist.bucket_mb, plan_buckets' cut), in the order
   /// backward completes them: what ZeRO-2 holds whole while the backward pass writes it.
   std::vector<int64_t> grad_buckets;
+  /// dist.zero 3's units of parameters (dist.shard_unit: block, unit_sizes' cut — each pass of a top-level `repeat:`
+  /// block and each run of layers between them, the bucket cut without blocks; bucket: grad_buckets), elements each,
+  /// in the order backward completes them. They are stage 3's gradient buckets too.
+  std::vector<int64_t> shard_units;
+  /// Stage 3 without accumulation: the units whose gradient buckets the backward pass holds whole at one moment
+  /// (indices into shard_units), one set per node: its own unit, and a tied weight's owner's, begun by the tied layer
+  /// and whole until the owner's backward.
+  std::vector<std::vector<size_t>> shard_unit_grads_whole;
   /// train.precision, and under bf16/fp16 the copies of the weights the products read, made once per step and kept
   /// between steps: on the CPU rounded values in f32 for its f32 GEMM (ops/precision.h's half_weight, 4 bytes per
   /// element), on CUDA 16-bit elements (ops/cuda/half_scratch.h's half_weight, 2 bytes). 0 under fp32 and tf32.
@@ -59,6 +67,10 @@ struct Footprint {
   /// (plus the f32 working buffers of the forward pass); their gradients and what layers keep stay f32. nullopt: f32.
   std::optional<HalfFormat> activation_storage;
   size_t half_weight_bytes = 0;
+  /// Of half_weight_bytes: the copies of each unit's weights (shard_units' order), and those of the weights in no unit
+  /// (frozen ones, and a tied or LoRA layer's frozen weight), which stay whole under dist.zero 3.
+  std::vector<size_t> shard_unit_half_bytes;
+  size_t unsharded_half_bytes = 0;
   /// bf16 products on the CPU that round the weights as their kernels pack them, keeping no rounded copies
   /// (ops/cpu/bf16_gemm.h's cpu_bf16_rounds_in_pack).
   bool bf16_in_pack = false;
@@ -94,36 +106,50 @@ MemoryFit judge_fit(size_t needed, Device device, size_t total);
 /// holds as well). A device that cannot be used here gives an unknown verdict that says why.
 MemoryFit fit_on_this_machine(size_t needed, const std::string& requested);
 
-/// What one rank of a data-parallel run at `world` ranks holds under a ZeRO stage (dist.zero): stage 0 keeps every
-/// tensor on every rank; stages 1 and 2 split the optimizer state into `world` shards of ⌈parameters / world⌉
-/// elements (the run pads each gradient bucket to a multiple of the ranks, so a rank may hold up to world − 1 more
-/// per bucket). Stage 2 also splits the gradients (GradSync with chunks, parallel/grad_sync.h): a rank keeps its
-/// averaged chunk of every bucket (⌈bucket / world⌉ elements each), and a bucket is whole only while the backward pass
-/// writes it, until its reduce-scatter: counted are the chunks plus the two largest buckets (padded to a multiple of
-/// the ranks; at most two are whole at once), or plus every bucket with train.accumulate > 1 (the micro-batches before
-/// the last keep what they write). At one rank nothing is split. The weights stay whole (stage 3 would split them).
-/// train.precision keeps fp32 weights (its half formats only round the products' operands), so there is no separate
-/// master copy to split.
+/// What one rank of a data-parallel run at `world` ranks holds under a ZeRO stage (dist.zero). Stage 0 keeps every
+/// tensor on every rank. Stages 1 to 3 split the optimizer state: rank 0 (the fullest) keeps its chunk of every bucket,
+/// ⌈bucket / world⌉ elements (zero_chunk; the last rank's part may be shorter), and ZeroOptimizer keeps a buffer pair
+/// for all-gathering the weights (the largest chunk, and the largest bucket padded to chunk · world: gather_bytes).
+/// Stage 2 also splits the gradients (GradSync with chunks, parallel/grad_sync.h): a rank keeps its averaged chunk of
+/// every bucket, and a bucket is whole only while the backward pass writes it, until its reduce-scatter: counted are
+/// the chunks plus the two largest buckets (padded; at most two are whole at once), or plus every bucket with
+/// train.accumulate > 1 (the micro-batches before the last keep what they write) or on a GPU.
+/// Stage 3 cuts by its units (Footprint::shard_units), which are its gradient buckets too, and also splits the
+/// weights: a rank keeps its chunk of every unit, and while a pass runs at most ZeroOptimizer::kResidentUnits units
+/// whole (buffers of chunk · world), counted as the largest ones (exact when the largest follow each other in a pass,
+/// as a repeat: block's passes do); frozen weights stay whole. Its gradient buckets are reduce-scattered as each is
+/// complete (no overlap thread): counted are the chunks plus the largest of the sets Footprint::shard_unit_grads_whole
+/// names, or every unit with train.accumulate > 1 or on a GPU. Under bf16/fp16 its rounded weight copies are at most
+/// those of the kResidentUnits units with the largest copies plus those of the weights in no unit: a gather starts a
+/// new product scope (renew_product_scope), and a copy lives through the scope that reads it and the next
+/// (ScopeCopies::sweep), while each scope's products read the unit it gathered. Evaluation, checkpoints and the final
+/// weights make every unit whole for their duration (WholeWeights): that moment's weights are whole_weight_bytes, a
+/// transient not in total_bytes. At one rank nothing is split (ZeroOptimizer is not used).
 struct RankShare {
   int zero_stage = 0;
   size_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0;  ///< this rank's
-  size_t total_bytes = 0;  ///< with the buffers, activations and batch tensors, which every rank holds whole
+  size_t gather_bytes = 0;                                      ///< stages 1 to 3: ZeroOptimizer's all-gather buffers
+  size_t whole_weight_bytes = 0;  ///< stage 3: the weights while every unit is whole (WholeWeights), not in the total
+  size_t half_weight_bytes = 0;  ///< the rounded weight copies under bf16/fp16 (Footprint::half_weight_bytes at 0 to 2)
+  size_t total_bytes = 0;        ///< with the buffers, activations and batch tensors, which every rank holds whole
   MemoryFit fit;
 };
-/// Stages 0, 1 and 2 at `world` ranks (≥ 1); `judge` gives the verdict for one rank's bytes.
+/// Stages 0 to 3 at `world` ranks (≥ 1); `judge` gives the verdict for one rank's bytes.
 std::vector<RankShare> rank_shares(const Footprint& f, int64_t world, const std::function<MemoryFit(size_t)>& judge);
-/// The three stages side by side, as `gputrain check --world-size N` prints them, the configured one (dist.zero)
+/// The four stages side by side, as `gputrain check --world-size N` prints them, the configured one (dist.zero)
 /// marked.
 std::string rank_shares_report(const std::vector<RankShare>& shares, int64_t world, int configured_stage);
 /// When no stage fits: what would, in lines ("" when one fits or nothing is known). `footprint_with` sizes the same
 /// config with another recompute mode, micro-batch and accumulation (nullopt: that setting is refused, e.g. blocks
 /// without a block). Tried: train.recompute: blocks; halving the micro-batch while doubling train.accumulate (the
-/// same samples per step); more ranks (doubling, up to 4096).
+/// same samples per step); more ranks (doubling, up to 4096). Each is said with the first stage that fits (stage 3
+/// holds the least where the weights outweigh two units and the all-gather buffers).
 using FootprintWith = std::function<std::optional<Footprint>(Recompute, int64_t batch, int64_t accumulate)>;
 std::string fit_advice(const Footprint& f, int64_t world, const std::function<MemoryFit(size_t)>& judge,
                        const FootprintWith& footprint_with);
 /// The stages as JSON: {"world_size", "zero_stage" (dist.zero), "per_rank_bytes" (that stage's),
-/// "zero_stages": [{stage, param_bytes, grad_bytes, optimizer_bytes, per_rank_bytes, fits}, …]}.
+/// "zero_stages": [{stage, param_bytes, grad_bytes, optimizer_bytes, gather_bytes, half_weight_bytes, per_rank_bytes,
+/// fits}, …, with "whole_weight_bytes" at stage 3]}.
 void add_rank_shares_json(JsonObject& out, const std::vector<RankShare>& shares, int64_t world, int configured_stage);
 
 /// What the outputs kept for backward are stored in: "f32", "bf16" or "fp16" (`check --json`'s activation_dtype).
