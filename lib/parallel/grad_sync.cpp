@@ -125,6 +125,11 @@ BucketPlan plan_units(const std::vector<std::vector<Param*>>& params_by_node, co
   return plan;
 }
 
+std::vector<int> node_units(const std::vector<int64_t>& params_per_node, const std::vector<int>& node_block,
+                            double bucket_mb) {
+  return unit_of_nodes(positive_counts(params_per_node), node_block, bucket_mb);
+}
+
 std::vector<int64_t> unit_sizes(const std::vector<int64_t>& params_per_node, const std::vector<int>& node_block,
                                 double bucket_mb) {
   return sizes_of(params_per_node, unit_of_nodes(positive_counts(params_per_node), node_block, bucket_mb));

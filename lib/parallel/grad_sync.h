@@ -50,6 +50,10 @@ std::vector<int64_t> bucket_sizes(const std::vector<int64_t>& params_per_node, d
 /// (parallel/zero.h); the buckets hold each unit's parameters that learn, BucketPlan::frozen the others.
 BucketPlan plan_units(const std::vector<std::vector<Param*>>& params_by_node, const std::vector<int>& node_block,
                       double bucket_mb);
+/// Each node's unit in plan_units' cut (BucketPlan::node_unit: -1 without parameters), from each node's parameter
+/// count alone, frozen ones included: `gputrain check` sizes stage 3 with it without building the parameters.
+std::vector<int> node_units(const std::vector<int64_t>& params_per_node, const std::vector<int>& node_block,
+                            double bucket_mb);
 /// The elements of each unit plan_units makes, from each node's parameter count alone, frozen ones included
 /// (bucket_sizes' counterpart).
 std::vector<int64_t> unit_sizes(const std::vector<int64_t>& params_per_node, const std::vector<int>& node_block,

@@ -38,22 +38,6 @@ std::optional<size_t> host_memory_available() {
   return std::nullopt;
 }
 
-// Each node's unit (an index into `units`, -1 without trainable parameters): the units are runs of consecutive nodes
-// with parameters that learn, from the last node to the first, so each node joins the run until it has its size.
-std::vector<int> unit_of_nodes(const std::vector<int64_t>& trainable, const std::vector<int64_t>& units) {
-  std::vector<int> out(trainable.size(), -1);
-  size_t u = 0;
-  int64_t filled = 0;
-  for (size_t i = trainable.size(); i-- > 0;) {
-    if (trainable[i] <= 0) continue;
-    GT_CHECK(u < units.size(), "node {} past the last of {} units", i, units.size());
-    out[i] = static_cast<int>(u);
-    filled += trainable[i];
-    if (filled == units[u]) ++u, filled = 0;
-  }
-  return out;
-}
-
 // The units whose gradient buckets a stage-3 backward holds whole together (GradSync with chunks, without overlap):
 // a node's bucket from the node's grad-begin hook to the reduce-scatter after its unit's last node; a tied layer
 // begins its owner's bucket before its own backward (Model::backward), which stays whole until the owner's.
@@ -132,14 +116,28 @@ Footprint training_footprint(const Experiment& exp, const Model& model, const Da
     f.layers.push_back(std::move(r));
   }
   f.grad_bytes = bytes_of(f.trainable, f.dtype);  // every parameter that learns has a gradient of its own size
-  std::vector<int64_t> per_node;
+  std::vector<int64_t> per_node, all_per_node;
   std::vector<int> blocks;
-  for (const GraphNode& n : nodes) per_node.push_back(n.trainable), blocks.push_back(n.block);
+  for (const GraphNode& n : nodes) {
+    per_node.push_back(n.trainable);
+    all_per_node.push_back(n.param_count);
+    blocks.push_back(exp.dist.shard_unit == "block" ? n.block : -1);
+  }
   f.grad_buckets = bucket_sizes(per_node, exp.dist.bucket_mb);
-  // dist.zero 3 cuts its units as train/setup.cpp's zero_plan does.
-  f.shard_units = exp.dist.shard_unit == "bucket" ? f.grad_buckets : unit_sizes(per_node, blocks, exp.dist.bucket_mb);
-  const std::vector<int> unit = unit_of_nodes(per_node, f.shard_units);
-  f.shard_unit_grads_whole = grads_whole_together(model, unit, f.shard_units.size());
+  // dist.zero 3 cuts its units over every parameter, frozen ones too, as train/setup.cpp's zero_plan does; a node
+  // whose parameters are all frozen begins no gradient bucket.
+  const std::vector<int> unit = node_units(all_per_node, blocks, exp.dist.bucket_mb);
+  const auto units = static_cast<size_t>(std::max(0, *std::max_element(unit.begin(), unit.end()) + 1));
+  f.shard_units.assign(units, 0);
+  f.shard_unit_frozen.assign(units, 0);
+  std::vector<int> grad_unit(nodes.size(), -1);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (unit[i] < 0) continue;
+    f.shard_units[static_cast<size_t>(unit[i])] += nodes[i].trainable;
+    f.shard_unit_frozen[static_cast<size_t>(unit[i])] += nodes[i].param_count - nodes[i].trainable;
+    if (nodes[i].trainable > 0) grad_unit[i] = unit[i];
+  }
+  f.shard_unit_grads_whole = grads_whole_together(model, grad_unit, units);
 
   // The optimizer's state per parameter element, from the optimizer the config builds: momentum 1, Adam 2,
   // AMSGrad 3, plain SGD 0.
@@ -170,9 +168,8 @@ Footprint training_footprint(const Experiment& exp, const Model& model, const Da
       const size_t bytes = f.on_cuda ? static_cast<size_t>(numel) * 2  // bf16 and fp16: 2 bytes each
                                      : bytes_of(numel, DType::f32);
       f.half_weight_bytes += bytes;
-      const GraphNode& owner = nodes[nodes[i].tied_to >= 0 ? static_cast<size_t>(nodes[i].tied_to) : i];
       const int u = unit[nodes[i].tied_to >= 0 ? static_cast<size_t>(nodes[i].tied_to) : i];
-      if (u >= 0 && owner.trainable == owner.param_count)
+      if (u >= 0)
         f.shard_unit_half_bytes[static_cast<size_t>(u)] += bytes;
       else
         f.unsharded_half_bytes += bytes;

@@ -55,6 +55,8 @@ struct Footprint {
   /// block and each run of layers between them, the bucket cut without blocks; bucket: grad_buckets), elements each,
   /// in the order backward completes them. They are stage 3's gradient buckets too.
   std::vector<int64_t> shard_units;
+  /// Each unit's frozen parameter elements (train.freeze): sharded and gathered with the unit, no gradient or state.
+  std::vector<int64_t> shard_unit_frozen;
   /// Stage 3 without accumulation: the units whose gradient buckets the backward pass holds whole at one moment
   /// (indices into shard_units), one set per node: its own unit, and a tied weight's owner's, begun by the tied layer
   /// and whole until the owner's backward.
@@ -67,8 +69,8 @@ struct Footprint {
   /// (plus the f32 working buffers of the forward pass); their gradients and what layers keep stay f32. nullopt: f32.
   std::optional<HalfFormat> activation_storage;
   size_t half_weight_bytes = 0;
-  /// Of half_weight_bytes: the copies of each unit's weights (shard_units' order), and those of the weights in no unit
-  /// (frozen ones, and a tied or LoRA layer's frozen weight), which stay whole under dist.zero 3.
+  /// Of half_weight_bytes: the copies of each unit's weights (shard_units' order, frozen ones too), and those of the
+  /// weights in no unit (none in a model built from layers: every parameter is in a unit).
   std::vector<size_t> shard_unit_half_bytes;
   size_t unsharded_half_bytes = 0;
   /// bf16 products on the CPU that round the weights as their kernels pack them, keeping no rounded copies

@@ -93,7 +93,6 @@ std::vector<RankShare> rank_shares(const Footprint& f, int64_t world, const std:
   const size_t whole = f.buffer_bytes + f.activation_bytes + f.batch_bytes;
   const bool device_buckets = judge(0).device.rfind("cuda", 0) == 0;
   const size_t state = static_cast<size_t>(f.optimizer_state_per_param);
-  const size_t frozen = static_cast<size_t>(f.params - f.trainable) * element;
   std::vector<RankShare> out;
   for (int stage = 0; stage <= 3; ++stage) {
     RankShare r;
@@ -103,17 +102,23 @@ std::vector<RankShare> rank_shares(const Footprint& f, int64_t world, const std:
     r.optimizer_bytes = f.optimizer_bytes;
     r.half_weight_bytes = f.half_weight_bytes;
     if (world > 1 && stage >= 1) {
-      // Stages 1 and 2 shard by the gradient buckets, stage 3 by its units.
+      // Stages 1 and 2 shard by the gradient buckets, stage 3 by its units. Stage 3 gathers no weights after the
+      // step: its all-gather buffers exist only while a checkpoint gathers the state (with the whole weights).
       const std::vector<int64_t>& cut = stage == 3 ? f.shard_units : f.grad_buckets;
       r.optimizer_bytes = chunk_sum(cut, world) * state * element;
-      r.gather_bytes = gather_elements(cut, world) * element;
+      if (stage < 3) r.gather_bytes = gather_elements(cut, world) * element;
     }
     if (world > 1 && stage == 2) r.grad_bytes = zero2_grads(f, world, device_buckets) * element;
     if (world > 1 && stage == 3) {
-      const std::vector<size_t> units = padded_largest_first(f.shard_units, world);
-      const size_t shards = chunk_sum(f.shard_units, world) * element;
-      r.param_bytes = shards + sum_first(units, ZeroOptimizer::kResidentUnits) * element + frozen;
-      r.whole_weight_bytes = shards + sum_first(units, units.size()) * element + frozen;
+      // A unit's weights: its parameters that learn and its frozen ones, each padded to chunk · world.
+      std::vector<size_t> units;
+      for (size_t u = 0; u < f.shard_units.size(); ++u)
+        units.push_back(padded_largest_first({f.shard_units[u]}, world)[0] +
+                        padded_largest_first({f.shard_unit_frozen[u]}, world)[0]);
+      std::sort(units.begin(), units.end(), std::greater<>());
+      const size_t shards = (chunk_sum(f.shard_units, world) + chunk_sum(f.shard_unit_frozen, world)) * element;
+      r.param_bytes = shards + sum_first(units, ZeroOptimizer::kResidentUnits) * element;
+      r.whole_weight_bytes = shards + sum_first(units, units.size()) * element;
       r.grad_bytes = zero3_grads(f, world, device_buckets) * element;
       r.half_weight_bytes = std::min(f.half_weight_bytes, zero3_half_bytes(f));
     }

@@ -39,6 +39,10 @@ struct WorkerPlacement {
   bool threaded = false;             ///< one of several worker threads (the harness owns the signal handlers)
 };
 
+/// One worker's run, from its set-up to its summary (trainer.cpp): a rank under a launcher, or one of the worker
+/// threads of a `device:` list (placement.cpp's run_training places them).
+RunSummary train_worker(const Experiment& exp, const RunOptions& opts, const WorkerPlacement& where);
+
 /// train.freeze on `model` (Model::set_frozen), before apply_recompute: a pattern that matches no parameter, or
 /// patterns that leave none to learn, are a ConfigError at train.freeze.
 void apply_freeze(const Experiment& exp, Model& model);

@@ -1,5 +1,6 @@
 // The training loop: epochs of optimizer steps, each followed by the hooks that are due, driving the parts of a run
-// (setup.h, step.h, evaluation.h, hooks.h); and run_training, which places one worker per device or rank.
+// (setup.h, step.h, evaluation.h, hooks.h); and train_worker, which builds one worker's run (placement.cpp places
+// the workers).
 #include "train/trainer.h"
 
 #include "core/atomic_file.h"
@@ -471,6 +472,8 @@ void carry_metrics(const CheckpointInfo& from, const std::string& run_dir) {
                run_dir, from.progress.step);
 }
 
+}  // namespace
+
 // One worker: its parts built in order (the run directory only once the set-up found nothing wrong), then the loop.
 RunSummary train_worker(const Experiment& exp, const RunOptions& opts, const WorkerPlacement& where) {
   const auto wall_start = RunClock::now();
@@ -539,68 +542,6 @@ RunSummary train_worker(const Experiment& exp, const RunOptions& opts, const Wor
                   .profiler = profiler},
                  progress_bar, wall_start);
   return loop.run();
-}
-
-// One process, several devices: one worker thread per device, each the same train_worker as a rank of an mpirun,
-// meeting in thread communicators. The data is loaded once and shared (read only); rank 0 writes the run directory.
-RunSummary run_workers(const Experiment& exp, const RunOptions& opts) {
-  const int n = static_cast<int>(exp.devices.size());
-  const LoadedData data = load_data(exp);
-  const std::vector<std::unique_ptr<Communicator>> comms = make_thread_comms(n, exp.dist.timeout_s);
-  const int threads = opts.threads > 0 ? opts.threads : static_cast<int>(std::thread::hardware_concurrency());
-  WorkerPlacement shared;
-  shared.data = &data;
-  shared.threaded = true;
-  for (const std::string& d : exp.devices)
-    if (d.rfind("cuda:", 0) == 0) shared.process_gpus.push_back(std::stoi(d.substr(5)));
-  RunSummary result;
-  run_worker_threads(comms, std::min(exp.dist.timeout_s, 10.0), [&](int rank) {
-    RunOptions o = opts;
-    o.comm = comms[static_cast<size_t>(rank)].get();
-    o.local_rank = rank;
-    o.threads = std::max(1, threads / n);  // the cores are shared out
-    WorkerPlacement w = shared;
-    w.device = exp.devices[static_cast<size_t>(rank)];
-    RunSummary s = train_worker(exp, o, w);
-    if (rank == 0) result = std::move(s);
-  });
-  return result;
-}
-
-}  // namespace
-
-RunSummary run_training(const Experiment& exp, const RunOptions& opts) {
-  // --resume auto --out DIR of a run that has ended for good: nothing to do, and nothing is written (a scheduler's
-  // requeue of a finished task ends at once).
-  if (opts.resume == "auto" && !opts.out_dir.empty() && run_is_complete(opts.out_dir)) {
-    spdlog::info("{}: the run is complete ({}); nothing to resume, nothing written", opts.out_dir,
-                 run_exit_reason(opts.out_dir));
-    RunSummary done;
-    done.run_dir = opts.out_dir;
-    return done;
-  }
-  if (exp.data.format == DataFormat::tokens && exp.data.train_tokens.empty())
-    exp.at.data.fail("tokens: training needs data.train: {path: GLOB} (this config names test shards only)");
-  // From before any work (data, model, run directory) to the end: a signal at any moment stops the run the
-  // documented way, never by the default action. (`gputrain train` holds them from its start already.)
-  const StopHandlers handlers;
-  const int world = opts.comm ? opts.comm->size() : 1;
-  if (!exp.devices.empty() && world == 1) return run_workers(exp, opts);  // also a list of one: the same path
-  WorkerPlacement where;
-  where.device = exp.device;
-  if (!exp.devices.empty()) {  // under a launcher, rank r of a node takes the device at its local rank
-    if (opts.local_rank >= static_cast<int>(exp.devices.size()))
-      throw Error(ErrorKind::distributed,
-                  fmt::format("device {}: local rank {} has no device in the list of {}",
-                              exp.devices.size() == 1 ? exp.devices[0] : "list", opts.local_rank, exp.devices.size()));
-    where.device = exp.devices[static_cast<size_t>(opts.local_rank)];
-  } else if (world > 1 && exp.device == "cuda") {
-    where.device = fmt::format("cuda:{}", opts.local_rank);  // one GPU per rank of a node
-  } else if (world > 1 && exp.device == "auto") {
-    std::string reason;
-    if (resolve_device("auto", reason).is_cuda()) where.device = fmt::format("cuda:{}", opts.local_rank);
-  }
-  return train_worker(exp, opts, where);
 }
 
 }  // namespace gt
