@@ -133,19 +133,25 @@ std::vector<Param> device_params() {
 }
 
 // The gradients a backward pass would give at the current weights (equal on every rank, as averaged gradients are):
-// g = sin(3·w + step) + 0.1·w, written into each grad (a view of a device bucket under GradSync's stage 2).
-std::vector<Tensor> set_grads(std::vector<Param>& params, int step) {
+// g = sin(3·w + step) + 0.1·w, on the host.
+std::vector<Tensor> host_grads(const std::vector<Param>& params, int step) {
   std::vector<Tensor> out;
-  for (Param& p : params) {
+  for (const Param& p : params) {
     const Tensor w = to_host(p.value);
     Tensor g = Tensor::empty(w.shape(), DType::f32);
     for (int64_t k = 0; k < w.numel(); ++k) {
       const float x = w.data<float>()[k];
       g.data<float>()[k] = std::sin(3.0f * x + static_cast<float>(step)) + 0.1f * x;
     }
-    p.grad.copy_from(g);
     out.push_back(g);
   }
+  return out;
+}
+
+// host_grads, written into each grad.
+std::vector<Tensor> set_grads(std::vector<Param>& params, int step) {
+  std::vector<Tensor> out = host_grads(params, step);
+  for (size_t i = 0; i < params.size(); ++i) params[i].grad.copy_from(out[i]);
   return out;
 }
 
@@ -252,7 +258,8 @@ TEST_CASE(
               const std::vector<std::vector<Param*>> by_node = {{&mine[0]}, {&mine[1]}, {&mine[2]}};
               const BucketPlan plan =
                   stage >= 3 ? plan_units(by_node, {-1, -1, -1}, bucket_mb) : plan_buckets(by_node, bucket_mb);
-              ZeroOptimizer zero(cfg, {&mine[0], &mine[1], &mine[2]}, plan, *comms[ur], stage, {}, offload);
+              ZeroOptimizer zero(cfg, {&mine[0], &mine[1], &mine[2]}, plan, *comms[ur], stage, {},
+                                 offload ? Offload::exact : Offload::none);
               zero.take_weights();  // stage 3: the shards; offload: the host masters
               for (int step = 0; step < kSteps; ++step) {
                 zero.gather_values();  // (nothing below stage 3)
@@ -338,10 +345,13 @@ TEST_CASE(
       REQUIRE(sync.buckets() == 3);
       for (int step = 0; step < 3; ++step) {
         set_grads(plain, step);
-        set_grads(mine, step);
+        // As a backward pass writes them: into the bucket node_begin hands out (with overlap at stage 2, a slot of
+        // GradSync's ring, reused once its reduce-scatter has run; the gradients do not exist before).
+        const std::vector<Tensor> grads = host_grads(mine, step);
         sync.arm();
         for (size_t i = by_node.size(); i-- > 0;) {
           sync.node_begin(i);
+          for (Param* p : by_node[i]) p->grad.copy_from(grads[static_cast<size_t>(p - mine.data())]);
           sync.node_done(i);
         }
         sync.finish();

@@ -906,9 +906,11 @@ TEST_CASE("check --world-size splits optimizer state over the ranks (zero 1 to 3
           .f;
   CHECK(rank_shares(three_acc, 2, judge(size_t{1} << 40))[2].grad_bytes ==
         (325 + 4128 + 50240 + 650 + 8256 + 100480) * 4);
-  // On a GPU every bucket stays whole, accumulation or not: GradSync's device buckets are the gradients' storage.
+  // On a GPU GradSync's ring holds the buckets: two slots taking turns, each grown to the largest bucket it held
+  // (at most two of the largest); with accumulation every bucket stays whole for the run.
   const auto on_gpu = [](size_t bytes) { return judge_fit(bytes, Device::cuda(0), size_t{1} << 40); };
-  CHECK(rank_shares(three, 2, on_gpu)[2].grad_bytes == (325 + 4128 + 50240 + 650 + 8256 + 100480) * 4);
+  CHECK(rank_shares(three, 2, on_gpu)[2].grad_bytes == (325 + 4128 + 50240 + 2 * 100480) * 4);
+  CHECK(rank_shares(three_acc, 2, on_gpu)[2].grad_bytes == (325 + 4128 + 50240 + 650 + 8256 + 100480) * 4);
   // One rank splits nothing.
   CHECK(rank_shares(small, 1, judge(size_t{1} << 40))[2].grad_bytes == small.grad_bytes);
 

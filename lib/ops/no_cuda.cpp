@@ -31,6 +31,7 @@ void SideStream::wait_for_compute() {}
 void SideStream::join_compute() {}
 void SideStream::wait(const StreamEvent&) {}
 void SideStream::record(StreamEvent&) {}
+void SideStream::compute_wait(const StreamEvent&) {}
 void SideStream::copy(Tensor&, const Tensor&) {}
 StepGraph::StepGraph(Device device) : m_device(device) { no_cuda(); }
 StepGraph::~StepGraph() = default;

@@ -68,6 +68,10 @@ class SideStream : NonCopyable {
   void wait(const StreamEvent& event);
   /// Records `event` here: its wait() returns once the work queued here so far has run.
   void record(StreamEvent& event);
+  /// Work queued on the compute stream from now on runs after the work that preceded `event`'s last record (here or
+  /// on any stream of this device); no wait when it was never recorded. (join_compute waits for everything queued
+  /// here; this for one point of it: GradSync's ring reuses a bucket buffer once its own reduce-scatter has run.)
+  void compute_wait(const StreamEvent& event);
   /// Queues the copy of `src` into `dst` here (same dtype and element count, contiguous; one side on this device,
   /// the other on it too or in pinned host memory, which must stay untouched until an event recorded after it).
   void copy(Tensor& dst, const Tensor& src);
@@ -102,8 +106,8 @@ class StepGraph : NonCopyable {
   void reset();
 
  private:
-  [[maybe_unused]] Device m_device;  // unused in builds without CUDA
-  void* m_exec = nullptr;            // cudaGraphExec_t
+  [[maybe_unused]] Device m_device;           // unused in builds without CUDA
+  void* m_exec = nullptr;                     // cudaGraphExec_t
   [[maybe_unused]] bool m_capturing = false;  // unused in builds without CUDA
 };
 

@@ -4,10 +4,19 @@
 
 #include "optim/optimizer.h"
 
+#include <exception>
 #include <memory>
+#include <thread>
 #include <vector>
 
 namespace gt {
+
+/// dist.offload and dist.offload_delay: where an optimizer's update runs.
+enum class Offload {
+  none,     ///< where the parameters are
+  exact,    ///< on the host, within the step
+  delayed,  ///< on the host, beside the next step's passes (OffloadOptimizer's `delayed`)
+};
 
 /// An optimizer over `params` (on any device) whose state and master weights are on the host: a step copies the
 /// gradients to host buffers, gates, clips and updates the master weights there with the plain optimizer the config
@@ -16,9 +25,18 @@ namespace gt {
 /// the CPU, where the "device" is the host and every copy is a memcpy). The gradient norm is still summed on the
 /// device, where the gradients are (grad_norm_sq). What the device no longer holds: the state (Adam's two moments
 /// per element). What the host holds: the state, the master weights and a gradient buffer.
+///
+/// `delayed` (dist.offload_delay, opt-in; DeepSpeed's delayed parameter update): step() applies the update the last
+/// step started, copies this step's gradients and statistics to the host and starts their update on a thread of
+/// its own, then returns, so the next forward and backward passes run beside it, on the weights one update behind
+/// (each gradient is taken at the weights before the previous step's update). Not the plain optimizer's training: a
+/// GPU gains the host update's time, and the results differ within the tolerance the tests state. settle() waits
+/// for the update under way and applies it.
 class OffloadOptimizer final : public Optimizer {
  public:
-  OffloadOptimizer(const OptimizerConfig& cfg, const std::vector<Param*>& params, const std::vector<int>& groups = {});
+  OffloadOptimizer(const OptimizerConfig& cfg, const std::vector<Param*>& params, const std::vector<int>& groups = {},
+                   bool delayed = false);
+  ~OffloadOptimizer() override;
 
   using Optimizer::stage_hyper;
   using Optimizer::step;
@@ -28,6 +46,7 @@ class OffloadOptimizer final : public Optimizer {
   std::vector<std::pair<std::string, Tensor*>> state() override { return m_inner->state(); }
   /// The master weights taken again from the parameters' values (after a load or the first step's broadcast).
   void take_weights() override;
+  bool settle() override;
   /// Bytes of host memory it holds: the state, the master weights and the gradient buffers.
   int64_t host_bytes() const;
 
@@ -36,6 +55,11 @@ class OffloadOptimizer final : public Optimizer {
   std::vector<Param> m_host;     ///< their masters: values and gradients in page-locked host memory
   std::unique_ptr<Optimizer> m_inner;
   Tensor m_stats;  ///< the step's statistics, copied to the host for the gate and the clipping
+  bool m_delayed = false;
+  std::thread m_update;  ///< delayed: the update under way (joinable), started by the last step()
+  std::exception_ptr m_error;
+  /// Copies the master weights into the parameters.
+  void put_weights();
 };
 
 }  // namespace gt

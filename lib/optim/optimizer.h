@@ -82,6 +82,11 @@ class Optimizer {
   virtual std::vector<StateRange> state_ranges();
   /// Sharded: keeps this rank's shard of state()'s buffers (after a load or a gather) and frees them.
   virtual void shard_state() {}
+  /// Finishes what the optimizer still owes the parameters (dist.offload_delay's update of the last step, running on
+  /// the host), before anything outside the training step reads or replaces the weights or the state: an evaluation,
+  /// a checkpoint, the final weights, a rollback's load. Returns whether it changed the weights; nothing (false) for
+  /// an optimizer that updates in step().
+  virtual bool settle() { return false; }
   /// The parameters' values were set from outside (a checkpoint's load, the first step's broadcast from rank 0): the
   /// copies of them an optimizer keeps (dist.offload's host masters, dist.zero 3's shards) are taken again. Nothing
   /// for an optimizer that keeps none.

@@ -143,8 +143,9 @@ std::vector<int64_t> bucket_sizes(const std::vector<int64_t>& params_per_node, d
   return sizes_of(params_per_node, bucket_of_nodes(positive_counts(params_per_node), bucket_mb));
 }
 
-GradSync::GradSync(Communicator& comm, BucketPlan plan, bool overlap, std::vector<Tensor> chunks)
+GradSync::GradSync(Communicator& comm, BucketPlan plan, bool overlap, std::vector<Tensor> chunks, int64_t micro_batches)
     : m_comm(comm), m_chunks(std::move(chunks)), m_overlap(overlap), m_device(comm.device_buffers()) {
+  m_ring = m_device && !m_chunks.empty() && overlap && micro_batches == 1;
   m_bucket_of_node = std::move(plan.node_bucket);
   std::optional<Device> device;
   for (auto& params : plan.buckets) {
@@ -177,7 +178,13 @@ GradSync::GradSync(Communicator& comm, BucketPlan plan, bool overlap, std::vecto
                "bucket {}'s gradient chunk has {} elements on {}, not ⌈{} / {}⌉ on {}", k, c.numel(), c.device().str(),
                n, comm.size(), want.str());
     }
-    if (m_device && !m_chunks.empty()) {
+    if (m_ring) {
+      // From here the gradients exist only while the backward pass writes them (take_slot).
+      for (Param* p : b.params) {
+        b.shapes.push_back(p->grad.shape());
+        p->grad = Tensor();
+      }
+    } else if (m_device && !m_chunks.empty()) {
       // Gradient-as-bucket-view on the device: the parameters' gradients become views of the bucket, padded to
       // chunk · ranks and zeroed once (the padding is reduce-scattered too and must add nothing), so the bucket is
       // the gradients themselves, allocated here for the whole run: no flattening copy, and no second copy of them.
@@ -204,6 +211,7 @@ GradSync::GradSync(Communicator& comm, BucketPlan plan, bool overlap, std::vecto
     }
     m_bytes += static_cast<int64_t>(n * sizeof(float));
   }
+  m_slot_of.assign(m_buckets.size(), -1);
   if (m_device && device) {
     m_side = std::make_unique<SideStream>(*device);
     Tensor scale = Tensor::empty(Shape{1}, DType::f64);
@@ -225,7 +233,11 @@ GradSync::~GradSync() {
 }
 
 void GradSync::node_begin(size_t i) {
-  if (m_chunks.empty() || m_device || m_bucket_of_node[i] < 0) return;  // device buckets are whole for the run
+  if (m_chunks.empty() || m_bucket_of_node[i] < 0) return;
+  if (m_device) {  // (without the ring, device buckets are whole for the run)
+    if (m_ring) take_slot(static_cast<size_t>(m_bucket_of_node[i]));
+    return;
+  }
   Bucket& bucket = m_buckets[static_cast<size_t>(m_bucket_of_node[i])];
   if (bucket.grads.defined()) return;  // whole already (this pass, or an earlier micro-batch of the step)
   {
@@ -354,10 +366,47 @@ void GradSync::scatter(size_t b, float scale) {
   --m_whole;
 }
 
+void GradSync::take_slot(size_t b) {
+  if (m_slot_of[b] >= 0) return;  // whole already in this pass
+  Bucket& bucket = m_buckets[b];
+  size_t n = 0;
+  for (const Shape& shape : bucket.shapes) n += static_cast<size_t>(shape.numel());
+  const auto padded = static_cast<int64_t>(zero_chunk(n, m_comm.size()) * static_cast<size_t>(m_comm.size()));
+  // The free slot given back longest ago. Not the one the last bucket just gave back, whose reduce-scatter has only
+  // been queued (the compute stream would wait for it, and the backward would no longer overlap it): a slot is added
+  // then, up to two more than are taken, so two slots take turns beside those a pass keeps (a tied layer's owner).
+  size_t s = m_slots.size(), taken = 0;
+  for (size_t k = 0; k < m_slots.size(); ++k) {
+    taken += m_slots[k]->taken ? 1 : 0;
+    if (!m_slots[k]->taken && (s == m_slots.size() || m_slots[k]->given_back < m_slots[s]->given_back)) s = k;
+  }
+  if (s == m_slots.size() || (m_slots[s]->given_back == m_given_back && m_slots.size() < taken + 2)) {
+    m_slots.push_back(std::make_unique<Slot>());
+    s = m_slots.size() - 1;
+  }
+  Slot& slot = *m_slots[s];
+  // The compute stream's work from here (the zeroing, the backward's writes) runs after the slot's last
+  // reduce-scatter; a buffer too small is given back to the caching allocator only then, so whatever the compute
+  // stream is handed next is free of the side stream's reads as well.
+  m_side->compute_wait(slot.done);
+  if (slot.buffer.numel() < padded) slot.buffer = Tensor::empty(Shape{padded}, DType::f32, m_chunks[b].device());
+  bucket.device_flat = slot.buffer.slice0(0, padded);
+  bucket.device_flat.zero_();  // the padding is reduce-scattered too, and must add nothing
+  int64_t offset = 0;
+  for (size_t k = 0; k < bucket.params.size(); ++k) {
+    const Shape& shape = bucket.shapes[k];
+    bucket.params[k]->grad = bucket.device_flat.slice0(offset, shape.numel()).view(shape);
+    offset += shape.numel();
+  }
+  slot.taken = true;
+  m_slot_of[b] = static_cast<int>(s);
+}
+
 void GradSync::launch_device(size_t b) {
   // The copies queue on the compute stream behind the backward kernels that wrote the gradients; the side stream
   // starts the all-reduce once they are done, while the compute stream goes on with the backward pass.
   Bucket& bucket = m_buckets[b];
+  GT_CHECK(bucket.device_flat.defined(), "gradient bucket {} is complete but no backward wrote into it", b);
   if (m_chunks.empty()) {  // (with chunks the gradients are views of the bucket already)
     int64_t offset = 0;
     for (Param* p : bucket.params) {
@@ -375,6 +424,15 @@ void GradSync::launch_device(size_t b) {
                               static_cast<size_t>(m_chunks[b].numel()), "the gradients");
   m_comm.set_stream(nullptr);
   ++m_launched;
+  if (m_ring && m_slot_of[b] >= 0) {  // the slot goes back to the ring once its reduce-scatter has run
+    Slot& slot = *m_slots[static_cast<size_t>(m_slot_of[b])];
+    m_side->record(slot.done);
+    slot.taken = false;
+    slot.given_back = ++m_given_back;
+    m_slot_of[b] = -1;
+    for (Param* p : bucket.params) p->grad = Tensor();
+    bucket.device_flat = Tensor();
+  }
 }
 
 void GradSync::finish_device() {

@@ -74,9 +74,15 @@ class GradSync : NonCopyable {
   /// it completes (overlap) or all in `finish`, and `finish` returns once the compute stream waits for them.
   ///
   /// `chunks` (dist.zero: 2): one f32 tensor per bucket of zero_chunk(its elements, ranks) elements
-  /// (ZeroOptimizer::grad_chunks), on the gradients' device. On device buffers each parameter's grad becomes a view
-  /// of its bucket for the whole run (allocated and zeroed here, padded to chunk · ranks), and each bucket is
-  /// reduce-scattered on the side stream into its chunk, which `finish` averages on the compute stream. On the host
+  /// (ZeroOptimizer::grad_chunks), on the gradients' device. On device buffers each bucket is reduce-scattered on the
+  /// side stream into its chunk, which `finish` averages on the compute stream, and each parameter's grad is a view of
+  /// its bucket's buffer (padded to chunk · ranks, zeroed): with `overlap` and one micro-batch per step
+  /// (`micro_batches`, train.accumulate), a slot of a small ring that node_begin takes when the backward pass first
+  /// writes into the bucket, once the compute stream waits for that slot's last reduce-scatter (an event on the side
+  /// stream), and that goes back to the ring when the bucket's reduce-scatter is queued; slots are added when every
+  /// slot is taken (a tied layer's owner stays whole through the pass) and grow to the largest bucket they held.
+  /// Otherwise (all buckets launched in finish, or micro-batches that add into every bucket) the buckets are
+  /// allocated here for the whole run. On the host
   /// each bucket is reduce-scattered into its chunk, which is averaged in place, instead of all-reduced, and the
   /// gradients live in the buckets (gradient-as-bucket-view, as DDP's option): a parameter's grad is a view of its
   /// bucket's flat buffer, which node_begin allocates (zeroed) when the backward pass first writes into it and which is
@@ -86,10 +92,11 @@ class GradSync : NonCopyable {
   /// reduce-scattered as soon as it is complete, on the calling thread); the unarmed passes before it
   /// (train.accumulate) keep every bucket they write whole until the armed pass reduce-scatters it.
   GradSync(Communicator& comm, const std::vector<std::vector<Param*>>& params_by_node, double bucket_mb,
-           bool overlap = true, std::vector<Tensor> chunks = {})
-      : GradSync(comm, plan_buckets(params_by_node, bucket_mb), overlap, std::move(chunks)) {}
+           bool overlap = true, std::vector<Tensor> chunks = {}, int64_t micro_batches = 1)
+      : GradSync(comm, plan_buckets(params_by_node, bucket_mb), overlap, std::move(chunks), micro_batches) {}
   /// The same over buckets cut beforehand (dist.zero 3's units: plan_units).
-  GradSync(Communicator& comm, BucketPlan plan, bool overlap = true, std::vector<Tensor> chunks = {});
+  GradSync(Communicator& comm, BucketPlan plan, bool overlap = true, std::vector<Tensor> chunks = {},
+           int64_t micro_batches = 1);
   ~GradSync();
 
   /// Times every bucket's all-reduce (on the communication thread's lane) and the wait for them in finish().
@@ -126,6 +133,7 @@ class GradSync : NonCopyable {
   void reduce(size_t b);  ///< all-reduces bucket b and writes the averages back, or reduce-scatters it (chunks)
   void scatter(size_t b, float scale);  ///< chunks: reduce-scatters bucket b, averages its chunk, frees the bucket
   void launch_device(size_t b);  ///< device buffers: flattens bucket b and queues its all-reduce on the side stream
+  void take_slot(size_t b);      ///< the device ring: a slot for bucket b, zeroed, its parameters' grads views of it
   void finish_device();
 
   Communicator& m_comm;
@@ -136,7 +144,20 @@ class GradSync : NonCopyable {
   bool m_armed = false, m_overlap = true;
   bool m_device = false;               ///< the communicator takes device buffers
   std::unique_ptr<SideStream> m_side;  ///< device buffers: where the all-reduce runs
-  Tensor m_scale;                      ///< device buffers: 1 / ranks, f64 on the device, for scale_by
+  /// Device buffers with chunks, overlap and one micro-batch: the ring of bucket buffers, and each bucket's slot (-1:
+  /// none now). A slot is free once its bucket's reduce-scatter is queued; `done` is recorded on the side stream
+  /// after it.
+  struct Slot {
+    Tensor buffer;
+    StreamEvent done;
+    bool taken = false;
+    uint64_t given_back = 0;  ///< when it last went back to the ring (m_given_back's count then)
+  };
+  bool m_ring = false;
+  uint64_t m_given_back = 0;
+  std::vector<std::unique_ptr<Slot>> m_slots;
+  std::vector<int> m_slot_of;
+  Tensor m_scale;  ///< device buffers: 1 / ranks, f64 on the device, for scale_by
   int64_t m_bytes = 0;
   double m_comm_seconds = 0, m_exposed_seconds = 0;
 

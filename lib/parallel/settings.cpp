@@ -46,6 +46,12 @@ const SectionSpec& dist_section() {
            .doc = "optimizer: keep the optimizer state and fp32 master weights in page-locked host memory and run "
                   "the update on the CPU (ZeRO-Offload), so a GPU holds only the weights and gradients; with "
                   "dist.zero each rank offloads its shard; on the CPU it changes nothing but adds copies"},
+          {.name = "offload_delay",
+           .kind = KeyKind::boolean,
+           .fallback = "false",
+           .doc = "with offload: optimizer, run each step's host update beside the next step's forward and backward "
+                  "passes, which then use weights one update behind (DeepSpeed's delayed parameter update): faster "
+                  "on a GPU, not the same training; opt-in"},
           {.name = "sync_batchnorm",
            .kind = KeyKind::boolean,
            .fallback = "false",
@@ -72,6 +78,9 @@ void parse_dist(const ConfigNode& n, DistConfig& out) {
   out.zero = static_cast<int>(get_int(n, key_spec(keys, "zero")));
   out.shard_unit = n.get_choice("shard_unit", "block", {"block", "bucket"});
   out.offload = n.get_choice("offload", "none", {"none", "optimizer"});
+  out.offload_delay = get_bool(n, key_spec(keys, "offload_delay"));
+  if (out.offload_delay && out.offload != "optimizer")
+    n["offload_delay"].fail("dist.offload_delay delays the host's update: it needs dist.offload: optimizer");
 }
 
 YAML::Node to_yaml(const DistConfig& c) {
@@ -82,6 +91,7 @@ YAML::Node to_yaml(const DistConfig& c) {
   n["zero"] = c.zero;
   n["shard_unit"] = c.shard_unit;
   n["offload"] = c.offload;
+  n["offload_delay"] = c.offload_delay;
   n["sync_batchnorm"] = c.sync_batchnorm;
   return n;
 }

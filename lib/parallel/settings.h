@@ -20,6 +20,8 @@ struct DistConfig {
   /// "optimizer": the optimizer state and the master weights in page-locked host memory, the update on the CPU
   /// (optim/offload.h); "none": where the parameters are.
   std::string offload = "none";
+  /// With offload: the host update of a step runs beside the next step's passes (OffloadOptimizer's `delayed`).
+  bool offload_delay = false;
   bool sync_batchnorm = false;  ///< batch norm statistics over the global batch (one all-reduce per layer and pass)
 };
 

@@ -13,7 +13,7 @@
 namespace gt {
 
 ZeroOptimizer::ZeroOptimizer(const OptimizerConfig& cfg, const std::vector<Param*>& params, const BucketPlan& plan,
-                             Communicator& comm, int stage, const std::vector<int>& groups, bool offload)
+                             Communicator& comm, int stage, const std::vector<int>& groups, Offload offload)
     : Optimizer(cfg, params, groups),
       m_comm(comm),
       m_stage(stage),
@@ -95,7 +95,10 @@ ZeroOptimizer::ZeroOptimizer(const OptimizerConfig& cfg, const std::vector<Param
     rows.push_back(&m_slice_params[j]);
     row_groups.push_back(param_groups()[m_slices[j].param]);
   }
-  m_inner = offload ? std::make_unique<OffloadOptimizer>(cfg, rows, row_groups) : make_optimizer(cfg, rows, row_groups);
+  if (offload == Offload::none)
+    m_inner = make_optimizer(cfg, rows, row_groups);
+  else
+    m_inner = std::make_unique<OffloadOptimizer>(cfg, rows, row_groups, offload == Offload::delayed);
   // The names of one parameter's state buffers, from an optimizer over a one-element stand-in.
   Param one{"x", Tensor::zeros(Shape{1}, DType::f32), Tensor::zeros(Shape{1}, DType::f32)};
   for (const auto& [name, t] : make_optimizer(cfg, {&one}, {0})->state())
@@ -170,6 +173,15 @@ void ZeroOptimizer::step(std::span<const double> lrs, const Tensor& stats, doubl
   gather(
       "the updated weights", [&](size_t j) -> Tensor& { return m_slice_params[j].value; },
       [&](size_t i) -> Tensor& { return m_params[i]->value; });
+}
+
+bool ZeroOptimizer::settle() {
+  if (!m_inner->settle()) return false;
+  if (m_stage < 3)
+    gather(
+        "the updated weights", [&](size_t j) -> Tensor& { return m_slice_params[j].value; },
+        [&](size_t i) -> Tensor& { return m_params[i]->value; });
+  return true;
 }
 
 void ZeroOptimizer::grad_norm_sq(Tensor& out, Tensor& per_param) {

@@ -3,6 +3,7 @@
 // and gathers each unit of parameters right before a pass uses it.
 #pragma once
 
+#include "optim/offload.h"
 #include "optim/optimizer.h"
 #include "parallel/comm.h"
 #include "parallel/grad_sync.h"
@@ -48,7 +49,7 @@ class ZeroOptimizer final : public Optimizer {
   /// `offload` (dist.offload: optimizer): the update of this rank's slices runs on the host (OffloadOptimizer), the
   /// state and masters of the shard kept there.
   ZeroOptimizer(const OptimizerConfig& cfg, const std::vector<Param*>& params, const BucketPlan& plan,
-                Communicator& comm, int stage, const std::vector<int>& groups = {}, bool offload = false);
+                Communicator& comm, int stage, const std::vector<int>& groups = {}, Offload offload = Offload::none);
 
   using Optimizer::stage_hyper;
   using Optimizer::step;
@@ -82,6 +83,10 @@ class ZeroOptimizer final : public Optimizer {
   /// Stage 3: copies the whole parameters' values into this rank's shards and frees them (the model's initial or
   /// loaded weights, which every rank holds at that moment), frozen ones too.
   void shard_values();
+  /// The inner optimizer's delayed update applied to this rank's slices and, below stage 3 (which gathers from the
+  /// shards as it needs them), the new weights all-gathered: a collective when an update was under way, and it is on
+  /// every rank at once.
+  bool settle() override;
   /// shard_values, then the inner optimizer's copies (dist.offload's masters) taken from the slices it updates.
   void take_weights() override {
     shard_values();
@@ -162,12 +167,14 @@ class ZeroOptimizer final : public Optimizer {
   bool m_all_whole = false;
 };
 
-/// dist.zero 3: every parameter whole while it lives (ZeroOptimizer::gather_values, then release_values), for what
-/// reads the weights outside a training pass. A collective: every rank makes one at the same point. Nothing for any
-/// other optimizer.
+/// The weights as the steps so far left them, for what reads them outside a training pass: the optimizer settled
+/// (Optimizer::settle: dist.offload_delay's last update applied) and, under dist.zero 3, every parameter whole while
+/// it lives (ZeroOptimizer::gather_values, then release_values). A collective: every rank makes one at the same
+/// point.
 class WholeWeights {
  public:
   explicit WholeWeights(Optimizer& optimizer) : m_zero(dynamic_cast<ZeroOptimizer*>(&optimizer)) {
+    optimizer.settle();
     if (m_zero) m_zero->gather_values();
   }
   ~WholeWeights() {

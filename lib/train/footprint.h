@@ -57,6 +57,9 @@ struct Footprint {
   std::vector<int64_t> shard_units;
   /// Each unit's frozen parameter elements (train.freeze): sharded and gathered with the unit, no gradient or state.
   std::vector<int64_t> shard_unit_frozen;
+  /// Layers whose learning weight a tied layer also writes (a GPT's embeddings): on a GPU each keeps a slot of
+  /// GradSync's bucket ring through the backward pass, beside the two that take turns.
+  int64_t tied_owners = 0;
   /// Stage 3 without accumulation: the units whose gradient buckets the backward pass holds whole at one moment
   /// (indices into shard_units), one set per node: its own unit, and a tied weight's owner's, begun by the tied layer
   /// and whole until the owner's backward.

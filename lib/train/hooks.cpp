@@ -296,6 +296,7 @@ void CheckpointHook::save_sharded(ZeroOptimizer& zero, TrainProgress& p) {
 std::string CheckpointHook::roll_back(TrainProgress& p) {
   const CheckpointInfo back = require_newest_good_of_run(m_run_dir, m_cfg);
   const double lr_scale = p.lr_scale * 0.5;
+  m_optimizer.settle();  // (a delayed update must not write the state the load brings)
   if (auto* zero = dynamic_cast<ZeroOptimizer*>(&m_optimizer)) zero->gather_values();  // dist.zero 3: loaded whole
   load_checkpoint(back, m_model, m_optimizer);
   m_optimizer.take_weights();  // dist.zero 3's shards, dist.offload's masters

@@ -36,24 +36,35 @@ size_t sum_first(const std::vector<size_t>& v, size_t k) {
   return std::accumulate(v.begin(), v.begin() + static_cast<long>(std::min(k, v.size())), size_t{0});
 }
 
+// On a GPU without accumulation, GradSync's ring of bucket buffers: two slots taking turns and one per tied layer's
+// owner (kept through the pass), each grown to the largest bucket it held: at most that many of the largest.
+size_t device_ring(const Footprint& f, const std::vector<int64_t>& buckets, int64_t world) {
+  const std::vector<size_t> whole = padded_largest_first(buckets, world);
+  return whole.empty() ? 0 : whole.front() * std::min(whole.size(), static_cast<size_t>(2 + f.tied_owners));
+}
+
 // Stage 2's gradient elements on one rank (see RankShare): its chunk of every bucket, and the buckets whole at once —
-// every bucket on a GPU, where GradSync's device buckets are the gradients' storage for the whole run (a bucket is not
-// freed after its reduce-scatter there: the side stream may still read it), two on the host without accumulation.
+// every bucket with accumulation (the micro-batches before the last add into them), two on the host, the ring's
+// slots on a GPU.
 size_t zero2_grads(const Footprint& f, int64_t world, bool device_buckets) {
   const std::vector<size_t> whole = padded_largest_first(f.grad_buckets, world);
-  return chunk_sum(f.grad_buckets, world) + sum_first(whole, f.accumulate > 1 || device_buckets ? whole.size() : 2);
+  const size_t chunks = chunk_sum(f.grad_buckets, world);
+  if (f.accumulate > 1) return chunks + sum_first(whole, whole.size());
+  return chunks + (device_buckets ? device_ring(f, f.grad_buckets, world) : sum_first(whole, 2));
 }
 
 // Stage 3's gradient elements: the chunks of every unit, and the units the backward pass holds whole together (the
-// largest of Footprint::shard_unit_grads_whole's sets), every unit with accumulation or on a GPU.
+// largest of Footprint::shard_unit_grads_whole's sets), every unit with accumulation, the ring's slots on a GPU.
 size_t zero3_grads(const Footprint& f, int64_t world, bool device_buckets) {
   const size_t chunks = chunk_sum(f.shard_units, world);
   auto padded = [&](size_t u) {
     return zero_chunk(static_cast<size_t>(f.shard_units[u]), static_cast<int>(world)) * static_cast<size_t>(world);
   };
   size_t whole = 0;
-  if (f.accumulate > 1 || device_buckets) {
+  if (f.accumulate > 1) {
     for (size_t u = 0; u < f.shard_units.size(); ++u) whole += padded(u);
+  } else if (device_buckets) {
+    whole = device_ring(f, f.shard_units, world);
   } else {
     for (const std::vector<size_t>& together : f.shard_unit_grads_whole) {
       size_t n = 0;
@@ -156,7 +167,8 @@ std::string rank_shares_report(const std::vector<RankShare>& shares, int64_t wor
   for (const RankShare& r : shares)
     if (r.whole_weight_bytes > 0)
       out += fmt::format(
-          "  (parameters at zero 3: this rank's chunks, the {} largest units whole during a pass, the frozen weights;\n"
+          "  (parameters at zero 3: this rank's chunks of every unit, frozen weights too, the {} largest whole in a "
+          "pass;\n"
           "   evaluation, checkpoints and the final weights make every unit whole for a moment: {} then, not above)\n",
           ZeroOptimizer::kResidentUnits, format_bytes(r.whole_weight_bytes));
   if (!shares.empty()) {

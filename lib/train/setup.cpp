@@ -257,7 +257,9 @@ RunSetup::RunSetup(const Experiment& exp, const RunOptions& opts, const WorkerPl
   for (const auto& [name, param] : model.named_params()) names.push_back(name), numels.push_back(param->value.numel());
   const std::vector<int> groups = param_group_of(exp.optimizer, names);
   param_group_lines = describe_param_groups(exp.optimizer, groups, numels);
-  const bool offload = exp.dist.offload == "optimizer";
+  const Offload offload = exp.dist.offload != "optimizer" ? Offload::none
+                          : exp.dist.offload_delay        ? Offload::delayed
+                                                          : Offload::exact;
   if (exp.dist.zero > 0 && world > 1) {
     // The sharded update, the gradient reduce-scatter and the weight all-gather: on host buffers over the host
     // communicator, on device buffers over NCCL (queued on the compute stream, no host sync).
@@ -267,8 +269,8 @@ RunSetup::RunSetup(const Experiment& exp, const RunOptions& opts, const WorkerPl
                  static_cast<double>(zero->shard_state_elements()) * 4e-6,
                  static_cast<double>(zero->full_state_elements()) * 4e-6);
     optimizer = std::move(zero);
-  } else if (offload) {
-    optimizer = std::make_unique<OffloadOptimizer>(exp.optimizer, model.params(), groups);
+  } else if (offload != Offload::none) {
+    optimizer = std::make_unique<OffloadOptimizer>(exp.optimizer, model.params(), groups, offload == Offload::delayed);
   } else {
     optimizer = make_optimizer(exp.optimizer, model.params(), groups);
   }

@@ -132,12 +132,14 @@ StepLoop::StepLoop(const Experiment& exp, RunSetup& setup, const StepPlan& plan,
     // dist.zero 2: the gradients are reduce-scattered into the optimizer's chunks, and exist whole only in backward.
     m_zero = dynamic_cast<ZeroOptimizer*>(&m_optimizer);
     if (m_zero && m_zero->stage() >= 2) m_grad_chunks = m_zero->grad_chunks();
-    // dist.zero 3 gathers weights on the training thread between the layers, so the gradient buckets are
-    // reduce-scattered there too: the ranks' collectives then come in one order.
-    const bool stage3 = m_zero && m_zero->stage() >= 3, overlap = exp.dist.overlap && !stage3;
+    // dist.zero 3 on the host gathers weights on the training thread between the layers, so the gradient buckets
+    // are reduce-scattered there too: the ranks' collectives then come in one order. (On device buffers both queue
+    // on streams from this thread, in one order already.)
+    const bool stage3 = m_zero && m_zero->stage() >= 3;
+    const bool overlap = exp.dist.overlap && !(stage3 && !device_comm.device_buffers());
     m_grad_sync.emplace(
         device_comm, m_zero ? zero_plan(m_model, exp.dist) : plan_buckets(m_model.params_by_node(), exp.dist.bucket_mb),
-        overlap, m_grad_chunks);
+        overlap, m_grad_chunks, m_accumulate);
     if (m_optimizer.sharded())
       spdlog::info("dist.zero {}: optimizer state sharded over {} ranks{}", exp.dist.zero, m_world,
                    stage3               ? ", gradients reduce-scattered, weights gathered unit by unit"

@@ -109,6 +109,13 @@ void SideStream::wait(const StreamEvent& event) {
   GT_CHECK_CUDA(cudaStreamWaitEvent(static_cast<cudaStream_t>(m_stream), static_cast<cudaEvent_t>(event.m_event), 0));
 }
 
+void SideStream::compute_wait(const StreamEvent& event) {
+  if (!event.m_event) return;
+  GT_CHECK(event.m_device == m_device, "an event of {} waited for on a stream of {}", event.m_device.str(),
+           m_device.str());
+  GT_CHECK_CUDA(cudaStreamWaitEvent(cuda::stream(m_device.index), static_cast<cudaEvent_t>(event.m_event), 0));
+}
+
 void SideStream::record(StreamEvent& event) {
   if (event.m_event && !(event.m_device == m_device)) {
     cudaEventDestroy(static_cast<cudaEvent_t>(event.m_event));
