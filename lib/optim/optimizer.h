@@ -120,6 +120,10 @@ class Optimizer {
 std::vector<double> group_lrs(const OptimizerConfig& o, const SchedulerConfig& s, int64_t t, int64_t total_steps,
                               double lr_scale);
 
+/// What an out-of-memory error names while the state `buffers` ("exp_avg, exp_avg_sq") of parameter `i` are
+/// allocated: "the optimizer state (exp_avg, exp_avg_sq of blocks.0.fc.weight, 4194304 elements)".
+std::string optimizer_state_label(const char* buffers, const Param& p, size_t i);
+
 /// Builds the optimizer the config names over `params` (state buffers on the parameters' device), parameter i in
 /// group groups[i] (param_group_of; empty: all in the default group).
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& cfg, const std::vector<Param*>& params,

@@ -1,6 +1,8 @@
 // Setting a run up: device, data, model, ranks, resume plan and optimizer, in the order their checks must come.
 #include "train/setup.h"
 
+#include "core/backend.h"
+
 #include "core/checked.h"
 #include "core/limits.h"
 #include "core/ownership.h"
@@ -256,6 +258,11 @@ RunSetup::RunSetup(const Experiment& exp, const RunOptions& opts, const WorkerPl
   for (const auto& [name, param] : model.named_params()) names.push_back(name), numels.push_back(param->value.numel());
   const std::vector<int> groups = param_group_of(exp.optimizer, names);
   param_group_lines = describe_param_groups(exp.optimizer, groups, numels);
+  // Named in an out-of-memory error (the optimizer's own labels name each parameter's state; dist.zero 2 and 3 also
+  // hold their gradient shards here).
+  const AllocLabel label(exp.dist.zero > 0 && world > 1
+                             ? fmt::format("the optimizer state and gradient shards (dist.zero {})", exp.dist.zero)
+                             : std::string("the optimizer state"));
   if (exp.dist.zero > 0 && world > 1) {
     // The sharded update, the gradient reduce-scatter and the weight all-gather: on host buffers over the host
     // communicator, on device buffers over NCCL (queued on the compute stream, no host sync).
