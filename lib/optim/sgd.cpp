@@ -109,8 +109,20 @@ std::vector<StateRange> Optimizer::state_ranges() {
   return out;
 }
 
+namespace {
+thread_local const std::vector<std::pair<std::string, Param*>>* t_param_names = nullptr;
+}  // namespace
+
+ParamNames::ParamNames(const std::vector<std::pair<std::string, Param*>>& named) : m_previous(t_param_names) {
+  t_param_names = &named;
+}
+ParamNames::~ParamNames() { t_param_names = m_previous; }
+
 std::string optimizer_state_label(const char* buffers, const Param& p, size_t i) {
-  const std::string of = p.name.empty() ? fmt::format("parameter {}", i) : p.name;
+  std::string of = p.name.empty() ? fmt::format("parameter {}", i) : p.name;
+  if (t_param_names)
+    for (const auto& [name, param] : *t_param_names)
+      if (param == &p) of = name;
   return fmt::format("the optimizer state ({} of {}, {} elements)", buffers, of, p.value.numel());
 }
 

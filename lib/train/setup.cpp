@@ -263,6 +263,8 @@ RunSetup::RunSetup(const Experiment& exp, const RunOptions& opts, const WorkerPl
   const AllocLabel label(exp.dist.zero > 0 && world > 1
                              ? fmt::format("the optimizer state and gradient shards (dist.zero {})", exp.dist.zero)
                              : std::string("the optimizer state"));
+  const std::vector<std::pair<std::string, Param*>> named = model.named_params();
+  const ParamNames full_names(named);  // (each parameter's state named by its full name)
   if (exp.dist.zero > 0 && world > 1) {
     // The sharded update, the gradient reduce-scatter and the weight all-gather: on host buffers over the host
     // communicator, on device buffers over NCCL (queued on the compute stream, no host sync).
