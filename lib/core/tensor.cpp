@@ -2,6 +2,7 @@
 #include "core/tensor.h"
 
 #include "core/backend.h"
+#include "core/storage_peak.h"
 
 #include <algorithm>
 #include <atomic>
@@ -34,6 +35,11 @@ void count_host_bytes(size_t bytes) {
 size_t host_storage_bytes() { return g_host_bytes.load(std::memory_order_relaxed); }
 size_t host_storage_peak_bytes() { return g_host_peak.load(std::memory_order_relaxed); }
 void reset_host_storage_peak() { g_host_peak.store(host_storage_bytes(), std::memory_order_relaxed); }
+void raise_host_storage_peak(size_t bytes) {
+  for (size_t peak = g_host_peak.load(std::memory_order_relaxed);
+       bytes > peak && !g_host_peak.compare_exchange_weak(peak, bytes, std::memory_order_relaxed);) {
+  }
+}
 
 std::shared_ptr<Storage> allocate_storage(size_t bytes, Device device) {
   auto s = std::make_shared<Storage>();

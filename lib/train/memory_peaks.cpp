@@ -1,6 +1,7 @@
 // summary.json's memory peaks: read from the tensor allocators and /proc/self/status, gathered over the ranks.
 #include "train/memory_peaks.h"
 
+#include "core/storage_peak.h"
 #include "core/tensor.h"
 #include "ops/device_memory.h"
 #include "parallel/comm.h"
@@ -39,6 +40,7 @@ void StepPeakWindow::open(bool shared_counter) {
 void StepPeakWindow::close() {
   if (!m_open) return;
   m_steps = static_cast<int64_t>(host_storage_peak_bytes());
+  raise_host_storage_peak(static_cast<size_t>(m_before));  // the process's peak again, as before open()
   m_open = false;
 }
 

@@ -25,7 +25,8 @@ struct ProcessPeaks {
 
 /// The host tensors' peak over the training steps alone, beside the whole process's: the set-up holds what the steps
 /// do not (dist.zero 3's whole weights and gradients before they are sharded), so the two say different things.
-/// open() after the set-up resets the counter's peak, keeping the one before; close() after the last step. Ranks
+/// open() after the set-up resets the counter's peak, keeping the one before; close() after the last step puts it
+/// back (the counter's peak is the process's again). Ranks
 /// that share the counter (worker threads) measure nothing: another rank's reset would cut this one's window.
 class StepPeakWindow {
  public:
