@@ -2,6 +2,7 @@
 // cmd_*.cpp file of its group), and is the only place that maps errors to exit codes.
 #include "cli.h"
 
+#include "core/backend.h"
 #include "log/logging.h"
 #include "ops/cpu/conv_algo.h"
 #include "ops/cpu/isa.h"
@@ -138,7 +139,8 @@ int main(int argc, char** argv) {
     spdlog::error("{}", e.what());
     return fail(exit_code_of(e));
   } catch (const std::bad_alloc&) {
-    spdlog::error("out of host memory");
+    const std::string what = gt::AllocLabel::take_unwound();  // what it was for, when a label says it
+    spdlog::error("{}", gt::host_out_of_memory(0, what.empty() ? "a buffer outside the tensors" : what));
     return fail(1);
   } catch (const std::exception& e) {
     spdlog::error("unexpected failure: {}", e.what());

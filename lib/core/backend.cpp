@@ -15,7 +15,7 @@ namespace {
 
 void* host_pinned(size_t bytes) {
   void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
-  if (!p) throw Error(fmt::format("out of host memory allocating {} bytes", bytes));
+  if (!p) throw Error(host_out_of_memory(bytes));
   return p;
 }
 

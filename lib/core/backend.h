@@ -52,9 +52,18 @@ class AllocLabel : NonCopyable {
   ~AllocLabel();
   /// The innermost label, or "a tensor" when none is set.
   static const std::string& current();
+  /// The innermost label that an exception unwound since the last call ("" when none), on any thread: what a
+  /// std::bad_alloc from a container (not allocate_storage, which names its label itself) was allocating.
+  static std::string take_unwound();
 
  private:
   std::string m_previous;
+  int m_exceptions = 0;  ///< std::uncaught_exceptions() when made: more when destroyed means unwinding
 };
+
+/// The one line a host allocation of `bytes` that failed throws as gt::Error: the size, what it was for
+/// (`what`, else AllocLabel::current()) and, under an address-space limit (ulimit -v), that limit. `bytes` 0: a size
+/// not known (a std::bad_alloc).
+std::string host_out_of_memory(size_t bytes, const std::string& what = "");
 
 }  // namespace gt

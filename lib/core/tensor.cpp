@@ -2,13 +2,18 @@
 #include "core/tensor.h"
 
 #include "core/backend.h"
+#include "core/storage_peak.h"
 
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <mutex>
+#include <utility>
 
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 namespace gt {
 
@@ -30,6 +35,11 @@ void count_host_bytes(size_t bytes) {
 size_t host_storage_bytes() { return g_host_bytes.load(std::memory_order_relaxed); }
 size_t host_storage_peak_bytes() { return g_host_peak.load(std::memory_order_relaxed); }
 void reset_host_storage_peak() { g_host_peak.store(host_storage_bytes(), std::memory_order_relaxed); }
+void raise_host_storage_peak(size_t bytes) {
+  for (size_t peak = g_host_peak.load(std::memory_order_relaxed);
+       bytes > peak && !g_host_peak.compare_exchange_weak(peak, bytes, std::memory_order_relaxed);) {
+  }
+}
 
 std::shared_ptr<Storage> allocate_storage(size_t bytes, Device device) {
   auto s = std::make_shared<Storage>();
@@ -42,7 +52,7 @@ std::shared_ptr<Storage> allocate_storage(size_t bytes, Device device) {
     const size_t align = huge ? kHugePage : 64;
     const size_t rounded = (bytes + align - 1) / align * align;
     s->ptr = std::aligned_alloc(align, rounded ? rounded : align);
-    if (!s->ptr) throw Error(fmt::format("out of host memory allocating {} bytes", bytes));
+    if (!s->ptr) throw Error(host_out_of_memory(bytes));
 #ifdef MADV_HUGEPAGE
     if (huge) madvise(s->ptr, rounded, MADV_HUGEPAGE);  // advice only: where THP is off nothing changes
 #endif
@@ -75,7 +85,7 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
 Tensor Tensor::mapped_zeros(const Shape& shape, DType dtype) {
   const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype), length = std::max<size_t>(bytes, 1);
   void* p = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) throw Error(fmt::format("out of host memory mapping {} bytes", bytes));
+  if (p == MAP_FAILED) throw Error(host_out_of_memory(bytes));
 #ifdef MADV_HUGEPAGE
   if (length >= kHugeFrom) madvise(p, length, MADV_HUGEPAGE);  // as allocate_storage: advice only
 #endif
@@ -176,13 +186,39 @@ void Tensor::copy_from_async(const Tensor& src) {
 
 namespace {
 thread_local std::string t_alloc_label;
+std::mutex g_unwound_mutex;
+std::string g_unwound;  // AllocLabel::take_unwound(); the first label unwound is the innermost
 }  // namespace
 
-AllocLabel::AllocLabel(std::string what) : m_previous(std::move(t_alloc_label)) { t_alloc_label = std::move(what); }
-AllocLabel::~AllocLabel() { t_alloc_label = std::move(m_previous); }
+AllocLabel::AllocLabel(std::string what)
+    : m_previous(std::move(t_alloc_label)), m_exceptions(std::uncaught_exceptions()) {
+  t_alloc_label = std::move(what);
+}
+AllocLabel::~AllocLabel() {
+  if (std::uncaught_exceptions() > m_exceptions) {
+    const std::lock_guard lock(g_unwound_mutex);
+    if (g_unwound.empty()) g_unwound = t_alloc_label;
+  }
+  t_alloc_label = std::move(m_previous);
+}
+std::string AllocLabel::take_unwound() {
+  const std::lock_guard lock(g_unwound_mutex);
+  return std::exchange(g_unwound, std::string());
+}
 const std::string& AllocLabel::current() {
   static const std::string kDefault = "a tensor";
   return t_alloc_label.empty() ? kDefault : t_alloc_label;
+}
+
+std::string host_out_of_memory(size_t bytes, const std::string& what) {
+  std::string limit;
+  rlimit as{};
+  if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY)
+    limit =
+        fmt::format("; the address space is limited to {:.0f} MB (ulimit -v)", static_cast<double>(as.rlim_cur) * 1e-6);
+  const std::string size =
+      bytes ? fmt::format(" {:.1f} MB ({} bytes) for", static_cast<double>(bytes) * 1e-6, bytes) : "";
+  return fmt::format("out of host memory allocating{} {}{}", size, what.empty() ? AllocLabel::current() : what, limit);
 }
 
 }  // namespace gt

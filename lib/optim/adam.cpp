@@ -1,4 +1,5 @@
 // Adam and AdamW (optionally AMSGrad), exactly as torch.optim defines them.
+#include "core/backend.h"
 #include "ops/optim.h"
 #include "optim/optimizer.h"
 
@@ -11,8 +12,11 @@ class Adam final : public Optimizer {
  public:
   Adam(const OptimizerConfig& cfg, const std::vector<Param*>& params, const std::vector<int>& groups)
       : Optimizer(cfg, params, groups), m_cfg(cfg) {
-    for (Param* p : params) {
+    for (size_t i = 0; i < params.size(); ++i) {
+      const Param* p = params[i];
       const auto& v = p->value;
+      // Named in an out-of-memory error: the optimizer state is often what does not fit.
+      const AllocLabel label(optimizer_state_label("exp_avg, exp_avg_sq", *p, i));
       m_m.push_back(Tensor::zeros(v.shape(), v.dtype(), v.device()));
       m_v.push_back(Tensor::zeros(v.shape(), v.dtype(), v.device()));
       m_vmax.push_back(cfg.amsgrad ? Tensor::zeros(v.shape(), v.dtype(), v.device()) : Tensor());

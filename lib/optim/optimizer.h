@@ -129,6 +129,23 @@ class Optimizer {
 std::vector<double> group_lrs(const OptimizerConfig& o, const SchedulerConfig& s, int64_t t, int64_t total_steps,
                               double lr_scale);
 
+/// What an out-of-memory error names while the state `buffers` ("exp_avg, exp_avg_sq") of parameter `i` are
+/// allocated: "the optimizer state (exp_avg, exp_avg_sq of h.0.fc.weight, 4194304 elements)", the parameter's full
+/// name when a ParamNames on this thread has it, else its own ("weight").
+std::string optimizer_state_label(const char* buffers, const Param& p, size_t i);
+
+/// The model's full parameter names (Model::named_params) for optimizer_state_label, on this thread while this lives.
+class ParamNames {
+ public:
+  explicit ParamNames(const std::vector<std::pair<std::string, Param*>>& named);
+  ~ParamNames();
+  ParamNames(const ParamNames&) = delete;
+  ParamNames& operator=(const ParamNames&) = delete;
+
+ private:
+  const std::vector<std::pair<std::string, Param*>>* m_previous;
+};
+
 /// Builds the optimizer the config names over `params` (state buffers on the parameters' device), parameter i in
 /// group groups[i] (param_group_of; empty: all in the default group).
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& cfg, const std::vector<Param*>& params,

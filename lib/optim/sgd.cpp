@@ -15,7 +15,9 @@ class Sgd final : public Optimizer {
  public:
   Sgd(const OptimizerConfig& cfg, const std::vector<Param*>& params, const std::vector<int>& groups)
       : Optimizer(cfg, params, groups), m_cfg(cfg) {
-    for (Param* p : params) {
+    for (size_t i = 0; i < params.size(); ++i) {
+      const Param* p = params[i];
+      const AllocLabel label(optimizer_state_label("momentum", *p, i));  // named in an out-of-memory error
       m_momentum.push_back(cfg.momentum != 0 ? Tensor::zeros(p->value.shape(), p->value.dtype(), p->value.device())
                                              : Tensor());
       m_group.rows.push_back({p->value, p->grad, m_momentum.back()});
@@ -105,6 +107,23 @@ std::vector<StateRange> Optimizer::state_ranges() {
     out.push_back({std::stoul(name.substr(0, dot)), name.substr(dot + 1), 0, t->view(Shape{t->numel()})});
   }
   return out;
+}
+
+namespace {
+thread_local const std::vector<std::pair<std::string, Param*>>* t_param_names = nullptr;
+}  // namespace
+
+ParamNames::ParamNames(const std::vector<std::pair<std::string, Param*>>& named) : m_previous(t_param_names) {
+  t_param_names = &named;
+}
+ParamNames::~ParamNames() { t_param_names = m_previous; }
+
+std::string optimizer_state_label(const char* buffers, const Param& p, size_t i) {
+  std::string of = p.name.empty() ? fmt::format("parameter {}", i) : p.name;
+  if (t_param_names)
+    for (const auto& [name, param] : *t_param_names)
+      if (param == &p) of = name;
+  return fmt::format("the optimizer state ({} of {}, {} elements)", buffers, of, p.value.numel());
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& cfg, const std::vector<Param*>& params,

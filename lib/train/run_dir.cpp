@@ -183,6 +183,7 @@ void write_summary(const std::string& dir, const std::string& name, const RunSum
   if (sum.bad_files) summary.add("bad_files", *sum.bad_files);
   if (sum.loss_scale) summary.add("loss_scale", sum.loss_scale).add("overflow_skips", sum.overflow_skips);
   if (!sum.init_from.empty()) summary.add("init_from", sum.init_from).add("init_fnv1a", sum.init_fnv1a);
+  if (sum.memory) summary.add("memory", memory_peaks_json(*sum.memory));
   write_file_atomic((fs::path(dir) / "summary.json").string(), summary.str() + "\n");
 }
 
@@ -230,6 +231,22 @@ std::string run_tokenizer_file(const std::string& weights) {
     return "";
   }
   return "";
+}
+
+// A run continued into a new folder (--resume RUN --out NEW) starts its metrics.jsonl with the rows the checkpoint
+// had, so that its record (charts, runs) covers the whole run; the earlier folder is left as it was.
+void carry_metrics(const CheckpointInfo& from, const std::string& run_dir) {
+  std::error_code ec;
+  const fs::path source = fs::path(from.dir).parent_path().parent_path() / "metrics.jsonl";
+  const fs::path target = fs::path(run_dir) / "metrics.jsonl";
+  if (fs::equivalent(source.parent_path(), run_dir, ec) || fs::exists(target, ec) || !fs::exists(source, ec)) return;
+  std::ifstream in(source, std::ios::binary);
+  std::string rows(static_cast<size_t>(from.progress.metrics_bytes), '\0');
+  in.read(rows.data(), static_cast<std::streamsize>(rows.size()));
+  rows.resize(static_cast<size_t>(in.gcount()));
+  write_file_atomic(target.string(), rows);
+  spdlog::info("continuing {} in {}: its metrics up to step {} are copied first", source.parent_path().string(),
+               run_dir, from.progress.step);
 }
 
 }  // namespace gt

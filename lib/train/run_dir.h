@@ -5,6 +5,7 @@
 #include "core/noncopyable.h"
 #include "data/dataset.h"
 #include "train/checkpoint.h"
+#include "train/memory_peaks.h"
 
 #include <optional>
 #include <string>
@@ -33,7 +34,13 @@ struct RunSummary {
   std::optional<double> loss_scale;   ///< a loss-scaled run's scale at the end
   int64_t overflow_skips = 0;         ///< and the steps its overflows skipped
   std::string init_from, init_fnv1a;  ///< train.init_from: the weights file a new run started from, its bytes' hash
+  std::optional<MemoryPeaks> memory;  ///< every process's memory peaks at the end (gather_memory_peaks)
 };
+
+/// A run continued into a new folder (--resume RUN --out NEW) starts its metrics.jsonl with the rows `from` had, so
+/// that its record (charts, runs) covers the whole run; the earlier folder is left as it was. Nothing when `run_dir`
+/// is the checkpoint's own run or already has metrics.
+void carry_metrics(const CheckpointInfo& from, const std::string& run_dir);
 
 /// Claims the run directory (core/ownership.h): `requested`, or runs/<name>/<YYYYmmdd-HHMMSS>[-i] when it is "". A
 /// folder that holds a run is taken only when `resume`; another command's output, or a folder of files gputrain did

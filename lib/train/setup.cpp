@@ -1,6 +1,8 @@
 // Setting a run up: device, data, model, ranks, resume plan and optimizer, in the order their checks must come.
 #include "train/setup.h"
 
+#include "core/backend.h"
+
 #include "core/checked.h"
 #include "core/limits.h"
 #include "core/ownership.h"
@@ -260,6 +262,13 @@ RunSetup::RunSetup(const Experiment& exp, const RunOptions& opts, const WorkerPl
   const Offload offload = exp.dist.offload != "optimizer" ? Offload::none
                           : exp.dist.offload_delay        ? Offload::delayed
                                                           : Offload::exact;
+  // Named in an out-of-memory error (the optimizer's own labels name each parameter's state; dist.zero 2 and 3 also
+  // hold their gradient shards here).
+  const AllocLabel label(exp.dist.zero > 0 && world > 1
+                             ? fmt::format("the optimizer state and gradient shards (dist.zero {})", exp.dist.zero)
+                             : std::string("the optimizer state"));
+  const std::vector<std::pair<std::string, Param*>> named = model.named_params();
+  const ParamNames full_names(named);  // (each parameter's state named by its full name)
   if (exp.dist.zero > 0 && world > 1) {
     // The sharded update, the gradient reduce-scatter and the weight all-gather: on host buffers over the host
     // communicator, on device buffers over NCCL (queued on the compute stream, no host sync).

@@ -4,6 +4,7 @@
 #include "train/trainer.h"
 
 #include "core/atomic_file.h"
+#include "core/backend.h"
 #include "core/json.h"
 #include "graph/model.h"
 #include "log/logging.h"
@@ -43,6 +44,7 @@ struct RunParts {
   const StepPlan& plan;
   StepLoop& step;
   Profiler& profiler;
+  bool threaded;  ///< one of several worker threads of a process (sharing its memory counters)
 };
 
 // How an epoch's steps ended: every one done (or the run's last), a rollback to redo them from, or the run's end.
@@ -68,6 +70,7 @@ class TrainLoop {
         m_plan(parts.plan),
         m_step(parts.step),
         m_profiler(parts.profiler),
+        m_threaded(parts.threaded),
         m_gpu(parts.setup.device.is_cuda()),
         m_wall_start(wall_start),
         m_clock(parts.setup.progress),
@@ -102,7 +105,8 @@ class TrainLoop {
   const StepPlan& m_plan;
   StepLoop& m_step;
   Profiler& m_profiler;
-  bool m_gpu;
+  bool m_threaded, m_gpu;
+  StepPeakWindow m_peaks;  ///< the host tensors' peak over the steps (summary.json's memory)
   RunClock::time_point m_wall_start;
   TrainClock m_clock;
   ProgressBar m_bar;
@@ -122,11 +126,14 @@ RunSummary TrainLoop::run() {
     save_checkpoint();
   }
   m_sum.exit_reason = ExitReason::completed;
+  const AllocLabel label("a training step's buffers or, under dist.zero 3, a unit of weights gathered whole");
+  m_peaks.open(m_threaded);
   while (m_p.epoch < m_plan.epochs && m_p.step < m_plan.total_steps) {
     const EpochEnd end = run_epoch();
     if (end == EpochEnd::rolled_back) continue;
     if (end == EpochEnd::stopped || !end_epoch()) break;
   }
+  m_peaks.close();
   return finish();
 }
 
@@ -441,6 +448,7 @@ RunSummary TrainLoop::finish() {
     if (m_setup.lead) write_final_weights(m_sum.run_dir, m_setup.model, m_exp.name, m_p.step);
   }
   summarize(m_sum, m_p, seconds_since(m_wall_start));
+  m_sum.memory = gather_memory_peaks(*m_setup.comm, m_setup.device, m_threaded, m_peaks);  // every rank comes here
   if (m_sum.test_loss) m_sum.test_bpb = bits_per_byte(m_setup.test(), m_exp, *m_sum.test_loss);
   if (m_setup.lead) write_summary(m_sum.run_dir, m_exp.name, m_sum, m_setup.world, m_setup.threads);
   if (m_setup.lead && m_exp.logging.report) write_report_logged(m_sum.run_dir);
@@ -454,22 +462,6 @@ RunSummary TrainLoop::finish() {
                m_sum.test_accuracy ? fmt::format(", test accuracy {:.4f}", *m_sum.test_accuracy) : std::string(),
                m_sum.run_dir);
   return m_sum;
-}
-
-// A run continued into a new folder (--resume RUN --out NEW) starts its metrics.jsonl with the rows the checkpoint
-// had, so that its record (charts, runs) covers the whole run; the earlier folder is left as it was.
-void carry_metrics(const CheckpointInfo& from, const std::string& run_dir) {
-  std::error_code ec;
-  const fs::path source = fs::path(from.dir).parent_path().parent_path() / "metrics.jsonl";
-  const fs::path target = fs::path(run_dir) / "metrics.jsonl";
-  if (fs::equivalent(source.parent_path(), run_dir, ec) || fs::exists(target, ec) || !fs::exists(source, ec)) return;
-  std::ifstream in(source, std::ios::binary);
-  std::string rows(static_cast<size_t>(from.progress.metrics_bytes), '\0');
-  in.read(rows.data(), static_cast<std::streamsize>(rows.size()));
-  rows.resize(static_cast<size_t>(in.gcount()));
-  write_file_atomic(target.string(), rows);
-  spdlog::info("continuing {} in {}: its metrics up to step {} are copied first", source.parent_path().string(),
-               run_dir, from.progress.step);
 }
 
 }  // namespace
@@ -521,6 +513,7 @@ RunSummary train_worker(const Experiment& exp, const RunOptions& opts, const Wor
   if (setup.plan.from) log_resume(*setup.plan.from, setup.progress, setup.resolved_config, setup.world, plan.batch);
 
   Profiler profiler;
+  const AllocLabel label("the gradient buckets and the step's buffers (dist.bucket_mb)");  // until the loop's own
   StepLoop step(exp, setup, plan, profiler);
   profiler.set_device(setup.device);
   setup.model.set_profiler(&profiler);
@@ -539,7 +532,8 @@ RunSummary train_worker(const Experiment& exp, const RunOptions& opts, const Wor
                   .loader = loader,
                   .plan = plan,
                   .step = step,
-                  .profiler = profiler},
+                  .profiler = profiler,
+                  .threaded = where.threaded},
                  progress_bar, wall_start);
   return loop.run();
 }

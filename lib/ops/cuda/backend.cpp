@@ -44,7 +44,7 @@ void* cuda_allocate_pinned(size_t bytes) {
   if (cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault) == cudaSuccess) return p;
   cudaGetLastError();
   p = std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
-  if (!p) throw Error(fmt::format("out of host memory allocating {} bytes", bytes));
+  if (!p) throw Error(host_out_of_memory(bytes));
   return p;
 }
 
