@@ -104,6 +104,10 @@ std::vector<int64_t> positive_counts(const std::vector<int64_t>& params_per_node
   return counts;
 }
 
+// A parameter's gradient, or its value where the gradient is freed already (dist.zero 2 and 3 free them before the
+// sharded optimizer allocates its state): the two share shape, dtype and device.
+const Tensor& grad_or_value(const Param& p) { return p.grad.defined() ? p.grad : p.value; }
+
 }  // namespace
 
 BucketPlan plan_units(const std::vector<std::vector<Param*>>& params_by_node, const std::vector<int>& node_block,
@@ -151,11 +155,13 @@ GradSync::GradSync(Communicator& comm, BucketPlan plan, bool overlap, std::vecto
   for (auto& params : plan.buckets) {
     for (Param* p : params) {
       if (m_device) {
-        if (!device) device = p->grad.device();
-        GT_CHECK(p->grad.dtype() == DType::f32 && p->grad.device().is_cuda() && p->grad.device() == *device,
+        const Tensor& g = grad_or_value(*p);
+        if (!device) device = g.device();
+        GT_CHECK(g.dtype() == DType::f32 && g.device().is_cuda() && g.device() == *device,
                  "gradient sync over {} covers f32 gradients on one CUDA device", comm.name());
       } else {
-        GT_CHECK(p->grad.dtype() == DType::f32 && p->grad.device().is_cpu(), "gradient sync covers f32 CPU gradients");
+        GT_CHECK(grad_or_value(*p).dtype() == DType::f32 && grad_or_value(*p).device().is_cpu(),
+                 "gradient sync covers f32 CPU gradients");
       }
     }
     m_buckets.emplace_back();
@@ -169,7 +175,7 @@ GradSync::GradSync(Communicator& comm, BucketPlan plan, bool overlap, std::vecto
   for (size_t k = 0; k < m_buckets.size(); ++k) {
     Bucket& b = m_buckets[k];
     size_t n = 0;
-    for (Param* p : b.params) n += static_cast<size_t>(p->grad.numel());
+    for (Param* p : b.params) n += static_cast<size_t>(grad_or_value(*p).numel());
     if (!m_chunks.empty()) {
       const Tensor& c = m_chunks[k];
       const Device want = m_device && device ? *device : Device::cpu();
@@ -181,7 +187,7 @@ GradSync::GradSync(Communicator& comm, BucketPlan plan, bool overlap, std::vecto
     if (m_ring) {
       // From here the gradients exist only while the backward pass writes them (take_slot).
       for (Param* p : b.params) {
-        b.shapes.push_back(p->grad.shape());
+        b.shapes.push_back(grad_or_value(*p).shape());
         p->grad = Tensor();
       }
     } else if (m_device && !m_chunks.empty()) {
@@ -193,8 +199,8 @@ GradSync::GradSync(Communicator& comm, BucketPlan plan, bool overlap, std::vecto
           Tensor::zeros(Shape{static_cast<int64_t>(chunk * static_cast<size_t>(comm.size()))}, DType::f32, *device);
       int64_t offset = 0;
       for (Param* p : b.params) {
-        const Shape shape = p->grad.shape();
-        b.device_flat.slice0(offset, shape.numel()).copy_from(p->grad);
+        const Shape shape = grad_or_value(*p).shape();
+        if (p->grad.defined()) b.device_flat.slice0(offset, shape.numel()).copy_from(p->grad);
         p->grad = b.device_flat.slice0(offset, shape.numel()).view(shape);
         offset += shape.numel();
       }
@@ -203,7 +209,7 @@ GradSync::GradSync(Communicator& comm, BucketPlan plan, bool overlap, std::vecto
     } else if (!m_chunks.empty()) {
       // From here the gradients exist only while the backward pass writes them (node_begin).
       for (Param* p : b.params) {
-        b.shapes.push_back(p->grad.shape());
+        b.shapes.push_back(grad_or_value(*p).shape());
         p->grad = Tensor();
       }
     } else {

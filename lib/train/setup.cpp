@@ -271,7 +271,11 @@ RunSetup::RunSetup(const Experiment& exp, const RunOptions& opts, const WorkerPl
   const ParamNames full_names(named);  // (each parameter's state named by its full name)
   if (exp.dist.zero > 0 && world > 1) {
     // The sharded update, the gradient reduce-scatter and the weight all-gather: on host buffers over the host
-    // communicator, on device buffers over NCCL (queued on the compute stream, no host sync).
+    // communicator, on device buffers over NCCL (queued on the compute stream, no host sync). From stage 2 the whole
+    // gradients exist only while a backward pass writes them (GradSync): the model's are freed before the shards are
+    // allocated, so that the set-up never holds both.
+    if (exp.dist.zero >= 2)
+      for (Param* p : model.params()) p->grad = Tensor();
     auto zero = std::make_unique<ZeroOptimizer>(exp.optimizer, model.params(), zero_plan(model, exp.dist),
                                                 nccl ? *nccl : *comm, exp.dist.zero, groups, offload);
     spdlog::info("dist.zero {}: optimizer state {:.2f} MB on rank 0 instead of {:.2f} MB", exp.dist.zero,
