@@ -952,8 +952,10 @@ TEST_CASE("check --world-size sizes dist.zero 3 by its units: a GPT's blocks, em
   const RankShare& z3 = two[3];
   // Chunks of 16, 1640 (three times) and 352: 5288 per rank of the weights, the gradients and each AdamW buffer.
   const size_t chunks = 16 + 3 * 1640 + 352;
-  // Weights: the chunks, and two blocks whole during a pass (consecutive blocks are the two largest units).
-  CHECK(z3.param_bytes == (chunks + 2 * 3280) * 4);
+  // Weights: the chunks, and two blocks whole during a pass (consecutive blocks are the two largest units), and the
+  // next one gathered ahead of its layers (dist.overlap, the default); without overlap two.
+  CHECK(z3.param_bytes == (chunks + 3 * 3280) * 4);
+  CHECK(rank_shares(plan_gpt({"dist.overlap=false"}).f, 2, judge)[3].param_bytes == (chunks + 2 * 3280) * 4);
   // Gradients: the chunks, the embeddings' bucket (the tied head writes it first, and it stays whole until the
   // embedding's own backward at the end) and one block's at a time.
   CHECK(z3.grad_bytes == (chunks + 704 + 3280) * 4);
@@ -980,7 +982,7 @@ TEST_CASE("check --world-size sizes dist.zero 3 by its units: a GPT's blocks, em
   const Footprint frozen = plan_gpt({"+train.freeze=[wpe.*]"}).f;
   REQUIRE(frozen.shard_units == std::vector<int64_t>{32, 3280, 3280, 3280, 512});
   REQUIRE(frozen.shard_unit_frozen == std::vector<int64_t>{0, 0, 0, 0, 192});
-  CHECK(rank_shares(frozen, 2, judge)[3].param_bytes == (16 + 3 * 1640 + 256 + 96 + 2 * 3280) * 4);
+  CHECK(rank_shares(frozen, 2, judge)[3].param_bytes == (16 + 3 * 1640 + 256 + 96 + 3 * 3280) * 4);
   CHECK(rank_shares(frozen, 2, judge)[3].optimizer_bytes == (16 + 3 * 1640 + 256) * 2 * 4);
   // At one rank nothing is sharded: every stage is the plain check's.
   for (const RankShare& r : rank_shares(f, 1, judge)) CHECK(r.total_bytes == f.total_bytes);
@@ -1030,134 +1032,142 @@ TEST_CASE("under dist.zero 3 ranks allocate the weights and gradients check coun
   // allocate and reduce-scatter the buckets on the training thread, and the units are released after finish. The
   // process's storage counters see both ranks, which hold the same sizes (rank 1's optimizer state aside).
   // Under fp16 the products read rounded copies of the weights (f32 on the CPU), which stage 3 keeps for at most
-  // two units, the copies of those gathered one after the other.
+  // two units, the copies of those gathered one after the other. With dist.overlap (the default) the units' gathers
+  // and the buckets' reduce-scatters run on GradSync's communication thread, the next unit's queued ahead of its
+  // layers (one more unit whole then); without, on the training thread.
   constexpr int kRanks = 2;
-  for (const char* precision : {"fp32", "fp16"})
-    for (const int64_t accumulate : {1, 2}) {
-      INFO(precision << ", accumulate " << accumulate);
-      const Planned p =
-          plan_gpt({fmt::format("train.accumulate={}", accumulate), fmt::format("train.precision={}", precision)});
-      const Precision products = p.exp.train.precision;
-      const Footprint& f = p.f;
-      const RankShare share =
-          rank_shares(f, kRanks, [](size_t b) { return judge_fit(b, Device::cpu(), size_t{1} << 40); })[3];
-      std::vector<size_t> unit_chunks;
-      size_t chunk_bytes = 0;
-      for (int64_t n : f.shard_units) {
-        unit_chunks.push_back(zero_chunk(static_cast<size_t>(n), kRanks));
-        chunk_bytes += unit_chunks.back() * 4;
-      }
-      // Beyond its chunks, what check says a rank holds in a pass: the units whole (weights), the buckets whole.
-      const size_t in_pass = share.param_bytes - chunk_bytes + share.grad_bytes - chunk_bytes;
-      auto comms = make_thread_comms(kRanks, 30.0);
-      size_t built = 0, sharded = 0, peak = 0, after = 0, transient = 0;
-      std::vector<size_t> shards(kRanks), chunks(kRanks), state(kRanks), defined(kRanks), copies(kRanks),
-          params(kRanks);
-      std::vector<std::vector<size_t>> planned(kRanks);
-      std::vector<std::thread> threads;
-      for (int r = 0; r < kRanks; ++r)
-        threads.emplace_back([&, r] {
-          const auto me = static_cast<size_t>(r);
-          Communicator& comm = *comms[me];
-          auto barrier = [&comm] {
-            double d = 0;
-            comm.allreduce_sum(&d, 1, "a barrier");
-          };
-          Model model = Model::build(p.exp.model, Shape{12}, DType::f32, Device::cpu(), 1);
-          model.allocate(f.batch);
-          Tensor x = Tensor::zeros(Shape{f.batch, 12}, DType::f32);
-          for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(i * 5 % 32);
-          const Tensor dout = Tensor::zeros(model.output_shape().batched(f.batch), DType::f32);
-          // A plain pass first, so that whatever a layer allocates on its first call is there before counting.
-          model.forward(x, {true, false});
-          model.backward(dout, {true, false});
-          barrier();
-          // Another on rank 0 alone: what a pass allocates and frees within itself (the layers' temporaries).
-          if (r == 0) {
-            const size_t before = host_storage_bytes();
-            reset_host_storage_peak();
-            const ProductPrecisionScope plain(products);
+  for (const bool overlap : {false, true})
+    for (const char* precision : {"fp32", "fp16"})
+      for (const int64_t accumulate : {1, 2}) {
+        INFO(precision << ", accumulate " << accumulate << ", overlap " << overlap);
+        const Planned p =
+            plan_gpt({fmt::format("train.accumulate={}", accumulate), fmt::format("train.precision={}", precision),
+                      fmt::format("dist.overlap={}", overlap)});
+        const Precision products = p.exp.train.precision;
+        const Footprint& f = p.f;
+        const RankShare share =
+            rank_shares(f, kRanks, [](size_t b) { return judge_fit(b, Device::cpu(), size_t{1} << 40); })[3];
+        std::vector<size_t> unit_chunks;
+        size_t chunk_bytes = 0;
+        for (int64_t n : f.shard_units) {
+          unit_chunks.push_back(zero_chunk(static_cast<size_t>(n), kRanks));
+          chunk_bytes += unit_chunks.back() * 4;
+        }
+        // Beyond its chunks, what check says a rank holds in a pass: the units whole (weights), the buckets whole.
+        const size_t in_pass = share.param_bytes - chunk_bytes + share.grad_bytes - chunk_bytes;
+        auto comms = make_thread_comms(kRanks, 30.0);
+        size_t built = 0, sharded = 0, peak = 0, after = 0, transient = 0;
+        std::vector<size_t> shards(kRanks), chunks(kRanks), state(kRanks), defined(kRanks), copies(kRanks),
+            params(kRanks);
+        std::vector<std::vector<size_t>> planned(kRanks);
+        std::vector<std::thread> threads;
+        for (int r = 0; r < kRanks; ++r)
+          threads.emplace_back([&, r] {
+            const auto me = static_cast<size_t>(r);
+            Communicator& comm = *comms[me];
+            auto barrier = [&comm] {
+              double d = 0;
+              comm.allreduce_sum(&d, 1, "a barrier");
+            };
+            Model model = Model::build(p.exp.model, Shape{12}, DType::f32, Device::cpu(), 1);
+            model.allocate(f.batch);
+            Tensor x = Tensor::zeros(Shape{f.batch, 12}, DType::f32);
+            for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(i * 5 % 32);
+            const Tensor dout = Tensor::zeros(model.output_shape().batched(f.batch), DType::f32);
+            // A plain pass first, so that whatever a layer allocates on its first call is there before counting.
             model.forward(x, {true, false});
             model.backward(dout, {true, false});
-            transient = host_storage_peak_bytes() - before;
-            built = host_storage_bytes();
-          }
-          barrier();
-          {
-            ZeroOptimizer zero(p.exp.optimizer, model.params(), zero_plan(model, p.exp.dist), comm, 3);
-            GradSync sync(comm, zero_plan(model, p.exp.dist), /*overlap=*/false, zero.grad_chunks());
-            zero.shard_values();  // as StepLoop: the weights every rank holds now, sharded
-            planned[me] = zero.bucket_chunks();
-            params[me] = model.params().size();
-            for (const Tensor& t : zero.value_shards()) shards[me] += static_cast<size_t>(t.bytes());
-            for (const Tensor& t : zero.grad_chunks()) chunks[me] += static_cast<size_t>(t.bytes());
-            state[me] = static_cast<size_t>(zero.shard_state_elements()) * 4;
             barrier();
+            // Another on rank 0 alone: what a pass allocates and frees within itself (the layers' temporaries).
             if (r == 0) {
-              sharded = host_storage_bytes();
+              const size_t before = host_storage_bytes();
               reset_host_storage_peak();
+              const ProductPrecisionScope plain(products);
+              model.forward(x, {true, false});
+              model.backward(dout, {true, false});
+              transient = host_storage_peak_bytes() - before;
+              built = host_storage_bytes();
             }
             barrier();
-            // The rounded copies this rank's thread holds, before each node reads its weights (after the one before
-            // has made its copies).
-            model.set_param_use_hook([&zero, &copies, me](size_t i) {
-              copies[me] = std::max(copies[me], half_weight_cache_stats().bytes);
-              zero.use_node(i);
-            });
-            model.set_grad_begin_hook([&sync](size_t i) { sync.node_begin(i); });
-            model.set_grad_ready_hook([&sync](size_t i) { sync.node_done(i); });
-            { const ProductPrecisionScope before(products); }  // frees what the plain passes left
-            const ProductPrecisionScope step(products);
-            for (int64_t k = 0; k < accumulate; ++k) {
-              const LayerContext ctx{.training = true, .accumulate_grads = k > 0, .step = static_cast<uint64_t>(k)};
-              model.forward(x, ctx);
-              if (k == accumulate - 1) sync.arm();
-              model.backward(dout, ctx);
+            {
+              ZeroOptimizer zero(p.exp.optimizer, model.params(), zero_plan(model, p.exp.dist), comm, 3);
+              GradSync sync(comm, zero_plan(model, p.exp.dist), overlap, zero.grad_chunks(), accumulate);
+              zero.set_prefetch(&sync);
+              zero.shard_values();  // as StepLoop: the weights every rank holds now, sharded
+              planned[me] = zero.bucket_chunks();
+              params[me] = model.params().size();
+              for (const Tensor& t : zero.value_shards()) shards[me] += static_cast<size_t>(t.bytes());
+              for (const Tensor& t : zero.grad_chunks()) chunks[me] += static_cast<size_t>(t.bytes());
+              state[me] = static_cast<size_t>(zero.shard_state_elements()) * 4;
+              barrier();
+              if (r == 0) {
+                sharded = host_storage_bytes();
+                reset_host_storage_peak();
+              }
+              barrier();
+              // The rounded copies this rank's thread holds, before each node reads its weights (after the one before
+              // has made its copies).
+              model.set_param_use_hook([&zero, &copies, me](size_t i) {
+                copies[me] = std::max(copies[me], half_weight_cache_stats().bytes);
+                zero.use_node(i);
+              });
+              model.set_grad_begin_hook([&sync](size_t i) { sync.node_begin(i); });
+              model.set_grad_ready_hook([&sync](size_t i) { sync.node_done(i); });
+              { const ProductPrecisionScope before(products); }  // frees what the plain passes left
+              const ProductPrecisionScope step(products);
+              for (int64_t k = 0; k < accumulate; ++k) {
+                const LayerContext ctx{.training = true, .accumulate_grads = k > 0, .step = static_cast<uint64_t>(k)};
+                model.forward(x, ctx);
+                if (k == accumulate - 1) sync.arm();
+                model.backward(dout, ctx);
+              }
+              sync.finish();
+              zero.release_values();
+              barrier();
+              if (r == 0) {
+                peak = host_storage_peak_bytes();
+                after = host_storage_bytes();
+              }
+              for (Param* q : model.params()) defined[me] += (q->value.defined() ? 1 : 0) + (q->grad.defined() ? 1 : 0);
+              model.set_param_use_hook(nullptr);
+              model.set_grad_begin_hook(nullptr);
+              model.set_grad_ready_hook(nullptr);
+              barrier();
             }
-            sync.finish();
-            zero.release_values();
-            barrier();
-            if (r == 0) {
-              peak = host_storage_peak_bytes();
-              after = host_storage_bytes();
-            }
-            for (Param* q : model.params()) defined[me] += (q->value.defined() ? 1 : 0) + (q->grad.defined() ? 1 : 0);
-            model.set_param_use_hook(nullptr);
-            model.set_grad_begin_hook(nullptr);
-            model.set_grad_ready_hook(nullptr);
-            barrier();
-          }
-        });
-      for (auto& t : threads) t.join();
-      INFO("a plain pass's temporaries: " << transient << " bytes");
-      for (size_t r = 0; r < kRanks; ++r) {
-        CHECK(planned[r] == unit_chunks);  // check cuts the units as the run does
-        CHECK(shards[r] == chunk_bytes);
-        CHECK(chunks[r] == chunk_bytes);
-        CHECK(defined[r] == 0);  // outside a pass no weight and no gradient is whole
+          });
+        for (auto& t : threads) t.join();
+        INFO("a plain pass's temporaries: " << transient << " bytes");
+        for (size_t r = 0; r < kRanks; ++r) {
+          CHECK(planned[r] == unit_chunks);  // check cuts the units as the run does
+          CHECK(shards[r] == chunk_bytes);
+          CHECK(chunks[r] == chunk_bytes);
+          CHECK(defined[r] == 0);  // outside a pass no weight and no gradient is whole
+        }
+        // The optimizer state: rank 0 holds its whole chunk of every unit, as check counts; the last rank's may be
+        // shorter.
+        CHECK(state[0] == share.optimizer_bytes);
+        CHECK(state[1] <= state[0]);
+        // Sharding frees the whole weights and gradients, and keeps the chunks, the state and the all-gather buffers
+        // (besides them only ZeroOptimizer's partial norms: an f64 total, and one per slice of a parameter in a rank's
+        // chunk, at most a parameter and a unit boundary each).
+        const auto whole = static_cast<int64_t>(kRanks * (f.param_bytes + f.grad_bytes));
+        const auto kept = static_cast<int64_t>(kRanks * (2 * chunk_bytes + share.gather_bytes) + state[0] + state[1]);
+        const int64_t rest = static_cast<int64_t>(sharded) - static_cast<int64_t>(built) + whole - kept;
+        CHECK(rest >= 0);
+        CHECK(rest <= static_cast<int64_t>(kRanks * 8 * (1 + params[0] + f.shard_units.size())));
+        // The step frees every unit and bucket it gathered or wrote.
+        CHECK(after == sharded);
+        // The pass's peak beyond the chunks, over both ranks: on the training thread both hold check's figure at once
+        // (inside the collective that ends a block's backward, or, with accumulation, the all-gather of the second
+        // block in the forward pass, two blocks' weights and the buckets whole then), plus at most a plain pass's
+        // temporaries each. With the communication thread the third unit's buffer is made when its gather's turn
+        // comes there, and the ranks need not be at their fullest together: check's figure bounds it.
+        if (!overlap) CHECK(peak - sharded >= kRanks * in_pass);
+        CHECK(peak - sharded <= kRanks * (in_pass + transient));
+        CHECK(in_pass == static_cast<size_t>(
+                             ((overlap ? 3 : 2) * 3280 + (accumulate > 1 ? 32 + 3 * 3280 + 704 : 704 + 3280)) * 4));
+        // The copies: two blocks' (attention's 4·16·16, fc's and proj's 16·64 each) once the second block's are made.
+        for (size_t r = 0; r < kRanks; ++r) CHECK(copies[r] == share.half_weight_bytes);
+        CHECK(share.half_weight_bytes == (products == Precision::fp16 ? 2 * 3 * 1024 * 4 : 0));
       }
-      // The optimizer state: rank 0 holds its whole chunk of every unit, as check counts; the last rank's may be
-      // shorter.
-      CHECK(state[0] == share.optimizer_bytes);
-      CHECK(state[1] <= state[0]);
-      // Sharding frees the whole weights and gradients, and keeps the chunks, the state and the all-gather buffers
-      // (besides them only ZeroOptimizer's partial norms: an f64 total, and one per slice of a parameter in a rank's
-      // chunk, at most a parameter and a unit boundary each).
-      const auto whole = static_cast<int64_t>(kRanks * (f.param_bytes + f.grad_bytes));
-      const auto kept = static_cast<int64_t>(kRanks * (2 * chunk_bytes + share.gather_bytes) + state[0] + state[1]);
-      const int64_t rest = static_cast<int64_t>(sharded) - static_cast<int64_t>(built) + whole - kept;
-      CHECK(rest >= 0);
-      CHECK(rest <= static_cast<int64_t>(kRanks * 8 * (1 + params[0] + f.shard_units.size())));
-      // The step frees every unit and bucket it gathered or wrote.
-      CHECK(after == sharded);
-      // The pass's peak beyond the chunks, over both ranks: both hold check's figure at once (inside the collective
-      // that ends a block's backward, or, with accumulation, the all-gather of the second block in the forward pass,
-      // two blocks' weights and the buckets whole then), plus at most a plain pass's temporaries each.
-      CHECK(peak - sharded >= kRanks * in_pass);
-      CHECK(peak - sharded <= kRanks * (in_pass + transient));
-      CHECK(in_pass == (accumulate > 1 ? 2 * 3280 + 32 + 3 * 3280 + 704 : 2 * 3280 + 704 + 3280) * 4);
-      // The copies: two blocks' (attention's 4·16·16, fc's and proj's 16·64 each) once the second block's are made.
-      for (size_t r = 0; r < kRanks; ++r) CHECK(copies[r] == share.half_weight_bytes);
-      CHECK(share.half_weight_bytes == (products == Precision::fp16 ? 2 * 3 * 1024 * 4 : 0));
-    }
 }

@@ -292,7 +292,7 @@ void GradSync::node_done(size_t i) {
   }
   {
     std::lock_guard<std::mutex> lock(m_mutex);
-    m_queue.push_back(b);
+    m_queue.push_back({b, nullptr});
     ++m_launched;
   }
   m_cv.notify_all();
@@ -463,16 +463,37 @@ void GradSync::finish_device() {
   }
 }
 
+std::future<void> GradSync::post(std::function<void()> job) {
+  auto task = std::make_shared<std::packaged_task<void()>>(std::move(job));
+  std::future<void> done = task->get_future();
+  if (!runs_beside()) {
+    (*task)();
+    return done;
+  }
+  {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    m_queue.push_back({0, [task] { (*task)(); }});
+  }
+  m_cv.notify_all();
+  return done;
+}
+
 void GradSync::worker() {
   for (;;) {
-    size_t b = 0;
+    Job job;
     {
       std::unique_lock<std::mutex> lock(m_mutex);
       m_cv.wait(lock, [this] { return m_stop || !m_queue.empty(); });
       if (m_queue.empty()) return;
-      b = m_queue.front();
+      job = std::move(m_queue.front());
       m_queue.pop_front();
     }
+    if (job.run) {  // a posted job: its packaged task keeps what it threw for the one waiting on it
+      job.run();
+      m_cv.notify_all();
+      continue;
+    }
+    const size_t b = job.bucket;
     const auto t0 = std::chrono::steady_clock::now();
     std::exception_ptr error;
     try {  // a collective that throws (another worker failed, a time-out) reaches the training loop in finish()

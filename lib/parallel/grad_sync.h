@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <functional>
+#include <future>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -110,6 +112,13 @@ class GradSync : NonCopyable {
   void node_done(size_t i);
   /// Waits until every bucket is averaged. Call after the armed backward pass.
   void finish();
+  /// Runs `job` (a collective: the same jobs in the same order on every rank) on the communication thread, after
+  /// the buckets and jobs queued before it, and returns when it is queued: the future is ready once it has run (its
+  /// exception, if any, comes out of get()). Without the thread (no overlap, device buffers) it runs now. dist.zero 3
+  /// gathers units of weights this way, ahead of the layers that read them, in one order with the reduce-scatters.
+  std::future<void> post(std::function<void()> job);
+  /// Whether post() runs jobs beside the caller (the communication thread is there).
+  bool runs_beside() const { return m_thread.joinable(); }
 
   size_t buckets() const { return m_buckets.size(); }
   int64_t bytes_per_step() const { return m_bytes; }
@@ -163,7 +172,12 @@ class GradSync : NonCopyable {
 
   std::mutex m_mutex;
   std::condition_variable m_cv;
-  std::deque<size_t> m_queue;
+  /// What the communication thread runs, in order: a bucket's all-reduce or reduce-scatter, or a posted job.
+  struct Job {
+    size_t bucket = 0;
+    std::function<void()> run;  ///< set: a posted job (its future carries how it ended)
+  };
+  std::deque<Job> m_queue;
   size_t m_done = 0, m_launched = 0;
   size_t m_whole = 0;  ///< chunks: buckets allocated now
   bool m_stop = false;

@@ -75,6 +75,9 @@ ZeroOptimizer::ZeroOptimizer(const OptimizerConfig& cfg, const std::vector<Param
              "dist.zero 3 shards by units (plan_units)");
     m_node_unit = plan.node_unit;
     m_gathered.resize(m_buckets.size());
+    m_pending.resize(m_buckets.size());
+    for (size_t b = 0; b < m_buckets.size(); ++b)
+      m_node_unit_has_weights.push_back(!plan.buckets[b].empty() || !plan.frozen[b].empty());
     m_frozen = plan.frozen;
     m_frozen_gathered.resize(m_buckets.size());
     for (const auto& frozen : m_frozen) {
@@ -261,13 +264,22 @@ void ZeroOptimizer::shard_values() {
     for (Param* p : frozen) p->value = Tensor();
 }
 
-void ZeroOptimizer::gather_unit(size_t b) {
-  const size_t chunk = m_buckets[b].chunk;
-  const auto n = static_cast<int64_t>(chunk * static_cast<size_t>(m_comm.size()));
+void ZeroOptimizer::fill_unit(size_t b) {
   // Mapped on the host, so that its pages go back to the system when it is freed (as GradSync's buckets).
-  m_gathered[b] =
-      m_device.is_cpu() ? Tensor::mapped_zeros(Shape{n}, DType::f32) : Tensor::empty(Shape{n}, DType::f32, m_device);
+  auto buffer = [&](int64_t n) {
+    return m_device.is_cpu() ? Tensor::mapped_zeros(Shape{n}, DType::f32)
+                             : Tensor::empty(Shape{n}, DType::f32, m_device);
+  };
+  const size_t chunk = m_buckets[b].chunk;
+  m_gathered[b] = buffer(static_cast<int64_t>(chunk * static_cast<size_t>(m_comm.size())));
   allgather(m_value_shards[b], m_gathered[b], chunk, "a unit of the weights");
+  if (m_frozen[b].empty()) return;
+  const Tensor& shard = m_frozen_shards[b];
+  m_frozen_gathered[b] = buffer(shard.numel() * m_comm.size());
+  allgather(shard, m_frozen_gathered[b], static_cast<size_t>(shard.numel()), "a unit of the frozen weights");
+}
+
+void ZeroOptimizer::attach_unit(size_t b) {
   // The new weights may sit where another unit's were a moment ago: rounded copies of those must not be used.
   renew_product_scope();
   int64_t offset = 0;
@@ -275,22 +287,25 @@ void ZeroOptimizer::gather_unit(size_t b) {
     m_params[i]->value = m_gathered[b].slice0(offset, m_shapes[i].numel()).view(m_shapes[i]);
     offset += m_shapes[i].numel();
   }
-  if (m_frozen[b].empty()) return;
-  const Tensor& shard = m_frozen_shards[b];
-  const int64_t all = shard.numel() * m_comm.size();
-  Tensor& frozen = m_frozen_gathered[b];
-  frozen = m_device.is_cpu() ? Tensor::mapped_zeros(Shape{all}, DType::f32)
-                             : Tensor::empty(Shape{all}, DType::f32, m_device);
-  allgather(shard, frozen, static_cast<size_t>(shard.numel()), "a unit of the frozen weights");
   offset = 0;
   for (size_t k = 0; k < m_frozen[b].size(); ++k) {
     const Shape& shape = m_frozen_shapes[b][k];
-    m_frozen[b][k]->value = frozen.slice0(offset, shape.numel()).view(shape);
+    m_frozen[b][k]->value = m_frozen_gathered[b].slice0(offset, shape.numel()).view(shape);
     offset += shape.numel();
   }
 }
 
+void ZeroOptimizer::gather_unit(size_t b) {
+  if (m_prefetch) {  // on the communication thread, in order with what is queued there
+    m_prefetch->post([this, b] { fill_unit(b); }).get();
+  } else {
+    fill_unit(b);
+  }
+  attach_unit(b);
+}
+
 void ZeroOptimizer::release_unit(size_t b) {
+  if (m_pending[b].valid()) m_pending[b].get();  // a prefetch under way: done before its buffers go
   for (size_t i : m_buckets[b].params) m_params[i]->value = Tensor();
   for (Param* p : m_frozen[b]) p->value = Tensor();
   m_gathered[b] = Tensor();
@@ -304,15 +319,31 @@ void ZeroOptimizer::use_node(size_t node) {
   if (it != m_recent.end()) {  // whole already: now the one used last
     m_recent.erase(it);
     m_recent.push_back(u);
-    return;
+  } else {
+    // The one used longest ago goes first, so that no more than kResidentUnits are ever whole at once (and the one
+    // being prefetched).
+    if (m_recent.size() >= kResidentUnits) {
+      release_unit(m_recent.front());
+      m_recent.erase(m_recent.begin());
+    }
+    if (m_pending[u].valid()) {  // prefetched: its gather has run, or runs now on the communication thread
+      m_pending[u].get();
+      attach_unit(u);
+    } else {
+      gather_unit(u);
+    }
+    m_recent.push_back(u);
   }
-  // The one used longest ago goes first, so that no more than kResidentUnits are ever whole at once.
-  if (m_recent.size() >= kResidentUnits) {
-    release_unit(m_recent.front());
-    m_recent.erase(m_recent.begin());
-  }
-  gather_unit(u);
-  m_recent.push_back(u);
+  // The pass's direction from the units it moves through (forward: from the last unit to the first, as units are
+  // numbered from the last node; backward: the other way), and the next unit's gather queued ahead of it.
+  if (m_last_unit >= 0 && static_cast<int>(u) != m_last_unit) m_direction = static_cast<int>(u) < m_last_unit ? -1 : 1;
+  m_last_unit = static_cast<int>(u);
+  if (!m_prefetch) return;
+  const int next = static_cast<int>(u) + m_direction;
+  if (next < 0 || next >= static_cast<int>(m_buckets.size())) return;
+  const auto n = static_cast<size_t>(next);
+  if (m_pending[n].valid() || std::find(m_recent.begin(), m_recent.end(), n) != m_recent.end()) return;
+  if (m_node_unit_has_weights[n]) m_pending[n] = m_prefetch->post([this, n] { fill_unit(n); });
 }
 
 void ZeroOptimizer::gather_values() {
@@ -326,9 +357,11 @@ void ZeroOptimizer::gather_values() {
 void ZeroOptimizer::release_values() {
   if (m_stage < 3) return;
   for (size_t b = 0; b < m_buckets.size(); ++b)
-    if (m_gathered[b].defined()) release_unit(b);
+    if (m_gathered[b].defined() || m_pending[b].valid()) release_unit(b);
   m_recent.clear();
   m_all_whole = false;
+  m_last_unit = -1;
+  m_direction = -1;  // a pass starts with a forward
 }
 
 std::vector<std::pair<std::string, Tensor*>> ZeroOptimizer::state() {

@@ -8,6 +8,7 @@
 #include "parallel/comm.h"
 #include "parallel/grad_sync.h"
 
+#include <future>
 #include <memory>
 #include <string>
 #include <utility>
@@ -101,8 +102,14 @@ class ZeroOptimizer final : public Optimizer {
   void release_values();
   /// Stage 3: this rank's chunk of each unit's weights (zero_chunk elements, padding last). Empty at stages 1 and 2.
   const std::vector<Tensor>& value_shards() const { return m_value_shards; }
-  /// Units a stage 3 pass keeps whole at most (use_node): a node's own and a tied layer's owner.
+  /// Units a stage 3 pass keeps whole at most (use_node): a node's own and a tied layer's owner; with prefetch, one
+  /// more being gathered.
   static constexpr size_t kResidentUnits = 2;
+  /// Stage 3 on CPU ranks: the gathers run on `sync`'s communication thread (GradSync::post), in one order with its
+  /// reduce-scatters, and use_node queues the next unit's gather (in the direction the pass goes) as soon as it has
+  /// the current one, so that it runs while the current unit's layers compute (FSDP's prefetch). nullptr: every
+  /// gather on the calling thread, when it is needed.
+  void set_prefetch(GradSync* sync) { m_prefetch = sync && sync->runs_beside() && m_device.is_cpu() ? sync : nullptr; }
   /// Elements of parameter i (Model::params() order), whether or not its value is whole now.
   int64_t param_numel(size_t i) const { return m_shapes[i].numel(); }
 
@@ -132,8 +139,12 @@ class ZeroOptimizer final : public Optimizer {
   void device_norm_sums(Tensor& out, Tensor& per_param);
   /// Runs the all-gather of `n` elements of `send` into `recv` (n per rank), staged through the host when needed.
   void allgather(const Tensor& send, Tensor& recv, size_t n, const char* what);
-  /// Stage 3: gathers unit b into a buffer of its own and points its parameters' values at it; frees it again.
+  /// Stage 3: gathers unit b into a buffer of its own and points its parameters' values at it; frees it again. The
+  /// gather's collective part (fill_unit: the buffers filled) may run on the communication thread; attach_unit (the
+  /// parameters' views) runs on the training thread, whose product scope it renews.
   void gather_unit(size_t b);
+  void fill_unit(size_t b);
+  void attach_unit(size_t b);
   void release_unit(size_t b);
 
   Communicator& m_comm;
@@ -165,6 +176,10 @@ class ZeroOptimizer final : public Optimizer {
   std::vector<Tensor> m_frozen_shards, m_frozen_gathered;
   std::vector<size_t> m_recent;
   bool m_all_whole = false;
+  GradSync* m_prefetch = nullptr;             ///< set_prefetch
+  std::vector<std::future<void>> m_pending;   ///< per unit: its prefetch's gather, until use_node takes it
+  std::vector<bool> m_node_unit_has_weights;  ///< per unit: it holds a parameter (else nothing to gather)
+  int m_last_unit = -1, m_direction = -1;     ///< the unit used last, and the way the pass goes (-1: forward)
 };
 
 /// The weights as the steps so far left them, for what reads them outside a training pass: the optimizer settled

@@ -143,6 +143,7 @@ Footprint training_footprint(const Experiment& exp, const Model& model, const Da
     if (n.tied_to >= 0 && nodes[static_cast<size_t>(n.tied_to)].trainable > 0) owners.push_back(n.tied_to);
   std::sort(owners.begin(), owners.end());
   f.tied_owners = std::unique(owners.begin(), owners.end()) - owners.begin();
+  f.overlap = exp.dist.overlap;
 
   // The optimizer's state per parameter element, from the optimizer the config builds: momentum 1, Adam 2,
   // AMSGrad 3, plain SGD 0.

@@ -60,6 +60,9 @@ struct Footprint {
   /// Layers whose learning weight a tied layer also writes (a GPT's embeddings): on a GPU each keeps a slot of
   /// GradSync's bucket ring through the backward pass, beside the two that take turns.
   int64_t tied_owners = 0;
+  /// dist.overlap: on CPU ranks dist.zero 3 gathers the next unit while the current one computes (one unit more
+  /// whole at a time).
+  bool overlap = true;
   /// Stage 3 without accumulation: the units whose gradient buckets the backward pass holds whole at one moment
   /// (indices into shard_units), one set per node: its own unit, and a tied weight's owner's, begun by the tied layer
   /// and whole until the owner's backward.
@@ -114,18 +117,20 @@ MemoryFit fit_on_this_machine(size_t needed, const std::string& requested);
 /// What one rank of a data-parallel run at `world` ranks holds under a ZeRO stage (dist.zero). Stage 0 keeps every
 /// tensor on every rank. Stages 1 to 3 split the optimizer state: rank 0 (the fullest) keeps its chunk of every bucket,
 /// ⌈bucket / world⌉ elements (zero_chunk; the last rank's part may be shorter), and ZeroOptimizer keeps a buffer pair
-/// for all-gathering the weights (the largest chunk, and the largest bucket padded to chunk · world: gather_bytes).
-/// Stage 2 also splits the gradients (GradSync with chunks, parallel/grad_sync.h): a rank keeps its averaged chunk of
-/// every bucket, and a bucket is whole only while the backward pass writes it, until its reduce-scatter: counted are
-/// the chunks plus the two largest buckets (padded; at most two are whole at once), or plus every bucket with
-/// train.accumulate > 1 (the micro-batches before the last keep what they write) or on a GPU.
-/// Stage 3 cuts by its units (Footprint::shard_units), which are its gradient buckets too, and also splits the
-/// weights: a rank keeps its chunk of every unit, and while a pass runs at most ZeroOptimizer::kResidentUnits units
-/// whole (buffers of chunk · world), counted as the largest ones (exact when the largest follow each other in a pass,
-/// as a repeat: block's passes do); frozen weights stay whole. Its gradient buckets are reduce-scattered as each is
-/// complete (no overlap thread): counted are the chunks plus the largest of the sets Footprint::shard_unit_grads_whole
-/// names, or every unit with train.accumulate > 1 or on a GPU. Under bf16/fp16 its rounded weight copies are at most
-/// those of the kResidentUnits units with the largest copies plus those of the weights in no unit: a gather starts a
+/// for all-gathering the weights (the largest chunk, and the largest bucket padded to chunk · world: gather_bytes; none
+/// at stage 3, which gathers no weights after the step). Stage 2 also splits the gradients (GradSync with chunks,
+/// parallel/grad_sync.h): a rank keeps its averaged chunk of every bucket, and a bucket is whole only while the
+/// backward pass writes it, until its reduce-scatter: counted are the chunks plus the two largest buckets (padded; at
+/// most two are whole at once), or plus every bucket with train.accumulate > 1 (the micro-batches before the last keep
+/// what they write); on a GPU without accumulation, GradSync's ring: two slots and one per tied layer's owner, each up
+/// to the largest bucket. Stage 3 cuts by its units (Footprint::shard_units), which are its gradient buckets too, and
+/// also splits the weights, frozen ones too: a rank keeps its chunk of every unit, and while a pass runs at most
+/// ZeroOptimizer::kResidentUnits units whole (buffers of chunk · world), and on CPU ranks with dist.overlap the next
+/// one being gathered (units_in_pass), counted as the largest ones (exact when the largest follow each other in a
+/// pass, as a repeat: block's passes do). Its gradient buckets: the chunks plus the largest of the sets
+/// Footprint::shard_unit_grads_whole names, every unit with train.accumulate > 1, the ring's slots on a GPU. Under
+/// bf16/fp16 its rounded weight copies are at most those of the kResidentUnits units with the largest copies plus
+/// those of the weights in no unit: a gather starts a
 /// new product scope (renew_product_scope), and a copy lives through the scope that reads it and the next
 /// (ScopeCopies::sweep), while each scope's products read the unit it gathered. Evaluation, checkpoints and the final
 /// weights make every unit whole for their duration (WholeWeights): that moment's weights are whole_weight_bytes, a
@@ -135,6 +140,7 @@ struct RankShare {
   size_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0;  ///< this rank's
   size_t gather_bytes = 0;                                      ///< stages 1 to 3: ZeroOptimizer's all-gather buffers
   size_t whole_weight_bytes = 0;  ///< stage 3: the weights while every unit is whole (WholeWeights), not in the total
+  size_t units_in_pass = 0;       ///< stage 3: the units whole at once in a pass, counted in param_bytes
   size_t half_weight_bytes = 0;  ///< the rounded weight copies under bf16/fp16 (Footprint::half_weight_bytes at 0 to 2)
   size_t total_bytes = 0;        ///< with the buffers, activations and batch tensors, which every rank holds whole
   MemoryFit fit;

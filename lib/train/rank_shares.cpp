@@ -128,7 +128,9 @@ std::vector<RankShare> rank_shares(const Footprint& f, int64_t world, const std:
                         padded_largest_first({f.shard_unit_frozen[u]}, world)[0]);
       std::sort(units.begin(), units.end(), std::greater<>());
       const size_t shards = (chunk_sum(f.shard_units, world) + chunk_sum(f.shard_unit_frozen, world)) * element;
-      r.param_bytes = shards + sum_first(units, ZeroOptimizer::kResidentUnits) * element;
+      // In a pass: kResidentUnits whole, and on CPU ranks with dist.overlap the next one being gathered.
+      r.units_in_pass = ZeroOptimizer::kResidentUnits + (f.overlap && !device_buckets ? 1 : 0);
+      r.param_bytes = shards + sum_first(units, r.units_in_pass) * element;
       r.whole_weight_bytes = shards + sum_first(units, units.size()) * element;
       r.grad_bytes = zero3_grads(f, world, device_buckets) * element;
       r.half_weight_bytes = std::min(f.half_weight_bytes, zero3_half_bytes(f));
@@ -170,7 +172,7 @@ std::string rank_shares_report(const std::vector<RankShare>& shares, int64_t wor
           "  (parameters at zero 3: this rank's chunks of every unit, frozen weights too, the {} largest whole in a "
           "pass;\n"
           "   evaluation, checkpoints and the final weights make every unit whole for a moment: {} then, not above)\n",
-          ZeroOptimizer::kResidentUnits, format_bytes(r.whole_weight_bytes));
+          r.units_in_pass, format_bytes(r.whole_weight_bytes));
   if (!shares.empty()) {
     const MemoryFit& fit = shares.front().fit;
     out += fit.fits ? fmt::format("  (one rank on {}: {} {}; ranks sharing a host share its memory)\n", fit.device,

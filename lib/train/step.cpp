@@ -132,11 +132,11 @@ StepLoop::StepLoop(const Experiment& exp, RunSetup& setup, const StepPlan& plan,
     // dist.zero 2: the gradients are reduce-scattered into the optimizer's chunks, and exist whole only in backward.
     m_zero = dynamic_cast<ZeroOptimizer*>(&m_optimizer);
     if (m_zero && m_zero->stage() >= 2) m_grad_chunks = m_zero->grad_chunks();
-    // dist.zero 3 on the host gathers weights on the training thread between the layers, so the gradient buckets
-    // are reduce-scattered there too: the ranks' collectives then come in one order. (On device buffers both queue
-    // on streams from this thread, in one order already.)
+    // dist.zero 3 on the host gathers each unit of weights on the communication thread, queued ahead of the layers
+    // that read it, in one order with the reduce-scatters (set_prefetch); without overlap both run on the training
+    // thread. (On device buffers both queue on streams from the training thread, in one order already.)
     const bool stage3 = m_zero && m_zero->stage() >= 3;
-    const bool overlap = exp.dist.overlap && !(stage3 && !device_comm.device_buffers());
+    const bool overlap = exp.dist.overlap;
     m_grad_sync.emplace(
         device_comm, m_zero ? zero_plan(m_model, exp.dist) : plan_buckets(m_model.params_by_node(), exp.dist.bucket_mb),
         overlap, m_grad_chunks, m_accumulate);
@@ -153,10 +153,12 @@ StepLoop::StepLoop(const Experiment& exp, RunSetup& setup, const StepPlan& plan,
         stage3 && blocks && exp.dist.shard_unit == "block"
             ? "unit(s): each pass of a repeat: block, and the layers between"
             : fmt::format("{} of up to {} MB", stage3 ? "unit(s)" : "bucket(s)", exp.dist.bucket_mb),
-        overlap  ? "overlapping backward"
-        : stage3 ? "as backward completes them (dist.zero 3)"
-                 : "after backward (dist.overlap: false)");
+        overlap && stage3 ? "overlapping backward, each unit's weights gathered ahead of its layers"
+        : overlap         ? "overlapping backward"
+        : stage3          ? "as backward completes them, each unit's weights gathered when its layers need them"
+                          : "after backward (dist.overlap: false)");
     m_grad_sync->set_profiler(&profiler);
+    if (stage3) m_zero->set_prefetch(&*m_grad_sync);
   }
   // The initial weights are the same on every rank now: dist.zero 3 keeps its shard of them alone, dist.offload its
   // host masters of them.
