@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <string_view>
+#include <system_error>
 
 // SIGINT, SIGTERM and SIGUSR1 are caught before any library initialiser runs: the executable's .preinit_array runs
 // first of all, as soon as the dynamic loader has mapped and relocated the libraries (cuBLASLt's initialisers alone
@@ -141,6 +142,17 @@ int main(int argc, char** argv) {
   } catch (const std::bad_alloc&) {
     const std::string what = gt::AllocLabel::take_unwound();  // what it was for, when a label says it
     spdlog::error("{}", gt::host_out_of_memory(0, what.empty() ? "a buffer outside the tensors" : what));
+    return fail(1);
+  } catch (const std::system_error& e) {
+    // A thread that could not start (its stack not mapped under an address-space limit, or no thread left): said as
+    // an allocation that failed, naming what was being set up.
+    if (e.code() == std::errc::resource_unavailable_try_again || e.code() == std::errc::not_enough_memory) {
+      const std::string what = gt::AllocLabel::take_unwound();
+      spdlog::error("{}",
+                    gt::host_out_of_memory(0, what.empty() ? "a thread's stack" : "a thread's stack, for " + what));
+    } else {
+      spdlog::error("unexpected failure: {}", e.what());
+    }
     return fail(1);
   } catch (const std::exception& e) {
     spdlog::error("unexpected failure: {}", e.what());

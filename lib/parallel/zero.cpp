@@ -70,28 +70,7 @@ ZeroOptimizer::ZeroOptimizer(const OptimizerConfig& cfg, const std::vector<Param
     out.end_slice = m_slices.size();
     m_buckets.push_back(std::move(out));
   }
-  if (m_stage >= 3) {
-    GT_CHECK(plan.node_unit.size() >= plan.node_bucket.size() && plan.frozen.size() == plan.buckets.size(),
-             "dist.zero 3 shards by units (plan_units)");
-    m_node_unit = plan.node_unit;
-    m_gathered.resize(m_buckets.size());
-    m_pending.resize(m_buckets.size());
-    for (size_t b = 0; b < m_buckets.size(); ++b)
-      m_node_unit_has_weights.push_back(!plan.buckets[b].empty() || !plan.frozen[b].empty());
-    m_frozen = plan.frozen;
-    m_frozen_gathered.resize(m_buckets.size());
-    for (const auto& frozen : m_frozen) {
-      int64_t n = 0;
-      m_frozen_shapes.emplace_back();
-      for (const Param* p : frozen) {
-        n += p->value.numel();
-        m_frozen_shapes.back().push_back(p->value.shape());
-      }
-      const auto chunk = static_cast<int64_t>(zero_chunk(static_cast<size_t>(n), static_cast<int>(world)));
-      m_frozen_shards.push_back(Tensor::zeros(Shape{chunk}, DType::f32, m_device));
-      max_chunk = std::max(max_chunk, static_cast<size_t>(chunk));  // (the host copies of a staged all-gather)
-    }
-  }
+  if (m_stage >= 3) max_chunk = std::max(max_chunk, plan_units_of(plan));
   std::vector<Param*> rows;
   std::vector<int> row_groups;  // each slice in its parameter's group
   for (size_t j = 0; j < m_slice_params.size(); ++j) {
@@ -123,6 +102,32 @@ ZeroOptimizer::ZeroOptimizer(const OptimizerConfig& cfg, const std::vector<Param
     if (m_device.is_cuda())
       m_sums = Tensor::zeros(Shape{static_cast<int64_t>(m_params.size()) + 1}, DType::f64, m_device);
   }
+}
+
+size_t ZeroOptimizer::plan_units_of(const BucketPlan& plan) {
+  GT_CHECK(plan.node_unit.size() >= plan.node_bucket.size() && plan.frozen.size() == plan.buckets.size(),
+           "dist.zero 3 shards by units (plan_units)");
+  m_node_unit = plan.node_unit;
+  m_gathered.resize(m_buckets.size());
+  m_pending.resize(m_buckets.size());
+  for (size_t b = 0; b < m_buckets.size(); ++b)
+    m_node_unit_has_weights.push_back(!plan.buckets[b].empty() || !plan.frozen[b].empty());
+  // Each unit's frozen parameters: a shard of their own, cut as a bucket is.
+  m_frozen = plan.frozen;
+  m_frozen_gathered.resize(m_buckets.size());
+  size_t max_chunk = 0;
+  for (const auto& frozen : m_frozen) {
+    int64_t n = 0;
+    m_frozen_shapes.emplace_back();
+    for (const Param* p : frozen) {
+      n += p->value.numel();
+      m_frozen_shapes.back().push_back(p->value.shape());
+    }
+    const size_t chunk = zero_chunk(static_cast<size_t>(n), m_comm.size());
+    m_frozen_shards.push_back(Tensor::zeros(Shape{static_cast<int64_t>(chunk)}, DType::f32, m_device));
+    max_chunk = std::max(max_chunk, chunk);
+  }
+  return max_chunk;
 }
 
 void ZeroOptimizer::allgather(const Tensor& send, Tensor& recv, size_t n, const char* what) {
@@ -172,7 +177,10 @@ void ZeroOptimizer::step(std::span<const double> lrs, const Tensor& stats, doubl
   if (m_stage >= 3) release_values();  // (the training step has freed them: a gathered copy would go stale)
   m_inner->step(lrs, stats, max_norm);
   ++m_steps;
-  if (m_stage >= 3) return;  // the next pass gathers the new weights as it needs them
+  if (m_stage < 3) gather_weights();  // (stage 3: the next pass gathers the new weights as it needs them)
+}
+
+void ZeroOptimizer::gather_weights() {
   gather(
       "the updated weights", [&](size_t j) -> Tensor& { return m_slice_params[j].value; },
       [&](size_t i) -> Tensor& { return m_params[i]->value; });
@@ -180,10 +188,7 @@ void ZeroOptimizer::step(std::span<const double> lrs, const Tensor& stats, doubl
 
 bool ZeroOptimizer::settle() {
   if (!m_inner->settle()) return false;
-  if (m_stage < 3)
-    gather(
-        "the updated weights", [&](size_t j) -> Tensor& { return m_slice_params[j].value; },
-        [&](size_t i) -> Tensor& { return m_params[i]->value; });
+  if (m_stage < 3) gather_weights();
   return true;
 }
 

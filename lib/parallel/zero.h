@@ -137,6 +137,11 @@ class ZeroOptimizer final : public Optimizer {
 
   /// Stage 2 on a device: adds the ranks' partial squared norms (m_total, m_per_slice) into `out` and `per_param`.
   void device_norm_sums(Tensor& out, Tensor& per_param);
+  /// Stage 3's units from `plan` (node_unit, the frozen parameters' shards); returns the largest frozen chunk (the
+  /// host copies of a staged all-gather must hold it too).
+  size_t plan_units_of(const BucketPlan& plan);
+  /// All-gathers the slices' new weights into the whole parameters (stages 1 and 2, after an update).
+  void gather_weights();
   /// Runs the all-gather of `n` elements of `send` into `recv` (n per rank), staged through the host when needed.
   void allgather(const Tensor& send, Tensor& recv, size_t n, const char* what);
   /// Stage 3: gathers unit b into a buffer of its own and points its parameters' values at it; frees it again. The
