@@ -53,7 +53,8 @@ print("| ranks | dist.zero | peak tensor MB (whole run) | peak tensor MB (steps)
       "| samples/s | step time vs zero 0 |")
 print("| --- | --- | --- | --- | --- | --- | --- | --- |")
 for n in ranks:
-    check = {z["stage"]: z["per_rank_bytes"] for z in json.load(open(f"{out}/check{n}.json"))["zero_stages"]}
+    check = {z["stage"]: z["per_rank_bytes"] for z in json.load(open(f"{out}/check{n}.json"))["zero_stages"]
+             if not z.get("offload")}
     base = None
     for z in ([0] if n == 1 else [0, 1, 2, 3]):
         s = json.load(open(f"{out}/r{n}_z{z}/summary.json"))

@@ -700,11 +700,16 @@ TEST_CASE("gputrain check prints the dry run and says whether it fits", "[e2e]")
                      (dir / "small.json"))
                         .c_str()) == 0);
 
-  // --world-size: the four ZeRO stages per rank, the configured one (dist.zero, 0 by default) as per_rank_bytes;
-  // one rank at stage 0 holds what the plain check says.
+  // --world-size: the four ZeRO stages per rank, and the configured one with dist.offload: optimizer (on the CPU its
+  // host copies, momentum, masters and gradients of every parameter at stage 0, come on top of the rest), the
+  // configured one (dist.zero, 0 by default) as per_rank_bytes; one rank at stage 0 holds what the plain check says.
   REQUIRE(run_to_file("check " + (dir / "c.yaml") + " --json --world-size 4", dir / "ranks.json") == 0);
   CHECK(std::system(("python3 -c \"import json,sys; j=json.load(open(sys.argv[1])); s=j['zero_stages']; "
-                     "assert j['world_size'] == 4 and [x['stage'] for x in s] == [0, 1, 2, 3]; "
+                     "assert j['world_size'] == 4 and [x['stage'] for x in s] == [0, 1, 2, 3, 0]; "
+                     "assert s[4]['offload'] is True and s[4]['optimizer_bytes'] == 0; "
+                     "assert s[4]['host_bytes'] == 4 * 3 * (68 + 1600016); "
+                     "assert s[4]['per_rank_bytes'] == s[0]['per_rank_bytes'] - s[0]['optimizer_bytes'] + "
+                     "s[4]['host_bytes']; "
                      "assert j['zero_stage'] == 0; "
                      "assert j['per_rank_bytes'] == s[0]['per_rank_bytes'] == j['totals']['total_bytes']; "
                      // Buckets of 68 and 1600016 gradients (the first capped at 1 MB): chunks of 17 and 400004 of
@@ -984,6 +989,16 @@ TEST_CASE("check --world-size sizes dist.zero 3 by its units: a GPT's blocks, em
   REQUIRE(frozen.shard_unit_frozen == std::vector<int64_t>{0, 0, 0, 0, 192});
   CHECK(rank_shares(frozen, 2, judge)[3].param_bytes == (16 + 3 * 1640 + 256 + 96 + 3 * 3280) * 4);
   CHECK(rank_shares(frozen, 2, judge)[3].optimizer_bytes == (16 + 3 * 1640 + 256) * 2 * 4);
+  // dist.offload beside stage 3: on a GPU the device sheds AdamW's two buffers of its chunks; the host holds them,
+  // a master copy and a gradient copy (4 elements per element updated); on the CPU the host is the device.
+  const auto gpu = [](size_t bytes) { return judge_fit(bytes, Device::cuda(0), size_t{1} << 40); };
+  const RankShare z3_gpu = rank_shares(f, 2, gpu)[3];
+  const RankShare off = offload_share(f, z3_gpu, gpu);
+  CHECK(off.offload);
+  CHECK(off.optimizer_bytes == 0);
+  CHECK(off.host_bytes == chunks * 4 * 4);
+  CHECK(off.total_bytes == z3_gpu.total_bytes - z3_gpu.optimizer_bytes);
+  CHECK(offload_share(f, z3, judge).total_bytes == z3.total_bytes - z3.optimizer_bytes + chunks * 4 * 4);
   // At one rank nothing is sharded: every stage is the plain check's.
   for (const RankShare& r : rank_shares(f, 1, judge)) CHECK(r.total_bytes == f.total_bytes);
 
@@ -1016,6 +1031,13 @@ TEST_CASE("check --world-size sizes dist.zero 3 by its units: a GPT's blocks, em
   CHECK_THAT(advice, Catch::StartsWith("nothing fits; what would:") && Catch::Contains("  4 ranks, with zero 3 ("));
 
   // The report's four columns, the configured one marked, and the JSON's configured stage 3.
+  std::vector<RankShare> with_offload = two;
+  with_offload.push_back(offload_share(f, z3, judge));
+  CHECK_THAT(rank_shares_report(with_offload, 2, 3, true),
+             Catch::Contains("zero 3+off*") && Catch::Contains("host (offload)"));
+  JsonObject offloaded;
+  add_rank_shares_json(offloaded, with_offload, 2, 3, true);
+  CHECK(json_number(offloaded.str(), "per_rank_bytes") == static_cast<double>(with_offload.back().total_bytes));
   const std::string report = rank_shares_report(two, 2, 3);
   CHECK_THAT(report, Catch::Contains("zero 0 ") && Catch::Contains("zero 3*") && Catch::Contains("gather buffers") &&
                          Catch::Contains("make every unit whole for a moment"));

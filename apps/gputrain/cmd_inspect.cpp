@@ -49,6 +49,8 @@ std::vector<RankShare> rank_shares_here(const Experiment& exp, const LoadedData&
   };
   std::vector<RankShare> shares = rank_shares(f, world, judge);
   advice = fit_advice(f, world, judge, footprint_with);
+  // dist.offload beside them: the configured stage with its optimizer state on the host.
+  shares.push_back(offload_share(f, shares.at(static_cast<size_t>(exp.dist.zero)), judge));
   return shares;
 }
 
@@ -119,7 +121,7 @@ int check(CheckArgs& a) {
                          .add("train_samples", data.train.size())
                          .add("test_samples", data.test.size());
     if (a.world > 0) {
-      add_rank_shares_json(out, shares, a.world, exp.dist.zero);
+      add_rank_shares_json(out, shares, a.world, exp.dist.zero, exp.dist.offload == "optimizer");
       out.add("advice", advice);
     }
     fmt::print("{}\n", out.str());
@@ -133,7 +135,8 @@ int check(CheckArgs& a) {
                data.test.size() ? fmt::format(", {} test samples", data.test.size()) : std::string(),
                exp.data.batch_size, footprint_report(f, fit, model.edges()));
   for (const std::string& line : group_lines) fmt::print("{}\n", line);
-  if (a.world > 0) fmt::print("{}{}", rank_shares_report(shares, a.world, exp.dist.zero), advice);
+  if (a.world > 0)
+    fmt::print("{}{}", rank_shares_report(shares, a.world, exp.dist.zero, exp.dist.offload == "optimizer"), advice);
   if (exp.train.cuda_graphs) {
     const int64_t dropped = data.train.size() % exp.data.batch_size;
     fmt::print(

@@ -141,15 +141,25 @@ struct RankShare {
   size_t gather_bytes = 0;                                      ///< stages 1 to 3: ZeroOptimizer's all-gather buffers
   size_t whole_weight_bytes = 0;  ///< stage 3: the weights while every unit is whole (WholeWeights), not in the total
   size_t units_in_pass = 0;       ///< stage 3: the units whole at once in a pass, counted in param_bytes
+  size_t update_elements = 0;     ///< the parameter elements this rank updates (its shard from stage 1 on)
+  /// dist.offload: optimizer (offload_share): the optimizer state lives in host memory, with a master copy and a
+  /// gradient copy of what the rank updates (host_bytes); the device holds no optimizer state.
+  bool offload = false;
+  size_t host_bytes = 0;
   size_t half_weight_bytes = 0;  ///< the rounded weight copies under bf16/fp16 (Footprint::half_weight_bytes at 0 to 2)
   size_t total_bytes = 0;        ///< with the buffers, activations and batch tensors, which every rank holds whole
   MemoryFit fit;
 };
 /// Stages 0 to 3 at `world` ranks (≥ 1); `judge` gives the verdict for one rank's bytes.
 std::vector<RankShare> rank_shares(const Footprint& f, int64_t world, const std::function<MemoryFit(size_t)>& judge);
+/// `stage` with dist.offload: optimizer (optim/offload.h): the optimizer state and master weights go to host memory
+/// (host_bytes: state, masters and gradient copies of update_elements), so a GPU's total drops by the state; on the
+/// CPU, where the host is the device, the copies come on top.
+RankShare offload_share(const Footprint& f, const RankShare& stage, const std::function<MemoryFit(size_t)>& judge);
 /// The four stages side by side, as `gputrain check --world-size N` prints them, the configured one (dist.zero)
 /// marked.
-std::string rank_shares_report(const std::vector<RankShare>& shares, int64_t world, int configured_stage);
+std::string rank_shares_report(const std::vector<RankShare>& shares, int64_t world, int configured_stage,
+                               bool configured_offload = false);
 /// When no stage fits: what would, in lines ("" when one fits or nothing is known). `footprint_with` sizes the same
 /// config with another recompute mode, micro-batch and accumulation (nullopt: that setting is refused, e.g. blocks
 /// without a block). Tried: train.recompute: blocks; halving the micro-batch while doubling train.accumulate (the
@@ -161,7 +171,8 @@ std::string fit_advice(const Footprint& f, int64_t world, const std::function<Me
 /// The stages as JSON: {"world_size", "zero_stage" (dist.zero), "per_rank_bytes" (that stage's),
 /// "zero_stages": [{stage, param_bytes, grad_bytes, optimizer_bytes, gather_bytes, half_weight_bytes, per_rank_bytes,
 /// fits}, …, with "whole_weight_bytes" at stage 3]}.
-void add_rank_shares_json(JsonObject& out, const std::vector<RankShare>& shares, int64_t world, int configured_stage);
+void add_rank_shares_json(JsonObject& out, const std::vector<RankShare>& shares, int64_t world, int configured_stage,
+                          bool configured_offload = false);
 
 /// What the outputs kept for backward are stored in: "f32", "bf16" or "fp16" (`check --json`'s activation_dtype).
 std::string activation_dtype(const Footprint& f);

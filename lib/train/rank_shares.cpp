@@ -112,11 +112,13 @@ std::vector<RankShare> rank_shares(const Footprint& f, int64_t world, const std:
     r.grad_bytes = f.grad_bytes;
     r.optimizer_bytes = f.optimizer_bytes;
     r.half_weight_bytes = f.half_weight_bytes;
+    r.update_elements = static_cast<size_t>(f.trainable);
     if (world > 1 && stage >= 1) {
       // Stages 1 and 2 shard by the gradient buckets, stage 3 by its units. Stage 3 gathers no weights after the
       // step: its all-gather buffers exist only while a checkpoint gathers the state (with the whole weights).
       const std::vector<int64_t>& cut = stage == 3 ? f.shard_units : f.grad_buckets;
-      r.optimizer_bytes = chunk_sum(cut, world) * state * element;
+      r.update_elements = chunk_sum(cut, world);
+      r.optimizer_bytes = r.update_elements * state * element;
       if (stage < 3) r.gather_bytes = gather_elements(cut, world) * element;
     }
     if (world > 1 && stage == 2) r.grad_bytes = zero2_grads(f, world, device_buckets) * element;
@@ -142,12 +144,28 @@ std::vector<RankShare> rank_shares(const Footprint& f, int64_t world, const std:
   return out;
 }
 
-std::string rank_shares_report(const std::vector<RankShare>& shares, int64_t world, int configured_stage) {
+RankShare offload_share(const Footprint& f, const RankShare& stage, const std::function<MemoryFit(size_t)>& judge) {
+  RankShare r = stage;
+  r.offload = true;
+  const auto state = static_cast<size_t>(f.optimizer_state_per_param);
+  r.host_bytes = r.update_elements * (state + 2) * dtype_size(f.dtype);  // the state, the masters, the gradients
+  r.total_bytes -= r.optimizer_bytes;
+  r.optimizer_bytes = 0;
+  // On the CPU the host is the device: the copies come on top of what it holds.
+  if (judge(0).device.rfind("cuda", 0) != 0) r.total_bytes += r.host_bytes;
+  r.fit = judge(r.total_bytes);
+  return r;
+}
+
+std::string rank_shares_report(const std::vector<RankShare>& shares, int64_t world, int configured_stage,
+                               bool configured_offload) {
   std::string out = fmt::format("\nper rank at {} rank{} (data parallel; dist.zero stages side by side):\n", world,
                                 world == 1 ? "" : "s");
   out += fmt::format("  {:<16}", "");
   for (const RankShare& r : shares)
-    out += fmt::format(" {:>12}", fmt::format("zero {}{}", r.zero_stage, r.zero_stage == configured_stage ? "*" : ""));
+    out += fmt::format(" {:>12}",
+                       fmt::format("zero {}{}{}", r.zero_stage, r.offload ? "+off" : "",
+                                   r.zero_stage == configured_stage && r.offload == configured_offload ? "*" : ""));
   out += "\n";
   auto row = [&](const char* what, size_t RankShare::*field) {
     out += fmt::format("  {:<16}", what);
@@ -161,13 +179,20 @@ std::string rank_shares_report(const std::vector<RankShare>& shares, int64_t wor
   if (std::any_of(shares.begin(), shares.end(), [](const RankShare& r) { return r.half_weight_bytes > 0; }))
     row("half weights", &RankShare::half_weight_bytes);
   row("total", &RankShare::total_bytes);
+  const bool offloaded = std::any_of(shares.begin(), shares.end(), [](const RankShare& r) { return r.offload; });
+  if (offloaded) row("host (offload)", &RankShare::host_bytes);
   out += fmt::format("  {:<16}", "fits");
   for (const RankShare& r : shares) out += fmt::format(" {:>12}", !r.fit.fits ? "unknown" : *r.fit.fits ? "yes" : "no");
   out += "\n";
-  out += fmt::format("  (* dist.zero: {}, the configured stage)\n", configured_stage);
+  out += fmt::format("  (* dist.zero: {}{}, the configured stage)\n", configured_stage,
+                     configured_offload ? " with dist.offload: optimizer" : "");
+  if (offloaded)
+    out +=
+        "  (+off: with dist.offload: optimizer, the optimizer state, master weights and a gradient copy in host "
+        "memory)\n";
   out += "  (gradients at zero 2 and 3: this rank's chunks and the buckets the backward pass holds whole at once)\n";
   for (const RankShare& r : shares)
-    if (r.whole_weight_bytes > 0)
+    if (r.whole_weight_bytes > 0 && !r.offload)
       out += fmt::format(
           "  (parameters at zero 3: this rank's chunks of every unit, frozen weights too, the {} largest whole in a "
           "pass;\n"
@@ -242,7 +267,8 @@ std::string fit_advice(const Footprint& f, int64_t world, const std::function<Me
   return out;
 }
 
-void add_rank_shares_json(JsonObject& out, const std::vector<RankShare>& shares, int64_t world, int configured_stage) {
+void add_rank_shares_json(JsonObject& out, const std::vector<RankShare>& shares, int64_t world, int configured_stage,
+                          bool configured_offload) {
   auto n = [](size_t v) { return static_cast<int64_t>(v); };
   std::vector<JsonObject> stages;
   for (const RankShare& r : shares) {
@@ -255,6 +281,7 @@ void add_rank_shares_json(JsonObject& out, const std::vector<RankShare>& shares,
         .add("half_weight_bytes", n(r.half_weight_bytes))
         .add("per_rank_bytes", n(r.total_bytes));
     if (r.zero_stage == 3) s.add("whole_weight_bytes", n(r.whole_weight_bytes));
+    if (r.offload) s.add_bool("offload", true).add("host_bytes", n(r.host_bytes));
     if (r.fit.fits)
       s.add_bool("fits", *r.fit.fits);
     else
@@ -262,8 +289,9 @@ void add_rank_shares_json(JsonObject& out, const std::vector<RankShare>& shares,
     stages.push_back(std::move(s));
   }
   // By its stage, not its place: a stage the shares lack is a failure here, never a read past them.
-  const auto configured =
-      std::find_if(shares.begin(), shares.end(), [&](const RankShare& r) { return r.zero_stage == configured_stage; });
+  const auto configured = std::find_if(shares.begin(), shares.end(), [&](const RankShare& r) {
+    return r.zero_stage == configured_stage && r.offload == configured_offload;
+  });
   GT_CHECK(configured != shares.end(), "dist.zero {} is not among the {} stages sized", configured_stage,
            shares.size());
   out.add("world_size", world)
