@@ -99,19 +99,11 @@ bool close_curves(const std::vector<std::pair<double, double>>& a, const std::ve
   return true;
 }
 
-// GPT-2's layers as a YAML flow list: a `vocab`-token table of `dim` channels, positions up to `len`, `blocks` passes
-// of the pre-norm block (its MLP 2 · dim wide), ln_f and a head tied to the table.
-std::string gpt_blocks(int vocab, int dim, int len, int blocks) {
-  return fmt::format(
-      "[{{type: embedding, name: wte, num_embeddings: {0}, embedding_dim: {1}}}, "
-      "{{type: positional_embedding, name: wpe, max_len: {2}}}, "
-      "{{repeat: {3}, name: h, layers: [{{type: layernorm, name: ln_1}}, "
-      "{{type: causal_self_attention, name: attn, heads: 2}}, {{type: add, name: res_1, inputs: [input, attn]}}, "
-      "{{type: layernorm, name: ln_2}}, {{type: linear, name: fc, out_features: {4}}}, "
-      "{{type: gelu, approximate: tanh}}, {{type: linear, name: proj, out_features: {1}}}, "
-      "{{type: add, inputs: [res_1, proj]}}]}}, "
-      "{{type: layernorm, name: ln_f}}, {{type: linear, name: lm_head, tied_to: wte, bias: false, out_features: {0}}}]",
-      vocab, dim, len, blocks, 2 * dim);
+// gpt_layers' model section (helpers.h) indented under `model:`.
+std::string gpt_model(int64_t vocab, int64_t dim, int64_t len, int64_t blocks) {
+  std::string out;
+  for (const std::string& line : lines_of(gpt_layers(vocab, dim, len, blocks, 2, 2 * dim))) out += "  " + line + "\n";
+  return out;
 }
 
 }  // namespace
@@ -240,12 +232,12 @@ dist: {{zero: {}, bucket_mb: 0.01}}
 seed: 3
 device: cpu
 data: {{format: tokens, train: {{path: {}/train_*.bin}}, block_size: 16, batch_size: 4}}
-model: {{layers: {}}}
-optimizer: {{type: adamw, lr: 0.003}}
+model:
+{}optimizer: {{type: adamw, lr: 0.003}}
 train: {{epochs: 1, max_steps: 12, log_every: 2, grad_clip: {{max_norm: 1.0}}}}
 dist: {{zero: {}, bucket_mb: 0.01}}
 )",
-                                                                  dir / "tok", gpt_blocks(256, 32, 16, 3), z));
+                                                                  dir / "tok", gpt_model(256, 32, 16, 3), z));
   // bf16 on the CPU: where the products round the weights as they pack them (AVX-512 BF16 or our own GEMM), and
   // where rounded copies of the weights are kept for the step's products (OpenBLAS's f32 GEMM on rounded values):
   // stage 3 gathers units of the same shapes into memory another unit had a moment before, and such a copy must not
@@ -512,7 +504,7 @@ namespace {
 
 // A GPT of `blocks` passes of GPT-2's block (no data: built straight from the spec).
 gt::Model block_gpt(int blocks) {
-  const std::string yaml = "layers: " + gpt_blocks(64, 16, 8, blocks) + "\n";
+  const std::string yaml = gpt_layers(64, 16, 8, blocks, 2, 32);
   return gt::Model::build(gt::parse_model_spec(gt::ConfigNode::load_string(yaml, "gpt.yaml")), gt::Shape{8},
                           gt::DType::f32, gt::Device::cpu(), 5);
 }

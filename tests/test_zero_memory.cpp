@@ -23,7 +23,7 @@ namespace {
 
 // mpirun as CI runs it (as root, allowed explicitly; oversubscribed past the cores), with glibc's arenas and
 // OpenBLAS's threads held down: each reserves address space that an address-space limit would count.
-std::string mpirun(int ranks) {
+std::string mpirun_lean(int ranks) {
   return fmt::format(
       "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 "
       "MALLOC_ARENA_MAX=2 OPENBLAS_NUM_THREADS=1 mpirun -np {} ",
@@ -31,7 +31,7 @@ std::string mpirun(int ranks) {
 }
 
 // Byte tokens of generated text (words drawn from a small list) in DIR/tok, as `gputrain tokenize` writes them.
-std::string make_tokens(const std::string& dir) {
+std::string memory_tokens(const std::string& dir) {
   std::mt19937 rng(7);
   const char* words[] = {"alpha", "beta", "gamma", "delta", "the", "of", "memory", "shard", "rank", "weights"};
   std::string text;
@@ -46,14 +46,14 @@ std::string make_tokens(const std::string& dir) {
 }
 
 // `text` with every line indented by two spaces (a block under a key).
-std::string indented(const std::string& text) {
+std::string indented_block(const std::string& text) {
   std::string out;
   for (const std::string& line : lines_of(text)) out += "  " + line + "\n";
   return out;
 }
 
 // A byte-level GPT of `blocks` blocks of `dim` channels (MLP 4·dim) on windows of 8, batch 1, Adam, a few steps.
-std::string gpt_config(const std::string& tokens, int64_t dim, int64_t blocks, int64_t steps) {
+std::string memory_gpt_config(const std::string& tokens, int64_t dim, int64_t blocks, int64_t steps) {
   return fmt::format(R"(name: zero_memory
 seed: 3
 device: cpu
@@ -64,7 +64,7 @@ optimizer: {{type: adamw, lr: 0.0001}}
 train: {{epochs: 1, max_steps: {}, log_every: 1}}
 logging: {{report: false, tensorboard: false}}
 )",
-                     tokens, indented(gpt_layers(256, dim, 8, blocks, 4, 4 * dim)), steps);
+                     tokens, indented_block(gpt_layers(256, dim, 8, blocks, 4, 4 * dim)), steps);
 }
 
 // `mpirun -np RANKS gputrain train CONFIG ARGS --out OUT` under `limit_kib` of address space per process (0: none),
@@ -73,7 +73,7 @@ int train_mpi(int ranks, const std::string& config, const std::string& out, cons
               int64_t limit_kib = 0) {
   const std::string limit = limit_kib > 0 ? fmt::format("ulimit -v {}; ", limit_kib) : std::string();
   const std::string cmd = fmt::format("{}{}{} train {} --threads 1 --quiet {} --out {} > {}.log 2>&1", limit,
-                                      mpirun(ranks), GT_BINARY, config, args, out, out);
+                                      mpirun_lean(ranks), GT_BINARY, config, args, out, out);
   const int status = std::system(("sh -c '" + cmd + "'").c_str());
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   if (code != 0) UNSCOPED_INFO(out << ".log:\n" << read_text(out + ".log"));
@@ -91,7 +91,7 @@ std::vector<gt::JsonValue> per_process(const std::string& out) {
   return list->items;
 }
 
-double field(const gt::JsonValue& entry, const char* key) {
+double peak_field(const gt::JsonValue& entry, const char* key) {
   const gt::JsonValue* v = entry.find(key);
   REQUIRE(v != nullptr);
   REQUIRE(v->is_number());
@@ -103,22 +103,22 @@ double field(const gt::JsonValue& entry, const char* key) {
 TEST_CASE("summary.json records each process's peak tensor bytes, RSS and address space, in rank order",
           "[e2e][dist]") {
   TempDir dir;
-  const std::string tokens = make_tokens(dir.path());
+  const std::string tokens = memory_tokens(dir.path());
   // 2 blocks of 128 channels: 0.43 M parameters, 1.7 MB of weights, 6.9 MB with their gradients and Adam's state.
-  write_text(dir / "gpt.yaml", gpt_config(tokens, 128, 2, 3));
+  write_text(dir / "gpt.yaml", memory_gpt_config(tokens, 128, 2, 3));
   REQUIRE(train_mpi(2, dir / "gpt.yaml", dir / "run", "") == 0);
   const std::vector<gt::JsonValue> peaks = per_process(dir / "run");
   REQUIRE(peaks.size() == 2);
   const double state_bytes = 4.0 * 4.0 * 430592;  // weights, gradients, exp_avg, exp_avg_sq: 16 bytes a parameter
   for (size_t r = 0; r < 2; ++r) {
     INFO("rank " << r);
-    CHECK(field(peaks[r], "rank") == static_cast<double>(r));
-    const double tensors = field(peaks[r], "peak_tensor_bytes"), rss = field(peaks[r], "peak_rss_bytes"),
-                 vm = field(peaks[r], "peak_vm_bytes"), steps = field(peaks[r], "peak_step_tensor_bytes");
+    CHECK(peak_field(peaks[r], "rank") == static_cast<double>(r));
+    const double tensors = peak_field(peaks[r], "peak_tensor_bytes"), rss = peak_field(peaks[r], "peak_rss_bytes"),
+                 vm = peak_field(peaks[r], "peak_vm_bytes"), steps = peak_field(peaks[r], "peak_step_tensor_bytes");
     // Every rank holds the unsharded training state at zero 0, and less than ten times it (activations of 8 tokens).
     CHECK(tensors >= state_bytes);
     CHECK(tensors < 10 * state_bytes);
-    CHECK(field(peaks[r], "peak_host_tensor_bytes") == tensors);  // the CPU's tensors are the host's
+    CHECK(peak_field(peaks[r], "peak_host_tensor_bytes") == tensors);  // the CPU's tensors are the host's
     CHECK(steps > 0);
     CHECK(steps <= tensors);
     CHECK(rss > tensors);  // the tensors were written, so resident, besides the program itself
@@ -141,7 +141,7 @@ TEST_CASE("summary.json records each process's peak tensor bytes, RSS and addres
 TEST_CASE("2 MPI ranks: each rank's peak tensor bytes over the steps fall from dist.zero 0 to 1, 2 and 3",
           "[e2e][dist]") {
   TempDir dir;
-  const std::string tokens = make_tokens(dir.path());
+  const std::string tokens = memory_tokens(dir.path());
   // 8 blocks of 256 channels: W = 6.4 M parameters, 25.5 MB of f32 weights, 0.79 M (3.1 MB) a block. Per rank
   // during the steps (N = 2): zero 0 holds weights, gradients and Adam's two buffers (4W); zero 1 halves the state
   // (3W); zero 2 keeps the weights whole and its chunk of the gradients, W/2, plus the gradient buckets whole while
@@ -152,7 +152,7 @@ TEST_CASE("2 MPI ranks: each rank's peak tensor bytes over the steps fall from d
   // Measured on 2026-12-05 (MB per rank, the steps' peak): 104.0 / 83.6 / 77.4 / 67.4.
   // The whole process's peak is not compared: the set-up holds the whole weights and gradients before zero 2 and 3
   // shard them, so there zero 2 and 3 hold more than zero 1 (the memory section of docs/distributed.md).
-  write_text(dir / "gpt.yaml", gpt_config(tokens, 256, 8, 2));
+  write_text(dir / "gpt.yaml", memory_gpt_config(tokens, 256, 8, 2));
   std::vector<double> peaks;
   for (int zero = 0; zero <= 3; ++zero) {
     const std::string out = dir / fmt::format("zero{}", zero);
@@ -160,7 +160,7 @@ TEST_CASE("2 MPI ranks: each rank's peak tensor bytes over the steps fall from d
     REQUIRE(train_mpi(2, dir / "gpt.yaml", out, fmt::format("--set dist.zero={} --set dist.bucket_mb=4", zero)) == 0);
     const std::vector<gt::JsonValue> p = per_process(out);
     REQUIRE(p.size() == 2);
-    peaks.push_back(std::max(field(p[0], "peak_step_tensor_bytes"), field(p[1], "peak_step_tensor_bytes")));
+    peaks.push_back(std::max(peak_field(p[0], "peak_step_tensor_bytes"), peak_field(p[1], "peak_step_tensor_bytes")));
   }
   INFO("steps' peak tensor MB per rank, zero 0..3: " << peaks[0] / 1e6 << " " << peaks[1] / 1e6 << " " << peaks[2] / 1e6
                                                      << " " << peaks[3] / 1e6);
@@ -172,17 +172,17 @@ TEST_CASE("2 MPI ranks: each rank's peak tensor bytes over the steps fall from d
 TEST_CASE("under an address-space limit a model trains with dist.zero 3 and fails cleanly with dist.zero 0",
           "[e2e][dist]") {
   TempDir dir;
-  const std::string tokens = make_tokens(dir.path());
+  const std::string tokens = memory_tokens(dir.path());
   // 4 blocks of 1024 channels: W = 50.7 M parameters, 203 MB of f32 weights, 811 MB with gradients and Adam's
   // state. The address space a rank needs (VmPeak) on 2026-12-05: zero 0 2253 MB (4W of tensors, and W more in
   // GradSync's flat all-reduce buckets), zero 3 1926 MB (its set-up frees the gradients before it allocates the
   // shards, and holds the whole weights beside them until the step loop shards them). The limit is halfway between
   // the two peaks, learnt from runs without one: zero 0 then fails among its last allocations, which its first
   // ones do not reach under zero 3's.
-  write_text(dir / "gpt.yaml", gpt_config(tokens, 1024, 4, 1));
+  write_text(dir / "gpt.yaml", memory_gpt_config(tokens, 1024, 4, 1));
   auto vm_peak = [&](const std::string& run) {
     double vm = 0;
-    for (const gt::JsonValue& p : per_process(dir / run)) vm = std::max(vm, field(p, "peak_vm_bytes"));
+    for (const gt::JsonValue& p : per_process(dir / run)) vm = std::max(vm, peak_field(p, "peak_vm_bytes"));
     return vm;
   };
   REQUIRE(train_mpi(2, dir / "gpt.yaml", dir / "free3", "--set dist.zero=3") == 0);
