@@ -36,8 +36,10 @@ namespace gt {
 /// ones of the forward pass are still there when the backward pass starts. release_values() frees every gathered
 /// unit (after each backward pass: the update changes the shards). gather_values() makes every parameter whole for
 /// what reads the weights outside a training pass (an evaluation, a checkpoint's model file, the final weights),
-/// until release_values(). Every collective runs on the calling thread, in the same order on every rank (the passes
-/// are the same): the training thread, which also reduce-scatters the gradient buckets (GradSync without overlap).
+/// until release_values(). The collectives come in the same order on every rank (the passes are the same): on the
+/// calling thread, or with set_prefetch on GradSync's communication thread, in one queue with its reduce-scatters,
+/// the next unit's gather queued as soon as the current one is in use. Without prefetch the training thread also
+/// reduce-scatters the gradient buckets (GradSync without overlap).
 ///
 /// Devices: the parameters may live on the CPU or on one CUDA device; every buffer here (state, gradient chunks,
 /// the all-gather's buffers, the partial norms) lives beside them, and the copies between them are the device's.
