@@ -1029,6 +1029,23 @@ TEST_CASE("check --world-size sizes dist.zero 3 by its units: a GPT's blocks, em
   CHECK(fit_advice(f, 2, under(z3.total_bytes), with).empty());
   const std::string advice = fit_advice(f, 2, under(z3.total_bytes - 1), with);
   CHECK_THAT(advice, Catch::StartsWith("nothing fits; what would:") && Catch::Contains("  4 ranks, with zero 3 ("));
+  CHECK_FALSE(Catch::Contains("dist.offload").match(advice));  // on the CPU the host is the device: nothing saved
+  // On a GPU with a byte less than stage 3 needs, the optimizer state on the host would make a stage fit.
+  const auto gpu_under = [](size_t cap) {
+    return [cap](size_t bytes) {
+      MemoryFit m;
+      m.device = "cuda:0";
+      m.needed = bytes;
+      m.usable = cap;
+      m.fits = bytes <= cap;
+      return m;
+    };
+  };
+  const size_t least_gpu = rank_shares(f, 2, gpu_under(size_t{1} << 40))[3].total_bytes;
+  const std::string offload_advice = fit_advice(f, 2, gpu_under(least_gpu - 1), with);
+  INFO(offload_advice);
+  CHECK_THAT(offload_advice,
+             Catch::Contains("  dist.offload: optimizer, with zero ") && Catch::Contains("of host memory)"));
 
   // The report's four columns, the configured one marked, and the JSON's configured stage 3.
   std::vector<RankShare> with_offload = two;

@@ -162,8 +162,9 @@ std::string rank_shares_report(const std::vector<RankShare>& shares, int64_t wor
                                bool configured_offload = false);
 /// When no stage fits: what would, in lines ("" when one fits or nothing is known). `footprint_with` sizes the same
 /// config with another recompute mode, micro-batch and accumulation (nullopt: that setting is refused, e.g. blocks
-/// without a block). Tried: train.recompute: blocks; halving the micro-batch while doubling train.accumulate (the
-/// same samples per step); more ranks (doubling, up to 4096). Each is said with the first stage that fits (stage 3
+/// without a block). Tried: train.recompute: blocks; dist.offload: optimizer (where it takes memory off the device:
+/// a GPU); halving the micro-batch while doubling train.accumulate (the same samples per step); more ranks
+/// (doubling, up to 4096). Each is said with the first stage that fits (stage 3
 /// holds the least where the weights outweigh two units and the all-gather buffers).
 using FootprintWith = std::function<std::optional<Footprint>(Recompute, int64_t batch, int64_t accumulate)>;
 std::string fit_advice(const Footprint& f, int64_t world, const std::function<MemoryFit(size_t)>& judge,

@@ -234,6 +234,16 @@ std::string fit_advice(const Footprint& f, int64_t world, const std::function<Me
       if (stage) break;
     }
   }
+  // The optimizer state on the host (dist.offload): what a GPU then holds, at the first stage where that fits (on
+  // the CPU the host is the device, and offloading saves nothing).
+  for (const RankShare& r : now) {
+    const RankShare off = offload_share(f, r, judge);
+    if (!off.fit.fits || !*off.fit.fits || off.total_bytes >= r.total_bytes) continue;
+    out += fmt::format("  dist.offload: optimizer, with zero {} ({} per rank, and {} of host memory)\n", r.zero_stage,
+                       format_bytes(off.total_bytes), format_bytes(off.host_bytes));
+    any = true;
+    break;
+  }
   for (int64_t batch = f.batch, accumulate = f.accumulate; batch % 2 == 0;) {
     batch /= 2;
     accumulate *= 2;
@@ -259,11 +269,9 @@ std::string fit_advice(const Footprint& f, int64_t world, const std::function<Me
   }
   if (!any)
     out += fmt::format(
-        "  none of recompute, a smaller micro-batch or up to 4096 ranks: what every rank holds whole (activations, "
-        "batch, buffers{}) is {} already\n",
-        f.params > f.trainable ? ", frozen weights" : "",
-        format_bytes(static_cast<size_t>(f.params - f.trainable) * dtype_size(f.dtype) + f.buffer_bytes +
-                     f.activation_bytes + f.batch_bytes));
+        "  none of recompute, offload, a smaller micro-batch or up to 4096 ranks: what every rank holds whole "
+        "(activations, batch, buffers) is {} already\n",
+        format_bytes(f.buffer_bytes + f.activation_bytes + f.batch_bytes));
   return out;
 }
 
