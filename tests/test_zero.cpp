@@ -99,6 +99,16 @@ bool close_curves(const std::vector<std::pair<double, double>>& a, const std::ve
   return true;
 }
 
+// Trains DIR/z<Z>.yaml on `ranks` worker threads (one CPU device each) into DIR/OUT with `more` arguments; the output.
+std::string train_zero(const TempDir& dir, int z, int ranks, const std::string& out, const std::string& more) {
+  const std::string devices = ranks == 1 ? "cpu" : ranks == 2 ? "'[cpu, cpu]'" : "'[cpu, cpu, cpu]'";
+  const auto run = run_gputrain(fmt::format("train {} --device {} --threads {} --out {} {}",
+                                            dir / fmt::format("z{}.yaml", z), devices, ranks, dir / out, more));
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  return run.output;
+}
+
 // gpt_layers' model section (helpers.h) indented under `model:`.
 std::string gpt_model(int64_t vocab, int64_t dim, int64_t len, int64_t blocks) {
   std::string out;
@@ -294,12 +304,7 @@ TEST_CASE("a dist.zero 2 checkpoint of 2 ranks resumes at 2, 1 and 3 ranks, re-s
   TempDir dir;
   for (int z : {0, 2}) write_text(dir / fmt::format("z{}.yaml", z), zero_config(z));
   auto train = [&](int z, int ranks, const std::string& out, const std::string& more) {
-    const std::string devices = ranks == 1 ? "cpu" : ranks == 2 ? "'[cpu, cpu]'" : "'[cpu, cpu, cpu]'";
-    const auto run = run_gputrain(fmt::format("train {} --device {} --threads {} --out {} {}",
-                                              dir / fmt::format("z{}.yaml", z), devices, ranks, dir / out, more));
-    INFO(run.output);
-    REQUIRE(run.exit_code == 0);
-    return run.output;
+    return train_zero(dir, z, ranks, out, more);
   };
   train(2, 2, "whole", "");  // uninterrupted
   for (int z : {0, 2}) {
@@ -458,12 +463,7 @@ TEST_CASE(
   TempDir dir;
   for (int z : {0, 1, 3}) write_text(dir / fmt::format("z{}.yaml", z), zero_config(z));
   auto train = [&](int z, int ranks, const std::string& out, const std::string& more) {
-    const std::string devices = ranks == 1 ? "cpu" : ranks == 2 ? "'[cpu, cpu]'" : "'[cpu, cpu, cpu]'";
-    const auto run = run_gputrain(fmt::format("train {} --device {} --threads {} --out {} {}",
-                                              dir / fmt::format("z{}.yaml", z), devices, ranks, dir / out, more));
-    INFO(run.output);
-    REQUIRE(run.exit_code == 0);
-    return run.output;
+    return train_zero(dir, z, ranks, out, more);
   };
   // 3 → 1: stage 3 at 2 ranks to step 24, then stage 1 at 3 ranks; zero 0 interrupted and resumed the same way.
   train(3, 2, "a3", "--max-steps 24");

@@ -22,14 +22,21 @@ size_t chunk_sum(const std::vector<int64_t>& sizes, int64_t world) {
   return n;
 }
 
-// Each of `sizes` padded to chunk · world, the largest first: the buffer a bucket or unit takes while whole.
+// `n` elements padded to chunk · world: the buffer a bucket or unit takes while whole.
+size_t padded(int64_t n, int64_t world) {
+  return zero_chunk(static_cast<size_t>(n), static_cast<int>(world)) * static_cast<size_t>(world);
+}
+
+// Each of `sizes` padded, the largest first.
 std::vector<size_t> padded_largest_first(const std::vector<int64_t>& sizes, int64_t world) {
   std::vector<size_t> out;
-  for (int64_t s : sizes)
-    out.push_back(zero_chunk(static_cast<size_t>(s), static_cast<int>(world)) * static_cast<size_t>(world));
+  for (int64_t s : sizes) out.push_back(padded(s, world));
   std::sort(out.begin(), out.end(), std::greater<>());
   return out;
 }
+
+// Whether `judge` speaks of a GPU (its memory is the device's; the host's is another).
+bool on_gpu(const std::function<MemoryFit(size_t)>& judge) { return judge(0).device.rfind("cuda", 0) == 0; }
 
 // The sum of the first `k` of `v` (all of them when there are fewer).
 size_t sum_first(const std::vector<size_t>& v, size_t k) {
@@ -57,18 +64,15 @@ size_t zero2_grads(const Footprint& f, int64_t world, bool device_buckets) {
 // largest of Footprint::shard_unit_grads_whole's sets), every unit with accumulation, the ring's slots on a GPU.
 size_t zero3_grads(const Footprint& f, int64_t world, bool device_buckets) {
   const size_t chunks = chunk_sum(f.shard_units, world);
-  auto padded = [&](size_t u) {
-    return zero_chunk(static_cast<size_t>(f.shard_units[u]), static_cast<int>(world)) * static_cast<size_t>(world);
-  };
   size_t whole = 0;
   if (f.accumulate > 1) {
-    for (size_t u = 0; u < f.shard_units.size(); ++u) whole += padded(u);
+    for (int64_t n : f.shard_units) whole += padded(n, world);
   } else if (device_buckets) {
     whole = device_ring(f, f.shard_units, world);
   } else {
     for (const std::vector<size_t>& together : f.shard_unit_grads_whole) {
       size_t n = 0;
-      for (size_t u : together) n += padded(u);
+      for (size_t u : together) n += padded(f.shard_units[u], world);
       whole = std::max(whole, n);
     }
   }
@@ -102,7 +106,7 @@ std::vector<RankShare> rank_shares(const Footprint& f, int64_t world, const std:
   GT_CHECK(world >= 1, "rank_shares at {} ranks", world);
   const size_t element = dtype_size(f.dtype);
   const size_t whole = f.buffer_bytes + f.activation_bytes + f.batch_bytes;
-  const bool device_buckets = judge(0).device.rfind("cuda", 0) == 0;
+  const bool device_buckets = on_gpu(judge);
   const size_t state = static_cast<size_t>(f.optimizer_state_per_param);
   std::vector<RankShare> out;
   for (int stage = 0; stage <= 3; ++stage) {
@@ -126,8 +130,7 @@ std::vector<RankShare> rank_shares(const Footprint& f, int64_t world, const std:
       // A unit's weights: its parameters that learn and its frozen ones, each padded to chunk · world.
       std::vector<size_t> units;
       for (size_t u = 0; u < f.shard_units.size(); ++u)
-        units.push_back(padded_largest_first({f.shard_units[u]}, world)[0] +
-                        padded_largest_first({f.shard_unit_frozen[u]}, world)[0]);
+        units.push_back(padded(f.shard_units[u], world) + padded(f.shard_unit_frozen[u], world));
       std::sort(units.begin(), units.end(), std::greater<>());
       const size_t shards = (chunk_sum(f.shard_units, world) + chunk_sum(f.shard_unit_frozen, world)) * element;
       // In a pass: kResidentUnits whole, and on CPU ranks with dist.overlap the next one being gathered.
@@ -152,7 +155,7 @@ RankShare offload_share(const Footprint& f, const RankShare& stage, const std::f
   r.total_bytes -= r.optimizer_bytes;
   r.optimizer_bytes = 0;
   // On the CPU the host is the device: the copies come on top of what it holds.
-  if (judge(0).device.rfind("cuda", 0) != 0) r.total_bytes += r.host_bytes;
+  if (!on_gpu(judge)) r.total_bytes += r.host_bytes;
   r.fit = judge(r.total_bytes);
   return r;
 }
