@@ -370,6 +370,37 @@ TEST_CASE("CUDA cross_entropy gives a NaN loss and no hit for a label out of ran
   REQUIRE(std::isnan(compare_cross_entropy(logits, labels, 0.1, 0.5, true)));  // the CPU agrees, gradient too
 }
 
+TEST_CASE("CUDA cross_entropy and mse write their gradient over their input with the bits of a separate buffer",
+          "[cuda]") {
+  require_gpu();  // the fused classifier's in-place gradient (ops/loss.h); the label's logit is read by every lane
+  const int64_t batch = 300, k = 1000;
+  const Tensor logits = seeded(Shape{batch, k}, 71);
+  Tensor labels = labels_for(batch, k, 72);
+  for (int64_t i = 0; i < batch; i += 5) labels.data<int32_t>()[i] = 3;  // ignored below, and column 3 of other rows
+  for (const int64_t ignore : {ops::kNoIgnore, int64_t{3}})
+    for (const bool f64 : {false, true}) {
+      INFO((f64 ? "f64" : "f32") << ", ignore_index " << ignore);
+      const Tensor x = to_cuda(f64 ? to_f64(logits) : logits), y = to_cuda(labels);
+      const ops::CrossEntropyRows rows{.group = 10, .ignore_index = ignore};
+      Tensor apart = Tensor::empty(x.shape(), x.dtype(), x.device());
+      Tensor stats_apart = to_cuda(host_f64({0, 0})), stats_over = to_cuda(host_f64({0, 0}));
+      ops::cross_entropy(x, y, 0.1, 1.0 / 30, apart, stats_apart, rows);
+      Tensor over = to_cuda(to_host(x));
+      ops::cross_entropy(over, y, 0.1, 1.0 / 30, over, stats_over, rows);
+      const Tensor a = to_host(apart), o = to_host(over), sa = to_host(stats_apart), so = to_host(stats_over);
+      REQUIRE(std::memcmp(a.raw(), o.raw(), static_cast<size_t>(a.bytes())) == 0);
+      REQUIRE(std::memcmp(sa.raw(), so.raw(), static_cast<size_t>(sa.bytes())) == 0);
+    }
+  const Tensor pred = to_cuda(seeded(Shape{64, 33}, 73)), target = to_cuda(seeded(Shape{64, 33}, 74));
+  Tensor apart = Tensor::empty(pred.shape(), DType::f32, pred.device()), over = to_cuda(to_host(pred));
+  Tensor stats_apart = to_cuda(host_f64({0, 0})), stats_over = to_cuda(host_f64({0, 0}));
+  ops::mse(pred, target, 0.5, apart, stats_apart);
+  ops::mse(over, target, 0.5, over, stats_over);
+  const Tensor a = to_host(apart), o = to_host(over);
+  REQUIRE(std::memcmp(a.raw(), o.raw(), static_cast<size_t>(a.bytes())) == 0);
+  REQUIRE(to_host(stats_apart).data<double>()[0] == to_host(stats_over).data<double>()[0]);
+}
+
 TEST_CASE("CUDA mse matches the CPU loss and gradient", "[cuda]") {
   require_gpu();
   const int64_t batch = 129, d = 77;

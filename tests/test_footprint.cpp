@@ -166,15 +166,16 @@ TEST_CASE("check sizes an MLP as worked out by hand", "[cpu]") {
   CHECK(l2.forward_flops == 2 * B * 128 * 10);
   CHECK(l2.activation_bytes == B * 10 * 4);  // the output only: its gradient is the loss's dout
   CHECK(l2.output.str() == "[32, 10]");
-  // The step's tensors: x (f32), class labels (i32), and dout.
-  CHECK(f.batch_bytes == static_cast<size_t>(B * 784 * 4 + B * 4 + B * 10 * 4));
+  // The step's tensors: x (f32) and class labels (i32); the loss's gradient overwrites the dense head's logits.
+  CHECK(f.loss_in_place);
+  CHECK(f.batch_bytes == static_cast<size_t>(B * 784 * 4 + B * 4));
   // SGD with momentum keeps one buffer per parameter.
   CHECK(f.optimizer_state_per_param == 1);
   CHECK(f.optimizer_bytes == f.param_bytes);
   CHECK(f.buffer_bytes == 0);
   check_totals_are_row_sums(f);
-  CHECK(f.total_bytes == static_cast<size_t>(3 * (100480 + 1290) * 4 + (2 * B * 128 * 4) * 2 + B * 10 * 4 +
-                                             B * 784 * 4 + B * 4 + B * 10 * 4));
+  CHECK(f.total_bytes ==
+        static_cast<size_t>(3 * (100480 + 1290) * 4 + (2 * B * 128 * 4) * 2 + B * 10 * 4 + B * 784 * 4 + B * 4));
 }
 
 TEST_CASE("check sizes an MLP whose first dense layer runs its relu as an epilogue", "[cpu]") {
@@ -675,8 +676,8 @@ TEST_CASE("gputrain check prints the dry run and says whether it fits", "[e2e]")
   const int64_t params = 100000 * hidden + hidden + hidden * 4 + 4;
   // Values, gradients and momentum; the relu's output and gradient, and the gradient of the product before it in
   // the layers' scratch (the linear runs the relu as its epilogue, so its own output and gradient are not stored:
-  // Model::chains); the last output; x, y, dout.
-  const int64_t needed = 3 * params * 4 + 3 * (B * hidden * 4) + B * 4 * 4 + B * 100000 * 4 + B * 4 + B * 4 * 4;
+  // Model::chains); the last output; x and y (the loss writes its gradient over the dense head's output).
+  const int64_t needed = 3 * params * 4 + 3 * (B * hidden * 4) + B * 4 * 4 + B * 100000 * 4 + B * 4;
   CHECK_THAT(huge.output, Catch::Contains(fmt::format("fits on cpu: no (needs {:.2f} GiB of ",
                                                       static_cast<double>(needed) / (1 << 30))));
 

@@ -356,6 +356,18 @@ void Model::widen_for_backward(size_t i) {
   if (all || layer.backward_reads_output()) widen(i);
 }
 
+bool Model::loss_writes_over_output() const {
+  if (m_nodes.empty() || m_dtype != DType::f32) return false;
+  const size_t last = m_nodes.size() - 1;
+  const Layer& layer = *m_nodes[last].layer;
+  const Chains c = chains();
+  return !layer.is_view() && !layer.backward_reads_output() && (!c.any() || (c.head[last] < 0 && c.tail[last] < 0));
+}
+
+Tensor Model::output_buffer() const {
+  return loss_writes_over_output() && !m_out_buf.empty() ? m_out_buf.back() : Tensor();
+}
+
 std::string Model::decode_unsupported() const {
   if (m_input_shape.rank() == 0) return "its input is a scalar per sample, not a sequence of positions";
   const int64_t len = m_input_shape[0];

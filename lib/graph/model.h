@@ -161,6 +161,15 @@ class Model {
   const Tensor& forward_decode(const Tensor& x, int64_t position);
   /// Back-propagates dout (B, output shape) from the last forward pass into the parameter gradients.
   void backward(const Tensor& dout, const LayerContext& ctx);
+  /// Whether the loss may write ∂L/∂output over the output itself, the fused classifier's in-place gradient (a
+  /// GPT's [B·T, V] logits are the largest tensor of its step): the model is f32, its last layer is not a view, no
+  /// fused chain ends there, and that layer's backward never reads its output (Layer::backward_reads_output: a
+  /// dense head's reads x and W). Its buffer is then its own (the loss reads it, so recompute and half storage
+  /// never share it). Known from the layers alone, before allocate (`gputrain check` counts it).
+  bool loss_writes_over_output() const;
+  /// After allocate, when loss_writes_over_output(): the output's buffer, max_batch rows, which every forward
+  /// pass writes again; else undefined.
+  Tensor output_buffer() const;
 
   /// train.freeze (after build, before buffer_plan and allocate): a parameter whose full name ("layers.1.weight",
   /// "blocks.0.attn.qkv.weight"; a tied layer's "<name>.weight" also names its owner's weight, the one tensor both

@@ -32,6 +32,9 @@ struct CrossEntropyRows {
 /// stats[1] += S · (their accuracy) and dlogits = scale · w · (…) on counted rows, 0 on ignored ones. With group 1
 /// and nothing ignored, w = 1: the plain form above. scale = 1/S gives PyTorch's reduction='mean' (with its
 /// ignore_index), and the statistics stay in samples, as the mse's and the classifier's do.
+/// dlogits may be logits itself, the same elements (the fused classifier: a step writes the gradient over the
+/// logits, Model::loss_writes_over_output): each row's loss and hit are taken before its gradient overwrites it, and
+/// the bits are those of a separate dlogits. mse's dpred may be pred in the same way.
 void cross_entropy(const Tensor& logits, const Tensor& labels, double label_smoothing, double scale, Tensor& dlogits,
                    Tensor& stats, const CrossEntropyRows& rows = {});
 

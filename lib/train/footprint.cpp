@@ -153,10 +153,12 @@ Footprint training_footprint(const Experiment& exp, const Model& model, const Da
   f.optimizer = to_string(exp.optimizer.type);
   f.optimizer_bytes = f.grad_bytes * static_cast<size_t>(f.optimizer_state_per_param);
 
-  // The step's own tensors (trainer): x as f32, y as the data set stores targets, and the loss's ∂L/∂output.
+  // The step's own tensors (trainer): x as f32, y as the data set stores targets, and the loss's ∂L/∂output unless
+  // the loss writes it over the output (Model::loss_writes_over_output).
+  f.loss_in_place = model.loss_writes_over_output();
   f.batch_bytes = bytes_of(train.input_shape().batched(f.batch).numel(), DType::f32) +
                   bytes_of(train.target_shape().batched(f.batch).numel(), train.target_dtype()) +
-                  bytes_of(model.output_shape().batched(f.batch).numel(), f.dtype);
+                  (f.loss_in_place ? 0 : bytes_of(model.output_shape().batched(f.batch).numel(), f.dtype));
   // bf16/fp16: one copy of each weight a product reads, made once per step (f32 models only: f64 products are never
   // rounded) — on the CPU rounded f32 values (ops/precision.h), on CUDA 16-bit elements (ops/cuda/half_scratch.h),
   // except for bf16 on the CPU where the kernels round the weights while they pack them (the native bf16 kernel, and
@@ -324,7 +326,9 @@ std::string footprint_report(const Footprint& f, const MemoryFit& fit, const std
           ? "outputs, their gradients, what layers keep for backward (train.recompute: all: the outputs used only "
             "inside a segment share one set of buffers)"
           : "outputs, their gradients, what layers keep for backward");
-  row("batch", f.batch_bytes, "input, target and output gradient");
+  row("batch", f.batch_bytes,
+      f.loss_in_place ? "input and target (the loss's gradient overwrites the output)"
+                      : "input, target and output gradient");
   if (half_format(f.precision))
     row("half weights", f.half_weight_bytes,
         f.bf16_in_pack ? std::string("none kept: the CPU's bf16 products read the f32 weights, rounded to bf16 as "
@@ -361,6 +365,7 @@ JsonObject footprint_json(const Footprint& f, const MemoryFit& fit) {
       .add("buffer_bytes", n(f.buffer_bytes))
       .add("activation_bytes", n(f.activation_bytes))
       .add("batch_bytes", n(f.batch_bytes))
+      .add_bool("loss_in_place", f.loss_in_place)
       .add("half_weight_bytes", n(f.half_weight_bytes))
       .add("total_bytes", n(f.total_bytes));
   JsonObject out;

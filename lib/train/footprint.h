@@ -47,7 +47,8 @@ struct Footprint {
   std::string optimizer;                  ///< "sgd", "adam", …
   int64_t optimizer_state_per_param = 0;  ///< state elements per parameter element (sgd with momentum 1, adam 2)
   size_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0, buffer_bytes = 0, activation_bytes = 0;
-  size_t batch_bytes = 0;  ///< the step's input, target and output-gradient tensors
+  size_t batch_bytes = 0;      ///< the step's input, target and output-gradient tensors
+  bool loss_in_place = false;  ///< the loss's gradient overwrites the output (Model::loss_writes_over_output)
   /// Elements of each gradient bucket data-parallel training makes (dist.bucket_mb, plan_buckets' cut), in the order
   /// backward completes them: what ZeRO-2 holds whole while the backward pass writes it.
   std::vector<int64_t> grad_buckets;

@@ -166,7 +166,10 @@ StepLoop::StepLoop(const Experiment& exp, RunSetup& setup, const StepPlan& plan,
   const Dataset& train = setup.train();
   m_x = Tensor::empty(train.input_shape().batched(plan.batch), DType::f32, m_device);
   m_y = Tensor::empty(train.target_shape().batched(plan.batch), train.target_dtype(), m_device);
-  m_dout = Tensor::empty(m_model.output_shape().batched(plan.batch), DType::f32, m_device);
+  // The loss's gradient over the logits themselves where the head's backward never reads them (the fused
+  // classifier: cross_entropy's rows each finish their loss before their gradient overwrites them, ops/loss.h).
+  m_dout = m_model.output_buffer();
+  if (!m_dout.defined()) m_dout = Tensor::empty(m_model.output_shape().batched(plan.batch), DType::f32, m_device);
   m_stats = Tensor::zeros(Shape{kStepStats}, DType::f64, m_device);
   m_grad_sq = m_stats.slice0(kGradSq, 1);
   m_window = Tensor::zeros(Shape{3}, DType::f64, m_device);

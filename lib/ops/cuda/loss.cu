@@ -36,16 +36,23 @@ __global__ void count_ignored_kernel(const int32_t* __restrict__ labels, int64_t
 
 // Row b of the cross-entropy, for one warp (every lane calls it with the same b, so the shuffles see all 32 lanes):
 // its loss and hit added to loss and hit, its gradient (scaled by `scale`) written to dlogits.
+// dlogits may be logits itself (the fused classifier's in-place gradient, ops/loss.h): every lane writes only the
+// columns it reads, after the warp's shuffles, and the two elements other lanes read (x[0] and the label's) are read
+// before the first shuffle.
 template <class T>
-__device__ void ce_row(const T* __restrict__ logits, const int32_t* __restrict__ labels, int64_t b, int64_t k,
-                       double eps, double scale, T* __restrict__ dlogits, int64_t ignore,
-                       const unsigned long long* __restrict__ ignored, int lane, double& loss, double& hit) {
+__device__ void ce_row(const T* logits, const int32_t* __restrict__ labels, int64_t b, int64_t k, double eps,
+                       double scale, T* dlogits, int64_t ignore, const unsigned long long* __restrict__ ignored,
+                       int lane, double& loss, double& hit) {
   if (ignored && labels[b] == ignore) {
     if (dlogits)
       for (int64_t j = lane; j < k; j += kWarp) dlogits[b * k + j] = T(0);
     return;
   }
   const T* x = logits + b * k;
+  const int32_t y = labels[b];
+  const bool valid = y >= 0 && y < k;  // a label out of range makes the row's loss NaN (ops/loss.h)
+  const double xy = valid ? static_cast<double>(x[y]) : quiet_nan<double>();
+  const T x0 = x[0];
   T mx = -infinity<T>();
   int64_t arg = kNoIndex;
   double sum_x = 0;
@@ -59,15 +66,12 @@ __device__ void ce_row(const T* __restrict__ logits, const int32_t* __restrict__
     const int64_t oa = __shfl_xor_sync(kFullMask, arg, offset);
     if (om > mx || (om == mx && oa < arg)) mx = om, arg = oa;
   }
-  if (isnan(x[0])) mx = x[0], arg = 0;  // the CPU's running max starts at x[0] and a NaN never gives way
+  if (isnan(x0)) mx = x0, arg = 0;  // the CPU's running max starts at x[0] and a NaN never gives way
   sum_x = warp_sum(sum_x);
   double sum_e = 0;
   for (int64_t j = lane; j < k; j += kWarp) sum_e += std::exp(static_cast<double>(x[j] - mx));
   sum_e = warp_sum(sum_e);
   const double lse = static_cast<double>(mx) + std::log(sum_e);
-  const int32_t y = labels[b];
-  const bool valid = y >= 0 && y < k;  // a label out of range makes the row's loss NaN (ops/loss.h)
-  const double xy = valid ? static_cast<double>(x[y]) : quiet_nan<double>();
   loss += ce_row_loss(lse, xy, sum_x, k, eps);
   hit += valid && arg == y ? 1.0 : 0.0;
   if (dlogits) {
@@ -80,10 +84,10 @@ __device__ void ce_row(const T* __restrict__ logits, const int32_t* __restrict__
 // ignored == nullptr: nothing is ignored. Otherwise each counted row weighs w = samples / counted (ops/loss.h).
 // A block's warps take rows b, b + kCeWarps·gridDim.x, … (at most kReduceBlocks blocks, for the ordered sum).
 template <class T>
-__global__ void cross_entropy_kernel(const T* __restrict__ logits, const int32_t* __restrict__ labels, int64_t batch,
-                                     int64_t k, double eps, double scale, T* __restrict__ dlogits,
-                                     double* __restrict__ stats, int64_t samples, int64_t ignore,
-                                     const unsigned long long* __restrict__ ignored, ReduceScratch scratch) {
+__global__ void cross_entropy_kernel(const T* logits, const int32_t* __restrict__ labels, int64_t batch, int64_t k,
+                                     double eps, double scale, T* dlogits, double* __restrict__ stats, int64_t samples,
+                                     int64_t ignore, const unsigned long long* __restrict__ ignored,
+                                     ReduceScratch scratch) {
   const int64_t counted = ignored ? batch - static_cast<int64_t>(*ignored) : batch;
   const double w = counted > 0 ? static_cast<double>(samples) / static_cast<double>(counted) : 0.0;
   scale *= w;
@@ -104,10 +108,10 @@ __global__ void cross_entropy_kernel(const T* __restrict__ logits, const int32_t
 }
 
 // stats[0] += Σ (pred − target)² / d (Σ over the batch of each row's mean); dpred = grad_scale · (pred − target).
+// dpred may be pred itself: each element is read before it is written, by the same thread.
 template <class T>
-__global__ void mse_kernel(const T* __restrict__ pred, const T* __restrict__ target, int64_t n, int64_t d,
-                           double grad_scale, T* __restrict__ dpred, double* __restrict__ stats,
-                           ReduceScratch scratch) {
+__global__ void mse_kernel(const T* pred, const T* __restrict__ target, int64_t n, int64_t d, double grad_scale,
+                           T* dpred, double* __restrict__ stats, ReduceScratch scratch) {
   double acc = 0;
   for (int64_t i = global_index(); i < n; i += grid_stride()) {
     const double diff = static_cast<double>(pred[i]) - static_cast<double>(target[i]);
