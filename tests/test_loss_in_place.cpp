@@ -6,6 +6,7 @@
 #include "graph/model.h"
 #include "helpers.h"
 #include "ops/loss.h"
+#include "ops/math.h"
 #include "train/experiment.h"
 #include "train/footprint.h"
 #include "train/setup.h"
@@ -14,11 +15,15 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 
 using namespace gt;
 using namespace gt::test;
+using gt::OnlineSoftmax;
 
 namespace {
 
@@ -146,4 +151,63 @@ TEST_CASE("a classifier trains to the same losses and weights with its gradient 
   REQUIRE(a.size() == 12);
   CHECK(a == b);
   std::filesystem::remove_all(dir);
+}
+
+namespace {
+
+// A CUDA cross-entropy row's online softmax as a warp computes it: lane l adds columns l, l + 32, …, then five
+// butterfly steps merge lane l with lane l ^ offset, every lane at once.
+std::vector<OnlineSoftmax<float>> warp_softmax(const std::vector<float>& row) {
+  std::vector<OnlineSoftmax<float>> lanes(32);
+  for (size_t j = 0; j < row.size(); ++j) lanes[j % 32].add(row[j]);
+  for (size_t offset = 16; offset > 0; offset /= 2) {
+    std::vector<OnlineSoftmax<float>> next(32);
+    for (size_t l = 0; l < 32; ++l) next[l] = OnlineSoftmax<float>::merged(lanes[l], lanes[l ^ offset]);
+    lanes = next;
+  }
+  return lanes;
+}
+
+}  // namespace
+
+TEST_CASE("the online softmax of a row split over a warp's lanes is the two-pass sum, NaN where the CPU's is",
+          "[cpu]") {
+  Rng rng(5, 0);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (const int64_t k : {1, 5, 31, 32, 33, 517, 50257})
+    for (int special = 0; special < 6; ++special) {
+      std::vector<float> row(static_cast<size_t>(k));
+      // Growing logits make each lane's maximum change often (every rescale is taken); random ones rarely.
+      for (int64_t j = 0; j < k; ++j)
+        row[static_cast<size_t>(j)] =
+            special == 1 ? static_cast<float>(j) * 0.01f : static_cast<float>(rng.uniform(-20, 20));
+      const size_t at = static_cast<size_t>(k / 2);
+      if (special == 2) row[at] = -inf;                           // a −inf away from the maximum: e^(−inf) = 0
+      if (special == 3) row[at] = inf;                            // e^(inf − inf): NaN
+      if (special == 4) row[at] = nan;                            // NaN
+      if (special == 5) std::fill(row.begin(), row.end(), -inf);  // a row of −inf: NaN
+      INFO("k " << k << ", case " << special);
+      const std::vector<OnlineSoftmax<float>> lanes = warp_softmax(row);
+      for (const OnlineSoftmax<float>& l : lanes) {  // every lane ends with the same state, to the bit
+        CHECK((l.max == lanes[0].max || (std::isnan(l.max) && std::isnan(lanes[0].max))));
+        CHECK(std::memcmp(&l.total, &lanes[0].total, sizeof l.total) == 0);
+        CHECK(l.nan == lanes[0].nan);
+      }
+      // The CPU's loss over the same row: NaN exactly where the online sum is.
+      Tensor logits = Tensor::empty(Shape{1, k}, DType::f32), labels = Tensor::zeros(Shape{1}, DType::i32);
+      std::copy(row.begin(), row.end(), logits.data<float>());
+      Tensor stats = Tensor::zeros(Shape{2}, DType::f64), none;
+      ops::cross_entropy(logits, labels, 0.0, 1.0, none, stats);
+      const double online = lanes[0].sum();
+      CHECK(std::isnan(online) == std::isnan(stats.data<double>()[0]));
+      if (std::isnan(online)) continue;
+      float mx = -inf;
+      for (float v : row) mx = std::max(mx, v);
+      CHECK(lanes[0].max == mx);
+      double two_pass = 0;
+      for (float v : row) two_pass += std::exp(static_cast<double>(v) - static_cast<double>(mx));
+      CHECK(std::abs(online - two_pass) <= 1e-13 * two_pass);
+      CHECK(std::abs(static_cast<double>(mx) + std::log(online) - row[0] - stats.data<double>()[0]) <=
+            1e-5 * (1 + std::abs(stats.data<double>()[0])));
+    }
 }

@@ -113,6 +113,47 @@ GT_HD double ce_dlogit(double p, bool is_label, int64_t k, double eps, double sc
   return scale * (p - eps / static_cast<double>(k) - (is_label ? 1 - eps : 0.0));
 }
 
+/// A softmax row's Σ e^(x − max) in one read of the row (the online softmax), for a row split over several workers
+/// (a CUDA cross-entropy row over a warp's lanes): each adds its columns, then the parts merge in any grouping. The
+/// running maximum skips NaNs as the CPU's does; the sum of e^(x − max), in double with the difference taken in double
+/// (exact for f32 elements), is rescaled when the maximum grows. sum() is NaN where the CPU's separate
+/// max and sum passes give NaN: a NaN element, a +inf maximum (e^(inf − inf)) or a row of −inf. merge is symmetric to
+/// the bit (the larger maximum's sum plus the other's rescaled), so the two lanes of a butterfly step get the same
+/// state.
+template <class T>
+struct OnlineSoftmax {
+  T max = -static_cast<T>(HUGE_VAL);
+  double total = 0;
+  bool nan = false;
+
+  GT_HD void add(T v) {
+    if (v != v) {
+      nan = true;
+      return;
+    }
+    if (v > max) {
+      total =
+          max == -static_cast<T>(HUGE_VAL) ? 0.0 : total * std::exp(static_cast<double>(max) - static_cast<double>(v));
+      max = v;
+    }
+    if (v != -static_cast<T>(HUGE_VAL)) total += std::exp(static_cast<double>(v) - static_cast<double>(max));
+  }
+  GT_HD static OnlineSoftmax merged(const OnlineSoftmax& a, const OnlineSoftmax& b) {
+    const bool a_high = a.max > b.max;
+    const OnlineSoftmax& hi = a_high ? a : b;
+    const OnlineSoftmax& lo = a_high ? b : a;
+    OnlineSoftmax out;
+    out.max = hi.max;
+    out.nan = a.nan || b.nan;
+    const double lo_part = lo.max == -static_cast<T>(HUGE_VAL)
+                               ? 0.0
+                               : lo.total * std::exp(static_cast<double>(lo.max) - static_cast<double>(hi.max));
+    out.total = hi.total + lo_part;
+    return out;
+  }
+  GT_HD double sum() const { return nan || max == -static_cast<T>(HUGE_VAL) ? static_cast<double>(NAN) : total; }
+};
+
 /// Layer normalisation of one element, given its row's mean and 1/σ: (x − μ)/σ · γ + β.
 template <class T>
 GT_HD T layernorm_y(T x, double mean, double inv, T gamma, T beta) {

@@ -1,6 +1,6 @@
-// CUDA losses (ops/loss.h): fused softmax cross-entropy (one warp per row) and mean squared error. Both add their
-// sums into the step's f64 statistics on the device, so the host never waits for a loss, and add the blocks' sums in
-// block order (kern::add_in_block_order), so a loss has the same bits on every run.
+// CUDA losses (ops/loss.h): fused softmax cross-entropy (one warp per row, two reads of it) and mean squared error.
+// Both add their sums into the step's f64 statistics on the device, so the host never waits for a loss, and add the
+// blocks' sums in block order (kern::add_in_block_order), so a loss has the same bits on every run.
 #include "ops/loss.h"
 
 #include "ops/cuda/context.h"
@@ -35,7 +35,10 @@ __global__ void count_ignored_kernel(const int32_t* __restrict__ labels, int64_t
 }
 
 // Row b of the cross-entropy, for one warp (every lane calls it with the same b, so the shuffles see all 32 lanes):
-// its loss and hit added to loss and hit, its gradient (scaled by `scale`) written to dlogits.
+// its loss and hit added to loss and hit, its gradient (scaled by `scale`) written to dlogits. The row is read twice:
+// once for its maximum, argmax, Σx and Σ e^(x − max) together (ops/math.h's OnlineSoftmax, each lane over its
+// columns, merged across the warp), once for the gradient (a GPT's logits row of 50257 is 200 KB, far past any
+// cache, so each pass is a pass over memory).
 // dlogits may be logits itself (the fused classifier's in-place gradient, ops/loss.h): every lane writes only the
 // columns it reads, after the warp's shuffles, and the two elements other lanes read (x[0] and the label's) are read
 // before the first shuffle.
@@ -53,25 +56,29 @@ __device__ void ce_row(const T* logits, const int32_t* __restrict__ labels, int6
   const bool valid = y >= 0 && y < k;  // a label out of range makes the row's loss NaN (ops/loss.h)
   const double xy = valid ? static_cast<double>(x[y]) : quiet_nan<double>();
   const T x0 = x[0];
-  T mx = -infinity<T>();
+  OnlineSoftmax<T> part;
   int64_t arg = kNoIndex;
   double sum_x = 0;
   for (int64_t j = lane; j < k; j += kWarp) {
     const T v = x[j];
-    if (v > mx || (v == mx && j < arg)) mx = v, arg = j;  // NaN: both false, skipped
+    // NaN: false, skipped; a tie keeps the earlier column (this lane's j only grows), but a −inf takes an argmax
+    // still unset, as the CPU's starts at column 0
+    if (v > part.max || (v == part.max && arg == kNoIndex)) arg = j;
+    part.add(v);
     sum_x += static_cast<double>(v);
   }
   for (int offset = kWarp / 2; offset > 0; offset /= 2) {
-    const T om = __shfl_xor_sync(kFullMask, mx, offset);
+    OnlineSoftmax<T> other;
+    other.max = __shfl_xor_sync(kFullMask, part.max, offset);
+    other.total = __shfl_xor_sync(kFullMask, part.total, offset);
+    other.nan = __shfl_xor_sync(kFullMask, static_cast<int>(part.nan), offset) != 0;
     const int64_t oa = __shfl_xor_sync(kFullMask, arg, offset);
-    if (om > mx || (om == mx && oa < arg)) mx = om, arg = oa;
+    if (other.max > part.max || (other.max == part.max && oa < arg)) arg = oa;
+    part = OnlineSoftmax<T>::merged(part, other);
   }
-  if (isnan(x0)) mx = x0, arg = 0;  // the CPU's running max starts at x[0] and a NaN never gives way
+  if (isnan(x0)) arg = 0;  // the CPU's running max starts at x[0] and a NaN never gives way
   sum_x = warp_sum(sum_x);
-  double sum_e = 0;
-  for (int64_t j = lane; j < k; j += kWarp) sum_e += std::exp(static_cast<double>(x[j] - mx));
-  sum_e = warp_sum(sum_e);
-  const double lse = static_cast<double>(mx) + std::log(sum_e);
+  const double lse = static_cast<double>(part.max) + std::log(part.sum());
   loss += ce_row_loss(lse, xy, sum_x, k, eps);
   hit += valid && arg == y ? 1.0 : 0.0;
   if (dlogits) {
