@@ -30,5 +30,5 @@ done
 strip --strip-unneeded "$out/gputrain" "$out/gputrain_tests" 2>/dev/null || true
 # OpenBLAS alone is 35 MB: the programs and libraries travel as one xz archive (~8 MB) that gpu_check.sh unpacks.
 tar -C "$out" -cJf "$out/programs.tar.xz" gputrain gputrain_tests lib
-rm -rf "$out/gputrain" "$out/gputrain_tests" "$out/lib"
+rm -rf "${out:?}/gputrain" "${out:?}/gputrain_tests" "${out:?}/lib"
 echo "gpu_bundle: $(du -sh "$out" | cut -f1) in $out (programs.tar.xz and data/)"
