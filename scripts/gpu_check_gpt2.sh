@@ -184,7 +184,8 @@ part4() {
           --vocab-rows 50304 --layers 12 --heads 12 --channels 768 --block "$block" --batch "$batch" \
           --steps "$timed" --warmup "$warmup" --threads "$threads" --preload "${args[@]}" 2>"$work/torch-$row.err")
     rc=$?
-    if [[ $rc == 0 ]]; then
+    t=$(printf '%s\n' "$t" | grep '^{' | tail -1)  # its JSON line, whatever else went to stdout
+    if [[ $rc == 0 && -n $t ]]; then
       echo "$t" > "$out"
       echo "$t" | $py -c "
 import json, sys
@@ -214,7 +215,10 @@ results, per_token, dry, gpu = sys.argv[1], float(sys.argv[2]) * 1e6, sys.argv[3
 batch, block, timed = sys.argv[5:8]
 def load(name):
     path = os.path.join(results, name + ".json")
-    return json.load(open(path)) if os.path.exists(path) else None
+    try:
+        return json.load(open(path)) if os.path.exists(path) else None
+    except ValueError:
+        return {"failed": True}
 peak = {"tf32": 1.0, "bf16": 1.0} if dry else next(
     (p for names, p in ((("GH200", "H200"), {"tf32": 494.7, "bf16": 989}), (("H100",), {"tf32": 494.7, "bf16": 989}))
      if any(n in gpu for n in names) and "PCIe" not in gpu and "NVL" not in gpu), None)
@@ -264,10 +268,14 @@ print(f"\nMFU: gputrain's count, 3 × forward FLOPs per token (6N plus attention
 PY
 }
 
-wants 1 && part1
-wants 2 && part2
-wants 3 && part3
-wants 4 && part4
+took=()  # each part's seconds, for the last line: the check's budget is 5 minutes on an H200
+for part in 1 2 3 4; do
+  wants "$part" || continue
+  SECONDS=0
+  case $part in 1) part1 ;; 2) part2 ;; 3) part3 ;; 4) part4 ;; esac
+  took+=("part $part ${SECONDS} s")
+done
 if wants 3 || wants 4; then table; fi
-echo "gpu_check --gpt2 (parts $parts): $([[ $status == 0 ]] && echo passed || echo FAILED)"
+spent=$(printf '%s, ' "${took[@]}")
+echo "gpu_check --gpt2 (parts $parts): $([[ $status == 0 ]] && echo passed || echo FAILED) — ${spent%, }"
 exit "$status"
