@@ -3,6 +3,7 @@
 
     python bench/torch_gpt.py --data DIR/train_000000.bin [--layers 4 --heads 4 --channels 128 --vocab 256]
                               [--block 64 --batch 16 --steps 40 --warmup 5 --threads 2]
+                              [--vocab-rows 50304] [--attention auto|sdpa|manual] [--compile] [--preload]
 
 GPT-2's math and initialisation (pre-norm blocks, tanh GELU, LayerNorm eps 1e-5, the lm head tied to the token
 embedding, AdamW with
@@ -11,6 +12,15 @@ format: 256 int32 header, uint16 tokens). Attention is F.scaled_dot_product_atte
 torch has it (2.x: its fused CPU kernel), else the masked softmax of nanoGPT (1.13). Prints one JSON line with
 tokens_per_sec over the timed steps (after warm-up) and the torch version. --infer times forward passes instead, in
 evaluation mode under torch.inference_mode() (no autograd records), over --batch random windows of the shard each.
+
+For GPT-2 124M against configs/gpt2_124m.yaml (scripts/gpu_check_gpt2.sh): --vocab-rows gives the token embedding
+more rows than the vocabulary (50304 for 50257, as that config pads it) while the tied head still predicts --vocab
+tokens; --attention sdpa insists on F.scaled_dot_product_attention(is_causal=True) and manual on the masked softmax
+(auto, the default, takes SDPA where the torch has it); --compile runs the model and its loss through torch.compile,
+whose compilation falls in the warm-up steps, never the timed ones; --preload copies every step's windows to the
+device before the first step, so that no step waits on a host-to-device copy (gputrain's loader copies while the
+previous step runs). The JSON line then also names the attention, whether it was compiled, and the peak device memory
+(torch.cuda.max_memory_allocated).
 """
 import argparse
 import json
@@ -26,7 +36,7 @@ from torch_amp import PRECISIONS, Amp
 
 
 class Block(nn.Module):
-    def __init__(self, c, heads, block):
+    def __init__(self, c, heads, block, sdpa):
         super().__init__()
         self.heads = heads
         self.ln_1 = nn.LayerNorm(c)
@@ -35,7 +45,7 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(c)
         self.fc = nn.Linear(c, 4 * c)
         self.proj = nn.Linear(4 * c, c)
-        self.sdpa = hasattr(F, "scaled_dot_product_attention")
+        self.sdpa = sdpa
         if not self.sdpa:
             self.register_buffer("mask", torch.tril(torch.ones(block, block)).view(1, 1, block, block))
 
@@ -57,11 +67,12 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, vocab, block, layers, heads, c):
+    def __init__(self, vocab, block, layers, heads, c, vocab_rows=None, sdpa=True):
         super().__init__()
-        self.wte = nn.Embedding(vocab, c)
+        self.vocab = vocab
+        self.wte = nn.Embedding(vocab_rows or vocab, c)
         self.wpe = nn.Embedding(block, c)
-        self.h = nn.ModuleList(Block(c, heads, block) for _ in range(layers))
+        self.h = nn.ModuleList(Block(c, heads, block, sdpa) for _ in range(layers))
         self.ln_f = nn.LayerNorm(c)
         # GPT-2's initialisation, as llm.c's train_gpt2.py: N(0, 0.02) weights, zero biases, the residual
         # projections at 0.02 / sqrt(2 · layers).
@@ -76,7 +87,20 @@ class GPT(nn.Module):
         x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
         for blk in self.h:
             x = blk(x)
-        return self.ln_f(x) @ self.wte.weight.t()  # the tied lm head
+        return self.ln_f(x) @ self.wte.weight[: self.vocab].t()  # the tied lm head (padding rows never predicted)
+
+
+class WithLoss(nn.Module):
+    """The model and its cross-entropy as one module: what --compile hands to torch.compile (as nanoGPT's model
+    returns its loss), so that the compiled graph holds the loss too."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, win):
+        logits = self.model(win[:, :-1])
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), win[:, 1:].reshape(-1))
 
 
 def main():
@@ -96,7 +120,26 @@ def main():
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--precision", default="fp32", choices=PRECISIONS,
                     help="fp32: PyTorch's default math modes; tf32, bf16, fp16: bench/torch_amp.py")
+    ap.add_argument("--vocab-rows", type=int, default=None,
+                    help="rows of the token embedding (default --vocab); the head predicts the first --vocab")
+    ap.add_argument("--attention", default="auto", choices=("auto", "sdpa", "manual"),
+                    help="sdpa: F.scaled_dot_product_attention(is_causal=True); manual: the masked softmax; "
+                         "auto: sdpa where the torch has it")
+    ap.add_argument("--compile", action="store_true",
+                    help="torch.compile the model and its loss (compiled during the warm-up steps)")
+    ap.add_argument("--preload", action="store_true",
+                    help="copy every step's windows to the device before the first step")
     args = ap.parse_args()
+    has_sdpa = hasattr(F, "scaled_dot_product_attention")
+    if args.attention == "sdpa" and not has_sdpa:
+        raise SystemExit(f"--attention sdpa: torch {torch.__version__} has no F.scaled_dot_product_attention")
+    sdpa = args.attention == "sdpa" or (args.attention == "auto" and has_sdpa)
+    if args.compile and not hasattr(torch, "compile"):
+        raise SystemExit(f"--compile: torch {torch.__version__} has no torch.compile")
+    if args.compile and args.infer:
+        raise SystemExit("--compile times training steps; --infer is eager only")
+    if args.compile and args.warmup < 1:
+        raise SystemExit("--compile needs --warmup of at least 1: the compilation happens in the first step")
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)
     with open(args.data, "rb") as f:
@@ -104,7 +147,7 @@ def main():
         assert header[0] == 20240520 and header[1] == 1, "not an llm.c token shard"
         tokens = np.frombuffer(f.read(), dtype=np.uint16)[: header[2]].astype(np.int64)
     dev = torch.device(args.device)
-    model = GPT(args.vocab, args.block, args.layers, args.heads, args.channels).to(dev)
+    model = GPT(args.vocab, args.block, args.layers, args.heads, args.channels, args.vocab_rows, sdpa).to(dev)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     other = [p for p in model.parameters() if p.dim() < 2]
     amp = Amp(args.precision, dev)
@@ -114,6 +157,16 @@ def main():
     t = args.block
     starts = rng.integers(0, (len(tokens) - 1) // t, size=(args.warmup + args.steps, args.batch)) * t
     t0 = None
+
+    def windows(step, length):
+        """Step's batch of windows of `length` tokens, on the device (from the preloaded copy with --preload)."""
+        if preloaded is not None:
+            return preloaded[step, :, :length]
+        return torch.from_numpy(np.stack([tokens[s:s + length] for s in starts[step]])).to(dev)
+
+    preloaded = None
+    if args.preload:
+        preloaded = torch.from_numpy(np.stack([np.stack([tokens[s:s + t + 1] for s in row]) for row in starts])).to(dev)
     if args.infer:
         model.eval()
         with torch.inference_mode(), amp.autocast():
@@ -122,23 +175,24 @@ def main():
                     if dev.type == "cuda":
                         torch.cuda.synchronize()
                     t0 = time.perf_counter()
-                win = torch.from_numpy(np.stack([tokens[s:s + t] for s in starts[step]])).to(dev)
-                logits = model(win)
+                logits = model(windows(step, t))
             checksum = float(logits[-1, -1].sum())  # waits for the device
         seconds = time.perf_counter() - t0
         print(json.dumps({"tokens_per_sec": args.steps * args.batch * t / seconds, "checksum": checksum,
                           "torch": torch.__version__, "threads": args.threads, "precision": args.precision,
                           "mode": "infer"}))
         return
+    train_loss = WithLoss(model)
+    if args.compile:
+        train_loss = torch.compile(train_loss)
     for step in range(args.warmup + args.steps):
         if step == args.warmup:
             if dev.type == "cuda":
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
-        win = torch.from_numpy(np.stack([tokens[s:s + t + 1] for s in starts[step]])).to(dev)
+        win = windows(step, t + 1)
         with amp.autocast():
-            logits = model(win[:, :-1])
-            loss = F.cross_entropy(logits.reshape(-1, args.vocab), win[:, 1:].reshape(-1))
+            loss = train_loss(win)
         opt.zero_grad(set_to_none=True)
         amp.step(loss, opt, model.parameters(), clip=1.0)
     final_loss = loss.item()  # waits for the device
@@ -146,7 +200,9 @@ def main():
     peak = torch.cuda.max_memory_allocated() / 2**20 if dev.type == "cuda" else None
     print(json.dumps({"tokens_per_sec": args.steps * args.batch * t / seconds, "loss": final_loss,
                       "torch": torch.__version__, "threads": args.threads, "peak_mem_mib": peak,
-                      "precision": args.precision}))
+                      "precision": args.precision, "attention": "sdpa" if sdpa else "manual",
+                      "compiled": args.compile, "preloaded": args.preload, "warmup": args.warmup,
+                      "steps": args.steps, "timed_seconds": seconds}))
 
 
 if __name__ == "__main__":

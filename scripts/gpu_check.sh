@@ -17,136 +17,38 @@
 # Under 8 minutes on an H200. `--dry-run` runs the same steps here without a GPU: the tests report their skip, and
 # both trainers run a few steps on the CPU, so the script's own logic is checked before device time is spent.
 # `--only PATTERN` reruns just the [cuda] tests whose names match the Catch2 pattern (`*cross_entropy*`) and stops:
-# the rerun after a fix, in seconds of device time instead of minutes. GPT-2 124M (configs/gpt2_124m.yaml, batch
-# 16 × 1024, random tokens of GPT-2's vocabulary) runs first, in bf16 and fp32 against PyTorch eager: tokens/s, MFU
-# and peak memory, about a minute and a half; `--gpt2` runs only that and stops.
+# the rerun after a fix, in seconds of device time instead of minutes. GPT-2 124M is a command of its own, so that
+# each fits one call of the device tool: `--gpt2` runs scripts/gpu_check_gpt2.sh (cuDNN attention's [cuda] cases,
+# a 2-layer GPT's bf16 losses on CUDA against the CPU's, configs/gpt2_124m.yaml in bf16 and tf32 against PyTorch
+# eager and torch.compile; under 5 minutes) and stops, and `--gpt2-part N` runs its part N alone (see that script).
 #
-#   scripts/gpu_check.sh [--dry-run] [--only PATTERN | --gpt2] [BUNDLE=gpu_bundle]
+#   scripts/gpu_check.sh [--dry-run] [--only PATTERN | --gpt2 | --gpt2-part N] [BUNDLE=gpu_bundle]
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 dry=0
 only=
-gpt2_only=0
+gpt2=()
 while [[ ${1:-} == --* ]]; do
   case $1 in
     --dry-run) dry=1; shift ;;
     --only) only=${2:?--only needs a pattern}; shift 2 ;;
-    --gpt2) gpt2_only=1; shift ;;
+    --gpt2) gpt2=(--part "1,2,3,4"); shift ;;
+    --gpt2-part) gpt2=(--part "${2:?--gpt2-part needs a part number, 1 to 4}"); shift 2 ;;
     *) echo "gpu_check: unknown option $1" >&2; exit 2 ;;
   esac
 done
-bundle=${1:-gpu_bundle}
-[[ -f $bundle/programs.tar.xz ]] || { echo "gpu_check: no $bundle/programs.tar.xz: run scripts/gpu_bundle.sh first" >&2; exit 1; }
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-tar -C "$work" -xJf "$bundle/programs.tar.xz"
-py=python3
-[[ -x /usr/bin/python3 && $dry == 1 ]] && py=/usr/bin/python3  # Debian's, with python3-torch, here
-
-# The CUDA libraries: PyTorch's nvidia-* wheels first (cuDNN, cuBLAS, NCCL live there on the GPU machines), then
-# /usr/local/cuda; the bundle's own libraries (yaml-cpp, spdlog, OpenBLAS, ...) before both.
-nv=$($py - <<'PY' 2>/dev/null
-import glob, os
-try:
-    import nvidia
-    roots = list(nvidia.__path__)
-except Exception:
-    roots = []
-print(":".join(sorted({os.path.dirname(p) for r in roots for p in glob.glob(os.path.join(r, "*", "lib", "*.so*"))})))
-PY
-)
-export LD_LIBRARY_PATH="$work/lib${nv:+:$nv}:/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-gt="$work/gputrain"
-tests="$work/gputrain_tests"
-export GT_GPUTRAIN="$gt"  # the end-to-end [cuda] tests run this binary, not the path it was built at
-data="$PWD/$bundle/data"
-
-# random_shards DIR VOCAB TOKENS SEED: DIR/train_000000.bin and DIR/val_000000.bin, llm.c uint16 shards of TOKENS
-# uniformly random ids below VOCAB.
-random_shards() {
-  $py - "$@" <<'PY'
-import os, sys, numpy as np
-d, vocab, n, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-os.makedirs(d, exist_ok=True)
-for name in ("train_000000.bin", "val_000000.bin"):
-    header = np.zeros(256, dtype="<i4"); header[:3] = (20240520, 1, n)
-    with open(os.path.join(d, name), "wb") as f:
-        f.write(header.tobytes()); f.write(np.random.default_rng(seed).integers(0, vocab, n).astype("<u2").tobytes())
-PY
-}
-
-echo "== devices"
-command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-"$gt" devices || { echo "gpu_check: gputrain does not start (missing libraries?)"; ldd "$gt" | grep "not found"; exit 1; }
-
-if [[ -z $only ]]; then
-  echo "== GPT-2 124M (configs/gpt2_124m.yaml, random tokens of GPT-2's vocabulary) against PyTorch eager"
-  random_shards "$work/tok2" 50257 4000000 2
-  # The dry run: a CPU, one window of 128 positions, 2 steps; on the GPU llm.c's micro-batch, 16 × 1024.
-  if [[ $dry == 1 ]]; then g2dev=cpu; g2batch=1; g2block=128; g2steps=3; else g2dev=cuda; g2batch=16; g2block=1024; g2steps=40; fi
-  gpt2_rows=()
-  for prec in bf16 fp32; do
-    g2out="$work/run-gpt2-$prec"
-    if "$gt" train configs/gpt2_124m.yaml --device "$g2dev" --precision "$prec" --max-steps "$g2steps" --quiet \
-         --out "$g2out" --set "data.train.path=$work/tok2/train_*.bin" --set "data.test.path=$work/tok2/val_*.bin" \
-         --set "data.batch_size=$g2batch" --set "data.block_size=$g2block" --set train.accumulate=1 \
-         --set train.eval_every=1000000 --set train.eval_tokens=$g2block --set train.log_every=1 \
-         --set scheduler.warmup_steps=0 > "$work/gt-gpt2-$prec.log" 2>&1; then
-      read -r g2rate g2mfu g2peak < <($py -c "
-import json
-rows = [json.loads(l) for l in open('$g2out/metrics.jsonl') if '\"train\"' in l]
-last = rows[len(rows) // 2:]  # the second half: past start-up
-rate = sum(r['tokens_per_sec'] for r in last) / len(last)
-mfu = [r['mfu'] for r in last if 'mfu' in r]
-peaks = [r['device_peak_mib'] for r in rows if 'device_peak_mib' in r]
-print(round(rate), f'{100 * sum(mfu) / len(mfu):.1f}%' if mfu else 'unknown', f'{max(peaks):.0f}' if peaks else 'n/a')")
-    else
-      g2rate=failed g2mfu=n/a g2peak=n/a
-      tail -20 "$work/gt-gpt2-$prec.log" | sed 's/^/        /'
-    fi
-    if t=$($py bench/torch_gpt.py --data "$work/tok2/train_000000.bin" --device "$g2dev" --vocab 50257 --layers 12 \
-             --heads 12 --channels 768 --block "$g2block" --batch "$g2batch" --steps "$g2steps" --warmup 2 \
-             --threads 4 --precision "$prec" 2>"$work/torch-gpt2-$prec.err"); then
-      g2torch=$(echo "$t" | $py -c "import json, sys; print(round(json.load(sys.stdin)['tokens_per_sec']))")
-    else
-      g2torch=failed
-      tail -5 "$work/torch-gpt2-$prec.err" | sed 's/^/        /'
-    fi
-    g2ratio=n/a
-    [[ $g2rate =~ ^[0-9]+$ && $g2torch =~ ^[0-9]+$ ]] && g2ratio=$(awk -v a="$g2rate" -v b="$g2torch" 'BEGIN { printf "%.2f", a / b }')
-    gpt2_rows+=("| GPT-2 124M $g2dev $prec, $g2batch × $g2block | $g2rate | $g2mfu | $g2torch | $g2ratio | $g2peak MiB |")
-  done
-  echo "| run | gputrain tokens/s | MFU | PyTorch eager tokens/s | ratio | gputrain peak mem |"
-  echo "|---|---|---|---|---|---|"
-  printf '%s\n' "${gpt2_rows[@]}"
-  [[ $gpt2_only == 1 ]] && exit 0
+if ((${#gpt2[@]})); then
+  dry_flag=(); [[ $dry == 1 ]] && dry_flag=(--dry-run)
+  exec scripts/gpu_check_gpt2.sh "${dry_flag[@]}" "${gpt2[@]}" "$@"
 fi
+bundle=${1:-gpu_bundle}
+# shellcheck source=scripts/gpu_check_env.sh
+source scripts/gpu_check_env.sh
+data="$PWD/$bundle/data"
+show_devices
 
 echo "== [cuda] tests"
-pass=0 fail=0 skip=0
-failed=()
-while IFS= read -r name; do
-  [[ -z $name ]] && continue
-  # Catch2 takes a test name as a filter; commas and brackets in names are escaped.
-  filter=${name//,/\\,}
-  filter=${filter//[/\\[}
-  start=$(date +%s.%N)
-  timeout 300 "$tests" "$filter" > "$work/t.log" 2>&1
-  rc=$?
-  dt=$(awk -v a="$(date +%s.%N)" -v b="$start" 'BEGIN { printf "%.1f", a - b }')  # (the GPU image has no bc)
-  case $rc in
-    0) pass=$((pass + 1)); printf '  pass  %5.1fs  %s\n' "$dt" "$name"
-       grep '^rate: ' "$work/t.log" | sed 's/^/        /' ;;  # a case that times something prints its rate
-    77) skip=$((skip + 1)); printf '  skip         %s: %s\n' "$name" "$(grep -m1 SKIPPED "$work/t.log")" ;;
-    *)
-      fail=$((fail + 1)); failed+=("$name"); printf '  FAIL  (exit %s) %s\n' "$rc" "$name"
-      # The first failed checks with their expansions and messages (a test that trains prints its run's log after
-      # them, which a tail alone would show instead), then the end of the output.
-      grep -m4 -A14 'FAILED:' "$work/t.log" | head -60 | sed 's/^/        /'
-      echo "        ... last lines:"
-      tail -12 "$work/t.log" | sed 's/^/        /' ;;
-  esac
-done < <("$tests" "[cuda]${only:+ $only}" --list-test-names-only 2>/dev/null | sed 's/^ *//')
+cuda_tests "[cuda]${only:+ $only}" 300
 if [[ -n $only ]]; then
   echo "[cuda] tests matching $only: $pass passed, $fail failed, $skip skipped${failed:+ — failed: ${failed[*]}}"
   [[ $fail == 0 && $pass -gt 0 ]]
@@ -323,7 +225,7 @@ else
 fi
 
 echo
-echo "== gpu_check $(date -u +%Y-%m-%d) on $(command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name --format=csv,noheader | head -1 || echo "no GPU (dry run)")"
+echo "== gpu_check $(date -u +%Y-%m-%d) on $(gpu_name)"
 echo "[cuda] tests: $pass passed, $fail failed, $skip skipped${failed:+ — failed: ${failed[*]}}"
 echo
 echo "| config | gputrain samples/s | PyTorch samples/s | ratio | gputrain peak mem | PyTorch peak mem |"
