@@ -45,7 +45,7 @@ namespace {
 using namespace kern;
 
 constexpr const char* kEnv = "GPUTRAIN_TILED_ATTENTION";
-constexpr int64_t kMaxT = int64_t{1} << 20;  // query tiles of 16 rows stay within the grid's y (65535)
+constexpr int64_t kMaxT = int64_t{1} << 20;  // the grids' tiles (32 rows or more) stay within their y (65535)
 
 std::atomic<int64_t> g_forward_runs{0}, g_backward_runs{0};
 

@@ -18,7 +18,11 @@ struct Tiles {
   static constexpr int kFwdRows = 64, kFwdKeys = D <= 64 ? 64 : 32;
   static constexpr int kKvKeys = 32, kKvRows = D <= 64 ? 64 : D <= 96 ? 32 : 16;
   static constexpr int kDqRows = D <= 64 ? 64 : 32, kDqKeys = 32;
-  static constexpr size_t kFwdFloats = 2 * kFwdRows * kLd + kFwdKeys * kLd + kFwdRows * (kFwdKeys + kPad) + kFwdRows;
+  // The forward's value tile has a buffer of its own where it fits (heads of 64 and 96), and is loaded with the key
+  // tile; else it replaces the keys once S is made.
+  static constexpr size_t kFwdShared = 2 * kFwdRows * kLd + kFwdKeys * kLd + kFwdRows * (kFwdKeys + kPad) + kFwdRows;
+  static constexpr bool kFwdOwnV = (kFwdShared + kFwdKeys * kLd) * 4 <= kMaxShared;
+  static constexpr size_t kFwdFloats = kFwdShared + (kFwdOwnV ? kFwdKeys * kLd : 0);
   static constexpr size_t kKvFloats =
       4 * kKvKeys * kLd + 2 * kKvRows * kLd + 2 * kKvRows * (kKvKeys + kPad) + 2 * kKvRows;
   static constexpr size_t kDqFloats =
@@ -153,11 +157,12 @@ __global__ void __launch_bounds__(kThreads)
   using L = Tiles<D>;
   constexpr int kR = L::kFwdRows, kK = L::kFwdKeys, kLd = L::kLd, kLs = kK + kPad;
   float* smem = tiled_shared();
-  float* qs = smem;             // [kR][kLd] the block's query rows
-  float* os = qs + kR * kLd;    // [kR][kLd] the unnormalised output rows
-  float* kv = os + kR * kLd;    // [kK][kLd] a key tile, then its value tile
-  float* ss = kv + kK * kLd;    // [kR][kLs] the tile's scores, then exp(s − row max)
-  float* sums = ss + kR * kLs;  // [kR] the rows' final sums
+  float* qs = smem;                              // [kR][kLd] the block's query rows
+  float* os = qs + kR * kLd;                     // [kR][kLd] the unnormalised output rows
+  float* ks = os + kR * kLd;                     // [kK][kLd] a key tile
+  float* vs = L::kFwdOwnV ? ks + kK * kLd : ks;  // [kK][kLd] its value tile (in place of the keys without room)
+  float* ss = vs + kK * kLd;                     // [kR][kLs] the tile's scores, then exp(s − row max)
+  float* sums = ss + kR * kLs;                   // [kR] the rows' final sums
   const int64_t b = blockIdx.x / heads, h = blockIdx.x % heads;
   const int64_t i0 = int64_t{gridDim.y - 1 - blockIdx.y} * kR;
   const float* base = qkv + b * t * 3 * c + h * D;
@@ -168,12 +173,13 @@ __global__ void __launch_bounds__(kThreads)
   float row_max = -infinity<float>(), row_sum = 0.0f;
   const int64_t end = i0 + kR < t ? i0 + kR : t;  // the block's keys: [0, end)
   for (int64_t j0 = 0; j0 < end; j0 += kK) {
-    __syncthreads();  // the last tile's products are done with kv and ss
-    load_tile<kK, D>(base + c, 3 * c, j0, t, kv);
+    __syncthreads();  // the last tile's products are done with ks, vs and ss
+    load_tile<kK, D>(base + c, 3 * c, j0, t, ks);
+    if (L::kFwdOwnV) load_tile<kK, D>(base + 2 * c, 3 * c, j0, t, vs);
     __syncthreads();
-    gemm<kTc, kR, kK, D, false, true>(qs, kLd, kv, kLd, ss, kLs, false);  // S = Q·Kᵀ
+    gemm<kTc, kR, kK, D, false, true>(qs, kLd, ks, kLd, ss, kLs, false);  // S = Q·Kᵀ
     __syncthreads();
-    load_tile<kK, D>(base + 2 * c, 3 * c, j0, t, kv);
+    if (!L::kFwdOwnV) load_tile<kK, D>(base + 2 * c, 3 * c, j0, t, vs);
     // Row r's keys j ≤ i of the tile, its two threads taking alternate columns. Key 0 is in every row's first tile,
     // so the maximum is finite from then on (rows past T included: their zero rows score 0).
     float* srow = ss + r * kLs;
@@ -193,7 +199,7 @@ __global__ void __launch_bounds__(kThreads)
     if (corr != 1.0f)
       for (int e = half; e < D; e += 2) os[r * kLd + e] *= corr;
     __syncthreads();
-    gemm<kTc, kR, D, kK, false, false>(ss, kLs, kv, kLd, os, kLd, true);  // O += P·V
+    gemm<kTc, kR, D, kK, false, false>(ss, kLs, vs, kLd, os, kLd, true);  // O += P·V
   }
   if (half == 0) {
     sums[r] = row_sum;
