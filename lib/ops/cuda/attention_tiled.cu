@@ -23,6 +23,8 @@
 // Tiles per head size keep every kernel within 99 KiB of shared memory (the most a block may have on SM 8.6 and 8.9;
 // SM 8.0 and 9.0 allow more): rows padded by 4 floats, so that the rows a warp reads together start in different banks
 // and every 16-row or 8-column step of a wmma tile starts 32 bytes aligned.
+// The kernels are in attention_tiled_kernels.cuh, which a [cpu] test also compiles for the host; this file chooses,
+// sizes and launches them.
 #include "ops/cuda/attention_tiled.h"
 
 #include "core/env.h"
