@@ -1,10 +1,11 @@
 // The tiled CUDA attention's kernels (lib/ops/cuda/attention_tiled_kernels.cuh) run on the host, in every build: a
 // thread per CUDA thread of a block (128), a barrier for __syncthreads, __shfl_xor_sync through the block's shared
-// slots, and a stand-in for nvcuda::wmma whose fragments hold a whole tile in every lane of a warp, each *_sync call
-// a barrier of the warp's 32 threads. The blocks of a grid run one after another with their shared memory filled with
-// NaN (a tile read before it is written poisons the results), the outputs sit between sentinels, and each wmma pointer
-// must be 32 bytes into the shared memory and each leading dimension a multiple of 4 floats (the rules of f32 and tf32
-// wmma). TF32 rounding is cvt.rna's: to nearest, ties away from zero, 13 low bits cleared.
+// slots, and a stand-in for nvcuda::wmma whose fragments hold a whole tile in every lane of a warp (lane 0 multiplies
+// and stores), each *_sync call a barrier of the warp's 32 threads. The blocks of a grid run one after another with
+// their shared memory filled with NaN (a tile read before it is written poisons the results), the outputs sit between
+// sentinels, and each wmma pointer must be 32 bytes into the shared memory and each leading dimension a multiple of 4
+// floats (the rules of f32 and tf32 wmma). TF32 rounding is cvt.rna's: to nearest, ties away from zero, 13 low bits
+// cleared.
 //
 // What it shows without a device: the tiles' indexing, masking and synchronisation, the online softmax and the two
 // backward kernels, against the CPU's f32 attention within test_cuda_attention_tiled.cpp's written tolerances. What it
@@ -136,12 +137,13 @@ template <int M, int N, int K, class LA, class LB>
 void mma_sync(fragment<accumulator, M, N, K, float>& d, const fragment<matrix_a, M, N, K, precision::tf32, LA>& a,
               const fragment<matrix_b, M, N, K, precision::tf32, LB>& b,
               const fragment<accumulator, M, N, K, float>& c) {
-  for (int m = 0; m < M; ++m)
-    for (int n = 0; n < N; ++n) {
-      float s = c.x[m * N + n];
-      for (int k = 0; k < K; ++k) s += a.x[m * K + k] * b.x[k * N + n];
-      d.x[m * N + n] = s;
-    }
+  if (threadIdx.x % 32 == 0)  // lane 0's copy is the one store_matrix_sync writes
+    for (int m = 0; m < M; ++m)
+      for (int n = 0; n < N; ++n) {
+        float s = c.x[m * N + n];
+        for (int k = 0; k < K; ++k) s += a.x[m * K + k] * b.x[k * N + n];
+        d.x[m * N + n] = s;
+      }
   warp_sync();
 }
 }  // namespace nvcuda::wmma
