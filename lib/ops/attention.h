@@ -49,7 +49,9 @@ void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
 // [64, T] block of scores exists per thread; one thread per (batch, head), so results do not depend on the count.
 // CUDA: one warp per query row with an online softmax (no score matrix in device memory); the backward is one warp per
 // query row for dq and one per key row for dk and dv, so every sum has one writer and a fixed order (no atomics). Head
-// size at most 256.
+// size at most 256. f32 heads of 64, 96 and 128 in fp32 or tf32 without dropout take tiled kernels instead (a block per
+// tile of 64 query rows, key tiles in shared memory, sums in f32; ops/cuda/attention_tiled.h), with the same one
+// writer per sum.
 GT_BACKEND_ENTRY_POINTS(attention_forward, attention_backward, attention_decode)
 
 namespace gt::cpu {

@@ -9,7 +9,9 @@
 // rows staged through shared memory 32 at a time and read by every thread of the warp at once (a broadcast); no
 // shuffles, and one exp per pair in the forward unless the maximum grows. The same arithmetic in the same double sums,
 // pair by pair in the same order (only a dot product's own sum is serial instead of lane-strided), so both paths meet
-// the same [cuda] tolerances. Larger heads (GPT-2's 64) and f64 keep the warp kernels (registers would spill).
+// the same [cuda] tolerances. f32 heads of 64, 96 and 128 in fp32 or tf32 without dropout (GPT-2's 64) take the tiled
+// kernels of attention_tiled.cu (FlashAttention-2's tiling, sums in f32, TF32 tensor cores under tf32); the other
+// larger heads, f64, dropout and decoding keep the warp kernels (registers would spill in the row kernels).
 // Under bf16/fp16 cuDNN's fused flash attention (attention_cudnn.cpp) takes the calls it can first; these kernels run
 // the rest (fp32, f64, dropout, heads cuDNN does not take, GPUTRAIN_CUDNN_ATTENTION=0) and decoding.
 //
@@ -21,6 +23,7 @@
 #include "ops/attention.h"
 
 #include "ops/cuda/attention_cudnn.h"
+#include "ops/cuda/attention_tiled.h"
 #include "ops/cuda/context.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/kernel_util.cuh"
@@ -441,6 +444,10 @@ void attention_forward(const Tensor& qkv, int64_t heads, const ops::AttentionDro
   if (r.nb * r.t == 0) return;
   const bool f64 = is_f64("attention_forward", qkv);
   if (cudnn_attention_forward(qkv, heads, dropout, out, lse)) return;  // bf16/fp16 where cuDNN can
+  if (!tiled_attention_refusal(qkv, heads, dropout)) {                 // fp32/tf32 heads of 64, 96, 128 without dropout
+    tiled_attention_forward(qkv, heads, out, lse);
+    return;
+  }
   if (row_kernels(r, f64)) {
     with_rounding(false, [&](auto round) {
       attn_fwd_rows_kernel<decltype(round)><<<row_grid(r), kRowBlock, 0, stream(qkv.device().index)>>>(
@@ -486,6 +493,7 @@ void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
   cudaStream_t s = stream(qkv.device().index);
   const bool f64 = is_f64("attention_backward", qkv);
   if (cudnn_attention_backward(qkv, out, lse, dout, heads, dropout, dqkv)) return;
+  const bool tiled = !tiled_attention_refusal(qkv, heads, dropout);
   with_float_type(f64, [&](auto t) {
     using T = decltype(t);
     const T *x = static_cast<const T*>(qkv.raw()), *o = static_cast<const T*>(out.raw()),
@@ -495,6 +503,12 @@ void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
     const Drop drop = drop_of<T>(dropout);
     attn_delta_kernel<T><<<warp_blocks(r), kRowThreads, 0, s>>>(o, g, r, dl);
     GT_CHECK_LAUNCH();
+    if constexpr (std::is_same_v<T, float>) {
+      if (tiled) {
+        tiled_attention_backward(qkv, lse, dout, heads, delta, dqkv);
+        return;
+      }
+    }
     with_rounding(f64, [&](auto round) {
       using R = decltype(round);
       if constexpr (std::is_same_v<T, float>) {
