@@ -38,6 +38,7 @@ void linear_forward_add(const Tensor& x, const Tensor& w, const Tensor& bias, co
 
 // The backends' entry points: the ops above call them once the contract holds.
 // CUDA: matmul through cuBLASLt in the tensors' precision (f32 without TF32, or f64), one cached plan per shape;
+// linear_forward adds the bias in cuBLASLt's epilogue (where it has one for the type; add_row_bias otherwise);
 // sum_rows sums in double in a fixed order.
 GT_BACKEND_ENTRY_POINTS(matmul, add_row_bias, sum_rows, linear_forward)
 // linear_forward_act and linear_forward_add run on the CPU only (fused chains are the CPU's).
