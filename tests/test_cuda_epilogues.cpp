@@ -1,17 +1,24 @@
 // cuBLASLt's epilogues for the CUDA dense layer (ops/cuda/matmul.cu) against the CPU's ops on the same seeded
-// inputs: linear_forward's bias (CUBLASLT_EPILOGUE_BIAS), with sentinels around every output. Without a usable GPU
-// every case exits with ctest's skip code (77) after printing why.
+// inputs: linear_forward's bias (CUBLASLT_EPILOGUE_BIAS), linear_forward_act's relu and GELU (RELU_BIAS, GELU_BIAS,
+// GELU_AUX_BIAS with GELU's input kept in h) and linear_forward_add's residual (C = r, D = y), with sentinels around
+// every output. Out-feature counts of 45 and 3 take the fallback for GELU_AUX (its leading dimension must be a
+// multiple of 8), 48 the epilogue: both must give the CPU's numbers. Without a usable GPU every case exits with
+// ctest's skip code (77) after printing why.
 //
 // Tolerances. An output is a sum of K products |x·w| ≤ 16 (inputs in [-4, 4)) plus the bias: the two sides add the
 // same terms in different orders, and, as in test_cuda_dnn.cpp, |Δ| ≤ 1e-5 · K · 16 in f32 (≥ 10× what such sums
 // show, far below the ≈ 16/3 a missing, doubled or misplaced term costs) and 1e-13 · K · 16 in f64; the bias adds
 // one rounding of a value ≤ 4 + |sum|, inside that. Under tf32 the tensor cores round both operands to 10 mantissa
 // bits and the CPU multiplies in fp32: up to 2·2⁻¹¹ of each term, K · 16 · 2⁻¹⁰. Under bf16 and fp16 both sides
-// multiply the same rounded operands exactly and sum in f32: the f32 bound.
+// multiply the same rounded operands exactly and sum in f32: the f32 bound. relu moves nothing by more than its
+// input moved. GELU (|GELU'| < 1.13) moves it by at most 1.2×, and cuBLASLt evaluates its own tanh, which may be
+// the hardware's approximation (relative error about 2⁻¹¹): ½·|h|·|Δtanh| ≤ 2⁻¹⁰·|h| more, in f32; in f64 1e-12·|h|.
+// A residual adds one rounding of a value ≤ 4 + |sum|, inside the product's bound.
 #include "cuda_helpers.h"
 #include "ops/matmul.h"
 #include "ops/precision.h"
 
+#include <cmath>
 #include <limits>
 #include <optional>
 #include <string>
@@ -78,6 +85,56 @@ void check_linear_forward(const Dims& d, bool with_bias, std::optional<Precision
   check_close(y.host_checked(), cpu, product_tol<T>(d.in, p), 0);
 }
 
+template <class T>
+void check_linear_act(const Dims& d, Activation act, bool keep_h, bool with_bias, std::optional<Precision> p,
+                      uint64_t seed) {
+  INFO("linear_forward_act " << (act == Activation::relu ? "relu" : "gelu_tanh") << (keep_h ? " keeping h" : "")
+                             << " rows " << d.rows << " in " << d.in << " out " << d.out
+                             << (with_bias ? " bias" : " no bias") << " "
+                             << (std::is_same_v<T, double> ? "f64" : precision_name(p).c_str()));
+  const Tensor x = as<T>(seeded(Shape{d.rows, d.in}, seed)), w = as<T>(seeded(Shape{d.out, d.in}, seed + 1));
+  const Tensor bias = with_bias ? as<T>(seeded(Shape{d.out}, seed + 2)) : Tensor();
+  const Shape ys{d.rows, d.out};
+  Tensor cpu_y = Tensor::empty(ys, kDType<T>), cpu_h = Tensor::empty(ys, kDType<T>);
+  GuardedT<T> y(ys, kNaN), h(ys, kNaN);
+  {
+    const MaybeScope scope(p);
+    ops::linear_forward_act(x, w, bias, act, cpu_h, cpu_y);  // (the CPU's h is its sum either way)
+    Tensor hd = keep_h ? h.inner : Tensor();
+    ops::linear_forward_act(to_cuda(x), to_cuda(w), with_bias ? to_cuda(bias) : Tensor(), act, hd, y.inner);
+  }
+  const double tol = product_tol<T>(d.in, p);
+  if (keep_h) check_close(h.host_checked(), cpu_h, tol, 0);  // GELU's input: the product and bias
+  const Tensor got = y.host_checked();
+  const double act_rel = act == Activation::relu ? 0 : std::is_same_v<T, double> ? 1e-12 : 0x1p-10;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const double a = got.data<T>()[i], b = cpu_y.data<T>()[i], hi = cpu_h.data<T>()[i];
+    INFO("element " << i << ": cuda " << a << " cpu " << b << " h " << hi);
+    REQUIRE(std::abs(a - b) <= (act == Activation::relu ? 1.0 : 1.2) * tol + act_rel * std::abs(hi));
+  }
+}
+
+template <class T>
+void check_linear_add(const Dims& d, bool with_bias, std::optional<Precision> p, uint64_t seed) {
+  INFO("linear_forward_add rows " << d.rows << " in " << d.in << " out " << d.out << (with_bias ? " bias" : " no bias")
+                                  << " " << (std::is_same_v<T, double> ? "f64" : precision_name(p).c_str()));
+  const Tensor x = as<T>(seeded(Shape{d.rows, d.in}, seed)), w = as<T>(seeded(Shape{d.out, d.in}, seed + 1));
+  const Tensor bias = with_bias ? as<T>(seeded(Shape{d.out}, seed + 2)) : Tensor();
+  const Tensor r = as<T>(seeded(Shape{d.rows, d.out}, seed + 3));
+  Tensor cpu = Tensor::empty(r.shape(), kDType<T>);
+  GuardedT<T> y(r.shape(), kNaN), rd(r.shape());
+  rd.inner.copy_from(r);
+  {
+    const MaybeScope scope(p);
+    ops::linear_forward_add(x, w, bias, r, cpu);
+    ops::linear_forward_add(to_cuda(x), to_cuda(w), with_bias ? to_cuda(bias) : Tensor(), rd.inner, y.inner);
+  }
+  check_close(y.host_checked(), cpu, product_tol<T>(d.in, p), 0);
+  check_close(rd.host_checked(), r, 0, 0);  // r is read, never written
+}
+
+const std::optional<Precision> kPrecisions[] = {std::nullopt, Precision::tf32, Precision::bf16, Precision::fp16};
+
 }  // namespace
 
 TEST_CASE("CUDA linear_forward with its bias in cuBLASLt's epilogue matches the CPU in f32, f64, tf32, bf16, fp16",
@@ -90,5 +147,29 @@ TEST_CASE("CUDA linear_forward with its bias in cuBLASLt's epilogue matches the 
                                                std::optional{Precision::bf16}, std::optional{Precision::fp16}})
         check_linear_forward<float>(d, with_bias, p, seed += 3);
       check_linear_forward<double>(d, with_bias, std::nullopt, seed += 3);
+    }
+}
+
+TEST_CASE("CUDA linear_forward_act (relu, GELU, GELU keeping its input h) matches the CPU, epilogue and fallback",
+          "[cuda]") {
+  require_gpu();
+  uint64_t seed = 7100;
+  for (const Dims& d : kDims)
+    for (const Activation act : {Activation::relu, Activation::gelu_tanh})
+      for (const bool keep_h : {true, false})
+        for (const bool with_bias : {true, false}) {
+          for (const std::optional<Precision> p : kPrecisions)
+            check_linear_act<float>(d, act, keep_h, with_bias, p, seed += 3);
+          check_linear_act<double>(d, act, keep_h, with_bias, std::nullopt, seed += 3);
+        }
+}
+
+TEST_CASE("CUDA linear_forward_add adds the residual r as cuBLASLt's C into y and matches the CPU", "[cuda]") {
+  require_gpu();
+  uint64_t seed = 7300;
+  for (const Dims& d : kDims)
+    for (const bool with_bias : {true, false}) {
+      for (const std::optional<Precision> p : kPrecisions) check_linear_add<float>(d, with_bias, p, seed += 4);
+      check_linear_add<double>(d, with_bias, std::nullopt, seed += 4);
     }
 }

@@ -18,6 +18,8 @@
 #include "ops/cuda/dnn_common.h"
 #include "ops/cuda/half_scratch.h"
 #include "ops/cuda/kernel_util.cuh"
+#include "ops/elementwise.h"
+#include "ops/math.h"
 #include "ops/precision.h"
 
 #include <array>
@@ -211,6 +213,24 @@ void launch_sum_rows(cudaStream_t s, bool is_double, const void* dy, void* db, i
   GT_CHECK_LAUNCH();
 }
 
+// y = act(x), element-wise; y may be x (the product's sum activated in place), so no __restrict__.
+template <class T, Activation A>
+__global__ void activate_kernel(const T* x, T* y, int64_t n) {
+  for (int64_t i = global_index(); i < n; i += grid_stride()) y[i] = act_forward<T>(A, x[i]);
+}
+
+void launch_activate(cudaStream_t s, Activation a, bool is_double, const void* x, void* y, int64_t n) {
+  if (n == 0) return;
+  with_float_type(is_double, [&](auto t) {
+    using T = decltype(t);
+    with_activation(a, [&](auto act) {
+      activate_kernel<T, decltype(act)::value>
+          <<<grid_for(n, kThreads), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), n);
+    });
+  });
+  GT_CHECK_LAUNCH();
+}
+
 // An operand of a half product: the 16-bit copy of a weight this scope made already (half_weight; `weight`: the
 // contract says it is one), or a copy into scratch that goes back to the allocator when queued.
 class HalfProductOperand {
@@ -311,6 +331,37 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor
     return;
   matmul_impl(x, false, w, true, y, 0.0, true);
   if (bias.defined()) add_row_bias(y, bias);
+}
+
+// relu or GELU after the bias in cuBLASLt's epilogue: RELU_BIAS, GELU_AUX_BIAS (GELU's input written to h) or
+// GELU_BIAS (h undefined); without a bias RELU, GELU_AUX or GELU (the bit of CUBLASLT_EPILOGUE_BIAS is what
+// differs). cuBLASLt's GELU is the tanh approximation, GPT-2's. GELU_AUX wants h's leading dimension (our columns)
+// divisible by 8, and relu's aux is a bit-mask, not its input: for those, or where the heuristic refuses, the
+// product and bias go into h (or y) and a kernel activates them.
+void linear_forward_act(const Tensor& x, const Tensor& w, const Tensor& bias, Activation act, Tensor& h, Tensor& y) {
+  const bool keep_h = h.defined();
+  if (act == Activation::relu ? !keep_h : (!keep_h || y.dim(1) % 8 == 0)) {
+    const int base = act == Activation::relu ? CUBLASLT_EPILOGUE_RELU
+                     : keep_h                ? CUBLASLT_EPILOGUE_GELU_AUX
+                                             : CUBLASLT_EPILOGUE_GELU;
+    LtExtras ex{.epilogue = static_cast<cublasLtEpilogue_t>(base | (bias.defined() ? CUBLASLT_EPILOGUE_BIAS : 0))};
+    if (bias.defined()) ex.bias = bias.raw();
+    if (keep_h) ex.aux = h.raw();
+    if (matmul_impl(x, false, w, true, y, 0.0, true, ex)) return;
+  }
+  Tensor& sum = keep_h ? h : y;
+  linear_forward(x, w, bias, sum);
+  launch_activate(stream(y.device().index), act, is_f64("linear_forward_act", y), sum.raw(), y.raw(), y.numel());
+}
+
+// y = (x·wᵀ + bias) + r: cuBLASLt's D = x·wᵀ + 1·C with C = r and D = y (distinct, same layout), the bias in its
+// epilogue. Where the heuristic refuses, linear_forward into y and the add after it.
+void linear_forward_add(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& r, Tensor& y) {
+  LtExtras ex{.epilogue = bias.defined() ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, .c_in = r.raw()};
+  if (bias.defined()) ex.bias = bias.raw();
+  if (matmul_impl(x, false, w, true, y, 1.0, true, ex)) return;
+  linear_forward(x, w, bias, y);
+  cuda::add(y, r.view(y.shape()), y);
 }
 
 void sum_rows(const Tensor& dy, Tensor& db, double beta) {
