@@ -1,9 +1,9 @@
 // cuBLASLt's epilogues for the CUDA dense layer (ops/cuda/matmul.cu) against the CPU's ops on the same seeded
 // inputs: linear_forward's bias (CUBLASLT_EPILOGUE_BIAS), linear_forward_act's relu and GELU (RELU_BIAS, GELU_BIAS,
-// GELU_AUX_BIAS with GELU's input kept in h) and linear_forward_add's residual (C = r, D = y), with sentinels around
-// every output. Out-feature counts of 45 and 3 take the fallback for GELU_AUX (its leading dimension must be a
-// multiple of 8), 48 the epilogue: both must give the CPU's numbers. Without a usable GPU every case exits with
-// ctest's skip code (77) after printing why.
+// GELU_AUX_BIAS with GELU's input kept in h), linear_forward_add's residual (C = r, D = y) and
+// linear_backward_weight's bias gradient (BGRADB), with sentinels around every output. Out-feature counts of 45 and 3
+// take the fallback for GELU_AUX (its leading dimension must be a multiple of 8), 48 the epilogue: both must give the
+// CPU's numbers. Without a usable GPU every case exits with ctest's skip code (77) after printing why.
 //
 // Tolerances. An output is a sum of K products |x·w| ≤ 16 (inputs in [-4, 4)) plus the bias: the two sides add the
 // same terms in different orders, and, as in test_cuda_dnn.cpp, |Δ| ≤ 1e-5 · K · 16 in f32 (≥ 10× what such sums
@@ -13,7 +13,9 @@
 // multiply the same rounded operands exactly and sum in f32: the f32 bound. relu moves nothing by more than its
 // input moved. GELU (|GELU'| < 1.13) moves it by at most 1.2×, and cuBLASLt evaluates its own tanh, which may be
 // the hardware's approximation (relative error about 2⁻¹¹): ½·|h|·|Δtanh| ≤ 2⁻¹⁰·|h| more, in f32; in f64 1e-12·|h|.
-// A residual adds one rounding of a value ≤ 4 + |sum|, inside the product's bound.
+// A residual adds one rounding of a value ≤ 4 + |sum|, inside the product's bound. The bias gradient is a sum of R
+// rows |dy| ≤ 4: 1e-5 · R · 4 in f32 and bf16/fp16 (where sum_rows runs), 1e-13 · R · 4 in f64, and R · 4 · 2⁻¹⁰
+// under tf32, in case cuBLASLt sums the operand it rounded.
 #include "cuda_helpers.h"
 #include "ops/matmul.h"
 #include "ops/precision.h"
@@ -133,6 +135,43 @@ void check_linear_add(const Dims& d, bool with_bias, std::optional<Precision> p,
   check_close(rd.host_checked(), r, 0, 0);  // r is read, never written
 }
 
+template <class T>
+void check_backward_weight(const Dims& d, bool with_bias, double beta, std::optional<Precision> p, uint64_t seed) {
+  INFO("linear_backward_weight rows " << d.rows << " in " << d.in << " out " << d.out
+                                      << (with_bias ? " bias" : " no bias") << " beta " << beta << " "
+                                      << (std::is_same_v<T, double> ? "f64" : precision_name(p).c_str()));
+  const Tensor dy = as<T>(seeded(Shape{d.rows, d.out}, seed)), x = as<T>(seeded(Shape{d.rows, d.in}, seed + 1));
+  const Tensor dw0 = as<T>(seeded(Shape{d.out, d.in}, seed + 2)), db0 = as<T>(seeded(Shape{d.out}, seed + 3));
+  Tensor cpu_dw = dw0.clone(), cpu_db = db0.clone();
+  // With beta 0 the old gradients must not be read: they start as NaN.
+  GuardedT<T> dw(dw0.shape(), kNaN), db(db0.shape(), kNaN), db_apart(db0.shape(), kNaN);
+  if (beta != 0) {
+    dw.inner.copy_from(dw0);
+    db.inner.copy_from(db0);
+    db_apart.inner.copy_from(db0);
+  }
+  const Tensor dyd = to_cuda(dy);
+  {
+    const MaybeScope scope(p);
+    Tensor cpu_db_or_none = with_bias ? cpu_db : Tensor(), db_or_none = with_bias ? db.inner : Tensor();
+    ops::linear_backward_weight(dy, x, cpu_dw, cpu_db_or_none, beta);
+    ops::linear_backward_weight(dyd, to_cuda(x), dw.inner, db_or_none, beta);
+    ops::sum_rows(dyd, db_apart.inner, beta);  // the kernel the epilogue replaces
+  }
+  check_close(dw.host_checked(), cpu_dw, product_tol<T>(d.rows, p), 0);
+  if (!with_bias) {  // no bias gradient asked for: db untouched (NaN, or db0 when accumulating)
+    const Tensor untouched = db.host_checked(true);
+    for (int64_t i = 0; i < untouched.numel(); ++i)
+      CHECK((beta == 0 ? std::isnan(untouched.data<T>()[i]) : untouched.data<T>()[i] == db0.data<T>()[i]));
+    return;
+  }
+  const double r4 = static_cast<double>(d.rows) * 4;
+  const double tol = std::is_same_v<T, double> ? 1e-13 * r4 : p == Precision::tf32 ? 0x1p-10 * r4 : 1e-5 * r4;
+  const Tensor got = db.host_checked();
+  check_close(got, cpu_db, tol, 0);
+  check_close(got, db_apart.host_checked(), tol, 0);
+}
+
 const std::optional<Precision> kPrecisions[] = {std::nullopt, Precision::tf32, Precision::bf16, Precision::fp16};
 
 }  // namespace
@@ -172,4 +211,17 @@ TEST_CASE("CUDA linear_forward_add adds the residual r as cuBLASLt's C into y an
       for (const std::optional<Precision> p : kPrecisions) check_linear_add<float>(d, with_bias, p, seed += 4);
       check_linear_add<double>(d, with_bias, std::nullopt, seed += 4);
     }
+}
+
+TEST_CASE("CUDA linear_backward_weight sums db in cuBLASLt's BGRADB epilogue to sum_rows' and the CPU's numbers",
+          "[cuda]") {
+  require_gpu();
+  uint64_t seed = 7500;
+  for (const Dims& d : kDims)
+    for (const bool with_bias : {true, false})
+      for (const double beta : {0.0, 1.0}) {  // beta 1 (accumulating micro-batches) keeps sum_rows
+        for (const std::optional<Precision> p : kPrecisions)
+          check_backward_weight<float>(d, with_bias, beta, p, seed += 4);
+        check_backward_weight<double>(d, with_bias, beta, std::nullopt, seed += 4);
+      }
 }

@@ -56,6 +56,15 @@ void linear_forward_add(const Tensor& x, const Tensor& w, const Tensor& bias, co
   GT_DISPATCH(op, linear_forward_add(x, w, bias, r, y));
 }
 
+void linear_backward_weight(const Tensor& dy, const Tensor& x, Tensor& dw, Tensor& db, double beta) {
+  const Operands op("linear_backward_weight", {&dy, &x, &dw, &db});
+  GT_CHECK(dy.rank() == 2 && x.rank() == 2 && dw.rank() == 2 && dy.dim(0) == x.dim(0) && dw.dim(0) == dy.dim(1) &&
+               dw.dim(1) == x.dim(1),
+           "linear_backward_weight {}ᵀ · {} → {}", dy.shape().str(), x.shape().str(), dw.shape().str());
+  GT_CHECK(!db.defined() || db.numel() == dy.dim(1), "bias gradient {} for {}", db.shape().str(), dy.shape().str());
+  GT_DISPATCH(op, linear_backward_weight(dy, x, dw, db, beta));
+}
+
 void sum_rows(const Tensor& dy, Tensor& db, double beta) {
   const Operands op("sum_rows", {&dy, &db});
   GT_CHECK(dy.rank() == 2 && db.numel() == dy.dim(1), "sum_rows {} into {}", dy.shape().str(), db.shape().str());

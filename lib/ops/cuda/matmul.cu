@@ -364,6 +364,19 @@ void linear_forward_add(const Tensor& x, const Tensor& w, const Tensor& bias, co
   cuda::add(y, r.view(y.shape()), y);
 }
 
+// dw = dyᵀ·x: cuBLASLt's A is x, its B is dy (transposed), its k our rows, so db = Σ_r dy is the sum over k of B
+// for each column of D, BGRADB. Only with beta 0 (the epilogue writes db, it adds nothing to it) and outside a
+// bf16/fp16 scope (there it would sum dy's 16-bit copy, where sum_rows sums dy itself): elsewhere, or where the
+// heuristic refuses, the product and sum_rows.
+void linear_backward_weight(const Tensor& dy, const Tensor& x, Tensor& dw, Tensor& db, double beta) {
+  const bool half = !is_f64(dw) && half_format(product_precision());
+  if (db.defined() && beta == 0 && !half &&
+      matmul_impl(dy, true, x, false, dw, 0.0, false, {.epilogue = CUBLASLT_EPILOGUE_BGRADB, .bias = db.raw()}))
+    return;
+  matmul_impl(dy, true, x, false, dw, beta, false);
+  if (db.defined()) sum_rows(dy, db, beta);
+}
+
 void sum_rows(const Tensor& dy, Tensor& db, double beta) {
   launch_sum_rows(stream(dy.device().index), is_f64("sum_rows", dy), dy.raw(), db.raw(), dy.dim(0), dy.dim(1), beta);
 }
