@@ -1,9 +1,10 @@
 // cuBLASLt's epilogues for the CUDA dense layer (ops/cuda/matmul.cu) against the CPU's ops on the same seeded
 // inputs: linear_forward's bias (CUBLASLT_EPILOGUE_BIAS), linear_forward_act's relu and GELU (RELU_BIAS, GELU_BIAS,
 // GELU_AUX_BIAS with GELU's input kept in h), linear_forward_add's residual (C = r, D = y) and
-// linear_backward_weight's bias gradient (BGRADB), with sentinels around every output. Out-feature counts of 45 and 3
-// take the fallback for GELU_AUX (its leading dimension must be a multiple of 8), 48 the epilogue: both must give the
-// CPU's numbers. Without a usable GPU every case exits with ctest's skip code (77) after printing why.
+// linear_backward_weight's bias gradient (BGRADB), with sentinels around every output; and a small GPT-like model
+// on the device trained with the dense layers' chains (graph/model.h's Model::chains) and without. Out-feature counts
+// of 45 and 3 take the fallback for GELU_AUX (its leading dimension must be a multiple of 8), 48 the epilogue: both
+// must give the CPU's numbers. Without a usable GPU every case exits with ctest's skip code (77) after printing why.
 //
 // Tolerances. An output is a sum of K products |x·w| ≤ 16 (inputs in [-4, 4)) plus the bias: the two sides add the
 // same terms in different orders, and, as in test_cuda_dnn.cpp, |Δ| ≤ 1e-5 · K · 16 in f32 (≥ 10× what such sums
@@ -12,11 +13,15 @@
 // bits and the CPU multiplies in fp32: up to 2·2⁻¹¹ of each term, K · 16 · 2⁻¹⁰. Under bf16 and fp16 both sides
 // multiply the same rounded operands exactly and sum in f32: the f32 bound. relu moves nothing by more than its
 // input moved. GELU (|GELU'| < 1.13) moves it by at most 1.2×, and cuBLASLt evaluates its own tanh, which may be
-// the hardware's approximation (relative error about 2⁻¹¹): ½·|h|·|Δtanh| ≤ 2⁻¹⁰·|h| more, in f32; in f64 1e-12·|h|.
+// the hardware's approximation (relative error about 2⁻¹¹): ½·|h|·|Δtanh| ≤ 2⁻¹⁰·|h| more, in f32 (in f64 our kernel
+// runs GELU after the bias epilogue: 1e-12·|h|).
 // A residual adds one rounding of a value ≤ 4 + |sum|, inside the product's bound. The bias gradient is a sum of R
 // rows |dy| ≤ 4: 1e-5 · R · 4 in f32 and bf16/fp16 (where sum_rows runs), 1e-13 · R · 4 in f64, and R · 4 · 2⁻¹⁰
 // under tf32, in case cuBLASLt sums the operand it rounded.
+#include "config/config.h"
 #include "cuda_helpers.h"
+#include "graph/model.h"
+#include "ops/epilogue.h"
 #include "ops/matmul.h"
 #include "ops/precision.h"
 
@@ -25,6 +30,7 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 using namespace gt;
 using namespace gt::test;
@@ -224,4 +230,95 @@ TEST_CASE("CUDA linear_backward_weight sums db in cuBLASLt's BGRADB epilogue to 
           check_backward_weight<float>(d, with_bias, beta, p, seed += 4);
         check_backward_weight<double>(d, with_bias, beta, std::nullopt, seed += 4);
       }
+}
+
+namespace {
+
+// A GPT-like stack over [8, 16] inputs: p → the residual s0 with the model's input; layer norm and attention → s1
+// (attention's residual stays apart on a GPU); fc → GELU (40 wide: GELU_AUX_BIAS); proj → the residual s2; fc2 → relu
+// (20 wide); out. Nodes 0 p, 1 s0, 2 ln, 3 attn, 4 s1, 5 fc, 6 g, 7 proj, 8 s2, 9 fc2, 10 r, 11 out.
+const char* const kGptLike = R"(layers:
+  - {type: linear, name: p, out_features: 16}
+  - {type: add, name: s0, inputs: [input, p]}
+  - {type: layernorm, name: ln}
+  - {type: causal_self_attention, name: attn, heads: 2}
+  - {type: add, name: s1, inputs: [s0, attn]}
+  - {type: linear, name: fc, out_features: 40}
+  - {type: gelu, name: g, approximate: tanh}
+  - {type: linear, name: proj, out_features: 16}
+  - {type: add, name: s2, inputs: [proj, s1]}
+  - {type: linear, name: fc2, out_features: 20}
+  - {type: relu, name: r}
+  - {type: linear, name: out, out_features: 5}
+)";
+
+struct GptLikeRun {
+  std::vector<double> losses;
+  Model::Chains chains;
+  int64_t planned = 0;  // buffer_plan's elements
+};
+
+// Five SGD steps (learning rate 0.05) of the model on the device on one batch of 6 samples, with the half mean
+// squared error against a fixed target: the loss before each step.
+GptLikeRun train_gpt_like(bool fuse) {
+  const ConfigNode cfg = ConfigNode::load_string(kGptLike, "gpt_like.yaml");
+  const Shape input{8, 16}, out{8, 5};
+  const int64_t batch = 6;
+  Model m = Model::build(parse_model_spec(cfg), input, DType::f32, Device::cuda(0), 11);
+  m.set_fusion(fuse);
+  GptLikeRun run;
+  run.chains = m.chains();
+  for (const Model::NodeBuffers& b : m.buffer_plan(batch)) run.planned += b.output + b.gradient + b.scratch;
+  m.allocate(batch);
+  const Tensor x = to_cuda(seeded(input.batched(batch), 41, -1, 1)), target = seeded(out.batched(batch), 42, -1, 1);
+  const auto n = static_cast<double>(target.numel());
+  for (int step = 0; step < 5; ++step) {
+    const Tensor y = to_host(m.forward(x, {true, false}));
+    Tensor dy = Tensor::empty(y.shape(), DType::f32);
+    double loss = 0;
+    for (int64_t i = 0; i < y.numel(); ++i) {
+      const double e = static_cast<double>(y.data<float>()[i]) - target.data<float>()[i];
+      loss += 0.5 * e * e / n;
+      dy.data<float>()[i] = static_cast<float>(e / n);
+    }
+    run.losses.push_back(loss);
+    m.backward(to_cuda(dy), {true, false});
+    for (Param* prm : m.params()) {
+      Tensor v = to_host(prm->value);
+      const Tensor g = to_host(prm->grad);
+      for (int64_t k = 0; k < v.numel(); ++k) v.data<float>()[k] -= 0.05f * g.data<float>()[k];
+      prm->value.copy_from(v);
+    }
+  }
+  return run;
+}
+
+}  // namespace
+
+TEST_CASE("a GPT-like model on CUDA forms the dense layers' chains and trains to the unfused model's losses",
+          "[cuda]") {
+  require_gpu();
+  const GptLikeRun fused = train_gpt_like(true), apart = train_gpt_like(false);
+  REQUIRE(fused.chains.any());
+  CHECK_FALSE(apart.chains.any());
+  const Model::Chains& c = fused.chains;
+  CHECK(c.tail[0] == 1);
+  CHECK(c.residual[0] == -1);
+  CHECK(c.tail[3] == -1);  // attention's residual add is the CPU's alone
+  CHECK(c.tail[5] == 6);
+  CHECK(c.epilogue[5] == ops::Epilogue{.gelu_tanh = true});
+  CHECK(c.tail[7] == 8);
+  CHECK(c.residual[7] == 4);
+  CHECK(c.tail[9] == 10);
+  CHECK(c.epilogue[9] == ops::Epilogue{.relu = true});
+  CHECK(fused.planned < apart.planned);
+  // The fused products may take other cuBLASLt kernels (other orders of the f32 sums) and cuBLASLt's own GELU: each
+  // loss within 1e-4 of the unfused one, relative (the f32 sums' differences are ≈ 1e-6 relative; a missing bias,
+  // residual or activation, or a wrong gradient, moves the losses by far more over five steps).
+  REQUIRE(fused.losses.size() == apart.losses.size());
+  for (size_t i = 0; i < fused.losses.size(); ++i) {
+    INFO("step " << i << ": fused " << fused.losses[i] << " apart " << apart.losses[i]);
+    CHECK(std::abs(fused.losses[i] - apart.losses[i]) <= 1e-4 * apart.losses[i]);
+  }
+  CHECK(apart.losses.back() < apart.losses.front());  // the steps train
 }

@@ -151,13 +151,14 @@ class Linear final : public Layer {
     return out;
   }
   int64_t product_weight_numel() const override { return mul_sizes(m_out, m_in); }  // a tied table's first m_out rows
-  // Fused chains (Model::chains, CPU): relu or GPT-2's GELU after the product, or the residual add, on each block of
-  // it as it is finished.
+  // Fused chains (Model::chains): relu or GPT-2's GELU after the product, or the residual add, on each block of it as
+  // it is finished (CPU) or in cuBLASLt's epilogue (CUDA).
   bool takes_epilogue(const ops::Epilogue& ep) const override {
     if (m_lora.on()) return false;  // the adapter's path joins the product before any epilogue could run
     return ep == ops::Epilogue{.relu = true} || ep == ops::Epilogue{.gelu_tanh = true} ||
            ep == ops::Epilogue{.add = true};
   }
+  bool takes_epilogue_on_cuda() const override { return true; }
   void set_epilogue(const ops::Epilogue& ep) override { m_epilogue = ep; }
   // With GELU as its epilogue, the layer keeps GELU's input (x·Wᵀ + b) for the backward pass.
   int64_t workspace_numel(int64_t batch) const override {

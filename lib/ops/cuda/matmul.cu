@@ -336,11 +336,12 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor
 // relu or GELU after the bias in cuBLASLt's epilogue: RELU_BIAS, GELU_AUX_BIAS (GELU's input written to h) or
 // GELU_BIAS (h undefined); without a bias RELU, GELU_AUX or GELU (the bit of CUBLASLT_EPILOGUE_BIAS is what
 // differs). cuBLASLt's GELU is the tanh approximation, GPT-2's. GELU_AUX wants h's leading dimension (our columns)
-// divisible by 8, and relu's aux is a bit-mask, not its input: for those, or where the heuristic refuses, the
-// product and bias go into h (or y) and a kernel activates them.
+// divisible by 8, and relu's aux is a bit-mask, not its input; in f64 GELU is our kernel's (cuBLASLt does not say
+// in what precision it evaluates tanh there, and f64 models are compared with the CPU at 1e-10). For those, or where
+// the heuristic refuses, the product and bias go into h (or y) and a kernel activates them.
 void linear_forward_act(const Tensor& x, const Tensor& w, const Tensor& bias, Activation act, Tensor& h, Tensor& y) {
   const bool keep_h = h.defined();
-  if (act == Activation::relu ? !keep_h : (!keep_h || y.dim(1) % 8 == 0)) {
+  if (act == Activation::relu ? !keep_h : (!is_f64(y) && (!keep_h || y.dim(1) % 8 == 0))) {
     const int base = act == Activation::relu ? CUBLASLT_EPILOGUE_RELU
                      : keep_h                ? CUBLASLT_EPILOGUE_GELU_AUX
                                              : CUBLASLT_EPILOGUE_GELU;
