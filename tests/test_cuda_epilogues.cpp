@@ -258,7 +258,7 @@ struct GptLikeRun {
   int64_t planned = 0;  // buffer_plan's elements
 };
 
-// Five SGD steps (learning rate 0.05) of the model on the device on one batch of 6 samples, with the half mean
+// Five SGD steps (learning rate 0.2) of the model on the device on one batch of 6 samples, with the half mean
 // squared error against a fixed target: the loss before each step.
 GptLikeRun train_gpt_like(bool fuse) {
   const ConfigNode cfg = ConfigNode::load_string(kGptLike, "gpt_like.yaml");
@@ -286,7 +286,7 @@ GptLikeRun train_gpt_like(bool fuse) {
     for (Param* prm : m.params()) {
       Tensor v = to_host(prm->value);
       const Tensor g = to_host(prm->grad);
-      for (int64_t k = 0; k < v.numel(); ++k) v.data<float>()[k] -= 0.05f * g.data<float>()[k];
+      for (int64_t k = 0; k < v.numel(); ++k) v.data<float>()[k] -= 0.2f * g.data<float>()[k];
       prm->value.copy_from(v);
     }
   }
@@ -312,13 +312,14 @@ TEST_CASE("a GPT-like model on CUDA forms the dense layers' chains and trains to
   CHECK(c.tail[9] == 10);
   CHECK(c.epilogue[9] == ops::Epilogue{.relu = true});
   CHECK(fused.planned < apart.planned);
-  // The fused products may take other cuBLASLt kernels (other orders of the f32 sums) and cuBLASLt's own GELU: each
-  // loss within 1e-4 of the unfused one, relative (the f32 sums' differences are ≈ 1e-6 relative; a missing bias,
-  // residual or activation, or a wrong gradient, moves the losses by far more over five steps).
+  // The fused products may take other cuBLASLt kernels (other orders of the f32 sums, ≈ 1e-6 relative) and
+  // cuBLASLt's own GELU (its tanh possibly the hardware's approximation, up to 2⁻¹¹ relative in each activation):
+  // each loss within 1e-3 of the unfused one, relative. A missing bias, residual or activation changes outputs of
+  // order 1 and the loss far more than that; a wrong gradient shows in the steps after the first.
   REQUIRE(fused.losses.size() == apart.losses.size());
   for (size_t i = 0; i < fused.losses.size(); ++i) {
     INFO("step " << i << ": fused " << fused.losses[i] << " apart " << apart.losses[i]);
-    CHECK(std::abs(fused.losses[i] - apart.losses[i]) <= 1e-4 * apart.losses[i]);
+    CHECK(std::abs(fused.losses[i] - apart.losses[i]) <= 1e-3 * apart.losses[i]);
   }
   CHECK(apart.losses.back() < apart.losses.front());  // the steps train
 }

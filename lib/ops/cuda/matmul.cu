@@ -9,8 +9,8 @@
 // Under a bf16/fp16 ProductPrecisionScope (ops/precision.h) an f32 matmul converts both operands to 16-bit scratch
 // (round to nearest even, as the CPU's half path rounds them) and runs cuBLASLt with 16-bit A/B, f32 C/D and
 // CUBLAS_COMPUTE_32F: each product of two half values is exact in f32 and the sums are f32, so the result is the CPU's
-// half product up to the order of the sums, and stays an f32 tensor. The bias
-// of an epilogue is f32 there too: cuBLASLt reads it in the type of D.
+// half product up to the order of the sums, and stays an f32 tensor. An epilogue's vectors (bias, GELU's input,
+// the bias gradient) are f32 there too: cuBLASLt keeps them in D's type.
 #include "ops/matmul.h"
 
 #include "ops/cuda/context.h"
@@ -24,6 +24,7 @@
 
 #include <array>
 #include <cstdint>
+#include <mutex>
 #include <optional>
 
 namespace gt::cuda {
@@ -279,23 +280,11 @@ bool matmul_impl(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, 
   const int64_t half_key = half ? 1 + static_cast<int64_t>(*half) : 0;
   const void* c_in = ex.c_in ? ex.c_in : c.raw();
   const int64_t align_c_in = alignment_of(c_in);
-  const PlanCache<17, MatmulPlan>::Key key{device,
-                                           m,
-                                           n,
-                                           k,
-                                           ta,
-                                           tb,
-                                           is_f64(c),
-                                           beta != 0,
-                                           align[0],
-                                           align[1],
-                                           align[2],
-                                           tf32,
-                                           half_key,
-                                           static_cast<int64_t>(ex.epilogue),
-                                           ex.bias ? alignment_of(ex.bias) : 0,
-                                           ex.aux ? alignment_of(ex.aux) : 0,
-                                           align_c_in};
+  const int64_t align_bias = ex.bias ? alignment_of(ex.bias) : 0, align_aux = ex.aux ? alignment_of(ex.aux) : 0;
+  const PlanCache<17, MatmulPlan>::Key key{
+      device,     m,         n,         k,        ta,   tb,       is_f64(c),
+      beta != 0,  align[0],  align[1],  align[2], tf32, half_key, static_cast<int64_t>(ex.epilogue),
+      align_bias, align_aux, align_c_in};
   const MatmulPlan& plan = cache->get(
       key, PlanFamily::matmul, [&] { return make_plan(device, a, ta, b, tb, c, align, tf32, half, ex, align_c_in); });
   if (plan.refused) return false;
