@@ -176,7 +176,8 @@ class Layer {
   virtual bool takes_epilogue_on_cuda() const { return false; }
   /// The epilogue the calls from now on run (Model::allocate; none: the layer alone). With one, forward writes the
   /// epilogue's output into y, and backward gets that output as y and its gradient as dy, and writes the gradient of
-  /// the layer's own input: the same numbers bit for bit as the layers one after another.
+  /// the layer's own input: on the CPU the same numbers bit for bit as the layers one after another, on CUDA the
+  /// same within cuBLASLt's rounding.
   virtual void set_epilogue(const ops::Epilogue& /*ep*/) {}
   /// Whether training draws from LayerContext::step (dropout's masks): a value the host passes each step, which a
   /// captured CUDA graph would freeze at its capture's (train.cuda_graphs refuses such a layer).
