@@ -22,6 +22,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <string>
 #include <vector>
 
@@ -545,4 +546,35 @@ TEST_CASE("residual adds run on the product before them train and decode to the 
     }
   }
   CHECK(outs[0] == outs[1]);
+}
+
+TEST_CASE("linear_backward_weight gives matmul's and sum_rows' bits, with and without a bias, beta 0 and 1", "[cpu]") {
+  // Values off any grid, so that a sum in another order would show in the low bits.
+  Rng rng(31, 2);
+  auto values = [&](const Shape& shape, DType dtype) {
+    Tensor t = Tensor::empty(shape, dtype);
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      const double v = rng.uniform(-4, 4);
+      if (dtype == DType::f32)
+        t.data<float>()[i] = static_cast<float>(v);
+      else
+        t.data<double>()[i] = v;
+    }
+    return t;
+  };
+  for (const DType dtype : {DType::f32, DType::f64})
+    for (const auto& [rows, in, out] : {std::array<int64_t, 3>{37, 29, 45}, {64, 32, 48}, {1, 3, 1}})
+      for (const double beta : {0.0, 1.0})
+        for (const bool with_bias : {true, false}) {
+          CAPTURE(std::string(dtype_name(dtype)), rows, in, out, beta, with_bias);
+          const Tensor dy = values(Shape{rows, out}, dtype), x = values(Shape{rows, in}, dtype);
+          const Tensor dw0 = values(Shape{out, in}, dtype), db0 = values(Shape{out}, dtype);
+          Tensor dw_apart = dw0.clone(), db_apart = db0.clone(), dw = dw0.clone();
+          Tensor db = with_bias ? db0.clone() : Tensor();
+          ops::matmul(dy, true, x, false, dw_apart, beta);
+          if (with_bias) ops::sum_rows(dy, db_apart, beta);
+          ops::linear_backward_weight(dy, x, dw, db, beta);
+          CHECK(fusion_bytes(dw) == fusion_bytes(dw_apart));
+          if (with_bias) CHECK(fusion_bytes(db) == fusion_bytes(db_apart));
+        }
 }

@@ -1,4 +1,5 @@
-// The fusion planner: chains of layers the first runs as epilogues of its own pass on the CPU (Model::chains).
+// The fusion planner: chains of layers the first runs as epilogues of its own pass (Model::chains): on the CPU every
+// kind, on a CUDA device those a dense layer heads (Layer::takes_epilogue_on_cuda), which cuBLASLt runs.
 #include "graph/model.h"
 
 namespace gt {
@@ -10,7 +11,8 @@ void Model::apply_epilogues() {
 
 Model::Chains Model::chains() const {
   Chains c;
-  if (!m_fusion || !m_device.is_cpu() || m_recompute != Recompute::none || m_half || m_sync) return c;
+  if (!m_fusion || m_recompute != Recompute::none || m_half || m_sync) return c;
+  const bool cpu = m_device.is_cpu();
   const size_t count = m_nodes.size();
   std::vector<std::vector<size_t>> readers(count);
   for (size_t i = 0; i < count; ++i)
@@ -24,7 +26,7 @@ Model::Chains Model::chains() const {
   bool any = false;
   for (size_t i = 0; i < count; ++i) {
     const Layer& head = *m_nodes[i].layer;
-    if (c.head[i] >= 0 || head.is_view()) continue;
+    if (c.head[i] >= 0 || head.is_view() || (!cpu && !head.takes_epilogue_on_cuda())) continue;
     ops::Epilogue ep;
     size_t end = i;
     int64_t flops = head.forward_flops();

@@ -102,15 +102,16 @@ class Model {
   void set_activation_storage(std::optional<HalfFormat> format);
   /// The format some outputs are kept in for backward; nullopt when all stay f32 (none set, or none pays).
   std::optional<HalfFormat> activation_storage() const;
-  /// Fused chains on the CPU (before buffer_plan and allocate): where a layer's output is read by the next layer
-  /// alone, and that layer is a step the first can run as an epilogue of its own pass (Layer::takes_epilogue: batch
-  /// norm followed by a 2×2 max pool, relu or both; a 2×2 max pool followed by relu; a dense layer followed by relu
-  /// or GPT-2's GELU), the first runs the chain's forward and backward by itself: the outputs inside the chain and
-  /// their gradients are never stored (no buffers; a dense layer keeps GELU's input as its own workspace), and the
-  /// numbers are the same bit for bit. On by default (GPUTRAIN_CPU_FUSE=off turns it off); not on a GPU, nor with
-  /// train.recompute, half activation storage or synchronised batch norm, which keep every layer apart. The layers
-  /// know their epilogues from the setting that decides them on (so that their workspace and scratch sizes, and the
-  /// footprint read from them, follow).
+  /// Fused chains (before buffer_plan and allocate): where a layer's output is read by the next layer alone, and
+  /// that layer is a step the first can run as an epilogue of its own pass (Layer::takes_epilogue: batch norm
+  /// followed by a 2×2 max pool, relu or both; a 2×2 max pool followed by relu; a dense layer followed by relu, GPT-2's
+  /// GELU or a residual add), the first runs the chain's forward and backward by itself: the outputs inside the chain
+  /// and their gradients are never stored (no buffers; a dense layer keeps GELU's input as its own workspace). On the
+  /// CPU the numbers are the same bit for bit; on a CUDA device only a dense layer's chains form
+  /// (Layer::takes_epilogue_on_cuda), run in cuBLASLt's epilogue, whose sums and GELU round as cuBLASLt does. On by
+  /// default (GPUTRAIN_CPU_FUSE=off turns it off, on a GPU too); not with train.recompute, half activation storage
+  /// or synchronised batch norm, which keep every layer apart. The layers know their epilogues from the setting that
+  /// decides them on (so that their workspace and scratch sizes, and the footprint read from them, follow).
   void set_fusion(bool on) {
     m_fusion = on;
     apply_epilogues();

@@ -164,16 +164,20 @@ class Layer {
   /// Elements of the model's dtype the layer needs only within one forward or backward call, for batches of up to
   /// `batch` (attention's f32 q, k, v and their gradients): LayerContext::scratch, one buffer for every layer.
   virtual int64_t scratch_numel(int64_t /*batch*/) const { return 0; }
-  /// Fused chains (Model::chains, CPU): a layer whose output only the next layer reads may run that layer, and the
-  /// one after, as an epilogue of its own pass (ops/epilogue.h), so that its output never goes through memory.
+  /// Fused chains (Model::chains): a layer whose output only the next layer reads may run that layer, and the one
+  /// after, as an epilogue of its own pass (ops/epilogue.h), so that its output never goes through memory.
   /// epilogue_step says which step of an epilogue this layer is (relu, a 2×2 max pool; none by default).
   virtual ops::Epilogue epilogue_step() const { return {}; }
   /// Whether this layer can run `ep` after itself on the CPU (batch norm: a 2×2 max pool, relu or both; a 2×2 max
   /// pool: relu).
   virtual bool takes_epilogue(const ops::Epilogue& /*ep*/) const { return false; }
+  /// Whether the epilogues takes_epilogue accepts run on a CUDA device as well (a dense layer's, in cuBLASLt's
+  /// epilogue); Model::chains forms no chain on a GPU with a head that says no.
+  virtual bool takes_epilogue_on_cuda() const { return false; }
   /// The epilogue the calls from now on run (Model::allocate; none: the layer alone). With one, forward writes the
   /// epilogue's output into y, and backward gets that output as y and its gradient as dy, and writes the gradient of
-  /// the layer's own input: the same numbers bit for bit as the layers one after another.
+  /// the layer's own input: on the CPU the same numbers bit for bit as the layers one after another, on CUDA the
+  /// same within cuBLASLt's rounding.
   virtual void set_epilogue(const ops::Epilogue& /*ep*/) {}
   /// Whether training draws from LayerContext::step (dropout's masks): a value the host passes each step, which a
   /// captured CUDA graph would freeze at its capture's (train.cuda_graphs refuses such a layer).

@@ -105,17 +105,23 @@ class Linear final : public Layer {
       dy2 = dh;
     }
     const double beta = ctx.accumulate_grads ? 1.0 : 0.0;
+    const bool bias_grad = m_has_bias && m_bias.trains();
     if (m_w->trains()) {  // (train.freeze: a frozen weight gets no gradient)
       Tensor dw = m_w->grad.narrow0(m_out);
-      if (const ops::HalfMatrix* h = ctx.half_input(0))  // x kept in 16 bits: the product reads that copy
+      if (const ops::HalfMatrix* h = ctx.half_input(0)) {  // x kept in 16 bits: the product reads that copy
         ops::matmul_half_b(dy2, true, {h->data, h->format, x2.dim(0), x2.dim(1)}, dw, beta);
-      else
-        ops::matmul(dy2, true, x2, false, dw, beta);  // dW (out, in) = dyᵀ · x
+        if (bias_grad) ops::sum_rows(dy2, m_bias.grad, beta);
+      } else {
+        // dW (out, in) = dyᵀ · x and db (out) = Σ_rows dy, in one pass where the backend can
+        Tensor db = bias_grad ? m_bias.grad : Tensor();
+        ops::linear_backward_weight(dy2, x2, dw, db, beta);
+      }
       // A shared table's rows past out_features get no gradient from here; this layer writes first, so it clears them.
       const int64_t spare = m_w->grad.dim(0) - m_out;
       if (spare > 0 && !ctx.accumulate_grads) m_w->grad.slice0(m_out, spare).zero_();
+    } else if (bias_grad) {
+      ops::sum_rows(dy2, m_bias.grad, beta);  // db (out) = Σ_rows dy
     }
-    if (m_has_bias && m_bias.trains()) ops::sum_rows(dy2, m_bias.grad, beta);  // db (out) = Σ_rows dy
     Tensor dx2 = dx[0] ? as_rows(*dx[0], m_in) : Tensor();
     if (dx[0]) ops::matmul(dy2, false, m_w->value.narrow0(m_out), false, dx2, 0.0);  // dx (B·rows, in) = dy · W
     if (m_lora.on()) m_lora.backward(x2, ctx.half_input(0), dy2, dx[0] ? &dx2 : nullptr, ctx);
@@ -145,13 +151,14 @@ class Linear final : public Layer {
     return out;
   }
   int64_t product_weight_numel() const override { return mul_sizes(m_out, m_in); }  // a tied table's first m_out rows
-  // Fused chains (Model::chains, CPU): relu or GPT-2's GELU after the product, or the residual add, on each block of
-  // it as it is finished.
+  // Fused chains (Model::chains): relu or GPT-2's GELU after the product, or the residual add, on each block of it as
+  // it is finished (CPU) or in cuBLASLt's epilogue (CUDA).
   bool takes_epilogue(const ops::Epilogue& ep) const override {
     if (m_lora.on()) return false;  // the adapter's path joins the product before any epilogue could run
     return ep == ops::Epilogue{.relu = true} || ep == ops::Epilogue{.gelu_tanh = true} ||
            ep == ops::Epilogue{.add = true};
   }
+  bool takes_epilogue_on_cuda() const override { return true; }
   void set_epilogue(const ops::Epilogue& ep) override { m_epilogue = ep; }
   // With GELU as its epilogue, the layer keeps GELU's input (x·Wᵀ + b) for the backward pass.
   int64_t workspace_numel(int64_t batch) const override {

@@ -32,7 +32,6 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor
 
 void linear_forward_act(const Tensor& x, const Tensor& w, const Tensor& bias, Activation act, Tensor& h, Tensor& y) {
   const Operands op("linear_forward_act", {&x, &w, &bias, &h, &y});
-  GT_CHECK(op.device().is_cpu(), "linear_forward_act: on the CPU only, not {}", op.device().str());
   GT_CHECK(act == Activation::relu || act == Activation::gelu_tanh,
            "linear_forward_act: relu or gelu_tanh, not activation {}", static_cast<int>(act));
   GT_CHECK(x.rank() == 2 && w.rank() == 2 && y.rank() == 2 && w.dim(1) == x.dim(1) && y.dim(0) == x.dim(0) &&
@@ -41,20 +40,29 @@ void linear_forward_act(const Tensor& x, const Tensor& w, const Tensor& bias, Ac
   GT_CHECK(!h.defined() || h.shape() == y.shape(), "linear_forward_act: h {} for y {}", h.shape().str(),
            y.shape().str());
   GT_CHECK(!bias.defined() || bias.numel() == y.dim(1), "bias {} for {}", bias.shape().str(), y.shape().str());
-  cpu::linear_forward_act(x, w, bias, act, h, y);
+  GT_DISPATCH(op, linear_forward_act(x, w, bias, act, h, y));
 }
 
 void linear_forward_add(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& r, Tensor& y) {
   const Operands op("linear_forward_add", {&x, &w, &bias, &r, &y});
-  GT_CHECK(op.device().is_cpu(), "linear_forward_add: on the CPU only, not {}", op.device().str());
   GT_CHECK(x.rank() == 2 && w.rank() == 2 && y.rank() == 2 && w.dim(1) == x.dim(1) && y.dim(0) == x.dim(0) &&
                y.dim(1) == w.dim(0),
            "linear_forward_add {} · {}ᵀ → {}", x.shape().str(), w.shape().str(), y.shape().str());
   GT_CHECK(r.numel() == y.numel(), "linear_forward_add: r {} for y {}", r.shape().str(), y.shape().str());
   GT_CHECK(!bias.defined() || bias.numel() == y.dim(1), "bias {} for {}", bias.shape().str(), y.shape().str());
+  // (The CPU adds r into blocks of y as they are finished; cuBLASLt reads r as C while it writes y as D.)
   const auto *yb = static_cast<const char*>(y.raw()), *rb = static_cast<const char*>(r.raw());
   GT_CHECK(yb + y.bytes() <= rb || rb + r.bytes() <= yb, "linear_forward_add: y overlaps r");
-  cpu::linear_forward_add(x, w, bias, r, y);
+  GT_DISPATCH(op, linear_forward_add(x, w, bias, r, y));
+}
+
+void linear_backward_weight(const Tensor& dy, const Tensor& x, Tensor& dw, Tensor& db, double beta) {
+  const Operands op("linear_backward_weight", {&dy, &x, &dw, &db});
+  GT_CHECK(dy.rank() == 2 && x.rank() == 2 && dw.rank() == 2 && dy.dim(0) == x.dim(0) && dw.dim(0) == dy.dim(1) &&
+               dw.dim(1) == x.dim(1),
+           "linear_backward_weight {}ᵀ · {} → {}", dy.shape().str(), x.shape().str(), dw.shape().str());
+  GT_CHECK(!db.defined() || db.numel() == dy.dim(1), "bias gradient {} for {}", db.shape().str(), dy.shape().str());
+  GT_DISPATCH(op, linear_backward_weight(dy, x, dw, db, beta));
 }
 
 void sum_rows(const Tensor& dy, Tensor& db, double beta) {

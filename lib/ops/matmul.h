@@ -1,4 +1,5 @@
-// Matrix products and the bias ops of a dense layer: matmul, add_row_bias, sum_rows, linear_forward. The contract is
+// Matrix products and the bias ops of a dense layer: matmul, add_row_bias, sum_rows, linear_forward and its fused
+// forms, linear_backward_weight. The contract is
 // checked in ops/matmul.cpp; ops/cpu/matmul.cpp (OpenBLAS) and ops/cuda/matmul.cu (cuBLASLt, bias kernels) implement
 // it.
 #pragma once
@@ -18,27 +19,35 @@ void add_row_bias(Tensor& y, const Tensor& bias);
 /// db = Σ_r dy[r, :] + beta · db.
 void sum_rows(const Tensor& dy, Tensor& db, double beta);
 
+/// A dense layer's parameter gradients from its output's gradient dy (rows, out) and its input x (rows, in):
+/// dw = dyᵀ · x + beta · dw and, unless db is undefined, db = Σ_r dy[r, :] + beta · db. CPU: matmul then sum_rows,
+/// the same bits. CUDA: with beta 0, db summed in the product's epilogue (ops/cuda/matmul.cu).
+void linear_backward_weight(const Tensor& dy, const Tensor& x, Tensor& dw, Tensor& db, double beta);
+
 /// A dense layer's forward: y = x · wᵀ, plus bias on every row unless bias is undefined; the same numbers as matmul
 /// (beta 0) then add_row_bias, in fewer passes over y where the backend can.
 void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y);
 
-/// A dense layer and the activation after it in one pass (a fused chain, graph/model.h's Model::chains; CPU only):
-/// y = act(x · wᵀ + bias), with act relu or gelu_tanh, the same bits as linear_forward then activation_forward. `h`
-/// (undefined: none) receives x · wᵀ + bias, the activation's input, which gelu_tanh's backward reads; without it y
-/// holds that sum until each block of it is activated in place. The activation runs on each block of the product
-/// as our kernels finish it, while the block is in cache (elsewhere after the product).
+/// A dense layer and the activation after it in one pass (a fused chain, graph/model.h's Model::chains):
+/// y = act(x · wᵀ + bias), with act relu or gelu_tanh. `h` (undefined: none) receives x · wᵀ + bias, the activation's
+/// input, which gelu_tanh's backward reads; without it y holds that sum until each block of it is activated in
+/// place. CPU: the same bits as linear_forward then activation_forward, the activation run on each block of the
+/// product as our kernels finish it, while the block is in cache (elsewhere after the product). CUDA: in cuBLASLt's
+/// epilogue, whose GELU arithmetic is its own (ops/cuda/matmul.cu).
 void linear_forward_act(const Tensor& x, const Tensor& w, const Tensor& bias, Activation act, Tensor& h, Tensor& y);
 
-/// A dense layer and the residual add after it in one pass (a fused chain; CPU only): y = (x · wᵀ + bias) + r, the
-/// same bits as linear_forward then add. r (y's shape) is added to each block of the product as our kernels finish
-/// it (elsewhere after the product); y must not overlap r.
+/// A dense layer and the residual add after it in one pass (a fused chain): y = (x · wᵀ + bias) + r; y must not
+/// overlap r. CPU: the same bits as linear_forward then add, r (y's shape) added to each block of the product as our
+/// kernels finish it (elsewhere after the product). CUDA: r is cuBLASLt's C with beta 1, y its D.
 void linear_forward_add(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& r, Tensor& y);
 
 }  // namespace gt::ops
 
 // The backends' entry points: the ops above call them once the contract holds.
 // CUDA: matmul through cuBLASLt in the tensors' precision (f32 without TF32, or f64), one cached plan per shape;
-// sum_rows sums in double in a fixed order.
-GT_BACKEND_ENTRY_POINTS(matmul, add_row_bias, sum_rows, linear_forward)
-// linear_forward_act and linear_forward_add run on the CPU only (fused chains are the CPU's).
-GT_ENTRY_POINTS_IN_(cpu, linear_forward_act, linear_forward_add)
+// linear_forward, linear_forward_act and linear_forward_add run the bias, the activation and the residual in
+// cuBLASLt's epilogue (where it has one for the type and shape; the product, then kernels, otherwise);
+// linear_backward_weight sums db there too (CUBLASLT_EPILOGUE_BGRADB) when beta is 0; sum_rows sums in double in a
+// fixed order.
+GT_BACKEND_ENTRY_POINTS(matmul, add_row_bias, sum_rows, linear_forward, linear_forward_act, linear_forward_add,
+                        linear_backward_weight)

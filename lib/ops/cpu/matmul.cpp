@@ -244,5 +244,9 @@ void add_row_bias(Tensor& y, const Tensor& bias) {
 void sum_rows(const Tensor& dy, Tensor& db, double beta) {
   for_float_type(dy.dtype(), [&](auto t) { sum_rows_t<decltype(t)>(dy, db, beta); });
 }
+void linear_backward_weight(const Tensor& dy, const Tensor& x, Tensor& dw, Tensor& db, double beta) {
+  matmul(dy, true, x, false, dw, beta);
+  if (db.defined()) sum_rows(dy, db, beta);
+}
 
 }  // namespace gt::cpu

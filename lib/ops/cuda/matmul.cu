@@ -1,12 +1,16 @@
 // CUDA matrix products and the bias ops of a dense layer (ops/matmul.h). Matmul goes through cuBLASLt: the row-major
 // product C = op(A)·op(B) is the column-major product Cᵀ = op(B)ᵀ·op(A)ᵀ, so the tensors go to cuBLASLt swapped and
 // nothing is transposed in memory; one cached plan per shape. add_row_bias and sum_rows are kernels, their sums in
-// double, so they are at least as exact as the CPU's. linear_forward is matmul then add_row_bias.
+// double, so they are at least as exact as the CPU's. linear_forward adds its bias in cuBLASLt's epilogue
+// (CUBLASLT_EPILOGUE_BIAS): in cuBLASLt's column-major view our columns (the out features) are the rows of D, and its
+// bias is per row of D, so the layer's bias fits it as it is. Where cuBLASLt has no algorithm with the epilogue
+// (its heuristic says so, for a type or shape) the product runs alone and add_row_bias after it.
 //
 // Under a bf16/fp16 ProductPrecisionScope (ops/precision.h) an f32 matmul converts both operands to 16-bit scratch
 // (round to nearest even, as the CPU's half path rounds them) and runs cuBLASLt with 16-bit A/B, f32 C/D and
 // CUBLAS_COMPUTE_32F: each product of two half values is exact in f32 and the sums are f32, so the result is the CPU's
-// half product up to the order of the sums, and stays an f32 tensor.
+// half product up to the order of the sums, and stays an f32 tensor. An epilogue's vectors (bias, GELU's input,
+// the bias gradient) are f32 there too: cuBLASLt keeps them in D's type.
 #include "ops/matmul.h"
 
 #include "ops/cuda/context.h"
@@ -14,10 +18,13 @@
 #include "ops/cuda/dnn_common.h"
 #include "ops/cuda/half_scratch.h"
 #include "ops/cuda/kernel_util.cuh"
+#include "ops/elementwise.h"
+#include "ops/math.h"
 #include "ops/precision.h"
 
 #include <array>
 #include <cstdint>
+#include <mutex>
 #include <optional>
 
 namespace gt::cuda {
@@ -39,12 +46,43 @@ int64_t alignment_of(const void* p) {
   return a;
 }
 
+// What cuBLASLt does besides the product: an epilogue (CUBLASLT_MATMUL_DESC_EPILOGUE) with its vectors, and C when
+// it is not D. The default is the plain product into c.
+struct LtExtras {
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  // The BIAS forms read it, BGRADB writes it; its length is cuBLASLt's rows of D (the BIAS forms: our columns) or
+  // columns of D (BGRADB: our rows), in D's type.
+  void* bias = nullptr;
+  void* aux = nullptr;         // GELU_AUX: GELU's input, written in D's type and layout
+  const void* c_in = nullptr;  // C, read with beta, when it is not D (same shape and layout); null: C is D
+  bool any() const { return epilogue != CUBLASLT_EPILOGUE_DEFAULT || c_in; }
+};
+
 struct MatmulPlan {
   LtMatmulDesc op;
   LtLayout lt_a, lt_b, lt_c;  // cuBLASLt's A is the tensor b, its B the tensor a; C and D are the tensor c
   cublasLtMatmulAlgo_t algo{};
   size_t workspace = 0;
+  // The heuristic found no algorithm for the extras (an epilogue cuBLASLt lacks for this type or shape): the caller
+  // runs the product alone and the rest in kernels. Kept, so the heuristic is asked once per key.
+  bool refused = false;
+  // The epilogue's vectors are set on `op` before each call (they differ per call); a device may be driven from more
+  // than one thread.
+  mutable std::mutex pointers;
 };
+
+// Sets an attribute of the operation descriptor.
+template <class V>
+void set_desc(cublasLtMatmulDesc_t op, cublasLtMatmulDescAttributes_t attr, const V& value) {
+  GT_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(op, attr, &value, sizeof value));
+}
+
+// The epilogue's vector pointers on the descriptor: the heuristic reads their alignment from them, the call their
+// addresses.
+void set_pointers(cublasLtMatmulDesc_t op, const LtExtras& ex) {
+  if (ex.bias) set_desc(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, ex.bias);
+  if (ex.aux) set_desc(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, ex.aux);
+}
 
 // The layout of a row-major (rows, cols) tensor read column-major: a cols × rows matrix with leading dimension cols.
 void make_layout(LtLayout& layout, cudaDataType_t type, const Tensor& t) {
@@ -53,8 +91,10 @@ void make_layout(LtLayout& layout, cudaDataType_t type, const Tensor& t) {
 }
 
 // `half`: the operands are 16-bit copies in that format (C and D stay f32, the compute f32).
+// `ex`: the epilogue and C ≠ D, whose alignment `align_c_in` gives (align[2] is D's).
 std::unique_ptr<MatmulPlan> make_plan(int device, const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c,
-                                      const std::array<int64_t, 3>& align, bool tf32, std::optional<HalfFormat> half) {
+                                      const std::array<int64_t, 3>& align, bool tf32, std::optional<HalfFormat> half,
+                                      const LtExtras& ex, int64_t align_c_in) {
   auto plan = std::make_unique<MatmulPlan>();
   const bool f64 = is_f64(c);
   const cudaDataType_t type = f64 ? CUDA_R_64F : CUDA_R_32F;
@@ -72,21 +112,34 @@ std::unique_ptr<MatmulPlan> make_plan(int device, const Tensor& a, bool ta, cons
   make_layout(plan->lt_a, operand_type, b);
   make_layout(plan->lt_b, operand_type, a);
   make_layout(plan->lt_c, type, c);
+  if (ex.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+    set_desc(plan->op.get(), CUBLASLT_MATMUL_DESC_EPILOGUE, ex.epilogue);
+    // The vectors are in D's type (f32 under a half scope as well): cuBLASLt's default, said outright.
+    const auto vector_type = static_cast<int32_t>(type);
+    if (ex.bias) set_desc(plan->op.get(), CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, vector_type);
+    if (ex.aux) {
+      // GELU's input in D's layout: leading dimension our columns (cuBLASLt's rows of D), which it wants divisible
+      // by 8 (the caller checks).
+      set_desc(plan->op.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, c.dim(1));
+      set_desc(plan->op.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, vector_type);
+    }
+    set_pointers(plan->op.get(), ex);
+  }
 
   LtPreference pref;
   GT_CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(pref.out()));
   GT_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                        &kMaxWorkspace, sizeof kMaxWorkspace));
   const uint32_t align_a = static_cast<uint32_t>(align[1]), align_b = static_cast<uint32_t>(align[0]),
-                 align_c = static_cast<uint32_t>(align[2]);
+                 align_c = static_cast<uint32_t>(align_c_in), align_d = static_cast<uint32_t>(align[2]);
   GT_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
                                                        sizeof align_a));
   GT_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
                                                        sizeof align_b));
   GT_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c,
                                                        sizeof align_c));
-  GT_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c,
-                                                       sizeof align_c));
+  GT_CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d,
+                                                       sizeof align_d));
 
   cublasLtMatmulHeuristicResult_t results[8] = {};
   int returned = 0;
@@ -99,6 +152,10 @@ std::unique_ptr<MatmulPlan> make_plan(int device, const Tensor& a, bool ta, cons
       plan->workspace = results[i].workspaceSize;
       return plan;
     }
+  if (ex.any()) {
+    plan->refused = true;
+    return plan;
+  }
   throw Error(fmt::format(
       "cuBLASLt has no {}{} matmul algorithm for {}{} · {}{} → {} with operands aligned to {}/{}/{} "
       "bytes on cuda:{}: {}",
@@ -157,6 +214,24 @@ void launch_sum_rows(cudaStream_t s, bool is_double, const void* dy, void* db, i
   GT_CHECK_LAUNCH();
 }
 
+// y = act(x), element-wise; y may be x (the product's sum activated in place), so no __restrict__.
+template <class T, Activation A>
+__global__ void activate_kernel(const T* x, T* y, int64_t n) {
+  for (int64_t i = global_index(); i < n; i += grid_stride()) y[i] = act_forward<T>(A, x[i]);
+}
+
+void launch_activate(cudaStream_t s, Activation a, bool is_double, const void* x, void* y, int64_t n) {
+  if (n == 0) return;
+  with_float_type(is_double, [&](auto t) {
+    using T = decltype(t);
+    with_activation(a, [&](auto act) {
+      activate_kernel<T, decltype(act)::value>
+          <<<grid_for(n, kThreads), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), n);
+    });
+  });
+  GT_CHECK_LAUNCH();
+}
+
 // An operand of a half product: the 16-bit copy of a weight this scope made already (half_weight; `weight`: the
 // contract says it is one), or a copy into scratch that goes back to the allocator when queued.
 class HalfProductOperand {
@@ -172,14 +247,19 @@ class HalfProductOperand {
   const void* m_ptr;
 };
 
-void matmul_impl(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double beta, bool b_weight) {
+// c = op(a)·op(b) + beta·C with cuBLASLt's extras `ex` (C: c, or ex.c_in). False, having done nothing, where the
+// extras cannot run: an empty product (the caller's kernels give what an epilogue would have) or a plan the
+// heuristic refused; the plain product (no extras) always runs or throws.
+bool matmul_impl(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double beta, bool b_weight,
+                 const LtExtras& ex = {}) {
   const int device = c.device().index;
   const int64_t m = c.dim(0), n = c.dim(1), k = ta ? a.dim(0) : a.dim(1);
-  if (m == 0 || n == 0) return;
+  if (ex.any() && (m == 0 || n == 0 || k == 0)) return false;
+  if (m == 0 || n == 0) return true;
   if (k == 0) {  // an empty sum: c = beta·c
     if (beta == 0) GT_CHECK_CUDA(cudaMemsetAsync(c.raw(), 0, c.bytes(), stream(device)));
     GT_CHECK(beta == 0 || beta == 1, "matmul with k = 0 supports beta 0 or 1, got {}", beta);
-    return;
+    return true;
   }
   // bf16/fp16: both operands as 16-bit copies (f32 tensors only; f64 products stay f64, as on the CPU). A weight's
   // copy is made once per scope (half_weight: linear_forward's w, found again by the dx = dy·W that reads it); any
@@ -194,21 +274,34 @@ void matmul_impl(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, 
   const void* pb = half ? half_b->get() : b.raw();
   const std::array<int64_t, 3> align{alignment_of(pa), alignment_of(pb), alignment_of(c.raw())};
   // Leaked on purpose: destroying descriptors during static destruction could run after the libraries unloaded.
-  static auto* cache = new PlanCache<13, MatmulPlan>;
+  // The key holds the epilogue and the alignment of its vectors and of C (the heuristic reads them all).
+  static auto* cache = new PlanCache<17, MatmulPlan>;
   const bool tf32 = !is_f64(c) && product_precision() == Precision::tf32;
   const int64_t half_key = half ? 1 + static_cast<int64_t>(*half) : 0;
-  const PlanCache<13, MatmulPlan>::Key key{device,    m,        n,        k,        ta,   tb,      is_f64(c),
-                                           beta != 0, align[0], align[1], align[2], tf32, half_key};
-  const MatmulPlan& plan =
-      cache->get(key, PlanFamily::matmul, [&] { return make_plan(device, a, ta, b, tb, c, align, tf32, half); });
+  const void* c_in = ex.c_in ? ex.c_in : c.raw();
+  const int64_t align_c_in = alignment_of(c_in);
+  const int64_t align_bias = ex.bias ? alignment_of(ex.bias) : 0, align_aux = ex.aux ? alignment_of(ex.aux) : 0;
+  const PlanCache<17, MatmulPlan>::Key key{
+      device,     m,         n,         k,        ta,   tb,       is_f64(c),
+      beta != 0,  align[0],  align[1],  align[2], tf32, half_key, static_cast<int64_t>(ex.epilogue),
+      align_bias, align_aux, align_c_in};
+  const MatmulPlan& plan = cache->get(
+      key, PlanFamily::matmul, [&] { return make_plan(device, a, ta, b, tb, c, align, tf32, half, ex, align_c_in); });
+  if (plan.refused) return false;
 
   const bool f64 = is_f64(c);
   const HostScalar alpha_s(1.0, f64), beta_s(beta, f64);
   void* ws = plan.workspace ? workspace(device, plan.workspace) : nullptr;
-  // C and D are the same tensor with the same layout (in place); with beta = 0 cuBLASLt does not read C.
+  // C is c (in place) or ex.c_in, with c's layout; with beta = 0 cuBLASLt does not read C.
+  std::unique_lock<std::mutex> lock(plan.pointers, std::defer_lock);
+  if (ex.bias || ex.aux) {
+    lock.lock();
+    set_pointers(plan.op.get(), ex);
+  }
   GT_CHECK_CUBLAS(cublasLtMatmul(lt_handle(device), plan.op.get(), alpha_s.ptr(), pb, plan.lt_a.get(), pa,
-                                 plan.lt_b.get(), beta_s.ptr(), c.raw(), plan.lt_c.get(), c.raw(), plan.lt_c.get(),
+                                 plan.lt_b.get(), beta_s.ptr(), c_in, plan.lt_c.get(), c.raw(), plan.lt_c.get(),
                                  &plan.algo, ws, plan.workspace, stream(device)));
+  return true;
 }
 
 }  // namespace
@@ -222,8 +315,56 @@ void add_row_bias(Tensor& y, const Tensor& bias) {
 }
 
 void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) {
+  if (bias.defined() &&
+      matmul_impl(x, false, w, true, y, 0.0, true, {.epilogue = CUBLASLT_EPILOGUE_BIAS, .bias = bias.raw()}))
+    return;
   matmul_impl(x, false, w, true, y, 0.0, true);
   if (bias.defined()) add_row_bias(y, bias);
+}
+
+// relu or GELU after the bias in cuBLASLt's epilogue: RELU_BIAS, GELU_AUX_BIAS (GELU's input written to h) or
+// GELU_BIAS (h undefined); without a bias RELU, GELU_AUX or GELU (the bit of CUBLASLT_EPILOGUE_BIAS is what
+// differs). cuBLASLt's GELU is the tanh approximation, GPT-2's. GELU_AUX wants h's leading dimension (our columns)
+// divisible by 8, and relu's aux is a bit-mask, not its input; in f64 GELU is our kernel's (cuBLASLt does not say
+// in what precision it evaluates tanh there, and f64 models are compared with the CPU at 1e-10). For those, or where
+// the heuristic refuses, the product and bias go into h (or y) and a kernel activates them.
+void linear_forward_act(const Tensor& x, const Tensor& w, const Tensor& bias, Activation act, Tensor& h, Tensor& y) {
+  const bool keep_h = h.defined();
+  if (act == Activation::relu ? !keep_h : (!is_f64(y) && (!keep_h || y.dim(1) % 8 == 0))) {
+    const int base = act == Activation::relu ? CUBLASLT_EPILOGUE_RELU
+                     : keep_h                ? CUBLASLT_EPILOGUE_GELU_AUX
+                                             : CUBLASLT_EPILOGUE_GELU;
+    LtExtras ex{.epilogue = static_cast<cublasLtEpilogue_t>(base | (bias.defined() ? CUBLASLT_EPILOGUE_BIAS : 0))};
+    if (bias.defined()) ex.bias = bias.raw();
+    if (keep_h) ex.aux = h.raw();
+    if (matmul_impl(x, false, w, true, y, 0.0, true, ex)) return;
+  }
+  Tensor& sum = keep_h ? h : y;
+  linear_forward(x, w, bias, sum);
+  launch_activate(stream(y.device().index), act, is_f64("linear_forward_act", y), sum.raw(), y.raw(), y.numel());
+}
+
+// y = (x·wᵀ + bias) + r: cuBLASLt's D = x·wᵀ + 1·C with C = r and D = y (distinct, same layout), the bias in its
+// epilogue. Where the heuristic refuses, linear_forward into y and the add after it.
+void linear_forward_add(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& r, Tensor& y) {
+  LtExtras ex{.epilogue = bias.defined() ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, .c_in = r.raw()};
+  if (bias.defined()) ex.bias = bias.raw();
+  if (matmul_impl(x, false, w, true, y, 1.0, true, ex)) return;
+  linear_forward(x, w, bias, y);
+  cuda::add(y, r.view(y.shape()), y);
+}
+
+// dw = dyᵀ·x: cuBLASLt's A is x, its B is dy (transposed), its k our rows, so db = Σ_r dy is the sum over k of B
+// for each column of D, BGRADB. Only with beta 0 (the epilogue writes db, it adds nothing to it) and outside a
+// bf16/fp16 scope (there it would sum dy's 16-bit copy, where sum_rows sums dy itself): elsewhere, or where the
+// heuristic refuses, the product and sum_rows.
+void linear_backward_weight(const Tensor& dy, const Tensor& x, Tensor& dw, Tensor& db, double beta) {
+  const bool half = !is_f64(dw) && half_format(product_precision());
+  if (db.defined() && beta == 0 && !half &&
+      matmul_impl(dy, true, x, false, dw, 0.0, false, {.epilogue = CUBLASLT_EPILOGUE_BGRADB, .bias = db.raw()}))
+    return;
+  matmul_impl(dy, true, x, false, dw, beta, false);
+  if (db.defined()) sum_rows(dy, db, beta);
 }
 
 void sum_rows(const Tensor& dy, Tensor& db, double beta) {
