@@ -5,6 +5,7 @@
 #include "graph/model.h"
 #include "helpers.h"
 #include "layer_cases.h"
+#include "ops/devices.h"
 #include "ops/precision.h"
 #include "optim/optimizer.h"
 #include "parallel/comm.h"
@@ -1210,4 +1211,56 @@ TEST_CASE("under dist.zero 3 ranks allocate the weights and gradients check coun
         for (size_t r = 0; r < kRanks; ++r) CHECK(copies[r] == share.half_weight_bytes);
         CHECK(share.half_weight_bytes == (products == Precision::fp16 ? 2 * 3 * 1024 * 4 : 0));
       }
+}
+
+TEST_CASE("check sizes a config for a GPU as a GPU run holds it, on a machine without one", "[cpu]") {
+  // A GPT of 3 blocks (dim 16, T 12, batch 4): on the CPU attention runs its residual add as an epilogue (its
+  // output and that output's gradient are never stored); on a GPU only dense layers head chains, so both are, and
+  // under bf16 the weights' 16-bit copies are 2 bytes an element there.
+  std::string layers;
+  std::istringstream in(gpt_layers(32, 16, 12, 3, 2, 64));
+  for (std::string line; std::getline(in, line);) layers += "  " + line + "\n";
+  const std::string yaml =
+      "name: gpt\nseed: 1\ndevice: cpu\ndata: {format: tokens, train: {path: none/train_*.bin}, "
+      "block_size: 12, batch_size: 4}\nmodel:\n" +
+      layers + "optimizer: {type: adamw, lr: 0.001}\n";
+  const auto sized = [&](const std::string& precision, Device device) {
+    ConfigNode root = apply_override(ConfigNode::load_string(yaml, "gpt.yaml"), "train.precision=" + precision);
+    const Experiment exp = parse_experiment_without_data_files(root);
+    Dataset train;
+    train.inputs = Tensor::empty(Shape{0, 12}, DType::f32);
+    train.targets = Tensor::empty(Shape{0, 12}, DType::i32);
+    train.num_classes = 32;
+    Model model = Model::build(exp.model, Shape{12}, DType::f32, Device::cpu(), exp.seed, /*init_params=*/false);
+    model.plan_for(device);
+    apply_recompute(exp, model);
+    return training_footprint(exp, model, train);
+  };
+  const Footprint cpu32 = sized("fp32", Device::cpu()), gpu32 = sized("fp32", Device::cuda(0));
+  CHECK_FALSE(cpu32.on_cuda);
+  CHECK(gpu32.on_cuda);
+  CHECK(gpu32.activation_bytes - cpu32.activation_bytes == size_t{3 * 2 * 4 * 12 * 16 * 4});
+  const Footprint gpu16 = sized("bf16", Device::cuda(0));
+  // Each block's qkv (16 → 48), proj (16 → 16), fc (16 → 64) and proj (64 → 16), and the head tied to the token
+  // table (32 × 16), in 16 bits.
+  CHECK(gpu16.half_weight_bytes == size_t{(3 * (16 * 48 + 16 * 16 + 16 * 64 + 64 * 16) + 32 * 16) * 2});
+  CHECK(planned_device("cuda:1") == Device::cuda(1));
+  CHECK(planned_device("cuda") == Device::cuda(0));
+  CHECK(planned_device("cpu") == Device::cpu());
+}
+
+TEST_CASE("gputrain check sizes device: cuda as a GPU run here without a GPU, and says the verdict is unknown",
+          "[e2e]") {
+  const auto totals = [](const std::string& device) {
+    const CommandResult r =
+        run_gputrain("check " + source_path("configs/gpt_bytes.yaml") + " --set device=" + device + " --json");
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    return r.output;
+  };
+  const std::string cpu = totals("cpu"), gpu = totals("cuda");
+  // gpt_bytes' attention outputs and their gradients, which only the CPU's chains leave unstored.
+  CHECK(*json_number(gpu, "needed_bytes") > *json_number(cpu, "needed_bytes"));
+  if (!query_cuda().devices.empty()) return;  // on a GPU machine the verdict is the GPU's
+  CHECK(gpu.find("\"fits\": null") != std::string::npos);
 }

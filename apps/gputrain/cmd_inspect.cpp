@@ -43,6 +43,7 @@ std::vector<RankShare> rank_shares_here(const Experiment& exp, const LoadedData&
     e.train.accumulate = accumulate;
     Model m = Model::build(e.model, data.train.input_shape(), DType::f32, Device::cpu(), e.seed,
                            /*init_params=*/false);
+    m.plan_for(planned_device(exp.devices.empty() ? exp.device : exp.devices[0]));
     if (!m.set_recompute(mode).empty()) return std::nullopt;
     m.set_activation_storage(half_format(e.train.precision));
     return training_footprint(e, m, data.train);
@@ -94,7 +95,10 @@ int check(CheckArgs& a) {
   std::optional<LoadedData> shapes = token_shapes_without_shards(exp);
   if (!shapes) exp = parse_experiment(root);
   const LoadedData data = shapes ? std::move(*shapes) : load_data(exp);
-  const Model model = checked_model(exp, data);
+  Model model = checked_model(exp, data);
+  // Sized as the run would train: a GPU's chains and 16-bit weight copies where the config's device is one.
+  const std::string& requested = exp.devices.empty() ? exp.device : exp.devices[0];
+  model.plan_for(planned_device(requested));
   // optimizer.param_groups matched as the run will match them (a pattern that matches none is exit 2 here).
   std::vector<std::string> names;
   std::vector<int64_t> numels;
@@ -110,8 +114,7 @@ int check(CheckArgs& a) {
   if (shapes) f.tokens_per_sample = exp.data.block_size;
   // A device list holds one replica per device: each GPU must fit one; CPU workers share the host's memory.
   const size_t replicas_here = !exp.devices.empty() && exp.devices[0] == "cpu" ? exp.devices.size() : size_t{1};
-  const MemoryFit fit =
-      fit_on_this_machine(f.total_bytes * replicas_here, exp.devices.empty() ? exp.device : exp.devices[0]);
+  const MemoryFit fit = fit_on_this_machine(f.total_bytes * replicas_here, requested);
   std::string advice;
   const std::vector<RankShare> shares =
       a.world > 0 ? rank_shares_here(exp, data, f, a.world, advice) : std::vector<RankShare>();

@@ -112,6 +112,14 @@ class Model {
   /// default (GPUTRAIN_CPU_FUSE=off turns it off, on a GPU too); not with train.recompute, half activation storage
   /// or synchronised batch norm, which keep every layer apart. The layers know their epilogues from the setting that
   /// decides them on (so that their workspace and scratch sizes, and the footprint read from them, follow).
+  /// A model built without parameters (`gputrain check`) plans its chains and is sized as on `device`, whose memory
+  /// it never touches: what differs between devices is which chains run (a GPU's are a dense layer's) and how the
+  /// weights' 16-bit copies are held.
+  void plan_for(Device device) {
+    GT_CHECK(!m_initialised && m_max_batch == 0, "plan_for on a model with parameters or buffers");
+    m_device = device;
+    apply_epilogues();
+  }
   void set_fusion(bool on) {
     m_fusion = on;
     apply_epilogues();

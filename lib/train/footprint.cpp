@@ -10,6 +10,7 @@
 #include "parallel/grad_sync.h"
 
 #include <algorithm>
+#include <charconv>
 #include <fstream>
 #include <functional>
 #include <numeric>
@@ -204,6 +205,17 @@ MemoryFit judge_fit(size_t needed, Device device, size_t total) {
   }
   m.fits = needed <= m.usable;
   return m;
+}
+
+Device planned_device(const std::string& requested) {
+  if (requested == "auto") {
+    std::string reason;
+    return resolve_device(requested, reason);
+  }
+  if (requested.rfind("cuda", 0) != 0) return Device::cpu();
+  int index = 0;
+  if (requested.size() > 5) std::from_chars(requested.data() + 5, requested.data() + requested.size(), index);
+  return Device::cuda(index);
 }
 
 MemoryFit fit_on_this_machine(size_t needed, const std::string& requested) {

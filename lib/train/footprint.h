@@ -114,6 +114,10 @@ MemoryFit judge_fit(size_t needed, Device device, size_t total);
 /// total memory or, for the CPU, /proc/meminfo's MemAvailable (read after the data set is loaded, which training
 /// holds as well). A device that cannot be used here gives an unknown verdict that says why.
 MemoryFit fit_on_this_machine(size_t needed, const std::string& requested);
+/// The kind of device a run of `requested` (exp.device, or a device list's first entry) trains on, for sizing it:
+/// `cpu` the CPU, `cuda` and `cuda:N` that GPU whether or not this machine has it (a config for a GPU machine checked
+/// on a laptop is sized as it will run there), `auto` what resolve_device picks here.
+Device planned_device(const std::string& requested);
 
 /// What one rank of a data-parallel run at `world` ranks holds under a ZeRO stage (dist.zero). Stage 0 keeps every
 /// tensor on every rank. Stages 1 to 3 split the optimizer state: rank 0 (the fullest) keeps its chunk of every bucket,
