@@ -33,7 +33,7 @@ while [[ ${1:-} == --* ]]; do
     --dry-run) dry=1; shift ;;
     --only) only=${2:?--only needs a pattern}; shift 2 ;;
     --gpt2) gpt2=(--part "1,2,3,4"); shift ;;
-    --gpt2-part) gpt2=(--part "${2:?--gpt2-part needs a part number, 1 to 4}"); shift 2 ;;
+    --gpt2-part) gpt2=(--part "${2:?--gpt2-part needs a part number, 1 to 5}"); shift 2 ;;
     *) echo "gpu_check: unknown option $1" >&2; exit 2 ;;
   esac
 done

@@ -18,7 +18,9 @@
 #      autocast (compiled during the warm-up steps); tokens/s, torch.cuda.max_memory_allocated, and an MFU of the
 #      same count and peak as gputrain's;
 # then one table of parts 3 and 4 with the targets beside the figures (gputrain bf16 ≥ 400k tokens/s and ≥ 1.0×
-# torch.compile; tf32 ≥ 1.2× eager tf32). Every command has a timeout, so a hang costs minutes, not the window.
+# torch.compile; tf32 ≥ 1.2× eager tf32). Part 5, only when asked for (`--part 5`, about a minute), is where a bf16
+# GPT-2 step goes: the built-in profiler (CUDA events) over steps 6–10, its time by layer type and phase and its 15
+# largest rows, what to speed up next. Every command has a timeout, so a hang costs minutes, not the window.
 # `--part N` runs part N alone, `--part 3,4` several; the table shows the rows of the parts that ran. `--dry-run`
 # runs it all here on the CPU (1 × 128, 1 warm-up and 2 timed steps, gputrain's MFU against a nominal 1 TFLOP/s, the
 # CPU in fp32 standing in for CUDA in part 2; PyTorch without SDPA or torch.compile shows what it ran instead), so
@@ -33,11 +35,11 @@ parts=1,2,3,4
 while [[ ${1:-} == --* ]]; do
   case $1 in
     --dry-run) dry=1; shift ;;
-    --part) parts=${2:?--part needs part numbers, 1 to 4}; shift 2 ;;
+    --part) parts=${2:?--part needs part numbers, 1 to 5}; shift 2 ;;
     *) echo "gpu_check_gpt2: unknown option $1" >&2; exit 2 ;;
   esac
 done
-[[ $parts =~ ^[1-4](,[1-4])*$ ]] || { echo "gpu_check_gpt2: --part $parts: give 1 to 4, or a list such as 3,4" >&2; exit 2; }
+[[ $parts =~ ^[1-5](,[1-5])*$ ]] || { echo "gpu_check_gpt2: --part $parts: give 1 to 5, or a list such as 3,4" >&2; exit 2; }
 bundle=${1:-gpu_bundle}
 # shellcheck source=scripts/gpu_check_env.sh
 source scripts/gpu_check_env.sh
@@ -200,6 +202,42 @@ print(f\"  torch $row: {r['tokens_per_sec']:,.0f} tokens/s over {r['steps']} ste
   done
 }
 
+part5() {
+  echo "== 5. where a bf16 GPT-2 step goes: the profiler over steps 6–10, $batch × $block"
+  gpt2_data
+  local out="$work/gpt2-profile" rc
+  timeout "$limit_run" "$gt" train configs/gpt2_124m.yaml --device "$dev" --precision bf16 --quiet --max-steps 10 \
+    --out "$out" --set "data.train.path=$work/tok2/train_*.bin" --set "data.test.path=$work/tok2/val_*.bin" \
+    --set "data.batch_size=$batch" --set "data.block_size=$block" --set train.accumulate=1 \
+    --set train.eval_every=1000000 --set "train.eval_tokens=$block" --set scheduler.warmup_steps=0 \
+    --set +train.profile.start_step=6 --set +train.profile.steps=5 > "$out.log" 2>&1
+  rc=$?
+  if [[ $rc != 0 || ! -f $out/profile.txt ]]; then
+    echo "  gputrain bf16 profile: FAILED with exit $rc$([[ $rc == 124 ]] && echo " (timed out after $limit_run s)")"
+    tail -20 "$out.log" | sed 's/^/        /'
+    status=1; return
+  fi
+  $py - "$out/profile.txt" <<'PY' || status=1
+import collections, re, sys
+# Rows: name, type, phase, calls, total ms, mean ms, % step, GFLOP/s (empty for layers without products).
+row = re.compile(r"^(\S+)\s+(\S+)\s+(\S+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)")
+lines = open(sys.argv[1]).read().splitlines()
+rows = [m.groups() for m in map(row.match, lines) if m]
+by = collections.defaultdict(float)
+for name, kind, phase, calls, total, mean, share in rows:
+    by[(kind, phase)] += float(total)
+# A row's share of the step is its time over the steps' time: the largest row's ratio, least rounded, for all.
+top = max(rows, key=lambda r: float(r[4]))
+per_ms = float(top[6]) / float(top[4])
+print("| layer type | phase | total ms | % step |")
+print("|---|---|---|---|")
+for (kind, phase), total in sorted(by.items(), key=lambda kv: -kv[1])[:12]:
+    print(f"| {kind} | {phase} | {total:.2f} | {total * per_ms:.1f} |")
+print()
+print("\n".join(lines[:16]))
+PY
+}
+
 # The GPT-2 table from the rows of parts 3 and 4 that ran. The torch rows' MFU takes gputrain's count and peak: its
 # MFU per token/s at the same precision, or else `gputrain check`'s training FLOPs per token over the table of
 # lib/ops/devices.cpp for this GPU (the H100 SXM, H200 and GH200 rows) or the dry run's nominal peak.
@@ -269,10 +307,10 @@ PY
 }
 
 took=()  # each part's seconds, for the last line: the check's budget is 5 minutes on an H200
-for part in 1 2 3 4; do
+for part in 1 2 3 4 5; do
   wants "$part" || continue
   SECONDS=0
-  case $part in 1) part1 ;; 2) part2 ;; 3) part3 ;; 4) part4 ;; esac
+  case $part in 1) part1 ;; 2) part2 ;; 3) part3 ;; 4) part4 ;; 5) part5 ;; esac
   took+=("part $part ${SECONDS} s")
 done
 if wants 3 || wants 4; then table; fi

@@ -25,7 +25,7 @@ refused() {  # expected exit 2, and a line on stderr naming the mistake
 }
 refused scripts/gpu_check.sh --no-such-option
 refused scripts/gpu_check.sh --dry-run --gpt2-part 0
-refused scripts/gpu_check_gpt2.sh --part 5
+refused scripts/gpu_check_gpt2.sh --part 6
 refused scripts/gpu_check_gpt2.sh --part 1,,2
 
 py=python3
