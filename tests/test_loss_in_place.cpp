@@ -37,7 +37,7 @@ Tensor in_place_logits(const Shape& shape, uint64_t seed, DType dtype) {
   return t;
 }
 
-bool same_bytes(const Tensor& a, const Tensor& b) {
+bool bytes_equal_in_place(const Tensor& a, const Tensor& b) {
   return a.bytes() == b.bytes() && std::memcmp(a.raw(), b.raw(), static_cast<size_t>(a.bytes())) == 0;
 }
 
@@ -59,9 +59,9 @@ TEST_CASE("cross_entropy and mse write their gradient over their input with the 
         ops::cross_entropy(logits, labels, eps, 1.0 / 3, apart, stats_apart, rows);
         Tensor over = logits.clone(), stats_over = Tensor::zeros(Shape{2}, DType::f64);
         ops::cross_entropy(over, labels, eps, 1.0 / 3, over, stats_over, rows);
-        CHECK(same_bytes(over, apart));
-        CHECK(same_bytes(stats_over, stats_apart));
-        CHECK_FALSE(same_bytes(over, logits));  // it did write
+        CHECK(bytes_equal_in_place(over, apart));
+        CHECK(bytes_equal_in_place(stats_over, stats_apart));
+        CHECK_FALSE(bytes_equal_in_place(over, logits));  // it did write
       }
   const Tensor pred = in_place_logits(Shape{6, 33}, 9, DType::f32),
                target = in_place_logits(Shape{6, 33}, 10, DType::f32);
@@ -69,8 +69,8 @@ TEST_CASE("cross_entropy and mse write their gradient over their input with the 
   ops::mse(pred, target, 0.5, apart, stats_apart);
   Tensor over = pred.clone(), stats_over = Tensor::zeros(Shape{2}, DType::f64);
   ops::mse(over, target, 0.5, over, stats_over);
-  CHECK(same_bytes(over, apart));
-  CHECK(same_bytes(stats_over, stats_apart));
+  CHECK(bytes_equal_in_place(over, apart));
+  CHECK(bytes_equal_in_place(stats_over, stats_apart));
 }
 
 namespace {
