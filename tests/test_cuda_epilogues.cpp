@@ -21,15 +21,18 @@
 #include "config/config.h"
 #include "cuda_helpers.h"
 #include "graph/model.h"
+#include "ops/cuda/half_scratch.h"
 #include "ops/epilogue.h"
 #include "ops/matmul.h"
 #include "ops/precision.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 using namespace gt;
@@ -322,4 +325,34 @@ TEST_CASE("a GPT-like model on CUDA forms the dense layers' chains and trains to
     CHECK(std::abs(fused.losses[i] - apart.losses[i]) <= 1e-3 * apart.losses[i]);
   }
   CHECK(apart.losses.back() < apart.losses.front());  // the steps train
+}
+
+TEST_CASE("CUDA linear_backward rounds dy to 16 bits once for both products, with the bits of its ops apart",
+          "[cuda]") {
+  require_gpu();
+  const int64_t rows = 64, in = 32, out = 48;
+  const Tensor dy = to_cuda(seeded(Shape{rows, out}, 91)), x = to_cuda(seeded(Shape{rows, in}, 92));
+  const Tensor w = to_cuda(seeded(Shape{out, in}, 93)), db0 = to_cuda(seeded(Shape{out}, 94));
+  for (const Precision p : {Precision::fp32, Precision::tf32, Precision::bf16, Precision::fp16}) {
+    INFO(to_string(p));
+    const ProductPrecisionScope scope(p);
+    Tensor dw_apart = Tensor::empty(w.shape(), DType::f32, w.device()), db_apart = to_cuda(to_host(db0));
+    Tensor dx_apart = Tensor::empty(x.shape(), DType::f32, x.device());
+    const int64_t before = cuda::half_operand_copies();
+    ops::linear_backward_weight(dy, x, dw_apart, db_apart, 1.0);
+    ops::matmul(dy, false, w, false, dx_apart, 0.0);
+    const int64_t apart_copies = cuda::half_operand_copies() - before;
+    Tensor dw = Tensor::empty(w.shape(), DType::f32, w.device()), db = to_cuda(to_host(db0));
+    Tensor dx = Tensor::empty(x.shape(), DType::f32, x.device());
+    const int64_t start = cuda::half_operand_copies();
+    ops::linear_backward(dy, x, w, dw, db, dx, 1.0);
+    const int64_t copies = cuda::half_operand_copies() - start;
+    // dy, x and w each once (no forward made w's copy in this scope), where the ops apart round dy twice.
+    CHECK(copies == (half_format(p) ? 3 : 0));
+    CHECK(apart_copies == (half_format(p) ? 4 : 0));
+    for (const auto& [mine, theirs] : {std::pair{&dw, &dw_apart}, {&db, &db_apart}, {&dx, &dx_apart}}) {
+      const Tensor a = to_host(*mine), b = to_host(*theirs);
+      CHECK(std::memcmp(a.raw(), b.raw(), static_cast<size_t>(a.bytes())) == 0);
+    }
+  }
 }

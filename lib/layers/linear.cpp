@@ -105,25 +105,25 @@ class Linear final : public Layer {
       dy2 = dh;
     }
     const double beta = ctx.accumulate_grads ? 1.0 : 0.0;
-    const bool bias_grad = m_has_bias && m_bias.trains();
-    if (m_w->trains()) {  // (train.freeze: a frozen weight gets no gradient)
-      Tensor dw = m_w->grad.narrow0(m_out);
-      if (const ops::HalfMatrix* h = ctx.half_input(0)) {  // x kept in 16 bits: the product reads that copy
-        ops::matmul_half_b(dy2, true, {h->data, h->format, x2.dim(0), x2.dim(1)}, dw, beta);
-        if (bias_grad) ops::sum_rows(dy2, m_bias.grad, beta);
-      } else {
-        // dW (out, in) = dyᵀ · x and db (out) = Σ_rows dy, in one pass where the backend can
-        Tensor db = bias_grad ? m_bias.grad : Tensor();
-        ops::linear_backward_weight(dy2, x2, dw, db, beta);
-      }
+    // (train.freeze: a frozen weight gets no gradient, a frozen bias none either)
+    Tensor dw = m_w->trains() ? m_w->grad.narrow0(m_out) : Tensor();
+    Tensor db = m_has_bias && m_bias.trains() ? m_bias.grad : Tensor();
+    Tensor dx2 = dx[0] ? as_rows(*dx[0], m_in) : Tensor();
+    const Tensor w = m_w->value.narrow0(m_out);
+    if (const ops::HalfMatrix* h = dw.defined() ? ctx.half_input(0) : nullptr) {
+      // x kept in 16 bits (the CPU): the weight's product reads that copy
+      ops::matmul_half_b(dy2, true, {h->data, h->format, x2.dim(0), x2.dim(1)}, dw, beta);
+      if (db.defined()) ops::sum_rows(dy2, db, beta);
+      if (dx2.defined()) ops::matmul(dy2, false, w, false, dx2, 0.0);
+    } else {
+      // dW (out, in) = dyᵀ · x, db (out) = Σ_rows dy and dx (B·rows, in) = dy · W, sharing what the backend can
+      ops::linear_backward(dy2, x2, w, dw, db, dx2, beta);
+    }
+    if (dw.defined()) {
       // A shared table's rows past out_features get no gradient from here; this layer writes first, so it clears them.
       const int64_t spare = m_w->grad.dim(0) - m_out;
       if (spare > 0 && !ctx.accumulate_grads) m_w->grad.slice0(m_out, spare).zero_();
-    } else if (bias_grad) {
-      ops::sum_rows(dy2, m_bias.grad, beta);  // db (out) = Σ_rows dy
     }
-    Tensor dx2 = dx[0] ? as_rows(*dx[0], m_in) : Tensor();
-    if (dx[0]) ops::matmul(dy2, false, m_w->value.narrow0(m_out), false, dx2, 0.0);  // dx (B·rows, in) = dy · W
     if (m_lora.on()) m_lora.backward(x2, ctx.half_input(0), dy2, dx[0] ? &dx2 : nullptr, ctx);
   }
 

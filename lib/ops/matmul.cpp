@@ -65,6 +65,18 @@ void linear_backward_weight(const Tensor& dy, const Tensor& x, Tensor& dw, Tenso
   GT_DISPATCH(op, linear_backward_weight(dy, x, dw, db, beta));
 }
 
+void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dw, Tensor& db, Tensor& dx,
+                     double beta) {
+  const Operands op("linear_backward", {&dy, &x, &w, &dw, &db, &dx});
+  GT_CHECK(dy.rank() == 2 && x.rank() == 2 && w.rank() == 2 && dy.dim(0) == x.dim(0) && w.dim(0) == dy.dim(1) &&
+               w.dim(1) == x.dim(1),
+           "linear_backward {} from {} through {}", dy.shape().str(), x.shape().str(), w.shape().str());
+  GT_CHECK(!dw.defined() || dw.shape() == w.shape(), "weight gradient {} for {}", dw.shape().str(), w.shape().str());
+  GT_CHECK(!db.defined() || db.numel() == dy.dim(1), "bias gradient {} for {}", db.shape().str(), dy.shape().str());
+  GT_CHECK(!dx.defined() || dx.shape() == x.shape(), "input gradient {} for {}", dx.shape().str(), x.shape().str());
+  GT_DISPATCH(op, linear_backward(dy, x, w, dw, db, dx, beta));
+}
+
 void sum_rows(const Tensor& dy, Tensor& db, double beta) {
   const Operands op("sum_rows", {&dy, &db});
   GT_CHECK(dy.rank() == 2 && db.numel() == dy.dim(1), "sum_rows {} into {}", dy.shape().str(), db.shape().str());

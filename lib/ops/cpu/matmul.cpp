@@ -249,4 +249,13 @@ void linear_backward_weight(const Tensor& dy, const Tensor& x, Tensor& dw, Tenso
   if (db.defined()) sum_rows(dy, db, beta);
 }
 
+void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dw, Tensor& db, Tensor& dx,
+                     double beta) {
+  if (dw.defined())
+    linear_backward_weight(dy, x, dw, db, beta);
+  else if (db.defined())
+    sum_rows(dy, db, beta);
+  if (dx.defined()) matmul(dy, false, w, false, dx, 0.0);
+}
+
 }  // namespace gt::cpu

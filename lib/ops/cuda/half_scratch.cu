@@ -92,9 +92,16 @@ HalfBuffer::~HalfBuffer() {
   if (m_ptr) device_free(m_device, m_ptr);
 }
 
+namespace {
+thread_local int64_t t_operand_copies = 0;
+}  // namespace
+
 HalfOperand::HalfOperand(const Tensor& t, HalfFormat format) : HalfBuffer(t.device().index, t.numel()) {
   f32_to_half(t.device().index, format, static_cast<const float*>(t.raw()), get(), t.numel());
+  ++t_operand_copies;
 }
+
+int64_t half_operand_copies() { return t_operand_copies; }
 
 void f32_to_half(int device, HalfFormat format, const float* in, void* out, int64_t n) {
   if (n == 0) return;

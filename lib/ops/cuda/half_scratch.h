@@ -49,6 +49,10 @@ const void* find_half_weight(const Tensor& t, HalfFormat format);
 /// copies half_weight made and how many times a product was handed one made before it in the same scope.
 HalfWeightCacheStats half_weight_cache_stats();
 
+/// How many HalfOperand copies (operands rounded into scratch for one call) the calling thread has made: tests count
+/// what a step converts.
+int64_t half_operand_copies();
+
 /// out[i] = in[i] rounded to `format` (nearest even) into 16-bit device storage, on the device's stream.
 void f32_to_half(int device, HalfFormat format, const float* in, void* out, int64_t n);
 

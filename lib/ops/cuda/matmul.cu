@@ -250,8 +250,9 @@ class HalfProductOperand {
 // c = op(a)·op(b) + beta·C with cuBLASLt's extras `ex` (C: c, or ex.c_in). False, having done nothing, where the
 // extras cannot run: an empty product (the caller's kernels give what an epilogue would have) or a plan the
 // heuristic refused; the plain product (no extras) always runs or throws.
+// `a_half`: a's 16-bit copy in the scope's format, made by the caller for more than one product (null: made here).
 bool matmul_impl(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double beta, bool b_weight,
-                 const LtExtras& ex = {}) {
+                 const LtExtras& ex = {}, const void* a_half = nullptr) {
   const int device = c.device().index;
   const int64_t m = c.dim(0), n = c.dim(1), k = ta ? a.dim(0) : a.dim(1);
   if (ex.any() && (m == 0 || n == 0 || k == 0)) return false;
@@ -267,10 +268,10 @@ bool matmul_impl(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, 
   const std::optional<HalfFormat> half = is_f64(c) ? std::nullopt : half_format(product_precision());
   std::optional<HalfProductOperand> half_a, half_b;
   if (half) {
-    half_a.emplace(a, *half, false);
+    if (!a_half) half_a.emplace(a, *half, false);
     half_b.emplace(b, *half, b_weight);
   }
-  const void* pa = half ? half_a->get() : a.raw();
+  const void* pa = !half ? a.raw() : a_half ? a_half : half_a->get();
   const void* pb = half ? half_b->get() : b.raw();
   const std::array<int64_t, 3> align{alignment_of(pa), alignment_of(pb), alignment_of(c.raw())};
   // Leaked on purpose: destroying descriptors during static destruction could run after the libraries unloaded.
@@ -358,13 +359,37 @@ void linear_forward_add(const Tensor& x, const Tensor& w, const Tensor& bias, co
 // for each column of D, BGRADB. Only with beta 0 (the epilogue writes db, it adds nothing to it) and outside a
 // bf16/fp16 scope (there it would sum dy's 16-bit copy, where sum_rows sums dy itself): elsewhere, or where the
 // heuristic refuses, the product and sum_rows.
-void linear_backward_weight(const Tensor& dy, const Tensor& x, Tensor& dw, Tensor& db, double beta) {
+namespace {
+
+// linear_backward_weight with dy's 16-bit copy `dy_half` (null: made by the product) under a half scope.
+void weight_gradient(const Tensor& dy, const Tensor& x, Tensor& dw, Tensor& db, double beta, const void* dy_half) {
   const bool half = !is_f64(dw) && half_format(product_precision());
   if (db.defined() && beta == 0 && !half &&
       matmul_impl(dy, true, x, false, dw, 0.0, false, {.epilogue = CUBLASLT_EPILOGUE_BGRADB, .bias = db.raw()}))
     return;
-  matmul_impl(dy, true, x, false, dw, beta, false);
+  matmul_impl(dy, true, x, false, dw, beta, false, {}, dy_half);
   if (db.defined()) sum_rows(dy, db, beta);
+}
+
+}  // namespace
+
+void linear_backward_weight(const Tensor& dy, const Tensor& x, Tensor& dw, Tensor& db, double beta) {
+  weight_gradient(dy, x, dw, db, beta, nullptr);
+}
+
+// Both products read dy: under a half scope its copy is made once, here, and handed to both (the rounding is the
+// same either way, so are the bits).
+void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dw, Tensor& db, Tensor& dx,
+                     double beta) {
+  const std::optional<HalfFormat> half = is_f64(dy) ? std::nullopt : half_format(product_precision());
+  std::optional<HalfOperand> dy_half;
+  if (half && dw.defined() && dx.defined() && dy.numel() > 0) dy_half.emplace(dy, *half);
+  const void* shared = dy_half ? dy_half->get() : nullptr;
+  if (dw.defined())
+    weight_gradient(dy, x, dw, db, beta, shared);
+  else if (db.defined())
+    sum_rows(dy, db, beta);
+  if (dx.defined()) matmul_impl(dy, false, w, false, dx, 0.0, false, {}, shared);
 }
 
 void sum_rows(const Tensor& dy, Tensor& db, double beta) {
