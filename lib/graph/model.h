@@ -102,6 +102,14 @@ class Model {
   void set_activation_storage(std::optional<HalfFormat> format);
   /// The format some outputs are kept in for backward; nullopt when all stay f32 (none set, or none pays).
   std::optional<HalfFormat> activation_storage() const;
+  /// A model built without parameters (`gputrain check`) plans its chains and is sized as on `device`, whose memory
+  /// it never touches: what differs between devices is which chains run (a GPU's are a dense layer's) and how the
+  /// weights' 16-bit copies are held.
+  void plan_for(Device device) {
+    GT_CHECK(!m_initialised && m_max_batch == 0, "plan_for on a model with parameters or buffers");
+    m_device = device;
+    apply_epilogues();
+  }
   /// Fused chains (before buffer_plan and allocate): where a layer's output is read by the next layer alone, and
   /// that layer is a step the first can run as an epilogue of its own pass (Layer::takes_epilogue: batch norm
   /// followed by a 2×2 max pool, relu or both; a 2×2 max pool followed by relu; a dense layer followed by relu, GPT-2's
@@ -112,14 +120,6 @@ class Model {
   /// default (GPUTRAIN_CPU_FUSE=off turns it off, on a GPU too); not with train.recompute, half activation storage
   /// or synchronised batch norm, which keep every layer apart. The layers know their epilogues from the setting that
   /// decides them on (so that their workspace and scratch sizes, and the footprint read from them, follow).
-  /// A model built without parameters (`gputrain check`) plans its chains and is sized as on `device`, whose memory
-  /// it never touches: what differs between devices is which chains run (a GPU's are a dense layer's) and how the
-  /// weights' 16-bit copies are held.
-  void plan_for(Device device) {
-    GT_CHECK(!m_initialised && m_max_batch == 0, "plan_for on a model with parameters or buffers");
-    m_device = device;
-    apply_epilogues();
-  }
   void set_fusion(bool on) {
     m_fusion = on;
     apply_epilogues();
