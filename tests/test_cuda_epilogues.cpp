@@ -23,6 +23,7 @@
 #include "graph/model.h"
 #include "ops/cuda/half_scratch.h"
 #include "ops/epilogue.h"
+#include "ops/half_storage.h"
 #include "ops/matmul.h"
 #include "ops/precision.h"
 
@@ -345,7 +346,7 @@ TEST_CASE("CUDA linear_backward rounds dy to 16 bits once for both products, wit
     Tensor dw = Tensor::empty(w.shape(), DType::f32, w.device()), db = to_cuda(to_host(db0));
     Tensor dx = Tensor::empty(x.shape(), DType::f32, x.device());
     const int64_t start = cuda::half_operand_copies();
-    ops::linear_backward(dy, x, w, dw, db, dx, 1.0);
+    ops::linear_backward(dy, x, nullptr, w, dw, db, dx, 1.0);
     const int64_t copies = cuda::half_operand_copies() - start;
     // dy, x and w each once (no forward made w's copy in this scope), where the ops apart round dy twice.
     CHECK(copies == (half_format(p) ? 3 : 0));
@@ -355,4 +356,79 @@ TEST_CASE("CUDA linear_backward rounds dy to 16 bits once for both products, wit
       CHECK(std::memcmp(a.raw(), b.raw(), static_cast<size_t>(a.bytes())) == 0);
     }
   }
+}
+
+TEST_CASE("CUDA matmul_half_b reads a 16-bit matrix as the product's operand, with the bits of matmul on it widened",
+          "[cuda]") {
+  require_gpu();
+  const int64_t rows = 64, in = 32, out = 48;  // dW (out, in) = dyᵀ (out, rows) · x (rows, in)
+  const Tensor dy = to_cuda(seeded(Shape{rows, out}, 95)), x = to_cuda(seeded(Shape{rows, in}, 96));
+  for (const HalfFormat format : {HalfFormat::bf16, HalfFormat::fp16}) {
+    const auto storage = allocate_storage(static_cast<size_t>(x.numel()) * 2, x.device());
+    ops::pack_activation(format, x, storage->ptr);
+    Tensor widened = Tensor::empty(x.shape(), DType::f32, x.device());
+    ops::unpack_activation(format, storage->ptr, widened);
+    // The precision of the copy's format (its elements are the operand as they are), and fp32 (widened first).
+    for (const Precision p : {format == HalfFormat::bf16 ? Precision::bf16 : Precision::fp16, Precision::fp32}) {
+      INFO((format == HalfFormat::bf16 ? "bf16" : "fp16") << " copy under " << to_string(p));
+      const ProductPrecisionScope scope(p);
+      for (const double beta : {0.0, 1.0}) {
+        Tensor apart = to_cuda(seeded(Shape{out, in}, 97)), mine = to_cuda(to_host(apart));
+        ops::matmul(dy, true, widened, false, apart, beta);
+        ops::matmul_half_b(dy, true, {storage->ptr, format, rows, in}, mine, beta);
+        const Tensor a = to_host(apart), b = to_host(mine);
+        CHECK(std::memcmp(a.raw(), b.raw(), static_cast<size_t>(a.bytes())) == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("a CUDA dense stack under bf16 reads its inputs' 16-bit copies in backward, to the widened gradients' bits",
+          "[cuda]") {
+  require_gpu();
+  // Deep enough that 16-bit copies pay for the working buffers (Model::half_plan keeps them: `gputrain check` of the
+  // same layers at batch 16 says bf16).
+  const char* layers = R"(layers:
+  - {type: linear, out_features: 128}
+  - {type: gelu, approximate: tanh}
+  - {type: linear, out_features: 128}
+  - {type: linear, out_features: 128}
+  - {type: linear, out_features: 128}
+  - {type: linear, out_features: 128}
+  - {type: linear, out_features: 8}
+)";
+  const Shape input{32};
+  const int64_t batch = 16;
+  const Tensor x = to_cuda(seeded(input.batched(batch), 51, -1, 1));
+  const Tensor dy = to_cuda(seeded(Shape{batch, 8}, 52, -1, 1));
+  struct Run {
+    std::vector<Tensor> grads;
+    int64_t widened = 0;
+  };
+  const auto run = [&](bool widen_everything) {
+    Model m = Model::build(parse_model_spec(ConfigNode::load_string(layers, "m.yaml")), input, DType::f32,
+                           Device::cuda(0), 5);
+    m.set_activation_storage(HalfFormat::bf16);
+    REQUIRE(m.activation_storage() == HalfFormat::bf16);
+    m.set_widen_everything(widen_everything);
+    m.allocate(batch);
+    const ProductPrecisionScope scope(Precision::bf16);
+    LayerContext ctx;
+    ctx.training = true;
+    m.forward(x, ctx);
+    m.backward(dy, ctx);
+    Run r;
+    for (Param* q : m.params()) r.grads.push_back(to_host(q->grad));
+    r.widened = m.widened_elements();
+    return r;
+  };
+  const Run widened = run(true), direct = run(false);
+  REQUIRE(widened.grads.size() == direct.grads.size());
+  for (size_t k = 0; k < direct.grads.size(); ++k) {
+    INFO("parameter " << k);
+    CHECK(std::memcmp(direct.grads[k].raw(), widened.grads[k].raw(), static_cast<size_t>(direct.grads[k].bytes())) ==
+          0);
+  }
+  // The dense layers after the first read their inputs' copies as they are: only GELU's input is widened.
+  CHECK(direct.widened < widened.widened);
 }

@@ -1,11 +1,13 @@
 // LoRA: adapters on dense and attention products, against a dense reference; merged into the weights for export;
 // trained alone on top of frozen weights.
 #include "config/config.h"
+#include "core/rng.h"
 #include "graph/model.h"
 #include "helpers.h"
 #include "io/llmc.h"
 #include "io/safetensors.h"
 #include "llmc_cases.h"
+#include "ops/precision.h"
 
 #include <fmt/format.h>
 #include <catch2/catch.hpp>
@@ -423,4 +425,45 @@ TEST_CASE("a LoRA run over 2 ranks under dist.zero 0 to 3: the base weights stay
     for (size_t i = 0; i < bytes.size() / 4; ++i)
       CHECK(std::abs(a[i] - b[i]) <= 1e-5f * std::max(1.0f, std::abs(a[i])));
   }
+}
+
+TEST_CASE("an adapter reads its layer's input kept in 16 bits, to the gradients of the widened input's bits",
+          "[lora]") {
+  // bf16 storage keeps the adapted layers' inputs in 16 bits (deep enough that the copies pay, Model::half_plan); the
+  // dense product and the adapter's dA both read that copy, with the numbers of the input widened first.
+  const char* layers = R"(layers:
+  - {type: linear, out_features: 128}
+  - {type: gelu, approximate: tanh}
+  - {type: linear, out_features: 128, lora: {rank: 4}}
+  - {type: linear, out_features: 128, lora: {rank: 4}}
+  - {type: linear, out_features: 128}
+  - {type: linear, out_features: 128}
+  - {type: linear, out_features: 8}
+)";
+  Rng rng(71, 0);
+  Tensor x = Tensor::empty(Shape{16, 32}, DType::f32), dy = Tensor::empty(Shape{16, 8}, DType::f32);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(rng.uniform(-1, 1));
+  for (int64_t i = 0; i < dy.numel(); ++i) dy.data<float>()[i] = static_cast<float>(rng.uniform(-1, 1));
+  const auto grads = [&](bool widen_everything) {
+    Model m = Model::build(parse_model_spec(ConfigNode::load_string(layers, "m.yaml")), Shape{32}, DType::f32,
+                           Device::cpu(), 5);
+    for (Param* p : m.params()) {  // B away from 0, so that dA is not zero
+      if (p->value.numel() == 128 * 4)
+        for (int64_t i = 0; i < p->value.numel(); ++i) p->value.data<float>()[i] = 0.01f * static_cast<float>(i % 7);
+    }
+    m.set_fusion(false);
+    m.set_activation_storage(HalfFormat::bf16);
+    REQUIRE(m.activation_storage() == HalfFormat::bf16);
+    m.set_widen_everything(widen_everything);
+    m.allocate(16);
+    const ProductPrecisionScope scope(Precision::bf16);
+    LayerContext ctx;
+    ctx.training = true;
+    m.forward(x, ctx);
+    m.backward(dy, ctx);
+    std::vector<std::string> out;
+    for (auto& [name, p] : m.named_params()) out.push_back(name + ":" + lora_bytes(p->grad));
+    return out;
+  };
+  CHECK(grads(false) == grads(true));
 }

@@ -346,7 +346,8 @@ void Model::widen_for_backward(size_t i) {
     if (r < 0 || (!all && !layer.backward_reads_input(k))) continue;
     const auto src = static_cast<size_t>(r);
     // The layer reads the 16-bit copy itself (LayerContext::half_input; its rows and columns are the layer's to give).
-    if (!all && m_half_plan.pool[src] >= 0 && m_device.is_cpu() && layer.backward_takes_half_input(k)) {
+    if (!all && m_half_plan.pool[src] >= 0 && layer.backward_takes_half_input(k) &&
+        (m_device.is_cpu() || layer.takes_half_input_on_cuda())) {
       m_half_inputs[k].data = m_half_buf[src]->ptr;
       m_half_inputs[k].format = *m_half;
       continue;

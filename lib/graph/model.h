@@ -97,8 +97,8 @@ class Model {
   /// themselves (normalisation's mean and 1/σ, attention's log-sum-exp: attention keeps its q, k, v and output in 16
   /// bits itself, told by LayerContext::half_storage), and the largest outputs where the working buffers would cost
   /// more than their 16-bit copies save (a shallow net: see half_plan). Only what a backward reads is widened
-  /// (Layer::backward_reads_input/output), and on the CPU a layer that takes an input in 16 bits gets it as it is
-  /// (Layer::backward_takes_half_input). nullopt (the default): every output in f32.
+  /// (Layer::backward_reads_input/output), and a layer that takes an input in 16 bits gets it as it is
+  /// (Layer::backward_takes_half_input; on a GPU only a dense layer). nullopt (the default): every output in f32.
   void set_activation_storage(std::optional<HalfFormat> format);
   /// The format some outputs are kept in for backward; nullopt when all stay f32 (none set, or none pays).
   std::optional<HalfFormat> activation_storage() const;

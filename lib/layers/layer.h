@@ -116,6 +116,9 @@ class Layer {
   /// gradient's product through ops::matmul_half_b, an activation's derivative through
   /// ops::activation_backward_half_x), so that the model need not widen it first.
   virtual bool backward_takes_half_input(size_t /*k*/) const { return false; }
+  /// Whether backward_takes_half_input holds on a CUDA device too (a dense layer: its weight gradient's product reads
+  /// the 16-bit copy as its operand); elsewhere a GPU model widens the input first.
+  virtual bool takes_half_input_on_cuda() const { return false; }
   /// The layer's arguments after defaults, for config.resolved.yaml.
   virtual YAML::Node resolved_args() const { return YAML::Node(YAML::NodeType::Map); }
   /// Multiply-adds ×2 per sample in the forward pass, for throughput reports.

@@ -109,22 +109,17 @@ class Linear final : public Layer {
     Tensor dw = m_w->trains() ? m_w->grad.narrow0(m_out) : Tensor();
     Tensor db = m_has_bias && m_bias.trains() ? m_bias.grad : Tensor();
     Tensor dx2 = dx[0] ? as_rows(*dx[0], m_in) : Tensor();
-    const Tensor w = m_w->value.narrow0(m_out);
-    if (const ops::HalfMatrix* h = dw.defined() ? ctx.half_input(0) : nullptr) {
-      // x kept in 16 bits (the CPU): the weight's product reads that copy
-      ops::matmul_half_b(dy2, true, {h->data, h->format, x2.dim(0), x2.dim(1)}, dw, beta);
-      if (db.defined()) ops::sum_rows(dy2, db, beta);
-      if (dx2.defined()) ops::matmul(dy2, false, w, false, dx2, 0.0);
-    } else {
-      // dW (out, in) = dyᵀ · x, db (out) = Σ_rows dy and dx (B·rows, in) = dy · W, sharing what the backend can
-      ops::linear_backward(dy2, x2, w, dw, db, dx2, beta);
-    }
+    // dW (out, in) = dyᵀ · x, db (out) = Σ_rows dy and dx (B·rows, in) = dy · W, sharing what the backend can; x kept
+    // in 16 bits is the weight's product's operand as it is
+    const ops::HalfMatrix* h = ctx.half_input(0);
+    const ops::HalfMatrix x_half = h ? ops::HalfMatrix{h->data, h->format, x2.dim(0), x2.dim(1)} : ops::HalfMatrix{};
+    ops::linear_backward(dy2, x2, h ? &x_half : nullptr, m_w->value.narrow0(m_out), dw, db, dx2, beta);
     if (dw.defined()) {
       // A shared table's rows past out_features get no gradient from here; this layer writes first, so it clears them.
       const int64_t spare = m_w->grad.dim(0) - m_out;
       if (spare > 0 && !ctx.accumulate_grads) m_w->grad.slice0(m_out, spare).zero_();
     }
-    if (m_lora.on()) m_lora.backward(x2, ctx.half_input(0), dy2, dx[0] ? &dx2 : nullptr, ctx);
+    if (m_lora.on()) m_lora.backward(x2, h ? &x_half : nullptr, dy2, dx[0] ? &dx2 : nullptr, ctx);
   }
 
   YAML::Node resolved_args() const override {
@@ -142,6 +137,7 @@ class Linear final : public Layer {
   bool backward_reads_output() const override { return false; }
   bool keyed_by_step() const override { return m_lora.config().dropout > 0; }  // the adapter's dropout masks
   bool backward_takes_half_input(size_t k) const override { return k == 0; }
+  bool takes_half_input_on_cuda() const override { return true; }
   bool decodes() const override { return m_rank > 1; }  // over the last dimension, so per position of [T, …]
   std::vector<std::pair<std::string, Shape>> param_shapes() const override {
     std::vector<std::pair<std::string, Shape>> out;

@@ -24,13 +24,12 @@ void unpack_activation(HalfFormat format, const void* in, Tensor& y) {
 
 void matmul_half_b(const Tensor& a, bool ta, const HalfMatrix& b, Tensor& c, double beta) {
   const Operands op("matmul_half_b", {&a, &c});
-  GT_CHECK(op.device().is_cpu(), "matmul_half_b: on the CPU only, not {}", op.device().str());
   GT_CHECK(a.dtype() == DType::f32 && a.rank() == 2 && c.rank() == 2, "matmul_half_b: 2-D f32 operands, got {} {}",
            dtype_name(a.dtype()), a.shape().str());
   const int64_t m = ta ? a.dim(1) : a.dim(0), k = ta ? a.dim(0) : a.dim(1);
   GT_CHECK(b.rows == k && c.dim(0) == m && c.dim(1) == b.cols && (b.data != nullptr || b.rows * b.cols == 0),
            "matmul_half_b {}{} · [{}, {}] → {}", a.shape().str(), ta ? "ᵀ" : "", b.rows, b.cols, c.shape().str());
-  cpu::matmul_half_b(a, ta, b, c, beta);
+  GT_DISPATCH(op, matmul_half_b(a, ta, b, c, beta));
 }
 
 }  // namespace gt::ops

@@ -2,6 +2,7 @@
 #include "ops/matmul.h"
 
 #include "ops/dispatch.h"
+#include "ops/half_storage.h"
 
 namespace gt::ops {
 
@@ -65,8 +66,8 @@ void linear_backward_weight(const Tensor& dy, const Tensor& x, Tensor& dw, Tenso
   GT_DISPATCH(op, linear_backward_weight(dy, x, dw, db, beta));
 }
 
-void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dw, Tensor& db, Tensor& dx,
-                     double beta) {
+void linear_backward(const Tensor& dy, const Tensor& x, const HalfMatrix* x_half, const Tensor& w, Tensor& dw,
+                     Tensor& db, Tensor& dx, double beta) {
   const Operands op("linear_backward", {&dy, &x, &w, &dw, &db, &dx});
   GT_CHECK(dy.rank() == 2 && x.rank() == 2 && w.rank() == 2 && dy.dim(0) == x.dim(0) && w.dim(0) == dy.dim(1) &&
                w.dim(1) == x.dim(1),
@@ -74,7 +75,10 @@ void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor&
   GT_CHECK(!dw.defined() || dw.shape() == w.shape(), "weight gradient {} for {}", dw.shape().str(), w.shape().str());
   GT_CHECK(!db.defined() || db.numel() == dy.dim(1), "bias gradient {} for {}", db.shape().str(), dy.shape().str());
   GT_CHECK(!dx.defined() || dx.shape() == x.shape(), "input gradient {} for {}", dx.shape().str(), x.shape().str());
-  GT_DISPATCH(op, linear_backward(dy, x, w, dw, db, dx, beta));
+  GT_CHECK(!x_half || (x_half->rows == x.dim(0) && x_half->cols == x.dim(1) && x_half->data),
+           "linear_backward: a 16-bit input of [{}, {}] for {}", x_half ? x_half->rows : 0, x_half ? x_half->cols : 0,
+           x.shape().str());
+  GT_DISPATCH(op, linear_backward(dy, x, x_half, w, dw, db, dx, beta));
 }
 
 void sum_rows(const Tensor& dy, Tensor& db, double beta) {

@@ -24,13 +24,16 @@ void sum_rows(const Tensor& dy, Tensor& db, double beta);
 /// the same bits. CUDA: with beta 0, db summed in the product's epilogue (ops/cuda/matmul.cu).
 void linear_backward_weight(const Tensor& dy, const Tensor& x, Tensor& dw, Tensor& db, double beta);
 
+struct HalfMatrix;  // ops/half_storage.h
+
 /// A dense layer's whole backward from dy (rows, out), its input x (rows, in) and weight w (out, in): dw and db as
 /// linear_backward_weight (dw undefined: a frozen weight, and db, unless undefined too, = Σ_r dy + beta · db as
-/// sum_rows), and unless dx is undefined its input's gradient dx = dy · w. CPU: those ops, the same bits. CUDA: under
-/// a bf16/fp16 product precision dy is rounded to 16 bits once for both products, not once each (a GPT's lm head's
-/// dy is its [B·T, V] logits' gradient), with the bits of the ops apart.
-void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dw, Tensor& db, Tensor& dx,
-                     double beta);
+/// sum_rows), and unless dx is undefined its input's gradient dx = dy · w. With x_half (not null), x is that 16-bit
+/// copy the model kept, which dw's product reads as it is (matmul_half_b; x's tensor only gives the shape then).
+/// CPU: those ops, the same bits. CUDA: under a bf16/fp16 product precision dy is rounded to 16 bits once for both
+/// products, not once each (a GPT's lm head's dy is its [B·T, V] logits' gradient), with the bits of the ops apart.
+void linear_backward(const Tensor& dy, const Tensor& x, const HalfMatrix* x_half, const Tensor& w, Tensor& dw,
+                     Tensor& db, Tensor& dx, double beta);
 
 /// A dense layer's forward: y = x · wᵀ, plus bias on every row unless bias is undefined; the same numbers as matmul
 /// (beta 0) then add_row_bias, in fewer passes over y where the backend can.

@@ -249,11 +249,14 @@ void linear_backward_weight(const Tensor& dy, const Tensor& x, Tensor& dw, Tenso
   if (db.defined()) sum_rows(dy, db, beta);
 }
 
-void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dw, Tensor& db, Tensor& dx,
-                     double beta) {
-  if (dw.defined())
+void linear_backward(const Tensor& dy, const Tensor& x, const ops::HalfMatrix* x_half, const Tensor& w, Tensor& dw,
+                     Tensor& db, Tensor& dx, double beta) {
+  if (dw.defined() && x_half) {
+    cpu::matmul_half_b(dy, true, *x_half, dw, beta);
+    if (db.defined()) sum_rows(dy, db, beta);
+  } else if (dw.defined()) {
     linear_backward_weight(dy, x, dw, db, beta);
-  else if (db.defined())
+  } else if (db.defined())
     sum_rows(dy, db, beta);
   if (dx.defined()) matmul(dy, false, w, false, dx, 0.0);
 }

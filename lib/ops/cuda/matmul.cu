@@ -19,6 +19,7 @@
 #include "ops/cuda/half_scratch.h"
 #include "ops/cuda/kernel_util.cuh"
 #include "ops/elementwise.h"
+#include "ops/half_storage.h"
 #include "ops/math.h"
 #include "ops/precision.h"
 
@@ -85,14 +86,14 @@ void set_pointers(cublasLtMatmulDesc_t op, const LtExtras& ex) {
 }
 
 // The layout of a row-major (rows, cols) tensor read column-major: a cols × rows matrix with leading dimension cols.
-void make_layout(LtLayout& layout, cudaDataType_t type, const Tensor& t) {
-  GT_CHECK_CUBLAS(cublasLtMatrixLayoutCreate(layout.out(), type, static_cast<uint64_t>(t.dim(1)),
-                                             static_cast<uint64_t>(t.dim(0)), t.dim(1)));
+void make_layout(LtLayout& layout, cudaDataType_t type, const Shape& s) {
+  GT_CHECK_CUBLAS(
+      cublasLtMatrixLayoutCreate(layout.out(), type, static_cast<uint64_t>(s[1]), static_cast<uint64_t>(s[0]), s[1]));
 }
 
 // `half`: the operands are 16-bit copies in that format (C and D stay f32, the compute f32).
 // `ex`: the epilogue and C ≠ D, whose alignment `align_c_in` gives (align[2] is D's).
-std::unique_ptr<MatmulPlan> make_plan(int device, const Tensor& a, bool ta, const Tensor& b, bool tb, const Tensor& c,
+std::unique_ptr<MatmulPlan> make_plan(int device, const Tensor& a, bool ta, const Shape& b, bool tb, const Tensor& c,
                                       const std::array<int64_t, 3>& align, bool tf32, std::optional<HalfFormat> half,
                                       const LtExtras& ex, int64_t align_c_in) {
   auto plan = std::make_unique<MatmulPlan>();
@@ -110,8 +111,8 @@ std::unique_ptr<MatmulPlan> make_plan(int device, const Tensor& a, bool ta, cons
   GT_CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(plan->op.get(), CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
   // cuBLASLt computes D (n × m, column-major) = op(A) (n × k) · op(B) (k × m) with A = b and B = a.
   make_layout(plan->lt_a, operand_type, b);
-  make_layout(plan->lt_b, operand_type, a);
-  make_layout(plan->lt_c, type, c);
+  make_layout(plan->lt_b, operand_type, a.shape());
+  make_layout(plan->lt_c, type, c.shape());
   if (ex.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
     set_desc(plan->op.get(), CUBLASLT_MATMUL_DESC_EPILOGUE, ex.epilogue);
     // The vectors are in D's type (f32 under a half scope as well): cuBLASLt's default, said outright.
@@ -160,8 +161,8 @@ std::unique_ptr<MatmulPlan> make_plan(int device, const Tensor& a, bool ta, cons
       "cuBLASLt has no {}{} matmul algorithm for {}{} · {}{} → {} with operands aligned to {}/{}/{} "
       "bytes on cuda:{}: {}",
       dtype_name(c.dtype()), half ? (*half == HalfFormat::bf16 ? " (bf16 operands)" : " (fp16 operands)") : "",
-      a.shape().str(), ta ? "ᵀ" : "", b.shape().str(), tb ? "ᵀ" : "", c.shape().str(), align[0], align[1], align[2],
-      device, cublasGetStatusString(status)));
+      a.shape().str(), ta ? "ᵀ" : "", b.str(), tb ? "ᵀ" : "", c.shape().str(), align[0], align[1], align[2], device,
+      cublasGetStatusString(status)));
 }
 
 constexpr int kThreads = 256;
@@ -251,8 +252,16 @@ class HalfProductOperand {
 // extras cannot run: an empty product (the caller's kernels give what an epilogue would have) or a plan the
 // heuristic refused; the plain product (no extras) always runs or throws.
 // `a_half`: a's 16-bit copy in the scope's format, made by the caller for more than one product (null: made here).
-bool matmul_impl(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double beta, bool b_weight,
-                 const LtExtras& ex = {}, const void* a_half = nullptr) {
+// b is a tensor or, under a half scope, 16-bit elements in the scope's format (a 16-bit matrix the caller keeps: an
+// input the model stored in 16 bits).
+struct ProductB {
+  const Tensor* tensor = nullptr;
+  const void* half = nullptr;  // with tensor null
+  Shape shape;
+};
+
+bool matmul_core(const Tensor& a, bool ta, const ProductB& b, bool tb, Tensor& c, double beta, bool b_weight,
+                 const LtExtras& ex, const void* a_half) {
   const int device = c.device().index;
   const int64_t m = c.dim(0), n = c.dim(1), k = ta ? a.dim(0) : a.dim(1);
   if (ex.any() && (m == 0 || n == 0 || k == 0)) return false;
@@ -266,13 +275,14 @@ bool matmul_impl(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, 
   // copy is made once per scope (half_weight: linear_forward's w, found again by the dx = dy·W that reads it); any
   // other operand is converted into scratch for this product alone.
   const std::optional<HalfFormat> half = is_f64(c) ? std::nullopt : half_format(product_precision());
+  GT_CHECK(b.tensor || half, "a 16-bit operand outside a bf16/fp16 product scope");
   std::optional<HalfProductOperand> half_a, half_b;
   if (half) {
     if (!a_half) half_a.emplace(a, *half, false);
-    half_b.emplace(b, *half, b_weight);
+    if (b.tensor) half_b.emplace(*b.tensor, *half, b_weight);
   }
   const void* pa = !half ? a.raw() : a_half ? a_half : half_a->get();
-  const void* pb = half ? half_b->get() : b.raw();
+  const void* pb = !half ? b.tensor->raw() : b.tensor ? half_b->get() : b.half;
   const std::array<int64_t, 3> align{alignment_of(pa), alignment_of(pb), alignment_of(c.raw())};
   // Leaked on purpose: destroying descriptors during static destruction could run after the libraries unloaded.
   // The key holds the epilogue and the alignment of its vectors and of C (the heuristic reads them all).
@@ -286,8 +296,9 @@ bool matmul_impl(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, 
       device,     m,         n,         k,        ta,   tb,       is_f64(c),
       beta != 0,  align[0],  align[1],  align[2], tf32, half_key, static_cast<int64_t>(ex.epilogue),
       align_bias, align_aux, align_c_in};
-  const MatmulPlan& plan = cache->get(
-      key, PlanFamily::matmul, [&] { return make_plan(device, a, ta, b, tb, c, align, tf32, half, ex, align_c_in); });
+  const MatmulPlan& plan = cache->get(key, PlanFamily::matmul, [&] {
+    return make_plan(device, a, ta, b.shape, tb, c, align, tf32, half, ex, align_c_in);
+  });
   if (plan.refused) return false;
 
   const bool f64 = is_f64(c);
@@ -303,6 +314,11 @@ bool matmul_impl(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, 
                                  plan.lt_b.get(), beta_s.ptr(), c_in, plan.lt_c.get(), c.raw(), plan.lt_c.get(),
                                  &plan.algo, ws, plan.workspace, stream(device)));
   return true;
+}
+
+bool matmul_impl(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double beta, bool b_weight,
+                 const LtExtras& ex = {}, const void* a_half = nullptr) {
+  return matmul_core(a, ta, {.tensor = &b, .shape = b.shape()}, tb, c, beta, b_weight, ex, a_half);
 }
 
 }  // namespace
@@ -377,18 +393,43 @@ void linear_backward_weight(const Tensor& dy, const Tensor& x, Tensor& dw, Tenso
   weight_gradient(dy, x, dw, db, beta, nullptr);
 }
 
+namespace {
+
+// matmul_half_b with a's 16-bit copy `a_half` (null: made by the product). Under the precision of b's format b's
+// elements are the product's operand as they are: what matmul with b widened would round them back to.
+void half_b_product(const Tensor& a, bool ta, const ops::HalfMatrix& b, Tensor& c, double beta, const void* a_half) {
+  const std::optional<HalfFormat> half = half_format(product_precision());
+  if (half && *half == b.format) {
+    matmul_core(a, ta, {.half = b.data, .shape = Shape{b.rows, b.cols}}, false, c, beta, false, {}, a_half);
+    return;
+  }
+  Tensor wide = Tensor::empty(Shape{b.rows, b.cols}, DType::f32, c.device());
+  half_to_f32(c.device().index, b.format, b.data, static_cast<float*>(wide.raw()), wide.numel(), 0.0f);
+  matmul_core(a, ta, {.tensor = &wide, .shape = wide.shape()}, false, c, beta, false, {}, a_half);
+}
+
+}  // namespace
+
+void matmul_half_b(const Tensor& a, bool ta, const ops::HalfMatrix& b, Tensor& c, double beta) {
+  half_b_product(a, ta, b, c, beta, nullptr);
+}
+
 // Both products read dy: under a half scope its copy is made once, here, and handed to both (the rounding is the
-// same either way, so are the bits).
-void linear_backward(const Tensor& dy, const Tensor& x, const Tensor& w, Tensor& dw, Tensor& db, Tensor& dx,
-                     double beta) {
+// same either way, so are the bits). An input the model kept in 16 bits is dw's operand as it is.
+void linear_backward(const Tensor& dy, const Tensor& x, const ops::HalfMatrix* x_half, const Tensor& w, Tensor& dw,
+                     Tensor& db, Tensor& dx, double beta) {
   const std::optional<HalfFormat> half = is_f64(dy) ? std::nullopt : half_format(product_precision());
   std::optional<HalfOperand> dy_half;
   if (half && dw.defined() && dx.defined() && dy.numel() > 0) dy_half.emplace(dy, *half);
   const void* shared = dy_half ? dy_half->get() : nullptr;
-  if (dw.defined())
+  if (dw.defined() && x_half) {
+    half_b_product(dy, true, *x_half, dw, beta, shared);
+    if (db.defined()) sum_rows(dy, db, beta);
+  } else if (dw.defined()) {
     weight_gradient(dy, x, dw, db, beta, shared);
-  else if (db.defined())
+  } else if (db.defined()) {
     sum_rows(dy, db, beta);
+  }
   if (dx.defined()) matmul_impl(dy, false, w, false, dx, 0.0, false, {}, shared);
 }
 
