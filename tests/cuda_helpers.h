@@ -88,6 +88,18 @@ inline Tensor seeded(const Shape& shape, uint64_t seed, double lo = -4, double h
   return t;
 }
 
+/// An f32 host tensor in T (a copy when T is double).
+template <class T>
+Tensor as(const Tensor& f32) {
+  if constexpr (std::is_same_v<T, float>) {
+    return f32;
+  } else {
+    Tensor t = Tensor::empty(f32.shape(), DType::f64);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = f32.data<float>()[i];
+    return t;
+  }
+}
+
 inline Tensor to_cuda(const Tensor& host) {
   Tensor d = Tensor::empty(host.shape(), host.dtype(), Device::cuda(0));
   d.copy_from(host);

@@ -207,6 +207,17 @@ std::string gpt_layers(int64_t vocab, int64_t dim, int64_t len, int64_t blocks, 
   return out.str();
 }
 
+std::string gpt_config(const std::string& device, int64_t vocab, int64_t dim, int64_t len, int64_t blocks,
+                       int64_t heads, int64_t hidden, int64_t batch) {
+  std::string layers;
+  std::istringstream in(gpt_layers(vocab, dim, len, blocks, heads, hidden));
+  for (std::string line; std::getline(in, line);) layers += "  " + line + "\n";
+  return fmt::format(
+      "name: gpt\nseed: 1\ndevice: {}\ndata: {{format: tokens, train: {{path: none/train_*.bin}}, "
+      "block_size: {}, batch_size: {}}}\nmodel:\n{}optimizer: {{type: adamw, lr: 0.001}}\n",
+      device, len, batch, layers);
+}
+
 ExpectWarnings::~ExpectWarnings() {
   int n = 0;
   {

@@ -75,6 +75,10 @@ std::string source_path(const std::string& rel);
 /// rows and `dim` channels, positions up to `len`, `blocks` pre-norm blocks of `heads`-head attention and a GELU MLP
 /// of `hidden`, and a head tied to the token table.
 std::string gpt_layers(int64_t vocab, int64_t dim, int64_t len, int64_t blocks, int64_t heads, int64_t hidden);
+/// A whole config of that GPT on `device`, token data that need not exist (none/train_*.bin: sized, not loaded),
+/// windows of `len` in batches of `batch`, AdamW.
+std::string gpt_config(const std::string& device, int64_t vocab, int64_t dim, int64_t len, int64_t blocks,
+                       int64_t heads, int64_t hidden, int64_t batch);
 
 /// Declares warnings a test expects. The suite's main installs a log sink that fails the running test for every
 /// warning or error logged in this process (by any thread) that no live ExpectWarnings matches; within its scope,

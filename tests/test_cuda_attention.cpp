@@ -18,6 +18,7 @@
 // rounding boundary (2u of that term); cuDNN forms delta from the 16-bit out and dout (the CPU from f32 ones: u of each
 // factor) and writes the gradients in the format (u of each). That is about 5u of the largest gradient for these sums
 // (a few hundred terms of random sign), checked as 8u·max|dqkv| + 1e-5 (bf16: 3e-2 of the largest).
+#include "cuda_attention_cases.h"
 #include "cuda_helpers.h"
 #include "ops/attention.h"
 #include "ops/cuda/attention_cudnn.h"
@@ -32,43 +33,13 @@
 
 using namespace gt;
 using namespace gt::test;
+using namespace gt::test::attention_cases;
 
 namespace {
 
 constexpr const char* kEnv = "GPUTRAIN_CUDNN_ATTENTION";
 
 double unit_roundoff(Precision p) { return p == Precision::bf16 ? 0x1p-8 : 0x1p-11; }
-
-double max_abs(const Tensor& t) {
-  double m = 0;
-  for (int64_t i = 0; i < t.numel(); ++i) m = std::max(m, static_cast<double>(std::abs(t.data<float>()[i])));
-  return m;
-}
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.numel() == b.numel() && std::memcmp(a.raw(), b.raw(), static_cast<size_t>(a.numel()) * 4) == 0;
-}
-
-// One attention problem: seeded inputs in [−1, 1] and the CPU's results in the calling thread's product precision.
-struct Case {
-  int64_t heads;
-  Tensor qkv, dout;       // [B, T, 3C], [B, T, C] on the host
-  Tensor out, lse, dqkv;  // the CPU's
-};
-
-Case cpu_case(int64_t nb, int64_t t, int64_t heads, int64_t d, uint64_t seed) {
-  const int64_t c = heads * d;
-  Case k{heads,
-         seeded(Shape{nb, t, 3 * c}, seed, -1, 1),
-         seeded(Shape{nb, t, c}, seed + 1, -1, 1),
-         Tensor::empty(Shape{nb, t, c}, DType::f32),
-         Tensor::empty(Shape{nb, heads, t}, DType::f32),
-         Tensor::empty(Shape{nb, t, 3 * c}, DType::f32)};
-  ops::attention_forward(k.qkv, heads, {}, k.out, k.lse);
-  Tensor delta = Tensor::empty(k.lse.shape(), DType::f32);
-  ops::attention_backward(k.qkv, k.out, k.lse, k.dout, heads, {}, delta, k.dqkv);
-  return k;
-}
 
 // The device's forward (with lse) and its backward from the CPU's out and lse, each output inside sentinels.
 struct DeviceRun {

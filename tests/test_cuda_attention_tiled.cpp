@@ -21,6 +21,7 @@
 // rounds like a score, dS and q, k, dout round once more), over sums a few times the largest gradient:
 // 4u(√d + 4) of the largest gradient (3e-2 at d = 128). The tf32 output must also differ from the fp32 one by more than
 // fp32's tolerance: the tensor cores ran.
+#include "cuda_attention_cases.h"
 #include "cuda_helpers.h"
 #include "ops/attention.h"
 #include "ops/cuda/attention_tiled.h"
@@ -34,48 +35,18 @@
 
 using namespace gt;
 using namespace gt::test;
+using namespace gt::test::attention_cases;
 
 namespace {
 
 constexpr const char* kEnv = "GPUTRAIN_TILED_ATTENTION";
 constexpr double kTf32 = 0x1p-11;  // TF32's unit roundoff
 
-double max_abs(const Tensor& t) {
-  double m = 0;
-  for (int64_t i = 0; i < t.numel(); ++i) m = std::max(m, static_cast<double>(std::abs(t.data<float>()[i])));
-  return m;
-}
-
 double max_diff(const Tensor& a, const Tensor& b) {
   double m = 0;
   for (int64_t i = 0; i < a.numel(); ++i)
     m = std::max(m, std::abs(static_cast<double>(a.data<float>()[i]) - b.data<float>()[i]));
   return m;
-}
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.numel() == b.numel() && std::memcmp(a.raw(), b.raw(), static_cast<size_t>(a.numel()) * 4) == 0;
-}
-
-// One attention problem: seeded inputs in [−1, 1] and the CPU's f32 results.
-struct Case {
-  int64_t heads;
-  Tensor qkv, dout;       // [B, T, 3C], [B, T, C] on the host
-  Tensor out, lse, dqkv;  // the CPU's
-};
-
-Case cpu_case(int64_t nb, int64_t t, int64_t heads, int64_t d, uint64_t seed) {
-  const int64_t c = heads * d;
-  Case k{heads,
-         seeded(Shape{nb, t, 3 * c}, seed, -1, 1),
-         seeded(Shape{nb, t, c}, seed + 1, -1, 1),
-         Tensor::empty(Shape{nb, t, c}, DType::f32),
-         Tensor::empty(Shape{nb, heads, t}, DType::f32),
-         Tensor::empty(Shape{nb, t, 3 * c}, DType::f32)};
-  ops::attention_forward(k.qkv, heads, {}, k.out, k.lse);
-  Tensor delta = Tensor::empty(k.lse.shape(), DType::f32);
-  ops::attention_backward(k.qkv, k.out, k.lse, k.dout, heads, {}, delta, k.dqkv);
-  return k;
 }
 
 // The device's forward (with lse) and its backward from given out and lse, each output inside sentinels.

@@ -40,18 +40,6 @@ constexpr DType kDType = std::is_same_v<T, float> ? DType::f32 : DType::f64;
 template <class T>
 constexpr double kDot = std::is_same_v<T, float> ? 1e-5 : 1e-13;
 
-/// An f32 host tensor in T (a copy when T is double).
-template <class T>
-Tensor as(const Tensor& f32) {
-  if constexpr (std::is_same_v<T, float>) {
-    return f32;
-  } else {
-    Tensor t = Tensor::empty(f32.shape(), DType::f64);
-    for (int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = f32.data<float>()[i];
-    return t;
-  }
-}
-
 template <class T>
 Tensor seeded_as(const Shape& shape, uint64_t seed, double lo = -4, double hi = 4) {
   return as<T>(seeded(shape, seed, lo, hi));

@@ -46,18 +46,6 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 template <class T>
 constexpr DType kDType = std::is_same_v<T, float> ? DType::f32 : DType::f64;
 
-/// An f32 host tensor in T (a copy when T is double).
-template <class T>
-Tensor as(const Tensor& f32) {
-  if constexpr (std::is_same_v<T, float>) {
-    return f32;
-  } else {
-    Tensor t = Tensor::empty(f32.shape(), DType::f64);
-    for (int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = f32.data<float>()[i];
-    return t;
-  }
-}
-
 /// The product's tolerance for K terms (file comment) in T and the product precision p.
 template <class T>
 double product_tol(int64_t k, std::optional<Precision> p) {

@@ -14,7 +14,6 @@
 
 #include <catch2/catch.hpp>
 
-#include <sstream>
 
 using namespace gt;
 using namespace gt::test;
@@ -25,13 +24,7 @@ TEST_CASE("a CUDA GPT allocates what check counts for it, in fp32 and under bf16
   // 512-byte size class (biases of 128, layer norm's statistics of 4 · 32 per value, 16-bit copies of 4 · 32 · 128),
   // so the bytes in use are the footprint's to the byte; the bound leaves 512 bytes for each of 64 tensors in case
   // one is not.
-  std::string layers;
-  std::istringstream in(gpt_layers(128, 128, 32, 2, 2, 512));
-  for (std::string line; std::getline(in, line);) layers += "  " + line + "\n";
-  const std::string yaml =
-      "name: gpt\nseed: 1\ndevice: cuda\ndata: {format: tokens, train: {path: none/train_*.bin}, "
-      "block_size: 32, batch_size: 4}\nmodel:\n" +
-      layers + "optimizer: {type: adamw, lr: 0.001}\n";
+  const std::string yaml = gpt_config("cuda", 128, 128, 32, 2, 2, 512, 4);
   // The library workspace is the device's, grow-only, shared by every call: grown first, so that the model's first
   // products do not count it.
   cuda::workspace(0, size_t{256} << 20);

@@ -1217,13 +1217,7 @@ TEST_CASE("check sizes a config for a GPU as a GPU run holds it, on a machine wi
   // A GPT of 3 blocks (dim 16, T 12, batch 4): on the CPU attention runs its residual add as an epilogue (its
   // output and that output's gradient are never stored); on a GPU only dense layers head chains, so both are, and
   // under bf16 the weights' 16-bit copies are 2 bytes an element there.
-  std::string layers;
-  std::istringstream in(gpt_layers(32, 16, 12, 3, 2, 64));
-  for (std::string line; std::getline(in, line);) layers += "  " + line + "\n";
-  const std::string yaml =
-      "name: gpt\nseed: 1\ndevice: cpu\ndata: {format: tokens, train: {path: none/train_*.bin}, "
-      "block_size: 12, batch_size: 4}\nmodel:\n" +
-      layers + "optimizer: {type: adamw, lr: 0.001}\n";
+  const std::string yaml = gpt_config("cpu", 32, 16, 12, 3, 2, 64, 4);
   const auto sized = [&](const std::string& precision, Device device) {
     ConfigNode root = apply_override(ConfigNode::load_string(yaml, "gpt.yaml"), "train.precision=" + precision);
     const Experiment exp = parse_experiment_without_data_files(root);

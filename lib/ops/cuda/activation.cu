@@ -21,8 +21,10 @@ int blocks_for(int64_t n) {
   return static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535 * 4));
 }
 
+// y may be x (matmul.cu's linear_forward_act activates a product's sum in place): each element is read and then
+// written by the same thread, so no __restrict__.
 template <class T, Activation A>
-__global__ void act_fwd_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t n) {
+__global__ void act_fwd_kernel(const T* x, T* y, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
     y[i] = act_forward<T>(A, x[i]);
 }

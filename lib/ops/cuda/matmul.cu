@@ -13,6 +13,7 @@
 // the bias gradient) are f32 there too: cuBLASLt keeps them in D's type.
 #include "ops/matmul.h"
 
+#include "ops/activation.h"
 #include "ops/cuda/context.h"
 #include "ops/cuda/cuda_check.h"
 #include "ops/cuda/dnn_common.h"
@@ -215,24 +216,6 @@ void launch_sum_rows(cudaStream_t s, bool is_double, const void* dy, void* db, i
   GT_CHECK_LAUNCH();
 }
 
-// y = act(x), element-wise; y may be x (the product's sum activated in place), so no __restrict__.
-template <class T, Activation A>
-__global__ void activate_kernel(const T* x, T* y, int64_t n) {
-  for (int64_t i = global_index(); i < n; i += grid_stride()) y[i] = act_forward<T>(A, x[i]);
-}
-
-void launch_activate(cudaStream_t s, Activation a, bool is_double, const void* x, void* y, int64_t n) {
-  if (n == 0) return;
-  with_float_type(is_double, [&](auto t) {
-    using T = decltype(t);
-    with_activation(a, [&](auto act) {
-      activate_kernel<T, decltype(act)::value>
-          <<<grid_for(n, kThreads), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), n);
-    });
-  });
-  GT_CHECK_LAUNCH();
-}
-
 // An operand of a half product: the 16-bit copy of a weight this scope made already (half_weight; `weight`: the
 // contract says it is one), or a copy into scratch that goes back to the allocator when queued.
 class HalfProductOperand {
@@ -358,7 +341,7 @@ void linear_forward_act(const Tensor& x, const Tensor& w, const Tensor& bias, Ac
   }
   Tensor& sum = keep_h ? h : y;
   linear_forward(x, w, bias, sum);
-  launch_activate(stream(y.device().index), act, is_f64("linear_forward_act", y), sum.raw(), y.raw(), y.numel());
+  activation_forward(act, sum, y);  // in place when h is undefined (the CUDA kernel allows it)
 }
 
 // y = (x·wᵀ + bias) + r: cuBLASLt's D = x·wᵀ + 1·C with C = r and D = y (distinct, same layout), the bias in its
