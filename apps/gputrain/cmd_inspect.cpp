@@ -45,7 +45,7 @@ std::vector<RankShare> rank_shares_here(const Experiment& exp, const LoadedData&
                            /*init_params=*/false);
     m.plan_for(planned_device(exp.devices.empty() ? exp.device : exp.devices[0]));
     if (!m.set_recompute(mode).empty()) return std::nullopt;
-    m.set_activation_storage(half_format(e.train.precision));
+    apply_half_activations(e, m);
     return training_footprint(e, m, data.train);
   };
   std::vector<RankShare> shares = rank_shares(f, world, judge);

@@ -100,9 +100,40 @@ std::string Model::set_recompute(Recompute mode) {
 
 void Model::set_activation_storage(std::optional<HalfFormat> format) {
   GT_CHECK(!format || m_dtype == DType::f32, "activations kept in half precision need an f32 model");
+  GT_CHECK(!format || !is_half(m_act), "activations kept in half precision: the model holds them in {} already",
+           dtype_name(m_act));
   GT_CHECK(m_max_batch == 0, "set_activation_storage after allocate: the buffers are planned already");
   m_half = format;
   apply_epilogues();
+}
+
+void Model::set_activation_dtype(DType dtype) {
+  GT_CHECK(dtype == m_dtype || (is_half(dtype) && m_dtype == DType::f32),
+           "set_activation_dtype {} for a model of {}: 16-bit activations need an f32 model", dtype_name(dtype),
+           dtype_name(m_dtype));
+  GT_CHECK(m_max_batch == 0, "set_activation_dtype after allocate: the buffers are planned already");
+  if (is_half(dtype)) {
+    const std::string why = half_activations_unsupported();
+    GT_CHECK(why.empty(), "set_activation_dtype {}: {}", dtype_name(dtype), why);
+    m_half = std::nullopt;  // the outputs are the 16-bit copies themselves
+  }
+  m_act = dtype;
+  apply_epilogues();
+}
+
+std::string Model::half_activations_unsupported() const {
+  for (const GraphNode& n : m_nodes)
+    if (!n.layer->is_view() && !n.layer->takes_half_activations())
+      return fmt::format("layer \"{}\" ({}) does not take 16-bit activations", n.name, n.type);
+  return "";
+}
+
+DType Model::node_dtype(size_t i) const {
+  if (!is_half(m_act)) return m_dtype;
+  size_t last = m_nodes.size() - 1;  // the output the loss reads: the last node's, or its view's source's
+  while (m_nodes[last].layer->is_view() && m_nodes[last].inputs[0] >= 0)
+    last = static_cast<size_t>(m_nodes[last].inputs[0]);
+  return i == last ? m_dtype : m_act;
 }
 
 std::optional<HalfFormat> Model::activation_storage() const {
@@ -221,6 +252,7 @@ std::vector<Model::NodeBuffers> Model::buffer_plan(int64_t max_batch) const {
     if (chain.unstored(i)) continue;   // inside a fused chain: neither it nor its gradient is stored
     const int64_t rows = n.out_shape.batched(max_batch).numel();
     plan[i].output = rows;
+    plan[i].dtype = node_dtype(i);
     if (half.pool[i] >= 0) {  // kept in 16 bits; a working buffer, given to the first node that uses it
       const auto b = static_cast<size_t>(half.pool[i]);
       plan[i].output = pool_given[b] ? 0 : mul_sizes(half.pool_numel[b], max_batch, "elements");

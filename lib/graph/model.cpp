@@ -195,6 +195,7 @@ void Model::allocate(int64_t max_batch) {
   // activation_storage(), from the plan just made.
   const bool any_half = std::any_of(m_half_plan.pool.begin(), m_half_plan.pool.end(), [](int b) { return b >= 0; });
   m_layer_storage = any_half ? m_half : std::nullopt;
+  if (is_half(m_act)) m_layer_storage = m_act == DType::bf16 ? HalfFormat::bf16 : HalfFormat::fp16;
   m_layer_scratch = Tensor();
   if (const int64_t scratch = layer_scratch_numel(max_batch); scratch > 0) {
     const AllocLabel label(fmt::format("the layers' shared scratch (batch {})", max_batch));
@@ -209,11 +210,12 @@ void Model::allocate(int64_t max_batch) {
     if (n.layer->is_view() || m_chains.unstored(i)) continue;
     const AllocLabel label(fmt::format("the activations of {} (batch {})", n.name, max_batch));
     const Shape shape = n.out_shape.batched(max_batch);
+    const DType dtype = node_dtype(i);
     if (!m_slot.empty() && m_slot[i] >= 0) {
       // The shared buffer of its position: this node's rows are its first max_batch × out_shape elements, so that
       // narrow0(batch) takes a batch's rows as with a buffer of its own.
       Tensor& slot = m_slot_buf[static_cast<size_t>(m_slot[i])];
-      if (!slot.defined()) slot = Tensor::empty(Shape{plan[i].output}, m_dtype, m_device);
+      if (!slot.defined()) slot = Tensor::empty(Shape{plan[i].output}, dtype, m_device);
       m_out_buf[i] = slot.narrow0(shape.numel()).view(shape);
     } else if (m_half_plan.pool[i] >= 0) {  // a working buffer for the forward pass, and the 16-bit copy kept
       Tensor& work = m_pool_buf[static_cast<size_t>(m_half_plan.pool[i])];
@@ -221,10 +223,10 @@ void Model::allocate(int64_t max_batch) {
       m_out_buf[i] = work.narrow0(shape.numel()).view(shape);
       m_half_buf[i] = allocate_storage(static_cast<size_t>(plan[i].half) * sizeof(uint16_t), m_device);
     } else {
-      m_out_buf[i] = Tensor::empty(shape, m_dtype, m_device);
+      m_out_buf[i] = Tensor::empty(shape, dtype, m_device);
     }
-    if (plan[i].gradient) m_grad_buf[i] = Tensor::empty(shape, m_dtype, m_device);
-    if (plan[i].scratch) m_scratch_buf[i] = Tensor::empty(shape, m_dtype, m_device);
+    if (plan[i].gradient) m_grad_buf[i] = Tensor::empty(shape, dtype, m_device);
+    if (plan[i].scratch) m_scratch_buf[i] = Tensor::empty(shape, dtype, m_device);
   }
 }
 

@@ -63,8 +63,11 @@ class Model {
   /// the largest of them): the first node at each position (in execution order) is given it, the others 0.
   /// Under set_activation_storage the outputs kept in 16 bits have `half` elements of 2 bytes each, and the forward
   /// pass writes them into a few shared f32 working buffers, given (as `output`) to the first node that uses each.
+  /// `dtype` is the element type of output, gradient and scratch (set_activation_dtype's, the model's own for the
+  /// model's output).
   struct NodeBuffers {
     int64_t output = 0, gradient = 0, scratch = 0, half = 0;
+    DType dtype = DType::f32;
   };
   std::vector<NodeBuffers> buffer_plan(int64_t max_batch) const;
   /// Fails at `where` (data.batch_size) when a batch of `batch` samples makes a tensor past limits::kElements
@@ -102,6 +105,22 @@ class Model {
   void set_activation_storage(std::optional<HalfFormat> format);
   /// The format some outputs are kept in for backward; nullopt when all stay f32 (none set, or none pays).
   std::optional<HalfFormat> activation_storage() const;
+  /// train.precision bf16/fp16 on a GPU (f32 models, before buffer_plan and allocate): the layers' outputs and their
+  /// gradients are held in `dtype` (bf16 or f16) between layers, the residual stream included, as llm.c holds them,
+  /// and the ops compute on them in f32, rounding each result once (ops/wide.h; on CUDA, kernels that read and write
+  /// 16 bits). What stays f32: the model's output and its gradient (the loss reads and writes them), the parameters
+  /// and their gradients, and what layers keep for backward besides their outputs (attention keeps its q, k, v and
+  /// output in 16 bits itself, told by LayerContext::half_storage). Needs every layer to take 16-bit activations
+  /// (half_activations_unsupported() empty); replaces set_activation_storage, whose 16-bit copies these buffers are.
+  /// f32 (the default): every output in the model's dtype.
+  void set_activation_dtype(DType dtype);
+  DType activation_dtype() const { return m_act; }
+  /// Why set_activation_dtype cannot hold the outputs in 16 bits, naming the layer that does not take them
+  /// (Layer::takes_half_activations); "" when it can.
+  std::string half_activations_unsupported() const;
+  /// The dtype of node i's output and gradient buffers: activation_dtype(), but the model's own for the output the
+  /// loss reads (the last node's, or its source's when the last node is a view).
+  DType node_dtype(size_t i) const;
   /// A model built without parameters (`gputrain check`) plans its chains and is sized as on `device`, whose memory
   /// it never touches: what differs between devices is which chains run (a GPU's are a dense layer's) and how the
   /// weights' 16-bit copies are held.
@@ -312,6 +331,7 @@ class Model {
   std::vector<int64_t> m_slot_numel;
   std::vector<Tensor> m_slot_buf;
   int m_resident = -1;
+  DType m_act = DType::f32;  // set_activation_dtype
   // set_activation_storage: the format, half_plan(), the working buffers and each half output's 16-bit copy.
   std::optional<HalfFormat> m_half;
   HalfPlan m_half_plan;

@@ -30,6 +30,7 @@ class ActivationLayer final : public Layer {
   bool backward_reads_output() const override { return reads_output(); }
   bool backward_takes_half_input(size_t) const override { return !reads_output(); }
   bool decodes() const override { return true; }
+  bool takes_half_activations() const override { return true; }  // (Model::set_activation_dtype)
   ops::Epilogue epilogue_step() const override {
     return {.relu = m_act == Activation::relu, .gelu_tanh = m_act == Activation::gelu_tanh};
   }

@@ -33,6 +33,7 @@ class Add final : public Layer {
       if (d) ops::copy_blocks(dy, *d, rows, inner, inner, 0);
   }
   bool passes_gradient() const override { return true; }
+  bool takes_half_activations() const override { return true; }  // (Model::set_activation_dtype)
   // A sum of two: the residual add a dense layer or attention before it can run on its product (Model::chains).
   ops::Epilogue epilogue_step() const override { return {.add = m_inputs == 2}; }
   bool backward_reads_input(size_t) const override { return false; }

@@ -28,7 +28,8 @@ class Embedding final : public Layer {
     return {{"weight", Shape{m_vocab, m_dim}}};
   }
   Shape shared_weight_shape() const override { return Shape{m_vocab, m_dim}; }
-  bool decodes() const override { return true; }  // a row per index
+  bool decodes() const override { return true; }                 // a row per index
+  bool takes_half_activations() const override { return true; }  // (Model::set_activation_dtype)
   void forward(const std::vector<const Tensor*>& x, Tensor& y, const LayerContext&) override {
     ops::embedding_forward(*x[0], m_weight.value, y);
   }

@@ -108,6 +108,10 @@ class Layer {
   /// True when backward needs its inputs exactly as the forward read them (embedding: token ids, which 16 bits would
   /// not hold): under Model::set_activation_storage the outputs it reads stay f32.
   virtual bool reads_exact_inputs() const { return false; }
+  /// True when the layer takes its inputs, and writes its output and input gradients, as 16-bit tensors
+  /// (Model::set_activation_dtype): every op it calls on them takes bf16/f16 activations (ops/wide.h), and what it
+  /// allocates for them itself follows their dtype. A transformer's layers do.
+  virtual bool takes_half_activations() const { return false; }
   /// What backward reads besides dy, so that under Model::set_activation_storage only that is widened from 16 bits:
   /// input k's values, and the output's. A layer that says false must not read them (they hold other numbers then).
   virtual bool backward_reads_input(size_t /*k*/) const { return true; }

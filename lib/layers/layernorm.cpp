@@ -50,6 +50,7 @@ class LayerNorm final : public Layer {
     return {{"weight", Shape{m_dim}}, {"bias", Shape{m_dim}}};
   }
   bool backward_reads_output() const override { return false; }  // x and the saved statistics
+  bool takes_half_activations() const override { return true; }  // (Model::set_activation_dtype)
   bool decodes() const override { return m_rank > 1; }           // over the last dimension, so per position of [T, …]
   // save_mean and save_invstd: one per row, allocated by the first forward of the largest batch.
   int64_t workspace_numel(int64_t batch) const override { return 2 * batch * m_rows_per_sample; }

@@ -1,6 +1,7 @@
 // positional_embedding: a learned row per position added to a sequence (GPT-2's wpe).
 #include "layers/params.h"
 #include "ops/matmul.h"
+#include "ops/wide.h"
 
 namespace gt {
 namespace {
@@ -30,8 +31,8 @@ class PositionalEmbedding final : public Layer {
     return {{"weight", Shape{m_max_len, m_dim}}};
   }
   void forward(const std::vector<const Tensor*>& x, Tensor& y, const LayerContext& ctx) override {
-    y.copy_from(*x[0]);
-    if (ctx.decode) {  // positions [position, position + t) of one sequence: those rows of the table
+    ops::convert(*x[0], y);  // (a copy, or into the 16-bit activations of Model::set_activation_dtype)
+    if (ctx.decode) {        // positions [position, position + t) of one sequence: those rows of the table
       const int64_t t = y.numel() / m_dim;
       GT_CHECK(ctx.position >= 0 && ctx.position + t <= m_max_len, "positional_embedding: positions [{}, {}) of {}",
                ctx.position, ctx.position + t, m_max_len);
@@ -43,13 +44,14 @@ class PositionalEmbedding final : public Layer {
     ops::add_row_bias(rows, used(m_weight.value));
   }
   bool decodes() const override { return true; }
+  bool takes_half_activations() const override { return true; }  // (Model::set_activation_dtype)
   void backward(const std::vector<const Tensor*>&, const Tensor&, const Tensor& dy, const std::vector<Tensor*>& dx,
                 const LayerContext& ctx) override {
     if (m_weight.trains()) {
       Tensor grad = used(m_weight.grad);  // rows past T get no gradient: they stay as zeroed at creation
       ops::sum_rows(dy.view(Shape{dy.shape()[0], m_len * m_dim}), grad, ctx.accumulate_grads ? 1.0 : 0.0);
     }
-    if (dx[0]) dx[0]->copy_from(dy);
+    if (dx[0]) ops::convert(dy, *dx[0]);
   }
   int64_t forward_flops() const override { return m_len * m_dim; }
   bool backward_reads_input(size_t) const override { return false; }

@@ -2,16 +2,31 @@
 #include "ops/activation.h"
 
 #include "ops/dispatch.h"
+#include "ops/wide.h"
 
 namespace gt::ops {
 
 void activation_forward(Activation a, const Tensor& x, Tensor& y) {
+  if (any_half({&x, &y})) {  // 16-bit activations (ops/wide.h): computed in f32
+    Wide wide;
+    Tensor yw = wide.out(y);
+    activation_forward(a, wide.in(x), yw);
+    wide.finish();
+    return;
+  }
   const Operands op("activation", {&x, &y});
   GT_CHECK(x.numel() == y.numel(), "activation {} → {}", x.shape().str(), y.shape().str());
   GT_DISPATCH(op, activation_forward(a, x, y));
 }
 
 void activation_backward(Activation a, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) {
+  if (any_half({&x, &y, &dy, &dx})) {  // 16-bit activations (ops/wide.h): computed in f32
+    Wide wide;
+    Tensor dxw = wide.out(dx);
+    activation_backward(a, wide.in(x), wide.in(y), wide.in(dy), dxw);
+    wide.finish();
+    return;
+  }
   const Operands op("activation_backward", {&x, &y, &dy, &dx});
   GT_CHECK(x.numel() == y.numel() && dy.numel() == x.numel() && dx.numel() == x.numel(), "activation_backward sizes");
   GT_DISPATCH(op, activation_backward(a, x, y, dy, dx));

@@ -2,12 +2,20 @@
 #include "ops/elementwise.h"
 
 #include "ops/dispatch.h"
+#include "ops/wide.h"
 
 #include <cmath>
 
 namespace gt::ops {
 
 void add(const Tensor& a, const Tensor& b, Tensor& y) {
+  if (any_half({&a, &b, &y})) {  // 16-bit activations (ops/wide.h): computed in f32
+    Wide wide;
+    Tensor yw = wide.out(y);
+    add(wide.in(a), wide.in(b), yw);
+    wide.finish();
+    return;
+  }
   const Operands op("add", {&a, &b, &y});
   GT_CHECK(a.numel() == y.numel() && b.numel() == y.numel(), "add {} + {} → {}", a.shape().str(), b.shape().str(),
            y.shape().str());
@@ -15,6 +23,13 @@ void add(const Tensor& a, const Tensor& b, Tensor& y) {
 }
 
 void scale(Tensor& x, double s) {
+  if (any_half({&x})) {  // 16-bit activations (ops/wide.h): computed in f32
+    Wide wide;
+    Tensor xw = wide.out(x, true);
+    scale(xw, s);
+    wide.finish();
+    return;
+  }
   const Operands op("scale", {&x});
   GT_CHECK(std::isfinite(s), "scale by {}", s);
   GT_DISPATCH(op, scale(x, s));
@@ -22,6 +37,13 @@ void scale(Tensor& x, double s) {
 
 void copy_blocks(const Tensor& src, Tensor& dst, int64_t outer, int64_t src_inner, int64_t dst_inner,
                  int64_t dst_offset) {
+  if (any_half({&src, &dst})) {  // 16-bit activations (ops/wide.h): computed in f32
+    Wide wide;
+    Tensor dw = wide.out(dst, true);
+    copy_blocks(wide.in(src), dw, outer, src_inner, dst_inner, dst_offset);
+    wide.finish();
+    return;
+  }
   const Operands op("copy_blocks", {&src, &dst});
   GT_CHECK(src.numel() == outer * src_inner && dst.numel() == outer * dst_inner && dst_offset + src_inner <= dst_inner,
            "copy_blocks sizes");
@@ -30,6 +52,13 @@ void copy_blocks(const Tensor& src, Tensor& dst, int64_t outer, int64_t src_inne
 
 void split_blocks(const Tensor& whole, Tensor& part, int64_t outer, int64_t part_inner, int64_t whole_inner,
                   int64_t offset) {
+  if (any_half({&whole, &part})) {  // 16-bit activations (ops/wide.h): computed in f32
+    Wide wide;
+    Tensor pw = wide.out(part);
+    split_blocks(wide.in(whole), pw, outer, part_inner, whole_inner, offset);
+    wide.finish();
+    return;
+  }
   const Operands op("split_blocks", {&whole, &part});
   GT_CHECK(part.numel() == outer * part_inner && whole.numel() == outer * whole_inner &&
                offset + part_inner <= whole_inner,

@@ -3,10 +3,18 @@
 
 #include "ops/dispatch.h"
 #include "ops/half_storage.h"
+#include "ops/wide.h"
 
 namespace gt::ops {
 
 void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, double beta) {
+  if (any_half({&a, &b, &c})) {  // 16-bit activations (ops/wide.h): computed in f32
+    Wide wide;
+    Tensor cw = wide.out(c, beta != 0);
+    matmul(wide.in(a), ta, wide.in(b), tb, cw, beta);
+    wide.finish();
+    return;
+  }
   const Operands op("matmul", {&a, &b, &c});
   GT_CHECK(a.rank() == 2 && b.rank() == 2 && c.rank() == 2, "matmul wants 2-D operands");
   const int64_t m = ta ? a.dim(1) : a.dim(0), k = ta ? a.dim(0) : a.dim(1);
@@ -17,12 +25,26 @@ void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, doubl
 }
 
 void add_row_bias(Tensor& y, const Tensor& bias) {
+  if (any_half({&y, &bias})) {  // 16-bit activations (ops/wide.h): computed in f32
+    Wide wide;
+    Tensor yw = wide.out(y, true);
+    add_row_bias(yw, wide.in(bias));
+    wide.finish();
+    return;
+  }
   const Operands op("add_row_bias", {&y, &bias});
   GT_CHECK(y.rank() == 2 && bias.numel() == y.dim(1), "bias {} for {}", bias.shape().str(), y.shape().str());
   GT_DISPATCH(op, add_row_bias(y, bias));
 }
 
 void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) {
+  if (any_half({&x, &w, &bias, &y})) {  // 16-bit activations (ops/wide.h): computed in f32
+    Wide wide;
+    Tensor yw = wide.out(y);
+    linear_forward(wide.in(x), wide.in(w), wide.in(bias), yw);
+    wide.finish();
+    return;
+  }
   const Operands op("linear_forward", {&x, &w, &bias, &y});
   GT_CHECK(x.rank() == 2 && w.rank() == 2 && y.rank() == 2 && w.dim(1) == x.dim(1) && y.dim(0) == x.dim(0) &&
                y.dim(1) == w.dim(0),
@@ -32,6 +54,13 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor
 }
 
 void linear_forward_act(const Tensor& x, const Tensor& w, const Tensor& bias, Activation act, Tensor& h, Tensor& y) {
+  if (any_half({&x, &w, &bias, &h, &y})) {  // 16-bit activations (ops/wide.h): computed in f32
+    Wide wide;
+    Tensor hw = wide.out(h), yw = wide.out(y);
+    linear_forward_act(wide.in(x), wide.in(w), wide.in(bias), act, hw, yw);
+    wide.finish();
+    return;
+  }
   const Operands op("linear_forward_act", {&x, &w, &bias, &h, &y});
   GT_CHECK(act == Activation::relu || act == Activation::gelu_tanh,
            "linear_forward_act: relu or gelu_tanh, not activation {}", static_cast<int>(act));
@@ -45,6 +74,13 @@ void linear_forward_act(const Tensor& x, const Tensor& w, const Tensor& bias, Ac
 }
 
 void linear_forward_add(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& r, Tensor& y) {
+  if (any_half({&x, &w, &bias, &r, &y})) {  // 16-bit activations (ops/wide.h): computed in f32
+    Wide wide;
+    Tensor yw = wide.out(y);
+    linear_forward_add(wide.in(x), wide.in(w), wide.in(bias), wide.in(r), yw);
+    wide.finish();
+    return;
+  }
   const Operands op("linear_forward_add", {&x, &w, &bias, &r, &y});
   GT_CHECK(x.rank() == 2 && w.rank() == 2 && y.rank() == 2 && w.dim(1) == x.dim(1) && y.dim(0) == x.dim(0) &&
                y.dim(1) == w.dim(0),
@@ -58,6 +94,13 @@ void linear_forward_add(const Tensor& x, const Tensor& w, const Tensor& bias, co
 }
 
 void linear_backward_weight(const Tensor& dy, const Tensor& x, Tensor& dw, Tensor& db, double beta) {
+  if (any_half({&dy, &x, &dw, &db})) {  // 16-bit activations (ops/wide.h): computed in f32
+    Wide wide;
+    Tensor dww = wide.out(dw, beta != 0), dbw = wide.out(db, beta != 0);
+    linear_backward_weight(wide.in(dy), wide.in(x), dww, dbw, beta);
+    wide.finish();
+    return;
+  }
   const Operands op("linear_backward_weight", {&dy, &x, &dw, &db});
   GT_CHECK(dy.rank() == 2 && x.rank() == 2 && dw.rank() == 2 && dy.dim(0) == x.dim(0) && dw.dim(0) == dy.dim(1) &&
                dw.dim(1) == x.dim(1),
@@ -68,6 +111,13 @@ void linear_backward_weight(const Tensor& dy, const Tensor& x, Tensor& dw, Tenso
 
 void linear_backward(const Tensor& dy, const Tensor& x, const HalfMatrix* x_half, const Tensor& w, Tensor& dw,
                      Tensor& db, Tensor& dx, double beta) {
+  if (any_half({&dy, &x, &w, &dw, &db, &dx})) {  // 16-bit activations (ops/wide.h): computed in f32
+    Wide wide;
+    Tensor dww = wide.out(dw, beta != 0), dbw = wide.out(db, beta != 0), dxw = wide.out(dx);
+    linear_backward(wide.in(dy), wide.in(x), x_half, wide.in(w), dww, dbw, dxw, beta);
+    wide.finish();
+    return;
+  }
   const Operands op("linear_backward", {&dy, &x, &w, &dw, &db, &dx});
   GT_CHECK(dy.rank() == 2 && x.rank() == 2 && w.rank() == 2 && dy.dim(0) == x.dim(0) && w.dim(0) == dy.dim(1) &&
                w.dim(1) == x.dim(1),
@@ -82,6 +132,13 @@ void linear_backward(const Tensor& dy, const Tensor& x, const HalfMatrix* x_half
 }
 
 void sum_rows(const Tensor& dy, Tensor& db, double beta) {
+  if (any_half({&dy, &db})) {  // 16-bit activations (ops/wide.h): computed in f32
+    Wide wide;
+    Tensor dbw = wide.out(db, beta != 0);
+    sum_rows(wide.in(dy), dbw, beta);
+    wide.finish();
+    return;
+  }
   const Operands op("sum_rows", {&dy, &db});
   GT_CHECK(dy.rank() == 2 && db.numel() == dy.dim(1), "sum_rows {} into {}", dy.shape().str(), db.shape().str());
   GT_DISPATCH(op, sum_rows(dy, db, beta));

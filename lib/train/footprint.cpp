@@ -67,6 +67,7 @@ std::vector<std::vector<size_t>> grads_whole_together(const Model& model, const 
 }  // namespace
 
 std::string activation_dtype(const Footprint& f) {
+  if (is_half(f.activation_dtype)) return f.activation_dtype == DType::bf16 ? "bf16" : "fp16";
   if (!f.activation_storage) return std::string(dtype_name(f.dtype));
   return *f.activation_storage == HalfFormat::bf16 ? "bf16" : "fp16";
 }
@@ -79,6 +80,7 @@ Footprint training_footprint(const Experiment& exp, const Model& model, const Da
   f.dtype = model.dtype();
   f.recompute = model.recompute();
   f.activation_storage = model.activation_storage();
+  f.activation_dtype = model.activation_dtype();
   f.input = model.input_shape().batched(f.batch);
   const std::vector<Model::NodeBuffers> plan = model.buffer_plan(f.batch);
   const auto& nodes = model.nodes();
@@ -99,14 +101,14 @@ Footprint training_footprint(const Experiment& exp, const Model& model, const Da
     r.backward_flops = runs_backward ? r.forward_flops * (n.trainable > 0 ? 2 : 1) : 0;
     r.param_bytes = bytes_of(n.param_count, f.dtype);
     r.buffer_bytes = bytes_of(n.layer->buffer_numel(), f.dtype);
-    const Layer::Workspace kept = n.layer->workspace(f.batch, f.activation_storage.has_value());
+    const Layer::Workspace kept =
+        n.layer->workspace(f.batch, f.activation_storage.has_value() || is_half(f.activation_dtype));
     const bool holds_scratch =
         !scratch_counted && scratch > 0 && !n.layer->is_view() && n.layer->scratch_numel(f.batch) == scratch;
     scratch_counted = scratch_counted || holds_scratch;
-    r.activation_bytes =
-        bytes_of(plan[i].output + plan[i].gradient + plan[i].scratch + kept.wide + (holds_scratch ? scratch : 0),
-                 f.dtype) +
-        static_cast<size_t>(plan[i].half + kept.half) * sizeof(uint16_t);
+    r.activation_bytes = bytes_of(plan[i].output + plan[i].gradient + plan[i].scratch, plan[i].dtype) +
+                         bytes_of(kept.wide + (holds_scratch ? scratch : 0), f.dtype) +
+                         static_cast<size_t>(plan[i].half + kept.half) * sizeof(uint16_t);
     f.params += r.params;
     f.trainable += r.trainable;
     f.forward_flops += r.forward_flops;
@@ -311,7 +313,12 @@ std::string footprint_report(const Footprint& f, const MemoryFit& fit, const std
                      f.accumulate > 1 ? fmt::format(" (per micro-batch; train.accumulate {})", f.accumulate) : "",
                      static_cast<double>(f.forward_flops) * 1e-6, static_cast<double>(f.backward_flops) * 1e-6);
   const std::string tensors =
-      f.activation_storage
+      is_half(f.activation_dtype)
+          ? fmt::format(
+                "parameters {}, the layers' outputs and their gradients in {} (the model's output in {}); "
+                "train.precision {}",
+                dtype_name(f.dtype), activation_dtype(f), dtype_name(f.dtype), to_string(f.precision))
+      : f.activation_storage
           ? fmt::format(
                 "tensors {}, the outputs kept for backward in {}; train.precision {} rounds the products' "
                 "operands",

@@ -75,6 +75,9 @@ struct Footprint {
   /// Model::set_activation_storage: under bf16/fp16 the outputs kept for backward are counted at 2 bytes an element
   /// (plus the f32 working buffers of the forward pass); their gradients and what layers keep stay f32. nullopt: f32.
   std::optional<HalfFormat> activation_storage;
+  /// Model::set_activation_dtype: bf16/f16 when the layers' outputs and their gradients are held in 16 bits between
+  /// layers (counted at 2 bytes an element, the model's output and its gradient at f32's 4); else the model's dtype.
+  DType activation_dtype = DType::f32;
   size_t half_weight_bytes = 0;
   /// Of half_weight_bytes: the copies of each unit's weights (shard_units' order, frozen ones too), and those of the
   /// weights in no unit (none in a model built from layers: every parameter is in a unit).

@@ -2,8 +2,8 @@
 #include "train/setup.h"
 
 #include "core/backend.h"
-
 #include "core/checked.h"
+#include "core/env.h"
 #include "core/limits.h"
 #include "core/ownership.h"
 #include "core/parallel.h"
@@ -158,8 +158,21 @@ void apply_freeze(const Experiment& exp, Model& model) {
 void apply_recompute(const Experiment& exp, Model& model) {
   const std::string why = model.set_recompute(exp.train.recompute);
   if (!why.empty()) exp.at.recompute.fail(fmt::format("is {}, but {}", to_string(exp.train.recompute), why));
-  // bf16/fp16 keep the activations for backward in half (f32 models, on the CPU and on CUDA).
-  if (model.dtype() == DType::f32) model.set_activation_storage(half_format(exp.train.precision));
+  apply_half_activations(exp, model);
+}
+
+bool half_activations_between_layers(const Model& model) {
+  const std::optional<size_t> choice = env_choice("GPUTRAIN_HALF_ACTIVATIONS", {"on", "off"});
+  return choice == 0 && model.half_activations_unsupported().empty();
+}
+
+void apply_half_activations(const Experiment& exp, Model& model) {
+  if (model.dtype() != DType::f32) return;
+  const std::optional<HalfFormat> format = half_format(exp.train.precision);
+  if (format && half_activations_between_layers(model))
+    model.set_activation_dtype(*format == HalfFormat::bf16 ? DType::bf16 : DType::f16);
+  else
+    model.set_activation_storage(format);  // bf16/fp16 keep the activations for backward in half
 }
 
 namespace {

@@ -47,9 +47,16 @@ RunSummary train_worker(const Experiment& exp, const RunOptions& opts, const Wor
 /// patterns that leave none to learn, are a ConfigError at train.freeze.
 void apply_freeze(const Experiment& exp, Model& model);
 /// Sets train.recompute on `model` (Model::set_recompute); a mode the model cannot honour is a ConfigError at
-/// train.recompute that says why. Under train.precision bf16/fp16 it also keeps the activations for backward in that
-/// format (Model::set_activation_storage; f32 models): both decide what allocate allocates.
+/// train.recompute that says why. Then apply_half_activations: both decide what allocate allocates.
 void apply_recompute(const Experiment& exp, Model& model);
+/// Under train.precision bf16/fp16 (f32 models): the layers' outputs and gradients held in that format between
+/// layers (Model::set_activation_dtype) where half_activations_between_layers says so, else the outputs kept for
+/// backward in it (Model::set_activation_storage).
+void apply_half_activations(const Experiment& exp, Model& model);
+/// GPUTRAIN_HALF_ACTIVATIONS: `on` holds a bf16/fp16 run's activations in 16 bits between layers wherever every layer
+/// takes them (on the CPU too, through f32 ops: a check of the GPU's semantics), `off` keeps them f32 with 16-bit
+/// copies for backward; unset or `auto`: off. Any other value is an Error.
+bool half_activations_between_layers(const Model& model);
 /// train.cuda_graphs: refuses (ConfigError naming the key) a layer that draws from the host's step number (dropout),
 /// which a captured graph would freeze. RunSetup and `gputrain check` call it; nothing when the key is off.
 void check_graph_layers(const Experiment& exp, const Model& model);

@@ -62,7 +62,9 @@ inline cudnnDataType_t cudnn_type(DType t) {
   switch (t) {
     case DType::f32: return CUDNN_DATA_FLOAT;
     case DType::f64: return CUDNN_DATA_DOUBLE;
-    case DType::i32: break;
+    case DType::i32:
+    case DType::bf16:
+    case DType::f16: break;
   }
   throw Error(fmt::format("cuDNN ops take f32 or f64 tensors, got {}", dtype_name(t)));
 }

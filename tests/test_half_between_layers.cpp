@@ -1,0 +1,191 @@
+// train.precision bf16/fp16 with the activations held in 16 bits between layers (Model::set_activation_dtype, the
+// GPU's layout): the ops through ops/wide.h, a GPT's step against the f32-activation step, the buffers' bytes, and the
+// refusals.
+#include "core/half.h"
+#include "core/tensor.h"
+#include "graph/model.h"
+#include "helpers.h"
+#include "ops/elementwise.h"
+#include "ops/layernorm.h"
+#include "ops/matmul.h"
+#include "ops/precision.h"
+#include "ops/wide.h"
+
+#include <fmt/format.h>
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+using namespace gt;
+using namespace gt::test;
+
+namespace {
+
+Tensor normal_f32(const Shape& s, uint64_t seed, float scale) {
+  Tensor t = Tensor::empty(s, DType::f32);
+  Rng rng(seed, 0);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = scale * static_cast<float>(rng.normal());
+  return t;
+}
+
+// `t` (f32) rounded into `dtype` and widened back: what a 16-bit tensor of it holds.
+Tensor through(const Tensor& t, DType dtype) {
+  Tensor half = Tensor::empty(t.shape(), dtype), back = Tensor::empty(t.shape(), DType::f32);
+  ops::convert(t, half);
+  ops::convert(half, back);
+  return back;
+}
+
+Tensor as_f32(const Tensor& t) {
+  Tensor out = Tensor::empty(t.shape(), DType::f32);
+  ops::convert(t, out);
+  return out;
+}
+
+bool same_floats(const Tensor& a, const Tensor& b) {
+  if (a.numel() != b.numel()) return false;
+  for (int64_t i = 0; i < a.numel(); ++i)
+    if (std::bit_cast<uint32_t>(a.data<float>()[i]) != std::bit_cast<uint32_t>(b.data<float>()[i])) return false;
+  return true;
+}
+
+struct Step {
+  float first_out = 0;                    // an output element, to see the forward ran
+  Tensor out;                             // the model's output (f32 either way)
+  std::vector<std::vector<float>> grads;  // every parameter's gradient
+  int64_t output_bytes = 0;               // what buffer_plan's outputs and gradients take
+};
+
+// One training forward and backward of a GPT of `blocks` blocks (token ids of 12 positions, a vocabulary of 32)
+// with its activations in `act`, the products in `products`.
+Step gpt_step(DType act, Precision products, int64_t batch, bool fusion = true, int blocks = 2) {
+  const std::string layers = gpt_layers(32, 16, 12, blocks, 2, 64);
+  const ConfigNode cfg = ConfigNode::load_string(layers, "m.yaml");
+  Model m = Model::build(parse_model_spec(cfg), Shape{12}, DType::f32, Device::cpu(), 5);
+  m.set_fusion(fusion);
+  m.set_activation_dtype(act);
+  Step s;
+  for (const Model::NodeBuffers& b : m.buffer_plan(batch))
+    s.output_bytes += (b.output + b.gradient + b.scratch) * static_cast<int64_t>(dtype_size(b.dtype));
+  m.allocate(batch);
+  Tensor x = Tensor::empty(Shape{batch, 12}, DType::f32);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>((i * 7 + 3) % 32);
+  const ProductPrecisionScope scope(products);
+  LayerContext ctx;
+  ctx.step = 1;
+  const Tensor& y = m.forward(x, ctx);
+  s.out = y.clone();
+  const Tensor dy = normal_f32(y.shape(), 9, 0.1f);
+  m.backward(dy, ctx);
+  for (Param* q : m.params()) s.grads.emplace_back(q->grad.data<float>(), q->grad.data<float>() + q->grad.numel());
+  return s;
+}
+
+// max over the parameters of max |a − b| / max |b| (each tensor against its own scale).
+double worst_grad_difference(const Step& a, const Step& b) {
+  double worst = 0;
+  for (size_t k = 0; k < a.grads.size(); ++k) {
+    double diff = 0, scale = 0;
+    for (size_t i = 0; i < a.grads[k].size(); ++i) {
+      diff = std::max(diff, std::fabs(static_cast<double>(a.grads[k][i]) - b.grads[k][i]));
+      scale = std::max(scale, std::fabs(static_cast<double>(b.grads[k][i])));
+    }
+    if (scale > 0) worst = std::max(worst, diff / scale);
+  }
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("16-bit activations: convert rounds f32 to nearest even and widens exactly, both formats", "[cpu]") {
+  const Tensor x = normal_f32(Shape{5, 7}, 1, 3.0f);
+  for (const DType dt : {DType::bf16, DType::f16}) {
+    Tensor h = Tensor::empty(x.shape(), dt);
+    ops::convert(x, h);
+    CHECK(h.bytes() == static_cast<size_t>(x.numel()) * 2);
+    const Tensor back = as_f32(h);
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      const float v = x.data<float>()[i];
+      const float want = dt == DType::bf16 ? bf16_to_float(float_to_bf16(v)) : fp16_to_float(float_to_fp16(v));
+      CHECK(std::bit_cast<uint32_t>(back.data<float>()[i]) == std::bit_cast<uint32_t>(want));
+    }
+  }
+  Tensor i32 = Tensor::empty(Shape{35}, DType::i32), b16 = Tensor::empty(Shape{35}, DType::bf16);
+  CHECK_THROWS_WITH(ops::convert(i32, b16), Catch::Contains("not a conversion between f32 and 16 bits"));
+}
+
+TEST_CASE("16-bit activations: an op on 16-bit tensors computes in f32 and rounds its result once", "[cpu]") {
+  for (const DType dt : {DType::bf16, DType::f16}) {
+    INFO(dtype_name(dt));
+    const Tensor a = normal_f32(Shape{6, 32}, 2, 1.0f), b = normal_f32(Shape{6, 32}, 3, 1.0f);
+    const Tensor gamma = normal_f32(Shape{32}, 4, 1.0f), beta = normal_f32(Shape{32}, 5, 0.1f);
+    Tensor a16 = Tensor::empty(a.shape(), dt), b16 = Tensor::empty(b.shape(), dt);
+    ops::convert(a, a16);
+    ops::convert(b, b16);
+    // add, in place as the model's gradient sums are: y = a + y in 16 bits is the f32 sum of the rounded operands,
+    // rounded.
+    ops::add(a16, b16, b16);
+    Tensor sum = Tensor::empty(a.shape(), DType::f32);
+    ops::add(through(a, dt), through(b, dt), sum);
+    CHECK(same_floats(as_f32(b16), through(sum, dt)));
+    // A layer norm with a 16-bit input and output, and f32 parameters and statistics.
+    Tensor y16 = Tensor::empty(a.shape(), dt), y = Tensor::empty(a.shape(), DType::f32);
+    Tensor mean = Tensor::empty(Shape{6}, DType::f32), inv = Tensor::empty(Shape{6}, DType::f32);
+    Tensor mean2 = Tensor::empty(Shape{6}, DType::f32), inv2 = Tensor::empty(Shape{6}, DType::f32);
+    ops::layernorm_forward(a16, gamma, beta, 1e-5, mean, inv, y16);
+    ops::layernorm_forward(through(a, dt), gamma, beta, 1e-5, mean2, inv2, y);
+    CHECK(same_floats(as_f32(y16), through(y, dt)));
+    CHECK(same_floats(mean, mean2));
+    // A dense layer: 16-bit x and y, an f32 weight, under the products' own precision.
+    const Tensor w = normal_f32(Shape{8, 32}, 6, 0.2f), bias = normal_f32(Shape{8}, 7, 0.1f);
+    Tensor o16 = Tensor::empty(Shape{6, 8}, dt), o = Tensor::empty(Shape{6, 8}, DType::f32);
+    ops::linear_forward(a16, w, bias, o16);
+    ops::linear_forward(through(a, dt), w, bias, o);
+    CHECK(same_floats(as_f32(o16), through(o, dt)));
+    // An accumulating product reads the old 16-bit values: c = aᵀ·b + c.
+    Tensor c16 = Tensor::empty(Shape{32, 32}, dt), c = Tensor::empty(Shape{32, 32}, DType::f32);
+    ops::convert(normal_f32(Shape{32, 32}, 8, 1.0f), c16);
+    c.copy_from(as_f32(c16));
+    ops::matmul(a16, true, b16, false, c16, 1.0);
+    ops::matmul(through(a, dt), true, as_f32(b16), false, c, 1.0);
+    CHECK(same_floats(as_f32(c16), through(c, dt)));
+  }
+}
+
+TEST_CASE("16-bit activations: a GPT's step is the f32-activation step within bf16's and fp16's rounding", "[cpu]") {
+  const int64_t batch = 3;
+  struct Case {
+    DType act;
+    Precision products;
+    double tolerance;  // relative, per parameter tensor: 16 roundings of the format (2^-9 bf16, 2^-12 fp16)
+  };
+  for (const bool fusion : {false, true})
+    for (const Case& c : {Case{DType::bf16, Precision::bf16, 16 * std::ldexp(1.0, -9)},
+                          Case{DType::f16, Precision::fp16, 16 * std::ldexp(1.0, -12)}}) {
+      INFO(dtype_name(c.act) << (fusion ? ", fused chains" : ", layer by layer"));
+      const Step wide = gpt_step(DType::f32, c.products, batch, fusion);
+      const Step half = gpt_step(c.act, c.products, batch, fusion);
+      // The output stays f32 (the loss reads it) and is close; the activations before it were rounded.
+      REQUIRE(half.out.dtype() == DType::f32);
+      double out_diff = 0, out_scale = 0;
+      for (int64_t i = 0; i < half.out.numel(); ++i) {
+        out_diff =
+            std::max(out_diff, std::fabs(static_cast<double>(half.out.data<float>()[i]) - wide.out.data<float>()[i]));
+        out_scale = std::max(out_scale, std::fabs(static_cast<double>(wide.out.data<float>()[i])));
+      }
+      const double grads = worst_grad_difference(half, wide);
+      INFO("output " << out_diff / out_scale << ", gradients " << grads << " (relative)");
+      CHECK(out_diff / out_scale < c.tolerance);
+      CHECK(grads < c.tolerance);
+      // Not the f32-activation step: something was rounded between layers.
+      CHECK(out_diff > 0);
+      CHECK(grads > 0);
+      // Two runs give the same bits.
+      const Step again = gpt_step(c.act, c.products, batch, fusion);
+      CHECK(same_floats(again.out, half.out));
+      CHECK(worst_grad_difference(again, half) == 0);
+    }
+}
