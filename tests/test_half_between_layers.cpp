@@ -53,7 +53,8 @@ bool same_floats(const Tensor& a, const Tensor& b) {
 }
 
 struct Step {
-  float first_out = 0;                    // an output element, to see the forward ran
+  size_t allocated = 0;                   // what allocate allocated
+  int64_t scratch = 0;                    // the layers' shared scratch (f32 elements)
   Tensor out;                             // the model's output (f32 either way)
   std::vector<std::vector<float>> grads;  // every parameter's gradient
   int64_t output_bytes = 0;               // what buffer_plan's outputs and gradients take
@@ -61,16 +62,20 @@ struct Step {
 
 // One training forward and backward of a GPT of `blocks` blocks (token ids of 12 positions, a vocabulary of 32)
 // with its activations in `act`, the products in `products`.
-Step gpt_step(DType act, Precision products, int64_t batch, bool fusion = true, int blocks = 2) {
-  const std::string layers = gpt_layers(32, 16, 12, blocks, 2, 64);
+Step gpt_step(DType act, Precision products, int64_t batch, bool fusion = true, Recompute mode = Recompute::none) {
+  const std::string layers = gpt_layers(32, 16, 12, 2, 2, 64);
   const ConfigNode cfg = ConfigNode::load_string(layers, "m.yaml");
   Model m = Model::build(parse_model_spec(cfg), Shape{12}, DType::f32, Device::cpu(), 5);
   m.set_fusion(fusion);
+  REQUIRE(m.set_recompute(mode).empty());
   m.set_activation_dtype(act);
   Step s;
   for (const Model::NodeBuffers& b : m.buffer_plan(batch))
     s.output_bytes += (b.output + b.gradient + b.scratch) * static_cast<int64_t>(dtype_size(b.dtype));
+  s.scratch = m.layer_scratch_numel(batch);
+  const size_t before = host_storage_bytes();
   m.allocate(batch);
+  s.allocated = host_storage_bytes() - before;
   Tensor x = Tensor::empty(Shape{batch, 12}, DType::f32);
   for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>((i * 7 + 3) % 32);
   const ProductPrecisionScope scope(products);
@@ -188,4 +193,69 @@ TEST_CASE("16-bit activations: a GPT's step is the f32-activation step within bf
       CHECK(same_floats(again.out, half.out));
       CHECK(worst_grad_difference(again, half) == 0);
     }
+}
+
+TEST_CASE("16-bit activations: the buffers allocate allocates are buffer_plan's, at 2 bytes but for the output",
+          "[cpu]") {
+  const int64_t batch = 3;
+  for (const bool fusion : {false, true}) {
+    INFO((fusion ? "fused chains" : "layer by layer"));
+    const Step wide = gpt_step(DType::f32, Precision::bf16, batch, fusion);
+    const Step half = gpt_step(DType::bf16, Precision::bf16, batch, fusion);
+    // allocate allocates the planned buffers in their dtypes and the layers' f32 scratch, nothing else.
+    CHECK(half.allocated == static_cast<size_t>(half.output_bytes + half.scratch * 4));
+    CHECK(wide.allocated == static_cast<size_t>(wide.output_bytes + wide.scratch * 4));
+    // Every output and gradient halves but the model's output (the loss reads it in f32; it has no gradient buffer:
+    // the loss's comes from the caller): 3 samples of 12 positions of a vocabulary of 32.
+    const int64_t logits = batch * 12 * 32 * 4;
+    CHECK(half.output_bytes - logits == (wide.output_bytes - logits) / 2);
+  }
+}
+
+TEST_CASE("16-bit activations: train.recompute runs the segments again to the same bits", "[cpu]") {
+  // Recompute keeps every layer apart (no chains), so it compares with the unfused step.
+  const Step kept = gpt_step(DType::bf16, Precision::bf16, 2, false);
+  for (const Recompute mode : {Recompute::blocks, Recompute::all}) {
+    const Step again = gpt_step(DType::bf16, Precision::bf16, 2, false, mode);
+    CHECK(same_floats(again.out, kept.out));
+    CHECK(worst_grad_difference(again, kept) == 0);
+    CHECK(again.output_bytes < kept.output_bytes);  // the dropped outputs share buffers
+  }
+}
+
+TEST_CASE("16-bit activations: refused for a layer that does not take them, and beside 16-bit copies", "[cpu]") {
+  const ConfigNode cfg = ConfigNode::load_string(R"(layers:
+  - {type: conv2d, out_channels: 2, kernel_size: 3}
+  - flatten
+  - {type: linear, out_features: 3}
+)",
+                                                 "m.yaml");
+  Model conv = Model::build(parse_model_spec(cfg), Shape{1, 5, 5}, DType::f32, Device::cpu(), 1);
+  CHECK(conv.half_activations_unsupported() == "layer \"layers.0\" (conv2d) does not take 16-bit activations");
+  CHECK_THROWS_WITH(conv.set_activation_dtype(DType::bf16), Catch::Contains("conv2d"));
+  Model gpt = Model::build(parse_model_spec(ConfigNode::load_string(gpt_layers(32, 16, 12, 1, 2, 64), "g.yaml")),
+                           Shape{12}, DType::f32, Device::cpu(), 1);
+  CHECK(gpt.half_activations_unsupported().empty());
+  gpt.set_activation_dtype(DType::f16);
+  CHECK(gpt.activation_dtype() == DType::f16);
+  CHECK_THROWS_WITH(gpt.set_activation_storage(HalfFormat::bf16), Catch::Contains("holds them in f16 already"));
+  Model f64 = Model::build(parse_model_spec(ConfigNode::load_string(gpt_layers(32, 16, 12, 1, 2, 64), "g.yaml")),
+                           Shape{12}, DType::f64, Device::cpu(), 1);
+  CHECK_THROWS_WITH(f64.set_activation_dtype(DType::bf16), Catch::Contains("need an f32 model"));
+}
+
+TEST_CASE("GPUTRAIN_HALF_ACTIVATIONS=on: check counts a bf16 GPT's activations in 2 bytes; a bad value stops",
+          "[e2e]") {
+  const std::string args = "check " + source_path("configs/gpt_bytes.yaml") + " --set train.precision=bf16 --json";
+  const CommandResult on = run_gputrain(args, "GPUTRAIN_HALF_ACTIVATIONS=on");
+  const CommandResult off = run_gputrain(args, "GPUTRAIN_HALF_ACTIVATIONS=off");
+  INFO(on.output << off.output);
+  REQUIRE(on.exit_code == 0);
+  REQUIRE(off.exit_code == 0);
+  CHECK(json_string(on.output, "activation_dtype") == "bf16");
+  // The outputs and their gradients in 2 bytes, against f32 outputs with 16-bit copies and f32 gradients.
+  CHECK(*json_number(on.output, "activation_bytes") < 0.75 * *json_number(off.output, "activation_bytes"));
+  const CommandResult bad = run_gputrain(args + " 2>&1", "GPUTRAIN_HALF_ACTIVATIONS=yes");
+  CHECK(bad.exit_code == 1);
+  CHECK(bad.output.find("GPUTRAIN_HALF_ACTIVATIONS=yes: expected auto, on or off") != std::string::npos);
 }

@@ -382,7 +382,26 @@ void log_run_start(const Experiment& exp, const RunSetup& setup, const StepPlan&
   if (setup.lead)
     for (const std::string& line : setup.param_group_lines) spdlog::info("{}", line);
   if (setup.lead) log_precision(exp.train.precision, setup.device);
+  if (setup.lead && half_format(exp.train.precision)) log_half_activations(setup.model);
   if (setup.lead) log_init_weights(setup.init);  // the ranks share the config: one line is enough
+}
+
+void log_half_activations(const Model& model) {
+  if (is_half(model.activation_dtype())) {
+    spdlog::info(
+        "activations: the layers' outputs and their gradients in {} between layers (the model's output in "
+        "{}; GPUTRAIN_HALF_ACTIVATIONS=on)",
+        dtype_name(model.activation_dtype()), dtype_name(model.dtype()));
+    return;
+  }
+  const std::optional<size_t> choice = env_choice("GPUTRAIN_HALF_ACTIVATIONS", {"on", "off"});
+  const std::string why = model.dtype() == DType::f32 ? model.half_activations_unsupported()
+                                                      : fmt::format("the model is {}", dtype_name(model.dtype()));
+  if (choice == 0 && !why.empty())
+    spdlog::warn(
+        "GPUTRAIN_HALF_ACTIVATIONS=on: {}, so the activations stay {} between layers (kept for backward in "
+        "16 bits where that saves memory)",
+        why, dtype_name(model.dtype()));
 }
 
 void log_precision(Precision precision, Device device) {

@@ -134,5 +134,8 @@ void log_run_start(const Experiment& exp, const RunSetup& setup, const StepPlan&
 /// and for bf16/fp16 on the CPU one warning that the products run by conversion, naming the instruction set the CPU
 /// lacks.
 void log_precision(Precision precision, Device device);
+/// Under bf16/fp16: whether the model holds its activations in 16 bits between layers (an info line), and a warning
+/// when GPUTRAIN_HALF_ACTIVATIONS=on asked for it and a layer does not take them.
+void log_half_activations(const Model& model);
 
 }  // namespace gt
