@@ -14,11 +14,11 @@
 
 #include <catch2/catch.hpp>
 
-
 using namespace gt;
 using namespace gt::test;
 
-TEST_CASE("a CUDA GPT allocates what check counts for it, in fp32 and under bf16", "[cuda]") {
+TEST_CASE("a CUDA GPT allocates what check counts for it, in fp32 and under bf16 (with 16-bit activations too)",
+          "[cuda]") {
   require_gpu();
   // Two blocks of 128 channels over T = 32, vocabulary 128, batch 4: every tensor is a multiple of the allocator's
   // 512-byte size class (biases of 128, layer norm's statistics of 4 · 32 per value, 16-bit copies of 4 · 32 · 128),
@@ -28,8 +28,14 @@ TEST_CASE("a CUDA GPT allocates what check counts for it, in fp32 and under bf16
   // The library workspace is the device's, grow-only, shared by every call: grown first, so that the model's first
   // products do not count it.
   cuda::workspace(0, size_t{256} << 20);
-  for (const std::string precision : {"fp32", "bf16"}) {
-    INFO(precision);
+  struct Run {
+    std::string precision;
+    const char* half_activations;  // GPUTRAIN_HALF_ACTIVATIONS
+  };
+  for (const Run& run : {Run{"fp32", "off"}, Run{"bf16", "off"}, Run{"bf16", "on"}}) {
+    const std::string& precision = run.precision;
+    INFO(precision << ", GPUTRAIN_HALF_ACTIVATIONS=" << run.half_activations);
+    const ScopedEnvVar env("GPUTRAIN_HALF_ACTIVATIONS", run.half_activations);
     const Experiment exp = parse_experiment_without_data_files(
         apply_override(ConfigNode::load_string(yaml, "gpt.yaml"), "train.precision=" + precision));
     Dataset train;
@@ -58,6 +64,8 @@ TEST_CASE("a CUDA GPT allocates what check counts for it, in fp32 and under bf16
       CHECK(used >= counted);
       CHECK(used <= counted + 64 * 512);
       if (precision == "bf16") CHECK(f.half_weight_bytes > 0);
+      CHECK(model.activation_dtype() == (std::string(run.half_activations) == "on" ? DType::bf16 : DType::f32));
+      CHECK(f.activation_dtype == model.activation_dtype());
     }
   }
 }

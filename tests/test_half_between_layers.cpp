@@ -5,6 +5,7 @@
 #include "core/tensor.h"
 #include "graph/model.h"
 #include "helpers.h"
+#include "ops/attention.h"
 #include "ops/elementwise.h"
 #include "ops/layernorm.h"
 #include "ops/matmul.h"
@@ -157,6 +158,24 @@ TEST_CASE("16-bit activations: an op on 16-bit tensors computes in f32 and round
     ops::matmul(a16, true, b16, false, c16, 1.0);
     ops::matmul(through(a, dt), true, as_f32(b16), false, c, 1.0);
     CHECK(same_floats(as_f32(c16), through(c, dt)));
+    // Causal attention on 16-bit q, k, v and output, the statistics and dout f32 (a dense layer's f32 product), as
+    // the attention layer calls it with 16-bit activations.
+    const Precision p = dt == DType::bf16 ? Precision::bf16 : Precision::fp16;
+    const ProductPrecisionScope scope(p);
+    const Tensor qkv = normal_f32(Shape{2, 5, 24}, 9, 1.0f), dout = normal_f32(Shape{2, 5, 8}, 10, 0.5f);
+    Tensor qkv16 = Tensor::empty(qkv.shape(), dt), att16 = Tensor::empty(Shape{2, 5, 8}, dt);
+    ops::convert(qkv, qkv16);
+    Tensor att = Tensor::empty(Shape{2, 5, 8}, DType::f32), lse = Tensor::empty(Shape{2, 2, 5}, DType::f32),
+           lse2 = Tensor::empty(Shape{2, 2, 5}, DType::f32);
+    ops::attention_forward(qkv16, 2, {}, att16, lse);
+    ops::attention_forward(through(qkv, dt), 2, {}, att, lse2);
+    CHECK(same_floats(as_f32(att16), through(att, dt)));
+    CHECK(same_floats(lse, lse2));
+    Tensor dqkv16 = Tensor::empty(qkv.shape(), dt), dqkv = Tensor::empty(qkv.shape(), DType::f32);
+    Tensor delta = Tensor::empty(lse.shape(), DType::f32);
+    ops::attention_backward(qkv16, att16, lse, dout, 2, {}, delta, dqkv16);
+    ops::attention_backward(through(qkv, dt), as_f32(att16), lse, dout, 2, {}, delta, dqkv);
+    CHECK(same_floats(as_f32(dqkv16), through(dqkv, dt)));
   }
 }
 

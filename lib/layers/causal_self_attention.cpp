@@ -81,17 +81,19 @@ class CausalSelfAttention final : public Layer {
     const int64_t b = x[0]->dim(0);
     grow(b, ctx);
     // q, k, v and the attention output in f32: the layer's own when training keeps them so, else the scratch (an
-    // evaluation keeps nothing; 16-bit storage keeps copies, made below).
+    // evaluation keeps nothing; 16-bit storage keeps copies, made below). With 16-bit activations
+    // (Model::set_activation_dtype) training writes them in 16 bits where they are kept, and makes no copy.
     const bool keep_wide = ctx.training && !ctx.half_storage;
-    Tensor qkv = keep_wide ? m_qkv.narrow0(b) : part(ctx, b, 0, 3 * m_dim);
-    Tensor att = keep_wide ? m_att.narrow0(b) : part(ctx, b, 3 * m_dim, m_dim);
+    const bool kept_16 = ctx.training && ctx.half_storage && is_half(x[0]->dtype());
+    Tensor qkv = kept_16 ? kept_qkv(b) : keep_wide ? m_qkv.narrow0(b) : part(ctx, b, 0, 3 * m_dim);
+    Tensor att = kept_16 ? kept_att(b) : keep_wide ? m_att.narrow0(b) : part(ctx, b, 3 * m_dim, m_dim);
     Tensor lse = ctx.training ? m_lse.narrow0(b) : Tensor();  // (only a backward reads it)
     Tensor qkv2 = rows(qkv, 3 * m_dim), att2 = rows(att, m_dim), y2 = rows(y, m_dim);
     ops::linear_forward(rows(*x[0], m_dim), m_qkv_w.value, m_bias ? m_qkv_b.value : Tensor(), qkv2);
     if (m_lora_qkv.on()) m_lora_qkv.forward(rows(*x[0], m_dim), qkv2, ctx);
     ops::attention_forward(qkv, m_heads, dropout_of(ctx), att, lse);
     project(att2, residual, y2, ctx);
-    if (ctx.training && ctx.half_storage) {
+    if (ctx.training && ctx.half_storage && !kept_16) {
       ops::pack_activation(m_half_format, qkv, m_qkv16->ptr);
       ops::pack_activation(m_half_format, att, m_att16->ptr);
     }
@@ -101,9 +103,12 @@ class CausalSelfAttention final : public Layer {
                 const LayerContext& ctx) override {
     const int64_t b = x[0]->dim(0);
     const double beta = ctx.accumulate_grads ? 1.0 : 0.0;
-    Tensor qkv = m_qkv16 ? part(ctx, b, 0, 3 * m_dim) : m_qkv.narrow0(b);
-    Tensor att = m_qkv16 ? part(ctx, b, 3 * m_dim, m_dim) : m_att.narrow0(b);
-    if (m_qkv16) {  // the forward kept them in 16 bits: widened into the scratch
+    // The forward kept q, k, v and the output in 16 bits: read as they are beside 16-bit activations, else widened
+    // into the scratch.
+    const bool kept_16 = m_qkv16 && is_half(x[0]->dtype());
+    Tensor qkv = kept_16 ? kept_qkv(b) : m_qkv16 ? part(ctx, b, 0, 3 * m_dim) : m_qkv.narrow0(b);
+    Tensor att = kept_16 ? kept_att(b) : m_qkv16 ? part(ctx, b, 3 * m_dim, m_dim) : m_att.narrow0(b);
+    if (m_qkv16 && !kept_16) {
       ops::unpack_activation(m_half_format, m_qkv16->ptr, qkv);
       ops::unpack_activation(m_half_format, m_att16->ptr, att);
     }
@@ -254,6 +259,13 @@ class CausalSelfAttention final : public Layer {
       m_att = Tensor::empty(Shape{m_lse.dim(0), m_len, m_dim}, m_dtype, m_device);
     }
   }
+
+  // q, k, v and the output kept in 16 bits (the storage grow made for half storage) as 16-bit tensors of b samples.
+  DType kept_dtype() const { return m_half_format == HalfFormat::bf16 ? DType::bf16 : DType::f16; }
+  Tensor kept_qkv(int64_t b) const {
+    return Tensor::over_storage(m_qkv16, 0, Shape{b, m_len, 3 * m_dim}, kept_dtype());
+  }
+  Tensor kept_att(int64_t b) const { return Tensor::over_storage(m_att16, 0, Shape{b, m_len, m_dim}, kept_dtype()); }
 
   // The call's scratch: the model's, or (a layer run alone) one of its own, grown to the largest batch.
   Tensor& scratch(const LayerContext& ctx) {

@@ -29,6 +29,7 @@
 #include "ops/cuda/kernel_util.cuh"
 #include "ops/math.h"
 #include "ops/precision.h"
+#include "ops/wide.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -442,6 +443,14 @@ void attention_forward(const Tensor& qkv, int64_t heads, const ops::AttentionDro
                        Tensor& lse) {
   const Rows r = rows_of(qkv, heads);
   if (r.nb * r.t == 0) return;
+  if (ops::any_half({&qkv, &out})) {  // 16-bit activations: cuDNN reads and writes them, else the kernels in f32
+    if (cudnn_attention_forward(qkv, heads, dropout, out, lse)) return;
+    ops::Wide wide;
+    Tensor ow = wide.out(out);
+    cuda::attention_forward(wide.in(qkv), heads, dropout, ow, lse);
+    wide.finish();
+    return;
+  }
   const bool f64 = is_f64("attention_forward", qkv);
   if (cudnn_attention_forward(qkv, heads, dropout, out, lse)) return;  // bf16/fp16 where cuDNN can
   if (!tiled_attention_refusal(qkv, heads, dropout)) {                 // fp32/tf32 heads of 64, 96, 128 without dropout
@@ -490,6 +499,14 @@ void attention_backward(const Tensor& qkv, const Tensor& out, const Tensor& lse,
                         const ops::AttentionDropout& dropout, Tensor& delta, Tensor& dqkv) {
   const Rows r = rows_of(qkv, heads);
   if (r.nb * r.t == 0) return;
+  if (ops::any_half({&qkv, &out, &dout, &dqkv})) {  // as in the forward
+    if (cudnn_attention_backward(qkv, out, lse, dout, heads, dropout, dqkv)) return;
+    ops::Wide wide;
+    Tensor dw = wide.out(dqkv);
+    cuda::attention_backward(wide.in(qkv), wide.in(out), lse, wide.in(dout), heads, dropout, delta, dw);
+    wide.finish();
+    return;
+  }
   cudaStream_t s = stream(qkv.device().index);
   const bool f64 = is_f64("attention_backward", qkv);
   if (cudnn_attention_backward(qkv, out, lse, dout, heads, dropout, dqkv)) return;

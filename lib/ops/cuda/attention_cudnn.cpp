@@ -37,6 +37,7 @@
 #include <cmath>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
@@ -80,11 +81,14 @@ bool decline(Mode m, const std::string& why) {
   return false;
 }
 
-// The half format of a call cuDNN may take: f32 tensors under a bf16/fp16 product precision. Other calls (fp32,
-// tf32, f64) are none of cuDNN's business here, and say nothing.
+// The half format of a call cuDNN may take: f32 tensors, or 16-bit ones of the same format
+// (Model::set_activation_dtype), under a bf16/fp16 product precision. Other calls (fp32, tf32, f64, a 16-bit tensor of
+// the other format) are none of cuDNN's business here, and say nothing.
 std::optional<HalfFormat> half_call(const Tensor& qkv) {
-  if (qkv.dtype() != DType::f32) return std::nullopt;
-  return half_format(product_precision());
+  const std::optional<HalfFormat> format = half_format(product_precision());
+  if (qkv.dtype() == DType::f32 || !format) return format;
+  const DType want = *format == HalfFormat::bf16 ? DType::bf16 : DType::f16;
+  return qkv.dtype() == want ? format : std::nullopt;
 }
 
 // The refusals known without a device, after the product precision (half_call) has let the call through.
@@ -282,7 +286,26 @@ std::optional<std::string> cudnn_attention_check_graph(int64_t batch, int64_t t,
 namespace {
 
 // The element `offset` 16-bit values into `base`.
-void* at(const HalfBuffer& base, int64_t offset) { return static_cast<uint16_t*>(base.get()) + offset; }
+void* at(void* base, int64_t offset) { return static_cast<uint16_t*>(base) + offset; }
+
+// `t`'s elements in `format` for the graph: t's own when it holds that format already (a 16-bit activation), else a
+// copy rounded into `copy` (nearest even, as the CPU's half products round).
+void* half_in(const Tensor& t, HalfFormat format, std::optional<HalfOperand>& copy) {
+  if (is_half(t.dtype())) return t.raw();
+  copy.emplace(t, format);
+  return copy->get();
+}
+
+// Where the graph writes a result bound for `t`: t itself when it is 16-bit, else `scratch`, widened into t after.
+void* half_out(Tensor& t, std::optional<HalfBuffer>& scratch) {
+  if (is_half(t.dtype())) return t.raw();
+  scratch.emplace(t.device().index, t.numel());
+  return scratch->get();
+}
+
+void widen_out(Tensor& t, HalfFormat format, const std::optional<HalfBuffer>& scratch) {
+  if (scratch) half_to_f32(t.device().index, format, scratch->get(), static_cast<float*>(t.raw()), t.numel(), 0.0f);
+}
 
 }  // namespace
 
@@ -295,13 +318,15 @@ bool cudnn_attention_forward(const Tensor& qkv, int64_t heads, const ops::Attent
   const int device = qkv.device().index;
   const AttentionGraph* g = graph_for(device, *p, m);
   if (!g) return false;
-  const HalfOperand qkv16(qkv, p->format);  // [B, T, 3C]
-  HalfBuffer out16(device, out.numel());    // [B, T, C]
+  std::optional<HalfOperand> qkv_copy;
+  std::optional<HalfBuffer> out_scratch;
+  void* qkv16 = half_in(qkv, p->format, qkv_copy);  // [B, T, 3C]
+  void* out16 = half_out(out, out_scratch);         // [B, T, C]
   std::unordered_map<int64_t, void*> pointers{
-      {kQ, at(qkv16, 0)}, {kK, at(qkv16, p->c())}, {kV, at(qkv16, 2 * p->c())}, {kO, out16.get()}};
+      {kQ, at(qkv16, 0)}, {kK, at(qkv16, p->c())}, {kV, at(qkv16, 2 * p->c())}, {kO, out16}};
   if (lse.defined()) pointers[kStats] = lse.raw();  // f32 [B, heads, T]: written in place
   run(*g, device, pointers);
-  half_to_f32(device, p->format, out16.get(), static_cast<float*>(out.raw()), out.numel(), 0.0f);
+  widen_out(out, p->format, out_scratch);
   ++g_forward_runs;
   return true;
 }
@@ -314,14 +339,18 @@ bool cudnn_attention_backward(const Tensor& qkv, const Tensor& out, const Tensor
   const int device = qkv.device().index;
   const AttentionGraph* g = graph_for(device, *p, m);
   if (!g) return false;
-  const HalfOperand qkv16(qkv, p->format), out16(out, p->format), dout16(dout, p->format);
-  HalfBuffer dqkv16(device, dqkv.numel());  // [B, T, 3C]: dq, dk and dv fill every element
+  std::optional<HalfOperand> qkv_copy, out_copy, dout_copy;
+  std::optional<HalfBuffer> dqkv_scratch;
+  void* qkv16 = half_in(qkv, p->format, qkv_copy);
+  void* out16 = half_in(out, p->format, out_copy);
+  void* dout16 = half_in(dout, p->format, dout_copy);
+  void* dqkv16 = half_out(dqkv, dqkv_scratch);  // [B, T, 3C]: dq, dk and dv fill every element
   const int64_t c = p->c();
-  std::unordered_map<int64_t, void*> pointers{{kQ, at(qkv16, 0)},   {kK, at(qkv16, c)},    {kV, at(qkv16, 2 * c)},
-                                              {kO, out16.get()},    {kDout, dout16.get()}, {kStats, lse.raw()},
-                                              {kDq, at(dqkv16, 0)}, {kDk, at(dqkv16, c)},  {kDv, at(dqkv16, 2 * c)}};
+  std::unordered_map<int64_t, void*> pointers{{kQ, at(qkv16, 0)},   {kK, at(qkv16, c)},   {kV, at(qkv16, 2 * c)},
+                                              {kO, out16},          {kDout, dout16},      {kStats, lse.raw()},
+                                              {kDq, at(dqkv16, 0)}, {kDk, at(dqkv16, c)}, {kDv, at(dqkv16, 2 * c)}};
   run(*g, device, pointers);
-  half_to_f32(device, p->format, dqkv16.get(), static_cast<float*>(dqkv.raw()), dqkv.numel(), 0.0f);
+  widen_out(dqkv, p->format, dqkv_scratch);
   ++g_backward_runs;
   return true;
 }
