@@ -5,11 +5,12 @@
 #      matching *attention* (tests/test_cuda_attention.cpp and the CUDA kernels' cases), each its own process, with
 #      their outcome and the `rate:` lines they print (the attention kernels' TFLOP/s at GPT-2's shape);
 #   2. 20 bf16 steps of a 2-layer GPT (configs/gpt_bytes.yaml with its block repeated twice, batch 16 × 64, on tokens
-#      of a random Markov chain with four successors per byte, seed 3, which it learns from) on CUDA and on the CPU:
-#      every step's loss (metrics.jsonl, log_every 1) within 1 % relative of the CPU's, or the part fails naming the
-#      worst step;
+#      of a random Markov chain with four successors per byte, seed 3, which it learns from) on CUDA and on the CPU,
+#      both with their activations in bf16 between layers (GPUTRAIN_HALF_ACTIVATIONS=on): every step's loss
+#      (metrics.jsonl, log_every 1) within 1 % relative of the CPU's, or the part fails naming the worst step;
 #   3. configs/gpt2_124m.yaml on random tokens of GPT-2's vocabulary, micro-batch 16 × 1024 without accumulation, in
-#      bf16 and tf32: 10 warm-up steps, then 30 timed ones. log_every is 10, so metrics.jsonl's rows at steps 20, 30
+#      bf16 with its activations in bf16 between layers (GPUTRAIN_HALF_ACTIVATIONS=on), in bf16 with f32 activations
+#      and 16-bit copies for backward (=off), and in tf32: 10 warm-up steps, then 30 timed ones. log_every is 10, so metrics.jsonl's rows at steps 20, 30
 #      and 40 hold the training seconds of exactly the timed steps (each row's window ends in a wait for the device);
 #      tokens/s is their tokens over those seconds, MFU gputrain's own (its rows' mfu per token/s, i.e. 3 × forward
 #      FLOPs over the peak of lib/ops/devices.cpp for the precision), and the peak device memory its rows report;
@@ -94,7 +95,8 @@ PY
   local run d p out rc
   for run in "${runs[@]}"; do
     d=${run%%:*} p=${run#*:} out="$work/small-$d-$p"
-    timeout "$limit_small" "$gt" train configs/gpt_bytes.yaml --device "$d" --precision "$p" --out "$out" \
+    GPUTRAIN_HALF_ACTIVATIONS=on timeout "$limit_small" "$gt" train configs/gpt_bytes.yaml --device "$d" \
+      --precision "$p" --out "$out" \
       "${sets[@]}" > "$out.log" 2>&1
     rc=$?
     if [[ $rc != 0 ]]; then
@@ -127,12 +129,15 @@ gpt2_data() {
 }
 
 part3() {
-  echo "== 3. configs/gpt2_124m.yaml, $batch × $block on random tokens, $warmup warm-up + $timed timed steps, bf16 and tf32"
+  echo "== 3. configs/gpt2_124m.yaml, $batch × $block on random tokens, $warmup warm-up + $timed timed steps, bf16" \
+    "(activations in bf16, and f32 with 16-bit copies) and tf32"
   gpt2_data
-  local prec out rc
-  for prec in bf16 tf32; do
-    out="$work/gpt2-$prec"
-    timeout "$limit_run" "$gt" train configs/gpt2_124m.yaml --device "$dev" --precision "$prec" --quiet \
+  local prec out rc half
+  for prec in bf16 bf16-copies tf32; do
+    out="$work/gpt2-$prec" half=on
+    [[ $prec == bf16-copies ]] && half=off
+    GPUTRAIN_HALF_ACTIVATIONS=$half timeout "$limit_run" "$gt" train configs/gpt2_124m.yaml --device "$dev" \
+      --precision "${prec%-copies}" --quiet \
       --max-steps $((warmup + timed)) --out "$out" --set "data.train.path=$work/tok2/train_*.bin" \
       --set "data.test.path=$work/tok2/val_*.bin" --set "data.batch_size=$batch" --set "data.block_size=$block" \
       --set train.accumulate=1 --set train.eval_every=1000000 --set "train.eval_tokens=$block" \
@@ -203,10 +208,11 @@ print(f\"  torch $row: {r['tokens_per_sec']:,.0f} tokens/s over {r['steps']} ste
 }
 
 part5() {
-  echo "== 5. where a bf16 GPT-2 step goes: the profiler over steps 6–10, $batch × $block"
+  echo "== 5. where a bf16 GPT-2 step goes (activations in bf16): the profiler over steps 6–10, $batch × $block"
   gpt2_data
   local out="$work/gpt2-profile" rc
-  timeout "$limit_run" "$gt" train configs/gpt2_124m.yaml --device "$dev" --precision bf16 --quiet --max-steps 10 \
+  GPUTRAIN_HALF_ACTIVATIONS=on timeout "$limit_run" "$gt" train configs/gpt2_124m.yaml --device "$dev" \
+    --precision bf16 --quiet --max-steps 10 \
     --out "$out" --set "data.train.path=$work/tok2/train_*.bin" --set "data.test.path=$work/tok2/val_*.bin" \
     --set "data.batch_size=$batch" --set "data.block_size=$block" --set train.accumulate=1 \
     --set train.eval_every=1000000 --set "train.eval_tokens=$block" --set scheduler.warmup_steps=0 \
@@ -267,7 +273,9 @@ def mfu_per_rate(prec):
     return per_token / (peak[prec] * 1e12) if peak and per_token else None
 def rate(r):
     return r["tokens_per_sec"] if r and "tokens_per_sec" in r else None
-rows = [("gputrain bf16", "gputrain-bf16", "bf16"), ("gputrain tf32", "gputrain-tf32", "tf32"),
+rows = [("gputrain bf16", "gputrain-bf16", "bf16"),
+        ("gputrain bf16, f32 activations with 16-bit copies", "gputrain-bf16-copies", "bf16"),
+        ("gputrain tf32", "gputrain-tf32", "tf32"),
         ("torch eager tf32 (SDPA)", "torch-eager-tf32", "tf32"), ("torch eager bf16 autocast", "torch-eager-bf16", "bf16"),
         ("torch.compile bf16 autocast", "torch-compile-bf16", "bf16")]
 ref = {"bf16": rate(load("torch-compile-bf16")), "tf32": rate(load("torch-eager-tf32"))}

@@ -3,7 +3,9 @@
 #include "cuda_helpers.h"
 #include "graph/model.h"
 #include "helpers.h"
+#include "ops/loss.h"
 #include "ops/precision.h"
+#include "ops/wide.h"
 
 #include <catch2/catch.hpp>
 
@@ -38,7 +40,9 @@ GpuHalfStep gpu_half_step(Device device, DType act, Precision products) {
   ctx.step = 1;
   const Tensor& y = m.forward(x, ctx);
   GpuHalfStep s;
-  const Tensor yh = device.is_cpu() ? y.clone() : to_host(y);
+  Tensor y32 = Tensor::empty(y.shape(), DType::f32, device);
+  ops::convert(y, y32);  // (the logits are 16-bit with 16-bit activations)
+  const Tensor yh = device.is_cpu() ? y32 : to_host(y32);
   s.out.assign(yh.data<float>(), yh.data<float>() + yh.numel());
   m.backward(dy, ctx);
   for (Param* q : m.params()) {
@@ -83,5 +87,43 @@ TEST_CASE("a GPT with 16-bit activations on CUDA is the CPU's within 16 rounding
     CHECK(vs_cpu < c.tolerance);
     CHECK(vs_wide < c.tolerance);
     CHECK(worst_apart(gpu_half_step(Device::cuda(0), c.act, c.products), gpu) == 0);
+  }
+}
+
+TEST_CASE("cross-entropy reads 16-bit logits on CUDA and writes their gradient over them, as the CPU does", "[cuda]") {
+  require_gpu();
+  // 37 rows over 50257 classes (GPT-2's vocabulary: columns past every warp's multiple of 32), labels spread out.
+  const int64_t rows = 37, k = 50257;
+  Tensor host = Tensor::empty(Shape{rows, k}, DType::f32);
+  Rng rng(3, 0);
+  for (int64_t i = 0; i < host.numel(); ++i) host.data<float>()[i] = 4.0f * static_cast<float>(rng.normal());
+  Tensor labels = Tensor::empty(Shape{rows}, DType::i32);
+  for (int64_t i = 0; i < rows; ++i) labels.data<int32_t>()[i] = static_cast<int32_t>(i * 1361 % k);
+  for (const DType dt : {DType::bf16, DType::f16}) {
+    INFO(dtype_name(dt));
+    Tensor cpu16 = Tensor::empty(host.shape(), dt);
+    ops::convert(host, cpu16);
+    Tensor cpu_stats = Tensor::zeros(Shape{2}, DType::f64);
+    Tensor gpu16 = Tensor::empty(host.shape(), dt, Device::cuda(0));
+    gpu16.copy_from(cpu16);
+    Tensor gpu_stats = Tensor::zeros(Shape{2}, DType::f64, Device::cuda(0));
+    const Tensor gpu_labels = to_cuda(labels);
+    ops::cross_entropy(cpu16, labels, 0.0, 1.0 / rows, cpu16, cpu_stats, {});      // in place, through f32
+    ops::cross_entropy(gpu16, gpu_labels, 0.0, 1.0 / rows, gpu16, gpu_stats, {});  // in place, 16 bits
+    Tensor back = Tensor::empty(host.shape(), dt);
+    back.copy_from(gpu16);
+    Tensor a = Tensor::empty(host.shape(), DType::f32), b = Tensor::empty(host.shape(), DType::f32);
+    ops::convert(back, a);
+    ops::convert(cpu16, b);
+    // The same f32 math on the same 16-bit values; the sums' order differs, so a gradient may round to the
+    // neighbouring 16-bit value: at most one ulp of the format apart, relative to the element.
+    const double ulp = dt == DType::bf16 ? std::ldexp(1.0, -7) : std::ldexp(1.0, -10);
+    int64_t far = 0;
+    for (int64_t i = 0; i < a.numel(); ++i)
+      far += std::fabs(a.data<float>()[i] - b.data<float>()[i]) > ulp * std::fabs(b.data<float>()[i]) + 1e-30;
+    CHECK(far == 0);
+    const Tensor stats = to_host(gpu_stats);
+    CHECK(std::fabs(stats.data<double>()[0] - cpu_stats.data<double>()[0]) < 1e-9 * rows * 12);
+    CHECK(stats.data<double>()[1] == cpu_stats.data<double>()[1]);
   }
 }

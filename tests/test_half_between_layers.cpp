@@ -8,6 +8,7 @@
 #include "ops/attention.h"
 #include "ops/elementwise.h"
 #include "ops/layernorm.h"
+#include "ops/loss.h"
 #include "ops/matmul.h"
 #include "ops/precision.h"
 #include "ops/wide.h"
@@ -56,7 +57,8 @@ bool same_floats(const Tensor& a, const Tensor& b) {
 struct Step {
   size_t allocated = 0;                   // what allocate allocated
   int64_t scratch = 0;                    // the layers' shared scratch (f32 elements)
-  Tensor out;                             // the model's output (f32 either way)
+  Tensor out;                             // the model's output, widened to f32
+  DType out_dtype = DType::f32;           // the output's own dtype
   std::vector<std::vector<float>> grads;  // every parameter's gradient
   int64_t output_bytes = 0;               // what buffer_plan's outputs and gradients take
 };
@@ -83,7 +85,8 @@ Step gpt_step(DType act, Precision products, int64_t batch, bool fusion = true, 
   LayerContext ctx;
   ctx.step = 1;
   const Tensor& y = m.forward(x, ctx);
-  s.out = y.clone();
+  s.out = as_f32(y);
+  s.out_dtype = y.dtype();
   const Tensor dy = normal_f32(y.shape(), 9, 0.1f);
   m.backward(dy, ctx);
   for (Param* q : m.params()) s.grads.emplace_back(q->grad.data<float>(), q->grad.data<float>() + q->grad.numel());
@@ -176,6 +179,18 @@ TEST_CASE("16-bit activations: an op on 16-bit tensors computes in f32 and round
     ops::attention_backward(qkv16, att16, lse, dout, 2, {}, delta, dqkv16);
     ops::attention_backward(through(qkv, dt), as_f32(att16), lse, dout, 2, {}, delta, dqkv);
     CHECK(same_floats(as_f32(dqkv16), through(dqkv, dt)));
+    // Cross-entropy on 16-bit logits, writing the gradient over them: the f32 loss of the rounded logits, and its
+    // gradient rounded.
+    Tensor logits16 = Tensor::empty(Shape{6, 40}, dt);
+    ops::convert(normal_f32(Shape{6, 40}, 11, 3.0f), logits16);
+    Tensor labels = Tensor::empty(Shape{6}, DType::i32);
+    for (int32_t i = 0; i < 6; ++i) labels.data<int32_t>()[i] = i * 7;
+    Tensor logits = as_f32(logits16), stats16 = Tensor::zeros(Shape{2}, DType::f64),
+           stats = Tensor::zeros(Shape{2}, DType::f64);
+    ops::cross_entropy(logits16, labels, 0.0, 1.0 / 6, logits16, stats16, {});
+    ops::cross_entropy(logits, labels, 0.0, 1.0 / 6, logits, stats, {});
+    CHECK(same_floats(as_f32(logits16), through(logits, dt)));
+    CHECK(stats16.data<double>()[0] == stats.data<double>()[0]);
   }
 }
 
@@ -192,8 +207,8 @@ TEST_CASE("16-bit activations: a GPT's step is the f32-activation step within bf
       INFO(dtype_name(c.act) << (fusion ? ", fused chains" : ", layer by layer"));
       const Step wide = gpt_step(DType::f32, c.products, batch, fusion);
       const Step half = gpt_step(c.act, c.products, batch, fusion);
-      // The output stays f32 (the loss reads it) and is close; the activations before it were rounded.
-      REQUIRE(half.out.dtype() == DType::f32);
+      // The output is 16-bit too (the loss reads it so), and close.
+      CHECK(half.out_dtype == c.act);
       double out_diff = 0, out_scale = 0;
       for (int64_t i = 0; i < half.out.numel(); ++i) {
         out_diff =
@@ -214,8 +229,7 @@ TEST_CASE("16-bit activations: a GPT's step is the f32-activation step within bf
     }
 }
 
-TEST_CASE("16-bit activations: the buffers allocate allocates are buffer_plan's, at 2 bytes but for the output",
-          "[cpu]") {
+TEST_CASE("16-bit activations: the buffers allocate allocates are buffer_plan's, at 2 bytes an element", "[cpu]") {
   const int64_t batch = 3;
   for (const bool fusion : {false, true}) {
     INFO((fusion ? "fused chains" : "layer by layer"));
@@ -224,10 +238,8 @@ TEST_CASE("16-bit activations: the buffers allocate allocates are buffer_plan's,
     // allocate allocates the planned buffers in their dtypes and the layers' f32 scratch, nothing else.
     CHECK(half.allocated == static_cast<size_t>(half.output_bytes + half.scratch * 4));
     CHECK(wide.allocated == static_cast<size_t>(wide.output_bytes + wide.scratch * 4));
-    // Every output and gradient halves but the model's output (the loss reads it in f32; it has no gradient buffer:
-    // the loss's comes from the caller): 3 samples of 12 positions of a vocabulary of 32.
-    const int64_t logits = batch * 12 * 32 * 4;
-    CHECK(half.output_bytes - logits == (wide.output_bytes - logits) / 2);
+    // Every output and gradient halves, the model's output (the logits) included.
+    CHECK(half.output_bytes == wide.output_bytes / 2);
   }
 }
 
@@ -263,7 +275,7 @@ TEST_CASE("16-bit activations: refused for a layer that does not take them, and 
   CHECK_THROWS_WITH(f64.set_activation_dtype(DType::bf16), Catch::Contains("need an f32 model"));
 }
 
-TEST_CASE("GPUTRAIN_HALF_ACTIVATIONS=on: check counts a bf16 GPT's activations in 2 bytes; a bad value stops",
+TEST_CASE("GPUTRAIN_HALF_ACTIVATIONS=on: check counts a bf16 GPT's activations in 2 bytes, and a bad value stops",
           "[e2e]") {
   const std::string args = "check " + source_path("configs/gpt_bytes.yaml") + " --set train.precision=bf16 --json";
   const CommandResult on = run_gputrain(args, "GPUTRAIN_HALF_ACTIVATIONS=on");

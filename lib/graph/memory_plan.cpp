@@ -128,13 +128,7 @@ std::string Model::half_activations_unsupported() const {
   return "";
 }
 
-DType Model::node_dtype(size_t i) const {
-  if (!is_half(m_act)) return m_dtype;
-  size_t last = m_nodes.size() - 1;  // the output the loss reads: the last node's, or its view's source's
-  while (m_nodes[last].layer->is_view() && m_nodes[last].inputs[0] >= 0)
-    last = static_cast<size_t>(m_nodes[last].inputs[0]);
-  return i == last ? m_dtype : m_act;
-}
+DType Model::node_dtype(size_t /*i*/) const { return is_half(m_act) ? m_act : m_dtype; }
 
 std::optional<HalfFormat> Model::activation_storage() const {
   if (!m_half) return std::nullopt;

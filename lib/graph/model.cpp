@@ -9,6 +9,7 @@
 #include "ops/elementwise.h"
 #include "ops/half_storage.h"
 #include "ops/precision.h"
+#include "ops/wide.h"
 
 namespace gt {
 
@@ -431,7 +432,7 @@ void Model::backward(const Tensor& dout, const LayerContext& context) {
   if (m_nodes[last].layer->is_view()) {  // a model ending in a view passes dout straight to its source
     const int owner = m_nodes[last].grad_owner;
     if (owner >= 0 && m_grad[static_cast<size_t>(owner)].defined())
-      m_grad[static_cast<size_t>(owner)].copy_from(dout.view(m_grad[static_cast<size_t>(owner)].shape()));
+      ops::convert(dout, m_grad[static_cast<size_t>(owner)]);  // (into 16 bits under set_activation_dtype)
   }
 
   // The forward pass since the last backward wrote the working buffers: none holds a widened output yet.

@@ -108,9 +108,11 @@ class Model {
   /// train.precision bf16/fp16 on a GPU (f32 models, before buffer_plan and allocate): the layers' outputs and their
   /// gradients are held in `dtype` (bf16 or f16) between layers, the residual stream included, as llm.c holds them,
   /// and the ops compute on them in f32, rounding each result once (ops/wide.h; on CUDA, kernels that read and write
-  /// 16 bits). What stays f32: the model's output and its gradient (the loss reads and writes them), the parameters
-  /// and their gradients, and what layers keep for backward besides their outputs (attention keeps its q, k, v and
-  /// output in 16 bits itself, told by LayerContext::half_storage). Needs every layer to take 16-bit activations
+  /// 16 bits). The model's output is 16-bit too: a GPT's logits, which the loss reads and, in place
+  /// (loss_writes_over_output), overwrites with their gradient in 16 bits (ops/loss.h). What stays f32: the
+  /// parameters and their gradients, a gradient of the output the caller passes in f32, and what layers keep for
+  /// backward besides their outputs (attention keeps its q, k, v and output in 16 bits itself, told by
+  /// LayerContext::half_storage). Needs every layer to take 16-bit activations
   /// (half_activations_unsupported() empty); replaces set_activation_storage, whose 16-bit copies these buffers are.
   /// f32 (the default): every output in the model's dtype.
   void set_activation_dtype(DType dtype);
@@ -118,8 +120,7 @@ class Model {
   /// Why set_activation_dtype cannot hold the outputs in 16 bits, naming the layer that does not take them
   /// (Layer::takes_half_activations); "" when it can.
   std::string half_activations_unsupported() const;
-  /// The dtype of node i's output and gradient buffers: activation_dtype(), but the model's own for the output the
-  /// loss reads (the last node's, or its source's when the last node is a view).
+  /// The dtype of node i's output and gradient buffers: activation_dtype() (the model's own dtype when that is f32).
   DType node_dtype(size_t i) const;
   /// A model built without parameters (`gputrain check`) plans its chains and is sized as on `device`, whose memory
   /// it never touches: what differs between devices is which chains run (a GPU's are a dense layer's) and how the

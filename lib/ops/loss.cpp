@@ -2,11 +2,23 @@
 #include "ops/loss.h"
 
 #include "ops/dispatch.h"
+#include "ops/wide.h"
 
 namespace gt::ops {
 
 void cross_entropy(const Tensor& logits, const Tensor& labels, double eps, double scale, Tensor& dlogits, Tensor& stats,
                    const CrossEntropyRows& rows) {
+  // 16-bit logits (Model::set_activation_dtype): CUDA reads and writes them as they are, the CPU in f32 (ops/wide.h).
+  // The gradient may be 16-bit or f32 beside them, and may overwrite them (in place, the same tensor).
+  const bool native =
+      logits.device().is_cuda() && is_half(logits.dtype()) && (!dlogits.defined() || dlogits.dtype() == logits.dtype());
+  if (any_half({&logits, &dlogits}) && !native) {
+    Wide wide;
+    Tensor dw = wide.out(dlogits);
+    cross_entropy(wide.in(logits), labels, eps, scale, dw, stats, rows);
+    wide.finish();
+    return;
+  }
   const Operands op("cross_entropy", {&logits, &dlogits}, {&labels, &stats});
   GT_CHECK(logits.rank() == 2 && labels.dtype() == DType::i32 && labels.numel() == logits.dim(0),
            "cross_entropy logits {} labels {}", logits.shape().str(), labels.shape().str());
@@ -18,6 +30,13 @@ void cross_entropy(const Tensor& logits, const Tensor& labels, double eps, doubl
 }
 
 void mse(const Tensor& pred, const Tensor& target, double scale, Tensor& dpred, Tensor& stats) {
+  if (any_half({&pred, &target, &dpred})) {  // 16-bit predictions (Model::set_activation_dtype): computed in f32
+    Wide wide;
+    Tensor dw = wide.out(dpred);
+    mse(wide.in(pred), wide.in(target), scale, dw, stats);
+    wide.finish();
+    return;
+  }
   const Operands op("mse", {&pred, &target, &dpred}, {&stats});
   GT_CHECK(pred.numel() == target.numel() && pred.rank() >= 1, "mse pred {} target {}", pred.shape().str(),
            target.shape().str());

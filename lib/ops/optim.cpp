@@ -3,6 +3,7 @@
 #include "ops/optim.h"
 
 #include "ops/dispatch.h"
+#include "ops/wide.h"
 
 #include <algorithm>
 
@@ -51,6 +52,13 @@ void sum_squares(const Tensor& grad, Tensor& out) {
 }
 
 void scale_by(Tensor& x, const Tensor& scale) {
+  if (any_half({&x})) {  // a 16-bit gradient of the output (Model::set_activation_dtype), scaled in f32
+    Wide wide;
+    Tensor xw = wide.out(x, true);
+    scale_by(xw, scale);
+    wide.finish();
+    return;
+  }
   const Operands op("scale_by", {&x}, {&scale});
   GT_CHECK(scale.dtype() == DType::f64 && scale.numel() >= 1, "scale_by takes an f64 scale");
   GT_DISPATCH(op, scale_by(x, scale));

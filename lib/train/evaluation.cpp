@@ -12,6 +12,7 @@
 #include "ops/elementwise.h"
 #include "ops/optim.h"
 #include "ops/precision.h"
+#include "ops/wide.h"
 #include "parallel/comm.h"
 #include "train/loss.h"
 #include "train/resume.h"
@@ -97,7 +98,7 @@ EvalResult evaluate(Model& model, const Experiment& exp, const Dataset& test, Te
       continue;
     }
     Tensor m = mean.narrow0(n);
-    m.copy_from(out);
+    ops::convert(out, m);         // (a 16-bit output widened: Model::set_activation_dtype)
     stager.next(mirrored, x, y);  // the same samples and labels, mirrored
     ops::add(m, model.forward(x.narrow0(n), ctx), m);
     ops::scale_by(m, half);

@@ -314,10 +314,8 @@ std::string footprint_report(const Footprint& f, const MemoryFit& fit, const std
                      static_cast<double>(f.forward_flops) * 1e-6, static_cast<double>(f.backward_flops) * 1e-6);
   const std::string tensors =
       is_half(f.activation_dtype)
-          ? fmt::format(
-                "parameters {}, the layers' outputs and their gradients in {} (the model's output in {}); "
-                "train.precision {}",
-                dtype_name(f.dtype), activation_dtype(f), dtype_name(f.dtype), to_string(f.precision))
+          ? fmt::format("parameters {}, the layers' outputs and their gradients in {}; train.precision {}",
+                        dtype_name(f.dtype), activation_dtype(f), to_string(f.precision))
       : f.activation_storage
           ? fmt::format(
                 "tensors {}, the outputs kept for backward in {}; train.precision {} rounds the products' "

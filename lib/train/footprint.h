@@ -76,7 +76,7 @@ struct Footprint {
   /// (plus the f32 working buffers of the forward pass); their gradients and what layers keep stay f32. nullopt: f32.
   std::optional<HalfFormat> activation_storage;
   /// Model::set_activation_dtype: bf16/f16 when the layers' outputs and their gradients are held in 16 bits between
-  /// layers (counted at 2 bytes an element, the model's output and its gradient at f32's 4); else the model's dtype.
+  /// layers (counted at 2 bytes an element, the model's output included); else the model's dtype.
   DType activation_dtype = DType::f32;
   size_t half_weight_bytes = 0;
   /// Of half_weight_bytes: the copies of each unit's weights (shard_units' order, frozen ones too), and those of the

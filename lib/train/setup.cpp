@@ -389,8 +389,8 @@ void log_run_start(const Experiment& exp, const RunSetup& setup, const StepPlan&
 void log_half_activations(const Model& model) {
   if (is_half(model.activation_dtype())) {
     spdlog::info(
-        "activations: the layers' outputs and their gradients in {} between layers (the model's output in "
-        "{}; GPUTRAIN_HALF_ACTIVATIONS=on)",
+        "activations: the layers' outputs and their gradients in {} between layers, the logits included "
+        "(GPUTRAIN_HALF_ACTIVATIONS=on); parameters, their gradients and the optimizer's state {}",
         dtype_name(model.activation_dtype()), dtype_name(model.dtype()));
     return;
   }

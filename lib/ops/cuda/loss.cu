@@ -8,9 +8,13 @@
 #include "ops/cuda/kernel_util.cuh"
 #include "ops/math.h"
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 namespace gt::cuda {
 namespace {
@@ -21,6 +25,37 @@ constexpr int kCeWarps = 8;  // rows per block of the cross-entropy kernel
 constexpr int kThreads = 256;
 constexpr int64_t kReduceBlocks = ReduceScratch::kBlocks;
 constexpr int64_t kNoIndex = INT64_MAX;  // an argmax that any column beats
+
+// A row's elements as stored (S) and the type its math runs in: f32 and f64 as they are, 16-bit logits
+// (Model::set_activation_dtype) in f32, as the CPU computes on them widened (ops/wide.h).
+template <class S>
+struct Compute {
+  using type = S;
+};
+template <>
+struct Compute<__nv_bfloat16> {
+  using type = float;
+};
+template <>
+struct Compute<__half> {
+  using type = float;
+};
+template <class S>
+__device__ typename Compute<S>::type load(S v) {
+  return static_cast<typename Compute<S>::type>(v);
+}
+// v rounded into S: through f32 for the 16-bit formats (the CPU rounds its f32 result), nearest even.
+template <class S>
+__device__ S store(double v) {
+  if constexpr (std::is_same_v<S, double>)
+    return v;
+  else if constexpr (std::is_same_v<S, float>)
+    return static_cast<float>(v);
+  else if constexpr (std::is_same_v<S, __nv_bfloat16>)
+    return __float2bfloat16_rn(static_cast<float>(v));
+  else
+    return __float2half_rn(static_cast<float>(v));
+}
 
 // logits (batch, k), labels (batch) → stats[0] += Σ loss, stats[1] += Σ [argmax = label]; dlogits (optional).
 // The arithmetic is the CPU's (ops/math.h): the max and the shifted exponentials in T, the sums in double. The
@@ -42,25 +77,26 @@ __global__ void count_ignored_kernel(const int32_t* __restrict__ labels, int64_t
 // dlogits may be logits itself (the fused classifier's in-place gradient, ops/loss.h): every lane writes only the
 // columns it reads, after the warp's shuffles, and the two elements other lanes read (x[0] and the label's) are read
 // before the first shuffle.
-template <class T>
-__device__ void ce_row(const T* logits, const int32_t* __restrict__ labels, int64_t b, int64_t k, double eps,
-                       double scale, T* dlogits, int64_t ignore, const unsigned long long* __restrict__ ignored,
+template <class S>
+__device__ void ce_row(const S* logits, const int32_t* __restrict__ labels, int64_t b, int64_t k, double eps,
+                       double scale, S* dlogits, int64_t ignore, const unsigned long long* __restrict__ ignored,
                        int lane, double& loss, double& hit) {
+  using T = typename Compute<S>::type;
   if (ignored && labels[b] == ignore) {
     if (dlogits)
-      for (int64_t j = lane; j < k; j += kWarp) dlogits[b * k + j] = T(0);
+      for (int64_t j = lane; j < k; j += kWarp) dlogits[b * k + j] = store<S>(0.0);
     return;
   }
-  const T* x = logits + b * k;
+  const S* x = logits + b * k;
   const int32_t y = labels[b];
   const bool valid = y >= 0 && y < k;  // a label out of range makes the row's loss NaN (ops/loss.h)
-  const double xy = valid ? static_cast<double>(x[y]) : quiet_nan<double>();
-  const T x0 = x[0];
+  const double xy = valid ? static_cast<double>(load(x[y])) : quiet_nan<double>();
+  const T x0 = load(x[0]);
   OnlineSoftmax<T> part;
   int64_t arg = kNoIndex;
   double sum_x = 0;
   for (int64_t j = lane; j < k; j += kWarp) {
-    const T v = x[j];
+    const T v = load(x[j]);
     // NaN: false, skipped; a tie keeps the earlier column (this lane's j only grows), but a −inf takes an argmax
     // still unset, as the CPU's starts at column 0
     if (v > part.max || (v == part.max && arg == kNoIndex)) arg = j;
@@ -82,17 +118,18 @@ __device__ void ce_row(const T* logits, const int32_t* __restrict__ labels, int6
   loss += ce_row_loss(lse, xy, sum_x, k, eps);
   hit += valid && arg == y ? 1.0 : 0.0;
   if (dlogits) {
-    T* d = dlogits + b * k;
+    S* d = dlogits + b * k;
     for (int64_t j = lane; j < k; j += kWarp)
-      d[j] = static_cast<T>(ce_dlogit(std::exp(static_cast<double>(x[j]) - lse), j == y, k, eps, scale));
+      d[j] =
+          store<S>(static_cast<T>(ce_dlogit(std::exp(static_cast<double>(load(x[j])) - lse), j == y, k, eps, scale)));
   }
 }
 
 // ignored == nullptr: nothing is ignored. Otherwise each counted row weighs w = samples / counted (ops/loss.h).
 // A block's warps take rows b, b + kCeWarps·gridDim.x, … (at most kReduceBlocks blocks, for the ordered sum).
-template <class T>
-__global__ void cross_entropy_kernel(const T* logits, const int32_t* __restrict__ labels, int64_t batch, int64_t k,
-                                     double eps, double scale, T* dlogits, double* __restrict__ stats, int64_t samples,
+template <class S>
+__global__ void cross_entropy_kernel(const S* logits, const int32_t* __restrict__ labels, int64_t batch, int64_t k,
+                                     double eps, double scale, S* dlogits, double* __restrict__ stats, int64_t samples,
                                      int64_t ignore, const unsigned long long* __restrict__ ignored,
                                      ReduceScratch scratch) {
   const int64_t counted = ignored ? batch - static_cast<int64_t>(*ignored) : batch;
@@ -129,9 +166,9 @@ __global__ void mse_kernel(const T* pred, const T* __restrict__ target, int64_t 
   add_in_block_order(sums, stats, scratch);
 }
 
-void launch_cross_entropy(cudaStream_t s, ReduceScratch scratch, bool is_double, const void* logits,
-                          const int32_t* labels, int64_t batch, int64_t k, double label_smoothing, double scale,
-                          void* dlogits, double* stats, int64_t samples, int64_t ignore, unsigned long long* ignored) {
+void launch_cross_entropy(cudaStream_t s, ReduceScratch scratch, DType dtype, const void* logits, const int32_t* labels,
+                          int64_t batch, int64_t k, double label_smoothing, double scale, void* dlogits, double* stats,
+                          int64_t samples, int64_t ignore, unsigned long long* ignored) {
   if (batch == 0 || k == 0) return;
   if (ignored) {
     GT_CHECK_CUDA(cudaMemsetAsync(ignored, 0, sizeof *ignored, s));
@@ -139,12 +176,18 @@ void launch_cross_entropy(cudaStream_t s, ReduceScratch scratch, bool is_double,
     GT_CHECK_LAUNCH();
   }
   const auto grid = static_cast<unsigned>(std::min<int64_t>((batch + kCeWarps - 1) / kCeWarps, kReduceBlocks));
-  with_float_type(is_double, [&](auto t) {
-    using T = decltype(t);
-    cross_entropy_kernel<T><<<grid, kCeWarps * kWarp, 0, s>>>(static_cast<const T*>(logits), labels, batch, k,
-                                                              label_smoothing, scale, static_cast<T*>(dlogits), stats,
+  auto launch = [&](auto t) {
+    using S = decltype(t);
+    cross_entropy_kernel<S><<<grid, kCeWarps * kWarp, 0, s>>>(static_cast<const S*>(logits), labels, batch, k,
+                                                              label_smoothing, scale, static_cast<S*>(dlogits), stats,
                                                               samples, ignore, ignored, scratch);
-  });
+  };
+  switch (dtype) {
+    case DType::f64: launch(double{}); break;
+    case DType::bf16: launch(__nv_bfloat16{}); break;
+    case DType::f16: launch(__half{}); break;
+    default: launch(float{}); break;
+  }
   GT_CHECK_LAUNCH();
 }
 
@@ -171,10 +214,12 @@ void cross_entropy(const Tensor& logits, const Tensor& labels, double label_smoo
   auto* ignored = rows.ignore_index == ops::kNoIgnore
                       ? nullptr
                       : static_cast<unsigned long long*>(workspace(device, sizeof(unsigned long long)));
-  launch_cross_entropy(stream(device), reduce_scratch(device), is_f64("cross_entropy", logits), logits.raw(),
-                       labels.data<int32_t>(), logits.dim(0), logits.dim(1), label_smoothing, scale,
-                       raw_or_null(dlogits), stats.data<double>(), logits.dim(0) / rows.group, rows.ignore_index,
-                       ignored);
+  // f32 or f64, or 16-bit logits with a gradient of the same dtype (ops/loss.cpp sends other pairs through f32).
+  GT_CHECK(is_half(logits.dtype()) || is_f64("cross_entropy", logits) || logits.dtype() == DType::f32,
+           "cross_entropy on CUDA: logits of {}", dtype_name(logits.dtype()));
+  launch_cross_entropy(stream(device), reduce_scratch(device), logits.dtype(), logits.raw(), labels.data<int32_t>(),
+                       logits.dim(0), logits.dim(1), label_smoothing, scale, raw_or_null(dlogits), stats.data<double>(),
+                       logits.dim(0) / rows.group, rows.ignore_index, ignored);
 }
 
 void mse(const Tensor& pred, const Tensor& target, double scale, Tensor& dpred, Tensor& stats) {
