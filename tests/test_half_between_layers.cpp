@@ -290,3 +290,13 @@ TEST_CASE("GPUTRAIN_HALF_ACTIVATIONS=on: check counts a bf16 GPT's activations i
   CHECK(bad.exit_code == 1);
   CHECK(bad.output.find("GPUTRAIN_HALF_ACTIVATIONS=yes: expected auto, on or off") != std::string::npos);
 }
+
+TEST_CASE("Tensor::reinterpret lends a tensor's first bytes as another dtype, and refuses more than it has", "[cpu]") {
+  Tensor f = Tensor::zeros(Shape{4, 3}, DType::f32);
+  Tensor h = f.slice0(1, 2).reinterpret(DType::bf16, Shape{2, 6});  // the 24 bytes of rows 1 and 2, as 12 bf16
+  CHECK(h.dtype() == DType::bf16);
+  CHECK(h.raw() == f.slice0(1, 2).raw());
+  h.data<bf16_t>()[1].bits = 0x3f80;  // 1.0 in bf16, as the upper half (bytes 2–3, little-endian) of row 1's first f32
+  CHECK(f.data<float>()[3] == 1.0f);
+  CHECK_THROWS_WITH(f.slice0(1, 2).reinterpret(DType::bf16, Shape{2, 7}), Catch::Contains("reinterpret f32"));
+}

@@ -149,6 +149,15 @@ Tensor Tensor::view(const Shape& shape) const {
   return t;
 }
 
+Tensor Tensor::reinterpret(DType dtype, const Shape& shape) const {
+  GT_CHECK(static_cast<size_t>(shape.numel()) * dtype_size(dtype) <= bytes() && m_offset % dtype_size(dtype) == 0,
+           "reinterpret {} {} as {} {}", dtype_name(m_dtype), m_shape.str(), dtype_name(dtype), shape.str());
+  Tensor t = *this;
+  t.m_dtype = dtype;
+  t.m_shape = shape;
+  return t;
+}
+
 void Tensor::zero_() {
   if (device().is_cpu())
     std::memset(raw(), 0, bytes());

@@ -70,6 +70,10 @@ class Tensor {
   Tensor slice0(int64_t begin, int64_t n) const;
   /// The same elements under another shape with the same element count, sharing storage.
   Tensor view(const Shape& shape) const;
+  /// The first bytes of this tensor's elements as `shape` elements of `dtype`, sharing storage (scratch of one dtype
+  /// lent to an op of another: attention's 16-bit gradients in the model's f32 scratch). Their contents are whatever
+  /// those bytes hold.
+  Tensor reinterpret(DType dtype, const Shape& shape) const;
   /// Sets every element to zero.
   void zero_();
   /// A deep copy on the same device.

@@ -114,6 +114,10 @@ class CausalSelfAttention final : public Layer {
     }
     const Tensor lse = m_lse.narrow0(b);
     Tensor dqkv = part(ctx, b, 4 * m_dim, 3 * m_dim), datt = part(ctx, b, 7 * m_dim, m_dim);
+    if (kept_16) {  // 16-bit gradients too, in the first half of their f32 parts: the products read them as they are
+      dqkv = dqkv.reinterpret(kept_dtype(), dqkv.shape());
+      datt = datt.reinterpret(kept_dtype(), datt.shape());
+    }
     Tensor delta = scratch(ctx).slice0(b * m_len * 8 * m_dim, b * m_len * m_heads).view(Shape{b, m_heads, m_len});
     const Tensor dy2 = rows(dy, m_dim), att2 = rows(att, m_dim), x2 = rows(*x[0], m_dim);
     Tensor datt2 = rows(datt, m_dim), dqkv2 = rows(dqkv, 3 * m_dim);
