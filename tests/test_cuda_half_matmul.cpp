@@ -372,5 +372,5 @@ TEST_CASE("a call with bf16 and f16 tensors is refused, naming both", "[cuda]") 
   const Tensor a = to_cuda(seeded_in(Shape{4, 8}, 10300, DType::bf16));
   const Tensor b = to_cuda(seeded_in(Shape{8, 8}, 10301, DType::f16));
   Tensor c = Tensor::empty(Shape{4, 8}, DType::bf16, Device::cuda(0));
-  CHECK_THROWS_WITH(ops::matmul(a, false, b, false, c, 0.0), Catch::Contains("bf16") && Catch::Contains("f16"));
+  CHECK_THROWS_WITH(ops::matmul(a, false, b, false, c, 0.0), Catch::Contains("bf16 and f16"));
 }
