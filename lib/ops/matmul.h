@@ -60,5 +60,14 @@ void linear_forward_add(const Tensor& x, const Tensor& w, const Tensor& bias, co
 // cuBLASLt's epilogue (where it has one for the type and shape; the product, then kernels, otherwise);
 // linear_backward_weight sums db there too (CUBLASLT_EPILOGUE_BGRADB) when beta is 0; sum_rows sums in double in a
 // fixed order.
+//
+// 16-bit activations (DType bf16/f16: x, y, h, r, dy, dx, and any of matmul's a, b, c; parameters and their
+// gradients stay f32). The 16-bit tensors of one call share one format. Under the product precision of that format
+// the CUDA backend takes them as they are: cuBLASLt reads them as its 16-bit operands (an f32 operand is rounded into
+// scratch, a weight once per scope) and writes a 16-bit result as its D, summing in f32 and rounding once, with the
+// bias (f32) in its epilogue; add_row_bias and sum_rows widen each element (add_row_bias rounds its sum). Anywhere
+// else (the CPU, an fp32 or tf32 precision, a 16-bit parameter) the op widens them to f32 and rounds its 16-bit
+// results once (ops/wide.h), so the numbers are the f32 op's on the 16-bit values either way, up to the order of the
+// sums.
 GT_BACKEND_ENTRY_POINTS(matmul, add_row_bias, sum_rows, linear_forward, linear_forward_act, linear_forward_add,
                         linear_backward_weight, linear_backward)

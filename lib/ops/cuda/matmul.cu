@@ -11,6 +11,15 @@
 // CUBLAS_COMPUTE_32F: each product of two half values is exact in f32 and the sums are f32, so the result is the CPU's
 // half product up to the order of the sums, and stays an f32 tensor. An epilogue's vectors (bias, GELU's input,
 // the bias gradient) are f32 there too: cuBLASLt keeps them in D's type.
+//
+// 16-bit activation tensors (DType bf16/f16, Model::set_activation_dtype) under the precision of their own format
+// are cuBLASLt's operands as they are: the rounding a HalfOperand copy would make is the one their values already
+// had, so only an f32 operand is copied (a weight through half_weight). D is the output tensor in its own dtype, f32
+// or 16-bit (CUDA_R_16BF/16F: cuBLASLt sums in f32 and rounds once when it stores), and C, read with beta, has D's
+// type. An epilogue's bias and bias gradient stay the f32 parameters they are (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE
+// CUDA_R_32F beside a 16-bit D); GELU's input h has D's type. Where cuBLASLt refuses such a combination (its
+// heuristic, or the call's own check of the descriptor) the op computes its 16-bit results in f32 temporaries
+// (ops/wide.h) through the f32 paths above and rounds them once, as the CPU does.
 #include "ops/matmul.h"
 
 #include "ops/activation.h"
@@ -23,11 +32,17 @@
 #include "ops/half_storage.h"
 #include "ops/math.h"
 #include "ops/precision.h"
+#include "ops/wide.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <optional>
+#include <type_traits>
 
 namespace gt::cuda {
 namespace {
@@ -66,8 +81,10 @@ struct MatmulPlan {
   cublasLtMatmulAlgo_t algo{};
   size_t workspace = 0;
   // The heuristic found no algorithm for the extras (an epilogue cuBLASLt lacks for this type or shape): the caller
-  // runs the product alone and the rest in kernels. Kept, so the heuristic is asked once per key.
+  // runs the product alone and the rest in kernels. Kept, so the heuristic is asked once per key. `rejected`: the
+  // call itself refused the extras (cuBLASLt checks a descriptor's types there too), and the plan is not tried again.
   bool refused = false;
+  mutable std::atomic<bool> rejected{false};
   // The epilogue's vectors are set on `op` before each call (they differ per call); a device may be driven from more
   // than one thread.
   mutable std::mutex pointers;
@@ -86,13 +103,27 @@ void set_pointers(cublasLtMatmulDesc_t op, const LtExtras& ex) {
   if (ex.aux) set_desc(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, ex.aux);
 }
 
+// cuBLASLt's type for a tensor's elements (f32, f64 or 16-bit).
+cudaDataType_t lt_type(DType t) {
+  switch (t) {
+    case DType::f64: return CUDA_R_64F;
+    case DType::bf16: return CUDA_R_16BF;
+    case DType::f16: return CUDA_R_16F;
+    default: return CUDA_R_32F;
+  }
+}
+
+// The format of a 16-bit dtype.
+HalfFormat format_of(DType t) { return t == DType::bf16 ? HalfFormat::bf16 : HalfFormat::fp16; }
+
 // The layout of a row-major (rows, cols) tensor read column-major: a cols × rows matrix with leading dimension cols.
 void make_layout(LtLayout& layout, cudaDataType_t type, const Shape& s) {
   GT_CHECK_CUBLAS(
       cublasLtMatrixLayoutCreate(layout.out(), type, static_cast<uint64_t>(s[1]), static_cast<uint64_t>(s[0]), s[1]));
 }
 
-// `half`: the operands are 16-bit copies in that format (C and D stay f32, the compute f32).
+// `half`: the operands are 16-bit (copies, or 16-bit tensors) in that format; C and D are c in its dtype (f32, or
+// 16-bit in that format), the compute f32.
 // `ex`: the epilogue and C ≠ D, whose alignment `align_c_in` gives (align[2] is D's).
 std::unique_ptr<MatmulPlan> make_plan(int device, const Tensor& a, bool ta, const Shape& b, bool tb, const Tensor& c,
                                       const std::array<int64_t, 3>& align, bool tf32, std::optional<HalfFormat> half,
@@ -113,17 +144,17 @@ std::unique_ptr<MatmulPlan> make_plan(int device, const Tensor& a, bool ta, cons
   // cuBLASLt computes D (n × m, column-major) = op(A) (n × k) · op(B) (k × m) with A = b and B = a.
   make_layout(plan->lt_a, operand_type, b);
   make_layout(plan->lt_b, operand_type, a.shape());
-  make_layout(plan->lt_c, type, c.shape());
+  make_layout(plan->lt_c, lt_type(c.dtype()), c.shape());
   if (ex.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
     set_desc(plan->op.get(), CUBLASLT_MATMUL_DESC_EPILOGUE, ex.epilogue);
-    // The vectors are in D's type (f32 under a half scope as well): cuBLASLt's default, said outright.
-    const auto vector_type = static_cast<int32_t>(type);
-    if (ex.bias) set_desc(plan->op.get(), CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, vector_type);
+    // The bias (BGRADB: its gradient) is a parameter, f32 or f64 as the compute: D's type when D is f32 or f64
+    // (cuBLASLt's default, said outright), and f32 beside a 16-bit D, where the default would be D's type.
+    if (ex.bias) set_desc(plan->op.get(), CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(type));
     if (ex.aux) {
-      // GELU's input in D's layout: leading dimension our columns (cuBLASLt's rows of D), which it wants divisible
-      // by 8 (the caller checks).
+      // GELU's input in D's type and layout: leading dimension our columns (cuBLASLt's rows of D), which it wants
+      // divisible by 8 (the caller checks, and that h has y's dtype).
       set_desc(plan->op.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, c.dim(1));
-      set_desc(plan->op.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, vector_type);
+      set_desc(plan->op.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, static_cast<int32_t>(lt_type(c.dtype())));
     }
     set_pointers(plan->op.get(), ex);
   }
@@ -171,20 +202,37 @@ constexpr int kThreads = 256;
 // Column sums: a block is 32 columns (one warp wide, so each row's read is coalesced) × kColRows row lanes.
 constexpr int kColRows = 16;
 
-// y (rows, cols) += bias (cols) on every row.
-template <class T>
-__global__ void add_row_bias_kernel(T* __restrict__ y, const T* __restrict__ bias, int64_t n, int64_t cols) {
-  for (int64_t i = global_index(); i < n; i += grid_stride()) y[i] += bias[i % cols];
+// An activation's element read as f32 (f64), and a sum stored into one: a 16-bit activation (Y = __nv_bfloat16 or
+// __half) beside f32 parameters is widened exactly and rounded to nearest even once, as the CPU rounds its f32 result.
+__device__ __forceinline__ float widen(float v) { return v; }
+__device__ __forceinline__ double widen(double v) { return v; }
+__device__ __forceinline__ float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float widen(__half v) { return __half2float(v); }
+template <class Y, class V>
+__device__ __forceinline__ Y narrow(V v) {
+  if constexpr (std::is_same_v<Y, __nv_bfloat16>)
+    return __float2bfloat16_rn(v);
+  else if constexpr (std::is_same_v<Y, __half>)
+    return __float2half_rn(v);
+  else
+    return static_cast<Y>(v);
 }
 
-// db (cols) = Σ_r dy (rows, cols) + beta · db. Each output is summed by one block in a fixed order: deterministic.
-template <class T>
-__global__ void sum_rows_kernel(const T* __restrict__ dy, T* __restrict__ db, int64_t rows, int64_t cols, double beta) {
+// y (rows, cols) += bias (cols) on every row; Y is T, or a 16-bit type beside an f32 bias (the sum in f32).
+template <class Y, class T>
+__global__ void add_row_bias_kernel(Y* __restrict__ y, const T* __restrict__ bias, int64_t n, int64_t cols) {
+  for (int64_t i = global_index(); i < n; i += grid_stride()) y[i] = narrow<Y>(widen(y[i]) + bias[i % cols]);
+}
+
+// db (cols) = Σ_r dy (rows, cols) + beta · db, dy's elements of type Y (T, or 16-bit). Each output is summed by one
+// block in a fixed order: deterministic.
+template <class Y, class T>
+__global__ void sum_rows_kernel(const Y* __restrict__ dy, T* __restrict__ db, int64_t rows, int64_t cols, double beta) {
   __shared__ double part[kColRows][kWarp + 1];  // +1: lanes of a row lane hit distinct banks
   const int64_t j = blockIdx.x * int64_t{kWarp} + threadIdx.x;
   double acc = 0;
   if (j < cols)
-    for (int64_t r = threadIdx.y; r < rows; r += kColRows) acc += static_cast<double>(dy[r * cols + j]);
+    for (int64_t r = threadIdx.y; r < rows; r += kColRows) acc += static_cast<double>(widen(dy[r * cols + j]));
   part[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
   if (threadIdx.y != 0 || j >= cols) return;
@@ -193,50 +241,80 @@ __global__ void sum_rows_kernel(const T* __restrict__ dy, T* __restrict__ db, in
   db[j] = static_cast<T>(s + (beta != 0 ? beta * static_cast<double>(db[j]) : 0.0));
 }
 
-void launch_add_row_bias(cudaStream_t s, bool is_double, void* y, const void* bias, int64_t rows, int64_t cols) {
+// Calls f(Y{}, T{}) for an activation of dtype `act` beside parameters of dtype `param`: T is float or double, Y is
+// T or, for a 16-bit activation beside f32 parameters, __nv_bfloat16 or __half.
+template <class F>
+void with_activation_type(const char* op, DType act, DType param, F&& f) {
+  if (is_half(act)) {
+    GT_CHECK(param == DType::f32, "{} on CUDA: a {} activation with {} parameters (16-bit activations go with f32)", op,
+             dtype_name(act), dtype_name(param));
+    if (act == DType::bf16)
+      f(__nv_bfloat16{}, float{});
+    else
+      f(__half{}, float{});
+    return;
+  }
+  GT_CHECK(act == param && (act == DType::f32 || act == DType::f64),
+           "{} on CUDA takes f32 or f64 tensors, or 16-bit activations with f32 parameters, got {} with {}", op,
+           dtype_name(act), dtype_name(param));
+  with_float_type(act == DType::f64, [&](auto t) { f(t, t); });
+}
+
+void launch_add_row_bias(cudaStream_t s, DType y_type, DType bias_type, void* y, const void* bias, int64_t rows,
+                         int64_t cols) {
   const int64_t n = rows * cols;
   if (n == 0) return;
-  with_float_type(is_double, [&](auto t) {
+  with_activation_type("add_row_bias", y_type, bias_type, [&](auto yt, auto t) {
+    using Y = decltype(yt);
     using T = decltype(t);
-    add_row_bias_kernel<T>
-        <<<grid_for(n, kThreads), kThreads, 0, s>>>(static_cast<T*>(y), static_cast<const T*>(bias), n, cols);
+    add_row_bias_kernel<Y, T>
+        <<<grid_for(n, kThreads), kThreads, 0, s>>>(static_cast<Y*>(y), static_cast<const T*>(bias), n, cols);
   });
   GT_CHECK_LAUNCH();
 }
 
-void launch_sum_rows(cudaStream_t s, bool is_double, const void* dy, void* db, int64_t rows, int64_t cols,
+void launch_sum_rows(cudaStream_t s, DType dy_type, DType db_type, const void* dy, void* db, int64_t rows, int64_t cols,
                      double beta) {
   if (cols == 0) return;
   const dim3 block(kWarp, kColRows);
   const auto grid = static_cast<unsigned>((cols + kWarp - 1) / kWarp);
-  with_float_type(is_double, [&](auto t) {
+  with_activation_type("sum_rows", dy_type, db_type, [&](auto yt, auto t) {
+    using Y = decltype(yt);
     using T = decltype(t);
-    sum_rows_kernel<T><<<grid, block, 0, s>>>(static_cast<const T*>(dy), static_cast<T*>(db), rows, cols, beta);
+    sum_rows_kernel<Y, T><<<grid, block, 0, s>>>(static_cast<const Y*>(dy), static_cast<T*>(db), rows, cols, beta);
   });
   GT_CHECK_LAUNCH();
 }
 
-// An operand of a half product: the 16-bit copy of a weight this scope made already (half_weight; `weight`: the
-// contract says it is one), or a copy into scratch that goes back to the allocator when queued.
+// An operand of a half product: a 16-bit tensor in the product's format as it is, the 16-bit copy of a weight this
+// scope made already (half_weight; `weight`: the contract says it is one), or a copy into scratch that goes back to
+// the allocator when queued.
 class HalfProductOperand {
  public:
-  HalfProductOperand(const Tensor& t, HalfFormat format, bool weight)
-      : m_ptr(weight ? cuda::half_weight(t, format) : cuda::find_half_weight(t, format)) {
+  HalfProductOperand(const Tensor& t, HalfFormat format, bool weight) {
+    if (is_half(t.dtype())) {
+      GT_CHECK(format_of(t.dtype()) == format, "a {} operand of a {} product", dtype_name(t.dtype()),
+               format == HalfFormat::bf16 ? "bf16" : "fp16");
+      m_ptr = t.raw();
+      return;
+    }
+    m_ptr = weight ? cuda::half_weight(t, format) : cuda::find_half_weight(t, format);
     if (!m_ptr) m_ptr = m_scratch.emplace(t, format).get();
   }
   const void* get() const { return m_ptr; }
 
  private:
   std::optional<HalfOperand> m_scratch;
-  const void* m_ptr;
+  const void* m_ptr = nullptr;
 };
 
 // c = op(a)·op(b) + beta·C with cuBLASLt's extras `ex` (C: c, or ex.c_in). False, having done nothing, where the
 // extras cannot run: an empty product (the caller's kernels give what an epilogue would have) or a plan the
-// heuristic refused; the plain product (no extras) always runs or throws.
+// heuristic (or the call) refused; the plain product (no extras) always runs or throws.
 // `a_half`: a's 16-bit copy in the scope's format, made by the caller for more than one product (null: made here).
 // b is a tensor or, under a half scope, 16-bit elements in the scope's format (a 16-bit matrix the caller keeps: an
-// input the model stored in 16 bits).
+// input the model stored in 16 bits). Under a half scope a, b and c may be 16-bit tensors in its format (activations):
+// a and b are read as they are, c is D (and C) in its own dtype.
 struct ProductB {
   const Tensor* tensor = nullptr;
   const void* half = nullptr;  // with tensor null
@@ -258,7 +336,10 @@ bool matmul_core(const Tensor& a, bool ta, const ProductB& b, bool tb, Tensor& c
   // copy is made once per scope (half_weight: linear_forward's w, found again by the dx = dy·W that reads it); any
   // other operand is converted into scratch for this product alone.
   const std::optional<HalfFormat> half = is_f64(c) ? std::nullopt : half_format(product_precision());
-  GT_CHECK(b.tensor || half, "a 16-bit operand outside a bf16/fp16 product scope");
+  GT_CHECK(half || (b.tensor && !is_half(b.tensor->dtype()) && !is_half(a.dtype()) && !is_half(c.dtype())),
+           "a 16-bit operand outside a bf16/fp16 product scope");
+  GT_CHECK(!half || !is_half(c.dtype()) || format_of(c.dtype()) == *half, "a {} result of a {} product",
+           dtype_name(c.dtype()), *half == HalfFormat::bf16 ? "bf16" : "fp16");
   std::optional<HalfProductOperand> half_a, half_b;
   if (half) {
     if (!a_half) half_a.emplace(a, *half, false);
@@ -276,13 +357,13 @@ bool matmul_core(const Tensor& a, bool ta, const ProductB& b, bool tb, Tensor& c
   const int64_t align_c_in = alignment_of(c_in);
   const int64_t align_bias = ex.bias ? alignment_of(ex.bias) : 0, align_aux = ex.aux ? alignment_of(ex.aux) : 0;
   const PlanCache<17, MatmulPlan>::Key key{
-      device,     m,         n,         k,        ta,   tb,       is_f64(c),
+      device,     m,         n,         k,        ta,   tb,       static_cast<int64_t>(c.dtype()),
       beta != 0,  align[0],  align[1],  align[2], tf32, half_key, static_cast<int64_t>(ex.epilogue),
       align_bias, align_aux, align_c_in};
   const MatmulPlan& plan = cache->get(key, PlanFamily::matmul, [&] {
     return make_plan(device, a, ta, b.shape, tb, c, align, tf32, half, ex, align_c_in);
   });
-  if (plan.refused) return false;
+  if (plan.refused || plan.rejected.load(std::memory_order_relaxed)) return false;
 
   const bool f64 = is_f64(c);
   const HostScalar alpha_s(1.0, f64), beta_s(beta, f64);
@@ -293,9 +374,16 @@ bool matmul_core(const Tensor& a, bool ta, const ProductB& b, bool tb, Tensor& c
     lock.lock();
     set_pointers(plan.op.get(), ex);
   }
-  GT_CHECK_CUBLAS(cublasLtMatmul(lt_handle(device), plan.op.get(), alpha_s.ptr(), pb, plan.lt_a.get(), pa,
-                                 plan.lt_b.get(), beta_s.ptr(), c_in, plan.lt_c.get(), c.raw(), plan.lt_c.get(),
-                                 &plan.algo, ws, plan.workspace, stream(device)));
+  const cublasStatus_t status = cublasLtMatmul(lt_handle(device), plan.op.get(), alpha_s.ptr(), pb, plan.lt_a.get(), pa,
+                                               plan.lt_b.get(), beta_s.ptr(), c_in, plan.lt_c.get(), c.raw(),
+                                               plan.lt_c.get(), &plan.algo, ws, plan.workspace, stream(device));
+  // cuBLASLt checks the descriptor before it queues anything: extras it does not take for these types (an f32 bias
+  // beside a 16-bit D, which its documentation leaves to the heuristic) come back as a refusal, not a failure.
+  if (ex.any() && (status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE)) {
+    plan.rejected.store(true, std::memory_order_relaxed);
+    return false;
+  }
+  if (status != CUBLAS_STATUS_SUCCESS) throw_cublas_error("cublasLtMatmul", __FILE__, __LINE__, status);
   return true;
 }
 
@@ -311,13 +399,22 @@ void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, doubl
 }
 
 void add_row_bias(Tensor& y, const Tensor& bias) {
-  launch_add_row_bias(stream(y.device().index), is_f64("add_row_bias", y), y.raw(), bias.raw(), y.dim(0), y.dim(1));
+  launch_add_row_bias(stream(y.device().index), y.dtype(), bias.dtype(), y.raw(), bias.raw(), y.dim(0), y.dim(1));
 }
 
+// A 16-bit y whose bias epilogue cuBLASLt refused: the product and the bias into an f32 temporary, rounded into y
+// once (Wide), not rounded after the product and again after the bias.
 void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) {
   if (bias.defined() &&
       matmul_impl(x, false, w, true, y, 0.0, true, {.epilogue = CUBLASLT_EPILOGUE_BIAS, .bias = bias.raw()}))
     return;
+  if (bias.defined() && is_half(y.dtype())) {
+    ops::Wide wide;
+    Tensor yw = wide.out(y);
+    linear_forward(x, w, bias, yw);
+    wide.finish();
+    return;
+  }
   matmul_impl(x, false, w, true, y, 0.0, true);
   if (bias.defined()) add_row_bias(y, bias);
 }
@@ -327,10 +424,12 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor
 // differs). cuBLASLt's GELU is the tanh approximation, GPT-2's. GELU_AUX wants h's leading dimension (our columns)
 // divisible by 8, and relu's aux is a bit-mask, not its input; in f64 GELU is our kernel's (cuBLASLt does not say
 // in what precision it evaluates tanh there, and f64 models are compared with the CPU at 1e-10). For those, or where
-// the heuristic refuses, the product and bias go into h (or y) and a kernel activates them.
+// the heuristic refuses, the product and bias go into h (or y) and a kernel activates them. With 16-bit results (GELU's
+// h in y's dtype, or cuBLASLt's epilogue refused) those go through f32 temporaries, rounded once at the end (Wide).
 void linear_forward_act(const Tensor& x, const Tensor& w, const Tensor& bias, Activation act, Tensor& h, Tensor& y) {
   const bool keep_h = h.defined();
-  if (act == Activation::relu ? !keep_h : (!is_f64(y) && (!keep_h || y.dim(1) % 8 == 0))) {
+  const bool aux_fits = !keep_h || (h.dtype() == y.dtype() && y.dim(1) % 8 == 0);
+  if (act == Activation::relu ? !keep_h : (!is_f64(y) && aux_fits)) {
     const int base = act == Activation::relu ? CUBLASLT_EPILOGUE_RELU
                      : keep_h                ? CUBLASLT_EPILOGUE_GELU_AUX
                                              : CUBLASLT_EPILOGUE_GELU;
@@ -339,25 +438,44 @@ void linear_forward_act(const Tensor& x, const Tensor& w, const Tensor& bias, Ac
     if (keep_h) ex.aux = h.raw();
     if (matmul_impl(x, false, w, true, y, 0.0, true, ex)) return;
   }
+  if (ops::any_half({&h, &y})) {
+    ops::Wide wide;
+    Tensor hw = wide.out(h), yw = wide.out(y);
+    linear_forward_act(x, w, bias, act, hw, yw);
+    wide.finish();
+    return;
+  }
   Tensor& sum = keep_h ? h : y;
   linear_forward(x, w, bias, sum);
   activation_forward(act, sum, y);  // in place when h is undefined (the CUDA kernel allows it)
 }
 
 // y = (x·wᵀ + bias) + r: cuBLASLt's D = x·wᵀ + 1·C with C = r and D = y (distinct, same layout), the bias in its
-// epilogue. Where the heuristic refuses, linear_forward into y and the add after it.
+// epilogue. C has D's type: a 16-bit y with a 16-bit r of its dtype runs so; where their dtypes differ, or the
+// heuristic refuses a 16-bit y, the 16-bit ones go through f32 temporaries (Wide, y rounded once). Where the
+// heuristic refuses f32 ones, linear_forward into y and the add after it.
 void linear_forward_add(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& r, Tensor& y) {
-  LtExtras ex{.epilogue = bias.defined() ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, .c_in = r.raw()};
-  if (bias.defined()) ex.bias = bias.raw();
-  if (matmul_impl(x, false, w, true, y, 1.0, true, ex)) return;
+  if (r.dtype() == y.dtype()) {
+    LtExtras ex{.epilogue = bias.defined() ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, .c_in = r.raw()};
+    if (bias.defined()) ex.bias = bias.raw();
+    if (matmul_impl(x, false, w, true, y, 1.0, true, ex)) return;
+  }
+  if (ops::any_half({&r, &y})) {
+    ops::Wide wide;
+    Tensor yw = wide.out(y);
+    linear_forward_add(x, w, bias, wide.in(r), yw);
+    wide.finish();
+    return;
+  }
   linear_forward(x, w, bias, y);
   cuda::add(y, r.view(y.shape()), y);
 }
 
 // dw = dyᵀ·x: cuBLASLt's A is x, its B is dy (transposed), its k our rows, so db = Σ_r dy is the sum over k of B
 // for each column of D, BGRADB. Only with beta 0 (the epilogue writes db, it adds nothing to it) and outside a
-// bf16/fp16 scope (there it would sum dy's 16-bit copy, where sum_rows sums dy itself): elsewhere, or where the
-// heuristic refuses, the product and sum_rows.
+// bf16/fp16 scope (there it would sum dy's 16-bit copy, where sum_rows sums dy itself; a 16-bit dy and x, which
+// only come under such a scope, take the same road): elsewhere, or where the heuristic refuses, the product and
+// sum_rows.
 namespace {
 
 // linear_backward_weight with dy's 16-bit copy `dy_half` (null: made by the product) under a half scope.
@@ -398,12 +516,13 @@ void matmul_half_b(const Tensor& a, bool ta, const ops::HalfMatrix& b, Tensor& c
 }
 
 // Both products read dy: under a half scope its copy is made once, here, and handed to both (the rounding is the
-// same either way, so are the bits). An input the model kept in 16 bits is dw's operand as it is.
+// same either way, so are the bits); a 16-bit dy is that operand already. An input the model kept in 16 bits is dw's
+// operand as it is, and so is a 16-bit x; dx is written in its own dtype.
 void linear_backward(const Tensor& dy, const Tensor& x, const ops::HalfMatrix* x_half, const Tensor& w, Tensor& dw,
                      Tensor& db, Tensor& dx, double beta) {
   const std::optional<HalfFormat> half = is_f64(dy) ? std::nullopt : half_format(product_precision());
   std::optional<HalfOperand> dy_half;
-  if (half && dw.defined() && dx.defined() && dy.numel() > 0) dy_half.emplace(dy, *half);
+  if (half && !is_half(dy.dtype()) && dw.defined() && dx.defined() && dy.numel() > 0) dy_half.emplace(dy, *half);
   const void* shared = dy_half ? dy_half->get() : nullptr;
   if (dw.defined() && x_half) {
     half_b_product(dy, true, *x_half, dw, beta, shared);
@@ -417,7 +536,7 @@ void linear_backward(const Tensor& dy, const Tensor& x, const ops::HalfMatrix* x
 }
 
 void sum_rows(const Tensor& dy, Tensor& db, double beta) {
-  launch_sum_rows(stream(dy.device().index), is_f64("sum_rows", dy), dy.raw(), db.raw(), dy.dim(0), dy.dim(1), beta);
+  launch_sum_rows(stream(dy.device().index), dy.dtype(), db.dtype(), dy.raw(), db.raw(), dy.dim(0), dy.dim(1), beta);
 }
 
 }  // namespace gt::cuda
