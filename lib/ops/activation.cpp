@@ -5,29 +5,45 @@
 #include "ops/wide.h"
 
 namespace gt::ops {
+namespace {
+
+// Whether the CUDA kernels take an input's and an output's dtypes as they are (ops/cuda/kernel_util.cuh's
+// with_storage_pair): each f32 or one and the same 16-bit dtype, on a CUDA device. The CPU and every other mix go
+// through Wide.
+bool cuda_takes_half(const Tensor& on, DType a, DType b) {
+  return on.device().is_cuda() && ((is_half(a) && (b == a || b == DType::f32)) || (a == DType::f32 && is_half(b)));
+}
+
+}  // namespace
 
 void activation_forward(Activation a, const Tensor& x, Tensor& y) {
-  if (any_half({&x, &y})) {  // 16-bit activations (ops/wide.h): computed in f32
+  const bool half = any_half({&x, &y});
+  if (half && !cuda_takes_half(x, x.dtype(), y.dtype())) {  // ops/wide.h: computed in f32
     Wide wide;
     Tensor yw = wide.out(y);
     activation_forward(a, wide.in(x), yw);
     wide.finish();
     return;
   }
-  const Operands op("activation", {&x, &y});
+  // 16-bit x or y on CUDA, of one 16-bit dtype beside f32: the kernel reads and writes them (checked above)
+  const Operands op = half ? Operands("activation", {}, {&x, &y}) : Operands("activation", {&x, &y});
   GT_CHECK(x.numel() == y.numel(), "activation {} → {}", x.shape().str(), y.shape().str());
   GT_DISPATCH(op, activation_forward(a, x, y));
 }
 
 void activation_backward(Activation a, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) {
-  if (any_half({&x, &y, &dy, &dx})) {  // 16-bit activations (ops/wide.h): computed in f32
+  // On CUDA x and dx share a dtype, y and dy share one (a layer's input and its gradient, its output and its
+  // gradient), the two f32 or one 16-bit dtype: the kernel reads and writes them. Other mixes through ops/wide.h.
+  const bool half = any_half({&x, &y, &dy, &dx});
+  if (half && !(cuda_takes_half(x, x.dtype(), y.dtype()) && dx.dtype() == x.dtype() && dy.dtype() == y.dtype())) {
     Wide wide;
     Tensor dxw = wide.out(dx);
     activation_backward(a, wide.in(x), wide.in(y), wide.in(dy), dxw);
     wide.finish();
     return;
   }
-  const Operands op("activation_backward", {&x, &y, &dy, &dx});
+  const Operands op = half ? Operands("activation_backward", {&x, &dx}, {&y, &dy})
+                           : Operands("activation_backward", {&x, &y, &dy, &dx});
   GT_CHECK(x.numel() == y.numel() && dy.numel() == x.numel() && dx.numel() == x.numel(), "activation_backward sizes");
   GT_DISPATCH(op, activation_backward(a, x, y, dy, dx));
 }

@@ -4,12 +4,24 @@
 #include "ops/dispatch.h"
 #include "ops/wide.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace gt::ops {
+namespace {
+
+// Whether the CUDA kernels take the operands as they are: 16-bit tensors of one dtype on a CUDA device (the sums in
+// f32, rounded once; the copies move 2-byte elements). The CPU and mixed dtypes go through Wide.
+bool cuda_takes_half(std::initializer_list<const Tensor*> ts) {
+  const Tensor& first = **ts.begin();
+  return first.device().is_cuda() &&
+         std::all_of(ts.begin(), ts.end(), [&](const Tensor* t) { return t->dtype() == first.dtype(); });
+}
+
+}  // namespace
 
 void add(const Tensor& a, const Tensor& b, Tensor& y) {
-  if (any_half({&a, &b, &y})) {  // 16-bit activations (ops/wide.h): computed in f32
+  if (any_half({&a, &b, &y}) && !cuda_takes_half({&a, &b, &y})) {  // ops/wide.h: computed in f32
     Wide wide;
     Tensor yw = wide.out(y);
     add(wide.in(a), wide.in(b), yw);
@@ -23,7 +35,7 @@ void add(const Tensor& a, const Tensor& b, Tensor& y) {
 }
 
 void scale(Tensor& x, double s) {
-  if (any_half({&x})) {  // 16-bit activations (ops/wide.h): computed in f32
+  if (any_half({&x}) && !cuda_takes_half({&x})) {  // ops/wide.h: computed in f32
     Wide wide;
     Tensor xw = wide.out(x, true);
     scale(xw, s);
@@ -37,7 +49,7 @@ void scale(Tensor& x, double s) {
 
 void copy_blocks(const Tensor& src, Tensor& dst, int64_t outer, int64_t src_inner, int64_t dst_inner,
                  int64_t dst_offset) {
-  if (any_half({&src, &dst})) {  // 16-bit activations (ops/wide.h): computed in f32
+  if (any_half({&src, &dst}) && !cuda_takes_half({&src, &dst})) {  // ops/wide.h: computed in f32
     Wide wide;
     Tensor dw = wide.out(dst, true);
     copy_blocks(wide.in(src), dw, outer, src_inner, dst_inner, dst_offset);
@@ -52,7 +64,7 @@ void copy_blocks(const Tensor& src, Tensor& dst, int64_t outer, int64_t src_inne
 
 void split_blocks(const Tensor& whole, Tensor& part, int64_t outer, int64_t part_inner, int64_t whole_inner,
                   int64_t offset) {
-  if (any_half({&whole, &part})) {  // 16-bit activations (ops/wide.h): computed in f32
+  if (any_half({&whole, &part}) && !cuda_takes_half({&whole, &part})) {  // ops/wide.h: computed in f32
     Wide wide;
     Tensor pw = wide.out(part);
     split_blocks(wide.in(whole), pw, outer, part_inner, whole_inner, offset);

@@ -4,11 +4,14 @@
 #include "ops/half_storage.h"
 
 #include <algorithm>
+#include <atomic>
 
 namespace gt::ops {
 namespace {
 
 HalfFormat format_of(DType t) { return t == DType::bf16 ? HalfFormat::bf16 : HalfFormat::fp16; }
+
+std::atomic<int64_t> g_temporaries{0};  // wide_temporaries()
 
 }  // namespace
 
@@ -28,6 +31,8 @@ void convert(const Tensor& src, Tensor& dst) {
   }
 }
 
+int64_t wide_temporaries() { return g_temporaries.load(std::memory_order_relaxed); }
+
 bool any_half(std::initializer_list<const Tensor*> ts) {
   return std::any_of(ts.begin(), ts.end(), [](const Tensor* t) { return t->defined() && is_half(t->dtype()); });
 }
@@ -40,6 +45,7 @@ Tensor Wide::temp(const Tensor& t, bool read) {
       return m.wide.view(t.shape());
     }
   Tensor wide = Tensor::empty(t.shape(), DType::f32, t.device());
+  g_temporaries.fetch_add(1, std::memory_order_relaxed);
   if (read) convert(t, wide);
   m_temps.push_back({t, wide, read});
   return wide;

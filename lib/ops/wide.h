@@ -5,6 +5,7 @@
 
 #include "core/tensor.h"
 
+#include <cstdint>
 #include <utility>
 #include <vector>
 
@@ -16,6 +17,10 @@ void convert(const Tensor& src, Tensor& dst);
 
 /// Whether some defined tensor among `ts` holds 16-bit elements.
 bool any_half(std::initializer_list<const Tensor*> ts);
+
+/// How many f32 temporaries Wide has made in this process so far (every thread's): an op that reads and writes its
+/// 16-bit tensors itself leaves it as it was, which the tests of the CUDA kernels check.
+int64_t wide_temporaries();
 
 /// An op's 16-bit operands seen as f32: in(t) is t widened into a temporary f32 tensor on its device (t itself when
 /// it is not 16-bit, or undefined); out(t) is a temporary f32 tensor for a 16-bit result, rounded into t by finish()

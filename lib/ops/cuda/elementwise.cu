@@ -1,4 +1,5 @@
-// CUDA element-wise sums and the strided block copies behind concatenation (ops/elementwise.h).
+// CUDA element-wise sums and the strided block copies behind concatenation (ops/elementwise.h). Each takes 16-bit
+// activations of one dtype as they are: the sums in f32, rounded once; the copies move the 2-byte elements.
 #include "ops/elementwise.h"
 
 #include "ops/cuda/context.h"
@@ -12,15 +13,17 @@ using namespace kern;
 
 constexpr int kThreads = 256;
 
-// y may alias a or b, so no __restrict__ here.
-template <class T>
-__global__ void add_kernel(const T* a, const T* b, T* y, int64_t n) {
-  for (int64_t i = global_index(); i < n; i += grid_stride()) y[i] = a[i] + b[i];
+// y may alias a or b, so no __restrict__ here. S is the storage type (f32, f64 or 16 bits: kernel_util.cuh's
+// load/store); the sum is in float or double and rounded once into a 16-bit y.
+template <class S>
+__global__ void add_kernel(const S* a, const S* b, S* y, int64_t n) {
+  for (int64_t i = global_index(); i < n; i += grid_stride()) y[i] = store<S>(load(a[i]) + load(b[i]));
 }
 
-template <class T>
-__global__ void scale_kernel(T* x, T s, int64_t n) {
-  for (int64_t i = global_index(); i < n; i += grid_stride()) x[i] *= s;
+// s is the factor as the CPU multiplies by it: in T, the compute type (float for 16-bit x).
+template <class S, class T = compute_t<S>>
+__global__ void scale_kernel(S* x, T s, int64_t n) {
+  for (int64_t i = global_index(); i < n; i += grid_stride()) x[i] = store<S>(load(x[i]) * s);
 }
 
 // For o in [0, outer): dst[o·dst_stride + dst_off + j] = src[o·src_stride + src_off + j], j in [0, run).
@@ -34,12 +37,12 @@ __global__ void strided_copy_kernel(const E* __restrict__ src, E* __restrict__ d
   }
 }
 
-void launch_add(cudaStream_t s, bool is_double, const void* a, const void* b, void* y, int64_t n) {
+void launch_add(cudaStream_t s, DType type, const void* a, const void* b, void* y, int64_t n) {
   if (n == 0) return;
-  with_float_type(is_double, [&](auto t) {
-    using T = decltype(t);
-    add_kernel<T><<<grid_for(n, kThreads), kThreads, 0, s>>>(static_cast<const T*>(a), static_cast<const T*>(b),
-                                                             static_cast<T*>(y), n);
+  with_storage("add", type, [&](auto t) {
+    using S = decltype(t);
+    add_kernel<S><<<grid_for(n, kThreads), kThreads, 0, s>>>(static_cast<const S*>(a), static_cast<const S*>(b),
+                                                             static_cast<S*>(y), n);
   });
   GT_CHECK_LAUNCH();
 }
@@ -67,16 +70,16 @@ void launch_strided_copy(cudaStream_t s, size_t elem_size, const void* src, void
 }  // namespace
 
 void add(const Tensor& a, const Tensor& b, Tensor& y) {
-  launch_add(stream(y.device().index), is_f64("add", y), a.raw(), b.raw(), y.raw(), y.numel());
+  launch_add(stream(y.device().index), y.dtype(), a.raw(), b.raw(), y.raw(), y.numel());
 }
 
 void scale(Tensor& x, double s) {
   const int64_t n = x.numel();
   if (n == 0) return;
-  with_float_type(is_f64("scale", x), [&](auto t) {
-    using T = decltype(t);
-    scale_kernel<T><<<grid_for(n, kThreads), kThreads, 0, stream(x.device().index)>>>(static_cast<T*>(x.raw()),
-                                                                                      static_cast<T>(s), n);
+  with_storage("scale", x.dtype(), [&](auto t) {
+    using S = decltype(t);
+    scale_kernel<S><<<grid_for(n, kThreads), kThreads, 0, stream(x.device().index)>>>(static_cast<S*>(x.raw()),
+                                                                                      static_cast<compute_t<S>>(s), n);
   });
   GT_CHECK_LAUNCH();
 }

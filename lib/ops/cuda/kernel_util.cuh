@@ -5,10 +5,13 @@
 #include "core/tensor.h"
 #include "ops/cuda/context.h"
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 namespace gt::cuda {
 
@@ -36,6 +39,70 @@ void with_float_type(bool is_double, F&& f) {
     f(double{});
   else
     f(float{});
+}
+
+/// Kernels that take 16-bit activations (Model::set_activation_dtype) store them as S = __nv_bfloat16 or __half and
+/// compute on them in float: load() widens exactly, store() rounds once to nearest even (NaN stays NaN), as the CPU's
+/// ops/wide.h path does. For float and double both are the identity, so a kernel templated on its storage types runs
+/// the f32 and f64 arithmetic it ran before.
+template <class S>
+inline constexpr bool is_half_storage = std::is_same_v<S, __nv_bfloat16> || std::is_same_v<S, __half>;
+/// The type a kernel computes in for storage types S...: double where one is double, float otherwise.
+template <class... S>
+using compute_t = std::conditional_t<(std::is_same_v<S, double> || ...), double, float>;
+
+template <class S>
+__device__ __forceinline__ compute_t<S> load(S v) {
+  if constexpr (std::is_same_v<S, __nv_bfloat16>)
+    return __bfloat162float(v);
+  else if constexpr (std::is_same_v<S, __half>)
+    return __half2float(v);
+  else
+    return v;
+}
+template <class S, class C>
+__device__ __forceinline__ S store(C v) {
+  static_assert(std::is_same_v<C, float> || std::is_same_v<C, double>);
+  if constexpr (std::is_same_v<S, __nv_bfloat16>)
+    return __float2bfloat16_rn(static_cast<float>(v));
+  else if constexpr (std::is_same_v<S, __half>)
+    return __float2half_rn(static_cast<float>(v));
+  else
+    return static_cast<S>(v);
+}
+
+/// Calls f(S{}) with the storage type of an element-wise op's one dtype: f32, f64, bf16 or f16.
+template <class F>
+void with_storage(const char* op, DType t, F&& f) {
+  switch (t) {
+    case DType::f32: f(float{}); return;
+    case DType::f64: f(double{}); return;
+    case DType::bf16: f(__nv_bfloat16{}); return;
+    case DType::f16: f(__half{}); return;
+    default: GT_CHECK(false, "{} on CUDA takes f32, f64, bf16 or f16 tensors, got {}", op, dtype_name(t));
+  }
+}
+
+/// Calls f(X{}, Y{}) with the storage types of an op's two sets of activation tensors (an input and its gradient, an
+/// output and its gradient): both f32 or both f64, or each f32 or one and the same 16-bit dtype (the parameters are
+/// then f32). What the op layer routes here (ops/wide.h takes every other mix).
+template <class F>
+void with_storage_pair(const char* op, DType x, DType y, F&& f) {
+  GT_CHECK(x == y || (is_half(x) && y == DType::f32) || (x == DType::f32 && is_half(y)),
+           "{} on CUDA: activations of {} and {}", op, dtype_name(x), dtype_name(y));
+  with_storage(op, x, [&](auto sx) {
+    using X = decltype(sx);
+    if constexpr (std::is_same_v<X, double>)
+      f(double{}, double{});
+    else if (y == DType::f32)
+      f(X{}, float{});
+    else if constexpr (is_half_storage<X>)
+      f(X{}, X{});  // (y is x's 16-bit dtype: checked above)
+    else if (y == DType::bf16)
+      f(float{}, __nv_bfloat16{});
+    else
+      f(float{}, __half{});
+  });
 }
 
 /// Blocks for a grid-stride loop over n elements, capped so that a huge tensor does not launch millions of blocks.
