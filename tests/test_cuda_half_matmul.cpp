@@ -18,7 +18,9 @@
 // for an f32 output). A missing bias or term, a wrong transpose or 16 bits read as another type is off by order 1 and
 // more. add_row_bias adds in f32 and rounds once on both sides: the same bits. sum_rows sums R rows |dy| ≤ 4 (in
 // double on CUDA): 1e-5 · R · 4. GELU (cuBLASLt's tanh, possibly the hardware's approximation): 1.2× the product's
-// bound and 2⁻¹⁰ · |h| more, h its input (test_cuda_epilogues.cpp).
+// bound and 2⁻¹⁰ · |h| more, h its input (test_cuda_epilogues.cpp). Beside a 16-bit output cuBLASLt's epilogue adds
+// the bias's 16-bit copy (its bias has D's type) where the CPU adds the f32 bias: half an ulp of |bias| ≤ 4 more
+// (bias_tol).
 #include "cuda_helpers.h"
 #include "ops/cuda/half_scratch.h"
 #include "ops/matmul.h"
@@ -56,6 +58,9 @@ Tensor seeded_in(const Shape& shape, uint64_t seed, DType dtype) { return in_dty
 double ulp(DType dtype) { return dtype == DType::bf16 ? 0x1p-7 : dtype == DType::f16 ? 0x1p-10 : 0x1p-23; }
 
 Precision precision_of(DType half) { return half == DType::bf16 ? Precision::bf16 : Precision::fp16; }
+
+/// The bias's own rounding to `out`'s 16-bit format (cuBLASLt's epilogue adds that copy): half an ulp of |b| < 4.
+double bias_tol(DType out, bool with_bias) { return with_bias && is_half(out) ? 4 * ulp(out) / 2 : 0; }
 
 /// One output of an op under test.
 struct Out {
@@ -210,7 +215,7 @@ void check_linear_forward(DType h, const Dims& d, bool with_bias, uint64_t seed)
                          << (with_bias ? " bias" : " no bias"));
   const Tensor x = seeded_in(Shape{d.rows, d.in}, seed, h), w = seeded(Shape{d.out, d.in}, seed + 1);
   const Tensor bias = with_bias ? seeded(Shape{d.out}, seed + 2) : Tensor();
-  const Out y{.init = seeded_in(Shape{d.rows, d.out}, seed + 3, h), .atol = sum_tol(d.in)};
+  const Out y{.init = seeded_in(Shape{d.rows, d.out}, seed + 3, h), .atol = sum_tol(d.in) + bias_tol(h, with_bias)};
   // w through half_weight, x as it is: no HalfOperand copy.
   compare(
       precision_of(h), {x, w, bias}, {y},
@@ -231,7 +236,7 @@ void check_linear_act(DType h, const Dims& d, Activation act, bool keep_h, bool 
     const ProductPrecisionScope scope(p);
     ops::linear_forward(widened(x), w, bias, sum);
   }
-  const double tol = sum_tol(d.in);
+  const double tol = sum_tol(d.in) + bias_tol(h, with_bias);
   const Out hout{.init = keep_h ? seeded_in(ys, seed + 3, h) : Tensor(), .atol = tol};
   const Out y{.init = seeded_in(ys, seed + 4, h),
               .atol = (act == Activation::relu ? 1.0 : 1.2) * tol,
@@ -251,7 +256,7 @@ void check_linear_add(DType h, const Dims& d, bool with_bias, DType r_type, uint
   const Tensor x = seeded_in(Shape{d.rows, d.in}, seed, h), w = seeded(Shape{d.out, d.in}, seed + 1);
   const Tensor bias = with_bias ? seeded(Shape{d.out}, seed + 2) : Tensor();
   const Tensor r = seeded_in(Shape{d.rows, d.out}, seed + 3, r_type);
-  const Out y{.init = seeded_in(Shape{d.rows, d.out}, seed + 4, h), .atol = sum_tol(d.in)};
+  const Out y{.init = seeded_in(Shape{d.rows, d.out}, seed + 4, h), .atol = sum_tol(d.in) + bias_tol(h, with_bias)};
   // r of y's dtype is cuBLASLt's C; an f32 r goes through an f32 y (Wide, y rounded once): no HalfOperand copy either
   // way.
   compare(

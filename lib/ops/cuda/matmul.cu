@@ -16,8 +16,10 @@
 // are cuBLASLt's operands as they are: the rounding a HalfOperand copy would make is the one their values already
 // had, so only an f32 operand is copied (a weight through half_weight). D is the output tensor in its own dtype, f32
 // or 16-bit (CUDA_R_16BF/16F: cuBLASLt sums in f32 and rounds once when it stores), and C, read with beta, has D's
-// type. An epilogue's bias and bias gradient stay the f32 parameters they are (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE
-// CUDA_R_32F beside a 16-bit D); GELU's input h has D's type. Where cuBLASLt refuses such a combination (its
+// type. An epilogue's bias beside a 16-bit D is a 16-bit copy of the f32 parameter, made once per step as the weights'
+// are (half_weight): cuBLASLt's bias has D's type outside its int8 and fp8 kernels (cublasLt.h,
+// CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE), as llm.c's bf16 biases do; the CPU adds the f32 bias, so the two differ by the
+// bias's rounding, half an ulp of it. GELU's input h has D's type. Where cuBLASLt refuses such a combination (its
 // heuristic, or the call's own check of the descriptor) the op computes its 16-bit results in f32 temporaries
 // (ops/wide.h) through the f32 paths above and rounds them once, as the CPU does.
 #include "ops/matmul.h"
@@ -147,9 +149,11 @@ std::unique_ptr<MatmulPlan> make_plan(int device, const Tensor& a, bool ta, cons
   make_layout(plan->lt_c, lt_type(c.dtype()), c.shape());
   if (ex.epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
     set_desc(plan->op.get(), CUBLASLT_MATMUL_DESC_EPILOGUE, ex.epilogue);
-    // The bias (BGRADB: its gradient) is a parameter, f32 or f64 as the compute: D's type when D is f32 or f64
-    // (cuBLASLt's default, said outright), and f32 beside a 16-bit D, where the default would be D's type.
-    if (ex.bias) set_desc(plan->op.get(), CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(type));
+    // The bias (BGRADB: its gradient) has D's type (cuBLASLt's default, said outright): the f32 or f64 parameter, or
+    // its 16-bit copy beside a 16-bit D (epilogue_bias).
+    if (ex.bias)
+      set_desc(plan->op.get(), CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+               static_cast<int32_t>(is_half(c.dtype()) ? lt_type(c.dtype()) : type));
     if (ex.aux) {
       // GELU's input in D's type and layout: leading dimension our columns (cuBLASLt's rows of D), which it wants
       // divisible by 8 (the caller checks, and that h has y's dtype).
@@ -398,6 +402,18 @@ void matmul(const Tensor& a, bool ta, const Tensor& b, bool tb, Tensor& c, doubl
   matmul_impl(a, ta, b, tb, c, beta, false);
 }
 
+namespace {
+
+// An epilogue's bias beside D (y): the parameter itself beside an f32 or f64 D, its 16-bit copy of the step beside a
+// 16-bit one (the native path runs inside a ProductPrecisionScope of D's format, which half_weight needs).
+// (LtExtras::bias is writable for BGRADB's gradient; a BIAS epilogue only reads it.)
+void* epilogue_bias(const Tensor& bias, const Tensor& y) {
+  if (!is_half(y.dtype())) return bias.raw();
+  return const_cast<void*>(cuda::half_weight(bias, y.dtype() == DType::bf16 ? HalfFormat::bf16 : HalfFormat::fp16));
+}
+
+}  // namespace
+
 void add_row_bias(Tensor& y, const Tensor& bias) {
   launch_add_row_bias(stream(y.device().index), y.dtype(), bias.dtype(), y.raw(), bias.raw(), y.dim(0), y.dim(1));
 }
@@ -405,8 +421,8 @@ void add_row_bias(Tensor& y, const Tensor& bias) {
 // A 16-bit y whose bias epilogue cuBLASLt refused: the product and the bias into an f32 temporary, rounded into y
 // once (Wide), not rounded after the product and again after the bias.
 void linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& y) {
-  if (bias.defined() &&
-      matmul_impl(x, false, w, true, y, 0.0, true, {.epilogue = CUBLASLT_EPILOGUE_BIAS, .bias = bias.raw()}))
+  if (bias.defined() && matmul_impl(x, false, w, true, y, 0.0, true,
+                                    {.epilogue = CUBLASLT_EPILOGUE_BIAS, .bias = epilogue_bias(bias, y)}))
     return;
   if (bias.defined() && is_half(y.dtype())) {
     ops::Wide wide;
@@ -434,7 +450,7 @@ void linear_forward_act(const Tensor& x, const Tensor& w, const Tensor& bias, Ac
                      : keep_h                ? CUBLASLT_EPILOGUE_GELU_AUX
                                              : CUBLASLT_EPILOGUE_GELU;
     LtExtras ex{.epilogue = static_cast<cublasLtEpilogue_t>(base | (bias.defined() ? CUBLASLT_EPILOGUE_BIAS : 0))};
-    if (bias.defined()) ex.bias = bias.raw();
+    if (bias.defined()) ex.bias = epilogue_bias(bias, y);
     if (keep_h) ex.aux = h.raw();
     if (matmul_impl(x, false, w, true, y, 0.0, true, ex)) return;
   }
@@ -457,7 +473,7 @@ void linear_forward_act(const Tensor& x, const Tensor& w, const Tensor& bias, Ac
 void linear_forward_add(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& r, Tensor& y) {
   if (r.dtype() == y.dtype()) {
     LtExtras ex{.epilogue = bias.defined() ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT, .c_in = r.raw()};
-    if (bias.defined()) ex.bias = bias.raw();
+    if (bias.defined()) ex.bias = epilogue_bias(bias, y);
     if (matmul_impl(x, false, w, true, y, 1.0, true, ex)) return;
   }
   if (ops::any_half({&r, &y})) {
