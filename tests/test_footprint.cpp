@@ -1,6 +1,7 @@
 // `gputrain check`'s dry run: per-layer FLOPs and memory worked out by hand, compared with what building,
 // allocating and running a model really allocates, the fit verdict, and the command's text and JSON.
 #include "core/tensor.h"
+#include "cuda_helpers.h"
 #include "data/dataset.h"
 #include "graph/model.h"
 #include "helpers.h"
@@ -1236,8 +1237,22 @@ TEST_CASE("check sizes a config for a GPU as a GPU run holds it, on a machine wi
   CHECK(gpu32.activation_bytes - cpu32.activation_bytes == size_t{3 * 2 * 4 * 12 * 16 * 4});
   const Footprint gpu16 = sized("bf16", Device::cuda(0));
   // Each block's qkv (16 → 48), proj (16 → 16), fc (16 → 64) and proj (64 → 16), and the head tied to the token
-  // table (32 × 16), in 16 bits.
-  CHECK(gpu16.half_weight_bytes == size_t{(3 * (16 * 48 + 16 * 16 + 16 * 64 + 64 * 16) + 32 * 16) * 2});
+  // table (32 × 16), in 16 bits, and with the GPU's 16-bit activations (its default) their biases' 16-bit copies
+  // (48 + 16 + 64 + 16 per block; the head has none).
+  CHECK(gpu16.activation_dtype == DType::bf16);
+  CHECK(gpu16.half_weight_bytes ==
+        size_t{(3 * (16 * 48 + 16 * 16 + 16 * 64 + 64 * 16 + 48 + 16 + 64 + 16) + 32 * 16) * 2});
+  // The same activations in f32 with 16-bit copies for backward (GPUTRAIN_HALF_ACTIVATIONS=off): the weights alone,
+  // and more activation bytes (f32 outputs' working buffers and gradients).
+  {
+    const ScopedEnvVar off("GPUTRAIN_HALF_ACTIVATIONS", "off");
+    const Footprint copies = sized("bf16", Device::cuda(0));
+    CHECK(copies.activation_dtype == DType::f32);
+    CHECK(copies.half_weight_bytes == size_t{(3 * (16 * 48 + 16 * 16 + 16 * 64 + 64 * 16) + 32 * 16) * 2});
+    CHECK(copies.activation_bytes > gpu16.activation_bytes);
+  }
+  // The CPU keeps its own default (f32 activations) under bf16.
+  CHECK(sized("bf16", Device::cpu()).activation_dtype == DType::f32);
   CHECK(planned_device("cuda:1") == Device::cuda(1));
   CHECK(planned_device("cuda") == Device::cuda(0));
   CHECK(planned_device("cpu") == Device::cpu());

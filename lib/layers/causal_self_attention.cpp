@@ -184,6 +184,7 @@ class CausalSelfAttention final : public Layer {
     return out;
   }
   int64_t product_weight_numel() const override { return mul_sizes(4 * m_dim, m_dim); }  // qkv and proj
+  int64_t product_bias_numel() const override { return m_bias ? 4 * m_dim : 0; }
   // Kept from forward to backward: lse (one per head and token), and q, k, v and the output (4C per token) in f32, or
   // in 16 bits under half storage.
   int64_t workspace_numel(int64_t batch) const override { return workspace(batch, false).wide; }

@@ -159,6 +159,9 @@ class Layer {
   /// Elements of the weights the layer's matrix products read (its own or a tied one): under train.precision bf16 or
   /// fp16 the CPU keeps a rounded copy of each for the step (ops/precision.h's half_weight).
   virtual int64_t product_weight_numel() const { return 0; }
+  /// Elements of the biases the layer's products add in cuBLASLt's epilogue: beside 16-bit outputs on a GPU
+  /// (Model::set_activation_dtype) each gets a 16-bit copy for the step too (ops/cuda/matmul.cu).
+  virtual int64_t product_bias_numel() const { return 0; }
   /// Elements of the tensors the layer holds for backward besides its output, for batches of up to `batch`
   /// (the normalisations' mean and inverse standard deviation).
   virtual int64_t workspace_numel(int64_t /*batch*/) const { return 0; }

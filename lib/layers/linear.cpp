@@ -149,6 +149,7 @@ class Linear final : public Layer {
     return out;
   }
   int64_t product_weight_numel() const override { return mul_sizes(m_out, m_in); }  // a tied table's first m_out rows
+  int64_t product_bias_numel() const override { return m_has_bias ? m_out : 0; }
   // Fused chains (Model::chains): relu or GPT-2's GELU after the product, or the residual add, on each block of it as
   // it is finished (CPU) or in cuBLASLt's epilogue (CUDA).
   bool takes_epilogue(const ops::Epilogue& ep) const override {

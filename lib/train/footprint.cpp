@@ -175,7 +175,9 @@ Footprint training_footprint(const Experiment& exp, const Model& model, const Da
   f.shard_unit_half_bytes.assign(f.shard_units.size(), 0);
   if (half_format(f.precision) && f.dtype == DType::f32 && !f.bf16_in_pack)
     for (size_t i = 0; i < nodes.size(); ++i) {
-      const int64_t numel = nodes[i].layer->product_weight_numel();
+      // On a GPU with 16-bit activations the biases of the products' epilogues get 16-bit copies as well.
+      const int64_t numel = nodes[i].layer->product_weight_numel() +
+                            (f.on_cuda && is_half(f.activation_dtype) ? nodes[i].layer->product_bias_numel() : 0);
       const size_t bytes = f.on_cuda ? static_cast<size_t>(numel) * 2  // bf16 and fp16: 2 bytes each
                                      : bytes_of(numel, DType::f32);
       f.half_weight_bytes += bytes;

@@ -163,7 +163,8 @@ void apply_recompute(const Experiment& exp, Model& model) {
 
 bool half_activations_between_layers(const Model& model) {
   const std::optional<size_t> choice = env_choice("GPUTRAIN_HALF_ACTIVATIONS", {"on", "off"});
-  return choice == 0 && model.half_activations_unsupported().empty();
+  const bool wanted = choice ? *choice == 0 : model.device().is_cuda();
+  return wanted && model.half_activations_unsupported().empty();
 }
 
 void apply_half_activations(const Experiment& exp, Model& model) {
@@ -390,11 +391,14 @@ void log_half_activations(const Model& model) {
   if (is_half(model.activation_dtype())) {
     spdlog::info(
         "activations: the layers' outputs and their gradients in {} between layers, the logits included "
-        "(GPUTRAIN_HALF_ACTIVATIONS=on); parameters, their gradients and the optimizer's state {}",
+        "(GPUTRAIN_HALF_ACTIVATIONS=off keeps them f32); parameters, their gradients and the optimizer's state {}",
         dtype_name(model.activation_dtype()), dtype_name(model.dtype()));
     return;
   }
   const std::optional<size_t> choice = env_choice("GPUTRAIN_HALF_ACTIVATIONS", {"on", "off"});
+  if (model.device().is_cuda() && !choice && model.dtype() == DType::f32)
+    spdlog::info("activations: f32 between layers with 16-bit copies for backward: {}",
+                 model.half_activations_unsupported());
   const std::string why = model.dtype() == DType::f32 ? model.half_activations_unsupported()
                                                       : fmt::format("the model is {}", dtype_name(model.dtype()));
   if (choice == 0 && !why.empty())

@@ -54,8 +54,9 @@ void apply_recompute(const Experiment& exp, Model& model);
 /// backward in it (Model::set_activation_storage).
 void apply_half_activations(const Experiment& exp, Model& model);
 /// GPUTRAIN_HALF_ACTIVATIONS: `on` holds a bf16/fp16 run's activations in 16 bits between layers wherever every layer
-/// takes them (on the CPU too, through f32 ops: a check of the GPU's semantics), `off` keeps them f32 with 16-bit
-/// copies for backward; unset or `auto`: off. Any other value is an Error.
+/// takes them (on the CPU too, through f32 ops: the GPU's layout, checked where no GPU is), `off` keeps them f32 with
+/// 16-bit copies for backward; unset or `auto`: on for a model on a GPU, off on the CPU (whose bf16 semantics stay
+/// those of f32 activations). Any other value is an Error.
 bool half_activations_between_layers(const Model& model);
 /// train.cuda_graphs: refuses (ConfigError naming the key) a layer that draws from the host's step number (dropout),
 /// which a captured graph would freeze. RunSetup and `gputrain check` call it; nothing when the key is off.
