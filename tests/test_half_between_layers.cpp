@@ -54,7 +54,7 @@ bool same_floats(const Tensor& a, const Tensor& b) {
   return true;
 }
 
-struct Step {
+struct LayerStep {
   size_t allocated = 0;                   // what allocate allocated
   int64_t scratch = 0;                    // the layers' shared scratch (f32 elements)
   Tensor out;                             // the model's output, widened to f32
@@ -65,14 +65,14 @@ struct Step {
 
 // One training forward and backward of a GPT of `blocks` blocks (token ids of 12 positions, a vocabulary of 32)
 // with its activations in `act`, the products in `products`.
-Step gpt_step(DType act, Precision products, int64_t batch, bool fusion = true, Recompute mode = Recompute::none) {
+LayerStep gpt_step(DType act, Precision products, int64_t batch, bool fusion = true, Recompute mode = Recompute::none) {
   const std::string layers = gpt_layers(32, 16, 12, 2, 2, 64);
   const ConfigNode cfg = ConfigNode::load_string(layers, "m.yaml");
   Model m = Model::build(parse_model_spec(cfg), Shape{12}, DType::f32, Device::cpu(), 5);
   m.set_fusion(fusion);
   REQUIRE(m.set_recompute(mode).empty());
   m.set_activation_dtype(act);
-  Step s;
+  LayerStep s;
   for (const Model::NodeBuffers& b : m.buffer_plan(batch))
     s.output_bytes += (b.output + b.gradient + b.scratch) * static_cast<int64_t>(dtype_size(b.dtype));
   s.scratch = m.layer_scratch_numel(batch);
@@ -94,7 +94,7 @@ Step gpt_step(DType act, Precision products, int64_t batch, bool fusion = true, 
 }
 
 // max over the parameters of max |a − b| / max |b| (each tensor against its own scale).
-double worst_grad_difference(const Step& a, const Step& b) {
+double worst_grad_difference(const LayerStep& a, const LayerStep& b) {
   double worst = 0;
   for (size_t k = 0; k < a.grads.size(); ++k) {
     double diff = 0, scale = 0;
@@ -205,8 +205,8 @@ TEST_CASE("16-bit activations: a GPT's step is the f32-activation step within bf
     for (const Case& c : {Case{DType::bf16, Precision::bf16, 16 * std::ldexp(1.0, -9)},
                           Case{DType::f16, Precision::fp16, 16 * std::ldexp(1.0, -12)}}) {
       INFO(dtype_name(c.act) << (fusion ? ", fused chains" : ", layer by layer"));
-      const Step wide = gpt_step(DType::f32, c.products, batch, fusion);
-      const Step half = gpt_step(c.act, c.products, batch, fusion);
+      const LayerStep wide = gpt_step(DType::f32, c.products, batch, fusion);
+      const LayerStep half = gpt_step(c.act, c.products, batch, fusion);
       // The output is 16-bit too (the loss reads it so), and close.
       CHECK(half.out_dtype == c.act);
       double out_diff = 0, out_scale = 0;
@@ -223,7 +223,7 @@ TEST_CASE("16-bit activations: a GPT's step is the f32-activation step within bf
       CHECK(out_diff > 0);
       CHECK(grads > 0);
       // Two runs give the same bits.
-      const Step again = gpt_step(c.act, c.products, batch, fusion);
+      const LayerStep again = gpt_step(c.act, c.products, batch, fusion);
       CHECK(same_floats(again.out, half.out));
       CHECK(worst_grad_difference(again, half) == 0);
     }
@@ -233,8 +233,8 @@ TEST_CASE("16-bit activations: the buffers allocate allocates are buffer_plan's,
   const int64_t batch = 3;
   for (const bool fusion : {false, true}) {
     INFO((fusion ? "fused chains" : "layer by layer"));
-    const Step wide = gpt_step(DType::f32, Precision::bf16, batch, fusion);
-    const Step half = gpt_step(DType::bf16, Precision::bf16, batch, fusion);
+    const LayerStep wide = gpt_step(DType::f32, Precision::bf16, batch, fusion);
+    const LayerStep half = gpt_step(DType::bf16, Precision::bf16, batch, fusion);
     // allocate allocates the planned buffers in their dtypes and the layers' f32 scratch, nothing else.
     CHECK(half.allocated == static_cast<size_t>(half.output_bytes + half.scratch * 4));
     CHECK(wide.allocated == static_cast<size_t>(wide.output_bytes + wide.scratch * 4));
@@ -245,9 +245,9 @@ TEST_CASE("16-bit activations: the buffers allocate allocates are buffer_plan's,
 
 TEST_CASE("16-bit activations: train.recompute runs the segments again to the same bits", "[cpu]") {
   // Recompute keeps every layer apart (no chains), so it compares with the unfused step.
-  const Step kept = gpt_step(DType::bf16, Precision::bf16, 2, false);
+  const LayerStep kept = gpt_step(DType::bf16, Precision::bf16, 2, false);
   for (const Recompute mode : {Recompute::blocks, Recompute::all}) {
-    const Step again = gpt_step(DType::bf16, Precision::bf16, 2, false, mode);
+    const LayerStep again = gpt_step(DType::bf16, Precision::bf16, 2, false, mode);
     CHECK(same_floats(again.out, kept.out));
     CHECK(worst_grad_difference(again, kept) == 0);
     CHECK(again.output_bytes < kept.output_bytes);  // the dropped outputs share buffers
