@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -186,6 +187,19 @@ class WarningSink final : public spdlog::sinks::base_sink<std::mutex> {
 ExpectWarnings::ExpectWarnings(std::string substring) : m_substring(std::move(substring)) {
   std::lock_guard lock(g_warn_mutex);
   g_guards.push_back({this, m_substring});
+}
+
+double worst_relative_difference(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  double worst = 0;
+  for (size_t k = 0; k < a.size(); ++k) {
+    double diff = 0, scale = 0;
+    for (size_t i = 0; i < a[k].size(); ++i) {
+      diff = std::max(diff, std::fabs(static_cast<double>(a[k][i]) - b[k][i]));
+      scale = std::max(scale, std::fabs(static_cast<double>(b[k][i])));
+    }
+    if (scale > 0) worst = std::max(worst, diff / scale);
+  }
+  return worst;
 }
 
 std::string gpt_layers(int64_t vocab, int64_t dim, int64_t len, int64_t blocks, int64_t heads, int64_t hidden) {

@@ -74,6 +74,10 @@ std::string source_path(const std::string& rel);
 /// The model section (`layers:` …) of configs/gpt_bytes.yaml's GPT-2 layout at test sizes: a token table of `vocab`
 /// rows and `dim` channels, positions up to `len`, `blocks` pre-norm blocks of `heads`-head attention and a GELU MLP
 /// of `hidden`, and a head tied to the token table.
+/// max over the tensors k of max_i |a[k][i] − b[k][i]| / max_i |b[k][i]|: each gradient tensor against its own
+/// scale, so that no tensor's scale hides another's error (a tensor of zeros in b counts its absolute difference 0).
+double worst_relative_difference(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b);
+
 std::string gpt_layers(int64_t vocab, int64_t dim, int64_t len, int64_t blocks, int64_t heads, int64_t hidden);
 /// A whole config of that GPT on `device`, token data that need not exist (none/train_*.bin: sized, not loaded),
 /// windows of `len` in batches of `batch`, AdamW.

@@ -114,20 +114,7 @@ Pass run(const std::string& layers, const Shape& input, const Tensor& x, const T
   return p;
 }
 
-// max |a − b| over every gradient, relative to the largest |b| of the same tensor (so no tensor's scale hides
-// another's error).
-double worst_relative(const Pass& a, const Pass& b) {
-  double worst = 0;
-  for (size_t k = 0; k < a.grads.size(); ++k) {
-    double diff = 0, scale = 0;
-    for (size_t i = 0; i < a.grads[k].size(); ++i) {
-      diff = std::max(diff, std::fabs(static_cast<double>(a.grads[k][i]) - b.grads[k][i]));
-      scale = std::max(scale, std::fabs(static_cast<double>(b.grads[k][i])));
-    }
-    if (scale > 0) worst = std::max(worst, diff / scale);
-  }
-  return worst;
-}
+double worst_relative(const Pass& a, const Pass& b) { return worst_relative_difference(a.grads, b.grads); }
 
 bool same_bytes(const Tensor& a, const Tensor& b) {
   return a.bytes() == b.bytes() &&

@@ -93,18 +93,8 @@ LayerStep gpt_step(DType act, Precision products, int64_t batch, bool fusion = t
   return s;
 }
 
-// max over the parameters of max |a − b| / max |b| (each tensor against its own scale).
 double worst_grad_difference(const LayerStep& a, const LayerStep& b) {
-  double worst = 0;
-  for (size_t k = 0; k < a.grads.size(); ++k) {
-    double diff = 0, scale = 0;
-    for (size_t i = 0; i < a.grads[k].size(); ++i) {
-      diff = std::max(diff, std::fabs(static_cast<double>(a.grads[k][i]) - b.grads[k][i]));
-      scale = std::max(scale, std::fabs(static_cast<double>(b.grads[k][i])));
-    }
-    if (scale > 0) worst = std::max(worst, diff / scale);
-  }
-  return worst;
+  return worst_relative_difference(a.grads, b.grads);
 }
 
 }  // namespace
