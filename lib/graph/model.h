@@ -63,8 +63,7 @@ class Model {
   /// the largest of them): the first node at each position (in execution order) is given it, the others 0.
   /// Under set_activation_storage the outputs kept in 16 bits have `half` elements of 2 bytes each, and the forward
   /// pass writes them into a few shared f32 working buffers, given (as `output`) to the first node that uses each.
-  /// `dtype` is the element type of output, gradient and scratch (set_activation_dtype's, the model's own for the
-  /// model's output).
+  /// `dtype` is the element type of output, gradient and scratch (node_dtype: set_activation_dtype's).
   struct NodeBuffers {
     int64_t output = 0, gradient = 0, scratch = 0, half = 0;
     DType dtype = DType::f32;
