@@ -69,8 +69,8 @@ struct LayerStep {
 
 // One training forward and backward of a GPT of `blocks` blocks (token ids of 12 positions, a vocabulary of 32)
 // with its activations in `act`, the products in `products`.
-LayerStep gpt_step(DType act, Precision products, int64_t batch, bool fusion = true, Recompute mode = Recompute::none) {
-  const std::string layers = gpt_layers(32, 16, 12, 2, 2, 64);
+LayerStep gpt_step(DType act, Precision products, int64_t batch, bool fusion = true, Recompute mode = Recompute::none,
+                   const std::string& layers = gpt_layers(32, 16, 12, 2, 2, 64)) {
   const ConfigNode cfg = ConfigNode::load_string(layers, "m.yaml");
   Model m = Model::build(parse_model_spec(cfg), Shape{12}, DType::f32, Device::cpu(), 5);
   m.set_fusion(fusion);
@@ -246,6 +246,27 @@ TEST_CASE("16-bit activations: train.recompute runs the segments again to the sa
     CHECK(worst_grad_difference(again, kept) == 0);
     CHECK(again.output_bytes < kept.output_bytes);  // the dropped outputs share buffers
   }
+}
+
+TEST_CASE("16-bit activations: a GPT with dropout and LoRA adapters steps as with f32 activations, within rounding",
+          "[cpu]") {
+  // Dropout after the position table and in attention, an adapter (with its own dropout) on the MLP's first layer and
+  // on attention's products: their masks are the same in either layout, and their ops take 16-bit activations.
+  std::string layers = gpt_layers(32, 16, 12, 2, 2, 64);
+  const auto insert_after = [&](const std::string& anchor, const std::string& text) {
+    const size_t at = layers.find(anchor);
+    REQUIRE(at != std::string::npos);
+    layers.insert(at + anchor.size(), text);
+  };
+  insert_after("max_len: 12}\n", "  - {type: dropout, p: 0.1}\n");
+  insert_after("heads: 2", ", dropout: 0.1, lora: {rank: 4, alpha: 8}");
+  insert_after("out_features: 64", ", lora: {rank: 4, alpha: 8, dropout: 0.1}");
+  const LayerStep wide = gpt_step(DType::f32, Precision::bf16, 3, true, Recompute::none, layers);
+  const LayerStep half = gpt_step(DType::bf16, Precision::bf16, 3, true, Recompute::none, layers);
+  const double grads = worst_grad_difference(half, wide);
+  INFO("gradients " << grads << " (relative)");
+  CHECK(grads < 16 * std::ldexp(1.0, -9));
+  CHECK(grads > 0);
 }
 
 TEST_CASE("16-bit activations: refused for a layer that does not take them, and beside 16-bit copies", "[cpu]") {

@@ -140,8 +140,7 @@ class CausalSelfAttention final : public Layer {
   }
 
   bool decodes() const override { return true; }
-  // (Model::set_activation_dtype; an adapter's ops are not among those that take 16-bit activations)
-  bool takes_half_activations() const override { return !m_lora_qkv.on() && !m_lora_proj.on(); }
+  bool takes_half_activations() const override { return true; }  // (Model::set_activation_dtype; adapters too)
   bool backward_reads_output() const override { return false; }  // its own att, saved by forward
   // Fused chains (Model::chains, CPU): the residual add after the layer, on each block of the output projection.
   // The backward pass is the same: the add passes dy on.

@@ -1,6 +1,7 @@
 // dropout: zeroes elements at random in training, with masks regenerated (not stored) for the backward pass.
 #include "ops/dropout.h"
 #include "layers/layer.h"
+#include "ops/wide.h"
 
 namespace gt {
 namespace {
@@ -19,7 +20,7 @@ class Dropout final : public Layer {
     if (ctx.training && m_p > 0)
       ops::dropout(*x[0], m_p, m_key, ctx.step, y);
     else
-      y.copy_from(*x[0]);
+      ops::convert(*x[0], y);  // (a copy, or into 16-bit activations: Model::set_activation_dtype)
   }
   void backward(const std::vector<const Tensor*>&, const Tensor&, const Tensor& dy, const std::vector<Tensor*>& dx,
                 const LayerContext& ctx) override {
@@ -27,9 +28,10 @@ class Dropout final : public Layer {
     if (ctx.training && m_p > 0)
       ops::dropout(dy, m_p, m_key, ctx.step, *dx[0]);  // the same mask, regenerated
     else
-      dx[0]->copy_from(dy);
+      ops::convert(dy, *dx[0]);
   }
-  bool decodes() const override { return true; }  // decoding is evaluation: the identity
+  bool decodes() const override { return true; }                 // decoding is evaluation: the identity
+  bool takes_half_activations() const override { return true; }  // (Model::set_activation_dtype)
   bool keyed_by_step() const override { return m_p > 0; }
   YAML::Node resolved_args() const override {
     YAML::Node n(YAML::NodeType::Map);

@@ -138,9 +138,8 @@ class Linear final : public Layer {
   bool keyed_by_step() const override { return m_lora.config().dropout > 0; }  // the adapter's dropout masks
   bool backward_takes_half_input(size_t k) const override { return k == 0; }
   bool takes_half_input_on_cuda() const override { return true; }
-  bool decodes() const override { return m_rank > 1; }  // over the last dimension, so per position of [T, …]
-  // (Model::set_activation_dtype; an adapter's ops are not among those that take 16-bit activations)
-  bool takes_half_activations() const override { return !m_lora.on(); }
+  bool decodes() const override { return m_rank > 1; }           // over the last dimension, so per position of [T, …]
+  bool takes_half_activations() const override { return true; }  // (Model::set_activation_dtype; an adapter too)
   std::vector<std::pair<std::string, Shape>> param_shapes() const override {
     std::vector<std::pair<std::string, Shape>> out;
     if (!m_tied) out.emplace_back("weight", Shape{m_out, m_in});
