@@ -4,12 +4,14 @@
 #include "graph/model.h"
 #include "helpers.h"
 #include "ops/loss.h"
+#include "ops/optim.h"
 #include "ops/precision.h"
 #include "ops/wide.h"
 
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 using namespace gt;
@@ -125,5 +127,28 @@ TEST_CASE("cross-entropy reads 16-bit logits on CUDA and writes their gradient o
     const Tensor stats = to_host(gpu_stats);
     CHECK(std::fabs(stats.data<double>()[0] - cpu_stats.data<double>()[0]) < 1e-9 * rows * 12);
     CHECK(stats.data<double>()[1] == cpu_stats.data<double>()[1]);
+  }
+}
+
+TEST_CASE("the loss scale multiplies a 16-bit gradient on CUDA with the CPU's bits", "[cuda]") {
+  require_gpu();
+  Tensor host = Tensor::empty(Shape{1000, 37}, DType::f32);
+  Rng rng(5, 0);
+  for (int64_t i = 0; i < host.numel(); ++i) host.data<float>()[i] = 1e-3f * static_cast<float>(rng.normal());
+  Tensor scale = Tensor::empty(Shape{1}, DType::f64);
+  scale.data<double>()[0] = 65536.0;  // fp16's first loss scale
+  for (const DType dt : {DType::f16, DType::bf16}) {
+    INFO(dtype_name(dt));
+    Tensor cpu = Tensor::empty(host.shape(), dt);
+    ops::convert(host, cpu);
+    Tensor gpu = Tensor::empty(host.shape(), dt, Device::cuda(0));
+    gpu.copy_from(cpu);
+    ops::scale_by(cpu, scale);  // through f32
+    const Tensor gpu_scale = to_cuda(scale);
+    ops::scale_by(gpu, gpu_scale);  // 16 bits in, 16 bits out
+    Tensor back = Tensor::empty(host.shape(), dt);
+    back.copy_from(gpu);
+    // The same f32 product rounded once to the format on both sides: the same bits.
+    CHECK(std::memcmp(back.raw(), cpu.raw(), cpu.bytes()) == 0);
   }
 }

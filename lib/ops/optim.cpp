@@ -52,7 +52,9 @@ void sum_squares(const Tensor& grad, Tensor& out) {
 }
 
 void scale_by(Tensor& x, const Tensor& scale) {
-  if (any_half({&x})) {  // a 16-bit gradient of the output (Model::set_activation_dtype), scaled in f32
+  // A 16-bit gradient of the output (fp16's loss scale, Model::set_activation_dtype): the CPU scales it in f32
+  // (ops/wide.h), CUDA's kernel reads and writes the 16 bits.
+  if (any_half({&x}) && x.device().is_cpu()) {
     Wide wide;
     Tensor xw = wide.out(x, true);
     scale_by(xw, scale);

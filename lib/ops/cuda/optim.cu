@@ -35,7 +35,7 @@ __global__ void sum_squares_kernel(const T* __restrict__ g, int64_t n, double* o
 template <class T>
 __global__ void scale_by_kernel(T* __restrict__ x, int64_t n, const double* __restrict__ scale) {
   const double k = *scale;
-  for (int64_t i = global_index(); i < n; i += grid_stride()) x[i] = static_cast<T>(x[i] * k);
+  for (int64_t i = global_index(); i < n; i += grid_stride()) x[i] = store<T>(load(x[i]) * k);
 }
 
 /// A slice of one row's elements that one thread block updates, and the row's parameter group.
@@ -216,9 +216,11 @@ void launch_sum_squares(cudaStream_t s, ReduceScratch scratch, bool is_double, c
   GT_CHECK_LAUNCH();
 }
 
-void launch_scale_by(cudaStream_t s, bool is_double, void* x, int64_t n, const double* scale) {
+// x may be 16-bit: the fp16 loss scale times the gradient of 16-bit logits (Model::set_activation_dtype), each
+// element rounded once, as the CPU's f32 product rounded.
+void launch_scale_by(cudaStream_t s, DType dtype, void* x, int64_t n, const double* scale) {
   if (n == 0) return;
-  with_float_type(is_double, [&](auto t) {
+  with_storage("scale_by", dtype, [&](auto t) {
     using T = decltype(t);
     scale_by_kernel<T><<<grid_for(n, kThreads), kThreads, 0, s>>>(static_cast<T*>(x), n, scale);
   });
@@ -338,7 +340,7 @@ void sum_squares(const Tensor& grad, Tensor& out) {
 }
 
 void scale_by(Tensor& x, const Tensor& scale) {
-  launch_scale_by(stream(x.device().index), is_f64("scale_by", x), x.raw(), x.numel(), scale.data<double>());
+  launch_scale_by(stream(x.device().index), x.dtype(), x.raw(), x.numel(), scale.data<double>());
 }
 
 void sum_squares_group(ops::TensorGroup& g, size_t column, Tensor& out, Tensor& per_row) {
