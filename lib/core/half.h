@@ -2,6 +2,8 @@
 // f32, scalar and in bulk, and rounding f32 values to either format (what a half GEMM's operands become).
 #pragma once
 
+#include "core/dtype.h"
+
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -10,6 +12,10 @@ namespace gt {
 
 /// The 16-bit formats, for code that picks one at run time.
 enum class HalfFormat { bf16, fp16 };
+
+/// The tensor dtype of a 16-bit format (Model::set_activation_dtype), and the format of a 16-bit dtype (bf16 or f16).
+constexpr DType half_dtype(HalfFormat f) { return f == HalfFormat::bf16 ? DType::bf16 : DType::f16; }
+constexpr HalfFormat half_format_of(DType t) { return t == DType::bf16 ? HalfFormat::bf16 : HalfFormat::fp16; }
 
 /// f32 → bf16, rounding to nearest even. bf16 keeps f32's exponent range: only values within half a bf16 ulp of
 /// 2^128 overflow (to ±Inf); subnormals round like any other value. A NaN stays a NaN with the quiet bit set and the

@@ -128,8 +128,6 @@ std::string Model::half_activations_unsupported() const {
   return "";
 }
 
-DType Model::node_dtype(size_t /*i*/) const { return is_half(m_act) ? m_act : m_dtype; }
-
 std::optional<HalfFormat> Model::activation_storage() const {
   if (!m_half) return std::nullopt;
   const HalfPlan plan = half_plan();
@@ -246,7 +244,7 @@ std::vector<Model::NodeBuffers> Model::buffer_plan(int64_t max_batch) const {
     if (chain.unstored(i)) continue;   // inside a fused chain: neither it nor its gradient is stored
     const int64_t rows = n.out_shape.batched(max_batch).numel();
     plan[i].output = rows;
-    plan[i].dtype = node_dtype(i);
+    plan[i].dtype = m_act;
     if (half.pool[i] >= 0) {  // kept in 16 bits; a working buffer, given to the first node that uses it
       const auto b = static_cast<size_t>(half.pool[i]);
       plan[i].output = pool_given[b] ? 0 : mul_sizes(half.pool_numel[b], max_batch, "elements");

@@ -52,6 +52,7 @@ Model Model::build(const ModelSpec& spec, const Shape& input_shape, DType dtype,
   Model m;
   m.m_input_shape = input_shape;
   m.m_dtype = dtype;
+  m.m_act = dtype;
   m.m_device = device;
   std::vector<int> position(layers.size());
   for (size_t k = 0; k < order.size(); ++k) position[static_cast<size_t>(order[k])] = static_cast<int>(k);
@@ -196,7 +197,7 @@ void Model::allocate(int64_t max_batch) {
   // activation_storage(), from the plan just made.
   const bool any_half = std::any_of(m_half_plan.pool.begin(), m_half_plan.pool.end(), [](int b) { return b >= 0; });
   m_layer_storage = any_half ? m_half : std::nullopt;
-  if (is_half(m_act)) m_layer_storage = m_act == DType::bf16 ? HalfFormat::bf16 : HalfFormat::fp16;
+  if (is_half(m_act)) m_layer_storage = half_format_of(m_act);
   m_layer_scratch = Tensor();
   if (const int64_t scratch = layer_scratch_numel(max_batch); scratch > 0) {
     const AllocLabel label(fmt::format("the layers' shared scratch (batch {})", max_batch));
@@ -211,7 +212,7 @@ void Model::allocate(int64_t max_batch) {
     if (n.layer->is_view() || m_chains.unstored(i)) continue;
     const AllocLabel label(fmt::format("the activations of {} (batch {})", n.name, max_batch));
     const Shape shape = n.out_shape.batched(max_batch);
-    const DType dtype = node_dtype(i);
+    const DType dtype = m_act;
     if (!m_slot.empty() && m_slot[i] >= 0) {
       // The shared buffer of its position: this node's rows are its first max_batch × out_shape elements, so that
       // narrow0(batch) takes a batch's rows as with a buffer of its own.

@@ -63,7 +63,7 @@ class Model {
   /// the largest of them): the first node at each position (in execution order) is given it, the others 0.
   /// Under set_activation_storage the outputs kept in 16 bits have `half` elements of 2 bytes each, and the forward
   /// pass writes them into a few shared f32 working buffers, given (as `output`) to the first node that uses each.
-  /// `dtype` is the element type of output, gradient and scratch (node_dtype: set_activation_dtype's).
+  /// `dtype` is the element type of output, gradient and scratch (activation_dtype()).
   struct NodeBuffers {
     int64_t output = 0, gradient = 0, scratch = 0, half = 0;
     DType dtype = DType::f32;
@@ -113,14 +113,13 @@ class Model {
   /// backward besides their outputs (attention keeps its q, k, v and output in 16 bits itself, told by
   /// LayerContext::half_storage). Needs every layer to take 16-bit activations
   /// (half_activations_unsupported() empty); replaces set_activation_storage, whose 16-bit copies these buffers are.
-  /// f32 (the default): every output in the model's dtype.
+  /// The model's own dtype (the default): every output in it.
   void set_activation_dtype(DType dtype);
+  /// The dtype of every output and gradient buffer: the model's own unless set_activation_dtype chose 16 bits.
   DType activation_dtype() const { return m_act; }
   /// Why set_activation_dtype cannot hold the outputs in 16 bits, naming the layer that does not take them
   /// (Layer::takes_half_activations); "" when it can.
   std::string half_activations_unsupported() const;
-  /// The dtype of node i's output and gradient buffers: activation_dtype() (the model's own dtype when that is f32).
-  DType node_dtype(size_t i) const;
   /// A model built without parameters (`gputrain check`) plans its chains and is sized as on `device`, whose memory
   /// it never touches: what differs between devices is which chains run (a GPU's are a dense layer's) and how the
   /// weights' 16-bit copies are held.
@@ -331,7 +330,7 @@ class Model {
   std::vector<int64_t> m_slot_numel;
   std::vector<Tensor> m_slot_buf;
   int m_resident = -1;
-  DType m_act = DType::f32;  // set_activation_dtype
+  DType m_act = DType::f32;  // set_activation_dtype (the model dtype until then)
   // set_activation_storage: the format, half_plan(), the working buffers and each half output's 16-bit copy.
   std::optional<HalfFormat> m_half;
   HalfPlan m_half_plan;

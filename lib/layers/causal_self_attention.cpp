@@ -265,7 +265,7 @@ class CausalSelfAttention final : public Layer {
   }
 
   // q, k, v and the output kept in 16 bits (the storage grow made for half storage) as 16-bit tensors of b samples.
-  DType kept_dtype() const { return m_half_format == HalfFormat::bf16 ? DType::bf16 : DType::f16; }
+  DType kept_dtype() const { return half_dtype(m_half_format); }
   Tensor kept_qkv(int64_t b) const {
     return Tensor::over_storage(m_qkv16, 0, Shape{b, m_len, 3 * m_dim}, kept_dtype());
   }

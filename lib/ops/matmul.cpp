@@ -12,8 +12,6 @@
 namespace gt::ops {
 namespace {
 
-HalfFormat format_of(DType t) { return t == DType::bf16 ? HalfFormat::bf16 : HalfFormat::fp16; }
-
 // Whether the backend takes a call's 16-bit activations as they are (the CUDA products and bias kernels: cuBLASLt
 // reads 16-bit operands and writes a 16-bit D, summing in f32). The 16-bit tensors of one call, activations `acts`
 // and parameters `params` alike, share one format (checked here). They go natively on a CUDA device under the product
@@ -41,7 +39,7 @@ bool native_half(const char* op, std::initializer_list<const Tensor*> acts,
   if (!half || placed->device().is_cpu() || !others_f32) return false;
   const bool params_wide =
       std::none_of(params.begin(), params.end(), [](const Tensor* t) { return t->defined() && is_half(t->dtype()); });
-  return params_wide && half_format(product_precision()) == format_of(*half);
+  return params_wide && half_format(product_precision()) == half_format_of(*half);
 }
 
 }  // namespace

@@ -9,8 +9,6 @@
 namespace gt::ops {
 namespace {
 
-HalfFormat format_of(DType t) { return t == DType::bf16 ? HalfFormat::bf16 : HalfFormat::fp16; }
-
 std::atomic<int64_t> g_temporaries{0};  // wide_temporaries()
 
 }  // namespace
@@ -22,9 +20,9 @@ void convert(const Tensor& src, Tensor& dst) {
   if (src.dtype() == dst.dtype()) {
     dst.copy_from(src.view(dst.shape()));
   } else if (src.dtype() == DType::f32 && is_half(dst.dtype())) {
-    pack_activation(format_of(dst.dtype()), src, dst.raw());
+    pack_activation(half_format_of(dst.dtype()), src, dst.raw());
   } else if (is_half(src.dtype()) && dst.dtype() == DType::f32) {
-    unpack_activation(format_of(src.dtype()), src.raw(), dst);
+    unpack_activation(half_format_of(src.dtype()), src.raw(), dst);
   } else {
     GT_CHECK(false, "convert: {} into {} is not a conversion between f32 and 16 bits", dtype_name(src.dtype()),
              dtype_name(dst.dtype()));

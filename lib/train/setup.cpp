@@ -171,7 +171,7 @@ void apply_half_activations(const Experiment& exp, Model& model) {
   if (model.dtype() != DType::f32) return;
   const std::optional<HalfFormat> format = half_format(exp.train.precision);
   if (format && half_activations_between_layers(model))
-    model.set_activation_dtype(*format == HalfFormat::bf16 ? DType::bf16 : DType::f16);
+    model.set_activation_dtype(half_dtype(*format));
   else
     model.set_activation_storage(format);  // bf16/fp16 keep the activations for backward in half
 }

@@ -87,8 +87,7 @@ bool decline(Mode m, const std::string& why) {
 std::optional<HalfFormat> half_call(const Tensor& qkv) {
   const std::optional<HalfFormat> format = half_format(product_precision());
   if (qkv.dtype() == DType::f32 || !format) return format;
-  const DType want = *format == HalfFormat::bf16 ? DType::bf16 : DType::f16;
-  return qkv.dtype() == want ? format : std::nullopt;
+  return qkv.dtype() == half_dtype(*format) ? format : std::nullopt;
 }
 
 // The refusals known without a device, after the product precision (half_call) has let the call through.

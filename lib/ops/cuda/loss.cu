@@ -8,13 +8,9 @@
 #include "ops/cuda/kernel_util.cuh"
 #include "ops/math.h"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <type_traits>
 
 namespace gt::cuda {
 namespace {
@@ -25,37 +21,6 @@ constexpr int kCeWarps = 8;  // rows per block of the cross-entropy kernel
 constexpr int kThreads = 256;
 constexpr int64_t kReduceBlocks = ReduceScratch::kBlocks;
 constexpr int64_t kNoIndex = INT64_MAX;  // an argmax that any column beats
-
-// A row's elements as stored (S) and the type its math runs in: f32 and f64 as they are, 16-bit logits
-// (Model::set_activation_dtype) in f32, as the CPU computes on them widened (ops/wide.h).
-template <class S>
-struct Compute {
-  using type = S;
-};
-template <>
-struct Compute<__nv_bfloat16> {
-  using type = float;
-};
-template <>
-struct Compute<__half> {
-  using type = float;
-};
-template <class S>
-__device__ typename Compute<S>::type load(S v) {
-  return static_cast<typename Compute<S>::type>(v);
-}
-// v rounded into S: through f32 for the 16-bit formats (the CPU rounds its f32 result), nearest even.
-template <class S>
-__device__ S store(double v) {
-  if constexpr (std::is_same_v<S, double>)
-    return v;
-  else if constexpr (std::is_same_v<S, float>)
-    return static_cast<float>(v);
-  else if constexpr (std::is_same_v<S, __nv_bfloat16>)
-    return __float2bfloat16_rn(static_cast<float>(v));
-  else
-    return __float2half_rn(static_cast<float>(v));
-}
 
 // logits (batch, k), labels (batch) → stats[0] += Σ loss, stats[1] += Σ [argmax = label]; dlogits (optional).
 // The arithmetic is the CPU's (ops/math.h): the max and the shifted exponentials in T, the sums in double. The
@@ -81,7 +46,7 @@ template <class S>
 __device__ void ce_row(const S* logits, const int32_t* __restrict__ labels, int64_t b, int64_t k, double eps,
                        double scale, S* dlogits, int64_t ignore, const unsigned long long* __restrict__ ignored,
                        int lane, double& loss, double& hit) {
-  using T = typename Compute<S>::type;
+  using T = compute_t<S>;  // f32 and f64 as they are; 16-bit logits in f32, as the CPU widens them (ops/wide.h)
   if (ignored && labels[b] == ignore) {
     if (dlogits)
       for (int64_t j = lane; j < k; j += kWarp) dlogits[b * k + j] = store<S>(0.0);
@@ -182,12 +147,7 @@ void launch_cross_entropy(cudaStream_t s, ReduceScratch scratch, DType dtype, co
                                                               label_smoothing, scale, static_cast<S*>(dlogits), stats,
                                                               samples, ignore, ignored, scratch);
   };
-  switch (dtype) {
-    case DType::f64: launch(double{}); break;
-    case DType::bf16: launch(__nv_bfloat16{}); break;
-    case DType::f16: launch(__half{}); break;
-    default: launch(float{}); break;
-  }
+  with_storage("cross_entropy", dtype, launch);
   GT_CHECK_LAUNCH();
 }
 
@@ -214,9 +174,8 @@ void cross_entropy(const Tensor& logits, const Tensor& labels, double label_smoo
   auto* ignored = rows.ignore_index == ops::kNoIgnore
                       ? nullptr
                       : static_cast<unsigned long long*>(workspace(device, sizeof(unsigned long long)));
-  // f32 or f64, or 16-bit logits with a gradient of the same dtype (ops/loss.cpp sends other pairs through f32).
-  GT_CHECK(is_half(logits.dtype()) || is_f64("cross_entropy", logits) || logits.dtype() == DType::f32,
-           "cross_entropy on CUDA: logits of {}", dtype_name(logits.dtype()));
+  // f32 or f64, or 16-bit logits with a gradient of the same dtype (ops/loss.cpp sends other pairs through f32;
+  // with_storage refuses any other dtype).
   launch_cross_entropy(stream(device), reduce_scratch(device), logits.dtype(), logits.raw(), labels.data<int32_t>(),
                        logits.dim(0), logits.dim(1), label_smoothing, scale, raw_or_null(dlogits), stats.data<double>(),
                        logits.dim(0) / rows.group, rows.ignore_index, ignored);

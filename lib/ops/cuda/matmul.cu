@@ -115,9 +115,6 @@ cudaDataType_t lt_type(DType t) {
   }
 }
 
-// The format of a 16-bit dtype.
-HalfFormat format_of(DType t) { return t == DType::bf16 ? HalfFormat::bf16 : HalfFormat::fp16; }
-
 // The layout of a row-major (rows, cols) tensor read column-major: a cols × rows matrix with leading dimension cols.
 void make_layout(LtLayout& layout, cudaDataType_t type, const Shape& s) {
   GT_CHECK_CUBLAS(
@@ -297,7 +294,7 @@ class HalfProductOperand {
  public:
   HalfProductOperand(const Tensor& t, HalfFormat format, bool weight) {
     if (is_half(t.dtype())) {
-      GT_CHECK(format_of(t.dtype()) == format, "a {} operand of a {} product", dtype_name(t.dtype()),
+      GT_CHECK(half_format_of(t.dtype()) == format, "a {} operand of a {} product", dtype_name(t.dtype()),
                format == HalfFormat::bf16 ? "bf16" : "fp16");
       m_ptr = t.raw();
       return;
@@ -342,7 +339,7 @@ bool matmul_core(const Tensor& a, bool ta, const ProductB& b, bool tb, Tensor& c
   const std::optional<HalfFormat> half = is_f64(c) ? std::nullopt : half_format(product_precision());
   GT_CHECK(half || (b.tensor && !is_half(b.tensor->dtype()) && !is_half(a.dtype()) && !is_half(c.dtype())),
            "a 16-bit operand outside a bf16/fp16 product scope");
-  GT_CHECK(!half || !is_half(c.dtype()) || format_of(c.dtype()) == *half, "a {} result of a {} product",
+  GT_CHECK(!half || !is_half(c.dtype()) || half_format_of(c.dtype()) == *half, "a {} result of a {} product",
            dtype_name(c.dtype()), *half == HalfFormat::bf16 ? "bf16" : "fp16");
   std::optional<HalfProductOperand> half_a, half_b;
   if (half) {
@@ -409,7 +406,7 @@ namespace {
 // (LtExtras::bias is writable for BGRADB's gradient; a BIAS epilogue only reads it.)
 void* epilogue_bias(const Tensor& bias, const Tensor& y) {
   if (!is_half(y.dtype())) return bias.raw();
-  return const_cast<void*>(cuda::half_weight(bias, y.dtype() == DType::bf16 ? HalfFormat::bf16 : HalfFormat::fp16));
+  return const_cast<void*>(cuda::half_weight(bias, half_format_of(y.dtype())));
 }
 
 }  // namespace
