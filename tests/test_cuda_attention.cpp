@@ -179,44 +179,25 @@ TEST_CASE("GPUTRAIN_CUDNN_ATTENTION=1 makes a half call cuDNN cannot take an err
   REQUIRE_NOTHROW(forward(2, 20, {}));
 }
 
-// The rate at GPT-2 small's attention (B 16, T 1024, 12 heads of 64) in bf16, each call as training makes it (the
-// f32 → bf16 roundings and the widening back included), against the CUDA kernels once each. FLOPs of causal
-// attention with the masked half skipped (FlashAttention's count): forward 2 products, 2·B·H·T²·d; backward 5.
-// scripts/gpu_check.sh prints the `rate:` line.
+// The rate at GPT-2 small's attention (attention_cases::Gpt2Rate) in bf16, each call as training makes it (the
+// f32 → bf16 roundings and the widening back included), against the CUDA kernels once each. scripts/gpu_check.sh
+// prints the `rate:` line.
 TEST_CASE("cuDNN flash attention at GPT-2's shape is faster than the CUDA kernels (rate: TFLOP/s)", "[cuda]") {
   require_gpu();
-  const int64_t nb = 16, t = 1024, heads = 12, d = 64, c = heads * d;
   const ProductPrecisionScope autocast(Precision::bf16);
-  const Tensor qkv = to_cuda(seeded(Shape{nb, t, 3 * c}, 180, -1, 1));
-  const Tensor dout = to_cuda(seeded(Shape{nb, t, c}, 181, -1, 1));
-  const Device dev = Device::cuda(0);
-  Tensor out = Tensor::empty(Shape{nb, t, c}, DType::f32, dev),
-         lse = Tensor::empty(Shape{nb, heads, t}, DType::f32, dev);
-  Tensor delta = Tensor::empty(lse.shape(), DType::f32, dev), dqkv = Tensor::empty(qkv.shape(), DType::f32, dev);
-  auto forward = [&] { ops::attention_forward(qkv, heads, {}, out, lse); };
-  auto backward = [&] { ops::attention_backward(qkv, out, lse, dout, heads, {}, delta, dqkv); };
-  DeviceClock clock(dev);
-  // Milliseconds of device time per call over `reps` calls, after one untimed call when `warm` (graph building).
-  auto time_ms = [&](int reps, bool warm, auto&& f) {
-    if (warm) f();
-    const int a = clock.record();
-    for (int i = 0; i < reps; ++i) f();
-    const int b = clock.record();
-    const double ms = clock.elapsed_ms(a, b) / reps;
-    clock.clear();
-    return ms;
-  };
-  const double fwd_flop = 2.0 * nb * heads * t * t * d, bwd_flop = 2.5 * fwd_flop;
+  attention_cases::Gpt2Rate g(180);
+  const int64_t nb = g.nb, t = g.t, heads = g.heads, d = g.d;
+  const double fwd_flop = g.fwd_flop, bwd_flop = g.bwd_flop;
   double cudnn_fwd = 0, cudnn_bwd = 0, own_fwd = 0, own_bwd = 0;
   {
     const ScopedEnvVar required(kEnv, "1");
-    cudnn_fwd = time_ms(20, true, forward);
-    cudnn_bwd = time_ms(10, true, backward);
+    cudnn_fwd = g.time_ms(20, true, false);
+    cudnn_bwd = g.time_ms(10, true, true);
   }
   {
     const ScopedEnvVar off(kEnv, "0");
-    own_fwd = time_ms(1, false, forward);
-    own_bwd = time_ms(1, false, backward);
+    own_fwd = g.time_ms(1, false, false);
+    own_bwd = g.time_ms(1, false, true);
   }
   std::printf(
       "rate: bf16 attention B %lld T %lld heads %lld d %lld: cuDNN forward %.3f ms (%.1f TFLOP/s), backward %.3f ms "

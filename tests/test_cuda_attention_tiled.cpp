@@ -213,42 +213,23 @@ TEST_CASE("GPUTRAIN_TILED_ATTENTION=0 gives the warp kernels' attention", "[cuda
   check_close(got.dqkv, k.dqkv, 1e-5, 1e-5);
 }
 
-// The rate at GPT-2 small's attention (B 16, T 1024, 12 heads of 64) in fp32 and tf32, against the warp kernels
-// (GPUTRAIN_TILED_ATTENTION=0) once each. FLOPs of causal attention with the masked half skipped (FlashAttention's
-// count): forward 2 products, 2·B·H·T²·d; backward 5. The `rate:` line gives the ratio (the aim: 10× the warp kernels).
+// The rate at GPT-2 small's attention (attention_cases::Gpt2Rate) in fp32 and tf32, against the warp kernels
+// (GPUTRAIN_TILED_ATTENTION=0) once each. The `rate:` line gives the ratio (the aim: 10× the warp kernels).
 TEST_CASE("tiled CUDA attention at GPT-2's shape is faster than the warp kernels (rate: TFLOP/s)", "[cuda]") {
   require_gpu();
-  const int64_t nb = 16, t = 1024, heads = 12, d = 64, c = heads * d;
-  const Tensor qkv = to_cuda(seeded(Shape{nb, t, 3 * c}, 250, -1, 1));
-  const Tensor dout = to_cuda(seeded(Shape{nb, t, c}, 251, -1, 1));
-  const Device dev = Device::cuda(0);
-  Tensor out = Tensor::empty(Shape{nb, t, c}, DType::f32, dev),
-         lse = Tensor::empty(Shape{nb, heads, t}, DType::f32, dev);
-  Tensor delta = Tensor::empty(lse.shape(), DType::f32, dev), dqkv = Tensor::empty(qkv.shape(), DType::f32, dev);
-  auto forward = [&] { ops::attention_forward(qkv, heads, {}, out, lse); };
-  auto backward = [&] { ops::attention_backward(qkv, out, lse, dout, heads, {}, delta, dqkv); };
-  DeviceClock clock(dev);
-  // Milliseconds of device time per call over `reps` calls, after one untimed call.
-  auto time_ms = [&](int reps, auto&& f) {
-    f();
-    const int a = clock.record();
-    for (int i = 0; i < reps; ++i) f();
-    const int b = clock.record();
-    const double ms = clock.elapsed_ms(a, b) / reps;
-    clock.clear();
-    return ms;
-  };
-  const double fwd_flop = 2.0 * nb * heads * t * t * d, bwd_flop = 2.5 * fwd_flop;
+  attention_cases::Gpt2Rate g(250);
+  const int64_t nb = g.nb, t = g.t, heads = g.heads, d = g.d;
+  const double fwd_flop = g.fwd_flop, bwd_flop = g.bwd_flop;
   double warp_fwd = 0, warp_bwd = 0;
   {
     const ScopedEnvVar off(kEnv, "0");
-    warp_fwd = time_ms(1, forward);
-    warp_bwd = time_ms(1, backward);
+    warp_fwd = g.time_ms(1, true, false);
+    warp_bwd = g.time_ms(1, true, true);
   }
   const ScopedEnvVar unset(kEnv, nullptr);
   for (const Precision p : {Precision::fp32, Precision::tf32}) {
     const ProductPrecisionScope scope(p);
-    const double fwd = time_ms(10, forward), bwd = time_ms(5, backward);
+    const double fwd = g.time_ms(10, true, false), bwd = g.time_ms(5, true, true);
     std::printf(
         "rate: %s attention B %lld T %lld heads %lld d %lld: tiled forward %.3f ms (%.1f TFLOP/s), backward %.3f ms "
         "(%.1f TFLOP/s); warp kernels forward %.1f ms (%.2f TFLOP/s), backward %.1f ms (%.2f TFLOP/s); tiled/warp "
